@@ -309,7 +309,9 @@ func (c *Contract[S]) Emits() []string { return cloneStrings(c.cfg.Emits) }
 func (c *Contract[S]) Deps() []ContractDep { return append([]ContractDep(nil), c.cfg.Deps...) }
 
 // OwnEvents returns the local catalog in definition order.
-func (c *Contract[S]) OwnEvents() []EventDefinition { return append([]EventDefinition(nil), c.cfg.Events...) }
+func (c *Contract[S]) OwnEvents() []EventDefinition {
+	return append([]EventDefinition(nil), c.cfg.Events...)
+}
 
 // InitialState returns a fresh initial state. DefineContract proved it can be built; should a
 // non-deterministic Initial fail later, the zero S is returned.
