@@ -140,6 +140,7 @@ type Engine[S any] struct {
 	waiters          map[*waiter]struct{}
 	queue            []*unit
 	running          bool
+	active           int // 1 while a unit runs
 	inFlight         int
 	revivesWhileBusy int
 	claimTail        chan struct{}
@@ -219,6 +220,13 @@ func (e *Engine[S]) ReducedThroughOffset() int64 {
 	return e.cursor
 }
 
+// Pending returns the number of chain units queued or running (a gauge for hosts and tests).
+func (e *Engine[S]) Pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.queue) + e.active
+}
+
 // signalLocked wakes Drain callers; e.mu must be held.
 func (e *Engine[S]) signalLocked() {
 	close(e.changed)
@@ -252,6 +260,7 @@ func (e *Engine[S]) work() {
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
 		latch := e.latch
+		e.active = 1
 		e.mu.Unlock()
 		var err error
 		switch {
@@ -262,6 +271,9 @@ func (e *Engine[S]) work() {
 		default:
 			err = callGuarded(func() error { return u.run(u.ctx) })
 		}
+		e.mu.Lock()
+		e.active = 0
+		e.mu.Unlock()
 		u.done <- err
 	}
 }

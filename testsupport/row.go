@@ -7,16 +7,16 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-type rowPush struct {
-	events []foldstream.Event
-	r      foldstream.ScannedRange
-}
-
 // PushedByARow models a real subscription row pushing eng from mem (spec §15 pushedByARow): only
 // commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed, carrying
-// only those events, over (the row's last delivered through — or the commit's after the first
-// time — , the commit's through]. One push is in flight at a time; later ones queue behind it and
-// are handed to the engine only when it is their turn. The returned function unsubscribes.
+// only those events, over (the row's previous through — or the commit's after the first time —,
+// the commit's through]. The returned function unsubscribes.
+//
+// Pushes are handed to the engine in commit order at commit time and run one at a time behind each
+// other on the engine's serial chain. (Upstream's row holds a later push back until the one in
+// flight settled; in Go that would let a snapshot taken straight after a commit miss a push the row
+// already owes, which upstream's single-threaded scheduler never shows. Handing the push over at
+// once makes the engine see the owed head, as a host's deliveriesQueuedFor does.)
 func PushedByARow(mem *MemoryStream, eng foldstream.Runner, consumes []string) (unsubscribe func()) {
 	row := &row{mem: mem, eng: eng, consumes: consumes}
 	stopWait := mem.WaitFor(eng)
@@ -25,7 +25,6 @@ func PushedByARow(mem *MemoryStream, eng foldstream.Runner, consumes []string) (
 		remove()
 		row.mu.Lock()
 		row.stopped = true
-		row.queue = nil
 		row.mu.Unlock()
 		stopWait()
 	}
@@ -39,8 +38,6 @@ type row struct {
 	mu          sync.Mutex
 	lastThrough int64
 	delivered   bool
-	queue       []rowPush
-	busy        bool
 	stopped     bool
 }
 
@@ -59,39 +56,20 @@ func (w *row) onCommit(events []foldstream.Event, r foldstream.ScannedRange) {
 	if w.stopped {
 		return
 	}
-	w.queue = append(w.queue, rowPush{events: mine, r: r})
-	if !w.busy {
-		w.busy = true
-		w.dispatchLocked()
-	}
-}
-
-func (w *row) dispatchLocked() {
-	p := w.queue[0]
-	w.queue = w.queue[1:]
-	rng := p.r
+	rng := r
 	if w.delivered {
 		rng.After = w.lastThrough
 	}
+	w.lastThrough, w.delivered = rng.Through, true
 	w.mem.begin()
 	var wait func(context.Context) error
 	if q, ok := w.eng.(foldstream.BatchQueuer); ok {
-		wait = q.QueueEventBatch(context.Background(), p.events, rng)
+		wait = q.QueueEventBatch(context.Background(), mine, rng)
 	} else {
-		wait = func(ctx context.Context) error { return w.eng.ProcessEventBatch(ctx, p.events, rng) }
+		wait = func(ctx context.Context) error { return w.eng.ProcessEventBatch(ctx, mine, rng) }
 	}
 	go func() {
 		defer w.mem.end()
-		err := wait(context.Background())
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if err == nil {
-			w.lastThrough, w.delivered = rng.Through, true
-		}
-		if len(w.queue) > 0 && !w.stopped {
-			w.dispatchLocked()
-			return
-		}
-		w.busy = false
+		_ = wait(context.Background())
 	}()
 }
