@@ -603,12 +603,6 @@ func TestP36_NoProcessorReducesADelta(t *testing.T) {
 	eq(t, "sneaky", must[foldstream.Snapshot[nState]](t)(s.Snapshot(ctxFor(t))).State, nState{1})
 }
 
-type runtimeProc struct {
-	fn[emptyState]
-	mu   chan struct{}
-	last int64
-}
-
 func TestP38_RuntimeFieldInTheProjection(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
@@ -621,12 +615,7 @@ func TestP38_RuntimeFieldInTheProjection(t *testing.T) {
 			}
 			return nil
 		},
-		project: func(emptyState) (any, error) {
-			if last == 0 {
-				return map[string]any{}, nil
-			}
-			return map[string]any{"lastSeenOffset": last}, nil
-		}}
+		project: func(emptyState) (any, error) { return map[string]any{"lastSeenOffset": last}, nil }}
 	mem := testsupport.NewMemoryStream()
 	eng := newEngine[emptyState](t, p, mem, testsupport.MemoryCheckpoints())
 	mem.Register(eng)
@@ -637,7 +626,7 @@ func TestP38_RuntimeFieldInTheProjection(t *testing.T) {
 		t.Fatalf("deltas: got %d, want 1", len(ds))
 	}
 	eq(t, "key", ds[0].Key, "runtime")
-	jsonEq(t, "patch", foldstream.JSON(ds[0].Patch), `[{"op":"add","path":"/lastSeenOffset","value":2}]`)
+	jsonEq(t, "patch", foldstream.JSON(ds[0].Patch), `[{"op":"replace","path":"/lastSeenOffset","value":2}]`)
 }
 
 func TestP39_KeptStateEmitsNothing(t *testing.T) {
