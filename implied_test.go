@@ -62,7 +62,9 @@ func TestVersionBumpEmitsOneHealingDelta(t *testing.T) {
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	mk := func(version string, step int) *fn[nState] {
 		return &fn[nState]{Base: foldstream.NewBase(nContract(t, "heal", version, "tick")),
-			reduce: func(a foldstream.ReduceArgs[nState]) (nState, bool, error) { return nState{a.State.N + step}, true, nil }}
+			reduce: func(a foldstream.ReduceArgs[nState]) (nState, bool, error) {
+				return nState{a.State.N + step}, true, nil
+			}}
 	}
 	v1 := newEngine[nState](t, mk("1", 1), mem, cps)
 	appendT(t, mem, ev("tick"), ev("tick"))
