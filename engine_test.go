@@ -182,10 +182,23 @@ func TestP16_StalePushReducesNothing(t *testing.T) {
 func TestP17_BackToBackPushesDeliverOneCaughtUp(t *testing.T) {
 	t.Parallel()
 	p := newProbe(t)
-	eng := newEngine[nState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
+	// Hold the chain busy in a catch-up read, so both pushes are queued before the first runs
+	// (upstream queues them in one synchronous turn).
+	entered, release := make(chan struct{}), make(chan struct{})
+	st := &stubStream{read: func(int64, int) (foldstream.ReadPage, error) {
+		close(entered)
+		<-release
+		return foldstream.ReadPage{AtHead: true}, nil
+	}}
+	eng := newEngine[nState](t, p, st, testsupport.MemoryCheckpoints())
 	ctx := ctxFor(t)
+	catchUp := make(chan error, 1)
+	go func() { catchUp <- eng.CatchUpFromLog(ctx) }()
+	<-entered
 	w1 := eng.QueueEventBatch(ctx, []foldstream.Event{committed(1, "a")}, foldstream.ScannedRange{After: 0, Through: 1})
 	w2 := eng.QueueEventBatch(ctx, []foldstream.Event{committed(2, "a")}, foldstream.ScannedRange{After: 1, Through: 2})
+	close(release)
+	mustDo(t, <-catchUp)
 	mustDo(t, w1(ctx))
 	mustDo(t, w2(ctx))
 	eq(t, "caughtUps", p.count(), 1)

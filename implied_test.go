@@ -143,3 +143,28 @@ func TestEventlessEmitProvenance(t *testing.T) {
 		t.Error("an undeclared type was appended")
 	}
 }
+
+// A version bump may change the state's shape: a stale row whose state no longer decodes must not
+// make construction fail; the re-reduce replaces it.
+func TestVersionBumpWithANewStateShape(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	mustDo(t, cps.WriteCheckpoint(ctxFor(t), "shape", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1,
+		State: json.RawMessage(`{"n":"not a number any more"}`)}, true))
+	appendT(t, mem, ev("tick"))
+	sites := &siteLog{}
+	eng := newEngine[nState](t, &fn[nState]{Base: foldstream.NewBase(nContract(t, "shape", "2", "tick")), reduce: incN}, mem, cps,
+		func(c *foldstream.EngineConfig) { c.Reporter = sites })
+	eq(t, "snapshot", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctxFor(t))), foldstream.Snapshot[nState]{Offset: 1, State: nState{1}})
+	eq(t, "reported", sites.get()[0], foldstream.SiteCheckpoint)
+	// The same version with an undecodable state is corruption: construction fails.
+	_, err := foldstream.NewEngine[nState](&fn[nState]{Base: foldstream.NewBase(nContract(t, "shape", "1", "tick"))},
+		foldstream.EngineConfig{Stream: mem, Checkpoints: func() foldstream.CheckpointStorage {
+			c := testsupport.MemoryCheckpoints()
+			mustDo(t, c.WriteCheckpoint(ctxFor(t), "shape", foldstream.Checkpoint{ReducerVersion: "1", State: json.RawMessage(`{"n":"x"}`)}, true))
+			return c
+		}()})
+	if err == nil {
+		t.Error("an undecodable current-version state was accepted")
+	}
+}
