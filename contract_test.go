@@ -339,3 +339,30 @@ func TestDefineEventSchema_HandWritten(t *testing.T) {
 		t.Errorf("bad schema: got %v, want INVALID_CONTRACT", err)
 	}
 }
+
+type treeNode struct {
+	Name     string     `json:"name"`
+	Children []treeNode `json:"children,omitempty"`
+}
+
+type nested struct {
+	Inner struct {
+		N int `json:"n"`
+	} `json:"inner"`
+	Tree treeNode `json:"tree"`
+}
+
+// Payload types may nest and recurse: the reflected schema uses $defs references.
+func TestDefineEvent_NestedAndRecursiveTypes(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "nest", Version: "1", Events: []foldstream.EventDefinition{foldstream.DefineEvent[nested]("demo/nested", "")}}))
+	ok := `{"inner":{"n":1},"tree":{"name":"a","children":[{"name":"b","children":[{"name":"c"}]}]}}`
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/nested", Payload: json.RawMessage(ok)}); err != nil {
+		t.Fatalf("valid payload refused: %v", err)
+	}
+	bad := `{"inner":{"n":1},"tree":{"name":"a","children":[{"name":7}]}}`
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/nested", Payload: json.RawMessage(bad)}); err == nil {
+		t.Fatal("a deep type error was accepted")
+	}
+}
