@@ -324,6 +324,11 @@ func (c *Contract[S]) InitialState() S {
 	return s
 }
 
+// StateSchema returns the hand-written state schema, or nil when the contract has none.
+func (c *Contract[S]) StateSchema() json.RawMessage {
+	return append(json.RawMessage(nil), c.cfg.StateSchema...)
+}
+
 // ValidateState validates a state's JSON against the contract's StateSchema (nil when there is
 // none).
 func (c *Contract[S]) ValidateState(state json.RawMessage) error {
