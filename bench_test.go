@@ -73,7 +73,7 @@ type bigDoc struct {
 // bigDocument builds a ~1 MB projection.
 func bigDocument() bigDoc {
 	d := bigDoc{Index: map[string]bigItem{}}
-	for i := range 3500 {
+	for i := range 4400 {
 		it := bigItem{ID: i, Name: fmt.Sprintf("item-%06d-with-a-longer-name", i), Tags: []string{"alpha", "beta", "gamma"}, Score: float64(i) / 7}
 		d.Items = append(d.Items, it)
 		d.Index[fmt.Sprintf("k%06d", i)] = it

@@ -168,3 +168,39 @@ func TestVersionBumpWithANewStateShape(t *testing.T) {
 		t.Error("an undecodable current-version state was accepted")
 	}
 }
+
+// The non-generic Runner view a host holds.
+func TestRunnerView(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	var r foldstream.Runner = newEngine[tallyState](t, newTally(t), mem, testsupport.MemoryCheckpoints())
+	mem.Register(r)
+	eq(t, "slug", r.Slug(), "tally")
+	eq(t, "consumes", r.Consumes(), []string{"tick"})
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	ctx := ctxFor(t)
+	off, st, err := r.SnapshotJSON(ctx)
+	mustDo(t, err)
+	eq(t, "offset", off, int64(2)) // the delta@2 push moved the in-memory cursor
+	jsonEq(t, "state", st, `{"count":1,"secret":"hidden"}`)
+	live, err := r.LiveSnapshot(ctx)
+	mustDo(t, err)
+	jsonEq(t, "live", live.State, `{"count":1}`)
+	eq(t, "cursor", r.ReducedThroughOffset(), int64(2)) // the delta's push moved it over offset 2
+	mustDo(t, r.WaitUntilProcessed(ctx, 2, 0))
+	r.PublishLiveState() // nothing changed: no delta
+	settle(t, mem)
+	eq(t, "deltas", len(deltas(mem)), 1)
+	if _, err := foldstream.NewEngine[tallyState](newTally(t), foldstream.EngineConfig{}); !errors.Is(err, foldstream.ErrInvalidContract) {
+		t.Errorf("missing dependencies: got %v", err)
+	}
+}
+
+func TestDefineEvent_Ephemeral(t *testing.T) {
+	t.Parallel()
+	d := foldstream.DefineEvent[setPayload]("demo/chunk", "a chunk", foldstream.Ephemeral())
+	if !d.Ephemeral || d.Schema == nil || !json.Valid(d.Schema.JSONSchema()) {
+		t.Errorf("got %+v", d)
+	}
+}
