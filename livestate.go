@@ -50,9 +50,11 @@ type LiveStateOptions struct {
 // LiveState holds one live value and publishes its changes as RFC 6902 deltas (spec §12). It is
 // safe for concurrent use.
 //
-// The held value is kept beside its JSON text (the diff base). A Set marshals the new value once
-// and diffs the two texts with [DiffJSON], which skips byte-identical subtrees without decoding
-// them, so a one-field change in a large value costs one marshal and one scan.
+// The held value is kept beside its JSON text (the diff base) and, for an object, an index of the
+// base's top-level members. A Set marshals the new value once, finds the window where the two
+// texts differ (common prefix and suffix), and diffs only the members overlapping it; inside them
+// [DiffJSON] skips byte-identical subtrees without decoding them. A one-field change in a large
+// value therefore costs one marshal and a memory comparison, not a whole-document diff.
 type LiveState struct {
 	sink     LiveStateSink
 	key      string
@@ -62,6 +64,8 @@ type LiveState struct {
 	held     any
 	heldJSON []byte // JSON of held, nil when held did not serialize
 	base     []byte // the last value that serialized; nil = absent
+	baseIdx  []memberSpan
+	indexed  bool // base is an object and baseIdx indexes its members
 	rev      int64
 	tail     chan struct{} // closes when the last queued delta append settled
 }
@@ -84,6 +88,7 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
 	if b, err := marshalLive(initial); err == nil {
 		l.base, l.heldJSON = b, b
+		l.baseIdx, l.indexed = indexObject(b)
 	}
 	return l
 }
@@ -150,17 +155,29 @@ func (l *LiveState) Set(next any) {
 		return
 	}
 	var ops []PatchOp
-	if l.base == nil {
+	idx, indexed := l.baseIdx, l.indexed
+	switch {
+	case l.base == nil:
 		ops = []PatchOp{{Op: "replace", Path: "", Value: b}}
-	} else if !bytes.Equal(l.base, b) {
-		ops, err = DiffJSON(l.base, b)
-		if err != nil { // cannot happen for encoding/json output; treat as unserializable
-			l.held, l.heldJSON = next, nil
-			l.rev++
-			return
+		idx, indexed = indexObject(b)
+	case bytes.Equal(l.base, b):
+	default:
+		var ok bool
+		if l.indexed {
+			ops, idx, ok = diffIndexed(l.base, l.baseIdx, b)
+		}
+		if !ok {
+			ops, err = DiffJSON(l.base, b)
+			if err != nil { // cannot happen for encoding/json output; treat as unserializable
+				l.held, l.heldJSON = next, nil
+				l.rev++
+				return
+			}
+			idx, indexed = indexObject(b)
 		}
 	}
 	l.held, l.heldJSON, l.base = next, b, b
+	l.baseIdx, l.indexed = idx, indexed
 	if len(ops) == 0 {
 		return
 	}
