@@ -21,6 +21,7 @@ type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
+	armedC chan time.Time // receives every AfterFunc deadline, when set
 }
 
 type fakeTimer struct {
@@ -33,7 +34,23 @@ type fakeTimer struct {
 // testT is the spec's test clock (§14.2).
 var testT = time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newFakeClock() *fakeClock { return &fakeClock{now: testT} }
+func newFakeClock() *fakeClock { return &fakeClock{now: testT, armedC: make(chan time.Time, 1024)} }
+
+// waitArmed waits until a timer is armed for at.
+func (c *fakeClock) waitArmed(t testing.TB, at time.Time) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-c.armedC:
+			if got.Equal(at) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no timer armed for %v (armed: %v)", at, c.armed())
+		}
+	}
+}
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
@@ -49,7 +66,11 @@ func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
 	if due {
 		t.fired = true
 	}
+	armedC := c.armedC
 	c.mu.Unlock()
+	if armedC != nil {
+		armedC <- t.at
+	}
 	if due {
 		go f()
 	}
