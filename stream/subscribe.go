@@ -128,7 +128,7 @@ func (s *Store) publish(path string, events []foldstream.Event, after, through i
 func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
 	var consumed []foldstream.Event
 	for _, ev := range events {
-		if consumesEvent(sub.consumes, ev) {
+		if foldstream.ConsumesEvent(sub.consumes, ev) {
 			consumed = append(consumed, ev)
 		}
 	}

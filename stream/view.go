@@ -83,3 +83,10 @@ func (d *DB) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	}
 	return d.s.rdb.QueryRowContext(ctx, query, args...)
 }
+
+// Checkpoints returns the checkpoint storage of the processors running on the stream at path: the
+// reduce_checkpoints table in the store's own file, scoped by the path, written through the store's
+// writer (see [Store.DB]).
+func (s *Store) Checkpoints(ctx context.Context, path string) (*foldstream.CheckpointTable, error) {
+	return foldstream.NewCheckpointTable(ctx, s.DB(), foldstream.CheckpointTableOptions{Scope: path})
+}

@@ -17,10 +17,10 @@ import (
 // HTTP protocol uses are never woken, so their contents stay exactly what their writers wrote.
 
 const (
-	// CreatedType is the birth record's type.
-	CreatedType = "events.iterate.com/itx/created"
-	// WokenType is the wake record's type.
-	WokenType = "events.iterate.com/itx/woken"
+	// CreatedType is the birth record's type (foldstream.CreatedType).
+	CreatedType = foldstream.CreatedType
+	// WokenType is the wake record's type (foldstream.WokenType).
+	WokenType = foldstream.WokenType
 )
 
 // Wake reasons.
