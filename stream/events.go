@@ -39,10 +39,14 @@ type eventView struct {
 	closing bool // set under subsMu by closeEventView; no subscription starts after it
 
 	alarms alarmState
+
+	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
+	readBudget int
 }
 
 func newEventView() *eventView {
 	return &eventView{
+		readBudget: ReadBudgetBytes,
 		pathIDs: make(map[string]int64),
 		woken:   make(map[int64]bool),
 		rings:   make(map[int64]*ephemeralRing),
@@ -426,7 +430,7 @@ func (s *Store) Read(ctx context.Context, path string, after int64, limit int, o
 			return err
 		}
 		streamID = row.ID
-		rows, cut, err := readEntries(q, row, after, limit, ReadBudgetBytes)
+		rows, cut, err := readEntries(q, row, after, limit, s.ev.readBudget)
 		if err != nil {
 			return err
 		}
