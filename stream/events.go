@@ -47,10 +47,10 @@ type eventView struct {
 func newEventView() *eventView {
 	return &eventView{
 		readBudget: ReadBudgetBytes,
-		pathIDs: make(map[string]int64),
-		woken:   make(map[int64]bool),
-		rings:   make(map[int64]*ephemeralRing),
-		subs:    make(map[string][]*Subscription),
+		pathIDs:    make(map[string]int64),
+		woken:      make(map[int64]bool),
+		rings:      make(map[int64]*ephemeralRing),
+		subs:       make(map[string][]*Subscription),
 	}
 }
 
