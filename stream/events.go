@@ -38,7 +38,8 @@ type eventView struct {
 	subs    map[string][]*Subscription
 	closing bool // set under subsMu by closeEventView; no subscription starts after it
 
-	alarms alarmState
+	alarms  alarmState
+	waiters waiterSet
 
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int
@@ -302,6 +303,7 @@ func (s *Store) appendToRow(tx *Tx, row *streamRow, id int64, path string, prepa
 		if len(ephemerals) > 0 {
 			s.rememberEphemerals(id, ephemerals)
 		}
+		s.resolveWaiters(path, committed) // before fan-out (spec §13.2 step 7)
 		s.publish(path, committed, after, through)
 	})
 	return results, nil
