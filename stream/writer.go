@@ -155,7 +155,7 @@ func (s *Store) runWriter(conn *sql.Conn) {
 		// instead of each paying for a nearly empty one.
 		yields := 0
 		if lastGroup > 1 {
-			yields = 3
+			yields = 8
 		}
 	drain:
 		for len(batch) < s.opts.MaxGroup {
