@@ -71,11 +71,15 @@ func ExampleStore_Subscribe() {
 	}
 	defer sub.Close()
 
-	s.Append(ctx, "/chat", foldstream.EventInput{Type: "message-sent"})
-	s.Append(ctx, "/chat", foldstream.EventInput{Type: "user-joined"}) // not consumed: rides in the next range
-	s.Append(ctx, "/chat", foldstream.EventInput{Type: "message-sent"})
-	if err := sub.WaitDelivered(ctx); err != nil {
-		panic(err)
+	for _, typ := range []string{"message-sent", "user-joined", "message-sent"} { // user-joined is not consumed: its span rides in the next range
+		if _, err := s.Append(ctx, "/chat", foldstream.EventInput{Type: typ}); err != nil {
+			panic(err)
+		}
+		// Wait for the push, so that this example shows one push per commit; pushes queued while
+		// one is in flight are folded into one.
+		if err := sub.WaitDelivered(ctx); err != nil {
+			panic(err)
+		}
 	}
 	mu.Lock()
 	for _, l := range lines {
