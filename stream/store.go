@@ -85,6 +85,10 @@ type Store struct {
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
+
+	ev         *eventView   // the event view's in-memory state (events.go)
+	savepoints atomic.Int64 // savepoints opened by writes; lets tests prove a write ran no SQL
+	commits    atomic.Int64 // group commits; benchmarks report events per commit
 }
 
 var memCounter atomic.Int64
@@ -162,6 +166,7 @@ func Open(path string, opts Options) (*Store, error) {
 		stop:   make(chan struct{}),
 		mem:    make(map[int64]*streamMem),
 		notify: make(map[int64]chan struct{}),
+		ev:     newEventView(),
 	}
 	conn, err := wdb.Conn(ctx)
 	if err != nil {
@@ -186,6 +191,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		close(s.stop)
+		s.closeEventView()
 		s.bgWG.Wait()
 		close(s.writes)
 		s.writerWG.Wait()
