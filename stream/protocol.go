@@ -379,8 +379,8 @@ func memLoader(r *streamRow) func() (streamMem, error) {
 	return func() (streamMem, error) { return streamMem{HighestAssigned: r.Tail, Tail: r.Tail}, nil }
 }
 
-// Head returns a stream's metadata. It never renews a TTL.
-func (s *Store) Head(ctx context.Context, path string) (StreamInfo, error) {
+// HeadStream returns a stream's metadata. It never renews a TTL.
+func (s *Store) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
 	var info StreamInfo
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.loadLive(tx, path, s.clock.Now())
@@ -393,9 +393,9 @@ func (s *Store) Head(ctx context.Context, path string) (StreamInfo, error) {
 	return info, err
 }
 
-// Delete deletes a stream: soft while live forks read through it (the path stays reserved and
+// DeleteStream deletes a stream: soft while live forks read through it (the path stays reserved and
 // answers "gone"), hard otherwise, collecting soft-deleted ancestors left without forks.
-func (s *Store) Delete(ctx context.Context, path string) error {
+func (s *Store) DeleteStream(ctx context.Context, path string) error {
 	return s.write(ctx, func(tx *Tx) error {
 		r, err := s.loadLive(tx, path, tx.Now())
 		if err != nil {

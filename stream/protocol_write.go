@@ -43,7 +43,7 @@ type CreateRequest struct {
 	Body []byte
 }
 
-// CreateResult is the outcome of Create.
+// CreateResult is the outcome of CreateStream.
 type CreateResult struct {
 	// Created is true when a new stream was made (201), false for an identical existing one (200).
 	Created bool
@@ -83,7 +83,7 @@ type AppendRequest struct {
 	HasExpectedTail bool
 }
 
-// AppendResult is the outcome of Append.
+// AppendResult is the outcome of AppendRecord.
 type AppendResult struct {
 	// Tail is the stream's tail after the request.
 	Tail int64
@@ -124,8 +124,8 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	return out, nil
 }
 
-// Create creates a stream, or confirms an identical existing one.
-func (s *Store) Create(ctx context.Context, req CreateRequest) (CreateResult, error) {
+// CreateStream creates a stream, or confirms an identical existing one.
+func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(KindBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -395,9 +395,9 @@ func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, 
 	return nil
 }
 
-// Append appends a record and/or closes the stream, running the checks of spec §6 and the
+// AppendRecord appends a record and/or closes the stream, running the checks of spec §6 and the
 // producer decision table of §20 in one transaction with the data.
-func (s *Store) Append(ctx context.Context, req AppendRequest) (AppendResult, error) {
+func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
 	// Parse JSON outside the writer when the request says JSON; the writer only uses it if the
 	// stream is JSON too (the content types must match).
 	var msgs [][]byte
