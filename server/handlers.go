@@ -147,7 +147,7 @@ func (s *Server) streamName(v string) (string, bool) {
 	if v == "" {
 		return "", false
 	}
-	return v, true
+	return "/" + v, true
 }
 
 // absoluteURL is the request's URL as an absolute URL (for Location).

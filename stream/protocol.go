@@ -323,7 +323,7 @@ func (s *Store) loadLive(q querier, path string, now time.Time) (*streamRow, err
 // hardDelete removes a stream, all its (dead) descendants, and then every soft-deleted or expired
 // ancestor that no longer has references (the cascade of spec §8).
 func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
-	if err := s.deleteSubtree(tx, r.ID); err != nil {
+	if err := s.deleteSubtree(tx, r.ID, r.Path); err != nil {
 		return err
 	}
 	parent := r.ForkedFrom
@@ -342,7 +342,7 @@ func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
 		if err != nil || ref {
 			return err
 		}
-		if err := s.deleteSubtree(tx, p.ID); err != nil {
+		if err := s.deleteSubtree(tx, p.ID, p.Path); err != nil {
 			return err
 		}
 		parent = p.ForkedFrom
@@ -350,13 +350,13 @@ func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
 	return nil
 }
 
-func (s *Store) deleteSubtree(tx *Tx, id int64) error {
+func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 	kids, err := s.childRows(tx, id)
 	if err != nil {
 		return err
 	}
 	for _, k := range kids {
-		if err := s.deleteSubtree(tx, k.ID); err != nil {
+		if err := s.deleteSubtree(tx, k.ID, k.Path); err != nil {
 			return err
 		}
 	}
@@ -370,6 +370,9 @@ func (s *Store) deleteSubtree(tx *Tx, id int64) error {
 		}
 	}
 	tx.ForgetMem(id)
+	// The event view's path cache is writer-owned; a stale entry would let a re-used id answer
+	// for this path.
+	delete(s.ev.pathIDs, path)
 	tx.AfterCommit(func() { s.forgetAccess(id) })
 	return nil
 }

@@ -378,6 +378,21 @@ func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, 
 			}
 		}
 		if len(msgs) > 0 {
+			// Hand the messages to the event view's subscribers (processors) once committed,
+			// decoded exactly as the event view reads them.
+			after := max(m.Tail, m.HighestAssigned)
+			events := make([]foldstream.Event, 0, len(msgs))
+			for i, msg := range msgs {
+				e := entry{Offset: after + int64(i) + 1, RecordStart: start, CreatedMs: nowMs, Body: msg}
+				if i < len(keys) && keys[i] != "" {
+					e.IdempotencyKey = sql.NullString{String: keys[i], Valid: true}
+				}
+				if ev, err := decodeEvent(r.Path, e); err == nil {
+					events = append(events, ev)
+				}
+			}
+			path := r.Path
+			tx.AfterCommit(func() { s.publish(path, events, after, next) })
 			m.HighestAssigned, m.Tail = next, next
 		}
 	} else if len(body) > 0 {
@@ -497,7 +512,7 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 					return AppendResult{}, err
 				}
 			}
-			kept, keys, err := dedupeEvents(tx, r.ID, msgs)
+			kept, keys, err := dedupeEvents(tx, r, msgs)
 			if err != nil {
 				return AppendResult{}, err
 			}
@@ -580,9 +595,10 @@ func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
 }
 
 // dedupeEvents honours event-level idempotency keys: a message whose key already names the same
-// event in this stream (or earlier in the batch) is dropped; one whose key names a different event
-// refuses the whole record with IDEMPOTENCY_CONFLICT (409).
-func dedupeEvents(tx *Tx, streamID int64, msgs [][]byte) ([][]byte, []string, error) {
+// event in this stream (fork ancestors included) or earlier in the batch is dropped; one whose key
+// names a different event refuses the whole record with IDEMPOTENCY_CONFLICT (409). Sameness is
+// the event view's (foldstream.SameIdempotentEvent: type, payload and metadata).
+func dedupeEvents(tx *Tx, r *streamRow, msgs [][]byte) ([][]byte, []string, error) {
 	var kept [][]byte
 	var keys []string
 	seen := map[string]foldstream.EventInput{}
@@ -601,23 +617,19 @@ func dedupeEvents(tx *Tx, streamID int64, msgs [][]byte) ([][]byte, []string, er
 			}
 			continue
 		}
-		var body []byte
-		var off int64
-		err := tx.QueryRow(`SELECT offset, body FROM entries WHERE stream_id = ? AND idempotency_key = ?`, streamID, key).Scan(&off, &body)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			seen[key] = in
+		existing, found, err := lookupIdempotencyKey(tx, r, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found {
+			if !foldstream.SameIdempotentEvent(existing, in) {
+				return nil, nil, idempotencyConflict(key, existing.Offset)
+			}
+		} else {
 			kept = append(kept, msg)
 			keys = append(keys, key)
-		case err != nil:
-			return nil, nil, fmt.Errorf("check idempotency key: %w", err)
-		default:
-			old, _ := eventKeyOf(body)
-			if !foldstream.SameIdempotentEvent(foldstream.Event{Type: old.Type, Payload: old.Payload, Metadata: old.Metadata}, in) {
-				return nil, nil, idempotencyConflict(key, off)
-			}
-			seen[key] = in
 		}
+		seen[key] = in
 	}
 	if !anyKey {
 		return msgs, nil, nil
