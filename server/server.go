@@ -201,7 +201,7 @@ func setCommonHeaders(h http.Header) {
 		"Stream-Fork-Sub-Offset, If-None-Match, "+HeaderExpectedOffset)
 	h.Set("Access-Control-Expose-Headers", "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, "+
 		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, "+
-		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding")
+		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, "+HeaderErrorCode)
 }
 
 // writeError answers a plain-text error. Clients must not parse the body.
