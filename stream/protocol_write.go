@@ -284,9 +284,9 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 			return CreateResult{}, err
 		}
 	}
-	if req.Closed {
-		if _, err := tx.Exec(`UPDATE streams SET closed = 1 WHERE id = ?`, id); err != nil {
-			return CreateResult{}, err
+	if m.Tail != row.Tail || req.Closed {
+		if _, err := tx.Exec(`UPDATE streams SET tail = ?, closed = ? WHERE id = ?`, m.Tail, req.Closed, id); err != nil {
+			return CreateResult{}, fmt.Errorf("create stream: %w", err)
 		}
 	}
 	row, err = loadStreamByID(tx, id)
@@ -359,8 +359,8 @@ func splitRecord(q querier, src *streamRow, at, sub int64, isJSON bool) ([]entry
 	return []entry{{Offset: at + sub, RecordStart: at, CreatedMs: e.CreatedMs, Body: e.Body[:sub]}}, nil
 }
 
-// insertRecord stores one record (JSON messages, or a byte body) at the stream's tail, updating the
-// staged writer state and the row's tail. keys holds each message's idempotency key ("" for none).
+// insertRecord stores one record (JSON messages, or a byte body) at the stream's tail and advances
+// the staged writer state; the caller writes the new tail (m.Tail) to the stream's row. keys holds each message's idempotency key ("" for none).
 func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, body []byte, now time.Time, keys ...string) error {
 	start := m.Tail
 	nowMs := now.UnixMilli()
@@ -403,9 +403,6 @@ func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, 
 		}
 		m.HighestAssigned, m.Tail = max(m.HighestAssigned, end), end
 	}
-	if _, err := tx.Exec(`UPDATE streams SET tail = ? WHERE id = ?`, m.Tail, r.ID); err != nil {
-		return fmt.Errorf("append: %w", err)
-	}
 	tx.Touch(r.ID)
 	return nil
 }
@@ -438,10 +435,9 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 	closeOnly := req.Close && len(req.Body) == 0
 	p := req.Producer
 
-	// A POST renews a sliding TTL even when refused for closure (spec §15).
-	if _, err := tx.Exec(`UPDATE streams SET last_access_ms = max(last_access_ms, ?) WHERE id = ?`, now.UnixMilli(), r.ID); err != nil {
-		return AppendResult{}, err
-	}
+	// Every POST renews a sliding TTL, even one refused below (spec §15): the access is noted in
+	// memory, which no rollback undoes; an accepted POST also persists it with its data.
+	s.noteAccess(r, now)
 
 	var st producerState
 	if p != nil {
@@ -526,11 +522,6 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		}
 	}
 
-	if req.StreamSeq != "" {
-		if _, err := tx.Exec(`UPDATE streams SET stream_seq = ? WHERE id = ?`, req.StreamSeq, r.ID); err != nil {
-			return AppendResult{}, err
-		}
-	}
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
 	if p != nil {
 		if _, err := tx.Exec(`INSERT INTO producers(stream_id, producer_id, epoch, last_seq, updated_ms) VALUES (?, ?, ?, ?, ?)
@@ -540,20 +531,23 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		}
 		res.Epoch, res.Seq = p.Epoch, p.Seq
 	}
-	if req.Close {
-		var by sql.NullString
-		var epoch, seq sql.NullInt64
-		if p != nil {
-			by = sql.NullString{String: p.ID, Valid: true}
-			epoch = sql.NullInt64{Int64: p.Epoch, Valid: true}
-			seq = sql.NullInt64{Int64: p.Seq, Valid: true}
-		}
-		if _, err := tx.Exec(`UPDATE streams SET closed = 1, closed_by_producer = ?, closed_by_epoch = ?, closed_by_seq = ? WHERE id = ?`,
-			by, epoch, seq, r.ID); err != nil {
-			return AppendResult{}, err
-		}
-		tx.Touch(r.ID)
+	// One row update carries the tail, the access time, Stream-Seq and the closure.
+	var streamSeq, by sql.NullString
+	var epoch, seq sql.NullInt64
+	if req.StreamSeq != "" {
+		streamSeq = sql.NullString{String: req.StreamSeq, Valid: true}
 	}
+	if req.Close && p != nil {
+		by = sql.NullString{String: p.ID, Valid: true}
+		epoch = sql.NullInt64{Int64: p.Epoch, Valid: true}
+		seq = sql.NullInt64{Int64: p.Seq, Valid: true}
+	}
+	if _, err := tx.Exec(`UPDATE streams SET tail = ?, last_access_ms = max(last_access_ms, ?), stream_seq = coalesce(?, stream_seq),
+		closed = ?, closed_by_producer = ?, closed_by_epoch = ?, closed_by_seq = ? WHERE id = ?`,
+		m.Tail, now.UnixMilli(), streamSeq, req.Close, by, epoch, seq, r.ID); err != nil {
+		return AppendResult{}, fmt.Errorf("append: %w", err)
+	}
+	tx.Touch(r.ID)
 	return res, nil
 }
 
