@@ -416,3 +416,79 @@ func (s *Store) DeleteStream(ctx context.Context, path string) error {
 		return s.hardDelete(tx, r)
 	})
 }
+
+// collectBatch bounds the streams one CollectExpired call examines, so it never holds the writer
+// for long.
+const collectBatch = 500
+
+// CollectExpired reclaims the storage of streams that are gone for good: streams whose TTL or
+// absolute expiry passed and soft-deleted streams, in both cases only once no live fork reads
+// through them (spec §8, §15). Expiry is judged lazily on access anyway; this only frees space.
+// It examines at most a few hundred candidates per call and returns how many streams it deleted
+// (descendants and collected ancestors included). Call it periodically; foldstream serve does
+// every minute.
+func (s *Store) CollectExpired(ctx context.Context) (int, error) {
+	deleted := 0
+	err := s.write(ctx, func(tx *Tx) error {
+		deleted = 0
+		now := tx.Now()
+		ms := now.UnixMilli()
+		rows, err := tx.Query(`SELECT `+streamCols+` FROM streams WHERE state = 1 OR expires_at_ms <= ?
+			OR (ttl_seconds IS NOT NULL AND last_access_ms + ttl_seconds * 1000 <= ?) LIMIT ?`, ms, ms, collectBatch)
+		if err != nil {
+			return fmt.Errorf("collect expired streams: %w", err)
+		}
+		var cands []*streamRow
+		for rows.Next() {
+			r, err := scanStream(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("collect expired streams: %w", err)
+			}
+			cands = append(cands, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("collect expired streams: %w", err)
+		}
+		for _, c := range cands {
+			r, err := loadStreamByID(tx, c.ID) // an earlier cascade may have taken it
+			if errors.Is(err, errNoStream) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			lv, err := s.judge(tx, r, now)
+			if err != nil {
+				return err
+			}
+			if lv != streamMissing {
+				continue
+			}
+			before, err := countStreams(tx)
+			if err != nil {
+				return err
+			}
+			tx.Touch(r.ID)
+			if err := s.hardDelete(tx, r); err != nil {
+				return err
+			}
+			after, err := countStreams(tx)
+			if err != nil {
+				return err
+			}
+			deleted += before - after
+		}
+		return nil
+	})
+	return deleted, err
+}
+
+func countStreams(q querier) (int, error) {
+	var n int
+	if err := q.QueryRow(`SELECT count(*) FROM streams`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count streams: %w", err)
+	}
+	return n, nil
+}

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -398,5 +399,43 @@ func TestWatchWakesOnAppend(t *testing.T) {
 	case <-r.Changed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Changed did not close after an append")
+	}
+}
+
+// TestCollectExpired: expired streams and soft-deleted sources without live forks are reclaimed;
+// a live stream and a source still read by a live fork stay.
+func TestCollectExpired(t *testing.T) {
+	t.Parallel()
+	s, clk := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "/live", ContentType: "text/plain", Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/ttl", ContentType: "text/plain", HasTTL: true, TTLSeconds: 5, Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasTTL: true, TTLSeconds: 60})
+	if err := s.DeleteStream(ctx, "/src"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	n, err := s.CollectExpired(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("first sweep: got %d, %v; want 1 (the TTL stream)", n, err)
+	}
+	if _, err := s.HeadStream(ctx, "/src"); kindOf(err) != KindGone {
+		t.Fatalf("source with a live fork: got %v, want gone", err)
+	}
+	clk.Advance(time.Minute) // the fork expires, releasing the source
+	n, err = s.CollectExpired(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("second sweep: got %d, %v; want 2 (fork and source)", n, err)
+	}
+	if _, err := s.HeadStream(ctx, "/live"); err != nil {
+		t.Fatalf("live stream: %v", err)
+	}
+	var left int
+	if err := s.readTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`SELECT count(*) FROM streams`).Scan(&left) }); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("rows left: got %d, want 1", left)
 	}
 }
