@@ -225,6 +225,8 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 			writeError(w, http.StatusGone, pe.Message)
 		case stream.KindBadRequest:
 			writeError(w, http.StatusBadRequest, pe.Message)
+		case stream.KindTooLarge:
+			writeError(w, http.StatusRequestEntityTooLarge, pe.Message)
 		case stream.KindClosed:
 			h.Set("Stream-Closed", "true")
 			h.Set("Stream-Next-Offset", FormatOffset(pe.Tail))

@@ -55,6 +55,8 @@ const (
 	// KindSequenceGap: the producer skipped sequence numbers; ExpectedSeq and ReceivedSeq say how
 	// (409).
 	KindSequenceGap
+	// KindTooLarge: the request holds too much (413).
+	KindTooLarge
 )
 
 // ProtocolError is a refusal by the protocol view, carrying the data the HTTP answer needs.

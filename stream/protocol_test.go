@@ -439,3 +439,26 @@ func TestCollectExpired(t *testing.T) {
 		t.Fatalf("rows left: got %d, want 1", left)
 	}
 }
+
+// TestJSONBatchLimits: a large batch is one record (inserted many rows per statement); a batch over
+// the message cap is refused as too large before it reaches the writer.
+func TestJSONBatchLimits(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/big", ContentType: ct})
+	const n = 1234
+	body := "[" + strings.Repeat("1,", n-1) + "1]"
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/big", ContentType: ct, Body: []byte(body)})
+	if res.Tail != n {
+		t.Fatalf("tail: got %d, want %d", res.Tail, n)
+	}
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "/big", After: n - 2})
+	if err != nil || string(r.Body) != "[1,1]" {
+		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
+	}
+	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
+	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != KindTooLarge {
+		t.Fatalf("over the cap: got %v, want too large", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -95,6 +96,10 @@ type AppendResult struct {
 	Epoch, Seq int64
 }
 
+// MaxMessagesPerRecord caps the messages of one JSON append, so one request cannot hold the
+// writer for long.
+const MaxMessagesPerRecord = 100000
+
 // FlattenJSON validates a JSON body and flattens a top-level array one level (spec §13),
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
@@ -106,6 +111,9 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	if trimmed[0] == '[' {
 		if err := json.Unmarshal(trimmed, &raws); err != nil {
 			return nil, perr(KindBadRequest, "body is not valid JSON")
+		}
+		if len(raws) > MaxMessagesPerRecord {
+			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
 		if len(raws) == 0 && !allowEmpty {
 			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
@@ -365,36 +373,37 @@ func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, 
 	start := m.Tail
 	nowMs := now.UnixMilli()
 	if msgs != nil {
-		next := max(m.Tail, m.HighestAssigned)
-		for i, msg := range msgs {
-			next++
-			var key sql.NullString
-			if i < len(keys) && keys[i] != "" {
-				key = sql.NullString{String: keys[i], Valid: true}
-			}
-			if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, idempotency_key, body) VALUES (?, ?, ?, ?, ?, ?)`,
-				r.ID, next, start, nowMs, key, msg); err != nil {
-				return fmt.Errorf("append: %w", err)
-			}
+		if len(msgs) == 0 {
+			return nil
 		}
-		if len(msgs) > 0 {
-			// Hand the messages to the event view's subscribers (processors) once committed,
-			// decoded exactly as the event view reads them.
-			after := max(m.Tail, m.HighestAssigned)
+		after := max(m.Tail, m.HighestAssigned)
+		if err := insertMessages(tx, r.ID, after, start, nowMs, msgs, keys); err != nil {
+			return err
+		}
+		next := after + int64(len(msgs))
+		// Hand the messages to the event view's subscribers (processors) once committed, decoded
+		// exactly as the event view reads them — only when someone listens.
+		path := r.Path
+		tx.AfterCommit(func() {
+			s.ev.subsMu.RLock()
+			listening := len(s.ev.subs[path]) > 0
+			s.ev.subsMu.RUnlock()
+			if !listening {
+				return
+			}
 			events := make([]foldstream.Event, 0, len(msgs))
 			for i, msg := range msgs {
 				e := entry{Offset: after + int64(i) + 1, RecordStart: start, CreatedMs: nowMs, Body: msg}
 				if i < len(keys) && keys[i] != "" {
 					e.IdempotencyKey = sql.NullString{String: keys[i], Valid: true}
 				}
-				if ev, err := decodeEvent(r.Path, e); err == nil {
+				if ev, err := decodeEvent(path, e); err == nil {
 					events = append(events, ev)
 				}
 			}
-			path := r.Path
-			tx.AfterCommit(func() { s.publish(path, events, after, next) })
-			m.HighestAssigned, m.Tail = next, next
-		}
+			s.publish(path, events, after, next)
+		})
+		m.HighestAssigned, m.Tail = next, next
 	} else if len(body) > 0 {
 		end := m.Tail + int64(len(body))
 		if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, body) VALUES (?, ?, ?, ?, ?)`,
@@ -404,6 +413,34 @@ func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, 
 		m.HighestAssigned, m.Tail = max(m.HighestAssigned, end), end
 	}
 	tx.Touch(r.ID)
+	return nil
+}
+
+// insertMessages writes JSON messages at offsets after+1, after+2, …, many rows per statement.
+func insertMessages(tx *Tx, id, after, recordStart, createdMs int64, msgs [][]byte, keys []string) error {
+	const perStmt = 100
+	var sb strings.Builder
+	args := make([]any, 0, perStmt*6)
+	for lo := 0; lo < len(msgs); lo += perStmt {
+		hi := min(lo+perStmt, len(msgs))
+		sb.Reset()
+		args = args[:0]
+		sb.WriteString(`INSERT INTO entries(stream_id, offset, record_start, created_ms, idempotency_key, body) VALUES `)
+		for i := lo; i < hi; i++ {
+			if i > lo {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(`(?,?,?,?,?,?)`)
+			var key any
+			if i < len(keys) && keys[i] != "" {
+				key = keys[i]
+			}
+			args = append(args, id, after+int64(i)+1, recordStart, createdMs, key, msgs[i])
+		}
+		if _, err := tx.Exec(sb.String(), args...); err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+	}
 	return nil
 }
 
