@@ -104,25 +104,33 @@ const MaxMessagesPerRecord = 100000
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	trimmed := bytes.TrimSpace(body)
-	if !json.Valid(trimmed) {
+	if len(trimmed) == 0 {
 		return nil, perr(KindBadRequest, "body is not valid JSON")
 	}
 	var raws []json.RawMessage
 	if trimmed[0] == '[' {
+		// Unmarshal validates the whole body before splitting it.
 		if err := json.Unmarshal(trimmed, &raws); err != nil {
 			return nil, perr(KindBadRequest, "body is not valid JSON")
-		}
-		if len(raws) > MaxMessagesPerRecord {
-			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
 		if len(raws) == 0 && !allowEmpty {
 			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
+		if len(raws) > MaxMessagesPerRecord {
+			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
+		}
 	} else {
+		if !json.Valid(trimmed) {
+			return nil, perr(KindBadRequest, "body is not valid JSON")
+		}
 		raws = []json.RawMessage{trimmed}
 	}
 	out := make([][]byte, len(raws))
 	for i, r := range raws {
+		if bytes.IndexAny(r, " \t\r\n") < 0 {
+			out[i] = r // already compact (the common case for machine-written JSON)
+			continue
+		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, r); err != nil {
 			return nil, perr(KindBadRequest, "body is not valid JSON")
