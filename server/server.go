@@ -160,10 +160,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	p := r.URL.Path
 	switch {
-	case strings.HasPrefix(p, s.cfg.Prefix):
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
 		return
+	case strings.HasPrefix(p, s.cfg.Prefix):
 	default:
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
 		return

@@ -372,10 +372,17 @@ func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 		}
 	}
 	tx.ForgetMem(id)
-	// The event view's path cache is writer-owned; a stale entry would let a re-used id answer
-	// for this path.
+	// SQLite may hand a deleted stream's id to the next stream created, so every cache keyed by
+	// the id (or naming it) forgets it: the event view's path cache (writer-owned), its
+	// incarnation wake marks and ephemeral ring, and the protocol view's access times.
 	delete(s.ev.pathIDs, path)
-	tx.AfterCommit(func() { s.forgetAccess(id) })
+	tx.AfterCommit(func() {
+		delete(s.ev.woken, id) // AfterCommit runs on the writer goroutine, which owns woken
+		s.ev.ringMu.Lock()
+		delete(s.ev.rings, id)
+		s.ev.ringMu.Unlock()
+		s.forgetAccess(id)
+	})
 	return nil
 }
 
