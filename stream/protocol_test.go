@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -488,5 +489,33 @@ func TestRecreatedPathStartsClean(t *testing.T) {
 	page, err := s.Read(ctx, "/r", 0, 100, ReadOptions{})
 	if err != nil || len(page.Events) != 1 || page.Events[0].Type != MessageType {
 		t.Fatalf("event read: got %+v, %v; want one message event", page.Events, err)
+	}
+}
+
+// TestForksInheritNoProducerOrStreamSeq: a fork starts without producer or Stream-Seq state, even
+// when it splits a producer's batch.
+func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: ct})
+	for seq := range int64(3) {
+		mustAppendRecord(t, s, AppendRequest{Path: "/src", ContentType: ct, Body: []byte(`[1,2]`), StreamSeq: fmt.Sprintf("%03d", seq),
+			Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: seq}})
+	}
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasForkOffset: true, ForkOffset: 2, ForkSubOffset: 1})
+	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 {
+		t.Fatalf("producer continuing on the fork: got %v, want a gap expecting seq 0", err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), StreamSeq: "000",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}})
+	if res.Tail != 4 {
+		t.Fatalf("fork tail: got %d, want 4 (1,2 inherited, 1 materialised, 9)", res.Tail)
+	}
+	if got := readAll(t, s, "/fork"); got != `[1,2,1,9]` {
+		t.Fatalf("fork read: got %s, want [1,2,1,9]", got)
 	}
 }
