@@ -294,6 +294,11 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.waitArmed(t, testT.Add(20*time.Second))
+	// Let the push's batch commit first, so the revive's catch-up finds nothing new and runs its
+	// own eventless pass (a batch still in flight would be the at-head range instead).
+	if err := h.WaitUntilProcessed(ctx, "/a", "attempts", 3, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if got, want := claimsOf(t, s), []string{"/a attempts +20s f0"}; !slices.Equal(got, want) {
 		t.Fatalf("claims: got %v, want %v", got, want)
 	}

@@ -373,9 +373,9 @@ func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 	}
 	tx.ForgetMem(id)
 	// SQLite may hand a deleted stream's id to the next stream created, so every cache keyed by
-	// the id (or naming it) forgets it: the event view's path cache (writer-owned), its
+	// the id (or naming it) forgets it: the event view's row cache (writer-owned), its
 	// incarnation wake marks and ephemeral ring, and the protocol view's access times.
-	delete(s.ev.pathIDs, path)
+	delete(s.ev.rows, path)
 	tx.AfterCommit(func() {
 		delete(s.ev.woken, id) // AfterCommit runs on the writer goroutine, which owns woken
 		s.ev.ringMu.Lock()

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream"
 )
 
 // protoClock is a settable clock for the protocol view's tests.
@@ -517,5 +519,42 @@ func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
 	}
 	if got := readAll(t, s, "/fork"); got != `[1,2,1,9]` {
 		t.Fatalf("fork read: got %s, want [1,2,1,9]", got)
+	}
+}
+
+// TestEventViewSeesProtocolChanges: the event view's cached rows never outlive a protocol close,
+// delete or re-creation of the path.
+func TestEventViewSeesProtocolChanges(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteStream(ctx, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/x", ContentType: "text/plain"})
+	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "b"}); err == nil {
+		t.Fatal("event append to a re-created text stream: got nil error")
+	}
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeClosed {
+		t.Fatalf("event append after a protocol close: got %v, want CLOSED", err)
+	}
+	// Events and HTTP messages share one offset sequence.
+	if _, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`{"type":"c"}`)})
+	if res.Tail != 3 {
+		t.Fatalf("tail after two events and one message: got %d, want 3", res.Tail)
+	}
+	evs, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "d"})
+	if err != nil || evs[0].Offset != 4 {
+		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
 	}
 }
