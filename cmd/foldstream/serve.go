@@ -61,7 +61,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		st.Close()
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(h.Shutdown) // end long-polls and SSE connections promptly
 	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", *db, "long_poll_timeout", *longPoll)
 	fmt.Fprintf(stdout, "foldstream: serving http://%s%s\n", ln.Addr(), *prefix)
