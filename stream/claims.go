@@ -42,14 +42,18 @@ type DueClaim struct {
 	retryAt int64 // at_ms of the retry row written when the claim was spent
 }
 
-// AlarmHandler revives the processor a due claim names. An error re-claims with backoff.
+// AlarmHandler revives the processor a due claim names. On an error (or a cancelled context) the
+// claim's retry row, written with backoff when it was spent, stands; on success it is deleted.
 type AlarmHandler func(ctx context.Context, c DueClaim) error
 
 // ClaimRow is a stored claim.
 type ClaimRow struct {
+	// Path is the stream path and Slug the processor slug.
 	Path, Slug string
-	At         time.Time
-	Failures   int
+	// At is when the claim falls due.
+	At time.Time
+	// Failures counts revives of this claim that failed or did not finish.
+	Failures int
 }
 
 type alarmState struct {

@@ -610,3 +610,38 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 		}
 	}
 }
+
+// appendEventsTx gives the protocol side event semantics inside its own write: offsets continue the
+// stream's sequence, idempotency holds, and subscribers get the commit.
+func TestAppendEventsTxInsideAWrite(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	mustAppend(t, s, "/p", ev("first"))
+	var rec recorder
+	sub := subscribe(t, s, "/p", &rec, SubscribeOptions{})
+	var got []foldstream.Event
+	err := s.write(ctx, func(tx *Tx) error {
+		row, err := loadStreamByPath(tx, "/p")
+		if err != nil {
+			return err
+		}
+		got, err = appendEventsTx(tx, row, []foldstream.EventInput{{Type: "second", IdempotencyKey: "k"}, {Type: "second", IdempotencyKey: "k"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{2, 2}; !slices.Equal(offsets(got), want) {
+		t.Fatalf("offsets: got %v, want %v", offsets(got), want)
+	}
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.got(), []string{"(1,2][second@2]"}; !slices.Equal(got, want) {
+		t.Fatalf("pushes: got %v, want %v", got, want)
+	}
+	if next := mustAppend(t, s, "/p", ev("third")); next[0].Offset != 3 {
+		t.Fatalf("next offset: got %d, want 3", next[0].Offset)
+	}
+}
