@@ -557,4 +557,16 @@ func TestEventViewSeesProtocolChanges(t *testing.T) {
 	if err != nil || evs[0].Offset != 4 {
 		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
 	}
+	// An ephemeral takes offset 5 without persisting; the next HTTP message lands after it.
+	if evs, err = s.Append(ctx, "/z", foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
+		t.Fatalf("ephemeral: got %+v, %v; want offset 5", evs, err)
+	}
+	res = mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`[7,8]`)})
+	if res.Tail != 7 {
+		t.Fatalf("tail after the ephemeral and two messages: got %d, want 7", res.Tail)
+	}
+	r, err := s.ReadRecords(ctx, ReadRequest{Path: "/z", After: 4})
+	if err != nil || string(r.Body) != "[7,8]" || r.Next != 7 || !r.UpToDate {
+		t.Fatalf("read across the ephemeral's gap: got %s next %d upToDate %v, %v", r.Body, r.Next, r.UpToDate, err)
+	}
 }
