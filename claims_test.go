@@ -150,3 +150,24 @@ func TestP62_ClaimsAreSerialized(t *testing.T) {
 	got := landed.get()
 	eq(t, "landing order", got[:3], []string{"claim", "release", "claim"})
 }
+
+// §10.3: the busy re-claim doubles from 40 s and is capped at 30 minutes.
+func TestReviveClaimIsCappedAtThirtyMinutes(t *testing.T) {
+	t.Parallel()
+	a, mem, eng, _ := setupAttempts(t)
+	ctx := ctxFor(t)
+	appendT(t, mem, ev("e"))
+	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 && eng.Pending() == 0 })
+	for range 8 {
+		mustDo(t, eng.Revive(ctx))
+	}
+	var got []time.Duration
+	for _, c := range mem.Claims() {
+		got = append(got, c.Sub(testsupport.T))
+	}
+	want := []time.Duration{20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 320 * time.Second,
+		640 * time.Second, 1280 * time.Second, foldstream.ReviveAfterMax, foldstream.ReviveAfterMax}
+	eq(t, "claims", got, want)
+	close(a.end(1))
+	drain(t, eng)
+}

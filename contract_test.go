@@ -88,41 +88,73 @@ func TestP02_EventDeclaredByTwoDeps(t *testing.T) {
 	}
 }
 
-func TestP03toP07_ConsumesRule(t *testing.T) {
-	t.Parallel()
-	dur := func(typ string) foldstream.Event { return foldstream.Event{Type: typ} }
-	ephe := func(typ string) foldstream.Event { return foldstream.Event{Type: typ, Ephemeral: true} }
-	cases := []struct {
-		name     string
-		consumes []string
-		ev       foldstream.Event
-		want     bool
-	}{
-		{"P-03 star durable a", []string{"*"}, dur("a"), true},
-		{"P-03 star durable b", []string{"*"}, dur("b"), true},
-		{"P-03 star ephemeral", []string{"*"}, ephe("a"), false},
-		{"P-04 nil durable", nil, dur("a"), true},
-		{"P-04 nil ephemeral", nil, ephe("a"), false},
-		{"P-05 woken by nil", nil, dur(foldstream.WokenType), true},
-		{"P-05 woken by star", []string{"*"}, dur(foldstream.WokenType), true},
-		{"P-05 woken named", []string{foldstream.WokenType}, dur(foldstream.WokenType), true},
-		{"P-06 named ephemeral", []string{"eph"}, ephe("eph"), true},
-		{"P-06 other ephemeral", []string{"eph"}, ephe("other"), false},
-		{"P-06 named durable", []string{"a"}, dur("a"), true},
-		{"P-06 unnamed durable", []string{"a"}, dur("b"), false},
-		{"P-07 delta by nil", nil, ephe(foldstream.LiveStateChangedType), false},
-		{"P-07 delta by star", []string{"*"}, ephe(foldstream.LiveStateChangedType), false},
-		{"P-07 delta named", []string{foldstream.LiveStateChangedType}, ephe(foldstream.LiveStateChangedType), true},
-		{"empty list durable", []string{}, dur("a"), false},
-		{"empty list ephemeral", []string{}, ephe("a"), false},
-	}
+type consumesCase struct {
+	name     string
+	consumes []string
+	ev       foldstream.Event
+	want     bool
+}
+
+func durableEv(typ string) foldstream.Event   { return foldstream.Event{Type: typ} }
+func ephemeralEv(typ string) foldstream.Event { return foldstream.Event{Type: typ, Ephemeral: true} }
+
+func checkConsumes(t *testing.T, cases []consumesCase) {
+	t.Helper()
 	for _, c := range cases {
 		if got := foldstream.ConsumesEvent(c.consumes, c.ev); got != c.want {
-			t.Errorf("%s: ConsumesEvent(%v, %+v) = %v, want %v", c.name, c.consumes, c.ev, got, c.want)
+			t.Errorf("%s: ConsumesEvent(%#v, %+v) = %v, want %v", c.name, c.consumes, c.ev, got, c.want)
 		}
 	}
-	// The loop guard: never reduced, even when named.
-	if foldstream.ReducesEvent([]string{foldstream.LiveStateChangedType}, ephe(foldstream.LiveStateChangedType)) {
+}
+
+func TestP03_StarSweepsDurablesNotEphemerals(t *testing.T) {
+	t.Parallel()
+	checkConsumes(t, []consumesCase{
+		{"durable a", []string{"*"}, durableEv("a"), true},
+		{"durable b", []string{"*"}, durableEv("b"), true},
+		{"ephemeral", []string{"*"}, ephemeralEv("a"), false},
+	})
+}
+
+func TestP04_NilConsumesEveryDurable(t *testing.T) {
+	t.Parallel()
+	checkConsumes(t, []consumesCase{
+		{"durable", nil, durableEv("a"), true},
+		{"ephemeral", nil, ephemeralEv("a"), false},
+		{"empty non-nil list, durable", []string{}, durableEv("a"), false},
+		{"empty non-nil list, ephemeral", []string{}, ephemeralEv("a"), false},
+	})
+}
+
+func TestP05_WakeRecordIsAnOrdinaryDurable(t *testing.T) {
+	t.Parallel()
+	checkConsumes(t, []consumesCase{
+		{"nil", nil, durableEv(foldstream.WokenType), true},
+		{"star", []string{"*"}, durableEv(foldstream.WokenType), true},
+		{"named", []string{foldstream.WokenType}, durableEv(foldstream.WokenType), true},
+	})
+}
+
+func TestP06_NamedTypes(t *testing.T) {
+	t.Parallel()
+	checkConsumes(t, []consumesCase{
+		{"named ephemeral", []string{"eph"}, ephemeralEv("eph"), true},
+		{"other ephemeral", []string{"eph"}, ephemeralEv("other"), false},
+		{"named durable", []string{"a"}, durableEv("a"), true},
+		{"unnamed durable", []string{"a"}, durableEv("b"), false},
+	})
+}
+
+func TestP07_LiveStateDeltaOnlyWhenNamed(t *testing.T) {
+	t.Parallel()
+	delta := ephemeralEv(foldstream.LiveStateChangedType)
+	checkConsumes(t, []consumesCase{
+		{"nil", nil, delta, false},
+		{"star", []string{"*"}, delta, false},
+		{"named", []string{foldstream.LiveStateChangedType}, delta, true},
+	})
+	// The engine's loop guard: never reduced, even when named.
+	if foldstream.ReducesEvent([]string{foldstream.LiveStateChangedType}, delta) {
 		t.Error("ReducesEvent accepted a live-state delta")
 	}
 }
@@ -145,18 +177,33 @@ func TestP37_BareCounter(t *testing.T) {
 	eq(t, "fold", testsupport.ReduceProcessor[counterState](c, []foldstream.EventInput{ev(tickType), ev("x"), ev(tickType)}), counterState{Ticks: 2})
 }
 
-func TestP47toP49_SameIdempotentEvent(t *testing.T) {
+func TestP47_SamePayloadInAnotherKeyOrder(t *testing.T) {
 	t.Parallel()
 	base := foldstream.Event{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":3}}`)}
 	if !foldstream.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"b":{"d":3,"c":2},"a":1}`)}) {
-		t.Error("P-47: reordered payload judged different")
+		t.Error("reordered payload judged different")
 	}
+	if foldstream.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":4}}`)}) {
+		t.Error("different payload judged same")
+	}
+}
+
+func TestP48_DifferentMetadata(t *testing.T) {
+	t.Parallel()
 	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
 	if foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"b"}`)}) {
-		t.Error("P-48: different metadata judged same")
+		t.Error("different metadata judged same")
 	}
+	if !foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}) {
+		t.Error("equal metadata judged different")
+	}
+}
+
+func TestP49_MetadataOnOneSideOnly(t *testing.T) {
+	t.Parallel()
+	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
 	if foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t"}) {
-		t.Error("P-49: metadata on one side judged same")
+		t.Error("metadata on one side judged same")
 	}
 	if foldstream.SameIdempotentEvent(foldstream.Event{Type: "t"}, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{}`)}) {
 		t.Error("absent vs empty metadata judged same")

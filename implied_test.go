@@ -3,8 +3,10 @@ package foldstream_test
 // Cases the spec implies but does not list.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -203,4 +205,20 @@ func TestDefineEvent_Ephemeral(t *testing.T) {
 	if !d.Ephemeral || d.Schema == nil || !json.Valid(d.Schema.JSONSchema()) {
 		t.Errorf("got %+v", d)
 	}
+}
+
+// §14.3: the reporter must never fail its caller, even when it panics.
+func TestPanickingReporterNeverFailsTheEngine(t *testing.T) {
+	t.Parallel()
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "loud", "1", "e")), project: projectNull[nState],
+		reduce: func(foldstream.ReduceArgs[nState]) (nState, bool, error) {
+			return nState{}, false, errors.New("reduce failed")
+		}}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints(), func(c *foldstream.EngineConfig) {
+		c.Reporter = foldstream.ReporterFunc(func(context.Context, string, error, ...slog.Attr) { panic("reporter exploded") })
+	})
+	appendT(t, mem, ev("e"))
+	mustDo(t, eng.CatchUpFromLog(ctxFor(t)))
+	eq(t, "cursor", eng.ReducedThroughOffset(), int64(1))
 }
