@@ -61,11 +61,13 @@ func ExampleEngine() {
 	snap, _ := eng.Snapshot(ctx)
 	fmt.Println("ticks:", snap.State.Ticks)
 	for _, ev := range mem.EventsOfType("milestone") {
-		fmt.Printf("milestone %s emitted by %s while processing offset %d\n", ev.Payload, ev.Source.Processor.Slug, ev.Source.Processor.WhileProcessing.Offset)
+		// The tick's offset depends on how many live-state deltas (ephemerals, which take offsets
+		// too) landed between the appends, so print its type.
+		fmt.Printf("milestone %s emitted by %s while processing a %s\n", ev.Payload, ev.Source.Processor.Slug, ev.Source.Processor.WhileProcessing.Type)
 	}
 	// Output:
 	// ticks: 3
-	// milestone {"at":3} emitted by counter while processing offset 3
+	// milestone {"at":3} emitted by counter while processing a tick
 }
 
 type ExampleDeposit struct {
