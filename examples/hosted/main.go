@@ -1,0 +1,136 @@
+// Command hosted is the program to start from when you run processors in your own service: a
+// durable store in one SQLite file, the default host running a processor on it, and the Durable
+// Streams HTTP server with the processor routes, all in one process.
+//
+//	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
+//	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
+//
+// With the server running, write events over HTTP and read the processor:
+//
+//	curl -X POST -H 'Content-Type: application/json' \
+//	     --data '{"type":"ticked","payload":{"by":2}}' http://127.0.0.1:4438/v1/stream/counters/a
+//	curl 'http://127.0.0.1:4438/v1/processor/counter/counters/a'
+//	curl -N 'http://127.0.0.1:4438/v1/processor/counter/counters/a?live=sse'
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// Ticked is the payload of a "ticked" event.
+type Ticked struct {
+	By int `json:"by" jsonschema:"minimum=1"`
+}
+
+// State is the counter's reduced state.
+type State struct {
+	Ticks int `json:"ticks"`
+}
+
+var contract = foldstream.MustDefineContract(foldstream.ContractConfig[State]{
+	Slug:        "counter",
+	Version:     "1",
+	Description: "sums the ticks of a stream",
+	Consumes:    []string{"ticked"},
+	Events:      []foldstream.EventDefinition{foldstream.DefineEvent[Ticked]("ticked", "the counter ticked")},
+})
+
+// Counter is the processor.
+type Counter struct{ foldstream.Base[State] }
+
+// Reduce adds the tick's increment.
+func (Counter) Reduce(a foldstream.ReduceArgs[State]) (State, bool, error) {
+	return State{Ticks: a.State.Ticks + a.Payload.(Ticked).By}, true, nil
+}
+
+const streamPath = "/counters/a"
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:4438", "listen address")
+	db := flag.String("db", "", "SQLite file (default: a temporary directory)")
+	demo := flag.Bool("demo", false, "append a few events, print the state and exit")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *addr, *db, *demo); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, addr, dbPath string, demo bool) error {
+	if dbPath == "" {
+		dir, err := os.MkdirTemp("", "foldstream-hosted")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		dbPath = filepath.Join(dir, "foldstream.db")
+	}
+	st, err := stream.Open(dbPath, stream.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	h, err := host.New(st, host.Config{})
+	if err != nil {
+		return err
+	}
+	if _, err := host.Register[State](ctx, h, streamPath, Counter{foldstream.NewBase(contract)}); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.Shutdown(sctx); err != nil {
+			log.Printf("host shutdown: %v", err)
+		}
+	}()
+
+	if demo {
+		for i := 1; i <= 3; i++ {
+			if _, err := st.Append(ctx, streamPath, foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i})}); err != nil {
+				return err
+			}
+		}
+		snap, err := h.Snapshot(ctx, streamPath, contract.Slug())
+		if err != nil {
+			return err
+		}
+		fmt.Printf("counter on %s through offset %d: %s\n", streamPath, snap.Offset, snap.State)
+		return nil
+	}
+
+	srv := &http.Server{Handler: server.New(st, server.Config{Processors: h}), ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("serving http://%s/v1/stream/ and /v1/processor/ (Ctrl-C to stop)\n", ln.Addr())
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
