@@ -115,8 +115,7 @@ func appendEventsTx(tx *Tx, row *streamRow, inputs []foldstream.EventInput) ([]f
 	if err != nil {
 		return nil, err
 	}
-	c := *row
-	tx.s.ev.rows[row.Path] = &c
+	tx.s.cacheRowAfterCommit(tx, row)
 	return tx.s.appendToRow(tx, row, row.ID, row.Path, prepared)
 }
 
@@ -181,9 +180,17 @@ func (s *Store) eventStreamRow(tx *Tx, path string) (*streamRow, error) {
 	if err := checkEventStream(row); err != nil {
 		return nil, err
 	}
-	c := *row
-	s.ev.rows[path] = &c
+	s.cacheRowAfterCommit(tx, row)
 	return row, nil
+}
+
+// cacheRowAfterCommit remembers row in the writer's row cache once the write commits. Never
+// before: a refused write rolls its new stream row back, and SQLite hands the same rowid to the
+// next stream created, so a row cached early could route later appends of this path into that
+// other stream.
+func (s *Store) cacheRowAfterCommit(tx *Tx, row *streamRow) {
+	c := *row
+	tx.AfterCommit(func() { s.ev.rows[c.Path] = &c })
 }
 
 // checkEventStream refuses event appends to streams that cannot hold them.

@@ -379,6 +379,9 @@ func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 	// incarnation wake marks and ephemeral ring, and the protocol view's access times.
 	delete(s.ev.rows, path)
 	tx.AfterCommit(func() {
+		// Again after the commit: an earlier write of this group may have cached the row in its
+		// own AfterCommit hook, which ran before this one.
+		delete(s.ev.rows, path)
 		delete(s.ev.woken, id) // AfterCommit runs on the writer goroutine, which owns woken
 		s.ev.ringMu.Lock()
 		delete(s.ev.rings, id)

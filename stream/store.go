@@ -251,7 +251,9 @@ func (s *Store) wake(streamID int64) {
 // for byte streams an entry is one record and its offset is the byte position where it ends.
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS streams (
-		id INTEGER PRIMARY KEY,
+		-- AUTOINCREMENT: a deleted stream's id is never handed to a later stream, so no cache keyed by
+		-- id can alias two streams
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
 		path TEXT NOT NULL UNIQUE,
 		content_type TEXT NOT NULL,
 		-- 0 live, 1 soft-deleted (kept for its forks; the path stays reserved)
