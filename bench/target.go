@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Target names, as printed in the report.
+const (
+	TargetFoldstream = "foldstream"
+	TargetReference  = "reference"
+)
+
+// readyTimeout bounds how long a server may take to accept its first request.
+const readyTimeout = 30 * time.Second
+
+// stopTimeout bounds how long a server may take to exit after SIGTERM before it is killed.
+const stopTimeout = 10 * time.Second
+
+// Target is one server under test, running as a child process on 127.0.0.1.
+type Target struct {
+	Name string
+	Base string // http://127.0.0.1:PORT
+	Log  string // file holding the server's stdout and stderr
+
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// FoldstreamConfig says how to start foldstream.
+type FoldstreamConfig struct {
+	Bin             string        // the built cmd/foldstream (or a wrapper taking the same flags)
+	ExtraArgs       []string      // appended after the serve flags, e.g. a profiling wrapper's flags
+	Dir             string        // work directory; the db file goes here
+	LongPollTimeout time.Duration // --long-poll-timeout
+}
+
+// StartFoldstream starts `foldstream serve` on a free loopback port with a fresh db file and the
+// default durable settings (synchronous=FULL).
+func StartFoldstream(ctx context.Context, c FoldstreamConfig) (*Target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	args := []string{"serve",
+		"--addr", addr,
+		"--db", filepath.Join(c.Dir, "foldstream.db"),
+		"--long-poll-timeout", c.LongPollTimeout.String(),
+	}
+	args = append(args, c.ExtraArgs...)
+	cmd := exec.Command(c.Bin, args...)
+	return start(ctx, TargetFoldstream, cmd, "http://"+addr, c.Dir)
+}
+
+// ReferenceConfig says how to start the reference server.
+type ReferenceConfig struct {
+	Node            string // node executable; defaults to "node"
+	Dir             string // bench/refserver, holding start.mjs and node_modules
+	DataDir         string // the file-backed store's directory
+	LongPollTimeout time.Duration
+}
+
+// StartReference starts the reference Node server with its file-backed store on a free loopback
+// port.
+func StartReference(ctx context.Context, c ReferenceConfig) (*Target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	node := c.Node
+	if node == "" {
+		node = "node"
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("reference data dir: %w", err)
+	}
+	dir, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(node, filepath.Join(dir, "start.mjs"),
+		"--port", strconv.Itoa(port),
+		"--data-dir", c.DataDir,
+		"--long-poll-timeout-ms", strconv.FormatInt(c.LongPollTimeout.Milliseconds(), 10),
+	)
+	cmd.Dir = dir
+	return start(ctx, TargetReference, cmd, "http://127.0.0.1:"+strconv.Itoa(port), c.DataDir)
+}
+
+func start(ctx context.Context, name string, cmd *exec.Cmd, base, logDir string) (*Target, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	t := &Target{Name: name, Base: base, Log: logPath, cmd: cmd, done: make(chan error, 1)}
+	go func() {
+		t.done <- cmd.Wait()
+		logFile.Close()
+	}()
+	if err := t.waitReady(ctx); err != nil {
+		_ = t.Stop()
+		return nil, fmt.Errorf("start %s: %w; its log ends:\n%s", name, err, logTail(logPath))
+	}
+	return t, nil
+}
+
+// waitReady polls the server until it answers any HTTP request, the process exits, or
+// readyTimeout passes.
+func (t *Target) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodHead, t.Base+"/v1/stream/dsbench-ready-probe", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case err := <-t.done:
+			t.done <- err
+			return fmt.Errorf("server exited before it was ready: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("server not ready: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop sends SIGTERM, waits up to stopTimeout, then kills the process.
+func (t *Target) Stop() error {
+	if t.cmd.Process == nil {
+		return nil
+	}
+	_ = t.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-t.done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil // a signal-caused exit status is the expected outcome
+		}
+		return err
+	case <-time.After(stopTimeout):
+		_ = t.cmd.Process.Kill()
+		<-t.done
+		return fmt.Errorf("stop %s: killed after %s", t.Name, stopTimeout)
+	}
+}
+
+// Pid is the server's process id.
+func (t *Target) Pid() int { return t.cmd.Process.Pid }
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// logTail returns the last lines of a server's log, for error messages.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
