@@ -71,8 +71,50 @@ func (c *Client) StreamURL(name string) string {
 	return c.Base + "/v1/stream/" + name
 }
 
-// Create creates a JSON stream called name (201, or 200 when it already exists identically).
+// visibleWait bounds how long Create waits for a new stream to answer HEAD.
+const visibleWait = 5 * time.Second
+
+// Create creates a JSON stream called name (201, or 200 when it already exists identically) and
+// waits until HEAD finds it. The wait is for the reference server: under load it has answered
+// 404 to appends right after a 201 (its metadata write may not be visible yet), and a benchmark
+// must not count that against the measurement that follows.
 func (c *Client) Create(ctx context.Context, name string) error {
+	if err := c.create(ctx, name); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(visibleWait)
+	for {
+		ok, err := c.exists(ctx, name)
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("create %s: still not found %s after 201", name, visibleWait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (c *Client) exists(ctx context.Context, name string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, c.StreamURL(name), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("head %s: %w", name, err)
+	}
+	drain(resp)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, &StatusError{Op: "head " + name, Status: resp.StatusCode}
+}
+
+func (c *Client) create(ctx context.Context, name string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.StreamURL(name), nil)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ type Environment struct {
 	Reference  string // e.g. @durable-streams/server 0.3.7 (file-backed store)
 	Foldstream string // e.g. the commit the binary was built from
 	Rounds     int
+	Warmups    int
 }
 
 // WriteMarkdown writes the result table: per scenario and metric the median over the rounds for
@@ -27,7 +28,7 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 	fmt.Fprintf(&b, "## Durable Streams side by side: %s\n\n", strings.Join(targets, " vs "))
 	fmt.Fprintf(&b, "Measured %s on %d CPUs, %s, node %s; reference: %s; foldstream: %s. ",
 		env.Date, env.CPUs, env.GoVersion, env.Node, env.Reference, env.Foldstream)
-	fmt.Fprintf(&b, "Each figure is the median of %d rounds; rounds alternate which server goes first. Client and servers share the machine.\n\n", env.Rounds)
+	fmt.Fprintf(&b, "Each figure is the median of %d measured rounds, after %d unrecorded warm-up round(s); rounds alternate which server goes first. Load generator and servers share the machine.\n\n", env.Rounds, env.Warmups)
 
 	b.WriteString("| Scenario | Metric |")
 	for _, t := range targets {

@@ -19,10 +19,12 @@ type Result struct {
 	Errors   map[string][]string
 }
 
-// Run measures every scenario on every target for rounds rounds. Round r runs the targets in the
-// given order when r is even and in reverse when r is odd, so neither server always goes first.
-// Progress lines go to progress. A failed measurement is recorded in Errors and the run goes on.
-func Run(ctx context.Context, targets []*Target, scenarios []Scenario, rounds int, progress io.Writer) []Result {
+// Run measures every scenario on every target for warmups+rounds rounds and keeps the last
+// rounds: the warm-up rounds pay for first use (new segment files and database pages, JIT
+// compilation in node) and are only printed. Round r runs the targets in the given order when r
+// is even and in reverse when r is odd, so neither server always goes first. Progress lines go to
+// progress. A failed measurement is recorded in Errors and the run goes on.
+func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, rounds int, progress io.Writer) []Result {
 	clients := make(map[string]*Client, len(targets))
 	for _, t := range targets {
 		clients[t.Name] = &Client{Base: t.Base, HTTP: NewHTTPClient()}
@@ -43,10 +45,10 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, rounds in
 				fmt.Fprintf(progress, "%-10s %s: setup %.1fs\n", t.Name, sc.Name, time.Since(start).Seconds())
 			}
 		}
-		for r := 0; r < rounds; r++ {
+		for r := -warmups; r < rounds; r++ {
 			for i := range targets {
 				t := targets[i]
-				if r%2 == 1 {
+				if (r+warmups)%2 == 1 {
 					t = targets[len(targets)-1-i]
 				}
 				if skip[t.Name] || ctx.Err() != nil {
@@ -56,7 +58,19 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, rounds in
 				c.HTTP.CloseIdleConnections()
 				runtime.GC()
 				time.Sleep(settle)
-				s, err := sc.Run(ctx, c, r)
+				s, err := sc.Run(ctx, c, r+warmups)
+				label := fmt.Sprintf("round %d", r+1)
+				if r < 0 {
+					label = "warm-up"
+				}
+				if err != nil && r < 0 {
+					fmt.Fprintf(progress, "%-10s %s %s: error: %v\n", t.Name, sc.Name, label, err)
+					continue
+				}
+				if r < 0 {
+					fmt.Fprintf(progress, "%-10s %s %s: %s\n", t.Name, sc.Name, label, formatSample(sc.Metrics, s))
+					continue
+				}
 				if err != nil {
 					res.Errors[t.Name] = append(res.Errors[t.Name], fmt.Sprintf("round %d: %v", r+1, err))
 					fmt.Fprintf(progress, "%-10s %s round %d: error: %v\n", t.Name, sc.Name, r+1, err)

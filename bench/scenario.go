@@ -72,6 +72,12 @@ type Scenario struct {
 
 // Scenarios returns the four scenarios, sized by cfg. Stream names start with run, so
 // repeated runs against a long-lived server never collide.
+//
+// Every round of a scenario reuses the same streams (appending to them, reading them at the tail),
+// which keeps the number of streams in one run below 100. The reference's file-backed store keeps
+// at most 100 segment files open and, past that, fails appends of streams whose file handle it
+// evicted between the write and the fsync (it answers 404 "Stream not found", because its error
+// text "handle not found" matches its not-found mapping). Fresh streams per round trigger that.
 func Scenarios(cfg Config, run string) []Scenario {
 	var out []Scenario
 	for _, shared := range []bool{false, true} {
@@ -99,9 +105,9 @@ func appendScenario(cfg Config, run string, writers int, shared bool) Scenario {
 			streams := make([]string, writers)
 			for w := range streams {
 				if shared {
-					streams[w] = fmt.Sprintf("%s-append-shared-%d-r%d", run, writers, round)
+					streams[w] = fmt.Sprintf("%s-append-shared-%d", run, writers)
 				} else {
-					streams[w] = fmt.Sprintf("%s-append-sep-%d-r%d-w%d", run, writers, round, w)
+					streams[w] = fmt.Sprintf("%s-append-sep-%d-w%d", run, writers, w)
 				}
 				if w == 0 || !shared {
 					if err := c.Create(ctx, streams[w]); err != nil {
@@ -158,7 +164,7 @@ func producerScenario(cfg Config, run string) Scenario {
 			}
 			streams := make([]string, cfg.Producers)
 			for p := range streams {
-				streams[p] = fmt.Sprintf("%s-producer-r%d-p%d", run, round, p)
+				streams[p] = fmt.Sprintf("%s-producer-p%d", run, p)
 				if err := c.Create(ctx, streams[p]); err != nil {
 					return nil, err
 				}
@@ -174,7 +180,9 @@ func producerScenario(cfg Config, run string) Scenario {
 				wg.Add(1)
 				go func(p int) {
 					defer wg.Done()
-					stats[p], errs[p] = Produce(ctx, c, streams[p], fmt.Sprintf("dsbench-%d", p), bodies, cfg.InFlight, stop)
+					// A fresh producer id per round starts at seq 0 on the reused stream.
+					id := fmt.Sprintf("dsbench-r%d-p%d", round, p)
+					stats[p], errs[p] = Produce(ctx, c, streams[p], id, bodies, cfg.InFlight, stop)
 				}(p)
 			}
 			wg.Wait()
@@ -321,7 +329,7 @@ func sseScenario(cfg Config, run string) Scenario {
 		Detail:  fmt.Sprintf("one live=sse reader; one writer POSTs %d single %d-byte messages one at a time; time from POST start to the SSE data event", cfg.SSEMessages, cfg.MessageSize),
 		Metrics: []Metric{{"p50 ms", false}, {"p99 ms", false}},
 		Run: func(ctx context.Context, c *Client, round int) (Sample, error) {
-			stream := fmt.Sprintf("%s-sse-r%d", run, round)
+			stream := run + "-sse"
 			if err := c.Create(ctx, stream); err != nil {
 				return nil, err
 			}

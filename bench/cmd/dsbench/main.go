@@ -38,7 +38,8 @@ func run() error {
 		foldVersion = flag.String("foldstream-version", "", "what the foldstream binary was built from, for the report")
 		refDir      = flag.String("refserver", "bench/refserver", "directory holding start.mjs and node_modules (empty: skip the reference)")
 		node        = flag.String("node", "node", "node executable")
-		rounds      = flag.Int("rounds", 3, "rounds per scenario; figures are medians over rounds")
+		rounds      = flag.Int("rounds", 3, "measured rounds per scenario; figures are medians over rounds")
+		warmups     = flag.Int("warmup-rounds", 1, "unrecorded rounds per scenario before the measured ones")
 		only        = flag.String("only", "", "run only scenarios whose name contains this text")
 		quick       = flag.Bool("quick", false, "small sizes, for a smoke test")
 		out         = flag.String("out", "", "also write the Markdown report to this file")
@@ -123,7 +124,7 @@ func run() error {
 
 	warmUp(ctx, targets, runID)
 	started := time.Now()
-	results := bench.Run(ctx, targets, scenarios, *rounds, os.Stderr)
+	results := bench.Run(ctx, targets, scenarios, *warmups, *rounds, os.Stderr)
 	fmt.Fprintf(os.Stderr, "measured in %.0fs\n", time.Since(started).Seconds())
 
 	names := make([]string, len(targets))
@@ -144,6 +145,7 @@ func run() error {
 		Reference:  refVersion,
 		Foldstream: fv,
 		Rounds:     *rounds,
+		Warmups:    *warmups,
 	}
 	var buf bytes.Buffer
 	if err := bench.WriteMarkdown(&buf, env, names, results); err != nil {
