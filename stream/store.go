@@ -85,6 +85,9 @@ type Store struct {
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
+
+	protoOnce sync.Once
+	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 }
 
 var memCounter atomic.Int64

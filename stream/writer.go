@@ -269,11 +269,13 @@ func (t *Tx) Touch(streamID int64) { t.touched[streamID] = true }
 // also marks the stream touched.
 func (t *Tx) Mem(streamID int64, load func() (streamMem, error)) (*streamMem, error) {
 	t.touched[streamID] = true
-	if m, ok := t.staged[streamID]; ok && m != nil {
-		return m, nil
-	}
-	// A nil entry means "forgotten earlier in this group": load afresh.
-	if m, ok := t.g.staged[streamID]; ok {
+	if m, ok := t.staged[streamID]; ok {
+		if m != nil {
+			return m, nil
+		}
+		// Forgotten earlier in this function: load afresh, never from s.mem.
+	} else if m, ok := t.g.staged[streamID]; ok {
+		// A nil entry means "forgotten earlier in this group": load afresh.
 		if m != nil {
 			c := *m
 			t.staged[streamID] = &c

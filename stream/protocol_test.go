@@ -1,0 +1,402 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// protoClock is a settable clock for the protocol view's tests.
+type protoClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *protoClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *protoClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *protoClock) AfterFunc(d time.Duration, f func()) func() bool {
+	t := time.AfterFunc(d, f)
+	return t.Stop
+}
+
+func setupProto(t *testing.T) (*Store, *protoClock) {
+	t.Helper()
+	clk := &protoClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := Open(":memory:", Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+func mustCreate(t *testing.T, s *Store, req CreateRequest) CreateResult {
+	t.Helper()
+	res, err := s.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create %s: %v", req.Path, err)
+	}
+	return res
+}
+
+func mustAppend(t *testing.T, s *Store, req AppendRequest) AppendResult {
+	t.Helper()
+	res, err := s.Append(context.Background(), req)
+	if err != nil {
+		t.Fatalf("append %s: %v", req.Path, err)
+	}
+	return res
+}
+
+func readAll(t *testing.T, s *Store, path string) string {
+	t.Helper()
+	res, err := s.Read(context.Background(), ReadRequest{Path: path})
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return string(res.Body)
+}
+
+func kindOf(err error) ProtocolErrorKind {
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		return pe.Kind
+	}
+	return 0
+}
+
+func TestFlattenJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in    string
+		want  []string
+		empty bool
+		bad   bool
+	}{
+		{in: `{"a" :  1}`, want: []string{`{"a":1}`}},
+		{in: `[1, 2]`, want: []string{`1`, `2`}},
+		{in: `[[1,2],[3,4]]`, want: []string{`[1,2]`, `[3,4]`}},
+		{in: `[[[1,2,3]]]`, want: []string{`[[1,2,3]]`}},
+		{in: `"s"`, want: []string{`"s"`}},
+		{in: `null`, want: []string{`null`}},
+		{in: `[]`, bad: true},
+		{in: `[]`, empty: true, want: []string{}},
+		{in: `{`, bad: true},
+		{in: ``, bad: true},
+		{in: `[1,]`, bad: true},
+	}
+	for _, c := range cases {
+		got, err := FlattenJSON([]byte(c.in), c.empty)
+		if c.bad {
+			if kindOf(err) != KindBadRequest {
+				t.Errorf("FlattenJSON(%q): got err %v, want bad request", c.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("FlattenJSON(%q): %v", c.in, err)
+			continue
+		}
+		var gs []string
+		for _, g := range got {
+			gs = append(gs, string(g))
+		}
+		if strings.Join(gs, "|") != strings.Join(c.want, "|") {
+			t.Errorf("FlattenJSON(%q): got %q, want %q", c.in, gs, c.want)
+		}
+	}
+}
+
+func TestJSONOffsetsAndRecords(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	res := mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct, Body: []byte(`[{"n":1},{"n":2}]`)})
+	if res.Info.Tail != 2 {
+		t.Fatalf("tail after create: got %d, want 2", res.Info.Tail)
+	}
+	a := mustAppend(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{"n":3}`)})
+	if a.Tail != 3 {
+		t.Fatalf("tail after append: got %d, want 3", a.Tail)
+	}
+	if got, want := readAll(t, s, "j"), `[{"n":1},{"n":2},{"n":3}]`; got != want {
+		t.Fatalf("read: got %s, want %s", got, want)
+	}
+	r, err := s.Read(context.Background(), ReadRequest{Path: "j", After: 2})
+	if err != nil || string(r.Body) != `[{"n":3}]` || r.Next != 3 || !r.UpToDate {
+		t.Fatalf("read after 2: got %s next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
+	}
+}
+
+func TestByteReadsSliceRecordsAndChunk(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	mustCreate(t, s, CreateRequest{Path: "b", ContentType: "text/plain"})
+	mustAppend(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("hello ")})
+	mustAppend(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("world")})
+	r, err := s.Read(context.Background(), ReadRequest{Path: "b", After: 3, MaxBytes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The budget stops before the next record: the rest of the first one comes back.
+	if string(r.Body) != "lo " || r.Next != 6 || r.UpToDate {
+		t.Fatalf("got %q next %d upToDate %v, want \"lo \" 6 false", r.Body, r.Next, r.UpToDate)
+	}
+	r, err = s.Read(context.Background(), ReadRequest{Path: "b", After: 7, MaxBytes: 3})
+	if err != nil || string(r.Body) != "orl" || r.Next != 10 || r.UpToDate {
+		t.Fatalf("got %q next %d upToDate %v err %v, want \"orl\" 10", r.Body, r.Next, r.UpToDate, err)
+	}
+	r, err = s.Read(context.Background(), ReadRequest{Path: "b", After: 10})
+	if err != nil || string(r.Body) != "d" || r.Next != 11 || !r.UpToDate {
+		t.Fatalf("got %q next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
+	}
+}
+
+// TestProducerDecisionTable walks spec §20.2 row by row on one stream.
+func TestProducerDecisionTable(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "text/plain"
+	mustCreate(t, s, CreateRequest{Path: "p", ContentType: ct})
+	type step struct {
+		name       string
+		epoch, seq int64
+		close      bool
+		wantKind   ProtocolErrorKind
+		wantDup    bool
+		wantSeq    int64
+		wantEpoch  int64 // for stale epoch
+		wantExpect int64 // for gaps
+	}
+	steps := []step{
+		{name: "new producer seq>0 is a gap", epoch: 0, seq: 3, wantKind: KindSequenceGap, wantExpect: 0},
+		{name: "new producer seq 0 accepted", epoch: 0, seq: 0, wantSeq: 0},
+		{name: "next seq accepted", epoch: 0, seq: 1, wantSeq: 1},
+		{name: "duplicate answers highest accepted", epoch: 0, seq: 0, wantDup: true, wantSeq: 1},
+		{name: "gap", epoch: 0, seq: 5, wantKind: KindSequenceGap, wantExpect: 2},
+		{name: "new epoch must start at 0", epoch: 1, seq: 1, wantKind: KindBadRequest},
+		{name: "new epoch at 0 accepted", epoch: 1, seq: 0, wantSeq: 0},
+		{name: "old epoch fenced", epoch: 0, seq: 2, wantKind: KindStaleEpoch, wantEpoch: 1},
+		{name: "close by producer", epoch: 1, seq: 1, close: true, wantSeq: 1},
+		{name: "close retried is a duplicate", epoch: 1, seq: 1, close: true, wantDup: true, wantSeq: 1},
+		{name: "append after close", epoch: 1, seq: 2, wantKind: KindClosed},
+	}
+	for _, st := range steps {
+		body := []byte("x")
+		res, err := s.Append(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
+			Producer: &ProducerHeaders{ID: "w", Epoch: st.epoch, Seq: st.seq}})
+		if st.wantKind != 0 {
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || pe.Kind != st.wantKind {
+				t.Fatalf("%s: got %v, want kind %d", st.name, err, st.wantKind)
+			}
+			if st.wantKind == KindStaleEpoch && pe.Epoch != st.wantEpoch {
+				t.Fatalf("%s: epoch got %d, want %d", st.name, pe.Epoch, st.wantEpoch)
+			}
+			if st.wantKind == KindSequenceGap && (pe.ExpectedSeq != st.wantExpect || pe.ReceivedSeq != st.seq) {
+				t.Fatalf("%s: gap got %d/%d, want %d/%d", st.name, pe.ExpectedSeq, pe.ReceivedSeq, st.wantExpect, st.seq)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if res.Duplicate != st.wantDup || res.Seq != st.wantSeq {
+			t.Fatalf("%s: got dup %v seq %d, want dup %v seq %d", st.name, res.Duplicate, res.Seq, st.wantDup, st.wantSeq)
+		}
+	}
+	// Accepted: seq 0, seq 1, epoch 1 seq 0, the close's x — four bytes.
+	if got := readAll(t, s, "p"); got != "xxxx" {
+		t.Fatalf("data: got %q, want xxxx", got)
+	}
+}
+
+// TestRefusedJSONLeavesProducerState: invalid JSON after a valid producer header is refused and
+// leaves producer state untouched, so the same seq succeeds next.
+func TestRefusedJSONLeavesProducerState(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct})
+	p := &ProducerHeaders{ID: "w", Epoch: 0, Seq: 0}
+	if _, err := s.Append(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != KindBadRequest {
+		t.Fatalf("invalid JSON: got %v, want bad request", err)
+	}
+	res := mustAppend(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
+	if res.Duplicate || res.Tail != 2 {
+		t.Fatalf("got dup %v tail %d, want a fresh append to 2", res.Duplicate, res.Tail)
+	}
+}
+
+func TestStreamSeqAndExpectedTail(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "text/plain"
+	mustCreate(t, s, CreateRequest{Path: "s", ContentType: ct})
+	mustAppend(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
+	mustAppend(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
+	if _, err := s.Append(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != KindConflict {
+		t.Fatalf("equal Stream-Seq: got %v, want conflict", err)
+	}
+	_, err := s.Append(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Code != "OFFSET_CONFLICT" || pe.Tail != 2 {
+		t.Fatalf("stale expected tail: got %v, want OFFSET_CONFLICT at 2", err)
+	}
+	mustAppend(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 2})
+}
+
+func TestEventIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "e", ContentType: ct})
+	ev := `{"type":"order.placed","payload":{"id":1},"idempotencyKey":"k1"}`
+	mustAppend(t, s, AppendRequest{Path: "e", ContentType: ct, Body: []byte(`[` + ev + `,{"type":"x"}]`)})
+	// Retrying the same event (key order differs) is dropped; the other message is stored.
+	res := mustAppend(t, s, AppendRequest{Path: "e", ContentType: ct,
+		Body: []byte(`[{"idempotencyKey":"k1","payload":{"id":1},"type":"order.placed"},{"type":"y"}]`)})
+	if res.Tail != 3 {
+		t.Fatalf("tail: got %d, want 3", res.Tail)
+	}
+	_, err := s.Append(context.Background(), AppendRequest{Path: "e", ContentType: ct,
+		Body: []byte(`{"type":"order.placed","payload":{"id":2},"idempotencyKey":"k1"}`)})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Code != "IDEMPOTENCY_CONFLICT" {
+		t.Fatalf("different event under the same key: got %v, want IDEMPOTENCY_CONFLICT", err)
+	}
+}
+
+func TestForkSubOffsetsCompose(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "src", ContentType: ct, Body: []byte(`[1,2,3,4]`)})
+	f := mustCreate(t, s, CreateRequest{Path: "f1", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 2})
+	if f.Info.Tail != 2 || !f.Info.JSON {
+		t.Fatalf("fork: tail %d json %v, want 2 true", f.Info.Tail, f.Info.JSON)
+	}
+	mustAppend(t, s, AppendRequest{Path: "f1", ContentType: ct, Body: []byte(`9`)})
+	if got := readAll(t, s, "f1"); got != `[1,2,9]` {
+		t.Fatalf("fork read: got %s, want [1,2,9]", got)
+	}
+	mustCreate(t, s, CreateRequest{Path: "f2", ForkedFrom: "f1", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 1})
+	if got := readAll(t, s, "f2"); got != `[1]` {
+		t.Fatalf("fork of fork: got %s, want [1]", got)
+	}
+	if _, err := s.Create(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != KindBadRequest {
+		t.Fatalf("overshooting sub-offset: got %v, want bad request", err)
+	}
+
+	mustCreate(t, s, CreateRequest{Path: "bsrc", ContentType: "text/plain", Body: []byte("abcdef")})
+	mustCreate(t, s, CreateRequest{Path: "bf", ForkedFrom: "bsrc", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 3})
+	mustAppend(t, s, AppendRequest{Path: "bf", ContentType: "text/plain", Body: []byte("XY")})
+	if got := readAll(t, s, "bf"); got != "abcXY" {
+		t.Fatalf("byte fork: got %q, want abcXY", got)
+	}
+}
+
+// TestSoftDeleteCascade: a source with forks is soft-deleted (gone) and collected with its
+// soft-deleted ancestors when the last fork goes.
+func TestSoftDeleteCascade(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "a", ContentType: "text/plain", Body: []byte("1")})
+	mustCreate(t, s, CreateRequest{Path: "b", ForkedFrom: "a"})
+	mustCreate(t, s, CreateRequest{Path: "c", ForkedFrom: "b"})
+	if err := s.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b"} {
+		if _, err := s.Head(ctx, p); kindOf(err) != KindGone {
+			t.Fatalf("head %s: got %v, want gone", p, err)
+		}
+	}
+	if _, err := s.Create(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != KindConflict {
+		t.Fatalf("re-create soft-deleted: got %v, want conflict", err)
+	}
+	if got := readAll(t, s, "c"); got != "1" {
+		t.Fatalf("fork read through deleted ancestors: got %q, want 1", got)
+	}
+	if err := s.Delete(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		if _, err := s.Head(ctx, p); kindOf(err) != KindNotFound {
+			t.Fatalf("head %s after cascade: got %v, want not found", p, err)
+		}
+	}
+	if r := mustCreate(t, s, CreateRequest{Path: "a", ContentType: "text/plain"}); !r.Created || r.Info.Tail != 0 {
+		t.Fatalf("re-create: got %+v, want a fresh empty stream", r)
+	}
+}
+
+// TestSlidingTTL: reads and appends renew a sliding TTL, Head does not; an absolute expiry is
+// never extended; an expired path can be re-created.
+func TestSlidingTTL(t *testing.T) {
+	t.Parallel()
+	s, clk := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain", HasTTL: true, TTLSeconds: 10})
+	mustCreate(t, s, CreateRequest{Path: "x", ContentType: "text/plain", ExpiresAt: clk.Now().Add(15 * time.Second)})
+	clk.Advance(8 * time.Second)
+	if _, err := s.Read(ctx, ReadRequest{Path: "t", AtTail: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read(ctx, ReadRequest{Path: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(8 * time.Second) // 16 s: t was read at 8 s, x expired at 15 s
+	if _, err := s.Head(ctx, "t"); err != nil {
+		t.Fatalf("t after renewal: %v", err)
+	}
+	if _, err := s.Head(ctx, "x"); kindOf(err) != KindNotFound {
+		t.Fatalf("x past its expiry: got %v, want not found", err)
+	}
+	mustAppend(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
+	clk.Advance(9 * time.Second)
+	if _, err := s.Head(ctx, "t"); err != nil {
+		t.Fatalf("t after close-only POST renewal: %v", err)
+	}
+	clk.Advance(2 * time.Second)
+	if _, err := s.Head(ctx, "t"); kindOf(err) != KindNotFound {
+		t.Fatalf("t expired: got %v, want not found", err)
+	}
+	if r := mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain"}); !r.Created {
+		t.Fatal("re-create after expiry: got 200, want 201")
+	}
+}
+
+// TestWatchWakesOnAppend: the Changed channel of a read closes at the next commit.
+func TestWatchWakesOnAppend(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	mustCreate(t, s, CreateRequest{Path: "w", ContentType: "text/plain"})
+	r, err := s.Read(context.Background(), ReadRequest{Path: "w", Watch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, AppendRequest{Path: "w", ContentType: "text/plain", Body: []byte("z")})
+	select {
+	case <-r.Changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Changed did not close after an append")
+	}
+}
