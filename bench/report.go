@@ -46,7 +46,7 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 	}
 	b.WriteString("\n")
 	for _, r := range results {
-		for _, m := range r.Scenario.Metrics {
+		for _, m := range r.Metrics() {
 			name := m.Name
 			if m.HigherBetter {
 				name += " (higher is better)"
@@ -71,7 +71,7 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 
 	b.WriteString("\n### Every round\n\n| Scenario | Metric | Server | Rounds |\n|---|---|---|---|\n")
 	for _, r := range results {
-		for _, m := range r.Scenario.Metrics {
+		for _, m := range r.Metrics() {
 			for _, t := range targets {
 				var vs []string
 				for _, s := range r.Samples[t] {

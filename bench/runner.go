@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"time"
 )
@@ -58,7 +59,16 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 				c.HTTP.CloseIdleConnections()
 				runtime.GC()
 				time.Sleep(settle)
+				cpu0, cpuErr := t.CPUTime()
+				start := time.Now()
 				s, err := sc.Run(ctx, c, r+warmups)
+				wall := time.Since(start)
+				cpu1, cpuErr1 := t.CPUTime()
+				if err == nil && cpuErr == nil && cpuErr1 == nil && s[MessagesKey] > 0 {
+					used := cpu1 - cpu0
+					s[CPUMetric.Name] = float64(used.Microseconds()) / s[MessagesKey]
+					s[coresKey] = used.Seconds() / wall.Seconds()
+				}
 				label := fmt.Sprintf("round %d", r+1)
 				if r < 0 {
 					label = "warm-up"
@@ -96,13 +106,29 @@ func (r Result) Median(target, metric string) float64 {
 	return Median(xs)
 }
 
+// coresKey is the Sample entry holding the server's CPU time over the measurement's wall time
+// (1.0 = one core busy throughout); printed in progress lines only.
+const coresKey = "server cores"
+
 func formatSample(ms []Metric, s Sample) string {
 	out := ""
-	for i, m := range ms {
+	for i, m := range append(ms, CPUMetric) {
 		if i > 0 {
 			out += ", "
 		}
-		out += formatValue(s[m.Name]) + " " + m.Name
+		v, ok := s[m.Name]
+		if !ok {
+			v = math.NaN()
+		}
+		out += formatValue(v) + " " + m.Name
+	}
+	if v, ok := s[coresKey]; ok {
+		out += fmt.Sprintf(" (server busy %.2f cores)", v)
 	}
 	return out
+}
+
+// Metrics is the scenario's metrics followed by CPUMetric.
+func (r Result) Metrics() []Metric {
+	return append(append([]Metric(nil), r.Scenario.Metrics...), CPUMetric)
 }

@@ -46,7 +46,7 @@ func DefaultConfig() Config {
 		InFlight:        5,
 		CatchUpMessages: 100_000,
 		SSEMessages:     300,
-		MeasureFor:      5 * time.Second,
+		MeasureFor:      4 * time.Second,
 		Timeout:         30 * time.Second,
 	}
 }
@@ -59,6 +59,15 @@ type Metric struct {
 
 // Sample is one measurement of one scenario on one server: a value per metric name.
 type Sample map[string]float64
+
+// MessagesKey is the Sample entry holding how many messages a measurement wrote or read; the
+// runner divides the server's CPU time by it (CPUMetric).
+const MessagesKey = "messages"
+
+// CPUMetric is the server's CPU time (user + system, from /proc) per message, which the runner
+// adds to every scenario. On a shared, noisy machine it is steadier than the rates: it says what
+// each message costs the server, whatever else competes for the cores.
+var CPUMetric = Metric{"server CPU µs/msg", false}
 
 // Scenario is one load shape. Setup runs once per server before the rounds (it may be nil); Run is
 // one measurement and must stay within cfg.Timeout.
@@ -145,7 +154,7 @@ func appendScenario(cfg Config, run string, writers int, shared bool) Scenario {
 			if firstErr != nil {
 				return nil, fmt.Errorf("%d of %d appended: %w", done.Load(), writers*per, firstErr)
 			}
-			return Sample{"messages/s": float64(done.Load()) / elapsed.Seconds()}, nil
+			return Sample{"messages/s": float64(done.Load()) / elapsed.Seconds(), MessagesKey: float64(done.Load())}, nil
 		},
 	}
 }
@@ -196,7 +205,7 @@ func producerScenario(cfg Config, run string) Scenario {
 			}
 			msgs := float64(acked * cfg.BatchSize)
 			bytes := float64(acked * batchBytes)
-			return Sample{"messages/s": msgs / elapsed, "MB/s": bytes / 1e6 / elapsed}, nil
+			return Sample{"messages/s": msgs / elapsed, "MB/s": bytes / 1e6 / elapsed, MessagesKey: msgs}, nil
 		},
 	}
 }
@@ -315,7 +324,7 @@ func catchUpScenario(cfg Config, run string) Scenario {
 			if res.Messages != n {
 				return nil, fmt.Errorf("catch-up read %d messages, want %d", res.Messages, n)
 			}
-			return Sample{"MB/s": float64(res.Bytes) / 1e6 / elapsed, "messages/s": float64(res.Messages) / elapsed}, nil
+			return Sample{"MB/s": float64(res.Bytes) / 1e6 / elapsed, "messages/s": float64(res.Messages) / elapsed, MessagesKey: float64(res.Messages)}, nil
 		},
 	}
 }
@@ -340,7 +349,7 @@ func sseScenario(cfg Config, run string) Scenario {
 				return nil, err
 			}
 			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			return Sample{"p50 ms": ms(Percentile(lat, 50)), "p99 ms": ms(Percentile(lat, 99))}, nil
+			return Sample{"p50 ms": ms(Percentile(lat, 50)), "p99 ms": ms(Percentile(lat, 99)), MessagesKey: float64(len(lat))}, nil
 		},
 	}
 }

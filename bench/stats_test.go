@@ -81,3 +81,19 @@ func repeat(d time.Duration, n int) []time.Duration {
 	}
 	return out
 }
+
+func TestParseStatCPU(t *testing.T) {
+	t.Parallel()
+	// A real line, with a command name holding a space and a parenthesis.
+	stat := "4242 (node (x) y) S 1 4242 4242 0 -1 4194560 5000 0 0 0 250 37 0 0 20 0 11 0 123 1000 200 18446744073709551615"
+	got, err := bench.ParseStatCPU(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2870 * time.Millisecond; got != want {
+		t.Errorf("ParseStatCPU = %v, want %v (250+37 ticks)", got, want)
+	}
+	if _, err := bench.ParseStatCPU("garbage"); err == nil {
+		t.Error("ParseStatCPU(garbage) = nil error, want an error")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -188,4 +189,39 @@ func logTail(path string) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of CPU times in /proc/PID/stat. It is 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
+// CPUTime is the CPU time (user + system) the server process has used so far, read from
+// /proc/PID/stat (Linux only). The reference server is one node process and foldstream one Go
+// process, so this is each server's whole cost.
+func (t *Target) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", t.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU returns utime+stime from the text of /proc/PID/stat. The command name (field 2)
+// may hold spaces and parentheses, so fields are counted after its last ')'.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc stat: no command name")
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("proc stat: %d fields after the command name", len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("proc stat: bad utime/stime %q %q", f[11], f[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
