@@ -112,7 +112,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 	}
 	req.Body = body
 
-	res, err := s.st.Create(r.Context(), req)
+	res, err := s.st.CreateStream(r.Context(), req)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -147,7 +147,7 @@ func (s *Server) streamName(v string) (string, bool) {
 	if v == "" {
 		return "", false
 	}
-	return v, true
+	return "/" + v, true
 }
 
 // absoluteURL is the request's URL as an absolute URL (for Location).
@@ -218,7 +218,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 
-	res, err := s.st.Append(r.Context(), req)
+	res, err := s.st.AppendRecord(r.Context(), req)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -243,7 +243,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 
 // handleHead serves HEAD (spec §9). It never renews a TTL.
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string) {
-	info, err := s.st.Head(r.Context(), name)
+	info, err := s.st.HeadStream(r.Context(), name)
 	out := w.Header()
 	out.Set("Cache-Control", "no-store")
 	if err != nil {
@@ -266,7 +266,7 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string)
 
 // handleDelete serves DELETE (spec §8).
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, name string) {
-	if err := s.st.Delete(r.Context(), name); err != nil {
+	if err := s.st.DeleteStream(r.Context(), name); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
@@ -387,7 +387,7 @@ func (s *Server) writeData(w http.ResponseWriter, r *http.Request, after int64, 
 
 // serveCatchUp answers a plain GET (spec §10).
 func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
-	res, err := s.st.Read(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
+	res, err := s.st.ReadRecords(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -415,7 +415,7 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 	defer timer.Stop()
 	after, atTail := q.after, q.now
 	for {
-		res, err := s.st.Read(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+		res, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
 		if err != nil {
 			s.writeStoreError(w, r, err)
 			return

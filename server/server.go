@@ -9,7 +9,8 @@
 //	http.ListenAndServe("127.0.0.1:4437", h)
 //
 // Streams live under Config.Prefix (default "/v1/stream/"): the URL path /v1/stream/orders/42 is
-// the store path "orders/42". See docs/server.md for routes and examples.
+// the store path "/orders/42" — the path a processor registers on with package host. See
+// docs/server.md for routes and examples.
 package server
 
 import (
@@ -28,6 +29,8 @@ import (
 const (
 	// DefaultPrefix is where streams are served.
 	DefaultPrefix = "/v1/stream/"
+	// DefaultProcessorPrefix is where processors are served (when Config.Processors is set).
+	DefaultProcessorPrefix = "/v1/processor/"
 	// DefaultLongPollTimeout is how long a long-poll waits for data, and the SSE keep-alive
 	// interval. 20 s stays below common proxy idle timeouts (30–60 s); the conformance suite
 	// runs with 500 ms.
@@ -61,6 +64,12 @@ type Config struct {
 	Clock foldstream.Clock
 	// Logger receives one debug line per request and errors. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Processors, when set, serves processor snapshots, live-state seeds and live-state deltas
+	// under ProcessorPrefix (see processors.go). A *host.Host is one.
+	Processors Processors
+	// ProcessorPrefix is where processors are served. Defaults to DefaultProcessorPrefix
+	// ("/v1/processor/").
+	ProcessorPrefix string
 }
 
 // Server is the Durable Streams HTTP handler. Create it with New.
@@ -82,6 +91,12 @@ func New(st *stream.Store, cfg Config) *Server {
 	}
 	if !strings.HasSuffix(cfg.Prefix, "/") {
 		cfg.Prefix += "/"
+	}
+	if cfg.ProcessorPrefix == "" {
+		cfg.ProcessorPrefix = DefaultProcessorPrefix
+	}
+	if !strings.HasSuffix(cfg.ProcessorPrefix, "/") {
+		cfg.ProcessorPrefix += "/"
 	}
 	if cfg.LongPollTimeout <= 0 {
 		cfg.LongPollTimeout = DefaultLongPollTimeout
@@ -135,6 +150,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, s.cfg.Prefix):
+	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
+		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
+		return
 	default:
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
 		return
@@ -150,6 +168,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "name a stream after "+s.cfg.Prefix)
 		return
 	}
+	// The store path is the URL path below the prefix with a leading slash: /v1/stream/orders
+	// is the store path "/orders", the path processors register on.
+	name = "/" + name
 	switch r.Method {
 	case http.MethodPut:
 		s.handleCreate(w, r, name)
@@ -180,7 +201,7 @@ func setCommonHeaders(h http.Header) {
 		"Stream-Fork-Sub-Offset, If-None-Match, "+HeaderExpectedOffset)
 	h.Set("Access-Control-Expose-Headers", "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, "+
 		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, "+
-		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding")
+		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, "+HeaderErrorCode)
 }
 
 // writeError answers a plain-text error. Clients must not parse the body.
@@ -204,6 +225,8 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 			writeError(w, http.StatusGone, pe.Message)
 		case stream.KindBadRequest:
 			writeError(w, http.StatusBadRequest, pe.Message)
+		case stream.KindTooLarge:
+			writeError(w, http.StatusRequestEntityTooLarge, pe.Message)
 		case stream.KindClosed:
 			h.Set("Stream-Closed", "true")
 			h.Set("Stream-Next-Offset", FormatOffset(pe.Tail))

@@ -296,15 +296,20 @@ func TestExpectedOffsetAndEventKeysOverHTTP(t *testing.T) {
 
 func TestLongPoll(t *testing.T) {
 	t.Parallel()
-	e := setup(t, server.Config{LongPollTimeout: 300 * time.Millisecond})
-	e.do(t, "PUT", "/v1/stream/lp", map[string]string{"Content-Type": "text/plain"}, "")
-	res, _ := e.do(t, "GET", "/v1/stream/lp?offset=now&live=long-poll", nil, "")
+	short := setup(t, server.Config{LongPollTimeout: 100 * time.Millisecond})
+	short.do(t, "PUT", "/v1/stream/lp", map[string]string{"Content-Type": "text/plain"}, "")
+	res, _ := short.do(t, "GET", "/v1/stream/lp?offset=now&live=long-poll", nil, "")
 	wantStatus(t, "timeout", res, 204)
 	wantHeader(t, "timeout", res, "Stream-Up-To-Date", "true")
+	wantHeader(t, "timeout", res, "Stream-Next-Offset", off(0))
 	cursor := res.Header.Get("Stream-Cursor")
 	if cursor == "" {
 		t.Fatal("timeout: no Stream-Cursor")
 	}
+
+	// A long timeout, so the wake-up below never races the timeout.
+	e := setup(t, server.Config{LongPollTimeout: time.Minute})
+	e.do(t, "PUT", "/v1/stream/lp", map[string]string{"Content-Type": "text/plain"}, "")
 	done := make(chan struct{})
 	var body string
 	var got *http.Response

@@ -60,7 +60,7 @@ func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed boo
 // event and then the end; connections cycled after SSEMaxDuration.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	ctx := r.Context()
-	first, err := s.st.Read(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+	first, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -155,7 +155,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 		default:
 		}
 		var err error
-		res, err = s.st.Read(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+		res, err = s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
 		if err != nil {
 			return // deleted or expired meanwhile: end the connection
 		}

@@ -55,6 +55,8 @@ const (
 	// KindSequenceGap: the producer skipped sequence numbers; ExpectedSeq and ReceivedSeq say how
 	// (409).
 	KindSequenceGap
+	// KindTooLarge: the request holds too much (413).
+	KindTooLarge
 )
 
 // ProtocolError is a refusal by the protocol view, carrying the data the HTTP answer needs.
@@ -323,7 +325,7 @@ func (s *Store) loadLive(q querier, path string, now time.Time) (*streamRow, err
 // hardDelete removes a stream, all its (dead) descendants, and then every soft-deleted or expired
 // ancestor that no longer has references (the cascade of spec §8).
 func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
-	if err := s.deleteSubtree(tx, r.ID); err != nil {
+	if err := s.deleteSubtree(tx, r.ID, r.Path); err != nil {
 		return err
 	}
 	parent := r.ForkedFrom
@@ -342,7 +344,7 @@ func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
 		if err != nil || ref {
 			return err
 		}
-		if err := s.deleteSubtree(tx, p.ID); err != nil {
+		if err := s.deleteSubtree(tx, p.ID, p.Path); err != nil {
 			return err
 		}
 		parent = p.ForkedFrom
@@ -350,13 +352,13 @@ func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
 	return nil
 }
 
-func (s *Store) deleteSubtree(tx *Tx, id int64) error {
+func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 	kids, err := s.childRows(tx, id)
 	if err != nil {
 		return err
 	}
 	for _, k := range kids {
-		if err := s.deleteSubtree(tx, k.ID); err != nil {
+		if err := s.deleteSubtree(tx, k.ID, k.Path); err != nil {
 			return err
 		}
 	}
@@ -370,6 +372,9 @@ func (s *Store) deleteSubtree(tx *Tx, id int64) error {
 		}
 	}
 	tx.ForgetMem(id)
+	// The event view's path cache is writer-owned; a stale entry would let a re-used id answer
+	// for this path.
+	delete(s.ev.pathIDs, path)
 	tx.AfterCommit(func() { s.forgetAccess(id) })
 	return nil
 }
@@ -379,8 +384,8 @@ func memLoader(r *streamRow) func() (streamMem, error) {
 	return func() (streamMem, error) { return streamMem{HighestAssigned: r.Tail, Tail: r.Tail}, nil }
 }
 
-// Head returns a stream's metadata. It never renews a TTL.
-func (s *Store) Head(ctx context.Context, path string) (StreamInfo, error) {
+// HeadStream returns a stream's metadata. It never renews a TTL.
+func (s *Store) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
 	var info StreamInfo
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.loadLive(tx, path, s.clock.Now())
@@ -393,9 +398,9 @@ func (s *Store) Head(ctx context.Context, path string) (StreamInfo, error) {
 	return info, err
 }
 
-// Delete deletes a stream: soft while live forks read through it (the path stays reserved and
+// DeleteStream deletes a stream: soft while live forks read through it (the path stays reserved and
 // answers "gone"), hard otherwise, collecting soft-deleted ancestors left without forks.
-func (s *Store) Delete(ctx context.Context, path string) error {
+func (s *Store) DeleteStream(ctx context.Context, path string) error {
 	return s.write(ctx, func(tx *Tx) error {
 		r, err := s.loadLive(tx, path, tx.Now())
 		if err != nil {
@@ -412,4 +417,80 @@ func (s *Store) Delete(ctx context.Context, path string) error {
 		}
 		return s.hardDelete(tx, r)
 	})
+}
+
+// collectBatch bounds the streams one CollectExpired call examines, so it never holds the writer
+// for long.
+const collectBatch = 500
+
+// CollectExpired reclaims the storage of streams that are gone for good: streams whose TTL or
+// absolute expiry passed and soft-deleted streams, in both cases only once no live fork reads
+// through them (spec §8, §15). Expiry is judged lazily on access anyway; this only frees space.
+// It examines at most a few hundred candidates per call and returns how many streams it deleted
+// (descendants and collected ancestors included). Call it periodically; foldstream serve does
+// every minute.
+func (s *Store) CollectExpired(ctx context.Context) (int, error) {
+	deleted := 0
+	err := s.write(ctx, func(tx *Tx) error {
+		deleted = 0
+		now := tx.Now()
+		ms := now.UnixMilli()
+		rows, err := tx.Query(`SELECT `+streamCols+` FROM streams WHERE state = 1 OR expires_at_ms <= ?
+			OR (ttl_seconds IS NOT NULL AND last_access_ms + ttl_seconds * 1000 <= ?) LIMIT ?`, ms, ms, collectBatch)
+		if err != nil {
+			return fmt.Errorf("collect expired streams: %w", err)
+		}
+		var cands []*streamRow
+		for rows.Next() {
+			r, err := scanStream(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("collect expired streams: %w", err)
+			}
+			cands = append(cands, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("collect expired streams: %w", err)
+		}
+		for _, c := range cands {
+			r, err := loadStreamByID(tx, c.ID) // an earlier cascade may have taken it
+			if errors.Is(err, errNoStream) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			lv, err := s.judge(tx, r, now)
+			if err != nil {
+				return err
+			}
+			if lv != streamMissing {
+				continue
+			}
+			before, err := countStreams(tx)
+			if err != nil {
+				return err
+			}
+			tx.Touch(r.ID)
+			if err := s.hardDelete(tx, r); err != nil {
+				return err
+			}
+			after, err := countStreams(tx)
+			if err != nil {
+				return err
+			}
+			deleted += before - after
+		}
+		return nil
+	})
+	return deleted, err
+}
+
+func countStreams(q querier) (int, error) {
+	var n int
+	if err := q.QueryRow(`SELECT count(*) FROM streams`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count streams: %w", err)
+	}
+	return n, nil
 }

@@ -23,7 +23,7 @@ type ReadRequest struct {
 	Watch bool
 }
 
-// ReadResult is one answer of Read.
+// ReadResult is one answer of ReadRecords.
 type ReadResult struct {
 	// Info is the stream's metadata as of the read.
 	Info StreamInfo
@@ -45,8 +45,8 @@ const DefaultReadMaxBytes = 1 << 20
 // maxReadMessages caps the messages of one JSON read.
 const maxReadMessages = 10000
 
-// Read returns the data after req.After, renewing a sliding TTL (every GET does, spec §15).
-func (s *Store) Read(ctx context.Context, req ReadRequest) (ReadResult, error) {
+// ReadRecords returns the data after req.After, renewing a sliding TTL (every GET does, spec §15).
+func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, error) {
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = DefaultReadMaxBytes
 	}

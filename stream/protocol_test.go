@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -45,16 +46,16 @@ func setupProto(t *testing.T) (*Store, *protoClock) {
 
 func mustCreate(t *testing.T, s *Store, req CreateRequest) CreateResult {
 	t.Helper()
-	res, err := s.Create(context.Background(), req)
+	res, err := s.CreateStream(context.Background(), req)
 	if err != nil {
 		t.Fatalf("create %s: %v", req.Path, err)
 	}
 	return res
 }
 
-func mustAppend(t *testing.T, s *Store, req AppendRequest) AppendResult {
+func mustAppendRecord(t *testing.T, s *Store, req AppendRequest) AppendResult {
 	t.Helper()
-	res, err := s.Append(context.Background(), req)
+	res, err := s.AppendRecord(context.Background(), req)
 	if err != nil {
 		t.Fatalf("append %s: %v", req.Path, err)
 	}
@@ -63,7 +64,7 @@ func mustAppend(t *testing.T, s *Store, req AppendRequest) AppendResult {
 
 func readAll(t *testing.T, s *Store, path string) string {
 	t.Helper()
-	res, err := s.Read(context.Background(), ReadRequest{Path: path})
+	res, err := s.ReadRecords(context.Background(), ReadRequest{Path: path})
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
 	}
@@ -128,14 +129,14 @@ func TestJSONOffsetsAndRecords(t *testing.T) {
 	if res.Info.Tail != 2 {
 		t.Fatalf("tail after create: got %d, want 2", res.Info.Tail)
 	}
-	a := mustAppend(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{"n":3}`)})
+	a := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{"n":3}`)})
 	if a.Tail != 3 {
 		t.Fatalf("tail after append: got %d, want 3", a.Tail)
 	}
 	if got, want := readAll(t, s, "j"), `[{"n":1},{"n":2},{"n":3}]`; got != want {
 		t.Fatalf("read: got %s, want %s", got, want)
 	}
-	r, err := s.Read(context.Background(), ReadRequest{Path: "j", After: 2})
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "j", After: 2})
 	if err != nil || string(r.Body) != `[{"n":3}]` || r.Next != 3 || !r.UpToDate {
 		t.Fatalf("read after 2: got %s next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
 	}
@@ -145,9 +146,9 @@ func TestByteReadsSliceRecordsAndChunk(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	mustCreate(t, s, CreateRequest{Path: "b", ContentType: "text/plain"})
-	mustAppend(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("hello ")})
-	mustAppend(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("world")})
-	r, err := s.Read(context.Background(), ReadRequest{Path: "b", After: 3, MaxBytes: 4})
+	mustAppendRecord(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("hello ")})
+	mustAppendRecord(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("world")})
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 3, MaxBytes: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,11 +156,11 @@ func TestByteReadsSliceRecordsAndChunk(t *testing.T) {
 	if string(r.Body) != "lo " || r.Next != 6 || r.UpToDate {
 		t.Fatalf("got %q next %d upToDate %v, want \"lo \" 6 false", r.Body, r.Next, r.UpToDate)
 	}
-	r, err = s.Read(context.Background(), ReadRequest{Path: "b", After: 7, MaxBytes: 3})
+	r, err = s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 7, MaxBytes: 3})
 	if err != nil || string(r.Body) != "orl" || r.Next != 10 || r.UpToDate {
 		t.Fatalf("got %q next %d upToDate %v err %v, want \"orl\" 10", r.Body, r.Next, r.UpToDate, err)
 	}
-	r, err = s.Read(context.Background(), ReadRequest{Path: "b", After: 10})
+	r, err = s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 10})
 	if err != nil || string(r.Body) != "d" || r.Next != 11 || !r.UpToDate {
 		t.Fatalf("got %q next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
 	}
@@ -196,7 +197,7 @@ func TestProducerDecisionTable(t *testing.T) {
 	}
 	for _, st := range steps {
 		body := []byte("x")
-		res, err := s.Append(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
+		res, err := s.AppendRecord(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
 			Producer: &ProducerHeaders{ID: "w", Epoch: st.epoch, Seq: st.seq}})
 		if st.wantKind != 0 {
 			var pe *ProtocolError
@@ -232,10 +233,10 @@ func TestRefusedJSONLeavesProducerState(t *testing.T) {
 	ct := "application/json"
 	mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct})
 	p := &ProducerHeaders{ID: "w", Epoch: 0, Seq: 0}
-	if _, err := s.Append(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != KindBadRequest {
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != KindBadRequest {
 		t.Fatalf("invalid JSON: got %v, want bad request", err)
 	}
-	res := mustAppend(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
+	res := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
 	if res.Duplicate || res.Tail != 2 {
 		t.Fatalf("got dup %v tail %d, want a fresh append to 2", res.Duplicate, res.Tail)
 	}
@@ -246,17 +247,17 @@ func TestStreamSeqAndExpectedTail(t *testing.T) {
 	s, _ := setupProto(t)
 	ct := "text/plain"
 	mustCreate(t, s, CreateRequest{Path: "s", ContentType: ct})
-	mustAppend(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
-	mustAppend(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
-	if _, err := s.Append(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != KindConflict {
+	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
+	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != KindConflict {
 		t.Fatalf("equal Stream-Seq: got %v, want conflict", err)
 	}
-	_, err := s.Append(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
+	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
 	var pe *ProtocolError
 	if !errors.As(err, &pe) || pe.Code != "OFFSET_CONFLICT" || pe.Tail != 2 {
 		t.Fatalf("stale expected tail: got %v, want OFFSET_CONFLICT at 2", err)
 	}
-	mustAppend(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 2})
+	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 2})
 }
 
 func TestEventIdempotencyKeys(t *testing.T) {
@@ -265,14 +266,14 @@ func TestEventIdempotencyKeys(t *testing.T) {
 	ct := "application/json"
 	mustCreate(t, s, CreateRequest{Path: "e", ContentType: ct})
 	ev := `{"type":"order.placed","payload":{"id":1},"idempotencyKey":"k1"}`
-	mustAppend(t, s, AppendRequest{Path: "e", ContentType: ct, Body: []byte(`[` + ev + `,{"type":"x"}]`)})
+	mustAppendRecord(t, s, AppendRequest{Path: "e", ContentType: ct, Body: []byte(`[` + ev + `,{"type":"x"}]`)})
 	// Retrying the same event (key order differs) is dropped; the other message is stored.
-	res := mustAppend(t, s, AppendRequest{Path: "e", ContentType: ct,
+	res := mustAppendRecord(t, s, AppendRequest{Path: "e", ContentType: ct,
 		Body: []byte(`[{"idempotencyKey":"k1","payload":{"id":1},"type":"order.placed"},{"type":"y"}]`)})
 	if res.Tail != 3 {
 		t.Fatalf("tail: got %d, want 3", res.Tail)
 	}
-	_, err := s.Append(context.Background(), AppendRequest{Path: "e", ContentType: ct,
+	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "e", ContentType: ct,
 		Body: []byte(`{"type":"order.placed","payload":{"id":2},"idempotencyKey":"k1"}`)})
 	var pe *ProtocolError
 	if !errors.As(err, &pe) || pe.Code != "IDEMPOTENCY_CONFLICT" {
@@ -289,7 +290,7 @@ func TestForkSubOffsetsCompose(t *testing.T) {
 	if f.Info.Tail != 2 || !f.Info.JSON {
 		t.Fatalf("fork: tail %d json %v, want 2 true", f.Info.Tail, f.Info.JSON)
 	}
-	mustAppend(t, s, AppendRequest{Path: "f1", ContentType: ct, Body: []byte(`9`)})
+	mustAppendRecord(t, s, AppendRequest{Path: "f1", ContentType: ct, Body: []byte(`9`)})
 	if got := readAll(t, s, "f1"); got != `[1,2,9]` {
 		t.Fatalf("fork read: got %s, want [1,2,9]", got)
 	}
@@ -297,13 +298,13 @@ func TestForkSubOffsetsCompose(t *testing.T) {
 	if got := readAll(t, s, "f2"); got != `[1]` {
 		t.Fatalf("fork of fork: got %s, want [1]", got)
 	}
-	if _, err := s.Create(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != KindBadRequest {
+	if _, err := s.CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != KindBadRequest {
 		t.Fatalf("overshooting sub-offset: got %v, want bad request", err)
 	}
 
 	mustCreate(t, s, CreateRequest{Path: "bsrc", ContentType: "text/plain", Body: []byte("abcdef")})
 	mustCreate(t, s, CreateRequest{Path: "bf", ForkedFrom: "bsrc", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 3})
-	mustAppend(t, s, AppendRequest{Path: "bf", ContentType: "text/plain", Body: []byte("XY")})
+	mustAppendRecord(t, s, AppendRequest{Path: "bf", ContentType: "text/plain", Body: []byte("XY")})
 	if got := readAll(t, s, "bf"); got != "abcXY" {
 		t.Fatalf("byte fork: got %q, want abcXY", got)
 	}
@@ -318,28 +319,28 @@ func TestSoftDeleteCascade(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "a", ContentType: "text/plain", Body: []byte("1")})
 	mustCreate(t, s, CreateRequest{Path: "b", ForkedFrom: "a"})
 	mustCreate(t, s, CreateRequest{Path: "c", ForkedFrom: "b"})
-	if err := s.Delete(ctx, "a"); err != nil {
+	if err := s.DeleteStream(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, "b"); err != nil {
+	if err := s.DeleteStream(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b"} {
-		if _, err := s.Head(ctx, p); kindOf(err) != KindGone {
+		if _, err := s.HeadStream(ctx, p); kindOf(err) != KindGone {
 			t.Fatalf("head %s: got %v, want gone", p, err)
 		}
 	}
-	if _, err := s.Create(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != KindConflict {
+	if _, err := s.CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != KindConflict {
 		t.Fatalf("re-create soft-deleted: got %v, want conflict", err)
 	}
 	if got := readAll(t, s, "c"); got != "1" {
 		t.Fatalf("fork read through deleted ancestors: got %q, want 1", got)
 	}
-	if err := s.Delete(ctx, "c"); err != nil {
+	if err := s.DeleteStream(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b", "c"} {
-		if _, err := s.Head(ctx, p); kindOf(err) != KindNotFound {
+		if _, err := s.HeadStream(ctx, p); kindOf(err) != KindNotFound {
 			t.Fatalf("head %s after cascade: got %v, want not found", p, err)
 		}
 	}
@@ -357,26 +358,26 @@ func TestSlidingTTL(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain", HasTTL: true, TTLSeconds: 10})
 	mustCreate(t, s, CreateRequest{Path: "x", ContentType: "text/plain", ExpiresAt: clk.Now().Add(15 * time.Second)})
 	clk.Advance(8 * time.Second)
-	if _, err := s.Read(ctx, ReadRequest{Path: "t", AtTail: true}); err != nil {
+	if _, err := s.ReadRecords(ctx, ReadRequest{Path: "t", AtTail: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Read(ctx, ReadRequest{Path: "x"}); err != nil {
+	if _, err := s.ReadRecords(ctx, ReadRequest{Path: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(8 * time.Second) // 16 s: t was read at 8 s, x expired at 15 s
-	if _, err := s.Head(ctx, "t"); err != nil {
+	if _, err := s.HeadStream(ctx, "t"); err != nil {
 		t.Fatalf("t after renewal: %v", err)
 	}
-	if _, err := s.Head(ctx, "x"); kindOf(err) != KindNotFound {
+	if _, err := s.HeadStream(ctx, "x"); kindOf(err) != KindNotFound {
 		t.Fatalf("x past its expiry: got %v, want not found", err)
 	}
-	mustAppend(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
+	mustAppendRecord(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
 	clk.Advance(9 * time.Second)
-	if _, err := s.Head(ctx, "t"); err != nil {
+	if _, err := s.HeadStream(ctx, "t"); err != nil {
 		t.Fatalf("t after close-only POST renewal: %v", err)
 	}
 	clk.Advance(2 * time.Second)
-	if _, err := s.Head(ctx, "t"); kindOf(err) != KindNotFound {
+	if _, err := s.HeadStream(ctx, "t"); kindOf(err) != KindNotFound {
 		t.Fatalf("t expired: got %v, want not found", err)
 	}
 	if r := mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain"}); !r.Created {
@@ -389,14 +390,75 @@ func TestWatchWakesOnAppend(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	mustCreate(t, s, CreateRequest{Path: "w", ContentType: "text/plain"})
-	r, err := s.Read(context.Background(), ReadRequest{Path: "w", Watch: true})
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "w", Watch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAppend(t, s, AppendRequest{Path: "w", ContentType: "text/plain", Body: []byte("z")})
+	mustAppendRecord(t, s, AppendRequest{Path: "w", ContentType: "text/plain", Body: []byte("z")})
 	select {
 	case <-r.Changed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Changed did not close after an append")
+	}
+}
+
+// TestCollectExpired: expired streams and soft-deleted sources without live forks are reclaimed;
+// a live stream and a source still read by a live fork stay.
+func TestCollectExpired(t *testing.T) {
+	t.Parallel()
+	s, clk := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "/live", ContentType: "text/plain", Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/ttl", ContentType: "text/plain", HasTTL: true, TTLSeconds: 5, Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasTTL: true, TTLSeconds: 60})
+	if err := s.DeleteStream(ctx, "/src"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	n, err := s.CollectExpired(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("first sweep: got %d, %v; want 1 (the TTL stream)", n, err)
+	}
+	if _, err := s.HeadStream(ctx, "/src"); kindOf(err) != KindGone {
+		t.Fatalf("source with a live fork: got %v, want gone", err)
+	}
+	clk.Advance(time.Minute) // the fork expires, releasing the source
+	n, err = s.CollectExpired(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("second sweep: got %d, %v; want 2 (fork and source)", n, err)
+	}
+	if _, err := s.HeadStream(ctx, "/live"); err != nil {
+		t.Fatalf("live stream: %v", err)
+	}
+	var left int
+	if err := s.readTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`SELECT count(*) FROM streams`).Scan(&left) }); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("rows left: got %d, want 1", left)
+	}
+}
+
+// TestJSONBatchLimits: a large batch is one record (inserted many rows per statement); a batch over
+// the message cap is refused as too large before it reaches the writer.
+func TestJSONBatchLimits(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/big", ContentType: ct})
+	const n = 1234
+	body := "[" + strings.Repeat("1,", n-1) + "1]"
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/big", ContentType: ct, Body: []byte(body)})
+	if res.Tail != n {
+		t.Fatalf("tail: got %d, want %d", res.Tail, n)
+	}
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "/big", After: n - 2})
+	if err != nil || string(r.Body) != "[1,1]" {
+		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
+	}
+	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
+	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != KindTooLarge {
+		t.Fatalf("over the cap: got %v, want too large", err)
 	}
 }

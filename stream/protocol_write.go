@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -43,7 +44,7 @@ type CreateRequest struct {
 	Body []byte
 }
 
-// CreateResult is the outcome of Create.
+// CreateResult is the outcome of CreateStream.
 type CreateResult struct {
 	// Created is true when a new stream was made (201), false for an identical existing one (200).
 	Created bool
@@ -83,7 +84,7 @@ type AppendRequest struct {
 	HasExpectedTail bool
 }
 
-// AppendResult is the outcome of Append.
+// AppendResult is the outcome of AppendRecord.
 type AppendResult struct {
 	// Tail is the stream's tail after the request.
 	Tail int64
@@ -94,6 +95,10 @@ type AppendResult struct {
 	// Epoch and Seq echo the producer's epoch and the highest accepted seq (producer requests).
 	Epoch, Seq int64
 }
+
+// MaxMessagesPerRecord caps the messages of one JSON append, so one request cannot hold the
+// writer for long.
+const MaxMessagesPerRecord = 100000
 
 // FlattenJSON validates a JSON body and flattens a top-level array one level (spec §13),
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
@@ -106,6 +111,9 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	if trimmed[0] == '[' {
 		if err := json.Unmarshal(trimmed, &raws); err != nil {
 			return nil, perr(KindBadRequest, "body is not valid JSON")
+		}
+		if len(raws) > MaxMessagesPerRecord {
+			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
 		if len(raws) == 0 && !allowEmpty {
 			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
@@ -124,8 +132,8 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	return out, nil
 }
 
-// Create creates a stream, or confirms an identical existing one.
-func (s *Store) Create(ctx context.Context, req CreateRequest) (CreateResult, error) {
+// CreateStream creates a stream, or confirms an identical existing one.
+func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(KindBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -284,9 +292,9 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 			return CreateResult{}, err
 		}
 	}
-	if req.Closed {
-		if _, err := tx.Exec(`UPDATE streams SET closed = 1 WHERE id = ?`, id); err != nil {
-			return CreateResult{}, err
+	if m.Tail != row.Tail || req.Closed {
+		if _, err := tx.Exec(`UPDATE streams SET tail = ?, closed = ? WHERE id = ?`, m.Tail, req.Closed, id); err != nil {
+			return CreateResult{}, fmt.Errorf("create stream: %w", err)
 		}
 	}
 	row, err = loadStreamByID(tx, id)
@@ -359,27 +367,43 @@ func splitRecord(q querier, src *streamRow, at, sub int64, isJSON bool) ([]entry
 	return []entry{{Offset: at + sub, RecordStart: at, CreatedMs: e.CreatedMs, Body: e.Body[:sub]}}, nil
 }
 
-// insertRecord stores one record (JSON messages, or a byte body) at the stream's tail, updating the
-// staged writer state and the row's tail. keys holds each message's idempotency key ("" for none).
+// insertRecord stores one record (JSON messages, or a byte body) at the stream's tail and advances
+// the staged writer state; the caller writes the new tail (m.Tail) to the stream's row. keys holds each message's idempotency key ("" for none).
 func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, body []byte, now time.Time, keys ...string) error {
 	start := m.Tail
 	nowMs := now.UnixMilli()
 	if msgs != nil {
-		next := max(m.Tail, m.HighestAssigned)
-		for i, msg := range msgs {
-			next++
-			var key sql.NullString
-			if i < len(keys) && keys[i] != "" {
-				key = sql.NullString{String: keys[i], Valid: true}
-			}
-			if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, idempotency_key, body) VALUES (?, ?, ?, ?, ?, ?)`,
-				r.ID, next, start, nowMs, key, msg); err != nil {
-				return fmt.Errorf("append: %w", err)
-			}
+		if len(msgs) == 0 {
+			return nil
 		}
-		if len(msgs) > 0 {
-			m.HighestAssigned, m.Tail = next, next
+		after := max(m.Tail, m.HighestAssigned)
+		if err := insertMessages(tx, r.ID, after, start, nowMs, msgs, keys); err != nil {
+			return err
 		}
+		next := after + int64(len(msgs))
+		// Hand the messages to the event view's subscribers (processors) once committed, decoded
+		// exactly as the event view reads them — only when someone listens.
+		path := r.Path
+		tx.AfterCommit(func() {
+			s.ev.subsMu.RLock()
+			listening := len(s.ev.subs[path]) > 0
+			s.ev.subsMu.RUnlock()
+			if !listening {
+				return
+			}
+			events := make([]foldstream.Event, 0, len(msgs))
+			for i, msg := range msgs {
+				e := entry{Offset: after + int64(i) + 1, RecordStart: start, CreatedMs: nowMs, Body: msg}
+				if i < len(keys) && keys[i] != "" {
+					e.IdempotencyKey = sql.NullString{String: keys[i], Valid: true}
+				}
+				if ev, err := decodeEvent(path, e); err == nil {
+					events = append(events, ev)
+				}
+			}
+			s.publish(path, events, after, next)
+		})
+		m.HighestAssigned, m.Tail = next, next
 	} else if len(body) > 0 {
 		end := m.Tail + int64(len(body))
 		if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, body) VALUES (?, ?, ?, ?, ?)`,
@@ -388,16 +412,41 @@ func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, 
 		}
 		m.HighestAssigned, m.Tail = max(m.HighestAssigned, end), end
 	}
-	if _, err := tx.Exec(`UPDATE streams SET tail = ? WHERE id = ?`, m.Tail, r.ID); err != nil {
-		return fmt.Errorf("append: %w", err)
-	}
 	tx.Touch(r.ID)
 	return nil
 }
 
-// Append appends a record and/or closes the stream, running the checks of spec §6 and the
+// insertMessages writes JSON messages at offsets after+1, after+2, …, many rows per statement.
+func insertMessages(tx *Tx, id, after, recordStart, createdMs int64, msgs [][]byte, keys []string) error {
+	const perStmt = 100
+	var sb strings.Builder
+	args := make([]any, 0, perStmt*6)
+	for lo := 0; lo < len(msgs); lo += perStmt {
+		hi := min(lo+perStmt, len(msgs))
+		sb.Reset()
+		args = args[:0]
+		sb.WriteString(`INSERT INTO entries(stream_id, offset, record_start, created_ms, idempotency_key, body) VALUES `)
+		for i := lo; i < hi; i++ {
+			if i > lo {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(`(?,?,?,?,?,?)`)
+			var key any
+			if i < len(keys) && keys[i] != "" {
+				key = keys[i]
+			}
+			args = append(args, id, after+int64(i)+1, recordStart, createdMs, key, msgs[i])
+		}
+		if _, err := tx.Exec(sb.String(), args...); err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+	}
+	return nil
+}
+
+// AppendRecord appends a record and/or closes the stream, running the checks of spec §6 and the
 // producer decision table of §20 in one transaction with the data.
-func (s *Store) Append(ctx context.Context, req AppendRequest) (AppendResult, error) {
+func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
 	// Parse JSON outside the writer when the request says JSON; the writer only uses it if the
 	// stream is JSON too (the content types must match).
 	var msgs [][]byte
@@ -423,10 +472,9 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 	closeOnly := req.Close && len(req.Body) == 0
 	p := req.Producer
 
-	// A POST renews a sliding TTL even when refused for closure (spec §15).
-	if _, err := tx.Exec(`UPDATE streams SET last_access_ms = max(last_access_ms, ?) WHERE id = ?`, now.UnixMilli(), r.ID); err != nil {
-		return AppendResult{}, err
-	}
+	// Every POST renews a sliding TTL, even one refused below (spec §15): the access is noted in
+	// memory, which no rollback undoes; an accepted POST also persists it with its data.
+	s.noteAccess(r, now)
 
 	var st producerState
 	if p != nil {
@@ -497,7 +545,7 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 					return AppendResult{}, err
 				}
 			}
-			kept, keys, err := dedupeEvents(tx, r.ID, msgs)
+			kept, keys, err := dedupeEvents(tx, r, msgs)
 			if err != nil {
 				return AppendResult{}, err
 			}
@@ -511,11 +559,6 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		}
 	}
 
-	if req.StreamSeq != "" {
-		if _, err := tx.Exec(`UPDATE streams SET stream_seq = ? WHERE id = ?`, req.StreamSeq, r.ID); err != nil {
-			return AppendResult{}, err
-		}
-	}
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
 	if p != nil {
 		if _, err := tx.Exec(`INSERT INTO producers(stream_id, producer_id, epoch, last_seq, updated_ms) VALUES (?, ?, ?, ?, ?)
@@ -525,20 +568,23 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		}
 		res.Epoch, res.Seq = p.Epoch, p.Seq
 	}
-	if req.Close {
-		var by sql.NullString
-		var epoch, seq sql.NullInt64
-		if p != nil {
-			by = sql.NullString{String: p.ID, Valid: true}
-			epoch = sql.NullInt64{Int64: p.Epoch, Valid: true}
-			seq = sql.NullInt64{Int64: p.Seq, Valid: true}
-		}
-		if _, err := tx.Exec(`UPDATE streams SET closed = 1, closed_by_producer = ?, closed_by_epoch = ?, closed_by_seq = ? WHERE id = ?`,
-			by, epoch, seq, r.ID); err != nil {
-			return AppendResult{}, err
-		}
-		tx.Touch(r.ID)
+	// One row update carries the tail, the access time, Stream-Seq and the closure.
+	var streamSeq, by sql.NullString
+	var epoch, seq sql.NullInt64
+	if req.StreamSeq != "" {
+		streamSeq = sql.NullString{String: req.StreamSeq, Valid: true}
 	}
+	if req.Close && p != nil {
+		by = sql.NullString{String: p.ID, Valid: true}
+		epoch = sql.NullInt64{Int64: p.Epoch, Valid: true}
+		seq = sql.NullInt64{Int64: p.Seq, Valid: true}
+	}
+	if _, err := tx.Exec(`UPDATE streams SET tail = ?, last_access_ms = max(last_access_ms, ?), stream_seq = coalesce(?, stream_seq),
+		closed = ?, closed_by_producer = ?, closed_by_epoch = ?, closed_by_seq = ? WHERE id = ?`,
+		m.Tail, now.UnixMilli(), streamSeq, req.Close, by, epoch, seq, r.ID); err != nil {
+		return AppendResult{}, fmt.Errorf("append: %w", err)
+	}
+	tx.Touch(r.ID)
 	return res, nil
 }
 
@@ -580,9 +626,10 @@ func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
 }
 
 // dedupeEvents honours event-level idempotency keys: a message whose key already names the same
-// event in this stream (or earlier in the batch) is dropped; one whose key names a different event
-// refuses the whole record with IDEMPOTENCY_CONFLICT (409).
-func dedupeEvents(tx *Tx, streamID int64, msgs [][]byte) ([][]byte, []string, error) {
+// event in this stream (fork ancestors included) or earlier in the batch is dropped; one whose key
+// names a different event refuses the whole record with IDEMPOTENCY_CONFLICT (409). Sameness is
+// the event view's (foldstream.SameIdempotentEvent: type, payload and metadata).
+func dedupeEvents(tx *Tx, r *streamRow, msgs [][]byte) ([][]byte, []string, error) {
 	var kept [][]byte
 	var keys []string
 	seen := map[string]foldstream.EventInput{}
@@ -601,23 +648,19 @@ func dedupeEvents(tx *Tx, streamID int64, msgs [][]byte) ([][]byte, []string, er
 			}
 			continue
 		}
-		var body []byte
-		var off int64
-		err := tx.QueryRow(`SELECT offset, body FROM entries WHERE stream_id = ? AND idempotency_key = ?`, streamID, key).Scan(&off, &body)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			seen[key] = in
+		existing, found, err := lookupIdempotencyKey(tx, r, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found {
+			if !foldstream.SameIdempotentEvent(existing, in) {
+				return nil, nil, idempotencyConflict(key, existing.Offset)
+			}
+		} else {
 			kept = append(kept, msg)
 			keys = append(keys, key)
-		case err != nil:
-			return nil, nil, fmt.Errorf("check idempotency key: %w", err)
-		default:
-			old, _ := eventKeyOf(body)
-			if !foldstream.SameIdempotentEvent(foldstream.Event{Type: old.Type, Payload: old.Payload, Metadata: old.Metadata}, in) {
-				return nil, nil, idempotencyConflict(key, off)
-			}
-			seen[key] = in
 		}
+		seen[key] = in
 	}
 	if !anyKey {
 		return msgs, nil, nil

@@ -86,6 +86,9 @@ type Store struct {
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
+	ev         *eventView   // the event view's in-memory state (events.go)
+	savepoints atomic.Int64 // savepoints opened by writes; lets tests prove a write ran no SQL
+
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 }
@@ -165,6 +168,7 @@ func Open(path string, opts Options) (*Store, error) {
 		stop:   make(chan struct{}),
 		mem:    make(map[int64]*streamMem),
 		notify: make(map[int64]chan struct{}),
+		ev:     newEventView(),
 	}
 	conn, err := wdb.Conn(ctx)
 	if err != nil {
@@ -189,6 +193,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		close(s.stop)
+		s.closeEventView()
 		s.bgWG.Wait()
 		close(s.writes)
 		s.writerWG.Wait()

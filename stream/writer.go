@@ -215,6 +215,7 @@ func (t *Tx) begin() error {
 			return fmt.Errorf("stream store: savepoint: %w", err)
 		}
 		t.spSet = true
+		t.s.savepoints.Add(1)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefix := fs.String("prefix", server.DefaultPrefix, "URL path streams are served under")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body (413 beyond)")
 	sync := fs.String("sync", "FULL", "SQLite synchronous mode: FULL (durable against power loss) or NORMAL (against process crashes only)")
+	collect := fs.Duration("collect-every", time.Minute, "how often expired and deleted streams are reclaimed from the file (0 disables)")
 	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -66,12 +67,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	collectDone := make(chan struct{})
+	collectCtx, stopCollect := context.WithCancel(ctx)
+	defer stopCollect()
+	go func() {
+		defer close(collectDone)
+		if *collect > 0 {
+			collectLoop(collectCtx, st, *collect, log)
+		}
+	}()
 	select {
 	case err := <-errc:
+		stopCollect()
+		<-collectDone
 		st.Close()
 		return err
 	case <-ctx.Done():
 	}
+	<-collectDone
 	log.Info("shutting down")
 	// Long-polls and SSE connections end at their own timeouts; do not wait for them forever.
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -84,4 +97,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		shutErr = errors.Join(shutErr, err)
 	}
 	return errors.Join(shutErr, st.Close())
+}
+
+// collectLoop reclaims expired and deleted streams every interval until ctx ends. Expiry is
+// enforced on access regardless; this only frees space.
+func collectLoop(ctx context.Context, st *stream.Store, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := st.CollectExpired(ctx)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("collect expired streams", "err", err)
+			} else if n > 0 {
+				log.Debug("collected expired streams", "streams", n)
+			}
+		}
+	}
 }

@@ -1,0 +1,274 @@
+package stream
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Claims and alarms (spec §10.4, the host's side of §10.1–10.3).
+//
+// A claim is a durable row (path, slug, at) in the claims table: "revive processor slug of the
+// stream at path by at". It is never a log event. The alarm loop keeps one timer on the store's
+// clock for the earliest claim. When it fires, one write spends (deletes) every due claim, and the
+// handler is called for each in its own goroutine. A handler that fails re-claims with backoff:
+// ReviveBackoffBase · 2^failures, capped at ReviveBackoffMax, where failures counts the consecutive
+// failed revives of that claim.
+
+const (
+	// ReviveBackoffBase is the delay before the first retry of a failed revive (20 s).
+	ReviveBackoffBase = 20 * time.Second
+	// ReviveBackoffMax caps the retry delay of failed revives (30 min).
+	ReviveBackoffMax = 30 * time.Minute
+)
+
+// DueClaim is a claim the alarm loop spent and hands to the handler.
+type DueClaim struct {
+	// Path is the stream path and Slug the processor slug the claim was made for.
+	Path, Slug string
+	// At is when the claim fell due.
+	At time.Time
+	// Failures counts the revives of this claim that failed before this one.
+	Failures int
+}
+
+// AlarmHandler revives the processor a due claim names. An error re-claims with backoff.
+type AlarmHandler func(ctx context.Context, c DueClaim) error
+
+// ClaimRow is a stored claim.
+type ClaimRow struct {
+	Path, Slug string
+	At         time.Time
+	Failures   int
+}
+
+type alarmState struct {
+	mu      sync.Mutex // serializes rearming
+	handler AlarmHandler
+	stop    func() bool
+	armedAt int64 // at_ms the timer is set for; 0 when none
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // running alarm passes and handlers
+}
+
+// Claim records that processor slug on the stream at path must be revived by at; the zero time
+// releases the claim. A new claim replaces the previous one of the same processor.
+func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) error {
+	err := s.write(ctx, func(tx *Tx) error {
+		if at.IsZero() {
+			_, err := tx.Exec(`DELETE FROM claims WHERE path = ? AND slug = ?`, path, slug)
+			return err
+		}
+		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms) VALUES (?, ?, ?)
+			ON CONFLICT(path, slug) DO UPDATE SET at_ms = excluded.at_ms`, path, slug, at.UnixMilli())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("claim %s for %q: %w", quotePath(path), slug, err)
+	}
+	s.rearmAlarms()
+	return nil
+}
+
+// Claims lists the stored claims, earliest first.
+func (s *Store) Claims(ctx context.Context) ([]ClaimRow, error) {
+	var out []ClaimRow
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.Query(`SELECT path, slug, at_ms, failures FROM claims ORDER BY at_ms, path, slug`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c ClaimRow
+			var ms int64
+			if err := rows.Scan(&c.Path, &c.Slug, &ms, &c.Failures); err != nil {
+				return err
+			}
+			c.At = time.UnixMilli(ms)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	return out, nil
+}
+
+// StartAlarms starts the alarm loop with handler; claims already due fire at once. Only one loop
+// runs per store; [Store.Close] or StopAlarms stops it. Handlers get a context that ends when the
+// loop stops.
+func (s *Store) StartAlarms(handler AlarmHandler) error {
+	if handler == nil {
+		return errors.New("start alarms: handler is nil")
+	}
+	if s.closed.Load() {
+		return ErrStoreClosed
+	}
+	a := &s.ev.alarms
+	a.mu.Lock()
+	if a.handler != nil {
+		a.mu.Unlock()
+		return errors.New("start alarms: the alarm loop is already running")
+	}
+	a.handler = handler
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.mu.Unlock()
+	s.rearmAlarms()
+	return nil
+}
+
+// StopAlarms stops the alarm loop: no new handler starts, handlers already running get their
+// context cancelled, and StopAlarms waits for them to return.
+func (s *Store) StopAlarms() {
+	a := &s.ev.alarms
+	a.mu.Lock()
+	if a.stop != nil {
+		a.stop()
+		a.stop = nil
+	}
+	a.armedAt = 0
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.handler = nil
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+// rearmAlarms sets the timer for the earliest claim.
+func (s *Store) rearmAlarms() {
+	a := &s.ev.alarms
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.handler == nil || s.closed.Load() {
+		return
+	}
+	var next sql.NullInt64
+	err := s.readTx(context.Background(), func(tx *sql.Tx) error {
+		return tx.QueryRow(`SELECT MIN(at_ms) FROM claims`).Scan(&next)
+	})
+	if err != nil {
+		if !errors.Is(err, ErrStoreClosed) {
+			s.log.Error("stream store: arm alarm", "err", err)
+		}
+		return
+	}
+	if !next.Valid {
+		if a.stop != nil {
+			a.stop()
+			a.stop = nil
+		}
+		a.armedAt = 0
+		return
+	}
+	if a.stop != nil && a.armedAt == next.Int64 {
+		return // already armed for this time
+	}
+	if a.stop != nil {
+		a.stop()
+	}
+	a.armedAt = next.Int64
+	d := time.UnixMilli(next.Int64).Sub(s.clock.Now())
+	if d < 0 {
+		d = 0
+	}
+	ctx := a.ctx
+	a.stop = s.clock.AfterFunc(d, func() { s.fireAlarms(ctx) })
+}
+
+// fireAlarms spends every due claim and runs the handler for each.
+func (s *Store) fireAlarms(ctx context.Context) {
+	a := &s.ev.alarms
+	a.mu.Lock()
+	handler := a.handler
+	if handler == nil || ctx.Err() != nil || s.closed.Load() {
+		a.mu.Unlock()
+		return
+	}
+	a.stop = nil
+	a.armedAt = 0
+	a.wg.Add(1) // under a.mu with a live handler, so StopAlarms waits for this pass
+	a.mu.Unlock()
+	defer a.wg.Done()
+
+	nowMs := s.clock.Now().UnixMilli()
+	var due []DueClaim
+	err := s.write(ctx, func(tx *Tx) error {
+		due = due[:0]
+		rows, err := tx.Query(`SELECT path, slug, at_ms, failures FROM claims WHERE at_ms <= ? ORDER BY at_ms, path, slug`, nowMs)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var c DueClaim
+			var ms int64
+			if err := rows.Scan(&c.Path, &c.Slug, &ms, &c.Failures); err != nil {
+				rows.Close()
+				return err
+			}
+			c.At = time.UnixMilli(ms)
+			due = append(due, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(`DELETE FROM claims WHERE at_ms <= ?`, nowMs)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrStoreClosed) {
+			s.log.Error("stream store: spend due claims", "err", err)
+		}
+		return
+	}
+	for _, c := range due {
+		a.wg.Add(1) // the pass itself is still counted, so the counter is positive here
+		go func() {
+			defer a.wg.Done()
+			s.runAlarm(ctx, handler, c)
+		}()
+	}
+	s.rearmAlarms()
+}
+
+func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) {
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("alarm handler panicked: %v", p)
+			}
+		}()
+		return handler(ctx, c)
+	}()
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	delay := ReviveBackoffMax
+	if c.Failures < 30 {
+		delay = min(ReviveBackoffBase<<c.Failures, ReviveBackoffMax)
+	}
+	at := s.clock.Now().Add(delay)
+	s.log.Warn("stream store: revive failed; re-claimed with backoff", "path", c.Path, "slug", c.Slug,
+		"failures", c.Failures+1, "retryAt", at, "err", err)
+	werr := s.write(ctx, func(tx *Tx) error {
+		// An earlier claim the processor made meanwhile wins; the failure count carries over.
+		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms, failures) VALUES (?, ?, ?, ?)
+			ON CONFLICT(path, slug) DO UPDATE SET at_ms = MIN(at_ms, excluded.at_ms), failures = excluded.failures`,
+			c.Path, c.Slug, at.UnixMilli(), c.Failures+1)
+		return err
+	})
+	if werr != nil {
+		if ctx.Err() == nil {
+			s.log.Error("stream store: re-claim after a failed revive", "path", c.Path, "slug", c.Slug, "err", werr)
+		}
+		return
+	}
+	s.rearmAlarms()
+}
