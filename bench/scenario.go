@@ -427,6 +427,8 @@ func SSELatency(ctx context.Context, c *Client, stream string, n, size int) ([]t
 				return lat, fmt.Errorf("sse after %d messages: %w", i, err)
 			case <-timeout:
 				return lat, fmt.Errorf("sse: message %d did not arrive within %s", i, sseWait)
+			case <-ctx.Done():
+				return lat, fmt.Errorf("sse: waiting for message %d: %w", i, ctx.Err())
 			}
 		}
 	}
