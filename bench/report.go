@@ -18,6 +18,7 @@ type Environment struct {
 	Foldstream string // e.g. the commit the binary was built from
 	Rounds     int
 	Warmups    int
+	Load       string // how busy the machine was, e.g. from MachineLoad before and after
 }
 
 // WriteMarkdown writes the result table: per scenario and metric the median over the rounds for
@@ -28,7 +29,11 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 	fmt.Fprintf(&b, "## Durable Streams side by side: %s\n\n", strings.Join(targets, " vs "))
 	fmt.Fprintf(&b, "Measured %s on %d CPUs, %s, node %s; reference: %s; foldstream: %s. ",
 		env.Date, env.CPUs, env.GoVersion, env.Node, env.Reference, env.Foldstream)
-	fmt.Fprintf(&b, "Each figure is the median of %d measured rounds, after %d unrecorded warm-up round(s); rounds alternate which server goes first. Load generator and servers share the machine.\n\n", env.Rounds, env.Warmups)
+	fmt.Fprintf(&b, "Each figure is the median of %d measured rounds, after %d unrecorded warm-up round(s); rounds alternate which server goes first. Load generator and servers share the machine.", env.Rounds, env.Warmups)
+	if env.Load != "" {
+		fmt.Fprintf(&b, " Machine load: %s.", env.Load)
+	}
+	b.WriteString("\n\n")
 
 	b.WriteString("| Scenario | Metric |")
 	for _, t := range targets {

@@ -225,3 +225,24 @@ func parseStatCPU(stat string) (time.Duration, error) {
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
+
+// MachineLoad describes how busy the machine is: the 1-minute load average and, where the kernel
+// reports pressure stall information, the share of the last 60 s in which some task waited for
+// a CPU. The harness prints it before and after a run, because other work on a shared machine
+// moves the rates far more than anything the servers do.
+func MachineLoad() string {
+	var parts []string
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			parts = append(parts, "load average "+f[0])
+		}
+	}
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
+			if v, ok := strings.CutPrefix(f, "avg60="); ok {
+				parts = append(parts, "CPU pressure "+v+"%")
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}

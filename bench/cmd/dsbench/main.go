@@ -122,6 +122,7 @@ func run() error {
 		}
 	}
 
+	loadBefore := bench.MachineLoad()
 	warmUp(ctx, targets, runID)
 	started := time.Now()
 	results := bench.Run(ctx, targets, scenarios, *warmups, *rounds, os.Stderr)
@@ -146,6 +147,7 @@ func run() error {
 		Foldstream: fv,
 		Rounds:     *rounds,
 		Warmups:    *warmups,
+		Load:       fmt.Sprintf("%s before, %s after", loadBefore, bench.MachineLoad()),
 	}
 	var buf bytes.Buffer
 	if err := bench.WriteMarkdown(&buf, env, names, results); err != nil {
