@@ -127,6 +127,7 @@ type Engine[S any] struct {
 	consumes []string
 	live     *LiveState
 
+	pubMu            sync.Mutex
 	mu               sync.Mutex
 	state            S
 	cursor           int64
@@ -178,10 +179,15 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		st := c.InitialState()
 		if cp.State != nil {
 			var decoded S
-			if err := json.Unmarshal(cp.State, &decoded); err != nil {
+			if err := json.Unmarshal(cp.State, &decoded); err == nil {
+				st = decoded
+			} else if cp.ReducerVersion == c.Version() {
 				return nil, fmt.Errorf("engine %q: decode checkpoint state: %w", c.Slug(), err)
+			} else {
+				// Another version's state may have another shape; it only seeds the live state
+				// until the re-reduce replaces it.
+				report(e.rep, SiteCheckpoint, err, slog.String("slug", c.Slug()))
 			}
-			st = decoded
 		}
 		if cp.ReducerVersion == c.Version() {
 			e.state, e.cursor = st, cp.ReducedThroughOffset
@@ -561,7 +567,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 }
 
 // runInBackground starts one droppable attempt (spec §10.1).
-func (e *Engine[S]) runInBackground(work func(context.Context) error) {
+func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Context) error) {
 	e.mu.Lock()
 	e.inFlight++
 	if e.inFlight == 1 {
@@ -569,7 +575,7 @@ func (e *Engine[S]) runInBackground(work func(context.Context) error) {
 	}
 	e.mu.Unlock()
 	go func() {
-		err := callGuarded(func() error { return work(context.Background()) })
+		err := callGuarded(func() error { return work(context.WithoutCancel(ctx)) })
 		if err != nil {
 			report(e.rep, SiteBackground, err, slog.String("slug", e.c.Slug()))
 		}
@@ -719,6 +725,10 @@ func (e *Engine[S]) project(state S) (v any, err error) {
 // PublishLiveState re-projects the reduced state into the live state (spec §12.2). A failing
 // projection is reported and only this notification is lost.
 func (e *Engine[S]) PublishLiveState() {
+	// One publish at a time, so a host's publish of an older state can never land after the
+	// chain's publish of a newer one.
+	e.pubMu.Lock()
+	defer e.pubMu.Unlock()
 	e.mu.Lock()
 	state := e.state
 	e.mu.Unlock()

@@ -104,7 +104,7 @@ func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) err
 	if a.run == nil || a.run.background == nil {
 		return
 	}
-	a.run.background(work)
+	a.run.background(a.run.ctx, work)
 }
 
 // eventRun is the engine-side state of one ProcessEvent call.
@@ -115,7 +115,7 @@ type eventRun struct {
 	version    string
 	emits      []string
 	event      *Event
-	background func(work func(context.Context) error)
+	background func(ctx context.Context, work func(context.Context) error)
 
 	mu       sync.Mutex
 	blockers []func(context.Context) error
@@ -146,7 +146,7 @@ func (r *eventRun) block(work func(context.Context) error) {
 	if r.settled {
 		r.mu.Unlock()
 		if r.background != nil {
-			r.background(work)
+			r.background(r.ctx, work)
 		}
 		return
 	}

@@ -12,6 +12,9 @@ const (
 	SiteLiveState     = "processor.live-state"     // attrs: slug
 	SiteBackground    = "processor.background"     // attrs: slug
 	SiteClaim         = "processor.claim"          // attrs: slug
+	// SiteCheckpoint is a stale checkpoint whose state no longer decodes into the state type (a
+	// foldstream addition; attrs: slug). The re-reduce replaces it.
+	SiteCheckpoint = "processor.checkpoint"
 	// SiteLiveStateAppend is a failed delta append (a foldstream addition; attrs: key).
 	SiteLiveStateAppend = "live-state.append"
 )

@@ -15,19 +15,23 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$root" && go build -o "$work/foldstream" ./cmd/foldstream)
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo $((20000 + RANDOM % 20000)))"
-"$work/foldstream" serve --addr "127.0.0.1:$port" --db "$work/conformance.db" --long-poll-timeout 500ms \
+# Port 0: the kernel picks a free port; serve prints the address once it is listening.
+"$work/foldstream" serve --addr 127.0.0.1:0 --db "$work/conformance.db" --long-poll-timeout 500ms \
 	--log-level "${FOLDSTREAM_LOG_LEVEL:-warn}" >"$work/server.out" 2>"$work/server.log" &
 server_pid=$!
-for _ in $(seq 1 100); do
-	if curl -s -o /dev/null "http://127.0.0.1:$port/v1/stream/"; then break; fi
+url=""
+for _ in $(seq 1 200); do
+	url="$(sed -n 's|^foldstream: serving \(http://[^/]*\)/.*|\1|p' "$work/server.out")"
+	if [ -n "$url" ]; then break; fi
 	if ! kill -0 "$server_pid" 2>/dev/null; then cat "$work/server.log"; echo "server failed to start"; exit 1; fi
-	sleep 0.1
+	sleep 0.05
 done
+if [ -z "$url" ]; then cat "$work/server.log"; echo "server did not start"; exit 1; fi
+echo "== foldstream serving $url"
 
 cd "$here"
 set +e
-CONFORMANCE_TEST_URL="http://127.0.0.1:$port" npx vitest run conformance.test.mjs "$@" 2>&1 | tee "$work/vitest.out"
+CONFORMANCE_TEST_URL="$url" npx vitest run conformance.test.mjs "$@" 2>&1 | tee "$work/vitest.out"
 status=${PIPESTATUS[0]}
 set -e
 if [ -s "$work/server.log" ]; then echo "== server log (warnings and errors)"; tail -n 50 "$work/server.log"; fi

@@ -152,7 +152,7 @@ func TestCrashRecovery(t *testing.T) {
 	start := time.Now()
 	rounds := 0
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	for time.Since(start) < budget && rounds < 40 {
+	for time.Since(start) < budget && rounds < 80 {
 		rounds++
 		killAfter := rng.IntN(400) // acks to wait for before the kill; 0 kills right after READY
 		n := runCrashChild(t, file, rounds, killAfter, rng, acked)

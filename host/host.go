@@ -224,6 +224,10 @@ func (h *Host) Runner(path, slug string) (foldstream.Runner, bool) {
 func (h *Host) lookup(path, slug string) (*hosted, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.shutdown {
+		// Its subscriptions are closed: an engine would answer from a head nobody pushes any more.
+		return nil, ErrShutdown
+	}
 	hp, ok := h.procs[procKey{path, slug}]
 	if !ok || hp.sub == nil {
 		return nil, fmt.Errorf("host: processor %q on %q: %w", slug, path, ErrNotRegistered)
@@ -307,7 +311,8 @@ func (h *Host) revive(ctx context.Context, c stream.DueClaim) error {
 // Shutdown stops the host: no processor is added any more, the alarm loop stops (running revives
 // get their context cancelled and are waited for), each processor's pending pushes are delivered
 // and its subscription closed, and each engine is drained — its chain idle and its background
-// work settled — or ctx ends. It returns the first error. The store stays open.
+// work settled — or ctx ends. It returns the first error. Reads through the host fail with
+// ErrShutdown from then on; the store stays open.
 func (h *Host) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	if h.shutdown {

@@ -294,6 +294,11 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.waitArmed(t, testT.Add(20*time.Second))
+	// Let the push's batch commit first, so the revive's catch-up finds nothing new and runs its
+	// own eventless pass (a batch still in flight would be the at-head range instead).
+	if err := h.WaitUntilProcessed(ctx, "/a", "attempts", 3, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if got, want := claimsOf(t, s), []string{"/a attempts +20s f0"}; !slices.Equal(got, want) {
 		t.Fatalf("claims: got %v, want %v", got, want)
 	}
@@ -456,5 +461,110 @@ func TestUnknownProcessorAndShutdown(t *testing.T) {
 	}
 	if _, err := host.Register(ctx, h, "/y", newTicker(t, "t")); !errors.Is(err, host.ErrShutdown) {
 		t.Fatalf("register after shutdown: got %v, want ErrShutdown", err)
+	}
+}
+
+// Shutdown delivers what the push chains still owe and waits for the engines: afterwards every
+// processor's checkpoint covers every consumed event appended before it.
+func TestShutdownDrainsPushes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close()
+	h := newHost(t, s)
+	if _, err := host.Register(ctx, h, "/d", newSeer(t, "seen", "tick")); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for range 50 {
+		got, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = got[0].Offset
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cps, err := s.Checkpoints(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, ok, err := cps.ReadCheckpoint(ctx, "seen")
+	if err != nil || !ok {
+		t.Fatalf("checkpoint: %v %v", ok, err)
+	}
+	var st seenState
+	if err := json.Unmarshal(cp.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	if cp.ReducedThroughOffset != last || len(st.Seen) != 50 {
+		t.Fatalf("after shutdown: checkpoint at %d with %d events, want %d with 50", cp.ReducedThroughOffset, len(st.Seen), last)
+	}
+	if _, err := h.Snapshot(ctx, "/d", "seen"); !errors.Is(err, host.ErrShutdown) {
+		t.Fatalf("snapshot after shutdown: got %v, want ErrShutdown", err)
+	}
+}
+
+// heldTicker holds its first event's batch until released, so pushes pile up behind it.
+type heldTicker struct {
+	*ticker
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (p *heldTicker) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error {
+	if a.Event != nil {
+		p.once.Do(func() {
+			a.BlockProcessorWhile(func(ctx context.Context) error {
+				close(p.entered)
+				<-p.release
+				return nil
+			})
+		})
+	}
+	return nil
+}
+
+// A push chain that overflows drops its oldest pending events; the engine heals the durable part
+// from the log (gap repair), so no durable event is lost.
+func TestOverflowHealsByGapRepair(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close()
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxPendingEvents: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldTicker{ticker: newTicker(t, "held"), entered: make(chan struct{}), release: make(chan struct{})}
+	if _, err := host.Register(ctx, h, "/o", p); err != nil {
+		t.Fatal(err)
+	}
+	var want []int64
+	got, err := s.Append(ctx, "/o", foldstream.EventInput{Type: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, got[0].Offset)
+	<-p.entered // the first push is held inside the engine
+	for range 10 {
+		got, err := s.Append(ctx, "/o", foldstream.EventInput{Type: "tick"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, got[0].Offset)
+	}
+	close(p.release)
+	snap, err := h.Snapshot(ctx, "/o", "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, snap.State); !slices.Equal(st.Offsets, want) {
+		t.Fatalf("after overflow: got %v, want %v", st.Offsets, want)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

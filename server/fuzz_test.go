@@ -82,6 +82,20 @@ func FuzzFlattenJSON(f *testing.F) {
 				t.Fatalf("FlattenJSON(%q) produced invalid message %q", body, m)
 			}
 		}
+		// Differential check against encoding/json's own split.
+		var ref []json.RawMessage
+		if tb := bytes.TrimSpace(body); len(tb) > 0 && tb[0] == '[' && json.Unmarshal(body, &ref) == nil {
+			if len(ref) != len(msgs) {
+				t.Fatalf("FlattenJSON(%q): %d messages, encoding/json finds %d", body, len(msgs), len(ref))
+			}
+			for i := range ref {
+				var c bytes.Buffer
+				_ = json.Compact(&c, ref[i])
+				if !bytes.Equal(c.Bytes(), msgs[i]) {
+					t.Fatalf("FlattenJSON(%q) message %d: got %q, want %q", body, i, msgs[i], c.Bytes())
+				}
+			}
+		}
 		again, err := stream.FlattenJSON(append(append([]byte("["), bytes.Join(msgs, []byte(","))...), ']'), false)
 		if err != nil || len(again) != len(msgs) {
 			t.Fatalf("re-flattening %q: got %d messages, err %v; want %d", body, len(again), err, len(msgs))

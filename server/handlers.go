@@ -440,13 +440,14 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 			continue
 		case <-ctx.Done():
 			return
+		case <-s.stopping: // shutting down: answer as a timeout, the client polls again
 		case <-timer.C:
-			out.Set("Stream-Next-Offset", FormatOffset(res.Next))
-			out.Set("Stream-Up-To-Date", "true")
-			out.Set("Stream-Cursor", nextCursor(s.cfg.Clock.Now(), q.cursor))
-			out.Set("Cache-Control", "no-store")
-			w.WriteHeader(http.StatusNoContent)
-			return
 		}
+		out.Set("Stream-Next-Offset", FormatOffset(res.Next))
+		out.Set("Stream-Up-To-Date", "true")
+		out.Set("Stream-Cursor", nextCursor(s.cfg.Clock.Now(), q.cursor))
+		out.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 }

@@ -244,6 +244,8 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			return
 		case <-deadline.C:
 			return
+		case <-s.stopping:
+			return
 		case <-keepAlive.C:
 			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil || rc.Flush() != nil {
 				return

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -77,6 +78,9 @@ type Server struct {
 	st  *stream.Store
 	cfg Config
 	log *slog.Logger
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed by Shutdown
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -116,7 +120,14 @@ func New(st *stream.Store, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{st: st, cfg: cfg, log: cfg.Logger}
+	return &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+}
+
+// Shutdown makes waiting reads end promptly: long-polls answer their timeout response and SSE
+// connections close (clients resume from their last offset). Other requests are still served.
+// Register it with http.Server.RegisterOnShutdown so a graceful shutdown does not wait for them.
+func (s *Server) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
 }
 
 // ServeHTTP serves one request.
@@ -149,10 +160,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	p := r.URL.Path
 	switch {
-	case strings.HasPrefix(p, s.cfg.Prefix):
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
 		return
+	case strings.HasPrefix(p, s.cfg.Prefix):
 	default:
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
 		return

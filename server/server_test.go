@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/stream"
@@ -443,5 +444,75 @@ func TestSSECycles(t *testing.T) {
 	}
 	if len(events) < 2 {
 		t.Fatalf("got %d events, want the initial control and keep-alives", len(events))
+	}
+}
+
+// TestShutdownEndsWaitingReads: Server.Shutdown answers a waiting long-poll at once and closes SSE
+// connections.
+func TestShutdownEndsWaitingReads(t *testing.T) {
+	t.Parallel()
+	st, err := stream.Open(":memory:", stream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	h := server.New(st, server.Config{LongPollTimeout: time.Minute})
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	e := &env{url: ts.URL, st: st}
+	e.do(t, "PUT", "/v1/stream/w", map[string]string{"Content-Type": "text/plain"}, "")
+	type result struct {
+		status int
+		d      time.Duration
+	}
+	results := make(chan result, 2)
+	for _, q := range []string{"live=long-poll", "live=sse"} {
+		go func() {
+			start := time.Now()
+			res, err := http.Get(ts.URL + "/v1/stream/w?offset=-1&" + q)
+			if err != nil {
+				results <- result{-1, 0}
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			results <- result{res.StatusCode, time.Since(start)}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // let both start waiting; the test holds either way
+	h.Shutdown()
+	for range 2 {
+		select {
+		case r := <-results:
+			if r.status != 204 && r.status != 200 {
+				t.Fatalf("status %d", r.status)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiting read outlived Shutdown")
+		}
+	}
+}
+
+// TestSSETextChunksEndOnCharacterBoundaries: a text record larger than the read chunk is sent in
+// several data events, none of which splits a UTF-8 character.
+func TestSSETextChunksEndOnCharacterBoundaries(t *testing.T) {
+	t.Parallel()
+	e := setup(t, server.Config{ReadChunkBytes: 7})
+	text := "héllo wörld ☃☃☃ ok"
+	e.do(t, "PUT", "/v1/stream/u", map[string]string{"Content-Type": "text/plain"}, text)
+	e.do(t, "POST", "/v1/stream/u", map[string]string{"Stream-Closed": "true"}, "")
+	events, _ := sseEvents(t, e.url+"/v1/stream/u?offset=-1&live=sse", 100)
+	var got strings.Builder
+	for _, ev := range events {
+		if strings.HasPrefix(ev, "event: data\n") {
+			chunk := strings.TrimSuffix(strings.TrimPrefix(ev, "event: data\ndata:"), "\n")
+			if !utf8.ValidString(chunk) {
+				t.Fatalf("data event %q splits a character", chunk)
+			}
+			got.WriteString(chunk)
+		}
+	}
+	if got.String() != text {
+		t.Fatalf("text: got %q, want %q", got.String(), text)
 	}
 }

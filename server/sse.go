@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/foldstream/foldstream/stream"
 )
@@ -97,6 +98,14 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 	}
 	for {
 		if !q.now && (res.Count > 0 || res.Next > after) {
+			if textual && !res.UpToDate {
+				// A chunk cut inside a record may end inside a UTF-8 sequence; end the event on a
+				// character boundary and send the rest with the next one.
+				if keep := utf8Boundary(res.Body); keep < len(res.Body) && keep > 0 {
+					res.Next -= int64(len(res.Body) - keep)
+					res.Body = res.Body[:keep]
+				}
+			}
 			buf.WriteString("event: data\n")
 			if textual {
 				appendDataLines(&buf, res.Body)
@@ -139,6 +148,8 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 					return
 				case <-deadline.C:
 					return
+				case <-s.stopping:
+					return
 				case <-keepAlive.C:
 					cursor = nextCursor(s.cfg.Clock.Now(), cursor)
 					sseControl(&buf, res.Next, cursor, true, false)
@@ -160,4 +171,17 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 			return // deleted or expired meanwhile: end the connection
 		}
 	}
+}
+
+// utf8Boundary returns the length of b without a trailing incomplete UTF-8 sequence.
+func utf8Boundary(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			return len(b)
+		}
+	}
+	return len(b)
 }

@@ -13,10 +13,15 @@ import (
 //
 // A claim is a durable row (path, slug, at) in the claims table: "revive processor slug of the
 // stream at path by at". It is never a log event. The alarm loop keeps one timer on the store's
-// clock for the earliest claim. When it fires, one write spends (deletes) every due claim, and the
-// handler is called for each in its own goroutine. A handler that fails re-claims with backoff:
-// ReviveBackoffBase · 2^failures, capped at ReviveBackoffMax, where failures counts the consecutive
-// failed revives of that claim.
+// clock for the earliest claim. When it fires, one write spends every due claim and the handler is
+// called for each in its own goroutine.
+//
+// Spending a claim does not delete it: it moves it to its retry time, now + ReviveBackoffBase ·
+// 2^failures (capped at ReviveBackoffMax), and counts the attempt in failures. That row is the
+// re-claim a failed revive needs, already durable before the revive starts, so a revive that fails,
+// is cancelled by shutdown, or dies with its process is tried again. A revive that succeeds deletes
+// the row — unless the processor claimed again meanwhile (a busy engine re-claims from revive),
+// whose claim then stands. A claim made by the processor resets failures to 0.
 
 const (
 	// ReviveBackoffBase is the delay before the first retry of a failed revive (20 s).
@@ -31,18 +36,24 @@ type DueClaim struct {
 	Path, Slug string
 	// At is when the claim fell due.
 	At time.Time
-	// Failures counts the revives of this claim that failed before this one.
+	// Failures counts the revives of this claim that failed (or did not finish) before this one.
 	Failures int
+
+	retryAt int64 // at_ms of the retry row written when the claim was spent
 }
 
-// AlarmHandler revives the processor a due claim names. An error re-claims with backoff.
+// AlarmHandler revives the processor a due claim names. On an error (or a cancelled context) the
+// claim's retry row, written with backoff when it was spent, stands; on success it is deleted.
 type AlarmHandler func(ctx context.Context, c DueClaim) error
 
 // ClaimRow is a stored claim.
 type ClaimRow struct {
+	// Path is the stream path and Slug the processor slug.
 	Path, Slug string
-	At         time.Time
-	Failures   int
+	// At is when the claim falls due.
+	At time.Time
+	// Failures counts revives of this claim that failed or did not finish.
+	Failures int
 }
 
 type alarmState struct {
@@ -64,7 +75,7 @@ func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) erro
 			return err
 		}
 		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms) VALUES (?, ?, ?)
-			ON CONFLICT(path, slug) DO UPDATE SET at_ms = excluded.at_ms`, path, slug, at.UnixMilli())
+			ON CONFLICT(path, slug) DO UPDATE SET at_ms = excluded.at_ms, failures = 0`, path, slug, at.UnixMilli())
 		return err
 	})
 	if err != nil {
@@ -182,7 +193,7 @@ func (s *Store) rearmAlarms() {
 	a.stop = s.clock.AfterFunc(d, func() { s.fireAlarms(ctx) })
 }
 
-// fireAlarms spends every due claim and runs the handler for each.
+// fireAlarms spends every due claim (moving it to its retry time) and runs the handler for each.
 func (s *Store) fireAlarms(ctx context.Context) {
 	a := &s.ev.alarms
 	a.mu.Lock()
@@ -219,8 +230,15 @@ func (s *Store) fireAlarms(ctx context.Context) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		_, err = tx.Exec(`DELETE FROM claims WHERE at_ms <= ?`, nowMs)
-		return err
+		for i := range due {
+			c := &due[i]
+			c.retryAt = nowMs + retryDelay(c.Failures).Milliseconds()
+			if _, err := tx.Exec(`UPDATE claims SET at_ms = ?, failures = ? WHERE path = ? AND slug = ?`,
+				c.retryAt, c.Failures+1, c.Path, c.Slug); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrStoreClosed) {
@@ -247,28 +265,32 @@ func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) 
 		}()
 		return handler(ctx, c)
 	}()
-	if err == nil || ctx.Err() != nil {
-		return
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("stream store: revive failed; retrying with backoff", "path", c.Path, "slug", c.Slug,
+				"failures", c.Failures+1, "retryAt", time.UnixMilli(c.retryAt), "err", err)
+		}
+		return // the retry row written when the claim was spent stands
 	}
-	delay := ReviveBackoffMax
-	if c.Failures < 30 {
-		delay = min(ReviveBackoffBase<<c.Failures, ReviveBackoffMax)
-	}
-	at := s.clock.Now().Add(delay)
-	s.log.Warn("stream store: revive failed; re-claimed with backoff", "path", c.Path, "slug", c.Slug,
-		"failures", c.Failures+1, "retryAt", at, "err", err)
-	werr := s.write(ctx, func(tx *Tx) error {
-		// An earlier claim the processor made meanwhile wins; the failure count carries over.
-		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms, failures) VALUES (?, ?, ?, ?)
-			ON CONFLICT(path, slug) DO UPDATE SET at_ms = MIN(at_ms, excluded.at_ms), failures = excluded.failures`,
-			c.Path, c.Slug, at.UnixMilli(), c.Failures+1)
+	werr := s.write(context.WithoutCancel(ctx), func(tx *Tx) error {
+		// Only the retry row this pass wrote; a claim the processor made meanwhile stands.
+		_, err := tx.Exec(`DELETE FROM claims WHERE path = ? AND slug = ? AND at_ms = ? AND failures = ?`,
+			c.Path, c.Slug, c.retryAt, c.Failures+1)
 		return err
 	})
 	if werr != nil {
-		if ctx.Err() == nil {
-			s.log.Error("stream store: re-claim after a failed revive", "path", c.Path, "slug", c.Slug, "err", werr)
+		if !errors.Is(werr, ErrStoreClosed) {
+			s.log.Error("stream store: settle a revived claim", "path", c.Path, "slug", c.Slug, "err", werr)
 		}
 		return
 	}
 	s.rearmAlarms()
+}
+
+// retryDelay is the backoff after failures failed revives: ReviveBackoffBase · 2^failures, capped.
+func retryDelay(failures int) time.Duration {
+	if failures >= 30 {
+		return ReviveBackoffMax
+	}
+	return min(ReviveBackoffBase<<failures, ReviveBackoffMax)
 }

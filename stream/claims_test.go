@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -46,10 +47,11 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	s, clk := setup(t)
 	ctx := context.Background()
 	calls := make(chan DueClaim, 10)
-	fail := true
+	var fail atomic.Bool
+	fail.Store(true)
 	if err := s.StartAlarms(func(ctx context.Context, c DueClaim) error {
 		calls <- c
-		if fail {
+		if fail.Load() {
 			return errors.New("revive failed")
 		}
 		return nil
@@ -71,7 +73,7 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	if c.Path != "/a" || c.Slug != "p" || c.Failures != 0 || !c.At.Equal(testT.Add(20*time.Second)) {
 		t.Fatalf("first revive: got %+v", c)
 	}
-	// Failed → re-claimed at now + 20 s with failures 1.
+	// Spent → moved to its retry time now + 20 s with failures 1; the revive failed, so it stands.
 	now := testT.Add(20 * time.Second)
 	clk.waitArmed(t, now.Add(20*time.Second))
 	clk.Advance(20 * time.Second)
@@ -80,7 +82,7 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	}
 	now = now.Add(20 * time.Second)
 	clk.waitArmed(t, now.Add(40*time.Second)) // 20 s · 2
-	fail = false
+	fail.Store(false)
 	clk.Advance(40 * time.Second)
 	if c := <-calls; c.Failures != 2 {
 		t.Fatalf("third revive: got %+v, want failures 2", c)

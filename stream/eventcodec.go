@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/foldstream/foldstream"
 )
@@ -55,6 +56,12 @@ func prepareInputs(inputs []foldstream.EventInput) ([]preparedInput, error) {
 	for i, in := range inputs {
 		if strings.TrimSpace(in.Type) == "" {
 			return nil, foldstream.EmptyTypeError()
+		}
+		if !utf8.ValidString(in.Type) || !utf8.ValidString(in.IdempotencyKey) {
+			// JSON would silently replace the invalid bytes, so the stored event would differ
+			// from its receipt and from the key a retry looks up.
+			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
+				"append: event %d has a type or idempotency key that is not valid UTF-8", i)
 		}
 		var err error
 		if in.Payload, err = compactOptional(in.Payload); err != nil {

@@ -25,9 +25,11 @@ const EventContentType = "application/json"
 
 // eventView is the store's in-memory state for the event view.
 type eventView struct {
-	// pathIDs maps a path to its stream id; writer-owned. An entry is trusted only while the writer
-	// still holds the stream's streamMem (a deleted stream's mem is forgotten).
-	pathIDs map[string]int64
+	// rows caches the stream rows of event appends by path; writer-owned. An entry is trusted only
+	// while the writer still holds the stream's streamMem (a deleted stream's mem is forgotten), and
+	// only for fields fixed at creation (id, path, content type, fork origin). Whether the stream is
+	// still open is re-checked by the durable append's own UPDATE of the durable mark.
+	rows map[string]*streamRow
 	// woken holds the streams that got their wake record in this incarnation; writer-owned.
 	woken map[int64]bool
 
@@ -38,15 +40,20 @@ type eventView struct {
 	subs    map[string][]*Subscription
 	closing bool // set under subsMu by closeEventView; no subscription starts after it
 
-	alarms alarmState
+	alarms  alarmState
+	waiters waiterSet
+
+	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
+	readBudget int
 }
 
 func newEventView() *eventView {
 	return &eventView{
-		pathIDs: make(map[string]int64),
-		woken:   make(map[int64]bool),
-		rings:   make(map[int64]*ephemeralRing),
-		subs:    make(map[string][]*Subscription),
+		readBudget: ReadBudgetBytes,
+		rows:       make(map[string]*streamRow),
+		woken:      make(map[int64]bool),
+		rings:      make(map[int64]*ephemeralRing),
+		subs:       make(map[string][]*Subscription),
 	}
 }
 
@@ -107,24 +114,21 @@ func appendEventsTx(tx *Tx, row *streamRow, inputs []foldstream.EventInput) ([]f
 	if err != nil {
 		return nil, err
 	}
-	tx.s.ev.pathIDs[row.Path] = row.ID
+	c := *row
+	tx.s.ev.rows[row.Path] = &c
 	return tx.s.appendToRow(tx, row, row.ID, row.Path, prepared)
 }
 
 // appendPrepared resolves path (creating the stream when needed) and appends.
 func (s *Store) appendPrepared(tx *Tx, path string, prepared []preparedInput) ([]foldstream.Event, error) {
-	allEphemeral := true
-	for _, p := range prepared {
-		if !p.in.Ephemeral {
-			allEphemeral = false
-			break
+	// A stream the writer already knows needs no lookup: an ephemeral-only batch then runs no SQL
+	// at all (S-09), and a durable one only its inserts and the update of the durable mark.
+	if row, ok := s.knownStream(tx, path); ok {
+		out, err := s.appendToRow(tx, row, row.ID, path, prepared)
+		if !errors.Is(err, errStaleRow) {
+			return out, err
 		}
-	}
-	if allEphemeral {
-		// S-09: an ephemeral-only batch on a stream the writer already knows runs no SQL.
-		if id, ok := s.knownStream(tx, path); ok {
-			return s.appendToRow(tx, nil, id, path, prepared)
-		}
+		delete(s.ev.rows, path) // closed or deleted meanwhile: load it afresh for the real answer
 	}
 	row, err := s.eventStreamRow(tx, path)
 	if err != nil {
@@ -133,21 +137,24 @@ func (s *Store) appendPrepared(tx *Tx, path string, prepared []preparedInput) ([
 	return s.appendToRow(tx, row, row.ID, path, prepared)
 }
 
-// knownStream returns the id of path when the writer holds its in-memory state.
-func (s *Store) knownStream(tx *Tx, path string) (int64, bool) {
-	id, ok := s.ev.pathIDs[path]
+// knownStream returns the cached row of path when the writer holds its in-memory state.
+func (s *Store) knownStream(tx *Tx, path string) (*streamRow, bool) {
+	row, ok := s.ev.rows[path]
 	if !ok {
-		return 0, false
+		return nil, false
 	}
-	if m, ok := tx.staged[id]; ok {
-		return id, m != nil
+	if m, ok := tx.staged[row.ID]; ok {
+		return row, m != nil
 	}
-	if m, ok := tx.g.staged[id]; ok {
-		return id, m != nil
+	if m, ok := tx.g.staged[row.ID]; ok {
+		return row, m != nil
 	}
-	_, ok = s.mem[id]
-	return id, ok
+	_, ok = s.mem[row.ID]
+	return row, ok
 }
+
+// errStaleRow: a cached stream row no longer accepts event appends (closed, deleted).
+var errStaleRow = errors.New("stream store: stale cached stream row")
 
 // eventStreamRow loads the stream at path for an event append, creating it when missing.
 func (s *Store) eventStreamRow(tx *Tx, path string) (*streamRow, error) {
@@ -173,7 +180,8 @@ func (s *Store) eventStreamRow(tx *Tx, path string) (*streamRow, error) {
 	if err := checkEventStream(row); err != nil {
 		return nil, err
 	}
-	s.ev.pathIDs[path] = row.ID
+	c := *row
+	s.ev.rows[path] = &c
 	return row, nil
 }
 
@@ -199,18 +207,10 @@ func isJSONContentType(ct string) bool {
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
-// appendToRow is the append pipeline of spec §13.2 steps 3–7. row is nil only for an
-// ephemeral-only batch on a stream the writer knows.
+// appendToRow is the append pipeline of spec §13.2 steps 3–7.
 func (s *Store) appendToRow(tx *Tx, row *streamRow, id int64, path string, prepared []preparedInput) ([]foldstream.Event, error) {
 	m, err := tx.Mem(id, func() (streamMem, error) {
-		r := row
-		if r == nil {
-			var err error
-			if r, err = loadStreamByID(tx, id); err != nil {
-				return streamMem{}, err
-			}
-		}
-		return streamMem{HighestAssigned: r.Tail, Tail: r.Tail}, nil
+		return streamMem{HighestAssigned: row.Tail, Tail: row.Tail}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -272,14 +272,18 @@ func (s *Store) appendToRow(tx *Tx, row *streamRow, id int64, path string, prepa
 		return results, nil // every event deduped: no commit, no fan-out (step 4)
 	}
 	if durables > 0 {
-		if row == nil {
-			return nil, errors.New("stream store: durable append without a stream row") // unreachable
+		// The durable mark moves in the same transaction as the rows. The update also proves the
+		// stream still takes appends (a cached row may be stale), so it runs first.
+		res, err := tx.Exec(`UPDATE streams SET tail = ?, last_access_ms = ? WHERE id = ? AND state = 0 AND closed = 0`,
+			through, tx.Now().UnixMilli(), id)
+		if err != nil {
+			return nil, fmt.Errorf("append to %s: %w", quotePath(path), err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return nil, errStaleRow
 		}
 		if err := insertEventRows(tx, id, after, tx.Now().UnixMilli(), prepared, results, bodies, fresh); err != nil {
 			return nil, err
-		}
-		if _, err := tx.Exec(`UPDATE streams SET tail = ?, last_access_ms = ? WHERE id = ?`, through, tx.Now().UnixMilli(), id); err != nil {
-			return nil, fmt.Errorf("append to %s: %w", quotePath(path), err)
 		}
 		m.Tail = through
 	}
@@ -298,6 +302,7 @@ func (s *Store) appendToRow(tx *Tx, row *streamRow, id int64, path string, prepa
 		if len(ephemerals) > 0 {
 			s.rememberEphemerals(id, ephemerals)
 		}
+		s.resolveWaiters(path, committed) // before fan-out (spec §13.2 step 7)
 		s.publish(path, committed, after, through)
 	})
 	return results, nil
@@ -426,7 +431,7 @@ func (s *Store) Read(ctx context.Context, path string, after int64, limit int, o
 			return err
 		}
 		streamID = row.ID
-		rows, cut, err := readEntries(q, row, after, limit, ReadBudgetBytes)
+		rows, cut, err := readEntries(q, row, after, limit, s.ev.readBudget)
 		if err != nil {
 			return err
 		}

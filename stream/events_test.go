@@ -115,7 +115,7 @@ func TestS05EphemeralRing(t *testing.T) {
 	for range 200 {
 		mustAppend(t, s, "/a", foldstream.EventInput{Type: "chunk", Payload: chunk, Ephemeral: true})
 	}
-	ring := s.ringSnapshot(s.ev.pathIDs["/a"])
+	ring := s.ringSnapshot(s.ev.rows["/a"].ID)
 	total := 0
 	for _, e := range ring {
 		total += eventBytes(e)
@@ -131,7 +131,7 @@ func TestS05EphemeralRing(t *testing.T) {
 	}
 	huge := foldstream.JSON(map[string]string{"s": strings.Repeat("y", 2<<20)})
 	mustAppend(t, s, "/a", foldstream.EventInput{Type: "huge", Payload: huge, Ephemeral: true})
-	ring = s.ringSnapshot(s.ev.pathIDs["/a"])
+	ring = s.ringSnapshot(s.ev.rows["/a"].ID)
 	if len(ring) != 1 || ring[0].Type != "huge" {
 		t.Fatalf("oversize ephemeral: got %d ring events, want it kept alone", len(ring))
 	}
@@ -316,9 +316,11 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 			t.Errorf("limit %d: got %d events scanned %d atHead %v, want %d", c.limit, len(p.Events), p.ScannedThroughOffset, p.AtHead, c.want)
 		}
 	}
-	// Byte budget: three 3 MiB events → a page of two, cut, not at head.
+	// Byte budget (lowered from 8 MiB to 8 KiB to keep the test fast): three 3 KiB events → a
+	// page of two, cut, not at head.
 	s2, _ := setup(t)
-	big := foldstream.JSON(map[string]string{"s": strings.Repeat("x", 3<<20)})
+	s2.ev.readBudget = 8 << 10
+	big := foldstream.JSON(map[string]string{"s": strings.Repeat("x", 3<<10)})
 	for range 3 {
 		mustAppend(t, s2, "/b", foldstream.EventInput{Type: "big", Payload: big})
 	}
@@ -475,15 +477,63 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if _, err := s.Append(context.Background(), "/closed", ev("x")); !errors.Is(err, foldstream.ErrClosed) {
 		t.Fatalf("closed stream: got %v, want CLOSED", err)
 	}
+	// A stream the writer has cached, closed afterwards by the protocol side, refuses too.
+	mustAppend(t, s, "/later", ev("x"))
+	if err := s.write(context.Background(), func(tx *Tx) error {
+		_, err := tx.Exec(`UPDATE streams SET closed = 1 WHERE path = '/later'`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(context.Background(), "/later", ev("y")); !errors.Is(err, foldstream.ErrClosed) {
+		t.Fatalf("cached stream closed later: got %v, want CLOSED", err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 1 {
+		t.Fatalf("rows: got %d, want 1", n)
+	}
 }
 
-// TestConcurrentAppendsAndReads: many appenders (single and grouped) and readers on a real file
-// never see SQLITE_BUSY, every append lands exactly once, and each stream's offsets are dense.
+// TestConcurrentAppendsAndReads: many appenders (single and grouped), readers and subscribers on a
+// real file never see SQLITE_BUSY, every append lands exactly once in offset order, and each
+// subscriber receives every consumed event over chained ranges.
 func TestConcurrentAppendsAndReads(t *testing.T) {
 	t.Parallel()
 	s, _ := setupFile(t)
 	ctx := context.Background()
-	const writers, perWriter = 16, 40
+	const writers, perWriter = 16, 20
+	// One subscriber per stream, checking that its ranges chain and its events stay in order.
+	type chain struct {
+		mu      sync.Mutex
+		through int64
+		events  int
+		err     error
+	}
+	chains := make([]*chain, 4)
+	subs := make([]*Subscription, 4)
+	for i := range chains {
+		c := &chain{through: -1}
+		chains[i] = c
+		sub, err := s.Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.through >= 0 && r.After != c.through && c.err == nil {
+				c.err = fmt.Errorf("range %v does not chain to %d", r, c.through)
+			}
+			for _, e := range evs {
+				if e.Offset <= r.After || e.Offset > r.Through {
+					c.err = fmt.Errorf("event %d outside %v", e.Offset, r)
+				}
+			}
+			c.through = r.Through
+			c.events += len(evs)
+			return nil
+		}, SubscribeOptions{Consumes: []string{"t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs[i] = sub
+		defer sub.Close()
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, writers*2)
 	for w := range writers {
@@ -540,14 +590,58 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 			}
 			after = p.ScannedThroughOffset
 		}
-		// 4 writers per stream × (40 keyed + 8 unkeyed) durables.
+		// 4 writers per stream × (20 keyed + 4 unkeyed) durables.
 		if want := 4 * (perWriter + perWriter/5); len(all) != want {
 			t.Fatalf("stream %d: got %d durables, want %d", i, len(all), want)
 		}
+		if err := subs[i].WaitDelivered(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c := chains[i]
+		c.mu.Lock()
+		if c.err != nil || c.events != len(all) {
+			t.Fatalf("stream %d subscriber: %v, %d events pushed, want %d", i, c.err, c.events, len(all))
+		}
+		c.mu.Unlock()
 		for j := 1; j < len(all); j++ {
 			if all[j].Offset <= all[j-1].Offset {
 				t.Fatalf("stream %d: offsets not increasing at %d", i, j)
 			}
 		}
+	}
+}
+
+// appendEventsTx gives the protocol side event semantics inside its own write: offsets continue the
+// stream's sequence, idempotency holds, and subscribers get the commit.
+func TestAppendEventsTxInsideAWrite(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	mustAppend(t, s, "/p", ev("first"))
+	var rec recorder
+	sub := subscribe(t, s, "/p", &rec, SubscribeOptions{})
+	var got []foldstream.Event
+	err := s.write(ctx, func(tx *Tx) error {
+		row, err := loadStreamByPath(tx, "/p")
+		if err != nil {
+			return err
+		}
+		got, err = appendEventsTx(tx, row, []foldstream.EventInput{{Type: "second", IdempotencyKey: "k"}, {Type: "second", IdempotencyKey: "k"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{2, 2}; !slices.Equal(offsets(got), want) {
+		t.Fatalf("offsets: got %v, want %v", offsets(got), want)
+	}
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.got(), []string{"(1,2][second@2]"}; !slices.Equal(got, want) {
+		t.Fatalf("pushes: got %v, want %v", got, want)
+	}
+	if next := mustAppend(t, s, "/p", ev("third")); next[0].Offset != 3 {
+		t.Fatalf("next offset: got %d, want 3", next[0].Offset)
 	}
 }

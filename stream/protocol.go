@@ -160,6 +160,8 @@ type protoState struct {
 	mu        sync.Mutex
 	access    map[int64]int64 // stream id -> last access (ms) seen in memory
 	persisted map[int64]int64 // stream id -> last access (ms) last queued for persistence
+
+	collectAfter int64 // CollectExpired resumes after this id; writer-owned
 }
 
 // accessPersistEvery bounds how stale streams.last_access_ms may be behind reads.
@@ -372,10 +374,17 @@ func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 		}
 	}
 	tx.ForgetMem(id)
-	// The event view's path cache is writer-owned; a stale entry would let a re-used id answer
-	// for this path.
-	delete(s.ev.pathIDs, path)
-	tx.AfterCommit(func() { s.forgetAccess(id) })
+	// SQLite may hand a deleted stream's id to the next stream created, so every cache keyed by
+	// the id (or naming it) forgets it: the event view's row cache (writer-owned), its
+	// incarnation wake marks and ephemeral ring, and the protocol view's access times.
+	delete(s.ev.rows, path)
+	tx.AfterCommit(func() {
+		delete(s.ev.woken, id) // AfterCommit runs on the writer goroutine, which owns woken
+		s.ev.ringMu.Lock()
+		delete(s.ev.rings, id)
+		s.ev.ringMu.Unlock()
+		s.forgetAccess(id)
+	})
 	return nil
 }
 
@@ -435,8 +444,12 @@ func (s *Store) CollectExpired(ctx context.Context) (int, error) {
 		deleted = 0
 		now := tx.Now()
 		ms := now.UnixMilli()
-		rows, err := tx.Query(`SELECT `+streamCols+` FROM streams WHERE state = 1 OR expires_at_ms <= ?
-			OR (ttl_seconds IS NOT NULL AND last_access_ms + ttl_seconds * 1000 <= ?) LIMIT ?`, ms, ms, collectBatch)
+		// Resume after the last id examined, so candidates that must stay (sources with live forks)
+		// never hide the ones behind them.
+		p := s.proto()
+		rows, err := tx.Query(`SELECT `+streamCols+` FROM streams WHERE id > ? AND (state = 1 OR expires_at_ms <= ?
+			OR (ttl_seconds IS NOT NULL AND last_access_ms + ttl_seconds * 1000 <= ?)) ORDER BY id LIMIT ?`,
+			p.collectAfter, ms, ms, collectBatch)
 		if err != nil {
 			return fmt.Errorf("collect expired streams: %w", err)
 		}
@@ -452,6 +465,11 @@ func (s *Store) CollectExpired(ctx context.Context) (int, error) {
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("collect expired streams: %w", err)
+		}
+		if len(cands) < collectBatch {
+			p.collectAfter = 0 // wrapped around: the next sweep starts over
+		} else {
+			p.collectAfter = cands[len(cands)-1].ID
 		}
 		for _, c := range cands {
 			r, err := loadStreamByID(tx, c.ID) // an earlier cascade may have taken it

@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream"
 )
 
 // protoClock is a settable clock for the protocol view's tests.
@@ -460,5 +463,110 @@ func TestJSONBatchLimits(t *testing.T) {
 	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
 	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != KindTooLarge {
 		t.Fatalf("over the cap: got %v, want too large", err)
+	}
+}
+
+// TestRecreatedPathStartsClean: a path deleted and created again (possibly under the same id)
+// shows none of the old stream's data, producer state or Stream-Seq, to both views.
+func TestRecreatedPathStartsClean(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/r", ContentType: ct, Body: []byte(`[1,2,3]`)})
+	mustAppendRecord(t, s, AppendRequest{Path: "/r", ContentType: ct, Body: []byte(`4`), StreamSeq: "5",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 3, Seq: 0}})
+	if err := s.DeleteStream(ctx, "/r"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/r", ContentType: ct})
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/r", ContentType: ct, Body: []byte(`"a"`), StreamSeq: "1",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}})
+	if res.Tail != 1 || res.Duplicate {
+		t.Fatalf("append to the new stream: got %+v, want a fresh append at 1", res)
+	}
+	if got := readAll(t, s, "/r"); got != `["a"]` {
+		t.Fatalf("protocol read: got %s, want [\"a\"]", got)
+	}
+	page, err := s.Read(ctx, "/r", 0, 100, ReadOptions{})
+	if err != nil || len(page.Events) != 1 || page.Events[0].Type != MessageType {
+		t.Fatalf("event read: got %+v, %v; want one message event", page.Events, err)
+	}
+}
+
+// TestForksInheritNoProducerOrStreamSeq: a fork starts without producer or Stream-Seq state, even
+// when it splits a producer's batch.
+func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: ct})
+	for seq := range int64(3) {
+		mustAppendRecord(t, s, AppendRequest{Path: "/src", ContentType: ct, Body: []byte(`[1,2]`), StreamSeq: fmt.Sprintf("%03d", seq),
+			Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: seq}})
+	}
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasForkOffset: true, ForkOffset: 2, ForkSubOffset: 1})
+	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 {
+		t.Fatalf("producer continuing on the fork: got %v, want a gap expecting seq 0", err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), StreamSeq: "000",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}})
+	if res.Tail != 4 {
+		t.Fatalf("fork tail: got %d, want 4 (1,2 inherited, 1 materialised, 9)", res.Tail)
+	}
+	if got := readAll(t, s, "/fork"); got != `[1,2,1,9]` {
+		t.Fatalf("fork read: got %s, want [1,2,1,9]", got)
+	}
+}
+
+// TestEventViewSeesProtocolChanges: the event view's cached rows never outlive a protocol close,
+// delete or re-creation of the path.
+func TestEventViewSeesProtocolChanges(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteStream(ctx, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/x", ContentType: "text/plain"})
+	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "b"}); err == nil {
+		t.Fatal("event append to a re-created text stream: got nil error")
+	}
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeClosed {
+		t.Fatalf("event append after a protocol close: got %v, want CLOSED", err)
+	}
+	// Events and HTTP messages share one offset sequence.
+	if _, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`{"type":"c"}`)})
+	if res.Tail != 3 {
+		t.Fatalf("tail after two events and one message: got %d, want 3", res.Tail)
+	}
+	evs, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "d"})
+	if err != nil || evs[0].Offset != 4 {
+		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
+	}
+	// An ephemeral takes offset 5 without persisting; the next HTTP message lands after it.
+	if evs, err = s.Append(ctx, "/z", foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
+		t.Fatalf("ephemeral: got %+v, %v; want offset 5", evs, err)
+	}
+	res = mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`[7,8]`)})
+	if res.Tail != 7 {
+		t.Fatalf("tail after the ephemeral and two messages: got %d, want 7", res.Tail)
+	}
+	r, err := s.ReadRecords(ctx, ReadRequest{Path: "/z", After: 4})
+	if err != nil || string(r.Body) != "[7,8]" || r.Next != 7 || !r.UpToDate {
+		t.Fatalf("read across the ephemeral's gap: got %s next %d upToDate %v, %v", r.Body, r.Next, r.UpToDate, err)
 	}
 }

@@ -104,25 +104,30 @@ const MaxMessagesPerRecord = 100000
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return nil, perr(KindBadRequest, "body is not valid JSON")
+	}
 	if !json.Valid(trimmed) {
 		return nil, perr(KindBadRequest, "body is not valid JSON")
 	}
-	var raws []json.RawMessage
+	var raws [][]byte
 	if trimmed[0] == '[' {
-		if err := json.Unmarshal(trimmed, &raws); err != nil {
-			return nil, perr(KindBadRequest, "body is not valid JSON")
+		raws = splitArray(trimmed)
+		if len(raws) == 0 && !allowEmpty {
+			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
 		if len(raws) > MaxMessagesPerRecord {
 			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
-		if len(raws) == 0 && !allowEmpty {
-			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
-		}
 	} else {
-		raws = []json.RawMessage{trimmed}
+		raws = [][]byte{trimmed}
 	}
 	out := make([][]byte, len(raws))
 	for i, r := range raws {
+		if bytes.IndexAny(r, " \t\r\n") < 0 {
+			out[i] = r // already compact (the common case for machine-written JSON)
+			continue
+		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, r); err != nil {
 			return nil, perr(KindBadRequest, "body is not valid JSON")
@@ -365,6 +370,58 @@ func splitRecord(q querier, src *streamRow, at, sub int64, isJSON bool) ([]entry
 	}
 	e := rows[0]
 	return []entry{{Offset: at + sub, RecordStart: at, CreatedMs: e.CreatedMs, Body: e.Body[:sub]}}, nil
+}
+
+// splitArray returns the elements of a valid JSON array (whitespace around them trimmed) in one
+// pass: it tracks nesting depth and strings, and cuts at the commas of depth one.
+func splitArray(arr []byte) [][]byte {
+	var out [][]byte
+	depth, start := 0, -1
+	inString, escaped := false, false
+	for i, c := range arr {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+			if depth == 1 && start < 0 {
+				start = i
+			}
+		case '[', '{':
+			depth++
+			if depth == 2 && start < 0 {
+				start = i
+			}
+		case ']', '}':
+			if depth == 1 { // the closing bracket of the array
+				if start >= 0 {
+					out = append(out, bytes.TrimSpace(arr[start:i]))
+				}
+				return out
+			}
+			depth--
+		case ',':
+			if depth == 1 {
+				out = append(out, bytes.TrimSpace(arr[start:i]))
+				start = -1
+			}
+		case ' ', '\t', '\r', '\n':
+		default:
+			if depth == 1 && start < 0 {
+				start = i
+			}
+		}
+	}
+	return out
 }
 
 // insertRecord stores one record (JSON messages, or a byte body) at the stream's tail and advances

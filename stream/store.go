@@ -88,6 +88,7 @@ type Store struct {
 
 	ev         *eventView   // the event view's in-memory state (events.go)
 	savepoints atomic.Int64 // savepoints opened by writes; lets tests prove a write ran no SQL
+	commits    atomic.Int64 // group commits; benchmarks report events per commit
 
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -51,9 +52,63 @@ type Tx struct {
 
 type group struct {
 	conn   *sql.Conn
+	stmts  *stmtCache
 	began  bool
 	staged map[int64]*streamMem
 	seq    int
+}
+
+// stmtCache keeps the writer connection's prepared statements: SQLite's parser is a large share of
+// a small write's cost, and the writer runs the same few statements over and over. Writer-owned.
+type stmtCache struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+const maxCachedStmts = 512
+
+func (c *stmtCache) exec(query string, args ...any) (sql.Result, error) {
+	if st := c.get(query); st != nil {
+		return st.ExecContext(context.Background(), args...)
+	}
+	return c.conn.ExecContext(context.Background(), query, args...)
+}
+
+func (c *stmtCache) query(query string, args ...any) (*sql.Rows, error) {
+	if st := c.get(query); st != nil {
+		return st.QueryContext(context.Background(), args...)
+	}
+	return c.conn.QueryContext(context.Background(), query, args...)
+}
+
+func (c *stmtCache) queryRow(query string, args ...any) *sql.Row {
+	if st := c.get(query); st != nil {
+		return st.QueryRowContext(context.Background(), args...)
+	}
+	return c.conn.QueryRowContext(context.Background(), query, args...)
+}
+
+// get returns the prepared statement for query, or nil when it cannot be cached (the cache is
+// full, or preparing failed: the caller then runs the query directly and sees the error).
+func (c *stmtCache) get(query string) *sql.Stmt {
+	if st, ok := c.stmts[query]; ok {
+		return st
+	}
+	if len(c.stmts) >= maxCachedStmts {
+		return nil
+	}
+	st, err := c.conn.PrepareContext(context.Background(), query)
+	if err != nil {
+		return nil
+	}
+	c.stmts[query] = st
+	return st
+}
+
+func (c *stmtCache) close() {
+	for _, st := range c.stmts {
+		st.Close()
+	}
 }
 
 // write queues fn on the writer and waits for its outcome. fn runs at most once; if ctx ends
@@ -89,9 +144,19 @@ func (s *Store) enqueue(ctx context.Context, r *writeReq) (err error) {
 func (s *Store) runWriter(conn *sql.Conn) {
 	defer s.writerWG.Done()
 	defer conn.Close()
+	stmts := &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}
+	defer stmts.close()
 	batch := make([]*writeReq, 0, s.opts.MaxGroup)
+	lastGroup := 0
 	for first := range s.writes {
 		batch = append(batch[:0], first)
+		// When the last group had company, callers it just answered are probably about to queue
+		// again: yield a few times before closing the group so they share its commit (one fsync)
+		// instead of each paying for a nearly empty one.
+		yields := 0
+		if lastGroup > 1 {
+			yields = 8
+		}
 	drain:
 		for len(batch) < s.opts.MaxGroup {
 			select {
@@ -101,16 +166,21 @@ func (s *Store) runWriter(conn *sql.Conn) {
 				}
 				batch = append(batch, r)
 			default:
-				break drain
+				if yields == 0 {
+					break drain
+				}
+				yields--
+				runtime.Gosched()
 			}
 		}
-		s.runGroup(conn, batch)
+		lastGroup = len(batch)
+		s.runGroup(conn, stmts, batch)
 	}
 }
 
-func (s *Store) runGroup(conn *sql.Conn, reqs []*writeReq) {
+func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 	ctx := context.Background()
-	g := &group{conn: conn, staged: make(map[int64]*streamMem)}
+	g := &group{conn: conn, stmts: stmts, staged: make(map[int64]*streamMem)}
 	results := make([]error, len(reqs))
 	hooks := make([][]func(), len(reqs))
 	touched := make(map[int64]bool)
@@ -127,16 +197,19 @@ func (s *Store) runGroup(conn *sql.Conn, reqs []*writeReq) {
 			continue
 		}
 		g.seq++
-		tx := &Tx{s: s, g: g, ctx: r.ctx, now: now, spName: fmt.Sprintf("w%d", g.seq),
+		// One savepoint name serves every function: each savepoint is released (after a rollback
+		// to it when the function failed) before the next function starts, and a constant name
+		// keeps the savepoint statements prepared.
+		tx := &Tx{s: s, g: g, ctx: r.ctx, now: now, spName: "w",
 			staged: make(map[int64]*streamMem), touched: make(map[int64]bool)}
 		err := tx.run(r.fn)
 		if tx.spSet {
 			if err != nil {
-				if _, rbErr := conn.ExecContext(ctx, "ROLLBACK TO "+tx.spName); rbErr != nil {
+				if _, rbErr := stmts.exec("ROLLBACK TO " + tx.spName); rbErr != nil {
 					broken = fmt.Errorf("stream store: roll back a refused write: %w", rbErr)
 				}
 			}
-			if _, relErr := conn.ExecContext(ctx, "RELEASE "+tx.spName); relErr != nil && broken == nil {
+			if _, relErr := stmts.exec("RELEASE " + tx.spName); relErr != nil && broken == nil {
 				broken = fmt.Errorf("stream store: release savepoint: %w", relErr)
 			}
 		}
@@ -157,8 +230,10 @@ func (s *Store) runGroup(conn *sql.Conn, reqs []*writeReq) {
 		var commitErr error
 		if broken != nil {
 			commitErr = broken
-		} else if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		} else if _, err := stmts.exec("COMMIT"); err != nil {
 			commitErr = fmt.Errorf("stream store: commit: %w", err)
+		} else {
+			s.commits.Add(1)
 		}
 		if commitErr != nil {
 			_, _ = conn.ExecContext(ctx, "ROLLBACK")
@@ -205,13 +280,13 @@ func (t *Tx) run(fn func(tx *Tx) error) (err error) {
 // begin makes sure the group's transaction and this function's savepoint exist.
 func (t *Tx) begin() error {
 	if !t.g.began {
-		if _, err := t.g.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		if _, err := t.g.stmts.exec("BEGIN IMMEDIATE"); err != nil {
 			return fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.began = true
 	}
 	if !t.spSet {
-		if _, err := t.g.conn.ExecContext(context.Background(), "SAVEPOINT "+t.spName); err != nil {
+		if _, err := t.g.stmts.exec("SAVEPOINT " + t.spName); err != nil {
 			return fmt.Errorf("stream store: savepoint: %w", err)
 		}
 		t.spSet = true
@@ -225,7 +300,7 @@ func (t *Tx) Exec(query string, args ...any) (sql.Result, error) {
 	if err := t.begin(); err != nil {
 		return nil, err
 	}
-	return t.g.conn.ExecContext(context.Background(), query, args...)
+	return t.g.stmts.exec(query, args...)
 }
 
 // Query runs a query inside the group transaction.
@@ -233,7 +308,7 @@ func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
 	if err := t.begin(); err != nil {
 		return nil, err
 	}
-	return t.g.conn.QueryContext(context.Background(), query, args...)
+	return t.g.stmts.query(query, args...)
 }
 
 // QueryRow runs a one-row query inside the group transaction. A failure to begin is reported by
@@ -243,7 +318,7 @@ func (t *Tx) QueryRow(query string, args ...any) *sql.Row {
 		// Route the error through a query that fails the same way on Scan.
 		return t.g.conn.QueryRowContext(canceledCtx, "SELECT 1")
 	}
-	return t.g.conn.QueryRowContext(context.Background(), query, args...)
+	return t.g.stmts.queryRow(query, args...)
 }
 
 var canceledCtx = func() context.Context {

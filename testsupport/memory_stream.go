@@ -3,6 +3,7 @@ package testsupport
 import (
 	"context"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -190,14 +191,10 @@ func (m *MemoryStream) Read(ctx context.Context, after int64, limit int) (foldst
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reads++
-	var page []foldstream.Event
-	for _, ev := range m.log {
-		if ev.Offset > after {
-			page = append(page, ev)
-			if len(page) == limit {
-				break
-			}
-		}
+	start := sort.Search(len(m.log), func(i int) bool { return m.log[i].Offset > after })
+	page := slices.Clone(m.log[start:min(len(m.log), start+limit)])
+	if len(page) == 0 {
+		page = nil
 	}
 	full := len(page) == limit
 	p := foldstream.ReadPage{Events: page}

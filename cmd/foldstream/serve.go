@@ -61,7 +61,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		st.Close()
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(h.Shutdown) // end long-polls and SSE connections promptly
 	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", *db, "long_poll_timeout", *longPoll)
 	fmt.Fprintf(stdout, "foldstream: serving http://%s%s\n", ln.Addr(), *prefix)
 
@@ -86,7 +87,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	<-collectDone
 	log.Info("shutting down")
-	// Long-polls and SSE connections end at their own timeouts; do not wait for them forever.
+	// Waiting reads end at once (Shutdown above); give the rest a few seconds.
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)
