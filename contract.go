@@ -97,7 +97,7 @@ func DefineEvent[P any](typ, description string, opts ...EventOption) EventDefin
 	for _, o := range opts {
 		o(&d)
 	}
-	r := &invopop.Reflector{ExpandedStruct: true, DoNotReference: true, AllowAdditionalProperties: true}
+	r := &invopop.Reflector{ExpandedStruct: true, AllowAdditionalProperties: true}
 	var zero P
 	sch := r.ReflectFromType(reflect.TypeOf(&zero).Elem())
 	src, err := json.Marshal(sch)

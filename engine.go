@@ -125,6 +125,7 @@ type Engine[S any] struct {
 	clock    Clock
 	rep      Reporter
 	consumes []string
+	emits    []string
 	live     *LiveState
 
 	pubMu            sync.Mutex
@@ -161,7 +162,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(),
+		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(),
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	if e.clock == nil {
@@ -507,7 +508,7 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		state, changed, payload = next, ch, typed
 	}
 	run := &eventRun{ctx: ctx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.c.Emits(), event: ev, background: e.runInBackground}
+		emits: e.emits, event: ev, background: e.runInBackground}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
 	if err := callGuarded(func() error { return e.p.ProcessEvent(args) }); err != nil {

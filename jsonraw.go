@@ -73,16 +73,25 @@ func valueEnd(b []byte, i int) (int, error) {
 	}
 }
 
+// stringEnd returns the index just past the string starting at b[i] == '"'. It jumps between
+// quotes with bytes.IndexByte and counts the backslashes before each to tell an escaped quote.
 func stringEnd(b []byte, i int) (int, error) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, nil
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return 0, errBadJSON
 		}
+		q := j + k
+		n := 0
+		for p := q - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1, nil
+		}
+		j = q + 1
 	}
-	return 0, errBadJSON
 }
 
 type rawMember struct {

@@ -182,8 +182,14 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 	n := 0
 	var once sync.Once
 	kill := func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL) }) }
-	timer := time.AfterFunc(time.Duration(2000+rng.IntN(500))*time.Millisecond, kill) // safety net
-	defer timer.Stop()
+	hang := time.AfterFunc(time.Minute, kill) // a child that never gets ready
+	defer hang.Stop()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
@@ -192,6 +198,8 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 			if killAfter == 0 {
 				kill()
 			}
+			// The kill comes after killAfter acks or at a random moment, whichever is first.
+			timer = time.AfterFunc(time.Duration(100+rng.IntN(1500))*time.Millisecond, kill)
 		case strings.HasPrefix(line, "ACK "):
 			f := strings.Fields(line)
 			for _, k := range f[2:] {

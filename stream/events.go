@@ -77,7 +77,8 @@ func (s *Store) closeEventView() {
 //     a key repeated inside the batch yields one row (spec §13.4);
 //   - an input's Offset is a precondition; a mismatch refuses the whole batch with
 //     [foldstream.CodeOffsetConflict] (spec §13.5);
-//   - ephemeral events take an offset but write nothing; an ephemeral-only batch runs no SQL;
+//   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
+//     writer already knows runs no SQL (so it is not re-checked against a protocol close);
 //   - a body over [MaxEventBytes] refuses the batch with [foldstream.CodeEventTooLarge].
 //
 // The batch commits atomically with whatever else the writer grouped with it; it returns after the
@@ -302,8 +303,7 @@ func (s *Store) appendToRow(tx *Tx, row *streamRow, id int64, path string, prepa
 		if len(ephemerals) > 0 {
 			s.rememberEphemerals(id, ephemerals)
 		}
-		s.resolveWaiters(path, committed) // before fan-out (spec §13.2 step 7)
-		s.publish(path, committed, after, through)
+		s.publish(path, committed, after, through) // waiters, then subscribers
 	})
 	return results, nil
 }

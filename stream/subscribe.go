@@ -114,9 +114,12 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 	return sub, nil
 }
 
-// publish hands a landed commit to every subscriber of path. It runs on the writer goroutine and
-// never blocks.
+// publish hands a landed commit's events over (after, through] to the stream's event waiters and
+// then to every subscriber of path (spec §13.2 step 7: waiters before fan-out). Every write path
+// that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
+// writer goroutine and never blocks.
 func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
+	s.resolveWaiters(path, events)
 	s.ev.subsMu.RLock()
 	subs := s.ev.subs[path]
 	s.ev.subsMu.RUnlock()
