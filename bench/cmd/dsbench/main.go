@@ -1,0 +1,206 @@
+// Command dsbench runs foldstream's Durable Streams server and the reference Node server side by
+// side on loopback, drives both with the same load, and prints a Markdown table of the medians
+// and the ratio foldstream/reference. bench/run.sh builds everything and runs it; see
+// docs/bench.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/foldstream/foldstream/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "dsbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		foldBin     = flag.String("foldstream", "", "built cmd/foldstream binary (empty: skip foldstream)")
+		foldArgs    = flag.String("foldstream-args", "", "extra arguments after `foldstream serve ...`, space-separated")
+		foldVersion = flag.String("foldstream-version", "", "what the foldstream binary was built from, for the report")
+		refDir      = flag.String("refserver", "bench/refserver", "directory holding start.mjs and node_modules (empty: skip the reference)")
+		node        = flag.String("node", "node", "node executable")
+		rounds      = flag.Int("rounds", 3, "measured rounds per scenario; figures are medians over rounds")
+		warmups     = flag.Int("warmup-rounds", 1, "unrecorded rounds per scenario before the measured ones")
+		only        = flag.String("only", "", "run only scenarios whose name contains this text")
+		quick       = flag.Bool("quick", false, "small sizes, for a smoke test")
+		out         = flag.String("out", "", "also write the Markdown report to this file")
+		workDir     = flag.String("workdir", "", "directory for the servers' data (default: a fresh temp dir, removed afterwards)")
+		lpTimeout   = flag.Duration("long-poll-timeout", 500*time.Millisecond, "both servers' long-poll timeout")
+		maxDuration = flag.Duration("max-duration", 15*time.Minute, "stop measuring after this long")
+		catchUp     = flag.Int("catchup-messages", 0, "messages in the catch-up stream (0: default)")
+	)
+	flag.Parse()
+
+	cfg := bench.DefaultConfig()
+	if *quick {
+		cfg.AppendTotal = 640
+		cfg.ProducerBatches = 10
+		cfg.CatchUpMessages = 10_000
+		cfg.SSEMessages = 50
+	}
+	if *catchUp > 0 {
+		cfg.CatchUpMessages = *catchUp
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, *maxDuration)
+	defer cancelTimeout()
+
+	dir := *workDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "dsbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+
+	var targets []*bench.Target
+	defer func() {
+		for _, t := range targets {
+			if err := t.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "dsbench:", err)
+			}
+		}
+	}()
+	if *foldBin != "" {
+		fdir := filepath.Join(dir, "foldstream")
+		if err := os.MkdirAll(fdir, 0o755); err != nil {
+			return err
+		}
+		t, err := bench.StartFoldstream(ctx, bench.FoldstreamConfig{
+			Bin: *foldBin, ExtraArgs: strings.Fields(*foldArgs), Dir: fdir, LongPollTimeout: *lpTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+		fmt.Fprintf(os.Stderr, "foldstream  pid %d at %s\n", t.Pid(), t.Base)
+	}
+	refVersion := "not run"
+	if *refDir != "" {
+		t, err := bench.StartReference(ctx, bench.ReferenceConfig{
+			Node: *node, Dir: *refDir, DataDir: filepath.Join(dir, "reference"), LongPollTimeout: *lpTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+		refVersion = referenceVersion(*refDir)
+		fmt.Fprintf(os.Stderr, "reference   pid %d at %s\n", t.Pid(), t.Base)
+	}
+	if len(targets) == 0 {
+		return fmt.Errorf("nothing to measure: give -foldstream and/or -refserver")
+	}
+
+	var scenarios []bench.Scenario
+	runID := "dsb" + strconv.FormatInt(time.Now().Unix(), 36)
+	for _, s := range bench.Scenarios(cfg, runID) {
+		if strings.Contains(s.Name, *only) {
+			scenarios = append(scenarios, s)
+		}
+	}
+
+	loadBefore := bench.MachineLoad()
+	warmUp(ctx, targets, runID)
+	started := time.Now()
+	results := bench.Run(ctx, targets, scenarios, *warmups, *rounds, os.Stderr)
+	fmt.Fprintf(os.Stderr, "measured in %.0fs\n", time.Since(started).Seconds())
+
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.Name
+	}
+	fv := *foldVersion
+	if *foldBin == "" {
+		fv = "not run"
+	} else if fv == "" {
+		fv = *foldBin
+	}
+	env := bench.Environment{
+		Date:       time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		CPUs:       runtime.NumCPU(),
+		GoVersion:  runtime.Version(),
+		Node:       nodeVersion(*node),
+		Reference:  refVersion,
+		Foldstream: fv,
+		Rounds:     *rounds,
+		Warmups:    *warmups,
+		Load:       fmt.Sprintf("%s before, %s after", loadBefore, bench.MachineLoad()),
+	}
+	var buf bytes.Buffer
+	if err := bench.WriteMarkdown(&buf, env, names, results); err != nil {
+		return err
+	}
+	os.Stdout.Write(buf.Bytes())
+	if *out != "" {
+		if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// warmUp sends each server a few hundred appends and a read before measuring, so that neither
+// pays for first-use costs (JIT compilation in node, page cache, connection setup) in round one.
+func warmUp(ctx context.Context, targets []*bench.Target, runID string) {
+	for _, t := range targets {
+		c := &bench.Client{Base: t.Base, HTTP: bench.NewHTTPClient()}
+		name := runID + "-warmup"
+		if err := c.Create(ctx, name); err != nil {
+			fmt.Fprintf(os.Stderr, "%s warm-up: %v\n", t.Name, err)
+			continue
+		}
+		for i := 0; i < 300; i++ {
+			if _, err := c.Append(ctx, name, bench.Message(int64(i), bench.MessageSizeDefault)); err != nil {
+				fmt.Fprintf(os.Stderr, "%s warm-up: %v\n", t.Name, err)
+				break
+			}
+		}
+		_, _ = c.CatchUp(ctx, name)
+		c.HTTP.CloseIdleConnections()
+	}
+}
+
+func nodeVersion(node string) string {
+	out, err := exec.Command(node, "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func referenceVersion(dir string) string {
+	f, err := os.Open(filepath.Join(dir, "node_modules", "@durable-streams", "server", "package.json"))
+	if err != nil {
+		return "@durable-streams/server (version unknown)"
+	}
+	defer f.Close()
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	b, _ := io.ReadAll(f)
+	_ = json.Unmarshal(b, &pkg)
+	return "@durable-streams/server " + pkg.Version + " (file-backed store)"
+}

@@ -1,0 +1,4 @@
+package bench
+
+// ParseStatCPU exposes parseStatCPU to the external tests.
+var ParseStatCPU = parseStatCPU

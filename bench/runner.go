@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"time"
+)
+
+// settle is the pause between two measurements, so that one server's background work (WAL
+// checkpoints, garbage collection) does not land in the next measurement.
+const settle = 300 * time.Millisecond
+
+// Result holds every sample of one scenario: Samples[target][round].
+type Result struct {
+	Scenario Scenario
+	Samples  map[string][]Sample
+	Errors   map[string][]string
+}
+
+// Run measures every scenario on every target for warmups+rounds rounds and keeps the last
+// rounds: the warm-up rounds pay for first use (new segment files and database pages, JIT
+// compilation in node) and are only printed. Round r runs the targets in the given order when r
+// is even and in reverse when r is odd, so neither server always goes first. Progress lines go to
+// progress. A failed measurement is recorded in Errors and the run goes on.
+func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, rounds int, progress io.Writer) []Result {
+	clients := make(map[string]*Client, len(targets))
+	for _, t := range targets {
+		clients[t.Name] = &Client{Base: t.Base, HTTP: NewHTTPClient()}
+	}
+	var results []Result
+	for _, sc := range scenarios {
+		res := Result{Scenario: sc, Samples: map[string][]Sample{}, Errors: map[string][]string{}}
+		skip := map[string]bool{}
+		if sc.Setup != nil {
+			for _, t := range targets {
+				start := time.Now()
+				if err := sc.Setup(ctx, clients[t.Name]); err != nil {
+					skip[t.Name] = true
+					res.Errors[t.Name] = append(res.Errors[t.Name], "setup: "+err.Error())
+					fmt.Fprintf(progress, "%-10s %s: setup failed: %v\n", t.Name, sc.Name, err)
+					continue
+				}
+				fmt.Fprintf(progress, "%-10s %s: setup %.1fs\n", t.Name, sc.Name, time.Since(start).Seconds())
+			}
+		}
+		for r := -warmups; r < rounds; r++ {
+			for i := range targets {
+				t := targets[i]
+				if (r+warmups)%2 == 1 {
+					t = targets[len(targets)-1-i]
+				}
+				if skip[t.Name] || ctx.Err() != nil {
+					continue
+				}
+				c := clients[t.Name]
+				c.HTTP.CloseIdleConnections()
+				runtime.GC()
+				time.Sleep(settle)
+				cpu0, cpuErr := t.CPUTime()
+				start := time.Now()
+				s, err := sc.Run(ctx, c, r+warmups)
+				wall := time.Since(start)
+				cpu1, cpuErr1 := t.CPUTime()
+				if err == nil && cpuErr == nil && cpuErr1 == nil && s[MessagesKey] > 0 {
+					used := cpu1 - cpu0
+					s[CPUMetric.Name] = float64(used.Microseconds()) / s[MessagesKey]
+					s[coresKey] = used.Seconds() / wall.Seconds()
+				}
+				label := fmt.Sprintf("round %d", r+1)
+				if r < 0 {
+					label = "warm-up"
+				}
+				if err != nil && r < 0 {
+					fmt.Fprintf(progress, "%-10s %s %s: error: %v\n", t.Name, sc.Name, label, err)
+					continue
+				}
+				if r < 0 {
+					fmt.Fprintf(progress, "%-10s %s %s: %s\n", t.Name, sc.Name, label, formatSample(sc.Metrics, s))
+					continue
+				}
+				if err != nil {
+					res.Errors[t.Name] = append(res.Errors[t.Name], fmt.Sprintf("round %d: %v", r+1, err))
+					fmt.Fprintf(progress, "%-10s %s round %d: error: %v\n", t.Name, sc.Name, r+1, err)
+					continue
+				}
+				res.Samples[t.Name] = append(res.Samples[t.Name], s)
+				fmt.Fprintf(progress, "%-10s %s round %d: %s\n", t.Name, sc.Name, r+1, formatSample(sc.Metrics, s))
+			}
+		}
+		results = append(results, res)
+	}
+	return results
+}
+
+// Median is the median over the rounds of one metric on one target, NaN without samples.
+func (r Result) Median(target, metric string) float64 {
+	var xs []float64
+	for _, s := range r.Samples[target] {
+		if v, ok := s[metric]; ok {
+			xs = append(xs, v)
+		}
+	}
+	return Median(xs)
+}
+
+// coresKey is the Sample entry holding the server's CPU time over the measurement's wall time
+// (1.0 = one core busy throughout); printed in progress lines only.
+const coresKey = "server cores"
+
+func formatSample(ms []Metric, s Sample) string {
+	out := ""
+	for i, m := range append(ms, CPUMetric) {
+		if i > 0 {
+			out += ", "
+		}
+		v, ok := s[m.Name]
+		if !ok {
+			v = math.NaN()
+		}
+		out += formatValue(v) + " " + m.Name
+	}
+	if v, ok := s[coresKey]; ok {
+		out += fmt.Sprintf(" (server busy %.2f cores)", v)
+	}
+	return out
+}
+
+// Metrics is the scenario's metrics followed by CPUMetric.
+func (r Result) Metrics() []Metric {
+	return append(append([]Metric(nil), r.Scenario.Metrics...), CPUMetric)
+}
