@@ -226,7 +226,9 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 		if forkOffset < 0 || forkOffset > src.Tail {
 			return CreateResult{}, perr(KindBadRequest, "fork offset is past the source's tail")
 		}
-		if forkOffset > 0 {
+		// The tail is always a boundary, even with no entry ending there: an event batch ending
+		// with an ephemeral moves the durable mark to the ephemeral's offset, which has no row.
+		if forkOffset > 0 && forkOffset < src.Tail {
 			at, _, err := readEntries(tx, src, forkOffset-1, 1, 1)
 			if err != nil {
 				return CreateResult{}, err
