@@ -643,6 +643,9 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		m.Tail, now.UnixMilli(), streamSeq, req.Close, by, epoch, seq, r.ID); err != nil {
 		return AppendResult{}, fmt.Errorf("append: %w", err)
 	}
+	if req.Close {
+		s.forgetCachedRow(tx, r.Path)
+	}
 	tx.Touch(r.ID)
 	return res, nil
 }
