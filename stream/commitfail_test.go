@@ -85,3 +85,77 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 		}
 	}
 }
+
+// Appends whose group failed to commit leave nothing behind: no offsets taken, nothing in the
+// ephemeral ring, nothing pushed, no cached row (checked, found correct; kept as a regression test).
+func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
+	t.Parallel()
+	s, err := Open(":memory:", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	pushed := make(chan foldstream.ScannedRange, 16)
+	sub, err := s.Subscribe("/known", func(_ context.Context, _ []foldstream.Event, r foldstream.ScannedRange) error {
+		pushed <- r
+		return nil
+	}, SubscribeOptions{Consumes: []string{"*", "e"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	errs := groupWithFailingCommit(t, s,
+		func() error {
+			_, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
+			return err
+		},
+		func() error {
+			_, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "e", Ephemeral: true})
+			return err
+		},
+		func() error { _, err := s.Append(ctx, "/new", foldstream.EventInput{Type: "d"}); return err })
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("append %d in a failed group: got nil error", i)
+		}
+	}
+	got, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Offset != 2 {
+		t.Errorf("next offset: got %d, want 2", got[0].Offset)
+	}
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-pushed; r.After != 1 || r.Through != 2 {
+		t.Errorf("first push: got %+v, want (1, 2]", r)
+	}
+	page, err := s.Read(ctx, "/known", 0, 10, ReadOptions{IncludeEphemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 2 {
+		t.Errorf("read: got %d events, want 2", len(page.Events))
+	}
+	if _, err := s.Append(ctx, "/other", foldstream.EventInput{Type: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Append(ctx, "/new", foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
+		t.Fatalf("/new after the failed group: got %v, %v; want offset 1", got, err)
+	}
+	for _, p := range []string{"/new", "/other"} {
+		page, err := s.Read(ctx, p, 0, 10, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) != 1 {
+			t.Errorf("%s: got %d events, want 1", p, len(page.Events))
+		}
+	}
+}
