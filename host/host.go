@@ -159,8 +159,11 @@ func (h *Host) Add(ctx context.Context, path string, r foldstream.Runner) error 
 		h.mu.Lock()
 		delete(h.procs, key)
 		h.mu.Unlock()
-		if hp.sub != nil {
-			hp.sub.Close()
+		h.mu.Lock()
+		sub := hp.sub
+		h.mu.Unlock()
+		if sub != nil {
+			sub.Close()
 		}
 		return fmt.Errorf("host: register %q on %q: %w", key.slug, path, err)
 	}
@@ -180,7 +183,17 @@ func (h *Host) start(ctx context.Context, hp *hosted) error {
 	if err != nil {
 		return err
 	}
+	// Published under the lock, and only while the host runs: Shutdown drains exactly the
+	// subscriptions it finds set, so one set after it would stay live (pushing to a runner the
+	// host no longer owns) until the store closes.
+	h.mu.Lock()
+	if h.shutdown {
+		h.mu.Unlock()
+		sub.Close()
+		return ErrShutdown
+	}
 	hp.sub = sub
+	h.mu.Unlock()
 	if err := r.CatchUpFromLog(ctx); err != nil {
 		return err
 	}
@@ -204,12 +217,15 @@ func (h *Host) start(ctx context.Context, hp *hosted) error {
 func (h *Host) Remove(ctx context.Context, path, slug string) error {
 	h.mu.Lock()
 	hp, ok := h.procs[procKey{path, slug}]
-	delete(h.procs, procKey{path, slug})
-	h.mu.Unlock()
-	if !ok {
+	if !ok || hp.sub == nil {
+		// Absent, or its Add is still starting (the key is only reserved): nothing to remove yet.
+		h.mu.Unlock()
 		return ErrNotRegistered
 	}
-	return hp.sub.Drain(ctx)
+	delete(h.procs, procKey{path, slug})
+	sub := hp.sub
+	h.mu.Unlock()
+	return sub.Drain(ctx)
 }
 
 // Runner returns the hosted runner of processor slug on the stream at path.

@@ -289,8 +289,11 @@ func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) 
 
 // retryDelay is the backoff after failures failed revives: ReviveBackoffBase · 2^failures, capped.
 func retryDelay(failures int) time.Duration {
-	if failures >= 30 {
-		return ReviveBackoffMax
+	// Double until the cap: shifting the base by the failure count overflows int64 well before a
+	// shift count a plain bound would catch (20 s << 29 already does).
+	d := ReviveBackoffBase
+	for i := 0; i < failures && d < ReviveBackoffMax; i++ {
+		d *= 2
 	}
-	return min(ReviveBackoffBase<<failures, ReviveBackoffMax)
+	return min(d, ReviveBackoffMax)
 }

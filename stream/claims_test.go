@@ -144,3 +144,19 @@ func TestAlarmsFireOverdueClaimsOnStart(t *testing.T) {
 		t.Fatalf("later: got %+v", c)
 	}
 }
+
+// The backoff never goes below the base nor above the cap, whatever the failure count. The bug:
+// ReviveBackoffBase<<29 overflowed int64, so the 30th failed revive of a claim (after about 11
+// hours of failures) was retried at once instead of 30 minutes later.
+func TestRetryDelayNeverOverflows(t *testing.T) {
+	t.Parallel()
+	prev := time.Duration(0)
+	for f := 0; f <= 100; f++ {
+		d := retryDelay(f)
+		if d < ReviveBackoffBase || d > ReviveBackoffMax || d < prev {
+			t.Fatalf("retryDelay(%d) = %v (previous %v): want a non-decreasing delay in [%v, %v]",
+				f, d, prev, ReviveBackoffBase, ReviveBackoffMax)
+		}
+		prev = d
+	}
+}

@@ -78,7 +78,8 @@ func (s *Store) closeEventView() {
 //   - an input's Offset is a precondition; a mismatch refuses the whole batch with
 //     [foldstream.CodeOffsetConflict] (spec §13.5);
 //   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
-//     writer already knows runs no SQL (so it is not re-checked against a protocol close);
+//     writer already knows runs no SQL (a protocol close or delete makes the writer forget the
+//     stream, so such a batch is still refused);
 //   - a body over [MaxEventBytes] refuses the batch with [foldstream.CodeEventTooLarge].
 //
 // The batch commits atomically with whatever else the writer grouped with it; it returns after the
@@ -191,6 +192,15 @@ func (s *Store) eventStreamRow(tx *Tx, path string) (*streamRow, error) {
 func (s *Store) cacheRowAfterCommit(tx *Tx, row *streamRow) {
 	c := *row
 	tx.AfterCommit(func() { s.ev.rows[c.Path] = &c })
+}
+
+// forgetCachedRow drops path from the writer's row cache, at once and again after the commit (an
+// earlier write of the group may re-cache it in its own AfterCommit hook). Every write that makes a
+// stream refuse event appends (close, soft delete) calls it: an ephemeral-only batch on a cached
+// stream runs no SQL, so the cache is the only place it could learn of the change.
+func (s *Store) forgetCachedRow(tx *Tx, path string) {
+	delete(s.ev.rows, path)
+	tx.AfterCommit(func() { delete(s.ev.rows, path) })
 }
 
 // checkEventStream refuses event appends to streams that cannot hold them.

@@ -424,8 +424,11 @@ func (s *Store) DeleteStream(ctx context.Context, path string) error {
 			return err
 		}
 		if ref {
-			_, err := tx.Exec(`UPDATE streams SET state = 1 WHERE id = ?`, r.ID)
-			return err
+			if _, err := tx.Exec(`UPDATE streams SET state = 1 WHERE id = ?`, r.ID); err != nil {
+				return err
+			}
+			s.forgetCachedRow(tx, r.Path)
+			return nil
 		}
 		return s.hardDelete(tx, r)
 	})

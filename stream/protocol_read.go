@@ -93,7 +93,7 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 }
 
 func readJSON(q querier, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
-	rows, _, err := readEntries(q, r, after, maxReadMessages, maxBytes)
+	rows, cut, err := readEntries(q, r, after, maxReadMessages, maxBytes)
 	if err != nil {
 		return err
 	}
@@ -115,8 +115,10 @@ func readJSON(q querier, r *streamRow, after int64, maxBytes int, res *ReadResul
 	if res.Next < after {
 		res.Next = after
 	}
-	// Entries past the tail cannot exist; reaching the last one means reaching the tail.
-	res.UpToDate = res.Next >= r.Tail
+	// Entries past the tail cannot exist; reaching the last one means reaching the tail. So does
+	// a page that ran out of entries: the tail may sit above the last entry (an event batch ending
+	// with an ephemeral moves the durable mark to the ephemeral's offset, which has no row).
+	res.UpToDate = res.Next >= r.Tail || (!cut && len(rows) < maxReadMessages)
 	if res.UpToDate {
 		res.Next = r.Tail
 	}

@@ -226,7 +226,9 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 		if forkOffset < 0 || forkOffset > src.Tail {
 			return CreateResult{}, perr(KindBadRequest, "fork offset is past the source's tail")
 		}
-		if forkOffset > 0 {
+		// The tail is always a boundary, even with no entry ending there: an event batch ending
+		// with an ephemeral moves the durable mark to the ephemeral's offset, which has no row.
+		if forkOffset > 0 && forkOffset < src.Tail {
 			at, _, err := readEntries(tx, src, forkOffset-1, 1, 1)
 			if err != nil {
 				return CreateResult{}, err
@@ -640,6 +642,9 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		closed = ?, closed_by_producer = ?, closed_by_epoch = ?, closed_by_seq = ? WHERE id = ?`,
 		m.Tail, now.UnixMilli(), streamSeq, req.Close, by, epoch, seq, r.ID); err != nil {
 		return AppendResult{}, fmt.Errorf("append: %w", err)
+	}
+	if req.Close {
+		s.forgetCachedRow(tx, r.Path)
 	}
 	tx.Touch(r.ID)
 	return res, nil

@@ -44,17 +44,12 @@ func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Eve
 		if err != nil {
 			return err
 		}
-		if s.ev.woken[row.ID] {
+		if tx.isWoken(row.ID) {
 			out = nil
 			return nil
 		}
-		// Writer-owned; marked now so a second wake in the same group sees it, unmarked on failure.
-		s.ev.woken[row.ID] = true
-		defer func() {
-			if err != nil {
-				delete(s.ev.woken, row.ID)
-			}
-		}()
+		// Staged: a second wake later in the group sees it, and it holds only once committed.
+		tx.markWoken(row.ID)
 		incarnation := row.Incarnation + 1
 		platform := &foldstream.Source{Platform: true}
 		var inputs []foldstream.EventInput

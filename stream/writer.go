@@ -47,6 +47,7 @@ type Tx struct {
 	spSet   bool
 	staged  map[int64]*streamMem
 	touched map[int64]bool
+	woken   map[int64]bool // wake marks staged by this function (see markWoken)
 	hooks   []func()
 }
 
@@ -55,6 +56,7 @@ type group struct {
 	stmts  *stmtCache
 	began  bool
 	staged map[int64]*streamMem
+	woken  map[int64]bool // wake marks of the group's successful functions, applied after COMMIT
 	seq    int
 }
 
@@ -223,6 +225,12 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 		for id := range tx.touched {
 			touched[id] = true
 		}
+		for id := range tx.woken {
+			if g.woken == nil {
+				g.woken = make(map[int64]bool)
+			}
+			g.woken[id] = true
+		}
 		hooks[i] = tx.hooks
 	}
 
@@ -244,6 +252,7 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 				hooks[i] = nil
 			}
 			g.staged = nil
+			g.woken = nil
 			touched = nil
 		}
 	}
@@ -254,6 +263,10 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 			continue
 		}
 		s.mem[id] = m
+	}
+	// Before the hooks: a delete later in the group forgets the mark in its own hook.
+	for id := range g.woken {
+		s.ev.woken[id] = true
 	}
 	for i := range reqs {
 		for _, h := range hooks[i] {
@@ -368,6 +381,22 @@ func (t *Tx) Mem(streamID int64, load func() (streamMem, error)) (*streamMem, er
 	}
 	t.staged[streamID] = &loaded
 	return &loaded, nil
+}
+
+// isWoken reports whether the stream got its wake record in this incarnation: committed, or
+// staged earlier in this function or by a successful function earlier in the group.
+func (t *Tx) isWoken(streamID int64) bool {
+	return t.woken[streamID] || t.g.woken[streamID] || t.s.ev.woken[streamID]
+}
+
+// markWoken stages the stream's wake mark. Like Mem, it takes effect only if this function and
+// the group commit: a mark that outlived a rolled-back wake record would suppress the record for
+// the rest of the incarnation (and alias the next stream handed the rolled-back id).
+func (t *Tx) markWoken(streamID int64) {
+	if t.woken == nil {
+		t.woken = make(map[int64]bool)
+	}
+	t.woken[streamID] = true
 }
 
 // ForgetMem drops the stream's in-memory state after the commit (the stream was deleted).

@@ -1,0 +1,117 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// gateRunner is a minimal Runner whose Consumes blocks until released, so a test can hold Add
+// between its wake and its subscription. It counts the pushes it receives.
+type gateRunner struct {
+	entered chan struct{}
+	release chan struct{}
+	pushes  atomic.Int64
+}
+
+func (r *gateRunner) Slug() string { return "gate" }
+func (r *gateRunner) Consumes() []string {
+	close(r.entered)
+	<-r.release
+	return nil
+}
+func (r *gateRunner) ProcessEventBatch(context.Context, []foldstream.Event, foldstream.ScannedRange) error {
+	r.pushes.Add(1)
+	return nil
+}
+func (r *gateRunner) CatchUpFromLog(context.Context) error { return nil }
+func (r *gateRunner) Revive(context.Context) error         { return nil }
+func (r *gateRunner) WaitUntilProcessed(context.Context, int64, time.Duration) error {
+	return nil
+}
+func (r *gateRunner) SnapshotJSON(context.Context) (int64, json.RawMessage, error) {
+	return 0, nil, nil
+}
+func (r *gateRunner) LiveSnapshot(context.Context) (foldstream.LiveSnapshot, error) {
+	return foldstream.LiveSnapshot{}, nil
+}
+func (r *gateRunner) PublishLiveState()           {}
+func (r *gateRunner) ReducedThroughOffset() int64 { return 0 }
+func (r *gateRunner) Drain(context.Context) error { return nil }
+
+// An Add that was still starting when Shutdown ran must not leave a live subscription behind.
+// The bug: Shutdown only drained processors whose subscription was already set, and Add set it
+// afterwards without checking for shutdown (and without the host's lock, a data race with
+// lookup/Shutdown), so the processor kept receiving pushes after Shutdown returned, and its
+// subscription goroutine ran until the store closed.
+func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
+	t.Parallel()
+	s, err := stream.Open(":memory:", stream.Options{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := &gateRunner{entered: make(chan struct{}), release: make(chan struct{})}
+	added := make(chan error, 1)
+	go func() { added <- h.Add(ctx, "/s", r) }()
+	<-r.entered
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(r.release)
+	if err := <-added; !errors.Is(err, host.ErrShutdown) {
+		t.Errorf("Add racing Shutdown: got %v, want ErrShutdown", err)
+	}
+	if _, err := s.Append(ctx, "/s", foldstream.EventInput{Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := r.pushes.Load(); n != 0 {
+		t.Errorf("got %d pushes after Shutdown, want 0", n)
+	}
+}
+
+// Remove of a processor whose Add is still starting must not panic. The bug: Add reserves the key
+// before it subscribes, and Remove called Drain on the reservation's nil subscription.
+func TestRemoveDuringAddDoesNotPanic(t *testing.T) {
+	t.Parallel()
+	s, err := stream.Open(":memory:", stream.Options{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := &gateRunner{entered: make(chan struct{}), release: make(chan struct{})}
+	added := make(chan error, 1)
+	go func() { added <- h.Add(ctx, "/s", r) }()
+	<-r.entered
+	if err := h.Remove(ctx, "/s", "gate"); !errors.Is(err, host.ErrNotRegistered) {
+		t.Errorf("Remove while starting: got %v, want ErrNotRegistered", err)
+	}
+	close(r.release)
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Remove(ctx, "/s", "gate"); err != nil {
+		t.Fatalf("Remove after Add: %v", err)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
