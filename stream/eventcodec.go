@@ -118,7 +118,6 @@ type eventBody struct {
 	Metadata       json.RawMessage `json:"metadata"`
 	Source         json.RawMessage `json:"source"`
 	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
-	Ephemeral      json.RawMessage `json:"ephemeral"`
 	CreatedAt      json.RawMessage `json:"createdAt"`
 }
 
@@ -149,7 +148,8 @@ func decodeEvent(path string, e entry) (foldstream.Event, error) {
 			}
 		}
 		_ = json.Unmarshal(b.IdempotencyKey, &ev.IdempotencyKey)
-		_ = json.Unmarshal(b.Ephemeral, &ev.Ephemeral)
+		// A stored entry is durable whatever its body says: an HTTP writer's message carrying
+		// "ephemeral": true was stored, so processors must see (and re-reduce) it as durable.
 		_ = json.Unmarshal(b.CreatedAt, &ev.CreatedAt)
 	} else {
 		ev.Type = MessageType

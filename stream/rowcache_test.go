@@ -102,3 +102,29 @@ func waitQueued(t *testing.T, s *Store, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A JSON message posted over the protocol with "ephemeral": true is stored, so the event view
+// must read it back as a durable event.
+func TestStoredMessageClaimingEphemeralReadsDurable(t *testing.T) {
+	t.Parallel()
+	s, err := Open(":memory:", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/j", ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/j", ContentType: "application/json",
+		Body: []byte(`{"type":"t","ephemeral":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.Read(ctx, "/j", 0, 10, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 1 || page.Events[0].Ephemeral {
+		t.Fatalf("got %+v, want one durable event", page.Events)
+	}
+}
