@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 )
 
 // ReadRequest asks for the records of a stream after a position (spec §10–§12).
@@ -50,17 +51,45 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = DefaultReadMaxBytes
 	}
-	var res ReadResult
-	if req.Watch {
-		var id int64
-		err := s.rdb.QueryRowContext(ctx, `SELECT id FROM streams WHERE path = ?`, req.Path).Scan(&id)
-		if err == nil {
-			res.Changed = s.changed(id)
-		} else if !errors.Is(err, sql.ErrNoRows) {
+	now := s.clock.Now()
+	// With Watch, the change channel must be taken before the read, or a commit landing between
+	// the read and taking the channel would go unnoticed until the next one. The channel is keyed
+	// by stream id, which only the read itself proves: when the stream appeared (or was replaced)
+	// between the id lookup and the read, take the right channel and read once more.
+	watchID := int64(-1)
+	var changed <-chan struct{}
+	for attempt := 0; ; attempt++ {
+		if req.Watch {
+			var id int64
+			err := s.rdb.QueryRowContext(ctx, `SELECT id FROM streams WHERE path = ?`, req.Path).Scan(&id)
+			if err == nil {
+				watchID, changed = id, s.changed(id)
+			} else if !errors.Is(err, sql.ErrNoRows) {
+				return ReadResult{}, err
+			}
+		}
+		res, row, err := s.readRecordsOnce(ctx, req, now)
+		if err != nil {
 			return ReadResult{}, err
 		}
+		if req.Watch {
+			if row.ID != watchID {
+				if attempt == 0 {
+					continue
+				}
+				// Replaced twice in a row: hand out the current stream's channel; at worst the
+				// reader waits for its next commit or the poll timeout.
+				changed = s.changed(row.ID)
+			}
+			res.Changed = changed
+		}
+		s.noteAccess(row, now)
+		return res, nil
 	}
-	now := s.clock.Now()
+}
+
+func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *streamRow, error) {
+	var res ReadResult
 	var row *streamRow
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.loadLive(tx, req.Path, now)
@@ -83,13 +112,9 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 		return readBytes(tx, r, after, req.MaxBytes, &res)
 	})
 	if err != nil {
-		return ReadResult{}, err
+		return ReadResult{}, nil, err
 	}
-	if req.Watch && res.Changed == nil {
-		res.Changed = s.changed(row.ID)
-	}
-	s.noteAccess(row, now)
-	return res, nil
+	return res, row, nil
 }
 
 func readJSON(q querier, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
