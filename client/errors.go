@@ -60,6 +60,9 @@ func (e *Error) Error() string {
 	if e.Status != 0 {
 		s += " (" + strconv.Itoa(e.Status) + ")"
 	}
+	if e.URL != "" {
+		s += " " + e.URL
+	}
 	if e.Message != "" {
 		s += ": " + e.Message
 	}

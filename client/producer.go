@@ -111,8 +111,14 @@ func NewIdempotentProducer(s *Stream, producerID string, o ProducerOptions) (*Id
 		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "producer id must not be empty"}
 	case o.Epoch < 0:
 		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "epoch must be >= 0"}
-	case o.MaxBatchBytes < 0, o.MaxInFlight < 0, o.MaxBufferedBytes < 0, o.RequestTimeout < 0:
-		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "sizes, counts and timeouts must be >= 0"}
+	case o.MaxBatchBytes < 0:
+		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "maxBatchBytes must be > 0 (0 selects the default)"}
+	case o.MaxInFlight < 0:
+		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "maxInFlight must be > 0 (0 selects the default)"}
+	case o.MaxBufferedBytes < 0:
+		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "maxBufferedBytes must be > 0 (0 selects the default)"}
+	case o.RequestTimeout < 0:
+		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "requestTimeout must be > 0 (0 selects the default)"}
 	}
 	if o.MaxBatchBytes == 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes

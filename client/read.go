@@ -60,6 +60,9 @@ type Chunk struct {
 	Closed bool
 	// ContentType is the stream's content type.
 	ContentType string
+	// Status is the HTTP status of the response behind the chunk: 200 for data, 204 for a
+	// long-poll that timed out or found the stream closed; 200 for SSE.
+	Status int
 }
 
 // Empty reports whether the chunk holds no data (no bytes, or an empty JSON array).
@@ -155,6 +158,12 @@ func (r *reader) run(ctx context.Context, live LiveMode, yield func(Chunk, error
 		r.sse(ctx, yield)
 		return
 	}
+	// A long-poll from "now" starts waiting at once: catching up at the tail would only return an
+	// empty response.
+	if live == LiveLongPoll && r.offset == OffsetNow {
+		r.poll(ctx, LiveLongPoll, yield)
+		return
+	}
 	// Catch up first (every mode but SSE), then continue in the live mode.
 	ok := r.poll(ctx, LiveNone, yield)
 	if !ok || r.closed || live == LiveNone {
@@ -237,6 +246,9 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 			}
 			failures = 0
 			c := r.chunkFrom(resp, body)
+			if IsJSON(c.ContentType) && !validJSONArray(body) {
+				return r.fail(ctx, &Error{Code: CodeParse, Op: "read", URL: u, Status: resp.StatusCode, Message: "a JSON stream's response is not a JSON array"}, yield)
+			}
 			if !r.emit(c, yield) {
 				return false
 			}
@@ -285,6 +297,7 @@ func (r *reader) chunkFrom(resp *http.Response, body []byte) Chunk {
 		Cursor:      resp.Header.Get(HeaderStreamCursor),
 		Closed:      isTrue(resp.Header.Get(HeaderStreamClosed)),
 		ContentType: r.s.ContentType(),
+		Status:      resp.StatusCode,
 	}
 	c.UpToDate = c.Closed || isTrue(resp.Header.Get(HeaderStreamUpToDate)) || resp.StatusCode == http.StatusNoContent
 	if c.NextOffset != "" {
@@ -297,6 +310,12 @@ func (r *reader) chunkFrom(resp *http.Response, body []byte) Chunk {
 	}
 	r.closed = c.Closed
 	return c
+}
+
+// validJSONArray reports whether b is one JSON array (empty bodies count as an empty array).
+func validJSONArray(b []byte) bool {
+	t := bytes.TrimSpace(b)
+	return len(t) == 0 || (t[0] == '[' && json.Valid(t))
 }
 
 // controlEvent is the JSON of an SSE control event (spec §12.2).
@@ -388,6 +407,10 @@ func (r *reader) sseStream(ctx context.Context, resp *http.Response, yield func(
 					return progressed, true, nil
 				}
 			}
+			if IsJSON(r.s.ContentType()) && !validJSONArray(d) {
+				yield(Chunk{}, &Error{Code: CodeParse, Op: "read", URL: r.s.url, Message: "a JSON stream's SSE data event is not a JSON array"})
+				return progressed, true, nil
+			}
 			pending = joinData(pending, d, IsJSON(r.s.ContentType()), havePending)
 			havePending = true
 		case "control":
@@ -398,7 +421,7 @@ func (r *reader) sseStream(ctx context.Context, resp *http.Response, yield func(
 			}
 			progressed = true
 			c := Chunk{Data: pending, Offset: r.offset, NextOffset: ce.StreamNextOffset, Cursor: ce.StreamCursor,
-				UpToDate: ce.UpToDate || ce.StreamClosed, Closed: ce.StreamClosed, ContentType: r.s.ContentType()}
+				UpToDate: ce.UpToDate || ce.StreamClosed, Closed: ce.StreamClosed, ContentType: r.s.ContentType(), Status: http.StatusOK}
 			if c.NextOffset != "" {
 				r.offset = c.NextOffset
 			} else {

@@ -225,7 +225,7 @@ func (s *Stream) Create(ctx context.Context, o CreateOptions) (Metadata, error) 
 		h.Set(HeaderStreamClosed, "true")
 	}
 	// PUT is idempotent by configuration (spec §5), so it may be retried.
-	resp, body, err := s.do(ctx, "create", http.MethodPut, s.url, h, o.Data, true)
+	resp, body, err := s.do(ctx, "create", http.MethodPut, s.url, h, o.Data, retryAll)
 	if err != nil {
 		return Metadata{}, err
 	}
@@ -242,7 +242,7 @@ func (s *Stream) Create(ctx context.Context, o CreateOptions) (Metadata, error) 
 
 // Head returns the stream's metadata and records its content type.
 func (s *Stream) Head(ctx context.Context) (Metadata, error) {
-	resp, body, err := s.do(ctx, "head", http.MethodHead, s.url, nil, nil, true)
+	resp, body, err := s.do(ctx, "head", http.MethodHead, s.url, nil, nil, retryAll)
 	if err != nil {
 		return Metadata{}, err
 	}
@@ -257,7 +257,7 @@ func (s *Stream) Head(ctx context.Context) (Metadata, error) {
 // Delete deletes the stream. It is not retried: a retry after a lost response would report
 // ErrNotFound for a delete that succeeded.
 func (s *Stream) Delete(ctx context.Context) error {
-	resp, body, err := s.do(ctx, "delete", http.MethodDelete, s.url, nil, nil, false)
+	resp, body, err := s.do(ctx, "delete", http.MethodDelete, s.url, nil, nil, retryNone)
 	if err != nil {
 		return err
 	}
@@ -306,9 +306,11 @@ type AppendResult struct {
 }
 
 // Append appends data as one record. For JSON streams data must be a JSON value; a top-level array
-// is flattened one level by the server (use AppendJSON to append one Go value). Appends are not
-// retried (a retry after a lost response could duplicate data); use an IdempotentProducer for
-// exactly-once retries. A closed stream returns *StreamClosedError.
+// is flattened one level by the server (use AppendJSON to append one Go value). An append is
+// retried only when the server answers 429 or 5xx (it refused the request); a network error is
+// returned at once, because the append may have been applied and a retry could duplicate it. Use
+// an IdempotentProducer for exactly-once retries of every failure. A closed stream returns
+// *StreamClosedError.
 func (s *Stream) Append(ctx context.Context, data []byte, opts ...AppendOption) (AppendResult, error) {
 	if len(data) == 0 {
 		return AppendResult{}, &Error{Code: CodeInvalidArgument, Op: "append", URL: s.url, Message: "append needs a non-empty body; use Close to close without data"}
@@ -362,7 +364,7 @@ func (s *Stream) post(ctx context.Context, op string, data []byte, closeStream b
 	if closeStream {
 		h.Set(HeaderStreamClosed, "true")
 	}
-	resp, body, err := s.do(ctx, op, http.MethodPost, s.url, h, data, false)
+	resp, body, err := s.do(ctx, op, http.MethodPost, s.url, h, data, retryStatus)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -377,12 +379,21 @@ func (s *Stream) post(ctx context.Context, op string, data []byte, closeStream b
 	}, nil
 }
 
+// retryMode says which failures a request may retry.
+type retryMode int
+
+const (
+	retryNone   retryMode = iota // never (DELETE: a retry after a lost response reports 404)
+	retryStatus                  // 429 and 5xx answers only: the server refused the request
+	retryAll                     // also network errors: the request is idempotent
+)
+
 // do sends one request whose response body is small (everything but reads) and returns the
-// response with its body read (bounded). With retry, 429/5xx/network errors are retried per the
-// policy, honouring Retry-After.
-func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, body []byte, retry bool) (*http.Response, []byte, error) {
+// response with its body read (bounded). Retries follow mode and the policy, honouring
+// Retry-After.
+func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, body []byte, mode retryMode) (*http.Response, []byte, error) {
 	attempts := 1
-	if retry {
+	if mode != retryNone {
 		attempts = s.retry.MaxAttempts
 	}
 	for attempt := 1; ; attempt++ {
@@ -408,7 +419,7 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 		if isCtxErr(err) && ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		if attempt >= attempts {
+		if attempt >= attempts || mode != retryAll {
 			return nil, nil, &Error{Code: CodeNetwork, Op: op, URL: u, Err: err}
 		}
 		d := s.retry.delay(attempt, 0)
