@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/client/internal/refserver"
+	"github.com/foldstream/foldstream/internal/refserver"
 )
 
 var streamCounter atomic.Int64

@@ -15,7 +15,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/client/internal/faultproxy"
-	"github.com/foldstream/foldstream/client/internal/refserver"
+	"github.com/foldstream/foldstream/internal/refserver"
 )
 
 type numbered struct {

@@ -19,7 +19,7 @@ var installOnce sync.Once
 // Dir returns the directory holding the server script and its package.json.
 func Dir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "refserver")
+	return filepath.Join(filepath.Dir(file), "..", "..", "client", "testdata", "refserver")
 }
 
 // Start runs the reference server for the test's lifetime and returns its base URL

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream/internal/refserver"
+)
+
+func TestAdapterSession(t *testing.T) {
+	base := refserver.Start(t)
+	a := newAdapter()
+	path := fmt.Sprintf("/v1/stream/adapter-%d", time.Now().UnixNano())
+	for _, step := range []struct {
+		cmd  string
+		want map[string]any // fields that must match in the result
+	}{
+		{`{"type":"init","serverUrl":"` + base + `"}`, map[string]any{"type": "init", "success": true}},
+		{`{"type":"create","path":"` + path + `","contentType":"application/json"}`, map[string]any{"status": 201.0}},
+		{`{"type":"idempotent-append","path":"` + path + `","producerId":"p","epoch":0,"autoClaim":false,"data":"{\"a\": 1}"}`, map[string]any{"success": true}},
+		{`{"type":"append","path":"` + path + `","data":"[{\"b\":2}]","seq":1}`, map[string]any{"success": true}},
+		{`{"type":"append","path":"` + path + `","data":"{\"c\":3}","seq":1}`, map[string]any{"errorCode": "SEQUENCE_CONFLICT", "status": 409.0}},
+		{`{"type":"read","path":"` + path + `"}`, map[string]any{"upToDate": true, "chunks": []any{map[string]any{"data": `[{"a":1},{"b":2}]`, "offset": "0000000000000000_0000000000000026"}}}},
+		{`{"type":"read","path":"` + path + `","offset":"bogus"}`, map[string]any{"errorCode": "INVALID_OFFSET"}},
+		{`{"type":"idempotent-close","path":"` + path + `","producerId":"p","epoch":0,"autoClaim":false}`, map[string]any{"success": true}},
+		{`{"type":"head","path":"` + path + `"}`, map[string]any{"streamClosed": true, "contentType": "application/json"}},
+		{`{"type":"head","path":"/v1/stream/missing-adapter"}`, map[string]any{"errorCode": "NOT_FOUND"}},
+		{`{"type":"validate","target":{"target":"idempotent-producer","epoch":-1}}`, map[string]any{"errorCode": "INVALID_ARGUMENT"}},
+	} {
+		res, _ := a.handle([]byte(step.cmd))
+		b, _ := json.Marshal(res)
+		var got map[string]any
+		json.Unmarshal(b, &got)
+		for k, v := range step.want {
+			gv, _ := json.Marshal(got[k])
+			wv, _ := json.Marshal(v)
+			if string(gv) != string(wv) {
+				t.Errorf("%s\n  %s: got %s, want %s (result %s)", step.cmd, k, gv, wv, b)
+			}
+		}
+	}
+	// The chunk's offset is not asserted above; make sure the read reported one.
+	res, _ := a.handle([]byte(`{"type":"read","path":"` + path + `"}`))
+	if res["offset"] == "" || res["streamClosed"] != true {
+		t.Errorf("read of a closed stream: got %v, want an offset and streamClosed", res)
+	}
+	if _, stop := a.handle([]byte(`{"type":"shutdown"}`)); !stop {
+		t.Error("shutdown must stop the adapter")
+	}
+}
