@@ -1,9 +1,12 @@
 // Package refserver starts the upstream reference Durable Streams server (Node,
-// @durable-streams/server pinned in client/testdata/refserver) on 127.0.0.1 for integration tests.
+// @durable-streams/server pinned in client/testdata/refserver) on 127.0.0.1 for integration tests
+// and benchmarks.
 package refserver
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,9 @@ import (
 	"time"
 )
 
+// ErrNoNode reports that node is not installed.
+var ErrNoNode = errors.New("node is not installed; the reference server cannot run")
+
 var installOnce sync.Once
 
 // Dir returns the directory holding the server script and its package.json.
@@ -23,13 +29,26 @@ func Dir() string {
 }
 
 // Start runs the reference server for the test's lifetime and returns its base URL
-// ("http://127.0.0.1:PORT"). It skips the test only when node is not installed; a missing
-// node_modules is installed with `npm ci` once.
+// ("http://127.0.0.1:PORT"). It skips the test only when node is not installed.
 func Start(tb testing.TB) string {
 	tb.Helper()
+	u, stop, err := StartProcess()
+	if errors.Is(err, ErrNoNode) {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return u
+}
+
+// StartProcess runs the reference server and returns its base URL and a function that stops it.
+// A missing node_modules is installed with `npm ci` once.
+func StartProcess() (baseURL string, stop func(), err error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		tb.Skip("node is not installed; the reference server cannot run")
+		return "", nil, ErrNoNode
 	}
 	dir := Dir()
 	installOnce.Do(func() {
@@ -39,7 +58,7 @@ func Start(tb testing.TB) string {
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			tb.Logf("npm ci in %s: %v\n%s", dir, err, out)
+			fmt.Fprintf(os.Stderr, "npm ci in %s: %v\n%s", dir, err, out)
 		}
 	})
 	cmd := exec.Command(node, "server.mjs")
@@ -47,16 +66,16 @@ func Start(tb testing.TB) string {
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		tb.Fatal(err)
+		return "", nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		tb.Fatal(err)
+		return "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start reference server: %v", err)
+		return "", nil, fmt.Errorf("start reference server: %w", err)
 	}
-	tb.Cleanup(func() {
+	stop = func() {
 		stdin.Close() // the script exits when stdin closes
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
@@ -66,21 +85,21 @@ func Start(tb testing.TB) string {
 			cmd.Process.Kill()
 			<-done
 		}
-	})
-	lines := make(chan string, 1)
+	}
+	urls := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if u, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
-				lines <- u
+				urls <- u
 			}
 		}
 	}()
 	select {
-	case u := <-lines:
-		return u
+	case u := <-urls:
+		return u, stop, nil
 	case <-time.After(30 * time.Second):
-		tb.Fatal("reference server did not start within 30s")
-		return ""
+		stop()
+		return "", nil, errors.New("reference server did not start within 30s")
 	}
 }
