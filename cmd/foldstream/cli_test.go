@@ -30,7 +30,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func run(t *testing.T, ctx context.Context, name string, in string, args ...string) (string, error) {
+func runCmd(t *testing.T, ctx context.Context, name string, in string, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	if in != "" {
@@ -46,13 +46,13 @@ func TestAppendReadTail(t *testing.T) {
 	defer cancel()
 	stream := fmt.Sprintf("cli-%d", time.Now().UnixNano())
 
-	if _, err := run(t, ctx, "append", "", "--server", base, "--create", "--content-type", "application/json", stream, `{"n":0}`); err != nil {
+	if _, err := runCmd(t, ctx, "append", "", "--server", base, "--create", "--content-type", "application/json", stream, `{"n":0}`); err != nil {
 		t.Fatalf("append: %v", err)
 	}
-	if _, err := run(t, ctx, "append", "{\"n\":1}\n\n{\"n\":2}\n", stream, "--server", base, "--lines", "--producer-id", "cli-test"); err != nil {
+	if _, err := runCmd(t, ctx, "append", "{\"n\":1}\n\n{\"n\":2}\n", stream, "--server", base, "--lines", "--producer-id", "cli-test"); err != nil {
 		t.Fatalf("append --lines: %v", err)
 	}
-	out, err := run(t, ctx, "read", "", "--server", base, stream)
+	out, err := runCmd(t, ctx, "read", "", "--server", base, stream)
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
@@ -72,7 +72,7 @@ func TestAppendReadTail(t *testing.T) {
 	for !strings.Contains(tailOut.String(), `"live"`) {
 		select {
 		case <-tick.C:
-			if _, err := run(t, ctx, "append", "", "--server", base, stream, `{"live":true}`); err != nil {
+			if _, err := runCmd(t, ctx, "append", "", "--server", base, stream, `{"live":true}`); err != nil {
 				t.Fatalf("append while tailing: %v", err)
 			}
 		case err := <-done:
@@ -81,7 +81,7 @@ func TestAppendReadTail(t *testing.T) {
 			t.Fatal("tail never showed the appended message")
 		}
 	}
-	if _, err := run(t, ctx, "append", "", "--server", base, "--close", stream, `{"last":true}`); err != nil {
+	if _, err := runCmd(t, ctx, "append", "", "--server", base, "--close", stream, `{"last":true}`); err != nil {
 		t.Fatalf("append --close: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -90,11 +90,11 @@ func TestAppendReadTail(t *testing.T) {
 	if got := tailOut.String(); strings.Contains(got, `"n"`) || !strings.HasSuffix(got, "{\"last\":true}\n") {
 		t.Errorf("tail output: got %q, want only live messages ending with the final one", got)
 	}
-	live, err := run(t, ctx, "read", "", "--server", base, "--live", stream)
+	live, err := runCmd(t, ctx, "read", "", "--server", base, "--live", stream)
 	if err != nil || !strings.HasSuffix(live, "{\"last\":true}\n") {
 		t.Errorf("read --live of a closed stream: got %q, %v; want it to end at the final message", live, err)
 	}
-	if _, err := run(t, ctx, "append", "", "--server", base, stream, `{"n":9}`); err == nil || !strings.Contains(err.Error(), "closed") {
+	if _, err := runCmd(t, ctx, "append", "", "--server", base, stream, `{"n":9}`); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("append to a closed stream: got %v, want a stream-closed error", err)
 	}
 }
