@@ -171,3 +171,45 @@ func TestLiveModesAgainstReferenceServer(t *testing.T) {
 		}
 	}
 }
+
+func TestCreateOptionsAgainstReferenceServer(t *testing.T) {
+	t.Parallel()
+	base := refserver.Start(t)
+	ctx := ctxT(t)
+
+	closed := newStream(t, base)
+	m, err := closed.Create(ctx, client.CreateOptions{ContentType: "text/plain", Closed: true, Data: []byte("all of it")})
+	if err != nil || !m.Closed || m.Status != http.StatusCreated {
+		t.Fatalf("create closed: got %+v, %v; want 201 and closed", m, err)
+	}
+	again, err := closed.Create(ctx, client.CreateOptions{ContentType: "text/plain", Closed: true})
+	if err != nil || again.Status != http.StatusOK {
+		t.Errorf("idempotent re-create: got %+v, %v; want 200", again, err)
+	}
+	if _, err := closed.Create(ctx, client.CreateOptions{ContentType: "application/json"}); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("re-create with another config: got %v, want ErrConflict", err)
+	}
+	var chunks []client.Chunk
+	for c, err := range closed.Read(ctx, client.ReadOptions{Live: client.LiveLongPoll}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	if len(chunks) != 1 || string(chunks[0].Data) != "all of it" || !chunks[0].Closed {
+		t.Errorf("read of a stream created closed: got %+v, want one closed chunk with the data", chunks)
+	}
+
+	expiring := newStream(t, base)
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	if _, err := expiring.Create(ctx, client.CreateOptions{ExpiresAt: at}); err != nil {
+		t.Fatalf("create with ExpiresAt: %v", err)
+	}
+	h, err := expiring.Head(ctx)
+	if err != nil || !h.ExpiresAt.Equal(at) || h.ContentType != client.DefaultContentType {
+		t.Errorf("head: got %+v, %v; want ExpiresAt %v and the default content type", h, err, at)
+	}
+	if _, err := newStream(t, base).Create(ctx, client.CreateOptions{TTL: time.Second, ExpiresAt: at}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Errorf("TTL with ExpiresAt: got %v, want ErrInvalidArgument", err)
+	}
+}
