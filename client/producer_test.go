@@ -92,8 +92,13 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if err := p.Close(ctx); err != nil {
-		t.Fatalf("close: %v", err)
+	// Close the stream through the proxy too: its retries are deduplicated like appends.
+	res, err := p.CloseStream(ctx, []byte(`{"n":`+strconv.Itoa(n)+`}`))
+	if err != nil {
+		t.Fatalf("close stream: %v", err)
+	}
+	if !res.Closed {
+		t.Errorf("close stream: got %+v, want Closed", res)
 	}
 	if onErr.Load() != 0 {
 		t.Errorf("OnError calls: got %d, want 0", onErr.Load())
@@ -103,7 +108,7 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 	if st.Dropped == 0 || st.Duplicated == 0 || st.Unavailable == 0 || st.Delayed == 0 {
 		t.Errorf("proxy injected too few faults to prove anything: %+v", st)
 	}
-	checkExactlyOnce(t, readNumbers(t, ctx, direct), 0, n)
+	checkExactlyOnce(t, readNumbers(t, ctx, direct), 0, n+1)
 }
 
 func mustPath(t *testing.T, u string) string {
@@ -401,5 +406,41 @@ func TestProducerValidatesOptions(t *testing.T) {
 	p, _ := client.NewIdempotentProducer(s, "p", client.ProducerOptions{})
 	if err := p.Append([]byte("{not json")); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("invalid JSON message: got %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestProducerConcurrentAppendersKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	base := refserver.Start(t)
+	ctx := ctxT(t)
+	s := newJSONStream(t, ctx, base)
+	p, _ := client.NewIdempotentProducer(s, "concurrent", client.ProducerOptions{MaxBatchBytes: 512})
+	const writers, each = 4, 2000
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if err := p.AppendJSON(numbered{N: w*each + i}); err != nil {
+					t.Errorf("writer %d append %d: %v", w, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := readNumbers(t, ctx, s)
+	if len(got) != writers*each {
+		t.Fatalf("messages: got %d, want %d", len(got), writers*each)
+	}
+	next := make([]int, writers)
+	for _, v := range got {
+		w := v / each
+		if v%each != next[w] {
+			t.Fatalf("writer %d: got message %d, want %d (order within a goroutine must hold)", w, v%each, next[w])
+		}
+		next[w]++
 	}
 }
