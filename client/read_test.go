@@ -175,3 +175,57 @@ func TestStatusErrors(t *testing.T) {
 		t.Error("StreamClosedError must name its final offset")
 	}
 }
+
+func TestLongPollEchoesCursorAndSortsParams(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var queries []string
+	step := 0
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		queries = append(queries, r.URL.RawQuery)
+		step++
+		n := step
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		switch n {
+		case 1: // catch-up: all there is
+			w.Header().Set(client.HeaderStreamNextOffset, "a")
+			w.Header().Set(client.HeaderStreamUpToDate, "true")
+			w.Write([]byte("x"))
+		case 2: // long-poll timeout
+			w.Header().Set(client.HeaderStreamNextOffset, "a")
+			w.Header().Set(client.HeaderStreamCursor, "100")
+			w.WriteHeader(http.StatusNoContent)
+		case 3: // new data
+			w.Header().Set(client.HeaderStreamNextOffset, "b")
+			w.Header().Set(client.HeaderStreamCursor, "101")
+			w.Header().Set(client.HeaderStreamUpToDate, "true")
+			w.Write([]byte("y"))
+		default: // closed at the tail
+			w.Header().Set(client.HeaderStreamNextOffset, "b")
+			w.Header().Set(client.HeaderStreamClosed, "true")
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	defer hs.Close()
+	s, _ := client.NewStream(hs.URL+"/s?zeta=1", client.Options{})
+	var got string
+	var last client.Chunk
+	for c, err := range s.Read(t.Context(), client.ReadOptions{Live: client.LiveAuto}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += string(c.Data)
+		last = c
+	}
+	if got != "xy" || !last.Closed || last.Status != http.StatusNoContent {
+		t.Errorf("read: got %q ending with %+v, want xy and a closed 204", got, last)
+	}
+	want := []string{"offset=-1&zeta=1", "live=long-poll&offset=a&zeta=1", "cursor=100&live=long-poll&offset=a&zeta=1", "cursor=101&live=long-poll&offset=b&zeta=1"}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(queries) != fmt.Sprint(want) {
+		t.Errorf("queries:\n got %q\nwant %q", queries, want)
+	}
+}
