@@ -1,8 +1,9 @@
 // Command conformance-adapter drives foldstream's Go client from the upstream Durable Streams client
 // conformance suite. It reads one JSON command per line on stdin and writes exactly one JSON result
-// per line on stdout (spec §24). Run the suite with:
-//
-//	pnpm tsx src/cli.ts --run /path/to/conformance-adapter
+// per line on stdout, as spec §24 describes; the suite starts it with the adapter's path. Features
+// reported: batching, sse, longPoll, auto, streaming, dynamicHeaders. Not reported: retryOptions
+// (the suite's explicit-zero rules differ from RetryPolicy, where zero selects the default),
+// strictZeroValidation (likewise) and batchItems (the producer batches by bytes only).
 package main
 
 import (
