@@ -15,7 +15,6 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/client/internal/faultproxy"
-	"github.com/foldstream/foldstream/internal/refserver"
 )
 
 type numbered struct {
@@ -49,66 +48,67 @@ func checkExactlyOnce(t *testing.T, got []int, from, n int) {
 	}
 }
 
+// TestProducerExactlyOnceThroughFaultProxy sends 100k messages (10k with -short) through a proxy
+// that delays and reorders, fails with 503, drops responses after the server applied the request,
+// and duplicates requests; every message must arrive exactly once and in order.
 func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 	t.Parallel()
-	n := 100_000
-	if testing.Short() {
-		n = 10_000
-	}
-	base := refserver.Start(t)
-	proxy, err := faultproxy.Start(base, faultproxy.Config{
-		Delay: 0.3, MaxDelay: 3 * time.Millisecond,
-		Unavailable: 0.05, DropResponse: 0.1, Duplicate: 0.1,
-		Methods: []string{http.MethodPost}, Seed: 42,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
-	defer cancel()
-
-	direct := newStream(t, base)
-	if _, err := direct.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
-		t.Fatal(err)
-	}
-	viaProxy, err := client.NewStream(proxy.URL+mustPath(t, direct.URL()), client.Options{
-		Retry: client.RetryPolicy{MaxAttempts: 100, InitialDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	viaProxy.SetContentType("application/json")
-	var onErr atomic.Int64
-	p, err := client.NewIdempotentProducer(viaProxy, "exactly-once", client.ProducerOptions{
-		MaxBatchBytes: 2 << 10, MaxInFlight: 5, Linger: time.Millisecond,
-		OnError: func(error) { onErr.Add(1) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if err := p.Append([]byte(`{"n":` + strconv.Itoa(i) + `}`)); err != nil {
-			t.Fatalf("append %d: %v", i, err)
+	eachServer(t, func(t *testing.T, base string) {
+		n := exactlyOnceMessages(t)
+		proxy, err := faultproxy.Start(base, faultproxy.Config{
+			Delay: 0.3, MaxDelay: 3 * time.Millisecond,
+			Unavailable: 0.05, DropResponse: 0.1, Duplicate: 0.1,
+			Methods: []string{http.MethodPost}, Seed: 42,
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Close the stream through the proxy too: its retries are deduplicated like appends.
-	res, err := p.CloseStream(ctx, []byte(`{"n":`+strconv.Itoa(n)+`}`))
-	if err != nil {
-		t.Fatalf("close stream: %v", err)
-	}
-	if !res.Closed {
-		t.Errorf("close stream: got %+v, want Closed", res)
-	}
-	if onErr.Load() != 0 {
-		t.Errorf("OnError calls: got %d, want 0", onErr.Load())
-	}
-	st := proxy.Stats()
-	t.Logf("%d messages in %d batches; proxy: %+v", n, p.NextSeq(), st)
-	if st.Dropped == 0 || st.Duplicated == 0 || st.Unavailable == 0 || st.Delayed == 0 {
-		t.Errorf("proxy injected too few faults to prove anything: %+v", st)
-	}
-	checkExactlyOnce(t, readNumbers(t, ctx, direct), 0, n+1)
+		t.Cleanup(func() { proxy.Close() })
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
+		defer cancel()
+
+		direct := newStream(t, base)
+		if _, err := direct.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		viaProxy, err := client.NewStream(proxy.URL+mustPath(t, direct.URL()), client.Options{
+			Retry: client.RetryPolicy{MaxAttempts: 100, InitialDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		viaProxy.SetContentType("application/json")
+		var onErr atomic.Int64
+		p, err := client.NewIdempotentProducer(viaProxy, "exactly-once", client.ProducerOptions{
+			MaxBatchBytes: 2 << 10, MaxInFlight: 5, Linger: time.Millisecond,
+			OnError: func(error) { onErr.Add(1) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := p.Append([]byte(`{"n":` + strconv.Itoa(i) + `}`)); err != nil {
+				t.Fatalf("append %d: %v", i, err)
+			}
+		}
+		// Close the stream through the proxy too: its retries are deduplicated like appends.
+		res, err := p.CloseStream(ctx, []byte(`{"n":`+strconv.Itoa(n)+`}`))
+		if err != nil {
+			t.Fatalf("close stream: %v", err)
+		}
+		if !res.Closed {
+			t.Errorf("close stream: got %+v, want Closed", res)
+		}
+		if onErr.Load() != 0 {
+			t.Errorf("OnError calls: got %d, want 0", onErr.Load())
+		}
+		st := proxy.Stats()
+		t.Logf("%d messages in %d batches; proxy: %+v", n, p.NextSeq(), st)
+		if st.Dropped == 0 || st.Duplicated == 0 || st.Unavailable == 0 || st.Delayed == 0 {
+			t.Errorf("proxy injected too few faults to prove anything: %+v", st)
+		}
+		checkExactlyOnce(t, readNumbers(t, ctx, direct), 0, n+1)
+	})
 }
 
 func mustPath(t *testing.T, u string) string {
@@ -142,130 +142,133 @@ func appendRange(t *testing.T, p *client.IdempotentProducer, from, to int) {
 
 func TestProducerZombieIsFenced(t *testing.T) {
 	t.Parallel()
-	base := refserver.Start(t)
-	ctx := ctxT(t)
-	s := newJSONStream(t, ctx, base)
+	eachServer(t, func(t *testing.T, base string) {
+		ctx := ctxT(t)
+		s := newJSONStream(t, ctx, base)
 
-	zombie, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendRange(t, zombie, 0, 10)
-	if err := zombie.Flush(ctx); err != nil {
-		t.Fatalf("zombie flush: %v", err)
-	}
-	successor, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendRange(t, successor, 10, 20)
-	if err := successor.Flush(ctx); err != nil {
-		t.Fatalf("successor flush: %v", err)
-	}
-	var reported atomic.Value
-	zombie2, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 0, OnError: func(err error) { reported.Store(err) }})
-	for _, z := range []*client.IdempotentProducer{zombie, zombie2} {
-		appendRange(t, z, 100, 105)
-		err := z.Flush(ctx)
-		var stale *client.StaleEpochError
-		if !errors.As(err, &stale) || stale.CurrentEpoch != 1 {
-			t.Fatalf("zombie flush: got %v, want *StaleEpochError{CurrentEpoch: 1}", err)
+		zombie, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 0})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !errors.Is(err, client.ErrStaleEpoch) {
-			t.Errorf("errors.Is(%v, ErrStaleEpoch) = false", err)
+		appendRange(t, zombie, 0, 10)
+		if err := zombie.Flush(ctx); err != nil {
+			t.Fatalf("zombie flush: %v", err)
 		}
-		if err := z.Append([]byte(`{"n":999}`)); !errors.Is(err, client.ErrProducerFailed) {
-			t.Errorf("append after fencing: got %v, want ErrProducerFailed", err)
+		successor, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := z.Close(ctx); !errors.Is(err, client.ErrStaleEpoch) {
-			t.Errorf("close of a fenced producer: got %v, want the stale-epoch error", err)
+		appendRange(t, successor, 10, 20)
+		if err := successor.Flush(ctx); err != nil {
+			t.Fatalf("successor flush: %v", err)
 		}
-	}
-	if err, _ := reported.Load().(error); !errors.Is(err, client.ErrStaleEpoch) {
-		t.Errorf("OnError: got %v, want the stale-epoch error", err)
-	}
-	checkExactlyOnce(t, readNumbers(t, ctx, s), 0, 20)
+		var reported atomic.Value
+		zombie2, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 0, OnError: func(err error) { reported.Store(err) }})
+		for _, z := range []*client.IdempotentProducer{zombie, zombie2} {
+			appendRange(t, z, 100, 105)
+			err := z.Flush(ctx)
+			var stale *client.StaleEpochError
+			if !errors.As(err, &stale) || stale.CurrentEpoch != 1 {
+				t.Fatalf("zombie flush: got %v, want *StaleEpochError{CurrentEpoch: 1}", err)
+			}
+			if !errors.Is(err, client.ErrStaleEpoch) {
+				t.Errorf("errors.Is(%v, ErrStaleEpoch) = false", err)
+			}
+			if err := z.Append([]byte(`{"n":999}`)); !errors.Is(err, client.ErrProducerFailed) {
+				t.Errorf("append after fencing: got %v, want ErrProducerFailed", err)
+			}
+			if err := z.Close(ctx); !errors.Is(err, client.ErrStaleEpoch) {
+				t.Errorf("close of a fenced producer: got %v, want the stale-epoch error", err)
+			}
+		}
+		if err, _ := reported.Load().(error); !errors.Is(err, client.ErrStaleEpoch) {
+			t.Errorf("OnError: got %v, want the stale-epoch error", err)
+		}
+		checkExactlyOnce(t, readNumbers(t, ctx, s), 0, 20)
+	})
 }
 
 func TestProducerAutoClaimFromFreshProducer(t *testing.T) {
 	t.Parallel()
-	base := refserver.Start(t)
-	ctx := ctxT(t)
-	s := newJSONStream(t, ctx, base)
+	eachServer(t, func(t *testing.T, base string) {
+		ctx := ctxT(t)
+		s := newJSONStream(t, ctx, base)
 
-	// A previous process left the server at epoch 3.
-	old, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 3})
-	appendRange(t, old, 0, 5)
-	if err := old.Close(ctx); err != nil {
-		t.Fatalf("old close: %v", err)
-	}
-	// A fresh process knows nothing and starts at epoch 0 with auto-claim, pipelining at once.
-	fresh, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{AutoClaim: true, MaxBatchBytes: 64, Linger: -1})
-	appendRange(t, fresh, 5, 200)
-	if err := fresh.Flush(ctx); err != nil {
-		t.Fatalf("fresh flush: %v", err)
-	}
-	if got := fresh.Epoch(); got != 4 {
-		t.Errorf("claimed epoch: got %d, want 4", got)
-	}
-	res, err := fresh.CloseStream(ctx, []byte(`{"n":200}`))
-	if err != nil {
-		t.Fatalf("close stream: %v", err)
-	}
-	if !res.Closed {
-		t.Errorf("close stream result: got %+v, want Closed", res)
-	}
-	again, err := fresh.CloseStream(ctx, nil)
-	if err != nil || again.NextOffset != res.NextOffset {
-		t.Errorf("repeated close: got %+v, %v; want the first result %+v", again, err, res)
-	}
-	if err := fresh.Append([]byte(`{"n":1}`)); !errors.Is(err, client.ErrProducerClosed) {
-		t.Errorf("append after close: got %v, want ErrProducerClosed", err)
-	}
-	checkExactlyOnce(t, readNumbers(t, ctx, s), 0, 201)
-	m, err := s.Head(ctx)
-	if err != nil || !m.Closed {
-		t.Errorf("head after close: got %+v, %v; want closed", m, err)
-	}
+		// A previous process left the server at epoch 3.
+		old, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 3})
+		appendRange(t, old, 0, 5)
+		if err := old.Close(ctx); err != nil {
+			t.Fatalf("old close: %v", err)
+		}
+		// A fresh process knows nothing and starts at epoch 0 with auto-claim, pipelining at once.
+		fresh, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{AutoClaim: true, MaxBatchBytes: 64, Linger: -1})
+		appendRange(t, fresh, 5, 200)
+		if err := fresh.Flush(ctx); err != nil {
+			t.Fatalf("fresh flush: %v", err)
+		}
+		if got := fresh.Epoch(); got != 4 {
+			t.Errorf("claimed epoch: got %d, want 4", got)
+		}
+		res, err := fresh.CloseStream(ctx, []byte(`{"n":200}`))
+		if err != nil {
+			t.Fatalf("close stream: %v", err)
+		}
+		if !res.Closed {
+			t.Errorf("close stream result: got %+v, want Closed", res)
+		}
+		again, err := fresh.CloseStream(ctx, nil)
+		if err != nil || again.NextOffset != res.NextOffset {
+			t.Errorf("repeated close: got %+v, %v; want the first result %+v", again, err, res)
+		}
+		if err := fresh.Append([]byte(`{"n":1}`)); !errors.Is(err, client.ErrProducerClosed) {
+			t.Errorf("append after close: got %v, want ErrProducerClosed", err)
+		}
+		checkExactlyOnce(t, readNumbers(t, ctx, s), 0, 201)
+		m, err := s.Head(ctx)
+		if err != nil || !m.Closed {
+			t.Errorf("head after close: got %+v, %v; want closed", m, err)
+		}
+	})
 }
 
 func TestProducerByteStreamConcatenatesAndRestarts(t *testing.T) {
 	t.Parallel()
-	base := refserver.Start(t)
-	ctx := ctxT(t)
-	s := newStream(t, base)
-	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "text/plain"}); err != nil {
-		t.Fatal(err)
-	}
-	p, _ := client.NewIdempotentProducer(s, "bytes", client.ProducerOptions{})
-	for _, w := range []string{"a", "b", "c"} {
-		if err := p.Append([]byte(w)); err != nil {
+	eachServer(t, func(t *testing.T, base string) {
+		ctx := ctxT(t)
+		s := newStream(t, base)
+		if _, err := s.Create(ctx, client.CreateOptions{ContentType: "text/plain"}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p.Epoch() != 1 || p.NextSeq() != 0 {
-		t.Errorf("after restart: epoch %d seq %d, want 1 and 0", p.Epoch(), p.NextSeq())
-	}
-	p.Append([]byte("d"))
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	for c, err := range s.Read(ctx, client.ReadOptions{}) {
-		if err != nil {
+		p, _ := client.NewIdempotentProducer(s, "bytes", client.ProducerOptions{})
+		for _, w := range []string{"a", "b", "c"} {
+			if err := p.Append([]byte(w)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, c.Data...)
-	}
-	if string(got) != "abcd" {
-		t.Errorf("stream content: got %q, want %q", got, "abcd")
-	}
+		if err := p.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p.Epoch() != 1 || p.NextSeq() != 0 {
+			t.Errorf("after restart: epoch %d seq %d, want 1 and 0", p.Epoch(), p.NextSeq())
+		}
+		p.Append([]byte("d"))
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for c, err := range s.Read(ctx, client.ReadOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c.Data...)
+		}
+		if string(got) != "abcd" {
+			t.Errorf("stream content: got %q, want %q", got, "abcd")
+		}
+	})
 }
 
 // gate is a fake server whose producer POSTs block until released, for back-pressure and
@@ -411,36 +414,37 @@ func TestProducerValidatesOptions(t *testing.T) {
 
 func TestProducerConcurrentAppendersKeepTheirOrder(t *testing.T) {
 	t.Parallel()
-	base := refserver.Start(t)
-	ctx := ctxT(t)
-	s := newJSONStream(t, ctx, base)
-	p, _ := client.NewIdempotentProducer(s, "concurrent", client.ProducerOptions{MaxBatchBytes: 512})
-	const writers, each = 4, 2000
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Go(func() {
-			for i := range each {
-				if err := p.AppendJSON(numbered{N: w*each + i}); err != nil {
-					t.Errorf("writer %d append %d: %v", w, i, err)
-					return
+	eachServer(t, func(t *testing.T, base string) {
+		ctx := ctxT(t)
+		s := newJSONStream(t, ctx, base)
+		p, _ := client.NewIdempotentProducer(s, "concurrent", client.ProducerOptions{MaxBatchBytes: 512})
+		const writers, each = 4, 2000
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					if err := p.AppendJSON(numbered{N: w*each + i}); err != nil {
+						t.Errorf("writer %d append %d: %v", w, i, err)
+						return
+					}
 				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := readNumbers(t, ctx, s)
-	if len(got) != writers*each {
-		t.Fatalf("messages: got %d, want %d", len(got), writers*each)
-	}
-	next := make([]int, writers)
-	for _, v := range got {
-		w := v / each
-		if v%each != next[w] {
-			t.Fatalf("writer %d: got message %d, want %d (order within a goroutine must hold)", w, v%each, next[w])
+			})
 		}
-		next[w]++
-	}
+		wg.Wait()
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := readNumbers(t, ctx, s)
+		if len(got) != writers*each {
+			t.Fatalf("messages: got %d, want %d", len(got), writers*each)
+		}
+		next := make([]int, writers)
+		for _, v := range got {
+			w := v / each
+			if v%each != next[w] {
+				t.Fatalf("writer %d: got message %d, want %d (order within a goroutine must hold)", w, v%each, next[w])
+			}
+			next[w]++
+		}
+	})
 }
