@@ -448,3 +448,33 @@ func TestProducerConcurrentAppendersKeepTheirOrder(t *testing.T) {
 		}
 	})
 }
+
+func TestProducerCloseWithExpiredContextCancelsCleanly(t *testing.T) {
+	t.Parallel()
+	g := &gate{arrived: make(chan string, 16), release: make(chan struct{}), status: http.StatusOK}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	defer close(g.release)
+	s, _ := client.NewStream(srv.URL+"/v1/stream/cancel", client.Options{})
+	var reported atomic.Int64
+	p, _ := client.NewIdempotentProducer(s, "cancel", client.ProducerOptions{Linger: -1, OnError: func(error) { reported.Add(1) }})
+	if err := p.Append([]byte("stuck")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.arrived // the request is on the wire and the server holds it
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close: got %v, want context.DeadlineExceeded", err)
+	}
+	// Close returned only after the cancelled request finished: nothing is left running.
+	if got := p.InFlightCount(); got != 0 {
+		t.Errorf("InFlightCount after close: got %d, want 0", got)
+	}
+	if err := p.Err(); !errors.Is(err, client.ErrProducerClosed) {
+		t.Errorf("Err: got %v, want the abort recorded as ErrProducerClosed (the batch was not acknowledged)", err)
+	}
+	if err := p.Append([]byte("late")); !errors.Is(err, client.ErrProducerClosed) {
+		t.Errorf("append after close: got %v, want ErrProducerClosed", err)
+	}
+}
