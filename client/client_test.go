@@ -215,3 +215,40 @@ func TestCreateOptions(t *testing.T) {
 		}
 	})
 }
+
+func TestFork(t *testing.T) {
+	t.Parallel()
+	eachServer(t, func(t *testing.T, base string) {
+		ctx := ctxT(t)
+		src := newStream(t, base)
+		created, err := src.Create(ctx, client.CreateOptions{ContentType: "text/plain", Data: []byte("shared ")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Append(ctx, []byte("source-only")); err != nil {
+			t.Fatal(err)
+		}
+		// Fork where the initial data ends: the fork inherits "shared " but not "source-only".
+		fork := newStream(t, base)
+		if _, err := fork.Create(ctx, client.CreateOptions{ForkOf: src.URL(), ForkOffset: created.NextOffset, Data: []byte("fork-only")}); err != nil {
+			t.Fatalf("create fork: %v", err)
+		}
+		var got []byte
+		for c, err := range fork.Read(ctx, client.ReadOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c.Data...)
+		}
+		if string(got) != "shared fork-only" {
+			t.Errorf("fork content: got %q, want %q", got, "shared fork-only")
+		}
+		if m, err := fork.Head(ctx); err != nil || m.ContentType != "text/plain" {
+			t.Errorf("fork head: got %+v, %v; want the inherited text/plain", m, err)
+		}
+		missing := newStream(t, base)
+		if _, err := newStream(t, base).Create(ctx, client.CreateOptions{ForkOf: missing.URL()}); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("fork of a missing stream: got %v, want ErrNotFound", err)
+		}
+	})
+}

@@ -157,9 +157,25 @@ type CreateOptions struct {
 	Closed bool
 	// Data is optional initial content (for JSON streams a JSON value or array of values).
 	Data []byte
+	// ForkOf makes the new stream a fork of another stream on the same server (spec §14): its
+	// URL or path. The fork inherits the source's data before ForkOffset, then lives on its own.
+	ForkOf string
+	// ForkOffset is where the fork diverges (data strictly before it is inherited). Defaults to
+	// the source's tail.
+	ForkOffset string
+	// ForkSubOffset moves the divergence point N bytes (JSON: N messages) into the record that
+	// starts at ForkOffset. Zero means none.
+	ForkSubOffset int64
 	// Header holds extra request headers.
 	Header http.Header
 }
+
+// Fork headers (spec §14).
+const (
+	HeaderStreamForkedFrom    = "Stream-Forked-From"
+	HeaderStreamForkOffset    = "Stream-Fork-Offset"
+	HeaderStreamForkSubOffset = "Stream-Fork-Sub-Offset"
+)
 
 // Metadata is what the server says about a stream.
 type Metadata struct {
@@ -214,7 +230,22 @@ func (s *Stream) Create(ctx context.Context, o CreateOptions) (Metadata, error) 
 	for k, vs := range o.Header {
 		h[k] = vs
 	}
-	h.Set("Content-Type", ct)
+	if o.ContentType != "" || o.ForkOf == "" {
+		h.Set("Content-Type", ct) // a fork without one inherits the source's
+	}
+	if o.ForkOf != "" {
+		src := o.ForkOf
+		if u, err := url.Parse(o.ForkOf); err == nil && u.Path != "" {
+			src = u.EscapedPath()
+		}
+		h.Set(HeaderStreamForkedFrom, src)
+		if o.ForkOffset != "" {
+			h.Set(HeaderStreamForkOffset, o.ForkOffset)
+		}
+		if o.ForkSubOffset > 0 {
+			h.Set(HeaderStreamForkSubOffset, strconv.FormatInt(o.ForkSubOffset, 10))
+		}
+	}
 	if o.TTL > 0 {
 		h.Set(HeaderStreamTTL, strconv.FormatInt(int64((o.TTL+time.Second-1)/time.Second), 10))
 	}
