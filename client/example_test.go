@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -105,4 +106,17 @@ func ExampleStream_Read() {
 			break
 		}
 	}
+}
+
+func ExampleStreamClosedError() {
+	base, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+
+	s, _ := client.NewStream(base+"/v1/stream/closed-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s.Create(ctx, client.CreateOptions{ContentType: "text/plain", Closed: true})
+	_, err := s.Append(ctx, []byte("too late"))
+	var closed *client.StreamClosedError
+	fmt.Println(errors.As(err, &closed), errors.Is(err, client.ErrStreamClosed), closed.FinalOffset != "")
+	// Output: true true true
 }
