@@ -478,3 +478,77 @@ func TestProducerCloseWithExpiredContextCancelsCleanly(t *testing.T) {
 		t.Errorf("append after close: got %v, want ErrProducerClosed", err)
 	}
 }
+
+// seqServer is a scripted producer endpoint: it applies seqs in order, answers 409 with
+// Producer-Expected-Seq to a seq that arrives early, and holds seq 0 until seq 1 has been refused
+// once, so the out-of-order path is taken deterministically.
+type seqServer struct {
+	mu        sync.Mutex
+	next      int64
+	accepted  []int64
+	refused   []int64
+	seq1Early chan struct{}
+}
+
+func (s *seqServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.ReadAll(r.Body)
+	seq, _ := strconv.ParseInt(r.Header.Get(client.HeaderProducerSeq), 10, 64)
+	if seq == 0 {
+		<-s.seq1Early // seq 0 "arrives" after seq 1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case seq < s.next:
+		w.WriteHeader(http.StatusNoContent)
+	case seq > s.next:
+		s.refused = append(s.refused, seq)
+		if seq == 1 && len(s.refused) == 1 {
+			close(s.seq1Early)
+		}
+		w.Header().Set(client.HeaderProducerExpectedSeq, strconv.FormatInt(s.next, 10))
+		w.Header().Set(client.HeaderProducerReceivedSeq, strconv.FormatInt(seq, 10))
+		w.WriteHeader(http.StatusConflict)
+	default:
+		s.accepted = append(s.accepted, seq)
+		s.next++
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func TestProducerResolvesOutOfOrderConflicts(t *testing.T) {
+	t.Parallel()
+	ss := &seqServer{seq1Early: make(chan struct{})}
+	srv := httptest.NewServer(ss)
+	defer srv.Close()
+	s, _ := client.NewStream(srv.URL+"/s", client.Options{})
+	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerOptions{MaxBatchBytes: 1, Linger: -1})
+	p.Append([]byte("a")) // seq 0
+	p.Append([]byte("b")) // seq 1, pipelined
+	if err := p.Close(ctxT(t)); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if fmt.Sprint(ss.accepted) != "[0 1]" || fmt.Sprint(ss.refused) != "[1]" {
+		t.Errorf("accepted %v, refused %v; want [0 1] after refusing the early seq 1 once", ss.accepted, ss.refused)
+	}
+}
+
+func TestProducerUnresolvableGapIsSequenceGapError(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(client.HeaderProducerExpectedSeq, "5")
+		w.Header().Set(client.HeaderProducerReceivedSeq, "0")
+		w.WriteHeader(http.StatusConflict)
+	}))
+	defer srv.Close()
+	s, _ := client.NewStream(srv.URL+"/s", client.Options{})
+	p, _ := client.NewIdempotentProducer(s, "gap", client.ProducerOptions{})
+	p.Append([]byte("x"))
+	err := p.Flush(ctxT(t))
+	var gap *client.SequenceGapError
+	if !errors.As(err, &gap) || gap.ExpectedSeq != 5 || gap.ReceivedSeq != 0 || !errors.Is(err, client.ErrSequenceGap) {
+		t.Fatalf("flush: got %v, want *SequenceGapError{5, 0}", err)
+	}
+}
