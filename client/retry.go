@@ -108,7 +108,9 @@ type Clock interface {
 
 type systemClock struct{}
 
+// Now returns time.Now().
 func (systemClock) Now() time.Time { return time.Now() }
+// AfterFunc wraps time.AfterFunc.
 func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }

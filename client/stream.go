@@ -496,4 +496,5 @@ func (s *Stream) urlWith(params map[string]string) string {
 	return u.String()
 }
 
+// String names the stream for logs.
 func (s *Stream) String() string { return fmt.Sprintf("Stream(%s)", s.url) }
