@@ -110,6 +110,7 @@ type systemClock struct{}
 
 // Now returns time.Now().
 func (systemClock) Now() time.Time { return time.Now() }
+
 // AfterFunc wraps time.AfterFunc.
 func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
