@@ -1,6 +1,7 @@
 // Command conformance-adapter drives foldstream's Go client from the upstream Durable Streams client
 // conformance suite. It reads one JSON command per line on stdin and writes exactly one JSON result
-// per line on stdout, as spec §24 describes; the suite starts it with the adapter's path. Features
+// per line on stdout, as spec §24 describes; the suite starts it with the adapter's path. It also
+// answers the suite's benchmark commands (benchmark.go). Features
 // reported: batching, sse, longPoll, auto, streaming, dynamicHeaders. Not reported: retryOptions
 // (the suite's explicit-zero rules differ from RetryPolicy, where zero selects the default),
 // strictZeroValidation (likewise) and batchItems (the producer batches by bytes only).
@@ -119,6 +120,9 @@ func (a *adapter) handle(line []byte) (res result, stop bool) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if c.Type == "benchmark" {
+		return a.benchmark(line), false
+	}
 	return a.do(ctx, c), c.Type == "shutdown"
 }
 

@@ -28,6 +28,10 @@ func TestAdapterSession(t *testing.T) {
 		{`{"type":"head","path":"` + path + `"}`, map[string]any{"streamClosed": true, "contentType": "application/json"}},
 		{`{"type":"head","path":"/v1/stream/missing-adapter"}`, map[string]any{"errorCode": "NOT_FOUND"}},
 		{`{"type":"validate","target":{"target":"idempotent-producer","epoch":-1}}`, map[string]any{"errorCode": "INVALID_ARGUMENT"}},
+		{`{"type":"benchmark","iterationId":"i1","operation":{"op":"throughput_append","path":"` + path + `-bench","count":100,"size":10,"concurrency":1}}`,
+			map[string]any{"success": true, "iterationId": "i1", "metrics": map[string]any{"bytesTransferred": 1000.0, "messagesProcessed": 100.0}}},
+		{`{"type":"benchmark","iterationId":"i2","operation":{"op":"roundtrip","path":"` + path + `-rt","size":50,"live":"sse","contentType":"application/json"}}`,
+			map[string]any{"success": true, "iterationId": "i2"}},
 	} {
 		res, _ := a.handle([]byte(step.cmd))
 		b, _ := json.Marshal(res)
