@@ -1,9 +1,14 @@
-// Command foldstream is the foldstream command line: sub-commands register themselves in init()
-// from their own files.
+// Command foldstream is foldstream's command-line tool. Each sub-command lives in its own file
+// and registers itself in commands from an init function.
+//
+//	foldstream serve [flags]     run the Durable Streams HTTP server
+//	foldstream help              list the sub-commands
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,28 +17,53 @@ import (
 	"syscall"
 )
 
+// command is one sub-command.
 type command struct {
+	// summary is the one-line description shown by "foldstream help".
 	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// run executes the sub-command with the arguments after its name. ctx ends on SIGINT or
+	// SIGTERM.
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
+// commands holds the sub-commands by name; files register theirs in init.
 var commands = map[string]command{}
 
 func main() {
-	if len(os.Args) < 2 || commands[os.Args[1]].run == nil {
-		usage(os.Stderr)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := commands[os.Args[1]].run(ctx, os.Args[2:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "foldstream %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches args and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
 	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "foldstream: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "foldstream %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: foldstream <command> [flags] [args]")
+	fmt.Fprintln(w, "usage: foldstream <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -42,4 +72,6 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `run "foldstream <command> -h" for a command's flags`)
 }

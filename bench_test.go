@@ -1,0 +1,141 @@
+package foldstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/wI2L/jsondiff"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+// BenchmarkCatchUp100k measures the catch-up reduce rate of a trivial counter over a 100k-event
+// in-memory log, with real SQLite checkpoints (one write per 500-event page).
+//
+//	go test -run '^$' -bench CatchUp100k -benchtime 5x .
+func BenchmarkCatchUp100k(b *testing.B) {
+	const n = 100_000
+	mem := testsupport.NewMemoryStream()
+	batch := make([]foldstream.EventInput, 1000)
+	for i := range batch {
+		batch[i] = foldstream.EventInput{Type: "tick"}
+	}
+	for range n / len(batch) {
+		if _, err := mem.Append(context.Background(), batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := foldstream.MustDefineContract(foldstream.ContractConfig[ticksState]{Slug: "count", Version: "1", Consumes: []string{"tick"}})
+	p := &fn[ticksState]{Base: foldstream.NewBase(c),
+		reduce: func(a foldstream.ReduceArgs[ticksState]) (ticksState, bool, error) {
+			return ticksState{Ticks: a.State.Ticks + 1}, true, nil
+		}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		cps := testsupport.MemoryCheckpoints()
+		eng, err := foldstream.NewEngine[ticksState](p, foldstream.EngineConfig{Stream: mem, Checkpoints: cps})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := eng.CatchUpFromLog(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if got := eng.ReducedThroughOffset(); got != n {
+			b.Fatalf("cursor %d", got)
+		}
+		_ = eng.Drain(context.Background())
+		_ = cps.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+type bigItem struct {
+	ID    int      `json:"id"`
+	Name  string   `json:"name"`
+	Tags  []string `json:"tags"`
+	Score float64  `json:"score"`
+}
+
+type bigDoc struct {
+	Items   []bigItem          `json:"items"`
+	Index   map[string]bigItem `json:"index"`
+	Counter int                `json:"counter"`
+}
+
+// bigDocument builds a ~1 MB projection.
+func bigDocument() bigDoc {
+	d := bigDoc{Index: map[string]bigItem{}}
+	for i := range 3500 {
+		it := bigItem{ID: i, Name: fmt.Sprintf("item-%06d-with-a-longer-name", i), Tags: []string{"alpha", "beta", "gamma"}, Score: float64(i) / 7}
+		d.Items = append(d.Items, it)
+		d.Index[fmt.Sprintf("k%06d", i)] = it
+	}
+	return d
+}
+
+// BenchmarkLiveStateDiff compares the live-state diff of a ~1 MB state with one changed field:
+// foldstream's raw-text diff (skips byte-identical subtrees) against a naive whole-document diff
+// (github.com/wI2L/jsondiff, which decodes both documents and walks every node). Both start from
+// the two documents' JSON text; "set" adds the marshal of the new value and the delta bookkeeping,
+// i.e. what LiveState.Set costs the engine per publish.
+//
+//	go test -run '^$' -bench LiveStateDiff .
+func BenchmarkLiveStateDiff(b *testing.B) {
+	d := bigDocument()
+	before, _ := json.Marshal(d)
+	d.Counter = 1
+	after, _ := json.Marshal(d)
+	b.Logf("document size: %d bytes", len(before))
+	b.Run("foldstream", func(b *testing.B) {
+		b.SetBytes(int64(len(after)))
+		for range b.N {
+			ops, err := foldstream.DiffJSON(before, after)
+			if err != nil || len(ops) != 1 {
+				b.Fatalf("ops %v err %v", ops, err)
+			}
+		}
+	})
+	b.Run("naive-jsondiff", func(b *testing.B) {
+		b.SetBytes(int64(len(after)))
+		for range b.N {
+			p, err := jsondiff.CompareJSON(before, after)
+			if err != nil || len(p) != 1 {
+				b.Fatalf("ops %v err %v", p, err)
+			}
+		}
+	})
+	b.Run("naive-decode-and-compare", func(b *testing.B) {
+		b.SetBytes(int64(len(after)))
+		for range b.N {
+			var x, y any
+			_ = json.Unmarshal(before, &x)
+			_ = json.Unmarshal(after, &y)
+			if foldstream.JSONEqual(x, y) {
+				b.Fatal("equal")
+			}
+		}
+	})
+	b.Run("set", func(b *testing.B) {
+		l := foldstream.NewLiveState(discardSink{}, "k", d, foldstream.LiveStateOptions{})
+		b.SetBytes(int64(len(after)))
+		for i := range b.N {
+			d.Counter = i + 2
+			l.Set(d)
+		}
+		_ = l.Wait(context.Background())
+	})
+}
+
+type discardSink struct{}
+
+func (discardSink) Append(context.Context, ...foldstream.EventInput) ([]foldstream.Event, error) {
+	return nil, nil
+}

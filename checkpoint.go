@@ -1,0 +1,177 @@
+package foldstream
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+)
+
+// MaxCheckpointChars is the checkpoint state ceiling: 2*1024*1024 - 4096 characters (spec §11.3),
+// counted in UTF-16 code units like upstream's JavaScript string length.
+const MaxCheckpointChars = 2*1024*1024 - 4096
+
+// Checkpoint is one reduce checkpoint row (spec §11).
+type Checkpoint struct {
+	// ReducerVersion is the contract version that produced the row.
+	ReducerVersion string
+	// ReducedThroughOffset is the cursor.
+	ReducedThroughOffset int64
+	// State is the state's JSON; nil means NULL ("the reduce never changed it"), read back as the
+	// initial state.
+	State json.RawMessage
+}
+
+// CheckpointStorage stores reduce checkpoints by processor slug.
+type CheckpointStorage interface {
+	// ReadCheckpoint returns the row for slug, or ok=false when there is none.
+	ReadCheckpoint(ctx context.Context, slug string) (Checkpoint, bool, error)
+	// WriteCheckpoint upserts the row: version and cursor always; the state only when
+	// stateChanged (otherwise the stored state is kept).
+	WriteCheckpoint(ctx context.Context, slug string, cp Checkpoint, stateChanged bool) error
+}
+
+// DBTX lets a host route writes through its own single writer (the store does that). *sql.DB,
+// *sql.Tx and *sql.Conn satisfy it.
+type DBTX interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// CheckpointTableOptions configures [NewCheckpointTable].
+type CheckpointTableOptions struct {
+	// Table is the table name. Defaults to "reduce_checkpoints".
+	Table string
+	// Scope partitions rows so one SQLite file can hold many streams' checkpoints (a host scopes
+	// by stream path). Defaults to "".
+	Scope string
+	// SkipCreate skips CREATE TABLE IF NOT EXISTS (upstream createTable: false).
+	SkipCreate bool
+}
+
+// CheckpointTable is the reduce_checkpoints table over database/sql (spec §11), written for
+// modernc.org/sqlite.
+//
+// Deviation from the spec's schema: the primary key is (scope, slug) instead of slug, because one
+// foldstream SQLite file holds many streams:
+//
+//	reduce_checkpoints(scope TEXT NOT NULL DEFAULT '', slug TEXT NOT NULL,
+//	  reducer_version TEXT NOT NULL, reduced_through_offset INTEGER NOT NULL, state TEXT,
+//	  PRIMARY KEY (scope, slug))
+type CheckpointTable struct {
+	db    DBTX
+	scope string
+	read  string
+	write string
+}
+
+var _ CheckpointStorage = (*CheckpointTable)(nil)
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// NewCheckpointTable returns the table, creating it unless opts.SkipCreate.
+func NewCheckpointTable(ctx context.Context, db DBTX, opts CheckpointTableOptions) (*CheckpointTable, error) {
+	table := opts.Table
+	if table == "" {
+		table = "reduce_checkpoints"
+	}
+	if !identRE.MatchString(table) {
+		return nil, fmt.Errorf("checkpoint table: invalid table name %q", table)
+	}
+	if !opts.SkipCreate {
+		_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+  scope TEXT NOT NULL DEFAULT '',
+  slug TEXT NOT NULL,
+  reducer_version TEXT NOT NULL,
+  reduced_through_offset INTEGER NOT NULL,
+  state TEXT,
+  PRIMARY KEY (scope, slug)
+)`)
+		if err != nil {
+			return nil, fmt.Errorf("create checkpoint table: %w", err)
+		}
+	}
+	return &CheckpointTable{
+		db:    db,
+		scope: opts.Scope,
+		read:  `SELECT reducer_version, reduced_through_offset, state FROM ` + table + ` WHERE scope = ? AND slug = ?`,
+		write: `INSERT INTO ` + table + ` (scope, slug, reducer_version, reduced_through_offset, state)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (scope, slug) DO UPDATE SET
+  reducer_version = excluded.reducer_version,
+  reduced_through_offset = excluded.reduced_through_offset,
+  state = COALESCE(excluded.state, ` + table + `.state)`,
+	}, nil
+}
+
+// ReadCheckpoint reads slug's row; an empty or NULL state column reads as nil.
+func (t *CheckpointTable) ReadCheckpoint(ctx context.Context, slug string) (Checkpoint, bool, error) {
+	var cp Checkpoint
+	var state sql.NullString
+	err := t.db.QueryRowContext(ctx, t.read, t.scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read checkpoint %q: %w", slug, err)
+	}
+	if state.Valid && state.String != "" {
+		cp.State = json.RawMessage(state.String)
+	}
+	return cp, true, nil
+}
+
+// WriteCheckpoint upserts slug's row in one statement (spec §11.2). With stateChanged the state
+// column is set; otherwise NULL is passed and COALESCE keeps the stored state. A state over
+// [MaxCheckpointChars] UTF-16 code units is refused before anything is written
+// ([CheckpointTooLargeError], not retryable).
+func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp Checkpoint, stateChanged bool) error {
+	var state any
+	if stateChanged && cp.State != nil {
+		if n := UTF16Len(string(cp.State)); n > MaxCheckpointChars {
+			return CheckpointTooLargeError(slug, n)
+		}
+		state = string(cp.State)
+	}
+	if _, err := t.db.ExecContext(ctx, t.write, t.scope, slug, cp.ReducerVersion, cp.ReducedThroughOffset, state); err != nil {
+		return fmt.Errorf("write checkpoint %q: %w", slug, err)
+	}
+	return nil
+}
+
+// CheckpointTooLargeError is the spec's REDUCE_CHECKPOINT_TOO_LARGE refusal (§11.3): data {slug,
+// chars, maxChars}, not retryable, so the engine latches it (§5.3).
+func CheckpointTooLargeError(slug string, chars int) *Error {
+	e := NewError(CodeReduceCheckpointTooLarge,
+		map[string]any{"slug": slug, "chars": chars, "maxChars": MaxCheckpointChars},
+		"checkpoint %s: the reduced state serializes to %d chars, over the %d-char ceiling of one storage cell (2 MB) \u2014 a reduce must keep a summary, not the events; nothing was written",
+		quoteJSON(slug), chars, MaxCheckpointChars)
+	e.Retryable = false
+	return e
+}
+
+// UTF16Len counts s in UTF-16 code units, like JavaScript's string length: characters outside the
+// Basic Multilingual Plane count 2, every other character 1 (invalid UTF-8 bytes count 1 each, as
+// U+FFFD).
+func UTF16Len(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			n++
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r > 0xFFFF {
+			n += 2
+		} else {
+			n++
+		}
+		i += size
+	}
+	return n
+}

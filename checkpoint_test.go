@@ -1,0 +1,147 @@
+package foldstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+func TestCheckpointTable_UpsertKeepsStateOnCursorOnlyWrites(t *testing.T) {
+	t.Parallel()
+	cps := testsupport.MemoryCheckpoints()
+	ctx := context.Background()
+	if _, ok := cps.Get("p"); ok {
+		t.Fatal("row before any write")
+	}
+	mustDo(t, cps.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3, State: json.RawMessage(`{"n":1}`)}, true))
+	mustDo(t, cps.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 5, State: json.RawMessage(`{"n":99}`)}, false))
+	cp, _ := cps.Get("p")
+	eq(t, "row", []any{cp.ReducerVersion, cp.ReducedThroughOffset, string(cp.State)}, []any{"1", int64(5), `{"n":1}`})
+	mustDo(t, cps.WriteCheckpoint(ctx, "q", foldstream.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 4}, false))
+	cp, _ = cps.Get("q")
+	if cp.State != nil {
+		t.Errorf("NULL state read back as %q", cp.State)
+	}
+	eq(t, "writes", cps.Writes(), 3)
+}
+
+func TestCheckpointTable_ScopesAndOptions(t *testing.T) {
+	t.Parallel()
+	db := testsupport.MemoryCheckpoints().DB()
+	ctx := context.Background()
+	a := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Scope: "/a"}))
+	b := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Scope: "/b", SkipCreate: true}))
+	mustDo(t, a.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false))
+	if _, ok, _ := b.ReadCheckpoint(ctx, "p"); ok {
+		t.Error("scope /b sees scope /a's row")
+	}
+	if _, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Table: "x; DROP TABLE y"}); err == nil {
+		t.Error("an unsafe table name was accepted")
+	}
+}
+
+func TestCheckpointTable_CeilingRefusesBeforeWriting(t *testing.T) {
+	t.Parallel()
+	cps := testsupport.MemoryCheckpoints()
+	state := foldstream.JSON(map[string]string{"s": strings.Repeat("x", foldstream.MaxCheckpointChars)})
+	err := cps.WriteCheckpoint(context.Background(), "big", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1, State: state}, true)
+	want := `checkpoint "big": the reduced state serializes to 2093064 chars, over the 2093056-char ceiling of one storage cell (2 MB) ` +
+		"\u2014" + ` a reduce must keep a summary, not the events; nothing was written`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	var fe *foldstream.Error
+	if !errors.As(err, &fe) || fe.Code != foldstream.CodeReduceCheckpointTooLarge || fe.Retryable {
+		t.Fatalf("got %#v", err)
+	}
+	eq(t, "data", fe.Data, map[string]any{"slug": "big", "chars": 2093064, "maxChars": 2093056})
+	if _, ok := cps.Get("big"); ok {
+		t.Error("something was written")
+	}
+	// Exactly at the ceiling is accepted.
+	at := foldstream.JSON(strings.Repeat("x", foldstream.MaxCheckpointChars-2))
+	mustDo(t, cps.WriteCheckpoint(context.Background(), "edge", foldstream.Checkpoint{ReducerVersion: "1", State: at}, true))
+}
+
+func TestUTF16Len(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]int{"": 0, "abc": 3, "é": 1, "€": 1, "😀": 2, "a😀b": 4, "\xff": 1} {
+		eq(t, s, foldstream.UTF16Len(s), want)
+	}
+}
+
+type bigState struct {
+	S string `json:"s"`
+}
+
+// The latch (spec §5.3): a not-retryable checkpoint refusal fails every later chain unit of this
+// incarnation with the same error, without running it; a new incarnation tries again.
+func TestLatchAfterCheckpointTooLarge(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[bigState]](t)(foldstream.DefineContract(foldstream.ContractConfig[bigState]{Slug: "hoarder", Version: "1"}))
+	p := &fn[bigState]{Base: foldstream.NewBase(c), project: projectNull[bigState],
+		reduce: func(a foldstream.ReduceArgs[bigState]) (bigState, bool, error) {
+			return bigState{S: a.State.S + strings.Repeat("y", 1<<20)}, true, nil
+		}}
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[bigState](t, p, mem, cps)
+	ctx := ctxFor(t)
+	appendT(t, mem, ev("e"), ev("e"), ev("e"))
+	err := eng.CatchUpFromLog(ctx)
+	if !errors.Is(err, foldstream.ErrReduceCheckpointTooLarge) {
+		t.Fatalf("got %v", err)
+	}
+	reads := mem.Reads()
+	for _, f := range []func() error{
+		func() error { return eng.CatchUpFromLog(ctx) },
+		func() error { return eng.ProcessEventBatch(ctx, nil, foldstream.ScannedRange{After: 3, Through: 4}) },
+		func() error { return eng.Revive(ctx) },
+	} {
+		if err2 := f(); err2 != err {
+			t.Errorf("latched unit: got %v, want the same error value", err2)
+		}
+	}
+	eq(t, "no unit ran", mem.Reads(), reads)
+	eq(t, "writes", cps.Writes(), 0)
+	eng2 := newEngine[bigState](t, p, mem, cps)
+	if err := eng2.CatchUpFromLog(ctx); !errors.Is(err, foldstream.ErrReduceCheckpointTooLarge) {
+		t.Fatalf("new incarnation: got %v", err)
+	}
+	if mem.Reads() == reads {
+		t.Error("the new incarnation did not try again")
+	}
+}
+
+// A failing checkpoint write that is retryable fails the batch but does not latch.
+func TestRetryableWriteFailureDoesNotLatch(t *testing.T) {
+	t.Parallel()
+	cps := &flakyCheckpoints{Checkpoints: testsupport.MemoryCheckpoints(), failures: 1}
+	p, _ := newCount(t, "1")
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[ticksState](t, p, mem, cps)
+	appendT(t, mem, ev("tick"))
+	ctx := ctxFor(t)
+	if err := eng.CatchUpFromLog(ctx); err == nil || !strings.Contains(err.Error(), "disk busy") {
+		t.Fatalf("got %v", err)
+	}
+	mustDo(t, eng.CatchUpFromLog(ctx))
+	eq(t, "snapshot", must[foldstream.Snapshot[ticksState]](t)(eng.Snapshot(ctx)), foldstream.Snapshot[ticksState]{Offset: 1, State: ticksState{1}})
+}
+
+type flakyCheckpoints struct {
+	*testsupport.Checkpoints
+	failures int
+}
+
+func (f *flakyCheckpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, changed bool) error {
+	if f.failures > 0 {
+		f.failures--
+		return errors.New("disk busy")
+	}
+	return f.Checkpoints.WriteCheckpoint(ctx, slug, cp, changed)
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the pinned upstream Durable Streams server conformance suite (0.3.6) against foldstream.
+# Needs `npm ci` in conformance/ first. Extra arguments go to vitest (e.g. -t "SSE Mode").
+# Exits non-zero on any failure and prints the summary line.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+export PATH="/usr/local/go/bin:$PATH"
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+	if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+(cd "$root" && go build -o "$work/foldstream" ./cmd/foldstream)
+# Port 0: the kernel picks a free port; serve prints the address once it is listening.
+"$work/foldstream" serve --addr 127.0.0.1:0 --db "$work/conformance.db" --long-poll-timeout 500ms \
+	--log-level "${FOLDSTREAM_LOG_LEVEL:-warn}" >"$work/server.out" 2>"$work/server.log" &
+server_pid=$!
+url=""
+for _ in $(seq 1 200); do
+	url="$(sed -n 's|^foldstream: serving \(http://[^/]*\)/.*|\1|p' "$work/server.out")"
+	if [ -n "$url" ]; then break; fi
+	if ! kill -0 "$server_pid" 2>/dev/null; then cat "$work/server.log"; echo "server failed to start"; exit 1; fi
+	sleep 0.05
+done
+if [ -z "$url" ]; then cat "$work/server.log"; echo "server did not start"; exit 1; fi
+echo "== foldstream serving $url"
+
+cd "$here"
+set +e
+CONFORMANCE_TEST_URL="$url" npx vitest run conformance.test.mjs "$@" 2>&1 | tee "$work/vitest.out"
+status=${PIPESTATUS[0]}
+set -e
+if [ -s "$work/server.log" ]; then echo "== server log (warnings and errors)"; tail -n 50 "$work/server.log"; fi
+echo "== summary"
+sed 's/\x1b\[[0-9;]*m//g' "$work/vitest.out" | grep -E "^\s*(Test Files|Tests)\s" || true
+exit "$status"

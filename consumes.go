@@ -1,0 +1,51 @@
+package foldstream
+
+import "slices"
+
+// Platform event types the engine knows by name (spec §3.4, era B).
+const (
+	// LiveStateChangedType is the ephemeral delta a [LiveState] appends (spec §12.1). No processor
+	// ever reduces it, even when its contract names it (the loop guard, spec §4.5).
+	LiveStateChangedType = "events.iterate.com/itx/live-state-changed"
+	// WokenType is the wake record a host appends once per incarnation. It is an ordinary durable
+	// event: swept by a nil consumes list and by "*" (spec §4.4).
+	WokenType = "events.iterate.com/itx/woken"
+	// CreatedType is the birth record a fresh stream appends at offset 1 (spec §13.6).
+	CreatedType = "events.iterate.com/itx/created"
+)
+
+// ConsumeAll is the consumes entry that sweeps every durable event (never an ephemeral).
+const ConsumeAll = "*"
+
+// ConsumesEvent is the one consumes rule (spec §4.4), shared by the engine, subscription delivery
+// and inline reduces:
+//
+//   - an ephemeral event is consumed only when consumes is non-nil and names its type literally;
+//     "*" never matches an ephemeral;
+//   - a durable event is consumed when consumes is nil, contains "*", or names its type;
+//   - an empty non-nil list consumes nothing.
+func ConsumesEvent(consumes []string, ev Event) bool {
+	return consumesTyped(consumes, ev.Type, ev.Ephemeral)
+}
+
+func consumesTyped(consumes []string, typ string, ephemeral bool) bool {
+	if ephemeral {
+		return consumes != nil && slices.Contains(consumes, typ)
+	}
+	if consumes == nil {
+		return true
+	}
+	for _, c := range consumes {
+		if c == ConsumeAll || c == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// ReducesEvent is the engine's loop guard (spec §4.5): the engine reduces and reacts to an event
+// iff [ConsumesEvent] accepts it and it is not a live-state delta. The check is on the type alone,
+// so no processor ever folds a [LiveStateChangedType] event, even when its contract names it.
+func ReducesEvent(consumes []string, ev Event) bool {
+	return ev.Type != LiveStateChangedType && ConsumesEvent(consumes, ev)
+}

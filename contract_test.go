@@ -1,0 +1,368 @@
+package foldstream_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	invopop "github.com/invopop/jsonschema"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+func TestP01_StateSchemaMustParseEmptyObject(t *testing.T) {
+	t.Parallel()
+	type st struct {
+		Name string `json:"name"`
+	}
+	_, err := foldstream.DefineContract(foldstream.ContractConfig[st]{
+		Slug: "strict", Version: "1",
+		StateSchema: json.RawMessage(`{"type":"object","required":["name"]}`),
+	})
+	if err == nil || !strings.Contains(err.Error(), `contract "strict": stateSchema must parse {} (default every field)`) {
+		t.Fatalf("got %v, want the parse {} refusal", err)
+	}
+	if !errors.Is(err, foldstream.ErrInvalidContract) {
+		t.Errorf("got code %q, want INVALID_CONTRACT", foldstream.CodeOf(err))
+	}
+	// The Go way to say "the initial state cannot be built": Initial fails (or panics).
+	_, err = foldstream.DefineContract(foldstream.ContractConfig[st]{Slug: "strict", Version: "1",
+		Initial: func() (st, error) { return st{}, errors.New("name is required") }})
+	if err == nil || !strings.Contains(err.Error(), "parse {}") {
+		t.Errorf("failing Initial: got %v, want the parse {} refusal", err)
+	}
+	_, err = foldstream.DefineContract(foldstream.ContractConfig[st]{Slug: "strict", Version: "1",
+		Initial: func() (st, error) { panic("boom") }})
+	if err == nil || !strings.Contains(err.Error(), "parse {}") {
+		t.Errorf("panicking Initial: got %v, want the parse {} refusal", err)
+	}
+	// A schema that defaults every field is accepted.
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[st]{Slug: "lenient", Version: "1",
+		StateSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","default":""}}}`)})
+	if err != nil {
+		t.Fatalf("lenient schema refused: %v", err)
+	}
+	eq(t, "initial", c.InitialState(), st{})
+}
+
+type sharedPayload struct {
+	V int `json:"v"`
+}
+
+func depContract(t *testing.T, slug string, defs ...foldstream.EventDefinition) *foldstream.Contract[emptyState] {
+	return must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: slug, Version: "1", Events: defs}))
+}
+
+func TestP02_EventDeclaredByTwoDeps(t *testing.T) {
+	t.Parallel()
+	a := depContract(t, "a", foldstream.DefineEvent[sharedPayload]("demo/shared", "shared"))
+	b := depContract(t, "b", foldstream.DefineEvent[sharedPayload]("demo/shared", "shared"))
+	_, err := foldstream.DefineContract(foldstream.ContractConfig[emptyState]{Slug: "both", Version: "1",
+		Deps: []foldstream.ContractDep{a, b}})
+	if err == nil || err.Error() != `contract "both": event "demo/shared" is declared by two deps` {
+		t.Fatalf("got %v", err)
+	}
+	// Implied by §4.2 rule 2: a local declaration of a dep's type is refused too.
+	_, err = foldstream.DefineContract(foldstream.ContractConfig[emptyState]{Slug: "owner", Version: "1",
+		Events: []foldstream.EventDefinition{foldstream.DefineEvent[sharedPayload]("demo/shared", "mine")},
+		Deps:   []foldstream.ContractDep{a}})
+	if err == nil || err.Error() != `contract "owner": event "demo/shared" is already owned by a dep` {
+		t.Fatalf("got %v", err)
+	}
+	if !errors.Is(err, foldstream.ErrInvalidContract) {
+		t.Errorf("code %q", foldstream.CodeOf(err))
+	}
+	// A dep's schema is found through payloadSchemaFor (rule 3).
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "user", Version: "1", Deps: []foldstream.ContractDep{a}}))
+	if c.PayloadSchemaFor("demo/shared") == nil {
+		t.Error("dep schema not found")
+	}
+	if c.PayloadSchemaFor("unknown") != nil {
+		t.Error("unknown type has a schema")
+	}
+}
+
+func TestP03toP07_ConsumesRule(t *testing.T) {
+	t.Parallel()
+	dur := func(typ string) foldstream.Event { return foldstream.Event{Type: typ} }
+	ephe := func(typ string) foldstream.Event { return foldstream.Event{Type: typ, Ephemeral: true} }
+	cases := []struct {
+		name     string
+		consumes []string
+		ev       foldstream.Event
+		want     bool
+	}{
+		{"P-03 star durable a", []string{"*"}, dur("a"), true},
+		{"P-03 star durable b", []string{"*"}, dur("b"), true},
+		{"P-03 star ephemeral", []string{"*"}, ephe("a"), false},
+		{"P-04 nil durable", nil, dur("a"), true},
+		{"P-04 nil ephemeral", nil, ephe("a"), false},
+		{"P-05 woken by nil", nil, dur(foldstream.WokenType), true},
+		{"P-05 woken by star", []string{"*"}, dur(foldstream.WokenType), true},
+		{"P-05 woken named", []string{foldstream.WokenType}, dur(foldstream.WokenType), true},
+		{"P-06 named ephemeral", []string{"eph"}, ephe("eph"), true},
+		{"P-06 other ephemeral", []string{"eph"}, ephe("other"), false},
+		{"P-06 named durable", []string{"a"}, dur("a"), true},
+		{"P-06 unnamed durable", []string{"a"}, dur("b"), false},
+		{"P-07 delta by nil", nil, ephe(foldstream.LiveStateChangedType), false},
+		{"P-07 delta by star", []string{"*"}, ephe(foldstream.LiveStateChangedType), false},
+		{"P-07 delta named", []string{foldstream.LiveStateChangedType}, ephe(foldstream.LiveStateChangedType), true},
+		{"empty list durable", []string{}, dur("a"), false},
+		{"empty list ephemeral", []string{}, ephe("a"), false},
+	}
+	for _, c := range cases {
+		if got := foldstream.ConsumesEvent(c.consumes, c.ev); got != c.want {
+			t.Errorf("%s: ConsumesEvent(%v, %+v) = %v, want %v", c.name, c.consumes, c.ev, got, c.want)
+		}
+	}
+	// The loop guard: never reduced, even when named.
+	if foldstream.ReducesEvent([]string{foldstream.LiveStateChangedType}, ephe(foldstream.LiveStateChangedType)) {
+		t.Error("ReducesEvent accepted a live-state delta")
+	}
+}
+
+func TestP37_BareCounter(t *testing.T) {
+	t.Parallel()
+	c := newCounter(t)
+	next, changed, err := c.Reduce(foldstream.ReduceArgs[counterState]{Event: foldstream.Event{Type: tickType, Offset: 1}, State: counterState{}})
+	if err != nil || !changed || next.Ticks != 1 {
+		t.Errorf("tick: got %+v changed=%v err=%v, want {1} changed", next, changed, err)
+	}
+	_, changed, _ = c.Reduce(foldstream.ReduceArgs[counterState]{Event: foldstream.Event{Type: "other"}, State: counterState{}})
+	if changed {
+		t.Error("unrelated event changed the state")
+	}
+	eq(t, "key", c.IdempotencyKey("k", nil), "counter/k")
+	tick := foldstream.Event{Type: tickType, Offset: 1}
+	eq(t, "key@offset", c.IdempotencyKey("k", &tick), "counter/k@1")
+	// testsupport.ReduceProcessor folds the same way.
+	eq(t, "fold", testsupport.ReduceProcessor[counterState](c, []foldstream.EventInput{ev(tickType), ev("x"), ev(tickType)}), counterState{Ticks: 2})
+}
+
+func TestP47toP49_SameIdempotentEvent(t *testing.T) {
+	t.Parallel()
+	base := foldstream.Event{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":3}}`)}
+	if !foldstream.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"b":{"d":3,"c":2},"a":1}`)}) {
+		t.Error("P-47: reordered payload judged different")
+	}
+	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
+	if foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"b"}`)}) {
+		t.Error("P-48: different metadata judged same")
+	}
+	if foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t"}) {
+		t.Error("P-49: metadata on one side judged same")
+	}
+	if foldstream.SameIdempotentEvent(foldstream.Event{Type: "t"}, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{}`)}) {
+		t.Error("absent vs empty metadata judged same")
+	}
+}
+
+// ---- payload validation (P-50..P-53) ----------------------------------------------------------
+
+type setPayload struct {
+	N float64 `json:"n"`
+}
+
+type lastState struct {
+	Last float64 `json:"last"`
+}
+
+func TestP50_MalformedPayloadIsSkipped(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[lastState]](t)(foldstream.DefineContract(foldstream.ContractConfig[lastState]{
+		Slug: "guarded-payload", Version: "1", Consumes: []string{"demo/set"},
+		StateSchema: json.RawMessage(`{"type":"object","properties":{"last":{"type":"number","default":0}},"required":[]}`),
+		Events:      []foldstream.EventDefinition{foldstream.DefineEvent[setPayload]("demo/set", "sets last")},
+	}))
+	p := &fn[lastState]{Base: foldstream.NewBase(c), reduce: func(a foldstream.ReduceArgs[lastState]) (lastState, bool, error) {
+		return lastState{Last: a.Payload.(setPayload).N}, true, nil
+	}}
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[lastState](t, p, mem, cps)
+	ctx := ctxFor(t)
+	appendT(t, mem, foldstream.EventInput{Type: "demo/set", Payload: json.RawMessage(`{"n":5}`)})
+	mustDo(t, eng.CatchUpFromLog(ctx))
+	eq(t, "after n=5", must[foldstream.Snapshot[lastState]](t)(eng.Snapshot(ctx)).State, lastState{Last: 5})
+	drain(t, eng) // let the live-state delta take its offset first
+	bad := appendT(t, mem, foldstream.EventInput{Type: "demo/set", Payload: json.RawMessage(`{"n":"not-a-number"}`)})
+	mustDo(t, eng.CatchUpFromLog(ctx))
+	s := must[foldstream.Snapshot[lastState]](t)(eng.Snapshot(ctx))
+	eq(t, "after bad payload", s, foldstream.Snapshot[lastState]{Offset: bad[0].Offset, State: lastState{Last: 5}})
+	if err := c.ValidateState(foldstream.JSON(s.State)); err != nil {
+		t.Errorf("state invalid against the state schema: %v", err)
+	}
+	// §6 step 2: a present falsy non-object payload fails; an absent one is validated as {}.
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/set", Payload: json.RawMessage(`0`)}); err == nil {
+		t.Error("payload 0 accepted")
+	}
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/set"}); err == nil {
+		t.Error("absent payload accepted although n is required")
+	}
+}
+
+// coercedNumber is the Go answer to zod's z.coerce.number(): its JSON Schema admits a number or a
+// numeric string, and UnmarshalJSON converts both. The normalized payload the engine hands on is
+// the re-marshalled typed value, so {"n":"2"} arrives as {"n":2}.
+type coercedNumber float64
+
+func (coercedNumber) JSONSchema() *invopop.Schema {
+	return &invopop.Schema{OneOf: []*invopop.Schema{
+		{Type: "number"},
+		{Type: "string", Pattern: `^\s*-?[0-9]+(\.[0-9]+)?\s*$`},
+	}}
+}
+
+func (n *coercedNumber) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(strings.TrimSpace(string(b)), `"`)
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return fmt.Errorf("not a number: %s", b)
+	}
+	*n = coercedNumber(f)
+	return nil
+}
+
+type addPayload struct {
+	N coercedNumber `json:"n"`
+}
+
+type sumState struct {
+	Sum float64 `json:"sum"`
+}
+
+func newAdder(t *testing.T, version string, seen *rec[string]) *fn[sumState] {
+	c := must[*foldstream.Contract[sumState]](t)(foldstream.DefineContract(foldstream.ContractConfig[sumState]{
+		Slug: "adder", Version: version, Consumes: []string{"demo/add"},
+		Events: []foldstream.EventDefinition{foldstream.DefineEvent[addPayload]("demo/add", "adds n")},
+	}))
+	return &fn[sumState]{Base: foldstream.NewBase(c),
+		reduce: func(a foldstream.ReduceArgs[sumState]) (sumState, bool, error) {
+			if seen != nil {
+				seen.add(string(a.Event.Payload))
+			}
+			return sumState{Sum: a.State.Sum + float64(a.Payload.(addPayload).N)}, true, nil
+		}}
+}
+
+func TestP51_CoercedPayload(t *testing.T) {
+	t.Parallel()
+	seen := &rec[string]{}
+	p := newAdder(t, "1", seen)
+	got := testsupport.ReduceProcessor[sumState](p, []foldstream.EventInput{
+		{Type: "demo/add", Payload: json.RawMessage(`{"n":"2"}`)},
+		{Type: "demo/add", Payload: json.RawMessage(`{"n":3}`)},
+		{Type: "demo/add", Payload: json.RawMessage(`{"n":"x"}`)},
+	})
+	eq(t, "sum", got, sumState{Sum: 5})
+	eq(t, "normalized payloads", seen.get(), []string{`{"n":2}`, `{"n":3}`})
+}
+
+func TestP52_InvalidPayloadSkipsEffects(t *testing.T) {
+	t.Parallel()
+	type nsState struct {
+		Seen []float64 `json:"seen"`
+	}
+	c := must[*foldstream.Contract[nsState]](t)(foldstream.DefineContract(foldstream.ContractConfig[nsState]{
+		Slug: "x", Version: "1", Consumes: []string{"demo/x"},
+		Initial: func() (nsState, error) { return nsState{Seen: []float64{}}, nil },
+		Events:  []foldstream.EventDefinition{foldstream.DefineEvent[setPayload]("demo/x", "x")},
+	}))
+	effects := &rec[float64]{}
+	p := &fn[nsState]{Base: foldstream.NewBase(c),
+		reduce: func(a foldstream.ReduceArgs[nsState]) (nsState, bool, error) {
+			return nsState{Seen: append(append([]float64{}, a.State.Seen...), a.Payload.(setPayload).N)}, true, nil
+		},
+		process: func(a *foldstream.ProcessEventArgs[nsState]) error {
+			if a.Event == nil {
+				return nil
+			}
+			var raw map[string]any
+			_ = json.Unmarshal(a.Event.Payload, &raw)
+			n, ok := raw["n"].(float64)
+			if !ok {
+				return fmt.Errorf("effect saw a non-number: %s", a.Event.Payload)
+			}
+			effects.add(n)
+			return nil
+		}}
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[nsState](t, p, mem, cps)
+	mem.Register(eng)
+	for _, n := range []string{`1`, `"bad"`, `2`} {
+		appendT(t, mem, foldstream.EventInput{Type: "demo/x", Payload: json.RawMessage(`{"n":` + n + `}`)})
+	}
+	settle(t, mem)
+	eq(t, "effects", effects.get(), []float64{1, 2})
+	eq(t, "state", must[foldstream.Snapshot[nsState]](t)(eng.Snapshot(ctxFor(t))).State, nsState{Seen: []float64{1, 2}})
+	if eng.ReducedThroughOffset() < 3 {
+		t.Errorf("cursor %d: the malformed event wedged the batch", eng.ReducedThroughOffset())
+	}
+}
+
+func TestP53_CoercionSurvivesReReduce(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	ctx := ctxFor(t)
+	v1 := newEngine[sumState](t, newAdder(t, "1", nil), mem, cps)
+	appendT(t, mem, foldstream.EventInput{Type: "demo/add", Payload: json.RawMessage(`{"n":"2"}`)},
+		foldstream.EventInput{Type: "demo/add", Payload: json.RawMessage(`{"n":3}`)})
+	mustDo(t, v1.CatchUpFromLog(ctx))
+	eq(t, "v1", must[foldstream.Snapshot[sumState]](t)(v1.Snapshot(ctx)).State, sumState{Sum: 5})
+	v2 := newEngine[sumState](t, newAdder(t, "2", nil), mem, cps)
+	eq(t, "v2", must[foldstream.Snapshot[sumState]](t)(v2.Snapshot(ctx)).State, sumState{Sum: 5})
+	cp, _ := cps.Get("adder")
+	eq(t, "v2 checkpoint version", cp.ReducerVersion, "2")
+}
+
+func TestDefineEventSchema_HandWritten(t *testing.T) {
+	t.Parallel()
+	d := foldstream.DefineEventSchema("demo/hand", "hand-written", json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`))
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "hand", Version: "1", Events: []foldstream.EventDefinition{d}}))
+	_, typed, err := c.Normalize(foldstream.Event{Type: "demo/hand", Payload: json.RawMessage(`{"n":4}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "typed", typed, any(map[string]any{"n": float64(4)}))
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/hand", Payload: json.RawMessage(`{"n":4.5}`)}); err == nil {
+		t.Error("4.5 accepted as integer")
+	}
+	bad := foldstream.DefineEventSchema("demo/bad", "", json.RawMessage(`{"type": 7}`))
+	_, err = foldstream.DefineContract(foldstream.ContractConfig[emptyState]{Slug: "bad", Version: "1", Events: []foldstream.EventDefinition{bad}})
+	if !errors.Is(err, foldstream.ErrInvalidContract) {
+		t.Errorf("bad schema: got %v, want INVALID_CONTRACT", err)
+	}
+}
+
+type treeNode struct {
+	Name     string     `json:"name"`
+	Children []treeNode `json:"children,omitempty"`
+}
+
+type nested struct {
+	Inner struct {
+		N int `json:"n"`
+	} `json:"inner"`
+	Tree treeNode `json:"tree"`
+}
+
+// Payload types may nest and recurse: the reflected schema uses $defs references.
+func TestDefineEvent_NestedAndRecursiveTypes(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "nest", Version: "1", Events: []foldstream.EventDefinition{foldstream.DefineEvent[nested]("demo/nested", "")}}))
+	ok := `{"inner":{"n":1},"tree":{"name":"a","children":[{"name":"b","children":[{"name":"c"}]}]}}`
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/nested", Payload: json.RawMessage(ok)}); err != nil {
+		t.Fatalf("valid payload refused: %v", err)
+	}
+	bad := `{"inner":{"n":1},"tree":{"name":"a","children":[{"name":7}]}}`
+	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/nested", Payload: json.RawMessage(bad)}); err == nil {
+		t.Fatal("a deep type error was accepted")
+	}
+}

@@ -1,0 +1,823 @@
+package foldstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Engine constants (spec §10.2, §14.2).
+const (
+	// ReviveAfter is how far ahead the engine claims its host's alarm when background work starts.
+	ReviveAfter = 20 * time.Second
+	// ReviveAfterMax caps the doubling re-claims of a revive that finds work still in flight.
+	ReviveAfterMax = 30 * time.Minute
+	// EnginePageSize is the read limit of catch-up, gap repair and re-reduce.
+	EnginePageSize = 500
+	// DefaultWaitTimeout is WaitUntilProcessed's timeout when none is given.
+	DefaultWaitTimeout = 10 * time.Second
+)
+
+// EngineConfig holds an engine's dependencies (spec §5).
+type EngineConfig struct {
+	// Stream is the stream the engine reads, appends to and claims on. Required.
+	Stream Stream
+	// Checkpoints stores the reduce checkpoint. Required.
+	Checkpoints CheckpointStorage
+	// FedByPushes is the host's word that a subscription pushes this engine every commit it
+	// consumes; it lets an idle engine trust the head it read from the log (spec §8.1). Defaults to
+	// false.
+	FedByPushes bool
+	// Clock supplies wall-clock time for claims and the live-state epoch. Defaults to SystemClock.
+	Clock Clock
+	// Reporter receives contained failures (spec §14.3). Defaults to SlogReporter(Logger).
+	Reporter Reporter
+	// Logger is used by the default reporter. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Snapshot is an engine's cursor and reduced state.
+type Snapshot[S any] struct {
+	Offset int64
+	State  S
+}
+
+// LiveSnapshot is the live-state holder's revision and projected state, read together.
+type LiveSnapshot struct {
+	Rev   int64
+	State json.RawMessage
+}
+
+// Runner is the non-generic view of an engine a host holds.
+type Runner interface {
+	// Slug returns the processor's slug.
+	Slug() string
+	// Consumes returns the contract's consumes list (nil = every durable event); use it with
+	// [ConsumesEvent] for subscription filters.
+	Consumes() []string
+	// ProcessEventBatch is a push: committed events and the range they prove contiguous.
+	ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error
+	// CatchUpFromLog reads the log from the cursor to the head.
+	CatchUpFromLog(ctx context.Context) error
+	// Revive is the host's call when a claim fell due.
+	Revive(ctx context.Context) error
+	// WaitUntilProcessed waits until the cursor reaches offset (timeout 0 = DefaultWaitTimeout).
+	WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error
+	// SnapshotJSON returns the cursor and the state's JSON after catching up if needed.
+	SnapshotJSON(ctx context.Context) (offset int64, state json.RawMessage, err error)
+	// LiveSnapshot returns the live state's revision and JSON after catching up if needed.
+	LiveSnapshot(ctx context.Context) (LiveSnapshot, error)
+	// PublishLiveState re-projects the state; call it when a runtime field changed outside a batch.
+	PublishLiveState()
+	// ReducedThroughOffset returns the cursor.
+	ReducedThroughOffset() int64
+	// Drain waits until the serial chain is idle and every background attempt settled, or ctx ends.
+	Drain(ctx context.Context) error
+}
+
+// BatchQueuer is implemented by *Engine. QueueEventBatch records the push's head and queues it on
+// the serial chain before it returns, and returns a function that waits for its outcome. Stream
+// stand-ins use it to push fire-and-forget while keeping the pushes in commit order.
+type BatchQueuer interface {
+	QueueEventBatch(ctx context.Context, events []Event, r ScannedRange) (wait func(ctx context.Context) error)
+}
+
+var (
+	_ Runner      = (*Engine[struct{}])(nil)
+	_ BatchQueuer = (*Engine[struct{}])(nil)
+)
+
+type staleCheckpoint[S any] struct {
+	cursor int64
+	state  S
+}
+
+type unit struct {
+	ctx  context.Context
+	run  func(ctx context.Context) error
+	done chan error
+}
+
+type waiter struct {
+	offset int64
+	ch     chan struct{}
+}
+
+// Engine drives one processor against one stream and one checkpoint storage (spec §5). All its
+// methods are safe for concurrent use.
+//
+// Concurrency rules (spec §5.1), kept in one place: every unit of work — a push, a catch-up,
+// revive's eventless pass — runs on one serial chain (a FIFO queue drained by one goroutine at a
+// time); within a unit events are processed one at a time and each event's blockers settle before
+// the next event's ProcessEvent; background attempts run on their own goroutines and hold a claim
+// while any is in flight; claims are issued on their own serial chain; a range commits at most once,
+// after all its blocking work settled.
+type Engine[S any] struct {
+	p        Processor[S]
+	c        *Contract[S]
+	stream   Stream
+	cps      CheckpointStorage
+	fed      bool
+	clock    Clock
+	rep      Reporter
+	consumes []string
+	emits    []string
+	live     *LiveState
+
+	pubMu            sync.Mutex
+	mu               sync.Mutex
+	state            S
+	cursor           int64
+	hasPushed        bool
+	pushedThrough    int64
+	hasHeadRead      bool
+	headRead         int64
+	lastBatchAtHead  bool
+	stale            *staleCheckpoint[S]
+	latch            error
+	waiters          map[*waiter]struct{}
+	queue            []*unit
+	running          bool
+	active           int // 1 while a unit runs
+	inFlight         int
+	revivesWhileBusy int
+	claimTail        chan struct{}
+	changed          chan struct{}
+}
+
+// NewEngine loads p's checkpoint and returns its engine (spec §5.2). It fails only when the
+// checkpoint cannot be read or decoded; a failing live-state projection is reported and never
+// fails construction.
+func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
+	if p == nil || p.Contract() == nil {
+		return nil, NewError(CodeInvalidContract, nil, "engine: the processor has no contract")
+	}
+	if cfg.Stream == nil || cfg.Checkpoints == nil {
+		return nil, NewError(CodeInvalidContract, nil, "engine: Stream and Checkpoints are required")
+	}
+	c := p.Contract()
+	e := &Engine[S]{
+		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
+		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(),
+		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
+	}
+	if e.clock == nil {
+		e.clock = SystemClock{}
+	}
+	if e.rep == nil {
+		e.rep = SlogReporter(cfg.Logger)
+	}
+	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
+	if err != nil {
+		return nil, fmt.Errorf("engine %q: %w", c.Slug(), err)
+	}
+	e.state = c.InitialState()
+	if ok {
+		st := c.InitialState()
+		if cp.State != nil {
+			var decoded S
+			if err := json.Unmarshal(cp.State, &decoded); err == nil {
+				st = decoded
+			} else if cp.ReducerVersion == c.Version() {
+				return nil, fmt.Errorf("engine %q: decode checkpoint state: %w", c.Slug(), err)
+			} else {
+				// Another version's state may have another shape; it only seeds the live state
+				// until the re-reduce replaces it.
+				report(e.rep, SiteCheckpoint, err, slog.String("slug", c.Slug()))
+			}
+		}
+		if cp.ReducerVersion == c.Version() {
+			e.state, e.cursor = st, cp.ReducedThroughOffset
+		} else {
+			e.stale = &staleCheckpoint[S]{cursor: cp.ReducedThroughOffset, state: st}
+		}
+	}
+	seedFrom := e.state
+	if e.stale != nil {
+		seedFrom = e.stale.state
+	}
+	seed, err := e.project(seedFrom)
+	if err != nil {
+		seed = nil
+	}
+	e.live = NewLiveState(e.stream, c.Slug(), seed, LiveStateOptions{Clock: e.clock, Reporter: e.rep})
+	return e, nil
+}
+
+// Processor returns the processor.
+func (e *Engine[S]) Processor() Processor[S] { return e.p }
+
+// Slug returns the contract's slug.
+func (e *Engine[S]) Slug() string { return e.c.Slug() }
+
+// Consumes returns the contract's consumes list.
+func (e *Engine[S]) Consumes() []string { return e.c.Consumes() }
+
+// LiveState returns the engine's live-state holder.
+func (e *Engine[S]) LiveState() *LiveState { return e.live }
+
+// ReducedThroughOffset returns the cursor.
+func (e *Engine[S]) ReducedThroughOffset() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cursor
+}
+
+// Pending returns the number of chain units queued or running (a gauge for hosts and tests).
+func (e *Engine[S]) Pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.queue) + e.active
+}
+
+// signalLocked wakes Drain callers; e.mu must be held.
+func (e *Engine[S]) signalLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// enqueue appends a unit to the serial chain (spec §5.3) and returns its outcome channel. Before a
+// unit runs, a latched refusal fails it at once; a failed unit never wedges the chain.
+func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) error) <-chan error {
+	u := &unit{ctx: ctx, run: run, done: make(chan error, 1)}
+	e.mu.Lock()
+	e.queue = append(e.queue, u)
+	if !e.running {
+		e.running = true
+		go e.work()
+	}
+	e.mu.Unlock()
+	return u.done
+}
+
+func (e *Engine[S]) work() {
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.running = false
+			e.signalLocked()
+			e.mu.Unlock()
+			return
+		}
+		u := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		latch := e.latch
+		e.active = 1
+		e.mu.Unlock()
+		var err error
+		switch {
+		case latch != nil:
+			err = latch
+		case u.ctx.Err() != nil:
+			err = u.ctx.Err()
+		default:
+			err = callGuarded(func() error { return u.run(u.ctx) })
+		}
+		e.mu.Lock()
+		e.active = 0
+		e.mu.Unlock()
+		u.done <- err
+	}
+}
+
+func await(ctx context.Context, ch <-chan error) error {
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ProcessEventBatch is a push (spec §5.4): it records range.Through as the pushed head at once,
+// then queues a unit that runs a pending re-reduce, repairs a gap below range.After from the log,
+// and reduces and commits the pushed events. No push is discarded: a push behind the cursor still
+// delivers its ephemerals.
+func (e *Engine[S]) ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error {
+	return e.QueueEventBatch(ctx, events, r)(ctx)
+}
+
+// QueueEventBatch is ProcessEventBatch split in two: the push is recorded and queued before it
+// returns; the returned function waits for its outcome (see [BatchQueuer]).
+func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r ScannedRange) func(context.Context) error {
+	e.mu.Lock()
+	if !e.hasPushed || r.Through > e.pushedThrough {
+		e.pushedThrough = r.Through
+	}
+	e.hasPushed = true
+	e.mu.Unlock()
+	evs := slices.Clone(events)
+	ch := e.enqueue(ctx, func(ctx context.Context) error { return e.runPush(ctx, evs, r) })
+	return func(wctx context.Context) error { return await(wctx, ch) }
+}
+
+func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange) error {
+	if err := e.rereduceIfStale(ctx); err != nil {
+		return err
+	}
+	for {
+		cursor := e.ReducedThroughOffset()
+		if cursor >= r.After {
+			break
+		}
+		page, err := e.stream.Read(ctx, cursor, EnginePageSize)
+		if err != nil {
+			return err
+		}
+		if page.ScannedThroughOffset <= cursor {
+			break // the rest below r.After were ephemerals: nothing durable to heal
+		}
+		var evs []Event
+		for _, ev := range page.Events {
+			if ev.Offset <= r.After {
+				evs = append(evs, ev)
+			}
+		}
+		through := min(page.ScannedThroughOffset, r.After)
+		if err := e.commitRange(ctx, evs, ScannedRange{After: cursor, Through: through}, false); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	atHead := r.Through >= e.pushedThrough
+	e.mu.Unlock()
+	return e.commitRange(ctx, events, r, atHead)
+}
+
+// CatchUpFromLog reads the log from the cursor in pages of EnginePageSize and reduces and commits
+// each page until one is at head (spec §5.5). An empty catch-up runs no at-head pass.
+func (e *Engine[S]) CatchUpFromLog(ctx context.Context) error {
+	return await(ctx, e.enqueue(ctx, e.runCatchUp))
+}
+
+func (e *Engine[S]) runCatchUp(ctx context.Context) error {
+	if err := e.rereduceIfStale(ctx); err != nil {
+		return err
+	}
+	for {
+		cursor := e.ReducedThroughOffset()
+		page, err := e.stream.Read(ctx, cursor, EnginePageSize)
+		if err != nil {
+			return err
+		}
+		if page.ScannedThroughOffset <= cursor {
+			if page.AtHead {
+				e.recordHeadRead()
+			}
+			return nil
+		}
+		if err := e.commitRange(ctx, page.Events, ScannedRange{After: cursor, Through: page.ScannedThroughOffset}, page.AtHead); err != nil {
+			return err
+		}
+		if page.AtHead {
+			e.recordHeadRead()
+			return nil
+		}
+	}
+}
+
+func (e *Engine[S]) recordHeadRead() {
+	if !e.fed {
+		return
+	}
+	e.mu.Lock()
+	e.headRead = max(e.headRead, e.cursor)
+	e.hasHeadRead = true
+	e.mu.Unlock()
+}
+
+// commitRange is reduce-and-commit of one range (spec §5.6).
+func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRange, atHead bool) error {
+	e.mu.Lock()
+	before, state := e.cursor, e.state
+	e.mu.Unlock()
+	var consumable []Event
+	for _, ev := range events {
+		if ReducesEvent(e.consumes, ev) && (ev.Ephemeral || ev.Offset > before) {
+			consumable = append(consumable, ev)
+		}
+	}
+	changed, delivered := false, false
+	for i := range consumable {
+		caughtUp := atHead && i == len(consumable)-1
+		next, ch, processed, err := e.step(ctx, &consumable[i], state, caughtUp)
+		if err != nil {
+			return err
+		}
+		if ch {
+			state, changed = next, true
+		}
+		if caughtUp && processed {
+			delivered = true
+		}
+	}
+	if atHead && !delivered {
+		if _, _, _, err := e.step(ctx, nil, state, true); err != nil {
+			return err
+		}
+	}
+	newCursor := max(before, r.Through)
+	hasDurable := slices.ContainsFunc(events, func(ev Event) bool { return !ev.Ephemeral })
+	if hasDurable && newCursor > before {
+		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
+		if changed {
+			b, err := json.Marshal(state)
+			if err != nil {
+				return fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
+			}
+			cp.State = b
+		}
+		if err := e.writeCheckpoint(ctx, cp, changed); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	if changed {
+		e.state = state
+	}
+	e.cursor = newCursor
+	e.lastBatchAtHead = atHead
+	e.resolveWaitersLocked()
+	e.mu.Unlock()
+	e.PublishLiveState()
+	return nil
+}
+
+// writeCheckpoint writes and latches a refusal that retrying cannot fix (spec §5.3).
+func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed bool) error {
+	err := e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
+	if err != nil && !IsRetryable(err) {
+		e.mu.Lock()
+		e.latch = err
+		e.mu.Unlock()
+	}
+	return err
+}
+
+func (e *Engine[S]) resolveWaitersLocked() {
+	for w := range e.waiters {
+		if w.offset <= e.cursor {
+			close(w.ch)
+			delete(e.waiters, w)
+		}
+	}
+}
+
+// normalizeAndReduce is spec §6, shared by the live path and the re-reduce. ok=false means the
+// event is invalid and must be skipped.
+func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool, payload any, ok bool) {
+	norm, typed, err := e.c.Normalize(*ev)
+	if err != nil {
+		report(e.rep, SiteReducePayload, err, slog.String("slug", e.c.Slug()),
+			slog.Int64("offset", ev.Offset), slog.String("type", ev.Type))
+		return state, false, nil, false
+	}
+	*ev = norm
+	var out S
+	var ch bool
+	err = callGuarded(func() error {
+		var rerr error
+		out, ch, rerr = e.p.Reduce(ReduceArgs[S]{Event: norm, Payload: typed, State: state})
+		return rerr
+	})
+	if err != nil {
+		report(e.rep, SiteReduce, err, slog.String("slug", e.c.Slug()), slog.Int64("offset", ev.Offset))
+		return state, false, typed, true
+	}
+	if !ch {
+		return state, false, typed, true
+	}
+	return out, true, typed, true
+}
+
+// step is the per-event primitive (spec §5.7); ev nil is the eventless pass.
+func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool) (S, bool, bool, error) {
+	prev := state
+	changed := false
+	var payload any
+	if ev != nil {
+		next, ch, typed, ok := e.normalizeAndReduce(ev, state)
+		if !ok {
+			return state, false, false, nil
+		}
+		state, changed, payload = next, ch, typed
+	}
+	run := &eventRun{ctx: ctx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
+		emits: e.emits, event: ev, background: e.runInBackground}
+	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
+		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
+	if err := callGuarded(func() error { return e.p.ProcessEvent(args) }); err != nil {
+		run.mu.Lock()
+		run.settled = true
+		run.mu.Unlock()
+		return prev, false, false, err
+	}
+	if err := run.drain(); err != nil {
+		return prev, false, false, err
+	}
+	return state, changed, true, nil
+}
+
+// rereduceIfStale is the one-time reduce-only re-reduce after a version bump (spec §9).
+func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
+	e.mu.Lock()
+	st := e.stale
+	e.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	target := st.cursor
+	state := e.c.InitialState()
+	var pos int64
+	for pos < target {
+		page, err := e.stream.Read(ctx, pos, EnginePageSize)
+		if err != nil {
+			return err
+		}
+		for _, ev := range page.Events {
+			if ev.Offset > target || !ReducesEvent(e.consumes, ev) {
+				continue
+			}
+			if next, ch, _, ok := e.normalizeAndReduce(&ev, state); ok && ch {
+				state = next
+			}
+		}
+		if page.ScannedThroughOffset <= pos {
+			break
+		}
+		pos = min(page.ScannedThroughOffset, target)
+	}
+	b, err := json.Marshal(state)
+	if err != nil {
+		return fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
+	}
+	if err := e.writeCheckpoint(ctx, Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: target, State: b}, true); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.state, e.cursor, e.stale = state, target, nil
+	e.resolveWaitersLocked()
+	e.mu.Unlock()
+	e.PublishLiveState()
+	return nil
+}
+
+// runInBackground starts one droppable attempt (spec §10.1).
+func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Context) error) {
+	e.mu.Lock()
+	e.inFlight++
+	if e.inFlight == 1 {
+		e.queueClaimLocked(e.clock.Now().Add(ReviveAfter))
+	}
+	e.mu.Unlock()
+	go func() {
+		err := callGuarded(func() error { return work(context.WithoutCancel(ctx)) })
+		if err != nil {
+			report(e.rep, SiteBackground, err, slog.String("slug", e.c.Slug()))
+		}
+		e.mu.Lock()
+		e.inFlight--
+		if e.inFlight == 0 {
+			e.revivesWhileBusy = 0
+			e.queueClaimLocked(time.Time{})
+		}
+		e.signalLocked()
+		e.mu.Unlock()
+	}()
+}
+
+// queueClaimLocked issues claim(at) on the claim chain: after the previous claim settled, so a slow
+// release never overtakes the next claim (spec §10.1). The zero time releases. e.mu must be held.
+func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
+	prev, done := e.claimTail, make(chan struct{})
+	e.claimTail = done
+	go func() {
+		defer close(done)
+		<-prev
+		if err := callGuarded(func() error { return e.stream.Claim(context.Background(), at) }); err != nil {
+			report(e.rep, SiteClaim, err, slog.String("slug", e.c.Slug()))
+		}
+	}()
+	return done
+}
+
+// Revive is the host's call for a claim that fell due (spec §10.3): catch up; if that ran no
+// at-head range, run one eventless at-head pass; if work is still in flight, re-claim at
+// now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
+func (e *Engine[S]) Revive(ctx context.Context) error {
+	e.mu.Lock()
+	e.lastBatchAtHead = false
+	e.mu.Unlock()
+	if err := e.CatchUpFromLog(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	atHead := e.lastBatchAtHead
+	e.mu.Unlock()
+	if !atHead {
+		err := await(ctx, e.enqueue(ctx, func(ctx context.Context) error {
+			e.mu.Lock()
+			state := e.state
+			e.mu.Unlock()
+			if _, _, _, err := e.step(ctx, nil, state, true); err != nil {
+				return err
+			}
+			e.PublishLiveState()
+			return nil
+		}))
+		if err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	if e.inFlight == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	e.revivesWhileBusy++
+	d := ReviveAfterMax
+	if n := e.revivesWhileBusy; n < 20 {
+		d = min(ReviveAfter<<n, ReviveAfterMax)
+	}
+	done := e.queueClaimLocked(e.clock.Now().Add(d))
+	e.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine[S]) reducedThroughShownHead() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.hasPushed && !e.hasHeadRead {
+		return false
+	}
+	head := e.pushedThrough
+	if e.hasHeadRead {
+		head = max(head, e.headRead)
+	}
+	return e.cursor >= head
+}
+
+func (e *Engine[S]) gate(ctx context.Context) error {
+	if e.reducedThroughShownHead() {
+		return nil
+	}
+	return e.CatchUpFromLog(ctx)
+}
+
+// Snapshot returns the cursor and state, catching up from the log first unless the engine has
+// reduced through the shown head (spec §8.2).
+func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
+	if err := e.gate(ctx); err != nil {
+		return Snapshot[S]{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Snapshot[S]{Offset: e.cursor, State: e.state}, nil
+}
+
+// SnapshotJSON is Snapshot with the state as JSON.
+func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, error) {
+	s, err := e.Snapshot(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	b, err := json.Marshal(s.State)
+	if err != nil {
+		return 0, nil, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
+	}
+	return s.Offset, b, nil
+}
+
+// LiveSnapshot returns the live state's {rev, state} after the same gate as Snapshot. It fails when
+// the current projection does not serialize to JSON.
+func (e *Engine[S]) LiveSnapshot(ctx context.Context) (LiveSnapshot, error) {
+	if err := e.gate(ctx); err != nil {
+		return LiveSnapshot{}, err
+	}
+	rev, st, err := e.live.SnapshotJSON()
+	if err != nil {
+		return LiveSnapshot{}, err
+	}
+	return LiveSnapshot{Rev: rev, State: st}, nil
+}
+
+func (e *Engine[S]) project(state S) (v any, err error) {
+	err = callGuarded(func() error {
+		var perr error
+		v, perr = e.p.ProjectLiveState(state)
+		return perr
+	})
+	if err != nil {
+		report(e.rep, SiteLiveState, err, slog.String("slug", e.c.Slug()))
+	}
+	return v, err
+}
+
+// PublishLiveState re-projects the reduced state into the live state (spec §12.2). A failing
+// projection is reported and only this notification is lost.
+func (e *Engine[S]) PublishLiveState() {
+	// One publish at a time, so a host's publish of an older state can never land after the
+	// chain's publish of a newer one.
+	e.pubMu.Lock()
+	defer e.pubMu.Unlock()
+	e.mu.Lock()
+	state := e.state
+	e.mu.Unlock()
+	v, err := e.project(state)
+	if err != nil {
+		return
+	}
+	e.live.Set(v)
+}
+
+// WaitUntilProcessed waits until the cursor reaches offset (spec §8.3). It starts a catch-up
+// without waiting for it; if that fails first, it fails with the catch-up's error. On timeout it
+// fails with code PROCESS_TIMEOUT and `processor "<slug>" did not reach offset <n> in <ms>ms`.
+func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultWaitTimeout
+	}
+	e.mu.Lock()
+	if e.cursor >= offset {
+		e.mu.Unlock()
+		return nil
+	}
+	w := &waiter{offset: offset, ch: make(chan struct{})}
+	e.waiters[w] = struct{}{}
+	e.mu.Unlock()
+	remove := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		_, ok := e.waiters[w]
+		delete(e.waiters, w)
+		return ok
+	}
+	catchUp := e.enqueue(context.WithoutCancel(ctx), e.runCatchUp)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-w.ch:
+			return nil
+		case err := <-catchUp:
+			catchUp = nil
+			if err != nil && remove() {
+				return err
+			}
+		case <-timer.C:
+			if !remove() {
+				return nil // resolved concurrently
+			}
+			return NewError(CodeProcessTimeout, map[string]any{"slug": e.c.Slug(), "offset": offset},
+				"processor %s did not reach offset %d in %dms", quoteJSON(e.c.Slug()), offset, timeout.Milliseconds())
+		case <-ctx.Done():
+			if !remove() {
+				return nil
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// Drain waits until the serial chain is idle, every background attempt settled, and the claim and
+// live-state chains settled, or ctx ends.
+func (e *Engine[S]) Drain(ctx context.Context) error {
+	for {
+		e.mu.Lock()
+		busy := e.running || len(e.queue) > 0 || e.inFlight > 0
+		changed, claims := e.changed, e.claimTail
+		e.mu.Unlock()
+		if busy {
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-claims:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := e.live.Wait(ctx); err != nil {
+			return err
+		}
+		e.mu.Lock()
+		quiet := !e.running && len(e.queue) == 0 && e.inFlight == 0 && e.claimTail == claims
+		e.mu.Unlock()
+		if quiet && e.live.idle() {
+			return nil
+		}
+	}
+}

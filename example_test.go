@@ -1,0 +1,131 @@
+package foldstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+type ExampleCounterState struct {
+	Ticks int `json:"ticks"`
+}
+
+type ExampleCounter struct {
+	foldstream.Base[ExampleCounterState]
+}
+
+func (ExampleCounter) Reduce(a foldstream.ReduceArgs[ExampleCounterState]) (ExampleCounterState, bool, error) {
+	if a.Event.Type != "tick" {
+		return a.State, false, nil
+	}
+	return ExampleCounterState{Ticks: a.State.Ticks + 1}, true, nil
+}
+
+func (c ExampleCounter) ProcessEvent(a *foldstream.ProcessEventArgs[ExampleCounterState]) error {
+	if a.Event == nil || a.State.Ticks%3 != 0 {
+		return nil
+	}
+	ticks := a.State.Ticks
+	a.BlockProcessorWhile(func(ctx context.Context) error {
+		_, err := a.Append(ctx, foldstream.EventInput{
+			Type:           "milestone",
+			Payload:        foldstream.JSON(map[string]int{"at": ticks}),
+			IdempotencyKey: c.IdempotencyKey(fmt.Sprint("milestone-", ticks), nil),
+		})
+		return err
+	})
+	return nil
+}
+
+func ExampleEngine() {
+	ctx := context.Background()
+	contract := foldstream.MustDefineContract(foldstream.ContractConfig[ExampleCounterState]{
+		Slug: "counter", Version: "1", Consumes: []string{"tick"}, Emits: []string{"milestone"},
+	})
+	mem := testsupport.NewMemoryStream()
+	eng, err := foldstream.NewEngine[ExampleCounterState](ExampleCounter{foldstream.NewBase(contract)},
+		foldstream.EngineConfig{Stream: mem, Checkpoints: testsupport.MemoryCheckpoints()})
+	if err != nil {
+		panic(err)
+	}
+	mem.Register(eng)
+	for range 3 {
+		if _, err := mem.Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+			panic(err)
+		}
+	}
+	_ = mem.WaitIdle(ctx)
+	snap, _ := eng.Snapshot(ctx)
+	fmt.Println("ticks:", snap.State.Ticks)
+	for _, ev := range mem.EventsOfType("milestone") {
+		fmt.Printf("milestone %s emitted by %s while processing offset %d\n", ev.Payload, ev.Source.Processor.Slug, ev.Source.Processor.WhileProcessing.Offset)
+	}
+	// Output:
+	// ticks: 3
+	// milestone {"at":3} emitted by counter while processing offset 3
+}
+
+type ExampleDeposit struct {
+	Account string  `json:"account"`
+	Amount  float64 `json:"amount" jsonschema:"exclusiveMinimum=0"`
+}
+
+func ExampleDefineEvent() {
+	contract := foldstream.MustDefineContract(foldstream.ContractConfig[map[string]float64]{
+		Slug: "balances", Version: "1", Consumes: []string{"deposited"},
+		Events: []foldstream.EventDefinition{foldstream.DefineEvent[ExampleDeposit]("deposited", "money arrived")},
+	})
+	for _, payload := range []string{`{"account":"a","amount":5,"note":"dropped"}`, `{"account":"a","amount":-1}`} {
+		ev, typed, err := contract.Normalize(foldstream.Event{Type: "deposited", Payload: json.RawMessage(payload)})
+		if err != nil {
+			fmt.Println("invalid payload, skipped")
+			continue
+		}
+		fmt.Printf("%s %+v\n", ev.Payload, typed.(ExampleDeposit))
+	}
+	// Output:
+	// {"account":"a","amount":5} {Account:a Amount:5}
+	// invalid payload, skipped
+}
+
+func ExampleConsumesEvent() {
+	durable := foldstream.Event{Type: "chunk"}
+	ephemeral := foldstream.Event{Type: "chunk", Ephemeral: true}
+	fmt.Println(foldstream.ConsumesEvent(nil, durable), foldstream.ConsumesEvent(nil, ephemeral))
+	fmt.Println(foldstream.ConsumesEvent([]string{"*"}, ephemeral), foldstream.ConsumesEvent([]string{"chunk"}, ephemeral))
+	fmt.Println(foldstream.ConsumesEvent([]string{}, durable))
+	// Output:
+	// true false
+	// false true
+	// false
+}
+
+func ExampleApplyPatch() {
+	seed := json.RawMessage(`{"count":1,"names":["a"]}`)
+	next := json.RawMessage(`{"count":2,"names":["a","b"]}`)
+	ops, _ := foldstream.DiffJSON(seed, next)
+	patch, _ := json.Marshal(ops)
+	fmt.Println(string(patch))
+	out, _ := foldstream.ApplyPatch(seed, patch)
+	fmt.Println(string(out))
+	// Output:
+	// [{"op":"replace","path":"/count","value":2},{"op":"add","path":"/names/-","value":"b"}]
+	// {"count":2,"names":["a","b"]}
+}
+
+func ExampleLiveState() {
+	mem := testsupport.NewMemoryStream()
+	live := foldstream.NewLiveState(mem, "greeting", map[string]string{"text": "hi"}, foldstream.LiveStateOptions{Clock: testsupport.NewFakeClock()})
+	seed := live.Snapshot()
+	live.Set(map[string]string{"text": "hello"})
+	_ = live.Wait(context.Background())
+	var d foldstream.LiveStateDelta
+	_ = json.Unmarshal(mem.PushedEvents()[0].Payload, &d)
+	patch, _ := json.Marshal(d.Patch)
+	fmt.Println(d.Key, d.From == seed.Rev, d.To == seed.Rev+1, string(patch))
+	// Output:
+	// greeting true true [{"op":"replace","path":"/text","value":"hello"}]
+}

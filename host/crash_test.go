@@ -1,0 +1,308 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// The crash test: a child process (this test binary re-executed with crashChildEnv set) appends
+// single and grouped batches from many goroutines while processors run on the same file; the
+// parent kills it with SIGKILL at random points, many rounds, and after each round checks that
+//
+//   - every acknowledged append (the child prints "ACK <keys>" only after Append returned) is in the
+//     log exactly once;
+//   - no batch is partly visible (each event carries its batch's id and size);
+//   - each processor's checkpoint is consistent with the log: its count equals the number of
+//     consumed durable events up to its cursor (nothing skipped, nothing reduced twice), and the
+//     next incarnation resumes from it.
+
+const crashChildEnv = "FOLDSTREAM_CRASH_CHILD"
+
+var crashPaths = []string{"/crash/a", "/crash/b"}
+
+type crashState struct {
+	Count int   `json:"count"`
+	Last  int64 `json:"last"`
+}
+
+type crashCounter struct{ foldstream.Base[crashState] }
+
+func newCrashCounter(t testing.TB) *crashCounter {
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[crashState]{Slug: "count", Version: "1", Consumes: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &crashCounter{Base: foldstream.NewBase(c)}
+}
+
+func (p *crashCounter) Reduce(a foldstream.ReduceArgs[crashState]) (crashState, bool, error) {
+	if a.Event.Ephemeral {
+		return a.State, false, nil // pushed live, never in the log: not counted
+	}
+	if a.Event.Offset <= a.State.Last {
+		// Reducing a durable event twice would be a bug; make it visible in the state.
+		return crashState{Count: a.State.Count - 1_000_000, Last: a.State.Last}, true, nil
+	}
+	return crashState{Count: a.State.Count + 1, Last: a.Event.Offset}, true, nil
+}
+
+func (p *crashCounter) ProjectLiveState(crashState) (any, error) { return nil, nil }
+
+type crashPayload struct {
+	Batch string `json:"batch"`
+	Size  int    `json:"size"`
+}
+
+// TestCrashChild is the child's body; it only runs when re-executed by TestCrashRecovery.
+func TestCrashChild(t *testing.T) {
+	file := os.Getenv(crashChildEnv)
+	if file == "" {
+		t.Skip("runs only as the crash test's child process")
+	}
+	round := os.Getenv("FOLDSTREAM_CRASH_ROUND")
+	ctx := context.Background()
+	s, err := stream.Open(file, stream.Options{Logger: quietLog})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(2)
+	}
+	h, err := host.New(s, host.Config{Logger: quietLog})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(2)
+	}
+	for _, p := range crashPaths {
+		if _, err := host.Register(ctx, h, p, newCrashCounter(t)); err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(2)
+		}
+	}
+	var outMu sync.Mutex
+	say := func(line string) {
+		outMu.Lock()
+		os.Stdout.WriteString(line + "\n")
+		outMu.Unlock()
+	}
+	say("READY")
+	for w := range 8 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(len(round))))
+			for seq := 0; ; seq++ {
+				path := crashPaths[rng.IntN(len(crashPaths))]
+				size := 1
+				if rng.IntN(3) == 0 {
+					size = 2 + rng.IntN(6)
+				}
+				batch := fmt.Sprintf("r%s-w%d-%d", round, w, seq)
+				in := make([]foldstream.EventInput, 0, size+1)
+				keys := make([]string, 0, size)
+				for i := range size {
+					key := fmt.Sprintf("%s-%d", batch, i)
+					typ := "a"
+					if i%3 == 2 {
+						typ = "b"
+					}
+					in = append(in, foldstream.EventInput{Type: typ, IdempotencyKey: key,
+						Payload: foldstream.JSON(crashPayload{Batch: batch, Size: size})})
+					keys = append(keys, key)
+				}
+				if rng.IntN(4) == 0 {
+					in = append(in, foldstream.EventInput{Type: "a", Ephemeral: true})
+				}
+				if _, err := s.Append(ctx, path, in...); err != nil {
+					say("ERR " + err.Error())
+					return
+				}
+				say("ACK " + path + " " + strings.Join(keys, " "))
+			}
+		}()
+	}
+	select {} // until killed
+}
+
+func TestCrashRecovery(t *testing.T) {
+	if os.Getenv(crashChildEnv) != "" {
+		t.Skip("child process")
+	}
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	file := filepath.Join(t.TempDir(), "crash.db")
+	acked := map[string]string{} // key → path
+	budget := 20 * time.Second
+	if raceEnabled {
+		budget = 20 * time.Second
+	}
+	start := time.Now()
+	rounds := 0
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for time.Since(start) < budget && rounds < 80 {
+		rounds++
+		killAfter := rng.IntN(400) // acks to wait for before the kill; 0 kills right after READY
+		n := runCrashChild(t, file, rounds, killAfter, rng, acked)
+		verifyCrashFile(t, file, acked, rounds, n)
+	}
+	t.Logf("crash test: %d rounds, %d acknowledged events, %s", rounds, len(acked), time.Since(start).Round(time.Millisecond))
+	if rounds < 5 {
+		t.Fatalf("only %d rounds ran", rounds)
+	}
+}
+
+func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Rand, acked map[string]string) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+file, "FOLDSTREAM_CRASH_ROUND="+strconv.Itoa(round))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	ready := false
+	n := 0
+	var once sync.Once
+	kill := func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL) }) }
+	hang := time.AfterFunc(time.Minute, kill) // a child that never gets ready
+	defer hang.Stop()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "READY":
+			ready = true
+			if killAfter == 0 {
+				kill()
+			}
+			// The kill comes after killAfter acks or at a random moment, whichever is first.
+			timer = time.AfterFunc(time.Duration(100+rng.IntN(1500))*time.Millisecond, kill)
+		case strings.HasPrefix(line, "ACK "):
+			f := strings.Fields(line)
+			for _, k := range f[2:] {
+				acked[k] = f[1]
+			}
+			n++
+			if n >= killAfter {
+				kill()
+			}
+		case strings.HasPrefix(line, "ERR "):
+			kill()
+			t.Fatalf("round %d: child failed: %s", round, line)
+		}
+	}
+	kill()
+	_ = cmd.Wait()
+	if !ready {
+		t.Fatalf("round %d: the child never got ready", round)
+	}
+	return n
+}
+
+func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, roundAcks int) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := stream.Open(file, stream.Options{Logger: quietLog})
+	if err != nil {
+		t.Fatalf("round %d: reopen: %v", round, err)
+	}
+	defer s.Close()
+	seen := map[string]int{}
+	for _, path := range crashPaths {
+		var events []foldstream.Event
+		for after := int64(0); ; {
+			p, err := s.Read(ctx, path, after, 1000, stream.ReadOptions{})
+			if err != nil {
+				t.Fatalf("round %d: read %s: %v", round, path, err)
+			}
+			events = append(events, p.Events...)
+			if p.AtHead {
+				break
+			}
+			after = p.ScannedThroughOffset
+		}
+		batches := map[string][2]int{} // batch → {seen, size}
+		count := map[int64]int{}       // cumulative "a" count by offset
+		as := 0
+		for _, e := range events {
+			if e.IdempotencyKey != "" {
+				seen[e.IdempotencyKey]++
+				if want := acked[e.IdempotencyKey]; want != "" && want != path {
+					t.Fatalf("round %d: key %s on %s, acked on %s", round, e.IdempotencyKey, path, want)
+				}
+				var pl crashPayload
+				if err := json.Unmarshal(e.Payload, &pl); err != nil {
+					t.Fatalf("round %d: payload %s: %v", round, e.Payload, err)
+				}
+				b := batches[pl.Batch]
+				batches[pl.Batch] = [2]int{b[0] + 1, pl.Size}
+			}
+			if e.Type == "a" {
+				as++
+			}
+			count[e.Offset] = as
+		}
+		for id, b := range batches {
+			if b[0] != b[1] {
+				t.Fatalf("round %d: batch %s partly visible: %d of %d events", round, id, b[0], b[1])
+			}
+		}
+		cps, err := s.Checkpoints(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, ok, err := cps.ReadCheckpoint(ctx, "count")
+		if err != nil {
+			t.Fatalf("round %d: checkpoint: %v", round, err)
+		}
+		if ok && cp.State != nil {
+			var st crashState
+			if err := json.Unmarshal(cp.State, &st); err != nil {
+				t.Fatal(err)
+			}
+			// The count of "a" events at or below the cursor.
+			want := 0
+			for _, e := range events {
+				if e.Offset <= cp.ReducedThroughOffset && e.Type == "a" {
+					want++
+				}
+			}
+			if st.Count != want {
+				t.Fatalf("round %d: %s checkpoint at %d counts %d, the log has %d consumed events up to it", round, path, cp.ReducedThroughOffset, st.Count, want)
+			}
+		}
+	}
+	for k := range acked {
+		if seen[k] != 1 {
+			t.Fatalf("round %d: acknowledged key %s present %d times, want 1", round, k, seen[k])
+		}
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("round %d: key %s present %d times", round, k, n)
+		}
+	}
+}

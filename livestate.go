@@ -1,0 +1,374 @@
+package foldstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// MaxPatchChars is the live-state patch ceiling (spec §12.1): a patch whose JSON is longer (in
+// UTF-16 code units) travels as null, meaning "rev moved, re-seed".
+const MaxPatchChars = 1048576
+
+// LiveStateSink receives delta events; every [Stream] is one.
+type LiveStateSink interface {
+	Append(ctx context.Context, events ...EventInput) ([]Event, error)
+}
+
+// LiveStateDelta is the payload of a [LiveStateChangedType] event: Patch turns the state at rev
+// From into the state at rev To; a nil Patch (JSON null) means "re-seed".
+type LiveStateDelta struct {
+	Key   string    `json:"key"`
+	From  int64     `json:"from"`
+	To    int64     `json:"to"`
+	Patch []PatchOp `json:"patch"`
+}
+
+// LiveStateSnapshot is a live state's revision and value, read together.
+type LiveStateSnapshot struct {
+	Rev   int64
+	State any
+}
+
+// LiveStateOptions configures [NewLiveState].
+type LiveStateOptions struct {
+	// Clock seeds the revision epoch. Defaults to SystemClock.
+	Clock Clock
+	// Reporter receives failed delta appends. Defaults to SlogReporter(nil).
+	Reporter Reporter
+	// Epoch overrides the revision epoch (tests); zero means nowMs*4096 + rand[0, 4095].
+	Epoch int64
+}
+
+// LiveState holds one live value and publishes its changes as RFC 6902 deltas (spec §12). It is
+// safe for concurrent use.
+//
+// The held value is kept beside its JSON text (the diff base). A Set marshals the new value once
+// and diffs the two texts with [DiffJSON], which skips byte-identical subtrees without decoding
+// them, so a one-field change in a large value costs one marshal and one scan.
+type LiveState struct {
+	sink     LiveStateSink
+	key      string
+	reporter Reporter
+
+	mu       sync.Mutex
+	held     any
+	heldJSON []byte // JSON of held, nil when held did not serialize
+	base     []byte // the last value that serialized; nil = absent
+	rev      int64
+	tail     chan struct{} // closes when the last queued delta append settled
+}
+
+// NewLiveState returns a holder with key and initial value (spec §12.1). The revision starts at the
+// epoch nowMs*4096 + rand[0, 4095], so a reborn holder never continues an old chain.
+func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOptions) *LiveState {
+	clock := opts.Clock
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	rep := opts.Reporter
+	if rep == nil {
+		rep = SlogReporter(nil)
+	}
+	rev := opts.Epoch
+	if rev == 0 {
+		rev = RevisionEpoch(clock)
+	}
+	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
+	if b, err := marshalLive(initial); err == nil {
+		l.base, l.heldJSON = b, b
+	}
+	return l
+}
+
+// RevisionEpoch returns clock's nowMs*4096 + a random integer in [0, 4095].
+func RevisionEpoch(clock Clock) int64 {
+	return clock.Now().UnixMilli()*4096 + rand.Int64N(4096)
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func marshalLive(v any) (b []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("marshal panicked: %v", p)
+		}
+	}()
+	return json.Marshal(v)
+}
+
+// Key returns the holder's key.
+func (l *LiveState) Key() string { return l.key }
+
+// Get returns the held value.
+func (l *LiveState) Get() any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+// Snapshot returns {rev, held value} read together.
+func (l *LiveState) Snapshot() LiveStateSnapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return LiveStateSnapshot{Rev: l.rev, State: l.held}
+}
+
+// SnapshotJSON returns the revision and the held value's JSON; it fails when the held value did not
+// serialize.
+func (l *LiveState) SnapshotJSON() (int64, json.RawMessage, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.heldJSON == nil {
+		return l.rev, nil, fmt.Errorf("live state %q: the held value does not serialize to JSON", l.key)
+	}
+	return l.rev, append(json.RawMessage(nil), l.heldJSON...), nil
+}
+
+// Set publishes next (spec §12.1): an equal value changes nothing; a value that cannot be
+// serialized is adopted, moves rev by one and emits nothing (clients re-seed on the gap); otherwise
+// rev moves by one and an ephemeral delta is appended on the holder's one append chain (delta N+1
+// is issued only after delta N's append settled). Set never fails and never blocks on the sink.
+func (l *LiveState) Set(next any) {
+	b, err := marshalLive(next)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.held, l.heldJSON = next, nil
+		l.rev++
+		return
+	}
+	var ops []PatchOp
+	if l.base == nil {
+		ops = []PatchOp{{Op: "replace", Path: "", Value: b}}
+	} else if !bytes.Equal(l.base, b) {
+		ops, err = DiffJSON(l.base, b)
+		if err != nil { // cannot happen for encoding/json output; treat as unserializable
+			l.held, l.heldJSON = next, nil
+			l.rev++
+			return
+		}
+	}
+	l.held, l.heldJSON, l.base = next, b, b
+	if len(ops) == 0 {
+		return
+	}
+	delta := LiveStateDelta{Key: l.key, From: l.rev, To: l.rev + 1, Patch: ops}
+	l.rev++
+	payload, err := json.Marshal(delta)
+	if err == nil {
+		if pj, _ := json.Marshal(ops); UTF16Len(string(pj)) > MaxPatchChars {
+			delta.Patch = nil
+			payload, err = json.Marshal(delta)
+		}
+	}
+	if err != nil {
+		report(l.reporter, SiteLiveStateAppend, err, slog.String("key", l.key))
+		return
+	}
+	ev := EventInput{Type: LiveStateChangedType, Ephemeral: true, Payload: payload}
+	prev, done := l.tail, make(chan struct{})
+	l.tail = done
+	go func() {
+		defer close(done)
+		<-prev
+		err := callGuarded(func() error {
+			_, err := l.sink.Append(context.Background(), ev)
+			return err
+		})
+		if err != nil {
+			report(l.reporter, SiteLiveStateAppend, err, slog.String("key", l.key))
+		}
+	}()
+}
+
+// Wait blocks until every delta queued so far has settled, or ctx ends.
+func (l *LiveState) Wait(ctx context.Context) error {
+	l.mu.Lock()
+	t := l.tail
+	l.mu.Unlock()
+	select {
+	case <-t:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *LiveState) idle() bool {
+	l.mu.Lock()
+	t := l.tail
+	l.mu.Unlock()
+	select {
+	case <-t:
+		return true
+	default:
+		return false
+	}
+}
+
+// ErrPatchNull is returned by [ApplyPatch] for a null patch: the client must re-seed.
+var ErrPatchNull = errors.New("foldstream: null patch: re-seed from a live snapshot")
+
+// ApplyPatch applies a live-state patch (a JSON array of add/replace/remove operations, or null) to
+// doc and returns the new document; doc is not modified. It follows upstream's applyPatch (spec
+// §12.3): each op resolves its parent by JSON Pointer; a "__proto__" segment is refused; an array
+// add at "-" appends and at an index inserts; remove at the root, a missing path or a non-container
+// parent is an error. Numbers keep their text. Clients apply a delta only when its From equals
+// their rev, and re-seed on any mismatch or a null patch (spec §12.4).
+//
+// (github.com/evanphx/json-patch/v5 v5.9.11 silently skips operations whose pointer has an empty
+// key segment, such as "//-"; fuzzing found it, so the applier is written here and the tests use
+// that library as an oracle for the other paths.)
+func ApplyPatch(doc, patch json.RawMessage) (json.RawMessage, error) {
+	if isAbsentJSON(patch) {
+		return nil, ErrPatchNull
+	}
+	var ops []PatchOp
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return nil, fmt.Errorf("apply patch: %w", err)
+	}
+	root, err := decodeJSONNumber(doc)
+	if err != nil {
+		return nil, fmt.Errorf("apply patch: document: %w", err)
+	}
+	for _, op := range ops {
+		segs, err := parsePointer(op.Path)
+		if err != nil {
+			return nil, err
+		}
+		var val any
+		if op.Op == "add" || op.Op == "replace" {
+			if val, err = decodeJSONNumber(op.Value); err != nil {
+				return nil, fmt.Errorf("apply patch: %s %q: value: %w", op.Op, op.Path, err)
+			}
+		} else if op.Op != "remove" {
+			return nil, fmt.Errorf("apply patch: unsupported op %q", op.Op)
+		}
+		if len(segs) == 0 {
+			if op.Op == "remove" {
+				return nil, fmt.Errorf("apply patch: remove at the root")
+			}
+			root = val
+			continue
+		}
+		if root, err = applyAt(root, segs, op, val); err != nil {
+			return nil, err
+		}
+	}
+	out, err := json.Marshal(root)
+	if err != nil {
+		return nil, fmt.Errorf("apply patch: %w", err)
+	}
+	return out, nil
+}
+
+func parsePointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("apply patch: path %q is not a JSON Pointer", p)
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		s = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+		if s == "__proto__" {
+			return nil, fmt.Errorf("apply patch: refused path %q", p)
+		}
+		segs[i] = s
+	}
+	return segs, nil
+}
+
+// arrayIndex parses an RFC 6901 array index (no sign, no leading zeros) below limit.
+func arrayIndex(s string, limit int) (int, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' || n > limit {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n < limit
+}
+
+// applyAt applies op at segs below node and returns the (possibly new) node.
+func applyAt(node any, segs []string, op PatchOp, val any) (any, error) {
+	seg := segs[0]
+	last := len(segs) == 1
+	switch n := node.(type) {
+	case map[string]any:
+		child, ok := n[seg]
+		if !last {
+			if !ok {
+				return nil, fmt.Errorf("apply patch: %s %q: missing path", op.Op, op.Path)
+			}
+			nc, err := applyAt(child, segs[1:], op, val)
+			if err != nil {
+				return nil, err
+			}
+			n[seg] = nc
+			return n, nil
+		}
+		switch op.Op {
+		case "add":
+			n[seg] = val
+		case "replace":
+			if !ok {
+				return nil, fmt.Errorf("apply patch: replace %q: missing path", op.Path)
+			}
+			n[seg] = val
+		case "remove":
+			if !ok {
+				return nil, fmt.Errorf("apply patch: remove %q: missing path", op.Path)
+			}
+			delete(n, seg)
+		}
+		return n, nil
+	case []any:
+		if last && op.Op == "add" {
+			if seg == "-" {
+				return append(n, val), nil
+			}
+			i, ok := arrayIndex(seg, len(n)+1)
+			if !ok {
+				return nil, fmt.Errorf("apply patch: add %q: bad array index", op.Path)
+			}
+			return slices.Insert(n, i, val), nil
+		}
+		i, ok := arrayIndex(seg, len(n))
+		if !ok {
+			return nil, fmt.Errorf("apply patch: %s %q: bad array index", op.Op, op.Path)
+		}
+		if !last {
+			nc, err := applyAt(n[i], segs[1:], op, val)
+			if err != nil {
+				return nil, err
+			}
+			n[i] = nc
+			return n, nil
+		}
+		if op.Op == "replace" {
+			n[i] = val
+			return n, nil
+		}
+		return slices.Delete(n, i, i+1), nil
+	default:
+		return nil, fmt.Errorf("apply patch: %s %q: parent is not a container", op.Op, op.Path)
+	}
+}

@@ -1,0 +1,214 @@
+package foldstream
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Processor is the author's side of a stream processor (spec §4.3): a contract and four
+// behaviours. A processor is a plain value that needs no stream or storage, so it can be unit-tested
+// bare; embed [Base] for the defaults and override what you need.
+type Processor[S any] interface {
+	// Contract returns the processor's contract.
+	Contract() *Contract[S]
+	// Reduce folds one consumed event into the state. It must be pure and must not mutate
+	// args.State (copy slices and maps before changing them). It returns the next state and
+	// changed=true, or changed=false to keep the current state. An error (or a panic) is reported
+	// as "processor.reduce" and the prior state is kept; the event still counts as valid.
+	Reduce(args ReduceArgs[S]) (next S, changed bool, err error)
+	// ProcessEvent is the side-effect hook. It registers asynchronous work through
+	// args.BlockProcessorWhile and args.RunInBackground and returns. An error (or a panic) fails the
+	// whole batch, which persists nothing and is retried whole.
+	ProcessEvent(args *ProcessEventArgs[S]) error
+	// ProjectLiveState returns the live view clients see (may redact, may add runtime fields). An
+	// error (or panic) is reported as "processor.live-state" and only that notification is lost.
+	ProjectLiveState(state S) (any, error)
+}
+
+// ReduceArgs is the input to [Processor.Reduce].
+type ReduceArgs[S any] struct {
+	// Event is the consumed event with its payload normalized (spec §6).
+	Event Event
+	// Payload is the typed payload decoded by the event's definition: the P of
+	// DefineEvent[P] (a value, not a pointer), map[string]any for a hand-written schema, nil when
+	// the contract has no definition for the type.
+	Payload any
+	// State is the current state. Do not mutate it.
+	State S
+}
+
+// Delivery describes how an event is delivered to ProcessEvent.
+type Delivery struct {
+	// CaughtUp is true only on the at-head pass (spec §5.1 rule 5).
+	CaughtUp bool
+}
+
+// ProcessEventArgs is the input to [Processor.ProcessEvent] (spec §4.3).
+type ProcessEventArgs[S any] struct {
+	// Event is the consumed, normalized event, or nil for the eventless at-head pass.
+	Event *Event
+	// Payload is the typed payload (see [ReduceArgs.Payload]); nil in the eventless pass.
+	Payload any
+	// State is the state after this event's reduce.
+	State S
+	// PreviousState is the state before this event's reduce (equal to State when eventless).
+	PreviousState S
+	// Delivery carries CaughtUp.
+	Delivery Delivery
+
+	run *eventRun
+}
+
+// Context returns the context of the chain unit delivering this event.
+func (a *ProcessEventArgs[S]) Context() context.Context {
+	if a.run == nil {
+		return context.Background()
+	}
+	return a.run.ctx
+}
+
+// Append emits events onto the processor's own stream (spec §7). Every event's type must be in the
+// contract's Emits, or the whole call fails with code UNDECLARED_EMIT and the message
+// `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
+// event's Source is replaced by {processor: {slug, version, whileProcessing}}. Give emitted events
+// an idempotency key (Base.IdempotencyKey) so that a retried batch dedupes on the stream.
+//
+// Append is safe inside a blocker: the stream's push back to this engine is fire-and-forget and
+// queues behind the current unit.
+func (a *ProcessEventArgs[S]) Append(ctx context.Context, events ...EventInput) ([]Event, error) {
+	if a.run == nil || a.run.stream == nil {
+		return nil, NewError(CodeClosed, nil, "processor: Append needs an engine")
+	}
+	return a.run.append(ctx, events)
+}
+
+// BlockProcessorWhile holds this event, and the cursor, until work returns (spec §5.7): the
+// blockers of one event run one after another in registration order after ProcessEvent returns,
+// and the engine waits until no further blocker was registered (a blocker may register another).
+// A failing blocker fails the batch. Work registered after the event settled runs as background
+// work instead.
+func (a *ProcessEventArgs[S]) BlockProcessorWhile(work func(ctx context.Context) error) {
+	if a.run == nil {
+		return
+	}
+	a.run.block(work)
+}
+
+// RunInBackground starts work as a droppable attempt that is not awaited (spec §10): it may
+// overtake later events, its failure is only reported ("processor.background"), and while any
+// attempt is in flight the engine holds a claim on its host's alarm. Its outcome must be
+// recoverable from state at a later at-head pass. Work gets a context that outlives the batch.
+func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) error) {
+	if a.run == nil || a.run.background == nil {
+		return
+	}
+	a.run.background(a.run.ctx, work)
+}
+
+// eventRun is the engine-side state of one ProcessEvent call.
+type eventRun struct {
+	ctx        context.Context
+	stream     Stream
+	slug       string
+	version    string
+	emits      []string
+	event      *Event
+	background func(ctx context.Context, work func(context.Context) error)
+
+	mu       sync.Mutex
+	blockers []func(context.Context) error
+	settled  bool
+}
+
+func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, error) {
+	for _, ev := range events {
+		if !slices.Contains(r.emits, ev.Type) {
+			return nil, NewError(CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
+				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
+		}
+	}
+	stamped := make([]EventInput, len(events))
+	for i, ev := range events {
+		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
+		if r.event != nil {
+			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
+		}
+		ev.Source = &Source{Processor: ps}
+		stamped[i] = ev
+	}
+	return r.stream.Append(ctx, stamped...)
+}
+
+func (r *eventRun) block(work func(context.Context) error) {
+	r.mu.Lock()
+	if r.settled {
+		r.mu.Unlock()
+		if r.background != nil {
+			r.background(r.ctx, work)
+		}
+		return
+	}
+	r.blockers = append(r.blockers, work)
+	r.mu.Unlock()
+}
+
+// drain runs the blockers in FIFO order until a fixed point; the first failure stops it.
+func (r *eventRun) drain() error {
+	for i := 0; ; i++ {
+		r.mu.Lock()
+		if i >= len(r.blockers) {
+			r.settled = true
+			r.mu.Unlock()
+			return nil
+		}
+		work := r.blockers[i]
+		r.mu.Unlock()
+		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
+			r.mu.Lock()
+			r.settled = true
+			r.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// callGuarded calls f and turns a panic into an error.
+func callGuarded(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return f()
+}
+
+// Base provides the default hooks (spec §4.3): Reduce keeps the state, ProcessEvent does nothing,
+// ProjectLiveState returns the state itself. Embed it and set it with [NewBase]:
+//
+//	type Counter struct{ foldstream.Base[CounterState] }
+//	p := &Counter{Base: foldstream.NewBase(contract)}
+type Base[S any] struct {
+	contract *Contract[S]
+}
+
+// NewBase returns a Base serving contract c.
+func NewBase[S any](c *Contract[S]) Base[S] { return Base[S]{contract: c} }
+
+// Contract returns the contract given to NewBase.
+func (b Base[S]) Contract() *Contract[S] { return b.contract }
+
+// Reduce keeps the current state.
+func (b Base[S]) Reduce(args ReduceArgs[S]) (S, bool, error) { return args.State, false, nil }
+
+// ProcessEvent does nothing.
+func (b Base[S]) ProcessEvent(*ProcessEventArgs[S]) error { return nil }
+
+// ProjectLiveState returns the state itself.
+func (b Base[S]) ProjectLiveState(state S) (any, error) { return state, nil }
+
+// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil.
+func (b Base[S]) IdempotencyKey(key string, ev *Event) string {
+	return b.contract.IdempotencyKey(key, ev)
+}

@@ -1,0 +1,453 @@
+package server
+
+import (
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/foldstream/foldstream/stream"
+)
+
+// readBody reads the request body under the size limit. It answers 413 or 400 itself and
+// returns ok=false then.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
+			return nil, false
+		}
+		writeError(w, http.StatusBadRequest, "could not read the request body")
+		return nil, false
+	}
+	return body, true
+}
+
+// handleCreate serves PUT (spec §5, §14).
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string) {
+	h := r.Header
+	req := stream.CreateRequest{Path: name, ContentType: strings.TrimSpace(h.Get("Content-Type"))}
+	if v := h.Values("Stream-TTL"); len(v) > 0 {
+		ttl, err := ParseTTL(v[0])
+		if err != nil || len(v) > 1 {
+			writeError(w, http.StatusBadRequest, "malformed Stream-TTL: use a whole number of seconds like 3600")
+			return
+		}
+		req.TTLSeconds, req.HasTTL = ttl, true
+	}
+	if v := h.Values("Stream-Expires-At"); len(v) > 0 {
+		t, err := ParseExpiresAt(v[0])
+		if err != nil || len(v) > 1 {
+			writeError(w, http.StatusBadRequest, "malformed Stream-Expires-At: use an RFC 3339 timestamp")
+			return
+		}
+		req.ExpiresAt = t
+	}
+	if req.HasTTL && !req.ExpiresAt.IsZero() {
+		writeError(w, http.StatusBadRequest, "give Stream-TTL or Stream-Expires-At, not both")
+		return
+	}
+	req.Closed = isTrue(h.Get("Stream-Closed"))
+
+	_, hasFrom := h[http.CanonicalHeaderKey("Stream-Forked-From")]
+	from := strings.TrimSpace(h.Get("Stream-Forked-From"))
+	if hasFrom {
+		if from == "" {
+			writeError(w, http.StatusBadRequest, "empty Stream-Forked-From")
+			return
+		}
+		src, ok := s.streamName(from)
+		if !ok {
+			writeError(w, http.StatusNotFound, "fork source not found: give the source's path on this server, e.g. "+s.cfg.Prefix+"name")
+			return
+		}
+		req.ForkedFrom = src
+	}
+	if v, ok := h[http.CanonicalHeaderKey("Stream-Fork-Offset")]; ok {
+		if !hasFrom {
+			writeError(w, http.StatusBadRequest, "Stream-Fork-Offset needs Stream-Forked-From")
+			return
+		}
+		pos, now, err := ParseOffset(strings.TrimSpace(v[0]))
+		if err != nil || len(v) > 1 {
+			writeError(w, http.StatusBadRequest, "malformed Stream-Fork-Offset")
+			return
+		}
+		if !now {
+			req.ForkOffset, req.HasForkOffset = pos, true
+		}
+	}
+	if v, ok := h[http.CanonicalHeaderKey("Stream-Fork-Sub-Offset")]; ok {
+		sub, valid := parseCanonicalUint(strings.TrimSpace(v[0]), 1<<53)
+		if !valid || len(v) > 1 {
+			writeError(w, http.StatusBadRequest, "malformed Stream-Fork-Sub-Offset: use a non-negative integer")
+			return
+		}
+		if !hasFrom {
+			writeError(w, http.StatusBadRequest, "Stream-Fork-Sub-Offset needs Stream-Forked-From")
+			return
+		}
+		if sub > 0 && !req.HasForkOffset {
+			writeError(w, http.StatusBadRequest, "Stream-Fork-Sub-Offset needs Stream-Fork-Offset")
+			return
+		}
+		req.ForkSubOffset = sub
+	}
+	if req.HasForkOffset && req.ForkOffset == beyondTail {
+		writeError(w, http.StatusBadRequest, "Stream-Fork-Offset is past the source's tail")
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	req.Body = body
+
+	res, err := s.st.CreateStream(r.Context(), req)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	out := w.Header()
+	out.Set("Content-Type", res.Info.ContentType)
+	out.Set("Stream-Next-Offset", FormatOffset(res.Info.Tail))
+	if res.Info.Closed {
+		out.Set("Stream-Closed", "true")
+	}
+	if res.Created {
+		out.Set("Location", absoluteURL(r))
+		w.WriteHeader(http.StatusCreated)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// streamName maps a Stream-Forked-From value (a path on this server, possibly a full URL) to a
+// store path.
+func (s *Server) streamName(v string) (string, bool) {
+	if u, err := url.Parse(v); err == nil && u.Path != "" {
+		v = u.Path
+	} else if err != nil {
+		return "", false
+	}
+	if strings.HasPrefix(v, s.cfg.Prefix) {
+		v = strings.TrimPrefix(v, s.cfg.Prefix)
+	} else {
+		return "", false
+	}
+	if v == "" {
+		return "", false
+	}
+	return "/" + v, true
+}
+
+// absoluteURL is the request's URL as an absolute URL (for Location).
+func absoluteURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
+		scheme = p
+	}
+	host := r.Host
+	if host == "" {
+		host = "localhost"
+	}
+	return scheme + "://" + host + r.URL.EscapedPath()
+}
+
+// handleAppend serves POST (spec §6, §7, §20).
+func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name string) {
+	h := r.Header
+	req := stream.AppendRequest{Path: name, Close: isTrue(h.Get("Stream-Closed"))}
+
+	// Producer headers: all three or none, well-formed (spec §20.1).
+	pid, hasID := h[http.CanonicalHeaderKey("Producer-Id")]
+	pep, hasEpoch := h[http.CanonicalHeaderKey("Producer-Epoch")]
+	pseq, hasSeq := h[http.CanonicalHeaderKey("Producer-Seq")]
+	if hasID || hasEpoch || hasSeq {
+		if !hasID || !hasEpoch || !hasSeq {
+			writeError(w, http.StatusBadRequest, "send Producer-Id, Producer-Epoch and Producer-Seq together")
+			return
+		}
+		id := strings.TrimSpace(pid[0])
+		if id == "" {
+			writeError(w, http.StatusBadRequest, "Producer-Id must not be empty")
+			return
+		}
+		epoch, ok1 := parseDigits(strings.TrimSpace(pep[0]), maxSafeInteger)
+		seq, ok2 := parseDigits(strings.TrimSpace(pseq[0]), maxSafeInteger)
+		if !ok1 || !ok2 {
+			writeError(w, http.StatusBadRequest, "Producer-Epoch and Producer-Seq must be non-negative integers up to 2^53-1")
+			return
+		}
+		req.Producer = &stream.ProducerHeaders{ID: id, Epoch: epoch, Seq: seq}
+	}
+	if v := h.Get(HeaderExpectedOffset); v != "" {
+		pos, now, err := ParseOffset(strings.TrimSpace(v))
+		if err != nil || now {
+			writeError(w, http.StatusBadRequest, "malformed "+HeaderExpectedOffset+": use an offset the server returned, or -1")
+			return
+		}
+		req.ExpectedTail, req.HasExpectedTail = pos, true
+	}
+	req.StreamSeq = h.Get("Stream-Seq")
+
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	req.Body = body
+	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
+	if len(body) == 0 && !req.Close {
+		writeError(w, http.StatusBadRequest, "empty body: send data, or Stream-Closed: true to close")
+		return
+	}
+	if len(body) > 0 && req.ContentType == "" {
+		writeError(w, http.StatusBadRequest, "a body needs a Content-Type matching the stream's")
+		return
+	}
+
+	res, err := s.st.AppendRecord(r.Context(), req)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	out := w.Header()
+	out.Set("Stream-Next-Offset", FormatOffset(res.Tail))
+	if res.Closed {
+		out.Set("Stream-Closed", "true")
+	}
+	if req.Producer != nil {
+		out.Set("Producer-Epoch", itoa(res.Epoch))
+		out.Set("Producer-Seq", itoa(res.Seq))
+		if res.Duplicate || len(body) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleHead serves HEAD (spec §9). It never renews a TTL.
+func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string) {
+	info, err := s.st.HeadStream(r.Context(), name)
+	out := w.Header()
+	out.Set("Cache-Control", "no-store")
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	out.Set("Content-Type", info.ContentType)
+	out.Set("Stream-Next-Offset", FormatOffset(info.Tail))
+	if info.HasTTL {
+		out.Set("Stream-TTL", itoa(info.TTLSeconds))
+	}
+	if !info.ExpiresAt.IsZero() {
+		out.Set("Stream-Expires-At", info.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z"))
+	}
+	if info.Closed {
+		out.Set("Stream-Closed", "true")
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// handleDelete serves DELETE (spec §8).
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, name string) {
+	if err := s.st.DeleteStream(r.Context(), name); err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readQuery is a parsed GET query.
+type readQuery struct {
+	after   int64
+	now     bool
+	live    string // "", "long-poll" or "sse"
+	cursor  string
+	explict bool // offset was given
+}
+
+// parseReadQuery validates the query of a GET (spec §4, §10–§12).
+func parseReadQuery(raw string) (readQuery, error) {
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return readQuery{}, errors.New("malformed query string")
+	}
+	var q readQuery
+	if v, ok := vals["offset"]; ok {
+		if len(v) != 1 {
+			return readQuery{}, errors.New("give offset once")
+		}
+		q.after, q.now, err = ParseOffset(v[0])
+		if err != nil {
+			return readQuery{}, err
+		}
+		q.explict = true
+	}
+	if v, ok := vals["live"]; ok {
+		if len(v) != 1 || (v[0] != "long-poll" && v[0] != "sse") {
+			return readQuery{}, errors.New("live must be long-poll or sse")
+		}
+		q.live = v[0]
+		if !q.explict {
+			return readQuery{}, errors.New("live reads need an offset (-1 for the start, now for the tail)")
+		}
+	}
+	q.cursor = vals.Get("cursor")
+	return q, nil
+}
+
+// handleRead serves GET (spec §10–§12).
+func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, name string) {
+	q, err := parseReadQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	switch q.live {
+	case "sse":
+		s.serveSSE(w, r, name, q)
+	case "long-poll":
+		s.serveLongPoll(w, r, name, q)
+	default:
+		s.serveCatchUp(w, r, name, q)
+	}
+}
+
+// etag is the validator of one read answer: it changes with the range and with closure, and
+// differs between incarnations of a path.
+func etag(info stream.StreamInfo, after int64, res stream.ReadResult) string {
+	tag := base64.RawURLEncoding.EncodeToString([]byte(info.Path)) + ":" + itoa(info.CreatedMs) + ":" +
+		itoa(after) + ":" + itoa(res.Next)
+	if info.Closed && res.UpToDate {
+		tag += ":c"
+	}
+	return `"` + tag + `"`
+}
+
+// etagMatches reports whether an If-None-Match header lists tag (or *).
+func etagMatches(header, tag string) bool {
+	for _, part := range strings.Split(header, ",") {
+		p := strings.TrimSpace(part)
+		p = strings.TrimPrefix(p, "W/")
+		if p == "*" || p == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// writeData answers 200 with one read's data and headers.
+func (s *Server) writeData(w http.ResponseWriter, r *http.Request, after int64, res stream.ReadResult, cursor string) {
+	out := w.Header()
+	out.Set("Content-Type", res.Info.ContentType)
+	out.Set("Stream-Next-Offset", FormatOffset(res.Next))
+	if res.UpToDate {
+		out.Set("Stream-Up-To-Date", "true")
+		if res.Info.Closed {
+			out.Set("Stream-Closed", "true")
+		}
+	}
+	if cursor != "" {
+		out.Set("Stream-Cursor", cursor)
+	}
+	tag := etag(res.Info, after, res)
+	out.Set("ETag", tag)
+	if res.UpToDate && !res.Info.Closed {
+		// The tail moves: let caches revalidate rather than serve it stale.
+		out.Set("Cache-Control", "no-cache")
+	} else {
+		// Historical ranges (and the final range of a closed stream) never change.
+		out.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300")
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(res.Body)
+	}
+}
+
+// serveCatchUp answers a plain GET (spec §10).
+func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
+	res, err := s.st.ReadRecords(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	if q.now {
+		out := w.Header()
+		out.Set("Content-Type", res.Info.ContentType)
+		out.Set("Stream-Next-Offset", FormatOffset(res.Next))
+		out.Set("Stream-Up-To-Date", "true")
+		out.Set("Cache-Control", "no-store")
+		if res.Info.Closed {
+			out.Set("Stream-Closed", "true")
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(res.Body)
+		return
+	}
+	s.writeData(w, r, q.after, res, "")
+}
+
+// serveLongPoll answers GET live=long-poll (spec §11).
+func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
+	ctx := r.Context()
+	timer := time.NewTimer(s.cfg.LongPollTimeout)
+	defer timer.Stop()
+	after, atTail := q.after, q.now
+	for {
+		res, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+		if err != nil {
+			s.writeStoreError(w, r, err)
+			return
+		}
+		if atTail {
+			after, atTail = res.Next, false
+		} else if res.Count > 0 || res.Next > after {
+			s.writeData(w, r, after, res, nextCursor(s.cfg.Clock.Now(), q.cursor))
+			return
+		}
+		out := w.Header()
+		if res.Info.Closed && res.UpToDate {
+			out.Set("Stream-Next-Offset", FormatOffset(res.Next))
+			out.Set("Stream-Up-To-Date", "true")
+			out.Set("Stream-Closed", "true")
+			out.Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		select {
+		case <-res.Changed:
+			continue
+		case <-ctx.Done():
+			return
+		case <-s.stopping: // shutting down: answer as a timeout, the client polls again
+		case <-timer.C:
+		}
+		out.Set("Stream-Next-Offset", FormatOffset(res.Next))
+		out.Set("Stream-Up-To-Date", "true")
+		out.Set("Stream-Cursor", nextCursor(s.cfg.Clock.Now(), q.cursor))
+		out.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+}

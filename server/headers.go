@@ -1,0 +1,138 @@
+package server
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Foldstream's own headers (beyond the protocol).
+const (
+	// HeaderExpectedOffset is an optional POST precondition: the stream's tail must be exactly
+	// this offset, or the append is refused with 409 and Foldstream-Error-Code OFFSET_CONFLICT
+	// (the stream's tail in Stream-Next-Offset).
+	HeaderExpectedOffset = "Foldstream-Expected-Offset"
+	// HeaderErrorCode carries a foldstream error code on 409s that have one (OFFSET_CONFLICT,
+	// IDEMPOTENCY_CONFLICT).
+	HeaderErrorCode = "Foldstream-Error-Code"
+)
+
+// FormatOffset renders a protocol position as a wire offset ("%016d_%016d", spec §4).
+func FormatOffset(pos int64) string { return fmt.Sprintf("%016d_%016d", 0, pos) }
+
+// beyondTail is the position an offset with a non-zero read sequence maps to: past any tail.
+const beyondTail = math.MaxInt64
+
+// ParseOffset parses a wire offset strictly (spec §4): "-1" (start), "now" (tail, now=true) or
+// exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
+func ParseOffset(s string) (pos int64, now bool, err error) {
+	switch s {
+	case "-1":
+		return 0, false, nil
+	case "now":
+		return 0, true, nil
+	}
+	if len(s) != 33 || s[16] != '_' {
+		return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if i != 16 && (s[i] < '0' || s[i] > '9') {
+			return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
+		}
+	}
+	seq, _ := strconv.ParseInt(s[:16], 10, 64)
+	pos, _ = strconv.ParseInt(s[17:], 10, 64)
+	if seq != 0 {
+		return beyondTail, false, nil
+	}
+	return pos, false, nil
+}
+
+// parseCanonicalUint parses a non-negative decimal integer without sign, leading zeros, decimal
+// point or exponent, at most max.
+func parseCanonicalUint(s string, max int64) (int64, bool) {
+	if s == "" || len(s) > 19 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v > max {
+		return 0, false
+	}
+	return v, true
+}
+
+// parseDigits parses a plain run of digits (leading zeros allowed), at most max.
+func parseDigits(s string, max int64) (int64, bool) {
+	if s == "" || len(s) > 19 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v > max {
+		return 0, false
+	}
+	return v, true
+}
+
+// maxSafeInteger is 2^53−1, the producer epoch and seq limit (spec §19).
+const maxSafeInteger = 1<<53 - 1
+
+// maxTTLSeconds bounds Stream-TTL (about 290 years) so expiry arithmetic never overflows.
+const maxTTLSeconds = 1 << 33
+
+// ParseTTL parses a Stream-TTL value (spec §5).
+func ParseTTL(s string) (int64, error) {
+	v, ok := parseCanonicalUint(s, maxTTLSeconds)
+	if !ok {
+		return 0, fmt.Errorf("malformed Stream-TTL %q: use a whole number of seconds like 3600", s)
+	}
+	return v, nil
+}
+
+// ParseExpiresAt parses a Stream-Expires-At value: an RFC 3339 timestamp.
+func ParseExpiresAt(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("malformed Stream-Expires-At %q: use an RFC 3339 timestamp like 2030-01-02T15:04:05.000Z", s)
+	}
+	if t.Year() < 1970 || t.Year() > 9999 {
+		return time.Time{}, fmt.Errorf("Stream-Expires-At %q is out of range", s)
+	}
+	return t, nil
+}
+
+// isTrue reports whether a Stream-Closed value means true (case-insensitive; anything else is
+// ignored, spec §7).
+func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// cursorEpoch is the origin of cursor intervals (spec §16.3).
+var cursorEpoch = time.Date(2024, 10, 9, 0, 0, 0, 0, time.UTC)
+
+// cursorInterval is the width of one cursor interval.
+const cursorInterval = 20 * time.Second
+
+// nextCursor applies the cursor rule (spec §16.3): the current interval, or — when the client's
+// cursor is not behind it — the client's cursor plus a random jitter of at least one, so cursors
+// never repeat or go backwards.
+func nextCursor(now time.Time, client string) string {
+	cur := int64(now.Sub(cursorEpoch) / cursorInterval)
+	if c, err := strconv.ParseInt(client, 10, 64); err == nil && c >= cur && c < math.MaxInt64-200 {
+		j := rand.Int64N(3600) + 1
+		return itoa(c + max(1, (j+19)/20))
+	}
+	return itoa(cur)
+}

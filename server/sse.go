@@ -1,0 +1,187 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/foldstream/foldstream/stream"
+)
+
+// isTextual reports whether SSE carries a content type as text (text/* and JSON) rather than
+// base64 (spec §12.1).
+func isTextual(contentType string) bool {
+	mt := stream.MediaType(contentType)
+	return len(mt) >= 5 && mt[:5] == "text/" || mt == "application/json"
+}
+
+// appendDataLines writes payload as data: lines, starting a new line at every CR, LF and CRLF, so
+// no payload can inject SSE fields (spec §12.2).
+func appendDataLines(b *bytes.Buffer, payload []byte) {
+	b.WriteString("data:")
+	for i := 0; i < len(payload); i++ {
+		switch c := payload[i]; c {
+		case '\r':
+			if i+1 < len(payload) && payload[i+1] == '\n' {
+				i++
+			}
+			b.WriteString("\ndata:")
+		case '\n':
+			b.WriteString("\ndata:")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\n')
+}
+
+// sseControl renders a control event (spec §12.2): compact JSON, fields in a fixed order.
+func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed bool) {
+	b.WriteString("event: control\ndata:{\"streamNextOffset\":\"")
+	b.WriteString(FormatOffset(next))
+	b.WriteByte('"')
+	if cursor != "" && !closed {
+		b.WriteString(",\"streamCursor\":\"")
+		b.WriteString(cursor)
+		b.WriteByte('"')
+	}
+	if upToDate || closed {
+		b.WriteString(",\"upToDate\":true")
+	}
+	if closed {
+		b.WriteString(",\"streamClosed\":true")
+	}
+	b.WriteString("}\n\n")
+}
+
+// serveSSE answers GET live=sse (spec §12): per batch one data event and one control event; a
+// control event when caught up; keep-alives every LongPollTimeout; the final streamClosed control
+// event and then the end; connections cycled after SSEMaxDuration.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
+	ctx := r.Context()
+	first, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	textual := isTextual(first.Info.ContentType)
+	out := w.Header()
+	out.Set("Content-Type", "text/event-stream")
+	out.Set("Cache-Control", "no-cache")
+	out.Set("X-Accel-Buffering", "no")
+	if !textual {
+		out.Set("stream-sse-data-encoding", "base64")
+	}
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+
+	cursor := q.cursor
+	deadline := time.NewTimer(s.cfg.SSEMaxDuration)
+	defer deadline.Stop()
+	keepAlive := time.NewTimer(s.cfg.LongPollTimeout)
+	defer keepAlive.Stop()
+	var buf bytes.Buffer
+	send := func() bool {
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		return err == nil && rc.Flush() == nil
+	}
+
+	after := q.after
+	res := first
+	sentAny := false
+	if q.now {
+		after = res.Next
+	}
+	for {
+		if !q.now && (res.Count > 0 || res.Next > after) {
+			if textual && !res.UpToDate {
+				// A chunk cut inside a record may end inside a UTF-8 sequence; end the event on a
+				// character boundary and send the rest with the next one.
+				if keep := utf8Boundary(res.Body); keep < len(res.Body) && keep > 0 {
+					res.Next -= int64(len(res.Body) - keep)
+					res.Body = res.Body[:keep]
+				}
+			}
+			buf.WriteString("event: data\n")
+			if textual {
+				appendDataLines(&buf, res.Body)
+			} else {
+				appendDataLines(&buf, []byte(base64.StdEncoding.EncodeToString(res.Body)))
+			}
+			buf.WriteByte('\n')
+			closed := res.Info.Closed && res.UpToDate
+			cursor = nextCursor(s.cfg.Clock.Now(), cursor)
+			sseControl(&buf, res.Next, cursor, res.UpToDate, closed)
+			if !send() || closed {
+				return
+			}
+			sentAny = true
+			after = res.Next
+		} else {
+			q.now = false
+			closed := res.Info.Closed && res.UpToDate
+			if closed || !sentAny {
+				cursor = nextCursor(s.cfg.Clock.Now(), cursor)
+				sseControl(&buf, res.Next, cursor, true, closed)
+				if !send() || closed {
+					return
+				}
+				sentAny = true
+			}
+			if !keepAlive.Stop() {
+				select {
+				case <-keepAlive.C:
+				default:
+				}
+			}
+			keepAlive.Reset(s.cfg.LongPollTimeout)
+		wait:
+			for {
+				select {
+				case <-res.Changed:
+					break wait
+				case <-ctx.Done():
+					return
+				case <-deadline.C:
+					return
+				case <-s.stopping:
+					return
+				case <-keepAlive.C:
+					cursor = nextCursor(s.cfg.Clock.Now(), cursor)
+					sseControl(&buf, res.Next, cursor, true, false)
+					if !send() {
+						return
+					}
+					keepAlive.Reset(s.cfg.LongPollTimeout)
+				}
+			}
+		}
+		select {
+		case <-deadline.C:
+			return
+		default:
+		}
+		var err error
+		res, err = s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+		if err != nil {
+			return // deleted or expired meanwhile: end the connection
+		}
+	}
+}
+
+// utf8Boundary returns the length of b without a trailing incomplete UTF-8 sequence.
+func utf8Boundary(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			return len(b)
+		}
+	}
+	return len(b)
+}

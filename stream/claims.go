@@ -1,0 +1,296 @@
+package stream
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Claims and alarms (spec §10.4, the host's side of §10.1–10.3).
+//
+// A claim is a durable row (path, slug, at) in the claims table: "revive processor slug of the
+// stream at path by at". It is never a log event. The alarm loop keeps one timer on the store's
+// clock for the earliest claim. When it fires, one write spends every due claim and the handler is
+// called for each in its own goroutine.
+//
+// Spending a claim does not delete it: it moves it to its retry time, now + ReviveBackoffBase ·
+// 2^failures (capped at ReviveBackoffMax), and counts the attempt in failures. That row is the
+// re-claim a failed revive needs, already durable before the revive starts, so a revive that fails,
+// is cancelled by shutdown, or dies with its process is tried again. A revive that succeeds deletes
+// the row — unless the processor claimed again meanwhile (a busy engine re-claims from revive),
+// whose claim then stands. A claim made by the processor resets failures to 0.
+
+const (
+	// ReviveBackoffBase is the delay before the first retry of a failed revive (20 s).
+	ReviveBackoffBase = 20 * time.Second
+	// ReviveBackoffMax caps the retry delay of failed revives (30 min).
+	ReviveBackoffMax = 30 * time.Minute
+)
+
+// DueClaim is a claim the alarm loop spent and hands to the handler.
+type DueClaim struct {
+	// Path is the stream path and Slug the processor slug the claim was made for.
+	Path, Slug string
+	// At is when the claim fell due.
+	At time.Time
+	// Failures counts the revives of this claim that failed (or did not finish) before this one.
+	Failures int
+
+	retryAt int64 // at_ms of the retry row written when the claim was spent
+}
+
+// AlarmHandler revives the processor a due claim names. On an error (or a cancelled context) the
+// claim's retry row, written with backoff when it was spent, stands; on success it is deleted.
+type AlarmHandler func(ctx context.Context, c DueClaim) error
+
+// ClaimRow is a stored claim.
+type ClaimRow struct {
+	// Path is the stream path and Slug the processor slug.
+	Path, Slug string
+	// At is when the claim falls due.
+	At time.Time
+	// Failures counts revives of this claim that failed or did not finish.
+	Failures int
+}
+
+type alarmState struct {
+	mu      sync.Mutex // serializes rearming
+	handler AlarmHandler
+	stop    func() bool
+	armedAt int64 // at_ms the timer is set for; 0 when none
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // running alarm passes and handlers
+}
+
+// Claim records that processor slug on the stream at path must be revived by at; the zero time
+// releases the claim. A new claim replaces the previous one of the same processor.
+func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) error {
+	err := s.write(ctx, func(tx *Tx) error {
+		if at.IsZero() {
+			_, err := tx.Exec(`DELETE FROM claims WHERE path = ? AND slug = ?`, path, slug)
+			return err
+		}
+		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms) VALUES (?, ?, ?)
+			ON CONFLICT(path, slug) DO UPDATE SET at_ms = excluded.at_ms, failures = 0`, path, slug, at.UnixMilli())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("claim %s for %q: %w", quotePath(path), slug, err)
+	}
+	s.rearmAlarms()
+	return nil
+}
+
+// Claims lists the stored claims, earliest first.
+func (s *Store) Claims(ctx context.Context) ([]ClaimRow, error) {
+	var out []ClaimRow
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.Query(`SELECT path, slug, at_ms, failures FROM claims ORDER BY at_ms, path, slug`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c ClaimRow
+			var ms int64
+			if err := rows.Scan(&c.Path, &c.Slug, &ms, &c.Failures); err != nil {
+				return err
+			}
+			c.At = time.UnixMilli(ms)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	return out, nil
+}
+
+// StartAlarms starts the alarm loop with handler; claims already due fire at once. Only one loop
+// runs per store; [Store.Close] or StopAlarms stops it. Handlers get a context that ends when the
+// loop stops.
+func (s *Store) StartAlarms(handler AlarmHandler) error {
+	if handler == nil {
+		return errors.New("start alarms: handler is nil")
+	}
+	if s.closed.Load() {
+		return ErrStoreClosed
+	}
+	a := &s.ev.alarms
+	a.mu.Lock()
+	if a.handler != nil {
+		a.mu.Unlock()
+		return errors.New("start alarms: the alarm loop is already running")
+	}
+	a.handler = handler
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.mu.Unlock()
+	s.rearmAlarms()
+	return nil
+}
+
+// StopAlarms stops the alarm loop: no new handler starts, handlers already running get their
+// context cancelled, and StopAlarms waits for them to return.
+func (s *Store) StopAlarms() {
+	a := &s.ev.alarms
+	a.mu.Lock()
+	if a.stop != nil {
+		a.stop()
+		a.stop = nil
+	}
+	a.armedAt = 0
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.handler = nil
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+// rearmAlarms sets the timer for the earliest claim.
+func (s *Store) rearmAlarms() {
+	a := &s.ev.alarms
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.handler == nil || s.closed.Load() {
+		return
+	}
+	var next sql.NullInt64
+	err := s.readTx(context.Background(), func(tx *sql.Tx) error {
+		return tx.QueryRow(`SELECT MIN(at_ms) FROM claims`).Scan(&next)
+	})
+	if err != nil {
+		if !errors.Is(err, ErrStoreClosed) {
+			s.log.Error("stream store: arm alarm", "err", err)
+		}
+		return
+	}
+	if !next.Valid {
+		if a.stop != nil {
+			a.stop()
+			a.stop = nil
+		}
+		a.armedAt = 0
+		return
+	}
+	if a.stop != nil && a.armedAt == next.Int64 {
+		return // already armed for this time
+	}
+	if a.stop != nil {
+		a.stop()
+	}
+	a.armedAt = next.Int64
+	d := time.UnixMilli(next.Int64).Sub(s.clock.Now())
+	if d < 0 {
+		d = 0
+	}
+	ctx := a.ctx
+	a.stop = s.clock.AfterFunc(d, func() { s.fireAlarms(ctx) })
+}
+
+// fireAlarms spends every due claim (moving it to its retry time) and runs the handler for each.
+func (s *Store) fireAlarms(ctx context.Context) {
+	a := &s.ev.alarms
+	a.mu.Lock()
+	handler := a.handler
+	if handler == nil || ctx.Err() != nil || s.closed.Load() {
+		a.mu.Unlock()
+		return
+	}
+	a.stop = nil
+	a.armedAt = 0
+	a.wg.Add(1) // under a.mu with a live handler, so StopAlarms waits for this pass
+	a.mu.Unlock()
+	defer a.wg.Done()
+
+	nowMs := s.clock.Now().UnixMilli()
+	var due []DueClaim
+	err := s.write(ctx, func(tx *Tx) error {
+		due = due[:0]
+		rows, err := tx.Query(`SELECT path, slug, at_ms, failures FROM claims WHERE at_ms <= ? ORDER BY at_ms, path, slug`, nowMs)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var c DueClaim
+			var ms int64
+			if err := rows.Scan(&c.Path, &c.Slug, &ms, &c.Failures); err != nil {
+				rows.Close()
+				return err
+			}
+			c.At = time.UnixMilli(ms)
+			due = append(due, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range due {
+			c := &due[i]
+			c.retryAt = nowMs + retryDelay(c.Failures).Milliseconds()
+			if _, err := tx.Exec(`UPDATE claims SET at_ms = ?, failures = ? WHERE path = ? AND slug = ?`,
+				c.retryAt, c.Failures+1, c.Path, c.Slug); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrStoreClosed) {
+			s.log.Error("stream store: spend due claims", "err", err)
+		}
+		return
+	}
+	for _, c := range due {
+		a.wg.Add(1) // the pass itself is still counted, so the counter is positive here
+		go func() {
+			defer a.wg.Done()
+			s.runAlarm(ctx, handler, c)
+		}()
+	}
+	s.rearmAlarms()
+}
+
+func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) {
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("alarm handler panicked: %v", p)
+			}
+		}()
+		return handler(ctx, c)
+	}()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("stream store: revive failed; retrying with backoff", "path", c.Path, "slug", c.Slug,
+				"failures", c.Failures+1, "retryAt", time.UnixMilli(c.retryAt), "err", err)
+		}
+		return // the retry row written when the claim was spent stands
+	}
+	werr := s.write(context.WithoutCancel(ctx), func(tx *Tx) error {
+		// Only the retry row this pass wrote; a claim the processor made meanwhile stands.
+		_, err := tx.Exec(`DELETE FROM claims WHERE path = ? AND slug = ? AND at_ms = ? AND failures = ?`,
+			c.Path, c.Slug, c.retryAt, c.Failures+1)
+		return err
+	})
+	if werr != nil {
+		if !errors.Is(werr, ErrStoreClosed) {
+			s.log.Error("stream store: settle a revived claim", "path", c.Path, "slug", c.Slug, "err", werr)
+		}
+		return
+	}
+	s.rearmAlarms()
+}
+
+// retryDelay is the backoff after failures failed revives: ReviveBackoffBase · 2^failures, capped.
+func retryDelay(failures int) time.Duration {
+	if failures >= 30 {
+		return ReviveBackoffMax
+	}
+	return min(ReviveBackoffBase<<failures, ReviveBackoffMax)
+}

@@ -1,0 +1,186 @@
+package stream
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/foldstream/foldstream"
+)
+
+// MessageType is the event type the event view gives a stored JSON message that is not
+// event-shaped. Streams created over the Durable Streams protocol may hold any JSON values; the
+// event view shows each one that is not an object with a string "type" as an event of this type
+// whose payload is {"value": <the message>}, so engines can run over any JSON stream. An object with
+// a string "type" is read as an event as it is.
+const MessageType = "events.foldstream.dev/message"
+
+// MaxEventBytes is the ceiling on one event's stored body (spec §13.2: 8 MiB). The store counts
+// UTF-8 bytes of the JSON body, which is stricter than upstream's UTF-16 count for non-ASCII text.
+const MaxEventBytes = 8 << 20
+
+// createdAtLayout is the ISO-8601 layout of createdAt: UTC with milliseconds.
+const createdAtLayout = "2006-01-02T15:04:05.000Z"
+
+func formatCreatedAt(t time.Time) string { return t.UTC().Format(createdAtLayout) }
+
+// storedBody is the JSON shape of a stored event body: the input without its offset precondition
+// (spec §13.2). createdAt is appended when the batch commits.
+type storedBody struct {
+	Type           string             `json:"type"`
+	Payload        json.RawMessage    `json:"payload,omitempty"`
+	Metadata       json.RawMessage    `json:"metadata,omitempty"`
+	Source         *foldstream.Source `json:"source,omitempty"`
+	IdempotencyKey string             `json:"idempotencyKey,omitempty"`
+	Ephemeral      bool               `json:"ephemeral,omitempty"`
+}
+
+// preparedInput is an input checked and encoded outside the writer: everything except the parts
+// that depend on the commit (offset, createdAt).
+type preparedInput struct {
+	in foldstream.EventInput
+	// prefix is the body JSON without its closing brace; the writer appends createdAt.
+	prefix []byte
+}
+
+// bodyOverhead is what `,"createdAt":"2006-01-02T15:04:05.000Z"}` adds to a prefix.
+const bodyOverhead = len(`,"createdAt":""}`) + len(createdAtLayout)
+
+// prepareInputs checks every input (spec §13.2 step 2) and encodes its body. Payload and metadata
+// must be valid JSON when present; an absent value ("" or null) is dropped.
+func prepareInputs(inputs []foldstream.EventInput) ([]preparedInput, error) {
+	out := make([]preparedInput, len(inputs))
+	for i, in := range inputs {
+		if strings.TrimSpace(in.Type) == "" {
+			return nil, foldstream.EmptyTypeError()
+		}
+		if !utf8.ValidString(in.Type) || !utf8.ValidString(in.IdempotencyKey) {
+			// JSON would silently replace the invalid bytes, so the stored event would differ
+			// from its receipt and from the key a retry looks up.
+			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
+				"append: event %d has a type or idempotency key that is not valid UTF-8", i)
+		}
+		var err error
+		if in.Payload, err = compactOptional(in.Payload); err != nil {
+			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
+				"append: event %d has a payload that is not valid JSON: %v", i, err)
+		}
+		if in.Metadata, err = compactOptional(in.Metadata); err != nil {
+			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
+				"append: event %d has metadata that is not valid JSON: %v", i, err)
+		}
+		b, err := json.Marshal(storedBody{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata,
+			Source: in.Source, IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral})
+		if err != nil {
+			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
+				"append: event %d cannot be encoded: %v", i, err)
+		}
+		if n := len(b) - 1 + bodyOverhead; n > MaxEventBytes {
+			return nil, foldstream.NewError(foldstream.CodeEventTooLarge,
+				map[string]any{"index": i, "bytes": n, "maxBytes": MaxEventBytes},
+				"append: event %d serializes to %d bytes, over the %d-byte ceiling of one event", i, n, MaxEventBytes)
+		}
+		out[i] = preparedInput{in: in, prefix: b[:len(b)-1]}
+	}
+	return out, nil
+}
+
+// compactOptional returns raw compacted, or nil when it is absent (empty or null).
+func compactOptional(raw json.RawMessage) (json.RawMessage, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, t); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// finishBody completes a prepared body with its createdAt stamp.
+func finishBody(prefix []byte, createdAt string) []byte {
+	b := make([]byte, 0, len(prefix)+bodyOverhead)
+	b = append(b, prefix...)
+	b = append(b, `,"createdAt":"`...)
+	b = append(b, createdAt...)
+	b = append(b, `"}`...)
+	return b
+}
+
+// eventBody is the lenient decoding shape of a stored body.
+type eventBody struct {
+	Type           json.RawMessage `json:"type"`
+	Payload        json.RawMessage `json:"payload"`
+	Metadata       json.RawMessage `json:"metadata"`
+	Source         json.RawMessage `json:"source"`
+	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
+	Ephemeral      json.RawMessage `json:"ephemeral"`
+	CreatedAt      json.RawMessage `json:"createdAt"`
+}
+
+// decodeEvent turns a stored entry into an event at path.
+//
+//   - A JSON object whose "type" is a string is an event: its fields are read leniently (a field of
+//     the wrong JSON type is dropped rather than failing the read), createdAt falls back to the
+//     entry's commit time.
+//   - Any other JSON value is a message: an event of type [MessageType] with payload
+//     {"value": <the message>}.
+//   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (spec §13.2).
+func decodeEvent(path string, e entry) (foldstream.Event, error) {
+	body := bytes.TrimSpace(e.Body)
+	if !json.Valid(body) {
+		return foldstream.Event{}, unreadable(e.Offset)
+	}
+	ev := foldstream.Event{Offset: e.Offset, Path: path}
+	var b eventBody
+	var typ string
+	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &b) == nil && json.Unmarshal(b.Type, &typ) == nil && typ != "" {
+		ev.Type = typ
+		ev.Payload = nonNull(b.Payload)
+		ev.Metadata = nonNull(b.Metadata)
+		if len(nonNull(b.Source)) > 0 {
+			var src foldstream.Source
+			if json.Unmarshal(b.Source, &src) == nil {
+				ev.Source = &src
+			}
+		}
+		_ = json.Unmarshal(b.IdempotencyKey, &ev.IdempotencyKey)
+		_ = json.Unmarshal(b.Ephemeral, &ev.Ephemeral)
+		_ = json.Unmarshal(b.CreatedAt, &ev.CreatedAt)
+	} else {
+		ev.Type = MessageType
+		p := make([]byte, 0, len(body)+10)
+		p = append(p, `{"value":`...)
+		p = append(p, body...)
+		p = append(p, '}')
+		ev.Payload = p
+		if e.IdempotencyKey.Valid {
+			ev.IdempotencyKey = e.IdempotencyKey.String
+		}
+	}
+	if ev.CreatedAt == "" {
+		ev.CreatedAt = formatCreatedAt(time.UnixMilli(e.CreatedMs))
+	}
+	return ev, nil
+}
+
+func nonNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
+}
+
+func unreadable(offset int64) *foldstream.Error {
+	return foldstream.NewError(foldstream.CodeEventUnreadable, map[string]any{"offset": offset},
+		"read: the event at offset %s is not JSON", strconv.FormatInt(offset, 10))
+}
+
+// eventBytes estimates an event's size for the ephemeral ring and pending budgets.
+func eventBytes(ev foldstream.Event) int {
+	return len(ev.Type) + len(ev.Payload) + len(ev.Metadata) + len(ev.IdempotencyKey) + len(ev.Path) + 64
+}

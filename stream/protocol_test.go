@@ -1,0 +1,572 @@
+package stream
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+)
+
+// protoClock is a settable clock for the protocol view's tests.
+type protoClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *protoClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *protoClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *protoClock) AfterFunc(d time.Duration, f func()) func() bool {
+	t := time.AfterFunc(d, f)
+	return t.Stop
+}
+
+func setupProto(t *testing.T) (*Store, *protoClock) {
+	t.Helper()
+	clk := &protoClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := Open(":memory:", Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+func mustCreate(t *testing.T, s *Store, req CreateRequest) CreateResult {
+	t.Helper()
+	res, err := s.CreateStream(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create %s: %v", req.Path, err)
+	}
+	return res
+}
+
+func mustAppendRecord(t *testing.T, s *Store, req AppendRequest) AppendResult {
+	t.Helper()
+	res, err := s.AppendRecord(context.Background(), req)
+	if err != nil {
+		t.Fatalf("append %s: %v", req.Path, err)
+	}
+	return res
+}
+
+func readAll(t *testing.T, s *Store, path string) string {
+	t.Helper()
+	res, err := s.ReadRecords(context.Background(), ReadRequest{Path: path})
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return string(res.Body)
+}
+
+func kindOf(err error) ProtocolErrorKind {
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		return pe.Kind
+	}
+	return 0
+}
+
+func TestFlattenJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in    string
+		want  []string
+		empty bool
+		bad   bool
+	}{
+		{in: `{"a" :  1}`, want: []string{`{"a":1}`}},
+		{in: `[1, 2]`, want: []string{`1`, `2`}},
+		{in: `[[1,2],[3,4]]`, want: []string{`[1,2]`, `[3,4]`}},
+		{in: `[[[1,2,3]]]`, want: []string{`[[1,2,3]]`}},
+		{in: `"s"`, want: []string{`"s"`}},
+		{in: `null`, want: []string{`null`}},
+		{in: `[]`, bad: true},
+		{in: `[]`, empty: true, want: []string{}},
+		{in: `{`, bad: true},
+		{in: ``, bad: true},
+		{in: `[1,]`, bad: true},
+	}
+	for _, c := range cases {
+		got, err := FlattenJSON([]byte(c.in), c.empty)
+		if c.bad {
+			if kindOf(err) != KindBadRequest {
+				t.Errorf("FlattenJSON(%q): got err %v, want bad request", c.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("FlattenJSON(%q): %v", c.in, err)
+			continue
+		}
+		var gs []string
+		for _, g := range got {
+			gs = append(gs, string(g))
+		}
+		if strings.Join(gs, "|") != strings.Join(c.want, "|") {
+			t.Errorf("FlattenJSON(%q): got %q, want %q", c.in, gs, c.want)
+		}
+	}
+}
+
+func TestJSONOffsetsAndRecords(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	res := mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct, Body: []byte(`[{"n":1},{"n":2}]`)})
+	if res.Info.Tail != 2 {
+		t.Fatalf("tail after create: got %d, want 2", res.Info.Tail)
+	}
+	a := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{"n":3}`)})
+	if a.Tail != 3 {
+		t.Fatalf("tail after append: got %d, want 3", a.Tail)
+	}
+	if got, want := readAll(t, s, "j"), `[{"n":1},{"n":2},{"n":3}]`; got != want {
+		t.Fatalf("read: got %s, want %s", got, want)
+	}
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "j", After: 2})
+	if err != nil || string(r.Body) != `[{"n":3}]` || r.Next != 3 || !r.UpToDate {
+		t.Fatalf("read after 2: got %s next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
+	}
+}
+
+func TestByteReadsSliceRecordsAndChunk(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	mustCreate(t, s, CreateRequest{Path: "b", ContentType: "text/plain"})
+	mustAppendRecord(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("hello ")})
+	mustAppendRecord(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("world")})
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 3, MaxBytes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The budget stops before the next record: the rest of the first one comes back.
+	if string(r.Body) != "lo " || r.Next != 6 || r.UpToDate {
+		t.Fatalf("got %q next %d upToDate %v, want \"lo \" 6 false", r.Body, r.Next, r.UpToDate)
+	}
+	r, err = s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 7, MaxBytes: 3})
+	if err != nil || string(r.Body) != "orl" || r.Next != 10 || r.UpToDate {
+		t.Fatalf("got %q next %d upToDate %v err %v, want \"orl\" 10", r.Body, r.Next, r.UpToDate, err)
+	}
+	r, err = s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 10})
+	if err != nil || string(r.Body) != "d" || r.Next != 11 || !r.UpToDate {
+		t.Fatalf("got %q next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
+	}
+}
+
+// TestProducerDecisionTable walks spec §20.2 row by row on one stream.
+func TestProducerDecisionTable(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "text/plain"
+	mustCreate(t, s, CreateRequest{Path: "p", ContentType: ct})
+	type step struct {
+		name       string
+		epoch, seq int64
+		close      bool
+		wantKind   ProtocolErrorKind
+		wantDup    bool
+		wantSeq    int64
+		wantEpoch  int64 // for stale epoch
+		wantExpect int64 // for gaps
+	}
+	steps := []step{
+		{name: "new producer seq>0 is a gap", epoch: 0, seq: 3, wantKind: KindSequenceGap, wantExpect: 0},
+		{name: "new producer seq 0 accepted", epoch: 0, seq: 0, wantSeq: 0},
+		{name: "next seq accepted", epoch: 0, seq: 1, wantSeq: 1},
+		{name: "duplicate answers highest accepted", epoch: 0, seq: 0, wantDup: true, wantSeq: 1},
+		{name: "gap", epoch: 0, seq: 5, wantKind: KindSequenceGap, wantExpect: 2},
+		{name: "new epoch must start at 0", epoch: 1, seq: 1, wantKind: KindBadRequest},
+		{name: "new epoch at 0 accepted", epoch: 1, seq: 0, wantSeq: 0},
+		{name: "old epoch fenced", epoch: 0, seq: 2, wantKind: KindStaleEpoch, wantEpoch: 1},
+		{name: "close by producer", epoch: 1, seq: 1, close: true, wantSeq: 1},
+		{name: "close retried is a duplicate", epoch: 1, seq: 1, close: true, wantDup: true, wantSeq: 1},
+		{name: "append after close", epoch: 1, seq: 2, wantKind: KindClosed},
+	}
+	for _, st := range steps {
+		body := []byte("x")
+		res, err := s.AppendRecord(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
+			Producer: &ProducerHeaders{ID: "w", Epoch: st.epoch, Seq: st.seq}})
+		if st.wantKind != 0 {
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || pe.Kind != st.wantKind {
+				t.Fatalf("%s: got %v, want kind %d", st.name, err, st.wantKind)
+			}
+			if st.wantKind == KindStaleEpoch && pe.Epoch != st.wantEpoch {
+				t.Fatalf("%s: epoch got %d, want %d", st.name, pe.Epoch, st.wantEpoch)
+			}
+			if st.wantKind == KindSequenceGap && (pe.ExpectedSeq != st.wantExpect || pe.ReceivedSeq != st.seq) {
+				t.Fatalf("%s: gap got %d/%d, want %d/%d", st.name, pe.ExpectedSeq, pe.ReceivedSeq, st.wantExpect, st.seq)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if res.Duplicate != st.wantDup || res.Seq != st.wantSeq {
+			t.Fatalf("%s: got dup %v seq %d, want dup %v seq %d", st.name, res.Duplicate, res.Seq, st.wantDup, st.wantSeq)
+		}
+	}
+	// Accepted: seq 0, seq 1, epoch 1 seq 0, the close's x — four bytes.
+	if got := readAll(t, s, "p"); got != "xxxx" {
+		t.Fatalf("data: got %q, want xxxx", got)
+	}
+}
+
+// TestRefusedJSONLeavesProducerState: invalid JSON after a valid producer header is refused and
+// leaves producer state untouched, so the same seq succeeds next.
+func TestRefusedJSONLeavesProducerState(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct})
+	p := &ProducerHeaders{ID: "w", Epoch: 0, Seq: 0}
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != KindBadRequest {
+		t.Fatalf("invalid JSON: got %v, want bad request", err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
+	if res.Duplicate || res.Tail != 2 {
+		t.Fatalf("got dup %v tail %d, want a fresh append to 2", res.Duplicate, res.Tail)
+	}
+}
+
+func TestStreamSeqAndExpectedTail(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "text/plain"
+	mustCreate(t, s, CreateRequest{Path: "s", ContentType: ct})
+	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
+	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != KindConflict {
+		t.Fatalf("equal Stream-Seq: got %v, want conflict", err)
+	}
+	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Code != "OFFSET_CONFLICT" || pe.Tail != 2 {
+		t.Fatalf("stale expected tail: got %v, want OFFSET_CONFLICT at 2", err)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 2})
+}
+
+func TestEventIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "e", ContentType: ct})
+	ev := `{"type":"order.placed","payload":{"id":1},"idempotencyKey":"k1"}`
+	mustAppendRecord(t, s, AppendRequest{Path: "e", ContentType: ct, Body: []byte(`[` + ev + `,{"type":"x"}]`)})
+	// Retrying the same event (key order differs) is dropped; the other message is stored.
+	res := mustAppendRecord(t, s, AppendRequest{Path: "e", ContentType: ct,
+		Body: []byte(`[{"idempotencyKey":"k1","payload":{"id":1},"type":"order.placed"},{"type":"y"}]`)})
+	if res.Tail != 3 {
+		t.Fatalf("tail: got %d, want 3", res.Tail)
+	}
+	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "e", ContentType: ct,
+		Body: []byte(`{"type":"order.placed","payload":{"id":2},"idempotencyKey":"k1"}`)})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Code != "IDEMPOTENCY_CONFLICT" {
+		t.Fatalf("different event under the same key: got %v, want IDEMPOTENCY_CONFLICT", err)
+	}
+}
+
+func TestForkSubOffsetsCompose(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "src", ContentType: ct, Body: []byte(`[1,2,3,4]`)})
+	f := mustCreate(t, s, CreateRequest{Path: "f1", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 2})
+	if f.Info.Tail != 2 || !f.Info.JSON {
+		t.Fatalf("fork: tail %d json %v, want 2 true", f.Info.Tail, f.Info.JSON)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "f1", ContentType: ct, Body: []byte(`9`)})
+	if got := readAll(t, s, "f1"); got != `[1,2,9]` {
+		t.Fatalf("fork read: got %s, want [1,2,9]", got)
+	}
+	mustCreate(t, s, CreateRequest{Path: "f2", ForkedFrom: "f1", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 1})
+	if got := readAll(t, s, "f2"); got != `[1]` {
+		t.Fatalf("fork of fork: got %s, want [1]", got)
+	}
+	if _, err := s.CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != KindBadRequest {
+		t.Fatalf("overshooting sub-offset: got %v, want bad request", err)
+	}
+
+	mustCreate(t, s, CreateRequest{Path: "bsrc", ContentType: "text/plain", Body: []byte("abcdef")})
+	mustCreate(t, s, CreateRequest{Path: "bf", ForkedFrom: "bsrc", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 3})
+	mustAppendRecord(t, s, AppendRequest{Path: "bf", ContentType: "text/plain", Body: []byte("XY")})
+	if got := readAll(t, s, "bf"); got != "abcXY" {
+		t.Fatalf("byte fork: got %q, want abcXY", got)
+	}
+}
+
+// TestSoftDeleteCascade: a source with forks is soft-deleted (gone) and collected with its
+// soft-deleted ancestors when the last fork goes.
+func TestSoftDeleteCascade(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "a", ContentType: "text/plain", Body: []byte("1")})
+	mustCreate(t, s, CreateRequest{Path: "b", ForkedFrom: "a"})
+	mustCreate(t, s, CreateRequest{Path: "c", ForkedFrom: "b"})
+	if err := s.DeleteStream(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteStream(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b"} {
+		if _, err := s.HeadStream(ctx, p); kindOf(err) != KindGone {
+			t.Fatalf("head %s: got %v, want gone", p, err)
+		}
+	}
+	if _, err := s.CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != KindConflict {
+		t.Fatalf("re-create soft-deleted: got %v, want conflict", err)
+	}
+	if got := readAll(t, s, "c"); got != "1" {
+		t.Fatalf("fork read through deleted ancestors: got %q, want 1", got)
+	}
+	if err := s.DeleteStream(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		if _, err := s.HeadStream(ctx, p); kindOf(err) != KindNotFound {
+			t.Fatalf("head %s after cascade: got %v, want not found", p, err)
+		}
+	}
+	if r := mustCreate(t, s, CreateRequest{Path: "a", ContentType: "text/plain"}); !r.Created || r.Info.Tail != 0 {
+		t.Fatalf("re-create: got %+v, want a fresh empty stream", r)
+	}
+}
+
+// TestSlidingTTL: reads and appends renew a sliding TTL, Head does not; an absolute expiry is
+// never extended; an expired path can be re-created.
+func TestSlidingTTL(t *testing.T) {
+	t.Parallel()
+	s, clk := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain", HasTTL: true, TTLSeconds: 10})
+	mustCreate(t, s, CreateRequest{Path: "x", ContentType: "text/plain", ExpiresAt: clk.Now().Add(15 * time.Second)})
+	clk.Advance(8 * time.Second)
+	if _, err := s.ReadRecords(ctx, ReadRequest{Path: "t", AtTail: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadRecords(ctx, ReadRequest{Path: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(8 * time.Second) // 16 s: t was read at 8 s, x expired at 15 s
+	if _, err := s.HeadStream(ctx, "t"); err != nil {
+		t.Fatalf("t after renewal: %v", err)
+	}
+	if _, err := s.HeadStream(ctx, "x"); kindOf(err) != KindNotFound {
+		t.Fatalf("x past its expiry: got %v, want not found", err)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
+	clk.Advance(9 * time.Second)
+	if _, err := s.HeadStream(ctx, "t"); err != nil {
+		t.Fatalf("t after close-only POST renewal: %v", err)
+	}
+	clk.Advance(2 * time.Second)
+	if _, err := s.HeadStream(ctx, "t"); kindOf(err) != KindNotFound {
+		t.Fatalf("t expired: got %v, want not found", err)
+	}
+	if r := mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain"}); !r.Created {
+		t.Fatal("re-create after expiry: got 200, want 201")
+	}
+}
+
+// TestWatchWakesOnAppend: the Changed channel of a read closes at the next commit.
+func TestWatchWakesOnAppend(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	mustCreate(t, s, CreateRequest{Path: "w", ContentType: "text/plain"})
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "w", Watch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "w", ContentType: "text/plain", Body: []byte("z")})
+	select {
+	case <-r.Changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Changed did not close after an append")
+	}
+}
+
+// TestCollectExpired: expired streams and soft-deleted sources without live forks are reclaimed;
+// a live stream and a source still read by a live fork stay.
+func TestCollectExpired(t *testing.T) {
+	t.Parallel()
+	s, clk := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "/live", ContentType: "text/plain", Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/ttl", ContentType: "text/plain", HasTTL: true, TTLSeconds: 5, Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("x")})
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasTTL: true, TTLSeconds: 60})
+	if err := s.DeleteStream(ctx, "/src"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	n, err := s.CollectExpired(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("first sweep: got %d, %v; want 1 (the TTL stream)", n, err)
+	}
+	if _, err := s.HeadStream(ctx, "/src"); kindOf(err) != KindGone {
+		t.Fatalf("source with a live fork: got %v, want gone", err)
+	}
+	clk.Advance(time.Minute) // the fork expires, releasing the source
+	n, err = s.CollectExpired(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("second sweep: got %d, %v; want 2 (fork and source)", n, err)
+	}
+	if _, err := s.HeadStream(ctx, "/live"); err != nil {
+		t.Fatalf("live stream: %v", err)
+	}
+	var left int
+	if err := s.readTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`SELECT count(*) FROM streams`).Scan(&left) }); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("rows left: got %d, want 1", left)
+	}
+}
+
+// TestJSONBatchLimits: a large batch is one record (inserted many rows per statement); a batch over
+// the message cap is refused as too large before it reaches the writer.
+func TestJSONBatchLimits(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/big", ContentType: ct})
+	const n = 1234
+	body := "[" + strings.Repeat("1,", n-1) + "1]"
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/big", ContentType: ct, Body: []byte(body)})
+	if res.Tail != n {
+		t.Fatalf("tail: got %d, want %d", res.Tail, n)
+	}
+	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "/big", After: n - 2})
+	if err != nil || string(r.Body) != "[1,1]" {
+		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
+	}
+	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
+	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != KindTooLarge {
+		t.Fatalf("over the cap: got %v, want too large", err)
+	}
+}
+
+// TestRecreatedPathStartsClean: a path deleted and created again (possibly under the same id)
+// shows none of the old stream's data, producer state or Stream-Seq, to both views.
+func TestRecreatedPathStartsClean(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/r", ContentType: ct, Body: []byte(`[1,2,3]`)})
+	mustAppendRecord(t, s, AppendRequest{Path: "/r", ContentType: ct, Body: []byte(`4`), StreamSeq: "5",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 3, Seq: 0}})
+	if err := s.DeleteStream(ctx, "/r"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/r", ContentType: ct})
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/r", ContentType: ct, Body: []byte(`"a"`), StreamSeq: "1",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}})
+	if res.Tail != 1 || res.Duplicate {
+		t.Fatalf("append to the new stream: got %+v, want a fresh append at 1", res)
+	}
+	if got := readAll(t, s, "/r"); got != `["a"]` {
+		t.Fatalf("protocol read: got %s, want [\"a\"]", got)
+	}
+	page, err := s.Read(ctx, "/r", 0, 100, ReadOptions{})
+	if err != nil || len(page.Events) != 1 || page.Events[0].Type != MessageType {
+		t.Fatalf("event read: got %+v, %v; want one message event", page.Events, err)
+	}
+}
+
+// TestForksInheritNoProducerOrStreamSeq: a fork starts without producer or Stream-Seq state, even
+// when it splits a producer's batch.
+func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	ct := "application/json"
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: ct})
+	for seq := range int64(3) {
+		mustAppendRecord(t, s, AppendRequest{Path: "/src", ContentType: ct, Body: []byte(`[1,2]`), StreamSeq: fmt.Sprintf("%03d", seq),
+			Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: seq}})
+	}
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasForkOffset: true, ForkOffset: 2, ForkSubOffset: 1})
+	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 {
+		t.Fatalf("producer continuing on the fork: got %v, want a gap expecting seq 0", err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), StreamSeq: "000",
+		Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}})
+	if res.Tail != 4 {
+		t.Fatalf("fork tail: got %d, want 4 (1,2 inherited, 1 materialised, 9)", res.Tail)
+	}
+	if got := readAll(t, s, "/fork"); got != `[1,2,1,9]` {
+		t.Fatalf("fork read: got %s, want [1,2,1,9]", got)
+	}
+}
+
+// TestEventViewSeesProtocolChanges: the event view's cached rows never outlive a protocol close,
+// delete or re-creation of the path.
+func TestEventViewSeesProtocolChanges(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteStream(ctx, "/x"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/x", ContentType: "text/plain"})
+	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "b"}); err == nil {
+		t.Fatal("event append to a re-created text stream: got nil error")
+	}
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeClosed {
+		t.Fatalf("event append after a protocol close: got %v, want CLOSED", err)
+	}
+	// Events and HTTP messages share one offset sequence.
+	if _, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	res := mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`{"type":"c"}`)})
+	if res.Tail != 3 {
+		t.Fatalf("tail after two events and one message: got %d, want 3", res.Tail)
+	}
+	evs, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "d"})
+	if err != nil || evs[0].Offset != 4 {
+		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
+	}
+	// An ephemeral takes offset 5 without persisting; the next HTTP message lands after it.
+	if evs, err = s.Append(ctx, "/z", foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
+		t.Fatalf("ephemeral: got %+v, %v; want offset 5", evs, err)
+	}
+	res = mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`[7,8]`)})
+	if res.Tail != 7 {
+		t.Fatalf("tail after the ephemeral and two messages: got %d, want 7", res.Tail)
+	}
+	r, err := s.ReadRecords(ctx, ReadRequest{Path: "/z", After: 4})
+	if err != nil || string(r.Body) != "[7,8]" || r.Next != 7 || !r.UpToDate {
+		t.Fatalf("read across the ephemeral's gap: got %s next %d upToDate %v, %v", r.Body, r.Next, r.UpToDate, err)
+	}
+}

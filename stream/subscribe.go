@@ -1,0 +1,284 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/foldstream/foldstream"
+)
+
+// Subscriptions push each commit to subscribers (the store's side of spec §13.3 and §15
+// pushedByARow). The rules, kept in this file:
+//
+//   - A subscriber sees only the events it consumes ([foldstream.ConsumesEvent]); a commit with none
+//     is skipped, and its span rides inside the next delivered range, so the ranges a subscriber
+//     receives chain contiguously: each After equals the previous Through (the first After is the
+//     first delivered commit's after).
+//   - The writer never waits for a subscriber: its after-commit hook only enqueues. Each
+//     subscriber has one delivery goroutine, so its pushes never overlap and arrive in commit order.
+//   - Pushes queued while one is in flight are folded into one (events concatenated, range widened).
+//   - The pending queue is bounded ([SubscribeOptions.MaxPendingEvents]). On overflow the oldest
+//     pending events are dropped and the pending range's After moves up to the last dropped offset:
+//     the receiver sees a gap (After above its cursor) and heals the durable part from the log
+//     (the engine's gap repair, spec §5.4); dropped ephemerals are gone, as ephemerals may be.
+
+// DefaultMaxPendingEvents is the default bound on events queued for one subscriber.
+const DefaultMaxPendingEvents = 10000
+
+// DeliverFunc receives one push: the consumed events of one or more commits and the range they
+// prove contiguous. An error is logged; the next push still chains from this range, so a receiver
+// that failed must heal from the log (an engine does: it retries from its cursor).
+type DeliverFunc func(ctx context.Context, events []foldstream.Event, r foldstream.ScannedRange) error
+
+// SubscribeOptions configures a subscription.
+type SubscribeOptions struct {
+	// Consumes filters the pushed events with [foldstream.ConsumesEvent]: nil means every durable
+	// event, "*" every durable event, a type names it (the only way to receive ephemerals); an
+	// empty non-nil list consumes nothing.
+	Consumes []string
+	// MaxPendingEvents bounds the events queued while a delivery is in flight. Defaults to
+	// DefaultMaxPendingEvents.
+	MaxPendingEvents int
+	// Name labels the subscription in logs.
+	Name string
+}
+
+// Subscription is one subscriber's push chain on one stream path.
+type Subscription struct {
+	s        *Store
+	path     string
+	opts     SubscribeOptions
+	consumes []string
+	deliver  DeliverFunc
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu          sync.Mutex
+	lastThrough int64 // through of the last enqueued push; -1 before the first
+	pending     *pendingPush
+	enqueued    uint64 // pushes enqueued (folded ones count once each)
+	settled     uint64 // pushes settled
+	settledCh   chan struct{}
+	dropped     int64
+	closed      bool
+	kick        chan struct{}
+	done        chan struct{}
+}
+
+type pendingPush struct {
+	r      foldstream.ScannedRange
+	events []foldstream.Event
+}
+
+// Subscribe starts pushing every later commit on the stream at path to deliver, filtered by
+// opts.Consumes. The stream need not exist yet. Close the subscription to stop it; [Store.Close]
+// stops every subscription.
+func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptions) (*Subscription, error) {
+	if s.closed.Load() {
+		return nil, ErrStoreClosed
+	}
+	if deliver == nil {
+		return nil, errors.New("subscribe: deliver is nil")
+	}
+	if opts.MaxPendingEvents <= 0 {
+		opts.MaxPendingEvents = DefaultMaxPendingEvents
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sub := &Subscription{
+		s: s, path: path, opts: opts, deliver: deliver, ctx: ctx, cancel: cancel,
+		lastThrough: -1, settledCh: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	if opts.Consumes != nil {
+		sub.consumes = slices.Clone(opts.Consumes)
+	}
+	s.ev.subsMu.Lock()
+	if s.ev.closing {
+		s.ev.subsMu.Unlock()
+		cancel()
+		return nil, ErrStoreClosed
+	}
+	s.ev.subs[path] = append(s.ev.subs[path], sub)
+	s.bgWG.Add(1) // under subsMu before closing is set, so Close waits for this goroutine
+	s.ev.subsMu.Unlock()
+	go sub.run()
+	go func() {
+		// A closing store cancels in-flight deliveries.
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return sub, nil
+}
+
+// publish hands a landed commit's events over (after, through] to the stream's event waiters and
+// then to every subscriber of path (spec §13.2 step 7: waiters before fan-out). Every write path
+// that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
+// writer goroutine and never blocks.
+func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
+	s.resolveWaiters(path, events)
+	s.ev.subsMu.RLock()
+	subs := s.ev.subs[path]
+	s.ev.subsMu.RUnlock()
+	for _, sub := range subs {
+		sub.offer(events, after, through)
+	}
+}
+
+func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
+	var consumed []foldstream.Event
+	for _, ev := range events {
+		if foldstream.ConsumesEvent(sub.consumes, ev) {
+			consumed = append(consumed, ev)
+		}
+	}
+	if len(consumed) == 0 {
+		return // the span rides inside the next delivered range
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.closed {
+		return
+	}
+	from := sub.lastThrough
+	if from < 0 {
+		from = after
+	}
+	if sub.pending == nil {
+		sub.pending = &pendingPush{r: foldstream.ScannedRange{After: from, Through: through}, events: consumed}
+	} else {
+		sub.pending.events = append(sub.pending.events, consumed...)
+		sub.pending.r.Through = through
+	}
+	sub.lastThrough = through
+	sub.enqueued++
+	if over := len(sub.pending.events) - sub.opts.MaxPendingEvents; over > 0 {
+		sub.pending.r.After = max(sub.pending.r.After, sub.pending.events[over-1].Offset)
+		sub.pending.events = slices.Clone(sub.pending.events[over:])
+		sub.dropped += int64(over)
+		sub.s.log.Warn("stream subscription overflowed; dropped the oldest pending events",
+			"path", sub.path, "subscription", sub.opts.Name, "dropped", over)
+	}
+	select {
+	case sub.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (sub *Subscription) run() {
+	defer sub.s.bgWG.Done()
+	defer close(sub.done)
+	for {
+		select {
+		case <-sub.kick:
+		case <-sub.ctx.Done():
+			return
+		case <-sub.s.stop:
+			sub.close()
+			return
+		}
+		sub.mu.Lock()
+		p := sub.pending
+		sub.pending = nil
+		n := sub.enqueued
+		sub.mu.Unlock()
+		if p != nil {
+			if err := sub.deliver(sub.ctx, p.events, p.r); err != nil && sub.ctx.Err() == nil {
+				sub.s.log.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
+					"after", p.r.After, "through", p.r.Through, "err", err)
+			}
+		}
+		sub.mu.Lock()
+		if n > sub.settled {
+			sub.settled = n
+			close(sub.settledCh)
+			sub.settledCh = make(chan struct{})
+		}
+		sub.mu.Unlock()
+	}
+}
+
+// WaitDelivered waits until every push enqueued for this subscriber before the call has settled
+// (its delivery returned). Because an append's pushes are enqueued before the append returns, a
+// caller that waits here after its append reads its own write from the subscriber
+// (read-your-writes; spec §8.2). Do not call it from inside the subscriber's own delivery.
+func (sub *Subscription) WaitDelivered(ctx context.Context) error {
+	sub.mu.Lock()
+	target := sub.enqueued
+	for sub.settled < target {
+		if sub.closed {
+			sub.mu.Unlock()
+			return ErrSubscriptionClosed
+		}
+		ch := sub.settledCh
+		sub.mu.Unlock()
+		select {
+		case <-ch:
+		case <-sub.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		sub.mu.Lock()
+	}
+	sub.mu.Unlock()
+	return nil
+}
+
+// Dropped returns how many events overflowed the pending bound so far.
+func (sub *Subscription) Dropped() int64 {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.dropped
+}
+
+// Path returns the stream path the subscription listens to.
+func (sub *Subscription) Path() string { return sub.path }
+
+// ErrSubscriptionClosed is returned by WaitDelivered on a closed subscription.
+var ErrSubscriptionClosed = &foldstream.Error{Code: foldstream.CodeClosed, Message: "stream subscription is closed"}
+
+// Close stops intake, drops any pending push, cancels the context of an in-flight delivery and
+// waits for it to return. Do not call it from inside the subscriber's own delivery. Use Drain to
+// deliver what is pending first.
+func (sub *Subscription) Close() {
+	sub.close()
+	sub.cancel()
+	<-sub.done
+}
+
+// Drain waits until every enqueued push settled, then closes the subscription. If ctx ends first
+// it closes anyway and returns ctx's error.
+func (sub *Subscription) Drain(ctx context.Context) error {
+	err := sub.WaitDelivered(ctx)
+	if errors.Is(err, ErrSubscriptionClosed) {
+		err = nil
+	}
+	sub.Close()
+	return err
+}
+
+func (sub *Subscription) close() {
+	sub.mu.Lock()
+	if sub.closed {
+		sub.mu.Unlock()
+		return
+	}
+	sub.closed = true
+	sub.pending = nil
+	sub.mu.Unlock()
+	s := sub.s
+	s.ev.subsMu.Lock()
+	list := s.ev.subs[sub.path]
+	if i := slices.Index(list, sub); i >= 0 {
+		list = slices.Delete(slices.Clone(list), i, i+1)
+	}
+	if len(list) == 0 {
+		delete(s.ev.subs, sub.path)
+	} else {
+		s.ev.subs[sub.path] = list
+	}
+	s.ev.subsMu.Unlock()
+}

@@ -1,0 +1,83 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/foldstream/foldstream"
+)
+
+// Wake records (spec §13.6), for streams used through the event view only.
+//
+// The first time a stream is woken by a store incarnation it gets a wake record: a fresh stream
+// (never woken, nothing committed) gets its birth batch — itx/created {path} at offset 1 and
+// itx/woken {incarnation: 1, reason} at offset 2, in one batch — and a stream woken by an earlier
+// incarnation gets one itx/woken {incarnation, reason}. The incarnation counter is streams.incarnation,
+// bumped in the same transaction. Append never adds a wake record (S-06), and streams that only the
+// HTTP protocol uses are never woken, so their contents stay exactly what their writers wrote.
+
+const (
+	// CreatedType is the birth record's type (foldstream.CreatedType).
+	CreatedType = foldstream.CreatedType
+	// WokenType is the wake record's type (foldstream.WokenType).
+	WokenType = foldstream.WokenType
+)
+
+// Wake reasons.
+const (
+	// WakeRequest: the stream was opened to serve a request or register a processor.
+	WakeRequest = "request"
+	// WakeAlarm: the stream was opened by the alarm loop to revive a processor.
+	WakeAlarm = "alarm"
+)
+
+// Wake appends the stream's wake record for this store incarnation, creating the stream when it
+// does not exist, and returns the records it appended (none when the stream was already woken by
+// this incarnation). reason is WakeRequest or WakeAlarm (any non-empty string is stored as given).
+func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Event, error) {
+	if reason == "" {
+		reason = WakeRequest
+	}
+	var out []foldstream.Event
+	err := s.write(ctx, func(tx *Tx) (err error) {
+		row, err := s.eventStreamRow(tx, path)
+		if err != nil {
+			return err
+		}
+		if s.ev.woken[row.ID] {
+			out = nil
+			return nil
+		}
+		// Writer-owned; marked now so a second wake in the same group sees it, unmarked on failure.
+		s.ev.woken[row.ID] = true
+		defer func() {
+			if err != nil {
+				delete(s.ev.woken, row.ID)
+			}
+		}()
+		incarnation := row.Incarnation + 1
+		platform := &foldstream.Source{Platform: true}
+		var inputs []foldstream.EventInput
+		if row.Incarnation == 0 && row.Tail == 0 {
+			inputs = append(inputs, foldstream.EventInput{Type: CreatedType, Source: platform,
+				Payload: foldstream.JSON(map[string]any{"path": path})})
+		}
+		inputs = append(inputs, foldstream.EventInput{Type: WokenType, Source: platform,
+			Payload: foldstream.JSON(map[string]any{"incarnation": incarnation, "reason": reason})})
+		prepared, err := prepareInputs(inputs)
+		if err != nil {
+			return err
+		}
+		if out, err = s.appendToRow(tx, row, row.ID, path, prepared); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`UPDATE streams SET incarnation = ? WHERE id = ?`, incarnation, row.ID); err != nil {
+			return fmt.Errorf("wake %s: %w", quotePath(path), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,75 @@
+package testsupport
+
+import (
+	"context"
+	"sync"
+
+	"github.com/foldstream/foldstream"
+)
+
+// PushedByARow models a real subscription row pushing eng from mem (spec §15 pushedByARow): only
+// commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed, carrying
+// only those events, over (the row's previous through — or the commit's after the first time —,
+// the commit's through]. The returned function unsubscribes.
+//
+// Pushes are handed to the engine in commit order at commit time and run one at a time behind each
+// other on the engine's serial chain. (Upstream's row holds a later push back until the one in
+// flight settled; in Go that would let a snapshot taken straight after a commit miss a push the row
+// already owes, which upstream's single-threaded scheduler never shows. Handing the push over at
+// once makes the engine see the owed head, as a host's deliveriesQueuedFor does.)
+func PushedByARow(mem *MemoryStream, eng foldstream.Runner, consumes []string) (unsubscribe func()) {
+	row := &row{mem: mem, eng: eng, consumes: consumes}
+	stopWait := mem.WaitFor(eng)
+	remove := mem.OnCommit(row.onCommit)
+	return func() {
+		remove()
+		row.mu.Lock()
+		row.stopped = true
+		row.mu.Unlock()
+		stopWait()
+	}
+}
+
+type row struct {
+	mem      *MemoryStream
+	eng      foldstream.Runner
+	consumes []string
+
+	mu          sync.Mutex
+	lastThrough int64
+	delivered   bool
+	stopped     bool
+}
+
+func (w *row) onCommit(events []foldstream.Event, r foldstream.ScannedRange) {
+	var mine []foldstream.Event
+	for _, ev := range events {
+		if foldstream.ConsumesEvent(w.consumes, ev) {
+			mine = append(mine, ev)
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	rng := r
+	if w.delivered {
+		rng.After = w.lastThrough
+	}
+	w.lastThrough, w.delivered = rng.Through, true
+	w.mem.begin()
+	var wait func(context.Context) error
+	if q, ok := w.eng.(foldstream.BatchQueuer); ok {
+		wait = q.QueueEventBatch(context.Background(), mine, rng)
+	} else {
+		wait = func(ctx context.Context) error { return w.eng.ProcessEventBatch(ctx, mine, rng) }
+	}
+	go func() {
+		defer w.mem.end()
+		_ = wait(context.Background())
+	}()
+}

@@ -1,0 +1,151 @@
+package testsupport_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+func in(typ string) foldstream.EventInput { return foldstream.EventInput{Type: typ} }
+
+func TestMemoryStream_IdempotencyEchoesAndRefusesWholeCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := testsupport.NewMemoryStream()
+	first, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"x":1,"y":2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"y":2,"x":1}`)})
+	if err != nil || echo[0].Offset != first[0].Offset || mem.Head() != 1 {
+		t.Fatalf("echo: got %+v, %v, head %d", echo, err, mem.Head())
+	}
+	_, err = mem.Append(ctx, in("fresh"), foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"x":2}`)})
+	if !errors.Is(err, foldstream.ErrIdempotencyConflict) || err.Error() != `idempotency key "k" already names a different event at offset 1` {
+		t.Fatalf("conflict: got %v", err)
+	}
+	if mem.Head() != 1 || len(mem.Events()) != 1 {
+		t.Errorf("the refused call committed something: head %d, log %d", mem.Head(), len(mem.Events()))
+	}
+	dup, err := mem.Append(ctx, foldstream.EventInput{Type: "b", IdempotencyKey: "d"}, foldstream.EventInput{Type: "b", IdempotencyKey: "d"})
+	if err != nil || dup[0].Offset != 2 || dup[1].Offset != 2 || len(mem.Events()) != 2 {
+		t.Errorf("duplicate key in one batch: got %+v, %v", dup, err)
+	}
+}
+
+func TestMemoryStream_OffsetPreconditionAndTypes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := testsupport.NewMemoryStream()
+	if _, err := mem.Append(ctx, foldstream.EventInput{Type: "a", Offset: 1}, foldstream.EventInput{Type: "a", Offset: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mem.Append(ctx, foldstream.EventInput{Type: "a", Offset: 2})
+	var fe *foldstream.Error
+	if !errors.As(err, &fe) || fe.Code != foldstream.CodeOffsetConflict || !reflect.DeepEqual(fe.Data, map[string]any{"expected": int64(2), "actual": int64(3)}) {
+		t.Fatalf("got %#v", err)
+	}
+	if _, err := mem.Append(ctx, in("  ")); err == nil || err.Error() != "append: every event needs a non-empty type" {
+		t.Errorf("blank type: got %v", err)
+	}
+	if evs, err := mem.Append(ctx); err != nil || evs != nil || mem.Head() != 2 {
+		t.Errorf("empty append: %v %v", evs, err)
+	}
+}
+
+func TestMemoryStream_ReadProof(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := testsupport.NewMemoryStream()
+	_, _ = mem.Append(ctx, in("a"), in("b"), foldstream.EventInput{Type: "c", Ephemeral: true})
+	p, _ := mem.Read(ctx, 0, 500)
+	if len(p.Events) != 2 || p.ScannedThroughOffset != 3 || !p.AtHead {
+		t.Errorf("short page: %+v", p)
+	}
+	p, _ = mem.Read(ctx, 0, 1)
+	if len(p.Events) != 1 || p.ScannedThroughOffset != 1 || p.AtHead {
+		t.Errorf("full page: %+v", p)
+	}
+	p, _ = mem.Read(ctx, 1, 1)
+	if p.ScannedThroughOffset != 2 || !p.AtHead {
+		t.Errorf("full page ending at the newest durable: %+v", p)
+	}
+	if mem.Reads() != 3 {
+		t.Errorf("reads %d", mem.Reads())
+	}
+}
+
+type countRunner struct {
+	foldstream.Runner
+	pushes atomic.Int64
+	block  chan struct{}
+}
+
+func (c *countRunner) ProcessEventBatch(ctx context.Context, _ []foldstream.Event, _ foldstream.ScannedRange) error {
+	<-c.block
+	c.pushes.Add(1)
+	return nil
+}
+
+func (c *countRunner) Drain(context.Context) error { return nil }
+
+func TestMemoryStream_WaitIdleWaitsForPushes(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	r := &countRunner{block: make(chan struct{})}
+	mem.Register(r)
+	_, _ = mem.Append(context.Background(), in("a"))
+	_, _ = mem.Append(context.Background(), in("b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := mem.WaitIdle(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitIdle returned %v while pushes were blocked", err)
+	}
+	close(r.block)
+	if err := mem.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r.pushes.Load() != 2 {
+		t.Errorf("pushes %d", r.pushes.Load())
+	}
+}
+
+func TestFakeClock(t *testing.T) {
+	t.Parallel()
+	c := testsupport.NewFakeClock()
+	if !c.Now().Equal(testsupport.T) {
+		t.Fatalf("now %v", c.Now())
+	}
+	fired := make(chan string, 2)
+	c.AfterFunc(time.Second, func() { fired <- "a" })
+	stop := c.AfterFunc(2*time.Second, func() { fired <- "b" })
+	c.Advance(999 * time.Millisecond)
+	select {
+	case f := <-fired:
+		t.Fatalf("%s fired early", f)
+	default:
+	}
+	c.Advance(time.Millisecond)
+	if f := <-fired; f != "a" {
+		t.Fatalf("fired %s", f)
+	}
+	if !stop() {
+		t.Error("stop reported the timer as already fired")
+	}
+	c.Advance(time.Hour)
+	select {
+	case f := <-fired:
+		t.Fatalf("stopped timer %s fired", f)
+	case <-time.After(10 * time.Millisecond):
+	}
+	if got := c.Now().Sub(testsupport.T); got != time.Hour+time.Second {
+		t.Errorf("advanced %v", got)
+	}
+}
