@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/testserver"
 )
 
-// exampleServer starts the reference server for the examples (in real code the URL is your
+// exampleServer starts foldstream's server in process for the examples (in real code the URL is your
 // server's).
 func exampleServer() (string, func()) {
-	u, stop, err := refserver.StartProcess()
+	u, stop, err := testserver.Serve(":memory:")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,12 +9,17 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/testserver"
 )
 
 // BenchmarkProducer measures the producer's throughput for 200-byte JSON messages with default
 // options; b.N is the number of messages. bench/producer compares it with the TypeScript producer.
 func BenchmarkProducer(b *testing.B) {
-	base := refserver.Start(b)
+	b.Run("foldstream", func(b *testing.B) { benchmarkProducer(b, testserver.Start(b)) })
+	b.Run("reference", func(b *testing.B) { benchmarkProducer(b, refserver.Start(b)) })
+}
+
+func benchmarkProducer(b *testing.B, base string) {
 	ctx := context.Background()
 	s, _ := client.NewStream(fmt.Sprintf("%s/v1/stream/bench-%d", base, time.Now().UnixNano()), client.Options{})
 	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {

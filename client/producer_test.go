@@ -54,7 +54,7 @@ func checkExactlyOnce(t *testing.T, got []int, from, n int) {
 func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 	t.Parallel()
 	eachServer(t, func(t *testing.T, base string) {
-		n := exactlyOnceMessages(t)
+		n := exactlyOnceMessages()
 		proxy, err := faultproxy.Start(base, faultproxy.Config{
 			Delay: 0.3, MaxDelay: 3 * time.Millisecond,
 			Unavailable: 0.05, DropResponse: 0.1, Duplicate: 0.1,

@@ -5,7 +5,8 @@
 //
 //	cd bench/producer && npm ci && cd ../.. && go run ./bench/producer -n 200000
 //
-// Without -server it starts the reference Node server on 127.0.0.1.
+// -server reference (the default) starts the upstream reference Node server on 127.0.0.1;
+// -server foldstream serves a SQLite file in this process; anything else is a base URL.
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/testserver"
 )
 
 type result struct {
@@ -36,7 +38,7 @@ func (r result) msgsPerSec() float64 { return float64(r.Messages) / r.Seconds }
 func (r result) mbPerSec() float64   { return float64(r.Bytes) / r.Seconds / 1e6 }
 
 func main() {
-	server := flag.String("server", "", "server base URL (default: start the reference Node server)")
+	server := flag.String("server", "reference", `"reference" (start the reference Node server), "foldstream" (serve a SQLite file in process) or a base URL`)
 	n := flag.Int("n", 200_000, "messages per run")
 	size := flag.Int("size", 200, "bytes per JSON message")
 	runs := flag.Int("runs", 3, "runs per client; the median is reported")
@@ -55,7 +57,8 @@ func message(i, size int) []byte {
 }
 
 func run(server string, n, size, runs int, skipTS bool) error {
-	if server == "" {
+	switch server {
+	case "reference":
 		u, stop, err := refserver.StartProcess()
 		if err != nil {
 			return err
@@ -63,7 +66,20 @@ func run(server string, n, size, runs int, skipTS bool) error {
 		defer stop()
 		server = u
 		fmt.Printf("server: reference Node server %s\n", u)
-	} else {
+	case "foldstream":
+		dir, err := os.MkdirTemp("", "foldstream-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		u, stop, err := testserver.Serve(filepath.Join(dir, "bench.db"))
+		if err != nil {
+			return err
+		}
+		defer stop()
+		server = u
+		fmt.Printf("server: foldstream in process, SQLite file, %s\n", u)
+	default:
 		fmt.Printf("server: %s\n", server)
 	}
 	fmt.Printf("%d messages of %d bytes per run, %d runs each, default producer options, GOMAXPROCS=%d\n", n, size, runs, runtime.GOMAXPROCS(0))

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/testserver"
 )
 
 func TestAdapterSession(t *testing.T) {
-	base := refserver.Start(t)
+	base := testserver.Start(t)
 	a := newAdapter()
 	path := fmt.Sprintf("/v1/stream/adapter-%d", time.Now().UnixNano())
 	for _, step := range []struct {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/testserver"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer goroutine and a polling reader.
@@ -41,7 +41,7 @@ func runCmd(t *testing.T, ctx context.Context, name string, in string, args ...s
 }
 
 func TestAppendReadTail(t *testing.T) {
-	base := refserver.Start(t)
+	base := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	stream := fmt.Sprintf("cli-%d", time.Now().UnixNano())
