@@ -1,0 +1,122 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/foldstream/foldstream/client"
+	"github.com/foldstream/foldstream/internal/testserver"
+)
+
+// exampleServer starts foldstream's server in process for the examples (in real code the URL is your
+// server's).
+func exampleServer() (string, func()) {
+	u, stop, err := testserver.Serve(":memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return u, stop
+}
+
+func Example() {
+	base, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+
+	s, err := client.NewStream(base+"/v1/stream/example-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+		log.Fatal(err)
+	}
+	s.AppendJSON(ctx, map[string]any{"order": 1})
+	s.AppendJSON(ctx, map[string]any{"order": 2})
+	s.Close(ctx, nil)
+
+	type order struct {
+		Order int `json:"order"`
+	}
+	for o, err := range client.ReadJSON[order](ctx, s, client.ReadOptions{Live: client.LiveSSE}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("order", o.Order)
+	}
+	// Output:
+	// order 1
+	// order 2
+}
+
+func ExampleIdempotentProducer() {
+	base, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+
+	s, _ := client.NewStream(base+"/v1/stream/producer-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+		log.Fatal(err)
+	}
+	// A stable producer id plus AutoClaim lets a restarted process take over exactly once.
+	p, err := client.NewIdempotentProducer(s, "order-service-1", client.ProducerOptions{AutoClaim: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 1000 {
+		if err := p.AppendJSON(map[string]int{"n": i}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil { // flushes; reports the first delivery error
+		log.Fatal(err)
+	}
+	n := 0
+	for _, err := range s.Messages(ctx, client.ReadOptions{}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		n++
+	}
+	fmt.Println(n, "messages, epoch", p.Epoch())
+	// Output: 1000 messages, epoch 0
+}
+
+func ExampleStream_Read() {
+	base, stop := exampleServer()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	s, _ := client.NewStream(base+"/v1/stream/read-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s.Create(ctx, client.CreateOptions{ContentType: "text/plain", Data: []byte("hello ")})
+	go func() {
+		s.Append(ctx, []byte("world"))
+		s.Close(ctx, nil)
+	}()
+	// A live read ends when the stream is closed.
+	for c, err := range s.Read(ctx, client.ReadOptions{Live: client.LiveLongPoll}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%q closed=%v\n", c.Data, c.Closed)
+		if c.Closed {
+			break
+		}
+	}
+}
+
+func ExampleStreamClosedError() {
+	base, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+
+	s, _ := client.NewStream(base+"/v1/stream/closed-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s.Create(ctx, client.CreateOptions{ContentType: "text/plain", Closed: true})
+	_, err := s.Append(ctx, []byte("too late"))
+	var closed *client.StreamClosedError
+	fmt.Println(errors.As(err, &closed), errors.Is(err, client.ErrStreamClosed), closed.FinalOffset != "")
+	// Output: true true true
+}

@@ -1,0 +1,105 @@
+// Package refserver starts the upstream reference Durable Streams server (Node,
+// @durable-streams/server pinned in client/testdata/refserver) on 127.0.0.1 for integration tests
+// and benchmarks.
+package refserver
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ErrNoNode reports that node is not installed.
+var ErrNoNode = errors.New("node is not installed; the reference server cannot run")
+
+var installOnce sync.Once
+
+// Dir returns the directory holding the server script and its package.json.
+func Dir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "client", "testdata", "refserver")
+}
+
+// Start runs the reference server for the test's lifetime and returns its base URL
+// ("http://127.0.0.1:PORT"). It skips the test only when node is not installed.
+func Start(tb testing.TB) string {
+	tb.Helper()
+	u, stop, err := StartProcess()
+	if errors.Is(err, ErrNoNode) {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return u
+}
+
+// StartProcess runs the reference server and returns its base URL and a function that stops it.
+// A missing node_modules is installed with `npm ci` once.
+func StartProcess() (baseURL string, stop func(), err error) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return "", nil, ErrNoNode
+	}
+	dir := Dir()
+	installOnce.Do(func() {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@durable-streams", "server")); err == nil {
+			return
+		}
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "npm ci in %s: %v\n%s", dir, err, out)
+		}
+	})
+	cmd := exec.Command(node, "server.mjs")
+	cmd.Dir = dir
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start reference server: %w", err)
+	}
+	stop = func() {
+		stdin.Close() // the script exits when stdin closes
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
+				urls <- u
+			}
+		}
+	}()
+	select {
+	case u := <-urls:
+		return u, stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, errors.New("reference server did not start within 30s")
+	}
+}

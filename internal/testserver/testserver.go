@@ -1,0 +1,42 @@
+// Package testserver runs foldstream's own Durable Streams server in process (httptest on
+// 127.0.0.1, long-poll 500 ms, streams under /v1/stream/) for the client's integration tests and
+// benchmarks.
+package testserver
+
+import (
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// Start serves an in-memory store for the test's lifetime and returns the base URL
+// ("http://127.0.0.1:PORT").
+func Start(tb testing.TB) string {
+	tb.Helper()
+	u, stop, err := Serve(":memory:")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return u
+}
+
+// Serve serves the store at dbPath (":memory:" for an in-memory one) until stop is called.
+func Serve(dbPath string) (baseURL string, stop func(), err error) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := stream.Open(dbPath, stream.Options{Logger: log})
+	if err != nil {
+		return "", nil, err
+	}
+	ts := httptest.NewServer(server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond, Logger: log}))
+	return ts.URL, func() {
+		ts.CloseClientConnections()
+		ts.Close()
+		st.Close()
+	}, nil
+}
