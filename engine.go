@@ -426,7 +426,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	if hasDurable && newCursor > before {
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
 		if changed {
-			b, err := json.Marshal(state)
+			b, err := marshalJSON(state)
 			if err != nil {
 				return fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 			}
@@ -552,7 +552,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 		}
 		pos = min(page.ScannedThroughOffset, target)
 	}
-	b, err := json.Marshal(state)
+	b, err := marshalJSON(state)
 	if err != nil {
 		return fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}
@@ -691,7 +691,7 @@ func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, e
 	if err != nil {
 		return 0, nil, err
 	}
-	b, err := json.Marshal(s.State)
+	b, err := marshalJSON(s.State)
 	if err != nil {
 		return 0, nil, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}
