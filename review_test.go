@@ -3,7 +3,10 @@ package foldstream_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync"
+	"time"
 	"testing"
 
 	"github.com/foldstream/foldstream"
@@ -71,4 +74,78 @@ func TestS6_AbsentPayloadIsEmptyObjectFalsyPayloadsFail(t *testing.T) {
 	}
 }
 
-var _ = context.Background
+// Spec §8.3 step 2: on timeout the waiter is removed from the list (no leak); the same holds for a
+// caller whose context ends, and for the prompt failure with the catch-up's error (step 3).
+func TestS8_3_TimedOutWaiterIsRemoved(t *testing.T) {
+	t.Parallel()
+	p, _ := newCount(t, "1.0.0")
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[ticksState](t, p, mem, testsupport.MemoryCheckpoints())
+	if err := eng.WaitUntilProcessed(ctxFor(t), 5, 30*time.Millisecond); err == nil {
+		t.Fatal("no timeout")
+	}
+	eq(t, "waiters after timeout", eng.WaiterCount(), 0)
+	ctx, cancel := context.WithTimeout(ctxFor(t), 30*time.Millisecond)
+	defer cancel()
+	if err := eng.WaitUntilProcessed(ctx, 5, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled wait: got %v", err)
+	}
+	eq(t, "waiters after cancel", eng.WaiterCount(), 0)
+	st := &stubStream{read: func(int64, int) (foldstream.ReadPage, error) { return foldstream.ReadPage{}, errors.New("boom") }}
+	eng2 := newEngine[nState](t, newProbe(t), st, testsupport.MemoryCheckpoints())
+	if err := eng2.WaitUntilProcessed(ctxFor(t), 5, time.Minute); err == nil || err.Error() != "boom" {
+		t.Fatalf("got %v, want the catch-up's own error", err)
+	}
+	eq(t, "waiters after catch-up failure", eng2.WaiterCount(), 0)
+}
+
+// Spec §10.3 step 4: revive awaits the claim chain before returning, so the host derives its next
+// alarm from the claim that actually landed. With a claim that takes 50 ms to land, the doubled
+// claim must already be recorded when Revive returns.
+func TestS10_3_ReviveAwaitsItsClaim(t *testing.T) {
+	t.Parallel()
+	a, mem, eng, _ := setupAttempts(t)
+	appendT(t, mem, ev("e"))
+	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 })
+	waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 })
+	mem.SetClaimFunc(func(context.Context, time.Time) error { time.Sleep(50 * time.Millisecond); return nil })
+	mustDo(t, eng.Revive(ctxFor(t)))
+	eq(t, "claims when Revive returned", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second), testsupport.T.Add(40 * time.Second)})
+	close(a.end(1))
+	drain(t, eng)
+}
+
+// Spec §5.4: no push is ever discarded. A push whose caller gave up (its context ended) while the
+// push was still queued behind another unit must still run once its turn comes: its ephemerals
+// ride exactly this push, and nothing would deliver them again.
+func TestS5_4_QueuedPushRunsAfterItsCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	c := seenContract(t, "eph-cancel", "chunk")
+	p := &fn[seenState]{Base: foldstream.NewBase(c), reduce: appendSeen, project: projectNull[seenState]}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	st := &stubStream{read: func(int64, int) (foldstream.ReadPage, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		return foldstream.ReadPage{AtHead: true}, nil
+	}}
+	eng := newEngine[seenState](t, p, st, testsupport.MemoryCheckpoints())
+	bg := ctxFor(t)
+	catchUp := make(chan error, 1)
+	go func() { catchUp <- eng.CatchUpFromLog(bg) }()
+	<-entered
+	ctx, cancel := context.WithCancel(bg)
+	chunk := committed(1, "chunk")
+	chunk.Ephemeral = true
+	done := make(chan error, 1)
+	go func() { done <- eng.ProcessEventBatch(ctx, []foldstream.Event{chunk}, foldstream.ScannedRange{After: 0, Through: 1}) }()
+	waitUntil(t, "the push is queued", func() bool { return eng.Pending() == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("caller: got %v, want context.Canceled", err)
+	}
+	close(release)
+	mustDo(t, <-catchUp)
+	drain(t, eng)
+	eq(t, "state", must[foldstream.Snapshot[seenState]](t)(eng.Snapshot(bg)).State.Seen, []string{"chunk@1"})
+}
