@@ -6,8 +6,8 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/testsupport"
@@ -138,7 +138,9 @@ func TestS5_4_QueuedPushRunsAfterItsCallerGaveUp(t *testing.T) {
 	chunk := committed(1, "chunk")
 	chunk.Ephemeral = true
 	done := make(chan error, 1)
-	go func() { done <- eng.ProcessEventBatch(ctx, []foldstream.Event{chunk}, foldstream.ScannedRange{After: 0, Through: 1}) }()
+	go func() {
+		done <- eng.ProcessEventBatch(ctx, []foldstream.Event{chunk}, foldstream.ScannedRange{After: 0, Through: 1})
+	}()
 	waitUntil(t, "the push is queued", func() bool { return eng.Pending() == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
