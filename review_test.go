@@ -151,3 +151,25 @@ func TestS5_4_QueuedPushRunsAfterItsCallerGaveUp(t *testing.T) {
 	drain(t, eng)
 	eq(t, "state", must[foldstream.Snapshot[seenState]](t)(eng.Snapshot(bg)).State.Seen, []string{"chunk@1"})
 }
+
+// Spec §10.1: when the last attempt settles, revivesWhileBusy is reset, so the next busy revive
+// claims 40 s again (not 160 s, continuing the old doubling).
+func TestS10_1_RevivesWhileBusyResetsWhenIdle(t *testing.T) {
+	t.Parallel()
+	a, mem, eng, _ := setupAttempts(t)
+	ctx := ctxFor(t)
+	appendT(t, mem, ev("e"))
+	waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 && len(mem.Claims()) == 1 })
+	mustDo(t, eng.Revive(ctx))
+	mustDo(t, eng.Revive(ctx))
+	close(a.end(1))
+	drain(t, eng)
+	second := appendT(t, mem, ev("e"))[0].Offset
+	waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 && len(mem.Claims()) == 5 })
+	mustDo(t, eng.Revive(ctx))
+	eq(t, "claims", mem.Claims(), []time.Time{
+		testsupport.T.Add(20 * time.Second), testsupport.T.Add(40 * time.Second), testsupport.T.Add(80 * time.Second), {},
+		testsupport.T.Add(20 * time.Second), testsupport.T.Add(40 * time.Second)})
+	close(a.end(second))
+	drain(t, eng)
+}
