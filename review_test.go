@@ -173,3 +173,60 @@ func TestS10_1_RevivesWhileBusyResetsWhenIdle(t *testing.T) {
 	close(a.end(second))
 	drain(t, eng)
 }
+
+// Spec §5.6 step 4: an ephemeral-only range writes nothing, yet the in-memory cursor still moves to
+// range.through (so a waiter on the ephemeral's offset resolves from the push).
+func TestS5_6_EphemeralOnlyRangeMovesTheInMemoryCursor(t *testing.T) {
+	t.Parallel()
+	c := seenContract(t, "eph-cursor", "loud", "chunk")
+	p := &fn[seenState]{Base: foldstream.NewBase(c), reduce: appendSeen, project: projectNull[seenState]}
+	cps := testsupport.MemoryCheckpoints()
+	eng := newEngine[seenState](t, p, &stubStream{}, cps)
+	pushT(t, eng, []foldstream.Event{committed(1, "loud")}, 0, 1)
+	chunk := committed(2, "chunk")
+	chunk.Ephemeral = true
+	pushT(t, eng, []foldstream.Event{chunk}, 1, 2)
+	eq(t, "cursor", eng.ReducedThroughOffset(), int64(2))
+	eq(t, "writes", cps.Writes(), 1)
+	cp, _ := cps.Get("eph-cursor")
+	eq(t, "stored cursor", cp.ReducedThroughOffset, int64(1))
+	mustDo(t, eng.WaitUntilProcessed(ctxFor(t), 2, time.Second))
+}
+
+// Spec §5.4 step 2b: gap repair reduces and commits with atHead false — repair never delivers
+// caughtUp; only the pushed batch itself (at head) does.
+func TestS5_4_GapRepairNeverDeliversCaughtUp(t *testing.T) {
+	t.Parallel()
+	p, deliveries := newRecorder(t, "repair", "tick")
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	evs := appendT(t, mem, ev("tick"), ev("tick"), ev("tick"))
+	pushT(t, eng, evs[2:], 2, 3)
+	eq(t, "deliveries", deliveries.get(), []string{"{1 false}", "{2 false}", "{3 true}"})
+}
+
+// Spec §7 step 1: the emits check runs for every event before anything is appended, so one
+// undeclared event anywhere in the call refuses the whole call (here the second of two).
+func TestS7_OneUndeclaredEmitRefusesTheWholeCall(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "half-rogue", Version: "1", Consumes: []string{"x"}, Emits: []string{"ok"}}))
+	p := &fn[emptyState]{Base: foldstream.NewBase(c), project: projectNull[emptyState],
+		process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
+			if a.Event != nil {
+				a.BlockProcessorWhile(func(ctx context.Context) error {
+					_, err := a.Append(ctx, ev("ok"), ev(`bad "one"`))
+					return err
+				})
+			}
+			return nil
+		}}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[emptyState](t, p, mem, testsupport.MemoryCheckpoints())
+	appendT(t, mem, ev("x"))
+	err := eng.CatchUpFromLog(ctxFor(t))
+	if err == nil || err.Error() != `processor "half-rogue" emits "bad \"one\"" without declaring it` {
+		t.Fatalf("got %v", err)
+	}
+	eq(t, "nothing appended", len(mem.PushedEvents()), 1)
+}
