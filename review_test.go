@@ -230,3 +230,111 @@ func TestS7_OneUndeclaredEmitRefusesTheWholeCall(t *testing.T) {
 	}
 	eq(t, "nothing appended", len(mem.PushedEvents()), 1)
 }
+
+type tally2State struct {
+	Count  int    `json:"count"`
+	Secret string `json:"secret"`
+}
+
+func tally2Contract(t *testing.T, version string) *foldstream.Contract[tally2State] {
+	return must[*foldstream.Contract[tally2State]](t)(foldstream.DefineContract(foldstream.ContractConfig[tally2State]{
+		Slug: "tally", Version: version, Consumes: []string{"tick"},
+		Initial: func() (tally2State, error) { return tally2State{Secret: "hidden"}, nil }}))
+}
+
+func newTally2(t *testing.T, version string, step int) *fn[tally2State] {
+	return &fn[tally2State]{Base: foldstream.NewBase(tally2Contract(t, version)),
+		reduce: func(a foldstream.ReduceArgs[tally2State]) (tally2State, bool, error) {
+			s := a.State
+			s.Count += step
+			return s, true, nil
+		},
+		project: func(s tally2State) (any, error) { return map[string]int{"count": s.Count}, nil }}
+}
+
+// Spec §5.2 step 2 / §11.2: a row whose state column is NULL reads back as initialState() — the
+// contract's initial state, not Go's zero value.
+func TestS11_2_NullStateReadsAsTheInitialState(t *testing.T) {
+	t.Parallel()
+	cps := testsupport.MemoryCheckpoints()
+	mustDo(t, cps.WriteCheckpoint(context.Background(), "tally", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 4}, false))
+	eng := newEngine[tally2State](t, newTally2(t, "1", 1), &stubStream{}, cps)
+	eq(t, "snapshot", must[foldstream.Snapshot[tally2State]](t)(eng.Snapshot(ctxFor(t))),
+		foldstream.Snapshot[tally2State]{Offset: 4, State: tally2State{Secret: "hidden"}})
+}
+
+// Spec §5.2 step 4 and §9: after a version bump the live state is seeded with the *old* version's
+// projection, and the re-reduce itself publishes (the healing delta) — even when no range follows.
+func TestS9_ReReduceSeedsFromTheStaleStateAndPublishesTheHealingDelta(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	v1 := newEngine[tally2State](t, newTally2(t, "1", 1), mem, cps)
+	appendT(t, mem, ev("tick"), ev("tick"))
+	mustDo(t, v1.CatchUpFromLog(ctxFor(t)))
+	drain(t, v1)
+	// v2 reads a log that ends exactly at the old cursor, so no range follows the re-reduce: only
+	// the re-reduce's own publish can heal the live state.
+	log := mem.Events()
+	st := &stubStream{read: func(after int64, _ int) (foldstream.ReadPage, error) {
+		var evs []foldstream.Event
+		for _, e := range log {
+			if e.Offset > after {
+				evs = append(evs, e)
+			}
+		}
+		return foldstream.ReadPage{Events: evs, ScannedThroughOffset: max(after, 2), AtHead: true}, nil
+	}}
+	v2 := newEngine[tally2State](t, newTally2(t, "2", 10), st, cps)
+	jsonEq(t, "seed", foldstream.JSON(v2.LiveState().Get()), `{"count":2}`)
+	mustDo(t, v2.CatchUpFromLog(ctxFor(t)))
+	drain(t, v2)
+	var ds []foldstream.LiveStateDelta
+	for _, in := range st.appends {
+		var d foldstream.LiveStateDelta
+		mustDo(t, json.Unmarshal(in.Payload, &d))
+		ds = append(ds, d)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("healing deltas: %d, want 1", len(ds))
+	}
+	eq(t, "patch", string(foldstream.JSON(ds[0].Patch)), `[{"op":"replace","path":"/count","value":20}]`)
+	eq(t, "snapshot", must[foldstream.Snapshot[tally2State]](t)(v2.Snapshot(ctxFor(t))),
+		foldstream.Snapshot[tally2State]{Offset: 2, State: tally2State{Count: 20, Secret: "hidden"}})
+}
+
+// Spec §10.3 step 2: revive's eventless pass is followed by publishLiveState(), so a runtime field
+// the at-head pass changed reaches the live state.
+func TestS10_3_ReviveEventlessPassPublishes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	wakes := 0
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "waker", "1", "tick")), reduce: incN,
+		process: func(a *foldstream.ProcessEventArgs[nState]) error {
+			if a.Event == nil {
+				mu.Lock()
+				wakes++
+				mu.Unlock()
+			}
+			return nil
+		},
+		project: func(nState) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return map[string]int{"wakes": wakes}, nil
+		}}
+	eng := newEngine[nState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
+	mustDo(t, eng.Revive(ctxFor(t)))
+	jsonEq(t, "live state", foldstream.JSON(eng.LiveState().Get()), `{"wakes":1}`)
+}
+
+// Spec §15 / §13.4: only durable events are registered by idempotency key in the memory stream; an
+// ephemeral with a key neither dedupes nor conflicts.
+func TestS15_MemoryStreamRegistersOnlyDurablesByKey(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	e1 := appendT(t, mem, foldstream.EventInput{Type: "x", Ephemeral: true, IdempotencyKey: "k", Payload: json.RawMessage(`{"a":1}`)})
+	e2 := appendT(t, mem, foldstream.EventInput{Type: "x", IdempotencyKey: "k", Payload: json.RawMessage(`{"a":2}`)})
+	e3 := appendT(t, mem, foldstream.EventInput{Type: "x", IdempotencyKey: "k", Payload: json.RawMessage(`{"a":2}`)})
+	e4 := appendT(t, mem, foldstream.EventInput{Type: "x", Ephemeral: true, IdempotencyKey: "k", Payload: json.RawMessage(`{"a":3}`)})
+	eq(t, "offsets", []int64{e1[0].Offset, e2[0].Offset, e3[0].Offset, e4[0].Offset}, []int64{1, 2, 2, 3})
+}
