@@ -695,7 +695,8 @@ func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, e
 	if err != nil {
 		return 0, nil, err
 	}
-	b, err := marshalJSON(s.State)
+	var b []byte
+	err = callGuarded(func() (merr error) { b, merr = marshalJSON(s.State); return merr })
 	if err != nil {
 		return 0, nil, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}

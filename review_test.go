@@ -338,3 +338,20 @@ func TestS15_MemoryStreamRegistersOnlyDurablesByKey(t *testing.T) {
 	e4 := appendT(t, mem, foldstream.EventInput{Type: "x", Ephemeral: true, IdempotencyKey: "k", Payload: json.RawMessage(`{"a":3}`)})
 	eq(t, "offsets", []int64{e1[0].Offset, e2[0].Offset, e3[0].Offset, e4[0].Offset}, []int64{1, 2, 2, 3})
 }
+
+type explosiveState struct{}
+
+func (explosiveState) MarshalJSON() ([]byte, error) { panic("state marshal exploded") }
+
+// A panicking hook never escapes into the caller's goroutine: SnapshotJSON of a state whose
+// MarshalJSON panics fails with an error instead of crashing the host.
+func TestSnapshotJSONContainsAPanickingMarshal(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[explosiveState]](t)(foldstream.DefineContract(foldstream.ContractConfig[explosiveState]{
+		Slug: "explosive", Version: "1", Consumes: []string{"tick"}}))
+	p := &fn[explosiveState]{Base: foldstream.NewBase(c), project: projectNull[explosiveState]}
+	eng := newEngine[explosiveState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
+	if _, _, err := eng.SnapshotJSON(ctxFor(t)); err == nil {
+		t.Fatal("SnapshotJSON succeeded")
+	}
+}
