@@ -355,3 +355,26 @@ func TestSnapshotJSONContainsAPanickingMarshal(t *testing.T) {
 		t.Fatal("SnapshotJSON succeeded")
 	}
 }
+
+// Spec §5.4 step 2b, stop condition: against a real stream the read proof never passes the durable
+// mark, so when the offsets below range.after were ephemerals the repair finds the log ran out
+// (scannedThroughOffset <= cursor) and stops — it must not spin — and the push then commits.
+func TestS5_4_GapRepairStopsWhenTheLogRunsOutBelowAfter(t *testing.T) {
+	t.Parallel()
+	c := seenContract(t, "durable-mark", "tick")
+	p := &fn[seenState]{Base: foldstream.NewBase(c), reduce: appendSeen, project: projectNull[seenState]}
+	st := &stubStream{read: func(after int64, _ int) (foldstream.ReadPage, error) {
+		page := foldstream.ReadPage{ScannedThroughOffset: max(after, 1), AtHead: true}
+		if after < 1 {
+			page.Events = []foldstream.Event{committed(1, "tick")}
+		}
+		return page, nil
+	}}
+	eng := newEngine[seenState](t, p, st, testsupport.MemoryCheckpoints())
+	ctx, cancel := context.WithTimeout(ctxFor(t), 5*time.Second)
+	defer cancel()
+	mustDo(t, eng.ProcessEventBatch(ctx, []foldstream.Event{committed(4, "tick")}, foldstream.ScannedRange{After: 3, Through: 4}))
+	eq(t, "reads", st.reads, 2)
+	eq(t, "snapshot", must[foldstream.Snapshot[seenState]](t)(eng.Snapshot(ctx)),
+		foldstream.Snapshot[seenState]{Offset: 4, State: seenState{Seen: []string{"tick@1", "tick@4"}}})
+}
