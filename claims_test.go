@@ -94,6 +94,9 @@ func TestP60_OneClaimWhileAttemptsAreInFlight(t *testing.T) {
 	eq(t, "claim trace", claimTrace.get(), []string{"claimed 20000"})
 	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second)})
 	close(a.end(1))
+	// Ending attempt 1 while attempt 2 is in flight leaves the claims unchanged (spec P-60).
+	time.Sleep(30 * time.Millisecond)
+	eq(t, "claims after ending attempt 1", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second)})
 	close(a.end(2))
 	drain(t, eng)
 	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second), {}})

@@ -297,7 +297,9 @@ func await(ctx context.Context, ch <-chan error) error {
 // ProcessEventBatch is a push (spec §5.4): it records range.Through as the pushed head at once,
 // then queues a unit that runs a pending re-reduce, repairs a gap below range.After from the log,
 // and reduces and commits the pushed events. No push is discarded: a push behind the cursor still
-// delivers its ephemerals.
+// delivers its ephemerals, and a push whose ctx ends while it waits for its turn still runs (with
+// ctx's values but not its cancellation) — ProcessEventBatch then returns ctx.Err() at once, not
+// the push's outcome.
 func (e *Engine[S]) ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error {
 	return e.QueueEventBatch(ctx, events, r)(ctx)
 }
@@ -312,7 +314,9 @@ func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r Scann
 	e.hasPushed = true
 	e.mu.Unlock()
 	evs := slices.Clone(events)
-	ch := e.enqueue(ctx, func(ctx context.Context) error { return e.runPush(ctx, evs, r) })
+	// A push is never discarded (spec §5.4): its ephemerals ride only this push, so it runs even
+	// when the caller stops waiting for it.
+	ch := e.enqueue(context.WithoutCancel(ctx), func(ctx context.Context) error { return e.runPush(ctx, evs, r) })
 	return func(wctx context.Context) error { return await(wctx, ch) }
 }
 
@@ -426,7 +430,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	if hasDurable && newCursor > before {
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
 		if changed {
-			b, err := json.Marshal(state)
+			b, err := marshalJSON(state)
 			if err != nil {
 				return fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 			}
@@ -552,7 +556,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 		}
 		pos = min(page.ScannedThroughOffset, target)
 	}
-	b, err := json.Marshal(state)
+	b, err := marshalJSON(state)
 	if err != nil {
 		return fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}
@@ -691,7 +695,8 @@ func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, e
 	if err != nil {
 		return 0, nil, err
 	}
-	b, err := json.Marshal(s.State)
+	var b []byte
+	err = callGuarded(func() (merr error) { b, merr = marshalJSON(s.State); return merr })
 	if err != nil {
 		return 0, nil, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}

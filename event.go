@@ -140,3 +140,18 @@ func isAbsentJSON(raw json.RawMessage) bool {
 	t := bytes.TrimSpace(raw)
 	return len(t) == 0 || bytes.Equal(t, []byte("null"))
 }
+
+// marshalJSON is json.Marshal without HTML escaping, so the text is what upstream's
+// JSON.stringify writes: "<", ">" and "&" stay one character each. The checkpoint and patch
+// ceilings count this text (spec §11.3, §12.1), and json.Marshal's six-character \u003c escapes
+// would make a state full of markup look up to six times its size. (encoding/json still escapes
+// U+2028 and U+2029 unconditionally; those two count 6 instead of 1.)
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}

@@ -110,7 +110,7 @@ func marshalLive(v any) (b []byte, err error) {
 			err = fmt.Errorf("marshal panicked: %v", p)
 		}
 	}()
-	return json.Marshal(v)
+	return marshalJSON(v)
 }
 
 // Key returns the holder's key.
@@ -183,11 +183,11 @@ func (l *LiveState) Set(next any) {
 	}
 	delta := LiveStateDelta{Key: l.key, From: l.rev, To: l.rev + 1, Patch: ops}
 	l.rev++
-	payload, err := json.Marshal(delta)
+	payload, err := marshalJSON(delta)
 	if err == nil {
-		if pj, _ := json.Marshal(ops); UTF16Len(string(pj)) > MaxPatchChars {
+		if pj, _ := marshalJSON(ops); UTF16Len(string(pj)) > MaxPatchChars {
 			delta.Patch = nil
-			payload, err = json.Marshal(delta)
+			payload, err = marshalJSON(delta)
 		}
 	}
 	if err != nil {
