@@ -73,6 +73,9 @@ type ProtocolError struct {
 	Epoch int64
 	// ExpectedSeq and ReceivedSeq describe a sequence gap (KindSequenceGap).
 	ExpectedSeq, ReceivedSeq int64
+
+	// streamID names the stream a sequence gap was found on, so AppendRecord can wait for it.
+	streamID int64
 }
 
 // Error returns the message.

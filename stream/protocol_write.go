@@ -513,14 +513,52 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	if len(req.Body) > 0 && IsJSONContentType(req.ContentType) {
 		msgs, msgErr = FlattenJSON(req.Body, false)
 	}
-	var res AppendResult
-	err := s.write(ctx, func(tx *Tx) error {
-		var err error
-		res, err = s.appendTx(tx, req, msgs, msgErr)
-		return err
-	})
-	return res, err
+	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
+	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
+	// resend), the later request waits up to Options.ProducerReorderWait for commits to the stream and
+	// tries again; a gap that is still there after the wait is answered as usual (spec §20.2).
+	var deadline time.Time
+	for {
+		var res AppendResult
+		var gapWake <-chan struct{}
+		err := s.write(ctx, func(tx *Tx) error {
+			var err error
+			res, err = s.appendTx(tx, req, msgs, msgErr)
+			var pe *ProtocolError
+			if errors.As(err, &pe) && pe.Kind == KindSequenceGap && pe.streamID != 0 {
+				// Taken on the writer goroutine, after this write's reads: every later commit
+				// touching the stream closes it, so the retry cannot miss the missing seq.
+				gapWake = s.changed(pe.streamID)
+			}
+			return err
+		})
+		if gapWake == nil {
+			return res, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(s.opts.ProducerReorderWait)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return res, err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-gapWake:
+			timer.Stop()
+		case <-timer.C:
+			return res, err
+		case <-ctx.Done():
+			timer.Stop()
+			return res, err
+		}
+	}
 }
+
+// DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
+// pipelined request that overtook its predecessor on loopback or a LAN, short enough that a real
+// gap is still answered promptly.
+const DefaultProducerReorderWait = 25 * time.Millisecond
 
 func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error) (AppendResult, error) {
 	now := tx.Now()
@@ -567,7 +605,7 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		switch {
 		case !st.known:
 			if p.Seq != 0 {
-				return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: 0, ReceivedSeq: p.Seq}
+				return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: 0, ReceivedSeq: p.Seq, streamID: r.ID}
 			}
 		case p.Epoch < st.epoch:
 			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.epoch}
@@ -578,7 +616,7 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		case p.Seq <= st.lastSeq:
 			return AppendResult{Tail: r.Tail, Duplicate: true, Epoch: st.epoch, Seq: st.lastSeq}, nil
 		case p.Seq > st.lastSeq+1:
-			return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: st.lastSeq + 1, ReceivedSeq: p.Seq}
+			return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: st.lastSeq + 1, ReceivedSeq: p.Seq, streamID: r.ID}
 		}
 	}
 

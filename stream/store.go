@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/foldstream/foldstream"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
@@ -60,6 +61,11 @@ type Options struct {
 	ReadConns int
 	// MaxGroup caps how many queued writes share one transaction. Defaults to 256.
 	MaxGroup int
+	// ProducerReorderWait is how long a protocol append whose producer seq is ahead of the next
+	// expected one waits for the earlier seqs (pipelined requests overtaking each other) before
+	// it is refused with a sequence gap. Defaults to DefaultProducerReorderWait; negative
+	// disables the wait.
+	ProducerReorderWait time.Duration
 }
 
 // Store is an open stream store. It is safe for concurrent use.
@@ -116,6 +122,9 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.MaxGroup <= 0 {
 		opts.MaxGroup = 256
+	}
+	if opts.ProducerReorderWait == 0 {
+		opts.ProducerReorderWait = DefaultProducerReorderWait
 	}
 
 	var wdsn, rdsn string

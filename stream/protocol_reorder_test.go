@@ -1,0 +1,87 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Pipelined producer requests may reach the writer out of order. A request whose seq is ahead of
+// the next expected one waits (up to Options.ProducerReorderWait) for the earlier seq to commit,
+// then lands, instead of being refused with a sequence gap the client must resolve by resending.
+func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
+	t.Parallel()
+	// A generous wait: the test must not depend on how fast a loaded machine sends seq 0.
+	s, err := Open(":memory:", Options{ProducerReorderWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	appendSeq := func(seq int64) (AppendResult, error) {
+		return s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
+	}
+	before := s.savepoints.Load()
+	early := make(chan error, 1)
+	go func() {
+		res, err := appendSeq(1)
+		if err == nil && (res.Duplicate || res.Seq != 1) {
+			err = errors.New("seq 1 was not accepted as new")
+		}
+		early <- err
+	}()
+	// Let seq 1 reach the writer first (its write opened a savepoint and was refused).
+	waitFor(t, func() bool { return s.savepoints.Load() > before })
+	if _, err := appendSeq(0); err != nil {
+		t.Fatalf("seq 0: %v", err)
+	}
+	if err := <-early; err != nil {
+		t.Fatalf("seq 1 after its predecessor landed: got %v, want accepted", err)
+	}
+	info, err := s.HeadStream(ctx, "/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Tail != 2 {
+		t.Fatalf("tail: got %d, want 2", info.Tail)
+	}
+}
+
+// A gap that no earlier request fills is still refused, after the bounded wait.
+func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
+	t.Parallel()
+	s, err := Open(":memory:", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+		Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 || pe.ReceivedSeq != 3 {
+		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
+	}
+	if waited := time.Since(start); waited < DefaultProducerReorderWait {
+		t.Fatalf("refused after %v, want after waiting %v for the missing seqs", waited, DefaultProducerReorderWait)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 5000 {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
