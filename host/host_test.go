@@ -14,6 +14,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/testsupport"
 )
 
 // ---- fixtures -------------------------------------------------------------------------------
@@ -281,7 +282,7 @@ func claimsOf(t testing.TB, s *stream.Store) []string {
 func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	h := newHost(t, s)
@@ -293,7 +294,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "e"}); err != nil { // offset 3
 		t.Fatal(err)
 	}
-	clk.waitArmed(t, testT.Add(20*time.Second))
+	clk.WaitArmed(t, testT.Add(20*time.Second))
 	// Let the push's batch commit first, so the revive's catch-up finds nothing new and runs its
 	// own eventless pass (a batch still in flight would be the at-head range instead).
 	if err := h.WaitUntilProcessed(ctx, "/a", "attempts", 3, time.Second); err != nil {
@@ -304,7 +305,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	}
 	clk.Advance(20 * time.Second)
 	// revive: catch-up (nothing new) → eventless at-head pass → busy → claim now+40s.
-	clk.waitArmed(t, testT.Add(60*time.Second))
+	clk.WaitArmed(t, testT.Add(60*time.Second))
 	if got, want := claimsOf(t, s), []string{"/a attempts +1m0s f0"}; !slices.Equal(got, want) {
 		t.Fatalf("claims after revive: got %v, want %v", got, want)
 	}
@@ -343,7 +344,7 @@ func (f failingRunner) Revive(ctx context.Context) error {
 func TestFailedReviveReclaimsWithBackoff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	h := newHost(t, s)
@@ -363,13 +364,13 @@ func TestFailedReviveReclaimsWithBackoff(t *testing.T) {
 	if err := s.Claim(ctx, "/f", "t", testT.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	clk.waitArmed(t, testT.Add(time.Second))
+	clk.WaitArmed(t, testT.Add(time.Second))
 	clk.Advance(time.Second)
 	<-fr.revives
-	clk.waitArmed(t, testT.Add(21*time.Second))
+	clk.WaitArmed(t, testT.Add(21*time.Second))
 	clk.Advance(20 * time.Second)
 	<-fr.revives
-	clk.waitArmed(t, testT.Add(61*time.Second))
+	clk.WaitArmed(t, testT.Add(61*time.Second))
 	if got, want := claimsOf(t, s), []string{"/f t +1m1s f2"}; !slices.Equal(got, want) {
 		t.Fatalf("claims: got %v, want %v", got, want)
 	}

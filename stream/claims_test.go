@@ -61,7 +61,7 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	if err := s.Claim(ctx, "/a", "p", testT.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	clk.waitArmed(t, testT.Add(20*time.Second))
+	clk.WaitArmed(t, testT.Add(20*time.Second))
 	clk.Advance(20*time.Second - time.Millisecond)
 	select {
 	case c := <-calls:
@@ -75,13 +75,13 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	}
 	// Spent → moved to its retry time now + 20 s with failures 1; the revive failed, so it stands.
 	now := testT.Add(20 * time.Second)
-	clk.waitArmed(t, now.Add(20*time.Second))
+	clk.WaitArmed(t, now.Add(20*time.Second))
 	clk.Advance(20 * time.Second)
 	if c := <-calls; c.Failures != 1 {
 		t.Fatalf("second revive: got %+v, want failures 1", c)
 	}
 	now = now.Add(20 * time.Second)
-	clk.waitArmed(t, now.Add(40*time.Second)) // 20 s · 2
+	clk.WaitArmed(t, now.Add(40*time.Second)) // 20 s · 2
 	fail.Store(false)
 	clk.Advance(40 * time.Second)
 	if c := <-calls; c.Failures != 2 {
@@ -113,7 +113,7 @@ func TestAlarmBackoffIsCapped(t *testing.T) {
 	}
 	s.rearmAlarms()
 	<-done
-	clk.waitArmed(t, testT.Add(ReviveBackoffMax))
+	clk.WaitArmed(t, testT.Add(ReviveBackoffMax))
 	got, _ := s.Claims(ctx)
 	if len(got) != 1 || got[0].Failures != 11 || !got[0].At.Equal(testT.Add(ReviveBackoffMax)) {
 		t.Fatalf("capped re-claim: got %+v", got)
@@ -138,7 +138,7 @@ func TestAlarmsFireOverdueClaimsOnStart(t *testing.T) {
 	if c := <-calls; c.Path != "/a" {
 		t.Fatalf("overdue: got %+v", c)
 	}
-	clk.waitArmed(t, testT.Add(time.Hour))
+	clk.WaitArmed(t, testT.Add(time.Hour))
 	clk.Advance(time.Hour)
 	if c := <-calls; c.Path != "/b" {
 		t.Fatalf("later: got %+v", c)

@@ -5,46 +5,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/testsupport"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream"
 )
 
-// protoClock is a settable clock for the protocol view's tests.
-type protoClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *protoClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *protoClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *protoClock) AfterFunc(d time.Duration, f func()) func() bool {
-	t := time.AfterFunc(d, f)
-	return t.Stop
-}
-
-func setupProto(t *testing.T) (*Store, *protoClock) {
+// setupProto opens an in-memory store with a fake clock for the protocol view's tests.
+func setupProto(t *testing.T) (*Store, *testsupport.FakeClock) {
 	t.Helper()
-	clk := &protoClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s, err := Open(":memory:", Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, clk
+	return setup(t)
 }
 
 func mustCreate(t *testing.T, s *Store, req CreateRequest) CreateResult {

@@ -101,7 +101,7 @@ func TestS03WaiterTimeoutEphemeralAndOrder(t *testing.T) {
 		_, err := s.WaitForEvent(ctx, "/w", WaitOptions{Timeout: 5 * time.Second})
 		done <- err
 	}()
-	clk.waitArmed(t, testT.Add(5*time.Second))
+	clk.WaitArmed(t, testT.Add(5*time.Second))
 	sp := s.savepoints.Load()
 	clk.Advance(5 * time.Second)
 	if err := <-done; !errors.Is(err, foldstream.ErrWaitTimeout) {

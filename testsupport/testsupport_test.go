@@ -149,3 +149,31 @@ func TestFakeClock(t *testing.T) {
 		t.Errorf("advanced %v", got)
 	}
 }
+
+// WaitArmed returns once code under test arms the deadline, passing over earlier ones, and a
+// non-positive delay fires at once like time.AfterFunc.
+func TestFakeClockWaitArmedAndImmediateTimers(t *testing.T) {
+	t.Parallel()
+	c := testsupport.NewFakeClock()
+	go func() {
+		c.AfterFunc(time.Minute, func() {})
+		c.AfterFunc(20*time.Second, func() {})
+	}()
+	c.WaitArmed(t, testsupport.T.Add(20*time.Second))
+	if got := c.Pending(); len(got) != 2 || !got[0].Equal(testsupport.T.Add(20*time.Second)) {
+		t.Fatalf("pending %v, want [T+20s T+1m]", got)
+	}
+	// T+1m was passed over: waiting for it again needs a new arming.
+	go c.AfterFunc(time.Minute, func() {})
+	c.WaitArmed(t, testsupport.T.Add(time.Minute))
+	if got := len(c.Pending()); got != 3 {
+		t.Fatalf("pending %d timers, want 3", got)
+	}
+	fired := make(chan struct{})
+	c.AfterFunc(0, func() { close(fired) })
+	select {
+	case <-fired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a zero-delay timer did not fire without Advance")
+	}
+}
