@@ -22,24 +22,30 @@ func failingCommitWrite(tx *Tx) error {
 // group's COMMIT fails; it returns the writes' errors.
 func groupWithFailingCommit(t *testing.T, s *Store, fns ...func() error) []error {
 	t.Helper()
-	ctx := context.Background()
+	failing := func() error { return s.write(context.Background(), failingCommitWrite) }
+	errs := inOneGroup(t, s, append(fns, failing)...)
+	if errs[len(fns)] == nil {
+		t.Fatal("the group's commit did not fail")
+	}
+	return errs[:len(fns)]
+}
+
+// inOneGroup runs fns (each a call that queues one write) so that their writes share one group,
+// in order: it holds the writer with a blocking write, queues them one by one, then releases it.
+// It returns their errors.
+func inOneGroup(t *testing.T, s *Store, fns ...func() error) []error {
+	t.Helper()
 	release := make(chan struct{})
 	held := make(chan struct{})
-	go s.write(ctx, func(tx *Tx) error { close(held); <-release; return nil }) //nolint:errcheck
+	go s.write(context.Background(), func(tx *Tx) error { close(held); <-release; return nil }) //nolint:errcheck
 	<-held
 	errs := make([]chan error, len(fns))
 	for i, fn := range fns {
 		errs[i] = make(chan error, 1)
 		go func() { errs[i] <- fn() }()
-		waitQueued(t, s, i+1)
+		waitFor(t, func() bool { return len(s.writes) >= i+1 })
 	}
-	failed := make(chan error, 1)
-	go func() { failed <- s.write(ctx, failingCommitWrite) }()
-	waitQueued(t, s, len(fns)+1)
 	close(release)
-	if err := <-failed; err == nil {
-		t.Fatal("the group's commit did not fail")
-	}
 	out := make([]error, len(fns))
 	for i := range fns {
 		out[i] = <-errs[i]
@@ -54,11 +60,7 @@ func groupWithFailingCommit(t *testing.T, s *Store, fns ...func() error) []error
 // the rolled-back stream id was handed to the next stream created, which then counted as woken.
 func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 	t.Parallel()
-	s, err := Open(":memory:", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := setup(t)
 	ctx := context.Background()
 	if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
@@ -90,11 +92,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 // ephemeral ring, nothing pushed, no cached row (checked, found correct; kept as a regression test).
 func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	t.Parallel()
-	s, err := Open(":memory:", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := setup(t)
 	ctx := context.Background()
 	if _, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)

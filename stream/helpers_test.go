@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/testsupport"
@@ -84,4 +85,15 @@ func countRows(t testing.TB, s *Store, query string, args ...any) int {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// waitFor polls cond every millisecond, failing t after about 5 s.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 5000 {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

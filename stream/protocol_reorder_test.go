@@ -55,17 +55,13 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 // A gap that no earlier request fills is still refused, after the bounded wait.
 func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	t.Parallel()
-	s, err := Open(":memory:", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := setup(t)
 	ctx := context.Background()
 	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 		Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
 	var pe *ProtocolError
 	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 || pe.ReceivedSeq != 3 {
@@ -73,15 +69,5 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < DefaultProducerReorderWait {
 		t.Fatalf("refused after %v, want after waiting %v for the missing seqs", waited, DefaultProducerReorderWait)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; !cond(); i++ {
-		if i > 5000 {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
