@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -28,24 +27,17 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "usage: foldstream read [flags] STREAM\n\nJSON streams print one message per line; other streams print raw bytes.")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterspersed(fs, args)
+	name, err := parseStreamArg(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errors.New("need exactly one STREAM")
-	}
 	lm := client.LiveNone
 	if *live {
-		switch client.LiveMode(*mode) {
-		case client.LiveAuto, client.LiveSSE, client.LiveLongPoll:
-			lm = client.LiveMode(*mode)
-		default:
-			return fmt.Errorf("unknown --mode %q: use auto, sse or long-poll", *mode)
+		if lm, err = parseLiveMode(*mode); err != nil {
+			return err
 		}
 	}
-	return follow(ctx, sf, pos[0], client.ReadOptions{Offset: *offset, Live: lm}, stdout, stderr, *printOffset)
+	return follow(ctx, sf, name, client.ReadOptions{Offset: *offset, Live: lm}, stdout, stderr, *printOffset)
 }
 
 // follow prints a read until it ends; an interrupt (ctx cancelled) ends it without error.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/url"
 	"strings"
@@ -58,4 +60,27 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// parseStreamArg parses args (flags may follow the stream name) and returns the one STREAM
+// argument, printing the usage when there is not exactly one.
+func parseStreamArg(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return "", errors.New("need exactly one STREAM")
+	}
+	return pos[0], nil
+}
+
+// parseLiveMode checks a --mode value.
+func parseLiveMode(mode string) (client.LiveMode, error) {
+	switch lm := client.LiveMode(mode); lm {
+	case client.LiveAuto, client.LiveSSE, client.LiveLongPoll:
+		return lm, nil
+	}
+	return "", fmt.Errorf("unknown --mode %q: use auto, sse or long-poll", mode)
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/foldstream/foldstream/client"
 )
@@ -26,34 +24,14 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "usage: foldstream tail [flags] STREAM\n\nPrints what is appended from now on, until the stream closes or you interrupt.")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterspersed(fs, args)
+	name, err := parseStreamArg(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errors.New("need exactly one STREAM")
+	lm, err := parseLiveMode(*mode)
+	if err != nil {
+		return err
 	}
-	lm := client.LiveMode(*mode)
-	switch lm {
-	case client.LiveAuto, client.LiveSSE, client.LiveLongPoll:
-	default:
-		return fmt.Errorf("unknown --mode %q: use auto, sse or long-poll", *mode)
-	}
-	if lm == client.LiveAuto {
-		// From "now" there is nothing to catch up: go live at once.
-		lm = client.LiveLongPoll
-		s, err := sf.open(pos[0])
-		if err != nil {
-			return err
-		}
-		m, err := s.Head(ctx)
-		if err != nil {
-			return err
-		}
-		if client.IsJSON(m.ContentType) || strings.HasPrefix(strings.ToLower(m.ContentType), "text/") {
-			lm = client.LiveSSE
-		}
-	}
-	return follow(ctx, sf, pos[0], client.ReadOptions{Offset: client.OffsetNow, Live: lm}, stdout, stderr, false)
+	// With auto, the client picks SSE for text and JSON streams and long-poll otherwise.
+	return follow(ctx, sf, name, client.ReadOptions{Offset: client.OffsetNow, Live: lm}, stdout, stderr, false)
 }
