@@ -28,8 +28,66 @@ const (
 	CodeProcessTimeout Code = "PROCESS_TIMEOUT"
 	// CodeInvalidContract: a contract definition was refused.
 	CodeInvalidContract Code = "INVALID_CONTRACT"
-	// CodeClosed: the engine, stream or store was closed.
+	// CodeClosed: the engine, store or host was closed or is shutting down; nothing more is
+	// accepted. (A stream closed by its writer is CodeStreamClosed.)
 	CodeClosed Code = "CLOSED"
+)
+
+// Error codes of the store, the HTTP protocol view, the host and the server. The server maps each
+// to one HTTP status (see package server); the status a code gets is noted beside it.
+const (
+	// CodeStreamNotFound: the stream (or a fork source) does not exist or has expired (404).
+	CodeStreamNotFound Code = "STREAM_NOT_FOUND"
+	// CodeStreamGone: the stream was soft-deleted, or expired while forks still read it (410).
+	CodeStreamGone Code = "STREAM_GONE"
+	// CodeStreamDeleted: the stream a subscription or engine followed was deleted; its
+	// checkpoints and claims went with it (a stream created again at the path starts afresh).
+	CodeStreamDeleted Code = "STREAM_DELETED"
+	// CodeStreamClosed: the stream was closed by its writer and takes no more appends (409).
+	CodeStreamClosed Code = "STREAM_CLOSED"
+	// CodeConflict: the request contradicts the stream's configuration or state, for example a
+	// different content type or a Stream-Seq regression (409).
+	CodeConflict Code = "CONFLICT"
+	// CodeBadRequest: the request is malformed (400).
+	CodeBadRequest Code = "BAD_REQUEST"
+	// CodeInvalidStreamName: a stream path breaks the naming rules (400).
+	CodeInvalidStreamName Code = "INVALID_STREAM_NAME"
+	// CodeTooLarge: the request holds more than a limit allows (413).
+	CodeTooLarge Code = "TOO_LARGE"
+	// CodeStaleEpoch: an idempotent producer's epoch is older than the stream's (403).
+	CodeStaleEpoch Code = "STALE_EPOCH"
+	// CodeSequenceGap: an idempotent producer skipped sequence numbers (409).
+	CodeSequenceGap Code = "SEQUENCE_GAP"
+	// CodeReservedKey: an HTTP writer used an idempotency key from the namespace reserved for
+	// processors' own emitted events (400).
+	CodeReservedKey Code = "RESERVED_IDEMPOTENCY_KEY"
+	// CodeStoreLocked: another process already has the store's database file open (Open fails).
+	CodeStoreLocked Code = "STORE_LOCKED"
+	// CodeStoreReadOnly: the store's database cannot be written (Open fails).
+	CodeStoreReadOnly Code = "STORE_READ_ONLY"
+	// CodeInsufficientStorage: the disk (or database) is full; nothing was acknowledged, and the
+	// store recovers by itself once space is free (507).
+	CodeInsufficientStorage Code = "INSUFFICIENT_STORAGE"
+	// CodeUnavailable: the store's database cannot be reached right now; retry later (503).
+	CodeUnavailable Code = "UNAVAILABLE"
+	// CodeOverloaded: a server limit (live readers, connections, bytes in flight) is reached;
+	// retry after the Retry-After delay (503).
+	CodeOverloaded Code = "OVERLOADED"
+	// CodeUnauthorized: the request carries no valid credentials (401).
+	CodeUnauthorized Code = "UNAUTHORIZED"
+	// CodeForbidden: the credentials do not allow this operation on this path (403).
+	CodeForbidden Code = "FORBIDDEN"
+	// CodeNotRegistered: no processor with this slug runs on this stream (404).
+	CodeNotRegistered Code = "NOT_REGISTERED"
+	// CodeCatchingUp: the processor has not yet reached the requested offset; retry after the
+	// Retry-After delay (503).
+	CodeCatchingUp Code = "CATCHING_UP"
+	// CodeProcessorParked: the processor stopped after an error it cannot retry past (for
+	// example a conflict on one of its own emitted events); its route reports the cause (503).
+	CodeProcessorParked Code = "PROCESSOR_PARKED"
+	// CodeLeaseLost: this node no longer holds the lease of the processor it ran, so its
+	// checkpoint write was refused (another node owns it now).
+	CodeLeaseLost Code = "LEASE_LOST"
 )
 
 // Error is a coded error carrying the data a caller needs beside a human message.
@@ -83,6 +141,29 @@ var (
 	ErrProcessTimeout           = &Error{Code: CodeProcessTimeout}
 	ErrInvalidContract          = &Error{Code: CodeInvalidContract}
 	ErrClosed                   = &Error{Code: CodeClosed}
+
+	ErrStreamNotFound      = &Error{Code: CodeStreamNotFound}
+	ErrStreamGone          = &Error{Code: CodeStreamGone}
+	ErrStreamDeleted       = &Error{Code: CodeStreamDeleted}
+	ErrStreamClosed        = &Error{Code: CodeStreamClosed}
+	ErrConflict            = &Error{Code: CodeConflict}
+	ErrBadRequest          = &Error{Code: CodeBadRequest}
+	ErrInvalidStreamName   = &Error{Code: CodeInvalidStreamName}
+	ErrTooLarge            = &Error{Code: CodeTooLarge}
+	ErrStaleEpoch          = &Error{Code: CodeStaleEpoch}
+	ErrSequenceGap         = &Error{Code: CodeSequenceGap}
+	ErrReservedKey         = &Error{Code: CodeReservedKey}
+	ErrStoreLocked         = &Error{Code: CodeStoreLocked}
+	ErrStoreReadOnly       = &Error{Code: CodeStoreReadOnly}
+	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage}
+	ErrUnavailable         = &Error{Code: CodeUnavailable}
+	ErrOverloaded          = &Error{Code: CodeOverloaded}
+	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
+	ErrForbidden           = &Error{Code: CodeForbidden}
+	ErrNotRegistered       = &Error{Code: CodeNotRegistered}
+	ErrCatchingUp          = &Error{Code: CodeCatchingUp}
+	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
+	ErrLeaseLost           = &Error{Code: CodeLeaseLost}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when there is none.
