@@ -167,7 +167,7 @@ func liveSeedJSON(live foldstream.LiveSnapshot) []byte {
 }
 
 // writeProcessorError answers a processor route's failure: its code's status from the one table
-// (status.go), with the processor's offset when it is known — from the error's data (CATCHING_UP
+// (errors.go), with the processor's offset when it is known — from the error's data (CATCHING_UP
 // carries it) or from ProcessorProgress after a timed-out wait.
 func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, path, slug string, err error) {
 	if r.Context().Err() != nil {
@@ -175,15 +175,12 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 	}
 	var fe *foldstream.Error
 	if !errors.As(err, &fe) {
-		switch {
-		case errors.Is(err, host.ErrNotRegistered):
-			fe = &foldstream.Error{Code: foldstream.CodeNotRegistered, Message: "no processor with this slug runs on this stream"}
-		case errors.Is(err, context.DeadlineExceeded):
+		if errors.Is(err, context.DeadlineExceeded) {
 			fe = &foldstream.Error{Code: foldstream.CodeProcessTimeout,
 				Message: "the processor did not catch up within " + s.cfg.ProcessorWaitTimeout.String() + ": retry later"}
 		}
 	}
-	if fe == nil || statusOf(fe.Code) == 0 {
+	if fe == nil || statusByCode[fe.Code] == 0 {
 		s.log.Error("processor request failed", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusInternalServerError, "internal error")
 		return
