@@ -131,15 +131,15 @@ type Engine[S any] struct {
 	emits    []string
 	live     *LiveState
 
-	pubMu            sync.Mutex
-	mu               sync.Mutex
-	state            S
-	cursor           int64
+	pubMu  sync.Mutex
+	mu     sync.Mutex
+	state  S
+	cursor int64
 	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
 	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
 	// state was published, so a caller who saw offset n never reads an older live state.
-	pubState  S
-	pubCursor int64
+	pubState         S
+	pubCursor        int64
 	hasPushed        bool
 	pushedThrough    int64
 	hasHeadRead      bool
