@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -43,6 +44,9 @@ type SubscribeOptions struct {
 	MaxPendingEvents int
 	// Name labels the subscription in logs.
 	Name string
+	// Logger receives the subscription's warnings (overflow, failed pushes). Defaults to the
+	// store's logger. A host passes one that folds repeats into a count per interval.
+	Logger *slog.Logger
 }
 
 // Subscription is one subscriber's push chain on one stream path.
@@ -85,6 +89,9 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 	if opts.MaxPendingEvents <= 0 {
 		opts.MaxPendingEvents = DefaultMaxPendingEvents
 	}
+	if opts.Logger == nil {
+		opts.Logger = s.log
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := &Subscription{
 		s: s, path: path, opts: opts, deliver: deliver, ctx: ctx, cancel: cancel,
@@ -126,6 +133,7 @@ func (s *Store) publish(path string, events []foldstream.Event, after, through i
 	for _, sub := range subs {
 		sub.offer(events, after, through)
 	}
+	s.ev.watchers.notify(path)
 }
 
 func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
@@ -159,7 +167,7 @@ func (sub *Subscription) offer(events []foldstream.Event, after, through int64) 
 		sub.pending.r.After = max(sub.pending.r.After, sub.pending.events[over-1].Offset)
 		sub.pending.events = slices.Clone(sub.pending.events[over:])
 		sub.dropped += int64(over)
-		sub.s.log.Warn("stream subscription overflowed; dropped the oldest pending events",
+		sub.opts.Logger.Warn("stream subscription overflowed; dropped the oldest pending events",
 			"path", sub.path, "subscription", sub.opts.Name, "dropped", over)
 	}
 	select {
@@ -187,7 +195,7 @@ func (sub *Subscription) run() {
 		sub.mu.Unlock()
 		if p != nil {
 			if err := sub.deliver(sub.ctx, p.events, p.r); err != nil && sub.ctx.Err() == nil {
-				sub.s.log.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
+				sub.opts.Logger.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
 					"after", p.r.After, "through", p.r.Through, "err", err)
 			}
 		}
