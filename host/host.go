@@ -226,9 +226,20 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	if alarms {
 		h.store.StopAlarms()
 	}
-	// Opens in progress end (they see shutdown); then every slot is final.
+	// Opens and catch-ups in progress finish (cancelled only when ctx ends: a catch-up cut short
+	// after its effects but before its checkpoint would run them again next time); then every
+	// slot is final.
+	idle := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 	h.cancel()
-	h.wg.Wait()
+	<-idle
 	h.mu.Lock()
 	var slots []*slot
 	var parked []chan struct{}
@@ -256,7 +267,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		}
 	}
 	for _, sl := range slots {
-		if err := closeRunner(ctx, sl.runner); err != nil {
+		if err := settleAndClose(ctx, sl.runner); err != nil {
 			errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
 		}
 	}
@@ -270,5 +281,17 @@ func (h *Host) Shutdown(ctx context.Context) error {
 // closeRunner closes an engine: its running work and background attempts are cancelled and waited
 // for; a claim they held stays, so the next engine on the stream revives that work.
 func closeRunner(ctx context.Context, r foldstream.Runner) error {
+	return r.Close(ctx)
+}
+
+// settleAndClose closes a hosted engine whose subscription was drained. Every unit already on its
+// chain finishes first — a catch-up queues behind them and, at the head, runs nothing — because
+// Close would cancel a running unit after its effects but before its checkpoint, and the next
+// engine on the stream would run those effects again.
+func settleAndClose(ctx context.Context, r foldstream.Runner) error {
+	if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
+		_ = r.Close(ctx)
+		return err
+	}
 	return r.Close(ctx)
 }

@@ -203,7 +203,7 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 		return nil
 	}
 	err := sl.sub.Drain(ctx)
-	if cerr := closeRunner(ctx, sl.runner); err == nil {
+	if cerr := settleAndClose(ctx, sl.runner); err == nil {
 		err = cerr
 	}
 	return err

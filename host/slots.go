@@ -240,8 +240,10 @@ func (h *Host) open(sl *slot, mustExist, waitCatchUp bool) {
 		defer h.wg.Done()
 		err := runner.CatchUpFromLog(ctx)
 		h.failed(sl, "catch-up", err)
-		close(sl.caughtUp)
+		// Released before the readers waiting for the catch-up go on, so an engine they are done
+		// with is idle (and may make room under the cap) as soon as they are.
 		h.release(sl)
+		close(sl.caughtUp)
 	}
 	if waitCatchUp {
 		catchUp()
@@ -356,8 +358,9 @@ func (h *Host) beginCloseLocked(sl *slot) {
 // finishClose drains the slot's pushes, closes its engine and forgets the slot; a commit that
 // arrived meanwhile queues it to open again.
 func (h *Host) finishClose(ctx context.Context, sl *slot) {
-	err := sl.sub.Drain(context.WithoutCancel(ctx))
-	if cerr := closeRunner(context.WithoutCancel(ctx), sl.runner); err == nil {
+	ctx = context.WithoutCancel(ctx)
+	err := sl.sub.Drain(ctx)
+	if cerr := settleAndClose(ctx, sl.runner); err == nil {
 		err = cerr
 	}
 	if err != nil {
