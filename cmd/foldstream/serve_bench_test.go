@@ -92,4 +92,3 @@ func rssMB(b *testing.B, pid int, field string) float64 {
 	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
-
