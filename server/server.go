@@ -41,7 +41,9 @@ const (
 	DefaultSSEMaxDuration = 60 * time.Second
 	// DefaultMaxBodyBytes caps a request body; larger bodies get 413.
 	DefaultMaxBodyBytes = 8 << 20
-	// DefaultReadChunkBytes caps the data of one read response; clients follow
+	// DefaultReadChunkBytes is the page a read takes from the store: a catch-up GET writes page
+	// after page up to the tail (docs/server.md#catch-up-reads); a long-poll answer or an SSE
+	// event carries one page, and clients follow
 	// Stream-Next-Offset for the rest.
 	DefaultReadChunkBytes = 1 << 20
 )
@@ -59,7 +61,8 @@ type Config struct {
 	SSEMaxDuration time.Duration
 	// MaxBodyBytes caps request bodies (413 beyond). Defaults to DefaultMaxBodyBytes (8 MiB).
 	MaxBodyBytes int64
-	// ReadChunkBytes caps one read response. Defaults to DefaultReadChunkBytes (1 MiB).
+	// ReadChunkBytes is the page size of reads (see DefaultReadChunkBytes); it bounds the memory
+	// a read holds. Defaults to DefaultReadChunkBytes (1 MiB).
 	ReadChunkBytes int
 	// Clock is the time source of the cursor rule (spec §16.3). Defaults to the store's clock.
 	Clock foldstream.Clock
