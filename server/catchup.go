@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/foldstream/foldstream/stream"
 )
@@ -47,6 +48,9 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 	}
 
 	ctx := r.Context()
+	// Every page must be taken by the client within WriteTimeout, as live responses must, so a
+	// client that stops reading is cut instead of holding a page.
+	lw := newLiveWriter(w, s.cfg.WriteTimeout, time.Time{})
 	wroteMessage := false // JSON: whether a message is in the array yet (for the commas)
 	write := func(body []byte) bool {
 		if info.JSON {
@@ -54,6 +58,7 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 			if len(elems) == 0 {
 				return true
 			}
+			lw.deadline()
 			if wroteMessage {
 				if _, err := w.Write([]byte{','}); err != nil {
 					return false
@@ -62,10 +67,10 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 			wroteMessage = true
 			body = elems
 		}
-		_, err := w.Write(body)
-		return err == nil
+		return lw.send(body)
 	}
 	if info.JSON {
+		lw.deadline()
 		if _, err := w.Write([]byte{'['}); err != nil {
 			return
 		}
@@ -101,7 +106,7 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 		cur = page.Next
 	}
 	if info.JSON {
-		_, _ = w.Write([]byte{']'})
+		lw.send([]byte{']'})
 	}
 }
 

@@ -98,6 +98,8 @@ type Store struct {
 
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
+
+	created createdListeners // OnStreamCreated's listeners (list.go)
 }
 
 var memCounter atomic.Int64
