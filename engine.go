@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // Engine constants (spec §10.2, §14.2).
@@ -195,7 +197,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		st := c.InitialState()
 		if cp.State != nil {
 			var decoded S
-			if err := json.Unmarshal(cp.State, &decoded); err == nil {
+			if err := rawjson.UnmarshalExact(cp.State, &decoded); err == nil {
 				st = decoded
 			} else if cp.ReducerVersion == c.Version() {
 				return nil, fmt.Errorf("engine %q: decode checkpoint state: %w", c.Slug(), err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // DefaultContentType is the content type of a stream created without one.
@@ -742,7 +743,8 @@ func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
 		Payload        json.RawMessage `json:"payload"`
 		Metadata       json.RawMessage `json:"metadata"`
 	}
-	if json.Unmarshal(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
+	// Exact key names, as the event view reads them (rawjson.UnmarshalExact).
+	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
 		return foldstream.EventInput{}, ""
 	}
 	return foldstream.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
