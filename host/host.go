@@ -25,7 +25,6 @@ package host
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -195,13 +194,8 @@ func (h *Host) StartAlarms() error {
 	return nil
 }
 
-// Snapshot is a processor's cursor and reduced state.
-type Snapshot struct {
-	// Offset is the processor's reduced-through offset.
-	Offset int64 `json:"offset"`
-	// State is the reduced state's JSON.
-	State json.RawMessage `json:"state"`
-}
+// Snapshot is a processor's cursor and reduced state: the root package's one snapshot shape.
+type Snapshot = foldstream.JSONSnapshot
 
 // Shutdown stops the host: no processor is added any more, the alarm loop stops (running revives
 // get their context cancelled and are waited for), each processor's pending pushes are delivered

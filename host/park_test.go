@@ -54,7 +54,7 @@ func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
 	}
 	// The birth batch is at 1..2; the squatter takes the key the receipt of the order at 4 will use.
 	squat := foldstream.EventInput{Type: "receipt", Payload: foldstream.JSON(map[string]string{"forged": "yes"}),
-		IdempotencyKey: foldstream.ProcessorKey("receipts/receipt@4")}
+		IdempotencyKey: foldstream.ProcessorKeyPrefix + "receipts/receipt@4"}
 	if got, err := s.Append(ctx, "/o", squat); err != nil || got[0].Offset != 3 {
 		t.Fatalf("squat: %v %v", got, err)
 	}
