@@ -97,6 +97,7 @@ type Host struct {
 
 	hasPatterns  atomic.Bool
 	stopWatching func()
+	stopCreated  func()
 
 	mu       sync.Mutex
 	exact    map[procKey]*registration
@@ -163,9 +164,11 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.stopWatching = store.WatchCommits(h.committed)
+	h.stopCreated = store.OnStreamCreated(h.created)
 	if !cfg.ManualAlarms {
 		if err := h.StartAlarms(); err != nil {
 			h.stopWatching()
+			h.stopCreated()
 			h.cancel()
 			return nil, err
 		}
@@ -217,6 +220,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	h.openQ, h.opening = nil, map[procKey]bool{}
 	h.mu.Unlock()
 	h.stopWatching()
+	h.stopCreated()
 	if alarms {
 		h.store.StopAlarms()
 	}

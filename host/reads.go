@@ -39,48 +39,64 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		cancel(nil)
 	}()
 	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
-	sl, err := h.acquire(bctx, path, slug)
-	if err != nil {
-		if atBound() {
-			return catchingUp(key, 0, err)
+	for {
+		sl, err := h.acquire(bctx, path, slug)
+		if err != nil {
+			if atBound() {
+				return catchingUp(key, 0, err)
+			}
+			return err
 		}
-		return err
+		retry, err := h.readOn(bctx, sl, settle, atBound, fn)
+		h.release(sl)
+		if !retry {
+			return err
+		}
 	}
-	defer h.release(sl)
-	fail := func(err error) error {
-		h.failed(sl, "read", err)
+}
+
+// readOn is one attempt of read on the acquired slot sl. It asks for a retry when sl's stream
+// turned out to be deleted and created again: the slot that replaces it answers.
+func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldstream.Runner) error) (retry bool, err error) {
+	check := func() (bool, error) {
 		h.mu.Lock()
-		parked := sl.parked
-		h.mu.Unlock()
-		switch {
-		case parked != nil:
-			return parked
-		case atBound():
-			return catchingUp(key, sl.runner.ReducedThroughOffset(), err)
+		defer h.mu.Unlock()
+		if sl.stale {
+			return true, nil
 		}
-		return err
+		if sl.parked != nil {
+			return false, sl.parked
+		}
+		return false, nil
+	}
+	fail := func(err error) (bool, error) {
+		h.failed(sl, "read", err)
+		if retry, perr := check(); retry || perr != nil {
+			return retry, perr
+		}
+		if atBound() {
+			return false, catchingUp(sl.key, sl.runner.ReducedThroughOffset(), err)
+		}
+		return false, err
 	}
 	if settle {
-		if err := sl.sub.WaitDelivered(bctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
+		if err := sl.sub.WaitDelivered(ctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
 			return fail(err)
 		}
 		select {
 		case <-sl.caughtUp:
-		case <-bctx.Done():
-			return fail(context.Cause(bctx))
+		case <-ctx.Done():
+			return fail(context.Cause(ctx))
 		}
 	}
-	// A push delivered meanwhile may have parked the processor.
-	h.mu.Lock()
-	parked := sl.parked
-	h.mu.Unlock()
-	if parked != nil {
-		return parked
+	// A push delivered meanwhile may have parked the processor or shown its stream re-created.
+	if retry, perr := check(); retry || perr != nil {
+		return retry, perr
 	}
-	if err := fn(bctx, sl.runner); err != nil {
+	if err := fn(ctx, sl.runner); err != nil {
 		return fail(err)
 	}
-	return nil
+	return false, nil
 }
 
 // Snapshot returns processor slug's cursor and state on the stream at path, with read-your-writes:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +64,8 @@ type slot struct {
 	elem     *list.Element
 	dirty    bool
 	parked   error
+	streamID int64 // the stream's identity when the engine opened (StreamInfo.ID)
+	stale    bool  // the stream was deleted and created again: the engine follows a dead stream
 }
 
 func newSlot(key procKey, reg *registration) *slot {
@@ -204,6 +207,12 @@ func (h *Host) open(sl *slot, mustExist, waitCatchUp bool) {
 		fail(err)
 		return
 	}
+	info, err := h.store.HeadStream(ctx, sl.key.path)
+	if err != nil {
+		fail(err)
+		return
+	}
+	sl.streamID = info.ID()
 	sub, err := h.store.Subscribe(sl.key.path, h.deliverTo(sl, runner), stream.SubscribeOptions{
 		Consumes:         runner.Consumes(),
 		MaxPendingEvents: h.cfg.MaxPendingEvents,
@@ -261,6 +270,12 @@ func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
 			h.mu.Lock()
 			h.touchLocked(sl)
 			h.mu.Unlock()
+		}
+		if rg.Through < rg.After || slices.ContainsFunc(events, func(ev foldstream.Event) bool { return ev.Offset <= rg.After }) {
+			// A range that runs backwards: the stream was deleted and created again, and this
+			// push is the new stream's. It is not the old engine's to process.
+			h.recreated(sl)
+			return nil
 		}
 		err := r.ProcessEventBatch(ctx, events, rg)
 		if ctx.Err() == nil {
@@ -540,4 +555,97 @@ func (h *Host) reviveNow(ctx context.Context, claims []stream.ClaimRow) error {
 		}
 	}
 	return nil
+}
+
+// created is the store's notice of a stream created at path: if an engine follows an earlier
+// stream at that path (deleted since), it is reset. Runs on the notice's own goroutine.
+func (h *Host) created(path string) {
+	h.mu.Lock()
+	var follow []*slot
+	for key, sl := range h.slots {
+		if key.path == path && (sl.state == slotOpen || sl.state == slotParked) {
+			follow = append(follow, sl)
+		}
+	}
+	h.mu.Unlock()
+	if len(follow) == 0 {
+		return
+	}
+	info, err := h.store.HeadStream(h.ctx, path)
+	if err != nil {
+		return // gone again: the next creation's notice resets it
+	}
+	for _, sl := range follow {
+		if sl.streamID != info.ID() {
+			h.recreated(sl)
+		}
+	}
+}
+
+// recreated resets the engine of sl, whose stream was deleted and created again
+// (docs/store.md#deleted-streams): the old engine is closed without settling (its stream is gone),
+// the checkpoint and claim it may have written since the delete are removed, and the registration
+// stays: an exact path's processor opens afresh — the contract's initial state at offset 0 — on
+// the new stream and runs its effects for the new events; a pattern's opens again on the next
+// commit; a runner added with Add is removed (the host cannot rebuild it).
+func (h *Host) recreated(sl *slot) {
+	h.mu.Lock()
+	if h.slots[sl.key] != sl || (sl.state != slotOpen && sl.state != slotParked) || h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	wasParked := sl.state == slotParked
+	sl.stale, sl.state = true, slotClosing
+	if sl.elem != nil {
+		h.lru.Remove(sl.elem)
+		sl.elem = nil
+	}
+	// The slot stays in the map (closing) until its checkpoint is gone, so no new engine on the
+	// path reads it; an exact path's fresh slot takes its place at once (opening), so reads wait
+	// for it rather than answer NOT_REGISTERED.
+	var fresh *slot
+	switch {
+	case sl.reg.added != nil:
+		delete(h.exact, sl.key)
+		h.log.Warn("host: the stream of an added runner was deleted and created again; the runner is removed",
+			"path", sl.key.path, "slug", sl.key.slug)
+	case sl.reg.pinned():
+		fresh = newSlot(sl.key, sl.reg)
+		h.slots[sl.key] = fresh
+	}
+	h.wg.Add(1)
+	closed := sl.closed
+	if wasParked {
+		closed = make(chan struct{}) // the parked slot's channel is its park goroutine's
+	}
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		ctx := context.WithoutCancel(h.ctx)
+		sl.sub.Close()
+		_ = closeRunner(ctx, sl.runner)
+		if _, err := h.store.DB().ExecContext(ctx, `DELETE FROM reduce_checkpoints WHERE scope = ? AND slug = ?`, sl.key.path, sl.key.slug); err != nil {
+			h.log.Warn("host: removing the checkpoint of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+		}
+		if err := h.store.Claim(ctx, sl.key.path, sl.key.slug, time.Time{}); err != nil {
+			h.log.Warn("host: releasing the claim of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+		}
+		h.mu.Lock()
+		if h.slots[sl.key] == sl {
+			delete(h.slots, sl.key)
+			if !sl.reg.pinned() && !h.shutdown {
+				h.queueOpenLocked(sl.key)
+			}
+		}
+		if !wasParked {
+			close(closed)
+		}
+		h.mu.Unlock()
+		if fresh != nil {
+			h.open(fresh, false, false)
+			if err := fresh.openErr; err != nil && !errors.Is(err, ErrShutdown) {
+				h.log.Warn("host: reopening a processor on a re-created stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+			}
+		}
+	}()
 }

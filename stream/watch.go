@@ -56,3 +56,7 @@ func (w *commitWatchers) notify(path string) {
 		}
 	}
 }
+
+// ID returns the stream's identity in the store: a path deleted and created again gets a new one,
+// so a host can tell the stream its engine follows from a later stream at the same path.
+func (in StreamInfo) ID() int64 { return in.id }
