@@ -79,6 +79,11 @@ type Store struct {
 	rdb    *sql.DB // read-only connections
 	writes chan *writeReq
 
+	// intakeMu orders enqueue (read lock) against Close stopping intake (write lock); see
+	// writer.go. intakeStopped is closed once intake has stopped.
+	intakeMu      sync.RWMutex
+	intakeStopped chan struct{}
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -208,6 +213,8 @@ func Open(path string, opts Options) (_ *Store, err error) {
 		mem:    make(map[int64]*streamMem),
 		notify: make(map[int64]chan struct{}),
 		ev:     newEventView(),
+
+		intakeStopped: make(chan struct{}),
 	}
 	conn, err := wdb.Conn(ctx)
 	if err != nil {
@@ -237,11 +244,14 @@ func (s *Store) Clock() foldstream.Clock { return s.clock }
 // database. It returns the first error met. Calling it again returns the same result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		// Stop intake: once the write lock is held, no enqueue is between its check and its send.
+		s.intakeMu.Lock()
 		s.closed.Store(true)
+		s.intakeMu.Unlock()
 		close(s.stop)
 		s.closeEventView()
 		s.bgWG.Wait()
-		close(s.writes)
+		close(s.intakeStopped) // the writer runs what is queued, then returns
 		s.writerWG.Wait()
 		s.closeErr = errors.Join(s.rdb.Close(), s.wdb.Close(), unlockStore(s.lock))
 	})
