@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
-	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -23,12 +22,12 @@ type stuckProcessors struct {
 	reduced int64
 }
 
-func (p stuckProcessors) Snapshot(ctx context.Context, _, _ string) (host.Snapshot, error) {
+func (p stuckProcessors) Snapshot(ctx context.Context, _, _ string) (foldstream.JSONSnapshot, error) {
 	if p.err != nil {
-		return host.Snapshot{}, p.err
+		return foldstream.JSONSnapshot{}, p.err
 	}
 	<-ctx.Done()
-	return host.Snapshot{}, ctx.Err()
+	return foldstream.JSONSnapshot{}, ctx.Err()
 }
 
 func (p stuckProcessors) LiveSnapshot(ctx context.Context, _, _ string) (foldstream.LiveSnapshot, error) {
