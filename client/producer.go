@@ -418,6 +418,7 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 				return AppendResult{}, statusError("producer send", p.s.url, &http.Response{StatusCode: r.status, Header: r.header}, r.body)
 			}
 			d := p.s.retry.delay(failures, r.retryAfter)
+			p.s.retry.report("producer send", failures, d, r.status, r.err)
 			p.log.Debug("producer retry", "epoch", b.epoch, "seq", b.seq, "status", r.status, "err", r.err, "delay", d)
 			if sleep(p.ctx, p.s.clock, d) != nil {
 				return AppendResult{}, &Error{Code: CodeProducerClosed, Op: "producer send", Message: "the producer was aborted before the batch was acknowledged", Err: p.ctx.Err()}

@@ -81,7 +81,10 @@ func runAppend(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		} else if data, err = io.ReadAll(stdin); err != nil {
 			return err
 		}
-		if len(data) > 0 || !*closeAfter {
+		if len(data) == 0 && !*closeAfter {
+			return errors.New("nothing to append: the input is empty (--close closes the stream without data)")
+		}
+		if len(data) > 0 {
 			var opts []client.AppendOption
 			if *seq != "" {
 				opts = append(opts, client.WithSeq(*seq))
@@ -162,6 +165,9 @@ func appendLines(ctx context.Context, s *client.Stream, id string, resumeEpoch i
 			line = append(append([]byte(nil), line...), '\n')
 		}
 		if err := p.AppendContext(ctx, line); err != nil {
+			if errors.Is(err, client.ErrProducerFailed) {
+				break // a batch failed; Close below reports why
+			}
 			if errors.Is(err, client.ErrInvalidArgument) && isJSON {
 				err = errors.New("not one JSON value (a JSON stream takes one JSON value per line)")
 			}
