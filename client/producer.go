@@ -55,8 +55,8 @@ type ProducerOptions struct {
 }
 
 // IdempotentProducer writes to a stream exactly once per message using the protocol's
-// (Producer-Id, Producer-Epoch, Producer-Seq) deduplication (docs/server.md#semantics-worth-knowing,
-// "Idempotent producers"; docs/client.md#exactly-once-producer). Append returns at
+// (Producer-Id, Producer-Epoch, Producer-Seq) deduplication (docs/server.md#idempotent-producers,
+// docs/client.md#exactly-once-producer). Append returns at
 // once; messages are batched and sent in the background, up to MaxInFlight batches pipelined.
 // It is safe for concurrent use; messages appended by one goroutine keep their order.
 type IdempotentProducer struct {

@@ -40,7 +40,7 @@ type ReadOptions struct {
 	// Live selects catch-up only (the default) or a live mode.
 	Live LiveMode
 	// Cursor is a Stream-Cursor from an earlier read, echoed to the server
-	// (docs/server.md#semantics-worth-knowing, "Cursor").
+	// (docs/server.md#caching-and-the-cursor).
 	Cursor string
 	// Header holds extra request headers.
 	Header http.Header
@@ -323,7 +323,7 @@ func validJSONArray(b []byte) bool {
 	return len(t) == 0 || (t[0] == '[' && json.Valid(t))
 }
 
-// controlEvent is the JSON of an SSE control event (docs/server.md#streams, live=sse).
+// controlEvent is the JSON of an SSE control event (docs/server.md#sse).
 type controlEvent struct {
 	StreamNextOffset string `json:"streamNextOffset"`
 	StreamCursor     string `json:"streamCursor"`

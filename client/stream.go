@@ -487,7 +487,7 @@ func (s *Stream) send(ctx context.Context, method, u string, h http.Header, body
 }
 
 // urlWith returns the stream URL with the given query parameters set, sorted by key so that
-// caches see stable keys (docs/server.md#semantics-worth-knowing, "Caching").
+// caches see stable keys (docs/server.md#caching-and-the-cursor).
 func (s *Stream) urlWith(params map[string]string) string {
 	u, err := url.Parse(s.url)
 	if err != nil {

@@ -152,7 +152,7 @@ func (c *Client) Append(ctx context.Context, name string, body []byte) (string, 
 }
 
 // ProducerReply is the outcome of an idempotent-producer append
-// (docs/server.md#semantics-worth-knowing, "Idempotent producers").
+// (docs/server.md#idempotent-producers).
 type ProducerReply struct {
 	Status      int   // 200 accepted, 204 duplicate, 409 gap, ...
 	ExpectedSeq int64 // Producer-Expected-Seq on a 409 gap, else -1
@@ -245,7 +245,7 @@ func (c *Client) CatchUp(ctx context.Context, name string) (CatchUpResult, error
 }
 
 // SSEEvent is one server-sent event: its type ("data" or "control") and its data lines joined
-// with "\n" (docs/server.md#streams, live=sse).
+// with "\n" (docs/server.md#sse).
 type SSEEvent struct {
 	Type string
 	Data []byte

@@ -1,5 +1,5 @@
 // Package wire holds the Durable Streams wire details that foldstream's server and client share,
-// in one place: header names, query parameters and the offset format (docs/server.md#streams).
+// in one place: header names, query parameters and the offset format (docs/server.md#offsets).
 // It imports nothing beyond the standard library, so the client stays importable on its own.
 package wire
 
