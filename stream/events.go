@@ -114,24 +114,24 @@ func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 		row.ID = id
 		m = &streamMem{Row: row}
 		t.stage(m)
+		s.streamCreated(t, path)
 	} else if err != nil {
 		return nil, err
 	}
-	if err := checkEventStream(&m.Row); err != nil {
+	if err := checkEventStream(&m.Row, m.Tail); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
 // checkEventStream refuses event appends to streams that cannot hold them.
-func checkEventStream(row *streamRow) error {
+func checkEventStream(row *streamRow, tail int64) error {
 	if row.State != 0 {
-		return foldstream.NewError(foldstream.CodeClosed, map[string]any{"path": row.Path},
+		return foldstream.NewError(foldstream.CodeStreamGone, map[string]any{"path": row.Path},
 			"append: stream %s was deleted", quotePath(row.Path))
 	}
 	if row.Closed {
-		return foldstream.NewError(foldstream.CodeClosed, map[string]any{"path": row.Path},
-			"append: stream %s is closed", quotePath(row.Path))
+		return streamClosedError(row.Path, tail)
 	}
 	if !isJSONContentType(row.ContentType) {
 		return foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},

@@ -38,6 +38,14 @@ func (l lazyTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, er
 	return d.ChildStreams(ctx, id)
 }
 
+func (l lazyTx) ListStreams(ctx context.Context, q driver.ListQuery) ([]driver.Stream, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.ListStreams(ctx, q)
+}
+
 func (l lazyTx) CountStreams(ctx context.Context) (int, error) {
 	d, err := l.t.begin()
 	if err != nil {

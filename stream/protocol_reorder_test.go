@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -83,8 +84,7 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	}
 	clk.Advance(DefaultProducerReorderWait)
 	err = <-done
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 || pe.ReceivedSeq != 3 {
+	if exp, got, _ := SequenceGapOf(err); !errors.Is(err, foldstream.ErrSequenceGap) || exp != 0 || got != 3 {
 		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
 	}
 }

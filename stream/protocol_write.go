@@ -105,19 +105,19 @@ const MaxMessagesPerRecord = 100000
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return nil, perr(KindBadRequest, "body is not valid JSON")
+		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
 	if !json.Valid(trimmed) {
-		return nil, perr(KindBadRequest, "body is not valid JSON")
+		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
 	var raws [][]byte
 	if trimmed[0] == '[' {
 		raws = splitArray(trimmed)
 		if len(raws) == 0 && !allowEmpty {
-			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
+			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
 		if len(raws) > MaxMessagesPerRecord {
-			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
+			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
 	} else {
 		raws = [][]byte{trimmed}
@@ -130,7 +130,7 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, r); err != nil {
-			return nil, perr(KindBadRequest, "body is not valid JSON")
+			return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 		}
 		out[i] = b.Bytes()
 	}
@@ -140,7 +140,7 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 // CreateStream creates a stream, or confirms an identical existing one.
 func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
-		return CreateResult{}, perr(KindBadRequest, "give a TTL or an expiry time, not both")
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
 	var res CreateResult
 	err := s.write(ctx, func(t *tx) error {
@@ -168,7 +168,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		}
 		switch lv {
 		case streamGone:
-			return CreateResult{}, perr(KindConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
+			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
 		case streamMissing:
 			if err := s.hardDelete(t, existing); err != nil {
 				return CreateResult{}, err
@@ -182,9 +182,8 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	if req.ForkedFrom != "" {
 		sm, err := s.liveStream(t, req.ForkedFrom)
 		if err != nil {
-			var pe *ProtocolError
-			if errors.As(err, &pe) && pe.Kind == KindGone {
-				return CreateResult{}, perr(KindConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
+			if errors.Is(err, foldstream.ErrStreamGone) {
+				return CreateResult{}, perr(foldstream.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
 			}
 			return CreateResult{}, err
 		}
@@ -194,7 +193,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
 		} else if MediaType(req.ContentType) != MediaType(src.ContentType) {
-			return CreateResult{}, perr(KindConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
+			return CreateResult{}, perr(foldstream.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
 			req.HasTTL, req.TTLSeconds = src.TTLSeconds.Valid, src.TTLSeconds.Int64
@@ -209,7 +208,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 
 	if existing != nil {
 		if !sameConfig(existing, src, req) {
-			return CreateResult{}, perr(KindConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
+			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
 		}
 		return CreateResult{Created: false, Info: infoOf(existing)}, nil
 	}
@@ -231,7 +230,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			forkOffset = req.ForkOffset
 		}
 		if forkOffset < 0 || forkOffset > src.Tail {
-			return CreateResult{}, perr(KindBadRequest, "fork offset is past the source's tail")
+			return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is past the source's tail")
 		}
 		// The tail is always a boundary, even with no message ending there: an event batch ending
 		// with an ephemeral moves the durable mark to the ephemeral's offset.
@@ -241,7 +240,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 				return CreateResult{}, err
 			}
 			if !ok {
-				return CreateResult{}, perr(KindBadRequest, "fork offset is not a record boundary of the source")
+				return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is not a record boundary of the source")
 			}
 		}
 		if req.ForkSubOffset > 0 {
@@ -251,7 +250,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, perr(KindBadRequest, "fork offsets need a fork source")
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offsets need a fork source")
 	}
 
 	nowMs := now.UnixMilli()
@@ -274,6 +273,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	m := &streamMem{Row: row, HighestAssigned: forkOffset, Tail: forkOffset}
 	t.stage(m)
 	t.afterCommit(func() { s.forgetAccess(id) })
+	s.streamCreated(t, req.Path)
 	if prefix != nil {
 		prefix.StreamID = id
 		if err := t.db.InsertRecord(t.ctx, *prefix); err != nil {
@@ -380,7 +380,7 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 		return nil, err
 	}
 	if n != sub {
-		return nil, perr(KindBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+		return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
 	return rec, nil
 }
@@ -457,12 +457,12 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 		var gapWake <-chan struct{}
 		err := s.write(ctx, func(t *tx) error {
 			var err error
-			res, err = s.appendTx(t, req, msgs, msgErr)
-			var pe *ProtocolError
-			if errors.As(err, &pe) && pe.Kind == KindSequenceGap && pe.streamID != 0 {
+			var gapStream int64
+			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
+			if gapStream != 0 && errors.Is(err, foldstream.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
-				gapWake = s.changed(pe.streamID)
+				gapWake = s.changed(gapStream)
 			}
 			return err
 		})
@@ -496,7 +496,9 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 // gap is still answered promptly.
 const DefaultProducerReorderWait = 25 * time.Millisecond
 
-func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error) (AppendResult, error) {
+// appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
+// stream's id, so AppendRecord can wait for the missing seqs.
+func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, gapStream *int64) (AppendResult, error) {
 	now := t.now
 	m, err := s.liveStream(t, req.Path)
 	if err != nil {
@@ -526,16 +528,16 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error) 
 			return AppendResult{Tail: m.Tail, Closed: true, Duplicate: true, Epoch: p.Epoch, Seq: p.Seq}, nil
 		}
 		if p != nil && known && p.Epoch < st.Epoch {
-			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.Epoch}
+			return AppendResult{}, staleEpochError(st.Epoch)
 		}
 		if closeOnly && p == nil {
 			return AppendResult{Tail: m.Tail, Closed: true}, nil
 		}
-		return AppendResult{}, &ProtocolError{Kind: KindClosed, Message: "stream is closed", Tail: m.Tail}
+		return AppendResult{}, streamClosedError(r.Path, m.Tail)
 	}
 
 	if !closeOnly && MediaType(req.ContentType) != MediaType(r.ContentType) {
-		return AppendResult{}, perr(KindConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
+		return AppendResult{}, perr(foldstream.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
 	// The producer decision table (docs/store.md#idempotent-producers). Validation proposes;
@@ -544,27 +546,30 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error) 
 		switch {
 		case !known:
 			if p.Seq != 0 {
-				return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: 0, ReceivedSeq: p.Seq, streamID: r.ID}
+				*gapStream = r.ID
+				return AppendResult{}, sequenceGapError(0, p.Seq)
 			}
 		case p.Epoch < st.Epoch:
-			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.Epoch}
+			return AppendResult{}, staleEpochError(st.Epoch)
 		case p.Epoch > st.Epoch:
 			if p.Seq != 0 {
-				return AppendResult{}, perr(KindBadRequest, "a new producer epoch must start at seq 0")
+				return AppendResult{}, perr(foldstream.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
 		case p.Seq <= st.LastSeq:
 			return AppendResult{Tail: m.Tail, Duplicate: true, Epoch: st.Epoch, Seq: st.LastSeq}, nil
 		case p.Seq > st.LastSeq+1:
-			return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: st.LastSeq + 1, ReceivedSeq: p.Seq, streamID: r.ID}
+			*gapStream = r.ID
+			return AppendResult{}, sequenceGapError(st.LastSeq+1, p.Seq)
 		}
 	}
 
 	if req.StreamSeq != "" && r.StreamSeq.Valid && req.StreamSeq <= r.StreamSeq.String {
-		return AppendResult{}, perr(KindConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
+		return AppendResult{}, perr(foldstream.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
 	}
 	if req.HasExpectedTail && req.ExpectedTail != m.Tail {
-		return AppendResult{}, &ProtocolError{Kind: KindConflict, Code: foldstream.CodeOffsetConflict,
-			Message: fmt.Sprintf("expected the stream's tail at %d, but it is at %d", req.ExpectedTail, m.Tail), Tail: m.Tail}
+		e := foldstream.OffsetConflictError(req.ExpectedTail, m.Tail)
+		e.Data[DataTail] = m.Tail
+		return AppendResult{}, e
 	}
 
 	if !closeOnly {
@@ -637,10 +642,6 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 	}
 	adm, after, through, err := s.admit(t, m, batch)
 	if err != nil {
-		var fe *foldstream.Error
-		if errors.As(err, &fe) && fe.Code == foldstream.CodeIdempotencyConflict {
-			return &ProtocolError{Kind: KindConflict, Code: foldstream.CodeIdempotencyConflict, Message: fe.Message}
-		}
 		return err
 	}
 	if through == after {

@@ -23,8 +23,10 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,11 +97,20 @@ type Store struct {
 
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
+
+	created createdListeners // OnStreamCreated's listeners (list.go)
+
+	lock *os.File // the exclusive lock on the database file, held until Close (lock.go)
 }
 
 // Open opens (creating if needed) the store in the SQLite file at path, migrating a file written
 // by an earlier schema (see docs/store.md#schema-and-migrations). The path ":memory:" opens a
 // private in-memory store, for tests.
+//
+// The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
+// second Open of the same file, from another process or this one, fails with
+// [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. That lock is
+// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]).
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Synchronous == "" {
 		opts.Synchronous = SyncFull
@@ -107,16 +118,26 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.Synchronous != SyncFull && opts.Synchronous != SyncNormal {
 		return nil, fmt.Errorf("open stream store: unknown synchronous mode %q (use FULL or NORMAL)", opts.Synchronous)
 	}
+	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
+	var lock *os.File
+	if path != ":memory:" {
+		var err error
+		if lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+	}
 	d, err := sqlitedriver.Open(sqlitedriver.Config{Path: path, Synchronous: string(opts.Synchronous), ReadConns: opts.ReadConns})
 	if err != nil {
+		unlockStore(lock) //nolint:errcheck // Open failed; report that error
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
 	}
 	s, err := OpenDriver(context.Background(), d, opts)
 	if err != nil {
 		d.Close()
+		unlockStore(lock) //nolint:errcheck // Open failed; report that error
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
 	}
-	s.path = path
+	s.path, s.lock = path, lock
 	return s, nil
 }
 
@@ -201,7 +222,7 @@ func (s *Store) Close() error {
 		close(s.writes)
 		s.writerWG.Wait()
 		s.stopListen()
-		s.closeErr = s.drv.Close()
+		s.closeErr = errors.Join(s.drv.Close(), unlockStore(s.lock))
 	})
 	return s.closeErr
 }

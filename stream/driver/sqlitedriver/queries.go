@@ -75,6 +75,21 @@ func (t *readTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, e
 	return t.streams(ctx, "load forks", `SELECT `+streamCols+` FROM streams s WHERE s.forked_from = ?`, id)
 }
 
+func (t *readTx) ListStreams(ctx context.Context, lq driver.ListQuery) ([]driver.Stream, error) {
+	q := `SELECT ` + streamCols + ` FROM streams s WHERE s.state = 0 AND s.path > ?`
+	if lq.Inclusive {
+		q = `SELECT ` + streamCols + ` FROM streams s WHERE s.state = 0 AND s.path >= ?`
+	}
+	args := []any{lq.From}
+	if lq.Below != "" {
+		q += ` AND s.path < ?`
+		args = append(args, lq.Below)
+	}
+	q += ` ORDER BY s.path LIMIT ?`
+	args = append(args, lq.Limit)
+	return t.streams(ctx, "list streams", q, args...)
+}
+
 func (t *readTx) CountStreams(ctx context.Context) (int, error) {
 	var n int
 	if err := t.q.queryRow(ctx, `SELECT count(*) FROM streams`).Scan(&n); err != nil {
