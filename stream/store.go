@@ -110,8 +110,9 @@ type Store struct {
 // The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
 // second Open of the same file, from another process or this one, fails with
 // [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. That lock is
-// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]).
-func Open(path string, opts Options) (*Store, error) {
+// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]). A file or directory the
+// store cannot write fails with [foldstream.CodeStoreReadOnly].
+func Open(path string, opts Options) (_ *Store, err error) {
 	if opts.Synchronous == "" {
 		opts.Synchronous = SyncFull
 	}
@@ -120,21 +121,33 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
 	var lock *os.File
+	defer func() {
+		if err != nil {
+			unlockStore(lock) //nolint:errcheck // Open failed; report that error
+			err = openFailure(path, err)
+		}
+	}()
 	if path != ":memory:" {
-		var err error
 		if lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+		// Prove the store can write, so a read-only file or directory is refused here and not
+		// by every write later (storage.go); the driver's probe checks the database itself.
+		if err := probeDirWritable(path); err != nil {
 			return nil, err
 		}
 	}
 	d, err := sqlitedriver.Open(sqlitedriver.Config{Path: path, Synchronous: string(opts.Synchronous), ReadConns: opts.ReadConns})
 	if err != nil {
-		unlockStore(lock) //nolint:errcheck // Open failed; report that error
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+	}
+	if err := d.ProbeWritable(context.Background()); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open stream store %s: prove the database takes writes: %w", path, err)
 	}
 	s, err := OpenDriver(context.Background(), d, opts)
 	if err != nil {
 		d.Close()
-		unlockStore(lock) //nolint:errcheck // Open failed; report that error
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
 	}
 	s.path, s.lock = path, lock
@@ -237,9 +250,6 @@ func (s *Store) readTx(ctx context.Context, fn func(q driver.Reader) error) erro
 	}
 	return s.drv.Read(ctx, fn)
 }
-
-// classifyStorageError gives a storage failure the user can act on its catalogue code.
-func classifyStorageError(err error) error { return err }
 
 // changed returns a channel that is closed at the next commit touching the stream with this id.
 // Take the channel before checking the condition you wait for, then wait on it, to never miss a

@@ -82,7 +82,8 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
-	return <-r.done
+	// A full disk fails a write with INSUFFICIENT_STORAGE: nothing of it was committed.
+	return classifyStorageErr(<-r.done)
 }
 
 func (s *Store) enqueue(ctx context.Context, r *writeReq) (err error) {
@@ -162,7 +163,9 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		if t.spSet {
 			if err != nil {
 				if rbErr := g.dtx.RollbackToSavepoint(ctx); rbErr != nil {
-					broken = fmt.Errorf("stream store: roll back a refused write: %w", rbErr)
+					// SQLite rolls the whole transaction back by itself after some errors (a full
+					// disk): keep that cause beside the rollback's own failure.
+					broken = fmt.Errorf("stream store: roll back a refused write: %w (after: %w)", rbErr, err)
 				}
 			}
 			if relErr := g.dtx.ReleaseSavepoint(ctx); relErr != nil && broken == nil {
@@ -201,7 +204,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		if broken != nil {
 			commitErr = broken
 		} else if err := g.dtx.Commit(ctx); err != nil {
-			commitErr = fmt.Errorf("stream store: commit: %w", classifyStorageError(err))
+			commitErr = fmt.Errorf("stream store: commit: %w", err)
 		} else {
 			s.commits.Add(1)
 		}
@@ -261,7 +264,7 @@ func (t *tx) begin() (driver.WriteTx, error) {
 	if t.g.dtx == nil {
 		dtx, err := t.g.w.Begin(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("stream store: begin: %w", classifyStorageError(err))
+			return nil, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
 	}
