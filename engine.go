@@ -77,6 +77,9 @@ type Runner interface {
 	ReducedThroughOffset() int64
 	// Drain waits until the serial chain is idle and every background attempt settled, or ctx ends.
 	Drain(ctx context.Context) error
+	// Close cancels the engine's running work and background attempts, waits for them, and makes
+	// every later call fail with code CLOSED (see [Engine.Close]).
+	Close(ctx context.Context) error
 }
 
 // BatchQueuer is implemented by *Engine. QueueEventBatch records the push's head and queues it on
@@ -147,6 +150,12 @@ type Engine[S any] struct {
 	revivesWhileBusy int
 	claimTail        chan struct{}
 	changed          chan struct{}
+
+	// closed is set by Close. closing is closed by Close and ends every chain unit's and every
+	// background attempt's context (see [Engine.Close]).
+	closed      bool
+	closing     context.Context
+	stopClosing context.CancelFunc
 }
 
 // NewEngine loads p's checkpoint and returns its engine (spec §5.2). It fails only when the
@@ -165,6 +174,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(),
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
+	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	if e.clock == nil {
 		e.clock = SystemClock{}
 	}
@@ -245,6 +255,11 @@ func (e *Engine[S]) signalLocked() {
 func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) error) <-chan error {
 	u := &unit{ctx: ctx, run: run, done: make(chan error, 1)}
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		u.done <- e.closedError()
+		return u.done
+	}
 	e.queue = append(e.queue, u)
 	if !e.running {
 		e.running = true
@@ -266,23 +281,61 @@ func (e *Engine[S]) work() {
 		u := e.queue[0]
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
-		latch := e.latch
+		latch, closed := e.latch, e.closed
 		e.active = 1
 		e.mu.Unlock()
 		var err error
 		switch {
+		case closed:
+			err = e.closedError()
 		case latch != nil:
 			err = latch
 		case u.ctx.Err() != nil:
 			err = u.ctx.Err()
 		default:
-			err = callGuarded(func() error { return u.run(u.ctx) })
+			ctx, stop := e.bindToClose(u.ctx)
+			err = callGuarded(func() error { return u.run(ctx) })
+			stop()
 		}
 		e.mu.Lock()
 		e.active = 0
 		e.mu.Unlock()
 		u.done <- err
 	}
+}
+
+// bindToClose returns ctx, cancelled also when the engine closes.
+func (e *Engine[S]) bindToClose(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.closing, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+func (e *Engine[S]) closedError() *Error {
+	return NewError(CodeClosed, map[string]any{"slug": e.c.Slug()}, "engine %s is closed", quoteJSON(e.c.Slug()))
+}
+
+func (e *Engine[S]) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Close stops the engine: later calls fail with code CLOSED (ErrClosed), queued units fail with it
+// without running, waiters of WaitUntilProcessed are released with it, and the contexts of the
+// running unit (its blockers included) and of every background attempt are cancelled. Close then
+// waits until the running unit, the background attempts, the claims and the live-state deltas have
+// settled, or ctx ends (it returns ctx.Err() then; call it again to keep waiting).
+//
+// A claim taken for background work is never released after Close: work that Close cancelled is
+// revived by the next incarnation, whose at-head pass recovers it from state. Close is idempotent.
+func (e *Engine[S]) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.signalLocked()
+	e.mu.Unlock()
+	e.stopClosing()
+	return e.Drain(ctx)
 }
 
 func await(ctx context.Context, ch <-chan error) error {
@@ -579,14 +632,16 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 		e.queueClaimLocked(e.clock.Now().Add(ReviveAfter))
 	}
 	e.mu.Unlock()
+	wctx, stop := e.bindToClose(context.WithoutCancel(ctx))
 	go func() {
-		err := callGuarded(func() error { return work(context.WithoutCancel(ctx)) })
+		err := callGuarded(func() error { return work(wctx) })
+		stop()
 		if err != nil {
 			report(e.rep, SiteBackground, err, slog.String("slug", e.c.Slug()))
 		}
 		e.mu.Lock()
 		e.inFlight--
-		if e.inFlight == 0 {
+		if e.inFlight == 0 && !e.closed {
 			e.revivesWhileBusy = 0
 			e.queueClaimLocked(time.Time{})
 		}
@@ -672,6 +727,9 @@ func (e *Engine[S]) reducedThroughShownHead() bool {
 }
 
 func (e *Engine[S]) gate(ctx context.Context) error {
+	if e.isClosed() {
+		return e.closedError()
+	}
 	if e.reducedThroughShownHead() {
 		return nil
 	}
@@ -736,8 +794,11 @@ func (e *Engine[S]) PublishLiveState() {
 	e.pubMu.Lock()
 	defer e.pubMu.Unlock()
 	e.mu.Lock()
-	state := e.state
+	state, closed := e.state, e.closed
 	e.mu.Unlock()
+	if closed {
+		return
+	}
 	v, err := e.project(state)
 	if err != nil {
 		return
@@ -753,6 +814,10 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 		timeout = DefaultWaitTimeout
 	}
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return e.closedError()
+	}
 	if e.cursor >= offset {
 		e.mu.Unlock()
 		return nil
@@ -790,6 +855,11 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 				return nil
 			}
 			return ctx.Err()
+		case <-e.closing.Done():
+			if !remove() {
+				return nil
+			}
+			return e.closedError()
 		}
 	}
 }

@@ -4,7 +4,25 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strings"
 )
+
+// ProcessorKeyPrefix begins the idempotency key of every event a processor emits through
+// [ProcessEventArgs.Append]: the engine stores the key the processor gave (usually
+// "<slug>/<key>" from [Base.IdempotencyKey]) as ProcessorKeyPrefix + key. The server refuses HTTP
+// writes whose key starts with it (code RESERVED_IDEMPOTENCY_KEY), so no outside writer can take a
+// key a processor will emit and wedge it with a conflict (docs/engine.md#emitted-idempotency-keys).
+const ProcessorKeyPrefix = "processor:"
+
+// ProcessorKey returns key in the processor namespace: ProcessorKeyPrefix + key, or key itself when
+// it is empty or already carries the prefix. The engine applies it to every emitted event, so a
+// retried batch that emits the same key dedupes against the first attempt's event.
+func ProcessorKey(key string) string {
+	if key == "" || strings.HasPrefix(key, ProcessorKeyPrefix) {
+		return key
+	}
+	return ProcessorKeyPrefix + key
+}
 
 // SameIdempotentEvent reports whether a retried input names the same event as an existing one
 // (spec §13.4): equal type, deep-equal payload and deep-equal metadata, key order irrelevant.

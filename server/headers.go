@@ -15,8 +15,8 @@ const (
 	// this offset, or the append is refused with 409 and Foldstream-Error-Code OFFSET_CONFLICT
 	// (the stream's tail in Stream-Next-Offset).
 	HeaderExpectedOffset = "Foldstream-Expected-Offset"
-	// HeaderErrorCode carries a foldstream error code on 409s that have one (OFFSET_CONFLICT,
-	// IDEMPOTENCY_CONFLICT).
+	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
+	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldstream.Code).
 	HeaderErrorCode = "Foldstream-Error-Code"
 )
 

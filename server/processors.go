@@ -143,20 +143,19 @@ func liveSeedJSON(live foldstream.LiveSnapshot) []byte {
 }
 
 func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, err error) {
-	code := foldstream.CodeOf(err)
-	if code != "" {
-		w.Header().Set(HeaderErrorCode, string(code))
-	}
+	code, status, ok := statusOf(err)
 	switch {
-	case errors.Is(err, host.ErrNotRegistered):
-		writeError(w, http.StatusNotFound, "no processor with this slug runs on this stream")
-	case code == foldstream.CodeProcessTimeout || code == foldstream.CodeWaitTimeout:
-		writeError(w, http.StatusGatewayTimeout, err.Error())
-	case code == foldstream.CodeClosed:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case ok:
+		w.Header().Set(HeaderErrorCode, string(code))
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, status, err.Error())
 	case r.Context().Err() != nil:
 	default:
+		if code != "" {
+			w.Header().Set(HeaderErrorCode, string(code))
+		}
 		s.log.Error("processor request failed", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusInternalServerError, "internal error")
 	}

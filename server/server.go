@@ -224,54 +224,46 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	_, _ = w.Write([]byte(msg + "\n"))
 }
 
-// writeStoreError maps a store error to its HTTP answer.
+// writeStoreError maps a store error to its HTTP answer (statuses from the table in errors.go).
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
-	var pe *stream.ProtocolError
-	if errors.As(err, &pe) {
-		h := w.Header()
-		switch pe.Kind {
-		case stream.KindNotFound:
-			writeError(w, http.StatusNotFound, pe.Message)
-		case stream.KindGone:
-			writeError(w, http.StatusGone, pe.Message)
-		case stream.KindBadRequest:
-			writeError(w, http.StatusBadRequest, pe.Message)
-		case stream.KindTooLarge:
-			writeError(w, http.StatusRequestEntityTooLarge, pe.Message)
-		case stream.KindClosed:
-			h.Set("Stream-Closed", "true")
-			h.Set("Stream-Next-Offset", FormatOffset(pe.Tail))
-			writeError(w, http.StatusConflict, pe.Message)
-		case stream.KindStaleEpoch:
-			h.Set("Producer-Epoch", itoa(pe.Epoch))
-			writeError(w, http.StatusForbidden, pe.Message)
-		case stream.KindSequenceGap:
-			h.Set("Producer-Expected-Seq", itoa(pe.ExpectedSeq))
-			h.Set("Producer-Received-Seq", itoa(pe.ReceivedSeq))
-			writeError(w, http.StatusConflict, pe.Message)
-		default:
-			if pe.Code == foldstream.CodeOffsetConflict {
-				h.Set("Stream-Next-Offset", FormatOffset(pe.Tail))
-			}
-			if pe.Code != "" {
-				h.Set(HeaderErrorCode, string(pe.Code))
-			}
-			writeError(w, http.StatusConflict, pe.Message)
-		}
-		return
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if r.Context().Err() != nil {
+	code, status, ok := statusOf(err)
+	if !ok {
+		if (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && r.Context().Err() != nil {
 			return // the client is gone
 		}
-	}
-	if errors.Is(err, stream.ErrStoreClosed) {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "server is shutting down")
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
-	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal error")
+	h := w.Header()
+	h.Set(HeaderErrorCode, string(code))
+	msg := err.Error()
+	switch code {
+	case foldstream.CodeStreamClosed:
+		h.Set("Stream-Closed", "true")
+		if tail, ok := stream.TailOf(err); ok {
+			h.Set("Stream-Next-Offset", FormatOffset(tail))
+		}
+	case foldstream.CodeOffsetConflict:
+		if tail, ok := stream.TailOf(err); ok {
+			h.Set("Stream-Next-Offset", FormatOffset(tail))
+		}
+	case foldstream.CodeStaleEpoch:
+		if epoch, ok := stream.EpochOf(err); ok {
+			h.Set("Producer-Epoch", itoa(epoch))
+		}
+	case foldstream.CodeSequenceGap:
+		if expected, received, ok := stream.SequenceGapOf(err); ok {
+			h.Set("Producer-Expected-Seq", itoa(expected))
+			h.Set("Producer-Received-Seq", itoa(received))
+		}
+	case foldstream.CodeClosed:
+		msg = "server is shutting down"
+	}
+	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", "1")
+	}
+	writeError(w, status, msg)
 }
 
 // statusRecorder records the status and size of a response for the request log.

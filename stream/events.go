@@ -206,12 +206,11 @@ func (s *Store) forgetCachedRow(tx *Tx, path string) {
 // checkEventStream refuses event appends to streams that cannot hold them.
 func checkEventStream(row *streamRow) error {
 	if row.State != 0 {
-		return foldstream.NewError(foldstream.CodeClosed, map[string]any{"path": row.Path},
+		return foldstream.NewError(foldstream.CodeStreamGone, map[string]any{"path": row.Path},
 			"append: stream %s was deleted", quotePath(row.Path))
 	}
 	if row.Closed {
-		return foldstream.NewError(foldstream.CodeClosed, map[string]any{"path": row.Path},
-			"append: stream %s is closed", quotePath(row.Path))
+		return streamClosedError(row.Path, row.Tail)
 	}
 	if !isJSONContentType(row.ContentType) {
 		return foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},

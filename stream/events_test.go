@@ -474,8 +474,8 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if _, err := s.Append(context.Background(), "/bytes", ev("x")); !errors.Is(err, foldstream.ErrInvalidEvent) {
 		t.Fatalf("text stream: got %v, want INVALID_EVENT", err)
 	}
-	if _, err := s.Append(context.Background(), "/closed", ev("x")); !errors.Is(err, foldstream.ErrClosed) {
-		t.Fatalf("closed stream: got %v, want CLOSED", err)
+	if _, err := s.Append(context.Background(), "/closed", ev("x")); !errors.Is(err, foldstream.ErrStreamClosed) {
+		t.Fatalf("closed stream: got %v, want STREAM_CLOSED", err)
 	}
 	// A stream the writer has cached, closed afterwards by the protocol side, refuses too.
 	mustAppend(t, s, "/later", ev("x"))
@@ -485,8 +485,8 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(context.Background(), "/later", ev("y")); !errors.Is(err, foldstream.ErrClosed) {
-		t.Fatalf("cached stream closed later: got %v, want CLOSED", err)
+	if _, err := s.Append(context.Background(), "/later", ev("y")); !errors.Is(err, foldstream.ErrStreamClosed) {
+		t.Fatalf("cached stream closed later: got %v, want STREAM_CLOSED", err)
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 1 {
 		t.Fatalf("rows: got %d, want 1", n)

@@ -33,80 +33,6 @@ import (
 // fire-and-forget write. POSTs persist it in their own transaction. After a crash a stream may
 // therefore look up to about a second less recently read than it was.
 
-// ProtocolErrorKind classifies a protocol refusal; package server maps each kind to a status.
-type ProtocolErrorKind int
-
-// Protocol error kinds.
-const (
-	// KindNotFound: the stream (or a fork source) is missing or expired (404).
-	KindNotFound ProtocolErrorKind = iota + 1
-	// KindGone: the stream is soft-deleted, or expired while forks still use it (410).
-	KindGone
-	// KindConflict: configuration mismatch, content-type mismatch, Stream-Seq regression,
-	// soft-deleted path or fork source, idempotency or offset conflict (409).
-	KindConflict
-	// KindBadRequest: the request is malformed for this stream (400).
-	KindBadRequest
-	// KindClosed: the stream is closed; Tail holds the final tail (409 with Stream-Closed).
-	KindClosed
-	// KindStaleEpoch: the producer's epoch is older than the stream's; Epoch holds the current
-	// one (403).
-	KindStaleEpoch
-	// KindSequenceGap: the producer skipped sequence numbers; ExpectedSeq and ReceivedSeq say how
-	// (409).
-	KindSequenceGap
-	// KindTooLarge: the request holds too much (413).
-	KindTooLarge
-)
-
-// ProtocolError is a refusal by the protocol view, carrying the data the HTTP answer needs.
-type ProtocolError struct {
-	// Kind classifies the refusal.
-	Kind ProtocolErrorKind
-	// Code is an optional foldstream error code (for example OFFSET_CONFLICT).
-	Code foldstream.Code
-	// Message is a short lowercase description.
-	Message string
-	// Tail is the stream's tail (KindClosed).
-	Tail int64
-	// Epoch is the producer's current epoch (KindStaleEpoch).
-	Epoch int64
-	// ExpectedSeq and ReceivedSeq describe a sequence gap (KindSequenceGap).
-	ExpectedSeq, ReceivedSeq int64
-
-	// streamID names the stream a sequence gap was found on, so AppendRecord can wait for it.
-	streamID int64
-}
-
-// Error returns the message.
-func (e *ProtocolError) Error() string {
-	if e.Message == "" {
-		return fmt.Sprintf("stream protocol error kind %d", e.Kind)
-	}
-	return e.Message
-}
-
-// Is matches a sentinel ProtocolError (one without a message) of the same kind.
-func (e *ProtocolError) Is(target error) bool {
-	t, ok := target.(*ProtocolError)
-	return ok && t.Message == "" && t.Kind == e.Kind
-}
-
-// Sentinels for errors.Is.
-var (
-	ErrStreamNotFound = &ProtocolError{Kind: KindNotFound}
-	ErrStreamGone     = &ProtocolError{Kind: KindGone}
-	ErrConflict       = &ProtocolError{Kind: KindConflict}
-	ErrBadRequest     = &ProtocolError{Kind: KindBadRequest}
-	ErrStreamClosed   = &ProtocolError{Kind: KindClosed}
-	ErrStaleEpoch     = &ProtocolError{Kind: KindStaleEpoch}
-	ErrSequenceGap    = &ProtocolError{Kind: KindSequenceGap}
-)
-
-func perr(kind ProtocolErrorKind, format string, args ...any) *ProtocolError {
-	return &ProtocolError{Kind: kind, Message: fmt.Sprintf(format, args...)}
-}
-
 // StreamInfo is a stream's protocol metadata.
 type StreamInfo struct {
 	// Path is the stream's path in the store.
@@ -309,7 +235,7 @@ func (s *Store) judge(q querier, r *streamRow, now time.Time) (liveness, error) 
 func (s *Store) loadLive(q querier, path string, now time.Time) (*streamRow, error) {
 	r, err := loadStreamByPath(q, path)
 	if errors.Is(err, errNoStream) {
-		return nil, perr(KindNotFound, "stream %s not found", quotePath(path))
+		return nil, perr(foldstream.CodeStreamNotFound, "stream %s not found", quotePath(path))
 	}
 	if err != nil {
 		return nil, err
@@ -320,9 +246,9 @@ func (s *Store) loadLive(q querier, path string, now time.Time) (*streamRow, err
 	}
 	switch lv {
 	case streamMissing:
-		return nil, perr(KindNotFound, "stream %s not found", quotePath(path))
+		return nil, perr(foldstream.CodeStreamNotFound, "stream %s not found", quotePath(path))
 	case streamGone:
-		return nil, perr(KindGone, "stream %s is deleted; its forks still read it", quotePath(path))
+		return nil, perr(foldstream.CodeStreamGone, "stream %s is deleted; its forks still read it", quotePath(path))
 	}
 	return r, nil
 }

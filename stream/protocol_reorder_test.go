@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream"
 )
 
 // Pipelined producer requests may reach the writer out of order. A request whose seq is ahead of
@@ -63,8 +65,7 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	start := time.Now()
 	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 		Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 || pe.ReceivedSeq != 3 {
+	if exp, got, _ := SequenceGapOf(err); !errors.Is(err, foldstream.ErrSequenceGap) || exp != 0 || got != 3 {
 		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
 	}
 	if waited := time.Since(start); waited < DefaultProducerReorderWait {

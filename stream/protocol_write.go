@@ -105,19 +105,19 @@ const MaxMessagesPerRecord = 100000
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return nil, perr(KindBadRequest, "body is not valid JSON")
+		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
 	if !json.Valid(trimmed) {
-		return nil, perr(KindBadRequest, "body is not valid JSON")
+		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
 	var raws [][]byte
 	if trimmed[0] == '[' {
 		raws = splitArray(trimmed)
 		if len(raws) == 0 && !allowEmpty {
-			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
+			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
 		if len(raws) > MaxMessagesPerRecord {
-			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
+			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
 	} else {
 		raws = [][]byte{trimmed}
@@ -130,7 +130,7 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, r); err != nil {
-			return nil, perr(KindBadRequest, "body is not valid JSON")
+			return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 		}
 		out[i] = b.Bytes()
 	}
@@ -140,7 +140,7 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 // CreateStream creates a stream, or confirms an identical existing one.
 func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
-		return CreateResult{}, perr(KindBadRequest, "give a TTL or an expiry time, not both")
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
 	var res CreateResult
 	err := s.write(ctx, func(tx *Tx) error {
@@ -164,7 +164,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 		}
 		switch lv {
 		case streamGone:
-			return CreateResult{}, perr(KindConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
+			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
 		case streamMissing:
 			if err := s.hardDelete(tx, existing); err != nil {
 				return CreateResult{}, err
@@ -178,16 +178,15 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 	if req.ForkedFrom != "" {
 		src, err = s.loadLive(tx, req.ForkedFrom, now)
 		if err != nil {
-			var pe *ProtocolError
-			if errors.As(err, &pe) && pe.Kind == KindGone {
-				return CreateResult{}, perr(KindConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
+			if errors.Is(err, foldstream.ErrStreamGone) {
+				return CreateResult{}, perr(foldstream.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
 			}
 			return CreateResult{}, err
 		}
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
 		} else if MediaType(req.ContentType) != MediaType(src.ContentType) {
-			return CreateResult{}, perr(KindConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
+			return CreateResult{}, perr(foldstream.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
 			req.HasTTL, req.TTLSeconds = src.TTLSeconds.Valid, src.TTLSeconds.Int64
@@ -202,7 +201,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 
 	if existing != nil {
 		if !sameConfig(existing, src, req) {
-			return CreateResult{}, perr(KindConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
+			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
 		}
 		return CreateResult{Created: false, Info: infoOf(existing)}, nil
 	}
@@ -224,7 +223,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 			forkOffset = req.ForkOffset
 		}
 		if forkOffset < 0 || forkOffset > src.Tail {
-			return CreateResult{}, perr(KindBadRequest, "fork offset is past the source's tail")
+			return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is past the source's tail")
 		}
 		// The tail is always a boundary, even with no entry ending there: an event batch ending
 		// with an ephemeral moves the durable mark to the ephemeral's offset, which has no row.
@@ -234,7 +233,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 				return CreateResult{}, err
 			}
 			if len(at) == 0 || at[0].Offset != forkOffset {
-				return CreateResult{}, perr(KindBadRequest, "fork offset is not a record boundary of the source")
+				return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is not a record boundary of the source")
 			}
 		}
 		if req.ForkSubOffset > 0 {
@@ -244,7 +243,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, perr(KindBadRequest, "fork offsets need a fork source")
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offsets need a fork source")
 	}
 
 	var ttl, expires sql.NullInt64
@@ -359,7 +358,7 @@ func splitRecord(q querier, src *streamRow, at, sub int64, isJSON bool) ([]entry
 			out = append(out, e)
 		}
 		if int64(len(out)) != sub {
-			return nil, perr(KindBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+			return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 		}
 		return out, nil
 	}
@@ -368,7 +367,7 @@ func splitRecord(q querier, src *streamRow, at, sub int64, isJSON bool) ([]entry
 		return nil, err
 	}
 	if len(rows) == 0 || rows[0].RecordStart != at || int64(len(rows[0].Body)) < sub {
-		return nil, perr(KindBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+		return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
 	e := rows[0]
 	return []entry{{Offset: at + sub, RecordStart: at, CreatedMs: e.CreatedMs, Body: e.Body[:sub]}}, nil
@@ -523,12 +522,12 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 		var gapWake <-chan struct{}
 		err := s.write(ctx, func(tx *Tx) error {
 			var err error
-			res, err = s.appendTx(tx, req, msgs, msgErr)
-			var pe *ProtocolError
-			if errors.As(err, &pe) && pe.Kind == KindSequenceGap && pe.streamID != 0 {
+			var gapStream int64
+			res, err = s.appendTx(tx, req, msgs, msgErr, &gapStream)
+			if gapStream != 0 && errors.Is(err, foldstream.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
-				gapWake = s.changed(pe.streamID)
+				gapWake = s.changed(gapStream)
 			}
 			return err
 		})
@@ -560,7 +559,9 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 // gap is still answered promptly.
 const DefaultProducerReorderWait = 25 * time.Millisecond
 
-func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error) (AppendResult, error) {
+// appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
+// stream's id, so AppendRecord can wait for the missing seqs.
+func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error, gapStream *int64) (AppendResult, error) {
 	now := tx.Now()
 	r, err := s.loadLive(tx, req.Path, now)
 	if err != nil {
@@ -587,16 +588,16 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 			return AppendResult{Tail: r.Tail, Closed: true, Duplicate: true, Epoch: p.Epoch, Seq: p.Seq}, nil
 		}
 		if p != nil && st.known && p.Epoch < st.epoch {
-			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.epoch}
+			return AppendResult{}, staleEpochError(st.epoch)
 		}
 		if closeOnly && p == nil {
 			return AppendResult{Tail: r.Tail, Closed: true}, nil
 		}
-		return AppendResult{}, &ProtocolError{Kind: KindClosed, Message: "stream is closed", Tail: r.Tail}
+		return AppendResult{}, streamClosedError(r.Path, r.Tail)
 	}
 
 	if !closeOnly && MediaType(req.ContentType) != MediaType(r.ContentType) {
-		return AppendResult{}, perr(KindConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
+		return AppendResult{}, perr(foldstream.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
 	// Producer decision table (spec §20.2). Validation proposes; nothing changes until the data
@@ -605,27 +606,30 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 		switch {
 		case !st.known:
 			if p.Seq != 0 {
-				return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: 0, ReceivedSeq: p.Seq, streamID: r.ID}
+				*gapStream = r.ID
+				return AppendResult{}, sequenceGapError(0, p.Seq)
 			}
 		case p.Epoch < st.epoch:
-			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.epoch}
+			return AppendResult{}, staleEpochError(st.epoch)
 		case p.Epoch > st.epoch:
 			if p.Seq != 0 {
-				return AppendResult{}, perr(KindBadRequest, "a new producer epoch must start at seq 0")
+				return AppendResult{}, perr(foldstream.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
 		case p.Seq <= st.lastSeq:
 			return AppendResult{Tail: r.Tail, Duplicate: true, Epoch: st.epoch, Seq: st.lastSeq}, nil
 		case p.Seq > st.lastSeq+1:
-			return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: st.lastSeq + 1, ReceivedSeq: p.Seq, streamID: r.ID}
+			*gapStream = r.ID
+			return AppendResult{}, sequenceGapError(st.lastSeq+1, p.Seq)
 		}
 	}
 
 	if req.StreamSeq != "" && r.StreamSeq.Valid && req.StreamSeq <= r.StreamSeq.String {
-		return AppendResult{}, perr(KindConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
+		return AppendResult{}, perr(foldstream.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
 	}
 	if req.HasExpectedTail && req.ExpectedTail != r.Tail {
-		return AppendResult{}, &ProtocolError{Kind: KindConflict, Code: foldstream.CodeOffsetConflict,
-			Message: fmt.Sprintf("expected the stream's tail at %d, but it is at %d", req.ExpectedTail, r.Tail), Tail: r.Tail}
+		e := foldstream.OffsetConflictError(req.ExpectedTail, r.Tail)
+		e.Data[DataTail] = r.Tail
+		return AppendResult{}, e
 	}
 
 	m, err := tx.Mem(r.ID, memLoader(r))
@@ -744,7 +748,7 @@ func dedupeEvents(tx *Tx, r *streamRow, msgs [][]byte) ([][]byte, []string, erro
 		anyKey = true
 		if prev, ok := seen[key]; ok {
 			if !foldstream.SameIdempotentEvent(foldstream.Event{Type: prev.Type, Payload: prev.Payload, Metadata: prev.Metadata}, in) {
-				return nil, nil, idempotencyConflict(key, 0)
+				return nil, nil, foldstream.IdempotencyConflictError(key, 0)
 			}
 			continue
 		}
@@ -754,7 +758,7 @@ func dedupeEvents(tx *Tx, r *streamRow, msgs [][]byte) ([][]byte, []string, erro
 		}
 		if found {
 			if !foldstream.SameIdempotentEvent(existing, in) {
-				return nil, nil, idempotencyConflict(key, existing.Offset)
+				return nil, nil, foldstream.IdempotencyConflictError(key, existing.Offset)
 			}
 		} else {
 			kept = append(kept, msg)
@@ -766,9 +770,4 @@ func dedupeEvents(tx *Tx, r *streamRow, msgs [][]byte) ([][]byte, []string, erro
 		return msgs, nil, nil
 	}
 	return kept, keys, nil
-}
-
-func idempotencyConflict(key string, off int64) *ProtocolError {
-	return &ProtocolError{Kind: KindConflict, Code: foldstream.CodeIdempotencyConflict,
-		Message: fmt.Sprintf("idempotency key %q already names a different event (offset %d)", key, off)}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/bench"
+	"github.com/foldstream/foldstream/internal/bench"
 )
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/foldstream/foldstream/bench"
+	"github.com/foldstream/foldstream/internal/bench"
 )
 
 func TestMessageHasExactSizeAndIsJSON(t *testing.T) {

@@ -66,7 +66,7 @@ func StartFoldstream(ctx context.Context, c FoldstreamConfig) (*Target, error) {
 // ReferenceConfig says how to start the reference server.
 type ReferenceConfig struct {
 	Node            string // node executable; defaults to "node"
-	Dir             string // bench/refserver, holding start.mjs and node_modules
+	Dir             string // internal/refserver, holding server.mjs and node_modules
 	DataDir         string // the file-backed store's directory
 	LongPollTimeout time.Duration
 }
@@ -89,7 +89,7 @@ func StartReference(ctx context.Context, c ReferenceConfig) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(node, filepath.Join(dir, "start.mjs"),
+	cmd := exec.Command(node, filepath.Join(dir, "server.mjs"),
 		"--port", strconv.Itoa(port),
 		"--data-dir", c.DataDir,
 		"--long-poll-timeout-ms", strconv.FormatInt(c.LongPollTimeout.Milliseconds(), 10),

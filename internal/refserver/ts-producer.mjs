@@ -1,4 +1,5 @@
-// Measures the TypeScript IdempotentProducer (@durable-streams/client, pinned in package.json)
+// Measures the TypeScript IdempotentProducer (@durable-streams/client, pinned in package.json),
+// run by bench/producer
 // with its default options: node ts-producer.mjs <stream-url> <messages> <bytes-per-message>.
 // The stream must exist (application/json). Prints one JSON line with the result.
 import { DurableStream, IdempotentProducer } from "@durable-streams/client"

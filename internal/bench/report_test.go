@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream/bench"
+	"github.com/foldstream/foldstream/internal/bench"
 )
 
 func TestWriteMarkdownQuotesMediansAndRatios(t *testing.T) {

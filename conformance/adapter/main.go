@@ -1,6 +1,7 @@
-// Command conformance-adapter drives foldstream's Go client from the upstream Durable Streams client
-// conformance suite. It reads one JSON command per line on stdin and writes exactly one JSON result
-// per line on stdout, as spec §24 describes; the suite starts it with the adapter's path. It also
+// Command adapter drives foldstream's Go client from the upstream Durable Streams client
+// conformance suite (test tooling, not part of foldstream's API). It reads one JSON command per
+// line on stdin and writes exactly one JSON result per line on stdout, the suite's adapter
+// protocol; the suite starts it with the adapter's path (`go build -o adapter ./conformance/adapter`). It also
 // answers the suite's benchmark commands (benchmark.go). Features
 // reported: batching, sse, longPoll, auto, streaming, dynamicHeaders. Not reported: retryOptions
 // (the suite's explicit-zero rules differ from RetryPolicy, where zero selects the default),
