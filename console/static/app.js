@@ -68,9 +68,11 @@ function plural(n, word) {
   return `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
 }
 
+// tailText shows a stream's tail: a byte count for byte and text streams; for JSON streams the
+// offset, which counts messages and the processors' ephemeral events (docs/server.md).
 function tailText(s) {
   const n = offsetPosition(s.tail);
-  return isJSONType(s.contentType) ? plural(n, "message") : plural(n, "byte");
+  return isJSONType(s.contentType) ? n.toLocaleString() : plural(n, "byte");
 }
 
 // streamURL turns a store path ("/carts/1") into its URL under the stream prefix.
@@ -281,6 +283,7 @@ function listView(main, prefix, signal) {
   let limit = 100;
   let next = "";
   const rows = new Map(); // path → {tr, tail}
+  let loaded = false; // rows of the first answer do not flash
   const render = (streams) => {
     const seen = new Set();
     let before = null;
@@ -299,7 +302,7 @@ function listView(main, prefix, signal) {
         );
         r = { tr, tail: null };
         rows.set(s.path, r);
-        if (rows.size > 1 || body.children.length > 0) flash(tr);
+        if (loaded) flash(tr);
       }
       const [, typeTd, tailTd, whenTd] = r.tr.children;
       typeTd.firstChild.textContent = shortType(s.contentType);
@@ -313,6 +316,7 @@ function listView(main, prefix, signal) {
       body.insertBefore(r.tr, before);
       before = r.tr;
     }
+    loaded = true;
     for (const [p, r] of rows) {
       if (!seen.has(p)) {
         r.tr.remove();
@@ -382,7 +386,7 @@ function streamView(main, p, signal) {
   const renderMeta = () => {
     meta.replaceChildren(
       el("span", { class: "chip", title: info.contentType, text: shortType(info.contentType) }),
-      el("span", { title: info.tail }, "tail ", el("b", { text: tailText(info) })),
+      el("span", { title: info.tail }, isJSONType(info.contentType) ? "tail offset " : "tail ", el("b", { text: tailText(info) })),
       el("span", { title: info.createdAt || "" }, "created ", el("b", { text: ago(info.createdAt) })),
       info.closed ? el("span", { class: "chip closed", text: "closed" }) : "",
     );
@@ -498,9 +502,9 @@ async function followMessages(p, info, list, note, signal) {
   const tail = offsetPosition(info.tail);
   const span = json ? FIRST_MESSAGES : 16384;
   let pos = Math.max(0, tail - span);
-  note.textContent = pos > 0 ? `Showing from ${json ? "message" : "byte"} ${pos.toLocaleString()} on; newest first.` : "Newest first.";
+  note.textContent = pos > 0 ? `Showing from ${json ? "offset" : "byte"} ${pos.toLocaleString()} on; newest first.` : "Newest first.";
   const add = (label, content) => {
-    const li = el("li", {}, el("span", { class: "off", text: label }), content);
+    const li = el("li", {}, label ? el("span", { class: "off", text: label }) : "", content);
     list.prepend(li);
     if (list.children.length > KEEP_MESSAGES) list.lastElementChild.remove();
     return li;
@@ -529,7 +533,9 @@ async function followMessages(p, info, list, note, signal) {
             } catch {
               arr = [ev.data];
             }
-            for (const m of Array.isArray(arr) ? arr : [arr]) fresh.push(add("#" + (pos + fresh.length + 1), messageNode(m)));
+            // No per-message offsets: the processors' ephemeral events take offsets too, so
+            // counting messages would mislabel them.
+            for (const m of Array.isArray(arr) ? arr : [arr]) fresh.push(add("", messageNode(m)));
           } else if (text) {
             fresh.push(add("@" + pos, el("code", { class: "text", text: ev.data })));
           } else {
