@@ -44,3 +44,24 @@ func statusOf(err error) (foldstream.Code, int, bool) {
 	status, ok := statusByCode[code]
 	return code, status, ok
 }
+
+// writeCoded answers a refusal with code in the protocol's error shape: the status from
+// statusByCode, the code in Foldstream-Error-Code, a plain-text message; 503s carry Retry-After
+// (retryAfter seconds, at least 1) and 401s a Bearer challenge. It returns false, writing
+// nothing, when the table has no status for code.
+func writeCoded(w http.ResponseWriter, code foldstream.Code, msg string, retryAfter int) bool {
+	status, ok := statusByCode[code]
+	if !ok {
+		return false
+	}
+	h := w.Header()
+	h.Set(HeaderErrorCode, string(code))
+	switch status {
+	case http.StatusServiceUnavailable:
+		h.Set("Retry-After", itoa(int64(max(1, retryAfter))))
+	case http.StatusUnauthorized:
+		h.Set("WWW-Authenticate", `Bearer realm="foldstream"`)
+	}
+	writeError(w, status, msg)
+	return true
+}

@@ -18,6 +18,9 @@ const (
 	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
 	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldstream.Code).
 	HeaderErrorCode = "Foldstream-Error-Code"
+	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
+	// offset the processor has reduced through (in the wire offset format).
+	HeaderProcessorOffset = "Foldstream-Processor-Offset"
 )
 
 // FormatOffset renders a protocol position as a wire offset ("%016d_%016d", spec §4).

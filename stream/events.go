@@ -175,6 +175,7 @@ func (s *Store) eventStreamRow(tx *Tx, path string) (*streamRow, error) {
 			return nil, fmt.Errorf("create stream %s: %w", quotePath(path), err)
 		}
 		row = &streamRow{ID: id, Path: path, ContentType: EventContentType, CreatedMs: ms, LastAccessMs: ms}
+		s.streamCreated(tx, path)
 	} else if err != nil {
 		return nil, err
 	}

@@ -287,6 +287,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 	tx.staged[id] = m
 	tx.touched[id] = true
 	tx.AfterCommit(func() { s.forgetAccess(id) })
+	s.streamCreated(tx, req.Path)
 	if isJSON {
 		if len(msgs) > 0 {
 			if err := s.insertRecord(tx, row, m, msgs, nil, now); err != nil {

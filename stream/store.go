@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,12 +99,20 @@ type Store struct {
 
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
+
+	created createdListeners // OnStreamCreated's listeners (list.go)
+
+	lock *os.File // the exclusive lock on the database, held until Close (lock.go)
 }
 
 var memCounter atomic.Int64
 
 // Open opens (creating if needed) the store in the SQLite file at path. The path ":memory:" opens a
 // private in-memory store, for tests.
+//
+// The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
+// second Open of the same file, from another process or this one, fails with
+// [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid.
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Synchronous == "" {
 		opts.Synchronous = SyncFull
@@ -126,6 +135,21 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.ProducerReorderWait == 0 {
 		opts.ProducerReorderWait = DefaultProducerReorderWait
 	}
+
+	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
+	var lock *os.File
+	if path != ":memory:" {
+		var err error
+		if lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			unlockStore(lock) //nolint:errcheck // Open failed; report that error
+		}
+	}()
 
 	var wdsn, rdsn string
 	if path == ":memory:" {
@@ -188,6 +212,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s.writerWG.Add(1)
 	go s.runWriter(conn)
+	s.lock, opened = lock, true
 	return s, nil
 }
 
@@ -207,7 +232,7 @@ func (s *Store) Close() error {
 		s.bgWG.Wait()
 		close(s.writes)
 		s.writerWG.Wait()
-		s.closeErr = errors.Join(s.rdb.Close(), s.wdb.Close())
+		s.closeErr = errors.Join(s.rdb.Close(), s.wdb.Close(), unlockStore(s.lock))
 	})
 	return s.closeErr
 }

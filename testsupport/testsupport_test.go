@@ -177,3 +177,22 @@ func TestFakeClockWaitArmedAndImmediateTimers(t *testing.T) {
 		t.Fatal("a zero-delay timer did not fire without Advance")
 	}
 }
+
+// A retry under a used key must carry the same body, compared number by exact value: a nearby
+// integer beyond 2^53 is a different event, refused as a conflict, never silently deduplicated.
+func TestIdempotentRetryWithADifferentLargeIntegerConflicts(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	ctx := context.Background()
+	if _, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740992}`)})
+	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		t.Fatalf("got %v, want IDEMPOTENCY_CONFLICT", err)
+	}
+	echo, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993.0}`)})
+	if err != nil || echo[0].Offset != 1 {
+		t.Fatalf("same value written differently: got %v, %v; want the echo of offset 1", echo, err)
+	}
+}

@@ -1,4 +1,4 @@
-package foldstream
+package rawjson
 
 import (
 	"encoding/json"
@@ -23,22 +23,22 @@ func FuzzDiffIndexed(f *testing.F) {
 		}
 		an, _ := json.Marshal(av)
 		bn, _ := json.Marshal(bv)
-		aIdx, ok := indexObject(an)
+		aIdx, ok := IndexObject(an)
 		if !ok {
 			return
 		}
-		ops, bIdx, ok := diffIndexed(an, aIdx, bn)
+		ops, bIdx, ok := DiffIndexed(an, aIdx, bn)
 		if !ok {
 			return
 		}
-		want, err := DiffJSON(an, bn)
+		want, err := Diff(an, bn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(ops) != len(want) || (len(ops) > 0 && !reflect.DeepEqual(ops, want)) {
-			t.Fatalf("diffIndexed(%s, %s) = %v, want %v", an, bn, ops, want)
+			t.Fatalf("DiffIndexed(%s, %s) = %v, want %v", an, bn, ops, want)
 		}
-		fresh, _ := indexObject(bn)
+		fresh, _ := IndexObject(bn)
 		if len(fresh) != len(bIdx) || (len(fresh) > 0 && !reflect.DeepEqual(fresh, bIdx)) {
 			t.Fatalf("index of %s: got %v, want %v", bn, bIdx, fresh)
 		}
@@ -48,9 +48,9 @@ func FuzzDiffIndexed(f *testing.F) {
 func TestDiffIndexedHandlesAStringThatSwallowsAMember(t *testing.T) {
 	a := []byte(`{"x":"a","k":1}`)
 	b := []byte(`{"x":"a\",\"k\":1,\"y\":\"","k":1}`)
-	aIdx, _ := indexObject(a)
-	ops, _, ok := diffIndexed(a, aIdx, b)
-	want, _ := DiffJSON(a, b)
+	aIdx, _ := IndexObject(a)
+	ops, _, ok := DiffIndexed(a, aIdx, b)
+	want, _ := Diff(a, b)
 	if ok && !reflect.DeepEqual(ops, want) {
 		t.Fatalf("got %v, want %v", ops, want)
 	}
@@ -58,7 +58,7 @@ func TestDiffIndexedHandlesAStringThatSwallowsAMember(t *testing.T) {
 
 // BenchmarkDiffIndexed is the diff LiveState.Set runs for a ~1 MB object with one changed
 // top-level field, given the base's index (compare BenchmarkLiveStateDiff/foldstream, the plain
-// DiffJSON on the same kind of document).
+// Diff on the same kind of document).
 func BenchmarkDiffIndexed(b *testing.B) {
 	items := map[string]any{}
 	for i := range 4400 {
@@ -69,10 +69,10 @@ func BenchmarkDiffIndexed(b *testing.B) {
 	before, _ := json.Marshal(doc)
 	doc["counter"] = 1
 	after, _ := json.Marshal(doc)
-	idx, _ := indexObject(before)
+	idx, _ := IndexObject(before)
 	b.SetBytes(int64(len(after)))
 	for range b.N {
-		ops, _, ok := diffIndexed(before, idx, after)
+		ops, _, ok := DiffIndexed(before, idx, after)
 		if !ok || len(ops) != 1 {
 			b.Fatalf("ops %v ok %v", ops, ok)
 		}

@@ -1,28 +1,28 @@
-package foldstream
+package rawjson
 
 import (
 	"encoding/binary"
 	"sort"
 )
 
-// This file makes a live-state diff of a large object cost little more than the change: the holder
+// This file makes the diff of a large object cost little more than the change: the live-state holder
 // keeps an index of its base's top-level members, and the next value's text is compared with the
 // base's as a common prefix and suffix. Members wholly inside either are byte-identical on both
 // sides and are neither scanned nor diffed; only the members overlapping the changed window are
-// parsed and diffed (recursively, with DiffJSON). The next value's index is assembled from the
+// parsed and diffed (recursively, with Diff). The next value's index is assembled from the
 // base's without rescanning.
 
-// memberSpan locates one top-level member: the key's opening quote at start, the value at
+// MemberSpan locates one top-level member of an indexed object: the key's opening quote at start, the value at
 // [valStart, end).
-type memberSpan struct {
+type MemberSpan struct {
 	key             string
 	start, valStart int
 	end             int
 }
 
-// indexObject scans a top-level JSON object (as encoding/json writes it: no surrounding space) and
+// IndexObject scans a top-level JSON object (as encoding/json writes it: no surrounding space) and
 // returns its members; ok is false when b is not such an object.
-func indexObject(b []byte) ([]memberSpan, bool) {
+func IndexObject(b []byte) ([]MemberSpan, bool) {
 	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
 		return nil, false
 	}
@@ -31,8 +31,8 @@ func indexObject(b []byte) ([]memberSpan, bool) {
 
 // scanMembers parses the members of an object's body in b[from:to]; the scan must end exactly at
 // to, or ok is false.
-func scanMembers(b []byte, from, to int) ([]memberSpan, bool) {
-	var out []memberSpan
+func scanMembers(b []byte, from, to int) ([]MemberSpan, bool) {
+	var out []MemberSpan
 	i := from
 	for {
 		for i < to && (b[i] == ',' || b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
@@ -61,7 +61,7 @@ func scanMembers(b []byte, from, to int) ([]memberSpan, bool) {
 		if err != nil || ve > to {
 			return nil, false
 		}
-		out = append(out, memberSpan{key: key, start: i, valStart: j, end: ve})
+		out = append(out, MemberSpan{key: key, start: i, valStart: j, end: ve})
 		i = ve
 	}
 }
@@ -94,10 +94,10 @@ func commonSuffix(a, b []byte) int {
 	return i
 }
 
-// diffIndexed diffs object a (indexed by aIdx) against b with the same result as DiffJSON(a, b),
+// DiffIndexed diffs object a (indexed by aIdx) against b with the same result as Diff(a, b),
 // and returns b's index. ok is false when the shortcut does not apply (b is not an object, or the
-// changed window does not parse as whole members); the caller then falls back to DiffJSON.
-func diffIndexed(a []byte, aIdx []memberSpan, b []byte) (ops []PatchOp, bIdx []memberSpan, ok bool) {
+// changed window does not parse as whole members); the caller then falls back to Diff.
+func DiffIndexed(a []byte, aIdx []MemberSpan, b []byte) (ops []PatchOp, bIdx []MemberSpan, ok bool) {
 	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' || len(a) < 2 {
 		return nil, nil, false
 	}
@@ -152,11 +152,11 @@ func diffIndexed(a []byte, aIdx []memberSpan, b []byte) (ops []PatchOp, bIdx []m
 			ops = append(ops, PatchOp{Op: "add", Path: path, Value: b[m.valStart:m.end]})
 		}
 	}
-	bIdx = make([]memberSpan, 0, lo+len(mid)+len(aIdx)-hi)
+	bIdx = make([]MemberSpan, 0, lo+len(mid)+len(aIdx)-hi)
 	bIdx = append(bIdx, aIdx[:lo]...)
 	bIdx = append(bIdx, mid...)
 	for _, m := range aIdx[hi:] {
-		bIdx = append(bIdx, memberSpan{key: m.key, start: m.start + delta, valStart: m.valStart + delta, end: m.end + delta})
+		bIdx = append(bIdx, MemberSpan{key: m.key, start: m.start + delta, valStart: m.valStart + delta, end: m.end + delta})
 	}
 	return ops, bIdx, true
 }
