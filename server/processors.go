@@ -25,6 +25,9 @@ type Processors interface {
 	LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error)
 	// WaitUntilProcessed waits until the processor reduced through offset.
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
+	// ProcessorsOn reports the processors running on the stream at path (for InfoPath), without
+	// waiting for them.
+	ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus
 }
 
 var _ Processors = (*host.Host)(nil)
