@@ -131,10 +131,15 @@ type Engine[S any] struct {
 	emits    []string
 	live     *LiveState
 
-	pubMu            sync.Mutex
-	mu               sync.Mutex
-	state            S
-	cursor           int64
+	pubMu  sync.Mutex
+	mu     sync.Mutex
+	state  S
+	cursor int64
+	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
+	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
+	// state was published, so a caller who saw offset n never reads an older live state.
+	pubState         S
+	pubCursor        int64
 	hasPushed        bool
 	pushedThrough    int64
 	hasHeadRead      bool
@@ -206,6 +211,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 			e.stale = &staleCheckpoint[S]{cursor: cp.ReducedThroughOffset, state: st}
 		}
 	}
+	e.pubState, e.pubCursor = e.state, e.cursor
 	seedFrom := e.state
 	if e.stale != nil {
 		seedFrom = e.stale.state
@@ -230,11 +236,31 @@ func (e *Engine[S]) Consumes() []string { return e.c.Consumes() }
 // LiveState returns the engine's live-state holder.
 func (e *Engine[S]) LiveState() *LiveState { return e.live }
 
-// ReducedThroughOffset returns the cursor.
+// ReducedThroughOffset returns the cursor as callers see it: an offset is reported only after the
+// live state of its state was published.
 func (e *Engine[S]) ReducedThroughOffset() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.pubCursor
+}
+
+// chainCursor returns the chain's own cursor, which may be ahead of the published one while a unit
+// publishes.
+func (e *Engine[S]) chainCursor() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.cursor
+}
+
+// publishAndRelease publishes the live state of the chain's state, then shows that state and cursor
+// to callers and releases the waiters it satisfies. In this order a caller released at offset n, or
+// reading a snapshot at n, finds the live state of n (or a later one) already published.
+func (e *Engine[S]) publishAndRelease() {
+	e.PublishLiveState()
+	e.mu.Lock()
+	e.pubState, e.pubCursor = e.state, e.cursor
+	e.resolveWaitersLocked()
+	e.mu.Unlock()
 }
 
 // Pending returns the number of chain units queued or running (a gauge for hosts and tests).
@@ -378,7 +404,7 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 		return err
 	}
 	for {
-		cursor := e.ReducedThroughOffset()
+		cursor := e.chainCursor()
 		if cursor >= r.After {
 			break
 		}
@@ -417,7 +443,7 @@ func (e *Engine[S]) runCatchUp(ctx context.Context) error {
 		return err
 	}
 	for {
-		cursor := e.ReducedThroughOffset()
+		cursor := e.chainCursor()
 		page, err := e.stream.Read(ctx, cursor, EnginePageSize)
 		if err != nil {
 			return err
@@ -499,9 +525,8 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	}
 	e.cursor = newCursor
 	e.lastBatchAtHead = atHead
-	e.resolveWaitersLocked()
 	e.mu.Unlock()
-	e.PublishLiveState()
+	e.publishAndRelease()
 	return nil
 }
 
@@ -518,7 +543,7 @@ func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed 
 
 func (e *Engine[S]) resolveWaitersLocked() {
 	for w := range e.waiters {
-		if w.offset <= e.cursor {
+		if w.offset <= e.pubCursor {
 			close(w.ch)
 			delete(e.waiters, w)
 		}
@@ -618,9 +643,8 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.state, e.cursor, e.stale = state, target, nil
-	e.resolveWaitersLocked()
 	e.mu.Unlock()
-	e.PublishLiveState()
+	e.publishAndRelease()
 	return nil
 }
 
@@ -723,7 +747,7 @@ func (e *Engine[S]) reducedThroughShownHead() bool {
 	if e.hasHeadRead {
 		head = max(head, e.headRead)
 	}
-	return e.cursor >= head
+	return e.pubCursor >= head
 }
 
 func (e *Engine[S]) gate(ctx context.Context) error {
@@ -744,7 +768,7 @@ func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Snapshot[S]{Offset: e.cursor, State: e.state}, nil
+	return Snapshot[S]{Offset: e.pubCursor, State: e.pubState}, nil
 }
 
 // SnapshotJSON is Snapshot with the state as JSON.
@@ -818,7 +842,7 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 		e.mu.Unlock()
 		return e.closedError()
 	}
-	if e.cursor >= offset {
+	if e.pubCursor >= offset {
 		e.mu.Unlock()
 		return nil
 	}

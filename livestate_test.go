@@ -273,3 +273,40 @@ func TestLiveStateChangeOfALargeIntegerIsADelta(t *testing.T) {
 		}
 	}
 }
+
+// A caller who sees offset n — ReducedThroughOffset, a released WaitUntilProcessed, a Snapshot —
+// finds the live state of n already published: the engine publishes, then shows the new cursor.
+// The projection runs while the new live state is being published, so it checks what a caller
+// sees at that moment.
+func TestCallersSeeAnOffsetOnlyAfterItsLiveStateIsPublished(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	var eng *foldstream.Engine[nState]
+	early, checked := &rec[string]{}, false
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "published", "1", tickType)), reduce: incN,
+		project: func(s nState) (any, error) {
+			if s.N != 1 || checked { // later units may project n=1 again, after it was published
+				return s, nil
+			}
+			checked = true
+			if off := eng.ReducedThroughOffset(); off >= 1 {
+				early.add("ReducedThroughOffset")
+			}
+			if eng.WaitUntilProcessed(gone, 1, time.Hour) == nil {
+				early.add("WaitUntilProcessed")
+			}
+			if snap, err := eng.Snapshot(gone); err == nil && snap.Offset >= 1 {
+				early.add("Snapshot")
+			}
+			return s, nil
+		}}
+	eng = newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	ctx := ctxFor(t)
+	appendT(t, mem, ev(tickType))
+	mustDo(t, eng.WaitUntilProcessed(ctx, 1, 0))
+	live := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
+	jsonEq(t, "live state at 1", live.State, `{"n":1}`)
+	eq(t, "seen before the live state was published", early.get(), []string(nil))
+}
