@@ -43,9 +43,9 @@ func consumesTyped(consumes []string, typ string, ephemeral bool) bool {
 	return false
 }
 
-// ReducesEvent is the engine's loop guard (spec §4.5): the engine reduces and reacts to an event
+// reducesEvent is the engine's loop guard (spec §4.5): the engine reduces and reacts to an event
 // iff [ConsumesEvent] accepts it and it is not a live-state delta. The check is on the type alone,
 // so no processor ever folds a [LiveStateChangedType] event, even when its contract names it.
-func ReducesEvent(consumes []string, ev Event) bool {
+func reducesEvent(consumes []string, ev Event) bool {
 	return ev.Type != LiveStateChangedType && ConsumesEvent(consumes, ev)
 }

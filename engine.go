@@ -8,13 +8,17 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
-// Engine constants (spec §10.2, §14.2).
+// Engine constants (docs/engine.md#background-work-and-claims, docs/engine.md#reading-the-state).
 const (
-	// ReviveAfter is how far ahead the engine claims its host's alarm when background work starts.
+	// ReviveAfter is how far ahead the engine claims its host's alarm when background work starts,
+	// and the first step of the doubling backoff both the engine (a revive that finds work still in
+	// flight) and the store (a revive that failed) use.
 	ReviveAfter = 20 * time.Second
-	// ReviveAfterMax caps the doubling re-claims of a revive that finds work still in flight.
+	// ReviveAfterMax caps that doubling backoff.
 	ReviveAfterMax = 30 * time.Minute
 	// EnginePageSize is the read limit of catch-up, gap repair and re-reduce.
 	EnginePageSize = 500
@@ -22,28 +26,51 @@ const (
 	DefaultWaitTimeout = 10 * time.Second
 )
 
-// EngineConfig holds an engine's dependencies (spec §5).
+// EngineConfig holds an engine's dependencies and options. Every option is declared, defaulted and
+// documented here; [NewEngine] applies the defaults.
 type EngineConfig struct {
 	// Stream is the stream the engine reads, appends to and claims on. Required.
 	Stream Stream
 	// Checkpoints stores the reduce checkpoint. Required.
 	Checkpoints CheckpointStorage
 	// FedByPushes is the host's word that a subscription pushes this engine every commit it
-	// consumes; it lets an idle engine trust the head it read from the log (spec §8.1). Defaults to
-	// false.
+	// consumes; it lets an idle engine trust the head it read from the log
+	// (docs/engine.md#reading-the-state). Defaults to false.
 	FedByPushes bool
-	// Clock supplies wall-clock time for claims and the live-state epoch. Defaults to SystemClock.
+	// Clock supplies time for claims, the live-state revision epoch and WaitUntilProcessed's
+	// timeout. Defaults to SystemClock{}.
 	Clock Clock
-	// Reporter receives contained failures (spec §14.3). Defaults to SlogReporter(Logger).
+	// Reporter receives contained failures (docs/engine.md#errors-and-reporting). Defaults to
+	// SlogReporter(Logger).
 	Reporter Reporter
 	// Logger is used by the default reporter. Defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// withDefaults returns c with every unset option at its default.
+func (c EngineConfig) withDefaults() EngineConfig {
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Reporter == nil {
+		c.Reporter = SlogReporter(c.Logger)
+	}
+	return c
 }
 
 // Snapshot is an engine's cursor and reduced state.
 type Snapshot[S any] struct {
 	Offset int64
 	State  S
+}
+
+// JSONSnapshot is a processor's cursor and reduced state as JSON: the one snapshot shape a host
+// hands out and a server writes ({"offset": …, "state": …}).
+type JSONSnapshot struct {
+	// Offset is the processor's reduced-through offset.
+	Offset int64 `json:"offset"`
+	// State is the reduced state's JSON.
+	State json.RawMessage `json:"state"`
 }
 
 // LiveSnapshot is the live-state holder's revision and projected state, read together.
@@ -173,6 +200,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if cfg.Stream == nil || cfg.Checkpoints == nil {
 		return nil, NewError(CodeInvalidContract, nil, "engine: Stream and Checkpoints are required")
 	}
+	cfg = cfg.withDefaults()
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
@@ -180,12 +208,6 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
-	if e.clock == nil {
-		e.clock = SystemClock{}
-	}
-	if e.rep == nil {
-		e.rep = SlogReporter(cfg.Logger)
-	}
 	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
 	if err != nil {
 		return nil, fmt.Errorf("engine %q: %w", c.Slug(), err)
@@ -195,7 +217,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		st := c.InitialState()
 		if cp.State != nil {
 			var decoded S
-			if err := json.Unmarshal(cp.State, &decoded); err == nil {
+			if err := rawjson.UnmarshalExact(cp.State, &decoded); err == nil {
 				st = decoded
 			} else if cp.ReducerVersion == c.Version() {
 				return nil, fmt.Errorf("engine %q: decode checkpoint state: %w", c.Slug(), err)
@@ -481,7 +503,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	e.mu.Unlock()
 	var consumable []Event
 	for _, ev := range events {
-		if ReducesEvent(e.consumes, ev) && (ev.Ephemeral || ev.Offset > before) {
+		if reducesEvent(e.consumes, ev) && (ev.Ephemeral || ev.Offset > before) {
 			consumable = append(consumable, ev)
 		}
 	}
@@ -622,7 +644,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 			return err
 		}
 		for _, ev := range page.Events {
-			if ev.Offset > target || !ReducesEvent(e.consumes, ev) {
+			if ev.Offset > target || !reducesEvent(e.consumes, ev) {
 				continue
 			}
 			if next, ch, _, ok := e.normalizeAndReduce(&ev, state); ok && ch {
@@ -857,8 +879,9 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 		return ok
 	}
 	catchUp := e.enqueue(context.WithoutCancel(ctx), e.runCatchUp)
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	timedOut := make(chan struct{})
+	stop := e.clock.AfterFunc(timeout, func() { close(timedOut) })
+	defer stop()
 	for {
 		select {
 		case <-w.ch:
@@ -868,7 +891,7 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 			if err != nil && remove() {
 				return err
 			}
-		case <-timer.C:
+		case <-timedOut:
 			if !remove() {
 				return nil // resolved concurrently
 			}
@@ -919,4 +942,82 @@ func (e *Engine[S]) Drain(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// eventRun is the engine-side state of one ProcessEvent call.
+type eventRun struct {
+	ctx        context.Context
+	stream     Stream
+	slug       string
+	version    string
+	emits      []string
+	event      *Event
+	background func(ctx context.Context, work func(context.Context) error)
+
+	mu       sync.Mutex
+	blockers []func(context.Context) error
+	settled  bool
+}
+
+func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, error) {
+	for _, ev := range events {
+		if !slices.Contains(r.emits, ev.Type) {
+			return nil, NewError(CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
+				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
+		}
+	}
+	stamped := make([]EventInput, len(events))
+	for i, ev := range events {
+		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
+		if r.event != nil {
+			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
+		}
+		ev.Source = &Source{Processor: ps}
+		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
+		stamped[i] = ev
+	}
+	return r.stream.Append(ctx, stamped...)
+}
+
+func (r *eventRun) block(work func(context.Context) error) {
+	r.mu.Lock()
+	if r.settled {
+		r.mu.Unlock()
+		if r.background != nil {
+			r.background(r.ctx, work)
+		}
+		return
+	}
+	r.blockers = append(r.blockers, work)
+	r.mu.Unlock()
+}
+
+// drain runs the blockers in FIFO order until a fixed point; the first failure stops it.
+func (r *eventRun) drain() error {
+	for i := 0; ; i++ {
+		r.mu.Lock()
+		if i >= len(r.blockers) {
+			r.settled = true
+			r.mu.Unlock()
+			return nil
+		}
+		work := r.blockers[i]
+		r.mu.Unlock()
+		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
+			r.mu.Lock()
+			r.settled = true
+			r.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// callGuarded calls f and turns a panic into an error.
+func callGuarded(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return f()
 }

@@ -6,3 +6,6 @@ func (e *Engine[S]) WaiterCount() int {
 	defer e.mu.Unlock()
 	return len(e.waiters)
 }
+
+// ReducesEvent exposes the loop guard to the tests.
+var ReducesEvent = reducesEvent

@@ -14,10 +14,10 @@ import (
 // key a processor will emit and wedge it with a conflict (docs/engine.md#emitted-idempotency-keys).
 const ProcessorKeyPrefix = "processor:"
 
-// ProcessorKey returns key in the processor namespace: ProcessorKeyPrefix + key, or key itself when
+// processorKey returns key in the processor namespace: ProcessorKeyPrefix + key, or key itself when
 // it is empty or already carries the prefix. The engine applies it to every emitted event, so a
 // retried batch that emits the same key dedupes against the first attempt's event.
-func ProcessorKey(key string) string {
+func processorKey(key string) string {
 	if key == "" || strings.HasPrefix(key, ProcessorKeyPrefix) {
 		return key
 	}

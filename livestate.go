@@ -82,7 +82,7 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	}
 	rev := opts.Epoch
 	if rev == 0 {
-		rev = RevisionEpoch(clock)
+		rev = revisionEpoch(clock)
 	}
 	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
 	if b, err := marshalLive(initial); err == nil {
@@ -92,8 +92,8 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	return l
 }
 
-// RevisionEpoch returns clock's nowMs*4096 + a random integer in [0, 4095].
-func RevisionEpoch(clock Clock) int64 {
+// revisionEpoch returns clock's nowMs*4096 + a random integer in [0, 4095].
+func revisionEpoch(clock Clock) int64 {
 	return clock.Now().UnixMilli()*4096 + rand.Int64N(4096)
 }
 

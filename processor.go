@@ -2,9 +2,6 @@ package foldstream
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"sync"
 )
 
 // Processor is the author's side of a stream processor (spec §4.3): a contract and four
@@ -107,84 +104,6 @@ func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) err
 		return
 	}
 	a.run.background(a.run.ctx, work)
-}
-
-// eventRun is the engine-side state of one ProcessEvent call.
-type eventRun struct {
-	ctx        context.Context
-	stream     Stream
-	slug       string
-	version    string
-	emits      []string
-	event      *Event
-	background func(ctx context.Context, work func(context.Context) error)
-
-	mu       sync.Mutex
-	blockers []func(context.Context) error
-	settled  bool
-}
-
-func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, error) {
-	for _, ev := range events {
-		if !slices.Contains(r.emits, ev.Type) {
-			return nil, NewError(CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
-				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
-		}
-	}
-	stamped := make([]EventInput, len(events))
-	for i, ev := range events {
-		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
-		if r.event != nil {
-			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
-		}
-		ev.Source = &Source{Processor: ps}
-		ev.IdempotencyKey = ProcessorKey(ev.IdempotencyKey)
-		stamped[i] = ev
-	}
-	return r.stream.Append(ctx, stamped...)
-}
-
-func (r *eventRun) block(work func(context.Context) error) {
-	r.mu.Lock()
-	if r.settled {
-		r.mu.Unlock()
-		if r.background != nil {
-			r.background(r.ctx, work)
-		}
-		return
-	}
-	r.blockers = append(r.blockers, work)
-	r.mu.Unlock()
-}
-
-// drain runs the blockers in FIFO order until a fixed point; the first failure stops it.
-func (r *eventRun) drain() error {
-	for i := 0; ; i++ {
-		r.mu.Lock()
-		if i >= len(r.blockers) {
-			r.settled = true
-			r.mu.Unlock()
-			return nil
-		}
-		work := r.blockers[i]
-		r.mu.Unlock()
-		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
-			r.mu.Lock()
-			r.settled = true
-			r.mu.Unlock()
-			return err
-		}
-	}
-}
-
-// callGuarded calls f and turns a panic into an error.
-func callGuarded(f func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
-	return f()
 }
 
 // Base provides the default hooks (spec §4.3): Reduce keeps the state, ProcessEvent does nothing,

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // LiveMode selects how a read continues once it has caught up.
@@ -222,7 +223,7 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 			if failures >= r.s.retry.MaxAttempts {
 				return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err}, yield)
 			}
-			if sleep(ctx, r.s.clock, r.s.retry.delay(failures, 0)) != nil {
+			if r.backoff(ctx, failures, 0, 0, err) != nil {
 				return false
 			}
 			continue
@@ -239,7 +240,7 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 				if failures >= r.s.retry.MaxAttempts {
 					return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err}, yield)
 				}
-				if sleep(ctx, r.s.clock, r.s.retry.delay(failures, 0)) != nil {
+				if r.backoff(ctx, failures, 0, 0, err) != nil {
 					return false
 				}
 				continue
@@ -273,6 +274,7 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 				if failures < r.s.retry.MaxAttempts {
 					d := r.s.retry.delay(failures, parseRetryAfter(resp.Header.Get("Retry-After"), r.s.clock.Now()))
 					r.s.log.DebugContext(ctx, "read retry", "status", resp.StatusCode, "delay", d)
+					r.s.retry.report("read", failures, d, resp.StatusCode, nil)
 					if sleep(ctx, r.s.clock, d) != nil {
 						return false
 					}
@@ -346,7 +348,7 @@ func (r *reader) sse(ctx context.Context, yield func(Chunk, error) bool) bool {
 			if failures >= r.s.retry.MaxAttempts {
 				return r.fail(ctx, statusError("read", u, resp, body), yield)
 			}
-			if sleep(ctx, r.s.clock, r.s.retry.delay(failures, parseRetryAfter(resp.Header.Get("Retry-After"), r.s.clock.Now()))) != nil {
+			if r.backoff(ctx, failures, parseRetryAfter(resp.Header.Get("Retry-After"), r.s.clock.Now()), resp.StatusCode, nil) != nil {
 				return false
 			}
 			continue
@@ -375,7 +377,7 @@ func (r *reader) sse(ctx context.Context, yield func(Chunk, error) bool) bool {
 			return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err}, yield)
 		}
 		r.s.log.DebugContext(ctx, "sse reconnect", "offset", r.offset, "err", err, "attempt", failures)
-		if sleep(ctx, r.s.clock, r.s.retry.delay(failures, 0)) != nil {
+		if r.backoff(ctx, failures, 0, 0, err) != nil {
 			return false
 		}
 	}
@@ -476,4 +478,12 @@ func decodeBase64Lines(d []byte) ([]byte, error) {
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(clean)))
 	n, err := base64.StdEncoding.Decode(out, clean)
 	return out[:n], err
+}
+
+// backoff waits before a read's next attempt after failed attempt number failures, reporting it
+// to RetryPolicy.OnRetry.
+func (r *reader) backoff(ctx context.Context, failures int, retryAfter time.Duration, status int, err error) error {
+	d := r.s.retry.delay(failures, retryAfter)
+	r.s.retry.report("read", failures, d, status, err)
+	return sleep(ctx, r.s.clock, d)
 }

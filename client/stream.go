@@ -439,6 +439,7 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 			} else if attempt < attempts && retryableStatus(resp.StatusCode) {
 				d := s.retry.delay(attempt, parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()))
 				s.log.DebugContext(ctx, "retrying", "op", op, "status", resp.StatusCode, "attempt", attempt, "delay", d)
+				s.retry.report(op, attempt, d, resp.StatusCode, nil)
 				if err := sleep(ctx, s.clock, d); err != nil {
 					return nil, nil, err
 				}
@@ -455,6 +456,7 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 		}
 		d := s.retry.delay(attempt, 0)
 		s.log.DebugContext(ctx, "retrying", "op", op, "err", err, "attempt", attempt, "delay", d)
+		s.retry.report(op, attempt, d, 0, err)
 		if err := sleep(ctx, s.clock, d); err != nil {
 			return nil, nil, err
 		}

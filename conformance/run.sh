@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # Runs the pinned upstream Durable Streams server conformance suite (0.3.6) against foldstream.
-# Needs `npm ci` in conformance/ first. Extra arguments go to vitest (e.g. -t "SSE Mode").
-# Exits non-zero on any failure and prints the summary line.
+# Installs the suite's pinned Node packages (npm ci in conformance/) when they are missing. Extra
+# arguments go to vitest (e.g. -t "SSE Mode"). Exits non-zero on any failure and prints the
+# summary line.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 export PATH="/usr/local/go/bin:$PATH"
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	echo "conformance/run.sh needs Node.js 20 or later and npm (the suite is a Node package)." >&2
+	echo "Install them (Debian/Ubuntu: apt-get install nodejs npm; or https://nodejs.org), then run this again." >&2
+	exit 1
+fi
+if [ ! -d "$here/node_modules/@durable-streams/server-conformance-tests" ]; then
+	echo "== npm ci in conformance/ (the pinned suite; once)"
+	if ! (cd "$here" && npm ci --no-audit --no-fund --loglevel=error); then
+		echo "npm ci failed in conformance/: check the network or npm's registry settings, then run" >&2
+		echo "  (cd conformance && npm ci) && bash conformance/run.sh" >&2
+		exit 1
+	fi
+fi
 work="$(mktemp -d)"
 server_pid=""
 cleanup() {

@@ -424,6 +424,11 @@ func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name strin
 		_, _ = w.Write(res.Body)
 		return
 	}
+	if !res.UpToDate {
+		// More than one page: stream the rest up to the tail seen now (catchup.go).
+		s.streamCatchUp(w, r, name, q.after, res)
+		return
+	}
 	s.writeData(w, r, q.after, res, "")
 }
 

@@ -20,7 +20,7 @@ import (
 // *host.Host implements it.
 type Processors interface {
 	// Snapshot returns the processor's cursor and reduced state, with read-your-writes.
-	Snapshot(ctx context.Context, path, slug string) (host.Snapshot, error)
+	Snapshot(ctx context.Context, path, slug string) (foldstream.JSONSnapshot, error)
 	// LiveSnapshot returns the processor's live state {rev, state}, with read-your-writes.
 	LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error)
 	// WaitUntilProcessed waits until the processor reduced through offset.
@@ -219,14 +219,6 @@ func dataOffset(data map[string]any) (int64, bool) {
 	return 0, false
 }
 
-// liveDelta is the part of a live-state delta event's payload the SSE route forwards.
-type liveDelta struct {
-	Key   string          `json:"key"`
-	From  int64           `json:"from"`
-	To    int64           `json:"to"`
-	Patch json.RawMessage `json:"patch"`
-}
-
 // serveLiveStateSSE streams a processor's live state: a "seed" event {rev, state}, then one
 // "delta" event {from, to, patch} per change, each applying to the state at rev from (RFC 6902
 // patch). When a delta cannot be applied in order (a null patch, a missed delta) the server sends a
@@ -235,11 +227,11 @@ type liveDelta struct {
 // re-seed).
 func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path, slug string) {
 	ctx := r.Context()
-	deltas := make(chan liveDelta, 256)
+	deltas := make(chan foldstream.LiveStateDelta, 256)
 	overflow := make(chan struct{}, 1)
 	sub, err := s.st.Subscribe(path, func(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
 		for _, ev := range events {
-			var d liveDelta
+			var d foldstream.LiveStateDelta
 			if ev.Type != foldstream.LiveStateChangedType || json.Unmarshal(ev.Payload, &d) != nil || d.Key != slug {
 				continue
 			}
@@ -323,7 +315,7 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			if d.To <= held {
 				continue // already in the seed
 			}
-			if d.From != held || len(d.Patch) == 0 || string(d.Patch) == "null" {
+			if d.From != held || d.Patch == nil {
 				if !reseed() {
 					return
 				}
@@ -334,7 +326,9 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			buf.WriteString(`,"to":`)
 			buf.WriteString(strconv.FormatInt(d.To, 10))
 			buf.WriteString(`,"patch":`)
-			if err := json.Compact(&buf, d.Patch); err != nil {
+			if patch, err := json.Marshal(d.Patch); err == nil {
+				buf.Write(patch)
+			} else {
 				buf.Reset()
 				if !reseed() {
 					return

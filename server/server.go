@@ -47,8 +47,9 @@ const (
 	DefaultSSEMaxDuration = 60 * time.Second
 	// DefaultMaxBodyBytes caps a request body; larger bodies get 413.
 	DefaultMaxBodyBytes = 8 << 20
-	// DefaultReadChunkBytes caps the data of one catch-up read response; clients follow
-	// Stream-Next-Offset for the rest.
+	// DefaultReadChunkBytes is the page a catch-up read takes from the store: a catch-up GET
+	// writes page after page up to the tail (docs/server.md#catch-up-reads), so it bounds the
+	// memory such a read holds.
 	DefaultReadChunkBytes = 1 << 20
 	// DefaultLiveChunkBytes caps the data of one long-poll answer or SSE data event, so a live
 	// reader holds kilobytes, not megabytes.
@@ -93,7 +94,8 @@ type Config struct {
 	SSEMaxDuration time.Duration
 	// MaxBodyBytes caps request bodies (413 beyond). Defaults to DefaultMaxBodyBytes (8 MiB).
 	MaxBodyBytes int64
-	// ReadChunkBytes caps one catch-up read response. Defaults to DefaultReadChunkBytes (1 MiB).
+	// ReadChunkBytes is the page size of catch-up reads (see DefaultReadChunkBytes). Defaults to
+	// DefaultReadChunkBytes (1 MiB).
 	ReadChunkBytes int
 	// LiveChunkBytes caps one long-poll answer or SSE data event. Defaults to
 	// DefaultLiveChunkBytes (64 KiB).

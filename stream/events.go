@@ -161,8 +161,8 @@ var errStaleRow = errors.New("stream store: stale cached stream row")
 func (s *Store) eventStreamRow(tx *Tx, path string) (*streamRow, error) {
 	row, err := loadStreamByPath(tx, path)
 	if errors.Is(err, errNoStream) {
-		if path == "" {
-			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, nil, "append: the stream path is empty")
+		if err := ValidateStreamName(path); err != nil {
+			return nil, err
 		}
 		ms := tx.Now().UnixMilli()
 		res, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, ?, ?, ?)`,

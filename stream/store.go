@@ -112,8 +112,9 @@ var memCounter atomic.Int64
 //
 // The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
 // second Open of the same file, from another process or this one, fails with
-// [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid.
-func Open(path string, opts Options) (*Store, error) {
+// [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. A file or
+// directory the store cannot write fails with [foldstream.CodeStoreReadOnly].
+func Open(path string, opts Options) (_ *Store, err error) {
 	if opts.Synchronous == "" {
 		opts.Synchronous = SyncFull
 	}
@@ -138,18 +139,22 @@ func Open(path string, opts Options) (*Store, error) {
 
 	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
 	var lock *os.File
+	defer func() {
+		if err != nil {
+			unlockStore(lock) //nolint:errcheck // Open failed; report that error
+			err = openFailure(path, err)
+		}
+	}()
 	if path != ":memory:" {
-		var err error
 		if lock, err = lockStore(path); err != nil {
 			return nil, err
 		}
-	}
-	opened := false
-	defer func() {
-		if !opened {
-			unlockStore(lock) //nolint:errcheck // Open failed; report that error
+		// Prove the store can write, so a read-only file or directory is refused here and not
+		// by every write later (storage.go); probeWritable below checks the database itself.
+		if err := probeDirWritable(path); err != nil {
+			return nil, err
 		}
-	}()
+	}
 
 	var wdsn, rdsn string
 	if path == ":memory:" {
@@ -210,9 +215,15 @@ func Open(path string, opts Options) (*Store, error) {
 		s.wdb.Close()
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
 	}
+	if err := probeWritable(ctx, conn); err != nil {
+		conn.Close()
+		s.rdb.Close()
+		s.wdb.Close()
+		return nil, fmt.Errorf("open stream store %s: prove the database takes writes: %w", path, err)
+	}
 	s.writerWG.Add(1)
 	go s.runWriter(conn)
-	s.lock, opened = lock, true
+	s.lock = lock
 	return s, nil
 }
 

@@ -122,7 +122,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
-	return <-r.done
+	// A full disk fails a write with INSUFFICIENT_STORAGE: nothing of it was committed.
+	return classifyStorageErr(<-r.done)
 }
 
 func (s *Store) enqueue(ctx context.Context, r *writeReq) (err error) {
@@ -208,7 +209,9 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 		if tx.spSet {
 			if err != nil {
 				if _, rbErr := stmts.exec("ROLLBACK TO " + tx.spName); rbErr != nil {
-					broken = fmt.Errorf("stream store: roll back a refused write: %w", rbErr)
+					// SQLite rolls the whole transaction back by itself after some errors (a full
+					// disk): keep that cause beside the rollback's own failure.
+					broken = fmt.Errorf("stream store: roll back a refused write: %w (after: %w)", rbErr, err)
 				}
 			}
 			if _, relErr := stmts.exec("RELEASE " + tx.spName); relErr != nil && broken == nil {
