@@ -169,7 +169,9 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) {
 	}
 	out := StreamDetail{StreamEntry: entryOf(info)}
 	if s.cfg.Processors != nil {
-		out.Processors = s.cfg.Processors.ProcessorsOn(r.Context(), path)
+		if pl, ok := s.cfg.Processors.(ProcessorLister); ok {
+			out.Processors = pl.ProcessorsOn(r.Context(), path)
+		}
 		if out.Processors == nil {
 			out.Processors = []foldstream.ProcessorStatus{}
 		}
