@@ -165,7 +165,7 @@ var (
 )
 
 // parseBearer extracts the token of an "Authorization: Bearer <token>" header: one header, the
-// scheme in any case, one or more spaces, a token68 value (RFC 9110 §11.6.2, RFC 6750 §2.1).
+// scheme in any case, one or more spaces, a token68 value (the token syntax of HTTP authentication, docs/server.md#authorization).
 func parseBearer(values []string) (string, bool) {
 	if len(values) != 1 {
 		return "", false

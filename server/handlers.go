@@ -177,7 +177,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	h := r.Header
 	req := stream.AppendRequest{Path: name, Close: isTrue(h.Get("Stream-Closed"))}
 
-	// Producer headers: all three or none, well-formed (spec §20.1).
+	// Producer headers: all three or none, well-formed (docs/server.md#idempotent-producers).
 	pid, hasID := h[http.CanonicalHeaderKey("Producer-Id")]
 	pep, hasEpoch := h[http.CanonicalHeaderKey("Producer-Epoch")]
 	pseq, hasSeq := h[http.CanonicalHeaderKey("Producer-Seq")]
@@ -255,7 +255,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleHead serves HEAD (spec §9). It never renews a TTL.
+// handleHead serves HEAD (docs/server.md#streams). It never renews a TTL.
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string) {
 	info, err := s.st.HeadStream(r.Context(), name)
 	out := w.Header()
@@ -278,7 +278,7 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string)
 	w.WriteHeader(http.StatusOK)
 }
 
-// handleDelete serves DELETE (spec §8).
+// handleDelete serves DELETE (docs/server.md#streams).
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, name string) {
 	if err := s.st.DeleteStream(r.Context(), name); err != nil {
 		s.writeStoreError(w, r, err)
@@ -296,7 +296,7 @@ type readQuery struct {
 	explict bool // offset was given
 }
 
-// parseReadQuery validates the query of a GET (spec §4, §10–§12).
+// parseReadQuery validates the query of a GET (docs/server.md#offsets, docs/server.md#streams).
 func parseReadQuery(raw string) (readQuery, error) {
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
@@ -326,7 +326,7 @@ func parseReadQuery(raw string) (readQuery, error) {
 	return q, nil
 }
 
-// handleRead serves GET (spec §10–§12).
+// handleRead serves GET (docs/server.md#streams).
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, name string) {
 	q, err := parseReadQuery(r.URL.RawQuery)
 	if err != nil {
@@ -404,7 +404,7 @@ func (s *Server) writeData(w http.ResponseWriter, r *http.Request, after int64, 
 	}
 }
 
-// serveCatchUp answers a plain GET (spec §10).
+// serveCatchUp answers a plain GET (docs/server.md#streams).
 func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	res, err := s.st.ReadRecords(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
 	if err != nil {
@@ -432,7 +432,7 @@ func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name strin
 	s.writeData(w, r, q.after, res, "")
 }
 
-// serveLongPoll answers GET live=long-poll (spec §11).
+// serveLongPoll answers GET live=long-poll (docs/server.md#streams).
 func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	ctx := r.Context()
 	timer := time.NewTimer(s.cfg.LongPollTimeout)

@@ -23,13 +23,13 @@ const (
 	HeaderProcessorOffset = "Foldstream-Processor-Offset"
 )
 
-// FormatOffset renders a protocol position as a wire offset ("%016d_%016d", spec §4).
+// FormatOffset renders a protocol position as a wire offset ("%016d_%016d", docs/server.md#offsets).
 func FormatOffset(pos int64) string { return fmt.Sprintf("%016d_%016d", 0, pos) }
 
 // beyondTail is the position an offset with a non-zero read sequence maps to: past any tail.
 const beyondTail = math.MaxInt64
 
-// ParseOffset parses a wire offset strictly (spec §4): "-1" (start), "now" (tail, now=true) or
+// ParseOffset parses a wire offset strictly (docs/server.md#offsets): "-1" (start), "now" (tail, now=true) or
 // exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
 func ParseOffset(s string) (pos int64, now bool, err error) {
 	switch s {
@@ -89,13 +89,13 @@ func parseDigits(s string, max int64) (int64, bool) {
 	return v, true
 }
 
-// maxSafeInteger is 2^53−1, the producer epoch and seq limit (spec §19).
+// maxSafeInteger is 2^53−1, the producer epoch and seq limit (docs/server.md#idempotent-producers).
 const maxSafeInteger = 1<<53 - 1
 
 // maxTTLSeconds bounds Stream-TTL (about 290 years) so expiry arithmetic never overflows.
 const maxTTLSeconds = 1 << 33
 
-// ParseTTL parses a Stream-TTL value (spec §5).
+// ParseTTL parses a Stream-TTL value (docs/server.md#ttl-and-expiry).
 func ParseTTL(s string) (int64, error) {
 	v, ok := parseCanonicalUint(s, maxTTLSeconds)
 	if !ok {
@@ -117,18 +117,18 @@ func ParseExpiresAt(s string) (time.Time, error) {
 }
 
 // isTrue reports whether a Stream-Closed value means true (case-insensitive; anything else is
-// ignored, spec §7).
+// ignored; docs/server.md#writes).
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// cursorEpoch is the origin of cursor intervals (spec §16.3).
+// cursorEpoch is the origin of cursor intervals (docs/server.md#caching-and-the-cursor).
 var cursorEpoch = time.Date(2024, 10, 9, 0, 0, 0, 0, time.UTC)
 
 // cursorInterval is the width of one cursor interval.
 const cursorInterval = 20 * time.Second
 
-// nextCursor applies the cursor rule (spec §16.3): the current interval, or — when the client's
+// nextCursor applies the cursor rule (docs/server.md#caching-and-the-cursor): the current interval, or — when the client's
 // cursor is not behind it — the client's cursor plus a random jitter of at least one, so cursors
 // never repeat or go backwards.
 func nextCursor(now time.Time, client string) string {

@@ -417,7 +417,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 
 const allowedMethods = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
 
-// setCommonHeaders sets the CORS and security headers every response carries (spec §17).
+// setCommonHeaders sets the CORS and security headers every response carries (docs/server.md#browsers-and-origins).
 func setCommonHeaders(h http.Header) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
