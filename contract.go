@@ -13,7 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
-// PayloadSchema validates and normalizes one event type's payload (spec §4.1): it either rejects a
+// PayloadSchema validates and normalizes one event type's payload (docs/engine.md#contracts): it either rejects a
 // payload or returns the normalized payload.
 //
 // A schema made by [DefineEvent] from a Go type P validates the wire payload against the JSON
@@ -26,7 +26,7 @@ import (
 // therefore expressed the Go way: a field type whose JSONSchema method
 // admits the wire forms and whose UnmarshalJSON converts them (see the package example for a number
 // that also accepts "2"). Unknown fields are allowed on the wire and dropped by normalization (like
-// zod's default object parsing).
+// a permissive object schema).
 //
 // A schema made by [DefineEventSchema] from hand-written JSON Schema validates only; its normalized
 // payload is the payload itself and its typed payload is the decoded JSON (map[string]any).
@@ -41,7 +41,7 @@ func (s *PayloadSchema) JSONSchema() json.RawMessage { return s.source }
 
 // Validate checks payload and returns the normalized payload and the typed value. An absent
 // payload (nil or JSON null) is validated as an empty object; a present non-object payload (0,
-// false, "") is validated as itself and so fails an object schema (spec §6 step 2).
+// false, "") is validated as itself and so fails an object schema (docs/engine.md#payload-schemas).
 func (s *PayloadSchema) Validate(payload json.RawMessage) (normalized json.RawMessage, typed any, err error) {
 	raw := []byte(payload)
 	if isAbsentJSON(payload) {
@@ -72,7 +72,7 @@ func compileSchema(src []byte) (*jsonschema.Schema, error) {
 	return c.Compile(url)
 }
 
-// EventDefinition is one entry of a contract's event catalog (spec §4.2): a type, a description,
+// EventDefinition is one entry of a contract's event catalog (docs/engine.md#contracts): a type, a description,
 // an optional ephemeral flag and a payload schema.
 type EventDefinition struct {
 	// Type is the event type string.
@@ -154,7 +154,7 @@ func DefineEventSchema(typ, description string, schema json.RawMessage, opts ...
 }
 
 // ContractDep is a defined contract another contract depends on: its own catalog's events may be
-// consumed or emitted without being owned (spec §4.2). Every *Contract[S] is a ContractDep.
+// consumed or emitted without being owned (docs/engine.md#contracts). Every *Contract[S] is a ContractDep.
 type ContractDep interface {
 	// ContractSlug is the dependency's slug.
 	ContractSlug() string
@@ -162,24 +162,24 @@ type ContractDep interface {
 	OwnEvents() []EventDefinition
 }
 
-// ContractConfig is the input to [DefineContract] (spec §4.2).
+// ContractConfig is the input to [DefineContract] (docs/engine.md#contracts).
 type ContractConfig[S any] struct {
 	// Slug keys the checkpoint row and the live state.
 	Slug string
-	// Version: any change triggers the one-time reduce-only re-reduce (spec §9).
+	// Version: any change triggers the one-time reduce-only re-reduce (docs/engine.md#re-reduce).
 	Version string
 	// Description says what the processor does.
 	Description string
 	// Consumes lists the consumed types: nil means every durable event, "*" every durable event,
-	// a named type opts in (ephemerals only this way), an empty non-nil list nothing (spec §4.4).
+	// a named type opts in (ephemerals only this way), an empty non-nil list nothing (docs/engine.md#the-consumes-rule).
 	Consumes []string
-	// Emits lists the types the processor's Append may emit (spec §7).
+	// Emits lists the types the processor's Append may emit (docs/engine.md#emitting-events).
 	Emits []string
 	// Initial builds a fresh initial state. Defaults to decoding "{}" into a zero S. It plays
-	// upstream's "state schema applied to {}": an error or panic fails the definition.
+	// the role of "the state schema applied to {}": an error or panic fails the definition.
 	Initial func() (S, error)
 	// StateSchema is an optional hand-written JSON Schema of the state. It must accept "{}" and
-	// the initial state, or the definition fails (spec §4.2 rule 1).
+	// the initial state, or the definition fails (docs/engine.md#contracts).
 	StateSchema json.RawMessage
 	// Events is the catalog of event types this contract owns.
 	Events []EventDefinition
@@ -187,7 +187,7 @@ type ContractConfig[S any] struct {
 	Deps []ContractDep
 }
 
-// Contract is a defined processor contract (spec §4.1–4.2). Build it with [DefineContract]; it is
+// Contract is a defined processor contract (docs/engine.md#contracts). Build it with [DefineContract]; it is
 // immutable and safe for concurrent use.
 type Contract[S any] struct {
 	cfg         ContractConfig[S]
@@ -203,7 +203,7 @@ func invalidContract(slug, format string, args ...any) *Error {
 }
 
 // DefineContract validates cfg and returns the contract. Definition errors carry code
-// INVALID_CONTRACT and the spec's messages (§14.1):
+// INVALID_CONTRACT and these messages (docs/engine.md#contracts):
 //
 //	contract "<slug>": stateSchema must parse {} (default every field)
 //	contract "<slug>": event "<type>" is already owned by a dep
@@ -349,7 +349,7 @@ func (c *Contract[S]) ValidateState(state json.RawMessage) error {
 }
 
 // PayloadSchemaFor returns the payload schema for typ: the local catalog first, then each
-// dependency's catalog in order (spec §4.2 rule 3). Nil means the type is unknown: its events are
+// dependency's catalog in order (docs/engine.md#payload-schemas). Nil means the type is unknown: its events are
 // folded unvalidated.
 func (c *Contract[S]) PayloadSchemaFor(typ string) *PayloadSchema {
 	if d, ok := c.catalog[typ]; ok {
@@ -365,7 +365,7 @@ func (c *Contract[S]) PayloadSchemaFor(typ string) *PayloadSchema {
 	return nil
 }
 
-// Normalize applies spec §6 steps 1–4 to ev: without a schema for its type the event is returned
+// Normalize applies docs/engine.md#payload-schemas to ev: without a schema for its type the event is returned
 // unchanged (typed payload nil); with one, the payload is validated and replaced by the normalized
 // payload, and the decoded typed payload is returned beside it. An error means the event is
 // invalid: it must be neither reduced nor given to ProcessEvent.
@@ -382,7 +382,7 @@ func (c *Contract[S]) Normalize(ev Event) (Event, any, error) {
 	return ev, typed, nil
 }
 
-// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil (spec §4.3).
+// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil (docs/engine.md#processors).
 func (c *Contract[S]) IdempotencyKey(key string, ev *Event) string {
 	if ev == nil {
 		return c.cfg.Slug + "/" + key

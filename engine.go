@@ -137,10 +137,10 @@ type waiter struct {
 	ch     chan struct{}
 }
 
-// Engine drives one processor against one stream and one checkpoint storage (spec §5). All its
+// Engine drives one processor against one stream and one checkpoint storage (docs/engine.md#engine-rules). All its
 // methods are safe for concurrent use.
 //
-// Concurrency rules (spec §5.1), kept in one place: every unit of work — a push, a catch-up,
+// Concurrency rules (docs/engine.md#engine-rules), kept in one place: every unit of work — a push, a catch-up,
 // revive's eventless pass — runs on one serial chain (a FIFO queue drained by one goroutine at a
 // time); within a unit events are processed one at a time and each event's blockers settle before
 // the next event's ProcessEvent; background attempts run on their own goroutines and hold a claim
@@ -190,7 +190,7 @@ type Engine[S any] struct {
 	stopClosing context.CancelFunc
 }
 
-// NewEngine loads p's checkpoint and returns its engine (spec §5.2). It fails only when the
+// NewEngine loads p's checkpoint and returns its engine (docs/engine.md#loading-the-checkpoint). It fails only when the
 // checkpoint cannot be read or decoded; a failing live-state projection is reported and never
 // fails construction.
 func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
@@ -298,7 +298,7 @@ func (e *Engine[S]) signalLocked() {
 	e.changed = make(chan struct{})
 }
 
-// enqueue appends a unit to the serial chain (spec §5.3) and returns its outcome channel. Before a
+// enqueue appends a unit to the serial chain (docs/engine.md#the-latch) and returns its outcome channel. Before a
 // unit runs, a latched refusal fails it at once; a failed unit never wedges the chain.
 func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) error) <-chan error {
 	u := &unit{ctx: ctx, run: run, done: make(chan error, 1)}
@@ -395,7 +395,7 @@ func await(ctx context.Context, ch <-chan error) error {
 	}
 }
 
-// ProcessEventBatch is a push (spec §5.4): it records range.Through as the pushed head at once,
+// ProcessEventBatch is a push (docs/engine.md#pushes-and-gap-repair): it records range.Through as the pushed head at once,
 // then queues a unit that runs a pending re-reduce, repairs a gap below range.After from the log,
 // and reduces and commits the pushed events. No push is discarded: a push behind the cursor still
 // delivers its ephemerals, and a push whose ctx ends while it waits for its turn still runs (with
@@ -415,7 +415,7 @@ func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r Scann
 	e.hasPushed = true
 	e.mu.Unlock()
 	evs := slices.Clone(events)
-	// A push is never discarded (spec §5.4): its ephemerals ride only this push, so it runs even
+	// A push is never discarded (docs/engine.md#pushes-and-gap-repair): its ephemerals ride only this push, so it runs even
 	// when the caller stops waiting for it.
 	ch := e.enqueue(context.WithoutCancel(ctx), func(ctx context.Context) error { return e.runPush(ctx, evs, r) })
 	return func(wctx context.Context) error { return await(wctx, ch) }
@@ -455,7 +455,7 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 }
 
 // CatchUpFromLog reads the log from the cursor in pages of EnginePageSize and reduces and commits
-// each page until one is at head (spec §5.5). An empty catch-up runs no at-head pass.
+// each page until one is at head (docs/engine.md#catch-up). An empty catch-up runs no at-head pass.
 func (e *Engine[S]) CatchUpFromLog(ctx context.Context) error {
 	return await(ctx, e.enqueue(ctx, e.runCatchUp))
 }
@@ -496,7 +496,7 @@ func (e *Engine[S]) recordHeadRead() {
 	e.mu.Unlock()
 }
 
-// commitRange is reduce-and-commit of one range (spec §5.6).
+// commitRange is reduce-and-commit of one range (docs/engine.md#committing-a-range).
 func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRange, atHead bool) error {
 	e.mu.Lock()
 	before, state := e.cursor, e.state
@@ -552,7 +552,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	return nil
 }
 
-// writeCheckpoint writes and latches a refusal that retrying cannot fix (spec §5.3).
+// writeCheckpoint writes and latches a refusal that retrying cannot fix (docs/engine.md#the-latch).
 func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed bool) error {
 	err := e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
 	if err != nil && !IsRetryable(err) {
@@ -572,7 +572,7 @@ func (e *Engine[S]) resolveWaitersLocked() {
 	}
 }
 
-// normalizeAndReduce is spec §6, shared by the live path and the re-reduce. ok=false means the
+// normalizeAndReduce is docs/engine.md#payload-schemas, shared by the live path and the re-reduce. ok=false means the
 // event is invalid and must be skipped.
 func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool, payload any, ok bool) {
 	norm, typed, err := e.c.Normalize(*ev)
@@ -599,7 +599,7 @@ func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool
 	return out, true, typed, true
 }
 
-// step is the per-event primitive (spec §5.7); ev nil is the eventless pass.
+// step is the per-event primitive (docs/engine.md#blockers); ev nil is the eventless pass.
 func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool) (S, bool, bool, error) {
 	prev := state
 	changed := false
@@ -627,7 +627,7 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	return state, changed, true, nil
 }
 
-// rereduceIfStale is the one-time reduce-only re-reduce after a version bump (spec §9).
+// rereduceIfStale is the one-time reduce-only re-reduce after a version bump (docs/engine.md#re-reduce).
 func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	e.mu.Lock()
 	st := e.stale
@@ -670,7 +670,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	return nil
 }
 
-// runInBackground starts one droppable attempt (spec §10.1).
+// runInBackground starts one droppable attempt (docs/engine.md#background-work-and-claims).
 func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Context) error) {
 	e.mu.Lock()
 	e.inFlight++
@@ -697,7 +697,7 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 }
 
 // queueClaimLocked issues claim(at) on the claim chain: after the previous claim settled, so a slow
-// release never overtakes the next claim (spec §10.1). The zero time releases. e.mu must be held.
+// release never overtakes the next claim (docs/engine.md#background-work-and-claims). The zero time releases. e.mu must be held.
 func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 	prev, done := e.claimTail, make(chan struct{})
 	e.claimTail = done
@@ -711,7 +711,7 @@ func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 	return done
 }
 
-// Revive is the host's call for a claim that fell due (spec §10.3): catch up; if that ran no
+// Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims): catch up; if that ran no
 // at-head range, run one eventless at-head pass; if work is still in flight, re-claim at
 // now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
 func (e *Engine[S]) Revive(ctx context.Context) error {
@@ -783,7 +783,7 @@ func (e *Engine[S]) gate(ctx context.Context) error {
 }
 
 // Snapshot returns the cursor and state, catching up from the log first unless the engine has
-// reduced through the shown head (spec §8.2).
+// reduced through the shown head (docs/engine.md#reading-the-state).
 func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
 	if err := e.gate(ctx); err != nil {
 		return Snapshot[S]{}, err
@@ -832,7 +832,7 @@ func (e *Engine[S]) project(state S) (v any, err error) {
 	return v, err
 }
 
-// PublishLiveState re-projects the reduced state into the live state (spec §12.2). A failing
+// PublishLiveState re-projects the reduced state into the live state (docs/engine.md#live-state). A failing
 // projection is reported and only this notification is lost.
 func (e *Engine[S]) PublishLiveState() {
 	// One publish at a time, so a host's publish of an older state can never land after the
@@ -852,7 +852,7 @@ func (e *Engine[S]) PublishLiveState() {
 	e.live.Set(v)
 }
 
-// WaitUntilProcessed waits until the cursor reaches offset (spec §8.3). It starts a catch-up
+// WaitUntilProcessed waits until the cursor reaches offset (docs/engine.md#reading-the-state). It starts a catch-up
 // without waiting for it; if that fails first, it fails with the catch-up's error. On timeout it
 // fails with code PROCESS_TIMEOUT and `processor "<slug>" did not reach offset <n> in <ms>ms`.
 func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error {

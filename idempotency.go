@@ -25,7 +25,7 @@ func processorKey(key string) string {
 }
 
 // SameIdempotentEvent reports whether a retried input names the same event as an existing one
-// (spec §13.4): equal type, deep-equal payload and deep-equal metadata, key order irrelevant.
+// (docs/engine.md#idempotency): equal type, deep-equal payload and deep-equal metadata, key order irrelevant.
 // Metadata present on one side only is different, and so is absent versus an empty object. Source,
 // offset and the ephemeral flag are not compared.
 func SameIdempotentEvent(existing Event, requested EventInput) bool {

@@ -12,7 +12,7 @@ import (
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
-// MaxPatchChars is the live-state patch ceiling (spec §12.1): a patch whose JSON is longer (in
+// MaxPatchChars is the live-state patch ceiling (docs/engine.md#live-state): a patch whose JSON is longer (in
 // UTF-16 code units) travels as null, meaning "rev moved, re-seed".
 const MaxPatchChars = 1048576
 
@@ -46,7 +46,7 @@ type LiveStateOptions struct {
 	Epoch int64
 }
 
-// LiveState holds one live value and publishes its changes as RFC 6902 deltas (spec §12). It is
+// LiveState holds one live value and publishes its changes as RFC 6902 deltas (docs/engine.md#live-state). It is
 // safe for concurrent use.
 //
 // The held value is kept beside its JSON text (the diff base) and, for an object, an index of the
@@ -69,7 +69,7 @@ type LiveState struct {
 	tail     chan struct{} // closes when the last queued delta append settled
 }
 
-// NewLiveState returns a holder with key and initial value (spec §12.1). The revision starts at the
+// NewLiveState returns a holder with key and initial value (docs/engine.md#live-state). The revision starts at the
 // epoch nowMs*4096 + rand[0, 4095], so a reborn holder never continues an old chain.
 func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOptions) *LiveState {
 	clock := opts.Clock
@@ -140,7 +140,7 @@ func (l *LiveState) SnapshotJSON() (int64, json.RawMessage, error) {
 	return l.rev, append(json.RawMessage(nil), l.heldJSON...), nil
 }
 
-// Set publishes next (spec §12.1): an equal value changes nothing; a value that cannot be
+// Set publishes next (docs/engine.md#live-state): an equal value changes nothing; a value that cannot be
 // serialized is adopted, moves rev by one and emits nothing (clients re-seed on the gap); otherwise
 // rev moves by one and an ephemeral delta is appended on the holder's one append chain (delta N+1
 // is issued only after delta N's append settled). Set never fails and never blocks on the sink.

@@ -4,7 +4,7 @@ import (
 	"context"
 )
 
-// Processor is the author's side of a stream processor (spec §4.3): a contract and four
+// Processor is the author's side of a stream processor (docs/engine.md#processors): a contract and four
 // behaviours. A processor is a plain value that needs no stream or storage, so it can be unit-tested
 // bare; embed [Base] for the defaults and override what you need.
 type Processor[S any] interface {
@@ -26,7 +26,7 @@ type Processor[S any] interface {
 
 // ReduceArgs is the input to [Processor.Reduce].
 type ReduceArgs[S any] struct {
-	// Event is the consumed event with its payload normalized (spec §6).
+	// Event is the consumed event with its payload normalized (docs/engine.md#payload-schemas).
 	Event Event
 	// Payload is the typed payload decoded by the event's definition: the P of
 	// DefineEvent[P] (a value, not a pointer), map[string]any for a hand-written schema, nil when
@@ -38,11 +38,11 @@ type ReduceArgs[S any] struct {
 
 // Delivery describes how an event is delivered to ProcessEvent.
 type Delivery struct {
-	// CaughtUp is true only on the at-head pass (spec §5.1 rule 5).
+	// CaughtUp is true only on the at-head pass (docs/engine.md#engine-rules).
 	CaughtUp bool
 }
 
-// ProcessEventArgs is the input to [Processor.ProcessEvent] (spec §4.3).
+// ProcessEventArgs is the input to [Processor.ProcessEvent] (docs/engine.md#processors).
 type ProcessEventArgs[S any] struct {
 	// Event is the consumed, normalized event, or nil for the eventless at-head pass.
 	Event *Event
@@ -66,7 +66,7 @@ func (a *ProcessEventArgs[S]) Context() context.Context {
 	return a.run.ctx
 }
 
-// Append emits events onto the processor's own stream (spec §7). Every event's type must be in the
+// Append emits events onto the processor's own stream (docs/engine.md#emitting-events). Every event's type must be in the
 // contract's Emits, or the whole call fails with code UNDECLARED_EMIT and the message
 // `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
 // event's Source is replaced by {processor: {slug, version, whileProcessing}}. Give emitted events
@@ -83,7 +83,7 @@ func (a *ProcessEventArgs[S]) Append(ctx context.Context, events ...EventInput) 
 	return a.run.append(ctx, events)
 }
 
-// BlockProcessorWhile holds this event, and the cursor, until work returns (spec §5.7): the
+// BlockProcessorWhile holds this event, and the cursor, until work returns (docs/engine.md#blockers): the
 // blockers of one event run one after another in registration order after ProcessEvent returns,
 // and the engine waits until no further blocker was registered (a blocker may register another).
 // A failing blocker fails the batch. Work registered after the event settled runs as background
@@ -95,7 +95,7 @@ func (a *ProcessEventArgs[S]) BlockProcessorWhile(work func(ctx context.Context)
 	a.run.block(work)
 }
 
-// RunInBackground starts work as a droppable attempt that is not awaited (spec §10): it may
+// RunInBackground starts work as a droppable attempt that is not awaited (docs/engine.md#background-work-and-claims): it may
 // overtake later events, its failure is only reported ("processor.background"), and while any
 // attempt is in flight the engine holds a claim on its host's alarm. Its outcome must be
 // recoverable from state at a later at-head pass. Work gets a context that outlives the batch.
@@ -106,7 +106,7 @@ func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) err
 	a.run.background(a.run.ctx, work)
 }
 
-// Base provides the default hooks (spec §4.3): Reduce keeps the state, ProcessEvent does nothing,
+// Base provides the default hooks (docs/engine.md#processors): Reduce keeps the state, ProcessEvent does nothing,
 // ProjectLiveState returns the state itself. Embed it and set it with [NewBase]:
 //
 //	type Counter struct{ foldstream.Base[CounterState] }

@@ -11,7 +11,7 @@ import (
 )
 
 // Checkpoints is the real [foldstream.CheckpointTable] over an in-memory SQLite database, counting
-// successful writes (spec §15 memoryStorage).
+// successful writes (docs/engine.md#test-support memoryStorage).
 type Checkpoints struct {
 	*foldstream.CheckpointTable
 	db     *sql.DB

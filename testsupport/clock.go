@@ -9,7 +9,7 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// T is the fake clock's start: 2035-01-01T00:00:00Z (spec §14.2).
+// T is the fake clock's start: 2035-01-01T00:00:00Z (docs/engine.md#test-support).
 var T = time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // FakeClock is a [foldstream.Clock] whose time moves only when told. It fakes wall-clock time

@@ -13,13 +13,13 @@ import (
 // EpochCreatedAt is the createdAt the memory stream stamps on every event (Unix time 0).
 const EpochCreatedAt = "1970-01-01T00:00:00.000Z"
 
-// MemoryStream is an in-memory [foldstream.Stream] (spec §15 memoryStream). Create it with
+// MemoryStream is an in-memory [foldstream.Stream] (docs/engine.md#test-support memoryStream). Create it with
 // [NewMemoryStream]; it is safe for concurrent use.
 //
 // Append checks every input with [foldstream.PrepareEventInput], as the durable store does (same
-// refusals, same codes; payload and metadata are stored compacted), then idempotency (spec §13.4: a hit with the same body is echoed and consumes no
+// refusals, same codes; payload and metadata are stored compacted), then idempotency (docs/engine.md#idempotency: a hit with the same body is echoed and consumes no
 // offset; a conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
-// (§13.5); fresh events get consecutive offsets, createdAt [EpochCreatedAt] and the stream's path;
+// (docs/engine.md#the-offset-precondition); fresh events get consecutive offsets, createdAt [EpochCreatedAt] and the stream's path;
 // durables go to the log. If any offset was assigned, the fresh events are pushed fire-and-forget to
 // every registered engine over (previous head, new head] — without filtering by consumes, unlike a
 // real subscription — and handed to commit hooks. Append itself returns without waiting for pushes.
@@ -329,8 +329,8 @@ func (m *MemoryStream) Reads() int {
 
 // WaitIdle waits until every fire-and-forget push (to registered engines and by rows) has finished
 // and every engine involved has drained (its chain idle, background attempts and live-state deltas
-// settled), repeating until nothing new started; or until ctx ends. It replaces upstream's
-// settle(25 ms). Background work that never ends keeps WaitIdle waiting: pass a ctx with a deadline.
+// settled), repeating until nothing new started; or until ctx ends. It replaces fixed
+// sleeps. Background work that never ends keeps WaitIdle waiting: pass a ctx with a deadline.
 func (m *MemoryStream) WaitIdle(ctx context.Context) error {
 	for {
 		m.track.Lock()
