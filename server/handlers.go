@@ -13,8 +13,8 @@ import (
 )
 
 // reservedKeyPrefix starts the idempotency keys of processors' own emitted events; HTTP writers
-// may not use it (docs/server.md#provenance). Empty until the engine defines the namespace.
-var reservedKeyPrefix = ""
+// may not use it (docs/server.md#provenance).
+const reservedKeyPrefix = foldstream.ProcessorKeyPrefix
 
 // handleCreate serves PUT (docs/server.md#streams).
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
