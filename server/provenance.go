@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // This file vets the messages of a JSON-mode write before the store sees them
@@ -72,7 +73,8 @@ func invalidJSON() *foldstream.Error {
 }
 
 // eventFields are the fields of a message that decide how the server treats it, decoded the way
-// the store decodes events (same tags, same case-insensitive matching, last duplicate wins).
+// the store decodes events (same tags, exact key names: rawjson.UnmarshalExact, last duplicate
+// wins).
 type eventFields struct {
 	Type           json.RawMessage `json:"type"`
 	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
@@ -88,7 +90,7 @@ func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int)
 		return msg, nil // not an event: stored as a message, never carries a source
 	}
 	var f eventFields
-	if err := json.Unmarshal(msg, &f); err != nil {
+	if err := rawjson.UnmarshalExact(msg, &f); err != nil {
 		return nil, invalidJSON()
 	}
 	var typ string
