@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -440,22 +441,22 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	msg := err.Error()
 	switch code {
 	case foldstream.CodeStreamClosed:
-		h.Set("Stream-Closed", "true")
+		h.Set(wire.HeaderStreamClosed, "true")
 		if tail, ok := stream.TailOf(err); ok {
-			h.Set("Stream-Next-Offset", FormatOffset(tail))
+			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
 	case foldstream.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {
-			h.Set("Stream-Next-Offset", FormatOffset(tail))
+			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
 	case foldstream.CodeStaleEpoch:
 		if epoch, ok := stream.EpochOf(err); ok {
-			h.Set("Producer-Epoch", itoa(epoch))
+			h.Set(wire.HeaderProducerEpoch, itoa(epoch))
 		}
 	case foldstream.CodeSequenceGap:
 		if expected, received, ok := stream.SequenceGapOf(err); ok {
-			h.Set("Producer-Expected-Seq", itoa(expected))
-			h.Set("Producer-Received-Seq", itoa(received))
+			h.Set(wire.HeaderProducerExpectedSeq, itoa(expected))
+			h.Set(wire.HeaderProducerReceivedSeq, itoa(received))
 		}
 	case foldstream.CodeClosed:
 		msg = "server is shutting down"
