@@ -1,23 +1,43 @@
 package foldstream
 
-// ProcessorStatus is what a host reports about one processor on one stream, for consoles, listing
-// routes and health checks.
+// ProcessorStatus is what a host reports about one processor running on one stream: enough for a
+// console or an operator to see where it is, without reading its state. The JSON form is the one
+// the server's stream information route answers (docs/server.md#stream-listing).
 type ProcessorStatus struct {
-	// Slug and Version are the processor's contract slug and version ("" when the host did not
-	// build the engine and cannot tell).
-	Slug    string `json:"slug"`
-	Version string `json:"version,omitempty"`
-	// Pattern is the path or pattern the processor was registered on.
-	Pattern string `json:"pattern"`
-	// Offset is the processor's reduced-through offset: its engine's cursor while open, else its
-	// stored checkpoint's (0 before its first checkpoint).
+	// Slug is the processor's contract slug.
+	Slug string `json:"slug"`
+	// Version is the contract's reducer version.
+	Version string `json:"version"`
+	// Offset is the offset the processor reduced through (its checkpoint cursor once written).
 	Offset int64 `json:"offset"`
-	// Open reports whether the processor's engine is open now (a pattern's engines open on demand).
+	// Rev is the live state's revision (docs/engine.md): deltas on the live route continue from
+	// it. Zero when the host does not hold the engine open.
+	Rev int64 `json:"rev"`
+	// Pattern is the path or path pattern the processor was registered on (host.RegisterPattern);
+	// empty when the reporter does not know it.
+	Pattern string `json:"pattern,omitempty"`
+	// Open reports whether the host holds the processor's engine open now (a pattern's engines
+	// open on demand and close when idle).
 	Open bool `json:"open"`
-	// LiveRev is the live state's revision while the engine is open; 0 when it is closed.
-	LiveRev int64 `json:"liveRev,omitempty"`
-	// Parked is the error that parked the processor (code PROCESSOR_PARKED, its cause attached),
-	// nil while it runs. ParkedMessage is its message, for JSON.
-	Parked        *Error `json:"-"`
-	ParkedMessage string `json:"parked,omitempty"`
+	// Parked, when set, is the error the processor stopped on and cannot retry past (code
+	// PROCESSOR_PARKED on its routes); nil while it runs.
+	Parked *ProcessorError `json:"parked,omitempty"`
+}
+
+// ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.
+type ProcessorError struct {
+	// Code is the error's catalogue code, e.g. IDEMPOTENCY_CONFLICT.
+	Code Code `json:"code"`
+	// Message is the human-readable text.
+	Message string `json:"message"`
+}
+
+// Status reports the engine's slug, version, cursor and live revision. It neither waits nor
+// catches up: it is a cheap look at where the engine is now.
+func (e *Engine[S]) Status() ProcessorStatus {
+	st := ProcessorStatus{Slug: e.c.Slug(), Version: e.c.Version(), Offset: e.ReducedThroughOffset(), Open: true}
+	if e.live != nil {
+		st.Rev = e.live.Snapshot().Rev
+	}
+	return st
 }

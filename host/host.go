@@ -92,9 +92,6 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // goroutines the host started
 
-	cpsOnce sync.Once
-	cpsErr  error
-
 	hasPatterns  atomic.Bool
 	stopWatching func()
 	stopCreated  func()

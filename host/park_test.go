@@ -74,7 +74,7 @@ func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
 		var parked bool
 		for _, st := range h.ProcessorsOn(ctx, "/o") {
 			if st.Slug == "receipts" {
-				parked = st.Parked != nil && st.Parked.Code == foldstream.CodeProcessorParked && st.ParkedMessage != ""
+				parked = st.Parked != nil && st.Parked.Code == foldstream.CodeIdempotencyConflict && st.Parked.Message != ""
 			}
 		}
 		if !parked {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
 )
 
 // Register builds an engine for processor p over the stream at path — the store's event view, a
@@ -79,14 +80,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S]) *re
 	return reg
 }
 
-// checkpoints returns the checkpoint table of the processors on path. The table is created once per
-// host, not once per engine, so reopening an engine costs no write.
-func (h *Host) checkpoints(path string) (*foldstream.CheckpointTable, error) {
-	h.cpsOnce.Do(func() { _, h.cpsErr = h.store.Checkpoints(h.ctx, "") })
-	if h.cpsErr != nil {
-		return nil, h.cpsErr
-	}
-	return foldstream.NewCheckpointTable(h.ctx, h.store.DB(), foldstream.CheckpointTableOptions{Scope: path, SkipCreate: true})
+// checkpoints returns the checkpoint storage of the processors on path.
+func (h *Host) checkpoints(path string) (*stream.Checkpoints, error) {
+	return h.store.Checkpoints(h.ctx, path)
 }
 
 // Add hosts a runner the caller built on the stream at path. The runner must run against the

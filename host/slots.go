@@ -624,8 +624,17 @@ func (h *Host) recreated(sl *slot) {
 		ctx := context.WithoutCancel(h.ctx)
 		sl.sub.Close()
 		_ = closeRunner(ctx, sl.runner)
-		if _, err := h.store.DB().ExecContext(ctx, `DELETE FROM reduce_checkpoints WHERE scope = ? AND slug = ?`, sl.key.path, sl.key.slug); err != nil {
-			h.log.Warn("host: removing the checkpoint of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+		if sl.reg.added == nil {
+			// A cursor of 0 and a NULL state read back as the contract's initial state: what
+			// removing the row would give, for a row the old engine wrote after the delete.
+			reset := foldstream.Checkpoint{ReducerVersion: sl.reg.version}
+			cps, err := h.checkpoints(sl.key.path)
+			if err == nil {
+				err = cps.WriteCheckpoint(ctx, sl.key.slug, reset, true)
+			}
+			if err != nil {
+				h.log.Warn("host: resetting the checkpoint of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+			}
 		}
 		if err := h.store.Claim(ctx, sl.key.path, sl.key.slug, time.Time{}); err != nil {
 			h.log.Warn("host: releasing the claim of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)

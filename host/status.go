@@ -8,71 +8,76 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// ProcessorsOn returns the status of every processor the host runs on the stream at path: the
-// exact-path registrations on it and, when the stream exists, the pattern registrations covering
-// it — open or not, parked or not — sorted by slug. It opens no engine: a closed one reports its
-// stored checkpoint's offset. It returns nil on a host that is shut down.
+// statusReporter is implemented by runners that report their own status (*foldstream.Engine does).
+type statusReporter interface {
+	Status() foldstream.ProcessorStatus
+}
+
+// ProcessorsOn returns the status of every processor the host runs on the stream at path, sorted
+// by slug: the exact-path registrations on it and, when the stream exists, the pattern
+// registrations covering it — open or closed, parked or not. It neither waits nor opens an engine:
+// an open engine reports where it is now, a closed one its stored checkpoint's offset. It returns
+// an empty slice when the host runs none there or is shut down.
 func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus {
 	type entry struct {
-		reg *registration
-		sl  *slot
+		reg   *registration
+		sl    *slot
+		exact bool
 	}
 	h.mu.Lock()
-	if h.shutdown {
-		h.mu.Unlock()
-		return nil
-	}
 	var entries []entry
-	hasPattern := false
-	for key, reg := range h.exact {
-		if key.path == path {
-			entries = append(entries, entry{reg, h.slots[key]})
+	if !h.shutdown {
+		for key, reg := range h.exact {
+			if key.path == path {
+				entries = append(entries, entry{reg, h.slots[key], true})
+			}
 		}
-	}
-	for _, reg := range h.patterns {
-		if reg.pattern.Match(path) && h.exact[procKey{path, reg.slug}] == nil {
-			entries = append(entries, entry{reg, h.slots[procKey{path, reg.slug}]})
-			hasPattern = true
+		for _, reg := range h.patterns {
+			if reg.pattern.Match(path) && h.exact[procKey{path, reg.slug}] == nil {
+				entries = append(entries, entry{reg, h.slots[procKey{path, reg.slug}], false})
+			}
 		}
 	}
 	out := make([]foldstream.ProcessorStatus, 0, len(entries))
 	var closed []int
+	patterns := false
 	for _, e := range entries {
 		st := foldstream.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
 		switch {
 		case e.sl != nil && e.sl.state == slotOpen:
+			if sr, ok := e.sl.runner.(statusReporter); ok {
+				st = sr.Status()
+				st.Pattern = e.reg.pattern.String()
+			} else {
+				st.Offset = e.sl.runner.ReducedThroughOffset()
+			}
 			st.Open = true
-			st.Offset = e.sl.runner.ReducedThroughOffset()
-			if l, ok := e.sl.runner.(interface{ LiveState() *foldstream.LiveState }); ok {
-				st.LiveRev = l.LiveState().Snapshot().Rev
-			}
 		case e.sl != nil && e.sl.state == slotParked:
-			var pe *foldstream.Error
-			if errors.As(e.sl.parked, &pe) {
-				st.Parked, st.ParkedMessage = pe, pe.Message
-			}
+			st.Parked = parkedStatus(e.sl.parked)
 			closed = append(closed, len(out))
 		default:
 			closed = append(closed, len(out))
 		}
+		if !e.exact {
+			patterns = true
+		}
 		out = append(out, st)
 	}
 	h.mu.Unlock()
-	if hasPattern {
+	if patterns {
 		if _, err := h.store.HeadStream(ctx, path); err != nil {
-			// Patterns cover existing streams only.
-			kept := out[:0]
-			for _, st := range out {
-				if h.exactHas(path, st.Slug) {
-					kept = append(kept, st)
+			// Patterns cover existing streams only: keep the exact registrations.
+			var kept []foldstream.ProcessorStatus
+			var keptClosed []int
+			for i, e := range entries {
+				if e.exact {
+					if !out[i].Open {
+						keptClosed = append(keptClosed, len(kept))
+					}
+					kept = append(kept, out[i])
 				}
 			}
-			out, closed = kept, nil
-			for i := range out {
-				if !out[i].Open {
-					closed = append(closed, i)
-				}
-			}
+			out, closed = append(make([]foldstream.ProcessorStatus, 0, len(kept)), kept...), keptClosed
 		}
 	}
 	if len(closed) > 0 {
@@ -88,8 +93,18 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 	return out
 }
 
-func (h *Host) exactHas(path, slug string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.exact[procKey{path, slug}] != nil
+// parkedStatus is a parked error as a status reports it: the cause's code and message.
+func parkedStatus(err error) *foldstream.ProcessorError {
+	var pe *foldstream.Error
+	if !errors.As(err, &pe) {
+		return &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: err.Error()}
+	}
+	st := &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: pe.Message}
+	if code := foldstream.CodeOf(pe.Err); code != "" {
+		st.Code = code
+	}
+	if pe.Err != nil {
+		st.Message = pe.Err.Error()
+	}
+	return st
 }

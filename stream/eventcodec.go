@@ -89,7 +89,7 @@ type eventBody struct {
 //   - Any other JSON value is a message: an event of type [MessageType] with payload
 //     {"value": <the message>}.
 //   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (spec §13.2).
-func decodeEvent(path string, e entry) (foldstream.Event, error) {
+func decodeEvent(path string, e message) (foldstream.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	if !json.Valid(body) {
 		return foldstream.Event{}, unreadable(e.Offset)
@@ -120,9 +120,6 @@ func decodeEvent(path string, e entry) (foldstream.Event, error) {
 		p = append(p, body...)
 		p = append(p, '}')
 		ev.Payload = p
-		if e.IdempotencyKey.Valid {
-			ev.IdempotencyKey = e.IdempotencyKey.String
-		}
 	}
 	if ev.CreatedAt == "" {
 		ev.CreatedAt = formatCreatedAt(time.UnixMilli(e.CreatedMs))

@@ -2,10 +2,11 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Listing streams and learning of new ones: what a host needs to run a processor on every stream
@@ -44,44 +45,27 @@ func (s *Store) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo
 	upper, bounded := prefixUpperBound(opts.Prefix)
 	now := s.clock.Now()
 	var out []StreamInfo
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(q driver.Reader) error {
 		// After is exclusive (the last path already seen); the prefix itself is a possible path.
-		cursor, inclusive := lower, opts.After == "" || opts.Prefix > opts.After
+		lq := driver.ListQuery{From: lower, Inclusive: opts.After == "" || opts.Prefix > opts.After}
+		if bounded {
+			lq.Below = upper
+		}
 		for len(out) < limit {
 			want := limit - len(out)
-			q := `SELECT ` + streamCols + ` FROM streams WHERE state = 0 AND path > ?`
-			if inclusive {
-				q = `SELECT ` + streamCols + ` FROM streams WHERE state = 0 AND path >= ?`
-			}
-			args := []any{cursor}
-			if bounded {
-				q += ` AND path < ?`
-				args = append(args, upper)
-			}
-			q += ` ORDER BY path LIMIT ?`
-			args = append(args, want)
-			rows, err := tx.QueryContext(ctx, q, args...)
+			lq.Limit = want
+			rows, err := q.ListStreams(ctx, lq)
 			if err != nil {
 				return fmt.Errorf("list streams: %w", err)
 			}
-			n := 0
-			for rows.Next() {
-				r, err := scanStream(rows)
-				if err != nil {
-					rows.Close()
-					return fmt.Errorf("list streams: %w", err)
-				}
-				n++
-				cursor, inclusive = r.Path, false
+			for i := range rows {
+				r := &rows[i]
+				lq.From, lq.Inclusive = r.Path, false
 				if !s.expired(r, now) {
 					out = append(out, infoOf(r))
 				}
 			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("list streams: %w", err)
-			}
-			if n < want {
+			if len(rows) < want {
 				break // the range is exhausted
 			}
 		}
@@ -206,8 +190,8 @@ func (s *Store) callCreated(fn func(string), path string) {
 }
 
 // streamCreated queues a creation notice for every listener once tx commits.
-func (s *Store) streamCreated(tx *Tx, path string) {
-	tx.AfterCommit(func() {
+func (s *Store) streamCreated(t *tx, path string) {
+	t.afterCommit(func() {
 		s.created.mu.Lock()
 		defer s.created.mu.Unlock()
 		for l := range s.created.ls {

@@ -1,8 +1,6 @@
 package stream
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -85,20 +83,6 @@ func readOnlyError(path string, cause error) *foldstream.Error {
 // isPermissionErr reports whether a file-system error means "not writable here".
 func isPermissionErr(err error) bool {
 	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
-}
-
-// probeWritable proves at Open that the database takes writes: SQLite opens a file it may not
-// write read-only without a word, and every later write would fail. The probe takes the write
-// lock and creates a table, then rolls back, leaving nothing behind.
-func probeWritable(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
-	_, err := conn.ExecContext(ctx, "CREATE TABLE foldstream_write_probe(x)")
-	if _, rbErr := conn.ExecContext(ctx, "ROLLBACK"); err == nil {
-		err = rbErr
-	}
-	return err
 }
 
 // openFailure gives a failed Open its code: STORE_READ_ONLY or INSUFFICIENT_STORAGE when the

@@ -85,7 +85,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 // plus extra pages.
 func setMaxPages(t *testing.T, s *Store, extra int) {
 	t.Helper()
-	err := s.write(context.Background(), func(tx *Tx) error {
+	err := s.write(context.Background(), func(tx *tx) error {
 		var n int
 		if err := tx.QueryRow(`PRAGMA page_count`).Scan(&n); err != nil {
 			return err
