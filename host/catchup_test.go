@@ -49,8 +49,12 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 	if off, ok := fe.Data["offset"].(int64); !ok || off != 0 {
 		t.Fatalf("CATCHING_UP offset: got %#v, want int64 0", fe.Data["offset"])
 	}
-	// WaitUntilProcessed's own timeout ends its wait the same way.
-	err = h.WaitUntilProcessed(ctx, "/lag", "held", 3, time.Millisecond)
+	// WaitUntilProcessed's own timeout (on the same clock) ends its wait the same way.
+	waited := make(chan error, 1)
+	go func() { waited <- h.WaitUntilProcessed(ctx, "/lag", "held", 3, time.Millisecond) }()
+	clk.WaitArmed(t, testT.Add(time.Second+time.Millisecond))
+	clk.Advance(time.Millisecond)
+	err = <-waited
 	if !errors.Is(err, host.ErrCatchingUp) || !errors.Is(err, foldstream.ErrProcessTimeout) || !errors.As(err, &fe) || fe.Data["offset"] != int64(0) {
 		t.Fatalf("wait while catching up: got %v, want CATCHING_UP at offset 0", err)
 	}

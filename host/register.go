@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/foldstream/foldstream"
@@ -62,6 +63,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S]) *re
 	reg := &registration{pattern: pat}
 	if c != nil {
 		reg.slug, reg.version = c.Slug(), c.Version()
+		if b, err := json.Marshal(c.InitialState()); err == nil {
+			reg.initial = b
+		}
 	}
 	reg.build = func(path string) (foldstream.Runner, error) {
 		cps, err := h.checkpoints(path)

@@ -41,6 +41,8 @@ type registration struct {
 	pattern Pattern
 	slug    string
 	version string
+	// initial is the contract's initial state as JSON (what a reset checkpoint holds).
+	initial []byte
 	// build makes a fresh engine for a stream path; nil for a runner added with Add.
 	build func(path string) (foldstream.Runner, error)
 	added foldstream.Runner
@@ -624,10 +626,10 @@ func (h *Host) recreated(sl *slot) {
 		ctx := context.WithoutCancel(h.ctx)
 		sl.sub.Close()
 		_ = closeRunner(ctx, sl.runner)
-		if sl.reg.added == nil {
-			// A cursor of 0 and a NULL state read back as the contract's initial state: what
-			// removing the row would give, for a row the old engine wrote after the delete.
-			reset := foldstream.Checkpoint{ReducerVersion: sl.reg.version}
+		if sl.reg.added == nil && sl.reg.initial != nil {
+			// The contract's initial state at offset 0: what a missing row gives, over a row the
+			// old stream left (or the old engine wrote after the delete).
+			reset := foldstream.Checkpoint{ReducerVersion: sl.reg.version, State: sl.reg.initial}
 			cps, err := h.checkpoints(sl.key.path)
 			if err == nil {
 				err = cps.WriteCheckpoint(ctx, sl.key.slug, reset, true)
