@@ -248,7 +248,10 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 		return
 	}
 	defer sub.Close()
-	live, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
+	// The seed waits for the processor like a snapshot does, within the same bound.
+	boundCtx, cancelBound := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
+	live, err := s.cfg.Processors.LiveSnapshot(boundCtx, path, slug)
+	cancelBound()
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
 		return
@@ -282,7 +285,9 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 	keepAlive := time.NewTicker(s.cfg.LongPollTimeout)
 	defer keepAlive.Stop()
 	reseed := func() bool {
-		l, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
+		l, err := s.cfg.Processors.LiveSnapshot(bctx, path, slug)
+		cancel()
 		if err != nil {
 			return false
 		}
