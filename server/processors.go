@@ -27,7 +27,17 @@ type Processors interface {
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
 }
 
-var _ Processors = (*host.Host)(nil)
+// ProcessorLister is implemented by a Processors that can report which processors run on a stream
+// (*host.Host does); InfoPath lists them. Without it, InfoPath answers "processors": [].
+type ProcessorLister interface {
+	// ProcessorsOn reports the processors running on the stream at path, without waiting for them.
+	ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus
+}
+
+var (
+	_ Processors      = (*host.Host)(nil)
+	_ ProcessorLister = (*host.Host)(nil)
+)
 
 // ProcessorProgress is optionally implemented by a Processors: the offset a processor has reduced
 // through, without waiting. When available, a processor route that timed out waiting reports

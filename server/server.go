@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/console"
 	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -160,6 +161,10 @@ type Config struct {
 	// IdleTimeout closes idle keep-alive connections (HTTPServer). Defaults to
 	// DefaultIdleTimeout (2 min).
 	IdleTimeout time.Duration
+
+	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
+	// (docs/console.md). The stream listing routes stay.
+	DisableConsole bool
 }
 
 // Check reports a configuration that cannot work: a PublicBaseURL that is not an http or https
@@ -212,6 +217,8 @@ type Server struct {
 	publicBase  *url.URL // parsed Config.PublicBaseURL, or nil
 	liveReaders atomic.Int64
 	bodyBytes   atomic.Int64
+
+	console *console.Handler // nil with Config.DisableConsole
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -282,6 +289,13 @@ func New(st *stream.Store, cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	if !cfg.DisableConsole {
+		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
+		if cfg.Processors != nil {
+			cc.ProcessorPrefix = cfg.ProcessorPrefix
+		}
+		srv.console = console.New(cc)
+	}
 	if cfg.PublicBaseURL != "" {
 		if u, err := parseBaseURL(cfg.PublicBaseURL); err == nil {
 			srv.publicBase = u
@@ -350,6 +364,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
+		return
+	case s.servesExtra(p):
+		s.serveExtra(w, r)
 		return
 	case strings.HasPrefix(p, s.cfg.Prefix):
 	default:
