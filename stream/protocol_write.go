@@ -104,28 +104,23 @@ const MaxMessagesPerRecord = 100000
 // FlattenJSON validates a JSON body and flattens a top-level array one level (spec §13),
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 {
+	body = bytes.TrimSpace(body) // Unicode space around the body, as before the one-pass scanner
+	spans, isArray, ok := scanJSONBody(body)
+	if !ok {
 		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
-	if !json.Valid(trimmed) {
-		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
-	}
-	var raws [][]byte
-	if trimmed[0] == '[' {
-		raws = splitArray(trimmed)
-		if len(raws) == 0 && !allowEmpty {
+	if isArray {
+		if len(spans) == 0 && !allowEmpty {
 			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
-		if len(raws) > MaxMessagesPerRecord {
-			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
+		if len(spans) > MaxMessagesPerRecord {
+			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(spans), MaxMessagesPerRecord)
 		}
-	} else {
-		raws = [][]byte{trimmed}
 	}
-	out := make([][]byte, len(raws))
-	for i, r := range raws {
-		if bytes.IndexAny(r, " \t\r\n") < 0 {
+	out := make([][]byte, len(spans))
+	for i, sp := range spans {
+		r := body[sp.start:sp.end]
+		if !sp.ws {
 			out[i] = r // already compact (the common case for machine-written JSON)
 			continue
 		}
@@ -397,58 +392,6 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 		return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
 	return rec, nil
-}
-
-// splitArray returns the elements of a valid JSON array (whitespace around them trimmed) in one
-// pass: it tracks nesting depth and strings, and cuts at the commas of depth one.
-func splitArray(arr []byte) [][]byte {
-	var out [][]byte
-	depth, start := 0, -1
-	inString, escaped := false, false
-	for i, c := range arr {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-			if depth == 1 && start < 0 {
-				start = i
-			}
-		case '[', '{':
-			depth++
-			if depth == 2 && start < 0 {
-				start = i
-			}
-		case ']', '}':
-			if depth == 1 { // the closing bracket of the array
-				if start >= 0 {
-					out = append(out, bytes.TrimSpace(arr[start:i]))
-				}
-				return out
-			}
-			depth--
-		case ',':
-			if depth == 1 {
-				out = append(out, bytes.TrimSpace(arr[start:i]))
-				start = -1
-			}
-		case ' ', '\t', '\r', '\n':
-		default:
-			if depth == 1 && start < 0 {
-				start = i
-			}
-		}
-	}
-	return out
 }
 
 // AppendRecord appends a record and/or closes the stream, running the checks of spec §6 and the
