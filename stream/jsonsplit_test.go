@@ -81,7 +81,6 @@ func splitArray(arr []byte) [][]byte {
 	return out
 }
 
-
 // FuzzFlattenJSON checks the one-pass validator and splitter against encoding/json: the same
 // bodies are accepted, and they split into the same compact messages.
 func FuzzFlattenJSON(f *testing.F) {
