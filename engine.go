@@ -292,7 +292,7 @@ func (e *Engine[S]) Pending() int {
 	return len(e.queue) + e.active
 }
 
-// signalLocked wakes Drain callers; e.mu must be held.
+// signalLocked wakes Drain callers (and tests watching Pending); e.mu must be held.
 func (e *Engine[S]) signalLocked() {
 	close(e.changed)
 	e.changed = make(chan struct{})
@@ -309,6 +309,7 @@ func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) e
 		return u.done
 	}
 	e.queue = append(e.queue, u)
+	e.signalLocked()
 	if !e.running {
 		e.running = true
 		go e.work()
@@ -347,6 +348,7 @@ func (e *Engine[S]) work() {
 		}
 		e.mu.Lock()
 		e.active = 0
+		e.signalLocked()
 		e.mu.Unlock()
 		u.done <- err
 	}

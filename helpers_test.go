@@ -61,14 +61,27 @@ func (a *attempts) end(off int64) chan struct{} {
 	return a.ends[off]
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitUntil waits until cond holds, re-checking it whenever one of the watched sources changes
+// (an engine's or a stream's Changed, a recording's changed): no polling, no sleeps.
+func waitUntil(t *testing.T, what string, cond func() bool, watch ...func() <-chan struct{}) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	ctx := ctxFor(t)
+	for {
+		chans := make([]<-chan struct{}, len(watch))
+		for i, w := range watch {
+			chans[i] = w()
+		}
+		if cond() {
+			return
+		}
+		cases := make([]reflect.SelectCase, 0, len(chans)+1)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		for _, c := range chans {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+		}
+		if i, _, _ := reflect.Select(cases); i == 0 {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -163,12 +176,27 @@ func projectNull[S any](S) (any, error) { return nil, nil }
 type rec[T any] struct {
 	mu    sync.Mutex
 	items []T
+	ch    chan struct{} // closed and replaced at every add
 }
 
 func (r *rec[T]) add(v T) {
 	r.mu.Lock()
 	r.items = append(r.items, v)
+	if r.ch != nil {
+		close(r.ch)
+	}
+	r.ch = make(chan struct{})
 	r.mu.Unlock()
+}
+
+// changed returns a channel closed at the next add.
+func (r *rec[T]) changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ch == nil {
+		r.ch = make(chan struct{})
+	}
+	return r.ch
 }
 
 func (r *rec[T]) get() []T {
@@ -551,12 +579,15 @@ func newVersioned(t *testing.T, version string, failOn ...int64) (*fn[nState], *
 
 // recSink records the delta payloads appended to it; hold makes each append wait for a release.
 type recSink struct {
-	mu      sync.Mutex
-	issued  []foldstream.LiveStateDelta
-	hold    bool
-	release chan struct{}
-	fail    error
-	panics  bool
+	mu       sync.Mutex
+	issued   []foldstream.LiveStateDelta
+	hold     bool
+	release  chan struct{}
+	fail     error
+	panics   bool
+	inflight int  // appends issued and not yet returned
+	overlap  bool // an append was issued while another was in flight
+	notify   chan struct{}
 }
 
 func (s *recSink) Append(ctx context.Context, evs ...foldstream.EventInput) ([]foldstream.Event, error) {
@@ -571,6 +602,20 @@ func (s *recSink) Append(ctx context.Context, evs ...foldstream.EventInput) ([]f
 		s.mu.Lock()
 		s.issued = append(s.issued, d)
 		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	if s.inflight > 0 {
+		s.overlap = true
+	}
+	s.inflight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inflight--
+		s.mu.Unlock()
+	}()
+	if s.notify != nil {
+		s.notify <- struct{}{}
 	}
 	if s.panics {
 		panic("sink exploded")

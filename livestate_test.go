@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -191,35 +192,25 @@ func TestP54_DeltasChainAndApply(t *testing.T) {
 
 func TestP55_OneAppendChain(t *testing.T) {
 	t.Parallel()
-	sink := &recSink{hold: true, release: make(chan struct{})}
+	sink := &recSink{hold: true, release: make(chan struct{}), notify: make(chan struct{}, 3)}
 	l, base := newLive(sink, map[string]int{"n": 0})
 	for n := 1; n <= 3; n++ {
 		l.Set(map[string]int{"n": n})
 	}
-	waitFrames := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(sink.frames()) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited for %d frames, have %d", n, len(sink.frames()))
-			}
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(20 * time.Millisecond) // margin: nothing more may be issued while one is pending
-		if got := len(sink.frames()); got != n {
-			t.Fatalf("issued %d frames while one was pending, want %d", got, n)
-		}
+	// Each delta is issued only after the previous append returned: the sink holds every append
+	// until released, and records an overlap if a second one arrives meanwhile.
+	for n := 1; n <= 3; n++ {
+		<-sink.notify
+		eq(t, fmt.Sprintf("frames after issue %d", n), len(sink.frames()), n)
+		eq(t, fmt.Sprintf("delta %d to", n), sink.frames()[n-1].To, base+int64(n))
+		sink.release <- struct{}{}
 	}
-	waitFrames(1)
-	eq(t, "first to", sink.frames()[0].To, base+1)
-	sink.release <- struct{}{}
-	waitFrames(2)
-	eq(t, "second to", sink.frames()[1].To, base+2)
-	sink.release <- struct{}{}
-	waitFrames(3)
-	eq(t, "third to", sink.frames()[2].To, base+3)
-	sink.release <- struct{}{}
 	waitLive(t, l)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.overlap {
+		t.Fatal("a delta was issued while the previous append was still pending")
+	}
 }
 
 func TestP56_SameValueAgain(t *testing.T) {

@@ -48,7 +48,7 @@ func TestP08_SerialChainAndBarrier(t *testing.T) {
 func TestP09_BackgroundIsNotAwaited(t *testing.T) {
 	t.Parallel()
 	order := &rec[string]{}
-	release := make(chan struct{})
+	release, bg2Done := make(chan struct{}), make(chan struct{})
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "bg", "1", "e")), reduce: incN, project: projectNull[nState],
 		process: func(a *foldstream.ProcessEventArgs[nState]) error {
 			if a.Event == nil {
@@ -58,8 +58,13 @@ func TestP09_BackgroundIsNotAwaited(t *testing.T) {
 			order.add(fmt.Sprintf("fg %d", off))
 			a.RunInBackground(func(context.Context) error {
 				<-release
-				time.Sleep(time.Duration(20*(3-off)) * time.Millisecond) // bg 2 may overtake bg 1
+				if off == 1 {
+					<-bg2Done // attempt 2 overtakes attempt 1: attempts are not run one after another
+				}
 				order.add(fmt.Sprintf("bg %d", off))
+				if off == 2 {
+					close(bg2Done)
+				}
 				return nil
 			})
 			return nil
@@ -71,9 +76,7 @@ func TestP09_BackgroundIsNotAwaited(t *testing.T) {
 	eq(t, "foreground", order.get(), []string{"fg 1", "fg 2"})
 	close(release)
 	drain(t, eng)
-	rest := order.get()[2:]
-	slices.Sort(rest)
-	eq(t, "background", rest, []string{"bg 1", "bg 2"})
+	eq(t, "background", order.get()[2:], []string{"bg 2", "bg 1"})
 }
 
 func TestP10_OneCommitPerBatch(t *testing.T) {
@@ -262,9 +265,7 @@ func TestP20_SnapshotBeforeThePushRan(t *testing.T) {
 	// queue a catch-up behind it rather than answer the stale state.
 	snap := make(chan foldstream.Snapshot[ledgerState], 1)
 	go func() { s, _ := eng.Snapshot(ctx); snap <- s }()
-	for eng.Pending() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the snapshot's catch-up is queued", func() bool { return eng.Pending() >= 2 }, eng.Changed)
 	close(release)
 	eq(t, "next", (<-snap).State, ledgerState{Counted: []int64{2}})
 	eq(t, "extra reads", mem.Reads()-reads, 1)
@@ -1020,7 +1021,7 @@ func TestQueuedPushRunsAfterItsCallerGaveUp(t *testing.T) {
 	go func() {
 		done <- eng.ProcessEventBatch(ctx, []foldstream.Event{chunk}, foldstream.ScannedRange{After: 0, Through: 1})
 	}()
-	waitUntil(t, "the push is queued", func() bool { return eng.Pending() == 2 })
+	waitUntil(t, "the push is queued", func() bool { return eng.Pending() == 2 }, eng.Changed)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("caller: got %v, want context.Canceled", err)

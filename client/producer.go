@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// Producer defaults (spec §21.2), the same as the upstream TypeScript client's.
+// Producer defaults (docs/client.md#exactly-once-producer), the same as the upstream TypeScript
+// client's.
 const (
 	DefaultMaxBatchBytes    = 1 << 20
 	DefaultLinger           = 5 * time.Millisecond
@@ -54,7 +55,8 @@ type ProducerOptions struct {
 }
 
 // IdempotentProducer writes to a stream exactly once per message using the protocol's
-// (Producer-Id, Producer-Epoch, Producer-Seq) deduplication (spec §20, §21.2). Append returns at
+// (Producer-Id, Producer-Epoch, Producer-Seq) deduplication (docs/server.md#idempotent-producers,
+// docs/client.md#exactly-once-producer). Append returns at
 // once; messages are batched and sent in the background, up to MaxInFlight batches pipelined.
 // It is safe for concurrent use; messages appended by one goroutine keep their order.
 type IdempotentProducer struct {
@@ -597,7 +599,7 @@ func (p *IdempotentProducer) waitIdle() {
 	}
 }
 
-// CloseStream flushes, then closes the stream through the producer (spec §21.2 close): a POST
+// CloseStream flushes, then closes the stream through the producer: a POST
 // with Stream-Closed and the next seq, carrying final (one message; may be nil) atomically with
 // the closure. Retries are deduplicated like appends. A repeated call returns the first result. If
 // the flush fails, CloseStream returns its error and leaves the producer open, so the caller can

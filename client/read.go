@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
 // LiveMode selects how a read continues once it has caught up.
@@ -21,10 +23,10 @@ const (
 	// LiveNone reads what exists and stops at the tail (catch-up).
 	LiveNone LiveMode = ""
 	// LiveLongPoll catches up, then long-polls for new data until the stream closes or ctx ends.
-	LiveLongPoll LiveMode = "long-poll"
+	LiveLongPoll LiveMode = wire.LiveLongPoll
 	// LiveSSE reads over server-sent events from the start, reconnecting from the last offset when
 	// the server ends the connection, until the stream closes or ctx ends.
-	LiveSSE LiveMode = "sse"
+	LiveSSE LiveMode = wire.LiveSSE
 	// LiveAuto catches up, then continues with SSE for text and JSON streams and long-poll for
 	// others.
 	LiveAuto LiveMode = "auto"
@@ -37,7 +39,8 @@ type ReadOptions struct {
 	Offset string
 	// Live selects catch-up only (the default) or a live mode.
 	Live LiveMode
-	// Cursor is a Stream-Cursor from an earlier read, echoed to the server (spec §16.3).
+	// Cursor is a Stream-Cursor from an earlier read, echoed to the server
+	// (docs/server.md#caching-and-the-cursor).
 	Cursor string
 	// Header holds extra request headers.
 	Header http.Header
@@ -209,9 +212,9 @@ func (r *reader) fail(ctx context.Context, err error, yield func(Chunk, error) b
 func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, error) bool) bool {
 	failures := 0
 	for {
-		params := map[string]string{"offset": r.offset, "cursor": r.cursor}
+		params := map[string]string{wire.QueryOffset: r.offset, wire.QueryCursor: r.cursor}
 		if live == LiveLongPoll {
-			params["live"] = string(live)
+			params[wire.QueryLive] = string(live)
 		}
 		u := r.s.urlWith(params)
 		resp, err := r.s.send(ctx, http.MethodGet, u, r.header, nil)
@@ -320,7 +323,7 @@ func validJSONArray(b []byte) bool {
 	return len(t) == 0 || (t[0] == '[' && json.Valid(t))
 }
 
-// controlEvent is the JSON of an SSE control event (spec §12.2).
+// controlEvent is the JSON of an SSE control event (docs/server.md#sse).
 type controlEvent struct {
 	StreamNextOffset string `json:"streamNextOffset"`
 	StreamCursor     string `json:"streamCursor"`
@@ -332,7 +335,7 @@ type controlEvent struct {
 func (r *reader) sse(ctx context.Context, yield func(Chunk, error) bool) bool {
 	failures := 0
 	for {
-		u := r.s.urlWith(map[string]string{"offset": r.offset, "cursor": r.cursor, "live": string(LiveSSE)})
+		u := r.s.urlWith(map[string]string{wire.QueryOffset: r.offset, wire.QueryCursor: r.cursor, wire.QueryLive: string(LiveSSE)})
 		h := http.Header{"Accept": {"text/event-stream"}}
 		for k, vs := range r.header {
 			h[k] = vs

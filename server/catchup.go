@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -26,10 +27,10 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 	target := info.Tail
 	out := w.Header()
 	out.Set("Content-Type", info.ContentType)
-	out.Set("Stream-Next-Offset", FormatOffset(target))
-	out.Set("Stream-Up-To-Date", "true")
+	out.Set(wire.HeaderStreamNextOffset, FormatOffset(target))
+	out.Set(wire.HeaderStreamUpToDate, "true")
 	if info.Closed {
-		out.Set("Stream-Closed", "true")
+		out.Set(wire.HeaderStreamClosed, "true")
 	}
 	tag := etag(info, after, stream.ReadResult{Info: info, Next: target, UpToDate: true})
 	out.Set("ETag", tag)

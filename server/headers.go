@@ -7,52 +7,34 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
-// Foldstream's own headers (beyond the protocol).
+// Foldstream's own headers (beyond the protocol); the names live in internal/wire, shared with
+// the client.
 const (
 	// HeaderExpectedOffset is an optional POST precondition: the stream's tail must be exactly
 	// this offset, or the append is refused with 409 and Foldstream-Error-Code OFFSET_CONFLICT
 	// (the stream's tail in Stream-Next-Offset).
-	HeaderExpectedOffset = "Foldstream-Expected-Offset"
+	HeaderExpectedOffset = wire.HeaderExpectedOffset
 	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
 	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldstream.Code).
-	HeaderErrorCode = "Foldstream-Error-Code"
+	HeaderErrorCode = wire.HeaderErrorCode
 	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
 	// offset the processor has reduced through (in the wire offset format).
-	HeaderProcessorOffset = "Foldstream-Processor-Offset"
+	HeaderProcessorOffset = wire.HeaderProcessorOffset
 )
 
-// FormatOffset renders a protocol position as a wire offset ("%016d_%016d", docs/server.md#offsets).
-func FormatOffset(pos int64) string { return fmt.Sprintf("%016d_%016d", 0, pos) }
+// FormatOffset renders a position as a wire offset ("%016d_%016d"; docs/server.md#offsets).
+func FormatOffset(pos int64) string { return wire.FormatOffset(pos) }
 
 // beyondTail is the position an offset with a non-zero read sequence maps to: past any tail.
-const beyondTail = math.MaxInt64
+const beyondTail = wire.BeyondTail
 
-// ParseOffset parses a wire offset strictly (docs/server.md#offsets): "-1" (start), "now" (tail, now=true) or
-// exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
-func ParseOffset(s string) (pos int64, now bool, err error) {
-	switch s {
-	case "-1":
-		return 0, false, nil
-	case "now":
-		return 0, true, nil
-	}
-	if len(s) != 33 || s[16] != '_' {
-		return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
-	}
-	for i := 0; i < len(s); i++ {
-		if i != 16 && (s[i] < '0' || s[i] > '9') {
-			return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
-		}
-	}
-	seq, _ := strconv.ParseInt(s[:16], 10, 64)
-	pos, _ = strconv.ParseInt(s[17:], 10, 64)
-	if seq != 0 {
-		return beyondTail, false, nil
-	}
-	return pos, false, nil
-}
+// ParseOffset parses a wire offset strictly (docs/server.md#offsets): "-1" (start), "now" (tail,
+// now=true) or exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
+func ParseOffset(s string) (pos int64, now bool, err error) { return wire.ParseOffset(s) }
 
 // parseCanonicalUint parses a non-negative decimal integer without sign, leading zeros, decimal
 // point or exponent, at most max.

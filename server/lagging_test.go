@@ -65,7 +65,7 @@ func serveStuck(t *testing.T, p stuckProcessors) string {
 // processor answers 503 PROCESSOR_PARKED with its cause.
 func TestLaggingProcessorRoutesAreBounded(t *testing.T) {
 	url := serveStuck(t, stuckProcessors{reduced: 7})
-	for _, view := range []string{"", "?view=live"} {
+	for _, view := range []string{"", "?view=live", "?live=sse"} {
 		start := time.Now()
 		res, body := request(t, "GET", url+"/v1/processor/p/orders"+view, "")
 		wantCoded(t, "stuck snapshot "+view, res, body, http.StatusGatewayTimeout, foldstream.CodeProcessTimeout)

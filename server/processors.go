@@ -27,7 +27,17 @@ type Processors interface {
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
 }
 
-var _ Processors = (*host.Host)(nil)
+// ProcessorLister is implemented by a Processors that can report which processors run on a stream
+// (*host.Host does); InfoPath lists them. Without it, InfoPath answers "processors": [].
+type ProcessorLister interface {
+	// ProcessorsOn reports the processors running on the stream at path, without waiting for them.
+	ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus
+}
+
+var (
+	_ Processors      = (*host.Host)(nil)
+	_ ProcessorLister = (*host.Host)(nil)
+)
 
 // ProcessorProgress is optionally implemented by a Processors: the offset a processor has reduced
 // through, without waiting. When available, a processor route that timed out waiting reports
@@ -248,7 +258,10 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 		return
 	}
 	defer sub.Close()
-	live, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
+	// The seed waits for the processor like a snapshot does, within the same bound.
+	boundCtx, cancelBound := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
+	live, err := s.cfg.Processors.LiveSnapshot(boundCtx, path, slug)
+	cancelBound()
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
 		return
@@ -282,7 +295,9 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 	keepAlive := time.NewTicker(s.cfg.LongPollTimeout)
 	defer keepAlive.Stop()
 	reseed := func() bool {
-		l, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
+		l, err := s.cfg.Processors.LiveSnapshot(bctx, path, slug)
+		cancel()
 		if err != nil {
 			return false
 		}

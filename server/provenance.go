@@ -111,8 +111,8 @@ func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int)
 	return rewriteSource(msg, stamp)
 }
 
-// rewriteSource returns the object msg without any member whose key matches "source" the way
-// encoding/json matches it (case-insensitively), plus "source": stamp when stamp is set. Members
+// rewriteSource returns the object msg without any member whose key is "source" in any letter
+// case (a superset of the store's exact match), plus "source": stamp when stamp is set. Members
 // keep their order and raw values.
 func rewriteSource(msg []byte, stamp []byte) ([]byte, *foldstream.Error) {
 	dec := json.NewDecoder(bytes.NewReader(msg))

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/console"
+	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -159,6 +161,10 @@ type Config struct {
 	// IdleTimeout closes idle keep-alive connections (HTTPServer). Defaults to
 	// DefaultIdleTimeout (2 min).
 	IdleTimeout time.Duration
+
+	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
+	// (docs/console.md). The stream listing routes stay.
+	DisableConsole bool
 }
 
 // Check reports a configuration that cannot work: a PublicBaseURL that is not an http or https
@@ -211,6 +217,8 @@ type Server struct {
 	publicBase  *url.URL // parsed Config.PublicBaseURL, or nil
 	liveReaders atomic.Int64
 	bodyBytes   atomic.Int64
+
+	console *console.Handler // nil with Config.DisableConsole
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -281,6 +289,13 @@ func New(st *stream.Store, cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	if !cfg.DisableConsole {
+		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
+		if cfg.Processors != nil {
+			cc.ProcessorPrefix = cfg.ProcessorPrefix
+		}
+		srv.console = console.New(cc)
+	}
 	if cfg.PublicBaseURL != "" {
 		if u, err := parseBaseURL(cfg.PublicBaseURL); err == nil {
 			srv.publicBase = u
@@ -349,6 +364,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
+		return
+	case s.servesExtra(p):
+		s.serveExtra(w, r)
 		return
 	case strings.HasPrefix(p, s.cfg.Prefix):
 	default:
@@ -440,22 +458,22 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	msg := err.Error()
 	switch code {
 	case foldstream.CodeStreamClosed:
-		h.Set("Stream-Closed", "true")
+		h.Set(wire.HeaderStreamClosed, "true")
 		if tail, ok := stream.TailOf(err); ok {
-			h.Set("Stream-Next-Offset", FormatOffset(tail))
+			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
 	case foldstream.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {
-			h.Set("Stream-Next-Offset", FormatOffset(tail))
+			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
 	case foldstream.CodeStaleEpoch:
 		if epoch, ok := stream.EpochOf(err); ok {
-			h.Set("Producer-Epoch", itoa(epoch))
+			h.Set(wire.HeaderProducerEpoch, itoa(epoch))
 		}
 	case foldstream.CodeSequenceGap:
 		if expected, received, ok := stream.SequenceGapOf(err); ok {
-			h.Set("Producer-Expected-Seq", itoa(expected))
-			h.Set("Producer-Received-Seq", itoa(received))
+			h.Set(wire.HeaderProducerExpectedSeq, itoa(expected))
+			h.Set(wire.HeaderProducerReceivedSeq, itoa(received))
 		}
 	case foldstream.CodeClosed:
 		msg = "server is shutting down"

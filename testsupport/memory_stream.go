@@ -42,6 +42,7 @@ type MemoryStream struct {
 	claims      []time.Time
 	claimFunc   func(ctx context.Context, at time.Time) error
 	reads       int
+	changed     chan struct{} // closed and replaced at every commit and landed claim
 
 	track    sync.Mutex
 	inflight int
@@ -59,8 +60,23 @@ func NewMemoryStreamAt(path string) *MemoryStream {
 	return &MemoryStream{
 		path: path, keys: map[string]foldstream.Event{},
 		hooks: map[int]func([]foldstream.Event, foldstream.ScannedRange){}, drainables: map[foldstream.Runner]int{},
-		idle: make(chan struct{}),
+		idle: make(chan struct{}), changed: make(chan struct{}),
 	}
+}
+
+// Changed returns a channel that is closed at the stream's next commit or landed claim. Take it
+// before checking a condition, then wait on it, and no change can slip between the check and the
+// wait.
+func (m *MemoryStream) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// signalLocked wakes Changed waiters; m.mu must be held.
+func (m *MemoryStream) signalLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
 }
 
 // Path returns the stream's path.
@@ -121,6 +137,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	}
 	r := foldstream.ScannedRange{After: m.maxAssigned, Through: next}
 	m.maxAssigned = next
+	m.signalLocked()
 	for _, ev := range fresh {
 		m.pushed = append(m.pushed, ev)
 		if !ev.Ephemeral {
@@ -227,6 +244,7 @@ func (m *MemoryStream) Claim(ctx context.Context, at time.Time) error {
 	}
 	m.mu.Lock()
 	m.claims = append(m.claims, at)
+	m.signalLocked()
 	m.mu.Unlock()
 	return nil
 }

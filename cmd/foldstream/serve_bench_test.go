@@ -23,12 +23,21 @@ import (
 // process's high-water mark). Run it alone:
 //
 //	go test ./cmd/foldstream -run '^$' -bench BenchmarkServeIdleSSEReaders -benchtime 1x
+//
+// FOLDSTREAM_BENCH_READERS changes the number of readers and FOLDSTREAM_BENCH_BIN runs another
+// foldstream binary (an older build, for a side-by-side figure).
 func BenchmarkServeIdleSSEReaders(b *testing.B) {
-	const readers = 1000
+	readers := 1000
+	if v, err := strconv.Atoi(os.Getenv("FOLDSTREAM_BENCH_READERS")); err == nil && v > 0 {
+		readers = v
+	}
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "foldstream")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
+	bin := os.Getenv("FOLDSTREAM_BENCH_BIN")
+	if bin == "" {
+		bin = filepath.Join(dir, "foldstream")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			b.Fatalf("build: %v\n%s", err, out)
+		}
 	}
 	for b.Loop() {
 		cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "idle.db"), "--log-level", "error")
