@@ -79,6 +79,11 @@ type Store struct {
 	writes     chan *writeReq
 	stopListen func()
 
+	// intakeMu orders enqueue (read lock) against Close stopping intake (write lock); see
+	// writer.go. intakeStopped is closed once intake has stopped.
+	intakeMu      sync.RWMutex
+	intakeStopped chan struct{}
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -187,6 +192,8 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		ws:        writerState{streams: make(map[string]*streamMem), woken: make(map[int64]bool)},
 		notify:    make(map[int64]chan struct{}),
 		ev:        newEventView(),
+
+		intakeStopped: make(chan struct{}),
 	}
 	stop, err := d.Listen(ctx, s.remoteChange)
 	if err != nil {
@@ -228,11 +235,14 @@ func (s *Store) Clock() foldstream.Clock { return s.clock }
 // database. It returns the first error met. Calling it again returns the same result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		// Stop intake: once the write lock is held, no enqueue is between its check and its send.
+		s.intakeMu.Lock()
 		s.closed.Store(true)
+		s.intakeMu.Unlock()
 		close(s.stop)
 		s.closeEventView()
 		s.bgWG.Wait()
-		close(s.writes)
+		close(s.intakeStopped) // the writer runs what is queued, then returns
 		s.writerWG.Wait()
 		s.stopListen()
 		s.closeErr = errors.Join(s.drv.Close(), unlockStore(s.lock))

@@ -86,16 +86,16 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 	return classifyStorageErr(<-r.done)
 }
 
-func (s *Store) enqueue(ctx context.Context, r *writeReq) (err error) {
+// enqueue hands r to the writer. The check of closed and the send happen under intakeMu's read
+// lock, which Close takes for writing when it stops intake: a write is either queued before intake
+// stops (and then runs before Close returns) or refused with ErrStoreClosed. The writes channel is
+// never closed, so no send can race a close.
+func (s *Store) enqueue(ctx context.Context, r *writeReq) error {
+	s.intakeMu.RLock()
+	defer s.intakeMu.RUnlock()
 	if s.closed.Load() {
 		return ErrStoreClosed
 	}
-	defer func() {
-		// Close closed the channel between our check and the send.
-		if recover() != nil {
-			err = ErrStoreClosed
-		}
-	}()
 	select {
 	case s.writes <- r:
 		return nil
@@ -108,7 +108,19 @@ func (s *Store) runWriter(w driver.Writer) {
 	defer s.writerWG.Done()
 	batch := make([]*writeReq, 0, s.opts.MaxGroup)
 	lastGroup := 0
-	for first := range s.writes {
+	for {
+		var first *writeReq
+		select {
+		case first = <-s.writes:
+		case <-s.intakeStopped:
+			// Close stopped intake: whatever is still queued was accepted before, so it runs;
+			// then the writer is done.
+			select {
+			case first = <-s.writes:
+			default:
+				return
+			}
+		}
 		batch = append(batch[:0], first)
 		// When the last group had company, callers it just answered are probably about to queue
 		// again: yield a few times before closing the group so they share its commit (one fsync)
@@ -120,10 +132,7 @@ func (s *Store) runWriter(w driver.Writer) {
 	drain:
 		for len(batch) < s.opts.MaxGroup {
 			select {
-			case r, ok := <-s.writes:
-				if !ok {
-					break drain
-				}
+			case r := <-s.writes:
 				batch = append(batch, r)
 			default:
 				if yields == 0 {
