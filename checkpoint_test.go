@@ -79,8 +79,8 @@ type bigState struct {
 	S string `json:"s"`
 }
 
-// The latch (docs/engine.md#the-latch): a not-retryable checkpoint refusal fails every later chain unit of this
-// incarnation with the same error, without running it; a new incarnation tries again.
+// The latch (docs/engine.md#the-latch): a not-retryable checkpoint refusal fails every later chain
+// unit of this incarnation with the same error, without running it; a new incarnation tries again.
 func TestLatchAfterCheckpointTooLarge(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[bigState]](t)(foldstream.DefineContract(foldstream.ContractConfig[bigState]{Slug: "hoarder", Version: "1"}))
@@ -237,8 +237,8 @@ func TestCheckpointCeilingCountsJSONTextWithoutHTMLEscapes(t *testing.T) {
 	}
 }
 
-// docs/engine.md#loading-the-checkpoint: a row whose state column is NULL reads back as initialState() — the
-// contract's initial state, not Go's zero value.
+// docs/engine.md#loading-the-checkpoint: a row whose state column is NULL reads back as
+// initialState() — the contract's initial state, not Go's zero value.
 func TestNullCheckpointStateReadsAsTheInitialState(t *testing.T) {
 	t.Parallel()
 	cps := testsupport.MemoryCheckpoints()

@@ -80,7 +80,8 @@ func TestP62_ClaimsAreSerialized(t *testing.T) {
 	eq(t, "landing order", got[:3], []string{"claim", "release", "claim"})
 }
 
-// docs/engine.md#background-work-and-claims: the busy re-claim doubles from 40 s and is capped at 30 minutes.
+// docs/engine.md#background-work-and-claims: the busy re-claim doubles from 40 s and is capped at
+// 30 minutes.
 func TestReviveClaimIsCappedAtThirtyMinutes(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, _ := setupAttempts(t)
@@ -101,9 +102,9 @@ func TestReviveClaimIsCappedAtThirtyMinutes(t *testing.T) {
 	drain(t, eng)
 }
 
-// docs/engine.md#background-work-and-claims: revive awaits the claim chain before returning, so the host derives its next
-// alarm from the claim that actually landed. With a claim that takes 50 ms to land, the doubled
-// claim must already be recorded when Revive returns.
+// docs/engine.md#background-work-and-claims: revive awaits the claim chain before returning, so
+// the host derives its next alarm from the claim that actually landed. With a claim that takes 50
+// ms to land, the doubled claim must already be recorded when Revive returns.
 func TestReviveAwaitsItsClaim(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, _ := setupAttempts(t)
@@ -117,8 +118,8 @@ func TestReviveAwaitsItsClaim(t *testing.T) {
 	drain(t, eng)
 }
 
-// docs/engine.md#background-work-and-claims: when the last attempt settles, revivesWhileBusy is reset, so the next busy revive
-// claims 40 s again (not 160 s, continuing the old doubling).
+// docs/engine.md#background-work-and-claims: when the last attempt settles, revivesWhileBusy is
+// reset, so the next busy revive claims 40 s again (not 160 s, continuing the old doubling).
 func TestBusyReviveCountResetsWhenIdle(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, _ := setupAttempts(t)
@@ -139,8 +140,8 @@ func TestBusyReviveCountResetsWhenIdle(t *testing.T) {
 	drain(t, eng)
 }
 
-// docs/engine.md#background-work-and-claims: revive's eventless pass is followed by publishLiveState(), so a runtime field
-// the at-head pass changed reaches the live state.
+// docs/engine.md#background-work-and-claims: revive's eventless pass is followed by
+// publishLiveState(), so a runtime field the at-head pass changed reaches the live state.
 func TestReviveEventlessPassPublishes(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex

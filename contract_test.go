@@ -242,7 +242,8 @@ func TestP50_MalformedPayloadIsSkipped(t *testing.T) {
 	if err := c.ValidateState(foldstream.JSON(s.State)); err != nil {
 		t.Errorf("state invalid against the state schema: %v", err)
 	}
-	// docs/engine.md#payload-schemas: a present falsy non-object payload fails; an absent one is validated as {}.
+	// docs/engine.md#payload-schemas: a present falsy non-object payload fails; an absent one is
+	// validated as {}.
 	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/set", Payload: json.RawMessage(`0`)}); err == nil {
 		t.Error("payload 0 accepted")
 	}
@@ -359,7 +360,11 @@ func TestDefineEventSchema_HandWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "typed", typed, any(map[string]any{"n": float64(4)}))
+	eq(t, "typed", typed, any(map[string]any{"n": json.Number("4")}))
+	// The typed payload is exactly what the schema validated: no rounding through float64.
+	_, typed, err = c.Normalize(foldstream.Event{Type: "demo/hand", Payload: json.RawMessage(`{"n":9007199254740993}`)})
+	mustDo(t, err)
+	eq(t, "typed beyond 2^53", typed, any(map[string]any{"n": json.Number("9007199254740993")}))
 	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/hand", Payload: json.RawMessage(`{"n":4.5}`)}); err == nil {
 		t.Error("4.5 accepted as integer")
 	}
@@ -436,9 +441,9 @@ func TestDefineEvent_Ephemeral(t *testing.T) {
 	}
 }
 
-// docs/engine.md#payload-schemas: only an absent payload is validated as {}; a present falsy non-object payload
-// (0, false, "") is validated as itself and so fails an object schema. The absent payload's
-// normalized form is {} (it is what reduce and processEvent see).
+// docs/engine.md#payload-schemas: only an absent payload is validated as {}; a present falsy
+// non-object payload (0, false, "") is validated as itself and so fails an object schema. The
+// absent payload's normalized form is {} (it is what reduce and processEvent see).
 func TestAbsentPayloadIsAnEmptyObjectFalsyPayloadsFail(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[nState]](t)(foldstream.DefineContract(foldstream.ContractConfig[nState]{

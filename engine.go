@@ -137,15 +137,15 @@ type waiter struct {
 	ch     chan struct{}
 }
 
-// Engine drives one processor against one stream and one checkpoint storage (docs/engine.md#engine-rules). All its
-// methods are safe for concurrent use.
+// Engine drives one processor against one stream and one checkpoint storage
+// (docs/engine.md#engine-rules). All its methods are safe for concurrent use.
 //
-// Concurrency rules (docs/engine.md#engine-rules), kept in one place: every unit of work — a push, a catch-up,
-// revive's eventless pass — runs on one serial chain (a FIFO queue drained by one goroutine at a
-// time); within a unit events are processed one at a time and each event's blockers settle before
-// the next event's ProcessEvent; background attempts run on their own goroutines and hold a claim
-// while any is in flight; claims are issued on their own serial chain; a range commits at most once,
-// after all its blocking work settled.
+// Concurrency rules (docs/engine.md#engine-rules), kept in one place: every unit of work — a push,
+// a catch-up, revive's eventless pass — runs on one serial chain (a FIFO queue drained by one
+// goroutine at a time); within a unit events are processed one at a time and each event's blockers
+// settle before the next event's ProcessEvent; background attempts run on their own goroutines and
+// hold a claim while any is in flight; claims are issued on their own serial chain; a range
+// commits at most once, after all its blocking work settled.
 type Engine[S any] struct {
 	p        Processor[S]
 	c        *Contract[S]
@@ -190,9 +190,9 @@ type Engine[S any] struct {
 	stopClosing context.CancelFunc
 }
 
-// NewEngine loads p's checkpoint and returns its engine (docs/engine.md#loading-the-checkpoint). It fails only when the
-// checkpoint cannot be read or decoded; a failing live-state projection is reported and never
-// fails construction.
+// NewEngine loads p's checkpoint and returns its engine (docs/engine.md#loading-the-checkpoint).
+// It fails only when the checkpoint cannot be read or decoded; a failing live-state projection is
+// reported and never fails construction.
 func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if p == nil || p.Contract() == nil {
 		return nil, NewError(CodeInvalidContract, nil, "engine: the processor has no contract")
@@ -298,8 +298,9 @@ func (e *Engine[S]) signalLocked() {
 	e.changed = make(chan struct{})
 }
 
-// enqueue appends a unit to the serial chain (docs/engine.md#the-latch) and returns its outcome channel. Before a
-// unit runs, a latched refusal fails it at once; a failed unit never wedges the chain.
+// enqueue appends a unit to the serial chain (docs/engine.md#the-latch) and returns its outcome
+// channel. Before a unit runs, a latched refusal fails it at once; a failed unit never wedges the
+// chain.
 func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) error) <-chan error {
 	u := &unit{ctx: ctx, run: run, done: make(chan error, 1)}
 	e.mu.Lock()
@@ -397,12 +398,12 @@ func await(ctx context.Context, ch <-chan error) error {
 	}
 }
 
-// ProcessEventBatch is a push (docs/engine.md#pushes-and-gap-repair): it records range.Through as the pushed head at once,
-// then queues a unit that runs a pending re-reduce, repairs a gap below range.After from the log,
-// and reduces and commits the pushed events. No push is discarded: a push behind the cursor still
-// delivers its ephemerals, and a push whose ctx ends while it waits for its turn still runs (with
-// ctx's values but not its cancellation) — ProcessEventBatch then returns ctx.Err() at once, not
-// the push's outcome.
+// ProcessEventBatch is a push (docs/engine.md#pushes-and-gap-repair): it records range.Through as
+// the pushed head at once, then queues a unit that runs a pending re-reduce, repairs a gap below
+// range.After from the log, and reduces and commits the pushed events. No push is discarded: a
+// push behind the cursor still delivers its ephemerals, and a push whose ctx ends while it waits
+// for its turn still runs (with ctx's values but not its cancellation) — ProcessEventBatch then
+// returns ctx.Err() at once, not the push's outcome.
 func (e *Engine[S]) ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error {
 	return e.QueueEventBatch(ctx, events, r)(ctx)
 }
@@ -417,8 +418,8 @@ func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r Scann
 	e.hasPushed = true
 	e.mu.Unlock()
 	evs := slices.Clone(events)
-	// A push is never discarded (docs/engine.md#pushes-and-gap-repair): its ephemerals ride only this push, so it runs even
-	// when the caller stops waiting for it.
+	// A push is never discarded (docs/engine.md#pushes-and-gap-repair): its ephemerals ride only
+	// this push, so it runs even when the caller stops waiting for it.
 	ch := e.enqueue(context.WithoutCancel(ctx), func(ctx context.Context) error { return e.runPush(ctx, evs, r) })
 	return func(wctx context.Context) error { return await(wctx, ch) }
 }
@@ -574,8 +575,8 @@ func (e *Engine[S]) resolveWaitersLocked() {
 	}
 }
 
-// normalizeAndReduce is docs/engine.md#payload-schemas, shared by the live path and the re-reduce. ok=false means the
-// event is invalid and must be skipped.
+// normalizeAndReduce is docs/engine.md#payload-schemas, shared by the live path and the re-reduce.
+// ok=false means the event is invalid and must be skipped.
 func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool, payload any, ok bool) {
 	norm, typed, err := e.c.Normalize(*ev)
 	if err != nil {
@@ -629,7 +630,8 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	return state, changed, true, nil
 }
 
-// rereduceIfStale is the one-time reduce-only re-reduce after a version bump (docs/engine.md#re-reduce).
+// rereduceIfStale is the one-time reduce-only re-reduce after a version bump
+// (docs/engine.md#re-reduce).
 func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	e.mu.Lock()
 	st := e.stale
@@ -699,7 +701,8 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 }
 
 // queueClaimLocked issues claim(at) on the claim chain: after the previous claim settled, so a slow
-// release never overtakes the next claim (docs/engine.md#background-work-and-claims). The zero time releases. e.mu must be held.
+// release never overtakes the next claim (docs/engine.md#background-work-and-claims). The zero
+// time releases. e.mu must be held.
 func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 	prev, done := e.claimTail, make(chan struct{})
 	e.claimTail = done
@@ -713,9 +716,9 @@ func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 	return done
 }
 
-// Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims): catch up; if that ran no
-// at-head range, run one eventless at-head pass; if work is still in flight, re-claim at
-// now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
+// Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims):
+// catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
+// flight, re-claim at now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
 func (e *Engine[S]) Revive(ctx context.Context) error {
 	e.mu.Lock()
 	e.lastBatchAtHead = false
@@ -834,8 +837,8 @@ func (e *Engine[S]) project(state S) (v any, err error) {
 	return v, err
 }
 
-// PublishLiveState re-projects the reduced state into the live state (docs/engine.md#live-state). A failing
-// projection is reported and only this notification is lost.
+// PublishLiveState re-projects the reduced state into the live state (docs/engine.md#live-state).
+// A failing projection is reported and only this notification is lost.
 func (e *Engine[S]) PublishLiveState() {
 	// One publish at a time, so a host's publish of an older state can never land after the
 	// chain's publish of a newer one.
@@ -854,9 +857,9 @@ func (e *Engine[S]) PublishLiveState() {
 	e.live.Set(v)
 }
 
-// WaitUntilProcessed waits until the cursor reaches offset (docs/engine.md#reading-the-state). It starts a catch-up
-// without waiting for it; if that fails first, it fails with the catch-up's error. On timeout it
-// fails with code PROCESS_TIMEOUT and `processor "<slug>" did not reach offset <n> in <ms>ms`.
+// WaitUntilProcessed waits until the cursor reaches offset (docs/engine.md#reading-the-state). It
+// starts a catch-up without waiting for it; if that fails first, it fails with the catch-up's
+// error. On timeout it fails with code PROCESS_TIMEOUT and `processor "<slug>" did not reach offset <n> in <ms>ms`.
 func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = DefaultWaitTimeout

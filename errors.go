@@ -190,19 +190,22 @@ func IsRetryable(err error) bool {
 	return true
 }
 
-// IdempotencyConflictError builds the IDEMPOTENCY_CONFLICT error (docs/engine.md#idempotency).
+// IdempotencyConflictError builds the IDEMPOTENCY_CONFLICT error (docs/engine.md#idempotency), for
+// the store, the test stand-ins and custom [Stream] implementations.
 func IdempotencyConflictError(key string, existingOffset int64) *Error {
 	return NewError(CodeIdempotencyConflict, map[string]any{"existingOffset": existingOffset},
 		"idempotency key \"%s\" already names a different event at offset %d", key, existingOffset)
 }
 
-// OffsetConflictError builds the OFFSET_CONFLICT error (docs/engine.md#the-offset-precondition).
+// OffsetConflictError builds the OFFSET_CONFLICT error (docs/engine.md#the-offset-precondition),
+// for the store, the test stand-ins and custom [Stream] implementations.
 func OffsetConflictError(expected, actual int64) *Error {
 	return NewError(CodeOffsetConflict, map[string]any{"expected": expected, "actual": actual},
 		"expected offset %d, but the next offset is %d", expected, actual)
 }
 
-// EmptyTypeError returns the INVALID_EVENT error for an event without a type (docs/engine.md#appending-events).
+// EmptyTypeError returns the INVALID_EVENT error for an event without a type
+// (docs/engine.md#appending-events); [PrepareEventInput] returns it.
 func EmptyTypeError() *Error {
 	return NewError(CodeInvalidEvent, nil, "append: every event needs a non-empty type")
 }

@@ -21,10 +21,12 @@ type EventInput struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// Source is optional provenance (docs/engine.md#events).
 	Source *Source `json:"source,omitempty"`
-	// IdempotencyKey, when set, makes the append idempotent per stream (docs/engine.md#idempotency).
+	// IdempotencyKey, when set, makes the append idempotent per stream
+	// (docs/engine.md#idempotency).
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Offset is a precondition: when non-zero the event must land at exactly this offset or the
-	// whole batch is refused with [CodeOffsetConflict] (docs/engine.md#the-offset-precondition). It is never stored.
+	// whole batch is refused with [CodeOffsetConflict] (docs/engine.md#the-offset-precondition).
+	// It is never stored.
 	Offset int64 `json:"-"`
 	// Ephemeral events take an offset but are never persisted; they are delivered by pushes only.
 	Ephemeral bool `json:"ephemeral,omitempty"`
@@ -77,7 +79,8 @@ type ScheduleSource struct {
 	DefinedBy         *Source `json:"definedBy,omitempty"`
 }
 
-// ProcessorSource is stamped by the engine on every event a processor emits (docs/engine.md#emitting-events).
+// ProcessorSource is stamped by the engine on every event a processor emits
+// (docs/engine.md#emitting-events).
 type ProcessorSource struct {
 	Slug            string           `json:"slug"`
 	Version         string           `json:"version"`
@@ -112,8 +115,9 @@ type ReadPage struct {
 	AtHead bool `json:"atHead"`
 }
 
-// Stream is what an engine needs from the stream it runs against (docs/engine.md#streams). The durable store in
-// package stream implements it per path; package testsupport has an in-memory stand-in.
+// Stream is what an engine needs from the stream it runs against (docs/engine.md#streams). The
+// durable store in package stream implements it per path; package testsupport has an in-memory
+// stand-in.
 type Stream interface {
 	// Append commits events atomically and returns them in input order. Pushes caused by the append
 	// to engines must be fire-and-forget, so a processor appending inside its own batch cannot
@@ -141,7 +145,8 @@ func isAbsentJSON(raw json.RawMessage) bool { return rawjson.IsAbsent(raw) }
 
 // marshalJSON is json.Marshal without HTML escaping, so the text is what JavaScript's
 // JSON.stringify writes: "<", ">" and "&" stay one character each. The checkpoint and patch
-// ceilings count this text (docs/engine.md#checkpoints, docs/engine.md#live-state), and json.Marshal's six-character \u003c escapes
-// would make a state full of markup look up to six times its size. (encoding/json still escapes
-// U+2028 and U+2029 unconditionally; those two count 6 instead of 1.)
+// ceilings count this text (docs/engine.md#checkpoints, docs/engine.md#live-state), and
+// json.Marshal's six-character \u003c escapes would make a state full of markup look up to six
+// times its size. (encoding/json still escapes U+2028 and U+2029 unconditionally; those two count
+// 6 instead of 1.)
 func marshalJSON(v any) ([]byte, error) { return rawjson.Marshal(v) }

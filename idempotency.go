@@ -25,9 +25,10 @@ func processorKey(key string) string {
 }
 
 // SameIdempotentEvent reports whether a retried input names the same event as an existing one
-// (docs/engine.md#idempotency): equal type, deep-equal payload and deep-equal metadata, key order irrelevant.
-// Metadata present on one side only is different, and so is absent versus an empty object. Source,
-// offset and the ephemeral flag are not compared.
+// (docs/engine.md#idempotency): equal type, deep-equal payload and deep-equal metadata, key order
+// irrelevant. Metadata present on one side only is different, and so is absent versus an empty
+// object. Source, offset and the ephemeral flag are not compared; numbers compare by exact value.
+// The store and the test stand-ins use it; a custom [Stream] should too.
 func SameIdempotentEvent(existing Event, requested EventInput) bool {
 	return existing.Type == requested.Type &&
 		rawJSONEqual(existing.Payload, requested.Payload) &&

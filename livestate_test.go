@@ -147,8 +147,8 @@ func TestP40_UnserializableProjection(t *testing.T) {
 	eq(t, "deltas", len(deltas(mem)), 0)
 }
 
-// docs/engine.md#loading-the-checkpoint: construction never fails because of a failing projection; it is reported and the seed is
-// absent.
+// docs/engine.md#loading-the-checkpoint: construction never fails because of a failing projection;
+// it is reported and the seed is absent.
 func TestFailingProjectionNeverFailsConstruction(t *testing.T) {
 	t.Parallel()
 	sites := &siteLog{}
@@ -434,8 +434,9 @@ func TestR13_FailingProjectionLosesOnlyThatNotification(t *testing.T) {
 	eq(t, "chain", ds[1].From, ds[0].To)
 }
 
-// docs/engine.md#live-state: the patch ceiling counts the patch's JSON text written without HTML escapes. A patch
-// carrying 300 000 "<" is ~300 000 characters, far under 1048576: it must travel, not be nulled.
+// docs/engine.md#live-state: the patch ceiling counts the patch's JSON text written without HTML
+// escapes. A patch carrying 300 000 "<" is ~300 000 characters, far under 1048576: it must travel,
+// not be nulled.
 func TestPatchCeilingCountsJSONTextWithoutHTMLEscapes(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{}

@@ -4,9 +4,9 @@ import (
 	"context"
 )
 
-// Processor is the author's side of a stream processor (docs/engine.md#processors): a contract and four
-// behaviours. A processor is a plain value that needs no stream or storage, so it can be unit-tested
-// bare; embed [Base] for the defaults and override what you need.
+// Processor is the author's side of a stream processor (docs/engine.md#processors): a contract and
+// four behaviours. A processor is a plain value that needs no stream or storage, so it can be
+// unit-tested bare; embed [Base] for the defaults and override what you need.
 type Processor[S any] interface {
 	// Contract returns the processor's contract.
 	Contract() *Contract[S]
@@ -16,8 +16,8 @@ type Processor[S any] interface {
 	// as "processor.reduce" and the prior state is kept; the event still counts as valid.
 	Reduce(args ReduceArgs[S]) (next S, changed bool, err error)
 	// ProcessEvent is the side-effect hook. It registers asynchronous work through
-	// args.BlockProcessorWhile and args.RunInBackground and returns. An error (or a panic) fails the
-	// whole batch, which persists nothing and is retried whole.
+	// args.BlockProcessorWhile and args.RunInBackground and returns. An error (or a panic) fails
+	// the whole batch, which persists nothing and is retried whole.
 	ProcessEvent(args *ProcessEventArgs[S]) error
 	// ProjectLiveState returns the live view clients see (may redact, may add runtime fields). An
 	// error (or panic) is reported as "processor.live-state" and only that notification is lost.
@@ -29,8 +29,8 @@ type ReduceArgs[S any] struct {
 	// Event is the consumed event with its payload normalized (docs/engine.md#payload-schemas).
 	Event Event
 	// Payload is the typed payload decoded by the event's definition: the P of
-	// DefineEvent[P] (a value, not a pointer), map[string]any for a hand-written schema, nil when
-	// the contract has no definition for the type.
+	// DefineEvent[P] (a value, not a pointer), map[string]any (numbers as json.Number) for a
+	// hand-written schema, nil when the contract has no definition for the type.
 	Payload any
 	// State is the current state. Do not mutate it.
 	State S
@@ -66,9 +66,9 @@ func (a *ProcessEventArgs[S]) Context() context.Context {
 	return a.run.ctx
 }
 
-// Append emits events onto the processor's own stream (docs/engine.md#emitting-events). Every event's type must be in the
-// contract's Emits, or the whole call fails with code UNDECLARED_EMIT and the message
-// `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
+// Append emits events onto the processor's own stream (docs/engine.md#emitting-events). Every
+// event's type must be in the contract's Emits, or the whole call fails with code UNDECLARED_EMIT
+// and the message `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
 // event's Source is replaced by {processor: {slug, version, whileProcessing}}. Give emitted events
 // an idempotency key (Base.IdempotencyKey) so that a retried batch dedupes on the stream; the
 // engine stores it under [ProcessorKeyPrefix], a namespace HTTP writers cannot use, so the
@@ -83,11 +83,11 @@ func (a *ProcessEventArgs[S]) Append(ctx context.Context, events ...EventInput) 
 	return a.run.append(ctx, events)
 }
 
-// BlockProcessorWhile holds this event, and the cursor, until work returns (docs/engine.md#blockers): the
-// blockers of one event run one after another in registration order after ProcessEvent returns,
-// and the engine waits until no further blocker was registered (a blocker may register another).
-// A failing blocker fails the batch. Work registered after the event settled runs as background
-// work instead.
+// BlockProcessorWhile holds this event, and the cursor, until work returns
+// (docs/engine.md#blockers): the blockers of one event run one after another in registration order
+// after ProcessEvent returns, and the engine waits until no further blocker was registered (a
+// blocker may register another). A failing blocker fails the batch. Work registered after the
+// event settled runs as background work instead.
 func (a *ProcessEventArgs[S]) BlockProcessorWhile(work func(ctx context.Context) error) {
 	if a.run == nil {
 		return
@@ -95,10 +95,11 @@ func (a *ProcessEventArgs[S]) BlockProcessorWhile(work func(ctx context.Context)
 	a.run.block(work)
 }
 
-// RunInBackground starts work as a droppable attempt that is not awaited (docs/engine.md#background-work-and-claims): it may
-// overtake later events, its failure is only reported ("processor.background"), and while any
-// attempt is in flight the engine holds a claim on its host's alarm. Its outcome must be
-// recoverable from state at a later at-head pass. Work gets a context that outlives the batch.
+// RunInBackground starts work as a droppable attempt that is not awaited
+// (docs/engine.md#background-work-and-claims): it may overtake later events, its failure is only
+// reported ("processor.background"), and while any attempt is in flight the engine holds a claim
+// on its host's alarm. Its outcome must be recoverable from state at a later at-head pass. Work
+// gets a context that outlives the batch.
 func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) error) {
 	if a.run == nil || a.run.background == nil {
 		return
@@ -106,8 +107,9 @@ func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) err
 	a.run.background(a.run.ctx, work)
 }
 
-// Base provides the default hooks (docs/engine.md#processors): Reduce keeps the state, ProcessEvent does nothing,
-// ProjectLiveState returns the state itself. Embed it and set it with [NewBase]:
+// Base provides the default hooks (docs/engine.md#processors): Reduce keeps the state,
+// ProcessEvent does nothing, ProjectLiveState returns the state itself. Embed it and set it with
+// [NewBase]:
 //
 //	type Counter struct{ foldstream.Base[CounterState] }
 //	p := &Counter{Base: foldstream.NewBase(contract)}

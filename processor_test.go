@@ -1,6 +1,7 @@
-// The processor contract's acceptance cases for the engine (P-xx, R-xx; docs/engine.md#acceptance-cases)
-// and the engine rules they exercise (docs/engine.md#engine-rules). Re-reduce, live state, claims,
-// checkpoints, contracts and the engine's lifecycle have files of their own.
+// The processor contract's acceptance cases for the engine (P-xx, R-xx;
+// docs/engine.md#acceptance-cases) and the engine rules they exercise
+// (docs/engine.md#engine-rules). Re-reduce, live state, claims, checkpoints, contracts and the
+// engine's lifecycle have files of their own.
 package foldstream_test
 
 import (
@@ -495,8 +496,8 @@ func TestP46_WaitFailsPromptlyWithTheCatchUpError(t *testing.T) {
 	}
 }
 
-// docs/engine.md#committing-a-range: if the last consumable event of an at-head range is skipped as malformed, caughtUp
-// counts as not delivered, so the eventless pass runs.
+// docs/engine.md#committing-a-range: if the last consumable event of an at-head range is skipped
+// as malformed, caughtUp counts as not delivered, so the eventless pass runs.
 func TestMalformedLastEventStillGetsTheAtHeadPass(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[nState]](t)(foldstream.DefineContract(foldstream.ContractConfig[nState]{
@@ -522,8 +523,9 @@ func TestMalformedLastEventStillGetsTheAtHeadPass(t *testing.T) {
 	eq(t, "deliveries", deliveries.get(), []string{"{1 false}", "{null true}"})
 }
 
-// docs/engine.md#the-latch: a failed unit does not wedge the chain; the caller of the failed unit still sees it.
-// docs/engine.md#blockers: a failure raised directly by ProcessEvent (error or panic) fails the batch.
+// docs/engine.md#the-latch: a failed unit does not wedge the chain; the caller of the failed unit
+// still sees it. docs/engine.md#blockers: a failure raised directly by ProcessEvent (error or
+// panic) fails the batch.
 func TestProcessEventFailureFailsTheBatchButNotTheChain(t *testing.T) {
 	t.Parallel()
 	calls := 0
@@ -556,8 +558,8 @@ func TestProcessEventFailureFailsTheBatchButNotTheChain(t *testing.T) {
 	eq(t, "snapshot", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctx)), foldstream.Snapshot[nState]{Offset: 1, State: nState{1}})
 }
 
-// docs/engine.md#emitting-events: in the eventless pass the stamped provenance omits whileProcessing; an append whose failure
-// nobody awaits does not fail the batch.
+// docs/engine.md#emitting-events: in the eventless pass the stamped provenance omits
+// whileProcessing; an append whose failure nobody awaits does not fail the batch.
 func TestEventlessEmitProvenance(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
@@ -612,7 +614,8 @@ func TestRunnerView(t *testing.T) {
 	}
 }
 
-// docs/engine.md#errors-and-reporting: the reporter must never fail its caller, even when it panics.
+// docs/engine.md#errors-and-reporting: the reporter must never fail its caller, even when it
+// panics.
 func TestPanickingReporterNeverFailsTheEngine(t *testing.T) {
 	t.Parallel()
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "loud", "1", "e")), project: projectNull[nState],
@@ -970,8 +973,9 @@ func TestR17_StarPlusNamedEphemeral(t *testing.T) {
 	eq(t, "state", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctxFor(t))).State, nState{3})
 }
 
-// docs/engine.md#reading-the-state: on timeout the waiter is removed from the list (no leak); the same holds for a
-// caller whose context ends, and for the prompt failure with the catch-up's error (step 3).
+// docs/engine.md#reading-the-state: on timeout the waiter is removed from the list (no leak); the
+// same holds for a caller whose context ends, and for the prompt failure with the catch-up's error
+// (step 3).
 func TestTimedOutWaiterIsRemoved(t *testing.T) {
 	t.Parallel()
 	p, _ := newCount(t, "1.0.0")
@@ -995,9 +999,9 @@ func TestTimedOutWaiterIsRemoved(t *testing.T) {
 	eq(t, "waiters after catch-up failure", eng2.WaiterCount(), 0)
 }
 
-// docs/engine.md#pushes-and-gap-repair: no push is ever discarded. A push whose caller gave up (its context ended) while the
-// push was still queued behind another unit must still run once its turn comes: its ephemerals
-// ride exactly this push, and nothing would deliver them again.
+// docs/engine.md#pushes-and-gap-repair: no push is ever discarded. A push whose caller gave up
+// (its context ended) while the push was still queued behind another unit must still run once its
+// turn comes: its ephemerals ride exactly this push, and nothing would deliver them again.
 func TestQueuedPushRunsAfterItsCallerGaveUp(t *testing.T) {
 	t.Parallel()
 	c := seenContract(t, "eph-cancel", "chunk")
@@ -1032,8 +1036,9 @@ func TestQueuedPushRunsAfterItsCallerGaveUp(t *testing.T) {
 	eq(t, "state", must[foldstream.Snapshot[seenState]](t)(eng.Snapshot(bg)).State.Seen, []string{"chunk@1"})
 }
 
-// docs/engine.md#committing-a-range: an ephemeral-only range writes nothing, yet the in-memory cursor still moves to
-// range.through (so a waiter on the ephemeral's offset resolves from the push).
+// docs/engine.md#committing-a-range: an ephemeral-only range writes nothing, yet the in-memory
+// cursor still moves to range.through (so a waiter on the ephemeral's offset resolves from the
+// push).
 func TestEphemeralOnlyRangeMovesTheInMemoryCursor(t *testing.T) {
 	t.Parallel()
 	c := seenContract(t, "eph-cursor", "loud", "chunk")
@@ -1051,8 +1056,8 @@ func TestEphemeralOnlyRangeMovesTheInMemoryCursor(t *testing.T) {
 	mustDo(t, eng.WaitUntilProcessed(ctxFor(t), 2, time.Second))
 }
 
-// docs/engine.md#pushes-and-gap-repair: gap repair reduces and commits with atHead false — repair never delivers
-// caughtUp; only the pushed batch itself (at head) does.
+// docs/engine.md#pushes-and-gap-repair: gap repair reduces and commits with atHead false — repair
+// never delivers caughtUp; only the pushed batch itself (at head) does.
 func TestGapRepairNeverDeliversCaughtUp(t *testing.T) {
 	t.Parallel()
 	p, deliveries := newRecorder(t, "repair", "tick")
@@ -1063,8 +1068,9 @@ func TestGapRepairNeverDeliversCaughtUp(t *testing.T) {
 	eq(t, "deliveries", deliveries.get(), []string{"{1 false}", "{2 false}", "{3 true}"})
 }
 
-// docs/engine.md#emitting-events: the emits check runs for every event before anything is appended, so one
-// undeclared event anywhere in the call refuses the whole call (here the second of two).
+// docs/engine.md#emitting-events: the emits check runs for every event before anything is
+// appended, so one undeclared event anywhere in the call refuses the whole call (here the second
+// of two).
 func TestOneUndeclaredEmitRefusesTheWholeCall(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
@@ -1089,8 +1095,8 @@ func TestOneUndeclaredEmitRefusesTheWholeCall(t *testing.T) {
 	eq(t, "nothing appended", len(mem.PushedEvents()), 1)
 }
 
-// docs/engine.md#test-support: only durable events are registered by idempotency key in the memory stream; an
-// ephemeral with a key neither dedupes nor conflicts.
+// docs/engine.md#test-support: only durable events are registered by idempotency key in the memory
+// stream; an ephemeral with a key neither dedupes nor conflicts.
 func TestMemoryStreamRegistersOnlyDurablesByKey(t *testing.T) {
 	t.Parallel()
 	mem := testsupport.NewMemoryStream()
@@ -1101,9 +1107,9 @@ func TestMemoryStreamRegistersOnlyDurablesByKey(t *testing.T) {
 	eq(t, "offsets", []int64{e1[0].Offset, e2[0].Offset, e3[0].Offset, e4[0].Offset}, []int64{1, 2, 2, 3})
 }
 
-// docs/engine.md#pushes-and-gap-repair: against a real stream the read proof never passes the durable
-// mark, so when the offsets below range.after were ephemerals the repair finds the log ran out
-// (scannedThroughOffset <= cursor) and stops — it must not spin — and the push then commits.
+// docs/engine.md#pushes-and-gap-repair: against a real stream the read proof never passes the
+// durable mark, so when the offsets below range.after were ephemerals the repair finds the log ran
+// out (scannedThroughOffset <= cursor) and stops — it must not spin — and the push then commits.
 func TestGapRepairStopsWhenTheLogRunsOutBelowAfter(t *testing.T) {
 	t.Parallel()
 	c := seenContract(t, "durable-mark", "tick")

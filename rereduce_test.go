@@ -154,8 +154,9 @@ func TestR18_ReReduceSkipsAFailingOldEventOnce(t *testing.T) {
 	eq(t, "v3 replayed nothing", sites3.get(), []string(nil))
 }
 
-// docs/engine.md#loading-the-checkpoint: after a version bump the live state is seeded with the *old* version's
-// projection, and the re-reduce itself publishes (the healing delta) — even when no range follows.
+// docs/engine.md#loading-the-checkpoint: after a version bump the live state is seeded with the
+// *old* version's projection, and the re-reduce itself publishes (the healing delta) — even when
+// no range follows.
 func TestReReducePublishesOneHealingDelta(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -80,4 +81,53 @@ func mustSnapshot(t *testing.T, h *host.Host, path, slug string) host.Snapshot {
 		t.Fatalf("snapshot of %s on %s: %v", slug, path, err)
 	}
 	return snap
+}
+
+// The same across a restart: a stream deleted and created again while no host ran starts its
+// processor from the initial state when the next host registers it.
+func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "d.db")
+	s := openStore(t, file, nil)
+	h := newHost(t, s)
+	if _, err := host.Register(ctx, h, "/d", newTicker(t, "ticker")); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := state(t, mustSnapshot(t, h, "/d", "ticker").State); st.Ticks != 4 {
+		t.Fatalf("ticks: got %d, want 4", st.Ticks)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteStream(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"}); err != nil { // 1
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openStore(t, file, nil)
+	defer s2.Close()
+	h2 := newHost(t, s2)
+	p := newTicker(t, "ticker")
+	if _, err := host.Register(ctx, h2, "/d", p); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, mustSnapshot(t, h2, "/d", "ticker").State); st.Ticks != 1 || !slices.Equal(st.Offsets, []int64{1}) {
+		t.Fatalf("after a restart: got %d ticks at %v, want 1 at [1]", st.Ticks, st.Offsets)
+	}
+	if got := p.gotEffects(); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("effects: got %v, want [1]", got)
+	}
+	if err := h2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

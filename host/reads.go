@@ -81,6 +81,12 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	}
 	if settle {
 		if err := sl.sub.WaitDelivered(ctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
+			if errors.Is(err, foldstream.ErrStreamDeleted) {
+				// The stream was deleted; if the path holds a new stream already, the slot is
+				// reset now (the store's creation notice may still be on its way) and the read
+				// goes to the fresh engine.
+				h.created(sl.key.path)
+			}
 			return fail(err)
 		}
 		select {

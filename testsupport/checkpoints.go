@@ -20,8 +20,8 @@ type Checkpoints struct {
 
 var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
 
-// MemoryCheckpoints returns fresh, empty checkpoint storage. It panics if in-memory SQLite cannot be
-// opened, which only a broken build can cause. Close it when done (optional in tests).
+// MemoryCheckpoints returns fresh, empty checkpoint storage. It panics if in-memory SQLite cannot
+// be opened, which only a broken build can cause. Close it when done (optional in tests).
 func MemoryCheckpoints() *Checkpoints {
 	db, err := sql.Open("sqlite", ":memory:")
 	if err != nil {

@@ -1,4 +1,5 @@
-// Package testsupport holds in-memory stand-ins for testing foldstream processors (docs/engine.md#test-support):
+// Package testsupport holds in-memory stand-ins for testing foldstream processors
+// (docs/engine.md#test-support):
 //
 //   - [MemoryStream]: an in-memory stream with idempotency, offset preconditions, a read proof over
 //     its in-memory head, fire-and-forget pushes to registered engines, and counters for reads and

@@ -13,16 +13,18 @@ import (
 // EpochCreatedAt is the createdAt the memory stream stamps on every event (Unix time 0).
 const EpochCreatedAt = "1970-01-01T00:00:00.000Z"
 
-// MemoryStream is an in-memory [foldstream.Stream] (docs/engine.md#test-support memoryStream). Create it with
-// [NewMemoryStream]; it is safe for concurrent use.
+// MemoryStream is an in-memory [foldstream.Stream] (docs/engine.md#test-support memoryStream).
+// Create it with [NewMemoryStream]; it is safe for concurrent use.
 //
 // Append checks every input with [foldstream.PrepareEventInput], as the durable store does (same
-// refusals, same codes; payload and metadata are stored compacted), then idempotency (docs/engine.md#idempotency: a hit with the same body is echoed and consumes no
-// offset; a conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
-// (docs/engine.md#the-offset-precondition); fresh events get consecutive offsets, createdAt [EpochCreatedAt] and the stream's path;
-// durables go to the log. If any offset was assigned, the fresh events are pushed fire-and-forget to
-// every registered engine over (previous head, new head] — without filtering by consumes, unlike a
-// real subscription — and handed to commit hooks. Append itself returns without waiting for pushes.
+// refusals, same codes; payload and metadata are stored compacted), then idempotency
+// (docs/engine.md#idempotency: a hit with the same body is echoed and consumes no offset; a
+// conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
+// (docs/engine.md#the-offset-precondition); fresh events get consecutive offsets, createdAt
+// [EpochCreatedAt] and the stream's path; durables go to the log. If any offset was assigned, the
+// fresh events are pushed fire-and-forget to every registered engine over (previous head, new
+// head] — without filtering by consumes, unlike a real subscription — and handed to commit hooks.
+// Append itself returns without waiting for pushes.
 //
 // Read returns durables after `after`; its proof (ScannedThroughOffset) is the in-memory head, so
 // it covers ephemerals — a deliberate difference from the real stream that lets stale-push and

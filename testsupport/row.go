@@ -7,10 +7,10 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// PushedByARow models a real subscription row pushing eng from mem (docs/engine.md#test-support): only
-// commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed, carrying
-// only those events, over (the row's previous through — or the commit's after the first time —,
-// the commit's through]. The returned function unsubscribes.
+// PushedByARow models a real subscription row pushing eng from mem (docs/engine.md#test-support):
+// only commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed,
+// carrying only those events, over (the row's previous through — or the commit's after the first
+// time —, the commit's through]. The returned function unsubscribes.
 //
 // Pushes are handed to the engine in commit order at commit time and run one at a time behind each
 // other on the engine's serial chain. (Holding a later push back until the one in flight finished
