@@ -302,15 +302,35 @@ func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
 	if err := t.db.DeleteStream(t.ctx, id); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
+	if err := s.endIncarnation(t, id, path); err != nil {
+		return err
+	}
 	t.forget(path, id)
 	// Every in-memory state keyed by the id goes with the stream: its incarnation wake mark and
-	// ephemeral ring, and the protocol view's access times.
+	// the protocol view's access times.
 	t.afterCommit(func() {
 		delete(s.ws.woken, id) // after-commit hooks run on the writer goroutine, which owns ws
+		s.forgetAccess(id)
+	})
+	return nil
+}
+
+// endIncarnation ends what belongs to one incarnation of the stream at path, in the deleting
+// transaction: its processors' checkpoints and claims go (a stream created at the path again
+// starts its processors from their initial state at offset 0), and once the delete commits its
+// ephemeral ring is cleared and its subscriptions end with STREAM_DELETED. Every delete path —
+// soft or hard, by DeleteStream, expiry collection or a create replacing an expired stream —
+// calls it (docs/store.md#deleting-a-stream).
+func (s *Store) endIncarnation(t *tx, id int64, path string) error {
+	if err := t.db.DeleteProcessorState(t.ctx, path); err != nil {
+		return err
+	}
+	t.afterCommit(func() {
 		s.ev.ringMu.Lock()
 		delete(s.ev.rings, id)
 		s.ev.ringMu.Unlock()
-		s.forgetAccess(id)
+		s.endSubscriptions(path, foldstream.NewError(foldstream.CodeStreamDeleted, map[string]any{"path": path},
+			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
 	})
 	return nil
 }
@@ -348,7 +368,7 @@ func (s *Store) DeleteStream(ctx context.Context, path string) error {
 				return err
 			}
 			m.Row.State = state
-			return nil
+			return s.endIncarnation(t, m.Row.ID, m.Row.Path)
 		}
 		row := m.Row
 		row.Tail = m.Tail

@@ -63,6 +63,7 @@ type Subscription struct {
 	settledCh   chan struct{}
 	dropped     int64
 	closed      bool
+	endErr      error // why the subscription ended: ErrSubscriptionClosed or a STREAM_DELETED error
 	kick        chan struct{}
 	done        chan struct{}
 }
@@ -204,14 +205,22 @@ func (sub *Subscription) run() {
 // WaitDelivered waits until every push enqueued for this subscriber before the call has settled
 // (its delivery returned). Because an append's pushes are enqueued before the append returns, a
 // caller that waits here after its append reads its own write from the subscriber
-// (read-your-writes; spec §8.2). Do not call it from inside the subscriber's own delivery.
+// (read-your-writes; spec §8.2). Do not call it from inside the subscriber's own delivery. On a
+// subscription whose stream was deleted it returns that STREAM_DELETED error.
 func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 	sub.mu.Lock()
+	if sub.closed && sub.endErr != ErrSubscriptionClosed {
+		// Its stream was deleted: nothing owed will ever be delivered.
+		err := sub.endErr
+		sub.mu.Unlock()
+		return err
+	}
 	target := sub.enqueued
 	for sub.settled < target {
 		if sub.closed {
+			err := sub.endErr
 			sub.mu.Unlock()
-			return ErrSubscriptionClosed
+			return err
 		}
 		ch := sub.settledCh
 		sub.mu.Unlock()
@@ -237,6 +246,33 @@ func (sub *Subscription) Dropped() int64 {
 // Path returns the stream path the subscription listens to.
 func (sub *Subscription) Path() string { return sub.path }
 
+// Done returns a channel closed once the subscription has ended (closed, its store closed, or its
+// stream deleted) and its delivery goroutine returned; Err then says why.
+func (sub *Subscription) Done() <-chan struct{} { return sub.done }
+
+// Err returns nil while the subscription runs, and why it ended after: an error with code
+// STREAM_DELETED when its stream was deleted (match with errors.Is(err,
+// foldstream.ErrStreamDeleted); resubscribe to follow a stream created at the path again), or
+// ErrSubscriptionClosed when it or its store was closed.
+func (sub *Subscription) Err() error {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.endErr
+}
+
+// endSubscriptions ends every subscription on path with err: pending pushes are dropped and an
+// in-flight delivery's context is cancelled. It never blocks, so the writer's after-commit hooks
+// may call it.
+func (s *Store) endSubscriptions(path string, err error) {
+	s.ev.subsMu.RLock()
+	subs := slices.Clone(s.ev.subs[path])
+	s.ev.subsMu.RUnlock()
+	for _, sub := range subs {
+		sub.end(err)
+		sub.cancel()
+	}
+}
+
 // ErrSubscriptionClosed is returned by WaitDelivered on a closed subscription.
 var ErrSubscriptionClosed = &foldstream.Error{Code: foldstream.CodeClosed, Message: "stream subscription is closed"}
 
@@ -253,20 +289,25 @@ func (sub *Subscription) Close() {
 // it closes anyway and returns ctx's error.
 func (sub *Subscription) Drain(ctx context.Context) error {
 	err := sub.WaitDelivered(ctx)
-	if errors.Is(err, ErrSubscriptionClosed) {
+	if err != nil && err == sub.Err() {
 		err = nil
 	}
 	sub.Close()
 	return err
 }
 
-func (sub *Subscription) close() {
+func (sub *Subscription) close() { sub.end(ErrSubscriptionClosed) }
+
+// end stops intake and drops pending pushes, recording err as the reason (the first reason
+// wins).
+func (sub *Subscription) end(err error) {
 	sub.mu.Lock()
 	if sub.closed {
 		sub.mu.Unlock()
 		return
 	}
 	sub.closed = true
+	sub.endErr = err
 	sub.pending = nil
 	sub.mu.Unlock()
 	s := sub.s
