@@ -15,17 +15,16 @@ import (
 // The protocol view: the Durable Streams operations (create, append, close, delete, metadata,
 // reads) over the same tables the event view uses. Package server maps these to HTTP.
 //
-// Representation (agreed with the event view):
+// Representation (shared with the event view; storage in record.go and docs/store.md#storage-one-row-per-record):
 //   - A protocol position is an integer; the wire offset is fmt.Sprintf("%016d_%016d", 0, pos).
-//   - JSON streams (media type application/json): one entries row per flattened message, offset =
-//     its 1-based position in the stream's offset sequence, record_start = the stream's tail
-//     before the POST. Offsets are assigned through Tx.Mem from max(Tail, HighestAssigned)+1,
-//     because the event view's ephemerals share the sequence.
-//   - Byte streams: one entries row per POST, offset = end byte position, record_start = start.
+//   - JSON streams (media type application/json): a POST is one record of flattened messages,
+//     each at its offset in the stream's offset sequence, assigned from HighestAssigned+1 because
+//     the event view's ephemerals share the sequence.
+//   - Byte streams: a POST is one record covering the byte positions (start, end].
 //
 // Every mutation runs as one write function on the store's single writer, so the producer
-// decision table (spec §20), the Stream-Seq check, the data and the closure commit in one
-// transaction, serialised per stream (the writer serialises all writes).
+// decision table (docs/store.md#idempotent-producers), the Stream-Seq check, the data and the
+// closure commit in one transaction, serialised per stream (the writer serialises all writes).
 //
 // Last access for sliding TTLs: a GET must renew the TTL but must not cost an fsync. Reads record
 // the access time in memory (protoState.access); the in-memory time counts for expiry at once and

@@ -11,8 +11,7 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// Subscriptions push each commit to subscribers (the store's side of spec §13.3 and §15
-// pushedByARow). The rules, kept in this file:
+// Subscriptions push each commit to subscribers (docs/store.md#subscriptions). The rules, kept in this file:
 //
 //   - A subscriber sees only the events it consumes ([foldstream.ConsumesEvent]); a commit with none
 //     is skipped, and its span rides inside the next delivered range, so the ranges a subscriber
@@ -24,7 +23,7 @@ import (
 //   - The pending queue is bounded ([SubscribeOptions.MaxPendingEvents]). On overflow the oldest
 //     pending events are dropped and the pending range's After moves up to the last dropped offset:
 //     the receiver sees a gap (After above its cursor) and heals the durable part from the log
-//     (the engine's gap repair, spec §5.4); dropped ephemerals are gone, as ephemerals may be.
+//     (the engine's gap repair, docs/engine.md#pushes-and-gap-repair); dropped ephemerals are gone, as ephemerals may be.
 
 // DefaultMaxPendingEvents is the default bound on events queued for one subscriber.
 const DefaultMaxPendingEvents = 10000
@@ -120,7 +119,7 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 }
 
 // publish hands a landed commit's events over (after, through] to the stream's event waiters and
-// then to every subscriber of path (spec §13.2 step 7: waiters before fan-out). Every write path
+// then to every subscriber of path (waiters before fan-out, docs/store.md#subscriptions). Every write path
 // that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
 // writer goroutine and never blocks.
 func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
@@ -223,8 +222,8 @@ func (sub *Subscription) deliverSafely(p *pendingPush) (err error) {
 // WaitDelivered waits until every push enqueued for this subscriber before the call has settled
 // (its delivery returned). Because an append's pushes are enqueued before the append returns, a
 // caller that waits here after its append reads its own write from the subscriber
-// (read-your-writes; spec §8.2). Do not call it from inside the subscriber's own delivery. On a
-// subscription whose stream was deleted it returns that STREAM_DELETED error.
+// (read-your-writes; docs/store.md#subscriptions). Do not call it from inside the subscriber's own
+// delivery. On a subscription whose stream was deleted it returns that STREAM_DELETED error.
 func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 	sub.mu.Lock()
 	if sub.closed && sub.endErr != ErrSubscriptionClosed {
