@@ -3,7 +3,9 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 
@@ -29,7 +31,9 @@ const DefaultMaxPendingEvents = 10000
 
 // DeliverFunc receives one push: the consumed events of one or more commits and the range they
 // prove contiguous. An error is logged; the next push still chains from this range, so a receiver
-// that failed must heal from the log (an engine does: it retries from its cursor).
+// that failed must heal from the log (an engine does: it retries from its cursor). A panic is
+// recovered, logged with its stack and handled exactly like a returned error: it never takes the
+// process down.
 type DeliverFunc func(ctx context.Context, events []foldstream.Event, r foldstream.ScannedRange) error
 
 // SubscribeOptions configures a subscription.
@@ -194,7 +198,7 @@ func (sub *Subscription) run() {
 		n := sub.enqueued
 		sub.mu.Unlock()
 		if p != nil {
-			if err := sub.deliver(sub.ctx, p.events, p.r); err != nil && sub.ctx.Err() == nil {
+			if err := sub.deliverSafely(p); err != nil && sub.ctx.Err() == nil {
 				sub.opts.Logger.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
 					"after", p.r.After, "through", p.r.Through, "err", err)
 			}
@@ -207,6 +211,20 @@ func (sub *Subscription) run() {
 		}
 		sub.mu.Unlock()
 	}
+}
+
+// deliverSafely runs one delivery, turning a panic in the DeliverFunc into an error (logged with
+// its stack): the push settles, the subscription keeps running and the next push chains on, as
+// after any failed delivery — the receiver heals the missed range from the log.
+func (sub *Subscription) deliverSafely(p *pendingPush) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			sub.s.log.Error("stream subscription delivery panicked", "path", sub.path, "subscription", sub.opts.Name,
+				"after", p.r.After, "through", p.r.Through, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("stream subscription delivery panicked: %v", v)
+		}
+	}()
+	return sub.deliver(sub.ctx, p.events, p.r)
 }
 
 // WaitDelivered waits until every push enqueued for this subscriber before the call has settled
