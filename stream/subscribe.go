@@ -137,7 +137,9 @@ func (s *Store) publish(path string, events []foldstream.Event, after, through i
 	for _, sub := range subs {
 		sub.offer(events, after, through)
 	}
-	s.ev.watchers.notify(path)
+	if slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) {
+		s.ev.watchers.notify(path)
+	}
 }
 
 func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {

@@ -20,8 +20,9 @@ type commitWatcher struct {
 	fn func(path string)
 }
 
-// WatchCommits calls fn with the path of every later commit that lands events (or event-shaped
-// messages) on any stream, after the commit's subscribers were offered it. fn runs on the writer
+// WatchCommits calls fn with the path of every later commit that lands durable events (or
+// event-shaped messages) on any stream, after the commit's subscribers were offered it; commits of
+// ephemeral events only (live-state deltas among them) are not reported. fn runs on the writer
 // goroutine: it must return at once, never block and never call the store. The returned function
 // stops the watch (a commit already landing may still call fn once).
 func (s *Store) WatchCommits(fn func(path string)) (stop func()) {
