@@ -88,6 +88,9 @@ const (
 	// CodeLeaseLost: this node no longer holds the lease of the processor it ran, so its
 	// checkpoint write was refused (another node owns it now).
 	CodeLeaseLost Code = "LEASE_LOST"
+	// CodeStoreSchema: the store's database uses a schema this foldstream does not know (written
+	// by a newer version, or not a foldstream store); Open fails and says what to do.
+	CodeStoreSchema Code = "STORE_SCHEMA"
 )
 
 // Error is a coded error carrying the data a caller needs beside a human message.
@@ -164,6 +167,7 @@ var (
 	ErrCatchingUp          = &Error{Code: CodeCatchingUp}
 	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
 	ErrLeaseLost           = &Error{Code: CodeLeaseLost}
+	ErrStoreSchema         = &Error{Code: CodeStoreSchema}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when there is none.

@@ -1,0 +1,315 @@
+// Package driver is the narrow interface between foldstream's stream store (package stream) and
+// the database that holds its log. The store's layers — the event view, the Durable Streams
+// protocol view, subscriptions, waiters, the ephemeral ring, group commit — are written once
+// against it; a driver decides how bytes are stored, the store decides what they mean.
+//
+// A driver owns the SQL, the schema and its migrations, transactions, and change notifications
+// between processes. It never interprets a record's body or frames, never assigns offsets, and
+// never judges expiry or producer sequences: the store does, inside the driver's transaction.
+//
+// The embedded default is package sqlitedriver (one SQLite file, one process). A driver for a
+// database shared by several processes (PostgreSQL) implements the same interface; the rules it
+// must keep beyond SQLite's are marked "shared databases" below. The behaviour suite every driver
+// must pass is package drivertest.
+//
+// # Transactions
+//
+// The store runs every write on one goroutine (its writer), through the single [Writer] it got
+// from [Driver.Writer]: the writer begins one transaction, runs each queued write function inside
+// its own savepoint, and commits once (group commit). Reads run in separate read transactions
+// ([Driver.Read]) that see committed data only. Every [Tx] method runs inside the current write
+// transaction and is called only from the writer goroutine; [Reader] methods are also offered by
+// read transactions, which may run concurrently with each other and with the writer.
+//
+// # Positions
+//
+// A stream's positions are integers. For JSON streams a position is a message's offset in the
+// stream's offset sequence (1, 2, ...); for byte streams it is a byte position. A stored [Record]
+// covers the positions (Start, End]; records of one stream never overlap, and a stream's durable
+// tail is the largest End of its records, or the stream row's BaseTail when that is larger.
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/foldstream/foldstream"
+)
+
+// Driver is a storage backend for the stream store.
+type Driver interface {
+	// Migrate creates the schema or brings it to the version this driver writes. The store calls
+	// it once from Open, before anything else. It must be safe when several processes start at
+	// once (shared databases: apply migrations under a lock), must record each applied version,
+	// and must refuse — with a *foldstream.Error of code STORE_SCHEMA saying what to do — a
+	// database whose schema it does not know (written by a newer version), never misread it. Each
+	// migration is all or nothing.
+	Migrate(ctx context.Context) error
+
+	// Exclusive reports whether this process is the only writer of the database (SQLite holds an
+	// exclusive lock on its file). When true, the store keeps each stream's row and tail in its
+	// writer's memory between transactions. When false (shared databases) the store calls
+	// [Tx.LockStream] and re-reads the stream row inside every write transaction that touches it.
+	Exclusive() bool
+
+	// Writer returns the write connection. The store calls it once and uses it from one
+	// goroutine only. Closing the driver closes it.
+	Writer(ctx context.Context) (Writer, error)
+
+	// Read runs fn in a read-only transaction that sees a consistent snapshot of committed data.
+	// Safe for concurrent use. The Reader is valid only during fn.
+	Read(ctx context.Context, fn func(Reader) error) error
+
+	// Listen calls fn for every [Notification] committed by other processes sharing the database,
+	// until ctx ends or the returned stop function is called. fn must not block. A driver whose
+	// database has no other writers (SQLite) returns a no-op stop and never calls fn. A driver
+	// whose notification channel drops must recover by itself and call fn with a zero
+	// Notification (StreamID 0: "anything may have changed") once it is back, so waiters re-read.
+	Listen(ctx context.Context, fn func(Notification)) (stop func(), err error)
+
+	// Close releases the driver's connections. Called once, after the writer's last commit.
+	Close() error
+}
+
+// Writer is the store writer's connection. Not safe for concurrent use.
+type Writer interface {
+	// Begin starts a write transaction (SQLite: BEGIN IMMEDIATE).
+	Begin(ctx context.Context) (WriteTx, error)
+}
+
+// WriteTx is a write transaction with savepoints: the store runs each write function of a group
+// between Savepoint and ReleaseSavepoint (rolling back to the savepoint first when it failed), so
+// one refused write never fails its neighbours. Savepoints do not nest.
+type WriteTx interface {
+	Tx
+	// Savepoint opens the savepoint of the next write function.
+	Savepoint(ctx context.Context) error
+	// RollbackToSavepoint undoes everything since Savepoint (the savepoint stays open).
+	RollbackToSavepoint(ctx context.Context) error
+	// ReleaseSavepoint closes the savepoint, keeping its changes in the transaction.
+	ReleaseSavepoint(ctx context.Context) error
+	// Commit makes the transaction durable (fsync, by the driver's durability setting) before it
+	// returns. On error nothing of the transaction may become visible, now or after a crash.
+	Commit(ctx context.Context) error
+	// Rollback abandons the transaction. Safe after a failed Commit.
+	Rollback(ctx context.Context) error
+}
+
+// Reader is what read and write transactions both offer. Slices in the values passed to
+// callbacks are valid only during the callback.
+type Reader interface {
+	// StreamByPath returns the stream row at path (any state), or ErrNoStream. Its Tail is the
+	// durable tail as of this transaction.
+	StreamByPath(ctx context.Context, path string) (Stream, error)
+	// StreamByID returns the stream row with id, or ErrNoStream.
+	StreamByID(ctx context.Context, id int64) (Stream, error)
+	// ChildStreams returns the streams forked from id.
+	ChildStreams(ctx context.Context, id int64) ([]Stream, error)
+	// CountStreams counts stream rows (any state).
+	CountStreams(ctx context.Context) (int, error)
+	// CollectCandidates returns up to limit streams with id > afterID, in id order, that are
+	// soft-deleted, past their absolute expiry (ExpiresAtMs <= nowMs), or whose sliding TTL ran out
+	// by the persisted last access (LastAccessMs + TTLSeconds*1000 <= nowMs).
+	CollectCandidates(ctx context.Context, afterID, nowMs int64, limit int) ([]Stream, error)
+	// Records calls fn for the records of stream streamID with End > after, in End order, until
+	// fn returns false or an error (which Records returns). A driver must stream them: memory
+	// must not grow with the number or size of the records read.
+	Records(ctx context.Context, streamID, after int64, fn func(Record) (bool, error)) error
+	// KeyOffset returns the offset registered under an idempotency key in stream streamID.
+	KeyOffset(ctx context.Context, streamID int64, key string) (offset int64, found bool, err error)
+	// Producer returns an idempotent producer's state on a stream.
+	Producer(ctx context.Context, streamID int64, producerID string) (Producer, bool, error)
+	// Claims returns every claim, earliest first (then by path and slug).
+	Claims(ctx context.Context) ([]Claim, error)
+	// DueClaims returns the claims with AtMs <= nowMs, earliest first (then by path and slug).
+	DueClaims(ctx context.Context, nowMs int64) ([]Claim, error)
+	// NextClaimAt returns the earliest claim's AtMs.
+	NextClaimAt(ctx context.Context) (atMs int64, ok bool, err error)
+	// Checkpoint returns a processor's checkpoint row; a NULL or empty state reads as nil.
+	Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error)
+}
+
+// Tx is the write side of a transaction. Every method runs inside the writer's current
+// transaction (and savepoint) and only on the writer goroutine.
+type Tx interface {
+	Reader
+	// LockStream serialises writers of one stream across processes until the transaction ends
+	// (shared databases: a transaction-scoped advisory lock on the id; the store then re-reads
+	// the stream row for its tail). Exclusive drivers may do nothing.
+	LockStream(ctx context.Context, id int64) error
+	// InsertStream inserts a stream row (ID ignored) and returns its id. Ids are never reused,
+	// not even after a rollback or a delete, so no cache keyed by id can alias two streams.
+	InsertStream(ctx context.Context, s Stream) (int64, error)
+	// UpdateStream changes the fields set in u.
+	UpdateStream(ctx context.Context, id int64, u StreamUpdate) error
+	// DeleteStream removes the stream row with its records, idempotency keys and producers.
+	DeleteStream(ctx context.Context, id int64) error
+	// InsertRecord stores one record (or one slice of a large record) with its idempotency keys.
+	// A key already registered on the stream is an error; the store checks keys first.
+	InsertRecord(ctx context.Context, r Record) error
+	// PutProducer stores a producer's state on a stream (insert or replace).
+	PutProducer(ctx context.Context, streamID int64, p Producer) error
+	// PutClaim inserts a claim or moves an existing one to c.AtMs with c.Failures.
+	PutClaim(ctx context.Context, c Claim) error
+	// DeleteClaim removes a claim. With exact, only when its AtMs and Failures still equal c's.
+	DeleteClaim(ctx context.Context, c Claim, exact bool) error
+	// WriteCheckpoint upserts a processor's checkpoint: version and cursor always, the state
+	// only when w.StateChanged (else the stored state stays). With w.Fence set, the write first
+	// checks the fence inside this transaction and fails with a foldstream.Error of code
+	// LEASE_LOST, writing nothing, when the lease's generation is no longer w.Fence.Generation.
+	WriteCheckpoint(ctx context.Context, w CheckpointWrite) error
+	// Notify queues a notification that other processes receive through Listen once this
+	// transaction commits (and never if it rolls back). Exclusive drivers may drop it.
+	Notify(ctx context.Context, n Notification) error
+}
+
+// ErrNoStream is returned by StreamByPath and StreamByID when no row matches.
+var ErrNoStream = errors.New("no such stream")
+
+// Stream is one stream row.
+type Stream struct {
+	ID          int64
+	Path        string
+	ContentType string
+	// State is 0 for a live stream, 1 for a soft-deleted one (kept for its forks).
+	State            int
+	CreatedMs        int64
+	TTLSeconds       sql.NullInt64
+	ExpiresAtMs      sql.NullInt64
+	LastAccessMs     int64
+	Closed           bool
+	ClosedByProducer sql.NullString
+	ClosedByEpoch    sql.NullInt64
+	ClosedBySeq      sql.NullInt64
+	// ForkedFrom is the source stream of a fork; positions <= ForkOffset are read from it.
+	ForkedFrom    sql.NullInt64
+	ForkOffset    int64
+	ForkSubOffset int64
+	// BaseTail is the tail a stream starts from (a fork's fork point). Stored.
+	BaseTail int64
+	// Tail is the durable tail: max(BaseTail, largest End of the stream's records). Computed by
+	// the driver on every read of the row; ignored by InsertStream.
+	Tail        int64
+	StreamSeq   sql.NullString
+	Incarnation int64
+}
+
+// StreamUpdate names the stream fields an UpdateStream changes; nil fields stay.
+type StreamUpdate struct {
+	// LastAccessMs moves the persisted last access forward (never back).
+	LastAccessMs *int64
+	// StreamSeq sets the last Stream-Seq.
+	StreamSeq *string
+	// Close closes the stream, naming the producer request that closed it (if any).
+	Close *ClosedBy
+	// State sets the state (1: soft-deleted).
+	State *int
+	// Incarnation sets the wake-record counter.
+	Incarnation *int64
+}
+
+// ClosedBy is the producer request that closed a stream; zero Producer for a plain close.
+type ClosedBy struct {
+	Producer   string
+	Epoch, Seq int64
+}
+
+// Record is one stored row of a stream's log: a whole appended record (one protocol POST, one
+// producer batch, one event-view batch), or one slice of a large one. Positions (Start, End];
+// RecordStart is the Start of the record the slice belongs to (equal to Start for a whole record).
+//
+// Body and Frames are opaque to the driver. For JSON streams the store writes the messages
+// joined by commas and Frames as described at [AppendFrame]; for byte streams Body holds the bytes
+// of positions (Start, End] and Frames is nil.
+type Record struct {
+	StreamID    int64
+	RecordStart int64
+	Start, End  int64
+	CreatedMs   int64
+	Frames      []byte
+	Body        []byte
+	// Keys are the idempotency keys of the record's messages (InsertRecord only).
+	Keys []Key
+}
+
+// Key is an idempotency key registered at an offset.
+type Key struct {
+	Key    string
+	Offset int64
+}
+
+// Producer is an idempotent producer's state on one stream.
+type Producer struct {
+	ID        string
+	Epoch     int64
+	LastSeq   int64
+	UpdatedMs int64
+}
+
+// Claim is a durable "revive processor Slug of the stream at Path by AtMs".
+type Claim struct {
+	Path, Slug string
+	AtMs       int64
+	Failures   int
+}
+
+// CheckpointWrite is one checkpoint upsert.
+type CheckpointWrite struct {
+	Scope, Slug  string
+	Checkpoint   foldstream.Checkpoint
+	StateChanged bool
+	// Fence, when set, makes the write conditional on a lease still held.
+	Fence *Fence
+}
+
+// Fence names a lease and the generation the writer holds. Leases live in the driver's leases
+// table (key, generation); a node that lost its lease sees another generation there.
+type Fence struct {
+	Key        string
+	Generation int64
+}
+
+// Notification tells other processes that a stream changed.
+type Notification struct {
+	// StreamID is the stream that changed; 0 means "anything may have changed".
+	StreamID int64
+	// Path is the stream's path, when known.
+	Path string
+}
+
+// AppendFrame appends one JSON message's frame to frames: the uvarint of the message's offset
+// minus the previous message's offset (the first message's: minus the record's Start), then the
+// uvarint of its length in bytes. In Body the messages follow each other in frame order with one
+// comma between two messages, so a whole record reads back as a JSON array by adding brackets.
+func AppendFrame(frames []byte, offsetDelta int64, length int) []byte {
+	frames = binary.AppendUvarint(frames, uint64(offsetDelta))
+	return binary.AppendUvarint(frames, uint64(length))
+}
+
+// EachFrame calls fn with each message of a JSON record: its offset and its bytes within body.
+// It stops when fn returns false. A malformed record is an error.
+func EachFrame(r Record, fn func(offset int64, msg []byte) bool) error {
+	off, pos := r.Start, 0
+	frames := r.Frames
+	for len(frames) > 0 {
+		d, n := binary.Uvarint(frames)
+		if n <= 0 {
+			return fmt.Errorf("stream record (%d, %d]: corrupt frames", r.Start, r.End)
+		}
+		frames = frames[n:]
+		l, n := binary.Uvarint(frames)
+		if n <= 0 || pos+int(l) > len(r.Body) {
+			return fmt.Errorf("stream record (%d, %d]: corrupt frames", r.Start, r.End)
+		}
+		frames = frames[n:]
+		off += int64(d)
+		if !fn(off, r.Body[pos:pos+int(l)]) {
+			return nil
+		}
+		pos += int(l) + 1
+	}
+	return nil
+}
