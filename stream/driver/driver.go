@@ -278,6 +278,11 @@ type Notification struct {
 	StreamID int64
 	// Path is the stream's path, when known.
 	Path string
+	// Ephemeral, when set, is a JSON value the store attaches — the ephemeral events the
+	// transaction's writes appended to the stream, which the database never stores — delivered
+	// with the notification to the other processes (shared databases; a driver may carry a large
+	// one out of band). Exclusive drivers drop it with the notification.
+	Ephemeral []byte
 }
 
 // AppendFrame appends one JSON message's frame to frames: the uvarint of the message's offset

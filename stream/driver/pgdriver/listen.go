@@ -32,33 +32,44 @@ type wireNote struct {
 	Node    string         `json:"n"`
 	Streams []wireStream   `json:"s,omitempty"`
 	All     bool           `json:"a,omitempty"`
-	Large   int64          `json:"l,omitempty"` // id of an ephemeral_payloads row holding the rest
-	Extra   map[string]any `json:"x,omitempty"`
+	Large   int64          `json:"l,omitempty"` // id of an ephemeral_payloads row holding Streams
 }
 
 type wireStream struct {
-	ID   int64  `json:"i"`
-	Path string `json:"p,omitempty"`
+	ID   int64           `json:"i"`
+	Path string          `json:"p,omitempty"`
+	Eph  json.RawMessage `json:"e,omitempty"` // the stream's ephemeral events (a JSON value)
 }
 
-// sendNotes sends the transaction's queued notifications as one payload (several when they do
-// not fit; a payload naming too many streams becomes "anything may have changed").
+// sendNotes sends the transaction's queued notifications as one payload. A payload over NOTIFY's
+// limit (ephemeral events, or very many streams) is written to the unlogged ephemeral_payloads
+// table in this transaction and the notification carries the row's id.
 func (t *writeTx) sendNotes(ctx context.Context) error {
 	if len(t.notes) == 0 {
 		return nil
 	}
-	seen := make(map[int64]bool, len(t.notes))
+	byID := make(map[int64]int, len(t.notes))
 	w := wireNote{Node: t.d.node}
 	for _, n := range t.notes {
 		if n.StreamID == 0 {
 			w.All = true
 			continue
 		}
-		if seen[n.StreamID] {
-			continue
+		i, ok := byID[n.StreamID]
+		if !ok {
+			i = len(w.Streams)
+			byID[n.StreamID] = i
+			w.Streams = append(w.Streams, wireStream{ID: n.StreamID, Path: n.Path})
 		}
-		seen[n.StreamID] = true
-		w.Streams = append(w.Streams, wireStream{ID: n.StreamID, Path: n.Path})
+		if len(n.Ephemeral) > 0 {
+			ws := &w.Streams[i]
+			if ws.Eph == nil {
+				ws.Eph = json.RawMessage(n.Ephemeral)
+			} else {
+				// Two batches of one stream in one transaction: join their JSON arrays.
+				ws.Eph = joinArrays(ws.Eph, n.Ephemeral)
+			}
+		}
 	}
 	t.notes = t.notes[:0]
 	payload, err := json.Marshal(w)
@@ -66,12 +77,34 @@ func (t *writeTx) sendNotes(ctx context.Context) error {
 		return fmt.Errorf("notify: %w", err)
 	}
 	if len(payload) > maxNotifyPayload {
-		payload, _ = json.Marshal(wireNote{Node: t.d.node, All: true})
+		big, err := json.Marshal(w.Streams)
+		if err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+		var id int64
+		if err := t.tx.QueryRow(ctx, `INSERT INTO ephemeral_payloads(payload) VALUES ($1) RETURNING id`, big).Scan(&id); err != nil {
+			return t.d.classify(fmt.Errorf("notify: store a large payload: %w", err))
+		}
+		payload, _ = json.Marshal(wireNote{Node: t.d.node, All: w.All, Large: id})
 	}
 	if _, err := t.tx.Exec(ctx, `SELECT pg_notify($1, $2)`, t.d.channel, string(payload)); err != nil {
 		return t.d.classify(fmt.Errorf("notify: %w", err))
 	}
 	return nil
+}
+
+// joinArrays joins two JSON arrays ("[a]" + "[b]" = "[a,b]"); a value that is not an array is
+// kept as one element.
+func joinArrays(a, b []byte) json.RawMessage {
+	var xs, ys []json.RawMessage
+	if json.Unmarshal(a, &xs) != nil {
+		xs = []json.RawMessage{a}
+	}
+	if json.Unmarshal(b, &ys) != nil {
+		ys = []json.RawMessage{b}
+	}
+	out, _ := json.Marshal(append(xs, ys...))
+	return out
 }
 
 // Listen starts the listener: fn is called for every notification of another node, and with a
@@ -189,7 +222,9 @@ func waitNotification(ctx context.Context, conn *pgx.Conn, idle time.Duration) (
 type pgconnNotification struct{ Payload string }
 
 // deliver decodes one payload and calls fn for each stream it names (once with a zero
-// Notification for "anything"). Payloads of this node are skipped.
+// Notification for "anything"). Payloads of this node are skipped; a large payload is read from
+// ephemeral_payloads (when it is gone — past its retention — its streams are still woken, only
+// their ephemerals are lost, as ephemerals may be).
 func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Notification)) {
 	var w wireNote
 	if err := json.Unmarshal([]byte(payload), &w); err != nil {
@@ -200,10 +235,23 @@ func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Not
 	if w.Node == d.node {
 		return
 	}
+	if w.Large != 0 {
+		var big []byte
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.pool.QueryRow(rctx, `SELECT payload FROM ephemeral_payloads WHERE id = $1`, w.Large).Scan(&big)
+		cancel()
+		if err == nil {
+			err = json.Unmarshal(big, &w.Streams)
+		}
+		if err != nil {
+			d.log.Warn("postgres: large notification payload unreadable; waking every reader", "id", w.Large, "err", err)
+			w.All = true
+		}
+	}
 	if w.All {
 		fn(driver.Notification{})
 	}
 	for _, s := range w.Streams {
-		fn(driver.Notification{StreamID: s.ID, Path: s.Path})
+		fn(driver.Notification{StreamID: s.ID, Path: s.Path, Ephemeral: s.Eph})
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -141,13 +142,31 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	d := &Driver{cfg: cfg, pool: pool, log: cfg.Logger, node: newNodeID(), stop: make(chan struct{})}
-	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&d.schema); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&d.schema); err != nil {
 		pool.Close()
 		return nil, d.classify(fmt.Errorf("postgres: connect: %w", err))
 	}
 	if d.schema == "" {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: no schema to use: the search_path names no existing schema")
+		// The URL's search_path names a schema that does not exist yet: create it (every node
+		// given the same URL may, at once).
+		sp := strings.TrimSpace(pc.ConnConfig.RuntimeParams["search_path"])
+		if sp == "" || strings.ContainsAny(sp, ", ") {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: no schema to use: the search_path names no existing schema")
+		}
+		for attempt := 0; attempt < 2; attempt++ {
+			if _, err = pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{strings.Trim(sp, `"`)}.Sanitize()); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			pool.Close()
+			return nil, d.classify(fmt.Errorf("postgres: create schema %s: %w", sp, err))
+		}
+		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&d.schema); err != nil || d.schema == "" {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: no schema to use after creating %s: %v", sp, err)
+		}
 	}
 	d.channel = "foldstream_" + d.schema
 	if len(d.channel) > 63 {
@@ -255,4 +274,13 @@ func isUnavailable(err error) bool {
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") ||
 		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") ||
 		strings.Contains(msg, "closed pool")
+}
+
+// Redacted returns url with its password hidden, for logs.
+func Redacted(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "postgres://…"
+	}
+	return u.Redacted()
 }

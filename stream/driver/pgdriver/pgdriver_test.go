@@ -3,6 +3,8 @@ package pgdriver_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -284,5 +286,56 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	_, err := pgdriver.Open(ctx, pgdriver.Config{URL: "postgres://postgres@127.0.0.1:1/test?sslmode=disable", ConnectTimeout: time.Second})
 	if !errors.Is(err, foldstream.ErrUnavailable) {
 		t.Fatalf("open an unreachable database: got %v, want UNAVAILABLE", err)
+	}
+}
+
+func TestOpenCreatesTheSchemaItsURLNames(t *testing.T) {
+	t.Parallel()
+	base := pgtest.ServerURL(t)
+	schema := "fs_auto_" + time.Now().Format("150405") + "_" + fmt.Sprint(time.Now().UnixNano()%100000)
+	t.Cleanup(func() { pgtest.DropSchema(t, base, schema) })
+	url := pgtest.WithSchema(t, base, schema)
+	d := open(t, url)
+	if d.Schema() != schema {
+		t.Fatalf("schema: got %q, want %q", d.Schema(), schema)
+	}
+}
+
+func TestEphemeralPayloadsOfAnySizeReachOtherNodes(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := open(t, url), open(t, url)
+	got := make(chan driver.Notification, 10)
+	stop, err := b.Listen(ctx, func(n driver.Notification) {
+		if n.StreamID != 0 {
+			got <- n
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, size := range []int{10, 20000} {
+		payload := []byte(`["` + strings.Repeat("x", size) + `"]`)
+		w, _ := a.Writer(ctx)
+		tx, err := w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Notify(ctx, driver.Notification{StreamID: 5, Path: "/e", Ephemeral: payload}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case n := <-got:
+			if n.StreamID != 5 || n.Path != "/e" || string(n.Ephemeral) != string(payload) {
+				t.Fatalf("size %d: got stream %d %q with %d payload bytes, want the %d sent", size, n.StreamID, n.Path, len(n.Ephemeral), len(payload))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("size %d: no notification", size)
+		}
 	}
 }
