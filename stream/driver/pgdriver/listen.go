@@ -29,10 +29,10 @@ const maxNotifyPayload = 7900
 
 // wireNote is a notification's payload.
 type wireNote struct {
-	Node    string         `json:"n"`
-	Streams []wireStream   `json:"s,omitempty"`
-	All     bool           `json:"a,omitempty"`
-	Large   int64          `json:"l,omitempty"` // id of an ephemeral_payloads row holding Streams
+	Node    string       `json:"n"`
+	Streams []wireStream `json:"s,omitempty"`
+	All     bool         `json:"a,omitempty"`
+	Large   int64        `json:"l,omitempty"` // id of an ephemeral_payloads row holding Streams
 }
 
 type wireStream struct {
