@@ -89,6 +89,12 @@ type leased struct {
 	lease  pgdriver.Lease
 	held   bool
 	runner foldstream.Runner
+	ready  bool // the host runs runner: its catch-up finished
+	failed bool // starting under the current lease failed: give the lease up
+	// cancelStart cancels the start (wake, subscribe, catch-up) running under the current lease;
+	// startDone is closed when it returned.
+	cancelStart context.CancelFunc
+	startDone   chan struct{}
 	// acquired counts takeovers by this node (tests and metrics).
 	acquired int
 }
@@ -115,8 +121,9 @@ func New(h *host.Host, cfg Config) (*Cluster, error) {
 		stop: make(chan struct{})}, nil
 }
 
-// leaseKey names the lease of processor slug on the stream at path.
-func leaseKey(path, slug string) string { return "processor\x00" + path + "\x00" + slug }
+// leaseKey names the lease of processor slug on the stream at path, joined by the unit separator
+// (PostgreSQL text cannot hold the NUL byte).
+func leaseKey(path, slug string) string { return "processor\x1f" + path + "\x1f" + slug }
 
 // Register registers processor p on the stream at path on this node. The node runs it whenever it
 // holds its lease; every node of the cluster registers the same processors.
@@ -168,14 +175,15 @@ func (c *Cluster) loop(lp *leased) {
 			l, ok, err := c.drv.AcquireLease(ctx, leaseKey(lp.path, lp.slug), c.cfg.Addr, ttl)
 			switch {
 			case err != nil:
-				c.log.Debug("cluster: acquire lease", "path", lp.path, "slug", lp.slug, "err", err)
+				c.log.Warn("cluster: acquire lease", "path", lp.path, "slug", lp.slug, "err", err)
 			case ok:
-				if err := c.start(ctx, lp, l); err != nil {
-					c.log.Warn("cluster: start processor after taking its lease", "path", lp.path, "slug", lp.slug, "err", err)
-					_ = c.drv.ReleaseLease(ctx, l)
-					c.stopRunner(lp)
-				}
+				c.startAsync(lp, l)
 			}
+		} else if lp.startFailed() {
+			// Starting failed (the catch-up could not read, say): give the lease up so that
+			// this or another node tries again from the checkpoint.
+			c.stopRunner(lp)
+			_ = c.drv.ReleaseLease(ctx, lease)
 		} else {
 			l, ok, err := c.drv.RenewLease(ctx, lease, ttl)
 			switch {
@@ -207,13 +215,41 @@ func (c *Cluster) loop(lp *leased) {
 	}
 }
 
+// startAsync records the new lease and starts the processor under it in the background: a
+// catch-up may take longer than the lease, which the loop keeps renewing meanwhile.
+func (c *Cluster) startAsync(lp *leased, l pgdriver.Lease) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lp.mu.Lock()
+	lp.lease, lp.held, lp.ready, lp.failed = l, true, false, false
+	lp.acquired++
+	lp.cancelStart, lp.startDone = cancel, done
+	lp.mu.Unlock()
+	go func() {
+		defer close(done)
+		err := c.start(ctx, lp, l)
+		lp.mu.Lock()
+		defer lp.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("cluster: start processor after taking its lease", "path", lp.path, "slug", lp.slug, "err", err)
+			}
+			lp.failed = true
+			return
+		}
+		lp.ready = true
+	}()
+}
+
+func (lp *leased) startFailed() bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.failed
+}
+
 // start runs a new engine for lp under lease l: the host wakes the stream, subscribes the engine,
 // catches it up from the checkpoint and revives its claim.
 func (c *Cluster) start(ctx context.Context, lp *leased, l pgdriver.Lease) error {
-	lp.mu.Lock()
-	lp.lease, lp.held = l, true
-	lp.acquired++
-	lp.mu.Unlock()
 	st := &fencedStream{inner: c.h.Store().Stream(lp.path).ForProcessor(lp.slug), lp: lp}
 	cps := c.drv.Checkpoints(lp.path, l.Fence())
 	r, err := lp.build(st, cps)
@@ -237,8 +273,16 @@ func (c *Cluster) start(ctx context.Context, lp *leased, l pgdriver.Lease) error
 // stopRunner stops lp's engine on this node (the lease is lost or given up).
 func (c *Cluster) stopRunner(lp *leased) {
 	lp.mu.Lock()
+	cancel, done := lp.cancelStart, lp.startDone
+	lp.held, lp.ready, lp.cancelStart, lp.startDone = false, false, nil, nil
+	lp.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	lp.mu.Lock()
 	r := lp.runner
-	lp.held, lp.runner = false, nil
+	lp.runner = nil
 	lp.mu.Unlock()
 	if r == nil {
 		return
@@ -304,7 +348,7 @@ func (c *Cluster) Holds(path, slug string) (held bool, acquired int) {
 	}
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	return lp.held && lp.runner != nil, lp.acquired
+	return lp.held && lp.ready, lp.acquired
 }
 
 // fencedStream is the engine's stream under a lease: appends are refused once the lease's time
@@ -401,7 +445,11 @@ func (c *Cluster) forward(ctx context.Context, path, slug string, q url.Values, 
 	if err != nil {
 		return err
 	}
-	if !live || addr == "" || addr == c.cfg.Addr {
+	if live && addr == c.cfg.Addr {
+		return foldstream.NewError(foldstream.CodeCatchingUp, map[string]any{"path": path, "slug": slug},
+			"processor %q on %q is catching up on this node after taking it over; retry shortly", slug, path)
+	}
+	if !live || addr == "" {
 		return foldstream.NewError(foldstream.CodeUnavailable, map[string]any{"path": path, "slug": slug},
 			"processor %q on %q is changing nodes; retry shortly", slug, path)
 	}

@@ -145,6 +145,7 @@ func TestThreeNodesKilledInTurnLoseNothingAndRunEachEffectOnce(t *testing.T) {
 				perrs[p] = err
 				return
 			}
+			s.SetContentType("application/json")
 			pr, err := client.NewIdempotentProducer(s, fmt.Sprintf("producer-%d", p), client.ProducerOptions{
 				Linger: 2 * time.Millisecond, MaxInFlight: 2, RequestTimeout: 5 * time.Second})
 			if err != nil {
@@ -157,7 +158,7 @@ func TestThreeNodesKilledInTurnLoseNothingAndRunEachEffectOnce(t *testing.T) {
 					sent[p] = i
 					perrs[p] = pr.Close(ctx)
 					return
-				case <-time.After(3 * time.Millisecond):
+				case <-time.After(10 * time.Millisecond):
 				}
 				if err := pr.AppendJSON(map[string]any{"type": "ticked", "payload": map[string]any{"by": 1, "n": p*1_000_000 + i}}); err != nil {
 					sent[p] = i

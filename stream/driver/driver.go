@@ -195,6 +195,10 @@ type Stream struct {
 	Tail        int64
 	StreamSeq   sql.NullString
 	Incarnation int64
+	// Highest is the highest offset handed out, ephemerals included, as recorded by
+	// StreamUpdate.Highest (shared databases: ephemeral offsets come from one sequence on every
+	// node). Exclusive drivers may leave it 0: their store keeps it in memory.
+	Highest int64
 }
 
 // StreamUpdate names the stream fields an UpdateStream changes; nil fields stay.
@@ -209,6 +213,10 @@ type StreamUpdate struct {
 	State *int
 	// Incarnation sets the wake-record counter.
 	Incarnation *int64
+	// Highest moves the recorded highest handed-out offset forward (never back). Shared
+	// databases only; it needs no durability (an ephemeral's offset may be handed out again
+	// after a crash). Exclusive drivers may ignore it.
+	Highest *int64
 }
 
 // ClosedBy is the producer request that closed a stream; zero Producer for a plain close.

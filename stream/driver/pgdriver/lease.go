@@ -20,7 +20,7 @@ import (
 
 // Lease is a held lease.
 type Lease struct {
-	// Key names what the lease is for (a host uses "<path>\x00<slug>").
+	// Key names what the lease is for.
 	Key string
 	// Generation is the fence: it grows every time the lease changes hands.
 	Generation int64

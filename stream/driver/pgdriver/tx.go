@@ -22,13 +22,14 @@ type readTx struct {
 const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_seconds, s.expires_at_ms,
 	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
 	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation,
-	greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0))`
+	greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)),
+	coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0)`
 
 func scanStream(row pgx.Row) (driver.Stream, error) {
 	var r driver.Stream
 	err := row.Scan(&r.ID, &r.Path, &r.ContentType, &r.State, &r.CreatedMs, &r.TTLSeconds, &r.ExpiresAtMs,
 		&r.LastAccessMs, &r.Closed, &r.ClosedByProducer, &r.ClosedByEpoch, &r.ClosedBySeq, &r.ForkedFrom,
-		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Tail)
+		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Tail, &r.Highest)
 	return r, err
 }
 
@@ -414,6 +415,13 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 	}
 	if u.Incarnation != nil {
 		sets = append(sets, `incarnation = `+arg(*u.Incarnation))
+	}
+	if u.Highest != nil {
+		// The unlogged sequence of handed-out offsets (ephemerals included).
+		if err := t.exec(ctx, "record the highest offset", `INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
+			ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)`, id, *u.Highest); err != nil {
+			return err
+		}
 	}
 	if len(sets) == 0 {
 		return nil
