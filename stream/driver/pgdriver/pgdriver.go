@@ -88,6 +88,7 @@ type Driver struct {
 	channel string // NOTIFY channel of this schema
 	node    string // this process's id; its own notifications are ignored
 	lockCls int32  // advisory-lock class of per-stream locks
+	pathCls int32  // advisory-lock class of per-path locks (stream creation)
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -173,6 +174,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		d.channel = fmt.Sprintf("foldstream_%08x", uint32(lockKey(d.schema, "channel")))
 	}
 	d.lockCls = lockKey(d.schema, "stream")
+	d.pathCls = lockKey(d.schema, "path")
 	d.bg.Add(1)
 	go d.sweepEphemerals()
 	return d, nil

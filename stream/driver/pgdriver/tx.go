@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/foldstream/foldstream"
@@ -34,6 +35,31 @@ func scanStream(row pgx.Row) (driver.Stream, error) {
 }
 
 func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	return t.streamByPath(ctx, path)
+}
+
+// StreamByPath in a write transaction: when the path has no stream, it takes the path's advisory
+// lock and looks again before answering ErrNoStream, so of two nodes creating the same stream at
+// once the second waits for the first's commit and then finds its row (instead of failing on the
+// unique path).
+func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	r, err := t.streamByPath(ctx, path)
+	if err != driver.ErrNoStream {
+		return r, err
+	}
+	if err := t.lock(ctx, t.d.pathCls, int32(hashPath(path))); err != nil {
+		return driver.Stream{}, err
+	}
+	return t.streamByPath(ctx, path)
+}
+
+func hashPath(path string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(path))
+	return h.Sum32()
+}
+
+func (t *readTx) streamByPath(ctx context.Context, path string) (driver.Stream, error) {
 	r, err := scanStream(t.tx.QueryRow(ctx, `SELECT `+streamCols+` FROM streams s WHERE s.path = $1`, path))
 	if isNoRows(err) {
 		return driver.Stream{}, driver.ErrNoStream
@@ -220,7 +246,7 @@ func (w *writer) Begin(ctx context.Context) (driver.WriteTx, error) {
 	if err != nil {
 		return nil, w.d.classify(fmt.Errorf("begin: %w", err))
 	}
-	return &writeTx{readTx: readTx{d: w.d, tx: tx}, held: make(map[int64]bool)}, nil
+	return &writeTx{readTx: readTx{d: w.d, tx: tx}, held: make(map[lockID]bool)}, nil
 }
 
 type writeTx struct {
@@ -231,8 +257,8 @@ type writeTx struct {
 	spMark int
 	// held are the streams whose lock this transaction holds; heldAtSp those held when the
 	// savepoint opened (a rollback to the savepoint releases the ones taken after it).
-	held     map[int64]bool
-	heldAtSp map[int64]bool
+	held     map[lockID]bool
+	heldAtSp map[lockID]bool
 	// wroteInSp reports that the current savepoint changed something.
 	wroteInSp bool
 	inSp      bool
@@ -251,7 +277,7 @@ func (t *writeTx) Savepoint(ctx context.Context) error {
 		return t.d.classify(fmt.Errorf("savepoint: %w", err))
 	}
 	t.spMark = len(t.notes)
-	t.heldAtSp = make(map[int64]bool, len(t.held))
+	t.heldAtSp = make(map[lockID]bool, len(t.held))
 	for id := range t.held {
 		t.heldAtSp[id] = true
 	}
@@ -267,7 +293,7 @@ func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
 	// Locks taken inside a rolled-back subtransaction are released with it.
 	if t.heldAtSp != nil {
 		t.held = t.heldAtSp
-		t.heldAtSp = make(map[int64]bool, len(t.held))
+		t.heldAtSp = make(map[lockID]bool, len(t.held))
 		for id := range t.held {
 			t.heldAtSp[id] = true
 		}
@@ -309,28 +335,37 @@ func (t *writeTx) Rollback(ctx context.Context) error {
 // holding a first could deadlock with another node's group that locked them the other way round,
 // so a lock that is not free at once is handled by splitDeadlock.
 func (t *writeTx) LockStream(ctx context.Context, id int64) error {
-	if t.held[id] {
+	return t.lock(ctx, t.d.lockCls, int32(id))
+}
+
+// lock takes the advisory lock (cls, key) until the transaction ends.
+func (t *writeTx) lock(ctx context.Context, cls, key int32) error {
+	k := lockID{cls, key}
+	if t.held[k] {
 		return nil
 	}
 	if len(t.held) > 0 {
 		var ok bool
-		if err := t.tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, $2)`, t.d.lockCls, int32(id)).Scan(&ok); err != nil {
+		if err := t.tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, $2)`, cls, key).Scan(&ok); err != nil {
 			return t.d.classify(fmt.Errorf("lock stream: %w", err))
 		}
 		if ok {
-			t.held[id] = true
+			t.held[k] = true
 			return nil
 		}
 		if err := t.split(ctx); err != nil {
 			return err
 		}
 	}
-	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, t.d.lockCls, int32(id)); err != nil {
+	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, cls, key); err != nil {
 		return t.d.classify(fmt.Errorf("lock stream: %w", err))
 	}
-	t.held[id] = true
+	t.held[k] = true
 	return nil
 }
+
+// lockID names an advisory lock: a class (per schema and purpose) and a key.
+type lockID struct{ cls, key int32 }
 
 // split commits the work of the group's earlier (successful) functions and continues in a new
 // transaction that holds no locks, so this function can wait for its stream without any risk of
@@ -365,8 +400,8 @@ func (t *writeTx) split(ctx context.Context) error {
 	t.tx = tx
 	t.notes = t.notes[:0]
 	t.spMark = 0
-	t.held = make(map[int64]bool)
-	t.heldAtSp = make(map[int64]bool)
+	t.held = make(map[lockID]bool)
+	t.heldAtSp = make(map[lockID]bool)
 	if inSp {
 		if _, err := t.tx.Exec(ctx, "SAVEPOINT w"); err != nil {
 			return t.d.classify(fmt.Errorf("savepoint: %w", err))
