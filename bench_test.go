@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/wI2L/jsondiff"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -99,7 +101,7 @@ func BenchmarkLiveStateDiff(b *testing.B) {
 	b.Run("foldstream", func(b *testing.B) {
 		b.SetBytes(int64(len(after)))
 		for range b.N {
-			ops, err := foldstream.DiffJSON(before, after)
+			ops, err := rawjson.Diff(before, after)
 			if err != nil || len(ops) != 1 {
 				b.Fatalf("ops %v err %v", ops, err)
 			}
@@ -129,7 +131,7 @@ func BenchmarkLiveStateDiff(b *testing.B) {
 			var x, y any
 			_ = json.Unmarshal(before, &x)
 			_ = json.Unmarshal(after, &y)
-			if foldstream.JSONEqual(x, y) {
+			if reflect.DeepEqual(x, y) {
 				b.Fatal("equal")
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream/internal/rawjson"
 	invopop "github.com/invopop/jsonschema"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
@@ -19,7 +20,10 @@ import (
 // Schema reflected from P (github.com/invopop/jsonschema, compiled by
 // github.com/santhosh-tekuri/jsonschema/v5), then decodes it into P and re-marshals P: the
 // re-marshalled value is the normalized payload, and the decoded P is handed to reducers as the
-// typed payload. Coercions are therefore expressed the Go way: a field type whose JSONSchema method
+// typed payload. Payload keys match P's JSON field names exactly, as the schema matches them: a key
+// that differs from every field name (even only in case, like "AMOUNT" beside "amount") is an
+// unknown field, dropped, never folded onto a field the way encoding/json would. Coercions are
+// therefore expressed the Go way: a field type whose JSONSchema method
 // admits the wire forms and whose UnmarshalJSON converts them (see the package example for a number
 // that also accepts "2"). Unknown fields are allowed on the wire and dropped by normalization (like
 // zod's default object parsing).
@@ -112,7 +116,9 @@ func DefineEvent[P any](typ, description string, opts ...EventOption) EventDefin
 	}
 	d.Schema = &PayloadSchema{source: src, compiled: compiled, decode: func(raw []byte) (any, json.RawMessage, error) {
 		var p P
-		if err := json.Unmarshal(raw, &p); err != nil {
+		// Keys match P's fields exactly, as the schema matched them: encoding/json alone would fold
+		// "AMOUNT" onto the field "amount" and hand on a value the schema never saw.
+		if err := rawjson.UnmarshalExact(raw, &p); err != nil {
 			return nil, nil, err
 		}
 		out, err := json.Marshal(p)
@@ -393,24 +399,7 @@ func cloneStrings(s []string) []string {
 
 // quoteJSON renders s as a JSON string (quoted and escaped like JSON.stringify, without HTML
 // escaping).
-func quoteJSON(s string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	return strings.TrimSuffix(b.String(), "\n")
-}
+func quoteJSON(s string) string { return rawjson.Quote(s) }
 
 // decodeJSONNumber decodes JSON for the validator, which wants numbers as json.Number.
-func decodeJSONNumber(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("trailing data after JSON value")
-	}
-	return v, nil
-}
+func decodeJSONNumber(raw []byte) (any, error) { return rawjson.DecodeNumbers(raw) }

@@ -413,3 +413,34 @@ func TestDefineEvent_NestedAndRecursiveTypes(t *testing.T) {
 		t.Fatal("a deep type error was accepted")
 	}
 }
+
+type deposit struct {
+	Account string  `json:"account"`
+	Amount  float64 `json:"amount" jsonschema:"minimum=1"`
+}
+
+// The typed payload and the normalized payload are exactly what the schema validated: a key that
+// matches a field only case-insensitively is an unknown field, never folded onto the field.
+func TestPayloadKeysMatchTheSchemaExactly(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "bank", Version: "1",
+		Events: []foldstream.EventDefinition{foldstream.DefineEvent[deposit]("deposited", "money arrived")},
+	}))
+	for _, c2 := range []struct{ payload, normalized string }{
+		{`{"account":"a","amount":5,"AMOUNT":-100}`, `{"account":"a","amount":5}`},
+		{`{"AMOUNT":-100,"account":"a","amount":5}`, `{"account":"a","amount":5}`},
+		{`{"account":"a","amount":5,"Amount":"n/a"}`, `{"account":"a","amount":5}`},
+	} {
+		ev, typed, err := c.Normalize(foldstream.Event{Type: "deposited", Payload: json.RawMessage(c2.payload)})
+		if err != nil {
+			t.Errorf("%s: refused: %v", c2.payload, err)
+			continue
+		}
+		eq(t, c2.payload+" typed", typed, any(deposit{Account: "a", Amount: 5}))
+		eq(t, c2.payload+" normalized", string(ev.Payload), c2.normalized)
+	}
+	if _, _, err := c.Normalize(foldstream.Event{Type: "deposited", Payload: json.RawMessage(`{"account":"a","amount":-100,"AMOUNT":5}`)}); err == nil {
+		t.Error("amount -100 accepted because AMOUNT is 5")
+	}
+}

@@ -77,6 +77,9 @@ type Runner interface {
 	ReducedThroughOffset() int64
 	// Drain waits until the serial chain is idle and every background attempt settled, or ctx ends.
 	Drain(ctx context.Context) error
+	// Close cancels the engine's running work and background attempts, waits for them, and makes
+	// every later call fail with code CLOSED (see [Engine.Close]).
+	Close(ctx context.Context) error
 }
 
 // BatchQueuer is implemented by *Engine. QueueEventBatch records the push's head and queues it on
@@ -128,10 +131,15 @@ type Engine[S any] struct {
 	emits    []string
 	live     *LiveState
 
-	pubMu            sync.Mutex
-	mu               sync.Mutex
-	state            S
-	cursor           int64
+	pubMu  sync.Mutex
+	mu     sync.Mutex
+	state  S
+	cursor int64
+	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
+	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
+	// state was published, so a caller who saw offset n never reads an older live state.
+	pubState         S
+	pubCursor        int64
 	hasPushed        bool
 	pushedThrough    int64
 	hasHeadRead      bool
@@ -147,6 +155,12 @@ type Engine[S any] struct {
 	revivesWhileBusy int
 	claimTail        chan struct{}
 	changed          chan struct{}
+
+	// closed is set by Close. closing is closed by Close and ends every chain unit's and every
+	// background attempt's context (see [Engine.Close]).
+	closed      bool
+	closing     context.Context
+	stopClosing context.CancelFunc
 }
 
 // NewEngine loads p's checkpoint and returns its engine (spec §5.2). It fails only when the
@@ -165,6 +179,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(),
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
+	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	if e.clock == nil {
 		e.clock = SystemClock{}
 	}
@@ -196,6 +211,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 			e.stale = &staleCheckpoint[S]{cursor: cp.ReducedThroughOffset, state: st}
 		}
 	}
+	e.pubState, e.pubCursor = e.state, e.cursor
 	seedFrom := e.state
 	if e.stale != nil {
 		seedFrom = e.stale.state
@@ -220,11 +236,31 @@ func (e *Engine[S]) Consumes() []string { return e.c.Consumes() }
 // LiveState returns the engine's live-state holder.
 func (e *Engine[S]) LiveState() *LiveState { return e.live }
 
-// ReducedThroughOffset returns the cursor.
+// ReducedThroughOffset returns the cursor as callers see it: an offset is reported only after the
+// live state of its state was published.
 func (e *Engine[S]) ReducedThroughOffset() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.pubCursor
+}
+
+// chainCursor returns the chain's own cursor, which may be ahead of the published one while a unit
+// publishes.
+func (e *Engine[S]) chainCursor() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.cursor
+}
+
+// publishAndRelease publishes the live state of the chain's state, then shows that state and cursor
+// to callers and releases the waiters it satisfies. In this order a caller released at offset n, or
+// reading a snapshot at n, finds the live state of n (or a later one) already published.
+func (e *Engine[S]) publishAndRelease() {
+	e.PublishLiveState()
+	e.mu.Lock()
+	e.pubState, e.pubCursor = e.state, e.cursor
+	e.resolveWaitersLocked()
+	e.mu.Unlock()
 }
 
 // Pending returns the number of chain units queued or running (a gauge for hosts and tests).
@@ -245,6 +281,11 @@ func (e *Engine[S]) signalLocked() {
 func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) error) <-chan error {
 	u := &unit{ctx: ctx, run: run, done: make(chan error, 1)}
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		u.done <- e.closedError()
+		return u.done
+	}
 	e.queue = append(e.queue, u)
 	if !e.running {
 		e.running = true
@@ -266,23 +307,61 @@ func (e *Engine[S]) work() {
 		u := e.queue[0]
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
-		latch := e.latch
+		latch, closed := e.latch, e.closed
 		e.active = 1
 		e.mu.Unlock()
 		var err error
 		switch {
+		case closed:
+			err = e.closedError()
 		case latch != nil:
 			err = latch
 		case u.ctx.Err() != nil:
 			err = u.ctx.Err()
 		default:
-			err = callGuarded(func() error { return u.run(u.ctx) })
+			ctx, stop := e.bindToClose(u.ctx)
+			err = callGuarded(func() error { return u.run(ctx) })
+			stop()
 		}
 		e.mu.Lock()
 		e.active = 0
 		e.mu.Unlock()
 		u.done <- err
 	}
+}
+
+// bindToClose returns ctx, cancelled also when the engine closes.
+func (e *Engine[S]) bindToClose(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.closing, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+func (e *Engine[S]) closedError() *Error {
+	return NewError(CodeClosed, map[string]any{"slug": e.c.Slug()}, "engine %s is closed", quoteJSON(e.c.Slug()))
+}
+
+func (e *Engine[S]) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Close stops the engine: later calls fail with code CLOSED (ErrClosed), queued units fail with it
+// without running, waiters of WaitUntilProcessed are released with it, and the contexts of the
+// running unit (its blockers included) and of every background attempt are cancelled. Close then
+// waits until the running unit, the background attempts, the claims and the live-state deltas have
+// settled, or ctx ends (it returns ctx.Err() then; call it again to keep waiting).
+//
+// A claim taken for background work is never released after Close: work that Close cancelled is
+// revived by the next incarnation, whose at-head pass recovers it from state. Close is idempotent.
+func (e *Engine[S]) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.signalLocked()
+	e.mu.Unlock()
+	e.stopClosing()
+	return e.Drain(ctx)
 }
 
 func await(ctx context.Context, ch <-chan error) error {
@@ -325,7 +404,7 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 		return err
 	}
 	for {
-		cursor := e.ReducedThroughOffset()
+		cursor := e.chainCursor()
 		if cursor >= r.After {
 			break
 		}
@@ -364,7 +443,7 @@ func (e *Engine[S]) runCatchUp(ctx context.Context) error {
 		return err
 	}
 	for {
-		cursor := e.ReducedThroughOffset()
+		cursor := e.chainCursor()
 		page, err := e.stream.Read(ctx, cursor, EnginePageSize)
 		if err != nil {
 			return err
@@ -446,9 +525,8 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	}
 	e.cursor = newCursor
 	e.lastBatchAtHead = atHead
-	e.resolveWaitersLocked()
 	e.mu.Unlock()
-	e.PublishLiveState()
+	e.publishAndRelease()
 	return nil
 }
 
@@ -465,7 +543,7 @@ func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed 
 
 func (e *Engine[S]) resolveWaitersLocked() {
 	for w := range e.waiters {
-		if w.offset <= e.cursor {
+		if w.offset <= e.pubCursor {
 			close(w.ch)
 			delete(e.waiters, w)
 		}
@@ -565,9 +643,8 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.state, e.cursor, e.stale = state, target, nil
-	e.resolveWaitersLocked()
 	e.mu.Unlock()
-	e.PublishLiveState()
+	e.publishAndRelease()
 	return nil
 }
 
@@ -579,14 +656,16 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 		e.queueClaimLocked(e.clock.Now().Add(ReviveAfter))
 	}
 	e.mu.Unlock()
+	wctx, stop := e.bindToClose(context.WithoutCancel(ctx))
 	go func() {
-		err := callGuarded(func() error { return work(context.WithoutCancel(ctx)) })
+		err := callGuarded(func() error { return work(wctx) })
+		stop()
 		if err != nil {
 			report(e.rep, SiteBackground, err, slog.String("slug", e.c.Slug()))
 		}
 		e.mu.Lock()
 		e.inFlight--
-		if e.inFlight == 0 {
+		if e.inFlight == 0 && !e.closed {
 			e.revivesWhileBusy = 0
 			e.queueClaimLocked(time.Time{})
 		}
@@ -668,10 +747,13 @@ func (e *Engine[S]) reducedThroughShownHead() bool {
 	if e.hasHeadRead {
 		head = max(head, e.headRead)
 	}
-	return e.cursor >= head
+	return e.pubCursor >= head
 }
 
 func (e *Engine[S]) gate(ctx context.Context) error {
+	if e.isClosed() {
+		return e.closedError()
+	}
 	if e.reducedThroughShownHead() {
 		return nil
 	}
@@ -686,7 +768,7 @@ func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Snapshot[S]{Offset: e.cursor, State: e.state}, nil
+	return Snapshot[S]{Offset: e.pubCursor, State: e.pubState}, nil
 }
 
 // SnapshotJSON is Snapshot with the state as JSON.
@@ -736,8 +818,11 @@ func (e *Engine[S]) PublishLiveState() {
 	e.pubMu.Lock()
 	defer e.pubMu.Unlock()
 	e.mu.Lock()
-	state := e.state
+	state, closed := e.state, e.closed
 	e.mu.Unlock()
+	if closed {
+		return
+	}
 	v, err := e.project(state)
 	if err != nil {
 		return
@@ -753,7 +838,11 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 		timeout = DefaultWaitTimeout
 	}
 	e.mu.Lock()
-	if e.cursor >= offset {
+	if e.closed {
+		e.mu.Unlock()
+		return e.closedError()
+	}
+	if e.pubCursor >= offset {
 		e.mu.Unlock()
 		return nil
 	}
@@ -790,6 +879,11 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 				return nil
 			}
 			return ctx.Err()
+		case <-e.closing.Done():
+			if !remove() {
+				return nil
+			}
+			return e.closedError()
 		}
 	}
 }

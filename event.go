@@ -1,10 +1,11 @@
 package foldstream
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // EventInput is what a writer hands to [Stream.Append] (spec §3.1).
@@ -136,22 +137,11 @@ func JSON(v any) json.RawMessage {
 }
 
 // isAbsentJSON reports whether raw is absent: empty or the literal null.
-func isAbsentJSON(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) == 0 || bytes.Equal(t, []byte("null"))
-}
+func isAbsentJSON(raw json.RawMessage) bool { return rawjson.IsAbsent(raw) }
 
 // marshalJSON is json.Marshal without HTML escaping, so the text is what upstream's
 // JSON.stringify writes: "<", ">" and "&" stay one character each. The checkpoint and patch
 // ceilings count this text (spec §11.3, §12.1), and json.Marshal's six-character \u003c escapes
 // would make a state full of markup look up to six times its size. (encoding/json still escapes
 // U+2028 and U+2029 unconditionally; those two count 6 instead of 1.)
-func marshalJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
+func marshalJSON(v any) ([]byte, error) { return rawjson.Marshal(v) }

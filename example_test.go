@@ -106,15 +106,16 @@ func ExampleConsumesEvent() {
 }
 
 func ExampleApplyPatch() {
+	// A client seeded from a live snapshot at the delta's From revision applies its patch.
 	seed := json.RawMessage(`{"count":1,"names":["a"]}`)
-	next := json.RawMessage(`{"count":2,"names":["a","b"]}`)
-	ops, _ := foldstream.DiffJSON(seed, next)
-	patch, _ := json.Marshal(ops)
-	fmt.Println(string(patch))
-	out, _ := foldstream.ApplyPatch(seed, patch)
+	patch := json.RawMessage(`[{"op":"replace","path":"/count","value":2},{"op":"add","path":"/names/-","value":"b"}]`)
+	out, err := foldstream.ApplyPatch(seed, patch)
+	if err != nil {
+		fmt.Println("re-seed:", err)
+		return
+	}
 	fmt.Println(string(out))
 	// Output:
-	// [{"op":"replace","path":"/count","value":2},{"op":"add","path":"/names/-","value":"b"}]
 	// {"count":2,"names":["a","b"]}
 }
 

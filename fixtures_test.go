@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -148,14 +149,10 @@ func eq[T any](t *testing.T, what string, got, want T) {
 
 func jsonEq(t *testing.T, what string, got json.RawMessage, want string) {
 	t.Helper()
-	var g, w any
-	if err := json.Unmarshal(got, &g); err != nil {
-		t.Fatalf("%s: got invalid JSON %q: %v", what, got, err)
+	if !json.Valid(got) {
+		t.Fatalf("%s: got invalid JSON %q", what, got)
 	}
-	if err := json.Unmarshal([]byte(want), &w); err != nil {
-		t.Fatalf("%s: bad want %q", what, want)
-	}
-	if !foldstream.JSONEqual(g, w) {
+	if !rawjson.Equal(got, []byte(want)) {
 		t.Errorf("%s: got %s, want %s", what, got, want)
 	}
 }

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync"
+
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // MaxPatchChars is the live-state patch ceiling (spec §12.1): a patch whose JSON is longer (in
@@ -53,7 +52,7 @@ type LiveStateOptions struct {
 // The held value is kept beside its JSON text (the diff base) and, for an object, an index of the
 // base's top-level members. A Set marshals the new value once, finds the window where the two
 // texts differ (common prefix and suffix), and diffs only the members overlapping it; inside them
-// [DiffJSON] skips byte-identical subtrees without decoding them. A one-field change in a large
+// the diff skips byte-identical subtrees without decoding them. A one-field change in a large
 // value therefore costs one marshal and a memory comparison, not a whole-document diff.
 type LiveState struct {
 	sink     LiveStateSink
@@ -64,7 +63,7 @@ type LiveState struct {
 	held     any
 	heldJSON []byte // JSON of held, nil when held did not serialize
 	base     []byte // the last value that serialized; nil = absent
-	baseIdx  []memberSpan
+	baseIdx  []rawjson.MemberSpan
 	indexed  bool // base is an object and baseIdx indexes its members
 	rev      int64
 	tail     chan struct{} // closes when the last queued delta append settled
@@ -88,7 +87,7 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
 	if b, err := marshalLive(initial); err == nil {
 		l.base, l.heldJSON = b, b
-		l.baseIdx, l.indexed = indexObject(b)
+		l.baseIdx, l.indexed = rawjson.IndexObject(b)
 	}
 	return l
 }
@@ -159,21 +158,21 @@ func (l *LiveState) Set(next any) {
 	switch {
 	case l.base == nil:
 		ops = []PatchOp{{Op: "replace", Path: "", Value: b}}
-		idx, indexed = indexObject(b)
+		idx, indexed = rawjson.IndexObject(b)
 	case bytes.Equal(l.base, b):
 	default:
 		var ok bool
 		if l.indexed {
-			ops, idx, ok = diffIndexed(l.base, l.baseIdx, b)
+			ops, idx, ok = rawjson.DiffIndexed(l.base, l.baseIdx, b)
 		}
 		if !ok {
-			ops, err = DiffJSON(l.base, b)
+			ops, err = rawjson.Diff(l.base, b)
 			if err != nil { // cannot happen for encoding/json output; treat as unserializable
 				l.held, l.heldJSON = next, nil
 				l.rev++
 				return
 			}
-			idx, indexed = indexObject(b)
+			idx, indexed = rawjson.IndexObject(b)
 		}
 	}
 	l.held, l.heldJSON, l.base = next, b, b
@@ -235,157 +234,19 @@ func (l *LiveState) idle() bool {
 	}
 }
 
+// PatchOp is one RFC 6902 operation of a live-state patch: add, replace or remove.
+type PatchOp = rawjson.PatchOp
+
 // ErrPatchNull is returned by [ApplyPatch] for a null patch: the client must re-seed.
-var ErrPatchNull = errors.New("foldstream: null patch: re-seed from a live snapshot")
+var ErrPatchNull = rawjson.ErrNullPatch
 
 // ApplyPatch applies a live-state patch (a JSON array of add/replace/remove operations, or null) to
-// doc and returns the new document; doc is not modified. It follows upstream's applyPatch (spec
-// §12.3): each op resolves its parent by JSON Pointer; a "__proto__" segment is refused; an array
-// add at "-" appends and at an index inserts; remove at the root, a missing path or a non-container
-// parent is an error. Numbers keep their text. Clients apply a delta only when its From equals
-// their rev, and re-seed on any mismatch or a null patch (spec §12.4).
-//
-// (github.com/evanphx/json-patch/v5 v5.9.11 silently skips operations whose pointer has an empty
-// key segment, such as "//-"; fuzzing found it, so the applier is written here and the tests use
-// that library as an oracle for the other paths.)
+// doc and returns the new document; doc is not modified. A Go client following a processor's live
+// state uses it: seed from a live snapshot, apply each delta whose From equals the revision held,
+// and re-seed on any mismatch or on [ErrPatchNull] (docs/engine.md#applying-a-delta). Each op
+// resolves its parent by JSON Pointer; a "__proto__" segment is refused; an array add at "-"
+// appends and at an index inserts; remove at the root, a missing path or a non-container parent is
+// an error. Numbers keep their text.
 func ApplyPatch(doc, patch json.RawMessage) (json.RawMessage, error) {
-	if isAbsentJSON(patch) {
-		return nil, ErrPatchNull
-	}
-	var ops []PatchOp
-	if err := json.Unmarshal(patch, &ops); err != nil {
-		return nil, fmt.Errorf("apply patch: %w", err)
-	}
-	root, err := decodeJSONNumber(doc)
-	if err != nil {
-		return nil, fmt.Errorf("apply patch: document: %w", err)
-	}
-	for _, op := range ops {
-		segs, err := parsePointer(op.Path)
-		if err != nil {
-			return nil, err
-		}
-		var val any
-		if op.Op == "add" || op.Op == "replace" {
-			if val, err = decodeJSONNumber(op.Value); err != nil {
-				return nil, fmt.Errorf("apply patch: %s %q: value: %w", op.Op, op.Path, err)
-			}
-		} else if op.Op != "remove" {
-			return nil, fmt.Errorf("apply patch: unsupported op %q", op.Op)
-		}
-		if len(segs) == 0 {
-			if op.Op == "remove" {
-				return nil, fmt.Errorf("apply patch: remove at the root")
-			}
-			root = val
-			continue
-		}
-		if root, err = applyAt(root, segs, op, val); err != nil {
-			return nil, err
-		}
-	}
-	out, err := json.Marshal(root)
-	if err != nil {
-		return nil, fmt.Errorf("apply patch: %w", err)
-	}
-	return out, nil
-}
-
-func parsePointer(p string) ([]string, error) {
-	if p == "" {
-		return nil, nil
-	}
-	if p[0] != '/' {
-		return nil, fmt.Errorf("apply patch: path %q is not a JSON Pointer", p)
-	}
-	segs := strings.Split(p[1:], "/")
-	for i, s := range segs {
-		s = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
-		if s == "__proto__" {
-			return nil, fmt.Errorf("apply patch: refused path %q", p)
-		}
-		segs[i] = s
-	}
-	return segs, nil
-}
-
-// arrayIndex parses an RFC 6901 array index (no sign, no leading zeros) below limit.
-func arrayIndex(s string, limit int) (int, bool) {
-	if s == "" || len(s) > 1 && s[0] == '0' {
-		return 0, false
-	}
-	n := 0
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' || n > limit {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, n < limit
-}
-
-// applyAt applies op at segs below node and returns the (possibly new) node.
-func applyAt(node any, segs []string, op PatchOp, val any) (any, error) {
-	seg := segs[0]
-	last := len(segs) == 1
-	switch n := node.(type) {
-	case map[string]any:
-		child, ok := n[seg]
-		if !last {
-			if !ok {
-				return nil, fmt.Errorf("apply patch: %s %q: missing path", op.Op, op.Path)
-			}
-			nc, err := applyAt(child, segs[1:], op, val)
-			if err != nil {
-				return nil, err
-			}
-			n[seg] = nc
-			return n, nil
-		}
-		switch op.Op {
-		case "add":
-			n[seg] = val
-		case "replace":
-			if !ok {
-				return nil, fmt.Errorf("apply patch: replace %q: missing path", op.Path)
-			}
-			n[seg] = val
-		case "remove":
-			if !ok {
-				return nil, fmt.Errorf("apply patch: remove %q: missing path", op.Path)
-			}
-			delete(n, seg)
-		}
-		return n, nil
-	case []any:
-		if last && op.Op == "add" {
-			if seg == "-" {
-				return append(n, val), nil
-			}
-			i, ok := arrayIndex(seg, len(n)+1)
-			if !ok {
-				return nil, fmt.Errorf("apply patch: add %q: bad array index", op.Path)
-			}
-			return slices.Insert(n, i, val), nil
-		}
-		i, ok := arrayIndex(seg, len(n))
-		if !ok {
-			return nil, fmt.Errorf("apply patch: %s %q: bad array index", op.Op, op.Path)
-		}
-		if !last {
-			nc, err := applyAt(n[i], segs[1:], op, val)
-			if err != nil {
-				return nil, err
-			}
-			n[i] = nc
-			return n, nil
-		}
-		if op.Op == "replace" {
-			n[i] = val
-			return n, nil
-		}
-		return slices.Delete(n, i, i+1), nil
-	default:
-		return nil, fmt.Errorf("apply patch: %s %q: parent is not a container", op.Op, op.Path)
-	}
+	return rawjson.Apply(doc, patch)
 }

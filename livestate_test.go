@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
-
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -209,138 +208,6 @@ func TestLiveState_OversizePatchIsNull(t *testing.T) {
 	}
 }
 
-func TestDiffJSON_SpecRules(t *testing.T) {
-	t.Parallel()
-	cases := []struct{ name, a, b, want string }{
-		{"equal", `{"a":1}`, `{"a":1.0}`, `null`},
-		{"scalar", `{"a":1}`, `{"a":2}`, `[{"op":"replace","path":"/a","value":2}]`},
-		{"type change", `{"a":1}`, `{"a":"1"}`, `[{"op":"replace","path":"/a","value":"1"}]`},
-		{"remove then add", `{"a":1,"b":2}`, `{"b":2,"c":3}`, `[{"op":"remove","path":"/a"},{"op":"add","path":"/c","value":3}]`},
-		{"key order irrelevant", `{"a":1,"b":{"x":1,"y":2}}`, `{"b":{"y":2,"x":1},"a":1}`, `null`},
-		{"append", `{"l":[1,2]}`, `{"l":[1,2,3,4]}`, `[{"op":"add","path":"/l/-","value":3},{"op":"add","path":"/l/-","value":4}]`},
-		{"tail removes", `{"l":[1,2,3,4]}`, `{"l":[1,2]}`, `[{"op":"remove","path":"/l/3"},{"op":"remove","path":"/l/2"}]`},
-		{"array replace", `{"l":[1,2,3]}`, `{"l":[1,9,3]}`, `[{"op":"replace","path":"/l","value":[1,9,3]}]`},
-		{"nested", `{"a":{"b":{"c":1,"d":[1]}}}`, `{"a":{"b":{"c":2,"d":[1]}}}`, `[{"op":"replace","path":"/a/b/c","value":2}]`},
-		{"pointer escape", `{"a/b":1,"c~d":1}`, `{"a/b":2,"c~d":2}`, `[{"op":"replace","path":"/a~1b","value":2},{"op":"replace","path":"/c~0d","value":2}]`},
-		{"root", `1`, `{"a":1}`, `[{"op":"replace","path":"","value":{"a":1}}]`},
-		{"null value", `{"a":1}`, `{"a":null}`, `[{"op":"replace","path":"/a","value":null}]`},
-	}
-	for _, c := range cases {
-		ops, err := foldstream.DiffJSON([]byte(c.a), []byte(c.b))
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if got := string(foldstream.JSON(ops)); got != c.want {
-			t.Errorf("%s: got %s, want %s", c.name, got, c.want)
-		}
-		if len(ops) > 0 {
-			out := must[json.RawMessage](t)(foldstream.ApplyPatch(json.RawMessage(c.a), foldstream.JSON(ops)))
-			jsonEq(t, c.name+" applied", out, c.b)
-		}
-	}
-}
-
-func TestApplyPatch_Refusals(t *testing.T) {
-	t.Parallel()
-	for _, p := range []string{
-		`[{"op":"add","path":"/__proto__/x","value":1}]`,
-		`[{"op":"remove","path":""}]`,
-		`[{"op":"replace","path":"/missing/x","value":1}]`,
-	} {
-		if _, err := foldstream.ApplyPatch(json.RawMessage(`{"a":1}`), json.RawMessage(p)); err == nil {
-			t.Errorf("%s: applied, want an error", p)
-		}
-	}
-	for _, c := range []struct{ doc, patch, want string }{
-		{`{"l":[1,3]}`, `[{"op":"add","path":"/l/1","value":2}]`, `{"l":[1,2,3]}`},
-		{`{"l":[1,3]}`, `[{"op":"add","path":"/l/2","value":4}]`, `{"l":[1,3,4]}`},
-		{`{"":[]}`, `[{"op":"add","path":"//-","value":{}}]`, `{"":[{}]}`},
-		{`{"a/b":{"c~d":1}}`, `[{"op":"replace","path":"/a~1b/c~0d","value":2}]`, `{"a/b":{"c~d":2}}`},
-		{`{"n":12345678901234567890}`, `[{"op":"add","path":"/m","value":1}]`, `{"n":12345678901234567890,"m":1}`},
-		{`{"l":[1,2,3]}`, `[{"op":"remove","path":"/l/0"}]`, `{"l":[2,3]}`},
-	} {
-		out := must[json.RawMessage](t)(foldstream.ApplyPatch(json.RawMessage(c.doc), json.RawMessage(c.patch)))
-		jsonEq(t, c.patch, out, c.want)
-	}
-	for _, p := range []string{
-		`[{"op":"add","path":"/l/01","value":1}]`,
-		`[{"op":"add","path":"/l/9","value":1}]`,
-		`[{"op":"remove","path":"/l/-"}]`,
-		`[{"op":"add","path":"/a/b","value":1}]`,
-		`[{"op":"move","path":"/a"}]`,
-		`[{"op":"add","path":"a","value":1}]`,
-	} {
-		if _, err := foldstream.ApplyPatch(json.RawMessage(`{"a":1,"l":[]}`), json.RawMessage(p)); err == nil {
-			t.Errorf("%s: applied, want an error", p)
-		}
-	}
-}
-
-func FuzzDiffJSON(f *testing.F) {
-	f.Add(`{"a":1,"b":[1,2]}`, `{"b":[1,2,3],"c":"x"}`)
-	f.Add(`[1,{"a":"\"}"}]`, `[1]`)
-	f.Add(`{"a\\/b":{"x":[]}}`, `{"a\\/b":{"x":[null,true]}}`)
-	f.Add(`"s"`, `2.5e3`)
-	f.Fuzz(func(t *testing.T, a, b string) {
-		_, _ = foldstream.DiffJSON([]byte(a), []byte(b)) // raw, possibly malformed input must not panic
-		var av, bv any
-		if json.Unmarshal([]byte(a), &av) != nil || json.Unmarshal([]byte(b), &bv) != nil {
-			return
-		}
-		// Normalize like the live state does: the encoder's output.
-		an, err1 := json.Marshal(av)
-		bn, err2 := json.Marshal(bv)
-		if err1 != nil || err2 != nil {
-			return
-		}
-		ops, err := foldstream.DiffJSON(an, bn)
-		if err != nil {
-			t.Fatalf("DiffJSON(%s, %s): %v", an, bn, err)
-		}
-		if (len(ops) == 0) != foldstream.JSONEqual(av, bv) {
-			t.Fatalf("DiffJSON(%s, %s) = %v, but JSONEqual = %v", an, bn, ops, foldstream.JSONEqual(av, bv))
-		}
-		if len(ops) == 0 {
-			return
-		}
-		out, err := foldstream.ApplyPatch(an, foldstream.JSON(ops))
-		if err != nil {
-			t.Fatalf("apply %s to %s: %v", foldstream.JSON(ops), an, err)
-		}
-		var ov any
-		if err := json.Unmarshal(out, &ov); err != nil || !foldstream.JSONEqual(ov, bv) {
-			t.Fatalf("apply(%s, diff) = %s, want %s", an, out, bn)
-		}
-		// Oracle: evanphx/json-patch agrees wherever no pointer has an empty key segment (which
-		// that library mishandles).
-		for _, op := range ops {
-			if strings.Contains(op.Path+"/", "//") {
-				return
-			}
-		}
-		if p, err := jsonpatch.DecodePatch(foldstream.JSON(ops)); err == nil {
-			if o2, err := p.Apply(an); err == nil {
-				var v2 any
-				if json.Unmarshal(o2, &v2) != nil || !foldstream.JSONEqual(v2, bv) {
-					t.Fatalf("oracle: evanphx apply(%s, %s) = %s, want %s", an, foldstream.JSON(ops), o2, bn)
-				}
-			}
-		}
-	})
-}
-
-func FuzzApplyPatch(f *testing.F) {
-	f.Add(`{"a":[1,2]}`, `[{"op":"add","path":"/a/-","value":3}]`)
-	f.Add(`{"":{"":1}}`, `[{"op":"remove","path":"//"}]`)
-	f.Add(`[1]`, `[{"op":"replace","path":"/0","value":{"x":[]}}]`)
-	f.Fuzz(func(t *testing.T, doc, patch string) {
-		out, err := foldstream.ApplyPatch(json.RawMessage(doc), json.RawMessage(patch))
-		if err == nil && !json.Valid(out) {
-			t.Fatalf("ApplyPatch(%s, %s) = %s: invalid JSON", doc, patch, out)
-		}
-	})
-}
-
 // FuzzLiveStateChain sets three values in a row and checks that applying the emitted deltas to the
 // seed reproduces the last value (exercising the holder's incremental member index).
 func FuzzLiveStateChain(f *testing.F) {
@@ -369,9 +236,77 @@ func FuzzLiveStateChain(f *testing.F) {
 			}
 			doc = out
 		}
-		var got any
-		if err := json.Unmarshal(doc, &got); err != nil || !foldstream.JSONEqual(got, vals[2]) {
+		if !rawjson.Equal(doc, foldstream.JSON(vals[2])) {
 			t.Fatalf("chain from %s ends at %s, want %s", s0, doc, foldstream.JSON(vals[2]))
 		}
 	})
+}
+
+// Integers beyond 2^53 (snowflake ids, nanosecond timestamps) are distinct JSON values even where
+// float64 cannot tell them apart: a change is a delta and a new revision.
+func TestLiveStateChangeOfALargeIntegerIsADelta(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	for _, initial := range []any{
+		map[string]int64{"id": 9007199254740992},     // the indexed (object) diff
+		[]map[string]int64{{"id": 9007199254740992}}, // the plain diff
+	} {
+		sink.mu.Lock()
+		sink.issued = nil
+		sink.mu.Unlock()
+		l, base := newLive(sink, initial)
+		switch initial.(type) {
+		case map[string]int64:
+			l.Set(map[string]int64{"id": 9007199254740993})
+		default:
+			l.Set([]map[string]int64{{"id": 9007199254740993}})
+		}
+		waitLive(t, l)
+		fs := sink.frames()
+		if len(fs) != 1 || fs[0].From != base || fs[0].To != base+1 {
+			t.Fatalf("%T: got frames %+v, want one from %d to %d", initial, fs, base, base+1)
+		}
+		eq(t, "rev", l.Snapshot().Rev, base+1)
+		applied := must[json.RawMessage](t)(foldstream.ApplyPatch(foldstream.JSON(initial), foldstream.JSON(fs[0].Patch)))
+		if !strings.Contains(string(applied), "9007199254740993") {
+			t.Errorf("%T: applied delta gives %s", initial, applied)
+		}
+	}
+}
+
+// A caller who sees offset n — ReducedThroughOffset, a released WaitUntilProcessed, a Snapshot —
+// finds the live state of n already published: the engine publishes, then shows the new cursor.
+// The projection runs while the new live state is being published, so it checks what a caller
+// sees at that moment.
+func TestCallersSeeAnOffsetOnlyAfterItsLiveStateIsPublished(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	var eng *foldstream.Engine[nState]
+	early, checked := &rec[string]{}, false
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "published", "1", tickType)), reduce: incN,
+		project: func(s nState) (any, error) {
+			if s.N != 1 || checked { // later units may project n=1 again, after it was published
+				return s, nil
+			}
+			checked = true
+			if off := eng.ReducedThroughOffset(); off >= 1 {
+				early.add("ReducedThroughOffset")
+			}
+			if eng.WaitUntilProcessed(gone, 1, time.Hour) == nil {
+				early.add("WaitUntilProcessed")
+			}
+			if snap, err := eng.Snapshot(gone); err == nil && snap.Offset >= 1 {
+				early.add("Snapshot")
+			}
+			return s, nil
+		}}
+	eng = newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	ctx := ctxFor(t)
+	appendT(t, mem, ev(tickType))
+	mustDo(t, eng.WaitUntilProcessed(ctx, 1, 0))
+	live := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
+	jsonEq(t, "live state at 1", live.State, `{"n":1}`)
+	eq(t, "seen before the live state was published", early.get(), []string(nil))
 }

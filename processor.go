@@ -73,7 +73,9 @@ func (a *ProcessEventArgs[S]) Context() context.Context {
 // contract's Emits, or the whole call fails with code UNDECLARED_EMIT and the message
 // `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
 // event's Source is replaced by {processor: {slug, version, whileProcessing}}. Give emitted events
-// an idempotency key (Base.IdempotencyKey) so that a retried batch dedupes on the stream.
+// an idempotency key (Base.IdempotencyKey) so that a retried batch dedupes on the stream; the
+// engine stores it under [ProcessorKeyPrefix], a namespace HTTP writers cannot use, so the
+// returned events carry the prefixed key (docs/engine.md#emitted-idempotency-keys).
 //
 // Append is safe inside a blocker: the stream's push back to this engine is fire-and-forget and
 // queues behind the current unit.
@@ -136,6 +138,7 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
 		}
 		ev.Source = &Source{Processor: ps}
+		ev.IdempotencyKey = ProcessorKey(ev.IdempotencyKey)
 		stamped[i] = ev
 	}
 	return r.stream.Append(ctx, stamped...)

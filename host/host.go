@@ -64,7 +64,7 @@ type hosted struct {
 }
 
 // ErrNotRegistered is returned for a (path, slug) with no registered processor.
-var ErrNotRegistered = &foldstream.Error{Code: "NOT_REGISTERED", Message: "no processor is registered with this slug on this stream"}
+var ErrNotRegistered = &foldstream.Error{Code: foldstream.CodeNotRegistered, Message: "no processor is registered with this slug on this stream"}
 
 // ErrShutdown is returned by a host that is shutting down.
 var ErrShutdown = &foldstream.Error{Code: foldstream.CodeClosed, Message: "host is shut down"}

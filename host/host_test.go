@@ -445,7 +445,7 @@ func TestUnknownProcessorAndShutdown(t *testing.T) {
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
 	h := newHost(t, s)
-	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) {
+	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) || !errors.Is(err, foldstream.ErrNotRegistered) {
 		t.Fatalf("unknown: got %v, want ErrNotRegistered", err)
 	}
 	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err != nil {

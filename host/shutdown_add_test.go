@@ -43,6 +43,7 @@ func (r *gateRunner) LiveSnapshot(context.Context) (foldstream.LiveSnapshot, err
 	return foldstream.LiveSnapshot{}, nil
 }
 func (r *gateRunner) PublishLiveState()           {}
+func (r *gateRunner) Close(context.Context) error { return nil }
 func (r *gateRunner) ReducedThroughOffset() int64 { return 0 }
 func (r *gateRunner) Drain(context.Context) error { return nil }
 

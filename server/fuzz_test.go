@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -71,8 +72,7 @@ func FuzzFlattenJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		msgs, err := stream.FlattenJSON(body, false)
 		if err != nil {
-			var pe *stream.ProtocolError
-			if !errors.As(err, &pe) || (pe.Kind != stream.KindBadRequest && pe.Kind != stream.KindTooLarge) {
+			if !errors.Is(err, foldstream.ErrBadRequest) && !errors.Is(err, foldstream.ErrTooLarge) {
 				t.Fatalf("FlattenJSON(%q): got %v, want a bad-request error", body, err)
 			}
 			return

@@ -3,37 +3,21 @@ package server
 import (
 	"encoding/base64"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream"
 )
 
-// readBody reads the request body under the size limit. It answers 413 or 400 itself and
-// returns ok=false then.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
-		return nil, false
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
-			return nil, false
-		}
-		writeError(w, http.StatusBadRequest, "could not read the request body")
-		return nil, false
-	}
-	return body, true
-}
+// reservedKeyPrefix starts the idempotency keys of processors' own emitted events; HTTP writers
+// may not use it (docs/server.md#provenance). Empty until the engine defines the namespace.
+var reservedKeyPrefix = ""
 
-// handleCreate serves PUT (spec §5, §14).
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string) {
+// handleCreate serves PUT (docs/server.md#streams).
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
 	h := r.Header
 	req := stream.CreateRequest{Path: name, ContentType: strings.TrimSpace(h.Get("Content-Type"))}
 	if v := h.Values("Stream-TTL"); len(v) > 0 {
@@ -48,6 +32,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		t, err := ParseExpiresAt(v[0])
 		if err != nil || len(v) > 1 {
 			writeError(w, http.StatusBadRequest, "malformed Stream-Expires-At: use an RFC 3339 timestamp")
+			return
+		}
+		if !t.After(s.cfg.Clock.Now()) {
+			writeError(w, http.StatusBadRequest, "Stream-Expires-At is in the past: the stream would be expired at creation")
 			return
 		}
 		req.ExpiresAt = t
@@ -65,9 +53,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 			writeError(w, http.StatusBadRequest, "empty Stream-Forked-From")
 			return
 		}
-		src, ok := s.streamName(from)
-		if !ok {
-			writeError(w, http.StatusNotFound, "fork source not found: give the source's path on this server, e.g. "+s.cfg.Prefix+"name")
+		src, err := s.forkSource(r, from)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		// Forking reads the source: the caller must be allowed to read it.
+		if _, ok := s.authorize(w, r, OpRead, src); !ok {
 			return
 		}
 		req.ForkedFrom = src
@@ -106,9 +98,17 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		writeError(w, http.StatusBadRequest, "Stream-Fork-Offset is past the source's tail")
 		return
 	}
-	body, ok := s.readBody(w, r)
+	body, release, ok := s.readBody(w, r)
 	if !ok {
 		return
+	}
+	defer release()
+	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
+		var ferr *foldstream.Error
+		if body, ferr = vetJSON(body, principal, reservedKeyPrefix); ferr != nil {
+			writeCoded(w, ferr.Code, ferr.Error(), 0)
+			return
+		}
 	}
 	req.Body = body
 
@@ -124,50 +124,56 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		out.Set("Stream-Closed", "true")
 	}
 	if res.Created {
-		out.Set("Location", absoluteURL(r))
+		out.Set("Location", s.location(r))
 		w.WriteHeader(http.StatusCreated)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-// streamName maps a Stream-Forked-From value (a path on this server, possibly a full URL) to a
-// store path.
-func (s *Server) streamName(v string) (string, bool) {
-	if u, err := url.Parse(v); err == nil && u.Path != "" {
-		v = u.Path
-	} else if err != nil {
-		return "", false
+// forkSource maps a Stream-Forked-From value to a store path: a path under Prefix on this
+// server, or a full URL naming this server (its PublicBaseURL, or the request's own host). A
+// stream on another server cannot be forked: 400.
+func (s *Server) forkSource(r *http.Request, v string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", errors.New("malformed Stream-Forked-From: give the source's path on this server, e.g. " + s.cfg.Prefix + "name")
 	}
-	if strings.HasPrefix(v, s.cfg.Prefix) {
-		v = strings.TrimPrefix(v, s.cfg.Prefix)
-	} else {
-		return "", false
+	if u.Scheme != "" || u.Host != "" {
+		own := r.Host
+		if s.publicBase != nil {
+			own = s.publicBase.Host
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || !strings.EqualFold(u.Host, own) {
+			return "", errors.New("Stream-Forked-From names another server: only streams of this server can be forked (give a path like " + s.cfg.Prefix + "name)")
+		}
 	}
-	if v == "" {
-		return "", false
+	p := u.Path
+	if !strings.HasPrefix(p, s.cfg.Prefix) || len(p) == len(s.cfg.Prefix) {
+		return "", errors.New("Stream-Forked-From must be a stream path on this server, e.g. " + s.cfg.Prefix + "name")
 	}
-	return "/" + v, true
+	return "/" + strings.TrimPrefix(p, s.cfg.Prefix), nil
 }
 
-// absoluteURL is the request's URL as an absolute URL (for Location).
-func absoluteURL(r *http.Request) string {
+// location is the absolute URL of the stream a request created: PublicBaseURL plus the path, or
+// the request's own host when it was checked against a list of allowed names; otherwise the
+// path alone (a client's Host is never echoed unchecked).
+func (s *Server) location(r *http.Request) string {
+	if s.publicBase != nil {
+		return s.publicBase.String() + r.URL.EscapedPath()
+	}
+	if !s.hostVetted(r) || hostName(r.Host) == "" {
+		return r.URL.EscapedPath()
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
-		scheme = p
-	}
-	host := r.Host
-	if host == "" {
-		host = "localhost"
-	}
-	return scheme + "://" + host + r.URL.EscapedPath()
+	return scheme + "://" + r.Host + r.URL.EscapedPath()
 }
 
-// handleAppend serves POST (spec §6, §7, §20).
-func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name string) {
+// handleAppend serves POST (docs/server.md#streams).
+func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
 	h := r.Header
 	req := stream.AppendRequest{Path: name, Close: isTrue(h.Get("Stream-Closed"))}
 
@@ -203,12 +209,20 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	}
 	req.StreamSeq = h.Get("Stream-Seq")
 
-	body, ok := s.readBody(w, r)
+	body, release, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	req.Body = body
+	defer release()
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
+	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
+		var ferr *foldstream.Error
+		if body, ferr = vetJSON(body, principal, reservedKeyPrefix); ferr != nil {
+			writeCoded(w, ferr.Code, ferr.Error(), 0)
+			return
+		}
+	}
+	req.Body = body
 	if len(body) == 0 && !req.Close {
 		writeError(w, http.StatusBadRequest, "empty body: send data, or Stream-Closed: true to close")
 		return
@@ -319,13 +333,18 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, name string)
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	switch q.live {
-	case "sse":
-		s.serveSSE(w, r, name, q)
-	case "long-poll":
-		s.serveLongPoll(w, r, name, q)
-	default:
+	if q.live == "" {
 		s.serveCatchUp(w, r, name, q)
+		return
+	}
+	if !s.acquireLiveReader(w) {
+		return
+	}
+	defer s.releaseLiveReader()
+	if q.live == "sse" {
+		s.serveSSE(w, r, name, q)
+	} else {
+		s.serveLongPoll(w, r, name, q)
 	}
 }
 
@@ -413,9 +432,10 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 	ctx := r.Context()
 	timer := time.NewTimer(s.cfg.LongPollTimeout)
 	defer timer.Stop()
+	lw := newLiveWriter(w, s.cfg.WriteTimeout, time.Time{})
 	after, atTail := q.after, q.now
 	for {
-		res, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+		res, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
 		if err != nil {
 			s.writeStoreError(w, r, err)
 			return
@@ -423,6 +443,7 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 		if atTail {
 			after, atTail = res.Next, false
 		} else if res.Count > 0 || res.Next > after {
+			lw.deadline()
 			s.writeData(w, r, after, res, nextCursor(s.cfg.Clock.Now(), q.cursor))
 			return
 		}
@@ -432,7 +453,7 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 			out.Set("Stream-Up-To-Date", "true")
 			out.Set("Stream-Closed", "true")
 			out.Set("Cache-Control", "no-store")
-			w.WriteHeader(http.StatusNoContent)
+			lw.writeHeader(http.StatusNoContent)
 			return
 		}
 		select {
@@ -447,7 +468,7 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 		out.Set("Stream-Up-To-Date", "true")
 		out.Set("Stream-Cursor", nextCursor(s.cfg.Clock.Now(), q.cursor))
 		out.Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusNoContent)
+		lw.writeHeader(http.StatusNoContent)
 		return
 	}
 }

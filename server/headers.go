@@ -15,9 +15,12 @@ const (
 	// this offset, or the append is refused with 409 and Foldstream-Error-Code OFFSET_CONFLICT
 	// (the stream's tail in Stream-Next-Offset).
 	HeaderExpectedOffset = "Foldstream-Expected-Offset"
-	// HeaderErrorCode carries a foldstream error code on 409s that have one (OFFSET_CONFLICT,
-	// IDEMPOTENCY_CONFLICT).
+	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
+	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldstream.Code).
 	HeaderErrorCode = "Foldstream-Error-Code"
+	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
+	// offset the processor has reduced through (in the wire offset format).
+	HeaderProcessorOffset = "Foldstream-Processor-Offset"
 )
 
 // FormatOffset renders a protocol position as a wire offset ("%016d_%016d", spec §4).

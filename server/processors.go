@@ -29,6 +29,13 @@ type Processors interface {
 
 var _ Processors = (*host.Host)(nil)
 
+// ProcessorProgress is optionally implemented by a Processors: the offset a processor has reduced
+// through, without waiting. When available, a processor route that timed out waiting reports
+// it in the Foldstream-Processor-Offset header.
+type ProcessorProgress interface {
+	ReducedThroughOffset(path, slug string) (int64, error)
+}
+
 // Processor routes (beyond the Durable Streams protocol), under Config.ProcessorPrefix:
 //
 //	GET /v1/processor/<slug>/<stream>                 → 200 {"offset": n, "state": …}
@@ -53,23 +60,36 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 		return
 	}
 	path := "/" + name
+	if !s.checkOrigin(w, r, OpProcessorRead) {
+		return
+	}
+	if _, ok := s.authorize(w, r, OpProcessorRead, path); !ok {
+		return
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "malformed query string")
 		return
 	}
-	ctx := r.Context()
 	if q.Get("live") == "sse" {
+		if !s.acquireLiveReader(w) {
+			return
+		}
+		defer s.releaseLiveReader()
 		s.serveLiveStateSSE(w, r, path, slug)
 		return
 	}
+	// Every wait for the processor is bounded (docs/server.md#processors-over-http): a lagging
+	// processor answers 504 instead of holding the request.
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
+	defer cancel()
 	if v := q.Get("waitUntilProcessed"); v != "" {
 		off, err := parseProcessedOffset(v)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		timeout := foldstream.DefaultWaitTimeout
+		timeout := s.cfg.ProcessorWaitTimeout
 		if t := q.Get("timeout"); t != "" {
 			d, err := time.ParseDuration(t)
 			if err != nil || d <= 0 || d > time.Minute {
@@ -77,9 +97,13 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 				return
 			}
 			timeout = d
+			// An explicit timeout replaces the default bound for the whole request.
+			cancel()
+			ctx, cancel = context.WithTimeout(r.Context(), d)
+			defer cancel()
 		}
 		if err := s.cfg.Processors.WaitUntilProcessed(ctx, path, slug, off, timeout); err != nil {
-			s.writeProcessorError(w, r, err)
+			s.writeProcessorError(w, r, path, slug, err)
 			return
 		}
 	}
@@ -88,18 +112,18 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 	case "", "snapshot":
 		snap, err := s.cfg.Processors.Snapshot(ctx, path, slug)
 		if err != nil {
-			s.writeProcessorError(w, r, err)
+			s.writeProcessorError(w, r, path, slug, err)
 			return
 		}
 		body, err = json.Marshal(snap)
 		if err != nil {
-			s.writeProcessorError(w, r, err)
+			s.writeProcessorError(w, r, path, slug, err)
 			return
 		}
 	case "live":
 		live, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
 		if err != nil {
-			s.writeProcessorError(w, r, err)
+			s.writeProcessorError(w, r, path, slug, err)
 			return
 		}
 		body = liveSeedJSON(live)
@@ -142,24 +166,54 @@ func liveSeedJSON(live foldstream.LiveSnapshot) []byte {
 	return b.Bytes()
 }
 
-func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, err error) {
-	code := foldstream.CodeOf(err)
-	if code != "" {
-		w.Header().Set(HeaderErrorCode, string(code))
+// writeProcessorError answers a processor route's failure: its code's status from the one table
+// (errors.go), with the processor's offset when it is known — from the error's data (CATCHING_UP
+// carries it) or from ProcessorProgress after a timed-out wait.
+func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, path, slug string, err error) {
+	if r.Context().Err() != nil {
+		return // the client is gone
 	}
-	switch {
-	case errors.Is(err, host.ErrNotRegistered):
-		writeError(w, http.StatusNotFound, "no processor with this slug runs on this stream")
-	case code == foldstream.CodeProcessTimeout || code == foldstream.CodeWaitTimeout:
-		writeError(w, http.StatusGatewayTimeout, err.Error())
-	case code == foldstream.CodeClosed:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-	case r.Context().Err() != nil:
-	default:
+	var fe *foldstream.Error
+	if !errors.As(err, &fe) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			fe = &foldstream.Error{Code: foldstream.CodeProcessTimeout,
+				Message: "the processor did not catch up within " + s.cfg.ProcessorWaitTimeout.String() + ": retry later"}
+		}
+	}
+	if fe == nil || statusByCode[fe.Code] == 0 {
 		s.log.Error("processor request failed", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusInternalServerError, "internal error")
+		return
 	}
+	if off, ok := dataOffset(fe.Data); ok && fe.Code == foldstream.CodeCatchingUp {
+		w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
+	} else if pp, ok := s.cfg.Processors.(ProcessorProgress); ok && (fe.Code == foldstream.CodeProcessTimeout || fe.Code == foldstream.CodeWaitTimeout) {
+		if off, err := pp.ReducedThroughOffset(path, slug); err == nil {
+			w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
+		}
+	}
+	retry := 1
+	if fe.Code == foldstream.CodeProcessorParked {
+		retry = parkedRetryAfter
+	}
+	writeCoded(w, fe.Code, fe.Error(), retry)
+}
+
+// parkedRetryAfter is the Retry-After (seconds) of a parked processor's 503: it stays parked
+// until an operator acts.
+const parkedRetryAfter = 60
+
+// dataOffset reads data["offset"] as an offset.
+func dataOffset(data map[string]any) (int64, bool) {
+	switch v := data["offset"].(type) {
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	case float64:
+		return int64(v), true
+	}
+	return 0, false
 }
 
 // liveDelta is the part of a live-state delta event's payload the SSE route forwards.
@@ -204,23 +258,28 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 	defer sub.Close()
 	live, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
 	if err != nil {
-		s.writeProcessorError(w, r, err)
+		s.writeProcessorError(w, r, path, slug, err)
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	lw := newLiveWriter(w, s.cfg.WriteTimeout, time.Now().Add(s.cfg.SSEMaxDuration))
+	if !lw.writeHeader(http.StatusOK) {
+		return
+	}
 	var buf bytes.Buffer
 	sendSeed := func() bool {
 		buf.WriteString("event: seed\ndata:")
 		buf.Write(liveSeedJSON(live))
 		buf.WriteString("\n\n")
-		_, err := w.Write(buf.Bytes())
+		ok := lw.send(buf.Bytes())
 		buf.Reset()
-		return err == nil && rc.Flush() == nil
+		if buf.Cap() > idleBufferBytes {
+			buf = bytes.Buffer{}
+		}
+		return ok
 	}
 	if !sendSeed() {
 		return
@@ -247,7 +306,7 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 		case <-s.stopping:
 			return
 		case <-keepAlive.C:
-			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil || rc.Flush() != nil {
+			if !lw.send([]byte(": keep-alive\n\n")) {
 				return
 			}
 		case <-overflow:
@@ -280,7 +339,7 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 				continue
 			}
 			buf.WriteString("}\n\n")
-			if _, err := w.Write(buf.Bytes()); err != nil || rc.Flush() != nil {
+			if !lw.send(buf.Bytes()) {
 				return
 			}
 			buf.Reset()

@@ -16,10 +16,14 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -37,16 +41,45 @@ const (
 	// runs with 500 ms.
 	DefaultLongPollTimeout = 20 * time.Second
 	// DefaultSSEMaxDuration is how long an SSE connection lives before the server closes it so
-	// the client reconnects from its last offset (helps CDN request collapsing, spec §12.3).
+	// the client reconnects from its last offset (this lets a CDN collapse the requests of many
+	// readers into one; docs/server.md#streams).
 	DefaultSSEMaxDuration = 60 * time.Second
 	// DefaultMaxBodyBytes caps a request body; larger bodies get 413.
 	DefaultMaxBodyBytes = 8 << 20
-	// DefaultReadChunkBytes caps the data of one read response; clients follow
+	// DefaultReadChunkBytes caps the data of one catch-up read response; clients follow
 	// Stream-Next-Offset for the rest.
 	DefaultReadChunkBytes = 1 << 20
+	// DefaultLiveChunkBytes caps the data of one long-poll answer or SSE data event, so a live
+	// reader holds kilobytes, not megabytes.
+	DefaultLiveChunkBytes = 64 << 10
+	// DefaultWriteTimeout bounds every write of a live response (long-poll, SSE): a client that
+	// stops reading is cut after it.
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultBodyReadTimeout bounds the reading of a request body: a body still arriving after
+	// it is cut (408).
+	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultMaxLiveReaders caps concurrent live readers (long-poll, SSE, live-state SSE); past
+	// it, 503 OVERLOADED with Retry-After.
+	DefaultMaxLiveReaders = 2048
+	// DefaultMaxBodyBytesInFlight caps the request-body bytes all requests hold at once; past
+	// it, 503 OVERLOADED with Retry-After.
+	DefaultMaxBodyBytesInFlight = 64 << 20
+	// DefaultMaxConnections caps open connections (LimitListener, HTTPServer); past it new
+	// connections are answered 503 and closed.
+	DefaultMaxConnections = 4096
+	// DefaultHeaderReadTimeout bounds the reading of request headers (HTTPServer).
+	DefaultHeaderReadTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes keep-alive connections idle this long (HTTPServer).
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultProcessorWaitTimeout bounds a processor route's wait for the processor to catch up
+	// (the read-your-writes wait of a snapshot, and waitUntilProcessed without timeout): 504
+	// with the processor's offset after it.
+	DefaultProcessorWaitTimeout = 10 * time.Second
 )
 
-// Config configures a Server. The zero value is valid: every field documents its default.
+// Config configures a Server. The zero value is valid: every field documents its default. The
+// zero value is also the safe posture: no origin but the server's own may write from a browser,
+// and on a loopback connection only loopback host names are answered (docs/server.md#security).
 type Config struct {
 	// Prefix is the URL path streams are served under; it must start and end with "/".
 	// Defaults to DefaultPrefix ("/v1/stream/").
@@ -59,9 +92,13 @@ type Config struct {
 	SSEMaxDuration time.Duration
 	// MaxBodyBytes caps request bodies (413 beyond). Defaults to DefaultMaxBodyBytes (8 MiB).
 	MaxBodyBytes int64
-	// ReadChunkBytes caps one read response. Defaults to DefaultReadChunkBytes (1 MiB).
+	// ReadChunkBytes caps one catch-up read response. Defaults to DefaultReadChunkBytes (1 MiB).
 	ReadChunkBytes int
-	// Clock is the time source of the cursor rule (spec §16.3). Defaults to the store's clock.
+	// LiveChunkBytes caps one long-poll answer or SSE data event. Defaults to
+	// DefaultLiveChunkBytes (64 KiB).
+	LiveChunkBytes int
+	// Clock is the time source of the cursor rule (docs/server.md#streams). Defaults to the
+	// store's clock.
 	Clock foldstream.Clock
 	// Logger receives one debug line per request and errors. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -71,6 +108,93 @@ type Config struct {
 	// ProcessorPrefix is where processors are served. Defaults to DefaultProcessorPrefix
 	// ("/v1/processor/").
 	ProcessorPrefix string
+	// ProcessorWaitTimeout bounds how long a processor route waits for the processor to catch
+	// up. Defaults to DefaultProcessorWaitTimeout (10 s).
+	ProcessorWaitTimeout time.Duration
+
+	// Authorize, when set, decides every request (docs/server.md#authorization); BearerTokens
+	// is a built-in one. nil lets every request through anonymously.
+	Authorize AuthorizeFunc
+	// AllowedOrigins lists the browser origins (such as "https://app.example.com") whose pages
+	// may write — append, create, delete; "*" allows every origin. A page of the server's own
+	// origin may always write, and requests without an Origin header (programs, curl) are not
+	// concerned. By default no other origin may write (docs/server.md#browsers-and-origins).
+	AllowedOrigins []string
+	// RestrictReadOrigins limits browser reads to AllowedOrigins (and the server's own origin)
+	// too. By default a page of any origin may read: Durable Streams readers in web pages need
+	// it.
+	RestrictReadOrigins bool
+	// AllowedHosts lists the host names (without port) the server answers to, such as
+	// "streams.example.com" or "*.example.com"; "*" answers every name. When empty, a request
+	// that arrived on a loopback address must name a loopback host (localhost, *.localhost,
+	// 127.0.0.0/8, ::1), which defeats DNS rebinding; requests on other addresses are answered
+	// whatever their host (docs/server.md#host-names).
+	AllowedHosts []string
+	// PublicBaseURL ("https://streams.example.com") is the scheme and authority of the
+	// Location of a created stream, and the server's own origin behind a proxy. When empty, the
+	// request's own host is used if it was checked (AllowedHosts, or a loopback name), and
+	// otherwise Location is a path.
+	PublicBaseURL string
+
+	// WriteTimeout bounds each write of a live response; a client that stops reading is cut
+	// after it. Defaults to DefaultWriteTimeout (10 s).
+	WriteTimeout time.Duration
+	// BodyReadTimeout bounds the reading of one request body (408 after it). Defaults to
+	// DefaultBodyReadTimeout (30 s); negative disables.
+	BodyReadTimeout time.Duration
+	// MaxLiveReaders caps concurrent live readers (503 OVERLOADED beyond). Defaults to
+	// DefaultMaxLiveReaders (2048); negative disables.
+	MaxLiveReaders int
+	// MaxBodyBytesInFlight caps the request-body bytes held at once by all requests (503
+	// OVERLOADED beyond). Defaults to DefaultMaxBodyBytesInFlight (64 MiB); negative disables.
+	MaxBodyBytesInFlight int64
+	// MaxConnections caps open connections through LimitListener and HTTPServer (503 beyond).
+	// Defaults to DefaultMaxConnections (4096); negative disables.
+	MaxConnections int
+	// HeaderReadTimeout bounds the reading of request headers (HTTPServer). Defaults to
+	// DefaultHeaderReadTimeout (10 s).
+	HeaderReadTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections (HTTPServer). Defaults to
+	// DefaultIdleTimeout (2 min).
+	IdleTimeout time.Duration
+}
+
+// Check reports a configuration that cannot work: a PublicBaseURL that is not an http or https
+// URL with a host, an origin that is not "*" or scheme://host[:port], a host name with a port.
+// New does not check; a program should call Check first.
+func (c Config) Check() error {
+	if c.PublicBaseURL != "" {
+		if _, err := parseBaseURL(c.PublicBaseURL); err != nil {
+			return err
+		}
+	}
+	for _, o := range c.AllowedOrigins {
+		if o != "*" && !validOrigin(o) {
+			return fmt.Errorf("allowed origin %q: use scheme://host[:port], like https://app.example.com, or *", o)
+		}
+	}
+	for _, h := range c.AllowedHosts {
+		name := strings.TrimPrefix(h, "*.")
+		if h != "*" && net.ParseIP(name) == nil && hostName(name) != strings.ToLower(name) {
+			return fmt.Errorf("allowed host %q: give a host name without port or scheme, like streams.example.com or *.example.com", h)
+		}
+	}
+	return nil
+}
+
+func parseBaseURL(v string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSuffix(v, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("public base URL %q: use http(s)://host[:port][/path]", v)
+	}
+	return u, nil
+}
+
+// validOrigin reports whether o is a serialized origin scheme://host[:port].
+func validOrigin(o string) bool {
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Path == "" &&
+		u.User == nil && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery && hostName(u.Host) != ""
 }
 
 // Server is the Durable Streams HTTP handler. Create it with New.
@@ -81,6 +205,10 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed by Shutdown
+
+	publicBase  *url.URL // parsed Config.PublicBaseURL, or nil
+	liveReaders atomic.Int64
+	bodyBytes   atomic.Int64
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -114,13 +242,66 @@ func New(st *stream.Store, cfg Config) *Server {
 	if cfg.ReadChunkBytes <= 0 {
 		cfg.ReadChunkBytes = DefaultReadChunkBytes
 	}
+	if cfg.LiveChunkBytes <= 0 {
+		cfg.LiveChunkBytes = DefaultLiveChunkBytes
+	}
+	if cfg.ProcessorWaitTimeout <= 0 {
+		cfg.ProcessorWaitTimeout = DefaultProcessorWaitTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.BodyReadTimeout == 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.MaxLiveReaders == 0 {
+		cfg.MaxLiveReaders = DefaultMaxLiveReaders
+	}
+	if cfg.MaxBodyBytesInFlight == 0 {
+		cfg.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	if cfg.MaxBodyBytesInFlight > 0 && cfg.MaxBodyBytesInFlight < cfg.MaxBodyBytes {
+		cfg.MaxBodyBytesInFlight = cfg.MaxBodyBytes // one largest body must always fit
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.HeaderReadTimeout <= 0 {
+		cfg.HeaderReadTimeout = DefaultHeaderReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = st.Clock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	if cfg.PublicBaseURL != "" {
+		if u, err := parseBaseURL(cfg.PublicBaseURL); err == nil {
+			srv.publicBase = u
+		} else {
+			srv.log.Error("server: ignoring the public base URL", "err", err)
+		}
+	}
+	return srv
+}
+
+// HTTPServer returns an http.Server for s with the bounds of Config: HeaderReadTimeout,
+// IdleTimeout, 64 KiB of headers at most, Shutdown registered so a graceful shutdown ends live
+// reads at once. Serve it with srv.Serve(s.LimitListener(ln)) to apply MaxConnections.
+func (s *Server) HTTPServer() *http.Server {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: s.cfg.HeaderReadTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	srv.RegisterOnShutdown(s.Shutdown)
+	return srv
 }
 
 // Shutdown makes waiting reads end promptly: long-polls answer their timeout response and SSE
@@ -154,8 +335,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if !s.hostAllowed(r) {
+		s.refuseHost(w, r)
+		return
+	}
 	if r.Method == http.MethodOptions {
-		w.WriteHeader(http.StatusNoContent)
+		s.preflight(w, r)
 		return
 	}
 	p := r.URL.Path
@@ -168,34 +353,46 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
 		return
 	}
-	name := strings.TrimPrefix(p, s.cfg.Prefix)
-	// Reserved subscription APIs are routed before streams so they can never be created as
-	// streams (spec §3.3); foldstream does not implement them yet.
-	if name == "__ds" || strings.HasPrefix(name, "__ds/") {
-		writeError(w, http.StatusNotFound, "reserved path: subscription APIs are not supported by this server")
+	op := methodOp(r.Method)
+	if op == "" {
+		w.Header().Set("Allow", allowedMethods)
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
+	name := strings.TrimPrefix(p, s.cfg.Prefix)
 	if name == "" {
 		writeError(w, http.StatusNotFound, "name a stream after "+s.cfg.Prefix)
 		return
 	}
 	// The store path is the URL path below the prefix with a leading slash: /v1/stream/orders
 	// is the store path "/orders", the path processors register on.
-	name = "/" + name
-	switch r.Method {
-	case http.MethodPut:
-		s.handleCreate(w, r, name)
-	case http.MethodPost:
-		s.handleAppend(w, r, name)
-	case http.MethodGet:
-		s.handleRead(w, r, name)
-	case http.MethodHead:
-		s.handleHead(w, r, name)
-	case http.MethodDelete:
-		s.handleDelete(w, r, name)
-	default:
-		w.Header().Set("Allow", allowedMethods)
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+	path := "/" + name
+	if !s.checkOrigin(w, r, op) {
+		return
+	}
+	principal, ok := s.authorize(w, r, op, path)
+	if !ok {
+		return
+	}
+	// Reserved subscription APIs are routed before streams so they can never be created as
+	// streams (docs/server.md#streams); foldstream does not implement them yet.
+	if name == "__ds" || strings.HasPrefix(name, "__ds/") {
+		writeError(w, http.StatusNotFound, "reserved path: subscription APIs are not supported by this server")
+		return
+	}
+	switch op {
+	case OpCreate:
+		s.handleCreate(w, r, path, principal)
+	case OpAppend:
+		s.handleAppend(w, r, path, principal)
+	case OpRead:
+		if r.Method == http.MethodHead {
+			s.handleHead(w, r, path)
+		} else {
+			s.handleRead(w, r, path)
+		}
+	case OpDelete:
+		s.handleDelete(w, r, path)
 	}
 }
 
@@ -212,7 +409,8 @@ func setCommonHeaders(h http.Header) {
 		"Stream-Fork-Sub-Offset, If-None-Match, "+HeaderExpectedOffset)
 	h.Set("Access-Control-Expose-Headers", "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, "+
 		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, "+
-		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, "+HeaderErrorCode)
+		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, Retry-After, "+
+		HeaderErrorCode+", "+HeaderProcessorOffset)
 }
 
 // writeError answers a plain-text error. Clients must not parse the body.
@@ -224,54 +422,46 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	_, _ = w.Write([]byte(msg + "\n"))
 }
 
-// writeStoreError maps a store error to its HTTP answer.
+// writeStoreError maps a store error to its HTTP answer (statuses from the table in errors.go).
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
-	var pe *stream.ProtocolError
-	if errors.As(err, &pe) {
-		h := w.Header()
-		switch pe.Kind {
-		case stream.KindNotFound:
-			writeError(w, http.StatusNotFound, pe.Message)
-		case stream.KindGone:
-			writeError(w, http.StatusGone, pe.Message)
-		case stream.KindBadRequest:
-			writeError(w, http.StatusBadRequest, pe.Message)
-		case stream.KindTooLarge:
-			writeError(w, http.StatusRequestEntityTooLarge, pe.Message)
-		case stream.KindClosed:
-			h.Set("Stream-Closed", "true")
-			h.Set("Stream-Next-Offset", FormatOffset(pe.Tail))
-			writeError(w, http.StatusConflict, pe.Message)
-		case stream.KindStaleEpoch:
-			h.Set("Producer-Epoch", itoa(pe.Epoch))
-			writeError(w, http.StatusForbidden, pe.Message)
-		case stream.KindSequenceGap:
-			h.Set("Producer-Expected-Seq", itoa(pe.ExpectedSeq))
-			h.Set("Producer-Received-Seq", itoa(pe.ReceivedSeq))
-			writeError(w, http.StatusConflict, pe.Message)
-		default:
-			if pe.Code == foldstream.CodeOffsetConflict {
-				h.Set("Stream-Next-Offset", FormatOffset(pe.Tail))
-			}
-			if pe.Code != "" {
-				h.Set(HeaderErrorCode, string(pe.Code))
-			}
-			writeError(w, http.StatusConflict, pe.Message)
-		}
-		return
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if r.Context().Err() != nil {
+	code, status, ok := statusOf(err)
+	if !ok {
+		if (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && r.Context().Err() != nil {
 			return // the client is gone
 		}
-	}
-	if errors.Is(err, stream.ErrStoreClosed) {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "server is shutting down")
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
-	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal error")
+	h := w.Header()
+	h.Set(HeaderErrorCode, string(code))
+	msg := err.Error()
+	switch code {
+	case foldstream.CodeStreamClosed:
+		h.Set("Stream-Closed", "true")
+		if tail, ok := stream.TailOf(err); ok {
+			h.Set("Stream-Next-Offset", FormatOffset(tail))
+		}
+	case foldstream.CodeOffsetConflict:
+		if tail, ok := stream.TailOf(err); ok {
+			h.Set("Stream-Next-Offset", FormatOffset(tail))
+		}
+	case foldstream.CodeStaleEpoch:
+		if epoch, ok := stream.EpochOf(err); ok {
+			h.Set("Producer-Epoch", itoa(epoch))
+		}
+	case foldstream.CodeSequenceGap:
+		if expected, received, ok := stream.SequenceGapOf(err); ok {
+			h.Set("Producer-Expected-Seq", itoa(expected))
+			h.Set("Producer-Received-Seq", itoa(received))
+		}
+	case foldstream.CodeClosed:
+		msg = "server is shutting down"
+	}
+	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", "1")
+	}
+	writeError(w, status, msg)
 }
 
 // statusRecorder records the status and size of a response for the request log.

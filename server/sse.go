@@ -61,7 +61,7 @@ func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed boo
 // event and then the end; connections cycled after SSEMaxDuration.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	ctx := r.Context()
-	first, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+	first, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -74,9 +74,12 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 	if !textual {
 		out.Set("stream-sse-data-encoding", "base64")
 	}
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	// Every write must finish within WriteTimeout and before the connection's end, so a
+	// client that stops reading is cut (docs/server.md#limits).
+	lw := newLiveWriter(w, s.cfg.WriteTimeout, time.Now().Add(s.cfg.SSEMaxDuration))
+	if !lw.writeHeader(http.StatusOK) {
+		return
+	}
 
 	cursor := q.cursor
 	deadline := time.NewTimer(s.cfg.SSEMaxDuration)
@@ -85,9 +88,12 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 	defer keepAlive.Stop()
 	var buf bytes.Buffer
 	send := func() bool {
-		_, err := w.Write(buf.Bytes())
+		ok := lw.send(buf.Bytes())
 		buf.Reset()
-		return err == nil && rc.Flush() == nil
+		if buf.Cap() > idleBufferBytes {
+			buf = bytes.Buffer{} // an idle connection keeps a small buffer, not its largest event
+		}
+		return ok
 	}
 
 	after := q.after
@@ -166,12 +172,15 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 		default:
 		}
 		var err error
-		res, err = s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.ReadChunkBytes, Watch: true})
+		res, err = s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
 		if err != nil {
 			return // deleted or expired meanwhile: end the connection
 		}
 	}
 }
+
+// idleBufferBytes is the largest event buffer a live connection keeps between events.
+const idleBufferBytes = 4 << 10
 
 // utf8Boundary returns the length of b without a trailing incomplete UTF-8 sequence.
 func utf8Boundary(b []byte) int {

@@ -2,11 +2,12 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Claims and alarms (spec §10.4, the host's side of §10.1–10.3).
@@ -69,14 +70,11 @@ type alarmState struct {
 // Claim records that processor slug on the stream at path must be revived by at; the zero time
 // releases the claim. A new claim replaces the previous one of the same processor.
 func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) error {
-	err := s.write(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(t *tx) error {
 		if at.IsZero() {
-			_, err := tx.Exec(`DELETE FROM claims WHERE path = ? AND slug = ?`, path, slug)
-			return err
+			return t.db.DeleteClaim(t.ctx, driver.Claim{Path: path, Slug: slug}, false)
 		}
-		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms) VALUES (?, ?, ?)
-			ON CONFLICT(path, slug) DO UPDATE SET at_ms = excluded.at_ms, failures = 0`, path, slug, at.UnixMilli())
-		return err
+		return t.db.PutClaim(t.ctx, driver.Claim{Path: path, Slug: slug, AtMs: at.UnixMilli()})
 	})
 	if err != nil {
 		return fmt.Errorf("claim %s for %q: %w", quotePath(path), slug, err)
@@ -88,22 +86,12 @@ func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) erro
 // Claims lists the stored claims, earliest first.
 func (s *Store) Claims(ctx context.Context) ([]ClaimRow, error) {
 	var out []ClaimRow
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.Query(`SELECT path, slug, at_ms, failures FROM claims ORDER BY at_ms, path, slug`)
-		if err != nil {
-			return err
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		claims, err := q.Claims(ctx)
+		for _, c := range claims {
+			out = append(out, ClaimRow{Path: c.Path, Slug: c.Slug, At: time.UnixMilli(c.AtMs), Failures: c.Failures})
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var c ClaimRow
-			var ms int64
-			if err := rows.Scan(&c.Path, &c.Slug, &ms, &c.Failures); err != nil {
-				return err
-			}
-			c.At = time.UnixMilli(ms)
-			out = append(out, c)
-		}
-		return rows.Err()
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list claims: %w", err)
@@ -160,9 +148,14 @@ func (s *Store) rearmAlarms() {
 	if a.handler == nil || s.closed.Load() {
 		return
 	}
-	var next sql.NullInt64
-	err := s.readTx(context.Background(), func(tx *sql.Tx) error {
-		return tx.QueryRow(`SELECT MIN(at_ms) FROM claims`).Scan(&next)
+	var next struct {
+		Int64 int64
+		Valid bool
+	}
+	err := s.readTx(context.Background(), func(q driver.Reader) error {
+		var err error
+		next.Int64, next.Valid, err = q.NextClaimAt(context.Background())
+		return err
 	})
 	if err != nil {
 		if !errors.Is(err, ErrStoreClosed) {
@@ -210,33 +203,19 @@ func (s *Store) fireAlarms(ctx context.Context) {
 
 	nowMs := s.clock.Now().UnixMilli()
 	var due []DueClaim
-	err := s.write(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(t *tx) error {
 		due = due[:0]
-		rows, err := tx.Query(`SELECT path, slug, at_ms, failures FROM claims WHERE at_ms <= ? ORDER BY at_ms, path, slug`, nowMs)
+		claims, err := t.db.DueClaims(t.ctx, nowMs)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var c DueClaim
-			var ms int64
-			if err := rows.Scan(&c.Path, &c.Slug, &ms, &c.Failures); err != nil {
-				rows.Close()
-				return err
-			}
-			c.At = time.UnixMilli(ms)
-			due = append(due, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for i := range due {
-			c := &due[i]
+		for _, dc := range claims {
+			c := DueClaim{Path: dc.Path, Slug: dc.Slug, At: time.UnixMilli(dc.AtMs), Failures: dc.Failures}
 			c.retryAt = nowMs + retryDelay(c.Failures).Milliseconds()
-			if _, err := tx.Exec(`UPDATE claims SET at_ms = ?, failures = ? WHERE path = ? AND slug = ?`,
-				c.retryAt, c.Failures+1, c.Path, c.Slug); err != nil {
+			if err := t.db.PutClaim(t.ctx, driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}); err != nil {
 				return err
 			}
+			due = append(due, c)
 		}
 		return nil
 	})
@@ -272,11 +251,9 @@ func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) 
 		}
 		return // the retry row written when the claim was spent stands
 	}
-	werr := s.write(context.WithoutCancel(ctx), func(tx *Tx) error {
+	werr := s.write(context.WithoutCancel(ctx), func(t *tx) error {
 		// Only the retry row this pass wrote; a claim the processor made meanwhile stands.
-		_, err := tx.Exec(`DELETE FROM claims WHERE path = ? AND slug = ? AND at_ms = ? AND failures = ?`,
-			c.Path, c.Slug, c.retryAt, c.Failures+1)
-		return err
+		return t.db.DeleteClaim(t.ctx, driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}, true)
 	})
 	if werr != nil {
 		if !errors.Is(werr, ErrStoreClosed) {

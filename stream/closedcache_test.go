@@ -29,9 +29,9 @@ func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
 	if err := s.DeleteStream(ctx, "/deleted"); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"/closed", "/deleted"} {
-		if _, err := s.Append(ctx, p, eph); !errors.Is(err, foldstream.ErrClosed) {
-			t.Errorf("%s: ephemeral append got %v, want CLOSED", p, err)
+	for p, want := range map[string]error{"/closed": foldstream.ErrStreamClosed, "/deleted": foldstream.ErrStreamGone} {
+		if _, err := s.Append(ctx, p, eph); !errors.Is(err, want) {
+			t.Errorf("%s: ephemeral append got %v, want %v", p, err, want)
 		}
 	}
 }

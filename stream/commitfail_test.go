@@ -9,7 +9,7 @@ import (
 
 // failingCommitWrite is a write function that succeeds itself but makes its whole group's COMMIT
 // fail: it leaves a deferred foreign-key violation behind, which SQLite reports only at COMMIT.
-func failingCommitWrite(tx *Tx) error {
+func failingCommitWrite(tx *tx) error {
 	if _, err := tx.Exec(`PRAGMA defer_foreign_keys = ON`); err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func inOneGroup(t *testing.T, s *Store, fns ...func() error) []error {
 	t.Helper()
 	release := make(chan struct{})
 	held := make(chan struct{})
-	go s.write(context.Background(), func(tx *Tx) error { close(held); <-release; return nil }) //nolint:errcheck
+	go s.write(context.Background(), func(tx *tx) error { close(held); <-release; return nil }) //nolint:errcheck
 	<-held
 	errs := make([]chan error, len(fns))
 	for i, fn := range fns {

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/foldstream/foldstream"
 )
@@ -18,9 +16,8 @@ import (
 // a string "type" is read as an event as it is.
 const MessageType = "events.foldstream.dev/message"
 
-// MaxEventBytes is the ceiling on one event's stored body (spec §13.2: 8 MiB). The store counts
-// UTF-8 bytes of the JSON body, which is stricter than upstream's UTF-16 count for non-ASCII text.
-const MaxEventBytes = 8 << 20
+// MaxEventBytes is the ceiling on one event's stored body: [foldstream.MaxEventBytes].
+const MaxEventBytes = foldstream.MaxEventBytes
 
 // createdAtLayout is the ISO-8601 layout of createdAt: UTC with milliseconds.
 const createdAtLayout = "2006-01-02T15:04:05.000Z"
@@ -54,51 +51,13 @@ const bodyOverhead = len(`,"createdAt":""}`) + len(createdAtLayout)
 func prepareInputs(inputs []foldstream.EventInput) ([]preparedInput, error) {
 	out := make([]preparedInput, len(inputs))
 	for i, in := range inputs {
-		if strings.TrimSpace(in.Type) == "" {
-			return nil, foldstream.EmptyTypeError()
-		}
-		if !utf8.ValidString(in.Type) || !utf8.ValidString(in.IdempotencyKey) {
-			// JSON would silently replace the invalid bytes, so the stored event would differ
-			// from its receipt and from the key a retry looks up.
-			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
-				"append: event %d has a type or idempotency key that is not valid UTF-8", i)
-		}
-		var err error
-		if in.Payload, err = compactOptional(in.Payload); err != nil {
-			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
-				"append: event %d has a payload that is not valid JSON: %v", i, err)
-		}
-		if in.Metadata, err = compactOptional(in.Metadata); err != nil {
-			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
-				"append: event %d has metadata that is not valid JSON: %v", i, err)
-		}
-		b, err := json.Marshal(storedBody{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata,
-			Source: in.Source, IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral})
+		in, b, err := foldstream.PrepareEventInput(i, in) // the one check shared with the stand-ins
 		if err != nil {
-			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"index": i},
-				"append: event %d cannot be encoded: %v", i, err)
-		}
-		if n := len(b) - 1 + bodyOverhead; n > MaxEventBytes {
-			return nil, foldstream.NewError(foldstream.CodeEventTooLarge,
-				map[string]any{"index": i, "bytes": n, "maxBytes": MaxEventBytes},
-				"append: event %d serializes to %d bytes, over the %d-byte ceiling of one event", i, n, MaxEventBytes)
+			return nil, err
 		}
 		out[i] = preparedInput{in: in, prefix: b[:len(b)-1]}
 	}
 	return out, nil
-}
-
-// compactOptional returns raw compacted, or nil when it is absent (empty or null).
-func compactOptional(raw json.RawMessage) (json.RawMessage, error) {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
-		return nil, nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, t); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // finishBody completes a prepared body with its createdAt stamp.
@@ -129,7 +88,7 @@ type eventBody struct {
 //   - Any other JSON value is a message: an event of type [MessageType] with payload
 //     {"value": <the message>}.
 //   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (spec §13.2).
-func decodeEvent(path string, e entry) (foldstream.Event, error) {
+func decodeEvent(path string, e message) (foldstream.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	if !json.Valid(body) {
 		return foldstream.Event{}, unreadable(e.Offset)
@@ -158,9 +117,6 @@ func decodeEvent(path string, e entry) (foldstream.Event, error) {
 		p = append(p, body...)
 		p = append(p, '}')
 		ev.Payload = p
-		if e.IdempotencyKey.Valid {
-			ev.IdempotencyKey = e.IdempotencyKey.String
-		}
 	}
 	if ev.CreatedAt == "" {
 		ev.CreatedAt = formatCreatedAt(time.UnixMilli(e.CreatedMs))

@@ -25,11 +25,11 @@ func TestAppendAssignsOffsetsAndCreatesStream(t *testing.T) {
 	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path = '/a' AND content_type = 'application/json'`); n != 1 {
 		t.Fatalf("streams rows: got %d, want 1", n)
 	}
-	var body string
-	var start int64
-	if err := s.rdb.QueryRow(`SELECT body, record_start FROM entries WHERE offset = 2`).Scan(&body, &start); err != nil {
-		t.Fatal(err)
+	stored := storedMessages(t, s)
+	if len(stored) != 2 || stored[1].Offset != 2 {
+		t.Fatalf("stored: got %+v, want offsets 1 and 2", stored)
 	}
+	body, start := stored[1].Body, stored[1].RecordStart
 	if want := `{"type":"y","payload":{"n":1},"createdAt":"2035-01-01T00:00:00.000Z"}`; body != want {
 		t.Fatalf("stored body: got %s, want %s", body, want)
 	}
@@ -49,7 +49,7 @@ func TestAppendEmptyTypeRefused(t *testing.T) {
 	if !errors.Is(err, foldstream.ErrInvalidEvent) || err.Error() != "append: every event needs a non-empty type" {
 		t.Fatalf("got %v, want the empty-type error", err)
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 0 {
+	if n := len(storedMessages(t, s)); n != 0 {
 		t.Fatalf("rows: got %d, want 0", n)
 	}
 }
@@ -115,7 +115,7 @@ func TestS05EphemeralRing(t *testing.T) {
 	for range 200 {
 		mustAppend(t, s, "/a", foldstream.EventInput{Type: "chunk", Payload: chunk, Ephemeral: true})
 	}
-	ring := s.ringSnapshot(s.ev.rows["/a"].ID)
+	ring := s.ringSnapshot(streamIDOf(t, s, "/a"))
 	total := 0
 	for _, e := range ring {
 		total += eventBytes(e)
@@ -131,7 +131,7 @@ func TestS05EphemeralRing(t *testing.T) {
 	}
 	huge := foldstream.JSON(map[string]string{"s": strings.Repeat("y", 2<<20)})
 	mustAppend(t, s, "/a", foldstream.EventInput{Type: "huge", Payload: huge, Ephemeral: true})
-	ring = s.ringSnapshot(s.ev.rows["/a"].ID)
+	ring = s.ringSnapshot(streamIDOf(t, s, "/a"))
 	if len(ring) != 1 || ring[0].Type != "huge" {
 		t.Fatalf("oversize ephemeral: got %d ring events, want it kept alone", len(ring))
 	}
@@ -181,13 +181,9 @@ func TestS07WakeRecords(t *testing.T) {
 		t.Fatalf("created payload: got %s, want %s", got, want)
 	}
 	var starts []int64
-	rows, _ := s.rdb.Query(`SELECT record_start FROM entries ORDER BY offset`)
-	for rows.Next() {
-		var v int64
-		rows.Scan(&v)
-		starts = append(starts, v)
+	for _, m := range storedMessages(t, s) {
+		starts = append(starts, m.RecordStart)
 	}
-	rows.Close()
 	if !slices.Equal(starts, []int64{0, 0}) {
 		t.Fatalf("record starts: got %v, want one batch [0 0]", starts)
 	}
@@ -220,19 +216,19 @@ func TestS09EphemeralOnlyRunsNoSQL(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"))
-	before := s.savepoints.Load()
+	before := s.savepoints()
 	got := mustAppend(t, s, "/a", eph("e"), eph("e"))
 	if want := []int64{2, 3}; !slices.Equal(offsets(got), want) {
 		t.Fatalf("offsets: got %v, want %v", offsets(got), want)
 	}
-	if after := s.savepoints.Load(); after != before {
+	if after := s.savepoints(); after != before {
 		t.Fatalf("savepoints: got %d, want %d (no SQL)", after, before)
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 1 {
+	if n := len(storedMessages(t, s)); n != 1 {
 		t.Fatalf("rows: got %d, want 1", n)
 	}
-	if n := countRows(t, s, `SELECT tail FROM streams`); n != 1 {
-		t.Fatalf("durable mark: got %d, want 1", n)
+	if info, err := s.HeadStream(context.Background(), "/a"); err != nil || info.Tail != 1 {
+		t.Fatalf("durable mark: got %d (%v), want 1", info.Tail, err)
 	}
 }
 
@@ -355,7 +351,7 @@ func TestS13Idempotency(t *testing.T) {
 	if ce.Data["existingOffset"] != int64(1) {
 		t.Fatalf("data: got %v, want existingOffset 1", ce.Data)
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 2 {
+	if n := len(storedMessages(t, s)); n != 2 {
 		t.Fatalf("rows: got %d, want 2 (the refused batch wrote nothing)", n)
 	}
 	// Metadata on one side only is a different event.
@@ -378,7 +374,7 @@ func TestS14DuplicateKeyInBatch(t *testing.T) {
 	if len(got) != 2 || got[0].Offset != 1 || got[1].Offset != 1 {
 		t.Fatalf("receipts: got %v, want [1 1]", offsets(got))
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 1 {
+	if n := len(storedMessages(t, s)); n != 1 {
 		t.Fatalf("rows: got %d, want 1", n)
 	}
 	other := in
@@ -410,7 +406,7 @@ func TestS15ExpectedOffset(t *testing.T) {
 	if _, err := s.Append(context.Background(), "/a", foldstream.EventInput{Type: "d", Offset: 6}, foldstream.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("second expectation: got %v", err)
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 5 {
+	if n := len(storedMessages(t, s)); n != 5 {
 		t.Fatalf("rows: got %d, want 5", n)
 	}
 	// A dedupe hit ignores the offset it expected.
@@ -425,18 +421,13 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	// A stream written by the protocol side: raw JSON messages, one not JSON at all.
-	err := s.write(ctx, func(tx *Tx) error {
-		res, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms, tail) VALUES ('/m', 'application/json', 0, 0, 4)`)
+	err := s.write(ctx, func(tx *tx) error {
+		res, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES ('/m', 'application/json', 0, 0)`)
 		if err != nil {
 			return err
 		}
 		id, _ := res.LastInsertId()
-		for i, b := range []string{`{"type":"t","payload":{"n":1}}`, `[1,2]`, `{"type":5}`, `not json`} {
-			if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, body) VALUES (?, ?, ?, 1000, ?)`, id, i+1, i, []byte(b)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return tx.insertRawRecord(id, 0, 1000, `{"type":"t","payload":{"n":1}}`, `[1,2]`, `{"type":5}`, `not json`)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +455,7 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	err := s.write(context.Background(), func(tx *Tx) error {
+	err := s.write(context.Background(), func(tx *tx) error {
 		_, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms, closed) VALUES ('/bytes', 'text/plain', 0, 0, 0), ('/closed', 'application/json', 0, 0, 1)`)
 		return err
 	})
@@ -474,21 +465,18 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if _, err := s.Append(context.Background(), "/bytes", ev("x")); !errors.Is(err, foldstream.ErrInvalidEvent) {
 		t.Fatalf("text stream: got %v, want INVALID_EVENT", err)
 	}
-	if _, err := s.Append(context.Background(), "/closed", ev("x")); !errors.Is(err, foldstream.ErrClosed) {
-		t.Fatalf("closed stream: got %v, want CLOSED", err)
+	if _, err := s.Append(context.Background(), "/closed", ev("x")); !errors.Is(err, foldstream.ErrStreamClosed) {
+		t.Fatalf("closed stream: got %v, want STREAM_CLOSED", err)
 	}
 	// A stream the writer has cached, closed afterwards by the protocol side, refuses too.
 	mustAppend(t, s, "/later", ev("x"))
-	if err := s.write(context.Background(), func(tx *Tx) error {
-		_, err := tx.Exec(`UPDATE streams SET closed = 1 WHERE path = '/later'`)
-		return err
-	}); err != nil {
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "/later", Close: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(context.Background(), "/later", ev("y")); !errors.Is(err, foldstream.ErrClosed) {
-		t.Fatalf("cached stream closed later: got %v, want CLOSED", err)
+	if _, err := s.Append(context.Background(), "/later", ev("y")); !errors.Is(err, foldstream.ErrStreamClosed) {
+		t.Fatalf("cached stream closed later: got %v, want STREAM_CLOSED", err)
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM entries`); n != 1 {
+	if n := len(storedMessages(t, s)); n != 1 {
 		t.Fatalf("rows: got %d, want 1", n)
 	}
 }
@@ -611,9 +599,9 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 	}
 }
 
-// appendEventsTx gives the protocol side event semantics inside its own write: offsets continue the
+// appendEvents gives any write event semantics inside its own transaction: offsets continue the
 // stream's sequence, idempotency holds, and subscribers get the commit.
-func TestAppendEventsTxInsideAWrite(t *testing.T) {
+func TestAppendEventsInsideAWrite(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
@@ -621,12 +609,16 @@ func TestAppendEventsTxInsideAWrite(t *testing.T) {
 	var rec recorder
 	sub := subscribe(t, s, "/p", &rec, SubscribeOptions{})
 	var got []foldstream.Event
-	err := s.write(ctx, func(tx *Tx) error {
-		row, err := loadStreamByPath(tx, "/p")
+	err := s.write(ctx, func(tx *tx) error {
+		m, err := s.eventStream(tx, "/p")
 		if err != nil {
 			return err
 		}
-		got, err = appendEventsTx(tx, row, []foldstream.EventInput{{Type: "second", IdempotencyKey: "k"}, {Type: "second", IdempotencyKey: "k"}})
+		prepared, err := prepareInputs([]foldstream.EventInput{{Type: "second", IdempotencyKey: "k"}, {Type: "second", IdempotencyKey: "k"}})
+		if err != nil {
+			return err
+		}
+		got, err = s.appendEvents(tx, m, prepared)
 		return err
 	})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -19,11 +21,12 @@ var testT = testsupport.T
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// setup opens an in-memory store with a fake clock.
+// setup opens an in-memory store with a fake clock. A producer sequence gap is answered at once
+// (the reorder wait runs on the store's clock, which only the test moves).
 func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 	t.Helper()
 	clk := testsupport.NewFakeClock()
-	s, err := Open(":memory:", Options{Clock: clk, Logger: quietLog})
+	s, err := Open(":memory:", Options{Clock: clk, Logger: quietLog, ProducerReorderWait: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +79,100 @@ func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts 
 func countRows(t testing.TB, s *Store, query string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := s.readTx(context.Background(), func(tx *sql.Tx) error { return tx.QueryRow(query, args...).Scan(&n) }); err != nil {
+	if err := s.rawQueryRow(query, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// sqlite returns the store's SQLite driver (every test store runs on it).
+func (s *Store) sqlite() *sqlitedriver.Driver { return s.drv.(*sqlitedriver.Driver) }
+
+// rawQueryRow runs a one-row SQL query on a read connection of the store's SQLite file.
+func (s *Store) rawQueryRow(query string, args ...any) *sql.Row {
+	return s.sqlite().QueryRaw(context.Background(), query, args...)
+}
+
+// rawQuery runs a SQL query on a read connection of the store's SQLite file.
+func (s *Store) rawQuery(query string, args ...any) (*sql.Rows, error) {
+	return s.sqlite().QueryRows(context.Background(), query, args...)
+}
+
+// savepoints counts the savepoints the writer opened: a write that ran no SQL opened none.
+func (s *Store) savepoints() int64 { return s.sqlite().Savepoints() }
+
+// Exec runs a raw SQL statement inside the write function's savepoint (tests only).
+func (t *tx) Exec(query string, args ...any) (sql.Result, error) {
+	d, err := t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.(interface {
+		Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}).Exec(context.Background(), query, args...)
+}
+
+// storedMessage is one message (or byte-record slice) as stored in the records table.
+type storedMessage struct {
+	StreamID, Offset, RecordStart int64
+	Body                          string
+}
+
+// storedMessages lists every stored message of the store's file, by stream then offset.
+func storedMessages(t testing.TB, s *Store) []storedMessage {
+	t.Helper()
+	rows, err := s.rawQuery(`SELECT r.stream_id, r.record_start, r.start_pos, r.end_pos, r.frames, r.body, s.content_type
+		FROM records r JOIN streams s ON s.id = r.stream_id ORDER BY r.stream_id, r.end_pos`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []storedMessage
+	for rows.Next() {
+		var rec driver.Record
+		var ct string
+		if err := rows.Scan(&rec.StreamID, &rec.RecordStart, &rec.Start, &rec.End, &rec.Frames, &rec.Body, &ct); err != nil {
+			t.Fatal(err)
+		}
+		if !IsJSONContentType(ct) {
+			out = append(out, storedMessage{rec.StreamID, rec.End, rec.RecordStart, string(rec.Body)})
+			continue
+		}
+		if err := driver.EachFrame(rec, func(off int64, msg []byte) bool {
+			out = append(out, storedMessage{rec.StreamID, off, rec.RecordStart, string(msg)})
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// insertRawRecord stores JSON messages (any bytes) as one record at offsets after+1... of stream
+// id, bypassing the store's checks: how a test plants data another writer could have left.
+func (t *tx) insertRawRecord(id, after, createdMs int64, msgs ...string) error {
+	rec := driver.Record{StreamID: id, RecordStart: after, Start: after, End: after + int64(len(msgs)), CreatedMs: createdMs}
+	for i, m := range msgs {
+		if i > 0 {
+			rec.Body = append(rec.Body, ',')
+		}
+		rec.Frames = driver.AppendFrame(rec.Frames, 1, len(m))
+		rec.Body = append(rec.Body, m...)
+	}
+	return t.db.InsertRecord(t.ctx, rec)
+}
+
+// streamIDOf returns the id of the stream at path.
+func streamIDOf(t testing.TB, s *Store, path string) int64 {
+	t.Helper()
+	var id int64
+	if err := s.rawQueryRow(`SELECT id FROM streams WHERE path = ?`, path).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 func jsonString(v any) string {

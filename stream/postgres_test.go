@@ -160,7 +160,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	if _, err := b.AppendRecord(ctx, req(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AppendRecord(ctx, req(3)); !errors.Is(err, stream.ErrSequenceGap) {
+	if _, err := a.AppendRecord(ctx, req(3)); !errors.Is(err, foldstream.ErrSequenceGap) {
 		t.Fatalf("a gap seen by the other node: got %v, want a sequence gap", err)
 	}
 	info, err := a.HeadStream(ctx, "/p")

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // The protocol view: the Durable Streams operations (create, append, close, delete, metadata,
@@ -32,80 +32,6 @@ import (
 // is persisted to streams.last_access_ms lazily, at most about once per second per stream, by a
 // fire-and-forget write. POSTs persist it in their own transaction. After a crash a stream may
 // therefore look up to about a second less recently read than it was.
-
-// ProtocolErrorKind classifies a protocol refusal; package server maps each kind to a status.
-type ProtocolErrorKind int
-
-// Protocol error kinds.
-const (
-	// KindNotFound: the stream (or a fork source) is missing or expired (404).
-	KindNotFound ProtocolErrorKind = iota + 1
-	// KindGone: the stream is soft-deleted, or expired while forks still use it (410).
-	KindGone
-	// KindConflict: configuration mismatch, content-type mismatch, Stream-Seq regression,
-	// soft-deleted path or fork source, idempotency or offset conflict (409).
-	KindConflict
-	// KindBadRequest: the request is malformed for this stream (400).
-	KindBadRequest
-	// KindClosed: the stream is closed; Tail holds the final tail (409 with Stream-Closed).
-	KindClosed
-	// KindStaleEpoch: the producer's epoch is older than the stream's; Epoch holds the current
-	// one (403).
-	KindStaleEpoch
-	// KindSequenceGap: the producer skipped sequence numbers; ExpectedSeq and ReceivedSeq say how
-	// (409).
-	KindSequenceGap
-	// KindTooLarge: the request holds too much (413).
-	KindTooLarge
-)
-
-// ProtocolError is a refusal by the protocol view, carrying the data the HTTP answer needs.
-type ProtocolError struct {
-	// Kind classifies the refusal.
-	Kind ProtocolErrorKind
-	// Code is an optional foldstream error code (for example OFFSET_CONFLICT).
-	Code foldstream.Code
-	// Message is a short lowercase description.
-	Message string
-	// Tail is the stream's tail (KindClosed).
-	Tail int64
-	// Epoch is the producer's current epoch (KindStaleEpoch).
-	Epoch int64
-	// ExpectedSeq and ReceivedSeq describe a sequence gap (KindSequenceGap).
-	ExpectedSeq, ReceivedSeq int64
-
-	// streamID names the stream a sequence gap was found on, so AppendRecord can wait for it.
-	streamID int64
-}
-
-// Error returns the message.
-func (e *ProtocolError) Error() string {
-	if e.Message == "" {
-		return fmt.Sprintf("stream protocol error kind %d", e.Kind)
-	}
-	return e.Message
-}
-
-// Is matches a sentinel ProtocolError (one without a message) of the same kind.
-func (e *ProtocolError) Is(target error) bool {
-	t, ok := target.(*ProtocolError)
-	return ok && t.Message == "" && t.Kind == e.Kind
-}
-
-// Sentinels for errors.Is.
-var (
-	ErrStreamNotFound = &ProtocolError{Kind: KindNotFound}
-	ErrStreamGone     = &ProtocolError{Kind: KindGone}
-	ErrConflict       = &ProtocolError{Kind: KindConflict}
-	ErrBadRequest     = &ProtocolError{Kind: KindBadRequest}
-	ErrStreamClosed   = &ProtocolError{Kind: KindClosed}
-	ErrStaleEpoch     = &ProtocolError{Kind: KindStaleEpoch}
-	ErrSequenceGap    = &ProtocolError{Kind: KindSequenceGap}
-)
-
-func perr(kind ProtocolErrorKind, format string, args ...any) *ProtocolError {
-	return &ProtocolError{Kind: kind, Message: fmt.Sprintf(format, args...)}
-}
 
 // StreamInfo is a stream's protocol metadata.
 type StreamInfo struct {
@@ -163,8 +89,6 @@ type protoState struct {
 	mu        sync.Mutex
 	access    map[int64]int64 // stream id -> last access (ms) seen in memory
 	persisted map[int64]int64 // stream id -> last access (ms) last queued for persistence
-
-	collectAfter int64 // CollectExpired resumes after this id; writer-owned
 }
 
 // accessPersistEvery bounds how stale streams.last_access_ms may be behind reads.
@@ -206,13 +130,12 @@ func (s *Store) noteAccess(r *streamRow, now time.Time) {
 	if !due || s.closed.Load() {
 		return
 	}
-	id, created := r.ID, r.CreatedMs
+	id := r.ID
 	go func() {
 		// Fire and forget: losing it only makes the stream look read a little earlier.
-		_ = s.write(context.Background(), func(tx *Tx) error {
-			_, err := tx.Exec(`UPDATE streams SET last_access_ms = max(last_access_ms, ?) WHERE id = ? AND created_ms = ?`,
-				ms, id, created)
-			return err
+		_ = s.write(context.Background(), func(t *tx) error {
+			// Ids are never reused, so the id names this stream or none.
+			return t.db.UpdateStream(t.ctx, id, driver.StreamUpdate{LastAccessMs: &ms})
 		})
 	}()
 }
@@ -240,16 +163,17 @@ func (s *Store) expired(r *streamRow, now time.Time) bool {
 
 // hasReferences reports whether a live (unexpired, or itself referenced) fork still reads through
 // stream id.
-func (s *Store) hasReferences(q querier, id int64, now time.Time) (bool, error) {
-	kids, err := s.childRows(q, id)
+func (s *Store) hasReferences(ctx context.Context, q driver.Reader, id int64, now time.Time) (bool, error) {
+	kids, err := q.ChildStreams(ctx, id)
 	if err != nil {
 		return false, err
 	}
-	for _, k := range kids {
+	for i := range kids {
+		k := &kids[i]
 		if k.State == 0 && !s.expired(k, now) {
 			return true, nil
 		}
-		ref, err := s.hasReferences(q, k.ID, now)
+		ref, err := s.hasReferences(ctx, q, k.ID, now)
 		if err != nil {
 			return false, err
 		}
@@ -258,23 +182,6 @@ func (s *Store) hasReferences(q querier, id int64, now time.Time) (bool, error) 
 		}
 	}
 	return false, nil
-}
-
-func (s *Store) childRows(q querier, id int64) ([]*streamRow, error) {
-	rows, err := q.Query(`SELECT `+streamCols+` FROM streams WHERE forked_from = ?`, id)
-	if err != nil {
-		return nil, fmt.Errorf("load forks: %w", err)
-	}
-	defer rows.Close()
-	var out []*streamRow
-	for rows.Next() {
-		r, err := scanStream(rows)
-		if err != nil {
-			return nil, fmt.Errorf("load forks: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
 }
 
 // liveness is what access to a stream row finds.
@@ -288,14 +195,14 @@ const (
 
 // judge classifies a loaded row (nil = no row): live, missing (absent or expired without forks),
 // or gone (soft-deleted, or expired with forks still reading through it).
-func (s *Store) judge(q querier, r *streamRow, now time.Time) (liveness, error) {
+func (s *Store) judge(ctx context.Context, q driver.Reader, r *streamRow, now time.Time) (liveness, error) {
 	if r == nil {
 		return streamMissing, nil
 	}
 	if r.State == 0 && !s.expired(r, now) {
 		return streamLive, nil
 	}
-	ref, err := s.hasReferences(q, r.ID, now)
+	ref, err := s.hasReferences(ctx, q, r.ID, now)
 	if err != nil {
 		return 0, err
 	}
@@ -305,51 +212,76 @@ func (s *Store) judge(q querier, r *streamRow, now time.Time) (liveness, error) 
 	return streamMissing, nil
 }
 
-// loadLive loads the stream at path and returns it if live, else the matching protocol error.
-func (s *Store) loadLive(q querier, path string, now time.Time) (*streamRow, error) {
-	r, err := loadStreamByPath(q, path)
+// notLive is the protocol error for a stream that is not live.
+func notLive(lv liveness, path string) error {
+	if lv == streamGone {
+		return perr(foldstream.CodeStreamGone, "stream %s is deleted; its forks still read it", quotePath(path))
+	}
+	return perr(foldstream.CodeStreamNotFound, "stream %s not found", quotePath(path))
+}
+
+// loadLive loads the stream at path in a read transaction and returns it if live, else the
+// matching protocol error.
+func (s *Store) loadLive(ctx context.Context, q driver.Reader, path string, now time.Time) (*streamRow, error) {
+	r, err := loadStreamByPath(ctx, q, path)
 	if errors.Is(err, errNoStream) {
-		return nil, perr(KindNotFound, "stream %s not found", quotePath(path))
+		return nil, notLive(streamMissing, path)
 	}
 	if err != nil {
 		return nil, err
 	}
-	lv, err := s.judge(q, r, now)
+	lv, err := s.judge(ctx, q, r, now)
 	if err != nil {
 		return nil, err
 	}
-	switch lv {
-	case streamMissing:
-		return nil, perr(KindNotFound, "stream %s not found", quotePath(path))
-	case streamGone:
-		return nil, perr(KindGone, "stream %s is deleted; its forks still read it", quotePath(path))
+	if lv != streamLive {
+		return nil, notLive(lv, path)
 	}
 	return r, nil
 }
 
+// liveStream is loadLive inside the writer: the writer's state of the stream at path if live.
+func (s *Store) liveStream(t *tx, path string) (*streamMem, error) {
+	m, err := t.stream(path)
+	if errors.Is(err, errNoStream) {
+		return nil, notLive(streamMissing, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	lv, err := s.judge(t.ctx, t.db, &m.Row, t.now)
+	if err != nil {
+		return nil, err
+	}
+	if lv != streamLive {
+		return nil, notLive(lv, path)
+	}
+	return m, nil
+}
+
 // hardDelete removes a stream, all its (dead) descendants, and then every soft-deleted or expired
-// ancestor that no longer has references (the cascade of spec §8).
-func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
-	if err := s.deleteSubtree(tx, r.ID, r.Path); err != nil {
+// ancestor that no longer has references (docs/store.md#forks).
+func (s *Store) hardDelete(t *tx, r *streamRow) error {
+	if err := s.deleteSubtree(t, r.ID, r.Path); err != nil {
 		return err
 	}
 	parent := r.ForkedFrom
 	for parent.Valid {
-		p, err := loadStreamByID(tx, parent.Int64)
+		p, err := loadStreamByID(t.ctx, t.db, parent.Int64)
 		if errors.Is(err, errNoStream) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if p.State == 0 && !s.expired(p, tx.Now()) {
+		if p.State == 0 && !s.expired(p, t.now) {
 			return nil
 		}
-		ref, err := s.hasReferences(tx, p.ID, tx.Now())
+		ref, err := s.hasReferences(t.ctx, t.db, p.ID, t.now)
 		if err != nil || ref {
 			return err
 		}
-		if err := s.deleteSubtree(tx, p.ID, p.Path); err != nil {
+		if err := s.deleteSubtree(t, p.ID, p.Path); err != nil {
 			return err
 		}
 		parent = p.ForkedFrom
@@ -357,35 +289,24 @@ func (s *Store) hardDelete(tx *Tx, r *streamRow) error {
 	return nil
 }
 
-func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
-	kids, err := s.childRows(tx, id)
+func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
+	kids, err := t.db.ChildStreams(t.ctx, id)
 	if err != nil {
 		return err
 	}
 	for _, k := range kids {
-		if err := s.deleteSubtree(tx, k.ID, k.Path); err != nil {
+		if err := s.deleteSubtree(t, k.ID, k.Path); err != nil {
 			return err
 		}
 	}
-	for _, q := range []string{
-		`DELETE FROM entries WHERE stream_id = ?`,
-		`DELETE FROM producers WHERE stream_id = ?`,
-		`DELETE FROM streams WHERE id = ?`,
-	} {
-		if _, err := tx.Exec(q, id); err != nil {
-			return fmt.Errorf("delete stream: %w", err)
-		}
+	if err := t.db.DeleteStream(t.ctx, id); err != nil {
+		return fmt.Errorf("delete stream: %w", err)
 	}
-	tx.ForgetMem(id)
-	// SQLite may hand a deleted stream's id to the next stream created, so every cache keyed by
-	// the id (or naming it) forgets it: the event view's row cache (writer-owned), its
-	// incarnation wake marks and ephemeral ring, and the protocol view's access times.
-	delete(s.ev.rows, path)
-	tx.AfterCommit(func() {
-		// Again after the commit: an earlier write of this group may have cached the row in its
-		// own AfterCommit hook, which ran before this one.
-		delete(s.ev.rows, path)
-		delete(s.ev.woken, id) // AfterCommit runs on the writer goroutine, which owns woken
+	t.forget(path, id)
+	// Every in-memory state keyed by the id goes with the stream: its incarnation wake mark and
+	// ephemeral ring, and the protocol view's access times.
+	t.afterCommit(func() {
+		delete(s.ws.woken, id) // after-commit hooks run on the writer goroutine, which owns ws
 		s.ev.ringMu.Lock()
 		delete(s.ev.rings, id)
 		s.ev.ringMu.Unlock()
@@ -394,16 +315,11 @@ func (s *Store) deleteSubtree(tx *Tx, id int64, path string) error {
 	return nil
 }
 
-// memLoader loads a stream's writer-owned state from its row.
-func memLoader(r *streamRow) func() (streamMem, error) {
-	return func() (streamMem, error) { return streamMem{HighestAssigned: r.Tail, Tail: r.Tail}, nil }
-}
-
 // HeadStream returns a stream's metadata. It never renews a TTL.
 func (s *Store) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
 	var info StreamInfo
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		r, err := s.loadLive(tx, path, s.clock.Now())
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		r, err := s.loadLive(ctx, q, path, s.clock.Now())
 		if err != nil {
 			return err
 		}
@@ -416,24 +332,27 @@ func (s *Store) HeadStream(ctx context.Context, path string) (StreamInfo, error)
 // DeleteStream deletes a stream: soft while live forks read through it (the path stays reserved and
 // answers "gone"), hard otherwise, collecting soft-deleted ancestors left without forks.
 func (s *Store) DeleteStream(ctx context.Context, path string) error {
-	return s.write(ctx, func(tx *Tx) error {
-		r, err := s.loadLive(tx, path, tx.Now())
+	return s.write(ctx, func(t *tx) error {
+		m, err := s.liveStream(t, path)
 		if err != nil {
 			return err
 		}
-		tx.Touch(r.ID)
-		ref, err := s.hasReferences(tx, r.ID, tx.Now())
+		t.touch(m.Row.ID, m.Row.Path)
+		ref, err := s.hasReferences(t.ctx, t.db, m.Row.ID, t.now)
 		if err != nil {
 			return err
 		}
 		if ref {
-			if _, err := tx.Exec(`UPDATE streams SET state = 1 WHERE id = ?`, r.ID); err != nil {
+			state := 1
+			if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{State: &state}); err != nil {
 				return err
 			}
-			s.forgetCachedRow(tx, r.Path)
+			m.Row.State = state
 			return nil
 		}
-		return s.hardDelete(tx, r)
+		row := m.Row
+		row.Tail = m.Tail
+		return s.hardDelete(t, &row)
 	})
 }
 
@@ -443,67 +362,49 @@ const collectBatch = 500
 
 // CollectExpired reclaims the storage of streams that are gone for good: streams whose TTL or
 // absolute expiry passed and soft-deleted streams, in both cases only once no live fork reads
-// through them (spec §8, §15). Expiry is judged lazily on access anyway; this only frees space.
-// It examines at most a few hundred candidates per call and returns how many streams it deleted
-// (descendants and collected ancestors included). Call it periodically; foldstream serve does
-// every minute.
+// through them (docs/store.md#forks). Expiry is judged lazily on access anyway; this only frees
+// space. It examines at most a few hundred candidates per call and returns how many streams it
+// deleted (descendants and collected ancestors included). Call it periodically; foldstream serve
+// does every minute.
 func (s *Store) CollectExpired(ctx context.Context) (int, error) {
 	deleted := 0
-	err := s.write(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(t *tx) error {
 		deleted = 0
-		now := tx.Now()
-		ms := now.UnixMilli()
+		now := t.now
 		// Resume after the last id examined, so candidates that must stay (sources with live forks)
 		// never hide the ones behind them.
-		p := s.proto()
-		rows, err := tx.Query(`SELECT `+streamCols+` FROM streams WHERE id > ? AND (state = 1 OR expires_at_ms <= ?
-			OR (ttl_seconds IS NOT NULL AND last_access_ms + ttl_seconds * 1000 <= ?)) ORDER BY id LIMIT ?`,
-			p.collectAfter, ms, ms, collectBatch)
+		cands, err := t.db.CollectCandidates(t.ctx, s.ws.collectAfter, now.UnixMilli(), collectBatch)
 		if err != nil {
 			return fmt.Errorf("collect expired streams: %w", err)
 		}
-		var cands []*streamRow
-		for rows.Next() {
-			r, err := scanStream(rows)
-			if err != nil {
-				rows.Close()
-				return fmt.Errorf("collect expired streams: %w", err)
-			}
-			cands = append(cands, r)
+		next := int64(0) // wrapped around: the next sweep starts over
+		if len(cands) >= collectBatch {
+			next = cands[len(cands)-1].ID
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("collect expired streams: %w", err)
-		}
-		if len(cands) < collectBatch {
-			p.collectAfter = 0 // wrapped around: the next sweep starts over
-		} else {
-			p.collectAfter = cands[len(cands)-1].ID
-		}
+		t.afterCommit(func() { s.ws.collectAfter = next })
 		for _, c := range cands {
-			r, err := loadStreamByID(tx, c.ID) // an earlier cascade may have taken it
+			r, err := loadStreamByID(t.ctx, t.db, c.ID) // an earlier cascade may have taken it
 			if errors.Is(err, errNoStream) {
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			lv, err := s.judge(tx, r, now)
+			lv, err := s.judge(t.ctx, t.db, r, now)
 			if err != nil {
 				return err
 			}
 			if lv != streamMissing {
 				continue
 			}
-			before, err := countStreams(tx)
+			before, err := t.db.CountStreams(t.ctx)
 			if err != nil {
 				return err
 			}
-			tx.Touch(r.ID)
-			if err := s.hardDelete(tx, r); err != nil {
+			if err := s.hardDelete(t, r); err != nil {
 				return err
 			}
-			after, err := countStreams(tx)
+			after, err := t.db.CountStreams(t.ctx)
 			if err != nil {
 				return err
 			}
@@ -512,12 +413,4 @@ func (s *Store) CollectExpired(ctx context.Context) (int, error) {
 		return nil
 	})
 	return deleted, err
-}
-
-func countStreams(q querier) (int, error) {
-	var n int
-	if err := q.QueryRow(`SELECT count(*) FROM streams`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count streams: %w", err)
-	}
-	return n, nil
 }

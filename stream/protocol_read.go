@@ -3,9 +3,10 @@ package stream
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // ReadRequest asks for the records of a stream after a position (spec §10–§12).
@@ -61,10 +62,14 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 	for attempt := 0; ; attempt++ {
 		if req.Watch {
 			var id int64
-			err := s.rdb.QueryRowContext(ctx, `SELECT id FROM streams WHERE path = ?`, req.Path).Scan(&id)
+			err := s.readTx(ctx, func(q driver.Reader) error {
+				r, err := q.StreamByPath(ctx, req.Path)
+				id = r.ID
+				return err
+			})
 			if err == nil {
 				watchID, changed = id, s.changed(id)
-			} else if !errors.Is(err, sql.ErrNoRows) {
+			} else if !errors.Is(err, errNoStream) {
 				return ReadResult{}, err
 			}
 		}
@@ -91,8 +96,8 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *streamRow, error) {
 	var res ReadResult
 	var row *streamRow
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		r, err := s.loadLive(tx, req.Path, now)
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		r, err := s.loadLive(ctx, q, req.Path, now)
 		if err != nil {
 			return err
 		}
@@ -107,9 +112,9 @@ func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.T
 			return nil
 		}
 		if res.Info.JSON {
-			return readJSON(tx, r, after, req.MaxBytes, &res)
+			return readJSON(ctx, q, r, after, req.MaxBytes, &res)
 		}
-		return readBytes(tx, r, after, req.MaxBytes, &res)
+		return readBytes(ctx, q, r, after, req.MaxBytes, &res)
 	})
 	if err != nil {
 		return ReadResult{}, nil, err
@@ -117,62 +122,112 @@ func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.T
 	return res, row, nil
 }
 
-func readJSON(q querier, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
-	rows, cut, err := readEntries(q, r, after, maxReadMessages, maxBytes)
+// frameSummary returns the number of messages of a JSON record and the offset of its last one.
+func frameSummary(rec driver.Record) (n int, last int64, err error) {
+	last = rec.Start
+	err = driver.EachFrame(rec, func(off int64, _ []byte) bool { n++; last = off; return true })
+	return n, last, err
+}
+
+// readJSON answers a JSON read: the messages after position after, as one JSON array, up to
+// maxBytes of message bytes (at least one message) and maxReadMessages messages. A stored record
+// that fits whole is copied as it is stored (its messages already joined by commas).
+func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
+	var b bytes.Buffer
+	b.Grow(min(maxBytes, 64<<10) + 2)
+	b.WriteByte('[')
+	count, total, cut := 0, 0, false
+	next := after
+	add := func(body []byte, n int) {
+		if count > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(body)
+		count += n
+		total += len(body)
+	}
+	err := scanRecords(ctx, q, r, after, func(rec driver.Record, upper int64) (bool, error) {
+		if rec.Start >= after && (upper < 0 || rec.End <= upper) && (count == 0 || total+len(rec.Body) <= maxBytes) {
+			n, last, err := frameSummary(rec)
+			if err != nil {
+				return false, err
+			}
+			if n > 0 && count+n <= maxReadMessages && (total+len(rec.Body) <= maxBytes || n == 1) {
+				add(rec.Body, n)
+				next = last
+				return count < maxReadMessages, nil
+			}
+		}
+		more := true
+		err := driver.EachFrame(rec, func(off int64, msg []byte) bool {
+			if off <= after {
+				return true
+			}
+			if upper >= 0 && off > upper {
+				return false
+			}
+			if count > 0 && total+len(msg) > maxBytes {
+				cut, more = true, false
+				return false
+			}
+			add(msg, 1)
+			next = off
+			if count >= maxReadMessages {
+				more = false
+				return false
+			}
+			return true
+		})
+		return more, err
+	})
 	if err != nil {
 		return err
 	}
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, e := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(e.Body)
-	}
 	b.WriteByte(']')
 	res.Body = b.Bytes()
-	res.Count = len(rows)
-	res.Next = after
-	if len(rows) > 0 {
-		res.Next = rows[len(rows)-1].Offset
-	}
-	if res.Next < after {
-		res.Next = after
-	}
-	// Entries past the tail cannot exist; reaching the last one means reaching the tail. So does
-	// a page that ran out of entries: the tail may sit above the last entry (an event batch ending
-	// with an ephemeral moves the durable mark to the ephemeral's offset, which has no row).
-	res.UpToDate = res.Next >= r.Tail || (!cut && len(rows) < maxReadMessages)
+	res.Count = count
+	res.Next = max(next, after)
+	// Reaching the last message means reaching the tail; so does a page that ran out of messages:
+	// the tail may sit above the last message (an event batch ending with an ephemeral moves the
+	// durable mark to the ephemeral's offset).
+	res.UpToDate = res.Next >= r.Tail || (!cut && count < maxReadMessages)
 	if res.UpToDate {
 		res.Next = r.Tail
 	}
 	return nil
 }
 
-func readBytes(q querier, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
-	rows, _, err := readEntries(q, r, after, 1024, maxBytes)
-	if err != nil {
-		return err
-	}
+// readBytes answers a byte-stream read: the bytes after position after, up to maxBytes.
+func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
 	var b bytes.Buffer
 	next := after
-	for _, e := range rows {
-		body := e.Body
-		start := e.RecordStart
+	total := 0
+	err := scanMessages(ctx, q, r, after, func(m message) bool {
+		// A slice that does not fit whole is left for the next read, unless it is the first.
+		if res.Count > 0 && total+len(m.Body) > maxBytes {
+			return false
+		}
+		total += len(m.Body)
+		body := m.Body
+		start := m.Start
 		if start < next { // reading from inside a record
 			body = body[min(int64(len(body)), next-start):]
 			start = next
 		}
-		if room := maxBytes - b.Len(); len(body) > room {
-			if room <= 0 {
-				break
-			}
+		room := maxBytes - b.Len()
+		if room <= 0 {
+			return false
+		}
+		if len(body) > room {
 			body = body[:room]
 		}
 		b.Write(body)
 		next = start + int64(len(body))
 		res.Count++
+		return true
+	})
+	if err != nil {
+		return err
 	}
 	res.Body = b.Bytes()
 	res.Next = next

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/testsupport"
 )
 
 // Pipelined producer requests may reach the writer out of order. A request whose seq is ahead of
@@ -26,7 +29,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 		return s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
 	}
-	before := s.savepoints.Load()
+	before := s.savepoints()
 	early := make(chan error, 1)
 	go func() {
 		res, err := appendSeq(1)
@@ -36,7 +39,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 		early <- err
 	}()
 	// Let seq 1 reach the writer first (its write opened a savepoint and was refused).
-	waitFor(t, func() bool { return s.savepoints.Load() > before })
+	waitFor(t, func() bool { return s.savepoints() > before })
 	if _, err := appendSeq(0); err != nil {
 		t.Fatalf("seq 0: %v", err)
 	}
@@ -52,22 +55,36 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	}
 }
 
-// A gap that no earlier request fills is still refused, after the bounded wait.
+// A gap that no earlier request fills is still refused, after the bounded wait on the store's
+// clock.
 func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	clk := testsupport.NewFakeClock()
+	s, err := Open(":memory:", Options{Clock: clk, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	ctx := context.Background()
 	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
-		Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 || pe.ReceivedSeq != 3 {
-		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
+		done <- err
+	}()
+	deadline := clk.Now().Add(DefaultProducerReorderWait)
+	clk.WaitArmed(t, deadline)
+	select {
+	case err := <-done:
+		t.Fatalf("answered before the wait ran out: %v", err)
+	default:
 	}
-	if waited := time.Since(start); waited < DefaultProducerReorderWait {
-		t.Fatalf("refused after %v, want after waiting %v for the missing seqs", waited, DefaultProducerReorderWait)
+	clk.Advance(DefaultProducerReorderWait)
+	err = <-done
+	if exp, got, _ := SequenceGapOf(err); !errors.Is(err, foldstream.ErrSequenceGap) || exp != 0 || got != 3 {
+		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
 	}
 }

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"github.com/foldstream/foldstream/testsupport"
@@ -46,13 +45,7 @@ func readAll(t *testing.T, s *Store, path string) string {
 	return string(res.Body)
 }
 
-func kindOf(err error) ProtocolErrorKind {
-	var pe *ProtocolError
-	if errors.As(err, &pe) {
-		return pe.Kind
-	}
-	return 0
-}
+func kindOf(err error) foldstream.Code { return foldstream.CodeOf(err) }
 
 func TestFlattenJSON(t *testing.T) {
 	t.Parallel()
@@ -77,7 +70,7 @@ func TestFlattenJSON(t *testing.T) {
 	for _, c := range cases {
 		got, err := FlattenJSON([]byte(c.in), c.empty)
 		if c.bad {
-			if kindOf(err) != KindBadRequest {
+			if kindOf(err) != foldstream.CodeBadRequest {
 				t.Errorf("FlattenJSON(%q): got err %v, want bad request", c.in, err)
 			}
 			continue
@@ -151,39 +144,38 @@ func TestProducerDecisionTable(t *testing.T) {
 		name       string
 		epoch, seq int64
 		close      bool
-		wantKind   ProtocolErrorKind
+		wantKind   foldstream.Code
 		wantDup    bool
 		wantSeq    int64
 		wantEpoch  int64 // for stale epoch
 		wantExpect int64 // for gaps
 	}
 	steps := []step{
-		{name: "new producer seq>0 is a gap", epoch: 0, seq: 3, wantKind: KindSequenceGap, wantExpect: 0},
+		{name: "new producer seq>0 is a gap", epoch: 0, seq: 3, wantKind: foldstream.CodeSequenceGap, wantExpect: 0},
 		{name: "new producer seq 0 accepted", epoch: 0, seq: 0, wantSeq: 0},
 		{name: "next seq accepted", epoch: 0, seq: 1, wantSeq: 1},
 		{name: "duplicate answers highest accepted", epoch: 0, seq: 0, wantDup: true, wantSeq: 1},
-		{name: "gap", epoch: 0, seq: 5, wantKind: KindSequenceGap, wantExpect: 2},
-		{name: "new epoch must start at 0", epoch: 1, seq: 1, wantKind: KindBadRequest},
+		{name: "gap", epoch: 0, seq: 5, wantKind: foldstream.CodeSequenceGap, wantExpect: 2},
+		{name: "new epoch must start at 0", epoch: 1, seq: 1, wantKind: foldstream.CodeBadRequest},
 		{name: "new epoch at 0 accepted", epoch: 1, seq: 0, wantSeq: 0},
-		{name: "old epoch fenced", epoch: 0, seq: 2, wantKind: KindStaleEpoch, wantEpoch: 1},
+		{name: "old epoch fenced", epoch: 0, seq: 2, wantKind: foldstream.CodeStaleEpoch, wantEpoch: 1},
 		{name: "close by producer", epoch: 1, seq: 1, close: true, wantSeq: 1},
 		{name: "close retried is a duplicate", epoch: 1, seq: 1, close: true, wantDup: true, wantSeq: 1},
-		{name: "append after close", epoch: 1, seq: 2, wantKind: KindClosed},
+		{name: "append after close", epoch: 1, seq: 2, wantKind: foldstream.CodeStreamClosed},
 	}
 	for _, st := range steps {
 		body := []byte("x")
 		res, err := s.AppendRecord(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
 			Producer: &ProducerHeaders{ID: "w", Epoch: st.epoch, Seq: st.seq}})
-		if st.wantKind != 0 {
-			var pe *ProtocolError
-			if !errors.As(err, &pe) || pe.Kind != st.wantKind {
-				t.Fatalf("%s: got %v, want kind %d", st.name, err, st.wantKind)
+		if st.wantKind != "" {
+			if kindOf(err) != st.wantKind {
+				t.Fatalf("%s: got %v, want code %s", st.name, err, st.wantKind)
 			}
-			if st.wantKind == KindStaleEpoch && pe.Epoch != st.wantEpoch {
-				t.Fatalf("%s: epoch got %d, want %d", st.name, pe.Epoch, st.wantEpoch)
+			if epoch, _ := EpochOf(err); st.wantKind == foldstream.CodeStaleEpoch && epoch != st.wantEpoch {
+				t.Fatalf("%s: epoch got %d, want %d", st.name, epoch, st.wantEpoch)
 			}
-			if st.wantKind == KindSequenceGap && (pe.ExpectedSeq != st.wantExpect || pe.ReceivedSeq != st.seq) {
-				t.Fatalf("%s: gap got %d/%d, want %d/%d", st.name, pe.ExpectedSeq, pe.ReceivedSeq, st.wantExpect, st.seq)
+			if exp, got, _ := SequenceGapOf(err); st.wantKind == foldstream.CodeSequenceGap && (exp != st.wantExpect || got != st.seq) {
+				t.Fatalf("%s: gap got %d/%d, want %d/%d", st.name, exp, got, st.wantExpect, st.seq)
 			}
 			continue
 		}
@@ -208,7 +200,7 @@ func TestRefusedJSONLeavesProducerState(t *testing.T) {
 	ct := "application/json"
 	mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct})
 	p := &ProducerHeaders{ID: "w", Epoch: 0, Seq: 0}
-	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != KindBadRequest {
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != foldstream.CodeBadRequest {
 		t.Fatalf("invalid JSON: got %v, want bad request", err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
@@ -224,12 +216,11 @@ func TestStreamSeqAndExpectedTail(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "s", ContentType: ct})
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
-	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != KindConflict {
+	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != foldstream.CodeConflict {
 		t.Fatalf("equal Stream-Seq: got %v, want conflict", err)
 	}
 	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Code != "OFFSET_CONFLICT" || pe.Tail != 2 {
+	if tail, _ := TailOf(err); !errors.Is(err, foldstream.ErrOffsetConflict) || tail != 2 {
 		t.Fatalf("stale expected tail: got %v, want OFFSET_CONFLICT at 2", err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 2})
@@ -250,8 +241,7 @@ func TestEventIdempotencyKeys(t *testing.T) {
 	}
 	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "e", ContentType: ct,
 		Body: []byte(`{"type":"order.placed","payload":{"id":2},"idempotencyKey":"k1"}`)})
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Code != "IDEMPOTENCY_CONFLICT" {
+	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
 		t.Fatalf("different event under the same key: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 }
@@ -273,7 +263,7 @@ func TestForkSubOffsetsCompose(t *testing.T) {
 	if got := readAll(t, s, "f2"); got != `[1]` {
 		t.Fatalf("fork of fork: got %s, want [1]", got)
 	}
-	if _, err := s.CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != KindBadRequest {
+	if _, err := s.CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != foldstream.CodeBadRequest {
 		t.Fatalf("overshooting sub-offset: got %v, want bad request", err)
 	}
 
@@ -301,11 +291,11 @@ func TestSoftDeleteCascade(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b"} {
-		if _, err := s.HeadStream(ctx, p); kindOf(err) != KindGone {
+		if _, err := s.HeadStream(ctx, p); kindOf(err) != foldstream.CodeStreamGone {
 			t.Fatalf("head %s: got %v, want gone", p, err)
 		}
 	}
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != KindConflict {
+	if _, err := s.CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != foldstream.CodeConflict {
 		t.Fatalf("re-create soft-deleted: got %v, want conflict", err)
 	}
 	if got := readAll(t, s, "c"); got != "1" {
@@ -315,7 +305,7 @@ func TestSoftDeleteCascade(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b", "c"} {
-		if _, err := s.HeadStream(ctx, p); kindOf(err) != KindNotFound {
+		if _, err := s.HeadStream(ctx, p); kindOf(err) != foldstream.CodeStreamNotFound {
 			t.Fatalf("head %s after cascade: got %v, want not found", p, err)
 		}
 	}
@@ -343,7 +333,7 @@ func TestSlidingTTL(t *testing.T) {
 	if _, err := s.HeadStream(ctx, "t"); err != nil {
 		t.Fatalf("t after renewal: %v", err)
 	}
-	if _, err := s.HeadStream(ctx, "x"); kindOf(err) != KindNotFound {
+	if _, err := s.HeadStream(ctx, "x"); kindOf(err) != foldstream.CodeStreamNotFound {
 		t.Fatalf("x past its expiry: got %v, want not found", err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
@@ -352,7 +342,7 @@ func TestSlidingTTL(t *testing.T) {
 		t.Fatalf("t after close-only POST renewal: %v", err)
 	}
 	clk.Advance(2 * time.Second)
-	if _, err := s.HeadStream(ctx, "t"); kindOf(err) != KindNotFound {
+	if _, err := s.HeadStream(ctx, "t"); kindOf(err) != foldstream.CodeStreamNotFound {
 		t.Fatalf("t expired: got %v, want not found", err)
 	}
 	if r := mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain"}); !r.Created {
@@ -395,7 +385,7 @@ func TestCollectExpired(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("first sweep: got %d, %v; want 1 (the TTL stream)", n, err)
 	}
-	if _, err := s.HeadStream(ctx, "/src"); kindOf(err) != KindGone {
+	if _, err := s.HeadStream(ctx, "/src"); kindOf(err) != foldstream.CodeStreamGone {
 		t.Fatalf("source with a live fork: got %v, want gone", err)
 	}
 	clk.Advance(time.Minute) // the fork expires, releasing the source
@@ -407,7 +397,7 @@ func TestCollectExpired(t *testing.T) {
 		t.Fatalf("live stream: %v", err)
 	}
 	var left int
-	if err := s.readTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`SELECT count(*) FROM streams`).Scan(&left) }); err != nil {
+	if err := s.rawQueryRow(`SELECT count(*) FROM streams`).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	if left != 1 {
@@ -433,7 +423,7 @@ func TestJSONBatchLimits(t *testing.T) {
 		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
 	}
 	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
-	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != KindTooLarge {
+	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != foldstream.CodeTooLarge {
 		t.Fatalf("over the cap: got %v, want too large", err)
 	}
 }
@@ -480,8 +470,7 @@ func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
 	}
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasForkOffset: true, ForkOffset: 2, ForkSubOffset: 1})
 	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Kind != KindSequenceGap || pe.ExpectedSeq != 0 {
+	if exp, _, _ := SequenceGapOf(err); !errors.Is(err, foldstream.ErrSequenceGap) || exp != 0 {
 		t.Fatalf("producer continuing on the fork: got %v, want a gap expecting seq 0", err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), StreamSeq: "000",
@@ -514,8 +503,8 @@ func TestEventViewSeesProtocolChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
-	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeClosed {
-		t.Fatalf("event append after a protocol close: got %v, want CLOSED", err)
+	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeStreamClosed {
+		t.Fatalf("event append after a protocol close: got %v, want STREAM_CLOSED", err)
 	}
 	// Events and HTTP messages share one offset sequence.
 	if _, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {

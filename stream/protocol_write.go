@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // DefaultContentType is the content type of a stream created without one.
@@ -105,19 +105,19 @@ const MaxMessagesPerRecord = 100000
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return nil, perr(KindBadRequest, "body is not valid JSON")
+		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
 	if !json.Valid(trimmed) {
-		return nil, perr(KindBadRequest, "body is not valid JSON")
+		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
 	var raws [][]byte
 	if trimmed[0] == '[' {
 		raws = splitArray(trimmed)
 		if len(raws) == 0 && !allowEmpty {
-			return nil, perr(KindBadRequest, "an empty JSON array appends nothing; send at least one message")
+			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
 		if len(raws) > MaxMessagesPerRecord {
-			return nil, perr(KindTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
+			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
 		}
 	} else {
 		raws = [][]byte{trimmed}
@@ -130,7 +130,7 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, r); err != nil {
-			return nil, perr(KindBadRequest, "body is not valid JSON")
+			return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 		}
 		out[i] = b.Bytes()
 	}
@@ -140,33 +140,37 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 // CreateStream creates a stream, or confirms an identical existing one.
 func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
-		return CreateResult{}, perr(KindBadRequest, "give a TTL or an expiry time, not both")
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
 	var res CreateResult
-	err := s.write(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(t *tx) error {
 		var err error
-		res, err = s.create(tx, req)
+		res, err = s.create(t, req)
 		return err
 	})
 	return res, err
 }
 
-func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
-	now := tx.Now()
-	existing, err := loadStreamByPath(tx, req.Path)
+func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
+	now := t.now
+	var existing *streamRow
+	em, err := t.stream(req.Path)
 	if err != nil && !errors.Is(err, errNoStream) {
 		return CreateResult{}, err
 	}
-	if existing != nil {
-		lv, err := s.judge(tx, existing, now)
+	if em != nil {
+		row := em.Row
+		row.Tail = em.Tail
+		existing = &row
+		lv, err := s.judge(t.ctx, t.db, existing, now)
 		if err != nil {
 			return CreateResult{}, err
 		}
 		switch lv {
 		case streamGone:
-			return CreateResult{}, perr(KindConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
+			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
 		case streamMissing:
-			if err := s.hardDelete(tx, existing); err != nil {
+			if err := s.hardDelete(t, existing); err != nil {
 				return CreateResult{}, err
 			}
 			existing = nil
@@ -176,18 +180,20 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 	// Resolve the fork source and inherited settings.
 	var src *streamRow
 	if req.ForkedFrom != "" {
-		src, err = s.loadLive(tx, req.ForkedFrom, now)
+		sm, err := s.liveStream(t, req.ForkedFrom)
 		if err != nil {
-			var pe *ProtocolError
-			if errors.As(err, &pe) && pe.Kind == KindGone {
-				return CreateResult{}, perr(KindConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
+			if errors.Is(err, foldstream.ErrStreamGone) {
+				return CreateResult{}, perr(foldstream.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
 			}
 			return CreateResult{}, err
 		}
+		row := sm.Row
+		row.Tail = sm.Tail
+		src = &row
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
 		} else if MediaType(req.ContentType) != MediaType(src.ContentType) {
-			return CreateResult{}, perr(KindConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
+			return CreateResult{}, perr(foldstream.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
 			req.HasTTL, req.TTLSeconds = src.TTLSeconds.Valid, src.TTLSeconds.Int64
@@ -202,7 +208,7 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 
 	if existing != nil {
 		if !sameConfig(existing, src, req) {
-			return CreateResult{}, perr(KindConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
+			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
 		}
 		return CreateResult{Created: false, Info: infoOf(existing)}, nil
 	}
@@ -217,98 +223,97 @@ func (s *Store) create(tx *Tx, req CreateRequest) (CreateResult, error) {
 
 	// Fork point and the materialised prefix of a split record.
 	var forkOffset int64
-	var prefix []entry
+	var prefix *driver.Record
 	if src != nil {
 		forkOffset = src.Tail
 		if req.HasForkOffset {
 			forkOffset = req.ForkOffset
 		}
 		if forkOffset < 0 || forkOffset > src.Tail {
-			return CreateResult{}, perr(KindBadRequest, "fork offset is past the source's tail")
+			return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is past the source's tail")
 		}
-		// The tail is always a boundary, even with no entry ending there: an event batch ending
-		// with an ephemeral moves the durable mark to the ephemeral's offset, which has no row.
+		// The tail is always a boundary, even with no message ending there: an event batch ending
+		// with an ephemeral moves the durable mark to the ephemeral's offset.
 		if forkOffset > 0 && forkOffset < src.Tail {
-			at, _, err := readEntries(tx, src, forkOffset-1, 1, 1)
+			ok, err := isBoundary(t.ctx, t.db, src, forkOffset)
 			if err != nil {
 				return CreateResult{}, err
 			}
-			if len(at) == 0 || at[0].Offset != forkOffset {
-				return CreateResult{}, perr(KindBadRequest, "fork offset is not a record boundary of the source")
+			if !ok {
+				return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is not a record boundary of the source")
 			}
 		}
 		if req.ForkSubOffset > 0 {
-			prefix, err = splitRecord(tx, src, forkOffset, req.ForkSubOffset, IsJSONContentType(src.ContentType))
+			prefix, err = splitRecord(t.ctx, t.db, src, forkOffset, req.ForkSubOffset)
 			if err != nil {
 				return CreateResult{}, err
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, perr(KindBadRequest, "fork offsets need a fork source")
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offsets need a fork source")
 	}
 
-	var ttl, expires sql.NullInt64
+	nowMs := now.UnixMilli()
+	row := driver.Stream{Path: req.Path, ContentType: req.ContentType, CreatedMs: nowMs, LastAccessMs: nowMs,
+		ForkOffset: forkOffset, ForkSubOffset: req.ForkSubOffset, BaseTail: forkOffset}
 	if req.HasTTL {
-		ttl = sql.NullInt64{Int64: req.TTLSeconds, Valid: true}
+		row.TTLSeconds = sql.NullInt64{Int64: req.TTLSeconds, Valid: true}
 	}
 	if !req.ExpiresAt.IsZero() {
-		expires = sql.NullInt64{Int64: req.ExpiresAt.UnixMilli(), Valid: true}
+		row.ExpiresAtMs = sql.NullInt64{Int64: req.ExpiresAt.UnixMilli(), Valid: true}
 	}
-	var forkedFrom sql.NullInt64
 	if src != nil {
-		forkedFrom = sql.NullInt64{Int64: src.ID, Valid: true}
+		row.ForkedFrom = sql.NullInt64{Int64: src.ID, Valid: true}
 	}
-	tail := forkOffset
-	if len(prefix) > 0 {
-		tail = prefix[len(prefix)-1].Offset
-	}
-	nowMs := now.UnixMilli()
-	res, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, ttl_seconds, expires_at_ms, last_access_ms,
-		forked_from, fork_offset, fork_sub_offset, tail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		req.Path, req.ContentType, nowMs, ttl, expires, nowMs, forkedFrom, forkOffset, req.ForkSubOffset, tail)
+	id, err := t.db.InsertStream(t.ctx, row)
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create stream: %w", err)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return CreateResult{}, fmt.Errorf("create stream: %w", err)
-	}
-	for _, e := range prefix {
-		if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, body) VALUES (?, ?, ?, ?, ?)`,
-			id, e.Offset, forkOffset, e.CreatedMs, e.Body); err != nil {
+	row.ID = id
+	m := &streamMem{Row: row, HighestAssigned: forkOffset, Tail: forkOffset}
+	t.stage(m)
+	t.afterCommit(func() { s.forgetAccess(id) })
+	s.streamCreated(t, req.Path)
+	if prefix != nil {
+		prefix.StreamID = id
+		if err := t.db.InsertRecord(t.ctx, *prefix); err != nil {
 			return CreateResult{}, fmt.Errorf("create fork: %w", err)
 		}
+		m.Tail, m.HighestAssigned = prefix.End, prefix.End
 	}
-	row, err := loadStreamByID(tx, id)
-	if err != nil {
-		return CreateResult{}, err
-	}
-	// A re-created path may reuse the id of a deleted stream: start from fresh writer state.
-	m := &streamMem{HighestAssigned: row.Tail, Tail: row.Tail}
-	tx.staged[id] = m
-	tx.touched[id] = true
-	tx.AfterCommit(func() { s.forgetAccess(id) })
 	if isJSON {
 		if len(msgs) > 0 {
-			if err := s.insertRecord(tx, row, m, msgs, nil, now); err != nil {
+			if err := s.appendMessages(t, m, msgs); err != nil {
 				return CreateResult{}, err
 			}
 		}
 	} else if len(req.Body) > 0 {
-		if err := s.insertRecord(tx, row, m, nil, req.Body, now); err != nil {
+		if err := s.writeBytes(t, m, req.Body); err != nil {
 			return CreateResult{}, err
 		}
 	}
-	if m.Tail != row.Tail || req.Closed {
-		if _, err := tx.Exec(`UPDATE streams SET tail = ?, closed = ? WHERE id = ?`, m.Tail, req.Closed, id); err != nil {
+	if req.Closed {
+		if err := t.db.UpdateStream(t.ctx, id, driver.StreamUpdate{Close: &driver.ClosedBy{}}); err != nil {
 			return CreateResult{}, fmt.Errorf("create stream: %w", err)
 		}
+		m.Row.Closed = true
 	}
-	row, err = loadStreamByID(tx, id)
-	if err != nil {
-		return CreateResult{}, err
+	info := m.Row
+	info.Tail = m.Tail
+	return CreateResult{Created: true, Info: infoOf(&info)}, nil
+}
+
+// isBoundary reports whether position off of stream src ends a message (JSON streams) or a record
+// (byte streams), so a fork may start there.
+func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64) (bool, error) {
+	ok := false
+	var err error
+	if IsJSONContentType(src.ContentType) {
+		err = scanMessages(ctx, q, src, off-1, func(m message) bool { ok = m.Offset == off; return false })
+	} else {
+		err = scanMessages(ctx, q, src, off, func(m message) bool { ok = m.RecordStart == off && m.Start == off; return false })
 	}
-	return CreateResult{Created: true, Info: infoOf(row)}, nil
+	return ok, err
 }
 
 // sameConfig compares an existing stream with a create request (spec §5): media type, TTL,
@@ -343,35 +348,41 @@ func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
 	return true
 }
 
-// splitRecord returns the first sub bytes (byte streams) or messages (JSON streams) of the record
-// that starts at position at in stream src, as the entries a fork owns (spec §14).
-func splitRecord(q querier, src *streamRow, at, sub int64, isJSON bool) ([]entry, error) {
-	if isJSON {
-		rows, _, err := readEntries(q, src, at, int(min(sub, 1<<20)), 1<<62)
-		if err != nil {
-			return nil, err
+// splitRecord returns, as the record a fork owns, the first sub bytes (byte streams) or messages
+// (JSON streams) of the record that starts at position at in stream src (docs/store.md#forks).
+func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub int64) (*driver.Record, error) {
+	rec := &driver.Record{RecordStart: at, Start: at}
+	isJSON := IsJSONContentType(src.ContentType)
+	var n int64
+	prev := at
+	err := scanMessages(ctx, q, src, at, func(m message) bool {
+		if m.RecordStart != at || n >= sub {
+			return false
 		}
-		var out []entry
-		for _, e := range rows {
-			if e.RecordStart != at {
-				break
+		rec.CreatedMs = m.CreatedMs
+		if isJSON {
+			if n > 0 {
+				rec.Body = append(rec.Body, ',')
 			}
-			out = append(out, e)
+			rec.Frames = driver.AppendFrame(rec.Frames, m.Offset-prev, len(m.Body))
+			rec.Body = append(rec.Body, m.Body...)
+			prev, rec.End = m.Offset, m.Offset
+			n++
+			return true
 		}
-		if int64(len(out)) != sub {
-			return nil, perr(KindBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
-		}
-		return out, nil
-	}
-	rows, _, err := readEntries(q, src, at, 1, 1<<62)
+		take := min(int64(len(m.Body)), sub-n)
+		rec.Body = append(rec.Body, m.Body[:take]...)
+		n += take
+		rec.End = at + n
+		return n < sub
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 0 || rows[0].RecordStart != at || int64(len(rows[0].Body)) < sub {
-		return nil, perr(KindBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+	if n != sub {
+		return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
-	e := rows[0]
-	return []entry{{Offset: at + sub, RecordStart: at, CreatedMs: e.CreatedMs, Body: e.Body[:sub]}}, nil
+	return rec, nil
 }
 
 // splitArray returns the elements of a valid JSON array (whitespace around them trimmed) in one
@@ -426,83 +437,6 @@ func splitArray(arr []byte) [][]byte {
 	return out
 }
 
-// insertRecord stores one record (JSON messages, or a byte body) at the stream's tail and advances
-// the staged writer state; the caller writes the new tail (m.Tail) to the stream's row. keys holds each message's idempotency key ("" for none).
-func (s *Store) insertRecord(tx *Tx, r *streamRow, m *streamMem, msgs [][]byte, body []byte, now time.Time, keys ...string) error {
-	start := m.Tail
-	nowMs := now.UnixMilli()
-	if msgs != nil {
-		if len(msgs) == 0 {
-			return nil
-		}
-		after := max(m.Tail, m.HighestAssigned)
-		if err := insertMessages(tx, r.ID, after, start, nowMs, msgs, keys); err != nil {
-			return err
-		}
-		next := after + int64(len(msgs))
-		// Hand the messages to the event view's subscribers (processors) once committed, decoded
-		// exactly as the event view reads them — only when someone listens.
-		path := r.Path
-		tx.AfterCommit(func() {
-			s.ev.subsMu.RLock()
-			listening := len(s.ev.subs[path]) > 0
-			s.ev.subsMu.RUnlock()
-			if !listening {
-				return
-			}
-			events := make([]foldstream.Event, 0, len(msgs))
-			for i, msg := range msgs {
-				e := entry{Offset: after + int64(i) + 1, RecordStart: start, CreatedMs: nowMs, Body: msg}
-				if i < len(keys) && keys[i] != "" {
-					e.IdempotencyKey = sql.NullString{String: keys[i], Valid: true}
-				}
-				if ev, err := decodeEvent(path, e); err == nil {
-					events = append(events, ev)
-				}
-			}
-			s.publish(path, events, after, next)
-		})
-		m.HighestAssigned, m.Tail = next, next
-	} else if len(body) > 0 {
-		end := m.Tail + int64(len(body))
-		if _, err := tx.Exec(`INSERT INTO entries(stream_id, offset, record_start, created_ms, body) VALUES (?, ?, ?, ?, ?)`,
-			r.ID, end, start, nowMs, body); err != nil {
-			return fmt.Errorf("append: %w", err)
-		}
-		m.HighestAssigned, m.Tail = max(m.HighestAssigned, end), end
-	}
-	tx.Touch(r.ID)
-	return nil
-}
-
-// insertMessages writes JSON messages at offsets after+1, after+2, …, many rows per statement.
-func insertMessages(tx *Tx, id, after, recordStart, createdMs int64, msgs [][]byte, keys []string) error {
-	const perStmt = 100
-	var sb strings.Builder
-	args := make([]any, 0, perStmt*6)
-	for lo := 0; lo < len(msgs); lo += perStmt {
-		hi := min(lo+perStmt, len(msgs))
-		sb.Reset()
-		args = args[:0]
-		sb.WriteString(`INSERT INTO entries(stream_id, offset, record_start, created_ms, idempotency_key, body) VALUES `)
-		for i := lo; i < hi; i++ {
-			if i > lo {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(`(?,?,?,?,?,?)`)
-			var key any
-			if i < len(keys) && keys[i] != "" {
-				key = keys[i]
-			}
-			args = append(args, id, after+int64(i)+1, recordStart, createdMs, key, msgs[i])
-		}
-		if _, err := tx.Exec(sb.String(), args...); err != nil {
-			return fmt.Errorf("append: %w", err)
-		}
-	}
-	return nil
-}
-
 // AppendRecord appends a record and/or closes the stream, running the checks of spec §6 and the
 // producer decision table of §20 in one transaction with the data.
 func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
@@ -521,35 +455,37 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
-		err := s.write(ctx, func(tx *Tx) error {
+		err := s.write(ctx, func(t *tx) error {
 			var err error
-			res, err = s.appendTx(tx, req, msgs, msgErr)
-			var pe *ProtocolError
-			if errors.As(err, &pe) && pe.Kind == KindSequenceGap && pe.streamID != 0 {
+			var gapStream int64
+			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
+			if gapStream != 0 && errors.Is(err, foldstream.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
-				gapWake = s.changed(pe.streamID)
+				gapWake = s.changed(gapStream)
 			}
 			return err
 		})
 		if gapWake == nil {
 			return res, err
 		}
+		// The wait runs on the store's clock, so tests drive it with a fake one.
 		if deadline.IsZero() {
-			deadline = time.Now().Add(s.opts.ProducerReorderWait)
+			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
 		}
-		wait := time.Until(deadline)
+		wait := deadline.Sub(s.clock.Now())
 		if wait <= 0 {
 			return res, err
 		}
-		timer := time.NewTimer(wait)
+		expired := make(chan struct{})
+		stop := s.clock.AfterFunc(wait, func() { close(expired) })
 		select {
 		case <-gapWake:
-			timer.Stop()
-		case <-timer.C:
+			stop()
+		case <-expired:
 			return res, err
 		case <-ctx.Done():
-			timer.Stop()
+			stop()
 			return res, err
 		}
 	}
@@ -560,22 +496,27 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 // gap is still answered promptly.
 const DefaultProducerReorderWait = 25 * time.Millisecond
 
-func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error) (AppendResult, error) {
-	now := tx.Now()
-	r, err := s.loadLive(tx, req.Path, now)
+// appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
+// stream's id, so AppendRecord can wait for the missing seqs.
+func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, gapStream *int64) (AppendResult, error) {
+	now := t.now
+	m, err := s.liveStream(t, req.Path)
 	if err != nil {
 		return AppendResult{}, err
 	}
+	r := &m.Row
 	closeOnly := req.Close && len(req.Body) == 0
 	p := req.Producer
 
-	// Every POST renews a sliding TTL, even one refused below (spec §15): the access is noted in
-	// memory, which no rollback undoes; an accepted POST also persists it with its data.
+	// Every POST renews a sliding TTL, even one refused below (docs/store.md#ttl-and-expiry): the
+	// access is noted in memory, which no rollback undoes; an accepted POST also persists it with
+	// its data.
 	s.noteAccess(r, now)
 
-	var st producerState
+	var st driver.Producer
+	known := false
 	if p != nil {
-		st, err = loadProducer(tx, r.ID, p.ID)
+		st, known, err = t.db.Producer(t.ctx, r.ID, p.ID)
 		if err != nil {
 			return AppendResult{}, err
 		}
@@ -584,54 +525,53 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 	if r.Closed {
 		if p != nil && r.ClosedByProducer.Valid && r.ClosedByProducer.String == p.ID &&
 			r.ClosedByEpoch.Int64 == p.Epoch && r.ClosedBySeq.Int64 == p.Seq {
-			return AppendResult{Tail: r.Tail, Closed: true, Duplicate: true, Epoch: p.Epoch, Seq: p.Seq}, nil
+			return AppendResult{Tail: m.Tail, Closed: true, Duplicate: true, Epoch: p.Epoch, Seq: p.Seq}, nil
 		}
-		if p != nil && st.known && p.Epoch < st.epoch {
-			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.epoch}
+		if p != nil && known && p.Epoch < st.Epoch {
+			return AppendResult{}, staleEpochError(st.Epoch)
 		}
 		if closeOnly && p == nil {
-			return AppendResult{Tail: r.Tail, Closed: true}, nil
+			return AppendResult{Tail: m.Tail, Closed: true}, nil
 		}
-		return AppendResult{}, &ProtocolError{Kind: KindClosed, Message: "stream is closed", Tail: r.Tail}
+		return AppendResult{}, streamClosedError(r.Path, m.Tail)
 	}
 
 	if !closeOnly && MediaType(req.ContentType) != MediaType(r.ContentType) {
-		return AppendResult{}, perr(KindConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
+		return AppendResult{}, perr(foldstream.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
-	// Producer decision table (spec §20.2). Validation proposes; nothing changes until the data
-	// is in.
+	// The producer decision table (docs/store.md#idempotent-producers). Validation proposes;
+	// nothing changes until the data is in.
 	if p != nil {
 		switch {
-		case !st.known:
+		case !known:
 			if p.Seq != 0 {
-				return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: 0, ReceivedSeq: p.Seq, streamID: r.ID}
+				*gapStream = r.ID
+				return AppendResult{}, sequenceGapError(0, p.Seq)
 			}
-		case p.Epoch < st.epoch:
-			return AppendResult{}, &ProtocolError{Kind: KindStaleEpoch, Message: "producer epoch is stale", Epoch: st.epoch}
-		case p.Epoch > st.epoch:
+		case p.Epoch < st.Epoch:
+			return AppendResult{}, staleEpochError(st.Epoch)
+		case p.Epoch > st.Epoch:
 			if p.Seq != 0 {
-				return AppendResult{}, perr(KindBadRequest, "a new producer epoch must start at seq 0")
+				return AppendResult{}, perr(foldstream.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
-		case p.Seq <= st.lastSeq:
-			return AppendResult{Tail: r.Tail, Duplicate: true, Epoch: st.epoch, Seq: st.lastSeq}, nil
-		case p.Seq > st.lastSeq+1:
-			return AppendResult{}, &ProtocolError{Kind: KindSequenceGap, Message: "producer sequence gap", ExpectedSeq: st.lastSeq + 1, ReceivedSeq: p.Seq, streamID: r.ID}
+		case p.Seq <= st.LastSeq:
+			return AppendResult{Tail: m.Tail, Duplicate: true, Epoch: st.Epoch, Seq: st.LastSeq}, nil
+		case p.Seq > st.LastSeq+1:
+			*gapStream = r.ID
+			return AppendResult{}, sequenceGapError(st.LastSeq+1, p.Seq)
 		}
 	}
 
 	if req.StreamSeq != "" && r.StreamSeq.Valid && req.StreamSeq <= r.StreamSeq.String {
-		return AppendResult{}, perr(KindConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
+		return AppendResult{}, perr(foldstream.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
 	}
-	if req.HasExpectedTail && req.ExpectedTail != r.Tail {
-		return AppendResult{}, &ProtocolError{Kind: KindConflict, Code: foldstream.CodeOffsetConflict,
-			Message: fmt.Sprintf("expected the stream's tail at %d, but it is at %d", req.ExpectedTail, r.Tail), Tail: r.Tail}
+	if req.HasExpectedTail && req.ExpectedTail != m.Tail {
+		e := foldstream.OffsetConflictError(req.ExpectedTail, m.Tail)
+		e.Data[DataTail] = m.Tail
+		return AppendResult{}, e
 	}
 
-	m, err := tx.Mem(r.ID, memLoader(r))
-	if err != nil {
-		return AppendResult{}, err
-	}
 	if !closeOnly {
 		if IsJSONContentType(r.ContentType) {
 			if msgErr != nil {
@@ -642,69 +582,97 @@ func (s *Store) appendTx(tx *Tx, req AppendRequest, msgs [][]byte, msgErr error)
 					return AppendResult{}, err
 				}
 			}
-			kept, keys, err := dedupeEvents(tx, r, msgs)
-			if err != nil {
+			if err := s.appendMessages(t, m, msgs); err != nil {
 				return AppendResult{}, err
 			}
-			if len(kept) > 0 {
-				if err := s.insertRecord(tx, r, m, kept, nil, now, keys...); err != nil {
-					return AppendResult{}, err
-				}
-			}
-		} else if err := s.insertRecord(tx, r, m, nil, req.Body, now); err != nil {
+		} else if err := s.writeBytes(t, m, req.Body); err != nil {
 			return AppendResult{}, err
 		}
 	}
 
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
 	if p != nil {
-		if _, err := tx.Exec(`INSERT INTO producers(stream_id, producer_id, epoch, last_seq, updated_ms) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT(stream_id, producer_id) DO UPDATE SET epoch = excluded.epoch, last_seq = excluded.last_seq, updated_ms = excluded.updated_ms`,
-			r.ID, p.ID, p.Epoch, p.Seq, now.UnixMilli()); err != nil {
-			return AppendResult{}, fmt.Errorf("save producer state: %w", err)
+		if err := t.db.PutProducer(t.ctx, r.ID, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
+			return AppendResult{}, err
 		}
 		res.Epoch, res.Seq = p.Epoch, p.Seq
 	}
-	// One row update carries the tail, the access time, Stream-Seq and the closure.
-	var streamSeq, by sql.NullString
-	var epoch, seq sql.NullInt64
+	// The stream row changes only for what the request sets: Stream-Seq, closure, and the last
+	// access of a stream with a sliding TTL. A plain append writes only its record.
+	var u driver.StreamUpdate
 	if req.StreamSeq != "" {
-		streamSeq = sql.NullString{String: req.StreamSeq, Valid: true}
-	}
-	if req.Close && p != nil {
-		by = sql.NullString{String: p.ID, Valid: true}
-		epoch = sql.NullInt64{Int64: p.Epoch, Valid: true}
-		seq = sql.NullInt64{Int64: p.Seq, Valid: true}
-	}
-	if _, err := tx.Exec(`UPDATE streams SET tail = ?, last_access_ms = max(last_access_ms, ?), stream_seq = coalesce(?, stream_seq),
-		closed = ?, closed_by_producer = ?, closed_by_epoch = ?, closed_by_seq = ? WHERE id = ?`,
-		m.Tail, now.UnixMilli(), streamSeq, req.Close, by, epoch, seq, r.ID); err != nil {
-		return AppendResult{}, fmt.Errorf("append: %w", err)
+		u.StreamSeq = &req.StreamSeq
 	}
 	if req.Close {
-		s.forgetCachedRow(tx, r.Path)
+		by := &driver.ClosedBy{}
+		if p != nil {
+			by = &driver.ClosedBy{Producer: p.ID, Epoch: p.Epoch, Seq: p.Seq}
+		}
+		u.Close = by
 	}
-	tx.Touch(r.ID)
+	if u.StreamSeq != nil || u.Close != nil {
+		if err := t.db.UpdateStream(t.ctx, r.ID, u); err != nil {
+			return AppendResult{}, fmt.Errorf("append: %w", err)
+		}
+		if u.StreamSeq != nil {
+			r.StreamSeq = sql.NullString{String: req.StreamSeq, Valid: true}
+		}
+		if c := u.Close; c != nil {
+			r.Closed = true
+			if c.Producer != "" {
+				r.ClosedByProducer = sql.NullString{String: c.Producer, Valid: true}
+				r.ClosedByEpoch = sql.NullInt64{Int64: c.Epoch, Valid: true}
+				r.ClosedBySeq = sql.NullInt64{Int64: c.Seq, Valid: true}
+			}
+		}
+	}
+	s.persistAccess(t, m)
+	t.touch(r.ID, r.Path)
 	return res, nil
 }
 
-type producerState struct {
-	known   bool
-	epoch   int64
-	lastSeq int64
-}
-
-func loadProducer(q querier, streamID int64, id string) (producerState, error) {
-	var st producerState
-	err := q.QueryRow(`SELECT epoch, last_seq FROM producers WHERE stream_id = ? AND producer_id = ?`, streamID, id).Scan(&st.epoch, &st.lastSeq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return producerState{}, nil
+// appendMessages appends a protocol record of JSON messages through the one insert path:
+// event-shaped messages with an idempotency key are checked like event-view appends (a duplicate
+// is dropped, a different body refuses the record), the rest are stored as they are.
+func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
+	batch := make([]pending, len(msgs))
+	for i, msg := range msgs {
+		in, key := eventKeyOf(msg)
+		batch[i] = pending{body: msg, key: key, probe: in}
 	}
+	adm, after, through, err := s.admit(t, m, batch)
 	if err != nil {
-		return producerState{}, fmt.Errorf("load producer state: %w", err)
+		return err
 	}
-	st.known = true
-	return st, nil
+	if through == after {
+		return nil // every message was a duplicate
+	}
+	if err := s.writeRecord(t, m, batch, adm, after, through); err != nil {
+		return err
+	}
+	// Hand the messages to the event view's subscribers (processors) once committed, decoded
+	// exactly as the event view reads them — only when someone listens.
+	path := m.Row.Path
+	createdMs := t.now.UnixMilli()
+	t.afterCommit(func() {
+		s.ev.subsMu.RLock()
+		listening := len(s.ev.subs[path]) > 0
+		s.ev.subsMu.RUnlock()
+		if !listening {
+			return
+		}
+		events := make([]foldstream.Event, 0, len(batch))
+		for i, p := range batch {
+			if adm[i].dup {
+				continue
+			}
+			if ev, err := decodeEvent(path, message{Offset: adm[i].offset, CreatedMs: createdMs, Body: p.body}); err == nil {
+				events = append(events, ev)
+			}
+		}
+		s.publish(path, events, after, through)
+	})
+	return nil
 }
 
 // eventKeyOf returns the idempotency key of an event-shaped message (a JSON object with a string
@@ -723,52 +691,4 @@ func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
 		return foldstream.EventInput{}, ""
 	}
 	return foldstream.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
-}
-
-// dedupeEvents honours event-level idempotency keys: a message whose key already names the same
-// event in this stream (fork ancestors included) or earlier in the batch is dropped; one whose key
-// names a different event refuses the whole record with IDEMPOTENCY_CONFLICT (409). Sameness is
-// the event view's (foldstream.SameIdempotentEvent: type, payload and metadata).
-func dedupeEvents(tx *Tx, r *streamRow, msgs [][]byte) ([][]byte, []string, error) {
-	var kept [][]byte
-	var keys []string
-	seen := map[string]foldstream.EventInput{}
-	anyKey := false
-	for _, msg := range msgs {
-		in, key := eventKeyOf(msg)
-		if key == "" {
-			kept = append(kept, msg)
-			keys = append(keys, "")
-			continue
-		}
-		anyKey = true
-		if prev, ok := seen[key]; ok {
-			if !foldstream.SameIdempotentEvent(foldstream.Event{Type: prev.Type, Payload: prev.Payload, Metadata: prev.Metadata}, in) {
-				return nil, nil, idempotencyConflict(key, 0)
-			}
-			continue
-		}
-		existing, found, err := lookupIdempotencyKey(tx, r, key)
-		if err != nil {
-			return nil, nil, err
-		}
-		if found {
-			if !foldstream.SameIdempotentEvent(existing, in) {
-				return nil, nil, idempotencyConflict(key, existing.Offset)
-			}
-		} else {
-			kept = append(kept, msg)
-			keys = append(keys, key)
-		}
-		seen[key] = in
-	}
-	if !anyKey {
-		return msgs, nil, nil
-	}
-	return kept, keys, nil
-}
-
-func idempotencyConflict(key string, off int64) *ProtocolError {
-	return &ProtocolError{Kind: KindConflict, Code: foldstream.CodeIdempotencyConflict,
-		Message: fmt.Sprintf("idempotency key %q already names a different event (offset %d)", key, off)}
 }

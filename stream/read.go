@@ -1,107 +1,62 @@
 package stream
 
 import (
-	"database/sql"
-	"errors"
+	"context"
 	"fmt"
+
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// querier is what both a read transaction (*sql.Tx) and a write handle (*Tx) offer.
-type querier interface {
-	Query(query string, args ...any) (*sql.Rows, error)
-	QueryRow(query string, args ...any) *sql.Row
-}
+// streamRow is one stream row as the driver returns it.
+type streamRow = driver.Stream
 
-var (
-	_ querier = (*sql.Tx)(nil)
-	_ querier = (*Tx)(nil)
-)
+// errNoStream is returned by stream lookups when no row matches.
+var errNoStream = driver.ErrNoStream
 
-// streamRow is one row of the streams table.
-type streamRow struct {
-	ID               int64
-	Path             string
-	ContentType      string
-	State            int // 0 live, 1 soft-deleted
-	CreatedMs        int64
-	TTLSeconds       sql.NullInt64
-	ExpiresAtMs      sql.NullInt64
-	LastAccessMs     int64
-	Closed           bool
-	ClosedByProducer sql.NullString
-	ClosedByEpoch    sql.NullInt64
-	ClosedBySeq      sql.NullInt64
-	ForkedFrom       sql.NullInt64
-	ForkOffset       int64
-	ForkSubOffset    int64
-	Tail             int64
-	StreamSeq        sql.NullString
-	Incarnation      int64
-}
-
-const streamCols = `id, path, content_type, state, created_ms, ttl_seconds, expires_at_ms, last_access_ms,
-	closed, closed_by_producer, closed_by_epoch, closed_by_seq, forked_from, fork_offset, fork_sub_offset,
-	tail, stream_seq, incarnation`
-
-func scanStream(row interface{ Scan(...any) error }) (*streamRow, error) {
-	var r streamRow
-	err := row.Scan(&r.ID, &r.Path, &r.ContentType, &r.State, &r.CreatedMs, &r.TTLSeconds, &r.ExpiresAtMs,
-		&r.LastAccessMs, &r.Closed, &r.ClosedByProducer, &r.ClosedByEpoch, &r.ClosedBySeq, &r.ForkedFrom,
-		&r.ForkOffset, &r.ForkSubOffset, &r.Tail, &r.StreamSeq, &r.Incarnation)
+// loadStreamByPath returns the stream row at path, or errNoStream. It does not judge expiry or
+// soft deletion; callers do.
+func loadStreamByPath(ctx context.Context, q driver.Reader, path string) (*streamRow, error) {
+	r, err := q.StreamByPath(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
-// errNoStream is returned by loadStream* when no row matches.
-var errNoStream = errors.New("no such stream")
-
-// loadStreamByPath returns the stream row at path, or errNoStream. It does not judge expiry or
-// soft deletion; callers do.
-func loadStreamByPath(q querier, path string) (*streamRow, error) {
-	r, err := scanStream(q.QueryRow(`SELECT `+streamCols+` FROM streams WHERE path = ?`, path))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errNoStream
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load stream %s: %w", quotePath(path), err)
-	}
-	return r, nil
-}
-
 // loadStreamByID returns the stream row with id, or errNoStream.
-func loadStreamByID(q querier, id int64) (*streamRow, error) {
-	r, err := scanStream(q.QueryRow(`SELECT `+streamCols+` FROM streams WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errNoStream
-	}
+func loadStreamByID(ctx context.Context, q driver.Reader, id int64) (*streamRow, error) {
+	r, err := q.StreamByID(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("load stream %d: %w", id, err)
+		return nil, err
 	}
-	return r, nil
+	return &r, nil
 }
 
-// entry is one row of the entries table.
-type entry struct {
-	Offset         int64
-	RecordStart    int64
-	CreatedMs      int64
-	IdempotencyKey sql.NullString
-	Body           []byte
+// message is one stored message (JSON streams) or one record slice (byte streams) as a read
+// sees it. Body is valid only during the callback that receives it.
+type message struct {
+	Offset      int64 // the message's offset (JSON), or the slice's end position (bytes)
+	Start       int64 // bytes: the slice's start position
+	RecordStart int64
+	CreatedMs   int64
+	Body        []byte
 }
 
-// segment is a run of one stream's entries visible through a (possibly forked) stream: offsets in
-// (0, Through] of stream ID (Through < 0 means unbounded).
+// segment is a run of one stream's positions visible through a (possibly forked) stream:
+// positions in (0, Through] of stream ID (Through < 0 means unbounded).
 type segment struct {
 	ID      int64
 	Through int64
 }
 
 // segmentsOf returns the segments a read of stream r walks, oldest ancestor first: a fork sees its
-// source's entries up to its fork offset (recursively), then its own.
-func segmentsOf(q querier, r *streamRow) ([]segment, error) {
+// source's records up to its fork offset (recursively), then its own
+// (docs/store.md#forks).
+func segmentsOf(ctx context.Context, q driver.Reader, r *streamRow) ([]segment, error) {
 	segs := []segment{{ID: r.ID, Through: -1}}
+	if !r.ForkedFrom.Valid {
+		return segs, nil
+	}
 	cur := r
 	limit := int64(-1)
 	for cur.ForkedFrom.Valid {
@@ -109,7 +64,7 @@ func segmentsOf(q querier, r *streamRow) ([]segment, error) {
 		if limit >= 0 && limit < through {
 			through = limit
 		}
-		parent, err := loadStreamByID(q, cur.ForkedFrom.Int64)
+		parent, err := loadStreamByID(ctx, q, cur.ForkedFrom.Int64)
 		if err != nil {
 			return nil, fmt.Errorf("load fork source of %s: %w", quotePath(cur.Path), err)
 		}
@@ -123,54 +78,69 @@ func segmentsOf(q querier, r *streamRow) ([]segment, error) {
 	return segs, nil
 }
 
-// readEntries returns up to limit entries with offset > after visible through stream r (fork
-// chains included), in offset order. It stops before the entry that would take the bodies past
-// maxBytes, but always returns at least one entry when there is one; budgetCut reports that it
-// stopped for the budget.
-func readEntries(q querier, r *streamRow, after int64, limit int, maxBytes int) (rows []entry, budgetCut bool, err error) {
-	segs, err := segmentsOf(q, r)
+// scanRecords calls fn for each stored record (or slice) visible through stream r with End >
+// after, in position order, with the segment's upper bound (-1: none). fn returns false to stop.
+func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(rec driver.Record, upper int64) (bool, error)) error {
+	segs, err := segmentsOf(ctx, q, r)
 	if err != nil {
-		return nil, false, err
+		return err
 	}
-	total := 0
+	stopped := false
 	for _, seg := range segs {
-		if len(rows) >= limit {
-			break
-		}
 		if seg.Through >= 0 && seg.Through <= after {
 			continue
 		}
-		upper := seg.Through
-		if upper < 0 {
-			upper = 1<<63 - 1
-		}
-		res, err := q.Query(`SELECT offset, record_start, created_ms, idempotency_key, body FROM entries
-			WHERE stream_id = ? AND offset > ? AND offset <= ? ORDER BY offset LIMIT ?`,
-			seg.ID, after, upper, limit-len(rows))
+		err := q.Records(ctx, seg.ID, after, func(rec driver.Record) (bool, error) {
+			if seg.Through >= 0 && rec.Start >= seg.Through {
+				return false, nil // past the fork point: the next segment continues
+			}
+			more, err := fn(rec, seg.Through)
+			if err != nil {
+				return false, err
+			}
+			if !more {
+				stopped = true
+			}
+			return more, nil
+		})
 		if err != nil {
-			return nil, false, fmt.Errorf("read entries: %w", err)
+			return err
 		}
-		for res.Next() {
-			var e entry
-			if err := res.Scan(&e.Offset, &e.RecordStart, &e.CreatedMs, &e.IdempotencyKey, &e.Body); err != nil {
-				res.Close()
-				return nil, false, fmt.Errorf("read entries: %w", err)
-			}
-			if len(rows) > 0 && total+len(e.Body) > maxBytes {
-				res.Close()
-				return rows, true, nil
-			}
-			total += len(e.Body)
-			rows = append(rows, e)
-		}
-		if err := res.Err(); err != nil {
-			res.Close()
-			return nil, false, fmt.Errorf("read entries: %w", err)
-		}
-		res.Close()
-		if len(rows) > 0 {
-			after = rows[len(rows)-1].Offset
+		if stopped {
+			return nil
 		}
 	}
-	return rows, false, nil
+	return nil
+}
+
+// scanMessages calls fn for each message (JSON) or record slice (bytes) visible through stream r
+// after position after, in order. fn returns false to stop.
+func scanMessages(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(m message) bool) error {
+	isJSON := IsJSONContentType(r.ContentType)
+	return scanRecords(ctx, q, r, after, func(rec driver.Record, upper int64) (bool, error) {
+		if !isJSON {
+			m := message{Offset: rec.End, Start: rec.Start, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: rec.Body}
+			if upper >= 0 && m.Offset > upper {
+				// Only a fork's split-record prefix ends inside a record, and it is its own record.
+				m.Body = m.Body[:max(0, len(m.Body)-int(m.Offset-upper))]
+				m.Offset = upper
+			}
+			return fn(m), nil
+		}
+		more := true
+		err := driver.EachFrame(rec, func(off int64, body []byte) bool {
+			if off <= after {
+				return true
+			}
+			if upper >= 0 && off > upper {
+				return false // past the fork point; the record after it ends the segment
+			}
+			more = fn(message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
+			return more
+		})
+		if err != nil {
+			return false, err
+		}
+		return more, nil
+	})
 }

@@ -23,18 +23,19 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream"
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // Synchronous is SQLite's synchronous setting for the store's file.
@@ -70,13 +71,14 @@ type Options struct {
 
 // Store is an open stream store. It is safe for concurrent use.
 type Store struct {
-	path   string
-	opts   Options
-	clock  foldstream.Clock
-	log    *slog.Logger
-	wdb    *sql.DB // the single writer connection
-	rdb    *sql.DB // read-only connections
-	writes chan *writeReq
+	path       string
+	opts       Options
+	clock      foldstream.Clock
+	log        *slog.Logger
+	drv        driver.Driver
+	exclusive  bool // drv.Exclusive(): the writer's stream cache is authoritative
+	writes     chan *writeReq
+	stopListen func()
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -85,40 +87,75 @@ type Store struct {
 	bgWG      sync.WaitGroup // background goroutines other than the writer
 	stop      chan struct{}  // closed by Close to stop background loops
 
-	// mem is the writer-owned in-memory state of each stream, keyed by stream id. Only the writer
-	// goroutine reads or writes it (see writer.go), so it needs no lock.
-	mem map[int64]*streamMem
+	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
+	ws writerState
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
-	ev         *eventView   // the event view's in-memory state (events.go)
-	savepoints atomic.Int64 // savepoints opened by writes; lets tests prove a write ran no SQL
-	commits    atomic.Int64 // group commits; benchmarks report events per commit
+	ev      *eventView   // the event view's in-memory state (events.go)
+	commits atomic.Int64 // group commits; benchmarks report events per commit
+
+	// feeds order publishing on a shared database (feed.go).
+	feeds feedSet
 
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
+
+	created createdListeners // OnStreamCreated's listeners (list.go)
+
+	lock *os.File // the exclusive lock on the database file, held until Close (lock.go)
 }
 
-var memCounter atomic.Int64
-
-// Open opens (creating if needed) the store in the SQLite file at path. The path ":memory:" opens a
+// Open opens (creating if needed) the store in the SQLite file at path, migrating a file written
+// by an earlier schema (see docs/store.md#schema-and-migrations). The path ":memory:" opens a
 // private in-memory store, for tests.
+//
+// The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
+// second Open of the same file, from another process or this one, fails with
+// [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. That lock is
+// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]).
 func Open(path string, opts Options) (*Store, error) {
+	if pgdriver.IsURL(path) {
+		return openPostgres(path, opts)
+	}
 	if opts.Synchronous == "" {
 		opts.Synchronous = SyncFull
 	}
 	if opts.Synchronous != SyncFull && opts.Synchronous != SyncNormal {
 		return nil, fmt.Errorf("open stream store: unknown synchronous mode %q (use FULL or NORMAL)", opts.Synchronous)
 	}
+	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
+	var lock *os.File
+	if path != ":memory:" {
+		var err error
+		if lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+	}
+	d, err := sqlitedriver.Open(sqlitedriver.Config{Path: path, Synchronous: string(opts.Synchronous), ReadConns: opts.ReadConns})
+	if err != nil {
+		unlockStore(lock) //nolint:errcheck // Open failed; report that error
+		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+	}
+	s, err := OpenDriver(context.Background(), d, opts)
+	if err != nil {
+		d.Close()
+		unlockStore(lock) //nolint:errcheck // Open failed; report that error
+		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+	}
+	s.path, s.lock = path, lock
+	return s, nil
+}
+
+// OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
+// subscribes to the driver's notifications. Close closes the driver.
+func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, error) {
 	if opts.Clock == nil {
 		opts.Clock = foldstream.SystemClock{}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.ReadConns <= 0 {
-		opts.ReadConns = 4
 	}
 	if opts.MaxGroup <= 0 {
 		opts.MaxGroup = 256
@@ -126,70 +163,57 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.ProducerReorderWait == 0 {
 		opts.ProducerReorderWait = DefaultProducerReorderWait
 	}
-
-	var wdsn, rdsn string
-	if path == ":memory:" {
-		// memdb lets several connections share one in-memory database.
-		name := fmt.Sprintf("/foldstream-mem-%d", memCounter.Add(1))
-		base := "file:" + name + "?vfs=memdb&_pragma=busy_timeout(10000)&_pragma=foreign_keys(on)"
-		wdsn, rdsn = base, base
-	} else {
-		u := "file:" + (&url.URL{Path: path}).EscapedPath()
-		common := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(on)"
-		wdsn = u + "?" + common + "&_pragma=journal_mode(WAL)&_pragma=synchronous(" + string(opts.Synchronous) + ")"
-		rdsn = u + "?" + common + "&_pragma=query_only(1)"
+	if err := d.Migrate(ctx); err != nil {
+		return nil, err
 	}
-
-	wdb, err := sql.Open("sqlite", wdsn)
+	w, err := d.Writer(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+		return nil, err
 	}
-	wdb.SetMaxOpenConns(1)
-	wdb.SetMaxIdleConns(1)
-	wdb.SetConnMaxLifetime(0)
-	wdb.SetConnMaxIdleTime(0)
-	if err := wdb.Ping(); err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("open stream store %s: %w", path, err)
-	}
-	ctx := context.Background()
-	for _, stmt := range schema {
-		if _, err := wdb.ExecContext(ctx, stmt); err != nil {
-			wdb.Close()
-			return nil, fmt.Errorf("open stream store %s: create schema: %w", path, err)
-		}
-	}
-	rdb, err := sql.Open("sqlite", rdsn)
-	if err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("open stream store %s: %w", path, err)
-	}
-	rdb.SetMaxOpenConns(opts.ReadConns)
-	rdb.SetMaxIdleConns(opts.ReadConns)
-
 	s := &Store{
-		path:   path,
-		opts:   opts,
-		clock:  opts.Clock,
-		log:    opts.Logger,
-		wdb:    wdb,
-		rdb:    rdb,
-		writes: make(chan *writeReq, 1024),
-		stop:   make(chan struct{}),
-		mem:    make(map[int64]*streamMem),
-		notify: make(map[int64]chan struct{}),
-		ev:     newEventView(),
+		opts:      opts,
+		clock:     opts.Clock,
+		log:       opts.Logger,
+		drv:       d,
+		exclusive: d.Exclusive(),
+		writes:    make(chan *writeReq, 1024),
+		stop:      make(chan struct{}),
+		ws:        writerState{streams: make(map[string]*streamMem), woken: make(map[int64]bool)},
+		notify:    make(map[int64]chan struct{}),
+		ev:        newEventView(),
 	}
-	conn, err := wdb.Conn(ctx)
+	stop, err := d.Listen(ctx, s.remoteChange)
 	if err != nil {
-		s.rdb.Close()
-		s.wdb.Close()
-		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+		return nil, err
 	}
+	s.stopListen = stop
 	s.writerWG.Add(1)
-	go s.runWriter(conn)
+	go s.runWriter(w)
 	return s, nil
 }
+
+// remoteChange wakes the readers of a stream another process changed (StreamID 0: every stream).
+func (s *Store) remoteChange(n driver.Notification) {
+	if n.StreamID != 0 {
+		s.remoteEphemerals(n)
+		s.kickFeed(n.Path)
+		s.wake(n.StreamID)
+		return
+	}
+	s.kickAllFeeds()
+	s.notifyMu.Lock()
+	ids := make([]int64, 0, len(s.notify))
+	for id := range s.notify {
+		ids = append(ids, id)
+	}
+	s.notifyMu.Unlock()
+	for _, id := range ids {
+		s.wake(id)
+	}
+}
+
+// Driver returns the store's driver.
+func (s *Store) Driver() driver.Driver { return s.drv }
 
 // Path returns the file path the store was opened with.
 func (s *Store) Path() string { return s.path }
@@ -207,7 +231,8 @@ func (s *Store) Close() error {
 		s.bgWG.Wait()
 		close(s.writes)
 		s.writerWG.Wait()
-		s.closeErr = errors.Join(s.rdb.Close(), s.wdb.Close())
+		s.stopListen()
+		s.closeErr = errors.Join(s.drv.Close(), unlockStore(s.lock))
 	})
 	return s.closeErr
 }
@@ -216,17 +241,15 @@ func (s *Store) Close() error {
 var ErrStoreClosed = &foldstream.Error{Code: foldstream.CodeClosed, Message: "stream store is closed"}
 
 // readTx runs fn in a read-only transaction: a consistent snapshot of committed data.
-func (s *Store) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) readTx(ctx context.Context, fn func(q driver.Reader) error) error {
 	if s.closed.Load() {
 		return ErrStoreClosed
 	}
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return fmt.Errorf("begin read: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
-	return fn(tx)
+	return s.drv.Read(ctx, fn)
 }
+
+// classifyStorageError gives a storage failure the user can act on its catalogue code.
+func classifyStorageError(err error) error { return err }
 
 // changed returns a channel that is closed at the next commit touching the stream with this id.
 // Take the channel before checking the condition you wait for, then wait on it, to never miss a
@@ -253,65 +276,6 @@ func (s *Store) wake(streamID int64) {
 	if ok {
 		close(ch)
 	}
-}
-
-// schema is the store's tables. Offsets are integers: for event streams and JSON streams an
-// entry is one message and its offset is its 1-based position in the stream's offset sequence;
-// for byte streams an entry is one record and its offset is the byte position where it ends.
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS streams (
-		-- AUTOINCREMENT: a deleted stream's id is never handed to a later stream, so no cache keyed by
-		-- id can alias two streams
-		id INTEGER PRIMARY KEY AUTOINCREMENT,
-		path TEXT NOT NULL UNIQUE,
-		content_type TEXT NOT NULL,
-		-- 0 live, 1 soft-deleted (kept for its forks; the path stays reserved)
-		state INTEGER NOT NULL DEFAULT 0,
-		created_ms INTEGER NOT NULL,
-		ttl_seconds INTEGER,
-		expires_at_ms INTEGER,
-		last_access_ms INTEGER NOT NULL,
-		closed INTEGER NOT NULL DEFAULT 0,
-		closed_by_producer TEXT,
-		closed_by_epoch INTEGER,
-		closed_by_seq INTEGER,
-		-- forks: entries of forked_from with offset <= fork_offset are inherited
-		forked_from INTEGER REFERENCES streams(id),
-		fork_offset INTEGER NOT NULL DEFAULT 0,
-		fork_sub_offset INTEGER NOT NULL DEFAULT 0,
-		-- the durable mark: offset of the last committed entry (or the position a fork starts at)
-		tail INTEGER NOT NULL DEFAULT 0,
-		stream_seq TEXT,
-		incarnation INTEGER NOT NULL DEFAULT 0
-	)`,
-	`CREATE INDEX IF NOT EXISTS streams_forked_from ON streams(forked_from) WHERE forked_from IS NOT NULL`,
-	`CREATE TABLE IF NOT EXISTS entries (
-		stream_id INTEGER NOT NULL,
-		offset INTEGER NOT NULL,
-		-- offset (exclusive start) of the record (one protocol POST) this entry belongs to
-		record_start INTEGER NOT NULL,
-		created_ms INTEGER NOT NULL,
-		idempotency_key TEXT,
-		body BLOB NOT NULL,
-		PRIMARY KEY (stream_id, offset)
-	) WITHOUT ROWID`,
-	`CREATE UNIQUE INDEX IF NOT EXISTS entries_idempotency ON entries(stream_id, idempotency_key) WHERE idempotency_key IS NOT NULL`,
-	`CREATE TABLE IF NOT EXISTS producers (
-		stream_id INTEGER NOT NULL,
-		producer_id TEXT NOT NULL,
-		epoch INTEGER NOT NULL,
-		last_seq INTEGER NOT NULL,
-		updated_ms INTEGER NOT NULL,
-		PRIMARY KEY (stream_id, producer_id)
-	) WITHOUT ROWID`,
-	`CREATE TABLE IF NOT EXISTS claims (
-		path TEXT NOT NULL,
-		slug TEXT NOT NULL,
-		at_ms INTEGER NOT NULL,
-		failures INTEGER NOT NULL DEFAULT 0,
-		PRIMARY KEY (path, slug)
-	) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS claims_due ON claims(at_ms)`,
 }
 
 // normalizePathForErrors trims a path for messages.

@@ -2,11 +2,11 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // EventStream is the event view of one stream path: the [foldstream.Stream] an engine runs
@@ -56,37 +56,58 @@ func (e *EventStream) Claim(ctx context.Context, at time.Time) error {
 
 var _ foldstream.Stream = (*EventStream)(nil)
 
-// DB is a database handle over the store's file for tables that live beside the streams (such as
-// checkpoints): ExecContext goes through the store's single writer (so it never contends with
-// appends and shares their group commits), QueryRowContext reads from the read connections, which
-// see every write that returned. It satisfies the engine's DBTX interface.
-type DB struct{ s *Store }
+// Checkpoints is the checkpoint storage of the processors running on one stream: the driver's
+// reduce_checkpoints rows scoped by the stream's path, read from committed data and written through
+// the store's writer, so a checkpoint shares group commits with appends and is never ahead of
+// the events it covers.
+type Checkpoints struct {
+	s     *Store
+	scope string
+	fence *driver.Fence
+}
 
-// DB returns the store's database handle.
-func (s *Store) DB() *DB { return &DB{s: s} }
+var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
 
-// ExecContext runs one statement in its own savepoint of the writer's next group commit.
-func (d *DB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	var res sql.Result
-	err := d.s.write(ctx, func(tx *Tx) error {
+// Checkpoints returns the checkpoint storage of the processors running on the stream at path.
+func (s *Store) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
+	if s.closed.Load() {
+		return nil, ErrStoreClosed
+	}
+	return &Checkpoints{s: s, scope: path}, nil
+}
+
+// Fenced returns a copy whose writes succeed only while the lease key is still held at
+// generation (checked inside the write's transaction); a write after the lease moved on fails
+// with LEASE_LOST and writes nothing.
+func (c *Checkpoints) Fenced(key string, generation int64) *Checkpoints {
+	d := *c
+	d.fence = &driver.Fence{Key: key, Generation: generation}
+	return &d
+}
+
+// ReadCheckpoint reads slug's row; an empty or NULL state reads as nil.
+func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldstream.Checkpoint, bool, error) {
+	var cp foldstream.Checkpoint
+	var ok bool
+	err := c.s.readTx(ctx, func(q driver.Reader) error {
 		var err error
-		res, err = tx.Exec(query, args...)
+		cp, ok, err = q.Checkpoint(ctx, c.scope, slug)
 		return err
 	})
-	return res, err
+	return cp, ok, err
 }
 
-// QueryRowContext runs a one-row query on a read connection.
-func (d *DB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if d.s.closed.Load() {
-		return d.s.rdb.QueryRowContext(canceledCtx, query, args...)
+// WriteCheckpoint upserts slug's row: version and cursor always, the state only when
+// stateChanged. A state over [foldstream.MaxCheckpointChars] UTF-16 code units is refused before
+// anything is written.
+func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, stateChanged bool) error {
+	if stateChanged && cp.State != nil {
+		if n := foldstream.UTF16Len(string(cp.State)); n > foldstream.MaxCheckpointChars {
+			return foldstream.CheckpointTooLargeError(slug, n)
+		}
 	}
-	return d.s.rdb.QueryRowContext(ctx, query, args...)
-}
-
-// Checkpoints returns the checkpoint storage of the processors running on the stream at path: the
-// reduce_checkpoints table in the store's own file, scoped by the path, written through the store's
-// writer (see [Store.DB]).
-func (s *Store) Checkpoints(ctx context.Context, path string) (*foldstream.CheckpointTable, error) {
-	return foldstream.NewCheckpointTable(ctx, s.DB(), foldstream.CheckpointTableOptions{Scope: path})
+	return c.s.write(ctx, func(t *tx) error {
+		return t.db.WriteCheckpoint(t.ctx, driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
+			StateChanged: stateChanged, Fence: c.fence})
+	})
 }

@@ -102,12 +102,12 @@ func TestS03WaiterTimeoutEphemeralAndOrder(t *testing.T) {
 		done <- err
 	}()
 	clk.WaitArmed(t, testT.Add(5*time.Second))
-	sp := s.savepoints.Load()
+	sp := s.savepoints()
 	clk.Advance(5 * time.Second)
 	if err := <-done; !errors.Is(err, foldstream.ErrWaitTimeout) {
 		t.Fatalf("timeout: got %v, want WAIT_TIMEOUT", err)
 	}
-	if s.savepoints.Load() != sp || countRows(t, s, `SELECT count(*) FROM streams`) != 0 {
+	if s.savepoints() != sp || countRows(t, s, `SELECT count(*) FROM streams`) != 0 {
 		t.Fatal("a timed-out waiter wrote something")
 	}
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Wake records (spec §13.6), for streams used through the event view only.
@@ -39,21 +40,22 @@ func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Eve
 		reason = WakeRequest
 	}
 	var out []foldstream.Event
-	err := s.write(ctx, func(tx *Tx) (err error) {
-		row, err := s.eventStreamRow(tx, path)
+	err := s.write(ctx, func(t *tx) (err error) {
+		m, err := s.eventStream(t, path)
 		if err != nil {
 			return err
 		}
-		if tx.isWoken(row.ID) {
+		row := &m.Row
+		if t.isWoken(row.ID) {
 			out = nil
 			return nil
 		}
 		// Staged: a second wake later in the group sees it, and it holds only once committed.
-		tx.markWoken(row.ID)
+		t.markWoken(row.ID)
 		incarnation := row.Incarnation + 1
 		platform := &foldstream.Source{Platform: true}
 		var inputs []foldstream.EventInput
-		if row.Incarnation == 0 && row.Tail == 0 {
+		if row.Incarnation == 0 && m.Tail == 0 {
 			inputs = append(inputs, foldstream.EventInput{Type: CreatedType, Source: platform,
 				Payload: foldstream.JSON(map[string]any{"path": path})})
 		}
@@ -63,12 +65,13 @@ func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Eve
 		if err != nil {
 			return err
 		}
-		if out, err = s.appendToRow(tx, row, row.ID, path, prepared); err != nil {
+		if out, err = s.appendEvents(t, m, prepared); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(`UPDATE streams SET incarnation = ? WHERE id = ?`, incarnation, row.ID); err != nil {
+		if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {
 			return fmt.Errorf("wake %s: %w", quotePath(path), err)
 		}
+		row.Incarnation = incarnation
 		return nil
 	})
 	if err != nil {

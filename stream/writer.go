@@ -2,122 +2,87 @@ package stream
 
 import (
 	"context"
-	"database/sql"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The writer: the store's one concurrency rule for writes lives here.
+// The writer: the store's one concurrency rule for writes lives here (docs/store.md#one-writer).
 //
 // Every write is a function queued on s.writes. The writer goroutine takes the first queued
 // function, drains whatever else is already queued (up to Options.MaxGroup), and runs the group
-// in one transaction: each function inside its own SAVEPOINT, so a function that fails (a refused
-// batch, a conflict) rolls back alone and its neighbours still commit. One COMMIT — one fsync
-// with synchronous=FULL — acknowledges the whole group (group commit). After the commit the
-// writer applies the functions' staged in-memory changes, runs their AfterCommit hooks in queue
+// in one driver transaction: each function inside its own savepoint, so a function that fails (a
+// refused batch, a conflict) rolls back alone and its neighbours still commit. One commit — one
+// fsync with synchronous=FULL — acknowledges the whole group (group commit). After the commit the
+// writer applies the functions' staged in-memory changes, runs their after-commit hooks in queue
 // order (fan-out to subscribers, waking readers) and only then answers the callers, so a caller
 // that got its answer can read its own write.
 //
-// The writer goroutine is the only one that touches s.mem (offset assignment state), so offsets
-// of a stream are assigned without a per-stream lock and two appends to the same stream can share
-// one group commit.
+// The writer goroutine is the only one that touches writerState, so offsets of a stream are
+// assigned without a per-stream lock and two appends to the same stream can share one commit.
 
 type writeReq struct {
 	ctx  context.Context
-	fn   func(tx *Tx) error
+	fn   func(t *tx) error
 	done chan error
 }
 
-// streamMem is the writer-owned in-memory state of one stream.
+// writerState is the state only the writer may touch, reachable only through a *tx (inside the
+// writer's transaction). Changes are staged per write function and applied after the commit.
+type writerState struct {
+	// streams caches stream rows and offset state by path. On an exclusive driver an entry is
+	// authoritative (every change to a stream goes through this writer); on a shared database
+	// it is re-read under the stream's lock in every transaction (see tx.stream).
+	streams map[string]*streamMem
+	// woken holds the streams that got their wake record in this incarnation.
+	woken map[int64]bool
+	// collectAfter is where CollectExpired resumes.
+	collectAfter int64
+}
+
+// streamMem is the writer's view of one stream.
 type streamMem struct {
+	// Row is the stream row as of the last write (its Tail field is not maintained; use Tail).
+	Row driver.Stream
 	// HighestAssigned is the highest offset handed out in this incarnation, ephemerals included.
 	HighestAssigned int64
-	// Tail is the durable mark: the highest committed durable offset (or byte position).
+	// Tail is the durable mark: the end of the last committed record.
 	Tail int64
 }
 
-// Tx is the handle a write function gets. It is valid only during the function's call.
-type Tx struct {
+// tx is the handle a write function gets. It is valid only during the function's call.
+type tx struct {
 	s       *Store
 	g       *group
 	ctx     context.Context
 	now     time.Time
-	spName  string
 	spSet   bool
-	staged  map[int64]*streamMem
-	touched map[int64]bool
-	woken   map[int64]bool // wake marks staged by this function (see markWoken)
+	staged  map[string]*streamMem // nil value: the stream was deleted by this function
+	touched map[int64]string
+	woken   map[int64]bool
 	hooks   []func()
+	db      lazyTx
+	// eph holds, on a shared database, the ephemeral events this function appended per stream:
+	// they travel with the commit's notification to the other nodes.
+	eph map[int64][]foldstream.Event
 }
 
 type group struct {
-	conn   *sql.Conn
-	stmts  *stmtCache
-	began  bool
-	staged map[int64]*streamMem
-	woken  map[int64]bool // wake marks of the group's successful functions, applied after COMMIT
-	seq    int
-}
-
-// stmtCache keeps the writer connection's prepared statements: SQLite's parser is a large share of
-// a small write's cost, and the writer runs the same few statements over and over. Writer-owned.
-type stmtCache struct {
-	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
-}
-
-const maxCachedStmts = 512
-
-func (c *stmtCache) exec(query string, args ...any) (sql.Result, error) {
-	if st := c.get(query); st != nil {
-		return st.ExecContext(context.Background(), args...)
-	}
-	return c.conn.ExecContext(context.Background(), query, args...)
-}
-
-func (c *stmtCache) query(query string, args ...any) (*sql.Rows, error) {
-	if st := c.get(query); st != nil {
-		return st.QueryContext(context.Background(), args...)
-	}
-	return c.conn.QueryContext(context.Background(), query, args...)
-}
-
-func (c *stmtCache) queryRow(query string, args ...any) *sql.Row {
-	if st := c.get(query); st != nil {
-		return st.QueryRowContext(context.Background(), args...)
-	}
-	return c.conn.QueryRowContext(context.Background(), query, args...)
-}
-
-// get returns the prepared statement for query, or nil when it cannot be cached (the cache is
-// full, or preparing failed: the caller then runs the query directly and sees the error).
-func (c *stmtCache) get(query string) *sql.Stmt {
-	if st, ok := c.stmts[query]; ok {
-		return st
-	}
-	if len(c.stmts) >= maxCachedStmts {
-		return nil
-	}
-	st, err := c.conn.PrepareContext(context.Background(), query)
-	if err != nil {
-		return nil
-	}
-	c.stmts[query] = st
-	return st
-}
-
-func (c *stmtCache) close() {
-	for _, st := range c.stmts {
-		st.Close()
-	}
+	w      driver.Writer
+	dtx    driver.WriteTx
+	staged map[string]*streamMem
+	woken  map[int64]bool
 }
 
 // write queues fn on the writer and waits for its outcome. fn runs at most once; if ctx ends
 // before the writer reaches it, it does not run and ctx's error is returned. Once fn has run, write
 // waits for the commit even if ctx ends meanwhile, so the caller never mistakes a committed write
 // for a failed one.
-func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
+func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
@@ -143,11 +108,8 @@ func (s *Store) enqueue(ctx context.Context, r *writeReq) (err error) {
 	}
 }
 
-func (s *Store) runWriter(conn *sql.Conn) {
+func (s *Store) runWriter(w driver.Writer) {
 	defer s.writerWG.Done()
-	defer conn.Close()
-	stmts := &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}
-	defer stmts.close()
 	batch := make([]*writeReq, 0, s.opts.MaxGroup)
 	lastGroup := 0
 	for first := range s.writes {
@@ -176,16 +138,17 @@ func (s *Store) runWriter(conn *sql.Conn) {
 			}
 		}
 		lastGroup = len(batch)
-		s.runGroup(conn, stmts, batch)
+		s.runGroup(w, batch)
 	}
 }
 
-func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
+func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	ctx := context.Background()
-	g := &group{conn: conn, stmts: stmts, staged: make(map[int64]*streamMem)}
+	g := &group{w: w, staged: make(map[string]*streamMem)}
 	results := make([]error, len(reqs))
 	hooks := make([][]func(), len(reqs))
-	touched := make(map[int64]bool)
+	touched := make(map[int64]string)
+	var ephs map[int64][]foldstream.Event
 	now := s.clock.Now()
 	broken := error(nil)
 
@@ -195,23 +158,20 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 			continue
 		}
 		if err := r.ctx.Err(); err != nil {
-			results[i] = err
+			results[i] = err // the caller went away before its turn: do no work for it
 			continue
 		}
-		g.seq++
-		// One savepoint name serves every function: each savepoint is released (after a rollback
-		// to it when the function failed) before the next function starts, and a constant name
-		// keeps the savepoint statements prepared.
-		tx := &Tx{s: s, g: g, ctx: r.ctx, now: now, spName: "w",
-			staged: make(map[int64]*streamMem), touched: make(map[int64]bool)}
-		err := tx.run(r.fn)
-		if tx.spSet {
+		t := &tx{s: s, g: g, ctx: r.ctx, now: now,
+			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
+		t.db.t = t
+		err := t.run(r.fn)
+		if t.spSet {
 			if err != nil {
-				if _, rbErr := stmts.exec("ROLLBACK TO " + tx.spName); rbErr != nil {
+				if rbErr := g.dtx.RollbackToSavepoint(ctx); rbErr != nil {
 					broken = fmt.Errorf("stream store: roll back a refused write: %w", rbErr)
 				}
 			}
-			if _, relErr := stmts.exec("RELEASE " + tx.spName); relErr != nil && broken == nil {
+			if relErr := g.dtx.ReleaseSavepoint(ctx); relErr != nil && broken == nil {
 				broken = fmt.Errorf("stream store: release savepoint: %w", relErr)
 			}
 		}
@@ -219,32 +179,50 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 			results[i] = err
 			continue
 		}
-		for id, m := range tx.staged {
-			g.staged[id] = m
+		for p, m := range t.staged {
+			g.staged[p] = m
 		}
-		for id := range tx.touched {
-			touched[id] = true
+		for id, p := range t.touched {
+			touched[id] = p
 		}
-		for id := range tx.woken {
+		for id, evs := range t.eph {
+			if ephs == nil {
+				ephs = make(map[int64][]foldstream.Event)
+			}
+			ephs[id] = append(ephs[id], evs...)
+		}
+		for id := range t.woken {
 			if g.woken == nil {
 				g.woken = make(map[int64]bool)
 			}
 			g.woken[id] = true
 		}
-		hooks[i] = tx.hooks
+		hooks[i] = t.hooks
 	}
 
-	if g.began {
+	if g.dtx != nil {
 		var commitErr error
+		if broken == nil {
+			for id, p := range touched {
+				n := driver.Notification{StreamID: id, Path: p}
+				if evs := ephs[id]; len(evs) > 0 {
+					n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
+				}
+				if err := g.dtx.Notify(ctx, n); err != nil {
+					broken = fmt.Errorf("stream store: notify: %w", err)
+					break
+				}
+			}
+		}
 		if broken != nil {
 			commitErr = broken
-		} else if _, err := stmts.exec("COMMIT"); err != nil {
-			commitErr = fmt.Errorf("stream store: commit: %w", err)
+		} else if err := g.dtx.Commit(ctx); err != nil {
+			commitErr = fmt.Errorf("stream store: commit: %w", classifyStorageError(err))
 		} else {
 			s.commits.Add(1)
 		}
 		if commitErr != nil {
-			_, _ = conn.ExecContext(ctx, "ROLLBACK")
+			_ = g.dtx.Rollback(ctx)
 			for i := range reqs {
 				if results[i] == nil {
 					results[i] = commitErr
@@ -257,16 +235,17 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 		}
 	}
 
-	for id, m := range g.staged {
+	ws := &s.ws
+	for p, m := range g.staged {
 		if m == nil {
-			delete(s.mem, id)
+			delete(ws.streams, p)
 			continue
 		}
-		s.mem[id] = m
+		ws.streams[p] = m
 	}
 	// Before the hooks: a delete later in the group forgets the mark in its own hook.
 	for id := range g.woken {
-		s.ev.woken[id] = true
+		ws.woken[id] = true
 	}
 	for i := range reqs {
 		for _, h := range hooks[i] {
@@ -281,7 +260,7 @@ func (s *Store) runGroup(conn *sql.Conn, stmts *stmtCache, reqs []*writeReq) {
 	}
 }
 
-func (t *Tx) run(fn func(tx *Tx) error) (err error) {
+func (t *tx) run(fn func(t *tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("stream store: write panicked: %v", p)
@@ -290,117 +269,109 @@ func (t *Tx) run(fn func(tx *Tx) error) (err error) {
 	return fn(t)
 }
 
-// begin makes sure the group's transaction and this function's savepoint exist.
-func (t *Tx) begin() error {
-	if !t.g.began {
-		if _, err := t.g.stmts.exec("BEGIN IMMEDIATE"); err != nil {
-			return fmt.Errorf("stream store: begin: %w", err)
+// begin makes sure the group's transaction and this function's savepoint exist. Nothing runs in
+// the database until a write function first needs it, so a write that needs no SQL (an
+// ephemeral-only batch) costs no transaction.
+func (t *tx) begin() (driver.WriteTx, error) {
+	ctx := context.Background()
+	if t.g.dtx == nil {
+		dtx, err := t.g.w.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream store: begin: %w", classifyStorageError(err))
 		}
-		t.g.began = true
+		t.g.dtx = dtx
 	}
 	if !t.spSet {
-		if _, err := t.g.stmts.exec("SAVEPOINT " + t.spName); err != nil {
-			return fmt.Errorf("stream store: savepoint: %w", err)
+		if err := t.g.dtx.Savepoint(ctx); err != nil {
+			return nil, fmt.Errorf("stream store: savepoint: %w", err)
 		}
 		t.spSet = true
-		t.s.savepoints.Add(1)
 	}
-	return nil
+	return t.g.dtx, nil
 }
-
-// Exec runs a statement inside the group transaction.
-func (t *Tx) Exec(query string, args ...any) (sql.Result, error) {
-	if err := t.begin(); err != nil {
-		return nil, err
-	}
-	return t.g.stmts.exec(query, args...)
-}
-
-// Query runs a query inside the group transaction.
-func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
-	if err := t.begin(); err != nil {
-		return nil, err
-	}
-	return t.g.stmts.query(query, args...)
-}
-
-// QueryRow runs a one-row query inside the group transaction. A failure to begin is reported by
-// the returned row's Scan.
-func (t *Tx) QueryRow(query string, args ...any) *sql.Row {
-	if err := t.begin(); err != nil {
-		// Route the error through a query that fails the same way on Scan.
-		return t.g.conn.QueryRowContext(canceledCtx, "SELECT 1")
-	}
-	return t.g.stmts.queryRow(query, args...)
-}
-
-var canceledCtx = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
-
-// Context returns the caller's context (for values; the write itself is not cancelled midway).
-func (t *Tx) Context() context.Context { return t.ctx }
 
 // Now is the group's commit time.
-func (t *Tx) Now() time.Time { return t.now }
+func (t *tx) Now() time.Time { return t.now }
 
-// AfterCommit registers f to run on the writer goroutine after the group commits, before the
+// afterCommit registers f to run on the writer goroutine after the group commits, before the
 // caller is answered. Hooks must not block and must not call write.
-func (t *Tx) AfterCommit(f func()) { t.hooks = append(t.hooks, f) }
+func (t *tx) afterCommit(f func()) { t.hooks = append(t.hooks, f) }
 
-// Touch marks the stream as changed, so readers waiting on it wake after the commit.
-func (t *Tx) Touch(streamID int64) { t.touched[streamID] = true }
+// touch marks the stream as changed, so readers waiting on it wake after the commit (and other
+// processes sharing the database are notified).
+func (t *tx) touch(id int64, path string) { t.touched[id] = path }
 
-// Mem returns a staged copy of the stream's in-memory state, loading it with load when the writer
-// has none yet. Changes to the copy take effect only if this function and the group commit. It
-// also marks the stream touched.
-func (t *Tx) Mem(streamID int64, load func() (streamMem, error)) (*streamMem, error) {
-	t.touched[streamID] = true
-	if m, ok := t.staged[streamID]; ok {
+// stream returns a staged copy of the writer's state of the stream at path, loading it from the
+// database when the writer has none (or when the database is shared: then under the stream's
+// lock, so the tail is current). Changes to the copy take effect only if this function and the
+// group commit. It returns errNoStream when there is no row.
+func (t *tx) stream(path string) (*streamMem, error) {
+	if m, ok := t.staged[path]; ok {
 		if m != nil {
 			return m, nil
 		}
-		// Forgotten earlier in this function: load afresh, never from s.mem.
-	} else if m, ok := t.g.staged[streamID]; ok {
-		// A nil entry means "forgotten earlier in this group": load afresh.
+	} else if m, ok := t.g.staged[path]; ok {
 		if m != nil {
 			c := *m
-			t.staged[streamID] = &c
+			t.staged[path] = &c
 			return &c, nil
 		}
-	} else if m, ok := t.s.mem[streamID]; ok {
+	} else if m, ok := t.s.ws.streams[path]; ok && t.s.exclusive {
 		c := *m
-		t.staged[streamID] = &c
+		t.staged[path] = &c
 		return &c, nil
 	}
-	loaded, err := load()
+	row, err := t.db.StreamByPath(t.ctx, path)
 	if err != nil {
+		if err == driver.ErrNoStream {
+			return nil, errNoStream
+		}
 		return nil, err
 	}
-	t.staged[streamID] = &loaded
-	return &loaded, nil
+	m := &streamMem{Row: row, HighestAssigned: row.Tail, Tail: row.Tail}
+	if !t.s.exclusive {
+		if err := t.db.LockStream(t.ctx, row.ID); err != nil {
+			return nil, err
+		}
+		if row, err = t.db.StreamByID(t.ctx, row.ID); err != nil {
+			if err == driver.ErrNoStream {
+				return nil, errNoStream
+			}
+			return nil, err
+		}
+		m = &streamMem{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
+		if old, ok := t.s.ws.streams[path]; ok && old.Row.ID == row.ID {
+			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
+		}
+	}
+	t.staged[path] = m
+	return m, nil
+}
+
+// stage records a stream created by this function.
+func (t *tx) stage(m *streamMem) {
+	t.staged[m.Row.Path] = m
+	t.touch(m.Row.ID, m.Row.Path)
+}
+
+// forget drops the stream at path from the writer's state after the commit (it was deleted).
+func (t *tx) forget(path string, id int64) {
+	t.staged[path] = nil
+	t.touch(id, path)
 }
 
 // isWoken reports whether the stream got its wake record in this incarnation: committed, or
 // staged earlier in this function or by a successful function earlier in the group.
-func (t *Tx) isWoken(streamID int64) bool {
-	return t.woken[streamID] || t.g.woken[streamID] || t.s.ev.woken[streamID]
+func (t *tx) isWoken(id int64) bool {
+	return t.woken[id] || t.g.woken[id] || t.s.ws.woken[id]
 }
 
-// markWoken stages the stream's wake mark. Like Mem, it takes effect only if this function and
-// the group commit: a mark that outlived a rolled-back wake record would suppress the record for
-// the rest of the incarnation (and alias the next stream handed the rolled-back id).
-func (t *Tx) markWoken(streamID int64) {
+// markWoken stages the stream's wake mark. It takes effect only if this function and the group
+// commit: a mark that outlived a rolled-back wake record would suppress the record for the rest
+// of the incarnation.
+func (t *tx) markWoken(id int64) {
 	if t.woken == nil {
 		t.woken = make(map[int64]bool)
 	}
-	t.woken[streamID] = true
-}
-
-// ForgetMem drops the stream's in-memory state after the commit (the stream was deleted).
-func (t *Tx) ForgetMem(streamID int64) {
-	t.touched[streamID] = true
-	t.staged[streamID] = nil
+	t.woken[id] = true
 }

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -27,7 +26,7 @@ func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.write(ctx, func(tx *Tx) error {
+			errs[i] = s.write(ctx, func(tx *tx) error {
 				if _, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, 'x', 0, 0)`,
 					fmt.Sprintf("/p%d", i)); err != nil {
 					return err
@@ -54,7 +53,7 @@ func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 		}
 	}
 	var n int
-	if err := s.readTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`SELECT count(*) FROM streams`).Scan(&n) }); err != nil {
+	if err := s.rawQueryRow(`SELECT count(*) FROM streams`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != want {
@@ -70,11 +69,11 @@ func TestWriterPanicIsContained(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	err = s.write(context.Background(), func(tx *Tx) error { panic("boom") })
+	err = s.write(context.Background(), func(tx *tx) error { panic("boom") })
 	if err == nil {
 		t.Fatal("got nil error from a panicking write")
 	}
-	if err := s.write(context.Background(), func(tx *Tx) error { _, err := tx.Exec(`SELECT 1`); return err }); err != nil {
+	if err := s.write(context.Background(), func(tx *tx) error { _, err := tx.Exec(`SELECT 1`); return err }); err != nil {
 		t.Fatalf("write after panic: %v", err)
 	}
 }
@@ -88,7 +87,7 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.write(context.Background(), func(tx *Tx) error { return nil }); !errors.Is(err, ErrStoreClosed) {
+	if err := s.write(context.Background(), func(tx *tx) error { return nil }); !errors.Is(err, ErrStoreClosed) {
 		t.Fatalf("got %v, want ErrStoreClosed", err)
 	}
 }

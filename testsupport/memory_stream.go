@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +16,8 @@ const EpochCreatedAt = "1970-01-01T00:00:00.000Z"
 // MemoryStream is an in-memory [foldstream.Stream] (spec §15 memoryStream). Create it with
 // [NewMemoryStream]; it is safe for concurrent use.
 //
-// Append checks types, idempotency (spec §13.4: a hit with the same body is echoed and consumes no
+// Append checks every input with [foldstream.PrepareEventInput], as the durable store does (same
+// refusals, same codes; payload and metadata are stored compacted), then idempotency (spec §13.4: a hit with the same body is echoed and consumes no
 // offset; a conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
 // (§13.5); fresh events get consecutive offsets, createdAt [EpochCreatedAt] and the stream's path;
 // durables go to the log. If any offset was assigned, the fresh events are pushed fire-and-forget to
@@ -71,10 +71,14 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	if len(inputs) == 0 {
 		return nil, nil
 	}
-	for _, in := range inputs {
-		if strings.TrimSpace(in.Type) == "" {
-			return nil, foldstream.EmptyTypeError()
+	inputs = slices.Clone(inputs)
+	for i := range inputs {
+		// The store's own check, so the stand-in refuses exactly what production refuses.
+		in, _, err := foldstream.PrepareEventInput(i, inputs[i])
+		if err != nil {
+			return nil, err
 		}
+		inputs[i] = in
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

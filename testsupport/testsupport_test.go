@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -175,5 +178,61 @@ func TestFakeClockWaitArmedAndImmediateTimers(t *testing.T) {
 	case <-fired:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a zero-delay timer did not fire without Advance")
+	}
+}
+
+// A retry under a used key must carry the same body, compared number by exact value: a nearby
+// integer beyond 2^53 is a different event, refused as a conflict, never silently deduplicated.
+func TestIdempotentRetryWithADifferentLargeIntegerConflicts(t *testing.T) {
+	t.Parallel()
+	mem := testsupport.NewMemoryStream()
+	ctx := context.Background()
+	if _, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740992}`)})
+	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		t.Fatalf("got %v, want IDEMPOTENCY_CONFLICT", err)
+	}
+	echo, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993.0}`)})
+	if err != nil || echo[0].Offset != 1 {
+		t.Fatalf("same value written differently: got %v, %v; want the echo of offset 1", echo, err)
+	}
+}
+
+// The in-memory stream refuses exactly what the durable store refuses, with the same codes, so a
+// processor's unit tests catch what production would refuse.
+func TestMemoryStreamRefusesWhatTheStoreRefuses(t *testing.T) {
+	t.Parallel()
+	store, err := stream.Open(filepath.Join(t.TempDir(), "s.db"), stream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	big := json.RawMessage(`{"s":"` + strings.Repeat("x", foldstream.MaxEventBytes) + `"}`)
+	for _, c := range []struct {
+		name string
+		in   foldstream.EventInput
+		want *foldstream.Error
+	}{
+		{"empty type", foldstream.EventInput{Type: " "}, foldstream.ErrInvalidEvent},
+		{"payload not JSON", foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"a":`)}, foldstream.ErrInvalidEvent},
+		{"metadata not JSON", foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`nope`)}, foldstream.ErrInvalidEvent},
+		{"type not UTF-8", foldstream.EventInput{Type: "t\xff"}, foldstream.ErrInvalidEvent},
+		{"key not UTF-8", foldstream.EventInput{Type: "t", IdempotencyKey: "k\xff"}, foldstream.ErrInvalidEvent},
+		{"too large", foldstream.EventInput{Type: "t", Payload: big}, foldstream.ErrEventTooLarge},
+	} {
+		mem := testsupport.NewMemoryStream()
+		_, memErr := mem.Append(context.Background(), foldstream.EventInput{Type: "ok"}, c.in)
+		_, storeErr := store.Append(context.Background(), "/"+strings.ReplaceAll(c.name, " ", "-"), foldstream.EventInput{Type: "ok"}, c.in)
+		if !errors.Is(storeErr, c.want) {
+			t.Fatalf("%s: the store says %v, want %s", c.name, storeErr, c.want.Code)
+		}
+		if !errors.Is(memErr, c.want) || memErr.Error() != storeErr.Error() {
+			t.Errorf("%s: memory stream says %v, store says %v", c.name, memErr, storeErr)
+		}
+		if got := mem.Head(); got != 0 {
+			t.Errorf("%s: memory stream assigned offsets through %d after a refusal", c.name, got)
+		}
 	}
 }

@@ -1,9 +1,10 @@
 // Command producer measures foldstream's Go IdempotentProducer and the TypeScript client's
-// IdempotentProducer (@durable-streams/client, pinned in package.json here) against the same server
+// IdempotentProducer (@durable-streams/client, pinned in internal/refserver/package.json, whose
+// ts-producer.mjs it runs) against the same server
 // in the same run, with the same message size and both clients' default options, and prints
 // messages/s, MB/s and the Go/TypeScript ratio.
 //
-//	cd bench/producer && npm ci && cd ../.. && go run ./bench/producer -n 200000
+//	go run ./bench/producer -n 200000   # runs npm ci in internal/refserver when needed
 //
 // -server reference (the default) starts the upstream reference Node server on 127.0.0.1;
 // -server foldstream serves a SQLite file in this process; anything else is a base URL.
@@ -171,8 +172,8 @@ func runTS(ctx context.Context, server string, n, size, r int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Dir(file)
+	refserver.Install()
+	dir := refserver.Dir()
 	cmd := exec.CommandContext(ctx, "node", "ts-producer.mjs", s.URL(), fmt.Sprint(n), fmt.Sprint(size))
 	cmd.Dir = dir
 	var out bytes.Buffer

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -20,10 +20,13 @@ func init() {
 	commands["serve"] = command{summary: "run the Durable Streams HTTP server over a SQLite store", run: runServe}
 }
 
+// tokensEnv is the environment variable serve reads bearer tokens from (the same format as
+// --tokens-file).
+const tokensEnv = "FOLDSTREAM_TOKENS"
+
 // runServe runs the server until ctx ends, then shuts down gracefully.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", stderr)
 	addr := fs.String("addr", "127.0.0.1:4437", "address to listen on")
 	db := fs.String("db", "foldstream.db", "SQLite file of the stream store (created if missing)")
 	longPoll := fs.Duration("long-poll-timeout", server.DefaultLongPollTimeout, "how long a long-poll waits for data; also the SSE keep-alive interval")
@@ -33,10 +36,27 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sync := fs.String("sync", "FULL", "SQLite synchronous mode: FULL (durable against power loss) or NORMAL (against process crashes only)")
 	collect := fs.Duration("collect-every", time.Minute, "how often expired and deleted streams are reclaimed from the file (0 disables)")
 	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
+	tokensFile := fs.String("tokens-file", "", "file of bearer tokens, one \"<name> <read|read-write> <token>\" per line; requests must then authenticate (also read from $"+tokensEnv+")")
+	allowUnauth := fs.Bool("allow-unauthenticated-public", false, "serve a non-loopback address without tokens: anyone who can reach it may read, write and delete")
+	origins := fs.String("allowed-origins", "", "comma-separated browser origins whose pages may write (https://app.example.com, or *); any origin may read")
+	restrictReads := fs.Bool("restrict-read-origins", false, "let only --allowed-origins (and the server's own origin) read from browsers too")
+	hosts := fs.String("allowed-hosts", "", "comma-separated host names served (streams.example.com, *.example.com, or *); default: only loopback names on a loopback address")
+	publicURL := fs.String("public-url", "", "public base URL (https://streams.example.com) used in Location headers and as the server's own origin")
+	writeTimeout := fs.Duration("write-timeout", server.DefaultWriteTimeout, "each write of a long-poll or SSE answer must finish within this; slower readers are cut")
+	bodyTimeout := fs.Duration("body-read-timeout", server.DefaultBodyReadTimeout, "a request body must arrive within this (408 after)")
+	maxLive := fs.Int("max-live-readers", server.DefaultMaxLiveReaders, "concurrent long-poll and SSE readers (503 beyond)")
+	maxInFlight := fs.Int64("max-body-bytes-in-flight", server.DefaultMaxBodyBytesInFlight, "request-body bytes held by all requests at once (503 beyond)")
+	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "open connections (503 beyond)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a SQLite store until interrupted.\n"+
+			"Bearer tokens come from --tokens-file or $"+tokensEnv+", never from a flag value (it would show in ps).")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
+		fs.Usage()
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var lvl slog.Level
@@ -45,26 +65,55 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
+	tokens, err := loadTokens(*tokensFile)
+	if err != nil {
+		return err
+	}
+	cfg := server.Config{
+		Prefix:               *prefix,
+		LongPollTimeout:      *longPoll,
+		SSEMaxDuration:       *sseMax,
+		MaxBodyBytes:         *maxBody,
+		Logger:               log,
+		AllowedOrigins:       splitList(*origins),
+		RestrictReadOrigins:  *restrictReads,
+		AllowedHosts:         splitList(*hosts),
+		PublicBaseURL:        *publicURL,
+		WriteTimeout:         *writeTimeout,
+		BodyReadTimeout:      *bodyTimeout,
+		MaxLiveReaders:       *maxLive,
+		MaxBodyBytesInFlight: *maxInFlight,
+		MaxConnections:       *maxConns,
+	}
+	if tokens != nil {
+		cfg.Authorize = tokens.Authorize
+	}
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	if tokens == nil && !*allowUnauth && !loopbackAddr(*addr) {
+		return fmt.Errorf("refusing to serve %s without authentication: anyone who can reach it could read, write and delete every stream. "+
+			"Give tokens (--tokens-file or $%s), listen on 127.0.0.1, or pass --allow-unauthenticated-public if a proxy in front authenticates", *addr, tokensEnv)
+	}
+
 	st, err := stream.Open(*db, stream.Options{Synchronous: stream.Synchronous(strings.ToUpper(*sync)), Logger: log})
 	if err != nil {
 		return err
 	}
-	h := server.New(st, server.Config{
-		Prefix:          *prefix,
-		LongPollTimeout: *longPoll,
-		SSEMaxDuration:  *sseMax,
-		MaxBodyBytes:    *maxBody,
-		Logger:          log,
-	})
+	h := server.New(st, cfg)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		st.Close()
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	srv.RegisterOnShutdown(h.Shutdown) // end long-polls and SSE connections promptly
-	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", *db, "long_poll_timeout", *longPoll)
+	srv := h.HTTPServer() // header and idle timeouts; Shutdown ends long-polls and SSE promptly
+	auth := "none"
+	if tokens != nil {
+		auth = fmt.Sprintf("%d bearer tokens", tokens.Len())
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", *db, "long_poll_timeout", *longPoll, "auth", auth)
 	fmt.Fprintf(stdout, "foldstream: serving http://%s%s\n", ln.Addr(), *prefix)
+	ln = h.LimitListener(ln)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -118,4 +167,52 @@ func collectLoop(ctx context.Context, st *stream.Store, every time.Duration, log
 			}
 		}
 	}
+}
+
+// loadTokens reads bearer tokens from file (when given) and from $FOLDSTREAM_TOKENS (when set);
+// nil when neither gives any.
+func loadTokens(file string) (*server.BearerTokens, error) {
+	var text string
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--tokens-file: %w", err)
+		}
+		text = string(b)
+	}
+	if env := os.Getenv(tokensEnv); env != "" {
+		text += "\n" + env
+	}
+	if file == "" && strings.TrimSpace(text) == "" {
+		return nil, nil
+	}
+	t, err := server.ParseBearerTokens(text)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// loopbackAddr reports whether a listen address only accepts connections from this machine.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -1,6 +1,10 @@
-// Package refserver starts the upstream reference Durable Streams server (Node,
-// @durable-streams/server pinned in client/testdata/refserver) on 127.0.0.1 for integration tests
-// and benchmarks.
+// Package refserver starts the upstream reference Durable Streams server on 127.0.0.1 for
+// integration tests and benchmarks.
+//
+// This directory is also the repository's one Node project for test tooling: package.json pins
+// the reference server (@durable-streams/server) and the TypeScript client
+// (@durable-streams/client); server.mjs starts the server, ts-producer.mjs measures the
+// TypeScript producer (bench/producer). Nothing here is part of foldstream's API.
 package refserver
 
 import (
@@ -22,10 +26,27 @@ var ErrNoNode = errors.New("node is not installed; the reference server cannot r
 
 var installOnce sync.Once
 
-// Dir returns the directory holding the server script and its package.json.
+// Dir returns the directory of the Node project: server.mjs, package.json and node_modules.
 func Dir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "client", "testdata", "refserver")
+	return filepath.Dir(file)
+}
+
+// Install runs `npm ci` in Dir once per process when node_modules is missing, so a fresh clone's
+// `go test ./...` needs nothing but node and npm. A failure is reported on stderr; starting the
+// server then fails with node's own message.
+func Install() {
+	installOnce.Do(func() {
+		dir := Dir()
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@durable-streams", "client")); err == nil {
+			return
+		}
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "npm ci in %s: %v\n%s", dir, err, out)
+		}
+	})
 }
 
 // Start runs the reference server for the test's lifetime and returns its base URL
@@ -55,17 +76,8 @@ func StartProcess() (baseURL string, stop func(), err error) {
 		return "", nil, ErrNoNode
 	}
 	dir := Dir()
-	installOnce.Do(func() {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@durable-streams", "server")); err == nil {
-			return
-		}
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "npm ci in %s: %v\n%s", dir, err, out)
-		}
-	})
-	cmd := exec.Command(node, "server.mjs")
+	Install()
+	cmd := exec.Command(node, "server.mjs", "--exit-with-stdin")
 	cmd.Dir = dir
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

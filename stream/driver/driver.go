@@ -108,6 +108,9 @@ type Reader interface {
 	StreamByID(ctx context.Context, id int64) (Stream, error)
 	// ChildStreams returns the streams forked from id.
 	ChildStreams(ctx context.Context, id int64) ([]Stream, error)
+	// ListStreams returns live streams (State 0) whose path is in the range q names, in byte-wise
+	// path order, at most q.Limit of them.
+	ListStreams(ctx context.Context, q ListQuery) ([]Stream, error)
 	// CountStreams counts stream rows (any state).
 	CountStreams(ctx context.Context) (int, error)
 	// CollectCandidates returns up to limit streams with id > afterID, in id order, that are
@@ -199,6 +202,15 @@ type Stream struct {
 	// StreamUpdate.Highest (shared databases: ephemeral offsets come from one sequence on every
 	// node). Exclusive drivers may leave it 0: their store keeps it in memory.
 	Highest int64
+}
+
+// ListQuery is a range of stream paths: those after From (or equal to it when Inclusive) and,
+// when Below is not empty, before Below.
+type ListQuery struct {
+	From      string
+	Inclusive bool
+	Below     string
+	Limit     int
 }
 
 // StreamUpdate names the stream fields an UpdateStream changes; nil fields stay.

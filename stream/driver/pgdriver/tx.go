@@ -105,6 +105,21 @@ func (t *readTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, e
 	return t.streams(ctx, "load forks", `SELECT `+streamCols+` FROM streams s WHERE s.forked_from = $1 ORDER BY s.id`, id)
 }
 
+func (t *readTx) ListStreams(ctx context.Context, lq driver.ListQuery) ([]driver.Stream, error) {
+	q := `SELECT ` + streamCols + ` FROM streams s WHERE s.state = 0 AND s.path > $1`
+	if lq.Inclusive {
+		q = `SELECT ` + streamCols + ` FROM streams s WHERE s.state = 0 AND s.path >= $1`
+	}
+	args := []any{lq.From}
+	if lq.Below != "" {
+		q += ` AND s.path < $2`
+		args = append(args, lq.Below)
+	}
+	args = append(args, lq.Limit)
+	q += fmt.Sprintf(` ORDER BY s.path LIMIT $%d`, len(args))
+	return t.streams(ctx, "list streams", q, args...)
+}
+
 func (t *readTx) CountStreams(ctx context.Context) (int, error) {
 	var n int
 	if err := t.tx.QueryRow(ctx, `SELECT count(*) FROM streams`).Scan(&n); err != nil {

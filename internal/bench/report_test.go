@@ -1,0 +1,36 @@
+package bench_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/foldstream/foldstream/internal/bench"
+)
+
+func TestWriteMarkdownQuotesMediansAndRatios(t *testing.T) {
+	t.Parallel()
+	sc := bench.Scenario{Name: "append", Detail: "d", Metrics: []bench.Metric{{Name: "messages/s", HigherBetter: true}}}
+	res := bench.Result{
+		Scenario: sc,
+		Samples: map[string][]bench.Sample{
+			"foldstream": {{"messages/s": 9000}, {"messages/s": 12000}, {"messages/s": 10000}},
+			"reference":  {{"messages/s": 1000}, {"messages/s": 3000}, {"messages/s": 2000}},
+		},
+		Errors: map[string][]string{"reference": {"round 4: boom"}},
+	}
+	var b strings.Builder
+	if err := bench.WriteMarkdown(&b, bench.Environment{Rounds: 3}, []string{"foldstream", "reference"}, []bench.Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| append | messages/s (higher is better) | 10,000 | 2,000 | 5.00× |",
+		"| append | server CPU µs/msg (lower is better) | — | — | — |",
+		"| append | messages/s | foldstream | 9,000, 12,000, 10,000 |",
+		"- append, reference: round 4: boom",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+}

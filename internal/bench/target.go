@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Target names, as printed in the report.
+const (
+	TargetFoldstream = "foldstream"
+	TargetReference  = "reference"
+)
+
+// readyTimeout bounds how long a server may take to accept its first request.
+const readyTimeout = 30 * time.Second
+
+// stopTimeout bounds how long a server may take to exit after SIGTERM before it is killed.
+const stopTimeout = 10 * time.Second
+
+// Target is one server under test, running as a child process on 127.0.0.1.
+type Target struct {
+	Name string
+	Base string // http://127.0.0.1:PORT
+	Log  string // file holding the server's stdout and stderr
+
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// FoldstreamConfig says how to start foldstream.
+type FoldstreamConfig struct {
+	Bin             string        // the built cmd/foldstream (or a wrapper taking the same flags)
+	ExtraArgs       []string      // appended after the serve flags, e.g. a profiling wrapper's flags
+	Dir             string        // work directory; the db file goes here
+	LongPollTimeout time.Duration // --long-poll-timeout
+}
+
+// StartFoldstream starts `foldstream serve` on a free loopback port with a fresh db file and the
+// default durable settings (synchronous=FULL).
+func StartFoldstream(ctx context.Context, c FoldstreamConfig) (*Target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	args := []string{"serve",
+		"--addr", addr,
+		"--db", filepath.Join(c.Dir, "foldstream.db"),
+		"--long-poll-timeout", c.LongPollTimeout.String(),
+	}
+	args = append(args, c.ExtraArgs...)
+	cmd := exec.Command(c.Bin, args...)
+	return start(ctx, TargetFoldstream, cmd, "http://"+addr, c.Dir)
+}
+
+// ReferenceConfig says how to start the reference server.
+type ReferenceConfig struct {
+	Node            string // node executable; defaults to "node"
+	Dir             string // internal/refserver, holding server.mjs and node_modules
+	DataDir         string // the file-backed store's directory
+	LongPollTimeout time.Duration
+}
+
+// StartReference starts the reference Node server with its file-backed store on a free loopback
+// port.
+func StartReference(ctx context.Context, c ReferenceConfig) (*Target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	node := c.Node
+	if node == "" {
+		node = "node"
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("reference data dir: %w", err)
+	}
+	dir, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(node, filepath.Join(dir, "server.mjs"),
+		"--port", strconv.Itoa(port),
+		"--data-dir", c.DataDir,
+		"--long-poll-timeout-ms", strconv.FormatInt(c.LongPollTimeout.Milliseconds(), 10),
+	)
+	cmd.Dir = dir
+	return start(ctx, TargetReference, cmd, "http://127.0.0.1:"+strconv.Itoa(port), c.DataDir)
+}
+
+func start(ctx context.Context, name string, cmd *exec.Cmd, base, logDir string) (*Target, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	t := &Target{Name: name, Base: base, Log: logPath, cmd: cmd, done: make(chan error, 1)}
+	go func() {
+		t.done <- cmd.Wait()
+		logFile.Close()
+	}()
+	if err := t.waitReady(ctx); err != nil {
+		_ = t.Stop()
+		return nil, fmt.Errorf("start %s: %w; its log ends:\n%s", name, err, logTail(logPath))
+	}
+	return t, nil
+}
+
+// waitReady polls the server until it answers any HTTP request, the process exits, or
+// readyTimeout passes.
+func (t *Target) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodHead, t.Base+"/v1/stream/dsbench-ready-probe", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case err := <-t.done:
+			t.done <- err
+			return fmt.Errorf("server exited before it was ready: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("server not ready: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop sends SIGTERM, waits up to stopTimeout, then kills the process.
+func (t *Target) Stop() error {
+	if t.cmd.Process == nil {
+		return nil
+	}
+	_ = t.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-t.done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil // a signal-caused exit status is the expected outcome
+		}
+		return err
+	case <-time.After(stopTimeout):
+		_ = t.cmd.Process.Kill()
+		<-t.done
+		return fmt.Errorf("stop %s: killed after %s", t.Name, stopTimeout)
+	}
+}
+
+// Pid is the server's process id.
+func (t *Target) Pid() int { return t.cmd.Process.Pid }
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// logTail returns the last lines of a server's log, for error messages.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of CPU times in /proc/PID/stat. It is 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
+// CPUTime is the CPU time (user + system) the server process has used so far, read from
+// /proc/PID/stat (Linux only). The reference server is one node process and foldstream one Go
+// process, so this is each server's whole cost.
+func (t *Target) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", t.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU returns utime+stime from the text of /proc/PID/stat. The command name (field 2)
+// may hold spaces and parentheses, so fields are counted after its last ')'.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc stat: no command name")
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("proc stat: %d fields after the command name", len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("proc stat: bad utime/stime %q %q", f[11], f[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// MachineLoad describes how busy the machine is: the 1-minute load average and, where the kernel
+// reports pressure stall information, the share of the last 60 s in which some task waited for
+// a CPU. The harness prints it before and after a run, because other work on a shared machine
+// moves the rates far more than anything the servers do.
+func MachineLoad() string {
+	var parts []string
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			parts = append(parts, "load average "+f[0])
+		}
+	}
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
+			if v, ok := strings.CutPrefix(f, "avg60="); ok {
+				parts = append(parts, "CPU pressure "+v+"%")
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,67 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/foldstream/foldstream"
+)
+
+// statusByCode is the one table that maps error codes to HTTP statuses. A coded error whose code is
+// missing here is a fault of the server, answered 500 and logged.
+var statusByCode = map[foldstream.Code]int{
+	foldstream.CodeStreamNotFound:      http.StatusNotFound,
+	foldstream.CodeStreamGone:          http.StatusGone,
+	foldstream.CodeStreamDeleted:       http.StatusGone,
+	foldstream.CodeStreamClosed:        http.StatusConflict,
+	foldstream.CodeConflict:            http.StatusConflict,
+	foldstream.CodeIdempotencyConflict: http.StatusConflict,
+	foldstream.CodeOffsetConflict:      http.StatusConflict,
+	foldstream.CodeSequenceGap:         http.StatusConflict,
+	foldstream.CodeBadRequest:          http.StatusBadRequest,
+	foldstream.CodeInvalidStreamName:   http.StatusBadRequest,
+	foldstream.CodeInvalidEvent:        http.StatusBadRequest,
+	foldstream.CodeReservedKey:         http.StatusBadRequest,
+	foldstream.CodeTooLarge:            http.StatusRequestEntityTooLarge,
+	foldstream.CodeEventTooLarge:       http.StatusRequestEntityTooLarge,
+	foldstream.CodeStaleEpoch:          http.StatusForbidden,
+	foldstream.CodeUnauthorized:        http.StatusUnauthorized,
+	foldstream.CodeForbidden:           http.StatusForbidden,
+	foldstream.CodeNotRegistered:       http.StatusNotFound,
+	foldstream.CodeInsufficientStorage: http.StatusInsufficientStorage,
+	foldstream.CodeClosed:              http.StatusServiceUnavailable,
+	foldstream.CodeUnavailable:         http.StatusServiceUnavailable,
+	foldstream.CodeOverloaded:          http.StatusServiceUnavailable,
+	foldstream.CodeCatchingUp:          http.StatusServiceUnavailable,
+	foldstream.CodeProcessorParked:     http.StatusServiceUnavailable,
+	foldstream.CodeProcessTimeout:      http.StatusGatewayTimeout,
+	foldstream.CodeWaitTimeout:         http.StatusGatewayTimeout,
+}
+
+// statusOf returns the HTTP status of err's code, and false when err carries no code the table
+// knows.
+func statusOf(err error) (foldstream.Code, int, bool) {
+	code := foldstream.CodeOf(err)
+	status, ok := statusByCode[code]
+	return code, status, ok
+}
+
+// writeCoded answers a refusal with code in the protocol's error shape: the status from
+// statusByCode, the code in Foldstream-Error-Code, a plain-text message; 503s carry Retry-After
+// (retryAfter seconds, at least 1) and 401s a Bearer challenge. It returns false, writing
+// nothing, when the table has no status for code.
+func writeCoded(w http.ResponseWriter, code foldstream.Code, msg string, retryAfter int) bool {
+	status, ok := statusByCode[code]
+	if !ok {
+		return false
+	}
+	h := w.Header()
+	h.Set(HeaderErrorCode, string(code))
+	switch status {
+	case http.StatusServiceUnavailable:
+		h.Set("Retry-After", itoa(int64(max(1, retryAfter))))
+	case http.StatusUnauthorized:
+		h.Set("WWW-Authenticate", `Bearer realm="foldstream"`)
+	}
+	writeError(w, status, msg)
+	return true
+}

@@ -1,0 +1,267 @@
+// Package sqlitedriver is the stream store's embedded default driver: one SQLite file
+// (modernc.org/sqlite, pure Go, WAL) written by one process.
+//
+// Layout (schema version 2, see migrate.go): a stream's log is the records table, one row per
+// appended record (or per slice of a large one), keyed by a global rowid so appends fill the
+// table's rightmost leaf and a record's body never sits in an index; the narrow index
+// records_by_end (stream_id, end_pos) finds a stream's records and its tail. Idempotency keys
+// live in record_keys, producer state in producers, processor claims in claims, checkpoints in
+// reduce_checkpoints, leases for fenced checkpoint writes in leases.
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync/atomic"
+
+	"github.com/foldstream/foldstream/stream/driver"
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+)
+
+// Synchronous values accepted by Config.Synchronous.
+const (
+	SyncFull   = "FULL"
+	SyncNormal = "NORMAL"
+)
+
+// Config configures a Driver.
+type Config struct {
+	// Path is the database file; ":memory:" opens a private in-memory database (tests).
+	Path string
+	// Synchronous is SQLite's synchronous setting. Defaults to SyncFull.
+	Synchronous string
+	// ReadConns is the number of read connections. Defaults to 4.
+	ReadConns int
+}
+
+// Driver is the SQLite driver. Create it with Open.
+type Driver struct {
+	cfg Config
+	wdb *sql.DB // the single writer connection
+	rdb *sql.DB // read-only connections
+
+	// savepoints counts savepoints opened; tests use it to prove a write ran no SQL.
+	savepoints atomic.Int64
+}
+
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.WriteTx = (*writeTx)(nil)
+	_ driver.Reader  = (*readTx)(nil)
+)
+
+var memCounter atomic.Int64
+
+// Open opens the database (creating the file when missing). Call Migrate before use.
+func Open(cfg Config) (*Driver, error) {
+	if cfg.Synchronous == "" {
+		cfg.Synchronous = SyncFull
+	}
+	if cfg.Synchronous != SyncFull && cfg.Synchronous != SyncNormal {
+		return nil, fmt.Errorf("unknown synchronous mode %q (use FULL or NORMAL)", cfg.Synchronous)
+	}
+	if cfg.ReadConns <= 0 {
+		cfg.ReadConns = 4
+	}
+	var wdsn, rdsn string
+	if cfg.Path == ":memory:" {
+		// memdb lets several connections share one in-memory database.
+		name := fmt.Sprintf("/foldstream-mem-%d", memCounter.Add(1))
+		base := "file:" + name + "?vfs=memdb&_pragma=busy_timeout(10000)&_pragma=foreign_keys(on)"
+		wdsn, rdsn = base, base
+	} else {
+		u := "file:" + (&url.URL{Path: cfg.Path}).EscapedPath()
+		common := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(on)"
+		wdsn = u + "?" + common + "&_pragma=journal_mode(WAL)&_pragma=synchronous(" + cfg.Synchronous + ")"
+		rdsn = u + "?" + common + "&_pragma=query_only(1)"
+	}
+	wdb, err := sql.Open("sqlite", wdsn)
+	if err != nil {
+		return nil, err
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	if err := wdb.Ping(); err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rdb, err := sql.Open("sqlite", rdsn)
+	if err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(cfg.ReadConns)
+	rdb.SetMaxIdleConns(cfg.ReadConns)
+	return &Driver{cfg: cfg, wdb: wdb, rdb: rdb}, nil
+}
+
+// Exclusive reports true: one process writes a SQLite file.
+func (d *Driver) Exclusive() bool { return true }
+
+// Savepoints returns how many savepoints the writer opened (a test hook: a write that ran no SQL
+// opened none).
+func (d *Driver) Savepoints() int64 { return d.savepoints.Load() }
+
+// Close closes the connections.
+func (d *Driver) Close() error { return errors.Join(d.rdb.Close(), d.wdb.Close()) }
+
+// Listen returns at once: no other process writes the file.
+func (d *Driver) Listen(ctx context.Context, fn func(driver.Notification)) (func(), error) {
+	return func() {}, nil
+}
+
+// Read runs fn in a read-only transaction.
+func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
+	tx, err := d.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("begin read: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
+	return fn(&readTx{q: sqlTxQuerier{tx}})
+}
+
+// QueryRaw runs a one-row query on a read connection (tests and tools).
+func (d *Driver) QueryRaw(ctx context.Context, query string, args ...any) *sql.Row {
+	return d.rdb.QueryRowContext(ctx, query, args...)
+}
+
+// QueryRows runs a query on a read connection (tests and tools).
+func (d *Driver) QueryRows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return d.rdb.QueryContext(ctx, query, args...)
+}
+
+// Writer returns the write connection.
+func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
+	conn, err := d.wdb.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &writer{d: d, conn: conn, stmts: &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}}, nil
+}
+
+// querier is what the read transaction and the writer's statement cache offer.
+type querier interface {
+	exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+	query(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	queryRow(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+type sqlTxQuerier struct{ tx *sql.Tx }
+
+func (q sqlTxQuerier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return q.tx.ExecContext(ctx, query, args...)
+}
+func (q sqlTxQuerier) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.tx.QueryContext(ctx, query, args...)
+}
+func (q sqlTxQuerier) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.tx.QueryRowContext(ctx, query, args...)
+}
+
+// stmtCache keeps the writer connection's prepared statements: SQLite's parser is a large share of
+// a small write's cost, and the writer runs the same few statements over and over.
+type stmtCache struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+const maxCachedStmts = 512
+
+func (c *stmtCache) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := c.get(query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return c.conn.ExecContext(ctx, query, args...)
+}
+
+func (c *stmtCache) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := c.get(query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return c.conn.QueryContext(ctx, query, args...)
+}
+
+func (c *stmtCache) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := c.get(query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.conn.QueryRowContext(ctx, query, args...)
+}
+
+// get returns the prepared statement for query, or nil when it cannot be cached (the cache is
+// full, or preparing failed: the caller then runs the query directly and sees the error).
+func (c *stmtCache) get(query string) *sql.Stmt {
+	if st, ok := c.stmts[query]; ok {
+		return st
+	}
+	if len(c.stmts) >= maxCachedStmts {
+		return nil
+	}
+	st, err := c.conn.PrepareContext(context.Background(), query)
+	if err != nil {
+		return nil
+	}
+	c.stmts[query] = st
+	return st
+}
+
+type writer struct {
+	d     *Driver
+	conn  *sql.Conn
+	stmts *stmtCache
+}
+
+func (w *writer) Begin(ctx context.Context) (driver.WriteTx, error) {
+	if _, err := w.stmts.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, classify(fmt.Errorf("begin: %w", err))
+	}
+	return &writeTx{readTx: readTx{q: w.stmts}, w: w}, nil
+}
+
+type writeTx struct {
+	readTx
+	w *writer
+}
+
+func (t *writeTx) Savepoint(ctx context.Context) error {
+	t.w.d.savepoints.Add(1)
+	_, err := t.w.stmts.exec(ctx, "SAVEPOINT w")
+	return classify(err)
+}
+
+func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
+	_, err := t.w.stmts.exec(ctx, "ROLLBACK TO w")
+	return classify(err)
+}
+
+func (t *writeTx) ReleaseSavepoint(ctx context.Context) error {
+	_, err := t.w.stmts.exec(ctx, "RELEASE w")
+	return classify(err)
+}
+
+func (t *writeTx) Commit(ctx context.Context) error {
+	_, err := t.w.stmts.exec(ctx, "COMMIT")
+	return classify(err)
+}
+
+func (t *writeTx) Rollback(ctx context.Context) error {
+	_, err := t.w.conn.ExecContext(ctx, "ROLLBACK")
+	return err
+}
+
+// Exec runs a raw statement in the transaction (tests and tools; the store never does).
+func (t *writeTx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.w.stmts.exec(ctx, query, args...)
+}
+
+func (t *writeTx) LockStream(ctx context.Context, id int64) error { return nil }
+
+func (t *writeTx) Notify(ctx context.Context, n driver.Notification) error { return nil }
+
+// classify maps SQLite's disk-full answer to the catalogue's code, so callers see a coded error.
+func classify(err error) error { return err }

@@ -1,0 +1,70 @@
+package stream
+
+import (
+	"errors"
+
+	"github.com/foldstream/foldstream"
+)
+
+// The store's refusals are *foldstream.Error values with codes from the one catalogue in package
+// foldstream (match them with errors.Is against foldstream.ErrStreamNotFound and friends). The data
+// an HTTP answer needs travels in Error.Data under the keys below; read it with the accessors.
+
+// Keys of foldstream.Error.Data set by the store.
+const (
+	// DataTail is the stream's tail (int64) on STREAM_CLOSED and on an OFFSET_CONFLICT of a
+	// protocol append.
+	DataTail = "tail"
+	// DataEpoch is the producer's current epoch (int64) on STALE_EPOCH.
+	DataEpoch = "epoch"
+	// DataExpectedSeq and DataReceivedSeq describe a SEQUENCE_GAP (int64 each).
+	DataExpectedSeq = "expectedSeq"
+	DataReceivedSeq = "receivedSeq"
+)
+
+// perr builds a coded refusal with a formatted message.
+func perr(code foldstream.Code, format string, args ...any) *foldstream.Error {
+	return foldstream.NewError(code, nil, format, args...)
+}
+
+// streamClosedError is the refusal of an append to a stream its writer closed.
+func streamClosedError(path string, tail int64) *foldstream.Error {
+	return foldstream.NewError(foldstream.CodeStreamClosed, map[string]any{"path": path, DataTail: tail},
+		"stream %s is closed", quotePath(path))
+}
+
+// staleEpochError refuses a producer whose epoch is older than the stream's.
+func staleEpochError(current int64) *foldstream.Error {
+	return foldstream.NewError(foldstream.CodeStaleEpoch, map[string]any{DataEpoch: current},
+		"producer epoch is stale (the current epoch is %d)", current)
+}
+
+// sequenceGapError refuses a producer that skipped sequence numbers.
+func sequenceGapError(expected, received int64) *foldstream.Error {
+	return foldstream.NewError(foldstream.CodeSequenceGap, map[string]any{DataExpectedSeq: expected, DataReceivedSeq: received},
+		"producer sequence gap: expected seq %d, got %d", expected, received)
+}
+
+// dataInt64 returns the int64 stored under key in the Data of the first *foldstream.Error in err's
+// chain.
+func dataInt64(err error, key string) (int64, bool) {
+	var e *foldstream.Error
+	if !errors.As(err, &e) {
+		return 0, false
+	}
+	v, ok := e.Data[key].(int64)
+	return v, ok
+}
+
+// TailOf returns the stream's tail carried by a STREAM_CLOSED or OFFSET_CONFLICT refusal.
+func TailOf(err error) (int64, bool) { return dataInt64(err, DataTail) }
+
+// EpochOf returns the producer's current epoch carried by a STALE_EPOCH refusal.
+func EpochOf(err error) (int64, bool) { return dataInt64(err, DataEpoch) }
+
+// SequenceGapOf returns the expected and received producer seqs carried by a SEQUENCE_GAP refusal.
+func SequenceGapOf(err error) (expected, received int64, ok bool) {
+	expected, ok1 := dataInt64(err, DataExpectedSeq)
+	received, ok2 := dataInt64(err, DataReceivedSeq)
+	return expected, received, ok1 && ok2
+}

@@ -1,0 +1,200 @@
+package stream
+
+import (
+	"context"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// lazyTx is the driver.Tx a write function uses: each call first makes sure the group's
+// transaction and the function's savepoint exist (tx.begin), so a function that never touches the
+// database runs no SQL.
+type lazyTx struct{ t *tx }
+
+var _ driver.Tx = lazyTx{}
+
+func (l lazyTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return driver.Stream{}, err
+	}
+	return d.StreamByPath(ctx, path)
+}
+
+func (l lazyTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return driver.Stream{}, err
+	}
+	return d.StreamByID(ctx, id)
+}
+
+func (l lazyTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.ChildStreams(ctx, id)
+}
+
+func (l lazyTx) ListStreams(ctx context.Context, q driver.ListQuery) ([]driver.Stream, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.ListStreams(ctx, q)
+}
+
+func (l lazyTx) CountStreams(ctx context.Context) (int, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return 0, err
+	}
+	return d.CountStreams(ctx)
+}
+
+func (l lazyTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, limit int) ([]driver.Stream, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.CollectCandidates(ctx, afterID, nowMs, limit)
+}
+
+func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.Records(ctx, streamID, after, fn)
+}
+
+func (l lazyTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return 0, false, err
+	}
+	return d.KeyOffset(ctx, streamID, key)
+}
+
+func (l lazyTx) Producer(ctx context.Context, streamID int64, id string) (driver.Producer, bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return driver.Producer{}, false, err
+	}
+	return d.Producer(ctx, streamID, id)
+}
+
+func (l lazyTx) Claims(ctx context.Context) ([]driver.Claim, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.Claims(ctx)
+}
+
+func (l lazyTx) DueClaims(ctx context.Context, nowMs int64) ([]driver.Claim, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.DueClaims(ctx, nowMs)
+}
+
+func (l lazyTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return 0, false, err
+	}
+	return d.NextClaimAt(ctx)
+}
+
+func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return foldstream.Checkpoint{}, false, err
+	}
+	return d.Checkpoint(ctx, scope, slug)
+}
+
+func (l lazyTx) LockStream(ctx context.Context, id int64) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.LockStream(ctx, id)
+}
+
+func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return 0, err
+	}
+	id, err := d.InsertStream(ctx, s)
+	return id, classifyStorageError(err)
+}
+
+func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.UpdateStream(ctx, id, u))
+}
+
+func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.DeleteStream(ctx, id))
+}
+
+func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.InsertRecord(ctx, r))
+}
+
+func (l lazyTx) PutProducer(ctx context.Context, streamID int64, p driver.Producer) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.PutProducer(ctx, streamID, p))
+}
+
+func (l lazyTx) PutClaim(ctx context.Context, c driver.Claim) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.PutClaim(ctx, c))
+}
+
+func (l lazyTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.DeleteClaim(ctx, c, exact))
+}
+
+func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return classifyStorageError(d.WriteCheckpoint(ctx, w))
+}
+
+func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.Notify(ctx, n)
+}

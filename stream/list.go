@@ -1,0 +1,207 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// Listing streams and learning of new ones: what a host needs to run a processor on every stream
+// matching a pattern, and what a console needs to show the streams.
+
+// ListOptions selects one page of [Store.ListStreams].
+type ListOptions struct {
+	// Prefix keeps only paths that start with it (byte-wise). Empty lists every stream.
+	Prefix string
+	// After keeps only paths byte-wise greater than it: pass the last path of the previous page.
+	After string
+	// Limit caps the page. Defaults to DefaultListLimit; at most MaxListLimit.
+	Limit int
+}
+
+// Page sizes of ListStreams.
+const (
+	// DefaultListLimit is the page size when ListOptions.Limit is zero or negative.
+	DefaultListLimit = 100
+	// MaxListLimit is the largest page ListStreams returns.
+	MaxListLimit = 1000
+)
+
+// ListStreams returns the live streams whose path starts with opts.Prefix and sorts after
+// opts.After, in path order (byte-wise), at most opts.Limit of them. Deleted and expired streams are
+// left out. A page shorter than the limit is the last one; otherwise ask again with After set to
+// the last path returned. Listing never renews a TTL.
+func (s *Store) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	// The prefix becomes a range on the path index: prefix <= path < upper.
+	lower := max(opts.Prefix, opts.After)
+	upper, bounded := prefixUpperBound(opts.Prefix)
+	now := s.clock.Now()
+	var out []StreamInfo
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		// After is exclusive (the last path already seen); the prefix itself is a possible path.
+		lq := driver.ListQuery{From: lower, Inclusive: opts.After == "" || opts.Prefix > opts.After}
+		if bounded {
+			lq.Below = upper
+		}
+		for len(out) < limit {
+			want := limit - len(out)
+			lq.Limit = want
+			rows, err := q.ListStreams(ctx, lq)
+			if err != nil {
+				return fmt.Errorf("list streams: %w", err)
+			}
+			for i := range rows {
+				r := &rows[i]
+				lq.From, lq.Inclusive = r.Path, false
+				if !s.expired(r, now) {
+					out = append(out, infoOf(r))
+				}
+			}
+			if len(rows) < want {
+				break // the range is exhausted
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// prefixUpperBound returns the smallest string greater than every string starting with prefix, and
+// false when there is none (the prefix is empty or all 0xff bytes).
+func prefixUpperBound(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for len(b) > 0 && b[len(b)-1] == 0xff {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 {
+		return "", false
+	}
+	b[len(b)-1]++
+	return string(b), true
+}
+
+// createdListeners are the functions registered with OnStreamCreated.
+type createdListeners struct {
+	mu sync.Mutex
+	ls map[*createdListener]struct{}
+}
+
+// createdListener delivers creation notices to one function, in commit order, on its own
+// goroutine: the writer only queues the path, so a slow or blocking function never holds up
+// writes, and the function may call the store.
+type createdListener struct {
+	fn      func(path string)
+	mu      sync.Mutex
+	queue   []string
+	stopped bool
+	wake    chan struct{} // buffered (1): the queue is not empty
+	stop    chan struct{}
+}
+
+// OnStreamCreated registers fn to be called with the path of every stream created from now on, by
+// either view: the event view's first append to a missing path, and a protocol create (a PUT, a
+// fork). A path deleted and created again is reported again. Each call comes after the creating
+// commit, on a goroutine of the listener's own, one at a time and in commit order; the notice is
+// queued before the creating call returns. fn may call the store. A panic in fn is recovered and
+// logged, and later notices are still delivered.
+//
+// To learn of every stream without a gap, register first, then list existing streams with
+// ListStreams: a stream created in between is then both listed and reported, never missed.
+// The returned stop ends the notices (a call already running finishes); Close ends them too.
+func (s *Store) OnStreamCreated(fn func(path string)) (stop func()) {
+	l := &createdListener{fn: fn, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s.created.mu.Lock()
+	if s.created.ls == nil {
+		s.created.ls = make(map[*createdListener]struct{})
+	}
+	s.created.ls[l] = struct{}{}
+	s.created.mu.Unlock()
+	s.ev.subsMu.Lock()
+	if s.ev.closing {
+		s.ev.subsMu.Unlock()
+		s.dropCreatedListener(l)
+		return func() {}
+	}
+	s.bgWG.Add(1) // under subsMu before closing is set, so Close waits for this goroutine
+	s.ev.subsMu.Unlock()
+	go func() {
+		defer s.bgWG.Done()
+		s.runCreatedListener(l)
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { s.dropCreatedListener(l) }) }
+}
+
+func (s *Store) dropCreatedListener(l *createdListener) {
+	s.created.mu.Lock()
+	delete(s.created.ls, l)
+	s.created.mu.Unlock()
+	l.mu.Lock()
+	if !l.stopped {
+		l.stopped = true
+		close(l.stop)
+	}
+	l.mu.Unlock()
+}
+
+func (s *Store) runCreatedListener(l *createdListener) {
+	for {
+		select {
+		case <-l.wake:
+		case <-l.stop:
+			return
+		case <-s.stop:
+			return
+		}
+		for {
+			l.mu.Lock()
+			if l.stopped || len(l.queue) == 0 {
+				l.mu.Unlock()
+				break
+			}
+			path := l.queue[0]
+			l.queue = l.queue[1:]
+			l.mu.Unlock()
+			s.callCreated(l.fn, path)
+		}
+	}
+}
+
+// callCreated runs one notice, recovering a panic so one faulty listener cannot take the process
+// down.
+func (s *Store) callCreated(fn func(string), path string) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("stream store: stream-created listener panicked", slog.String("path", path), slog.Any("panic", p))
+		}
+	}()
+	fn(path)
+}
+
+// streamCreated queues a creation notice for every listener once tx commits.
+func (s *Store) streamCreated(t *tx, path string) {
+	t.afterCommit(func() {
+		s.created.mu.Lock()
+		defer s.created.mu.Unlock()
+		for l := range s.created.ls {
+			l.mu.Lock()
+			l.queue = append(l.queue, path)
+			l.mu.Unlock()
+			select {
+			case l.wake <- struct{}{}:
+			default:
+			}
+		}
+	})
+}

@@ -1,0 +1,9 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package stream
+
+import "os"
+
+// tryLockFile is a no-op where flock(2) is unavailable: the store cannot refuse a second opener
+// there (see docs/store.md).
+func tryLockFile(f *os.File) (held bool, err error) { return false, nil }

@@ -1,0 +1,119 @@
+package stream
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+)
+
+// TestSecondOpenInThisProcessIsRefused: while a store is open, opening its file again in the same
+// process fails with STORE_LOCKED naming the file and this process; after Close it opens.
+func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	first, err := Open(path, Options{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, first, "/a", ev("x"))
+	second, err := Open(path, Options{Logger: quietLog})
+	if err == nil {
+		second.Close()
+		t.Fatal("second Open of an open store: got nil error, want STORE_LOCKED")
+	}
+	var fe *foldstream.Error
+	if !errors.Is(err, foldstream.ErrStoreLocked) || !errors.As(err, &fe) || fe.Data["path"] != path || fe.Data["pid"] != os.Getpid() ||
+		!strings.Contains(err.Error(), path) {
+		t.Fatalf("second Open: got %v (%+v), want STORE_LOCKED naming %s and pid %d", err, fe, path, os.Getpid())
+	}
+	// The refused opener left the first store working: its SQLite locks are untouched.
+	mustAppend(t, first, "/a", ev("y"))
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(path, Options{Logger: quietLog})
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	defer again.Close()
+	if page := mustRead(t, again, "/a", 0, 10, ReadOptions{}); len(page.Events) != 2 {
+		t.Fatalf("events after reopen: got %d, want 2", len(page.Events))
+	}
+}
+
+// TestSecondOpenInAnotherProcessIsRefused: a store open in another process (this test binary,
+// re-executed) makes Open fail with STORE_LOCKED naming that process; once it exits, Open works.
+func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldStoreOpen$")
+	cmd.Env = append(os.Environ(), "FOLDSTREAM_HOLD_STORE="+path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill() //nolint:errcheck // only if the test fails midway
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "open" {
+		t.Fatalf("child: got %q, %v; want \"open\"", line, err)
+	}
+
+	st, err := Open(path, Options{Logger: quietLog})
+	if err == nil {
+		st.Close()
+		t.Fatal("Open of a store another process has open: got nil error, want STORE_LOCKED")
+	}
+	var fe *foldstream.Error
+	if !errors.Is(err, foldstream.ErrStoreLocked) || !errors.As(err, &fe) || fe.Data["pid"] != cmd.Process.Pid ||
+		!strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), strconv.Itoa(cmd.Process.Pid)) {
+		t.Fatalf("Open: got %v, want STORE_LOCKED naming %s and pid %d", err, path, cmd.Process.Pid)
+	}
+
+	stdin.Close() // the child closes its store and exits
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	st, err = Open(path, Options{Logger: quietLog})
+	if err != nil {
+		t.Fatalf("Open after the other process exited: %v", err)
+	}
+	defer st.Close()
+	if page := mustRead(t, st, "/held", 0, 10, ReadOptions{}); len(page.Events) != 1 {
+		t.Fatalf("events written by the other process: got %d, want 1", len(page.Events))
+	}
+}
+
+// TestHelperHoldStoreOpen is the child of TestSecondOpenInAnotherProcessIsRefused: it opens the
+// store named by FOLDSTREAM_HOLD_STORE, appends one event, says "open", and holds the store until
+// its stdin closes.
+func TestHelperHoldStoreOpen(t *testing.T) {
+	path := os.Getenv("FOLDSTREAM_HOLD_STORE")
+	if path == "" {
+		t.Skip("helper process for TestSecondOpenInAnotherProcessIsRefused")
+	}
+	st, err := Open(path, Options{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, st, "/held", ev("x"))
+	os.Stdout.WriteString("open\n")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // returns at EOF
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

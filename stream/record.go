@@ -1,0 +1,238 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// The one insert path. Both views append through admit and writeRecord: the event view's batches
+// (Append, Wake, event-shaped protocol messages) and the protocol view's records (POSTs, producer
+// batches, a create's initial body). The rules are in docs/store.md#appending:
+//
+//   - an idempotency key (event-shaped messages only, never on ephemerals) that names a stored
+//     event with the same type, payload and metadata is a duplicate: it takes no offset; with a
+//     different body it refuses the whole batch (IDEMPOTENCY_CONFLICT). A key repeated inside the
+//     batch is one message;
+//   - an offset precondition must name exactly the offset the message gets (OFFSET_CONFLICT);
+//   - fresh messages take consecutive offsets after the highest offset handed out (ephemerals
+//     share the sequence); the durable ones are stored as one record whose End is the batch's
+//     last offset, sliced into rows of at most recordSliceBytes so a huge record never has to be
+//     read whole.
+
+// recordSliceBytes is the body size at which a record is cut into another row.
+const recordSliceBytes = 256 << 10
+
+// pending is one message of a batch on its way in.
+type pending struct {
+	body      []byte                // the stored JSON (an ephemeral's is never stored)
+	key       string                // idempotency key, "" for none
+	probe     foldstream.EventInput // type, payload and metadata, compared when key names a stored event
+	ephemeral bool
+	expect    int64 // offset precondition, 0 for none
+}
+
+// admitted is the outcome of admit for one message.
+type admitted struct {
+	offset   int64 // the message's offset (fresh or, for a duplicate, the stored one)
+	dup      bool  // a duplicate of a stored event (or of an earlier message of the batch)
+	dupOf    int   // for an in-batch duplicate: the index of the first message, else -1
+	existing foldstream.Event
+}
+
+// admit runs the idempotency check and assigns offsets. It changes nothing: the caller writes the
+// fresh messages with writeRecord.
+func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, after, through int64, err error) {
+	after = m.HighestAssigned
+	through = after
+	out = make([]admitted, len(batch))
+	var byKey map[string]int
+	for i, p := range batch {
+		out[i].dupOf = -1
+		if p.key != "" && !p.ephemeral {
+			if j, ok := byKey[p.key]; ok {
+				prev := out[j].existing
+				if !out[j].dup {
+					prev = foldstream.Event{Type: batch[j].probe.Type, Payload: batch[j].probe.Payload, Metadata: batch[j].probe.Metadata}
+				}
+				if !foldstream.SameIdempotentEvent(prev, p.probe) {
+					return nil, 0, 0, foldstream.IdempotencyConflictError(p.key, out[j].offset)
+				}
+				out[i] = admitted{offset: out[j].offset, dup: true, dupOf: j, existing: out[j].existing}
+				continue
+			}
+			existing, found, err := lookupIdempotencyKey(t.ctx, t.db, &m.Row, p.key)
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			if byKey == nil {
+				byKey = make(map[string]int)
+			}
+			byKey[p.key] = i
+			if found {
+				if !foldstream.SameIdempotentEvent(existing, p.probe) {
+					return nil, 0, 0, foldstream.IdempotencyConflictError(p.key, existing.Offset)
+				}
+				out[i] = admitted{offset: existing.Offset, dup: true, dupOf: -1, existing: existing}
+				continue
+			}
+		}
+		off := through + 1
+		if p.expect != 0 && p.expect != off {
+			return nil, 0, 0, foldstream.OffsetConflictError(p.expect, off)
+		}
+		through = off
+		out[i].offset = off
+	}
+	return out, after, through, nil
+}
+
+// writeRecord stores the fresh durable messages of an admitted batch as one record (sliced when
+// long), moves the writer's marks, and registers the keys. through is the batch's last offset:
+// when the batch carried a durable message, the durable mark moves to it.
+func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted, after, through int64) error {
+	recordStart := m.Tail
+	var rec *driver.Record
+	prev := after
+	durable := false
+	flush := func(end int64) error {
+		if rec == nil {
+			return nil
+		}
+		rec.End = end
+		err := t.db.InsertRecord(t.ctx, *rec)
+		rec = nil
+		return err
+	}
+	for i, p := range batch {
+		if adm[i].dup || p.ephemeral {
+			continue
+		}
+		off := adm[i].offset
+		if rec != nil && len(rec.Body)+1+len(p.body) > recordSliceBytes {
+			if err := flush(prev); err != nil {
+				return err
+			}
+		}
+		if rec == nil {
+			// A slice starts where the previous one ended (the first at the batch's start).
+			rec = &driver.Record{StreamID: m.Row.ID, RecordStart: recordStart, Start: prev, CreatedMs: t.now.UnixMilli()}
+			rec.Body = make([]byte, 0, min(len(p.body)*len(batch), recordSliceBytes))
+		} else {
+			rec.Body = append(rec.Body, ',')
+		}
+		rec.Frames = driver.AppendFrame(rec.Frames, off-prev, len(p.body))
+		rec.Body = append(rec.Body, p.body...)
+		if p.key != "" {
+			rec.Keys = append(rec.Keys, driver.Key{Key: p.key, Offset: off})
+		}
+		prev = off
+		durable = true
+	}
+	if durable {
+		if err := flush(through); err != nil {
+			return err
+		}
+		m.Tail = through
+		s.persistAccess(t, m)
+	}
+	if !s.exclusive && through > m.Tail {
+		// Ephemerals past the durable tail: record the offsets handed out, so no node hands
+		// them out again (docs/postgres.md#ephemeral-events).
+		if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{Highest: &through}); err != nil {
+			return err
+		}
+	}
+	m.HighestAssigned = through
+	t.touch(m.Row.ID, m.Row.Path)
+	return nil
+}
+
+// writeBytes stores a byte record at the stream's tail (sliced when long).
+func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
+	start := m.Tail
+	pos := start
+	for len(body) > 0 {
+		n := min(len(body), recordSliceBytes)
+		if err := t.db.InsertRecord(t.ctx, driver.Record{StreamID: m.Row.ID, RecordStart: start, Start: pos,
+			End: pos + int64(n), CreatedMs: t.now.UnixMilli(), Body: body[:n]}); err != nil {
+			return err
+		}
+		pos += int64(n)
+		body = body[n:]
+	}
+	m.Tail = pos
+	m.HighestAssigned = max(m.HighestAssigned, pos)
+	s.persistAccess(t, m)
+	t.touch(m.Row.ID, m.Row.Path)
+	return nil
+}
+
+// persistAccess writes the last access of a stream with a sliding TTL in the append's own
+// transaction (a stream without one needs no stream-row write per append).
+func (s *Store) persistAccess(t *tx, m *streamMem) {
+	if !m.Row.TTLSeconds.Valid {
+		return
+	}
+	ms := t.now.UnixMilli()
+	if ms <= m.Row.LastAccessMs {
+		return
+	}
+	if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{LastAccessMs: &ms}); err == nil {
+		m.Row.LastAccessMs = ms
+	}
+}
+
+// lookupIdempotencyKey finds the durable event registered under key in the stream (fork
+// ancestors included, up to the fork offsets).
+func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, key string) (foldstream.Event, bool, error) {
+	segs, err := segmentsOf(ctx, q, row)
+	if err != nil {
+		return foldstream.Event{}, false, err
+	}
+	for i := len(segs) - 1; i >= 0; i-- {
+		seg := segs[i]
+		off, found, err := q.KeyOffset(ctx, seg.ID, key)
+		if err != nil {
+			return foldstream.Event{}, false, err
+		}
+		if !found || (seg.Through >= 0 && off > seg.Through) {
+			continue
+		}
+		ev, ok, err := messageAt(ctx, q, seg.ID, row.Path, off)
+		if err != nil {
+			return foldstream.Event{}, false, err
+		}
+		if ok {
+			return ev, true, nil
+		}
+	}
+	return foldstream.Event{}, false, nil
+}
+
+// messageAt decodes the stored JSON message at offset off of stream id.
+func messageAt(ctx context.Context, q driver.Reader, id int64, path string, off int64) (foldstream.Event, bool, error) {
+	var ev foldstream.Event
+	found := false
+	var decErr error
+	err := q.Records(ctx, id, off-1, func(rec driver.Record) (bool, error) {
+		err := driver.EachFrame(rec, func(o int64, body []byte) bool {
+			if o == off {
+				ev, decErr = decodeEvent(path, message{Offset: o, CreatedMs: rec.CreatedMs, Body: body})
+				found = true
+				return false
+			}
+			return o < off
+		})
+		return false, err
+	})
+	if err != nil {
+		return foldstream.Event{}, false, fmt.Errorf("look up idempotency key: %w", err)
+	}
+	if decErr != nil {
+		return foldstream.Event{}, false, decErr
+	}
+	return ev, found, nil
+}
