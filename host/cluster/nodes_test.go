@@ -54,7 +54,7 @@ func buildNode(t *testing.T) string {
 
 // node is one running (or stopped) node process.
 type node struct {
-	t    *testing.T
+	t    testing.TB
 	bin  string
 	db   string
 	addr string // fixed host:port, reused across restarts
@@ -66,7 +66,7 @@ type node struct {
 	logs *strings.Builder
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
