@@ -10,11 +10,11 @@ import (
 	"unicode/utf8"
 )
 
-// MaxCheckpointChars is the checkpoint state ceiling: 2*1024*1024 - 4096 characters (spec §11.3),
-// counted in UTF-16 code units like upstream's JavaScript string length.
+// MaxCheckpointChars is the checkpoint state ceiling: 2*1024*1024 - 4096 characters
+// (docs/engine.md#checkpoints), counted in UTF-16 code units like JavaScript's string length.
 const MaxCheckpointChars = 2*1024*1024 - 4096
 
-// Checkpoint is one reduce checkpoint row (spec §11).
+// Checkpoint is one reduce checkpoint row (docs/engine.md#checkpoints).
 type Checkpoint struct {
 	// ReducerVersion is the contract version that produced the row.
 	ReducerVersion string
@@ -48,14 +48,14 @@ type CheckpointTableOptions struct {
 	// Scope partitions rows so one SQLite file can hold many streams' checkpoints (a host scopes
 	// by stream path). Defaults to "".
 	Scope string
-	// SkipCreate skips CREATE TABLE IF NOT EXISTS (upstream createTable: false).
+	// SkipCreate skips CREATE TABLE IF NOT EXISTS, for a table that already exists.
 	SkipCreate bool
 }
 
-// CheckpointTable is the reduce_checkpoints table over database/sql (spec §11), written for
-// modernc.org/sqlite.
+// CheckpointTable is the reduce_checkpoints table over database/sql (docs/engine.md#checkpoints),
+// written for modernc.org/sqlite.
 //
-// Deviation from the spec's schema: the primary key is (scope, slug) instead of slug, because one
+// The primary key is (scope, slug) rather than slug alone, because one
 // foldstream SQLite file holds many streams:
 //
 //	reduce_checkpoints(scope TEXT NOT NULL DEFAULT '', slug TEXT NOT NULL,
@@ -124,9 +124,9 @@ func (t *CheckpointTable) ReadCheckpoint(ctx context.Context, slug string) (Chec
 	return cp, true, nil
 }
 
-// WriteCheckpoint upserts slug's row in one statement (spec §11.2). With stateChanged the state
-// column is set; otherwise NULL is passed and COALESCE keeps the stored state. A state over
-// [MaxCheckpointChars] UTF-16 code units is refused before anything is written
+// WriteCheckpoint upserts slug's row in one statement (docs/engine.md#checkpoints). With
+// stateChanged the state column is set; otherwise NULL is passed and COALESCE keeps the stored
+// state. A state over [MaxCheckpointChars] UTF-16 code units is refused before anything is written
 // ([CheckpointTooLargeError], not retryable).
 func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp Checkpoint, stateChanged bool) error {
 	var state any
@@ -142,8 +142,10 @@ func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp C
 	return nil
 }
 
-// CheckpointTooLargeError is the spec's REDUCE_CHECKPOINT_TOO_LARGE refusal (§11.3): data {slug,
-// chars, maxChars}, not retryable, so the engine latches it (§5.3).
+// CheckpointTooLargeError is the REDUCE_CHECKPOINT_TOO_LARGE refusal (docs/engine.md#checkpoints):
+// data {slug, chars, maxChars}, not retryable, so the engine latches it
+// (docs/engine.md#the-latch). A custom [CheckpointStorage] returns it for a state over
+// [MaxCheckpointChars] (counted with [UTF16Len]).
 func CheckpointTooLargeError(slug string, chars int) *Error {
 	e := NewError(CodeReduceCheckpointTooLarge,
 		map[string]any{"slug": slug, "chars": chars, "maxChars": MaxCheckpointChars},
@@ -155,7 +157,8 @@ func CheckpointTooLargeError(slug string, chars int) *Error {
 
 // UTF16Len counts s in UTF-16 code units, like JavaScript's string length: characters outside the
 // Basic Multilingual Plane count 2, every other character 1 (invalid UTF-8 bytes count 1 each, as
-// U+FFFD).
+// U+FFFD). The checkpoint and patch ceilings are counted with it; a custom [CheckpointStorage] uses
+// it to apply [MaxCheckpointChars].
 func UTF16Len(s string) int {
 	n := 0
 	for i := 0; i < len(s); {

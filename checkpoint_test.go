@@ -79,8 +79,8 @@ type bigState struct {
 	S string `json:"s"`
 }
 
-// The latch (spec §5.3): a not-retryable checkpoint refusal fails every later chain unit of this
-// incarnation with the same error, without running it; a new incarnation tries again.
+// The latch (docs/engine.md#the-latch): a not-retryable checkpoint refusal fails every later chain
+// unit of this incarnation with the same error, without running it; a new incarnation tries again.
 func TestLatchAfterCheckpointTooLarge(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[bigState]](t)(foldstream.DefineContract(foldstream.ContractConfig[bigState]{Slug: "hoarder", Version: "1"}))
@@ -144,4 +144,106 @@ func (f *flakyCheckpoints) WriteCheckpoint(ctx context.Context, slug string, cp 
 		return errors.New("disk busy")
 	}
 	return f.Checkpoints.WriteCheckpoint(ctx, slug, cp, changed)
+}
+
+func TestP23_CheckpointAcrossIncarnations(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[ledgerState](t, newLedger(t), mem, cps, fed)
+	unsub := testsupport.PushedByARow(mem, eng, []string{"counted"})
+	ctx := ctxFor(t)
+	must[foldstream.Snapshot[ledgerState]](t)(eng.Snapshot(ctx))
+	appendT(t, mem, ev("noise"), ev("counted"))
+	settle(t, mem)
+	eq(t, "writes", cps.Writes(), 1)
+	cp, _ := cps.Get("ledger")
+	eq(t, "checkpoint", []any{cp.ReducerVersion, cp.ReducedThroughOffset, string(cp.State)}, []any{"1", int64(2), `{"counted":[2]}`})
+	unsub()
+	got := appendT(t, mem, ev("counted"), ev("noise"), ev("counted"))
+	eq(t, "offsets", []int64{got[0].Offset, got[2].Offset}, []int64{4, 6})
+	eng2 := newEngine[ledgerState](t, newLedger(t), mem, cps, fed)
+	defer testsupport.PushedByARow(mem, eng2, []string{"counted"})()
+	reads := mem.Reads()
+	for range 2 {
+		eq(t, "snapshot", must[foldstream.Snapshot[ledgerState]](t)(eng2.Snapshot(ctx)),
+			foldstream.Snapshot[ledgerState]{Offset: 6, State: ledgerState{Counted: []int64{2, 4, 6}}})
+	}
+	eq(t, "reads", mem.Reads()-reads, 1)
+	cp, _ = cps.Get("ledger")
+	eq(t, "checkpoint", []any{cp.ReducerVersion, cp.ReducedThroughOffset, string(cp.State)}, []any{"1", int64(6), `{"counted":[2,4,6]}`})
+}
+
+func TestP41_EffectOnlyNeverReplaysAfterEviction(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	p, effects := newEffectOnly(t)
+	eng := newEngine[emptyState](t, p, mem, cps)
+	mem.Register(eng)
+	for range 4 {
+		appendT(t, mem, ev("x"))
+	}
+	mustDo(t, eng.CatchUpFromLog(ctxFor(t)))
+	settle(t, mem)
+	eq(t, "effects", effects.get(), []int64{1, 2, 3, 4})
+	cp, _ := cps.Get("eff")
+	eq(t, "stored", []any{cp.ReducedThroughOffset, cp.State == nil}, []any{int64(4), true})
+	p2, effects2 := newEffectOnly(t)
+	eng2 := newEngine[emptyState](t, p2, mem, cps)
+	mustDo(t, eng2.CatchUpFromLog(ctxFor(t)))
+	eq(t, "new engine effects", effects2.get(), []int64(nil))
+}
+
+func TestP42_StateChangingProcessorNeverReplays(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	p, effects := newCount(t, "1.0.0")
+	eng := newEngine[ticksState](t, p, mem, cps)
+	mem.Register(eng)
+	for range 4 {
+		appendT(t, mem, ev("tick"))
+	}
+	mustDo(t, eng.CatchUpFromLog(ctxFor(t)))
+	settle(t, mem)
+	eq(t, "effects", effects.get(), []int64{1, 2, 3, 4})
+	p2, effects2 := newCount(t, "1.0.0")
+	eng2 := newEngine[ticksState](t, p2, mem, cps)
+	mustDo(t, eng2.CatchUpFromLog(ctxFor(t)))
+	eq(t, "new engine effects", effects2.get(), []int64(nil))
+	eq(t, "state", must[foldstream.Snapshot[ticksState]](t)(eng2.Snapshot(ctxFor(t))).State, ticksState{4})
+}
+
+// docs/engine.md#checkpoints: the ceiling counts the characters (UTF-16 code units) of the state's
+// JSON text written without HTML escapes. encoding/json's default escaping writes "<" as the six
+// characters \u003c; a state of 500 000 "<" is ~500 000 characters and must not be refused (nor
+// latched) as a 3-million-character state.
+func TestCheckpointCeilingCountsJSONTextWithoutHTMLEscapes(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[bigState]](t)(foldstream.DefineContract(foldstream.ContractConfig[bigState]{Slug: "markup", Version: "1"}))
+	p := &fn[bigState]{Base: foldstream.NewBase(c), project: projectNull[bigState],
+		reduce: func(a foldstream.ReduceArgs[bigState]) (bigState, bool, error) {
+			return bigState{S: strings.Repeat("<", 500000)}, true, nil
+		}}
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[bigState](t, p, mem, cps)
+	appendT(t, mem, ev("e"))
+	mustDo(t, eng.CatchUpFromLog(ctxFor(t)))
+	eq(t, "writes", cps.Writes(), 1)
+	cp, ok := cps.Get("markup")
+	if !ok {
+		t.Fatal("no row")
+	}
+	if n := foldstream.UTF16Len(string(cp.State)); n != 500000+len(`{"s":""}`) {
+		t.Errorf("stored state is %d chars, want the unescaped JSON length %d", n, 500000+len(`{"s":""}`))
+	}
+}
+
+// docs/engine.md#loading-the-checkpoint: a row whose state column is NULL reads back as
+// initialState() — the contract's initial state, not Go's zero value.
+func TestNullCheckpointStateReadsAsTheInitialState(t *testing.T) {
+	t.Parallel()
+	cps := testsupport.MemoryCheckpoints()
+	mustDo(t, cps.WriteCheckpoint(context.Background(), "tally", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 4}, false))
+	eng := newEngine[tally2State](t, newTally2(t, "1", 1), &stubStream{}, cps)
+	eq(t, "snapshot", must[foldstream.Snapshot[tally2State]](t)(eng.Snapshot(ctxFor(t))),
+		foldstream.Snapshot[tally2State]{Offset: 4, State: tally2State{Secret: "hidden"}})
 }

@@ -2,7 +2,6 @@ package foldstream_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,92 +10,19 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-// attempts is the Attempts fixture: each event starts a background attempt that ends only when the
-// test ends it; the eventless pass traces "at-head".
-type attempts struct {
-	*fn[emptyState]
-	trace rec[string]
-	mu    sync.Mutex
-	ends  map[int64]chan struct{}
-}
-
-func newAttempts(t *testing.T) *attempts {
-	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
-		Slug: "attempts", Version: "1", Consumes: []string{"e"}}))
-	a := &attempts{ends: map[int64]chan struct{}{}}
-	a.fn = &fn[emptyState]{Base: foldstream.NewBase(c), process: func(args *foldstream.ProcessEventArgs[emptyState]) error {
-		if args.Event == nil {
-			a.trace.add("at-head")
-			return nil
-		}
-		off := args.Event.Offset
-		end := a.end(off)
-		started := make(chan struct{})
-		args.RunInBackground(func(context.Context) error {
-			a.trace.add(fmt.Sprintf("attempt %d started", off))
-			close(started)
-			<-end
-			return nil
-		})
-		<-started // keep the fixture's trace in event order
-		return nil
-	}}
-	return a
-}
-
-func (a *attempts) end(off int64) chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ends[off] == nil {
-		a.ends[off] = make(chan struct{})
-	}
-	return a.ends[off]
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func setupAttempts(t *testing.T) (*attempts, *testsupport.MemoryStream, *foldstream.Engine[emptyState], *rec[string]) {
-	a := newAttempts(t)
-	mem := testsupport.NewMemoryStream()
-	claimTrace := &rec[string]{}
-	mem.SetClaimFunc(func(_ context.Context, at time.Time) error {
-		if at.IsZero() {
-			claimTrace.add("released")
-		} else {
-			claimTrace.add(fmt.Sprintf("claimed %d", at.Sub(testsupport.T).Milliseconds()))
-		}
-		return nil
-	})
-	eng := newEngine[emptyState](t, a, mem, testsupport.MemoryCheckpoints(), func(c *foldstream.EngineConfig) {
-		c.Clock = testsupport.NewFakeClock()
-	})
-	mem.Register(eng)
-	return a, mem, eng, claimTrace
-}
-
 func TestP60_OneClaimWhileAttemptsAreInFlight(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, claimTrace := setupAttempts(t)
 	appendT(t, mem, ev("e"), ev("e"))
-	waitUntil(t, "both attempts and the claim", func() bool { return len(a.trace.get()) == 2 && len(mem.Claims()) == 1 })
+	waitUntil(t, "both attempts and the claim", func() bool { return len(a.trace.get()) == 2 && len(mem.Claims()) == 1 }, a.trace.changed, mem.Changed)
 	// The claim is issued on its own goroutine, so its place among the attempts' traces is not
-	// fixed in Go (upstream: between them); the claims themselves are exact.
+	// fixed (docs/engine.md#choices-and-their-reasons); the claims themselves are exact.
 	eq(t, "trace", a.trace.get(), []string{"attempt 1 started", "attempt 2 started"})
 	eq(t, "claim trace", claimTrace.get(), []string{"claimed 20000"})
 	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second)})
+	// Ending attempt 1 while attempt 2 is in flight releases nothing: the one release comes after
+	// attempt 2 ended, so the claims end exactly [claim, release] (P-60).
 	close(a.end(1))
-	// Ending attempt 1 while attempt 2 is in flight leaves the claims unchanged (spec P-60).
-	time.Sleep(30 * time.Millisecond)
-	eq(t, "claims after ending attempt 1", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second)})
 	close(a.end(2))
 	drain(t, eng)
 	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second), {}})
@@ -107,8 +33,8 @@ func TestP61_ReviveWhileBusyDoublesTheClaim(t *testing.T) {
 	a, mem, eng, _ := setupAttempts(t)
 	ctx := ctxFor(t)
 	appendT(t, mem, ev("e"))
-	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 })
-	settleExcept := func() { waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 }) }
+	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 }, mem.Changed)
+	settleExcept := func() { waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 }, eng.Changed) }
 	settleExcept()
 	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second)})
 	mustDo(t, eng.Revive(ctx))
@@ -143,24 +69,25 @@ func TestP62_ClaimsAreSerialized(t *testing.T) {
 		return nil
 	})
 	appendT(t, mem, ev("e"))
-	waitUntil(t, "the first claim", func() bool { return len(landed.get()) == 1 })
+	waitUntil(t, "the first claim", func() bool { return len(landed.get()) == 1 }, landed.changed)
 	close(a.end(1))
 	<-releaseIssued
 	appendT(t, mem, ev("e"))
-	waitUntil(t, "the second attempt", func() bool { return len(a.trace.get()) == 2 })
+	waitUntil(t, "the second attempt", func() bool { return len(a.trace.get()) == 2 }, a.trace.changed)
 	close(a.end(2))
 	drain(t, eng)
 	got := landed.get()
 	eq(t, "landing order", got[:3], []string{"claim", "release", "claim"})
 }
 
-// §10.3: the busy re-claim doubles from 40 s and is capped at 30 minutes.
+// docs/engine.md#background-work-and-claims: the busy re-claim doubles from 40 s and is capped at
+// 30 minutes.
 func TestReviveClaimIsCappedAtThirtyMinutes(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, _ := setupAttempts(t)
 	ctx := ctxFor(t)
 	appendT(t, mem, ev("e"))
-	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 && eng.Pending() == 0 })
+	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 && eng.Pending() == 0 }, mem.Changed, eng.Changed)
 	for range 8 {
 		mustDo(t, eng.Revive(ctx))
 	}
@@ -173,4 +100,67 @@ func TestReviveClaimIsCappedAtThirtyMinutes(t *testing.T) {
 	eq(t, "claims", got, want)
 	close(a.end(1))
 	drain(t, eng)
+}
+
+// docs/engine.md#background-work-and-claims: revive awaits the claim chain before returning, so
+// the host derives its next alarm from the claim that actually landed. With a claim that takes 50
+// ms to land, the doubled claim must already be recorded when Revive returns.
+func TestReviveAwaitsItsClaim(t *testing.T) {
+	t.Parallel()
+	a, mem, eng, _ := setupAttempts(t)
+	appendT(t, mem, ev("e"))
+	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 }, mem.Changed)
+	waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 }, eng.Changed)
+	mem.SetClaimFunc(func(context.Context, time.Time) error { time.Sleep(50 * time.Millisecond); return nil })
+	mustDo(t, eng.Revive(ctxFor(t)))
+	eq(t, "claims when Revive returned", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second), testsupport.T.Add(40 * time.Second)})
+	close(a.end(1))
+	drain(t, eng)
+}
+
+// docs/engine.md#background-work-and-claims: when the last attempt settles, revivesWhileBusy is
+// reset, so the next busy revive claims 40 s again (not 160 s, continuing the old doubling).
+func TestBusyReviveCountResetsWhenIdle(t *testing.T) {
+	t.Parallel()
+	a, mem, eng, _ := setupAttempts(t)
+	ctx := ctxFor(t)
+	appendT(t, mem, ev("e"))
+	waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 && len(mem.Claims()) == 1 }, eng.Changed, mem.Changed)
+	mustDo(t, eng.Revive(ctx))
+	mustDo(t, eng.Revive(ctx))
+	close(a.end(1))
+	drain(t, eng)
+	second := appendT(t, mem, ev("e"))[0].Offset
+	waitUntil(t, "pushes", func() bool { return eng.Pending() == 0 && len(mem.Claims()) == 5 }, eng.Changed, mem.Changed)
+	mustDo(t, eng.Revive(ctx))
+	eq(t, "claims", mem.Claims(), []time.Time{
+		testsupport.T.Add(20 * time.Second), testsupport.T.Add(40 * time.Second), testsupport.T.Add(80 * time.Second), {},
+		testsupport.T.Add(20 * time.Second), testsupport.T.Add(40 * time.Second)})
+	close(a.end(second))
+	drain(t, eng)
+}
+
+// docs/engine.md#background-work-and-claims: revive's eventless pass is followed by
+// publishLiveState(), so a runtime field the at-head pass changed reaches the live state.
+func TestReviveEventlessPassPublishes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	wakes := 0
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "waker", "1", "tick")), reduce: incN,
+		process: func(a *foldstream.ProcessEventArgs[nState]) error {
+			if a.Event == nil {
+				mu.Lock()
+				wakes++
+				mu.Unlock()
+			}
+			return nil
+		},
+		project: func(nState) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return map[string]int{"wakes": wakes}, nil
+		}}
+	eng := newEngine[nState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
+	mustDo(t, eng.Revive(ctxFor(t)))
+	jsonEq(t, "live state", foldstream.JSON(eng.LiveState().Get()), `{"wakes":1}`)
 }

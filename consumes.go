@@ -2,23 +2,24 @@ package foldstream
 
 import "slices"
 
-// Platform event types the engine knows by name (spec §3.4, era B).
+// Platform event types the engine knows by name (docs/engine.md#events).
 const (
-	// LiveStateChangedType is the ephemeral delta a [LiveState] appends (spec §12.1). No processor
-	// ever reduces it, even when its contract names it (the loop guard, spec §4.5).
+	// LiveStateChangedType is the ephemeral delta a [LiveState] appends
+	// (docs/engine.md#live-state). No processor ever reduces it, even when its contract names it
+	// (the loop guard, docs/engine.md#the-loop-guard).
 	LiveStateChangedType = "events.iterate.com/itx/live-state-changed"
 	// WokenType is the wake record a host appends once per incarnation. It is an ordinary durable
-	// event: swept by a nil consumes list and by "*" (spec §4.4).
+	// event: swept by a nil consumes list and by "*" (docs/engine.md#the-consumes-rule).
 	WokenType = "events.iterate.com/itx/woken"
-	// CreatedType is the birth record a fresh stream appends at offset 1 (spec §13.6).
+	// CreatedType is the birth record a fresh stream appends at offset 1 (docs/engine.md#events).
 	CreatedType = "events.iterate.com/itx/created"
 )
 
 // ConsumeAll is the consumes entry that sweeps every durable event (never an ephemeral).
 const ConsumeAll = "*"
 
-// ConsumesEvent is the one consumes rule (spec §4.4), shared by the engine, subscription delivery
-// and inline reduces:
+// ConsumesEvent is the one consumes rule (docs/engine.md#the-consumes-rule), shared by the engine,
+// subscription delivery and inline reduces:
 //
 //   - an ephemeral event is consumed only when consumes is non-nil and names its type literally;
 //     "*" never matches an ephemeral;
@@ -43,9 +44,10 @@ func consumesTyped(consumes []string, typ string, ephemeral bool) bool {
 	return false
 }
 
-// ReducesEvent is the engine's loop guard (spec §4.5): the engine reduces and reacts to an event
-// iff [ConsumesEvent] accepts it and it is not a live-state delta. The check is on the type alone,
-// so no processor ever folds a [LiveStateChangedType] event, even when its contract names it.
-func ReducesEvent(consumes []string, ev Event) bool {
+// reducesEvent is the engine's loop guard (docs/engine.md#the-loop-guard): the engine reduces and
+// reacts to an event iff [ConsumesEvent] accepts it and it is not a live-state delta. The check is
+// on the type alone, so no processor ever folds a [LiveStateChangedType] event, even when its
+// contract names it.
+func reducesEvent(consumes []string, ev Event) bool {
 	return ev.Type != LiveStateChangedType && ConsumesEvent(consumes, ev)
 }

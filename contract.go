@@ -13,8 +13,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
-// PayloadSchema validates and normalizes one event type's payload (spec §4.1): it either rejects a
-// payload or returns the normalized payload.
+// PayloadSchema validates and normalizes one event type's payload (docs/engine.md#contracts): it
+// either rejects a payload or returns the normalized payload.
 //
 // A schema made by [DefineEvent] from a Go type P validates the wire payload against the JSON
 // Schema reflected from P (github.com/invopop/jsonschema, compiled by
@@ -26,10 +26,11 @@ import (
 // therefore expressed the Go way: a field type whose JSONSchema method
 // admits the wire forms and whose UnmarshalJSON converts them (see the package example for a number
 // that also accepts "2"). Unknown fields are allowed on the wire and dropped by normalization (like
-// zod's default object parsing).
+// a permissive object schema).
 //
 // A schema made by [DefineEventSchema] from hand-written JSON Schema validates only; its normalized
-// payload is the payload itself and its typed payload is the decoded JSON (map[string]any).
+// payload is the payload itself and its typed payload is the decoded JSON (map[string]any, numbers
+// as json.Number).
 type PayloadSchema struct {
 	source   json.RawMessage
 	compiled *jsonschema.Schema
@@ -41,7 +42,7 @@ func (s *PayloadSchema) JSONSchema() json.RawMessage { return s.source }
 
 // Validate checks payload and returns the normalized payload and the typed value. An absent
 // payload (nil or JSON null) is validated as an empty object; a present non-object payload (0,
-// false, "") is validated as itself and so fails an object schema (spec §6 step 2).
+// false, "") is validated as itself and so fails an object schema (docs/engine.md#payload-schemas).
 func (s *PayloadSchema) Validate(payload json.RawMessage) (normalized json.RawMessage, typed any, err error) {
 	raw := []byte(payload)
 	if isAbsentJSON(payload) {
@@ -72,8 +73,8 @@ func compileSchema(src []byte) (*jsonschema.Schema, error) {
 	return c.Compile(url)
 }
 
-// EventDefinition is one entry of a contract's event catalog (spec §4.2): a type, a description,
-// an optional ephemeral flag and a payload schema.
+// EventDefinition is one entry of a contract's event catalog (docs/engine.md#contracts): a type, a
+// description, an optional ephemeral flag and a payload schema.
 type EventDefinition struct {
 	// Type is the event type string.
 	Type string
@@ -131,7 +132,8 @@ func DefineEvent[P any](typ, description string, opts ...EventOption) EventDefin
 }
 
 // DefineEventSchema defines an event type validated by a hand-written JSON Schema. The payload is
-// not transformed; reducers get it decoded as map[string]any (or the JSON value it is).
+// not transformed; reducers get it decoded as map[string]any (or the JSON value it is), with
+// numbers as json.Number, exactly as validated.
 func DefineEventSchema(typ, description string, schema json.RawMessage, opts ...EventOption) EventDefinition {
 	d := EventDefinition{Type: typ, Description: description}
 	for _, o := range opts {
@@ -144,8 +146,10 @@ func DefineEventSchema(typ, description string, schema json.RawMessage, opts ...
 	}
 	d.Schema = &PayloadSchema{source: append(json.RawMessage(nil), schema...), compiled: compiled,
 		decode: func(raw []byte) (any, json.RawMessage, error) {
-			var v any
-			if err := json.Unmarshal(raw, &v); err != nil {
+			// Numbers stay json.Number, the exact text the schema validated (float64 would round
+			// integers beyond 2^53).
+			v, err := rawjson.DecodeNumbers(raw)
+			if err != nil {
 				return nil, nil, err
 			}
 			return v, append(json.RawMessage(nil), raw...), nil
@@ -154,7 +158,8 @@ func DefineEventSchema(typ, description string, schema json.RawMessage, opts ...
 }
 
 // ContractDep is a defined contract another contract depends on: its own catalog's events may be
-// consumed or emitted without being owned (spec §4.2). Every *Contract[S] is a ContractDep.
+// consumed or emitted without being owned (docs/engine.md#contracts). Every *Contract[S] is a
+// ContractDep.
 type ContractDep interface {
 	// ContractSlug is the dependency's slug.
 	ContractSlug() string
@@ -162,24 +167,25 @@ type ContractDep interface {
 	OwnEvents() []EventDefinition
 }
 
-// ContractConfig is the input to [DefineContract] (spec §4.2).
+// ContractConfig is the input to [DefineContract] (docs/engine.md#contracts).
 type ContractConfig[S any] struct {
 	// Slug keys the checkpoint row and the live state.
 	Slug string
-	// Version: any change triggers the one-time reduce-only re-reduce (spec §9).
+	// Version: any change triggers the one-time reduce-only re-reduce (docs/engine.md#re-reduce).
 	Version string
 	// Description says what the processor does.
 	Description string
 	// Consumes lists the consumed types: nil means every durable event, "*" every durable event,
-	// a named type opts in (ephemerals only this way), an empty non-nil list nothing (spec §4.4).
+	// a named type opts in (ephemerals only this way), an empty non-nil list nothing
+	// (docs/engine.md#the-consumes-rule).
 	Consumes []string
-	// Emits lists the types the processor's Append may emit (spec §7).
+	// Emits lists the types the processor's Append may emit (docs/engine.md#emitting-events).
 	Emits []string
 	// Initial builds a fresh initial state. Defaults to decoding "{}" into a zero S. It plays
-	// upstream's "state schema applied to {}": an error or panic fails the definition.
+	// the role of "the state schema applied to {}": an error or panic fails the definition.
 	Initial func() (S, error)
 	// StateSchema is an optional hand-written JSON Schema of the state. It must accept "{}" and
-	// the initial state, or the definition fails (spec §4.2 rule 1).
+	// the initial state, or the definition fails (docs/engine.md#contracts).
 	StateSchema json.RawMessage
 	// Events is the catalog of event types this contract owns.
 	Events []EventDefinition
@@ -187,8 +193,8 @@ type ContractConfig[S any] struct {
 	Deps []ContractDep
 }
 
-// Contract is a defined processor contract (spec §4.1–4.2). Build it with [DefineContract]; it is
-// immutable and safe for concurrent use.
+// Contract is a defined processor contract (docs/engine.md#contracts). Build it with
+// [DefineContract]; it is immutable and safe for concurrent use.
 type Contract[S any] struct {
 	cfg         ContractConfig[S]
 	stateSchema *jsonschema.Schema
@@ -203,7 +209,7 @@ func invalidContract(slug, format string, args ...any) *Error {
 }
 
 // DefineContract validates cfg and returns the contract. Definition errors carry code
-// INVALID_CONTRACT and the spec's messages (§14.1):
+// INVALID_CONTRACT and these messages (docs/engine.md#contracts):
 //
 //	contract "<slug>": stateSchema must parse {} (default every field)
 //	contract "<slug>": event "<type>" is already owned by a dep
@@ -349,8 +355,8 @@ func (c *Contract[S]) ValidateState(state json.RawMessage) error {
 }
 
 // PayloadSchemaFor returns the payload schema for typ: the local catalog first, then each
-// dependency's catalog in order (spec §4.2 rule 3). Nil means the type is unknown: its events are
-// folded unvalidated.
+// dependency's catalog in order (docs/engine.md#payload-schemas). Nil means the type is unknown:
+// its events are folded unvalidated.
 func (c *Contract[S]) PayloadSchemaFor(typ string) *PayloadSchema {
 	if d, ok := c.catalog[typ]; ok {
 		return d.Schema
@@ -365,10 +371,10 @@ func (c *Contract[S]) PayloadSchemaFor(typ string) *PayloadSchema {
 	return nil
 }
 
-// Normalize applies spec §6 steps 1–4 to ev: without a schema for its type the event is returned
-// unchanged (typed payload nil); with one, the payload is validated and replaced by the normalized
-// payload, and the decoded typed payload is returned beside it. An error means the event is
-// invalid: it must be neither reduced nor given to ProcessEvent.
+// Normalize applies docs/engine.md#payload-schemas to ev: without a schema for its type the event
+// is returned unchanged (typed payload nil); with one, the payload is validated and replaced by
+// the normalized payload, and the decoded typed payload is returned beside it. An error means the
+// event is invalid: it must be neither reduced nor given to ProcessEvent.
 func (c *Contract[S]) Normalize(ev Event) (Event, any, error) {
 	s := c.PayloadSchemaFor(ev.Type)
 	if s == nil {
@@ -382,7 +388,8 @@ func (c *Contract[S]) Normalize(ev Event) (Event, any, error) {
 	return ev, typed, nil
 }
 
-// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil (spec §4.3).
+// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil
+// (docs/engine.md#processors).
 func (c *Contract[S]) IdempotencyKey(key string, ev *Event) string {
 	if ev == nil {
 		return c.cfg.Slug + "/" + key

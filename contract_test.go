@@ -8,10 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	invopop "github.com/invopop/jsonschema"
-
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/testsupport"
+	invopop "github.com/invopop/jsonschema"
 )
 
 func TestP01_StateSchemaMustParseEmptyObject(t *testing.T) {
@@ -67,7 +66,7 @@ func TestP02_EventDeclaredByTwoDeps(t *testing.T) {
 	if err == nil || err.Error() != `contract "both": event "demo/shared" is declared by two deps` {
 		t.Fatalf("got %v", err)
 	}
-	// Implied by §4.2 rule 2: a local declaration of a dep's type is refused too.
+	// docs/engine.md#contracts: a local declaration of a dep's type is refused too.
 	_, err = foldstream.DefineContract(foldstream.ContractConfig[emptyState]{Slug: "owner", Version: "1",
 		Events: []foldstream.EventDefinition{foldstream.DefineEvent[sharedPayload]("demo/shared", "mine")},
 		Deps:   []foldstream.ContractDep{a}})
@@ -95,7 +94,8 @@ type consumesCase struct {
 	want     bool
 }
 
-func durableEv(typ string) foldstream.Event   { return foldstream.Event{Type: typ} }
+func durableEv(typ string) foldstream.Event { return foldstream.Event{Type: typ} }
+
 func ephemeralEv(typ string) foldstream.Event { return foldstream.Event{Type: typ, Ephemeral: true} }
 
 func checkConsumes(t *testing.T, cases []consumesCase) {
@@ -210,8 +210,6 @@ func TestP49_MetadataOnOneSideOnly(t *testing.T) {
 	}
 }
 
-// ---- payload validation (P-50..P-53) ----------------------------------------------------------
-
 type setPayload struct {
 	N float64 `json:"n"`
 }
@@ -244,7 +242,8 @@ func TestP50_MalformedPayloadIsSkipped(t *testing.T) {
 	if err := c.ValidateState(foldstream.JSON(s.State)); err != nil {
 		t.Errorf("state invalid against the state schema: %v", err)
 	}
-	// §6 step 2: a present falsy non-object payload fails; an absent one is validated as {}.
+	// docs/engine.md#payload-schemas: a present falsy non-object payload fails; an absent one is
+	// validated as {}.
 	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/set", Payload: json.RawMessage(`0`)}); err == nil {
 		t.Error("payload 0 accepted")
 	}
@@ -352,21 +351,6 @@ func TestP52_InvalidPayloadSkipsEffects(t *testing.T) {
 	}
 }
 
-func TestP53_CoercionSurvivesReReduce(t *testing.T) {
-	t.Parallel()
-	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
-	ctx := ctxFor(t)
-	v1 := newEngine[sumState](t, newAdder(t, "1", nil), mem, cps)
-	appendT(t, mem, foldstream.EventInput{Type: "demo/add", Payload: json.RawMessage(`{"n":"2"}`)},
-		foldstream.EventInput{Type: "demo/add", Payload: json.RawMessage(`{"n":3}`)})
-	mustDo(t, v1.CatchUpFromLog(ctx))
-	eq(t, "v1", must[foldstream.Snapshot[sumState]](t)(v1.Snapshot(ctx)).State, sumState{Sum: 5})
-	v2 := newEngine[sumState](t, newAdder(t, "2", nil), mem, cps)
-	eq(t, "v2", must[foldstream.Snapshot[sumState]](t)(v2.Snapshot(ctx)).State, sumState{Sum: 5})
-	cp, _ := cps.Get("adder")
-	eq(t, "v2 checkpoint version", cp.ReducerVersion, "2")
-}
-
 func TestDefineEventSchema_HandWritten(t *testing.T) {
 	t.Parallel()
 	d := foldstream.DefineEventSchema("demo/hand", "hand-written", json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`))
@@ -376,7 +360,11 @@ func TestDefineEventSchema_HandWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "typed", typed, any(map[string]any{"n": float64(4)}))
+	eq(t, "typed", typed, any(map[string]any{"n": json.Number("4")}))
+	// The typed payload is exactly what the schema validated: no rounding through float64.
+	_, typed, err = c.Normalize(foldstream.Event{Type: "demo/hand", Payload: json.RawMessage(`{"n":9007199254740993}`)})
+	mustDo(t, err)
+	eq(t, "typed beyond 2^53", typed, any(map[string]any{"n": json.Number("9007199254740993")}))
 	if _, _, err := c.Normalize(foldstream.Event{Type: "demo/hand", Payload: json.RawMessage(`{"n":4.5}`)}); err == nil {
 		t.Error("4.5 accepted as integer")
 	}
@@ -442,5 +430,35 @@ func TestPayloadKeysMatchTheSchemaExactly(t *testing.T) {
 	}
 	if _, _, err := c.Normalize(foldstream.Event{Type: "deposited", Payload: json.RawMessage(`{"account":"a","amount":-100,"AMOUNT":5}`)}); err == nil {
 		t.Error("amount -100 accepted because AMOUNT is 5")
+	}
+}
+
+func TestDefineEvent_Ephemeral(t *testing.T) {
+	t.Parallel()
+	d := foldstream.DefineEvent[setPayload]("demo/chunk", "a chunk", foldstream.Ephemeral())
+	if !d.Ephemeral || d.Schema == nil || !json.Valid(d.Schema.JSONSchema()) {
+		t.Errorf("got %+v", d)
+	}
+}
+
+// docs/engine.md#payload-schemas: only an absent payload is validated as {}; a present falsy
+// non-object payload (0, false, "") is validated as itself and so fails an object schema. The
+// absent payload's normalized form is {} (it is what reduce and processEvent see).
+func TestAbsentPayloadIsAnEmptyObjectFalsyPayloadsFail(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[nState]](t)(foldstream.DefineContract(foldstream.ContractConfig[nState]{
+		Slug: "loose", Version: "1",
+		Events: []foldstream.EventDefinition{foldstream.DefineEventSchema("demo/any", "", json.RawMessage(`{"type":"object"}`))}}))
+	for _, raw := range []string{`0`, `false`, `""`} {
+		if _, _, err := c.Normalize(foldstream.Event{Type: "demo/any", Payload: json.RawMessage(raw)}); err == nil {
+			t.Errorf("payload %s accepted", raw)
+		}
+	}
+	for _, raw := range []json.RawMessage{nil, json.RawMessage(`null`)} {
+		norm, _, err := c.Normalize(foldstream.Event{Type: "demo/any", Payload: raw})
+		if err != nil {
+			t.Fatalf("absent payload %q refused: %v", raw, err)
+		}
+		jsonEq(t, "normalized absent payload", norm.Payload, `{}`)
 	}
 }

@@ -1,5 +1,5 @@
-// Package foldstream is an embeddable stream-processor engine: a faithful Go port of iterate's
-// processor contract (era B, the 0.4.0 surface).
+// Package foldstream is an embeddable stream-processor engine. Its rules are stated in
+// docs/engine.md in the repository; comments cite them as docs/engine.md#<section>.
 //
 // A processor folds the events of one stream into a state (Reduce), reacts to them with side
 // effects (ProcessEvent), and projects a live view that clients follow through RFC 6902 deltas
@@ -68,7 +68,10 @@
 //
 //	func run(ctx context.Context) error {
 //		mem := testsupport.NewMemoryStream() // or a durable stream from package stream
-//		db, _ := sql.Open("sqlite", "counter.db")
+//		db, err := sql.Open("sqlite", "counter.db")
+//		if err != nil {
+//			return err
+//		}
 //		cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{})
 //		if err != nil {
 //			return err

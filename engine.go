@@ -8,13 +8,17 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
-// Engine constants (spec §10.2, §14.2).
+// Engine constants (docs/engine.md#background-work-and-claims, docs/engine.md#reading-the-state).
 const (
-	// ReviveAfter is how far ahead the engine claims its host's alarm when background work starts.
+	// ReviveAfter is how far ahead the engine claims its host's alarm when background work starts,
+	// and the first step of the doubling backoff both the engine (a revive that finds work still in
+	// flight) and the store (a revive that failed) use.
 	ReviveAfter = 20 * time.Second
-	// ReviveAfterMax caps the doubling re-claims of a revive that finds work still in flight.
+	// ReviveAfterMax caps that doubling backoff.
 	ReviveAfterMax = 30 * time.Minute
 	// EnginePageSize is the read limit of catch-up, gap repair and re-reduce.
 	EnginePageSize = 500
@@ -22,28 +26,51 @@ const (
 	DefaultWaitTimeout = 10 * time.Second
 )
 
-// EngineConfig holds an engine's dependencies (spec §5).
+// EngineConfig holds an engine's dependencies and options. Every option is declared, defaulted and
+// documented here; [NewEngine] applies the defaults.
 type EngineConfig struct {
 	// Stream is the stream the engine reads, appends to and claims on. Required.
 	Stream Stream
 	// Checkpoints stores the reduce checkpoint. Required.
 	Checkpoints CheckpointStorage
 	// FedByPushes is the host's word that a subscription pushes this engine every commit it
-	// consumes; it lets an idle engine trust the head it read from the log (spec §8.1). Defaults to
-	// false.
+	// consumes; it lets an idle engine trust the head it read from the log
+	// (docs/engine.md#reading-the-state). Defaults to false.
 	FedByPushes bool
-	// Clock supplies wall-clock time for claims and the live-state epoch. Defaults to SystemClock.
+	// Clock supplies time for claims, the live-state revision epoch and WaitUntilProcessed's
+	// timeout. Defaults to SystemClock{}.
 	Clock Clock
-	// Reporter receives contained failures (spec §14.3). Defaults to SlogReporter(Logger).
+	// Reporter receives contained failures (docs/engine.md#errors-and-reporting). Defaults to
+	// SlogReporter(Logger).
 	Reporter Reporter
 	// Logger is used by the default reporter. Defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// withDefaults returns c with every unset option at its default.
+func (c EngineConfig) withDefaults() EngineConfig {
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Reporter == nil {
+		c.Reporter = SlogReporter(c.Logger)
+	}
+	return c
 }
 
 // Snapshot is an engine's cursor and reduced state.
 type Snapshot[S any] struct {
 	Offset int64
 	State  S
+}
+
+// JSONSnapshot is a processor's cursor and reduced state as JSON: the one snapshot shape a host
+// hands out and a server writes ({"offset": …, "state": …}).
+type JSONSnapshot struct {
+	// Offset is the processor's reduced-through offset.
+	Offset int64 `json:"offset"`
+	// State is the reduced state's JSON.
+	State json.RawMessage `json:"state"`
 }
 
 // LiveSnapshot is the live-state holder's revision and projected state, read together.
@@ -110,15 +137,15 @@ type waiter struct {
 	ch     chan struct{}
 }
 
-// Engine drives one processor against one stream and one checkpoint storage (spec §5). All its
-// methods are safe for concurrent use.
+// Engine drives one processor against one stream and one checkpoint storage
+// (docs/engine.md#engine-rules). All its methods are safe for concurrent use.
 //
-// Concurrency rules (spec §5.1), kept in one place: every unit of work — a push, a catch-up,
-// revive's eventless pass — runs on one serial chain (a FIFO queue drained by one goroutine at a
-// time); within a unit events are processed one at a time and each event's blockers settle before
-// the next event's ProcessEvent; background attempts run on their own goroutines and hold a claim
-// while any is in flight; claims are issued on their own serial chain; a range commits at most once,
-// after all its blocking work settled.
+// Concurrency rules (docs/engine.md#engine-rules), kept in one place: every unit of work — a push,
+// a catch-up, revive's eventless pass — runs on one serial chain (a FIFO queue drained by one
+// goroutine at a time); within a unit events are processed one at a time and each event's blockers
+// settle before the next event's ProcessEvent; background attempts run on their own goroutines and
+// hold a claim while any is in flight; claims are issued on their own serial chain; a range
+// commits at most once, after all its blocking work settled.
 type Engine[S any] struct {
 	p        Processor[S]
 	c        *Contract[S]
@@ -163,9 +190,9 @@ type Engine[S any] struct {
 	stopClosing context.CancelFunc
 }
 
-// NewEngine loads p's checkpoint and returns its engine (spec §5.2). It fails only when the
-// checkpoint cannot be read or decoded; a failing live-state projection is reported and never
-// fails construction.
+// NewEngine loads p's checkpoint and returns its engine (docs/engine.md#loading-the-checkpoint).
+// It fails only when the checkpoint cannot be read or decoded; a failing live-state projection is
+// reported and never fails construction.
 func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if p == nil || p.Contract() == nil {
 		return nil, NewError(CodeInvalidContract, nil, "engine: the processor has no contract")
@@ -173,6 +200,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if cfg.Stream == nil || cfg.Checkpoints == nil {
 		return nil, NewError(CodeInvalidContract, nil, "engine: Stream and Checkpoints are required")
 	}
+	cfg = cfg.withDefaults()
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
@@ -180,12 +208,6 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
-	if e.clock == nil {
-		e.clock = SystemClock{}
-	}
-	if e.rep == nil {
-		e.rep = SlogReporter(cfg.Logger)
-	}
 	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
 	if err != nil {
 		return nil, fmt.Errorf("engine %q: %w", c.Slug(), err)
@@ -195,7 +217,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		st := c.InitialState()
 		if cp.State != nil {
 			var decoded S
-			if err := json.Unmarshal(cp.State, &decoded); err == nil {
+			if err := rawjson.UnmarshalExact(cp.State, &decoded); err == nil {
 				st = decoded
 			} else if cp.ReducerVersion == c.Version() {
 				return nil, fmt.Errorf("engine %q: decode checkpoint state: %w", c.Slug(), err)
@@ -270,14 +292,15 @@ func (e *Engine[S]) Pending() int {
 	return len(e.queue) + e.active
 }
 
-// signalLocked wakes Drain callers; e.mu must be held.
+// signalLocked wakes Drain callers (and tests watching Pending); e.mu must be held.
 func (e *Engine[S]) signalLocked() {
 	close(e.changed)
 	e.changed = make(chan struct{})
 }
 
-// enqueue appends a unit to the serial chain (spec §5.3) and returns its outcome channel. Before a
-// unit runs, a latched refusal fails it at once; a failed unit never wedges the chain.
+// enqueue appends a unit to the serial chain (docs/engine.md#the-latch) and returns its outcome
+// channel. Before a unit runs, a latched refusal fails it at once; a failed unit never wedges the
+// chain.
 func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) error) <-chan error {
 	u := &unit{ctx: ctx, run: run, done: make(chan error, 1)}
 	e.mu.Lock()
@@ -287,6 +310,7 @@ func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) e
 		return u.done
 	}
 	e.queue = append(e.queue, u)
+	e.signalLocked()
 	if !e.running {
 		e.running = true
 		go e.work()
@@ -325,6 +349,7 @@ func (e *Engine[S]) work() {
 		}
 		e.mu.Lock()
 		e.active = 0
+		e.signalLocked()
 		e.mu.Unlock()
 		u.done <- err
 	}
@@ -373,12 +398,12 @@ func await(ctx context.Context, ch <-chan error) error {
 	}
 }
 
-// ProcessEventBatch is a push (spec §5.4): it records range.Through as the pushed head at once,
-// then queues a unit that runs a pending re-reduce, repairs a gap below range.After from the log,
-// and reduces and commits the pushed events. No push is discarded: a push behind the cursor still
-// delivers its ephemerals, and a push whose ctx ends while it waits for its turn still runs (with
-// ctx's values but not its cancellation) — ProcessEventBatch then returns ctx.Err() at once, not
-// the push's outcome.
+// ProcessEventBatch is a push (docs/engine.md#pushes-and-gap-repair): it records range.Through as
+// the pushed head at once, then queues a unit that runs a pending re-reduce, repairs a gap below
+// range.After from the log, and reduces and commits the pushed events. No push is discarded: a
+// push behind the cursor still delivers its ephemerals, and a push whose ctx ends while it waits
+// for its turn still runs (with ctx's values but not its cancellation) — ProcessEventBatch then
+// returns ctx.Err() at once, not the push's outcome.
 func (e *Engine[S]) ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error {
 	return e.QueueEventBatch(ctx, events, r)(ctx)
 }
@@ -393,8 +418,8 @@ func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r Scann
 	e.hasPushed = true
 	e.mu.Unlock()
 	evs := slices.Clone(events)
-	// A push is never discarded (spec §5.4): its ephemerals ride only this push, so it runs even
-	// when the caller stops waiting for it.
+	// A push is never discarded (docs/engine.md#pushes-and-gap-repair): its ephemerals ride only
+	// this push, so it runs even when the caller stops waiting for it.
 	ch := e.enqueue(context.WithoutCancel(ctx), func(ctx context.Context) error { return e.runPush(ctx, evs, r) })
 	return func(wctx context.Context) error { return await(wctx, ch) }
 }
@@ -433,7 +458,7 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 }
 
 // CatchUpFromLog reads the log from the cursor in pages of EnginePageSize and reduces and commits
-// each page until one is at head (spec §5.5). An empty catch-up runs no at-head pass.
+// each page until one is at head (docs/engine.md#catch-up). An empty catch-up runs no at-head pass.
 func (e *Engine[S]) CatchUpFromLog(ctx context.Context) error {
 	return await(ctx, e.enqueue(ctx, e.runCatchUp))
 }
@@ -474,14 +499,14 @@ func (e *Engine[S]) recordHeadRead() {
 	e.mu.Unlock()
 }
 
-// commitRange is reduce-and-commit of one range (spec §5.6).
+// commitRange is reduce-and-commit of one range (docs/engine.md#committing-a-range).
 func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRange, atHead bool) error {
 	e.mu.Lock()
 	before, state := e.cursor, e.state
 	e.mu.Unlock()
 	var consumable []Event
 	for _, ev := range events {
-		if ReducesEvent(e.consumes, ev) && (ev.Ephemeral || ev.Offset > before) {
+		if reducesEvent(e.consumes, ev) && (ev.Ephemeral || ev.Offset > before) {
 			consumable = append(consumable, ev)
 		}
 	}
@@ -530,7 +555,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	return nil
 }
 
-// writeCheckpoint writes and latches a refusal that retrying cannot fix (spec §5.3).
+// writeCheckpoint writes and latches a refusal that retrying cannot fix (docs/engine.md#the-latch).
 func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed bool) error {
 	err := e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
 	if err != nil && !IsRetryable(err) {
@@ -550,8 +575,8 @@ func (e *Engine[S]) resolveWaitersLocked() {
 	}
 }
 
-// normalizeAndReduce is spec §6, shared by the live path and the re-reduce. ok=false means the
-// event is invalid and must be skipped.
+// normalizeAndReduce is docs/engine.md#payload-schemas, shared by the live path and the re-reduce.
+// ok=false means the event is invalid and must be skipped.
 func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool, payload any, ok bool) {
 	norm, typed, err := e.c.Normalize(*ev)
 	if err != nil {
@@ -577,7 +602,7 @@ func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool
 	return out, true, typed, true
 }
 
-// step is the per-event primitive (spec §5.7); ev nil is the eventless pass.
+// step is the per-event primitive (docs/engine.md#blockers); ev nil is the eventless pass.
 func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool) (S, bool, bool, error) {
 	prev := state
 	changed := false
@@ -605,7 +630,8 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	return state, changed, true, nil
 }
 
-// rereduceIfStale is the one-time reduce-only re-reduce after a version bump (spec §9).
+// rereduceIfStale is the one-time reduce-only re-reduce after a version bump
+// (docs/engine.md#re-reduce).
 func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	e.mu.Lock()
 	st := e.stale
@@ -622,7 +648,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 			return err
 		}
 		for _, ev := range page.Events {
-			if ev.Offset > target || !ReducesEvent(e.consumes, ev) {
+			if ev.Offset > target || !reducesEvent(e.consumes, ev) {
 				continue
 			}
 			if next, ch, _, ok := e.normalizeAndReduce(&ev, state); ok && ch {
@@ -648,7 +674,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	return nil
 }
 
-// runInBackground starts one droppable attempt (spec §10.1).
+// runInBackground starts one droppable attempt (docs/engine.md#background-work-and-claims).
 func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Context) error) {
 	e.mu.Lock()
 	e.inFlight++
@@ -675,7 +701,8 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 }
 
 // queueClaimLocked issues claim(at) on the claim chain: after the previous claim settled, so a slow
-// release never overtakes the next claim (spec §10.1). The zero time releases. e.mu must be held.
+// release never overtakes the next claim (docs/engine.md#background-work-and-claims). The zero
+// time releases. e.mu must be held.
 func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 	prev, done := e.claimTail, make(chan struct{})
 	e.claimTail = done
@@ -689,9 +716,9 @@ func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 	return done
 }
 
-// Revive is the host's call for a claim that fell due (spec §10.3): catch up; if that ran no
-// at-head range, run one eventless at-head pass; if work is still in flight, re-claim at
-// now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
+// Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims):
+// catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
+// flight, re-claim at now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
 func (e *Engine[S]) Revive(ctx context.Context) error {
 	e.mu.Lock()
 	e.lastBatchAtHead = false
@@ -761,7 +788,7 @@ func (e *Engine[S]) gate(ctx context.Context) error {
 }
 
 // Snapshot returns the cursor and state, catching up from the log first unless the engine has
-// reduced through the shown head (spec §8.2).
+// reduced through the shown head (docs/engine.md#reading-the-state).
 func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
 	if err := e.gate(ctx); err != nil {
 		return Snapshot[S]{}, err
@@ -810,8 +837,8 @@ func (e *Engine[S]) project(state S) (v any, err error) {
 	return v, err
 }
 
-// PublishLiveState re-projects the reduced state into the live state (spec §12.2). A failing
-// projection is reported and only this notification is lost.
+// PublishLiveState re-projects the reduced state into the live state (docs/engine.md#live-state).
+// A failing projection is reported and only this notification is lost.
 func (e *Engine[S]) PublishLiveState() {
 	// One publish at a time, so a host's publish of an older state can never land after the
 	// chain's publish of a newer one.
@@ -830,9 +857,9 @@ func (e *Engine[S]) PublishLiveState() {
 	e.live.Set(v)
 }
 
-// WaitUntilProcessed waits until the cursor reaches offset (spec §8.3). It starts a catch-up
-// without waiting for it; if that fails first, it fails with the catch-up's error. On timeout it
-// fails with code PROCESS_TIMEOUT and `processor "<slug>" did not reach offset <n> in <ms>ms`.
+// WaitUntilProcessed waits until the cursor reaches offset (docs/engine.md#reading-the-state). It
+// starts a catch-up without waiting for it; if that fails first, it fails with the catch-up's
+// error. On timeout it fails with code PROCESS_TIMEOUT and `processor "<slug>" did not reach offset <n> in <ms>ms`.
 func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = DefaultWaitTimeout
@@ -857,8 +884,9 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 		return ok
 	}
 	catchUp := e.enqueue(context.WithoutCancel(ctx), e.runCatchUp)
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	timedOut := make(chan struct{})
+	stop := e.clock.AfterFunc(timeout, func() { close(timedOut) })
+	defer stop()
 	for {
 		select {
 		case <-w.ch:
@@ -868,7 +896,7 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 			if err != nil && remove() {
 				return err
 			}
-		case <-timer.C:
+		case <-timedOut:
 			if !remove() {
 				return nil // resolved concurrently
 			}
@@ -919,4 +947,82 @@ func (e *Engine[S]) Drain(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// eventRun is the engine-side state of one ProcessEvent call.
+type eventRun struct {
+	ctx        context.Context
+	stream     Stream
+	slug       string
+	version    string
+	emits      []string
+	event      *Event
+	background func(ctx context.Context, work func(context.Context) error)
+
+	mu       sync.Mutex
+	blockers []func(context.Context) error
+	settled  bool
+}
+
+func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, error) {
+	for _, ev := range events {
+		if !slices.Contains(r.emits, ev.Type) {
+			return nil, NewError(CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
+				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
+		}
+	}
+	stamped := make([]EventInput, len(events))
+	for i, ev := range events {
+		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
+		if r.event != nil {
+			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
+		}
+		ev.Source = &Source{Processor: ps}
+		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
+		stamped[i] = ev
+	}
+	return r.stream.Append(ctx, stamped...)
+}
+
+func (r *eventRun) block(work func(context.Context) error) {
+	r.mu.Lock()
+	if r.settled {
+		r.mu.Unlock()
+		if r.background != nil {
+			r.background(r.ctx, work)
+		}
+		return
+	}
+	r.blockers = append(r.blockers, work)
+	r.mu.Unlock()
+}
+
+// drain runs the blockers in FIFO order until a fixed point; the first failure stops it.
+func (r *eventRun) drain() error {
+	for i := 0; ; i++ {
+		r.mu.Lock()
+		if i >= len(r.blockers) {
+			r.settled = true
+			r.mu.Unlock()
+			return nil
+		}
+		work := r.blockers[i]
+		r.mu.Unlock()
+		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
+			r.mu.Lock()
+			r.settled = true
+			r.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// callGuarded calls f and turns a panic into an error.
+func callGuarded(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return f()
 }

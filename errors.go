@@ -9,7 +9,8 @@ import (
 // against the sentinels below, or errors.As to *Error), never by message text.
 type Code string
 
-// Error codes. The spec's codes (§14.1) come first; the rest give a code to errors the spec leaves
+// Error codes of the engine and its streams (docs/engine.md#errors-and-reporting). The first seven
+// are the processor contract's own codes; the rest give a code to refusals it leaves
 // uncoded, so every error a user can cause is classifiable.
 const (
 	CodeIdempotencyConflict      Code = "IDEMPOTENCY_CONFLICT"
@@ -97,11 +98,11 @@ const (
 type Error struct {
 	// Code classifies the error.
 	Code Code
-	// Message is the human-readable text (the spec's exact wording where it has one).
+	// Message is the human-readable text (the documented wording where docs/engine.md gives one).
 	Message string
 	// Data holds machine-readable details, e.g. {"existingOffset": 3}.
 	Data map[string]any
-	// Retryable is false for errors that retrying cannot fix (spec §5.3 latch).
+	// Retryable is false for errors that retrying cannot fix (docs/engine.md#the-latch).
 	Retryable bool
 	// Err is an optional cause.
 	Err error
@@ -189,19 +190,22 @@ func IsRetryable(err error) bool {
 	return true
 }
 
-// IdempotencyConflictError builds the spec's IDEMPOTENCY_CONFLICT error (§13.4).
+// IdempotencyConflictError builds the IDEMPOTENCY_CONFLICT error (docs/engine.md#idempotency), for
+// the store, the test stand-ins and custom [Stream] implementations.
 func IdempotencyConflictError(key string, existingOffset int64) *Error {
 	return NewError(CodeIdempotencyConflict, map[string]any{"existingOffset": existingOffset},
 		"idempotency key \"%s\" already names a different event at offset %d", key, existingOffset)
 }
 
-// OffsetConflictError builds the spec's OFFSET_CONFLICT error (§13.5).
+// OffsetConflictError builds the OFFSET_CONFLICT error (docs/engine.md#the-offset-precondition),
+// for the store, the test stand-ins and custom [Stream] implementations.
 func OffsetConflictError(expected, actual int64) *Error {
 	return NewError(CodeOffsetConflict, map[string]any{"expected": expected, "actual": actual},
 		"expected offset %d, but the next offset is %d", expected, actual)
 }
 
-// EmptyTypeError returns the spec's error for an event without a type (§13.2).
+// EmptyTypeError returns the INVALID_EVENT error for an event without a type
+// (docs/engine.md#appending-events); [PrepareEventInput] returns it.
 func EmptyTypeError() *Error {
 	return NewError(CodeInvalidEvent, nil, "append: every event needs a non-empty type")
 }

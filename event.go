@@ -8,10 +8,10 @@ import (
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
-// EventInput is what a writer hands to [Stream.Append] (spec §3.1).
+// EventInput is what a writer hands to [Stream.Append] (docs/engine.md#events).
 //
 // Payload and Metadata are raw JSON objects; nil means absent, which is different from an empty
-// object "{}" (spec §13.4). Use [JSON] to build them from Go values.
+// object "{}" (docs/engine.md#idempotency). Use [JSON] to build them from Go values.
 type EventInput struct {
 	// Type is required: a non-empty string (after trimming spaces).
 	Type string `json:"type"`
@@ -19,19 +19,21 @@ type EventInput struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Metadata is an optional JSON object.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
-	// Source is optional provenance (spec §3.3).
+	// Source is optional provenance (docs/engine.md#events).
 	Source *Source `json:"source,omitempty"`
-	// IdempotencyKey, when set, makes the append idempotent per stream (spec §13.4).
+	// IdempotencyKey, when set, makes the append idempotent per stream
+	// (docs/engine.md#idempotency).
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Offset is a precondition: when non-zero the event must land at exactly this offset or the
-	// whole batch is refused with [CodeOffsetConflict] (spec §13.5). It is never stored.
+	// whole batch is refused with [CodeOffsetConflict] (docs/engine.md#the-offset-precondition).
+	// It is never stored.
 	Offset int64 `json:"-"`
 	// Ephemeral events take an offset but are never persisted; they are delivered by pushes only.
 	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Event is a committed event: the input without its offset precondition, plus the identity the
-// stream assigned at commit (spec §3.2).
+// stream assigned at commit (docs/engine.md#events).
 type Event struct {
 	Type           string          `json:"type"`
 	Payload        json.RawMessage `json:"payload,omitempty"`
@@ -59,7 +61,7 @@ func (e Event) Input() EventInput {
 	}
 }
 
-// Source is an event's provenance (spec §3.3, era B).
+// Source is an event's provenance (docs/engine.md#events).
 type Source struct {
 	Schedule  *ScheduleSource  `json:"schedule,omitempty"`
 	Processor *ProcessorSource `json:"processor,omitempty"`
@@ -77,7 +79,8 @@ type ScheduleSource struct {
 	DefinedBy         *Source `json:"definedBy,omitempty"`
 }
 
-// ProcessorSource is stamped by the engine on every event a processor emits (spec §7).
+// ProcessorSource is stamped by the engine on every event a processor emits
+// (docs/engine.md#emitting-events).
 type ProcessorSource struct {
 	Slug            string           `json:"slug"`
 	Version         string           `json:"version"`
@@ -102,7 +105,7 @@ type ScannedRange struct {
 	Through int64 `json:"through"`
 }
 
-// ReadPage is one page of a log read (spec §13.1).
+// ReadPage is one page of a log read (docs/engine.md#streams).
 type ReadPage struct {
 	// Events are durable events with offset > after, in offset order.
 	Events []Event `json:"events"`
@@ -112,12 +115,13 @@ type ReadPage struct {
 	AtHead bool `json:"atHead"`
 }
 
-// Stream is what an engine needs from the stream it runs against (spec §13.1). The durable store in
-// package stream implements it per path; package testsupport has an in-memory stand-in.
+// Stream is what an engine needs from the stream it runs against (docs/engine.md#streams). The
+// durable store in package stream implements it per path; package testsupport has an in-memory
+// stand-in.
 type Stream interface {
 	// Append commits events atomically and returns them in input order. Pushes caused by the append
 	// to engines must be fire-and-forget, so a processor appending inside its own batch cannot
-	// deadlock (spec §18.1).
+	// deadlock (docs/engine.md#streams).
 	Append(ctx context.Context, events ...EventInput) ([]Event, error)
 	// Read returns durable events with offset > after, at most limit of them.
 	Read(ctx context.Context, after int64, limit int) (ReadPage, error)
@@ -139,9 +143,10 @@ func JSON(v any) json.RawMessage {
 // isAbsentJSON reports whether raw is absent: empty or the literal null.
 func isAbsentJSON(raw json.RawMessage) bool { return rawjson.IsAbsent(raw) }
 
-// marshalJSON is json.Marshal without HTML escaping, so the text is what upstream's
+// marshalJSON is json.Marshal without HTML escaping, so the text is what JavaScript's
 // JSON.stringify writes: "<", ">" and "&" stay one character each. The checkpoint and patch
-// ceilings count this text (spec §11.3, §12.1), and json.Marshal's six-character \u003c escapes
-// would make a state full of markup look up to six times its size. (encoding/json still escapes
-// U+2028 and U+2029 unconditionally; those two count 6 instead of 1.)
+// ceilings count this text (docs/engine.md#checkpoints, docs/engine.md#live-state), and
+// json.Marshal's six-character \u003c escapes would make a state full of markup look up to six
+// times its size. (encoding/json still escapes U+2028 and U+2029 unconditionally; those two count
+// 6 instead of 1.)
 func marshalJSON(v any) ([]byte, error) { return rawjson.Marshal(v) }

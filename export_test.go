@@ -6,3 +6,14 @@ func (e *Engine[S]) WaiterCount() int {
 	defer e.mu.Unlock()
 	return len(e.waiters)
 }
+
+// ReducesEvent exposes the loop guard to the tests.
+var ReducesEvent = reducesEvent
+
+// Changed returns a channel closed at the engine's next change: a unit queued or finished, the
+// chain idle, a background attempt settled, Close.
+func (e *Engine[S]) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}

@@ -14,10 +14,10 @@ import (
 // key a processor will emit and wedge it with a conflict (docs/engine.md#emitted-idempotency-keys).
 const ProcessorKeyPrefix = "processor:"
 
-// ProcessorKey returns key in the processor namespace: ProcessorKeyPrefix + key, or key itself when
+// processorKey returns key in the processor namespace: ProcessorKeyPrefix + key, or key itself when
 // it is empty or already carries the prefix. The engine applies it to every emitted event, so a
 // retried batch that emits the same key dedupes against the first attempt's event.
-func ProcessorKey(key string) string {
+func processorKey(key string) string {
 	if key == "" || strings.HasPrefix(key, ProcessorKeyPrefix) {
 		return key
 	}
@@ -25,9 +25,10 @@ func ProcessorKey(key string) string {
 }
 
 // SameIdempotentEvent reports whether a retried input names the same event as an existing one
-// (spec §13.4): equal type, deep-equal payload and deep-equal metadata, key order irrelevant.
-// Metadata present on one side only is different, and so is absent versus an empty object. Source,
-// offset and the ephemeral flag are not compared.
+// (docs/engine.md#idempotency): equal type, deep-equal payload and deep-equal metadata, key order
+// irrelevant. Metadata present on one side only is different, and so is absent versus an empty
+// object. Source, offset and the ephemeral flag are not compared; numbers compare by exact value.
+// The store and the test stand-ins use it; a custom [Stream] should too.
 func SameIdempotentEvent(existing Event, requested EventInput) bool {
 	return existing.Type == requested.Type &&
 		rawJSONEqual(existing.Payload, requested.Payload) &&

@@ -150,3 +150,18 @@ func TestEmittedIdempotencyKeysLiveInTheProcessorNamespace(t *testing.T) {
 	}
 	eq(t, "stored key", echoed[0].IdempotencyKey, foldstream.ProcessorKeyPrefix+"echoer/echo@1")
 }
+
+func TestWaitUntilProcessedTimesOutOnTheEngineClock(t *testing.T) {
+	t.Parallel()
+	mem, clk := testsupport.NewMemoryStream(), testsupport.NewFakeClock()
+	eng := newEngine[nState](t, &fn[nState]{Base: foldstream.NewBase(nContract(t, "timed", "1", tickType)), reduce: incN},
+		mem, testsupport.MemoryCheckpoints(), func(c *foldstream.EngineConfig) { c.Clock = clk })
+	ctx := ctxFor(t)
+	result := make(chan error, 1)
+	go func() { result <- eng.WaitUntilProcessed(ctx, 5, 10*time.Second) }()
+	clk.WaitArmed(t, testsupport.T.Add(10*time.Second))
+	clk.Advance(10 * time.Second)
+	if err := <-result; !errors.Is(err, foldstream.ErrProcessTimeout) {
+		t.Fatalf("got %v, want PROCESS_TIMEOUT", err)
+	}
+}

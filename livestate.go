@@ -12,8 +12,8 @@ import (
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
-// MaxPatchChars is the live-state patch ceiling (spec §12.1): a patch whose JSON is longer (in
-// UTF-16 code units) travels as null, meaning "rev moved, re-seed".
+// MaxPatchChars is the live-state patch ceiling (docs/engine.md#live-state): a patch whose JSON is
+// longer (in UTF-16 code units) travels as null, meaning "rev moved, re-seed".
 const MaxPatchChars = 1048576
 
 // LiveStateSink receives delta events; every [Stream] is one.
@@ -46,8 +46,8 @@ type LiveStateOptions struct {
 	Epoch int64
 }
 
-// LiveState holds one live value and publishes its changes as RFC 6902 deltas (spec §12). It is
-// safe for concurrent use.
+// LiveState holds one live value and publishes its changes as RFC 6902 deltas
+// (docs/engine.md#live-state). It is safe for concurrent use.
 //
 // The held value is kept beside its JSON text (the diff base) and, for an object, an index of the
 // base's top-level members. A Set marshals the new value once, finds the window where the two
@@ -69,8 +69,9 @@ type LiveState struct {
 	tail     chan struct{} // closes when the last queued delta append settled
 }
 
-// NewLiveState returns a holder with key and initial value (spec §12.1). The revision starts at the
-// epoch nowMs*4096 + rand[0, 4095], so a reborn holder never continues an old chain.
+// NewLiveState returns a holder with key and initial value (docs/engine.md#live-state). The
+// revision starts at the epoch nowMs*4096 + rand[0, 4095], so a reborn holder never continues an
+// old chain.
 func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOptions) *LiveState {
 	clock := opts.Clock
 	if clock == nil {
@@ -82,7 +83,7 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	}
 	rev := opts.Epoch
 	if rev == 0 {
-		rev = RevisionEpoch(clock)
+		rev = revisionEpoch(clock)
 	}
 	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
 	if b, err := marshalLive(initial); err == nil {
@@ -92,8 +93,8 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	return l
 }
 
-// RevisionEpoch returns clock's nowMs*4096 + a random integer in [0, 4095].
-func RevisionEpoch(clock Clock) int64 {
+// revisionEpoch returns clock's nowMs*4096 + a random integer in [0, 4095].
+func revisionEpoch(clock Clock) int64 {
 	return clock.Now().UnixMilli()*4096 + rand.Int64N(4096)
 }
 
@@ -140,10 +141,11 @@ func (l *LiveState) SnapshotJSON() (int64, json.RawMessage, error) {
 	return l.rev, append(json.RawMessage(nil), l.heldJSON...), nil
 }
 
-// Set publishes next (spec §12.1): an equal value changes nothing; a value that cannot be
-// serialized is adopted, moves rev by one and emits nothing (clients re-seed on the gap); otherwise
-// rev moves by one and an ephemeral delta is appended on the holder's one append chain (delta N+1
-// is issued only after delta N's append settled). Set never fails and never blocks on the sink.
+// Set publishes next (docs/engine.md#live-state): an equal value changes nothing; a value that
+// cannot be serialized is adopted, moves rev by one and emits nothing (clients re-seed on the
+// gap); otherwise rev moves by one and an ephemeral delta is appended on the holder's one append
+// chain (delta N+1 is issued only after delta N's append settled). Set never fails and never
+// blocks on the sink.
 func (l *LiveState) Set(next any) {
 	b, err := marshalLive(next)
 	l.mu.Lock()

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,52 +15,152 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-// recSink records the delta payloads appended to it; hold makes each append wait for a release.
-type recSink struct {
-	mu      sync.Mutex
-	issued  []foldstream.LiveStateDelta
-	hold    bool
-	release chan struct{}
-	fail    error
-	panics  bool
-}
-
-func (s *recSink) Append(ctx context.Context, evs ...foldstream.EventInput) ([]foldstream.Event, error) {
-	for _, e := range evs {
-		var d foldstream.LiveStateDelta
-		if err := json.Unmarshal(e.Payload, &d); err != nil {
-			return nil, err
-		}
-		if e.Type != foldstream.LiveStateChangedType || !e.Ephemeral {
-			return nil, errors.New("not an ephemeral delta")
-		}
-		s.mu.Lock()
-		s.issued = append(s.issued, d)
-		s.mu.Unlock()
+func TestP32_OneDeltaPerChange(t *testing.T) {
+	t.Parallel()
+	mem, _ := setupTally(t)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	ds := mem.EventsOfType(foldstream.LiveStateChangedType)
+	if len(ds) != 1 {
+		t.Fatalf("deltas: got %d, want 1", len(ds))
 	}
-	if s.panics {
-		panic("sink exploded")
+	if !ds[0].Ephemeral {
+		t.Error("delta is not ephemeral")
 	}
-	if s.hold {
-		<-s.release
+	var p map[string]any
+	_ = json.Unmarshal(ds[0].Payload, &p)
+	jsonEq(t, "key+patch", foldstream.JSON(map[string]any{"key": p["key"], "patch": p["patch"]}),
+		`{"key":"tally","patch":[{"op":"replace","path":"/count","value":1}]}`)
+}
+
+func TestP33_DeltaChain(t *testing.T) {
+	t.Parallel()
+	mem, _ := setupTally(t)
+	for _, typ := range []string{"tick", "other", "tick"} {
+		appendT(t, mem, ev(typ))
+		settle(t, mem)
 	}
-	return nil, s.fail
+	ds := deltas(mem)
+	if len(ds) != 2 {
+		t.Fatalf("deltas: got %d, want 2", len(ds))
+	}
+	eq(t, "chain", ds[1].From, ds[0].To)
 }
 
-func (s *recSink) frames() []foldstream.LiveStateDelta {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]foldstream.LiveStateDelta(nil), s.issued...)
+func TestP34_LiveSnapshotIsTheProjection(t *testing.T) {
+	t.Parallel()
+	mem, eng := setupTally(t)
+	appendT(t, mem, ev("other"))
+	settle(t, mem)
+	seed := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctxFor(t)))
+	eq(t, "seed state", string(seed.State), `{"count":0}`)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	ds := deltas(mem)
+	if len(ds) == 0 {
+		t.Fatal("no delta")
+	}
+	eq(t, "from", ds[0].From, seed.Rev)
 }
 
-func newLive(sink foldstream.LiveStateSink, initial any) (*foldstream.LiveState, int64) {
-	l := foldstream.NewLiveState(sink, "k", initial, foldstream.LiveStateOptions{Clock: testsupport.NewFakeClock(), Reporter: &siteLog{}})
-	return l, l.Snapshot().Rev
+func TestP35_EqualFreshProjectionEmitsNothing(t *testing.T) {
+	t.Parallel()
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "flat", "1", "tick")), reduce: incN,
+		project: func(nState) (any, error) { return map[string]bool{"steady": true}, nil }}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	mem.Register(eng)
+	appendT(t, mem, ev("tick"))
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	eq(t, "deltas", len(deltas(mem)), 0)
 }
 
-func waitLive(t *testing.T, l *foldstream.LiveState) {
-	t.Helper()
-	mustDo(t, l.Wait(ctxFor(t)))
+func TestP36_NoProcessorReducesADelta(t *testing.T) {
+	t.Parallel()
+	mem, _ := setupTally(t)
+	sneaky := &fn[nState]{Base: foldstream.NewBase(nContract(t, "sneaky", "1", "*", foldstream.LiveStateChangedType)), reduce: incN, project: projectNull[nState]}
+	s := newEngine[nState](t, sneaky, mem, testsupport.MemoryCheckpoints())
+	mem.Register(s)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	eq(t, "deltas", len(deltas(mem)), 1)
+	eq(t, "sneaky", must[foldstream.Snapshot[nState]](t)(s.Snapshot(ctxFor(t))).State, nState{1})
+}
+
+func TestP38_RuntimeFieldInTheProjection(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "runtime", Version: "1", Consumes: []string{"tick"}}))
+	var last int64 // written and read on the engine's chain only
+	p := &fn[emptyState]{Base: foldstream.NewBase(c),
+		process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
+			if a.Event != nil {
+				last = a.Event.Offset
+			}
+			return nil
+		},
+		project: func(emptyState) (any, error) { return map[string]any{"lastSeenOffset": last}, nil }}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[emptyState](t, p, mem, testsupport.MemoryCheckpoints())
+	mem.Register(eng)
+	appendT(t, mem, ev("tick"), ev("tick"))
+	settle(t, mem)
+	ds := deltas(mem)
+	if len(ds) != 1 {
+		t.Fatalf("deltas: got %d, want 1", len(ds))
+	}
+	eq(t, "key", ds[0].Key, "runtime")
+	jsonEq(t, "patch", foldstream.JSON(ds[0].Patch), `[{"op":"replace","path":"/lastSeenOffset","value":2}]`)
+}
+
+func TestP39_KeptStateEmitsNothing(t *testing.T) {
+	t.Parallel()
+	fired := &rec[int64]{}
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "still", "1", "tick")),
+		process: func(a *foldstream.ProcessEventArgs[nState]) error {
+			if a.Event != nil {
+				fired.add(a.Event.Offset)
+			}
+			return nil
+		}}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	mem.Register(eng)
+	appendT(t, mem, ev("tick"))
+	appendT(t, mem, ev("tick"), ev("tick"))
+	settle(t, mem)
+	eq(t, "fired", len(fired.get()), 3)
+	eq(t, "deltas", len(deltas(mem)), 0)
+}
+
+func TestP40_UnserializableProjection(t *testing.T) {
+	t.Parallel()
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "biggie", "1", "tick")), reduce: incN,
+		project: func(s nState) (any, error) { return map[string]any{"n": s.N, "f": func() {}}, nil }}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	mem.Register(eng)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	eq(t, "snapshot", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctxFor(t))).State, nState{1})
+	eq(t, "deltas", len(deltas(mem)), 0)
+}
+
+// docs/engine.md#loading-the-checkpoint: construction never fails because of a failing projection;
+// it is reported and the seed is absent.
+func TestFailingProjectionNeverFailsConstruction(t *testing.T) {
+	t.Parallel()
+	sites := &siteLog{}
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "broken", "1", "tick")), reduce: incN,
+		project: func(nState) (any, error) { panic("projection exploded") }}
+	eng, err := foldstream.NewEngine[nState](p, foldstream.EngineConfig{Stream: testsupport.NewMemoryStream(), Checkpoints: testsupport.MemoryCheckpoints(), Reporter: sites})
+	if err != nil {
+		t.Fatalf("NewEngine: %v", err)
+	}
+	eq(t, "reported", sites.get(), []string{foldstream.SiteLiveState})
+	eng.PublishLiveState() // reported again, never panics
+	eq(t, "reported", len(sites.get()), 2)
 }
 
 func TestP54_DeltasChainAndApply(t *testing.T) {
@@ -92,35 +192,25 @@ func TestP54_DeltasChainAndApply(t *testing.T) {
 
 func TestP55_OneAppendChain(t *testing.T) {
 	t.Parallel()
-	sink := &recSink{hold: true, release: make(chan struct{})}
+	sink := &recSink{hold: true, release: make(chan struct{}), notify: make(chan struct{}, 3)}
 	l, base := newLive(sink, map[string]int{"n": 0})
 	for n := 1; n <= 3; n++ {
 		l.Set(map[string]int{"n": n})
 	}
-	waitFrames := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(sink.frames()) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited for %d frames, have %d", n, len(sink.frames()))
-			}
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(20 * time.Millisecond) // margin: nothing more may be issued while one is pending
-		if got := len(sink.frames()); got != n {
-			t.Fatalf("issued %d frames while one was pending, want %d", got, n)
-		}
+	// Each delta is issued only after the previous append returned: the sink holds every append
+	// until released, and records an overlap if a second one arrives meanwhile.
+	for n := 1; n <= 3; n++ {
+		<-sink.notify
+		eq(t, fmt.Sprintf("frames after issue %d", n), len(sink.frames()), n)
+		eq(t, fmt.Sprintf("delta %d to", n), sink.frames()[n-1].To, base+int64(n))
+		sink.release <- struct{}{}
 	}
-	waitFrames(1)
-	eq(t, "first to", sink.frames()[0].To, base+1)
-	sink.release <- struct{}{}
-	waitFrames(2)
-	eq(t, "second to", sink.frames()[1].To, base+2)
-	sink.release <- struct{}{}
-	waitFrames(3)
-	eq(t, "third to", sink.frames()[2].To, base+3)
-	sink.release <- struct{}{}
 	waitLive(t, l)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.overlap {
+		t.Fatal("a delta was issued while the previous append was still pending")
+	}
 }
 
 func TestP56_SameValueAgain(t *testing.T) {
@@ -309,4 +399,65 @@ func TestCallersSeeAnOffsetOnlyAfterItsLiveStateIsPublished(t *testing.T) {
 	live := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
 	jsonEq(t, "live state at 1", live.State, `{"n":1}`)
 	eq(t, "seen before the live state was published", early.get(), []string(nil))
+}
+
+func TestR13_FailingProjectionLosesOnlyThatNotification(t *testing.T) {
+	t.Parallel()
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "r13", "1", "tick")), reduce: incN,
+		project: func(s nState) (any, error) {
+			if s.N == 1 {
+				return nil, errors.New("projection failed")
+			}
+			return s, nil
+		}}
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[nState](t, p, mem, testsupport.MemoryCheckpoints())
+	mem.Register(eng)
+	ctx := ctxFor(t)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	eq(t, "state", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctx)).State, nState{1})
+	eq(t, "deltas", len(deltas(mem)), 0)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	ds := deltas(mem)
+	if len(ds) != 1 {
+		t.Fatalf("deltas: %d", len(ds))
+	}
+	eq(t, "patch", string(foldstream.JSON(ds[0].Patch)), `[{"op":"replace","path":"/n","value":2}]`)
+	appendT(t, mem, ev("tick"))
+	settle(t, mem)
+	ds = deltas(mem)
+	if len(ds) != 2 {
+		t.Fatalf("deltas: %d", len(ds))
+	}
+	eq(t, "chain", ds[1].From, ds[0].To)
+}
+
+// docs/engine.md#live-state: the patch ceiling counts the patch's JSON text written without HTML
+// escapes. A patch carrying 300 000 "<" is ~300 000 characters, far under 1048576: it must travel,
+// not be nulled.
+func TestPatchCeilingCountsJSONTextWithoutHTMLEscapes(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	l, _ := newLive(sink, map[string]string{"s": ""})
+	l.Set(map[string]string{"s": strings.Repeat("<", 300000)})
+	waitLive(t, l)
+	fs := sink.frames()
+	if len(fs) != 1 || fs[0].Patch == nil {
+		t.Fatalf("got %d frames (patch nil=%v); want one frame with a patch", len(fs), len(fs) == 1 && fs[0].Patch == nil)
+	}
+}
+
+// A panicking hook never escapes into the caller's goroutine: SnapshotJSON of a state whose
+// MarshalJSON panics fails with an error instead of crashing the host.
+func TestSnapshotJSONContainsAPanickingMarshal(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[explosiveState]](t)(foldstream.DefineContract(foldstream.ContractConfig[explosiveState]{
+		Slug: "explosive", Version: "1", Consumes: []string{"tick"}}))
+	p := &fn[explosiveState]{Base: foldstream.NewBase(c), project: projectNull[explosiveState]}
+	eng := newEngine[explosiveState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
+	if _, _, err := eng.SnapshotJSON(ctxFor(t)); err == nil {
+		t.Fatal("SnapshotJSON succeeded")
+	}
 }

@@ -2,14 +2,11 @@ package foldstream
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"sync"
 )
 
-// Processor is the author's side of a stream processor (spec §4.3): a contract and four
-// behaviours. A processor is a plain value that needs no stream or storage, so it can be unit-tested
-// bare; embed [Base] for the defaults and override what you need.
+// Processor is the author's side of a stream processor (docs/engine.md#processors): a contract and
+// four behaviours. A processor is a plain value that needs no stream or storage, so it can be
+// unit-tested bare; embed [Base] for the defaults and override what you need.
 type Processor[S any] interface {
 	// Contract returns the processor's contract.
 	Contract() *Contract[S]
@@ -19,8 +16,8 @@ type Processor[S any] interface {
 	// as "processor.reduce" and the prior state is kept; the event still counts as valid.
 	Reduce(args ReduceArgs[S]) (next S, changed bool, err error)
 	// ProcessEvent is the side-effect hook. It registers asynchronous work through
-	// args.BlockProcessorWhile and args.RunInBackground and returns. An error (or a panic) fails the
-	// whole batch, which persists nothing and is retried whole.
+	// args.BlockProcessorWhile and args.RunInBackground and returns. An error (or a panic) fails
+	// the whole batch, which persists nothing and is retried whole.
 	ProcessEvent(args *ProcessEventArgs[S]) error
 	// ProjectLiveState returns the live view clients see (may redact, may add runtime fields). An
 	// error (or panic) is reported as "processor.live-state" and only that notification is lost.
@@ -29,11 +26,11 @@ type Processor[S any] interface {
 
 // ReduceArgs is the input to [Processor.Reduce].
 type ReduceArgs[S any] struct {
-	// Event is the consumed event with its payload normalized (spec §6).
+	// Event is the consumed event with its payload normalized (docs/engine.md#payload-schemas).
 	Event Event
 	// Payload is the typed payload decoded by the event's definition: the P of
-	// DefineEvent[P] (a value, not a pointer), map[string]any for a hand-written schema, nil when
-	// the contract has no definition for the type.
+	// DefineEvent[P] (a value, not a pointer), map[string]any (numbers as json.Number) for a
+	// hand-written schema, nil when the contract has no definition for the type.
 	Payload any
 	// State is the current state. Do not mutate it.
 	State S
@@ -41,11 +38,11 @@ type ReduceArgs[S any] struct {
 
 // Delivery describes how an event is delivered to ProcessEvent.
 type Delivery struct {
-	// CaughtUp is true only on the at-head pass (spec §5.1 rule 5).
+	// CaughtUp is true only on the at-head pass (docs/engine.md#engine-rules).
 	CaughtUp bool
 }
 
-// ProcessEventArgs is the input to [Processor.ProcessEvent] (spec §4.3).
+// ProcessEventArgs is the input to [Processor.ProcessEvent] (docs/engine.md#processors).
 type ProcessEventArgs[S any] struct {
 	// Event is the consumed, normalized event, or nil for the eventless at-head pass.
 	Event *Event
@@ -69,9 +66,9 @@ func (a *ProcessEventArgs[S]) Context() context.Context {
 	return a.run.ctx
 }
 
-// Append emits events onto the processor's own stream (spec §7). Every event's type must be in the
-// contract's Emits, or the whole call fails with code UNDECLARED_EMIT and the message
-// `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
+// Append emits events onto the processor's own stream (docs/engine.md#emitting-events). Every
+// event's type must be in the contract's Emits, or the whole call fails with code UNDECLARED_EMIT
+// and the message `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
 // event's Source is replaced by {processor: {slug, version, whileProcessing}}. Give emitted events
 // an idempotency key (Base.IdempotencyKey) so that a retried batch dedupes on the stream; the
 // engine stores it under [ProcessorKeyPrefix], a namespace HTTP writers cannot use, so the
@@ -86,11 +83,11 @@ func (a *ProcessEventArgs[S]) Append(ctx context.Context, events ...EventInput) 
 	return a.run.append(ctx, events)
 }
 
-// BlockProcessorWhile holds this event, and the cursor, until work returns (spec §5.7): the
-// blockers of one event run one after another in registration order after ProcessEvent returns,
-// and the engine waits until no further blocker was registered (a blocker may register another).
-// A failing blocker fails the batch. Work registered after the event settled runs as background
-// work instead.
+// BlockProcessorWhile holds this event, and the cursor, until work returns
+// (docs/engine.md#blockers): the blockers of one event run one after another in registration order
+// after ProcessEvent returns, and the engine waits until no further blocker was registered (a
+// blocker may register another). A failing blocker fails the batch. Work registered after the
+// event settled runs as background work instead.
 func (a *ProcessEventArgs[S]) BlockProcessorWhile(work func(ctx context.Context) error) {
 	if a.run == nil {
 		return
@@ -98,10 +95,11 @@ func (a *ProcessEventArgs[S]) BlockProcessorWhile(work func(ctx context.Context)
 	a.run.block(work)
 }
 
-// RunInBackground starts work as a droppable attempt that is not awaited (spec §10): it may
-// overtake later events, its failure is only reported ("processor.background"), and while any
-// attempt is in flight the engine holds a claim on its host's alarm. Its outcome must be
-// recoverable from state at a later at-head pass. Work gets a context that outlives the batch.
+// RunInBackground starts work as a droppable attempt that is not awaited
+// (docs/engine.md#background-work-and-claims): it may overtake later events, its failure is only
+// reported ("processor.background"), and while any attempt is in flight the engine holds a claim
+// on its host's alarm. Its outcome must be recoverable from state at a later at-head pass. Work
+// gets a context that outlives the batch.
 func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) error) {
 	if a.run == nil || a.run.background == nil {
 		return
@@ -109,86 +107,9 @@ func (a *ProcessEventArgs[S]) RunInBackground(work func(ctx context.Context) err
 	a.run.background(a.run.ctx, work)
 }
 
-// eventRun is the engine-side state of one ProcessEvent call.
-type eventRun struct {
-	ctx        context.Context
-	stream     Stream
-	slug       string
-	version    string
-	emits      []string
-	event      *Event
-	background func(ctx context.Context, work func(context.Context) error)
-
-	mu       sync.Mutex
-	blockers []func(context.Context) error
-	settled  bool
-}
-
-func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, error) {
-	for _, ev := range events {
-		if !slices.Contains(r.emits, ev.Type) {
-			return nil, NewError(CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
-				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
-		}
-	}
-	stamped := make([]EventInput, len(events))
-	for i, ev := range events {
-		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
-		if r.event != nil {
-			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
-		}
-		ev.Source = &Source{Processor: ps}
-		ev.IdempotencyKey = ProcessorKey(ev.IdempotencyKey)
-		stamped[i] = ev
-	}
-	return r.stream.Append(ctx, stamped...)
-}
-
-func (r *eventRun) block(work func(context.Context) error) {
-	r.mu.Lock()
-	if r.settled {
-		r.mu.Unlock()
-		if r.background != nil {
-			r.background(r.ctx, work)
-		}
-		return
-	}
-	r.blockers = append(r.blockers, work)
-	r.mu.Unlock()
-}
-
-// drain runs the blockers in FIFO order until a fixed point; the first failure stops it.
-func (r *eventRun) drain() error {
-	for i := 0; ; i++ {
-		r.mu.Lock()
-		if i >= len(r.blockers) {
-			r.settled = true
-			r.mu.Unlock()
-			return nil
-		}
-		work := r.blockers[i]
-		r.mu.Unlock()
-		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
-			r.mu.Lock()
-			r.settled = true
-			r.mu.Unlock()
-			return err
-		}
-	}
-}
-
-// callGuarded calls f and turns a panic into an error.
-func callGuarded(f func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
-	return f()
-}
-
-// Base provides the default hooks (spec §4.3): Reduce keeps the state, ProcessEvent does nothing,
-// ProjectLiveState returns the state itself. Embed it and set it with [NewBase]:
+// Base provides the default hooks (docs/engine.md#processors): Reduce keeps the state,
+// ProcessEvent does nothing, ProjectLiveState returns the state itself. Embed it and set it with
+// [NewBase]:
 //
 //	type Counter struct{ foldstream.Base[CounterState] }
 //	p := &Counter{Base: foldstream.NewBase(contract)}

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 )
 
-// Failure sites the engine reports contained failures under (spec §14.3).
+// Failure sites the engine reports contained failures under (docs/engine.md#errors-and-reporting).
 const (
 	SiteReduce        = "processor.reduce"         // attrs: slug, offset
 	SiteReducePayload = "processor.reduce.payload" // attrs: slug, offset, type

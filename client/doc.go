@@ -1,5 +1,7 @@
-// Package client is a Go client for the Durable Streams HTTP protocol (spec
-// /work/shared/spec/durable-streams-protocol.md, §21) and an exactly-once IdempotentProducer.
+// Package client is a Go client for the Durable Streams HTTP protocol (docs/server.md describes
+// the protocol as foldstream serves it; docs/client.md this package) and an exactly-once
+// IdempotentProducer. It needs nothing from the rest of the module, so it can talk to any
+// conforming server.
 //
 // # Streams
 //
@@ -21,7 +23,7 @@
 // over a JSON stream's messages. Catch-up reads ([LiveNone]) follow Stream-Next-Offset until
 // Stream-Up-To-Date; [LiveLongPoll], [LiveSSE] and [LiveAuto] keep following until the stream is
 // closed or the context ends. Query parameters are sorted and the server's cursor is echoed
-// (spec §16). SSE connections that the server ends are resumed from the last streamNextOffset,
+// (docs/server.md#caching-and-the-cursor). SSE connections that the server ends are resumed from the last streamNextOffset,
 // never after streamClosed. Reads, HEAD and PUT retry 429, 5xx and network errors with jittered
 // exponential backoff, honouring Retry-After ([RetryPolicy]). The SSE parser treats CRLF, LF and
 // lone CR alike, also when a CRLF is split across two network reads; it joins multi-line data,

@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// Producer defaults (spec §21.2), the same as the upstream TypeScript client's.
+// Producer defaults (docs/client.md#exactly-once-producer), the same as the upstream TypeScript
+// client's.
 const (
 	DefaultMaxBatchBytes    = 1 << 20
 	DefaultLinger           = 5 * time.Millisecond
@@ -45,12 +46,17 @@ type ProducerOptions struct {
 	RequestTimeout time.Duration
 	// OnError is called once, from a background goroutine, with the first delivery error.
 	OnError func(error)
+	// OnBatch, when set, is called from a background goroutine with the outcome of every batch
+	// the server acknowledged, in no particular order, before Flush or Close return for it. It
+	// tells stored batches from duplicates: see BatchOutcome.
+	OnBatch func(BatchOutcome)
 	// Logger receives debug logs of retries. Defaults to the stream's logger.
 	Logger *slog.Logger
 }
 
 // IdempotentProducer writes to a stream exactly once per message using the protocol's
-// (Producer-Id, Producer-Epoch, Producer-Seq) deduplication (spec §20, §21.2). Append returns at
+// (Producer-Id, Producer-Epoch, Producer-Seq) deduplication (docs/server.md#idempotent-producers,
+// docs/client.md#exactly-once-producer). Append returns at
 // once; messages are batched and sent in the background, up to MaxInFlight batches pipelined.
 // It is safe for concurrent use; messages appended by one goroutine keep their order.
 type IdempotentProducer struct {
@@ -88,12 +94,31 @@ type IdempotentProducer struct {
 	closeBatch   *batch // the close request, reused (same seq) when CloseStream is called again
 }
 
+// BatchOutcome is how the server acknowledged one batch (ProducerOptions.OnBatch).
+type BatchOutcome struct {
+	// Epoch and Seq identify the batch.
+	Epoch, Seq int64
+	// Messages is the number of messages in it.
+	Messages int
+	// Duplicate reports that the server answered "duplicate" (204): it already held this
+	// (producer id, epoch, seq) before this request, so this request stored nothing.
+	Duplicate bool
+	// Resent reports that an earlier attempt of this batch may have reached the server (it ended
+	// with a network error, 429 or 5xx); a Resent Duplicate is normally that attempt, stored. A
+	// Duplicate that is not Resent means the server held this (epoch, seq) before the producer's
+	// only attempt: another producer with the same id and epoch wrote it (and this batch's
+	// messages were not stored), or something between client and server repeated the request.
+	Resent bool
+}
+
 type batch struct {
 	body  []byte
 	count int
 	size  int // message bytes, as counted in buffered
 	epoch int64
 	seq   int64
+	// resent: an attempt of the current (epoch, seq) may have reached the server.
+	resent bool
 }
 
 type seqKey struct{ epoch, seq int64 }
@@ -378,6 +403,7 @@ func (p *IdempotentProducer) post(b *batch, body []byte, closeStream bool) attem
 func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, error) {
 	failures := 0
 	gapWaits := 0
+	b.resent = false
 	for {
 		r := p.post(b, b.body, closeStream)
 		switch {
@@ -386,6 +412,7 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 				return AppendResult{}, &Error{Code: CodeProducerClosed, Op: "producer send", Message: "the producer was aborted before the batch was acknowledged", Err: p.ctx.Err()}
 			}
 			failures++
+			b.resent = true
 			if failures >= p.s.retry.MaxAttempts {
 				if r.err != nil {
 					return AppendResult{}, &Error{Code: CodeNetwork, Op: "producer send", URL: p.s.url, Err: r.err}
@@ -393,6 +420,7 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 				return AppendResult{}, statusError("producer send", p.s.url, &http.Response{StatusCode: r.status, Header: r.header}, r.body)
 			}
 			d := p.s.retry.delay(failures, r.retryAfter)
+			p.s.retry.report("producer send", failures, d, r.status, r.err)
 			p.log.Debug("producer retry", "epoch", b.epoch, "seq", b.seq, "status", r.status, "err", r.err, "delay", d)
 			if sleep(p.ctx, p.s.clock, d) != nil {
 				return AppendResult{}, &Error{Code: CodeProducerClosed, Op: "producer send", Message: "the producer was aborted before the batch was acknowledged", Err: p.ctx.Err()}
@@ -414,6 +442,7 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 			delete(p.seqs, old)
 			p.epoch = max(current+1, p.epoch+1)
 			b.epoch, b.seq = p.epoch, 0
+			b.resent = false // the new (epoch, seq) has never been sent
 			p.nextSeq = 1
 			if st != nil {
 				p.seqs[seqKey{b.epoch, b.seq}] = st
@@ -470,6 +499,11 @@ func (p *IdempotentProducer) waitSeqs(epoch, from, to int64) error {
 
 func (p *IdempotentProducer) send(b *batch) {
 	res, err := p.deliver(b, false)
+	if err == nil && p.o.OnBatch != nil {
+		// Before the batch counts as finished, so Flush and Close return after its report.
+		p.o.OnBatch(BatchOutcome{Epoch: b.epoch, Seq: b.seq, Messages: b.count,
+			Duplicate: res.Status == http.StatusNoContent, Resent: b.resent})
+	}
 	var report func(error)
 	p.mu.Lock()
 	p.active--
@@ -565,7 +599,7 @@ func (p *IdempotentProducer) waitIdle() {
 	}
 }
 
-// CloseStream flushes, then closes the stream through the producer (spec §21.2 close): a POST
+// CloseStream flushes, then closes the stream through the producer: a POST
 // with Stream-Closed and the next seq, carrying final (one message; may be nil) atomically with
 // the closure. Retries are deduplicated like appends. A repeated call returns the first result. If
 // the flush fails, CloseStream returns its error and leaves the producer open, so the caller can

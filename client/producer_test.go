@@ -15,6 +15,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/client/internal/faultproxy"
+	"github.com/foldstream/foldstream/internal/testserver"
 )
 
 type numbered struct {
@@ -64,7 +65,7 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { proxy.Close() })
-		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a bound, not a timing: -race on a loaded 2-core machine takes ~40 s
 		defer cancel()
 
 		direct := newStream(t, base)
@@ -78,10 +79,16 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		viaProxy.SetContentType("application/json")
-		var onErr atomic.Int64
+		var onErr, acked, unsentDuplicates atomic.Int64
 		p, err := client.NewIdempotentProducer(viaProxy, "exactly-once", client.ProducerOptions{
 			MaxBatchBytes: 2 << 10, MaxInFlight: 5, Linger: time.Millisecond,
 			OnError: func(error) { onErr.Add(1) },
+			OnBatch: func(b client.BatchOutcome) {
+				acked.Add(int64(b.Messages))
+				if b.Duplicate && !b.Resent {
+					unsentDuplicates.Add(1)
+				}
+			},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -103,6 +110,12 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 			t.Errorf("OnError calls: got %d, want 0", onErr.Load())
 		}
 		st := proxy.Stats()
+		// A duplicate of a batch the producer sent once can only come from the proxy repeating
+		// the request here: no other writer uses this id.
+		if acked.Load() != int64(n) || unsentDuplicates.Load() > int64(st.Duplicated) {
+			t.Errorf("OnBatch: %d messages acknowledged, %d duplicates never resent (proxy repeated %d requests); want %d, at most that many",
+				acked.Load(), unsentDuplicates.Load(), st.Duplicated, n)
+		}
 		t.Logf("%d messages in %d batches; proxy: %+v", n, p.NextSeq(), st)
 		if st.Dropped == 0 || st.Duplicated == 0 || st.Unavailable == 0 || st.Delayed == 0 {
 			t.Errorf("proxy injected too few faults to prove anything: %+v", st)
@@ -550,5 +563,39 @@ func TestProducerUnresolvableGapIsSequenceGapError(t *testing.T) {
 	var gap *client.SequenceGapError
 	if !errors.As(err, &gap) || gap.ExpectedSeq != 5 || gap.ReceivedSeq != 0 || !errors.Is(err, client.ErrSequenceGap) {
 		t.Fatalf("flush: got %v, want *SequenceGapError{5, 0}", err)
+	}
+}
+
+// A second producer with the same id and epoch, whose batch the server already holds from the
+// first, learns from OnBatch that its messages were not stored.
+func TestProducerReportsDuplicateOfAnotherWritersBatch(t *testing.T) {
+	base := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s := newStream(t, base)
+	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := make(chan client.BatchOutcome, 2)
+	for _, msg := range []string{`{"run":1}`, `{"run":2}`} {
+		p, err := client.NewIdempotentProducer(s, "shared", client.ProducerOptions{
+			OnBatch: func(b client.BatchOutcome) { outcomes <- b },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Append([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second := <-outcomes, <-outcomes
+	if first.Duplicate || first.Messages != 1 {
+		t.Errorf("first producer: %+v, want a stored batch of 1", first)
+	}
+	if !second.Duplicate || second.Resent || second.Seq != 0 || second.Messages != 1 {
+		t.Errorf("second producer: %+v, want a duplicate of seq 0 that was never resent", second)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
 // LiveMode selects how a read continues once it has caught up.
@@ -20,10 +23,10 @@ const (
 	// LiveNone reads what exists and stops at the tail (catch-up).
 	LiveNone LiveMode = ""
 	// LiveLongPoll catches up, then long-polls for new data until the stream closes or ctx ends.
-	LiveLongPoll LiveMode = "long-poll"
+	LiveLongPoll LiveMode = wire.LiveLongPoll
 	// LiveSSE reads over server-sent events from the start, reconnecting from the last offset when
 	// the server ends the connection, until the stream closes or ctx ends.
-	LiveSSE LiveMode = "sse"
+	LiveSSE LiveMode = wire.LiveSSE
 	// LiveAuto catches up, then continues with SSE for text and JSON streams and long-poll for
 	// others.
 	LiveAuto LiveMode = "auto"
@@ -36,7 +39,8 @@ type ReadOptions struct {
 	Offset string
 	// Live selects catch-up only (the default) or a live mode.
 	Live LiveMode
-	// Cursor is a Stream-Cursor from an earlier read, echoed to the server (spec §16.3).
+	// Cursor is a Stream-Cursor from an earlier read, echoed to the server
+	// (docs/server.md#caching-and-the-cursor).
 	Cursor string
 	// Header holds extra request headers.
 	Header http.Header
@@ -208,9 +212,9 @@ func (r *reader) fail(ctx context.Context, err error, yield func(Chunk, error) b
 func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, error) bool) bool {
 	failures := 0
 	for {
-		params := map[string]string{"offset": r.offset, "cursor": r.cursor}
+		params := map[string]string{wire.QueryOffset: r.offset, wire.QueryCursor: r.cursor}
 		if live == LiveLongPoll {
-			params["live"] = string(live)
+			params[wire.QueryLive] = string(live)
 		}
 		u := r.s.urlWith(params)
 		resp, err := r.s.send(ctx, http.MethodGet, u, r.header, nil)
@@ -222,7 +226,7 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 			if failures >= r.s.retry.MaxAttempts {
 				return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err}, yield)
 			}
-			if sleep(ctx, r.s.clock, r.s.retry.delay(failures, 0)) != nil {
+			if r.backoff(ctx, failures, 0, 0, err) != nil {
 				return false
 			}
 			continue
@@ -239,7 +243,7 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 				if failures >= r.s.retry.MaxAttempts {
 					return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err}, yield)
 				}
-				if sleep(ctx, r.s.clock, r.s.retry.delay(failures, 0)) != nil {
+				if r.backoff(ctx, failures, 0, 0, err) != nil {
 					return false
 				}
 				continue
@@ -273,6 +277,7 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 				if failures < r.s.retry.MaxAttempts {
 					d := r.s.retry.delay(failures, parseRetryAfter(resp.Header.Get("Retry-After"), r.s.clock.Now()))
 					r.s.log.DebugContext(ctx, "read retry", "status", resp.StatusCode, "delay", d)
+					r.s.retry.report("read", failures, d, resp.StatusCode, nil)
 					if sleep(ctx, r.s.clock, d) != nil {
 						return false
 					}
@@ -318,7 +323,7 @@ func validJSONArray(b []byte) bool {
 	return len(t) == 0 || (t[0] == '[' && json.Valid(t))
 }
 
-// controlEvent is the JSON of an SSE control event (spec §12.2).
+// controlEvent is the JSON of an SSE control event (docs/server.md#sse).
 type controlEvent struct {
 	StreamNextOffset string `json:"streamNextOffset"`
 	StreamCursor     string `json:"streamCursor"`
@@ -330,7 +335,7 @@ type controlEvent struct {
 func (r *reader) sse(ctx context.Context, yield func(Chunk, error) bool) bool {
 	failures := 0
 	for {
-		u := r.s.urlWith(map[string]string{"offset": r.offset, "cursor": r.cursor, "live": string(LiveSSE)})
+		u := r.s.urlWith(map[string]string{wire.QueryOffset: r.offset, wire.QueryCursor: r.cursor, wire.QueryLive: string(LiveSSE)})
 		h := http.Header{"Accept": {"text/event-stream"}}
 		for k, vs := range r.header {
 			h[k] = vs
@@ -346,7 +351,7 @@ func (r *reader) sse(ctx context.Context, yield func(Chunk, error) bool) bool {
 			if failures >= r.s.retry.MaxAttempts {
 				return r.fail(ctx, statusError("read", u, resp, body), yield)
 			}
-			if sleep(ctx, r.s.clock, r.s.retry.delay(failures, parseRetryAfter(resp.Header.Get("Retry-After"), r.s.clock.Now()))) != nil {
+			if r.backoff(ctx, failures, parseRetryAfter(resp.Header.Get("Retry-After"), r.s.clock.Now()), resp.StatusCode, nil) != nil {
 				return false
 			}
 			continue
@@ -375,7 +380,7 @@ func (r *reader) sse(ctx context.Context, yield func(Chunk, error) bool) bool {
 			return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err}, yield)
 		}
 		r.s.log.DebugContext(ctx, "sse reconnect", "offset", r.offset, "err", err, "attempt", failures)
-		if sleep(ctx, r.s.clock, r.s.retry.delay(failures, 0)) != nil {
+		if r.backoff(ctx, failures, 0, 0, err) != nil {
 			return false
 		}
 	}
@@ -476,4 +481,12 @@ func decodeBase64Lines(d []byte) ([]byte, error) {
 	out := make([]byte, base64.StdEncoding.DecodedLen(len(clean)))
 	n, err := base64.StdEncoding.Decode(out, clean)
 	return out[:n], err
+}
+
+// backoff waits before a read's next attempt after failed attempt number failures, reporting it
+// to RetryPolicy.OnRetry.
+func (r *reader) backoff(ctx context.Context, failures int, retryAfter time.Duration, status int, err error) error {
+	d := r.s.retry.delay(failures, retryAfter)
+	r.s.retry.report("read", failures, d, status, err)
+	return sleep(ctx, r.s.clock, d)
 }

@@ -21,6 +21,30 @@ type RetryPolicy struct {
 	MaxDelay time.Duration
 	// Multiplier grows the delay after each attempt. Defaults to 2.
 	Multiplier float64
+	// OnRetry, when set, is called before every backoff with what failed and how long the
+	// client waits, so a program can show progress (the CLI prints one line per retry).
+	OnRetry func(RetryEvent)
+}
+
+// RetryEvent describes one failed attempt that will be retried (RetryPolicy.OnRetry).
+type RetryEvent struct {
+	// Op names the operation ("append", "read", "producer send", ...).
+	Op string
+	// Attempt is the number of the attempt that failed, from 1; MaxAttempts is the policy's.
+	Attempt, MaxAttempts int
+	// Delay is the wait before the next attempt.
+	Delay time.Duration
+	// Status is the HTTP status that failed (429, 5xx), or 0 for Err.
+	Status int
+	// Err is the network error, when there was no response.
+	Err error
+}
+
+// report calls OnRetry, if set.
+func (r RetryPolicy) report(op string, attempt int, d time.Duration, status int, err error) {
+	if r.OnRetry != nil {
+		r.OnRetry(RetryEvent{Op: op, Attempt: attempt, MaxAttempts: r.MaxAttempts, Delay: d, Status: status, Err: err})
+	}
 }
 
 // Retry defaults.

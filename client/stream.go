@@ -14,28 +14,32 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
-// Protocol header names (spec §18).
+// Protocol header names (docs/server.md#streams lists where each is used), and the special
+// offsets. They are the ones foldstream's server uses (package internal/wire).
 const (
-	HeaderStreamNextOffset          = "Stream-Next-Offset"
-	HeaderStreamUpToDate            = "Stream-Up-To-Date"
-	HeaderStreamCursor              = "Stream-Cursor"
-	HeaderStreamClosed              = "Stream-Closed"
-	HeaderStreamSeq                 = "Stream-Seq"
-	HeaderStreamTTL                 = "Stream-TTL"
-	HeaderStreamExpiresAt           = "Stream-Expires-At"
-	HeaderSSEDataEncoding           = "Stream-Sse-Data-Encoding"
-	HeaderProducerID                = "Producer-Id"
-	HeaderProducerEpoch             = "Producer-Epoch"
-	HeaderProducerSeq               = "Producer-Seq"
-	HeaderProducerExpectedSeq       = "Producer-Expected-Seq"
-	HeaderProducerReceivedSeq       = "Producer-Received-Seq"
-	DefaultContentType              = "application/octet-stream"
-	OffsetStart                     = "-1"
-	OffsetNow                       = "now"
-	maxErrorBody              int64 = 4096
+	HeaderStreamNextOffset    = wire.HeaderStreamNextOffset
+	HeaderStreamUpToDate      = wire.HeaderStreamUpToDate
+	HeaderStreamCursor        = wire.HeaderStreamCursor
+	HeaderStreamClosed        = wire.HeaderStreamClosed
+	HeaderStreamSeq           = wire.HeaderStreamSeq
+	HeaderStreamTTL           = wire.HeaderStreamTTL
+	HeaderStreamExpiresAt     = wire.HeaderStreamExpiresAt
+	HeaderSSEDataEncoding     = wire.HeaderSSEDataEncoding
+	HeaderProducerID          = wire.HeaderProducerID
+	HeaderProducerEpoch       = wire.HeaderProducerEpoch
+	HeaderProducerSeq         = wire.HeaderProducerSeq
+	HeaderProducerExpectedSeq = wire.HeaderProducerExpectedSeq
+	HeaderProducerReceivedSeq = wire.HeaderProducerReceivedSeq
+	DefaultContentType        = "application/octet-stream"
+	OffsetStart               = wire.OffsetStart
+	OffsetNow                 = wire.OffsetNow
 )
+
+const maxErrorBody int64 = 4096
 
 // Options configure a Stream handle. The zero value is usable.
 type Options struct {
@@ -144,7 +148,7 @@ func mediaType(ct string) string {
 
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
 
-// CreateOptions describe a new stream (spec §5).
+// CreateOptions describe a new stream (docs/server.md#streams, PUT).
 type CreateOptions struct {
 	// ContentType is fixed at creation. Defaults to application/octet-stream.
 	ContentType string
@@ -157,8 +161,8 @@ type CreateOptions struct {
 	Closed bool
 	// Data is optional initial content (for JSON streams a JSON value or array of values).
 	Data []byte
-	// ForkOf makes the new stream a fork of another stream on the same server (spec §14): its
-	// URL or path. The fork inherits the source's data before ForkOffset, then lives on its own.
+	// ForkOf makes the new stream a fork of another stream on the same server
+	// (docs/server.md#streams): its URL or path. The fork inherits the source's data before ForkOffset, then lives on its own.
 	ForkOf string
 	// ForkOffset is where the fork diverges (data strictly before it is inherited). Defaults to
 	// the source's tail.
@@ -170,7 +174,7 @@ type CreateOptions struct {
 	Header http.Header
 }
 
-// Fork headers (spec §14).
+// Fork headers (docs/server.md#streams).
 const (
 	HeaderStreamForkedFrom    = "Stream-Forked-From"
 	HeaderStreamForkOffset    = "Stream-Fork-Offset"
@@ -255,7 +259,8 @@ func (s *Stream) Create(ctx context.Context, o CreateOptions) (Metadata, error) 
 	if o.Closed {
 		h.Set(HeaderStreamClosed, "true")
 	}
-	// PUT is idempotent by configuration (spec §5), so it may be retried.
+	// PUT is idempotent by configuration (an identical re-create answers 200), so it may be
+	// retried.
 	resp, body, err := s.do(ctx, "create", http.MethodPut, s.url, h, o.Data, retryAll)
 	if err != nil {
 		return Metadata{}, err
@@ -439,6 +444,7 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 			} else if attempt < attempts && retryableStatus(resp.StatusCode) {
 				d := s.retry.delay(attempt, parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()))
 				s.log.DebugContext(ctx, "retrying", "op", op, "status", resp.StatusCode, "attempt", attempt, "delay", d)
+				s.retry.report(op, attempt, d, resp.StatusCode, nil)
 				if err := sleep(ctx, s.clock, d); err != nil {
 					return nil, nil, err
 				}
@@ -455,6 +461,7 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 		}
 		d := s.retry.delay(attempt, 0)
 		s.log.DebugContext(ctx, "retrying", "op", op, "err", err, "attempt", attempt, "delay", d)
+		s.retry.report(op, attempt, d, 0, err)
 		if err := sleep(ctx, s.clock, d); err != nil {
 			return nil, nil, err
 		}
@@ -480,7 +487,7 @@ func (s *Stream) send(ctx context.Context, method, u string, h http.Header, body
 }
 
 // urlWith returns the stream URL with the given query parameters set, sorted by key so that
-// caches see stable keys (spec §16.2).
+// caches see stable keys (docs/server.md#caching-and-the-cursor).
 func (s *Stream) urlWith(params map[string]string) string {
 	u, err := url.Parse(s.url)
 	if err != nil {

@@ -17,7 +17,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -265,13 +264,8 @@ func (h *Host) owed(ctx context.Context, path, slug string) (*hosted, error) {
 	return hp, nil
 }
 
-// Snapshot is a processor's cursor and reduced state.
-type Snapshot struct {
-	// Offset is the processor's reduced-through offset.
-	Offset int64 `json:"offset"`
-	// State is the reduced state's JSON.
-	State json.RawMessage `json:"state"`
-}
+// Snapshot is a processor's cursor and reduced state: the root package's one snapshot shape.
+type Snapshot = foldstream.JSONSnapshot
 
 // Snapshot returns processor slug's cursor and state on the stream at path, with read-your-writes:
 // it reflects every append that returned before the call. Do not call it from inside the same

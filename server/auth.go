@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
@@ -63,15 +62,16 @@ const (
 const MinTokenLength = 16
 
 // BearerTokens is the built-in authorizer: a fixed set of named bearer tokens, each with a scope.
-// Requests authenticate with "Authorization: Bearer <token>". Tokens are compared by their SHA-256
-// digests in constant time, against every known token, so the time taken says nothing about how
-// close a guess was. Build it with ParseBearerTokens; its Authorize method is an AuthorizeFunc.
+// Requests authenticate with "Authorization: Bearer <token>". A presented token is compared with
+// every known token in constant time (crypto/subtle): the time taken depends on the lengths only,
+// never on how close a guess was. Build it with ParseBearerTokens; its Authorize method is an
+// AuthorizeFunc.
 type BearerTokens struct {
 	tokens []bearerToken
 }
 
 type bearerToken struct {
-	digest    [sha256.Size]byte
+	token     string
 	scope     Scope
 	principal *foldstream.Principal // shared, never modified
 }
@@ -84,7 +84,7 @@ type bearerToken struct {
 func ParseBearerTokens(text string) (*BearerTokens, error) {
 	t := &BearerTokens{}
 	seenName := map[string]bool{}
-	seenDigest := map[[sha256.Size]byte]bool{}
+	seenToken := map[string]bool{}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	line := 0
@@ -109,15 +109,14 @@ func ParseBearerTokens(text string) (*BearerTokens, error) {
 			if len(tok) < MinTokenLength || !isToken68(tok) {
 				return nil, fmt.Errorf("tokens line %d (%s): a token needs at least %d characters of A-Z a-z 0-9 - . _ ~ + / (then optional '=')", line, name, MinTokenLength)
 			}
-			d := sha256.Sum256([]byte(tok))
 			if seenName[name] {
 				return nil, fmt.Errorf("tokens line %d: name %q given twice", line, name)
 			}
-			if seenDigest[d] {
+			if seenToken[tok] {
 				return nil, fmt.Errorf("tokens line %d (%s): this token is already given to another name", line, name)
 			}
-			seenName[name], seenDigest[d] = true, true
-			t.tokens = append(t.tokens, bearerToken{digest: d, scope: scope, principal: &foldstream.Principal{Actor: name}})
+			seenName[name], seenToken[tok] = true, true
+			t.tokens = append(t.tokens, bearerToken{token: tok, scope: scope, principal: &foldstream.Principal{Actor: name}})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -139,11 +138,10 @@ func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*fold
 	if !ok {
 		return nil, errUnauthorized
 	}
-	d := sha256.Sum256([]byte(tok))
 	found := -1
 	for i := range t.tokens {
 		// Compare with every token, no early exit.
-		if subtle.ConstantTimeCompare(d[:], t.tokens[i].digest[:]) == 1 {
+		if constantTimeEqual(tok, t.tokens[i].token) {
 			found = i
 		}
 	}
@@ -165,7 +163,7 @@ var (
 )
 
 // parseBearer extracts the token of an "Authorization: Bearer <token>" header: one header, the
-// scheme in any case, one or more spaces, a token68 value (RFC 9110 §11.6.2, RFC 6750 §2.1).
+// scheme in any case, one or more spaces, a token68 value (the token syntax of HTTP authentication, docs/server.md#authorization).
 func parseBearer(values []string) (string, bool) {
 	if len(values) != 1 {
 		return "", false
@@ -219,4 +217,17 @@ func validActor(s string) bool {
 		}
 	}
 	return true
+}
+
+// constantTimeEqual reports whether a == b in time that depends only on their lengths (the
+// comparison crypto/subtle makes, on strings, so no token is copied).
+func constantTimeEqual(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var v byte
+	for i := 0; i < len(a); i++ {
+		v |= a[i] ^ b[i]
+	}
+	return subtle.ConstantTimeByteEq(v, 0) == 1
 }

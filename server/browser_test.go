@@ -153,3 +153,14 @@ func TestExpiredAtCreationRefused(t *testing.T) {
 		t.Fatalf("expired at creation: %d %s", res.StatusCode, body)
 	}
 }
+
+// TestInvalidStreamNamesAre400: names the store refuses (NUL or other control characters,
+// invalid UTF-8, empty, "." or ".." segments, over the length limit) answer 400
+// INVALID_STREAM_NAME at creation, whatever URL escaping carried them.
+func TestInvalidStreamNamesAre400(t *testing.T) {
+	s := setupSecured(t, server.Config{}, false)
+	for _, name := range []string{"a%00b", "a%0Ab", "a%FFb", "a//b", "a/", "a/%2e%2e/b", "a/./b", "%2E", strings.Repeat("n", 1100)} {
+		res, body := request(t, "PUT", s.url+"/v1/stream/"+name, "", "Content-Type", "text/plain")
+		wantCoded(t, "create "+name[:min(len(name), 20)], res, body, http.StatusBadRequest, foldstream.CodeInvalidStreamName)
+	}
+}

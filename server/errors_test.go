@@ -26,6 +26,7 @@ func TestErrorAnswersCarryTheirCode(t *testing.T) {
 		{"missing stream", "GET", "/v1/stream/nope", nil, "", 404, "STREAM_NOT_FOUND"},
 		{"closed by its writer", "POST", "/v1/stream/c", text, "x", 409, "STREAM_CLOSED"},
 		{"content type mismatch", "PUT", "/v1/stream/c", map[string]string{"Content-Type": "application/json"}, "", 409, "CONFLICT"},
+		{"invalid stream name", "PUT", "/v1/stream/bad%00name", text, "", 400, "INVALID_STREAM_NAME"},
 	}
 	for _, tc := range cases {
 		res, _ := e.do(t, tc.method, tc.path, tc.headers, tc.body)

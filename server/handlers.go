@@ -9,18 +9,19 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
 
 // reservedKeyPrefix starts the idempotency keys of processors' own emitted events; HTTP writers
-// may not use it (docs/server.md#provenance). Empty until the engine defines the namespace.
-var reservedKeyPrefix = ""
+// may not use it (docs/server.md#provenance).
+const reservedKeyPrefix = foldstream.ProcessorKeyPrefix
 
 // handleCreate serves PUT (docs/server.md#streams).
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
 	h := r.Header
 	req := stream.CreateRequest{Path: name, ContentType: strings.TrimSpace(h.Get("Content-Type"))}
-	if v := h.Values("Stream-TTL"); len(v) > 0 {
+	if v := h.Values(wire.HeaderStreamTTL); len(v) > 0 {
 		ttl, err := ParseTTL(v[0])
 		if err != nil || len(v) > 1 {
 			writeError(w, http.StatusBadRequest, "malformed Stream-TTL: use a whole number of seconds like 3600")
@@ -28,7 +29,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		}
 		req.TTLSeconds, req.HasTTL = ttl, true
 	}
-	if v := h.Values("Stream-Expires-At"); len(v) > 0 {
+	if v := h.Values(wire.HeaderStreamExpiresAt); len(v) > 0 {
 		t, err := ParseExpiresAt(v[0])
 		if err != nil || len(v) > 1 {
 			writeError(w, http.StatusBadRequest, "malformed Stream-Expires-At: use an RFC 3339 timestamp")
@@ -44,10 +45,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		writeError(w, http.StatusBadRequest, "give Stream-TTL or Stream-Expires-At, not both")
 		return
 	}
-	req.Closed = isTrue(h.Get("Stream-Closed"))
+	req.Closed = isTrue(h.Get(wire.HeaderStreamClosed))
 
-	_, hasFrom := h[http.CanonicalHeaderKey("Stream-Forked-From")]
-	from := strings.TrimSpace(h.Get("Stream-Forked-From"))
+	_, hasFrom := h[http.CanonicalHeaderKey(wire.HeaderStreamForkedFrom)]
+	from := strings.TrimSpace(h.Get(wire.HeaderStreamForkedFrom))
 	if hasFrom {
 		if from == "" {
 			writeError(w, http.StatusBadRequest, "empty Stream-Forked-From")
@@ -64,7 +65,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		}
 		req.ForkedFrom = src
 	}
-	if v, ok := h[http.CanonicalHeaderKey("Stream-Fork-Offset")]; ok {
+	if v, ok := h[http.CanonicalHeaderKey(wire.HeaderStreamForkOffset)]; ok {
 		if !hasFrom {
 			writeError(w, http.StatusBadRequest, "Stream-Fork-Offset needs Stream-Forked-From")
 			return
@@ -78,7 +79,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 			req.ForkOffset, req.HasForkOffset = pos, true
 		}
 	}
-	if v, ok := h[http.CanonicalHeaderKey("Stream-Fork-Sub-Offset")]; ok {
+	if v, ok := h[http.CanonicalHeaderKey(wire.HeaderStreamForkSubOffset)]; ok {
 		sub, valid := parseCanonicalUint(strings.TrimSpace(v[0]), 1<<53)
 		if !valid || len(v) > 1 {
 			writeError(w, http.StatusBadRequest, "malformed Stream-Fork-Sub-Offset: use a non-negative integer")
@@ -119,9 +120,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 	}
 	out := w.Header()
 	out.Set("Content-Type", res.Info.ContentType)
-	out.Set("Stream-Next-Offset", FormatOffset(res.Info.Tail))
+	out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Info.Tail))
 	if res.Info.Closed {
-		out.Set("Stream-Closed", "true")
+		out.Set(wire.HeaderStreamClosed, "true")
 	}
 	if res.Created {
 		out.Set("Location", s.location(r))
@@ -175,12 +176,12 @@ func (s *Server) location(r *http.Request) string {
 // handleAppend serves POST (docs/server.md#streams).
 func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
 	h := r.Header
-	req := stream.AppendRequest{Path: name, Close: isTrue(h.Get("Stream-Closed"))}
+	req := stream.AppendRequest{Path: name, Close: isTrue(h.Get(wire.HeaderStreamClosed))}
 
-	// Producer headers: all three or none, well-formed (spec §20.1).
-	pid, hasID := h[http.CanonicalHeaderKey("Producer-Id")]
-	pep, hasEpoch := h[http.CanonicalHeaderKey("Producer-Epoch")]
-	pseq, hasSeq := h[http.CanonicalHeaderKey("Producer-Seq")]
+	// Producer headers: all three or none, well-formed (docs/server.md#idempotent-producers).
+	pid, hasID := h[http.CanonicalHeaderKey(wire.HeaderProducerID)]
+	pep, hasEpoch := h[http.CanonicalHeaderKey(wire.HeaderProducerEpoch)]
+	pseq, hasSeq := h[http.CanonicalHeaderKey(wire.HeaderProducerSeq)]
 	if hasID || hasEpoch || hasSeq {
 		if !hasID || !hasEpoch || !hasSeq {
 			writeError(w, http.StatusBadRequest, "send Producer-Id, Producer-Epoch and Producer-Seq together")
@@ -207,7 +208,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		}
 		req.ExpectedTail, req.HasExpectedTail = pos, true
 	}
-	req.StreamSeq = h.Get("Stream-Seq")
+	req.StreamSeq = h.Get(wire.HeaderStreamSeq)
 
 	body, release, ok := s.readBody(w, r)
 	if !ok {
@@ -238,13 +239,13 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 	out := w.Header()
-	out.Set("Stream-Next-Offset", FormatOffset(res.Tail))
+	out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Tail))
 	if res.Closed {
-		out.Set("Stream-Closed", "true")
+		out.Set(wire.HeaderStreamClosed, "true")
 	}
 	if req.Producer != nil {
-		out.Set("Producer-Epoch", itoa(res.Epoch))
-		out.Set("Producer-Seq", itoa(res.Seq))
+		out.Set(wire.HeaderProducerEpoch, itoa(res.Epoch))
+		out.Set(wire.HeaderProducerSeq, itoa(res.Seq))
 		if res.Duplicate || len(body) == 0 {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -255,7 +256,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleHead serves HEAD (spec §9). It never renews a TTL.
+// handleHead serves HEAD (docs/server.md#streams). It never renews a TTL.
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string) {
 	info, err := s.st.HeadStream(r.Context(), name)
 	out := w.Header()
@@ -265,20 +266,20 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string)
 		return
 	}
 	out.Set("Content-Type", info.ContentType)
-	out.Set("Stream-Next-Offset", FormatOffset(info.Tail))
+	out.Set(wire.HeaderStreamNextOffset, FormatOffset(info.Tail))
 	if info.HasTTL {
-		out.Set("Stream-TTL", itoa(info.TTLSeconds))
+		out.Set(wire.HeaderStreamTTL, itoa(info.TTLSeconds))
 	}
 	if !info.ExpiresAt.IsZero() {
-		out.Set("Stream-Expires-At", info.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z"))
+		out.Set(wire.HeaderStreamExpiresAt, info.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z"))
 	}
 	if info.Closed {
-		out.Set("Stream-Closed", "true")
+		out.Set(wire.HeaderStreamClosed, "true")
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-// handleDelete serves DELETE (spec §8).
+// handleDelete serves DELETE (docs/server.md#streams).
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, name string) {
 	if err := s.st.DeleteStream(r.Context(), name); err != nil {
 		s.writeStoreError(w, r, err)
@@ -296,7 +297,7 @@ type readQuery struct {
 	explict bool // offset was given
 }
 
-// parseReadQuery validates the query of a GET (spec §4, §10–§12).
+// parseReadQuery validates the query of a GET (docs/server.md#offsets, docs/server.md#streams).
 func parseReadQuery(raw string) (readQuery, error) {
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
@@ -326,7 +327,7 @@ func parseReadQuery(raw string) (readQuery, error) {
 	return q, nil
 }
 
-// handleRead serves GET (spec §10–§12).
+// handleRead serves GET (docs/server.md#streams).
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, name string) {
 	q, err := parseReadQuery(r.URL.RawQuery)
 	if err != nil {
@@ -375,15 +376,15 @@ func etagMatches(header, tag string) bool {
 func (s *Server) writeData(w http.ResponseWriter, r *http.Request, after int64, res stream.ReadResult, cursor string) {
 	out := w.Header()
 	out.Set("Content-Type", res.Info.ContentType)
-	out.Set("Stream-Next-Offset", FormatOffset(res.Next))
+	out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Next))
 	if res.UpToDate {
-		out.Set("Stream-Up-To-Date", "true")
+		out.Set(wire.HeaderStreamUpToDate, "true")
 		if res.Info.Closed {
-			out.Set("Stream-Closed", "true")
+			out.Set(wire.HeaderStreamClosed, "true")
 		}
 	}
 	if cursor != "" {
-		out.Set("Stream-Cursor", cursor)
+		out.Set(wire.HeaderStreamCursor, cursor)
 	}
 	tag := etag(res.Info, after, res)
 	out.Set("ETag", tag)
@@ -404,7 +405,7 @@ func (s *Server) writeData(w http.ResponseWriter, r *http.Request, after int64, 
 	}
 }
 
-// serveCatchUp answers a plain GET (spec §10).
+// serveCatchUp answers a plain GET (docs/server.md#streams).
 func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	res, err := s.st.ReadRecords(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
 	if err != nil {
@@ -414,20 +415,25 @@ func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name strin
 	if q.now {
 		out := w.Header()
 		out.Set("Content-Type", res.Info.ContentType)
-		out.Set("Stream-Next-Offset", FormatOffset(res.Next))
-		out.Set("Stream-Up-To-Date", "true")
+		out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Next))
+		out.Set(wire.HeaderStreamUpToDate, "true")
 		out.Set("Cache-Control", "no-store")
 		if res.Info.Closed {
-			out.Set("Stream-Closed", "true")
+			out.Set(wire.HeaderStreamClosed, "true")
 		}
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(res.Body)
 		return
 	}
+	if !res.UpToDate {
+		// More than one page: stream the rest up to the tail seen now (catchup.go).
+		s.streamCatchUp(w, r, name, q.after, res)
+		return
+	}
 	s.writeData(w, r, q.after, res, "")
 }
 
-// serveLongPoll answers GET live=long-poll (spec §11).
+// serveLongPoll answers GET live=long-poll (docs/server.md#streams).
 func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	ctx := r.Context()
 	timer := time.NewTimer(s.cfg.LongPollTimeout)
@@ -449,9 +455,9 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 		}
 		out := w.Header()
 		if res.Info.Closed && res.UpToDate {
-			out.Set("Stream-Next-Offset", FormatOffset(res.Next))
-			out.Set("Stream-Up-To-Date", "true")
-			out.Set("Stream-Closed", "true")
+			out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Next))
+			out.Set(wire.HeaderStreamUpToDate, "true")
+			out.Set(wire.HeaderStreamClosed, "true")
 			out.Set("Cache-Control", "no-store")
 			lw.writeHeader(http.StatusNoContent)
 			return
@@ -464,9 +470,9 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 		case <-s.stopping: // shutting down: answer as a timeout, the client polls again
 		case <-timer.C:
 		}
-		out.Set("Stream-Next-Offset", FormatOffset(res.Next))
-		out.Set("Stream-Up-To-Date", "true")
-		out.Set("Stream-Cursor", nextCursor(s.cfg.Clock.Now(), q.cursor))
+		out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Next))
+		out.Set(wire.HeaderStreamUpToDate, "true")
+		out.Set(wire.HeaderStreamCursor, nextCursor(s.cfg.Clock.Now(), q.cursor))
 		out.Set("Cache-Control", "no-store")
 		lw.writeHeader(http.StatusNoContent)
 		return

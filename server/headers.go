@@ -7,52 +7,34 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
-// Foldstream's own headers (beyond the protocol).
+// Foldstream's own headers (beyond the protocol); the names live in internal/wire, shared with
+// the client.
 const (
 	// HeaderExpectedOffset is an optional POST precondition: the stream's tail must be exactly
 	// this offset, or the append is refused with 409 and Foldstream-Error-Code OFFSET_CONFLICT
 	// (the stream's tail in Stream-Next-Offset).
-	HeaderExpectedOffset = "Foldstream-Expected-Offset"
+	HeaderExpectedOffset = wire.HeaderExpectedOffset
 	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
 	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldstream.Code).
-	HeaderErrorCode = "Foldstream-Error-Code"
+	HeaderErrorCode = wire.HeaderErrorCode
 	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
 	// offset the processor has reduced through (in the wire offset format).
-	HeaderProcessorOffset = "Foldstream-Processor-Offset"
+	HeaderProcessorOffset = wire.HeaderProcessorOffset
 )
 
-// FormatOffset renders a protocol position as a wire offset ("%016d_%016d", spec §4).
-func FormatOffset(pos int64) string { return fmt.Sprintf("%016d_%016d", 0, pos) }
+// FormatOffset renders a position as a wire offset ("%016d_%016d"; docs/server.md#offsets).
+func FormatOffset(pos int64) string { return wire.FormatOffset(pos) }
 
 // beyondTail is the position an offset with a non-zero read sequence maps to: past any tail.
-const beyondTail = math.MaxInt64
+const beyondTail = wire.BeyondTail
 
-// ParseOffset parses a wire offset strictly (spec §4): "-1" (start), "now" (tail, now=true) or
-// exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
-func ParseOffset(s string) (pos int64, now bool, err error) {
-	switch s {
-	case "-1":
-		return 0, false, nil
-	case "now":
-		return 0, true, nil
-	}
-	if len(s) != 33 || s[16] != '_' {
-		return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
-	}
-	for i := 0; i < len(s); i++ {
-		if i != 16 && (s[i] < '0' || s[i] > '9') {
-			return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
-		}
-	}
-	seq, _ := strconv.ParseInt(s[:16], 10, 64)
-	pos, _ = strconv.ParseInt(s[17:], 10, 64)
-	if seq != 0 {
-		return beyondTail, false, nil
-	}
-	return pos, false, nil
-}
+// ParseOffset parses a wire offset strictly (docs/server.md#offsets): "-1" (start), "now" (tail,
+// now=true) or exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
+func ParseOffset(s string) (pos int64, now bool, err error) { return wire.ParseOffset(s) }
 
 // parseCanonicalUint parses a non-negative decimal integer without sign, leading zeros, decimal
 // point or exponent, at most max.
@@ -89,13 +71,13 @@ func parseDigits(s string, max int64) (int64, bool) {
 	return v, true
 }
 
-// maxSafeInteger is 2^53−1, the producer epoch and seq limit (spec §19).
+// maxSafeInteger is 2^53−1, the producer epoch and seq limit (docs/server.md#idempotent-producers).
 const maxSafeInteger = 1<<53 - 1
 
 // maxTTLSeconds bounds Stream-TTL (about 290 years) so expiry arithmetic never overflows.
 const maxTTLSeconds = 1 << 33
 
-// ParseTTL parses a Stream-TTL value (spec §5).
+// ParseTTL parses a Stream-TTL value (docs/server.md#ttl-and-expiry).
 func ParseTTL(s string) (int64, error) {
 	v, ok := parseCanonicalUint(s, maxTTLSeconds)
 	if !ok {
@@ -117,18 +99,18 @@ func ParseExpiresAt(s string) (time.Time, error) {
 }
 
 // isTrue reports whether a Stream-Closed value means true (case-insensitive; anything else is
-// ignored, spec §7).
+// ignored; docs/server.md#writes).
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// cursorEpoch is the origin of cursor intervals (spec §16.3).
+// cursorEpoch is the origin of cursor intervals (docs/server.md#caching-and-the-cursor).
 var cursorEpoch = time.Date(2024, 10, 9, 0, 0, 0, 0, time.UTC)
 
 // cursorInterval is the width of one cursor interval.
 const cursorInterval = 20 * time.Second
 
-// nextCursor applies the cursor rule (spec §16.3): the current interval, or — when the client's
+// nextCursor applies the cursor rule (docs/server.md#caching-and-the-cursor): the current interval, or — when the client's
 // cursor is not behind it — the client's cursor plus a random jitter of at least one, so cursors
 // never repeat or go backwards.
 func nextCursor(now time.Time, client string) string {

@@ -20,14 +20,24 @@ import (
 // *host.Host implements it.
 type Processors interface {
 	// Snapshot returns the processor's cursor and reduced state, with read-your-writes.
-	Snapshot(ctx context.Context, path, slug string) (host.Snapshot, error)
+	Snapshot(ctx context.Context, path, slug string) (foldstream.JSONSnapshot, error)
 	// LiveSnapshot returns the processor's live state {rev, state}, with read-your-writes.
 	LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error)
 	// WaitUntilProcessed waits until the processor reduced through offset.
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
 }
 
-var _ Processors = (*host.Host)(nil)
+// ProcessorLister is implemented by a Processors that can report which processors run on a stream
+// (*host.Host does); InfoPath lists them. Without it, InfoPath answers "processors": [].
+type ProcessorLister interface {
+	// ProcessorsOn reports the processors running on the stream at path, without waiting for them.
+	ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus
+}
+
+var (
+	_ Processors      = (*host.Host)(nil)
+	_ ProcessorLister = (*host.Host)(nil)
+)
 
 // ProcessorProgress is optionally implemented by a Processors: the offset a processor has reduced
 // through, without waiting. When available, a processor route that timed out waiting reports
@@ -216,14 +226,6 @@ func dataOffset(data map[string]any) (int64, bool) {
 	return 0, false
 }
 
-// liveDelta is the part of a live-state delta event's payload the SSE route forwards.
-type liveDelta struct {
-	Key   string          `json:"key"`
-	From  int64           `json:"from"`
-	To    int64           `json:"to"`
-	Patch json.RawMessage `json:"patch"`
-}
-
 // serveLiveStateSSE streams a processor's live state: a "seed" event {rev, state}, then one
 // "delta" event {from, to, patch} per change, each applying to the state at rev from (RFC 6902
 // patch). When a delta cannot be applied in order (a null patch, a missed delta) the server sends a
@@ -232,11 +234,11 @@ type liveDelta struct {
 // re-seed).
 func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path, slug string) {
 	ctx := r.Context()
-	deltas := make(chan liveDelta, 256)
+	deltas := make(chan foldstream.LiveStateDelta, 256)
 	overflow := make(chan struct{}, 1)
 	sub, err := s.st.Subscribe(path, func(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
 		for _, ev := range events {
-			var d liveDelta
+			var d foldstream.LiveStateDelta
 			if ev.Type != foldstream.LiveStateChangedType || json.Unmarshal(ev.Payload, &d) != nil || d.Key != slug {
 				continue
 			}
@@ -256,7 +258,10 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 		return
 	}
 	defer sub.Close()
-	live, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
+	// The seed waits for the processor like a snapshot does, within the same bound.
+	boundCtx, cancelBound := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
+	live, err := s.cfg.Processors.LiveSnapshot(boundCtx, path, slug)
+	cancelBound()
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
 		return
@@ -290,7 +295,9 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 	keepAlive := time.NewTicker(s.cfg.LongPollTimeout)
 	defer keepAlive.Stop()
 	reseed := func() bool {
-		l, err := s.cfg.Processors.LiveSnapshot(ctx, path, slug)
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
+		l, err := s.cfg.Processors.LiveSnapshot(bctx, path, slug)
+		cancel()
 		if err != nil {
 			return false
 		}
@@ -320,7 +327,7 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			if d.To <= held {
 				continue // already in the seed
 			}
-			if d.From != held || len(d.Patch) == 0 || string(d.Patch) == "null" {
+			if d.From != held || d.Patch == nil {
 				if !reseed() {
 					return
 				}
@@ -331,7 +338,9 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			buf.WriteString(`,"to":`)
 			buf.WriteString(strconv.FormatInt(d.To, 10))
 			buf.WriteString(`,"patch":`)
-			if err := json.Compact(&buf, d.Patch); err != nil {
+			if patch, err := json.Marshal(d.Patch); err == nil {
+				buf.Write(patch)
+			} else {
 				buf.Reset()
 				if !reseed() {
 					return

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // This file vets the messages of a JSON-mode write before the store sees them
@@ -72,7 +73,8 @@ func invalidJSON() *foldstream.Error {
 }
 
 // eventFields are the fields of a message that decide how the server treats it, decoded the way
-// the store decodes events (same tags, same case-insensitive matching, last duplicate wins).
+// the store decodes events (same tags, exact key names: rawjson.UnmarshalExact, last duplicate
+// wins).
 type eventFields struct {
 	Type           json.RawMessage `json:"type"`
 	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
@@ -88,7 +90,7 @@ func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int)
 		return msg, nil // not an event: stored as a message, never carries a source
 	}
 	var f eventFields
-	if err := json.Unmarshal(msg, &f); err != nil {
+	if err := rawjson.UnmarshalExact(msg, &f); err != nil {
 		return nil, invalidJSON()
 	}
 	var typ string
@@ -109,8 +111,8 @@ func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int)
 	return rewriteSource(msg, stamp)
 }
 
-// rewriteSource returns the object msg without any member whose key matches "source" the way
-// encoding/json matches it (case-insensitively), plus "source": stamp when stamp is set. Members
+// rewriteSource returns the object msg without any member whose key is "source" in any letter
+// case (a superset of the store's exact match), plus "source": stamp when stamp is set. Members
 // keep their order and raw values.
 func rewriteSource(msg []byte, stamp []byte) ([]byte, *foldstream.Error) {
 	dec := json.NewDecoder(bytes.NewReader(msg))

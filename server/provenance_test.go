@@ -96,3 +96,41 @@ func TestInvalidUTF8InJSONRefused(t *testing.T) {
 		t.Fatalf("stream after the refusal: %d %s", res.StatusCode, body)
 	}
 }
+
+// TestSquattedProcessorKeyRefused: an HTTP writer cannot take an idempotency key from the
+// processors' namespace — written plainly, with escapes in the key or its name, or inside a
+// batch — so it cannot wedge a processor whose emitted event would later conflict; the whole
+// request is refused with 400 RESERVED_IDEMPOTENCY_KEY and nothing is stored.
+func TestSquattedProcessorKeyRefused(t *testing.T) {
+	for _, withTokens := range []bool{false, true} {
+		s := setupSecured(t, server.Config{}, withTokens)
+		var auth []string
+		if withTokens {
+			auth = []string{"Authorization", bearer(writerToken)}
+		}
+		h := append([]string{"Content-Type", "application/json"}, auth...)
+		for _, body := range []string{
+			`{"type":"note.added","idempotencyKey":"` + foldstream.ProcessorKeyPrefix + `sources/x@3"}`,
+			`{"type":"note.added","idempotencyKey":"processor\u003asources/x@3"}`,
+			`{"type":"note.added","idempotency\u004bey":"` + foldstream.ProcessorKeyPrefix + `k"}`,
+			`[{"type":"note.added","idempotencyKey":"mine"},{"type":"note.added","idempotencyKey":"` + foldstream.ProcessorKeyPrefix + `k"}]`,
+		} {
+			res, rb := request(t, "POST", s.url+"/v1/stream/events", body, h...)
+			wantCoded(t, "squatting "+body, res, rb, http.StatusBadRequest, foldstream.CodeReservedKey)
+			res, rb = request(t, "PUT", s.url+"/v1/stream/squat", body, h...)
+			wantCoded(t, "squatting at creation "+body, res, rb, http.StatusBadRequest, foldstream.CodeReservedKey)
+		}
+		res, body := request(t, "GET", s.url+"/v1/stream/events", "", auth...)
+		if strings.Contains(body, "note.added") {
+			t.Fatalf("a refused squat was stored: %d %s", res.StatusCode, body)
+		}
+		// Keys outside the namespace, a field that only differs in case (the store reads field
+		// names exactly, so it is no key), and a plain message that merely mentions the prefix are
+		// fine.
+		res, body = request(t, "POST", s.url+"/v1/stream/events", `[{"type":"note.added","idempotencyKey":"my-processor:1"},{"type":"note.added","IdempotencyKey":"`+
+			foldstream.ProcessorKeyPrefix+`k"},{"note":"`+foldstream.ProcessorKeyPrefix+`"}]`, h...)
+		if res.StatusCode != http.StatusNoContent {
+			t.Fatalf("ordinary keys: %d %s", res.StatusCode, body)
+		}
+	}
+}

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/console"
+	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -46,8 +48,9 @@ const (
 	DefaultSSEMaxDuration = 60 * time.Second
 	// DefaultMaxBodyBytes caps a request body; larger bodies get 413.
 	DefaultMaxBodyBytes = 8 << 20
-	// DefaultReadChunkBytes caps the data of one catch-up read response; clients follow
-	// Stream-Next-Offset for the rest.
+	// DefaultReadChunkBytes is the page a catch-up read takes from the store: a catch-up GET
+	// writes page after page up to the tail (docs/server.md#catch-up-reads), so it bounds the
+	// memory such a read holds.
 	DefaultReadChunkBytes = 1 << 20
 	// DefaultLiveChunkBytes caps the data of one long-poll answer or SSE data event, so a live
 	// reader holds kilobytes, not megabytes.
@@ -92,7 +95,8 @@ type Config struct {
 	SSEMaxDuration time.Duration
 	// MaxBodyBytes caps request bodies (413 beyond). Defaults to DefaultMaxBodyBytes (8 MiB).
 	MaxBodyBytes int64
-	// ReadChunkBytes caps one catch-up read response. Defaults to DefaultReadChunkBytes (1 MiB).
+	// ReadChunkBytes is the page size of catch-up reads (see DefaultReadChunkBytes). Defaults to
+	// DefaultReadChunkBytes (1 MiB).
 	ReadChunkBytes int
 	// LiveChunkBytes caps one long-poll answer or SSE data event. Defaults to
 	// DefaultLiveChunkBytes (64 KiB).
@@ -157,6 +161,10 @@ type Config struct {
 	// IdleTimeout closes idle keep-alive connections (HTTPServer). Defaults to
 	// DefaultIdleTimeout (2 min).
 	IdleTimeout time.Duration
+
+	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
+	// (docs/console.md). The stream listing routes stay.
+	DisableConsole bool
 }
 
 // Check reports a configuration that cannot work: a PublicBaseURL that is not an http or https
@@ -209,6 +217,8 @@ type Server struct {
 	publicBase  *url.URL // parsed Config.PublicBaseURL, or nil
 	liveReaders atomic.Int64
 	bodyBytes   atomic.Int64
+
+	console *console.Handler // nil with Config.DisableConsole
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -279,6 +289,13 @@ func New(st *stream.Store, cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	if !cfg.DisableConsole {
+		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
+		if cfg.Processors != nil {
+			cc.ProcessorPrefix = cfg.ProcessorPrefix
+		}
+		srv.console = console.New(cc)
+	}
 	if cfg.PublicBaseURL != "" {
 		if u, err := parseBaseURL(cfg.PublicBaseURL); err == nil {
 			srv.publicBase = u
@@ -348,6 +365,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
 		return
+	case s.servesExtra(p):
+		s.serveExtra(w, r)
+		return
 	case strings.HasPrefix(p, s.cfg.Prefix):
 	default:
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
@@ -398,7 +418,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 
 const allowedMethods = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
 
-// setCommonHeaders sets the CORS and security headers every response carries (spec §17).
+// setCommonHeaders sets the CORS and security headers every response carries (docs/server.md#browsers-and-origins).
 func setCommonHeaders(h http.Header) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
@@ -438,22 +458,22 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	msg := err.Error()
 	switch code {
 	case foldstream.CodeStreamClosed:
-		h.Set("Stream-Closed", "true")
+		h.Set(wire.HeaderStreamClosed, "true")
 		if tail, ok := stream.TailOf(err); ok {
-			h.Set("Stream-Next-Offset", FormatOffset(tail))
+			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
 	case foldstream.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {
-			h.Set("Stream-Next-Offset", FormatOffset(tail))
+			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
 	case foldstream.CodeStaleEpoch:
 		if epoch, ok := stream.EpochOf(err); ok {
-			h.Set("Producer-Epoch", itoa(epoch))
+			h.Set(wire.HeaderProducerEpoch, itoa(epoch))
 		}
 	case foldstream.CodeSequenceGap:
 		if expected, received, ok := stream.SequenceGapOf(err); ok {
-			h.Set("Producer-Expected-Seq", itoa(expected))
-			h.Set("Producer-Received-Seq", itoa(received))
+			h.Set(wire.HeaderProducerExpectedSeq, itoa(expected))
+			h.Set(wire.HeaderProducerReceivedSeq, itoa(received))
 		}
 	case foldstream.CodeClosed:
 		msg = "server is shutting down"

@@ -332,7 +332,7 @@ func TestLongPoll(t *testing.T) {
 }
 
 // TestCursorRule: the cursor is the current 20 s interval since 2024-10-09, and a client cursor
-// at or ahead of it always moves forward (spec §16.3).
+// at or ahead of it always moves forward (docs/server.md#caching-and-the-cursor).
 func TestCursorRule(t *testing.T) {
 	t.Parallel()
 	e := setup(t, server.Config{LongPollTimeout: 10 * time.Millisecond})

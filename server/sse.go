@@ -11,14 +11,14 @@ import (
 )
 
 // isTextual reports whether SSE carries a content type as text (text/* and JSON) rather than
-// base64 (spec §12.1).
+// base64 (docs/server.md#sse).
 func isTextual(contentType string) bool {
 	mt := stream.MediaType(contentType)
 	return len(mt) >= 5 && mt[:5] == "text/" || mt == "application/json"
 }
 
 // appendDataLines writes payload as data: lines, starting a new line at every CR, LF and CRLF, so
-// no payload can inject SSE fields (spec §12.2).
+// no payload can inject SSE fields (docs/server.md#sse).
 func appendDataLines(b *bytes.Buffer, payload []byte) {
 	b.WriteString("data:")
 	for i := 0; i < len(payload); i++ {
@@ -37,7 +37,7 @@ func appendDataLines(b *bytes.Buffer, payload []byte) {
 	b.WriteByte('\n')
 }
 
-// sseControl renders a control event (spec §12.2): compact JSON, fields in a fixed order.
+// sseControl renders a control event (docs/server.md#sse): compact JSON, fields in a fixed order.
 func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed bool) {
 	b.WriteString("event: control\ndata:{\"streamNextOffset\":\"")
 	b.WriteString(FormatOffset(next))
@@ -56,7 +56,7 @@ func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed boo
 	b.WriteString("}\n\n")
 }
 
-// serveSSE answers GET live=sse (spec §12): per batch one data event and one control event; a
+// serveSSE answers GET live=sse (docs/server.md#sse): per batch one data event and one control event; a
 // control event when caught up; keep-alives every LongPollTimeout; the final streamClosed control
 // event and then the end; connections cycled after SSEMaxDuration.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q readQuery) {

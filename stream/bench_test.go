@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Benchmarks of append throughput on a real file with synchronous=FULL. Run with
@@ -75,13 +76,14 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-// rawInserter inserts event rows with plain database/sql into a fresh file with the store's
-// schema and pragmas (WAL, synchronous=FULL): one prepared INSERT per row, one transaction per
-// batch.
+// rawInserter inserts records with plain database/sql into a fresh file with the store's schema
+// and pragmas (WAL, synchronous=FULL): one prepared INSERT of one record row per event (the row a
+// one-event append writes), one transaction per batch.
 type rawInserter struct {
-	db   *sql.DB
-	body []byte
-	off  int64
+	db     *sql.DB
+	body   []byte
+	frames []byte
+	off    int64
 }
 
 func newRawInserter(b *testing.B) *rawInserter {
@@ -100,7 +102,8 @@ func newRawInserter(b *testing.B) *rawInserter {
 	}
 	b.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
-	return &rawInserter{db: db, body: finishBody(mustPrefix(b), "2035-01-01T00:00:00.000Z"), off: 1}
+	body := finishBody(mustPrefix(b), "2035-01-01T00:00:00.000Z")
+	return &rawInserter{db: db, body: body, frames: driver.AppendFrame(nil, 1, len(body)), off: 1}
 }
 
 // insert inserts n rows in transactions of batch rows and returns the elapsed time.
@@ -113,13 +116,13 @@ func (r *rawInserter) insert(b *testing.B, n, batch int) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO entries(stream_id, offset, record_start, created_ms, idempotency_key, body) VALUES (1, ?, ?, 0, NULL, ?)`)
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, frames, body) VALUES (1, ?, ?, ?, 0, ?, ?)`)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i := 0; i < batch && done < n; i++ {
 			r.off++
-			if _, err := stmt.ExecContext(ctx, r.off, r.off-1, r.body); err != nil {
+			if _, err := stmt.ExecContext(ctx, r.off-1, r.off-1, r.off, r.frames, r.body); err != nil {
 				b.Fatal(err)
 			}
 			done++

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream"
 )
 
 func TestClaimsStoredAndReleased(t *testing.T) {
@@ -113,9 +115,9 @@ func TestAlarmBackoffIsCapped(t *testing.T) {
 	}
 	s.rearmAlarms()
 	<-done
-	clk.WaitArmed(t, testT.Add(ReviveBackoffMax))
+	clk.WaitArmed(t, testT.Add(foldstream.ReviveAfterMax))
 	got, _ := s.Claims(ctx)
-	if len(got) != 1 || got[0].Failures != 11 || !got[0].At.Equal(testT.Add(ReviveBackoffMax)) {
+	if len(got) != 1 || got[0].Failures != 11 || !got[0].At.Equal(testT.Add(foldstream.ReviveAfterMax)) {
 		t.Fatalf("capped re-claim: got %+v", got)
 	}
 }
@@ -146,16 +148,16 @@ func TestAlarmsFireOverdueClaimsOnStart(t *testing.T) {
 }
 
 // The backoff never goes below the base nor above the cap, whatever the failure count. The bug:
-// ReviveBackoffBase<<29 overflowed int64, so the 30th failed revive of a claim (after about 11
+// foldstream.ReviveAfter<<29 overflowed int64, so the 30th failed revive of a claim (after about 11
 // hours of failures) was retried at once instead of 30 minutes later.
 func TestRetryDelayNeverOverflows(t *testing.T) {
 	t.Parallel()
 	prev := time.Duration(0)
 	for f := 0; f <= 100; f++ {
 		d := retryDelay(f)
-		if d < ReviveBackoffBase || d > ReviveBackoffMax || d < prev {
+		if d < foldstream.ReviveAfter || d > foldstream.ReviveAfterMax || d < prev {
 			t.Fatalf("retryDelay(%d) = %v (previous %v): want a non-decreasing delay in [%v, %v]",
-				f, d, prev, ReviveBackoffBase, ReviveBackoffMax)
+				f, d, prev, foldstream.ReviveAfter, foldstream.ReviveAfterMax)
 		}
 		prev = d
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // MessageType is the event type the event view gives a stored JSON message that is not
@@ -96,13 +97,15 @@ func decodeEvent(path string, e message) (foldstream.Event, error) {
 	ev := foldstream.Event{Offset: e.Offset, Path: path}
 	var b eventBody
 	var typ string
-	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &b) == nil && json.Unmarshal(b.Type, &typ) == nil && typ != "" {
+	// Fields are read by their exact names (rawjson.UnmarshalExact): encoding/json alone would read
+	// "TYPE" or "Source" as the event's type or provenance.
+	if len(body) > 0 && body[0] == '{' && rawjson.UnmarshalExact(body, &b) == nil && json.Unmarshal(b.Type, &typ) == nil && typ != "" {
 		ev.Type = typ
 		ev.Payload = nonNull(b.Payload)
 		ev.Metadata = nonNull(b.Metadata)
 		if len(nonNull(b.Source)) > 0 {
 			var src foldstream.Source
-			if json.Unmarshal(b.Source, &src) == nil {
+			if rawjson.UnmarshalExact(b.Source, &src) == nil {
 				ev.Source = &src
 			}
 		}

@@ -102,8 +102,8 @@ func (s *Store) Append(ctx context.Context, path string, inputs ...foldstream.Ev
 func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 	m, err := t.stream(path)
 	if errors.Is(err, errNoStream) {
-		if path == "" {
-			return nil, foldstream.NewError(foldstream.CodeInvalidEvent, nil, "append: the stream path is empty")
+		if err := ValidateStreamName(path); err != nil {
+			return nil, err
 		}
 		ms := t.Now().UnixMilli()
 		row := driver.Stream{Path: path, ContentType: EventContentType, CreatedMs: ms, LastAccessMs: ms}

@@ -165,6 +165,17 @@ func (t *tx) insertRawRecord(id, after, createdMs int64, msgs ...string) error {
 	return t.db.InsertRecord(t.ctx, rec)
 }
 
+// QueryRow runs a raw one-row SQL query inside the write function's savepoint (tests only).
+func (t *tx) QueryRow(query string, args ...any) *sql.Row {
+	d, err := t.begin()
+	if err != nil {
+		panic(err)
+	}
+	return d.(interface {
+		QueryRow(ctx context.Context, query string, args ...any) *sql.Row
+	}).QueryRow(context.Background(), query, args...)
+}
+
 // streamIDOf returns the id of the stream at path.
 func streamIDOf(t testing.TB, s *Store, path string) int64 {
 	t.Helper()

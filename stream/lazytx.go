@@ -132,7 +132,7 @@ func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error
 		return 0, err
 	}
 	id, err := d.InsertStream(ctx, s)
-	return id, classifyStorageError(err)
+	return id, (err)
 }
 
 func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
@@ -140,7 +140,7 @@ func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdat
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.UpdateStream(ctx, id, u))
+	return (d.UpdateStream(ctx, id, u))
 }
 
 func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
@@ -148,7 +148,7 @@ func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.DeleteStream(ctx, id))
+	return (d.DeleteStream(ctx, id))
 }
 
 func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
@@ -156,7 +156,7 @@ func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.InsertRecord(ctx, r))
+	return (d.InsertRecord(ctx, r))
 }
 
 func (l lazyTx) PutProducer(ctx context.Context, streamID int64, p driver.Producer) error {
@@ -164,7 +164,7 @@ func (l lazyTx) PutProducer(ctx context.Context, streamID int64, p driver.Produc
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.PutProducer(ctx, streamID, p))
+	return (d.PutProducer(ctx, streamID, p))
 }
 
 func (l lazyTx) PutClaim(ctx context.Context, c driver.Claim) error {
@@ -172,7 +172,7 @@ func (l lazyTx) PutClaim(ctx context.Context, c driver.Claim) error {
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.PutClaim(ctx, c))
+	return (d.PutClaim(ctx, c))
 }
 
 func (l lazyTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) error {
@@ -180,7 +180,7 @@ func (l lazyTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) err
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.DeleteClaim(ctx, c, exact))
+	return (d.DeleteClaim(ctx, c, exact))
 }
 
 func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
@@ -188,7 +188,23 @@ func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) e
 	if err != nil {
 		return err
 	}
-	return classifyStorageError(d.WriteCheckpoint(ctx, w))
+	return (d.WriteCheckpoint(ctx, w))
+}
+
+func (l lazyTx) TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (driver.Lease, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	return d.TakeLease(ctx, key, holder, nowMs, untilMs)
+}
+
+func (l lazyTx) ReleaseLease(ctx context.Context, key, holder string, generation int64) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.ReleaseLease(ctx, key, holder, generation)
 }
 
 func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {

@@ -33,6 +33,9 @@ const lockSuffix = "-lock"
 func lockStore(path string) (*os.File, error) {
 	name := lockFileName(path)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if isPermissionErr(err) {
+		return nil, readOnlyError(path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open stream store %s: lock file: %w", path, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/foldstream/foldstream/testsupport"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -529,5 +530,57 @@ func TestEventViewSeesProtocolChanges(t *testing.T) {
 	r, err := s.ReadRecords(ctx, ReadRequest{Path: "/z", After: 4})
 	if err != nil || string(r.Body) != "[7,8]" || r.Next != 7 || !r.UpToDate {
 		t.Fatalf("read across the ephemeral's gap: got %s next %d upToDate %v, %v", r.Body, r.Next, r.UpToDate, err)
+	}
+}
+
+// The event view reads a JSON message's fields by their exact names, as a schema or the server's
+// checks see them: a key that matches "type", "payload" or "source" only case-insensitively is an
+// unknown member, never folded onto the field.
+func TestEventViewReadsMessageFieldsByExactName(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "/m", ContentType: "application/json"})
+	for _, body := range []string{
+		`{"type":"t","payload":{"n":5},"PAYLOAD":{"n":-100}}`,
+		`{"TYPE":"t","payload":{"n":1}}`,
+		`{"type":"t","Source":{"platform":true}}`,
+	} {
+		mustAppendRecord(t, s, AppendRequest{Path: "/m", ContentType: "application/json", Body: []byte(body)})
+	}
+	p, err := s.Read(ctx, "/m", 0, 10, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(p.Events))
+	for i, e := range p.Events {
+		got[i] = fmt.Sprintf("%s %s %v", e.Type, e.Payload, e.Source != nil)
+	}
+	want := []string{
+		`t {"n":5} false`,
+		MessageType + ` {"value":{"TYPE":"t","payload":{"n":1}}} false`,
+		`t  false`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("decoded:\n got %q\nwant %q", got, want)
+	}
+}
+
+// A JSON message's idempotency key is its exact "idempotencyKey" member, the one the event view
+// shows; a case variant is an unknown member and keys nothing.
+func TestMessageIdempotencyKeyIsTheExactMember(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	mustCreate(t, s, CreateRequest{Path: "/k", ContentType: "application/json"})
+	mustAppendRecord(t, s, AppendRequest{Path: "/k", ContentType: "application/json",
+		Body: []byte(`{"type":"t","idempotencyKey":"a","IDEMPOTENCYKEY":"b"}`)})
+	evs, err := s.Append(ctx, "/k", foldstream.EventInput{Type: "t", IdempotencyKey: "a"})
+	if err != nil || evs[0].Offset != 1 {
+		t.Fatalf("retry under key a: got %+v, %v; want the echo of offset 1", evs, err)
+	}
+	evs, err = s.Append(ctx, "/k", foldstream.EventInput{Type: "t", IdempotencyKey: "b"})
+	if err != nil || evs[0].Offset != 2 {
+		t.Fatalf("key b: got %+v, %v; want a fresh event at offset 2", evs, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -142,6 +143,9 @@ func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResu
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
+	if req.HasTTL && req.TTLSeconds <= 0 {
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
+	}
 	var res CreateResult
 	err := s.write(ctx, func(t *tx) error {
 		var err error
@@ -177,6 +181,11 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		}
 	}
 
+	if !req.ExpiresAt.IsZero() && !req.ExpiresAt.After(now) {
+		return CreateResult{}, perr(foldstream.CodeBadRequest, "the expiry time %s has already passed",
+			req.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+
 	// Resolve the fork source and inherited settings.
 	var src *streamRow
 	if req.ForkedFrom != "" {
@@ -204,6 +213,11 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	}
 	if req.ContentType == "" {
 		req.ContentType = DefaultContentType
+	}
+	if existing == nil {
+		if err := ValidateStreamName(req.Path); err != nil {
+			return CreateResult{}, err
+		}
 	}
 
 	if existing != nil {
@@ -440,6 +454,11 @@ func splitArray(arr []byte) [][]byte {
 // AppendRecord appends a record and/or closes the stream, running the checks of spec §6 and the
 // producer decision table of §20 in one transaction with the data.
 func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+	if req.Producer != nil {
+		if err := validateProducerID(req.Producer.ID); err != nil {
+			return AppendResult{}, err
+		}
+	}
 	// Parse JSON outside the writer when the request says JSON; the writer only uses it if the
 	// stream is JSON too (the content types must match).
 	var msgs [][]byte
@@ -687,7 +706,8 @@ func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
 		Payload        json.RawMessage `json:"payload"`
 		Metadata       json.RawMessage `json:"metadata"`
 	}
-	if json.Unmarshal(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
+	// Exact key names, as the event view reads them (rawjson.UnmarshalExact).
+	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
 		return foldstream.EventInput{}, ""
 	}
 	return foldstream.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey

@@ -80,6 +80,11 @@ type Store struct {
 	writes     chan *writeReq
 	stopListen func()
 
+	// intakeMu orders enqueue (read lock) against Close stopping intake (write lock); see
+	// writer.go. intakeStopped is closed once intake has stopped.
+	intakeMu      sync.RWMutex
+	intakeStopped chan struct{}
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -114,8 +119,12 @@ type Store struct {
 // The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
 // second Open of the same file, from another process or this one, fails with
 // [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. That lock is
-// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]).
-func Open(path string, opts Options) (*Store, error) {
+// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]). A file or directory the
+// store cannot write fails with [foldstream.CodeStoreReadOnly].
+//
+// A postgres:// URL opens the store on a PostgreSQL database instead (docs/postgres.md): any
+// number of processes given the same URL share it.
+func Open(path string, opts Options) (_ *Store, err error) {
 	if pgdriver.IsURL(path) {
 		return openPostgres(path, opts)
 	}
@@ -127,21 +136,33 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
 	var lock *os.File
+	defer func() {
+		if err != nil {
+			unlockStore(lock) //nolint:errcheck // Open failed; report that error
+			err = openFailure(path, err)
+		}
+	}()
 	if path != ":memory:" {
-		var err error
 		if lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+		// Prove the store can write, so a read-only file or directory is refused here and not
+		// by every write later (storage.go); the driver's probe checks the database itself.
+		if err := probeDirWritable(path); err != nil {
 			return nil, err
 		}
 	}
 	d, err := sqlitedriver.Open(sqlitedriver.Config{Path: path, Synchronous: string(opts.Synchronous), ReadConns: opts.ReadConns})
 	if err != nil {
-		unlockStore(lock) //nolint:errcheck // Open failed; report that error
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+	}
+	if err := d.ProbeWritable(context.Background()); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open stream store %s: prove the database takes writes: %w", path, err)
 	}
 	s, err := OpenDriver(context.Background(), d, opts)
 	if err != nil {
 		d.Close()
-		unlockStore(lock) //nolint:errcheck // Open failed; report that error
 		return nil, fmt.Errorf("open stream store %s: %w", path, err)
 	}
 	s.path, s.lock = path, lock
@@ -181,6 +202,8 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		ws:        writerState{streams: make(map[string]*streamMem), woken: make(map[int64]bool)},
 		notify:    make(map[int64]chan struct{}),
 		ev:        newEventView(),
+
+		intakeStopped: make(chan struct{}),
 	}
 	stop, err := d.Listen(ctx, s.remoteChange)
 	if err != nil {
@@ -225,11 +248,14 @@ func (s *Store) Clock() foldstream.Clock { return s.clock }
 // database. It returns the first error met. Calling it again returns the same result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		// Stop intake: once the write lock is held, no enqueue is between its check and its send.
+		s.intakeMu.Lock()
 		s.closed.Store(true)
+		s.intakeMu.Unlock()
 		close(s.stop)
 		s.closeEventView()
 		s.bgWG.Wait()
-		close(s.writes)
+		close(s.intakeStopped) // the writer runs what is queued, then returns
 		s.writerWG.Wait()
 		s.stopListen()
 		s.closeErr = errors.Join(s.drv.Close(), unlockStore(s.lock))
@@ -247,9 +273,6 @@ func (s *Store) readTx(ctx context.Context, fn func(q driver.Reader) error) erro
 	}
 	return s.drv.Read(ctx, fn)
 }
-
-// classifyStorageError gives a storage failure the user can act on its catalogue code.
-func classifyStorageError(err error) error { return err }
 
 // changed returns a channel that is closed at the next commit touching the stream with this id.
 // Take the channel before checking the condition you wait for, then wait on it, to never miss a

@@ -87,19 +87,20 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
-	return <-r.done
+	// A full disk fails a write with INSUFFICIENT_STORAGE: nothing of it was committed.
+	return classifyStorageErr(<-r.done)
 }
 
-func (s *Store) enqueue(ctx context.Context, r *writeReq) (err error) {
+// enqueue hands r to the writer. The check of closed and the send happen under intakeMu's read
+// lock, which Close takes for writing when it stops intake: a write is either queued before intake
+// stops (and then runs before Close returns) or refused with ErrStoreClosed. The writes channel is
+// never closed, so no send can race a close.
+func (s *Store) enqueue(ctx context.Context, r *writeReq) error {
+	s.intakeMu.RLock()
+	defer s.intakeMu.RUnlock()
 	if s.closed.Load() {
 		return ErrStoreClosed
 	}
-	defer func() {
-		// Close closed the channel between our check and the send.
-		if recover() != nil {
-			err = ErrStoreClosed
-		}
-	}()
 	select {
 	case s.writes <- r:
 		return nil
@@ -112,7 +113,19 @@ func (s *Store) runWriter(w driver.Writer) {
 	defer s.writerWG.Done()
 	batch := make([]*writeReq, 0, s.opts.MaxGroup)
 	lastGroup := 0
-	for first := range s.writes {
+	for {
+		var first *writeReq
+		select {
+		case first = <-s.writes:
+		case <-s.intakeStopped:
+			// Close stopped intake: whatever is still queued was accepted before, so it runs;
+			// then the writer is done.
+			select {
+			case first = <-s.writes:
+			default:
+				return
+			}
+		}
 		batch = append(batch[:0], first)
 		// When the last group had company, callers it just answered are probably about to queue
 		// again: yield a few times before closing the group so they share its commit (one fsync)
@@ -124,10 +137,7 @@ func (s *Store) runWriter(w driver.Writer) {
 	drain:
 		for len(batch) < s.opts.MaxGroup {
 			select {
-			case r, ok := <-s.writes:
-				if !ok {
-					break drain
-				}
+			case r := <-s.writes:
 				batch = append(batch, r)
 			default:
 				if yields == 0 {
@@ -168,7 +178,9 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		if t.spSet {
 			if err != nil {
 				if rbErr := g.dtx.RollbackToSavepoint(ctx); rbErr != nil {
-					broken = fmt.Errorf("stream store: roll back a refused write: %w", rbErr)
+					// SQLite rolls the whole transaction back by itself after some errors (a full
+					// disk): keep that cause beside the rollback's own failure.
+					broken = fmt.Errorf("stream store: roll back a refused write: %w (after: %w)", rbErr, err)
 				}
 			}
 			if relErr := g.dtx.ReleaseSavepoint(ctx); relErr != nil && broken == nil {
@@ -217,7 +229,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		if broken != nil {
 			commitErr = broken
 		} else if err := g.dtx.Commit(ctx); err != nil {
-			commitErr = fmt.Errorf("stream store: commit: %w", classifyStorageError(err))
+			commitErr = fmt.Errorf("stream store: commit: %w", err)
 		} else {
 			s.commits.Add(1)
 		}
@@ -277,7 +289,7 @@ func (t *tx) begin() (driver.WriteTx, error) {
 	if t.g.dtx == nil {
 		dtx, err := t.g.w.Begin(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("stream store: begin: %w", classifyStorageError(err))
+			return nil, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
 	}

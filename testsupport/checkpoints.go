@@ -11,7 +11,7 @@ import (
 )
 
 // Checkpoints is the real [foldstream.CheckpointTable] over an in-memory SQLite database, counting
-// successful writes (spec §15 memoryStorage).
+// successful writes (docs/engine.md#test-support memoryStorage).
 type Checkpoints struct {
 	*foldstream.CheckpointTable
 	db     *sql.DB
@@ -20,8 +20,8 @@ type Checkpoints struct {
 
 var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
 
-// MemoryCheckpoints returns fresh, empty checkpoint storage. It panics if in-memory SQLite cannot be
-// opened, which only a broken build can cause. Close it when done (optional in tests).
+// MemoryCheckpoints returns fresh, empty checkpoint storage. It panics if in-memory SQLite cannot
+// be opened, which only a broken build can cause. Close it when done (optional in tests).
 func MemoryCheckpoints() *Checkpoints {
 	db, err := sql.Open("sqlite", ":memory:")
 	if err != nil {

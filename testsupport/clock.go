@@ -9,13 +9,13 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// T is the fake clock's start: 2035-01-01T00:00:00Z (spec §14.2).
+// T is the fake clock's start: 2035-01-01T00:00:00Z (docs/engine.md#test-support).
 var T = time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // FakeClock is a [foldstream.Clock] whose time moves only when told. It fakes wall-clock time
 // (claims, revision epochs) and the timers of AfterFunc, which fire on Advance. Every armed
-// deadline is recorded, so a test can wait for the code under test to arm one ([FakeClock.WaitArmed])
-// before it advances time.
+// deadline is recorded, so a test can wait for the code under test to arm one
+// ([FakeClock.WaitArmed]) before it advances time.
 type FakeClock struct {
 	mu     sync.Mutex
 	now    time.Time

@@ -1,8 +1,9 @@
-// Package testsupport holds in-memory stand-ins for testing foldstream processors (spec §15):
+// Package testsupport holds in-memory stand-ins for testing foldstream processors
+// (docs/engine.md#test-support):
 //
 //   - [MemoryStream]: an in-memory stream with idempotency, offset preconditions, a read proof over
 //     its in-memory head, fire-and-forget pushes to registered engines, and counters for reads and
-//     claims. [MemoryStream.WaitIdle] replaces upstream's settle(25 ms) sleeps.
+//     claims. [MemoryStream.WaitIdle] replaces fixed sleeps.
 //   - [MemoryCheckpoints]: the real [foldstream.CheckpointTable] over in-memory SQLite, counting
 //     writes.
 //   - [ReduceProcessor]: fold inputs through a processor's Reduce alone.

@@ -13,16 +13,18 @@ import (
 // EpochCreatedAt is the createdAt the memory stream stamps on every event (Unix time 0).
 const EpochCreatedAt = "1970-01-01T00:00:00.000Z"
 
-// MemoryStream is an in-memory [foldstream.Stream] (spec §15 memoryStream). Create it with
-// [NewMemoryStream]; it is safe for concurrent use.
+// MemoryStream is an in-memory [foldstream.Stream] (docs/engine.md#test-support memoryStream).
+// Create it with [NewMemoryStream]; it is safe for concurrent use.
 //
 // Append checks every input with [foldstream.PrepareEventInput], as the durable store does (same
-// refusals, same codes; payload and metadata are stored compacted), then idempotency (spec §13.4: a hit with the same body is echoed and consumes no
-// offset; a conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
-// (§13.5); fresh events get consecutive offsets, createdAt [EpochCreatedAt] and the stream's path;
-// durables go to the log. If any offset was assigned, the fresh events are pushed fire-and-forget to
-// every registered engine over (previous head, new head] — without filtering by consumes, unlike a
-// real subscription — and handed to commit hooks. Append itself returns without waiting for pushes.
+// refusals, same codes; payload and metadata are stored compacted), then idempotency
+// (docs/engine.md#idempotency: a hit with the same body is echoed and consumes no offset; a
+// conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
+// (docs/engine.md#the-offset-precondition); fresh events get consecutive offsets, createdAt
+// [EpochCreatedAt] and the stream's path; durables go to the log. If any offset was assigned, the
+// fresh events are pushed fire-and-forget to every registered engine over (previous head, new
+// head] — without filtering by consumes, unlike a real subscription — and handed to commit hooks.
+// Append itself returns without waiting for pushes.
 //
 // Read returns durables after `after`; its proof (ScannedThroughOffset) is the in-memory head, so
 // it covers ephemerals — a deliberate difference from the real stream that lets stale-push and
@@ -42,6 +44,7 @@ type MemoryStream struct {
 	claims      []time.Time
 	claimFunc   func(ctx context.Context, at time.Time) error
 	reads       int
+	changed     chan struct{} // closed and replaced at every commit and landed claim
 
 	track    sync.Mutex
 	inflight int
@@ -59,8 +62,23 @@ func NewMemoryStreamAt(path string) *MemoryStream {
 	return &MemoryStream{
 		path: path, keys: map[string]foldstream.Event{},
 		hooks: map[int]func([]foldstream.Event, foldstream.ScannedRange){}, drainables: map[foldstream.Runner]int{},
-		idle: make(chan struct{}),
+		idle: make(chan struct{}), changed: make(chan struct{}),
 	}
+}
+
+// Changed returns a channel that is closed at the stream's next commit or landed claim. Take it
+// before checking a condition, then wait on it, and no change can slip between the check and the
+// wait.
+func (m *MemoryStream) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// signalLocked wakes Changed waiters; m.mu must be held.
+func (m *MemoryStream) signalLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
 }
 
 // Path returns the stream's path.
@@ -121,6 +139,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	}
 	r := foldstream.ScannedRange{After: m.maxAssigned, Through: next}
 	m.maxAssigned = next
+	m.signalLocked()
 	for _, ev := range fresh {
 		m.pushed = append(m.pushed, ev)
 		if !ev.Ephemeral {
@@ -227,6 +246,7 @@ func (m *MemoryStream) Claim(ctx context.Context, at time.Time) error {
 	}
 	m.mu.Lock()
 	m.claims = append(m.claims, at)
+	m.signalLocked()
 	m.mu.Unlock()
 	return nil
 }
@@ -329,8 +349,8 @@ func (m *MemoryStream) Reads() int {
 
 // WaitIdle waits until every fire-and-forget push (to registered engines and by rows) has finished
 // and every engine involved has drained (its chain idle, background attempts and live-state deltas
-// settled), repeating until nothing new started; or until ctx ends. It replaces upstream's
-// settle(25 ms). Background work that never ends keeps WaitIdle waiting: pass a ctx with a deadline.
+// settled), repeating until nothing new started; or until ctx ends. It replaces fixed
+// sleeps. Background work that never ends keeps WaitIdle waiting: pass a ctx with a deadline.
 func (m *MemoryStream) WaitIdle(ctx context.Context) error {
 	for {
 		m.track.Lock()

@@ -7,11 +7,11 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// ReduceProcessor folds inputs through p's Reduce alone (spec §15 reduceProcessor): from the
-// initial state, each input becomes an event at offset i+1 with createdAt i+1 seconds after the Unix
-// epoch and path "/"; a malformed payload of a known type is skipped, others are normalized;
-// ephemerals are reduced like any other event; "keep" keeps; a failing or panicking reduce keeps
-// the state. No consumes filter is applied.
+// ReduceProcessor folds inputs through p's Reduce alone (docs/engine.md#test-support
+// reduceProcessor): from the initial state, each input becomes an event at offset i+1 with
+// createdAt i+1 seconds after the Unix epoch and path "/"; a malformed payload of a known type is
+// skipped, others are normalized; ephemerals are reduced like any other event; "keep" keeps; a
+// failing or panicking reduce keeps the state. No consumes filter is applied.
 func ReduceProcessor[S any](p foldstream.Processor[S], inputs []foldstream.EventInput) S {
 	c := p.Contract()
 	state := c.InitialState()

@@ -7,16 +7,15 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// PushedByARow models a real subscription row pushing eng from mem (spec §15 pushedByARow): only
-// commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed, carrying
-// only those events, over (the row's previous through — or the commit's after the first time —,
-// the commit's through]. The returned function unsubscribes.
+// PushedByARow models a real subscription row pushing eng from mem (docs/engine.md#test-support):
+// only commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed,
+// carrying only those events, over (the row's previous through — or the commit's after the first
+// time —, the commit's through]. The returned function unsubscribes.
 //
 // Pushes are handed to the engine in commit order at commit time and run one at a time behind each
-// other on the engine's serial chain. (Upstream's row holds a later push back until the one in
-// flight settled; in Go that would let a snapshot taken straight after a commit miss a push the row
-// already owes, which upstream's single-threaded scheduler never shows. Handing the push over at
-// once makes the engine see the owed head, as a host's deliveriesQueuedFor does.)
+// other on the engine's serial chain. (Holding a later push back until the one in flight finished
+// would let a snapshot taken straight after a commit miss a push the row already owes; handing the
+// push over at once makes the engine see the owed head, as a host does for the pushes it owes.)
 func PushedByARow(mem *MemoryStream, eng foldstream.Runner, consumes []string) (unsubscribe func()) {
 	row := &row{mem: mem, eng: eng, consumes: consumes}
 	stopWait := mem.WaitFor(eng)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream/client"
@@ -30,8 +31,8 @@ func runAppend(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	create := fs.Bool("create", false, "create the stream first (no error if it exists with the same content type)")
 	contentType := fs.String("content-type", "", "content type for --create and for appends (default: the stream's)")
 	lines := fs.Bool("lines", false, "each stdin line is one message, sent in batches through an idempotent producer")
-	producerID := fs.String("producer-id", "", "producer id for --lines (default: foldstream-cli-<pid>); reuse it with --auto-claim to resume exactly once")
-	autoClaim := fs.Bool("auto-claim", true, "with --lines, take over the producer id's epoch from an earlier run")
+	producerID := fs.String("producer-id", "", "producer id for --lines (default: foldstream-cli-<pid>); each run takes the id over with a new epoch and stores all its input once")
+	resumeEpoch := fs.Int64("resume-epoch", -1, "with --lines: rerun the SAME input of an earlier run of --producer-id in this epoch (printed by that run); what it stored is skipped")
 	seq := fs.String("seq", "", "Stream-Seq for a single append")
 	closeAfter := fs.Bool("close", false, "close the stream after appending")
 	fs.Usage = func() {
@@ -69,37 +70,10 @@ func runAppend(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if id == "" {
 			id = fmt.Sprintf("foldstream-cli-%d", os.Getpid())
 		}
-		p, err := client.NewIdempotentProducer(s, id, client.ProducerOptions{AutoClaim: *autoClaim})
+		last, err = appendLines(ctx, s, id, *resumeEpoch, stderr)
 		if err != nil {
 			return err
 		}
-		sc := bufio.NewScanner(stdin)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		n := 0
-		for sc.Scan() {
-			line := sc.Bytes()
-			if !client.IsJSON(s.ContentType()) {
-				line = append(append([]byte(nil), line...), '\n')
-			}
-			if len(strings.TrimSpace(string(line))) == 0 {
-				continue
-			}
-			if err := p.AppendContext(ctx, line); err != nil {
-				p.Close(context.Background())
-				return err
-			}
-			n++
-		}
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := p.Close(closeCtx); err != nil {
-			return err
-		}
-		if err := sc.Err(); err != nil {
-			return err
-		}
-		last = p.LastOffset()
-		fmt.Fprintf(stderr, "appended %d messages\n", n)
 	default:
 		var data []byte
 		if len(pos) == 2 {
@@ -107,7 +81,10 @@ func runAppend(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		} else if data, err = io.ReadAll(stdin); err != nil {
 			return err
 		}
-		if len(data) > 0 || !*closeAfter {
+		if len(data) == 0 && !*closeAfter {
+			return errors.New("nothing to append: the input is empty (--close closes the stream without data)")
+		}
+		if len(data) > 0 {
 			var opts []client.AppendOption
 			if *seq != "" {
 				opts = append(opts, client.WithSeq(*seq))
@@ -136,4 +113,100 @@ func runAppend(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintln(stdout, last)
 	return nil
+}
+
+// lingerForever makes the producer cut batches by size only, so a rerun of the same input cuts
+// the same batches (same sequence numbers) and --resume-epoch lines up with the earlier run.
+const lingerForever = 100 * 365 * 24 * time.Hour
+
+// appendLines sends stdin, one message per line, through an idempotent producer with id, and
+// reports how many messages were stored and how many were already present
+// (docs/client.md#producer-ids-in-the-cli). resumeEpoch < 0 takes the id over with a new epoch
+// (every message is stored once); otherwise it resumes that epoch from seq 0, skipping the
+// batches an earlier run with the same input stored. It fails when input was not stored.
+func appendLines(ctx context.Context, s *client.Stream, id string, resumeEpoch int64, stderr io.Writer) (last string, err error) {
+	resume := resumeEpoch >= 0
+	var stored, present atomic.Int64
+	opts := client.ProducerOptions{
+		Linger: lingerForever,
+		OnBatch: func(b client.BatchOutcome) {
+			// A duplicate that this run sent only once was written by an earlier run with the
+			// same id and epoch; a resent duplicate is this run's own earlier attempt.
+			if b.Duplicate && (resume || !b.Resent) {
+				present.Add(int64(b.Messages))
+			} else {
+				stored.Add(int64(b.Messages))
+			}
+		},
+	}
+	if resume {
+		opts.Epoch = resumeEpoch
+	} else {
+		// A new epoch: the clock's milliseconds are above any earlier run's epoch; if the
+		// server knows a higher one, AutoClaim moves past it.
+		opts.Epoch, opts.AutoClaim = time.Now().UnixMilli(), true
+	}
+	p, err := client.NewIdempotentProducer(s, id, opts)
+	if err != nil {
+		return "", err
+	}
+	isJSON := client.IsJSON(s.ContentType())
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	lineNo, sent := 0, 0
+	var lineErr error
+	for sc.Scan() {
+		lineNo++
+		line := sc.Bytes()
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue
+		}
+		if !isJSON {
+			line = append(append([]byte(nil), line...), '\n')
+		}
+		if err := p.AppendContext(ctx, line); err != nil {
+			if errors.Is(err, client.ErrProducerFailed) {
+				break // a batch failed; Close below reports why
+			}
+			if errors.Is(err, client.ErrInvalidArgument) && isJSON {
+				err = errors.New("not one JSON value (a JSON stream takes one JSON value per line)")
+			}
+			lineErr = fmt.Errorf("line %d: %w", lineNo, err)
+			break
+		}
+		sent++
+	}
+	if lineErr == nil {
+		if err := sc.Err(); err != nil {
+			lineErr = fmt.Errorf("reading stdin after line %d: %w", lineNo, err)
+		}
+	}
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	closeErr := p.Close(closeCtx)
+	fmt.Fprintf(stderr, "stored %d messages, %d already present (producer %q, epoch %d)\n",
+		stored.Load(), present.Load(), id, p.Epoch())
+	var stale *client.StaleEpochError
+	if resume && errors.As(closeErr, &stale) {
+		closeErr = fmt.Errorf("producer %q is at epoch %d now (a later run took it over), not --resume-epoch %d", id, stale.CurrentEpoch, resumeEpoch)
+	}
+	switch {
+	case lineErr != nil:
+		err := fmt.Errorf("%w; of the %d messages before it, %d were stored", lineErr, sent, stored.Load())
+		if present.Load() > 0 {
+			err = fmt.Errorf("%w and %d were already present", err, present.Load())
+		}
+		if closeErr != nil {
+			err = fmt.Errorf("%w; sending failed: %w", err, closeErr)
+		}
+		return "", err
+	case closeErr != nil:
+		return "", fmt.Errorf("%w; %d of the %d messages read were not confirmed stored", closeErr, int64(sent)-stored.Load()-present.Load(), sent)
+	case !resume && present.Load() > 0:
+		return "", fmt.Errorf("%d messages may NOT be stored: the server already held their sequence numbers in producer %q epoch %d, so another writer uses that id and epoch (or a proxy repeated the request); check the stream before running again", present.Load(), id, p.Epoch())
+	}
+	if resume && present.Load() > 0 {
+		fmt.Fprintf(stderr, "the %d messages already present were stored by the earlier run in epoch %d and were skipped\n", present.Load(), resumeEpoch)
+	}
+	return p.LastOffset(), nil
 }

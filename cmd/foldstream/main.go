@@ -54,6 +54,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		if _, ok := errors.AsType[usageError](err); ok {
+			return 2 // the flag package printed the error and the usage
+		}
 		fmt.Fprintf(stderr, "foldstream %s: %v\n", args[0], err)
 		return 1
 	}

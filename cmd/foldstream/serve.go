@@ -172,25 +172,27 @@ func collectLoop(ctx context.Context, st *stream.Store, every time.Duration, log
 // loadTokens reads bearer tokens from file (when given) and from $FOLDSTREAM_TOKENS (when set);
 // nil when neither gives any.
 func loadTokens(file string) (*server.BearerTokens, error) {
-	var text string
+	var parts []string
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("--tokens-file: %w", err)
 		}
-		text = string(b)
+		if _, err := server.ParseBearerTokens(string(b)); err != nil {
+			return nil, fmt.Errorf("--tokens-file %s: %w", file, err)
+		}
+		parts = append(parts, string(b))
 	}
-	if env := os.Getenv(tokensEnv); env != "" {
-		text += "\n" + env
+	if env := os.Getenv(tokensEnv); strings.TrimSpace(env) != "" {
+		if _, err := server.ParseBearerTokens(env); err != nil {
+			return nil, fmt.Errorf("$%s: %w", tokensEnv, err)
+		}
+		parts = append(parts, env)
 	}
-	if file == "" && strings.TrimSpace(text) == "" {
+	if len(parts) == 0 {
 		return nil, nil
 	}
-	t, err := server.ParseBearerTokens(text)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return server.ParseBearerTokens(strings.Join(parts, "\n")) // also refuses a name or token given in both
 }
 
 // loopbackAddr reports whether a listen address only accepts connections from this machine.

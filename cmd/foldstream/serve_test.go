@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -83,5 +84,65 @@ func TestUsageAndUnknownCommand(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"nope"}, &out, &errOut); code != 2 {
 		t.Fatalf("unknown command: code %d, want 2", code)
+	}
+}
+
+// TestServeRefusesPublicAddressWithoutAuthentication: a non-loopback address without tokens is
+// refused before anything listens or opens, unless --allow-unauthenticated-public says so.
+func TestServeRefusesPublicAddressWithoutAuthentication(t *testing.T) {
+	t.Setenv(tokensEnv, "")
+	db := filepath.Join(t.TempDir(), "public.db")
+	var stdout, stderr lockedBuffer
+	err := commands["serve"].run(context.Background(), []string{"--addr", "0.0.0.0:0", "--db", db}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "without authentication") {
+		t.Fatalf("serve on 0.0.0.0 without tokens: %v", err)
+	}
+	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
+		t.Fatalf("the refused serve created its database: %v", statErr)
+	}
+	for _, addr := range []string{"127.0.0.1:1", "localhost:1", "[::1]:1"} {
+		if !loopbackAddr(addr) {
+			t.Fatalf("loopbackAddr(%q) = false", addr)
+		}
+	}
+	for _, addr := range []string{":4437", "0.0.0.0:1", "[::]:1", "example.com:1", "10.0.0.1:1"} {
+		if loopbackAddr(addr) {
+			t.Fatalf("loopbackAddr(%q) = true", addr)
+		}
+	}
+}
+
+// TestServeTokensFromFileAndEnvironment: tokens load from --tokens-file and $FOLDSTREAM_TOKENS
+// together; a bad list stops serve at start with the line at fault.
+func TestServeTokensFromFileAndEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("# service tokens\nwriter read-write writer-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(tokensEnv, "dash read reader-token-0123456789abcdef")
+	bt, err := loadTokens(file)
+	if err != nil || bt == nil || bt.Len() != 2 {
+		t.Fatalf("loadTokens: %v", err)
+	}
+	t.Setenv(tokensEnv, "dash admin short")
+	var stdout, stderr lockedBuffer
+	err = commands["serve"].run(context.Background(), []string{"--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "x.db"), "--tokens-file", file}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "$"+tokensEnv+": tokens line 1") {
+		t.Fatalf("serve with a bad token list: %v", err)
+	}
+}
+
+// TestServeHelpUsesTheCommonUsageFormat: "serve -h" prints "usage: foldstream serve [flags]" and
+// the flags, like the other sub-commands, and exits cleanly.
+func TestServeHelpUsesTheCommonUsageFormat(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("serve -h: exit %d", code)
+	}
+	for _, want := range []string{"usage: foldstream serve [flags]", "-tokens-file", "-allowed-origins", "-max-live-readers", "-allow-unauthenticated-public"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Fatalf("serve -h lacks %q:\n%s", want, stderr.String())
+		}
 	}
 }

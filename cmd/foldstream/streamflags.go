@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/foldstream/foldstream/client"
 )
@@ -17,24 +18,51 @@ const (
 	streamsPrefix = "/v1/stream/"
 )
 
+// defaultRetries is how often a failed request is retried by default: with the client's backoff
+// (100 ms, then 200 ms, each with jitter) a refused connection fails in well under 2 s.
+const defaultRetries = 2
+
 // streamFlags are the flags every client sub-command shares.
 type streamFlags struct {
-	server string
+	server  string
+	retries int
+	stderr  io.Writer
 }
 
 func (f *streamFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "server", defaultServer, "server base URL")
+	fs.IntVar(&f.retries, "retries", defaultRetries, "retries of a request that failed on the network, 429 or 5xx (each prints a line on stderr)")
+	f.stderr = fs.Output()
 }
 
 // open returns a handle for name: a full http(s) URL is used as is, anything else names a stream
-// under the server's /v1/stream/.
+// under the server's /v1/stream/. Each retry prints one line on stderr.
 func (f *streamFlags) open(name string) (*client.Stream, error) {
+	if f.retries < 0 {
+		return nil, fmt.Errorf("--retries must be 0 or more, not %d", f.retries)
+	}
 	u := name
 	if !strings.HasPrefix(name, "http://") && !strings.HasPrefix(name, "https://") {
 		u = strings.TrimRight(f.server, "/") + streamsPrefix + url.PathEscape(strings.TrimPrefix(name, "/"))
 	}
-	return client.NewStream(u, client.Options{})
+	return client.NewStream(u, client.Options{Retry: client.RetryPolicy{
+		MaxAttempts: f.retries + 1,
+		OnRetry: func(e client.RetryEvent) {
+			cause := fmt.Sprintf("status %d", e.Status)
+			if e.Err != nil {
+				cause = e.Err.Error()
+			}
+			fmt.Fprintf(f.stderr, "foldstream: %s failed (%s); retry %d of %d in %v (--retries)\n",
+				e.Op, cause, e.Attempt, e.MaxAttempts-1, e.Delay.Round(time.Millisecond))
+		},
+	}})
 }
+
+// usageError is a flag the flag package refused; it has printed the error and the usage already,
+// so main prints nothing more.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // newFlagSet returns a flag set that reports errors instead of exiting.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
@@ -48,7 +76,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err}
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -12,16 +12,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
-// Protocol header names (spec §18).
+// Protocol header names (shared with the server and client: internal/wire).
 const (
-	hdrNextOffset    = "Stream-Next-Offset"
-	hdrUpToDate      = "Stream-Up-To-Date"
-	hdrProducerID    = "Producer-Id"
-	hdrProducerEpoch = "Producer-Epoch"
-	hdrProducerSeq   = "Producer-Seq"
-	hdrExpectedSeq   = "Producer-Expected-Seq"
+	hdrNextOffset    = wire.HeaderStreamNextOffset
+	hdrUpToDate      = wire.HeaderStreamUpToDate
+	hdrProducerID    = wire.HeaderProducerID
+	hdrProducerEpoch = wire.HeaderProducerEpoch
+	hdrProducerSeq   = wire.HeaderProducerSeq
+	hdrExpectedSeq   = wire.HeaderProducerExpectedSeq
 )
 
 // jsonType is the content type of every benchmark stream: the issue measures JSON messages.
@@ -149,7 +151,8 @@ func (c *Client) Append(ctx context.Context, name string, body []byte) (string, 
 	return resp.Header.Get(hdrNextOffset), nil
 }
 
-// ProducerReply is the outcome of an idempotent-producer append (spec §20.2).
+// ProducerReply is the outcome of an idempotent-producer append
+// (docs/server.md#idempotent-producers).
 type ProducerReply struct {
 	Status      int   // 200 accepted, 204 duplicate, 409 gap, ...
 	ExpectedSeq int64 // Producer-Expected-Seq on a 409 gap, else -1
@@ -195,7 +198,7 @@ type CatchUpResult struct {
 }
 
 // CatchUp reads the stream called name from the start to its tail, following Stream-Next-Offset
-// from response to response until one carries Stream-Up-To-Date: true (spec §10). A server may cap
+// from response to response until one carries Stream-Up-To-Date: true (docs/server.md#catch-up-reads). A server may cap
 // the size of each response; the reference never does.
 func (c *Client) CatchUp(ctx context.Context, name string) (CatchUpResult, error) {
 	var res CatchUpResult
@@ -242,7 +245,7 @@ func (c *Client) CatchUp(ctx context.Context, name string) (CatchUpResult, error
 }
 
 // SSEEvent is one server-sent event: its type ("data" or "control") and its data lines joined
-// with "\n" (spec §12.2).
+// with "\n" (docs/server.md#sse).
 type SSEEvent struct {
 	Type string
 	Data []byte

@@ -154,7 +154,7 @@ func TestSSEReaderParsesEvents(t *testing.T) {
 	}
 }
 
-// sequencer is a fake producer endpoint that accepts seq n only after n-1 (spec §20.2), and
+// sequencer is a fake producer endpoint that accepts seq n only after n-1 (docs/server.md#idempotent-producers), and
 // holds back seq 0 so that later requests overtake it and get 409 gaps.
 type sequencer struct {
 	mu      sync.Mutex

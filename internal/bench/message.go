@@ -36,7 +36,7 @@ func Message(id int64, size int) []byte {
 }
 
 // Batch returns a JSON array of n generated messages numbered from first, each size bytes. In a
-// JSON stream the server stores it as n messages in one record (spec §13).
+// JSON stream the server stores it as n messages in one record (docs/server.md#writes).
 func Batch(first int64, n, size int) []byte {
 	var b bytes.Buffer
 	b.Grow(n*(size+1) + 2)

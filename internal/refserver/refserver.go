@@ -119,3 +119,26 @@ func StartProcess() (baseURL string, stop func(), err error) {
 		return "", nil, errors.New("reference server did not start within 30s")
 	}
 }
+
+// RunScript runs `node script args...` in Dir (installing the Node packages first when needed)
+// and returns its standard output. Like Start, it skips the test when node is not installed,
+// except under CI, where it fails.
+func RunScript(tb testing.TB, script string, args ...string) []byte {
+	tb.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatal(ErrNoNode)
+		}
+		tb.Skip(ErrNoNode)
+	}
+	Install()
+	cmd := exec.Command(node, append([]string{script}, args...)...)
+	cmd.Dir = Dir()
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("node %s: %v", script, err)
+	}
+	return out
+}

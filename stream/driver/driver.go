@@ -42,7 +42,8 @@ import (
 // Driver is a storage backend for the stream store.
 type Driver interface {
 	// Migrate creates the schema or brings it to the version this driver writes. The store calls
-	// it once from Open, before anything else. It must be safe when several processes start at
+	// it once from Open, before Writer and before anything else; calling it again before Writer
+	// changes nothing. It must be safe when several processes start at
 	// once (shared databases: apply migrations under a lock), must record each applied version,
 	// and must refuse — with a *foldstream.Error of code STORE_SCHEMA saying what to do — a
 	// database whose schema it does not know (written by a newer version), never misread it. Each
@@ -143,8 +144,9 @@ type Tx interface {
 	// (shared databases: a transaction-scoped advisory lock on the id; the store then re-reads
 	// the stream row for its tail). Exclusive drivers may do nothing.
 	LockStream(ctx context.Context, id int64) error
-	// InsertStream inserts a stream row (ID ignored) and returns its id. Ids are never reused,
-	// not even after a rollback or a delete, so no cache keyed by id can alias two streams.
+	// InsertStream inserts a stream row (ID ignored) and returns its id. The id of a deleted
+	// stream is never handed out again. An id whose insert was rolled back may be (SQLite does),
+	// so the store caches nothing keyed by an id before its transaction committed.
 	InsertStream(ctx context.Context, s Stream) (int64, error)
 	// UpdateStream changes the fields set in u.
 	UpdateStream(ctx context.Context, id int64, u StreamUpdate) error
@@ -164,6 +166,15 @@ type Tx interface {
 	// checks the fence inside this transaction and fails with a foldstream.Error of code
 	// LEASE_LOST, writing nothing, when the lease's generation is no longer w.Fence.Generation.
 	WriteCheckpoint(ctx context.Context, w CheckpointWrite) error
+	// TakeLease gives lease key to holder until untilMs when the lease is free, expired at nowMs,
+	// or already holder's, and returns the lease as stored after the call: the caller holds it
+	// when the returned Holder is holder. A renewal by the holder keeps the generation; every
+	// change of holder (a first take included) increments it, which is what fences the previous
+	// holder's checkpoint writes.
+	TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (Lease, error)
+	// ReleaseLease frees lease key when holder still holds it at generation (it expires at once;
+	// the generation stays, so the next taker increments it).
+	ReleaseLease(ctx context.Context, key, holder string, generation int64) error
 	// Notify queues a notification that other processes receive through Listen once this
 	// transaction commits (and never if it rolls back). Exclusive drivers may drop it.
 	Notify(ctx context.Context, n Notification) error
@@ -290,6 +301,13 @@ type CheckpointWrite struct {
 type Fence struct {
 	Key        string
 	Generation int64
+}
+
+// Lease is one row of the leases table.
+type Lease struct {
+	Key, Holder string
+	Generation  int64
+	ExpiresMs   int64
 }
 
 // Notification tells other processes that a stream changed.

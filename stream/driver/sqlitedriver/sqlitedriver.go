@@ -100,6 +100,25 @@ func Open(cfg Config) (*Driver, error) {
 	return &Driver{cfg: cfg, wdb: wdb, rdb: rdb}, nil
 }
 
+// ProbeWritable proves that the database takes writes: SQLite opens a file it may not write
+// read-only without a word, and every later write would fail. The probe takes the write lock and
+// creates a table, then rolls back, leaving nothing behind.
+func (d *Driver) ProbeWritable(ctx context.Context) error {
+	conn, err := d.wdb.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "CREATE TABLE foldstream_write_probe(x)")
+	if _, rbErr := conn.ExecContext(ctx, "ROLLBACK"); err == nil {
+		err = rbErr
+	}
+	return err
+}
+
 // Exclusive reports true: one process writes a SQLite file.
 func (d *Driver) Exclusive() bool { return true }
 
@@ -257,6 +276,11 @@ func (t *writeTx) Rollback(ctx context.Context) error {
 // Exec runs a raw statement in the transaction (tests and tools; the store never does).
 func (t *writeTx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	return t.w.stmts.exec(ctx, query, args...)
+}
+
+// QueryRow runs a raw one-row query in the transaction (tests and tools; the store never does).
+func (t *writeTx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.w.stmts.queryRow(ctx, query, args...)
 }
 
 func (t *writeTx) LockStream(ctx context.Context, id int64) error { return nil }

@@ -1,13 +1,16 @@
+// Helpers and fixture processors shared by the package's tests.
 package foldstream_test
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +18,128 @@ import (
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
+
+// attempts is the Attempts fixture: each event starts a background attempt that ends only when the
+// test ends it; the eventless pass traces "at-head".
+type attempts struct {
+	*fn[emptyState]
+	trace rec[string]
+	mu    sync.Mutex
+	ends  map[int64]chan struct{}
+}
+
+func newAttempts(t *testing.T) *attempts {
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "attempts", Version: "1", Consumes: []string{"e"}}))
+	a := &attempts{ends: map[int64]chan struct{}{}}
+	a.fn = &fn[emptyState]{Base: foldstream.NewBase(c), process: func(args *foldstream.ProcessEventArgs[emptyState]) error {
+		if args.Event == nil {
+			a.trace.add("at-head")
+			return nil
+		}
+		off := args.Event.Offset
+		end := a.end(off)
+		started := make(chan struct{})
+		args.RunInBackground(func(context.Context) error {
+			a.trace.add(fmt.Sprintf("attempt %d started", off))
+			close(started)
+			<-end
+			return nil
+		})
+		<-started // keep the fixture's trace in event order
+		return nil
+	}}
+	return a
+}
+
+func (a *attempts) end(off int64) chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ends[off] == nil {
+		a.ends[off] = make(chan struct{})
+	}
+	return a.ends[off]
+}
+
+// waitUntil waits until cond holds, re-checking it whenever one of the watched sources changes
+// (an engine's or a stream's Changed, a recording's changed): no polling, no sleeps.
+func waitUntil(t *testing.T, what string, cond func() bool, watch ...func() <-chan struct{}) {
+	t.Helper()
+	ctx := ctxFor(t)
+	for {
+		chans := make([]<-chan struct{}, len(watch))
+		for i, w := range watch {
+			chans[i] = w()
+		}
+		if cond() {
+			return
+		}
+		cases := make([]reflect.SelectCase, 0, len(chans)+1)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		for _, c := range chans {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+		}
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func setupAttempts(t *testing.T) (*attempts, *testsupport.MemoryStream, *foldstream.Engine[emptyState], *rec[string]) {
+	a := newAttempts(t)
+	mem := testsupport.NewMemoryStream()
+	claimTrace := &rec[string]{}
+	mem.SetClaimFunc(func(_ context.Context, at time.Time) error {
+		if at.IsZero() {
+			claimTrace.add("released")
+		} else {
+			claimTrace.add(fmt.Sprintf("claimed %d", at.Sub(testsupport.T).Milliseconds()))
+		}
+		return nil
+	})
+	eng := newEngine[emptyState](t, a, mem, testsupport.MemoryCheckpoints(), func(c *foldstream.EngineConfig) {
+		c.Clock = testsupport.NewFakeClock()
+	})
+	mem.Register(eng)
+	return a, mem, eng, claimTrace
+}
+
+func setupCounter(t *testing.T) (*counter, *testsupport.MemoryStream, *testsupport.Checkpoints, *foldstream.Engine[counterState]) {
+	t.Helper()
+	c := newCounter(t)
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[counterState](t, c, mem, cps)
+	return c, mem, cps, eng
+}
+
+func newEph(t *testing.T, slug string, consumes ...string) *fn[seenState] {
+	return &fn[seenState]{Base: foldstream.NewBase(seenContract(t, slug, consumes...)), reduce: appendSeen, project: projectNull[seenState]}
+}
+
+type tallyState struct {
+	Count  int    `json:"count"`
+	Secret string `json:"secret"`
+}
+
+func newTally(t *testing.T) *fn[tallyState] {
+	c := must[*foldstream.Contract[tallyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[tallyState]{
+		Slug: "tally", Version: "1", Consumes: []string{"tick"},
+		Initial: func() (tallyState, error) { return tallyState{Secret: "hidden"}, nil }}))
+	return &fn[tallyState]{Base: foldstream.NewBase(c),
+		reduce: func(a foldstream.ReduceArgs[tallyState]) (tallyState, bool, error) {
+			s := a.State
+			s.Count++
+			return s, true, nil
+		},
+		project: func(s tallyState) (any, error) { return map[string]int{"count": s.Count}, nil }}
+}
+
+func setupTally(t *testing.T) (*testsupport.MemoryStream, *foldstream.Engine[tallyState]) {
+	mem := testsupport.NewMemoryStream()
+	eng := newEngine[tallyState](t, newTally(t), mem, testsupport.MemoryCheckpoints())
+	mem.Register(eng)
+	return mem, eng
+}
 
 // fn is a processor made of function fields; nil fields fall back to Base's defaults.
 type fn[S any] struct {
@@ -51,12 +176,27 @@ func projectNull[S any](S) (any, error) { return nil, nil }
 type rec[T any] struct {
 	mu    sync.Mutex
 	items []T
+	ch    chan struct{} // closed and replaced at every add
 }
 
 func (r *rec[T]) add(v T) {
 	r.mu.Lock()
 	r.items = append(r.items, v)
+	if r.ch != nil {
+		close(r.ch)
+	}
+	r.ch = make(chan struct{})
 	r.mu.Unlock()
+}
+
+// changed returns a channel closed at the next add.
+func (r *rec[T]) changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ch == nil {
+		r.ch = make(chan struct{})
+	}
+	return r.ch
 }
 
 func (r *rec[T]) get() []T {
@@ -179,8 +319,6 @@ func deltasFor(mem *testsupport.MemoryStream, key string) []foldstream.LiveState
 	return out
 }
 
-// ---- Counter ----------------------------------------------------------------------------------
-
 const (
 	tickType      = "events.iterate.com/counter/ticked"
 	milestoneType = "events.iterate.com/counter/milestone-reached"
@@ -244,8 +382,6 @@ func (c *counter) starts() []string {
 	return out
 }
 
-// ---- simple {n} / {seen} fixtures -----------------------------------------------------------
-
 type nState struct {
 	N int `json:"n"`
 }
@@ -275,8 +411,6 @@ func appendSeen(a foldstream.ReduceArgs[seenState]) (seenState, bool, error) {
 	return seenState{Seen: append(slices.Clone(a.State.Seen), fmt.Sprintf("%s@%d", a.Event.Type, a.Event.Offset))}, true, nil
 }
 
-// ---- Ledger -----------------------------------------------------------------------------------
-
 type ledgerState struct {
 	Counted []int64 `json:"counted"`
 }
@@ -299,8 +433,6 @@ func newLedger(t *testing.T, slow ...int64) *fn[ledgerState] {
 		},
 	}
 }
-
-// ---- CaughtUpProbe and its stub stream --------------------------------------------------------
 
 type stubStream struct {
 	mu      sync.Mutex
@@ -365,8 +497,6 @@ func committed(offset int64, typ string) foldstream.Event {
 	return foldstream.Event{Type: typ, Offset: offset, CreatedAt: testsupport.EpochCreatedAt, Path: "/"}
 }
 
-// ---- Recorder ---------------------------------------------------------------------------------
-
 type delivery struct {
 	Offset   *int64
 	CaughtUp bool
@@ -392,8 +522,6 @@ func newRecorder(t *testing.T, slug string, consumes ...string) (*fn[nState], *r
 			return nil
 		}}, r
 }
-
-// ---- Count / EffectOnly / Versioned -----------------------------------------------------------
 
 type ticksState struct {
 	Ticks int `json:"ticks"`
@@ -448,3 +576,120 @@ func newVersioned(t *testing.T, version string, failOn ...int64) (*fn[nState], *
 			return nil
 		}}, effects
 }
+
+// recSink records the delta payloads appended to it; hold makes each append wait for a release.
+type recSink struct {
+	mu       sync.Mutex
+	issued   []foldstream.LiveStateDelta
+	hold     bool
+	release  chan struct{}
+	fail     error
+	panics   bool
+	inflight int  // appends issued and not yet returned
+	overlap  bool // an append was issued while another was in flight
+	notify   chan struct{}
+}
+
+func (s *recSink) Append(ctx context.Context, evs ...foldstream.EventInput) ([]foldstream.Event, error) {
+	for _, e := range evs {
+		var d foldstream.LiveStateDelta
+		if err := json.Unmarshal(e.Payload, &d); err != nil {
+			return nil, err
+		}
+		if e.Type != foldstream.LiveStateChangedType || !e.Ephemeral {
+			return nil, errors.New("not an ephemeral delta")
+		}
+		s.mu.Lock()
+		s.issued = append(s.issued, d)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	if s.inflight > 0 {
+		s.overlap = true
+	}
+	s.inflight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inflight--
+		s.mu.Unlock()
+	}()
+	if s.notify != nil {
+		s.notify <- struct{}{}
+	}
+	if s.panics {
+		panic("sink exploded")
+	}
+	if s.hold {
+		<-s.release
+	}
+	return nil, s.fail
+}
+
+func (s *recSink) frames() []foldstream.LiveStateDelta {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]foldstream.LiveStateDelta(nil), s.issued...)
+}
+
+func newLive(sink foldstream.LiveStateSink, initial any) (*foldstream.LiveState, int64) {
+	l := foldstream.NewLiveState(sink, "k", initial, foldstream.LiveStateOptions{Clock: testsupport.NewFakeClock(), Reporter: &siteLog{}})
+	return l, l.Snapshot().Rev
+}
+
+func waitLive(t *testing.T, l *foldstream.LiveState) {
+	t.Helper()
+	mustDo(t, l.Wait(ctxFor(t)))
+}
+
+func pushT(t *testing.T, r foldstream.Runner, evs []foldstream.Event, after, through int64) {
+	t.Helper()
+	mustDo(t, r.ProcessEventBatch(ctxFor(t), evs, foldstream.ScannedRange{After: after, Through: through}))
+}
+
+// ephWindow consumes tick and chunk; the state counts them; seen records what ProcessEvent saw.
+func newEphWindow(t *testing.T, failFirst bool) (*fn[nState], *rec[string]) {
+	seen := &rec[string]{}
+	var failed atomic.Bool
+	return &fn[nState]{Base: foldstream.NewBase(nContract(t, "eph-window", "1", "tick", "chunk")), reduce: incN, project: projectNull[nState],
+		process: func(a *foldstream.ProcessEventArgs[nState]) error {
+			if a.Event == nil {
+				return nil
+			}
+			seen.add(fmt.Sprintf("%s@%d", a.Event.Type, a.Event.Offset))
+			if failFirst {
+				a.BlockProcessorWhile(func(context.Context) error {
+					if failed.CompareAndSwap(false, true) {
+						return errors.New("first attempt fails")
+					}
+					return nil
+				})
+			}
+			return nil
+		}}, seen
+}
+
+type tally2State struct {
+	Count  int    `json:"count"`
+	Secret string `json:"secret"`
+}
+
+func tally2Contract(t *testing.T, version string) *foldstream.Contract[tally2State] {
+	return must[*foldstream.Contract[tally2State]](t)(foldstream.DefineContract(foldstream.ContractConfig[tally2State]{
+		Slug: "tally", Version: version, Consumes: []string{"tick"},
+		Initial: func() (tally2State, error) { return tally2State{Secret: "hidden"}, nil }}))
+}
+
+func newTally2(t *testing.T, version string, step int) *fn[tally2State] {
+	return &fn[tally2State]{Base: foldstream.NewBase(tally2Contract(t, version)),
+		reduce: func(a foldstream.ReduceArgs[tally2State]) (tally2State, bool, error) {
+			s := a.State
+			s.Count += step
+			return s, true, nil
+		},
+		project: func(s tally2State) (any, error) { return map[string]int{"count": s.Count}, nil }}
+}
+
+type explosiveState struct{}
+
+func (explosiveState) MarshalJSON() ([]byte, error) { panic("state marshal exploded") }

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/foldstream/foldstream/client"
+)
+
+func init() {
+	commands["ls"] = command{
+		summary: "list the streams on a server, optionally those under a path prefix",
+		run:     runLs,
+	}
+}
+
+func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("ls", stderr)
+	server := fs.String("server", defaultServer, "server base URL")
+	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time")
+	limit := fs.Int("limit", 0, "list at most this many streams (0: all)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: foldstream ls [flags] [PREFIX]\n\nLists the server's streams in path order, those whose path starts with PREFIX (e.g. /carts/) when given.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return fmt.Errorf("at most one PREFIX, got %d arguments", len(pos))
+	}
+	if *limit < 0 {
+		return fmt.Errorf("--limit must be 0 or more, not %d", *limit)
+	}
+	prefix := ""
+	if len(pos) == 1 {
+		prefix = pos[0]
+		if !strings.HasPrefix(prefix, "/") {
+			prefix = "/" + prefix
+		}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if *long {
+		fmt.Fprintln(tw, "PATH\tTYPE\tTAIL\tCLOSED\tCREATED")
+	}
+	n := 0
+	after := ""
+	for {
+		page, err := client.ListStreams(ctx, *server, client.ListOptions{Prefix: prefix, After: after, Limit: client.MaxListLimit})
+		if err != nil {
+			return err
+		}
+		for _, s := range page.Streams {
+			if *limit > 0 && n == *limit {
+				return tw.Flush()
+			}
+			n++
+			if *long {
+				closed := ""
+				if s.Closed {
+					closed = "closed"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Path, s.ContentType, s.Tail, closed, s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"))
+			} else {
+				fmt.Fprintln(tw, s.Path)
+			}
+		}
+		if page.Next == "" {
+			return tw.Flush()
+		}
+		after = page.Next
+	}
+}

@@ -1,0 +1,586 @@
+// The foldstream console: a read-only view of a server's streams and processors. Plain ES module,
+// no dependencies; it talks to the server only through its public HTTP routes (see
+// docs/console.md), with the reader's token when one is set.
+import { followLiveState, readEventStream, HTTPError } from "./livestate.js";
+
+const TOKEN_KEY = "foldstream.console.token";
+const POLL_MS = 2000;
+const KEEP_MESSAGES = 500;
+const FIRST_MESSAGES = 200;
+const MAX_RENDER_CHARS = 200000;
+
+const $ = (id) => document.getElementById(id);
+const cfg = await fetch("console/config.json", { cache: "no-cache" }).then((r) => r.json());
+
+// ---- small helpers ------------------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") n.className = v;
+    else if (k === "text") n.textContent = v;
+    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+    else n.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) n.append(c);
+  return n;
+}
+
+function escapeHTML(s) {
+  return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function offsetPosition(off) {
+  if (typeof off !== "string") return 0;
+  const i = off.indexOf("_");
+  return Number(i < 0 ? off : off.slice(i + 1)) || 0;
+}
+
+function formatOffset(n) {
+  return "0000000000000000_" + String(Math.max(0, n)).padStart(16, "0");
+}
+
+function isJSONType(ct) {
+  return /^application\/json\s*(;|$)/i.test(ct || "");
+}
+
+function isTextType(ct) {
+  return isJSONType(ct) || /^text\//i.test(ct || "");
+}
+
+function shortType(ct) {
+  const t = (ct || "").split(";")[0].trim().toLowerCase();
+  return { "application/json": "json", "application/octet-stream": "bytes", "text/plain": "text" }[t] || t;
+}
+
+function ago(iso) {
+  const t = Date.parse(iso);
+  if (!t) return "";
+  const s = Math.max(0, (Date.now() - t) / 1000);
+  if (s < 60) return `${Math.floor(s)}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+function plural(n, word) {
+  return `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
+}
+
+// tailText shows a stream's tail: a byte count for byte and text streams; for JSON streams the
+// offset, which counts messages and the processors' ephemeral events (docs/server.md).
+function tailText(s) {
+  const n = offsetPosition(s.tail);
+  return isJSONType(s.contentType) ? n.toLocaleString() : plural(n, "byte");
+}
+
+// streamURL turns a store path ("/carts/1") into its URL under the stream prefix.
+function streamURL(p) {
+  return cfg.streamPrefix + p.replace(/^\//, "").split("/").map(encodeURIComponent).join("/");
+}
+
+function processorURL(slug, p) {
+  return cfg.processorPrefix + encodeURIComponent(slug) + "/" + p.replace(/^\//, "").split("/").map(encodeURIComponent).join("/");
+}
+
+function streamHash(p) {
+  return "#/stream" + p.split("/").map(encodeURIComponent).join("/");
+}
+
+// ---- the token and the connection indicator -------------------------------------------------------
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+function authHeaders() {
+  const t = token();
+  return t ? { Authorization: "Bearer " + t } : {};
+}
+
+function setConn(ok, title) {
+  const c = $("conn");
+  c.className = "conn " + (ok ? "ok" : "bad");
+  c.title = title;
+}
+
+function showBanner(text) {
+  const b = $("banner");
+  b.textContent = text;
+  b.hidden = !text;
+}
+
+function noteError(err) {
+  if (err instanceof HTTPError && (err.status === 401 || err.status === 403)) {
+    showBanner(
+      err.status === 401
+        ? "This server needs an access token: paste one under Token (a read-only token is enough)."
+        : "Your token does not allow reading this: " + err.message,
+    );
+    $("token-panel").hidden = false;
+    setConn(false, err.message);
+    return;
+  }
+  setConn(false, String(err.message || err));
+}
+
+$("token-btn").addEventListener("click", () => {
+  const p = $("token-panel");
+  p.hidden = !p.hidden;
+  if (!p.hidden) $("token-input").focus();
+});
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+  $("token-input").value = "";
+  $("token-panel").hidden = true;
+  showBanner("");
+  route();
+});
+$("token-clear").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("token-panel").hidden = true;
+  route();
+});
+
+async function getJSON(url, signal) {
+  const res = await fetch(url, { headers: authHeaders(), signal, cache: "no-store" });
+  if (!res.ok) {
+    const text = (await res.text().catch(() => "")).trim();
+    throw new HTTPError(res.status, text || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
+  }
+  setConn(true, "connected");
+  showBanner("");
+  return res.json();
+}
+
+// poll runs fn now and then every POLL_MS while the page is visible, until signal aborts.
+function poll(fn, signal) {
+  let timer = 0;
+  const tick = async () => {
+    if (signal.aborted) return;
+    if (!document.hidden) {
+      try {
+        await fn();
+      } catch (err) {
+        if (err.name !== "AbortError") noteError(err);
+      }
+    }
+    if (!signal.aborted) timer = setTimeout(tick, POLL_MS);
+  };
+  tick();
+  signal.addEventListener("abort", () => clearTimeout(timer));
+}
+
+function flash(node) {
+  node.classList.remove("flash");
+  void node.offsetWidth; // restart the animation
+  node.classList.add("flash");
+}
+
+// ---- JSON rendering with changed values marked ------------------------------------------------
+
+const UNCHANGED = Symbol("unchanged");
+
+// renderJSON returns HTML for value, marking the values that differ from prev. prev is UNCHANGED
+// for a subtree known to be the same (livestate.js shares unchanged parts, so identity says it).
+function renderJSON(value, prev, indent) {
+  const pad = "  ".repeat(indent);
+  const changed = prev !== UNCHANGED && (prev === undefined || !sameLeaf(value, prev));
+  if (value === null || typeof value !== "object") {
+    let cls = "j-" + (value === null ? "null" : typeof value);
+    const text = typeof value === "string" ? JSON.stringify(value) : String(value);
+    if (changed) cls += " chg";
+    return `<span class="${cls}">${escapeHTML(text)}</span>`;
+  }
+  const isArr = Array.isArray(value);
+  const keys = isArr ? value.map((_, i) => i) : Object.keys(value);
+  if (keys.length === 0) return `<span class="j-punct${changed && prev === undefined ? " chg" : ""}">${isArr ? "[]" : "{}"}</span>`;
+  const prevObj = prev !== UNCHANGED && prev !== null && typeof prev === "object" && Array.isArray(prev) === isArr ? prev : undefined;
+  const parts = keys.map((k) => {
+    const v = value[k];
+    let pv;
+    if (prev === UNCHANGED) pv = UNCHANGED;
+    else if (prevObj === undefined) pv = undefined;
+    else if (!Object.prototype.hasOwnProperty.call(prevObj, k)) pv = undefined;
+    else pv = prevObj[k] === v ? UNCHANGED : prevObj[k];
+    const key = isArr ? "" : `<span class="j-key">${escapeHTML(JSON.stringify(k))}</span>: `;
+    return pad + "  " + key + renderJSON(v, pv, indent + 1);
+  });
+  const [open, close] = isArr ? ["[", "]"] : ["{", "}"];
+  return `<span class="j-punct">${open}</span>\n${parts.join(",\n")}\n${pad}<span class="j-punct">${close}</span>`;
+}
+
+function sameLeaf(a, b) {
+  if (a === null || typeof a !== "object") return a === b;
+  return b !== null && typeof b === "object";
+}
+
+function stateHTML(state, prev) {
+  const text = JSON.stringify(state);
+  if (text === undefined) return `<span class="j-null">undefined</span>`;
+  if (text.length > MAX_RENDER_CHARS) return escapeHTML(JSON.stringify(state, null, 2));
+  return renderJSON(state, prev, 0);
+}
+
+// ---- routing ------------------------------------------------------------------------------------
+
+let cleanup = new AbortController();
+
+function route() {
+  cleanup.abort();
+  cleanup = new AbortController();
+  const h = location.hash.replace(/^#/, "");
+  const main = $("main");
+  main.replaceChildren();
+  if (h.startsWith("/stream/")) {
+    const p = "/" + h.slice("/stream/".length).split("/").map(decodeURIComponent).join("/");
+    streamView(main, p, cleanup.signal);
+  } else {
+    listView(main, new URLSearchParams(h.split("?")[1] || "").get("prefix") || "", cleanup.signal);
+  }
+}
+
+function crumbs(p) {
+  const c = $("crumbs");
+  c.replaceChildren();
+  c.append(el("a", { href: "#/", text: "streams" }));
+  if (p) c.append(el("span", { class: "sep", text: "/" }), el("span", { class: "here", text: p }));
+}
+
+window.addEventListener("hashchange", route);
+
+// ---- the stream list ----------------------------------------------------------------------------
+
+function listView(main, prefix, signal) {
+  crumbs("");
+  document.title = "Streams · foldstream";
+  const input = el("input", {
+    type: "search",
+    class: "filter",
+    placeholder: "filter by path prefix, e.g. /carts/",
+    value: prefix,
+    "aria-label": "path prefix",
+    spellcheck: "false",
+  });
+  const count = el("span", { class: "muted count" });
+  const body = el("tbody");
+  const table = el(
+    "table",
+    { class: "streams" },
+    el(
+      "thead",
+      {},
+      el("tr", {}, el("th", { text: "Stream" }), el("th", { text: "Type" }), el("th", { class: "num", text: "Tail" }), el("th", { class: "when", text: "Created" })),
+    ),
+    body,
+  );
+  const empty = el("div", { class: "empty", hidden: true });
+  const more = el("button", { type: "button", class: "ghost more", hidden: true, text: "Load more" });
+  main.append(el("section", { class: "card" }, el("div", { class: "toolbar" }, input, count), table, empty, more));
+
+  let limit = 100;
+  let next = "";
+  const rows = new Map(); // path → {tr, tail}
+  let loaded = false; // rows of the first answer do not flash
+  const render = (streams) => {
+    const seen = new Set();
+    let before = null;
+    for (let i = streams.length - 1; i >= 0; i--) {
+      const s = streams[i];
+      seen.add(s.path);
+      let r = rows.get(s.path);
+      if (!r) {
+        const tr = el(
+          "tr",
+          { "data-path": s.path },
+          el("td", { class: "path" }, el("a", { href: streamHash(s.path), text: s.path })),
+          el("td", {}, el("span", { class: "chip" })),
+          el("td", { class: "num tail" }),
+          el("td", { class: "when" }),
+        );
+        r = { tr, tail: null };
+        rows.set(s.path, r);
+        if (loaded) flash(tr);
+      }
+      const [, typeTd, tailTd, whenTd] = r.tr.children;
+      typeTd.firstChild.textContent = shortType(s.contentType);
+      typeTd.firstChild.title = s.contentType;
+      tailTd.replaceChildren(tailText(s), s.closed ? el("span", { class: "chip closed", text: "closed" }) : "");
+      tailTd.title = s.tail;
+      whenTd.textContent = ago(s.createdAt);
+      whenTd.title = s.createdAt || "";
+      if (r.tail !== null && r.tail !== s.tail) flash(tailTd);
+      r.tail = s.tail;
+      body.insertBefore(r.tr, before);
+      before = r.tr;
+    }
+    loaded = true;
+    for (const [p, r] of rows) {
+      if (!seen.has(p)) {
+        r.tr.remove();
+        rows.delete(p);
+      }
+    }
+    count.textContent = streams.length ? plural(streams.length, "stream") + (next ? "+" : "") : "";
+    more.hidden = !next;
+    table.hidden = streams.length === 0;
+    empty.hidden = streams.length !== 0;
+    if (streams.length === 0) {
+      empty.replaceChildren(
+        el("p", { text: prefix ? `No stream starts with ${prefix}.` : "No streams yet." }),
+        prefix ? "" : el("p", { class: "muted", text: "Create one with an append, for example:" }),
+        prefix ? "" : el("pre", { class: "hint", text: `curl -X POST -H 'Content-Type: application/json' \\\n  --data '{"type":"hello","payload":{}}' ${location.origin}${streamURL("/demo")}` }),
+      );
+    }
+  };
+  const load = async () => {
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (prefix) q.set("prefix", prefix);
+    const page = await getJSON(cfg.listPath + "?" + q, signal);
+    next = page.next || "";
+    render(page.streams || []);
+  };
+  more.addEventListener("click", () => {
+    limit = Math.min(limit + 100, 1000);
+    load().catch(noteError);
+  });
+  let debounce = 0;
+  input.addEventListener("input", () => {
+    clearTimeout(debounce);
+    debounce = setTimeout(() => {
+      const v = input.value.trim();
+      history.replaceState(null, "", v ? "#/?prefix=" + encodeURIComponent(v) : "#/");
+      prefix = v;
+      limit = 100;
+      load().catch(noteError);
+    }, 200);
+  });
+  poll(load, signal);
+}
+
+// ---- one stream ---------------------------------------------------------------------------------
+
+function streamView(main, p, signal) {
+  crumbs(p);
+  document.title = p + " · foldstream";
+  const meta = el("div", { class: "meta" });
+  const procs = el("div", { class: "procs" });
+  const msgs = el("ol", { class: "messages", reversed: true });
+  const msgNote = el("p", { class: "muted small" });
+  const header = el("section", { class: "card head" }, el("h1", { class: "path", text: p }), meta);
+  main.append(
+    header,
+    el(
+      "div",
+      { class: "grid" },
+      el("section", { class: "card col-procs" }, el("h2", { text: "Processors" }), procs),
+      el("section", { class: "card col-msgs" }, el("h2", {}, "Messages ", el("span", { class: "live-dot", title: "following live" })), msgNote, msgs),
+    ),
+  );
+
+  let info = null;
+  let following = false;
+  const cards = new Map(); // slug → {node, follower, update}
+  const renderMeta = () => {
+    meta.replaceChildren(
+      el("span", { class: "chip", title: info.contentType, text: shortType(info.contentType) }),
+      el("span", { title: info.tail }, isJSONType(info.contentType) ? "tail offset " : "tail ", el("b", { text: tailText(info) })),
+      el("span", { title: info.createdAt || "" }, "created ", el("b", { text: ago(info.createdAt) })),
+      info.closed ? el("span", { class: "chip closed", text: "closed" }) : "",
+    );
+  };
+  const renderProcs = () => {
+    const list = info.processors || [];
+    if (!cfg.processorPrefix) {
+      procs.replaceChildren(el("p", { class: "muted", text: "This server runs no processor host. Processors are Go code: embed a host with the server (see examples/hosted) to see their live state here." }));
+      return;
+    }
+    const seen = new Set();
+    for (const ps of list) {
+      seen.add(ps.slug);
+      let c = cards.get(ps.slug);
+      if (!c) {
+        c = processorCard(p, ps, signal);
+        cards.set(ps.slug, c);
+        procs.append(c.node);
+      }
+      c.status(ps);
+    }
+    for (const [slug, c] of cards) {
+      if (!seen.has(slug)) {
+        c.close();
+        c.node.remove();
+        cards.delete(slug);
+      }
+    }
+    if (list.length === 0) procs.replaceChildren(el("p", { class: "muted", text: "No processor runs on this stream." }));
+    else [...procs.children].forEach((n) => n.tagName === "P" && n.remove());
+  };
+  signal.addEventListener("abort", () => cards.forEach((c) => c.close()));
+
+  const load = async () => {
+    info = await getJSON(cfg.infoPath + "?" + new URLSearchParams({ path: p }), signal);
+    renderMeta();
+    renderProcs();
+    if (!following) {
+      following = true;
+      followMessages(p, info, msgs, msgNote, signal);
+    }
+  };
+  poll(
+    () =>
+      load().catch((err) => {
+        if (err instanceof HTTPError && err.status === 404) {
+          meta.replaceChildren(el("span", { class: "muted", text: "This stream does not exist (any more)." }));
+          return;
+        }
+        throw err;
+      }),
+    signal,
+  );
+}
+
+function processorCard(p, ps, signal) {
+  const rev = el("b", { class: "rev" });
+  const off = el("b", { class: "off" });
+  const st = el("span", { class: "pstatus" });
+  const parked = el("div", { class: "parked", hidden: true });
+  const pre = el("pre", { class: "state" });
+  const node = el(
+    "article",
+    { class: "proc", "data-slug": ps.slug },
+    el(
+      "header",
+      {},
+      el("span", { class: "slug", text: ps.slug }),
+      ps.version ? el("span", { class: "chip", title: "contract version", text: "v" + ps.version }) : "",
+      st,
+    ),
+    el("div", { class: "pmeta" }, el("span", {}, "rev ", rev), el("span", {}, "through offset ", off)),
+    parked,
+    pre,
+  );
+  let held;
+  let first = true;
+  const follower = followLiveState(processorURL(ps.slug, p), {
+    headers: authHeaders(),
+    onState(state, r) {
+      pre.innerHTML = stateHTML(state, first ? UNCHANGED : held);
+      held = state;
+      rev.textContent = String(r);
+      rev.title = "live-state revision " + r;
+      if (!first) flash(node);
+      first = false;
+    },
+    onStatus(s) {
+      st.textContent = s === "live" ? "" : s;
+      st.className = "pstatus " + s;
+    },
+    onError: noteError,
+  });
+  signal.addEventListener("abort", () => follower.close());
+  return {
+    node,
+    close: () => follower.close(),
+    status(ps) {
+      off.textContent = String(ps.offset);
+      if (ps.parked) {
+        parked.hidden = false;
+        parked.textContent = `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim();
+      } else parked.hidden = true;
+    },
+  };
+}
+
+// followMessages shows the last messages of the stream and follows it over SSE, resuming from the
+// last offset when the server ends a connection, until the stream closes or signal aborts.
+async function followMessages(p, info, list, note, signal) {
+  const json = isJSONType(info.contentType);
+  const text = isTextType(info.contentType);
+  const tail = offsetPosition(info.tail);
+  const span = json ? FIRST_MESSAGES : 16384;
+  let pos = Math.max(0, tail - span);
+  note.textContent = pos > 0 ? `Showing from ${json ? "offset" : "byte"} ${pos.toLocaleString()} on; newest first.` : "Newest first.";
+  const add = (label, content) => {
+    const li = el("li", {}, label ? el("span", { class: "off", text: label }) : "", content);
+    list.prepend(li);
+    if (list.children.length > KEEP_MESSAGES) list.lastElementChild.remove();
+    return li;
+  };
+  let backoff = 500;
+  while (!signal.aborted) {
+    try {
+      const res = await fetch(streamURL(p) + "?" + new URLSearchParams({ offset: formatOffset(pos), live: "sse" }), {
+        headers: authHeaders(),
+        signal,
+        cache: "no-store",
+      });
+      if (!res.ok) {
+        const msg = (await res.text().catch(() => "")).trim();
+        throw new HTTPError(res.status, msg || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
+      }
+      let closed = false;
+      const fresh = [];
+      await readEventStream(res.body, (ev) => {
+        backoff = 500;
+        if (ev.event === "data") {
+          if (json) {
+            let arr;
+            try {
+              arr = JSON.parse(ev.data);
+            } catch {
+              arr = [ev.data];
+            }
+            // No per-message offsets: the processors' ephemeral events take offsets too, so
+            // counting messages would mislabel them.
+            for (const m of Array.isArray(arr) ? arr : [arr]) fresh.push(add("", messageNode(m)));
+          } else if (text) {
+            fresh.push(add("@" + pos, el("code", { class: "text", text: ev.data })));
+          } else {
+            const n = Math.floor((ev.data.replace(/\s/g, "").length * 3) / 4);
+            fresh.push(add("@" + pos, el("span", { class: "muted", text: plural(n, "byte") })));
+          }
+        } else if (ev.event === "control") {
+          const c = JSON.parse(ev.data);
+          pos = offsetPosition(c.streamNextOffset);
+          closed = !!c.streamClosed;
+          if (list.dataset.ready) fresh.forEach(flash);
+          fresh.length = 0;
+          list.dataset.ready = "1";
+        }
+      });
+      if (closed) {
+        note.textContent = "The stream is closed: no more messages will come.";
+        return;
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      noteError(err);
+      if (err instanceof HTTPError && err.status >= 400 && err.status < 500 && err.status !== 408 && err.status !== 429) return;
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 30000);
+    }
+  }
+}
+
+function messageNode(m) {
+  const isEvent = m !== null && typeof m === "object" && !Array.isArray(m) && typeof m.type === "string";
+  const body = isEvent ? (m.payload === undefined ? null : m.payload) : m;
+  const compact = JSON.stringify(body);
+  const short = compact.length > 240 ? compact.slice(0, 240) + "…" : compact;
+  const code = el("code", { class: "msg", text: short });
+  const node = el("div", { class: "mbody" }, isEvent ? el("span", { class: "type", text: m.type }) : "", code);
+  if (compact.length > 60 || isEvent) {
+    node.classList.add("expandable");
+    node.title = "click to expand";
+    node.addEventListener("click", () => {
+      const open = node.classList.toggle("open");
+      code.textContent = open ? JSON.stringify(m, null, 2) : short;
+    });
+  }
+  return node;
+}
+
+route();

@@ -1,0 +1,90 @@
+// Package wire holds the Durable Streams wire details that foldstream's server and client share,
+// in one place: header names, query parameters and the offset format (docs/server.md#offsets).
+// It imports nothing beyond the standard library, so the client stays importable on its own.
+package wire
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Protocol header names.
+const (
+	HeaderStreamNextOffset    = "Stream-Next-Offset"
+	HeaderStreamUpToDate      = "Stream-Up-To-Date"
+	HeaderStreamCursor        = "Stream-Cursor"
+	HeaderStreamClosed        = "Stream-Closed"
+	HeaderStreamSeq           = "Stream-Seq"
+	HeaderStreamTTL           = "Stream-TTL"
+	HeaderStreamExpiresAt     = "Stream-Expires-At"
+	HeaderStreamForkedFrom    = "Stream-Forked-From"
+	HeaderStreamForkOffset    = "Stream-Fork-Offset"
+	HeaderStreamForkSubOffset = "Stream-Fork-Sub-Offset"
+	HeaderSSEDataEncoding     = "Stream-Sse-Data-Encoding"
+	HeaderProducerID          = "Producer-Id"
+	HeaderProducerEpoch       = "Producer-Epoch"
+	HeaderProducerSeq         = "Producer-Seq"
+	HeaderProducerExpectedSeq = "Producer-Expected-Seq"
+	HeaderProducerReceivedSeq = "Producer-Received-Seq"
+)
+
+// Foldstream's own headers, beyond the protocol (docs/server.md#how-http-messages-become-events).
+const (
+	// HeaderExpectedOffset is an optional POST precondition: the stream's tail must be exactly
+	// this offset, or the append is refused with 409 and HeaderErrorCode OFFSET_CONFLICT.
+	HeaderExpectedOffset = "Foldstream-Expected-Offset"
+	// HeaderErrorCode carries the foldstream error code of an error answer.
+	HeaderErrorCode = "Foldstream-Error-Code"
+	// HeaderProcessorOffset carries the offset a processor has reduced through.
+	HeaderProcessorOffset = "Foldstream-Processor-Offset"
+)
+
+// Query parameters of a read, and the values of live.
+const (
+	QueryOffset  = "offset"
+	QueryLive    = "live"
+	QueryCursor  = "cursor"
+	LiveLongPoll = "long-poll"
+	LiveSSE      = "sse"
+)
+
+// Special offsets: the start of a stream and its tail.
+const (
+	OffsetStart = "-1"
+	OffsetNow   = "now"
+)
+
+// BeyondTail is the position an offset with a non-zero first part maps to: past any tail
+// (foldstream never hands such offsets out).
+const BeyondTail = math.MaxInt64
+
+// FormatOffset renders a position (a byte count for byte streams, a message count for JSON
+// streams) as a wire offset: two runs of 16 decimal digits joined by "_", the first always zero.
+// Offsets of one stream sort as strings in position order.
+func FormatOffset(pos int64) string { return fmt.Sprintf("%016d_%016d", 0, pos) }
+
+// ParseOffset parses a wire offset strictly: OffsetStart (position 0), OffsetNow (now=true) or
+// exactly two runs of 16 decimal digits joined by "_". Anything else is an error.
+func ParseOffset(s string) (pos int64, now bool, err error) {
+	switch s {
+	case OffsetStart:
+		return 0, false, nil
+	case OffsetNow:
+		return 0, true, nil
+	}
+	if len(s) != 33 || s[16] != '_' {
+		return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if i != 16 && (s[i] < '0' || s[i] > '9') {
+			return 0, false, fmt.Errorf("malformed offset %q: use -1, now, or an offset the server returned", s)
+		}
+	}
+	seq, _ := strconv.ParseInt(s[:16], 10, 64)
+	pos, _ = strconv.ParseInt(s[17:], 10, 64)
+	if seq != 0 {
+		return BeyondTail, false, nil
+	}
+	return pos, false, nil
+}

@@ -1,0 +1,34 @@
+package wire_test
+
+import (
+	"testing"
+
+	"github.com/foldstream/foldstream/internal/wire"
+)
+
+// Offsets round-trip, sort as strings in position order, and anything else is refused.
+func TestOffsetFormat(t *testing.T) {
+	for _, pos := range []int64{0, 1, 42, 1 << 40} {
+		got, now, err := wire.ParseOffset(wire.FormatOffset(pos))
+		if err != nil || now || got != pos {
+			t.Errorf("ParseOffset(FormatOffset(%d)) = %d, %v, %v", pos, got, now, err)
+		}
+	}
+	if wire.FormatOffset(9) >= wire.FormatOffset(10) {
+		t.Error("offsets do not sort as strings")
+	}
+	if pos, now, err := wire.ParseOffset(wire.OffsetNow); err != nil || !now || pos != 0 {
+		t.Errorf("now: %d, %v, %v", pos, now, err)
+	}
+	if pos, _, err := wire.ParseOffset(wire.OffsetStart); err != nil || pos != 0 {
+		t.Errorf("-1: %d, %v", pos, err)
+	}
+	if pos, _, err := wire.ParseOffset("0000000000000001_0000000000000000"); err != nil || pos != wire.BeyondTail {
+		t.Errorf("non-zero first part: %d, %v", pos, err)
+	}
+	for _, bad := range []string{"", "0", "-2", "0000000000000000-0000000000000001", "000000000000000a_0000000000000001", "0000000000000000_000000000000001"} {
+		if _, _, err := wire.ParseOffset(bad); err == nil {
+			t.Errorf("ParseOffset(%q): no error", bad)
+		}
+	}
+}

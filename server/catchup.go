@@ -1,0 +1,191 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// A catch-up GET (no live parameter) answers everything from the requested offset up to the tail
+// it observed when it started, in one response, however long the stream is
+// (docs/server.md#catch-up-reads). When the first page does not reach that tail, the headers
+// describe the whole response — Stream-Next-Offset is that tail, Stream-Up-To-Date is true and
+// Stream-Closed is set when the stream was closed at the start (a closed stream's tail never
+// moves) — and the body is written page by page as the store returns it, so the memory a
+// response holds is one page (Config.ReadChunkBytes), not the stream.
+
+// streamCatchUp writes the rest of a catch-up read whose first page, first, stopped short of
+// the tail. It returns after the last byte, or when the client went away.
+func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name string, after int64, first stream.ReadResult) {
+	info := first.Info
+	target := info.Tail
+	out := w.Header()
+	out.Set("Content-Type", info.ContentType)
+	out.Set(wire.HeaderStreamNextOffset, FormatOffset(target))
+	out.Set(wire.HeaderStreamUpToDate, "true")
+	if info.Closed {
+		out.Set(wire.HeaderStreamClosed, "true")
+	}
+	tag := etag(info, after, stream.ReadResult{Info: info, Next: target, UpToDate: true})
+	out.Set("ETag", tag)
+	if info.Closed {
+		out.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300")
+	} else {
+		out.Set("Cache-Control", "no-cache")
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+
+	ctx := r.Context()
+	// Every page must be taken by the client within WriteTimeout, as live responses must, so a
+	// client that stops reading is cut instead of holding a page.
+	lw := newLiveWriter(w, s.cfg.WriteTimeout, time.Time{})
+	wroteMessage := false // JSON: whether a message is in the array yet (for the commas)
+	write := func(body []byte) bool {
+		if info.JSON {
+			elems := arrayElements(body)
+			if len(elems) == 0 {
+				return true
+			}
+			lw.deadline()
+			if wroteMessage {
+				if _, err := w.Write([]byte{','}); err != nil {
+					return false
+				}
+			}
+			wroteMessage = true
+			body = elems
+		}
+		return lw.send(body)
+	}
+	if info.JSON {
+		lw.deadline()
+		if _, err := w.Write([]byte{'['}); err != nil {
+			return
+		}
+	}
+	if !write(first.Body) {
+		return
+	}
+	cur := first.Next
+	for cur < target {
+		page, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes})
+		if err != nil || page.Info.CreatedMs != info.CreatedMs || (page.Count == 0 && page.Next <= cur) {
+			// The client went away, or the stream was deleted or replaced while we answered, or
+			// (never expected) the store made no progress: the status line is sent, so the only
+			// honest signal left is to cut the connection, which a client reports as an error
+			// rather than taking a truncated body as complete.
+			if ctx.Err() == nil {
+				s.log.Warn("catch-up read cut short", "path", name, "offset", FormatOffset(cur), "error", err)
+			}
+			panic(http.ErrAbortHandler)
+		}
+		body := page.Body
+		if page.Next > target {
+			// The stream grew since the request started: keep only what lies up to target.
+			body, err = s.cutAt(ctx, name, info, cur, target, page)
+			if err != nil {
+				s.log.Warn("catch-up read cut short", "path", name, "offset", FormatOffset(cur), "error", err)
+				panic(http.ErrAbortHandler)
+			}
+		}
+		if !write(body) {
+			return
+		}
+		cur = page.Next
+	}
+	if info.JSON {
+		lw.send([]byte{']'})
+	}
+}
+
+// cutAt returns the part of page (read after cur) that lies at or before target. Byte streams
+// count positions in bytes, so that is a prefix of target-cur bytes. A JSON stream counts
+// messages, but its positions can have holes (an ephemeral event takes a position and stores
+// nothing), so the messages' positions come from the store's event view; the result is then the
+// first that many messages, as a JSON array.
+func (s *Server) cutAt(ctx context.Context, name string, info stream.StreamInfo, cur, target int64, page stream.ReadResult) ([]byte, error) {
+	if !info.JSON {
+		return page.Body[:min(int64(len(page.Body)), target-cur)], nil
+	}
+	keep := 0
+	for after := cur; after < target; {
+		ev, err := s.st.Read(ctx, name, after, stream.MaxReadLimit, stream.ReadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ev.Events {
+			if e.Offset > target {
+				return firstElements(page.Body, keep)
+			}
+			keep++
+			after = e.Offset
+		}
+		if len(ev.Events) == 0 {
+			break
+		}
+	}
+	return firstElements(page.Body, keep)
+}
+
+// firstElements returns a JSON array holding the first n elements of the array body.
+func firstElements(body []byte, n int) ([]byte, error) {
+	if n == 0 {
+		return []byte("[]"), nil
+	}
+	depth, inString, escaped, seen := 0, false, false, 0
+	for i, c := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+			if depth == 0 { // the end of the array
+				if seen+1 == n {
+					return body, nil
+				}
+				return nil, fmt.Errorf("the page holds %d messages, fewer than %d", seen+1, n)
+			}
+		case c == ',' && depth == 1:
+			seen++
+			if seen == n {
+				out := make([]byte, 0, i+1)
+				return append(append(out, body[:i]...), ']'), nil
+			}
+		}
+	}
+	return nil, errors.New("unterminated JSON array")
+}
+
+// arrayElements returns the elements of a JSON array as written by the store ("[a,b]" gives
+// "a,b"), or nil when it is empty.
+func arrayElements(body []byte) []byte {
+	body = bytes.TrimSpace(body)
+	if len(body) < 2 {
+		return nil
+	}
+	return bytes.TrimSpace(body[1 : len(body)-1])
+}

@@ -1,0 +1,37 @@
+package foldstream
+
+// ProcessorStatus is what a host reports about one processor running on one stream: enough for a
+// console or an operator to see where it is, without reading its state. The JSON form is the one
+// the server's stream information route answers (docs/server.md#stream-listing).
+type ProcessorStatus struct {
+	// Slug is the processor's contract slug.
+	Slug string `json:"slug"`
+	// Version is the contract's reducer version.
+	Version string `json:"version"`
+	// Offset is the offset the processor reduced through (its checkpoint cursor once written).
+	Offset int64 `json:"offset"`
+	// Rev is the live state's revision (docs/engine.md): deltas on the live route continue from
+	// it. Zero when the host does not hold the engine open.
+	Rev int64 `json:"rev"`
+	// Parked, when set, is the error the processor stopped on and cannot retry past (code
+	// PROCESSOR_PARKED on its routes); nil while it runs.
+	Parked *ProcessorError `json:"parked,omitempty"`
+}
+
+// ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.
+type ProcessorError struct {
+	// Code is the error's catalogue code, e.g. IDEMPOTENCY_CONFLICT.
+	Code Code `json:"code"`
+	// Message is the human-readable text.
+	Message string `json:"message"`
+}
+
+// Status reports the engine's slug, version, cursor and live revision. It neither waits nor
+// catches up: it is a cheap look at where the engine is now.
+func (e *Engine[S]) Status() ProcessorStatus {
+	st := ProcessorStatus{Slug: e.c.Slug(), Version: e.c.Version(), Offset: e.ReducedThroughOffset()}
+	if e.live != nil {
+		st.Rev = e.live.Snapshot().Rev
+	}
+	return st
+}

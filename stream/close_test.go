@@ -1,0 +1,74 @@
+package stream
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+)
+
+// TestCloseWithWritesInFlight: closing a store while writers keep appending is race-free (run it
+// with -race), every append either is acknowledged or fails with CLOSED, none hangs, and every
+// acknowledged append is in the file when it is opened again.
+func TestCloseWithWritesInFlight(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	var total int64 // acknowledged over all rounds
+	for round := range 5 {
+		s, err := Open(path, Options{Logger: quietLog, Synchronous: SyncNormal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var acked atomic.Int64
+		var wg sync.WaitGroup
+		started := make(chan struct{})
+		var once sync.Once
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					_, err := s.Append(context.Background(), "/s", foldstream.EventInput{Type: "t"})
+					if err != nil {
+						if foldstream.CodeOf(err) != foldstream.CodeClosed {
+							t.Errorf("round %d writer %d: append failed with %v, want CLOSED", round, w, err)
+						}
+						return
+					}
+					acked.Add(1)
+					if i == 2 {
+						once.Do(func() { close(started) })
+					}
+				}
+			}()
+		}
+		<-started
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+
+		s, err = Open(path, Options{Logger: quietLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, after := 0, int64(0)
+		for {
+			page := mustRead(t, s, "/s", after, 1000, ReadOptions{})
+			n += len(page.Events)
+			if len(page.Events) == 0 || page.AtHead {
+				break
+			}
+			after = page.Events[len(page.Events)-1].Offset
+		}
+		s.Close()
+		total += acked.Load()
+		if int64(n) != total {
+			t.Fatalf("round %d: %d events in the file, %d were acknowledged", round, n, total)
+		}
+		t.Logf("round %d: %d acknowledged", round, acked.Load())
+	}
+}

@@ -1,0 +1,337 @@
+// Package drivertest is the behaviour suite every stream store driver must pass. A driver's own
+// test runs it with one line:
+//
+//	func TestDriver(t *testing.T) { drivertest.Run(t, func(t *testing.T) driver.Driver { ... }) }
+//
+// The factory returns a fresh, empty, un-migrated database for each subtest (a new file, a new
+// schema) and arranges its cleanup; Run calls Migrate. The suite checks the driver's contract
+// directly (transactions, savepoints, records, keys, producers, claims, checkpoints, leases and
+// fences) and then runs the store's behaviour over it through stream.OpenDriver (both views,
+// idempotency, producers, forks, deletes, subscriptions), so a new backend proves itself against the
+// same cases the embedded one passes.
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// Factory returns a fresh, empty database's driver for one subtest.
+type Factory func(t *testing.T) driver.Driver
+
+// Run runs the whole suite.
+func Run(t *testing.T, newDriver Factory) {
+	t.Run("Driver", func(t *testing.T) { RunDriver(t, newDriver) })
+	t.Run("Store", func(t *testing.T) { RunStore(t, newDriver) })
+}
+
+// harness is one migrated driver and its writer.
+type harness struct {
+	t *testing.T
+	d driver.Driver
+	w driver.Writer
+}
+
+func open(t *testing.T, newDriver Factory) *harness {
+	t.Helper()
+	ctx := context.Background()
+	d := newDriver(t)
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	w, err := d.Writer(ctx)
+	if err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	return &harness{t: t, d: d, w: w}
+}
+
+// write runs fn in one write transaction with one savepoint and commits.
+func (h *harness) write(fn func(tx driver.Tx) error) {
+	h.t.Helper()
+	ctx := context.Background()
+	tx, err := h.w.Begin(ctx)
+	if err != nil {
+		h.t.Fatalf("begin: %v", err)
+	}
+	if err := tx.Savepoint(ctx); err != nil {
+		h.t.Fatalf("savepoint: %v", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx)
+		h.t.Fatalf("write: %v", err)
+	}
+	if err := tx.ReleaseSavepoint(ctx); err != nil {
+		h.t.Fatalf("release: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		h.t.Fatalf("commit: %v", err)
+	}
+}
+
+func (h *harness) read(fn func(q driver.Reader) error) {
+	h.t.Helper()
+	if err := h.d.Read(context.Background(), fn); err != nil {
+		h.t.Fatalf("read: %v", err)
+	}
+}
+
+func jsonRecord(id, start int64, msgs ...string) driver.Record {
+	r := driver.Record{StreamID: id, RecordStart: start, Start: start, End: start + int64(len(msgs)), CreatedMs: 1000}
+	for i, m := range msgs {
+		if i > 0 {
+			r.Body = append(r.Body, ',')
+		}
+		r.Frames = driver.AppendFrame(r.Frames, 1, len(m))
+		r.Body = append(r.Body, m...)
+	}
+	return r
+}
+
+// RunDriver checks the driver's contract directly.
+func RunDriver(t *testing.T, newDriver Factory) {
+	ctx := context.Background()
+
+	t.Run("MigrateTwice", func(t *testing.T) {
+		d := newDriver(t)
+		for i := range 2 {
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatalf("migrate %d: %v", i+1, err)
+			}
+		}
+	})
+
+	t.Run("StreamsAndTail", func(t *testing.T) {
+		h := open(t, newDriver)
+		var id int64
+		h.write(func(tx driver.Tx) error {
+			var err error
+			id, err = tx.InsertStream(ctx, driver.Stream{Path: "/a", ContentType: "application/json", CreatedMs: 1, LastAccessMs: 1, BaseTail: 3})
+			if err != nil {
+				return err
+			}
+			return tx.InsertRecord(ctx, jsonRecord(id, 3, `{"n":4}`, `{"n":5}`))
+		})
+		h.read(func(q driver.Reader) error {
+			s, err := q.StreamByPath(ctx, "/a")
+			if err != nil {
+				return err
+			}
+			if s.ID != id || s.Tail != 5 || s.BaseTail != 3 {
+				t.Errorf("stream: got id %d tail %d base %d, want %d 5 3", s.ID, s.Tail, s.BaseTail, id)
+			}
+			if _, err := q.StreamByPath(ctx, "/missing"); !errors.Is(err, driver.ErrNoStream) {
+				t.Errorf("missing stream: got %v, want ErrNoStream", err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("RecordsInOrderAfterAPosition", func(t *testing.T) {
+		h := open(t, newDriver)
+		h.write(func(tx driver.Tx) error {
+			id, err := tx.InsertStream(ctx, driver.Stream{Path: "/r", ContentType: "application/json", CreatedMs: 1, LastAccessMs: 1})
+			if err != nil {
+				return err
+			}
+			for i := int64(0); i < 5; i++ {
+				rec := jsonRecord(id, i*2, `"a"`, `"b"`)
+				rec.Keys = []driver.Key{{Key: "k" + string(rune('0'+i)), Offset: i*2 + 1}}
+				if err := tx.InsertRecord(ctx, rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		h.read(func(q driver.Reader) error {
+			s, _ := q.StreamByPath(ctx, "/r")
+			var ends []int64
+			err := q.Records(ctx, s.ID, 4, func(r driver.Record) (bool, error) {
+				ends = append(ends, r.End)
+				return len(ends) < 2, nil
+			})
+			if err != nil {
+				return err
+			}
+			if len(ends) != 2 || ends[0] != 6 || ends[1] != 8 {
+				t.Errorf("records after 4, stopping after two: got ends %v, want [6 8]", ends)
+			}
+			off, ok, err := q.KeyOffset(ctx, s.ID, "k3")
+			if err != nil || !ok || off != 7 {
+				t.Errorf("key k3: got %d %v %v, want 7", off, ok, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("SavepointRollbackKeepsNeighbours", func(t *testing.T) {
+		h := open(t, newDriver)
+		tx, err := h.w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(tx.Savepoint(ctx))
+		_, err = tx.InsertStream(ctx, driver.Stream{Path: "/kept", ContentType: "x", CreatedMs: 1, LastAccessMs: 1})
+		must(err)
+		must(tx.ReleaseSavepoint(ctx))
+		must(tx.Savepoint(ctx))
+		_, err = tx.InsertStream(ctx, driver.Stream{Path: "/refused", ContentType: "x", CreatedMs: 1, LastAccessMs: 1})
+		must(err)
+		must(tx.RollbackToSavepoint(ctx))
+		must(tx.ReleaseSavepoint(ctx))
+		must(tx.Commit(ctx))
+		h.read(func(q driver.Reader) error {
+			if _, err := q.StreamByPath(ctx, "/kept"); err != nil {
+				t.Errorf("kept: %v", err)
+			}
+			if _, err := q.StreamByPath(ctx, "/refused"); !errors.Is(err, driver.ErrNoStream) {
+				t.Errorf("refused: got %v, want ErrNoStream", err)
+			}
+			return nil
+		})
+		// The id of a deleted stream is never handed out again.
+		h.write(func(tx driver.Tx) error {
+			kept, err := tx.StreamByPath(ctx, "/kept")
+			if err != nil {
+				return err
+			}
+			if err := tx.DeleteStream(ctx, kept.ID); err != nil {
+				return err
+			}
+			id, err := tx.InsertStream(ctx, driver.Stream{Path: "/kept", ContentType: "x", CreatedMs: 1, LastAccessMs: 1})
+			if err == nil && id == kept.ID {
+				t.Errorf("id after a delete: got the deleted stream's %d again", id)
+			}
+			return err
+		})
+	})
+
+	t.Run("DeleteTakesRecordsKeysProducers", func(t *testing.T) {
+		h := open(t, newDriver)
+		var id int64
+		h.write(func(tx driver.Tx) error {
+			var err error
+			if id, err = tx.InsertStream(ctx, driver.Stream{Path: "/d", ContentType: "application/json", CreatedMs: 1, LastAccessMs: 1}); err != nil {
+				return err
+			}
+			rec := jsonRecord(id, 0, `"x"`)
+			rec.Keys = []driver.Key{{Key: "k", Offset: 1}}
+			if err := tx.InsertRecord(ctx, rec); err != nil {
+				return err
+			}
+			if err := tx.PutProducer(ctx, id, driver.Producer{ID: "p", Epoch: 1, LastSeq: 4, UpdatedMs: 1}); err != nil {
+				return err
+			}
+			p, ok, err := tx.Producer(ctx, id, "p")
+			if err != nil || !ok || p.Epoch != 1 || p.LastSeq != 4 {
+				t.Errorf("producer: got %+v %v %v", p, ok, err)
+			}
+			return tx.DeleteStream(ctx, id)
+		})
+		h.read(func(q driver.Reader) error {
+			if _, ok, _ := q.KeyOffset(ctx, id, "k"); ok {
+				t.Error("key survived the delete")
+			}
+			if _, ok, _ := q.Producer(ctx, id, "p"); ok {
+				t.Error("producer survived the delete")
+			}
+			n := 0
+			_ = q.Records(ctx, id, 0, func(driver.Record) (bool, error) { n++; return true, nil })
+			if n != 0 {
+				t.Errorf("records after delete: %d", n)
+			}
+			return nil
+		})
+	})
+
+	t.Run("ClaimsDueAndExactDelete", func(t *testing.T) {
+		h := open(t, newDriver)
+		h.write(func(tx driver.Tx) error {
+			if err := tx.PutClaim(ctx, driver.Claim{Path: "/a", Slug: "p", AtMs: 50}); err != nil {
+				return err
+			}
+			if err := tx.PutClaim(ctx, driver.Claim{Path: "/b", Slug: "p", AtMs: 10, Failures: 2}); err != nil {
+				return err
+			}
+			// Not exact: the failures differ, the claim stays.
+			return tx.DeleteClaim(ctx, driver.Claim{Path: "/b", Slug: "p", AtMs: 10, Failures: 1}, true)
+		})
+		h.read(func(q driver.Reader) error {
+			due, err := q.DueClaims(ctx, 20)
+			if err != nil || len(due) != 1 || due[0].Path != "/b" || due[0].Failures != 2 {
+				t.Errorf("due at 20: got %+v %v", due, err)
+			}
+			next, ok, err := q.NextClaimAt(ctx)
+			if err != nil || !ok || next != 10 {
+				t.Errorf("next claim: got %d %v %v, want 10", next, ok, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("CheckpointFencedByLease", func(t *testing.T) {
+		h := open(t, newDriver)
+		var gen int64
+		h.write(func(tx driver.Tx) error {
+			l, err := tx.TakeLease(ctx, "lease", "node-a", 0, 1000)
+			gen = l.Generation
+			if err == nil && l.Holder != "node-a" {
+				t.Errorf("first take: got holder %q", l.Holder)
+			}
+			if err != nil {
+				return err
+			}
+			if l, err := tx.TakeLease(ctx, "lease", "node-b", 500, 1500); err != nil || l.Holder != "node-a" {
+				t.Errorf("take of a held lease: got %+v %v, want node-a keeps it", l, err)
+			}
+			return tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
+				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3, State: []byte(`{"n":3}`)},
+				Fence:      &driver.Fence{Key: "lease", Generation: gen}})
+		})
+		h.write(func(tx driver.Tx) error {
+			l, err := tx.TakeLease(ctx, "lease", "node-b", 2000, 3000) // node-a's lease expired
+			if err == nil && (l.Holder != "node-b" || l.Generation != gen+1) {
+				t.Errorf("takeover: got %+v, want node-b at generation %d", l, gen+1)
+			}
+			if err != nil {
+				return err
+			}
+			err = tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
+				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
+				Fence:      &driver.Fence{Key: "lease", Generation: gen}})
+			if !errors.Is(err, foldstream.ErrLeaseLost) {
+				t.Errorf("stale fence: got %v, want LEASE_LOST", err)
+			}
+			return nil
+		})
+		h.read(func(q driver.Reader) error {
+			cp, ok, err := q.Checkpoint(ctx, "/s", "p")
+			if err != nil || !ok || cp.ReducedThroughOffset != 3 || string(cp.State) != `{"n":3}` {
+				t.Errorf("checkpoint: got %+v %v %v, want the fenced write only", cp, ok, err)
+			}
+			return nil
+		})
+		// A write without a state change keeps the stored state.
+		h.write(func(tx driver.Tx) error {
+			return tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
+				Checkpoint: foldstream.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 4}})
+		})
+		h.read(func(q driver.Reader) error {
+			cp, _, err := q.Checkpoint(ctx, "/s", "p")
+			if err != nil || cp.ReducerVersion != "2" || cp.ReducedThroughOffset != 4 || string(cp.State) != `{"n":3}` {
+				t.Errorf("checkpoint without state: got %+v %v", cp, err)
+			}
+			return nil
+		})
+	})
+}

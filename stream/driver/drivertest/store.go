@@ -1,0 +1,247 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
+)
+
+func openStore(t *testing.T, newDriver Factory) *stream.Store {
+	t.Helper()
+	s, err := stream.OpenDriver(context.Background(), newDriver(t), stream.Options{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProducerReorderWait: -1})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// readAllRecords follows a protocol read from the start to the tail, in pages of maxBytes.
+func readAllRecords(t *testing.T, s *stream.Store, path string, maxBytes int) (body []byte, pages int) {
+	t.Helper()
+	var out bytes.Buffer
+	after := int64(0)
+	for {
+		r, err := s.ReadRecords(context.Background(), stream.ReadRequest{Path: path, After: after, MaxBytes: maxBytes})
+		if err != nil {
+			t.Fatalf("read %s after %d: %v", path, after, err)
+		}
+		pages++
+		if r.Info.JSON {
+			inner := bytes.TrimSuffix(bytes.TrimPrefix(r.Body, []byte("[")), []byte("]"))
+			if len(inner) > 0 {
+				if out.Len() > 0 {
+					out.WriteByte(',')
+				}
+				out.Write(inner)
+			}
+		} else {
+			out.Write(r.Body)
+		}
+		if r.UpToDate {
+			return out.Bytes(), pages
+		}
+		if r.Next <= after {
+			t.Fatalf("read %s made no progress at %d", path, after)
+		}
+		after = r.Next
+	}
+}
+
+// RunStore runs the store's behaviour over the driver.
+func RunStore(t *testing.T, newDriver Factory) {
+	ctx := context.Background()
+
+	t.Run("EventAppendIdempotencyAndPreconditions", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		in := []foldstream.EventInput{{Type: "a"}, {Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}, {Type: "e", Ephemeral: true}}
+		got, err := s.Append(ctx, "/e", in...)
+		if err != nil || len(got) != 3 || got[2].Offset != 3 {
+			t.Fatalf("append: got %+v %v", got, err)
+		}
+		again, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
+		if err != nil || again[0].Offset != 2 {
+			t.Fatalf("retry: got %+v %v, want the stored event at 2", again, err)
+		}
+		if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+			t.Fatalf("different body: got %v, want IDEMPOTENCY_CONFLICT", err)
+		}
+		if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+			t.Fatalf("precondition: got %v, want OFFSET_CONFLICT", err)
+		}
+		page, err := s.Read(ctx, "/e", 0, 0, stream.ReadOptions{})
+		if err != nil || len(page.Events) != 2 || !page.AtHead || page.ScannedThroughOffset != 3 {
+			t.Fatalf("read: got %+v %v, want 2 durable events, proven through 3", page, err)
+		}
+	})
+
+	t.Run("ProtocolRecordsProducersAndClose", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/j", ContentType: "application/json", Body: []byte(`[1,2]`)}); err != nil {
+			t.Fatal(err)
+		}
+		prod := func(seq int64, body string) (stream.AppendResult, error) {
+			return s.AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(body),
+				Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
+		}
+		if r, err := prod(0, `[3,4,5]`); err != nil || r.Tail != 5 {
+			t.Fatalf("seq 0: got %+v %v", r, err)
+		}
+		if r, err := prod(0, `[3,4,5]`); err != nil || !r.Duplicate {
+			t.Fatalf("seq 0 again: got %+v %v, want a duplicate", r, err)
+		}
+		if _, err := prod(2, `[7]`); !errors.Is(err, foldstream.ErrSequenceGap) {
+			t.Fatalf("seq 2: got %v, want SEQUENCE_GAP", err)
+		}
+		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`6`), Close: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`7`)}); !errors.Is(err, foldstream.ErrStreamClosed) {
+			t.Fatalf("append after close: got %v, want STREAM_CLOSED", err)
+		}
+		if body, _ := readAllRecords(t, s, "/j", 1<<20); string(body) != `1,2,3,4,5,6` {
+			t.Fatalf("read: got %s", body)
+		}
+		r, err := s.ReadRecords(ctx, stream.ReadRequest{Path: "/j", After: 3})
+		if err != nil || string(r.Body) != `[4,5,6]` || r.Next != 6 || !r.UpToDate {
+			t.Fatalf("read from inside a record: got %s next %d %v", r.Body, r.Next, err)
+		}
+	})
+
+	t.Run("LargeRecordsAreSlicedAndReadInPages", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		b.WriteByte('[')
+		const n = 5000
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"i":%d,"pad":"%s"}`, i, strings.Repeat("x", 180))
+		}
+		b.WriteByte(']')
+		if r, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/big", ContentType: "application/json", Body: []byte(b.String())}); err != nil || r.Tail != n {
+			t.Fatalf("append: got %+v %v", r, err)
+		}
+		body, pages := readAllRecords(t, s, "/big", 64<<10)
+		if "["+string(body)+"]" != b.String() {
+			t.Fatal("read back differs from the appended record")
+		}
+		if pages < 10 {
+			t.Fatalf("pages: got %d, want the 64 KiB budget to cut the record", pages)
+		}
+		page, err := s.Read(ctx, "/big", 4990, 0, stream.ReadOptions{})
+		if err != nil || len(page.Events) != 10 || page.Events[0].Offset != 4991 || page.Events[0].Type != stream.MessageType {
+			t.Fatalf("event read of the tail: got %d events %v", len(page.Events), err)
+		}
+		bin := bytes.Repeat([]byte("0123456789"), 100_000)
+		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/bin", ContentType: "application/octet-stream", Body: bin}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := readAllRecords(t, s, "/bin", 100_000); !bytes.Equal(got, bin) {
+			t.Fatal("byte record read back differs")
+		}
+	})
+
+	t.Run("ForksAndDeletes", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("hello ")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/src", ContentType: "text/plain", Body: []byte("world")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/fork", ForkedFrom: "/src", ForkOffset: 6, HasForkOffset: true, ForkSubOffset: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/fork", ContentType: "text/plain", Body: []byte("!")}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := readAllRecords(t, s, "/fork", 1<<20); string(got) != "hello wo!" {
+			t.Fatalf("fork: got %q", got)
+		}
+		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/bad", ForkedFrom: "/src", ForkOffset: 3, HasForkOffset: true}); !errors.Is(err, foldstream.ErrBadRequest) {
+			t.Fatalf("fork inside a record: got %v, want BAD_REQUEST", err)
+		}
+		// The source is deleted softly while its fork reads through it.
+		if err := s.DeleteStream(ctx, "/src"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.HeadStream(ctx, "/src"); !errors.Is(err, foldstream.ErrStreamGone) {
+			t.Fatalf("deleted source: got %v, want STREAM_GONE", err)
+		}
+		if got, _ := readAllRecords(t, s, "/fork", 1<<20); string(got) != "hello wo!" {
+			t.Fatalf("fork after the source's delete: got %q", got)
+		}
+		if err := s.DeleteStream(ctx, "/fork"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.HeadStream(ctx, "/src"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+			t.Fatalf("source after its last fork went: got %v, want STREAM_NOT_FOUND", err)
+		}
+		// A path created again starts empty.
+		got, err := s.Append(ctx, "/fork", foldstream.EventInput{Type: "x"})
+		if err != nil || got[0].Offset != 1 {
+			t.Fatalf("recreated path: got %+v %v, want offset 1", got, err)
+		}
+	})
+
+	t.Run("SubscribersSeeBothViews", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		pushed := make(chan foldstream.ScannedRange, 8)
+		sub, err := s.Subscribe("/sub", func(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+			pushed <- r
+			return nil
+		}, stream.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		if _, err := s.Append(ctx, "/sub", foldstream.EventInput{Type: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/sub", ContentType: "application/json", Body: []byte(`[{"type":"b"},{"type":"c"}]`)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.WaitDelivered(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var through int64
+		for len(pushed) > 0 {
+			through = (<-pushed).Through
+		}
+		if through != 3 {
+			t.Fatalf("pushes reached %d, want 3", through)
+		}
+	})
+
+	t.Run("Checkpoints", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		cps, err := s.Checkpoints(ctx, "/c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 2, State: []byte(`{}`)}, true); err != nil {
+			t.Fatal(err)
+		}
+		cp, ok, err := cps.ReadCheckpoint(ctx, "p")
+		if err != nil || !ok || cp.ReducedThroughOffset != 2 {
+			t.Fatalf("checkpoint: got %+v %v %v", cp, ok, err)
+		}
+		if err := cps.Fenced("no-such-lease", 1).WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3}, false); !errors.Is(err, foldstream.ErrLeaseLost) {
+			t.Fatalf("fenced write without the lease: got %v, want LEASE_LOST", err)
+		}
+	})
+}
