@@ -140,6 +140,7 @@ func (d *Driver) Listen(ctx context.Context, fn func(driver.Notification)) (func
 func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	cfg := d.pool.Config().ConnConfig.Copy()
 	delete(cfg.RuntimeParams, "statement_timeout")
+	delete(cfg.RuntimeParams, "idle_in_transaction_session_timeout")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, d.classify(fmt.Errorf("listen: connect: %w", err))

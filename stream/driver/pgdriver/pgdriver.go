@@ -53,6 +53,10 @@ const (
 	DefaultPollInterval = 500 * time.Millisecond
 	// DefaultEphemeralRetention is how long large ephemeral payloads stay readable by other nodes.
 	DefaultEphemeralRetention = time.Minute
+	// DefaultIdleInTransactionTimeout is how long the database lets a transaction sit idle
+	// before it ends the session: a node paused or cut off mid-transaction would otherwise hold
+	// its streams' locks, and every other node's writes to them, indefinitely.
+	DefaultIdleInTransactionTimeout = 5 * time.Second
 	// DefaultConnectTimeout bounds one connection attempt.
 	DefaultConnectTimeout = 5 * time.Second
 )
@@ -67,6 +71,9 @@ type Config struct {
 	// StatementTimeout bounds each statement (server side). Defaults to DefaultStatementTimeout;
 	// negative disables it.
 	StatementTimeout time.Duration
+	// IdleInTransactionTimeout ends the session of a transaction idle this long (server side),
+	// releasing its locks. Defaults to DefaultIdleInTransactionTimeout; negative disables it.
+	IdleInTransactionTimeout time.Duration
 	// ConnectTimeout bounds one connection attempt. Defaults to DefaultConnectTimeout.
 	ConnectTimeout time.Duration
 	// PollInterval is how often waiters are woken while notifications are not flowing. Defaults
@@ -114,6 +121,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.StatementTimeout == 0 {
 		cfg.StatementTimeout = DefaultStatementTimeout
 	}
+	if cfg.IdleInTransactionTimeout == 0 {
+		cfg.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
+	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -135,6 +145,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	if cfg.StatementTimeout > 0 {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+	}
+	if cfg.IdleInTransactionTimeout > 0 {
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(cfg.IdleInTransactionTimeout.Milliseconds())
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "foldstream"
 	pc.HealthCheckPeriod = 5 * time.Second
