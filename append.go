@@ -12,17 +12,6 @@ import (
 // (docs/engine.md#appending-events).
 const MaxEventBytes = 8 << 20
 
-// storedBody is the JSON a stream stores for an event: the input without its offset precondition.
-// createdAt is appended when the batch commits.
-type storedBody struct {
-	Type           string          `json:"type"`
-	Payload        json.RawMessage `json:"payload,omitempty"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"`
-	Source         *Source         `json:"source,omitempty"`
-	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
-	Ephemeral      bool            `json:"ephemeral,omitempty"`
-}
-
 // createdAtOverhead is what `,"createdAt":"2006-01-02T15:04:05.000Z"` adds to a stored body.
 const createdAtOverhead = len(`,"createdAt":"2006-01-02T15:04:05.000Z"`)
 
@@ -57,8 +46,8 @@ func PrepareEventInput(index int, in EventInput) (EventInput, []byte, error) {
 		return in, nil, NewError(CodeInvalidEvent, map[string]any{"index": index},
 			"append: event %d has metadata that is not valid JSON: %v", index, err)
 	}
-	b, err := json.Marshal(storedBody{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata,
-		Source: in.Source, IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral})
+	// The stored body is the input's own JSON: its tags leave out the offset precondition.
+	b, err := json.Marshal(in)
 	if err != nil {
 		return in, nil, NewError(CodeInvalidEvent, map[string]any{"index": index},
 			"append: event %d cannot be encoded: %v", index, err)

@@ -3,8 +3,11 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,5 +417,52 @@ func TestConsoleWithReadOnlyToken(t *testing.T) {
 	}
 	if stored != reader+"|0" {
 		t.Errorf("token storage %q: want the token in sessionStorage only", stored)
+	}
+}
+
+// TestDocsLiveStatePage runs the example page of docs/console.md, served beside the server, and
+// sees it follow the cart's live state.
+func TestDocsLiveStatePage(t *testing.T) {
+	doc, err := os.ReadFile("../docs/console.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```html\n")
+	page, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/console.md has no html example")
+	}
+	base := setupWith(t, server.Config{}, "/carts/alice")
+	addItem(t, base, "/carts/alice", "espresso", 1, 320)
+	// The page is served from the server's origin, as the docs say.
+	mux := http.NewServeMux()
+	mux.HandleFunc("/example.html", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, page)
+	})
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("/", httputil.NewSingleHostReverseProxy(target))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: mux}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+
+	ctx := browser(t, 800, 600)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+ln.Addr().String()+"/example.html")); err != nil {
+		t.Fatal(err)
+	}
+	state := `(document.getElementById("state")?.textContent ?? "")`
+	waitFor(t, ctx, "the example's seed", state+`.includes('"espresso": 1')`)
+	rev1 := text(t, ctx, "#rev")
+	addItem(t, base, "/carts/alice", "cake", 2, 410)
+	waitFor(t, ctx, "the example's state after an append", state+`.includes('"cake": 2')`)
+	if rev2 := text(t, ctx, "#rev"); rev2 == rev1 {
+		t.Errorf("the example's revision stayed %s", rev2)
 	}
 }

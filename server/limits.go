@@ -205,12 +205,21 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if last := l.warned.Load(); now-last >= 10 && l.warned.CompareAndSwap(last, now) {
 			l.log.Warn("connection limit reached: refusing connections", "max_connections", l.max, "refused", l.refused.Swap(0))
 		}
-		go func() {
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = io.WriteString(c, overloadResponse)
-			_ = c.Close()
-		}()
+		go refuseConn(c)
 	}
+}
+
+// refuseConn answers a connection past the limit and closes it. It half-closes first and reads
+// (briefly, a little) what the client sent, so the close does not reset the connection and
+// discard the answer before the client reads it.
+func refuseConn(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	_, _ = io.WriteString(c, overloadResponse)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}
+	_ = c.Close()
 }
 
 type limitConn struct {

@@ -191,6 +191,10 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("first connection: %v", err)
 	}
 	second := dialSmall(t, ts.URL)
+	// A client sends its request at once; the refusal must still reach it (no reset).
+	if _, err := io.WriteString(second, "PUT /v1/stream/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\nhi"); err != nil {
+		t.Fatal(err)
+	}
 	_ = second.SetReadDeadline(time.Now().Add(10 * time.Second))
 	res, err := http.ReadResponse(bufio.NewReader(second), nil)
 	if err != nil {

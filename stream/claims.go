@@ -11,7 +11,7 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// Claims and alarms (spec §10.4, the host's side of §10.1–10.3).
+// Claims and alarms (docs/store.md#claims-and-alarms).
 //
 // A claim is a durable row (path, slug, at) in the claims table: "revive processor slug of the
 // stream at path by at". It is never a log event. The alarm loop keeps one timer on the store's

@@ -26,7 +26,7 @@ const createdAtLayout = "2006-01-02T15:04:05.000Z"
 func formatCreatedAt(t time.Time) string { return t.UTC().Format(createdAtLayout) }
 
 // storedBody is the JSON shape of a stored event body: the input without its offset precondition
-// (spec §13.2). createdAt is appended when the batch commits.
+// (docs/store.md#appending). createdAt is appended when the batch commits.
 type storedBody struct {
 	Type           string             `json:"type"`
 	Payload        json.RawMessage    `json:"payload,omitempty"`
@@ -47,7 +47,7 @@ type preparedInput struct {
 // bodyOverhead is what `,"createdAt":"2006-01-02T15:04:05.000Z"}` adds to a prefix.
 const bodyOverhead = len(`,"createdAt":""}`) + len(createdAtLayout)
 
-// prepareInputs checks every input (spec §13.2 step 2) and encodes its body. Payload and metadata
+// prepareInputs checks every input (docs/store.md#appending) and encodes its body. Payload and metadata
 // must be valid JSON when present; an absent value ("" or null) is dropped.
 func prepareInputs(inputs []foldstream.EventInput) ([]preparedInput, error) {
 	out := make([]preparedInput, len(inputs))
@@ -88,7 +88,7 @@ type eventBody struct {
 //     entry's commit time.
 //   - Any other JSON value is a message: an event of type [MessageType] with payload
 //     {"value": <the message>}.
-//   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (spec §13.2).
+//   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (docs/store.md#reading).
 func decodeEvent(path string, e message) (foldstream.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	if !json.Valid(body) {

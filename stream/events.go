@@ -201,7 +201,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput) ([]f
 	return results, nil
 }
 
-// Read limits (spec §13.2).
+// Read limits (docs/store.md#reading).
 const (
 	// DefaultReadLimit is the page size used when a read passes a limit <= 0.
 	DefaultReadLimit = 500
@@ -215,12 +215,12 @@ const (
 type ReadOptions struct {
 	// IncludeEphemeral merges the ephemeral ring's events into the page: those inside the proven
 	// span, and on an at-head page also those beyond the durable mark. They never count toward the
-	// limit and never move the proof (spec §13.2).
+	// limit and never move the proof (docs/store.md#reading).
 	IncludeEphemeral bool
 }
 
-// Read returns durable events of the stream at path with offset > after, in offset order (spec
-// §13.2). limit is clamped to [1, MaxReadLimit]; a limit <= 0 means DefaultReadLimit. The page
+// Read returns durable events of the stream at path with offset > after, in offset order
+// (docs/store.md#reading). limit is clamped to [1, MaxReadLimit]; a limit <= 0 means DefaultReadLimit. The page
 // stops before the event that would take it over ReadBudgetBytes. AtHead = not budget-cut and
 // (fewer rows than limit or the last row reached the durable mark); ScannedThroughOffset is the
 // durable mark on an at-head page, else the last row's offset, and never less than after — the

@@ -66,9 +66,9 @@ func TestAppendEventTooLarge(t *testing.T) {
 	}
 }
 
-// S-04: read is durable-only by default; with IncludeEphemeral the ring merges under the log's
+// read is durable-only by default; with IncludeEphemeral the ring merges under the log's
 // proof; a cut page carries only the ephemerals inside its span.
-func TestS04ReadEphemeralMerge(t *testing.T) {
+func TestReadEphemeralMerge(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), eph("e"), ev("d")) // 1 d, 2 e, 3 d
@@ -92,9 +92,9 @@ func TestS04ReadEphemeralMerge(t *testing.T) {
 	}
 }
 
-// S-05: a refused batch leaves no phantom in the ring; the ring is bounded to 1 MiB oldest first;
+// a refused batch leaves no phantom in the ring; the ring is bounded to 1 MiB oldest first;
 // an oversize ephemeral is kept alone.
-func TestS05EphemeralRing(t *testing.T) {
+func TestEphemeralRing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d")) // 1
@@ -137,8 +137,8 @@ func TestS05EphemeralRing(t *testing.T) {
 	}
 }
 
-// S-06: an empty append is a no-op; append never prepends a wake record.
-func TestS06EmptyAppendAndNoWakeOnAppend(t *testing.T) {
+// an empty append is a no-op; append never prepends a wake record.
+func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	got, err := s.Append(context.Background(), "/a")
@@ -157,9 +157,9 @@ func TestS06EmptyAppendAndNoWakeOnAppend(t *testing.T) {
 	}
 }
 
-// S-07: the birth batch is created@1 + woken@2 in one batch; later incarnations append one woken
+// the birth batch is created@1 + woken@2 in one batch; later incarnations append one woken
 // with the reason; a second wake in the same incarnation appends nothing.
-func TestS07WakeRecords(t *testing.T) {
+func TestWakeRecords(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/w.db"
 	s, err := Open(path, Options{Logger: quietLog})
@@ -211,8 +211,8 @@ func TestS07WakeRecords(t *testing.T) {
 	}
 }
 
-// S-09: an ephemeral-only append writes nothing and runs no SQL.
-func TestS09EphemeralOnlyRunsNoSQL(t *testing.T) {
+// an ephemeral-only append writes nothing and runs no SQL.
+func TestEphemeralOnlyRunsNoSQL(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"))
@@ -232,9 +232,9 @@ func TestS09EphemeralOnlyRunsNoSQL(t *testing.T) {
 	}
 }
 
-// S-10: offsets are reused across incarnations: dead ephemerals 4 and 5 are reused by woken@4 and
+// offsets are reused across incarnations: dead ephemerals 4 and 5 are reused by woken@4 and
 // a durable @5.
-func TestS10OffsetsReusedAcrossIncarnations(t *testing.T) {
+func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/r.db"
 	ctx := context.Background()
@@ -264,8 +264,8 @@ func TestS10OffsetsReusedAcrossIncarnations(t *testing.T) {
 	}
 }
 
-// S-11: the read proof stops at the durable mark, whatever ephemerals took offsets above it.
-func TestS11ReadProofStopsAtDurableMark(t *testing.T) {
+// the read proof stops at the durable mark, whatever ephemerals took offsets above it.
+func TestReadProofStopsAtDurableMark(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), ev("d")) // 1, 2
@@ -330,9 +330,9 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 	}
 }
 
-// S-13: idempotency: same key and body echo the existing event; a different body refuses the whole
+// idempotency: same key and body echo the existing event; a different body refuses the whole
 // batch with the spec's message and existingOffset.
-func TestS13Idempotency(t *testing.T) {
+func TestIdempotency(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	first := mustAppend(t, s, "/a", foldstream.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), IdempotencyKey: "k"})
@@ -365,8 +365,8 @@ func TestS13Idempotency(t *testing.T) {
 	}
 }
 
-// S-14: a duplicate key within one batch yields one row and two receipts.
-func TestS14DuplicateKeyInBatch(t *testing.T) {
+// a duplicate key within one batch yields one row and two receipts.
+func TestDuplicateKeyInBatch(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	in := foldstream.EventInput{Type: "t", Payload: []byte(`{"n":1}`), IdempotencyKey: "dup"}
@@ -385,8 +385,8 @@ func TestS14DuplicateKeyInBatch(t *testing.T) {
 	}
 }
 
-// S-15: the offset precondition.
-func TestS15ExpectedOffset(t *testing.T) {
+// the offset precondition.
+func TestExpectedOffset(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), ev("d"), ev("d")) // 1..3
@@ -635,5 +635,33 @@ func TestAppendEventsInsideAWrite(t *testing.T) {
 	}
 	if next := mustAppend(t, s, "/p", ev("third")); next[0].Offset != 3 {
 		t.Fatalf("next offset: got %d, want 3", next[0].Offset)
+	}
+}
+
+// An ephemeral-only append to a stream the protocol closed or soft-deleted must be refused like any
+// other append. The bug: the writer's row cache still held the stream, and an ephemeral-only batch
+// on a cached stream runs no SQL, so nothing re-checked it: the ephemerals took offsets past the
+// closed stream's final tail and were pushed to its subscribers and waiters.
+func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
+	t.Parallel()
+	s, _ := setupProto(t)
+	ctx := context.Background()
+	eph := foldstream.EventInput{Type: "e", Ephemeral: true}
+	for _, p := range []string{"/closed", "/deleted"} {
+		if _, err := s.Append(ctx, p, foldstream.EventInput{Type: "d"}, eph); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/closed", Close: true}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/deleted"})
+	if err := s.DeleteStream(ctx, "/deleted"); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]error{"/closed": foldstream.ErrStreamClosed, "/deleted": foldstream.ErrStreamGone} {
+		if _, err := s.Append(ctx, p, eph); !errors.Is(err, want) {
+			t.Errorf("%s: ephemeral append got %v, want %v", p, err, want)
+		}
 	}
 }

@@ -96,7 +96,7 @@ func FuzzAppend(f *testing.F) {
 	})
 }
 
-// FuzzRead reads a fixed stream with arbitrary arguments and checks the proof rules of §13.2.
+// FuzzRead reads a fixed stream with arbitrary arguments and checks the proof rules of docs/store.md#reading.
 func FuzzRead(f *testing.F) {
 	f.Add(int64(0), 0, false)
 	f.Add(int64(3), 2, true)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-// testT is the spec's test clock start (§14.2).
+// testT is the fake clock's start.
 var testT = testsupport.T
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -191,13 +192,61 @@ func jsonString(v any) string {
 	return string(b)
 }
 
-// waitFor polls cond every millisecond, failing t after about 5 s.
+// waitFor yields until cond holds, failing t after about 10 s. It never sleeps: cond is a state
+// another goroutine moves (a queue length, a counter), re-checked each time the scheduler comes back.
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	for i := 0; !cond(); i++ {
-		if i > 5000 {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
 			t.Fatal("condition not reached")
 		}
-		time.Sleep(time.Millisecond)
+		runtime.Gosched()
 	}
+}
+
+// failingCommitWrite is a write function that succeeds itself but makes its whole group's COMMIT
+// fail: it leaves a deferred foreign-key violation behind, which SQLite reports only at COMMIT.
+func failingCommitWrite(tx *tx) error {
+	if _, err := tx.Exec(`PRAGMA defer_foreign_keys = ON`); err != nil {
+		return err
+	}
+	_, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms, forked_from)
+		VALUES ('/fk-violation', 'x', 0, 0, 987654321)`)
+	return err
+}
+
+// groupWithFailingCommit runs the given writes in one group together with failingCommitWrite, so the
+// group's COMMIT fails; it returns the writes' errors.
+func groupWithFailingCommit(t *testing.T, s *Store, fns ...func() error) []error {
+	t.Helper()
+	failing := func() error { return s.write(context.Background(), failingCommitWrite) }
+	errs := inOneGroup(t, s, append(fns, failing)...)
+	if errs[len(fns)] == nil {
+		t.Fatal("the group's commit did not fail")
+	}
+	return errs[:len(fns)]
+}
+
+// inOneGroup runs fns (each a call that queues one write) so that their writes share one group,
+// in order: it holds the writer with a blocking write, queues them one by one, then releases it.
+// It returns their errors.
+func inOneGroup(t *testing.T, s *Store, fns ...func() error) []error {
+	t.Helper()
+	release := make(chan struct{})
+	held := make(chan struct{})
+	go s.write(context.Background(), func(tx *tx) error { close(held); <-release; return nil }) //nolint:errcheck
+	<-held
+	errs := make([]chan error, len(fns))
+	for i, fn := range fns {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- fn() }()
+		waitFor(t, func() bool { return len(s.writes) >= i+1 })
+	}
+	close(release)
+	out := make([]error, len(fns))
+	for i := range fns {
+		out[i] = <-errs[i]
+	}
+	return out
 }

@@ -151,6 +151,14 @@ func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
 	return (d.DeleteStream(ctx, id))
 }
 
+func (l lazyTx) DeleteProcessorState(ctx context.Context, path string) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.DeleteProcessorState(ctx, path)
+}
+
 func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
 	d, err := l.t.begin()
 	if err != nil {

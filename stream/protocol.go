@@ -15,17 +15,16 @@ import (
 // The protocol view: the Durable Streams operations (create, append, close, delete, metadata,
 // reads) over the same tables the event view uses. Package server maps these to HTTP.
 //
-// Representation (agreed with the event view):
+// Representation (shared with the event view; storage in record.go and docs/store.md#storage-one-row-per-record):
 //   - A protocol position is an integer; the wire offset is fmt.Sprintf("%016d_%016d", 0, pos).
-//   - JSON streams (media type application/json): one entries row per flattened message, offset =
-//     its 1-based position in the stream's offset sequence, record_start = the stream's tail
-//     before the POST. Offsets are assigned through Tx.Mem from max(Tail, HighestAssigned)+1,
-//     because the event view's ephemerals share the sequence.
-//   - Byte streams: one entries row per POST, offset = end byte position, record_start = start.
+//   - JSON streams (media type application/json): a POST is one record of flattened messages,
+//     each at its offset in the stream's offset sequence, assigned from HighestAssigned+1 because
+//     the event view's ephemerals share the sequence.
+//   - Byte streams: a POST is one record covering the byte positions (start, end].
 //
 // Every mutation runs as one write function on the store's single writer, so the producer
-// decision table (spec §20), the Stream-Seq check, the data and the closure commit in one
-// transaction, serialised per stream (the writer serialises all writes).
+// decision table (docs/store.md#idempotent-producers), the Stream-Seq check, the data and the
+// closure commit in one transaction, serialised per stream (the writer serialises all writes).
 //
 // Last access for sliding TTLs: a GET must renew the TTL but must not cost an fsync. Reads record
 // the access time in memory (protoState.access); the in-memory time counts for expiry at once and
@@ -302,15 +301,35 @@ func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
 	if err := t.db.DeleteStream(t.ctx, id); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
+	if err := s.endIncarnation(t, id, path); err != nil {
+		return err
+	}
 	t.forget(path, id)
 	// Every in-memory state keyed by the id goes with the stream: its incarnation wake mark and
-	// ephemeral ring, and the protocol view's access times.
+	// the protocol view's access times.
 	t.afterCommit(func() {
 		delete(s.ws.woken, id) // after-commit hooks run on the writer goroutine, which owns ws
+		s.forgetAccess(id)
+	})
+	return nil
+}
+
+// endIncarnation ends what belongs to one incarnation of the stream at path, in the deleting
+// transaction: its processors' checkpoints and claims go (a stream created at the path again
+// starts its processors from their initial state at offset 0), and once the delete commits its
+// ephemeral ring is cleared and its subscriptions end with STREAM_DELETED. Every delete path —
+// soft or hard, by DeleteStream, expiry collection or a create replacing an expired stream —
+// calls it (docs/store.md#deleting-a-stream).
+func (s *Store) endIncarnation(t *tx, id int64, path string) error {
+	if err := t.db.DeleteProcessorState(t.ctx, path); err != nil {
+		return err
+	}
+	t.afterCommit(func() {
 		s.ev.ringMu.Lock()
 		delete(s.ev.rings, id)
 		s.ev.ringMu.Unlock()
-		s.forgetAccess(id)
+		s.endSubscriptions(path, foldstream.NewError(foldstream.CodeStreamDeleted, map[string]any{"path": path},
+			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
 	})
 	return nil
 }
@@ -348,7 +367,7 @@ func (s *Store) DeleteStream(ctx context.Context, path string) error {
 				return err
 			}
 			m.Row.State = state
-			return nil
+			return s.endIncarnation(t, m.Row.ID, m.Row.Path)
 		}
 		row := m.Row
 		row.Tail = m.Tail

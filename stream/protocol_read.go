@@ -9,7 +9,7 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// ReadRequest asks for the records of a stream after a position (spec §10–§12).
+// ReadRequest asks for the records of a stream after a position (docs/store.md#reading).
 type ReadRequest struct {
 	// Path is the stream's path in the store.
 	Path string
@@ -47,7 +47,7 @@ const DefaultReadMaxBytes = 1 << 20
 // maxReadMessages caps the messages of one JSON read.
 const maxReadMessages = 10000
 
-// ReadRecords returns the data after req.After, renewing a sliding TTL (every GET does, spec §15).
+// ReadRecords returns the data after req.After, renewing a sliding TTL (every GET does, docs/store.md#ttl-and-expiry).
 func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, error) {
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = DefaultReadMaxBytes

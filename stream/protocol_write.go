@@ -17,7 +17,7 @@ import (
 // DefaultContentType is the content type of a stream created without one.
 const DefaultContentType = "application/octet-stream"
 
-// CreateRequest asks to create (or idempotently ensure) a stream (spec §5, §14).
+// CreateRequest asks to create (or idempotently ensure) a stream (docs/store.md#forks).
 type CreateRequest struct {
 	// Path is the stream's path in the store.
 	Path string
@@ -53,7 +53,7 @@ type CreateResult struct {
 	Info StreamInfo
 }
 
-// ProducerHeaders identify one request of an idempotent producer (spec §20).
+// ProducerHeaders identify one request of an idempotent producer (docs/store.md#idempotent-producers).
 type ProducerHeaders struct {
 	// ID names the producer; non-empty.
 	ID string
@@ -63,7 +63,7 @@ type ProducerHeaders struct {
 	Seq int64
 }
 
-// AppendRequest asks to append a record, optionally closing the stream (spec §6, §7).
+// AppendRequest asks to append a record, optionally closing the stream (docs/store.md#appending).
 type AppendRequest struct {
 	// Path is the stream's path in the store.
 	Path string
@@ -101,31 +101,26 @@ type AppendResult struct {
 // writer for long.
 const MaxMessagesPerRecord = 100000
 
-// FlattenJSON validates a JSON body and flattens a top-level array one level (spec §13),
+// FlattenJSON validates a JSON body and flattens a top-level array one level (docs/store.md#appending),
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 {
+	body = bytes.TrimSpace(body) // Unicode space around the body, as before the one-pass scanner
+	spans, isArray, ok := scanJSONBody(body)
+	if !ok {
 		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
 	}
-	if !json.Valid(trimmed) {
-		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
-	}
-	var raws [][]byte
-	if trimmed[0] == '[' {
-		raws = splitArray(trimmed)
-		if len(raws) == 0 && !allowEmpty {
+	if isArray {
+		if len(spans) == 0 && !allowEmpty {
 			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
-		if len(raws) > MaxMessagesPerRecord {
-			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(raws), MaxMessagesPerRecord)
+		if len(spans) > MaxMessagesPerRecord {
+			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(spans), MaxMessagesPerRecord)
 		}
-	} else {
-		raws = [][]byte{trimmed}
 	}
-	out := make([][]byte, len(raws))
-	for i, r := range raws {
-		if bytes.IndexAny(r, " \t\r\n") < 0 {
+	out := make([][]byte, len(spans))
+	for i, sp := range spans {
+		r := body[sp.start:sp.end]
+		if !sp.ws {
 			out[i] = r // already compact (the common case for machine-written JSON)
 			continue
 		}
@@ -330,7 +325,7 @@ func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64)
 	return ok, err
 }
 
-// sameConfig compares an existing stream with a create request (spec §5): media type, TTL,
+// sameConfig compares an existing stream with a create request (docs/store.md#forks): media type, TTL,
 // expiry, closure and, for forks, source and fork point.
 func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
 	if MediaType(r.ContentType) != MediaType(req.ContentType) {
@@ -399,60 +394,8 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 	return rec, nil
 }
 
-// splitArray returns the elements of a valid JSON array (whitespace around them trimmed) in one
-// pass: it tracks nesting depth and strings, and cuts at the commas of depth one.
-func splitArray(arr []byte) [][]byte {
-	var out [][]byte
-	depth, start := 0, -1
-	inString, escaped := false, false
-	for i, c := range arr {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-			if depth == 1 && start < 0 {
-				start = i
-			}
-		case '[', '{':
-			depth++
-			if depth == 2 && start < 0 {
-				start = i
-			}
-		case ']', '}':
-			if depth == 1 { // the closing bracket of the array
-				if start >= 0 {
-					out = append(out, bytes.TrimSpace(arr[start:i]))
-				}
-				return out
-			}
-			depth--
-		case ',':
-			if depth == 1 {
-				out = append(out, bytes.TrimSpace(arr[start:i]))
-				start = -1
-			}
-		case ' ', '\t', '\r', '\n':
-		default:
-			if depth == 1 && start < 0 {
-				start = i
-			}
-		}
-	}
-	return out
-}
-
-// AppendRecord appends a record and/or closes the stream, running the checks of spec §6 and the
-// producer decision table of §20 in one transaction with the data.
+// AppendRecord appends a record and/or closes the stream, running the checks and the producer
+// decision table (docs/store.md#idempotent-producers) in one transaction with the data.
 func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
 	if req.Producer != nil {
 		if err := validateProducerID(req.Producer.ID); err != nil {
@@ -469,7 +412,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
 	// resend), the later request waits up to Options.ProducerReorderWait for commits to the stream and
-	// tries again; a gap that is still there after the wait is answered as usual (spec §20.2).
+	// tries again; a gap that is still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	var deadline time.Time
 	for {
 		var res AppendResult

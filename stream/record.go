@@ -101,6 +101,11 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		if rec == nil {
 			return nil
 		}
+		// A client that went away stops a long record between slices: the write fails and its
+		// savepoint takes back the slices already written.
+		if err := t.ctx.Err(); err != nil {
+			return err
+		}
 		rec.End = end
 		err := t.db.InsertRecord(t.ctx, *rec)
 		rec = nil
@@ -155,6 +160,9 @@ func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
 	start := m.Tail
 	pos := start
 	for len(body) > 0 {
+		if err := t.ctx.Err(); err != nil {
+			return err // the client went away: stop, and let the savepoint take the slices back
+		}
 		n := min(len(body), recordSliceBytes)
 		if err := t.db.InsertRecord(t.ctx, driver.Record{StreamID: m.Row.ID, RecordStart: start, Start: pos,
 			End: pos + int64(n), CreatedMs: t.now.UnixMilli(), Body: body[:n]}); err != nil {

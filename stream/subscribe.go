@@ -3,14 +3,15 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 
 	"github.com/foldstream/foldstream"
 )
 
-// Subscriptions push each commit to subscribers (the store's side of spec §13.3 and §15
-// pushedByARow). The rules, kept in this file:
+// Subscriptions push each commit to subscribers (docs/store.md#subscriptions). The rules, kept in this file:
 //
 //   - A subscriber sees only the events it consumes ([foldstream.ConsumesEvent]); a commit with none
 //     is skipped, and its span rides inside the next delivered range, so the ranges a subscriber
@@ -22,14 +23,16 @@ import (
 //   - The pending queue is bounded ([SubscribeOptions.MaxPendingEvents]). On overflow the oldest
 //     pending events are dropped and the pending range's After moves up to the last dropped offset:
 //     the receiver sees a gap (After above its cursor) and heals the durable part from the log
-//     (the engine's gap repair, spec §5.4); dropped ephemerals are gone, as ephemerals may be.
+//     (the engine's gap repair, docs/engine.md#pushes-and-gap-repair); dropped ephemerals are gone, as ephemerals may be.
 
 // DefaultMaxPendingEvents is the default bound on events queued for one subscriber.
 const DefaultMaxPendingEvents = 10000
 
 // DeliverFunc receives one push: the consumed events of one or more commits and the range they
 // prove contiguous. An error is logged; the next push still chains from this range, so a receiver
-// that failed must heal from the log (an engine does: it retries from its cursor).
+// that failed must heal from the log (an engine does: it retries from its cursor). A panic is
+// recovered, logged with its stack and handled exactly like a returned error: it never takes the
+// process down.
 type DeliverFunc func(ctx context.Context, events []foldstream.Event, r foldstream.ScannedRange) error
 
 // SubscribeOptions configures a subscription.
@@ -63,6 +66,7 @@ type Subscription struct {
 	settledCh   chan struct{}
 	dropped     int64
 	closed      bool
+	endErr      error // why the subscription ended: ErrSubscriptionClosed or a STREAM_DELETED error
 	kick        chan struct{}
 	done        chan struct{}
 }
@@ -120,7 +124,7 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 }
 
 // publish hands a landed commit's events over (after, through] to the stream's event waiters and
-// then to every subscriber of path (spec §13.2 step 7: waiters before fan-out). Every write path
+// then to every subscriber of path (waiters before fan-out, docs/store.md#subscriptions). Every write path
 // that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
 // writer goroutine and never blocks.
 func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
@@ -200,7 +204,7 @@ func (sub *Subscription) run() {
 		n := sub.enqueued
 		sub.mu.Unlock()
 		if p != nil {
-			if err := sub.deliver(sub.ctx, p.events, p.r); err != nil && sub.ctx.Err() == nil {
+			if err := sub.deliverSafely(p); err != nil && sub.ctx.Err() == nil {
 				sub.s.log.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
 					"after", p.r.After, "through", p.r.Through, "err", err)
 			}
@@ -215,17 +219,39 @@ func (sub *Subscription) run() {
 	}
 }
 
+// deliverSafely runs one delivery, turning a panic in the DeliverFunc into an error (logged with
+// its stack): the push settles, the subscription keeps running and the next push chains on, as
+// after any failed delivery — the receiver heals the missed range from the log.
+func (sub *Subscription) deliverSafely(p *pendingPush) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			sub.s.log.Error("stream subscription delivery panicked", "path", sub.path, "subscription", sub.opts.Name,
+				"after", p.r.After, "through", p.r.Through, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("stream subscription delivery panicked: %v", v)
+		}
+	}()
+	return sub.deliver(sub.ctx, p.events, p.r)
+}
+
 // WaitDelivered waits until every push enqueued for this subscriber before the call has settled
 // (its delivery returned). Because an append's pushes are enqueued before the append returns, a
 // caller that waits here after its append reads its own write from the subscriber
-// (read-your-writes; spec §8.2). Do not call it from inside the subscriber's own delivery.
+// (read-your-writes; docs/store.md#subscriptions). Do not call it from inside the subscriber's own
+// delivery. On a subscription whose stream was deleted it returns that STREAM_DELETED error.
 func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 	sub.mu.Lock()
+	if sub.closed && sub.endErr != ErrSubscriptionClosed {
+		// Its stream was deleted: nothing owed will ever be delivered.
+		err := sub.endErr
+		sub.mu.Unlock()
+		return err
+	}
 	target := sub.enqueued
 	for sub.settled < target {
 		if sub.closed {
+			err := sub.endErr
 			sub.mu.Unlock()
-			return ErrSubscriptionClosed
+			return err
 		}
 		ch := sub.settledCh
 		sub.mu.Unlock()
@@ -251,6 +277,33 @@ func (sub *Subscription) Dropped() int64 {
 // Path returns the stream path the subscription listens to.
 func (sub *Subscription) Path() string { return sub.path }
 
+// Done returns a channel closed once the subscription has ended (closed, its store closed, or its
+// stream deleted) and its delivery goroutine returned; Err then says why.
+func (sub *Subscription) Done() <-chan struct{} { return sub.done }
+
+// Err returns nil while the subscription runs, and why it ended after: an error with code
+// STREAM_DELETED when its stream was deleted (match with errors.Is(err,
+// foldstream.ErrStreamDeleted); resubscribe to follow a stream created at the path again), or
+// ErrSubscriptionClosed when it or its store was closed.
+func (sub *Subscription) Err() error {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.endErr
+}
+
+// endSubscriptions ends every subscription on path with err: pending pushes are dropped and an
+// in-flight delivery's context is cancelled. It never blocks, so the writer's after-commit hooks
+// may call it.
+func (s *Store) endSubscriptions(path string, err error) {
+	s.ev.subsMu.RLock()
+	subs := slices.Clone(s.ev.subs[path])
+	s.ev.subsMu.RUnlock()
+	for _, sub := range subs {
+		sub.end(err)
+		sub.cancel()
+	}
+}
+
 // ErrSubscriptionClosed is returned by WaitDelivered on a closed subscription.
 var ErrSubscriptionClosed = &foldstream.Error{Code: foldstream.CodeClosed, Message: "stream subscription is closed"}
 
@@ -267,20 +320,25 @@ func (sub *Subscription) Close() {
 // it closes anyway and returns ctx's error.
 func (sub *Subscription) Drain(ctx context.Context) error {
 	err := sub.WaitDelivered(ctx)
-	if errors.Is(err, ErrSubscriptionClosed) {
+	if err != nil && err == sub.Err() {
 		err = nil
 	}
 	sub.Close()
 	return err
 }
 
-func (sub *Subscription) close() {
+func (sub *Subscription) close() { sub.end(ErrSubscriptionClosed) }
+
+// end stops intake and drops pending pushes, recording err as the reason (the first reason
+// wins).
+func (sub *Subscription) end(err error) {
 	sub.mu.Lock()
 	if sub.closed {
 		sub.mu.Unlock()
 		return
 	}
 	sub.closed = true
+	sub.endErr = err
 	sub.pending = nil
 	sub.mu.Unlock()
 	s := sub.s

@@ -9,7 +9,7 @@ import (
 	"github.com/foldstream/foldstream"
 )
 
-// Event waiters (spec §13.2 step 7, S-01…S-03): wait for the first event on a stream that matches
+// Event waiters (docs/store.md#reading): wait for the first event on a stream that matches
 // a type filter. Waiters are resolved on the writer goroutine right after a commit lands and before
 // the commit is fanned out to subscribers, in registration order; resolving only hands the event
 // over, so a waiter that appends in response queues behind the commit that woke it.

@@ -33,8 +33,8 @@ type waitResult struct {
 	err error
 }
 
-// S-01: a waiter resolves from the fresh batch; a type filter waits for a matching type.
-func TestS01WaiterResolvesFromFreshBatch(t *testing.T) {
+// a waiter resolves from the fresh batch; a type filter waits for a matching type.
+func TestWaiterResolvesFromFreshBatch(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	any := waitAsync(t, s, "/w", WaitOptions{})
@@ -54,9 +54,9 @@ func TestS01WaiterResolvesFromFreshBatch(t *testing.T) {
 	}
 }
 
-// S-02: an explicit After resolves from history (first match after it, paging as needed); the
+// an explicit After resolves from history (first match after it, paging as needed); the
 // default waits for the next event; an After ahead of the head is not satisfied by an earlier event.
-func TestS02WaiterFromHistory(t *testing.T) {
+func TestWaiterFromHistory(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
@@ -90,9 +90,9 @@ func TestS02WaiterFromHistory(t *testing.T) {
 	}
 }
 
-// S-03: a timeout writes nothing; an ephemeral resolves a waiter; one event resolves several
+// a timeout writes nothing; an ephemeral resolves a waiter; one event resolves several
 // waiters; a re-append made in response to a waiter cannot outrun the commit that woke it.
-func TestS03WaiterTimeoutEphemeralAndOrder(t *testing.T) {
+func TestWaiterTimeoutEphemeralAndOrder(t *testing.T) {
 	t.Parallel()
 	s, clk := setup(t)
 	ctx := context.Background()

@@ -8,13 +8,13 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// Wake records (spec §13.6), for streams used through the event view only.
+// Wake records (docs/store.md#wake-records), for streams used through the event view only.
 //
 // The first time a stream is woken by a store incarnation it gets a wake record: a fresh stream
 // (never woken, nothing committed) gets its birth batch — itx/created {path} at offset 1 and
 // itx/woken {incarnation: 1, reason} at offset 2, in one batch — and a stream woken by an earlier
 // incarnation gets one itx/woken {incarnation, reason}. The incarnation counter is streams.incarnation,
-// bumped in the same transaction. Append never adds a wake record (S-06), and streams that only the
+// bumped in the same transaction. Append never adds a wake record, and streams that only the
 // HTTP protocol uses are never woken, so their contents stay exactly what their writers wrote.
 
 const (

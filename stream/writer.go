@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -261,7 +262,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	}
 	for i := range reqs {
 		for _, h := range hooks[i] {
-			h()
+			s.runHook(h)
 		}
 	}
 	for id := range touched {
@@ -304,6 +305,19 @@ func (t *tx) begin() (driver.WriteTx, error) {
 
 // Now is the group's commit time.
 func (t *tx) Now() time.Time { return t.now }
+
+// runHook runs one after-commit hook. A panic in it is recovered and logged: the group is
+// committed and its callers are answered as usual, and the writer goroutine — every write of the
+// store — survives a fault in one hook.
+func (s *Store) runHook(h func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("stream store: an after-commit hook panicked; the write is committed",
+				"panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	h()
+}
 
 // afterCommit registers f to run on the writer goroutine after the group commits, before the
 // caller is answered. Hooks must not block and must not call write.

@@ -96,6 +96,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"Give tokens (--tokens-file or $%s), listen on 127.0.0.1, or pass --allow-unauthenticated-public if a proxy in front authenticates", *addr, tokensEnv)
 	}
 
+	if tokens == nil && !loopbackAddr(*addr) {
+		log.Warn("serving a non-loopback address without authentication (--allow-unauthenticated-public): whoever reaches it may read, write and delete", "addr", *addr)
+	}
+
 	st, err := stream.Open(*db, stream.Options{Synchronous: stream.Synchronous(strings.ToUpper(*sync)), Logger: log})
 	if err != nil {
 		return err

@@ -456,6 +456,7 @@ function processorCard(p, ps, signal) {
       {},
       el("span", { class: "slug", text: ps.slug }),
       ps.version ? el("span", { class: "chip", title: "contract version", text: "v" + ps.version }) : "",
+      ps.pattern && ps.pattern !== p ? el("span", { class: "pattern", title: "registered on this pattern", text: ps.pattern }) : "",
       st,
     ),
     el("div", { class: "pmeta" }, el("span", {}, "rev ", rev), el("span", {}, "through offset ", off)),

@@ -165,3 +165,13 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// A document with text after its value ("{}]") is refused, not read as its first value.
+func TestApplyRefusesTrailingText(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{`{"a":1}]`, `0]`, `{} {}`} {
+		if out, err := rawjson.Apply(json.RawMessage(doc), json.RawMessage(`[{"op":"add","path":"","value":1}]`)); err == nil {
+			t.Errorf("Apply(%s) = %s, want an error", doc, out)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package rawjson_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -52,4 +53,28 @@ func TestNormalizeNumber(t *testing.T) {
 			t.Errorf("NormalizeNumber(%q) accepted", bad)
 		}
 	}
+}
+
+// FuzzEqual: a value equals its own re-encoding (keys sorted, duplicates collapsed, numbers kept as
+// text), and equality is symmetric; malformed text never panics.
+func FuzzEqual(f *testing.F) {
+	f.Add(`{"b":[1,2.50,{"x":null}],"a":"\u00e9","b":true}`, `{"a":"é","b":true}`)
+	f.Add(`[9007199254740993, 1e2, -0]`, `[9007199254740992, 100, 0]`)
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ab, bb := []byte(a), []byte(b)
+		if rawjson.Equal(ab, bb) != rawjson.Equal(bb, ab) {
+			t.Fatalf("Equal(%s, %s) is not symmetric", a, b)
+		}
+		v, err := rawjson.DecodeNumbers(ab)
+		if err != nil {
+			return
+		}
+		re, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		if !rawjson.Equal(ab, re) {
+			t.Fatalf("%s is not equal to its re-encoding %s", a, re)
+		}
+	})
 }

@@ -48,7 +48,8 @@ func DecodeNumbers(raw []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	if dec.More() {
+	// dec.More would miss a stray closing bracket ("0]"): check the rest of the text itself.
+	if rest := bytes.TrimSpace(raw[dec.InputOffset():]); len(rest) > 0 {
 		return nil, fmt.Errorf("trailing data after JSON value")
 	}
 	return v, nil

@@ -271,6 +271,18 @@ func (t *writeTx) DeleteStream(ctx context.Context, id int64) error {
 	return nil
 }
 
+func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
+	for _, q := range []string{
+		`DELETE FROM reduce_checkpoints WHERE scope = ?`,
+		`DELETE FROM claims WHERE path = ?`,
+	} {
+		if _, err := t.q.exec(ctx, q, path); err != nil {
+			return classify(fmt.Errorf("delete processor state: %w", err))
+		}
+	}
+	return nil
+}
+
 func (t *writeTx) InsertRecord(ctx context.Context, r driver.Record) error {
 	var frames any
 	if r.Frames != nil {

@@ -1,0 +1,135 @@
+package stream
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+// flattenReference is the two-pass flattening the one-pass scanner replaced: encoding/json's
+// Valid, then a split at the commas of depth one, then Compact. FlattenJSON must agree with it.
+func flattenReference(body []byte) ([][]byte, bool) {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || !json.Valid(trimmed) {
+		return nil, false
+	}
+	raws := [][]byte{trimmed}
+	if trimmed[0] == '[' {
+		raws = splitArray(trimmed)
+	}
+	out := make([][]byte, len(raws))
+	for i, r := range raws {
+		var b bytes.Buffer
+		if err := json.Compact(&b, r); err != nil {
+			return nil, false
+		}
+		out[i] = b.Bytes()
+	}
+	return out, true
+}
+
+// splitArray returns the elements of a valid JSON array (whitespace around them trimmed) in one
+// pass: it tracks nesting depth and strings, and cuts at the commas of depth one.
+func splitArray(arr []byte) [][]byte {
+	var out [][]byte
+	depth, start := 0, -1
+	inString, escaped := false, false
+	for i, c := range arr {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+			if depth == 1 && start < 0 {
+				start = i
+			}
+		case '[', '{':
+			depth++
+			if depth == 2 && start < 0 {
+				start = i
+			}
+		case ']', '}':
+			if depth == 1 { // the closing bracket of the array
+				if start >= 0 {
+					out = append(out, bytes.TrimSpace(arr[start:i]))
+				}
+				return out
+			}
+			depth--
+		case ',':
+			if depth == 1 {
+				out = append(out, bytes.TrimSpace(arr[start:i]))
+				start = -1
+			}
+		case ' ', '\t', '\r', '\n':
+		default:
+			if depth == 1 && start < 0 {
+				start = i
+			}
+		}
+	}
+	return out
+}
+
+// FuzzFlattenJSON checks the one-pass validator and splitter against encoding/json: the same
+// bodies are accepted, and they split into the same compact messages.
+func FuzzFlattenJSON(f *testing.F) {
+	for _, seed := range []string{`{"a":1}`, `[1, 2 ,3]`, `[]`, ` [ {"a" : [1,{"b":"c\"]"}]} ] `, `"x`, `[1,]`, `01`, `-0.5e+3`,
+		`"\u00e9\n"`, `[true,false,null]`, `{"a":1}x`, `[[[]]]`, "\"\x01\"", `1.`, `-`, `[1 2]`, `{"a" 1}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, wantOK := flattenReference(body)
+		got, err := FlattenJSON(body, true)
+		if (err == nil) != wantOK {
+			t.Fatalf("%q: accepted %v, encoding/json says %v (%v)", body, err == nil, wantOK, err)
+		}
+		if err != nil {
+			return
+		}
+		if !slices.EqualFunc(got, want, bytes.Equal) {
+			t.Fatalf("%q: split into %q, want %q", body, got, want)
+		}
+	})
+}
+
+// BenchmarkFlattenJSON flattens a producer batch of 100 messages of about 200 bytes, one pass
+// (FlattenJSON) against the two-pass reference.
+func BenchmarkFlattenJSON(b *testing.B) {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i := range 100 {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(`{"id":"dsbench#0000000042","kind":"bench","pad":"` + string(bytes.Repeat([]byte("x"), 140)) + `"}`)
+	}
+	buf.WriteByte(']')
+	body := buf.Bytes()
+	b.Run("one-pass", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, err := FlattenJSON(body, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reference", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, ok := flattenReference(body); !ok {
+				b.Fatal("invalid")
+			}
+		}
+	})
+}
