@@ -494,6 +494,18 @@ func (t *writeTx) DeleteStream(ctx context.Context, id int64) error {
 	return nil
 }
 
+func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
+	for _, q := range []string{
+		`DELETE FROM reduce_checkpoints WHERE scope = $1`,
+		`DELETE FROM claims WHERE path = $1`,
+	} {
+		if err := t.exec(ctx, "delete processor state", q, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *writeTx) InsertRecord(ctx context.Context, r driver.Record) error {
 	var frames []byte
 	if r.Frames != nil {
