@@ -79,6 +79,11 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if _, ok, err := cps.ReadCheckpoint(ctx, "p"); err != nil || ok {
 				t.Fatalf("checkpoint after the delete: found %v (err %v), want none", ok, err)
 			}
+			// A processor still running on the deleted stream cannot leave a checkpoint behind.
+			late := foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 4}
+			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldstream.ErrStreamDeleted) || foldstream.IsRetryable(err) {
+				t.Fatalf("late checkpoint write: got %v, want STREAM_DELETED, not retryable", err)
+			}
 			claims, err := s.Claims(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -104,6 +109,15 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			}
 			if cp, ok, err := cps2.ReadCheckpoint(ctx, "p"); err != nil || ok {
 				t.Fatalf("checkpoint of the new stream: got %+v (found %v, err %v), want none", cp, ok, err)
+			}
+			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldstream.ErrStreamDeleted) {
+				t.Fatalf("old incarnation's checkpoint write on the new stream: got %v, want STREAM_DELETED", err)
+			}
+			if err := cps2.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false); err != nil {
+				t.Fatalf("new stream's checkpoint write: %v", err)
+			}
+			if cp, ok, err := cps2.ReadCheckpoint(ctx, "p"); err != nil || !ok || cp.ReducedThroughOffset != 1 {
+				t.Fatalf("new stream's checkpoint: got %+v (found %v, err %v), want offset 1", cp, ok, err)
 			}
 			page := mustRead(t, s, path, 0, 100, ReadOptions{IncludeEphemeral: true})
 			if len(page.Events) != 1 || page.Events[0].Type != "new" {

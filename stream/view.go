@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -64,16 +65,73 @@ type Checkpoints struct {
 	s     *Store
 	scope string
 	fence *driver.Fence
+	// incarnation is the id of the stream these checkpoints belong to (0 until known), shared by
+	// copies: a write for a stream that was deleted meanwhile is refused (see WriteCheckpoint).
+	incarnation *atomic.Int64
 }
 
 var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
 
-// Checkpoints returns the checkpoint storage of the processors running on the stream at path.
+// Checkpoints returns the checkpoint storage of the processors running on the stream at path. It
+// belongs to the stream's current incarnation (the stream existing now, or else the first one a
+// write finds): once that stream is deleted, writes fail with STREAM_DELETED (not retryable) and
+// write nothing, so a processor still running on the deleted stream cannot leave a checkpoint for
+// a stream created at the path again (docs/store.md#deleting-a-stream).
 func (s *Store) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
 	if s.closed.Load() {
 		return nil, ErrStoreClosed
 	}
-	return &Checkpoints{s: s, scope: path}, nil
+	c := &Checkpoints{s: s, scope: path, incarnation: new(atomic.Int64)}
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		row, err := q.StreamByPath(ctx, path)
+		if err == nil && row.State == 0 {
+			c.incarnation.Store(row.ID)
+		} else if err != nil && !errors.Is(err, driver.ErrNoStream) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkIncarnation refuses a checkpoint write once the stream the checkpoints belong to is gone
+// (deleted, or replaced by a stream created at the path again), and binds still-unbound
+// checkpoints to the stream the write finds.
+func (c *Checkpoints) checkIncarnation(t *tx, slug string) error {
+	var row driver.Stream
+	var found bool
+	if t.s.exclusive {
+		m, err := t.stream(c.scope)
+		if err != nil && !errors.Is(err, errNoStream) {
+			return err
+		}
+		if m != nil {
+			row, found = m.Row, true
+		}
+	} else {
+		r, err := t.db.StreamByPath(t.ctx, c.scope)
+		if err != nil && !errors.Is(err, driver.ErrNoStream) {
+			return err
+		}
+		row, found = r, err == nil
+	}
+	want := c.incarnation.Load()
+	if want == 0 {
+		if found && row.State == 0 {
+			c.incarnation.CompareAndSwap(0, row.ID)
+		}
+		return nil
+	}
+	if found && row.ID == want && row.State == 0 {
+		return nil
+	}
+	e := foldstream.NewError(foldstream.CodeStreamDeleted, map[string]any{"path": c.scope, "slug": slug},
+		"write checkpoint %q: stream %s was deleted; its checkpoints went with it and nothing was written", slug, quotePath(c.scope))
+	e.Retryable = false
+	return e
 }
 
 // Fenced returns a copy whose writes succeed only while the lease key is still held at
@@ -107,6 +165,9 @@ func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp folds
 		}
 	}
 	return c.s.write(ctx, func(t *tx) error {
+		if err := c.checkIncarnation(t, slug); err != nil {
+			return err
+		}
 		return t.db.WriteCheckpoint(t.ctx, driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
 			StateChanged: stateChanged, Fence: c.fence})
 	})
