@@ -30,30 +30,49 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$root" && go build -o "$work/foldstream" ./cmd/foldstream)
-# Port 0: the kernel picks a free port; serve prints the address once it is listening.
-"$work/foldstream" serve --addr 127.0.0.1:0 --db "$work/conformance.db" --long-poll-timeout 500ms \
-	--log-level "${FOLDSTREAM_LOG_LEVEL:-warn}" >"$work/server.out" 2>"$work/server.log" &
-server_pid=$!
-url=""
-for _ in $(seq 1 200); do
-	url="$(sed -n 's|^foldstream: serving \(http://[^/]*\)/.*|\1|p' "$work/server.out")"
-	if [ -n "$url" ]; then break; fi
-	if ! kill -0 "$server_pid" 2>/dev/null; then cat "$work/server.log"; echo "server failed to start"; exit 1; fi
-	sleep 0.05
-done
-if [ -z "$url" ]; then cat "$work/server.log"; echo "server did not start"; exit 1; fi
-echo "== foldstream serving $url"
+# One run of the suite against `foldstream serve --db "$1"` ($2 labels it).
+run_suite() {
+	# Port 0: the kernel picks a free port; serve prints the address once it is listening.
+	: >"$work/server.out"
+	"$work/foldstream" serve --addr 127.0.0.1:0 --db "$1" --long-poll-timeout 500ms \
+		--log-level "${FOLDSTREAM_LOG_LEVEL:-warn}" >"$work/server.out" 2>"$work/server.log" &
+	server_pid=$!
+	url=""
+	for _ in $(seq 1 200); do
+		url="$(sed -n 's|^foldstream: serving \(http://[^/]*\)/.*|\1|p' "$work/server.out")"
+		if [ -n "$url" ]; then break; fi
+		if ! kill -0 "$server_pid" 2>/dev/null; then cat "$work/server.log"; echo "server failed to start"; return 1; fi
+		sleep 0.05
+	done
+	if [ -z "$url" ]; then cat "$work/server.log"; echo "server did not start"; return 1; fi
+	echo "== foldstream serving $url ($2)"
 
-cd "$here"
-set +e
-# A per-test timeout of 30 s instead of vitest's 5 s: one test checks 100 KiB byte by byte inside
-# the runner and needs more than 5 s of CPU on a loaded 2-core machine (README.md here). Timings
-# the suite asserts are measured inside the tests and unaffected.
-timeout_ms="${CONFORMANCE_TEST_TIMEOUT_MS:-30000}"
-CONFORMANCE_TEST_URL="$url" npx vitest run conformance.test.mjs --testTimeout="$timeout_ms" "$@" 2>&1 | tee "$work/vitest.out"
-status=${PIPESTATUS[0]}
-set -e
-if [ -s "$work/server.log" ]; then echo "== server log (warnings and errors)"; tail -n 50 "$work/server.log"; fi
-echo "== summary"
-sed 's/\x1b\[[0-9;]*m//g' "$work/vitest.out" | grep -E "^\s*(Test Files|Tests)\s" || true
+	set +e
+	# A per-test timeout of 30 s instead of vitest's 5 s: one test checks 100 KiB byte by byte inside
+	# the runner and needs more than 5 s of CPU on a loaded 2-core machine (README.md here). Timings
+	# the suite asserts are measured inside the tests and unaffected.
+	timeout_ms="${CONFORMANCE_TEST_TIMEOUT_MS:-30000}"
+	(cd "$here" && CONFORMANCE_TEST_URL="$url" npx vitest run conformance.test.mjs --testTimeout="$timeout_ms" "${vitest_args[@]}" 2>&1 | tee "$work/vitest.out")
+	local status=${PIPESTATUS[0]}
+	set -e
+	kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; server_pid=""
+	if [ -s "$work/server.log" ]; then echo "== server log (warnings and errors)"; tail -n 50 "$work/server.log"; fi
+	echo "== summary ($2)"
+	sed 's/\x1b\[[0-9;]*m//g' "$work/vitest.out" | grep -E "^\s*(Test Files|Tests)\s" || true
+	return "$status"
+}
+
+vitest_args=("$@")
+status=0
+run_suite "$work/conformance.db" "SQLite" || status=1
+# With FOLDSTREAM_TEST_POSTGRES set (CI sets it), the suite runs a second time against a store on
+# PostgreSQL, in a fresh schema the driver creates (dropped afterwards when psql is at hand).
+if [ -n "${FOLDSTREAM_TEST_POSTGRES:-}" ]; then
+	schema="conformance_$$_$(date +%s)"
+	sep='?'; case "$FOLDSTREAM_TEST_POSTGRES" in *\?*) sep='&';; esac
+	run_suite "${FOLDSTREAM_TEST_POSTGRES}${sep}search_path=${schema}" "PostgreSQL" || status=1
+	if command -v psql >/dev/null; then
+		psql "$FOLDSTREAM_TEST_POSTGRES" -qc "DROP SCHEMA IF EXISTS ${schema} CASCADE" >/dev/null 2>&1 || true
+	fi
+fi
 exit "$status"

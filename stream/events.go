@@ -185,6 +185,12 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput) ([]f
 		return nil, err
 	}
 	id := m.Row.ID
+	if !s.exclusive && len(ephemerals) > 0 {
+		if t.eph == nil {
+			t.eph = make(map[int64][]foldstream.Event)
+		}
+		t.eph[id] = append(t.eph[id], ephemerals...)
+	}
 	t.afterCommit(func() {
 		// Only once the batch landed: a refused batch leaves no phantom in the ring.
 		if len(ephemerals) > 0 {

@@ -143,6 +143,13 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		m.Tail = through
 		s.persistAccess(t, m)
 	}
+	if !s.exclusive && through > m.Tail {
+		// Ephemerals past the durable tail: record the offsets handed out, so no node hands
+		// them out again (docs/postgres.md#ephemeral-events).
+		if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{Highest: &through}); err != nil {
+			return err
+		}
+	}
 	m.HighestAssigned = through
 	t.touch(m.Row.ID, m.Row.Path)
 	return nil

@@ -34,6 +34,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
@@ -100,6 +101,9 @@ type Store struct {
 	ev      *eventView   // the event view's in-memory state (events.go)
 	commits atomic.Int64 // group commits; benchmarks report events per commit
 
+	// feeds order publishing on a shared database (feed.go).
+	feeds feedSet
+
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 
@@ -117,7 +121,13 @@ type Store struct {
 // [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. That lock is
 // what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]). A file or directory the
 // store cannot write fails with [foldstream.CodeStoreReadOnly].
+//
+// A postgres:// URL opens the store on a PostgreSQL database instead (docs/postgres.md): any
+// number of processes given the same URL share it.
 func Open(path string, opts Options) (_ *Store, err error) {
+	if pgdriver.IsURL(path) {
+		return openPostgres(path, opts)
+	}
 	if opts.Synchronous == "" {
 		opts.Synchronous = SyncFull
 	}
@@ -208,9 +218,12 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 // remoteChange wakes the readers of a stream another process changed (StreamID 0: every stream).
 func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
+		s.remoteEphemerals(n)
+		s.kickFeed(n.Path)
 		s.wake(n.StreamID)
 		return
 	}
+	s.kickAllFeeds()
 	s.notifyMu.Lock()
 	ids := make([]int64, 0, len(s.notify))
 	for id := range s.notify {

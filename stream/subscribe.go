@@ -89,6 +89,11 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 	if opts.MaxPendingEvents <= 0 {
 		opts.MaxPendingEvents = DefaultMaxPendingEvents
 	}
+	if !s.exclusive {
+		if _, err := s.ensureFeed(context.Background(), path); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := &Subscription{
 		s: s, path: path, opts: opts, deliver: deliver, ctx: ctx, cancel: cancel,
@@ -123,6 +128,15 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 // that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
 // writer goroutine and never blocks.
 func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
+	if !s.exclusive {
+		s.publishShared(path, events, after, through)
+		return
+	}
+	s.publishLocal(path, events, after, through)
+}
+
+// publishLocal hands events over (after, through] to waiters, then subscribers, as they are.
+func (s *Store) publishLocal(path string, events []foldstream.Event, after, through int64) {
 	s.resolveWaiters(path, events)
 	s.ev.subsMu.RLock()
 	subs := s.ev.subs[path]

@@ -51,6 +51,11 @@ func (s *Store) WaitForEvent(ctx context.Context, path string, opts WaitOptions)
 	if s.closed.Load() {
 		return foldstream.Event{}, ErrStoreClosed
 	}
+	if !s.exclusive {
+		if _, err := s.ensureFeed(ctx, path); err != nil {
+			return foldstream.Event{}, err
+		}
+	}
 	w := &eventWaiter{types: slices.Clone(opts.Types), after: -1, ch: make(chan foldstream.Event, 1)}
 	if opts.After != nil {
 		w.after = max(*opts.After, 0)

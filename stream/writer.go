@@ -2,11 +2,13 @@ package stream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"time"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -65,6 +67,9 @@ type tx struct {
 	woken   map[int64]bool
 	hooks   []func()
 	db      lazyTx
+	// eph holds, on a shared database, the ephemeral events this function appended per stream:
+	// they travel with the commit's notification to the other nodes.
+	eph map[int64][]foldstream.Event
 }
 
 type group struct {
@@ -154,6 +159,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	results := make([]error, len(reqs))
 	hooks := make([][]func(), len(reqs))
 	touched := make(map[int64]string)
+	var ephs map[int64][]foldstream.Event
 	now := s.clock.Now()
 	broken := error(nil)
 
@@ -192,6 +198,12 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		for id, p := range t.touched {
 			touched[id] = p
 		}
+		for id, evs := range t.eph {
+			if ephs == nil {
+				ephs = make(map[int64][]foldstream.Event)
+			}
+			ephs[id] = append(ephs[id], evs...)
+		}
 		for id := range t.woken {
 			if g.woken == nil {
 				g.woken = make(map[int64]bool)
@@ -205,7 +217,11 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		var commitErr error
 		if broken == nil {
 			for id, p := range touched {
-				if err := g.dtx.Notify(ctx, driver.Notification{StreamID: id, Path: p}); err != nil {
+				n := driver.Notification{StreamID: id, Path: p}
+				if evs := ephs[id]; len(evs) > 0 {
+					n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
+				}
+				if err := g.dtx.Notify(ctx, n); err != nil {
 					broken = fmt.Errorf("stream store: notify: %w", err)
 					break
 				}
@@ -349,7 +365,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			}
 			return nil, err
 		}
-		m = &streamMem{Row: row, HighestAssigned: row.Tail, Tail: row.Tail}
+		m = &streamMem{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
 		if old, ok := t.s.ws.streams[path]; ok && old.Row.ID == row.ID {
 			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
 		}

@@ -28,7 +28,7 @@ const tokensEnv = "FOLDSTREAM_TOKENS"
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	addr := fs.String("addr", "127.0.0.1:4437", "address to listen on")
-	db := fs.String("db", "foldstream.db", "SQLite file of the stream store (created if missing)")
+	db := fs.String("db", "foldstream.db", "SQLite file of the stream store (created if missing), or a postgres:// URL: nodes given the same URL share one database (docs/postgres.md)")
 	longPoll := fs.Duration("long-poll-timeout", server.DefaultLongPollTimeout, "how long a long-poll waits for data; also the SSE keep-alive interval")
 	sseMax := fs.Duration("sse-max-duration", server.DefaultSSEMaxDuration, "how long one SSE connection lives before the client is made to reconnect")
 	prefix := fs.String("prefix", server.DefaultPrefix, "URL path streams are served under")
@@ -115,7 +115,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if tokens != nil {
 		auth = fmt.Sprintf("%d bearer tokens", tokens.Len())
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", *db, "long_poll_timeout", *longPoll, "auth", auth)
+	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", st.Path(), "long_poll_timeout", *longPoll, "auth", auth)
 	fmt.Fprintf(stdout, "foldstream: serving http://%s%s\n", ln.Addr(), *prefix)
 	ln = h.LimitListener(ln)
 

@@ -5,6 +5,12 @@
 //	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
 //	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
 //
+// Several nodes on one PostgreSQL database (docs/postgres.md), the counter running on one of them
+// at a time and failing over when it dies:
+//
+//	go run ./examples/hosted -db "$DB" -addr 127.0.0.1:4438
+//	go run ./examples/hosted -db "$DB" -addr 127.0.0.1:4439
+//
 // With the server running, write events over HTTP and read the processor:
 //
 //	curl -X POST -H 'Content-Type: application/json' \
@@ -29,8 +35,10 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/host/cluster"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // Ticked is the payload of a "ticked" event.
@@ -63,17 +71,21 @@ const streamPath = "/counters/a"
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:4438", "listen address")
-	db := flag.String("db", "", "SQLite file (default: a temporary directory)")
+	db := flag.String("db", "", "SQLite file (default: a temporary directory), or a postgres:// URL shared by several nodes")
+	advertise := flag.String("advertise", "", "with -db postgres://: this node's URL as the other nodes reach it (default http://ADDR)")
 	demo := flag.Bool("demo", false, "append a few events, print the state and exit")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *db, *demo); err != nil {
+	if *advertise == "" {
+		*advertise = "http://" + *addr
+	}
+	if err := run(ctx, *addr, *db, *advertise, *demo); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, addr, dbPath string, demo bool) error {
+func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 	if dbPath == "" {
 		dir, err := os.MkdirTemp("", "foldstream-hosted")
 		if err != nil {
@@ -92,7 +104,27 @@ func run(ctx context.Context, addr, dbPath string, demo bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := host.Register[State](ctx, h, streamPath, Counter{foldstream.NewBase(contract)}); err != nil {
+	var processors server.Processors = h
+	if pgdriver.IsURL(dbPath) {
+		// Several nodes on one database: the counter runs on one node at a time, under a lease
+		// (docs/postgres.md#processors-and-leases); any node answers its routes.
+		if demo {
+			return errors.New("-demo runs on SQLite; leave -db empty")
+		}
+		c, err := cluster.New(h, cluster.Config{Driver: st.Driver().(*pgdriver.Driver), Addr: advertise})
+		if err != nil {
+			return err
+		}
+		if err := cluster.Register[State](c, streamPath, Counter{foldstream.NewBase(contract)}); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = c.Shutdown(sctx)
+		}()
+		processors = c
+	} else if _, err := host.Register[State](ctx, h, streamPath, Counter{foldstream.NewBase(contract)}); err != nil {
 		return err
 	}
 	defer func() {
@@ -117,7 +149,7 @@ func run(ctx context.Context, addr, dbPath string, demo bool) error {
 		return nil
 	}
 
-	srv := &http.Server{Handler: server.New(st, server.Config{Processors: h}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: server.New(st, server.Config{Processors: processors}), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

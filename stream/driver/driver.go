@@ -213,6 +213,10 @@ type Stream struct {
 	Tail        int64
 	StreamSeq   sql.NullString
 	Incarnation int64
+	// Highest is the highest offset handed out, ephemerals included, as recorded by
+	// StreamUpdate.Highest (shared databases: ephemeral offsets come from one sequence on every
+	// node). Exclusive drivers may leave it 0: their store keeps it in memory.
+	Highest int64
 }
 
 // ListQuery is a range of stream paths: those after From (or equal to it when Inclusive) and,
@@ -236,6 +240,10 @@ type StreamUpdate struct {
 	State *int
 	// Incarnation sets the wake-record counter.
 	Incarnation *int64
+	// Highest moves the recorded highest handed-out offset forward (never back). Shared
+	// databases only; it needs no durability (an ephemeral's offset may be handed out again
+	// after a crash). Exclusive drivers may ignore it.
+	Highest *int64
 }
 
 // ClosedBy is the producer request that closed a stream; zero Producer for a plain close.
@@ -312,6 +320,11 @@ type Notification struct {
 	StreamID int64
 	// Path is the stream's path, when known.
 	Path string
+	// Ephemeral, when set, is a JSON value the store attaches — the ephemeral events the
+	// transaction's writes appended to the stream, which the database never stores — delivered
+	// with the notification to the other processes (shared databases; a driver may carry a large
+	// one out of band). Exclusive drivers drop it with the notification.
+	Ephemeral []byte
 }
 
 // AppendFrame appends one JSON message's frame to frames: the uvarint of the message's offset

@@ -47,6 +47,7 @@ func run() error {
 		lpTimeout   = flag.Duration("long-poll-timeout", 500*time.Millisecond, "both servers' long-poll timeout")
 		maxDuration = flag.Duration("max-duration", 15*time.Minute, "stop measuring after this long")
 		catchUp     = flag.Int("catchup-messages", 0, "messages in the catch-up stream (0: default)")
+		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
 	)
 	flag.Parse()
 
@@ -97,6 +98,21 @@ func run() error {
 		}
 		targets = append(targets, t)
 		fmt.Fprintf(os.Stderr, "foldstream  pid %d at %s\n", t.Pid(), t.Base)
+	}
+	if *foldBin != "" && *pgURL != "" {
+		fdir := filepath.Join(dir, "foldstream-pg")
+		if err := os.MkdirAll(fdir, 0o755); err != nil {
+			return err
+		}
+		t, err := bench.StartFoldstream(ctx, bench.FoldstreamConfig{
+			Bin: *foldBin, ExtraArgs: append(strings.Fields(*foldArgs), "--db", *pgURL), Dir: fdir, LongPollTimeout: *lpTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		t.Name = bench.TargetFoldstream + "-pg"
+		targets = append(targets, t)
+		fmt.Fprintf(os.Stderr, "foldstream-pg  pid %d at %s\n", t.Pid(), t.Base)
 	}
 	refVersion := "not run"
 	if *refDir != "" {

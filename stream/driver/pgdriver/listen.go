@@ -1,0 +1,258 @@
+package pgdriver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/jackc/pgx/v5"
+)
+
+// Notifications between nodes.
+//
+// A committing write transaction sends one pg_notify on the schema's channel, carrying the
+// sender's node id and the streams it changed. PostgreSQL delivers it to every listening session
+// when (and only if) the transaction commits. Each node listens on a dedicated connection; its own
+// notifications are skipped (the store already woke its local waiters).
+//
+// A notification can be lost: the listening connection drops, the database restarts, or the
+// listener falls behind. So while the listener is not connected the driver calls the store back
+// with a zero notification ("anything may have changed") every PollInterval, and once more right
+// after it reconnects; waiters then re-read the database. A lost notification delays a reader by
+// at most PollInterval plus the reconnect time; it never loses data, because readers always read
+// committed rows, never the notification's content.
+
+// maxNotifyPayload stays under PostgreSQL's 8000-byte NOTIFY payload limit.
+const maxNotifyPayload = 7900
+
+// wireNote is a notification's payload.
+type wireNote struct {
+	Node    string       `json:"n"`
+	Streams []wireStream `json:"s,omitempty"`
+	All     bool         `json:"a,omitempty"`
+	Large   int64        `json:"l,omitempty"` // id of an ephemeral_payloads row holding Streams
+}
+
+type wireStream struct {
+	ID   int64           `json:"i"`
+	Path string          `json:"p,omitempty"`
+	Eph  json.RawMessage `json:"e,omitempty"` // the stream's ephemeral events (a JSON value)
+}
+
+// sendNotes sends the transaction's queued notifications as one payload. A payload over NOTIFY's
+// limit (ephemeral events, or very many streams) is written to the unlogged ephemeral_payloads
+// table in this transaction and the notification carries the row's id.
+func (t *writeTx) sendNotes(ctx context.Context) error {
+	if len(t.notes) == 0 {
+		return nil
+	}
+	byID := make(map[int64]int, len(t.notes))
+	w := wireNote{Node: t.d.node}
+	for _, n := range t.notes {
+		if n.StreamID == 0 {
+			w.All = true
+			continue
+		}
+		i, ok := byID[n.StreamID]
+		if !ok {
+			i = len(w.Streams)
+			byID[n.StreamID] = i
+			w.Streams = append(w.Streams, wireStream{ID: n.StreamID, Path: n.Path})
+		}
+		if len(n.Ephemeral) > 0 {
+			ws := &w.Streams[i]
+			if ws.Eph == nil {
+				ws.Eph = json.RawMessage(n.Ephemeral)
+			} else {
+				// Two batches of one stream in one transaction: join their JSON arrays.
+				ws.Eph = joinArrays(ws.Eph, n.Ephemeral)
+			}
+		}
+	}
+	t.notes = t.notes[:0]
+	payload, err := json.Marshal(w)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	if len(payload) > maxNotifyPayload {
+		big, err := json.Marshal(w.Streams)
+		if err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+		var id int64
+		if err := t.tx.QueryRow(ctx, `INSERT INTO ephemeral_payloads(payload) VALUES ($1) RETURNING id`, big).Scan(&id); err != nil {
+			return t.d.classify(fmt.Errorf("notify: store a large payload: %w", err))
+		}
+		payload, _ = json.Marshal(wireNote{Node: t.d.node, All: w.All, Large: id})
+	}
+	if _, err := t.tx.Exec(ctx, `SELECT pg_notify($1, $2)`, t.d.channel, string(payload)); err != nil {
+		return t.d.classify(fmt.Errorf("notify: %w", err))
+	}
+	return nil
+}
+
+// joinArrays joins two JSON arrays ("[a]" + "[b]" = "[a,b]"); a value that is not an array is
+// kept as one element.
+func joinArrays(a, b []byte) json.RawMessage {
+	var xs, ys []json.RawMessage
+	if json.Unmarshal(a, &xs) != nil {
+		xs = []json.RawMessage{a}
+	}
+	if json.Unmarshal(b, &ys) != nil {
+		ys = []json.RawMessage{b}
+	}
+	out, _ := json.Marshal(append(xs, ys...))
+	return out
+}
+
+// Listen starts the listener: fn is called for every notification of another node, and with a
+// zero Notification while (and right after) notifications may have been missed. It returns once
+// the first LISTEN is in place, or fails when the database cannot be reached.
+func (d *Driver) Listen(ctx context.Context, fn func(driver.Notification)) (func(), error) {
+	conn, err := d.listenConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.listenLoop(lctx, conn, fn)
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop()
+		case <-lctx.Done():
+		}
+	}()
+	return stop, nil
+}
+
+// listenConn opens a dedicated connection (not from the pool: it is held for as long as the
+// listener runs) and LISTENs on the channel.
+func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	cfg := d.pool.Config().ConnConfig.Copy()
+	delete(cfg.RuntimeParams, "statement_timeout")
+	delete(cfg.RuntimeParams, "idle_in_transaction_session_timeout")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, d.classify(fmt.Errorf("listen: connect: %w", err))
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{d.channel}.Sanitize()); err != nil {
+		conn.Close(context.Background())
+		return nil, d.classify(fmt.Errorf("listen: %w", err))
+	}
+	return conn, nil
+}
+
+// listenLoop delivers notifications until ctx ends, reconnecting with backoff (100 ms doubling
+// to 5 s) whenever the connection fails, and polling meanwhile.
+func (d *Driver) listenLoop(ctx context.Context, conn *pgx.Conn, fn func(driver.Notification)) {
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if conn == nil {
+			// Not listening: poll until the connection is back.
+			fn(driver.Notification{})
+			c, err := d.listenConn(ctx)
+			if err != nil {
+				wait := min(backoff, d.cfg.PollInterval)
+				backoff = min(backoff*2, 5*time.Second)
+				d.log.Debug("postgres: listener reconnect failed", "err", err, "retry_in", wait)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				continue
+			}
+			conn = c
+			backoff = 100 * time.Millisecond
+			d.log.Info("postgres: listener reconnected")
+			fn(driver.Notification{}) // whatever committed while we were away
+		}
+		n, err := waitNotification(ctx, conn, d.cfg.PollInterval)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Warn("postgres: listener connection lost; polling until it is back", "err", err)
+			conn.Close(context.Background())
+			conn = nil
+			continue
+		}
+		if n == nil {
+			continue
+		}
+		d.deliver(ctx, n.Payload, fn)
+	}
+}
+
+// waitNotification waits up to idle for one notification; (nil, nil) when none came. Waking up
+// every idle also pings the connection, so a silently dead one is noticed.
+func waitNotification(ctx context.Context, conn *pgx.Conn, idle time.Duration) (*pgconnNotification, error) {
+	wctx, cancel := context.WithTimeout(ctx, 10*idle)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil {
+		if ctx.Err() == nil && wctx.Err() != nil {
+			// Idle: check the connection is alive before waiting again.
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer pcancel()
+			if perr := conn.Ping(pctx); perr != nil {
+				return nil, perr
+			}
+			return nil, nil
+		}
+		return nil, err
+	}
+	return &pgconnNotification{Payload: n.Payload}, nil
+}
+
+type pgconnNotification struct{ Payload string }
+
+// deliver decodes one payload and calls fn for each stream it names (once with a zero
+// Notification for "anything"). Payloads of this node are skipped; a large payload is read from
+// ephemeral_payloads (when it is gone — past its retention — its streams are still woken, only
+// their ephemerals are lost, as ephemerals may be).
+func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Notification)) {
+	var w wireNote
+	if err := json.Unmarshal([]byte(payload), &w); err != nil {
+		d.log.Warn("postgres: unreadable notification; waking every reader", "err", err)
+		fn(driver.Notification{})
+		return
+	}
+	if w.Node == d.node {
+		return
+	}
+	if w.Large != 0 {
+		var big []byte
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.pool.QueryRow(rctx, `SELECT payload FROM ephemeral_payloads WHERE id = $1`, w.Large).Scan(&big)
+		cancel()
+		if err == nil {
+			err = json.Unmarshal(big, &w.Streams)
+		}
+		if err != nil {
+			d.log.Warn("postgres: large notification payload unreadable; waking every reader", "id", w.Large, "err", err)
+			w.All = true
+		}
+	}
+	if w.All {
+		fn(driver.Notification{})
+	}
+	for _, s := range w.Streams {
+		fn(driver.Notification{StreamID: s.ID, Path: s.Path, Ephemeral: s.Eph})
+	}
+}

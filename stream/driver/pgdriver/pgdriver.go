@@ -1,0 +1,301 @@
+// Package pgdriver is the stream store's PostgreSQL driver (github.com/jackc/pgx/v5): any number of
+// foldstream processes (nodes) share one database.
+//
+// What it adds to the single-process contract of package driver (see docs/postgres.md):
+//
+//   - Writers of one stream are serialised across nodes by a transaction-scoped advisory lock on
+//     the stream's id (LockStream), taken before the store re-reads the stream's tail; writers of
+//     different streams run in parallel. Offsets stay gapless and ordered; offset preconditions,
+//     idempotency keys and producer state (epoch, seq) are checked and written in the same
+//     transaction as the data.
+//   - Commits are announced with NOTIFY on a channel named after the schema; every node LISTENs on
+//     a dedicated connection. When that connection drops, the driver reconnects with backoff and,
+//     until it is back, tells the store every poll interval that anything may have changed, so a
+//     lost notification delays a reader, never loses data.
+//   - Ephemeral events travel with the notification; payloads too large for NOTIFY's 8000-byte
+//     limit go through an unlogged table read by id and deleted after a short retention.
+//   - Leases (Acquire, Renew, Release) name which node runs a processor; checkpoint writes are
+//     fenced by the lease's generation inside their transaction.
+//   - Schema migrations run under a session advisory lock, so nodes starting together never race.
+//
+// Connection failures surface as *foldstream.Error with code UNAVAILABLE; the pool reconnects by
+// itself when the database comes back.
+package pgdriver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxConns is the pool size: the writer, the listener's reconnects, and concurrent reads.
+	DefaultMaxConns = 16
+	// DefaultStatementTimeout bounds every statement, so a stuck database fails requests instead
+	// of holding them.
+	DefaultStatementTimeout = 30 * time.Second
+	// DefaultPollInterval is how often readers are woken while the listening connection is down.
+	DefaultPollInterval = 500 * time.Millisecond
+	// DefaultEphemeralRetention is how long large ephemeral payloads stay readable by other nodes.
+	DefaultEphemeralRetention = time.Minute
+	// DefaultIdleInTransactionTimeout is how long the database lets a transaction sit idle
+	// before it ends the session: a node paused or cut off mid-transaction would otherwise hold
+	// its streams' locks, and every other node's writes to them, indefinitely.
+	DefaultIdleInTransactionTimeout = 5 * time.Second
+	// DefaultConnectTimeout bounds one connection attempt.
+	DefaultConnectTimeout = 5 * time.Second
+)
+
+// Config configures a Driver. Only URL is required.
+type Config struct {
+	// URL is the database, as postgres://user@host:port/db?sslmode=disable. Runtime parameters
+	// in the query (search_path=...) apply to every connection, so a schema can host one store.
+	URL string
+	// MaxConns is the pool size. Defaults to DefaultMaxConns; pool_max_conns in URL also works.
+	MaxConns int32
+	// StatementTimeout bounds each statement (server side). Defaults to DefaultStatementTimeout;
+	// negative disables it.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout ends the session of a transaction idle this long (server side),
+	// releasing its locks. Defaults to DefaultIdleInTransactionTimeout; negative disables it.
+	IdleInTransactionTimeout time.Duration
+	// ConnectTimeout bounds one connection attempt. Defaults to DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// PollInterval is how often waiters are woken while notifications are not flowing. Defaults
+	// to DefaultPollInterval.
+	PollInterval time.Duration
+	// EphemeralRetention is how long large ephemeral payloads are kept for other nodes. Defaults
+	// to DefaultEphemeralRetention.
+	EphemeralRetention time.Duration
+	// Logger receives the driver's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Driver is the PostgreSQL driver. Create it with Open; it is safe for concurrent use.
+type Driver struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	schema  string // current_schema() of the pool's connections
+	channel string // NOTIFY channel of this schema
+	node    string // this process's id; its own notifications are ignored
+	lockCls int32  // advisory-lock class of per-stream locks
+	pathCls int32  // advisory-lock class of per-path locks (stream creation)
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	bg        sync.WaitGroup
+}
+
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.WriteTx = (*writeTx)(nil)
+	_ driver.Reader  = (*readTx)(nil)
+)
+
+// IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// Open connects to the database. It does not create the schema: the store calls Migrate.
+func Open(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StatementTimeout == 0 {
+		cfg.StatementTimeout = DefaultStatementTimeout
+	}
+	if cfg.IdleInTransactionTimeout == 0 {
+		cfg.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.EphemeralRetention <= 0 {
+		cfg.EphemeralRetention = DefaultEphemeralRetention
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse the database URL: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	} else if !strings.Contains(cfg.URL, "pool_max_conns") {
+		pc.MaxConns = DefaultMaxConns
+	}
+	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	if cfg.StatementTimeout > 0 {
+		pc.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+	}
+	if cfg.IdleInTransactionTimeout > 0 {
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(cfg.IdleInTransactionTimeout.Milliseconds())
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "foldstream"
+	pc.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	d := &Driver{cfg: cfg, pool: pool, log: cfg.Logger, node: newNodeID(), stop: make(chan struct{})}
+	if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&d.schema); err != nil {
+		pool.Close()
+		return nil, d.classify(fmt.Errorf("postgres: connect: %w", err))
+	}
+	if d.schema == "" {
+		// The URL's search_path names a schema that does not exist yet: create it (every node
+		// given the same URL may, at once).
+		sp := strings.TrimSpace(pc.ConnConfig.RuntimeParams["search_path"])
+		if sp == "" || strings.ContainsAny(sp, ", ") {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: no schema to use: the search_path names no existing schema")
+		}
+		for attempt := 0; attempt < 2; attempt++ {
+			if _, err = pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{strings.Trim(sp, `"`)}.Sanitize()); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			pool.Close()
+			return nil, d.classify(fmt.Errorf("postgres: create schema %s: %w", sp, err))
+		}
+		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&d.schema); err != nil || d.schema == "" {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: no schema to use after creating %s: %v", sp, err)
+		}
+	}
+	d.channel = "foldstream_" + d.schema
+	if len(d.channel) > 63 {
+		d.channel = fmt.Sprintf("foldstream_%08x", uint32(lockKey(d.schema, "channel")))
+	}
+	d.lockCls = lockKey(d.schema, "stream")
+	d.pathCls = lockKey(d.schema, "path")
+	d.bg.Add(1)
+	go d.sweepEphemerals()
+	return d, nil
+}
+
+func newNodeID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// Node returns this process's node id (the holder name its leases carry).
+func (d *Driver) Node() string { return d.node }
+
+// Schema returns the schema the driver's tables live in.
+func (d *Driver) Schema() string { return d.schema }
+
+// Pool returns the driver's connection pool (tests and tools).
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Exclusive reports false: other processes write the same database, so the store locks and
+// re-reads each stream inside every write.
+func (d *Driver) Exclusive() bool { return false }
+
+// Close stops the driver's background work and closes the pool.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.stop)
+		d.bg.Wait()
+		d.pool.Close()
+	})
+	return nil
+}
+
+// Read runs fn in a read-only REPEATABLE READ transaction: one snapshot of committed data.
+func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return d.classify(fmt.Errorf("begin read: %w", err))
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
+	return fn(&readTx{d: d, tx: tx})
+}
+
+// Writer returns the store writer's handle. Each write transaction takes a pooled connection, so
+// a connection the database dropped is replaced by the next Begin.
+func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
+	return &writer{d: d}, nil
+}
+
+// classify turns connection-level failures into UNAVAILABLE errors (503 with Retry-After at the
+// server): the database is down, restarting or unreachable. Other errors pass unchanged.
+func (d *Driver) classify(err error) error {
+	if err == nil || !isUnavailable(err) {
+		return err
+	}
+	var fe *foldstream.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &foldstream.Error{Code: foldstream.CodeUnavailable, Retryable: true,
+		Message: "the database is unavailable; retry later: " + err.Error(), Err: err}
+}
+
+// isUnavailable reports a failure to reach or keep the database (as opposed to a refused
+// statement).
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"): // connection exception
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // admin shutdown, crash shutdown, cannot connect now
+			return true
+		case pgErr.Code == "57014": // query_canceled (statement timeout)
+			return true
+		case pgErr.Code == "53300": // too many connections
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "closed pool")
+}
+
+// Redacted returns url with its password hidden, for logs.
+func Redacted(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "postgres://…"
+	}
+	return u.Redacted()
+}

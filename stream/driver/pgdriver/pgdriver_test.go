@@ -1,0 +1,341 @@
+package pgdriver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+)
+
+func open(t *testing.T, url string) *pgdriver.Driver {
+	t.Helper()
+	ctx := context.Background()
+	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return d
+}
+
+func TestMigrateConcurrentNodesApplyEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer d.Close()
+			errs <- d.Migrate(ctx)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent migrate: %v", err)
+		}
+	}
+	d := open(t, url)
+	var n int
+	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM foldstream_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("migrations recorded: got %d, want 1", n)
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	d := open(t, url)
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO foldstream_migrations(version, name) VALUES (999, 'from the future')`); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Migrate(ctx)
+	if !errors.Is(err, foldstream.ErrStoreSchema) {
+		t.Fatalf("migrate over a newer schema: got %v, want STORE_SCHEMA", err)
+	}
+}
+
+func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := open(t, url), open(t, url)
+	const ttl = 300 * time.Millisecond
+	la, ok, err := a.AcquireLease(ctx, "p", "a:1", ttl)
+	if err != nil || !ok {
+		t.Fatalf("a acquires: ok=%v err=%v", ok, err)
+	}
+	if _, ok, err := b.AcquireLease(ctx, "p", "b:1", ttl); err != nil || ok {
+		t.Fatalf("b acquires a held lease: ok=%v err=%v, want refused", ok, err)
+	}
+	if _, addr, live, _ := b.LeaseHolder(ctx, "p"); addr != "a:1" || !live {
+		t.Fatalf("holder: got %q live=%v, want a:1 live", addr, live)
+	}
+	writeCP := func(d *pgdriver.Driver, l pgdriver.Lease, off int64) error {
+		w, _ := d.Writer(ctx)
+		tx, err := w.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
+			Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: off}, Fence: l.Fence()}); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := writeCP(a, la, 1); err != nil {
+		t.Fatalf("holder's fenced write: %v", err)
+	}
+	// b waits for the lease to run out (database clock), then takes it over.
+	var lb pgdriver.Lease
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, ok, err := b.AcquireLease(ctx, "p", "b:1", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			lb = l
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b never took the expired lease over")
+		}
+		<-time.After(20 * time.Millisecond) // polling a database-clock expiry, not synchronising goroutines
+	}
+	if lb.Generation != la.Generation+1 {
+		t.Fatalf("generation after takeover: got %d, want %d", lb.Generation, la.Generation+1)
+	}
+	if err := writeCP(a, la, 2); !errors.Is(err, foldstream.ErrLeaseLost) {
+		t.Fatalf("old holder's write after takeover: got %v, want LEASE_LOST", err)
+	}
+	if _, ok, err := a.RenewLease(ctx, la, ttl); err != nil || ok {
+		t.Fatalf("old holder renews: ok=%v err=%v, want refused", ok, err)
+	}
+	if err := writeCP(b, lb, 3); err != nil {
+		t.Fatalf("new holder's write: %v", err)
+	}
+	var off int64
+	if err := a.Read(ctx, func(r driver.Reader) error {
+		cp, _, err := r.Checkpoint(ctx, "/s", "p")
+		off = cp.ReducedThroughOffset
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if off != 3 {
+		t.Fatalf("checkpoint: got %d, want 3 (the stale write left nothing)", off)
+	}
+}
+
+// commitNote commits a transaction that only sends a notification for stream id.
+func commitNote(t *testing.T, d *pgdriver.Driver, id int64) {
+	t.Helper()
+	ctx := context.Background()
+	w, _ := d.Writer(ctx)
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Notify(ctx, driver.Notification{StreamID: id, Path: "/x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestListenDeliversOtherNodesCommitsAndRecoversFromAKilledConnection(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := open(t, url), open(t, url)
+	got := make(chan driver.Notification, 100)
+	stop, err := b.Listen(ctx, func(n driver.Notification) { got <- n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	want := func(id int64) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case n := <-got:
+				if n.StreamID == id {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no notification for stream %d", id)
+			}
+		}
+	}
+	commitNote(t, a, 7)
+	want(7)
+	commitNote(t, b, 8) // b's own: skipped
+	commitNote(t, a, 9)
+	select {
+	case n := <-got:
+		if n.StreamID != 9 {
+			t.Fatalf("got notification %+v, want stream 9 (own notifications are skipped)", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification")
+	}
+
+	// Kill the listening connection: the listener polls (zero notifications) and reconnects.
+	if _, err := a.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()
+		AND application_name = 'foldstream' AND backend_type = 'client backend'`); err != nil {
+		t.Fatal(err)
+	}
+	want(0)
+	// After the reconnect, notifications flow again.
+	deadline := time.After(10 * time.Second)
+	for i := int64(100); ; i++ {
+		commitNote(t, a, i)
+		select {
+		case n := <-got:
+			if n.StreamID >= 100 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("notifications never resumed after the listener's connection was killed")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func TestLockStreamNeverDeadlocksTwoGroups(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := open(t, url), open(t, url)
+	wa, _ := a.Writer(ctx)
+	wb, _ := b.Writer(ctx)
+	ta, err := wa.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := wb.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.LockStream(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.LockStream(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() {
+		if err := ta.LockStream(ctx, 2); err != nil {
+			errs <- err
+			return
+		}
+		errs <- ta.Commit(ctx)
+	}()
+	go func() {
+		if err := tb.LockStream(ctx, 1); err != nil {
+			errs <- err
+			return
+		}
+		errs <- tb.Commit(ctx)
+	}()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("crossed locks: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("crossed locks deadlocked")
+		}
+	}
+}
+
+func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := pgdriver.Open(ctx, pgdriver.Config{URL: "postgres://postgres@127.0.0.1:1/test?sslmode=disable", ConnectTimeout: time.Second})
+	if !errors.Is(err, foldstream.ErrUnavailable) {
+		t.Fatalf("open an unreachable database: got %v, want UNAVAILABLE", err)
+	}
+}
+
+func TestOpenCreatesTheSchemaItsURLNames(t *testing.T) {
+	t.Parallel()
+	base := pgtest.ServerURL(t)
+	schema := "fs_auto_" + time.Now().Format("150405") + "_" + fmt.Sprint(time.Now().UnixNano()%100000)
+	t.Cleanup(func() { pgtest.DropSchema(t, base, schema) })
+	url := pgtest.WithSchema(t, base, schema)
+	d := open(t, url)
+	if d.Schema() != schema {
+		t.Fatalf("schema: got %q, want %q", d.Schema(), schema)
+	}
+}
+
+func TestEphemeralPayloadsOfAnySizeReachOtherNodes(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := open(t, url), open(t, url)
+	got := make(chan driver.Notification, 10)
+	stop, err := b.Listen(ctx, func(n driver.Notification) {
+		if n.StreamID != 0 {
+			got <- n
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, size := range []int{10, 20000} {
+		payload := []byte(`["` + strings.Repeat("x", size) + `"]`)
+		w, _ := a.Writer(ctx)
+		tx, err := w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Notify(ctx, driver.Notification{StreamID: 5, Path: "/e", Ephemeral: payload}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case n := <-got:
+			if n.StreamID != 5 || n.Path != "/e" || string(n.Ephemeral) != string(payload) {
+				t.Fatalf("size %d: got stream %d %q with %d payload bytes, want the %d sent", size, n.StreamID, n.Path, len(n.Ephemeral), len(payload))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("size %d: no notification", size)
+		}
+	}
+}

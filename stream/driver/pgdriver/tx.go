@@ -1,0 +1,635 @@
+package pgdriver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/jackc/pgx/v5"
+)
+
+// readTx implements driver.Reader over a read transaction or the writer's transaction.
+type readTx struct {
+	d  *Driver
+	tx pgx.Tx
+}
+
+// streamCols selects a stream row; the last column is the durable tail (the larger of the stored
+// base tail and the last record's end), found through the records primary key.
+const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_seconds, s.expires_at_ms,
+	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
+	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation,
+	greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)),
+	coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0)`
+
+func scanStream(row pgx.Row) (driver.Stream, error) {
+	var r driver.Stream
+	err := row.Scan(&r.ID, &r.Path, &r.ContentType, &r.State, &r.CreatedMs, &r.TTLSeconds, &r.ExpiresAtMs,
+		&r.LastAccessMs, &r.Closed, &r.ClosedByProducer, &r.ClosedByEpoch, &r.ClosedBySeq, &r.ForkedFrom,
+		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Tail, &r.Highest)
+	return r, err
+}
+
+func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	return t.streamByPath(ctx, path)
+}
+
+// StreamByPath in a write transaction: when the path has no stream, it takes the path's advisory
+// lock and looks again before answering ErrNoStream, so of two nodes creating the same stream at
+// once the second waits for the first's commit and then finds its row (instead of failing on the
+// unique path).
+func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	r, err := t.streamByPath(ctx, path)
+	if err != driver.ErrNoStream {
+		return r, err
+	}
+	if err := t.lock(ctx, t.d.pathCls, int32(hashPath(path))); err != nil {
+		return driver.Stream{}, err
+	}
+	return t.streamByPath(ctx, path)
+}
+
+func hashPath(path string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(path))
+	return h.Sum32()
+}
+
+func (t *readTx) streamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	r, err := scanStream(t.tx.QueryRow(ctx, `SELECT `+streamCols+` FROM streams s WHERE s.path = $1`, path))
+	if isNoRows(err) {
+		return driver.Stream{}, driver.ErrNoStream
+	}
+	if err != nil {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("load stream %q: %w", path, err))
+	}
+	return r, nil
+}
+
+func (t *readTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error) {
+	r, err := scanStream(t.tx.QueryRow(ctx, `SELECT `+streamCols+` FROM streams s WHERE s.id = $1`, id))
+	if isNoRows(err) {
+		return driver.Stream{}, driver.ErrNoStream
+	}
+	if err != nil {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("load stream %d: %w", id, err))
+	}
+	return r, nil
+}
+
+func (t *readTx) streams(ctx context.Context, what, query string, args ...any) ([]driver.Stream, error) {
+	rows, err := t.tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, t.d.classify(fmt.Errorf("%s: %w", what, err))
+	}
+	defer rows.Close()
+	var out []driver.Stream
+	for rows.Next() {
+		r, err := scanStream(rows)
+		if err != nil {
+			return nil, t.d.classify(fmt.Errorf("%s: %w", what, err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.d.classify(fmt.Errorf("%s: %w", what, err))
+	}
+	return out, nil
+}
+
+func (t *readTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, error) {
+	return t.streams(ctx, "load forks", `SELECT `+streamCols+` FROM streams s WHERE s.forked_from = $1 ORDER BY s.id`, id)
+}
+
+func (t *readTx) ListStreams(ctx context.Context, lq driver.ListQuery) ([]driver.Stream, error) {
+	q := `SELECT ` + streamCols + ` FROM streams s WHERE s.state = 0 AND s.path > $1`
+	if lq.Inclusive {
+		q = `SELECT ` + streamCols + ` FROM streams s WHERE s.state = 0 AND s.path >= $1`
+	}
+	args := []any{lq.From}
+	if lq.Below != "" {
+		q += ` AND s.path < $2`
+		args = append(args, lq.Below)
+	}
+	args = append(args, lq.Limit)
+	q += fmt.Sprintf(` ORDER BY s.path LIMIT $%d`, len(args))
+	return t.streams(ctx, "list streams", q, args...)
+}
+
+func (t *readTx) CountStreams(ctx context.Context) (int, error) {
+	var n int
+	if err := t.tx.QueryRow(ctx, `SELECT count(*) FROM streams`).Scan(&n); err != nil {
+		return 0, t.d.classify(fmt.Errorf("count streams: %w", err))
+	}
+	return n, nil
+}
+
+func (t *readTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, limit int) ([]driver.Stream, error) {
+	return t.streams(ctx, "collect expired streams", `SELECT `+streamCols+` FROM streams s WHERE s.id > $1 AND (s.state = 1
+		OR s.expires_at_ms <= $2 OR (s.ttl_seconds IS NOT NULL AND s.last_access_ms + s.ttl_seconds * 1000 <= $2))
+		ORDER BY s.id LIMIT $3`, afterID, nowMs, limit)
+}
+
+// Records streams the rows: pgx reads one row at a time from the connection, so memory holds one
+// record, not the stream. fn must not run other statements on this transaction.
+func (t *readTx) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
+	rows, err := t.tx.Query(ctx, `SELECT record_start, start_pos, end_pos, created_ms, frames, body FROM records
+		WHERE stream_id = $1 AND end_pos > $2 ORDER BY end_pos`, streamID, after)
+	if err != nil {
+		return t.d.classify(fmt.Errorf("read records: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := driver.Record{StreamID: streamID}
+		raw := rows.RawValues()
+		if err := rows.Scan(&r.RecordStart, &r.Start, &r.End, &r.CreatedMs, nil, nil); err != nil {
+			return t.d.classify(fmt.Errorf("read records: %w", err))
+		}
+		// The raw column bytes (binary format: bytea is its bytes) are valid until the next row,
+		// as the driver contract allows, so no copy is made.
+		r.Frames, r.Body = raw[4], raw[5]
+		if r.Body == nil {
+			r.Body = []byte{}
+		}
+		more, err := fn(r)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return t.d.classify(fmt.Errorf("read records: %w", err))
+	}
+	return nil
+}
+
+func (t *readTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
+	var off int64
+	err := t.tx.QueryRow(ctx, `SELECT "offset" FROM record_keys WHERE stream_id = $1 AND key = $2`, streamID, key).Scan(&off)
+	if isNoRows(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, t.d.classify(fmt.Errorf("look up idempotency key: %w", err))
+	}
+	return off, true, nil
+}
+
+func (t *readTx) Producer(ctx context.Context, streamID int64, id string) (driver.Producer, bool, error) {
+	p := driver.Producer{ID: id}
+	err := t.tx.QueryRow(ctx, `SELECT epoch, last_seq, updated_ms FROM producers WHERE stream_id = $1 AND producer_id = $2`,
+		streamID, id).Scan(&p.Epoch, &p.LastSeq, &p.UpdatedMs)
+	if isNoRows(err) {
+		return driver.Producer{}, false, nil
+	}
+	if err != nil {
+		return driver.Producer{}, false, t.d.classify(fmt.Errorf("load producer state: %w", err))
+	}
+	return p, true, nil
+}
+
+func (t *readTx) claims(ctx context.Context, query string, args ...any) ([]driver.Claim, error) {
+	rows, err := t.tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, t.d.classify(fmt.Errorf("load claims: %w", err))
+	}
+	defer rows.Close()
+	var out []driver.Claim
+	for rows.Next() {
+		var c driver.Claim
+		if err := rows.Scan(&c.Path, &c.Slug, &c.AtMs, &c.Failures); err != nil {
+			return nil, t.d.classify(fmt.Errorf("load claims: %w", err))
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.d.classify(fmt.Errorf("load claims: %w", err))
+	}
+	return out, nil
+}
+
+func (t *readTx) Claims(ctx context.Context) ([]driver.Claim, error) {
+	return t.claims(ctx, `SELECT path, slug, at_ms, failures FROM claims ORDER BY at_ms, path, slug`)
+}
+
+func (t *readTx) DueClaims(ctx context.Context, nowMs int64) ([]driver.Claim, error) {
+	return t.claims(ctx, `SELECT path, slug, at_ms, failures FROM claims WHERE at_ms <= $1 ORDER BY at_ms, path, slug`, nowMs)
+}
+
+func (t *readTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
+	var next *int64
+	if err := t.tx.QueryRow(ctx, `SELECT min(at_ms) FROM claims`).Scan(&next); err != nil {
+		return 0, false, t.d.classify(fmt.Errorf("next claim: %w", err))
+	}
+	if next == nil {
+		return 0, false, nil
+	}
+	return *next, true, nil
+}
+
+func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error) {
+	var cp foldstream.Checkpoint
+	var state *string
+	err := t.tx.QueryRow(ctx, `SELECT reducer_version, reduced_through_offset, state FROM reduce_checkpoints WHERE scope = $1 AND slug = $2`,
+		scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
+	if isNoRows(err) {
+		return foldstream.Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return foldstream.Checkpoint{}, false, t.d.classify(fmt.Errorf("read checkpoint %q: %w", slug, err))
+	}
+	if state != nil && *state != "" {
+		cp.State = json.RawMessage(*state)
+	}
+	return cp, true, nil
+}
+
+// The write side.
+
+type writer struct{ d *Driver }
+
+// Begin starts a READ COMMITTED write transaction on a pooled connection. Writers of one stream
+// are serialised by LockStream, so each sees the other's committed rows after taking the lock.
+func (w *writer) Begin(ctx context.Context) (driver.WriteTx, error) {
+	tx, err := w.d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, w.d.classify(fmt.Errorf("begin: %w", err))
+	}
+	return &writeTx{readTx: readTx{d: w.d, tx: tx}, held: make(map[lockID]bool)}, nil
+}
+
+type writeTx struct {
+	readTx
+	// notes are the notifications queued so far; spMark is their count when the current
+	// savepoint opened, so a rollback to it drops the ones it queued.
+	notes  []driver.Notification
+	spMark int
+	// held are the streams whose lock this transaction holds; heldAtSp those held when the
+	// savepoint opened (a rollback to the savepoint releases the ones taken after it).
+	held     map[lockID]bool
+	heldAtSp map[lockID]bool
+	// wroteInSp reports that the current savepoint changed something.
+	wroteInSp bool
+	inSp      bool
+}
+
+func (t *writeTx) exec(ctx context.Context, what, query string, args ...any) error {
+	t.wroteInSp = true
+	if _, err := t.tx.Exec(ctx, query, args...); err != nil {
+		return t.d.classify(fmt.Errorf("%s: %w", what, err))
+	}
+	return nil
+}
+
+func (t *writeTx) Savepoint(ctx context.Context) error {
+	if _, err := t.tx.Exec(ctx, "SAVEPOINT w"); err != nil {
+		return t.d.classify(fmt.Errorf("savepoint: %w", err))
+	}
+	t.spMark = len(t.notes)
+	t.heldAtSp = make(map[lockID]bool, len(t.held))
+	for id := range t.held {
+		t.heldAtSp[id] = true
+	}
+	t.wroteInSp, t.inSp = false, true
+	return nil
+}
+
+func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
+	if _, err := t.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
+		return t.d.classify(fmt.Errorf("roll back to savepoint: %w", err))
+	}
+	t.notes = t.notes[:t.spMark]
+	// Locks taken inside a rolled-back subtransaction are released with it.
+	if t.heldAtSp != nil {
+		t.held = t.heldAtSp
+		t.heldAtSp = make(map[lockID]bool, len(t.held))
+		for id := range t.held {
+			t.heldAtSp[id] = true
+		}
+	}
+	t.wroteInSp = false
+	return nil
+}
+
+func (t *writeTx) ReleaseSavepoint(ctx context.Context) error {
+	if _, err := t.tx.Exec(ctx, "RELEASE SAVEPOINT w"); err != nil {
+		return t.d.classify(fmt.Errorf("release savepoint: %w", err))
+	}
+	t.inSp = false
+	return nil
+}
+
+// Commit sends the queued notifications (delivered by PostgreSQL only if the commit succeeds)
+// and commits. synchronous_commit stays on: the commit is flushed before it returns.
+func (t *writeTx) Commit(ctx context.Context) error {
+	if err := t.sendNotes(ctx); err != nil {
+		return err
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return t.d.classify(fmt.Errorf("commit: %w", err))
+	}
+	return nil
+}
+
+func (t *writeTx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback(ctx)
+	if err != nil && strings.Contains(err.Error(), "tx is closed") {
+		return nil
+	}
+	return err
+}
+
+// LockStream takes the stream's transaction-scoped advisory lock (Message DB's per-stream
+// writer lock). A group transaction may lock several streams; waiting for a second lock while
+// holding a first could deadlock with another node's group that locked them the other way round,
+// so a lock that is not free at once is handled by splitDeadlock.
+func (t *writeTx) LockStream(ctx context.Context, id int64) error {
+	return t.lock(ctx, t.d.lockCls, int32(id))
+}
+
+// lock takes the advisory lock (cls, key) until the transaction ends.
+func (t *writeTx) lock(ctx context.Context, cls, key int32) error {
+	k := lockID{cls, key}
+	if t.held[k] {
+		return nil
+	}
+	if len(t.held) > 0 {
+		var ok bool
+		if err := t.tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, $2)`, cls, key).Scan(&ok); err != nil {
+			return t.d.classify(fmt.Errorf("lock stream: %w", err))
+		}
+		if ok {
+			t.held[k] = true
+			return nil
+		}
+		if err := t.split(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, cls, key); err != nil {
+		return t.d.classify(fmt.Errorf("lock stream: %w", err))
+	}
+	t.held[k] = true
+	return nil
+}
+
+// lockID names an advisory lock: a class (per schema and purpose) and a key.
+type lockID struct{ cls, key int32 }
+
+// split commits the work of the group's earlier (successful) functions and continues in a new
+// transaction that holds no locks, so this function can wait for its stream without any risk of
+// a deadlock. It is only possible while the current function has changed nothing; otherwise the
+// function waits holding its locks, and PostgreSQL's deadlock detector ends a cycle by failing one
+// function (which the store reports as a retryable error).
+//
+// The early commit is durable before any caller is answered: the store answers every caller of
+// the group after its final Commit. If that final commit fails, callers of the earlier functions
+// are told their write failed although it committed — the same ambiguity as a commit whose answer
+// was lost, which idempotency keys and producer sequence numbers exist to resolve.
+func (t *writeTx) split(ctx context.Context) error {
+	if t.wroteInSp {
+		return nil
+	}
+	inSp := t.inSp
+	if inSp {
+		if _, err := t.tx.Exec(ctx, "RELEASE SAVEPOINT w"); err != nil {
+			return t.d.classify(fmt.Errorf("release savepoint: %w", err))
+		}
+	}
+	if err := t.sendNotes(ctx); err != nil {
+		return err
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return t.d.classify(fmt.Errorf("commit: %w", err))
+	}
+	tx, err := t.d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return t.d.classify(fmt.Errorf("begin: %w", err))
+	}
+	t.tx = tx
+	t.notes = t.notes[:0]
+	t.spMark = 0
+	t.held = make(map[lockID]bool)
+	t.heldAtSp = make(map[lockID]bool)
+	if inSp {
+		if _, err := t.tx.Exec(ctx, "SAVEPOINT w"); err != nil {
+			return t.d.classify(fmt.Errorf("savepoint: %w", err))
+		}
+	}
+	return nil
+}
+
+func (t *writeTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error) {
+	t.wroteInSp = true
+	var id int64
+	err := t.tx.QueryRow(ctx, `INSERT INTO streams(path, content_type, state, created_ms, ttl_seconds, expires_at_ms,
+		last_access_ms, closed, forked_from, fork_offset, fork_sub_offset, tail, incarnation)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id`,
+		s.Path, s.ContentType, s.State, s.CreatedMs, s.TTLSeconds, s.ExpiresAtMs, s.LastAccessMs, s.Closed,
+		s.ForkedFrom, s.ForkOffset, s.ForkSubOffset, s.BaseTail, s.Incarnation).Scan(&id)
+	if err != nil {
+		return 0, t.d.classify(fmt.Errorf("create stream: %w", err))
+	}
+	return id, nil
+}
+
+func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
+	var sets []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if u.LastAccessMs != nil {
+		sets = append(sets, `last_access_ms = greatest(last_access_ms, `+arg(*u.LastAccessMs)+`)`)
+	}
+	if u.StreamSeq != nil {
+		sets = append(sets, `stream_seq = `+arg(*u.StreamSeq))
+	}
+	if c := u.Close; c != nil {
+		var by *string
+		var epoch, seq *int64
+		if c.Producer != "" {
+			by, epoch, seq = &c.Producer, &c.Epoch, &c.Seq
+		}
+		sets = append(sets, `closed = true, closed_by_producer = `+arg(by)+`, closed_by_epoch = `+arg(epoch)+`, closed_by_seq = `+arg(seq))
+	}
+	if u.State != nil {
+		sets = append(sets, `state = `+arg(*u.State))
+	}
+	if u.Incarnation != nil {
+		sets = append(sets, `incarnation = `+arg(*u.Incarnation))
+	}
+	if u.Highest != nil {
+		// The unlogged sequence of handed-out offsets (ephemerals included).
+		if err := t.exec(ctx, "record the highest offset", `INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
+			ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)`, id, *u.Highest); err != nil {
+			return err
+		}
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	return t.exec(ctx, "update stream", `UPDATE streams SET `+strings.Join(sets, ", ")+` WHERE id = `+arg(id), args...)
+}
+
+func (t *writeTx) DeleteStream(ctx context.Context, id int64) error {
+	for _, q := range []string{
+		`DELETE FROM records WHERE stream_id = $1`,
+		`DELETE FROM record_keys WHERE stream_id = $1`,
+		`DELETE FROM producers WHERE stream_id = $1`,
+		`DELETE FROM stream_heads WHERE stream_id = $1`,
+		`DELETE FROM streams WHERE id = $1`,
+	} {
+		if err := t.exec(ctx, "delete stream", q, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
+	for _, q := range []string{
+		`DELETE FROM reduce_checkpoints WHERE scope = $1`,
+		`DELETE FROM claims WHERE path = $1`,
+	} {
+		if err := t.exec(ctx, "delete processor state", q, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *writeTx) InsertRecord(ctx context.Context, r driver.Record) error {
+	var frames []byte
+	if r.Frames != nil {
+		frames = r.Frames
+	}
+	body := r.Body
+	if body == nil {
+		body = []byte{}
+	}
+	if len(r.Keys) == 0 {
+		return t.exec(ctx, "append", `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, frames, body)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.StreamID, r.RecordStart, r.Start, r.End, r.CreatedMs, frames, body)
+	}
+	// The record and its keys in one round trip.
+	keys := make([]string, len(r.Keys))
+	offs := make([]int64, len(r.Keys))
+	for i, k := range r.Keys {
+		keys[i], offs[i] = k.Key, k.Offset
+	}
+	return t.exec(ctx, "append", `WITH rec AS (
+			INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, frames, body)
+			VALUES ($1, $2, $3, $4, $5, $6, $7))
+		INSERT INTO record_keys(stream_id, key, "offset") SELECT $1, k, o FROM unnest($8::text[], $9::bigint[]) AS u(k, o)`,
+		r.StreamID, r.RecordStart, r.Start, r.End, r.CreatedMs, frames, body, keys, offs)
+}
+
+func (t *writeTx) PutProducer(ctx context.Context, streamID int64, p driver.Producer) error {
+	return t.exec(ctx, "save producer state", `INSERT INTO producers(stream_id, producer_id, epoch, last_seq, updated_ms) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = excluded.epoch, last_seq = excluded.last_seq, updated_ms = excluded.updated_ms`,
+		streamID, p.ID, p.Epoch, p.LastSeq, p.UpdatedMs)
+}
+
+func (t *writeTx) PutClaim(ctx context.Context, c driver.Claim) error {
+	return t.exec(ctx, "save claim", `INSERT INTO claims(path, slug, at_ms, failures) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (path, slug) DO UPDATE SET at_ms = excluded.at_ms, failures = excluded.failures`,
+		c.Path, c.Slug, c.AtMs, c.Failures)
+}
+
+func (t *writeTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) error {
+	if exact {
+		return t.exec(ctx, "delete claim", `DELETE FROM claims WHERE path = $1 AND slug = $2 AND at_ms = $3 AND failures = $4`,
+			c.Path, c.Slug, c.AtMs, c.Failures)
+	}
+	return t.exec(ctx, "delete claim", `DELETE FROM claims WHERE path = $1 AND slug = $2`, c.Path, c.Slug)
+}
+
+// WriteCheckpoint upserts the checkpoint. With a fence it first reads the lease row FOR SHARE:
+// a node taking the lease over must update that row, so it waits for this transaction, and this
+// transaction sees a generation that moved on and writes nothing (LEASE_LOST).
+func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
+	if f := w.Fence; f != nil {
+		var gen int64
+		err := t.tx.QueryRow(ctx, `SELECT generation FROM leases WHERE key = $1 FOR SHARE`, f.Key).Scan(&gen)
+		if err != nil && !isNoRows(err) {
+			return t.d.classify(fmt.Errorf("write checkpoint %q: check lease: %w", w.Slug, err))
+		}
+		if isNoRows(err) || gen != f.Generation {
+			return leaseLost(w.Slug, f)
+		}
+	}
+	var state *string
+	if w.StateChanged && w.Checkpoint.State != nil {
+		s := string(w.Checkpoint.State)
+		state = &s
+	}
+	return t.exec(ctx, fmt.Sprintf("write checkpoint %q", w.Slug), `INSERT INTO reduce_checkpoints (scope, slug, reducer_version, reduced_through_offset, state)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (scope, slug) DO UPDATE SET
+		  reducer_version = excluded.reducer_version,
+		  reduced_through_offset = excluded.reduced_through_offset,
+		  state = COALESCE(excluded.state, reduce_checkpoints.state)`,
+		w.Scope, w.Slug, w.Checkpoint.ReducerVersion, w.Checkpoint.ReducedThroughOffset, state)
+}
+
+func leaseLost(slug string, f *driver.Fence) error {
+	e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
+		"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", slug, f.Key, f.Generation)
+	e.Retryable = false
+	return e
+}
+
+// Notify queues n; Commit sends the queued notifications in the transaction, so they are
+// delivered exactly when it commits.
+func (t *writeTx) Notify(ctx context.Context, n driver.Notification) error {
+	t.notes = append(t.notes, n)
+	return nil
+}
+
+// Exec runs a raw statement in the transaction (tests and tools; the store never does).
+func (t *writeTx) Exec(ctx context.Context, query string, args ...any) error {
+	return t.exec(ctx, "exec", query, args...)
+}
+
+// TakeLease implements the driver's lease rule on the caller's clock (nowMs, untilMs): free,
+// expired or the holder's own unexpired lease is taken; a renewal keeps the generation, any other
+// take increments it. The row is locked FOR UPDATE, so two nodes taking at once are serialised.
+func (t *writeTx) TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (driver.Lease, error) {
+	t.wroteInSp = true
+	if _, err := t.tx.Exec(ctx, `INSERT INTO leases(key, holder, generation, expires_at) VALUES ($1, '', 0, 'epoch')
+		ON CONFLICT (key) DO NOTHING`, key); err != nil {
+		return driver.Lease{}, t.d.classify(fmt.Errorf("take lease %q: %w", key, err))
+	}
+	l := driver.Lease{Key: key}
+	if err := t.tx.QueryRow(ctx, `SELECT holder, generation, (extract(epoch FROM expires_at) * 1000)::bigint
+		FROM leases WHERE key = $1 FOR UPDATE`, key).Scan(&l.Holder, &l.Generation, &l.ExpiresMs); err != nil {
+		return driver.Lease{}, t.d.classify(fmt.Errorf("take lease %q: %w", key, err))
+	}
+	switch {
+	case l.Holder == holder && l.ExpiresMs > nowMs:
+		l.ExpiresMs = untilMs
+	case l.ExpiresMs <= nowMs:
+		l = driver.Lease{Key: key, Holder: holder, Generation: l.Generation + 1, ExpiresMs: untilMs}
+	default:
+		return l, nil // held by another
+	}
+	if _, err := t.tx.Exec(ctx, `UPDATE leases SET holder = $2, generation = $3, expires_at = to_timestamp($4::float8 / 1000)
+		WHERE key = $1`, key, l.Holder, l.Generation, l.ExpiresMs); err != nil {
+		return driver.Lease{}, t.d.classify(fmt.Errorf("take lease %q: %w", key, err))
+	}
+	return l, nil
+}
+
+// ReleaseLease expires lease key at once when holder still holds it at generation.
+func (t *writeTx) ReleaseLease(ctx context.Context, key, holder string, generation int64) error {
+	return t.exec(ctx, "release lease", `UPDATE leases SET expires_at = 'epoch' WHERE key = $1 AND holder = $2 AND generation = $3`,
+		key, holder, generation)
+}

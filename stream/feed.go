@@ -1,0 +1,227 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// Publishing on a shared database (a driver that is not Exclusive; docs/postgres.md#live-reads).
+//
+// On SQLite the writer is the only source of commits, so it hands each commit's events to event
+// waiters and subscribers itself, in commit order, and each push's range (after, through] chains
+// on the previous one. On a shared database other nodes commit too: a local commit's range may
+// start above offsets this node never published. Handing it over as is would tell a subscriber
+// that (after, through] follows its last push contiguously when other nodes' events lie between —
+// an engine fed by pushes would skip them. So on a shared database every stream path that has a
+// waiter or a subscriber gets a feed: the last durable offset it published (its mark) and a lock
+// that orders its publishing. Whenever the stream changed — a local commit, another node's
+// notification, or the listener's "anything may have changed" — the feed reads the durable events
+// after its mark from the database and publishes them in order. A local commit whose range starts
+// at the mark is published at once from memory, as on SQLite, so an append that returned has its
+// pushes queued (read-your-writes); one whose range starts above the mark first fills the gap from
+// the database, on the writer goroutine.
+//
+// Ephemeral events are never in the database: a local commit's ephemerals are published with it,
+// and other nodes' ephemerals arrive with their notifications and are published at once.
+
+// feed is one path's publishing state on a shared database.
+type feed struct {
+	mu   sync.Mutex // held while publishing, so the feed's pushes are ordered
+	path string
+	mark int64 // the last durable offset published
+	// kicks counts requests to catch up; the catch-up goroutine runs while it is non-zero.
+	kickMu  sync.Mutex
+	kicked  bool
+	running bool
+}
+
+type feedSet struct {
+	mu     sync.Mutex
+	byPath map[string]*feed
+}
+
+// ensureFeed returns the path's feed, creating it with its mark at the stream's current durable
+// tail (nothing older is owed to a listener that registers now). Called when a subscriber or a
+// waiter registers on a shared database.
+func (s *Store) ensureFeed(ctx context.Context, path string) (*feed, error) {
+	fs := &s.feeds
+	fs.mu.Lock()
+	if f, ok := fs.byPath[path]; ok {
+		fs.mu.Unlock()
+		return f, nil
+	}
+	fs.mu.Unlock()
+	tail, err := s.durableTail(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f, ok := fs.byPath[path]; ok {
+		return f, nil
+	}
+	if fs.byPath == nil {
+		fs.byPath = make(map[string]*feed)
+	}
+	f := &feed{path: path, mark: tail}
+	fs.byPath[path] = f
+	return f, nil
+}
+
+// durableTail reads the stream's durable tail (0 for a missing stream).
+func (s *Store) durableTail(ctx context.Context, path string) (int64, error) {
+	var tail int64
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		row, err := q.StreamByPath(ctx, path)
+		if err == driver.ErrNoStream {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		tail = row.Tail
+		return nil
+	})
+	return tail, err
+}
+
+func (s *Store) feedOf(path string) *feed {
+	fs := &s.feeds
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.byPath[path]
+}
+
+// publishShared is publish on a shared database: called on the writer goroutine after a local
+// commit of events over (after, through].
+func (s *Store) publishShared(path string, events []foldstream.Event, after, through int64) {
+	f := s.feedOf(path)
+	if f == nil {
+		return // nobody listens on this node
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mark < after {
+		s.fill(f, after)
+	}
+	if through > f.mark && f.mark >= after {
+		s.publishLocal(path, events, f.mark, through)
+		f.mark = through
+		return
+	}
+	// Already published from the database (or the gap could not be filled: the next catch-up
+	// will): only the ephemerals, which the database never holds.
+	var eph []foldstream.Event
+	for _, ev := range events {
+		if ev.Ephemeral && ev.Offset > f.mark {
+			eph = append(eph, ev)
+		}
+	}
+	if len(eph) > 0 {
+		s.publishLocal(path, eph, f.mark, f.mark)
+	}
+}
+
+// fill publishes the durable events after f.mark from the database, until the mark reaches upTo
+// (0: the tail). Called with f.mu held. A failed read leaves the mark where it got to; the next
+// notification or poll catches up.
+func (s *Store) fill(f *feed, upTo int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), feedReadTimeout)
+	defer cancel()
+	for {
+		page, err := s.Read(ctx, f.path, f.mark, MaxReadLimit, ReadOptions{})
+		if err != nil {
+			s.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
+			return
+		}
+		if page.ScannedThroughOffset <= f.mark {
+			return
+		}
+		s.publishLocal(f.path, page.Events, f.mark, page.ScannedThroughOffset)
+		f.mark = page.ScannedThroughOffset
+		if page.AtHead || (upTo > 0 && f.mark >= upTo) {
+			return
+		}
+	}
+}
+
+// kickFeed makes the path's feed catch up from the database in the background (another node
+// committed). Kicks that arrive while it runs fold into one more pass.
+func (s *Store) kickFeed(path string) {
+	f := s.feedOf(path)
+	if f == nil {
+		return
+	}
+	f.kickMu.Lock()
+	f.kicked = true
+	if f.running {
+		f.kickMu.Unlock()
+		return
+	}
+	f.running = true
+	f.kickMu.Unlock()
+	s.bgWG.Add(1)
+	go func() {
+		defer s.bgWG.Done()
+		for {
+			f.kickMu.Lock()
+			if !f.kicked || s.closed.Load() {
+				f.running = false
+				f.kickMu.Unlock()
+				return
+			}
+			f.kicked = false
+			f.kickMu.Unlock()
+			f.mu.Lock()
+			s.fill(f, 0)
+			f.mu.Unlock()
+		}
+	}()
+}
+
+// kickAllFeeds catches every feed up (the listener may have missed notifications).
+func (s *Store) kickAllFeeds() {
+	fs := &s.feeds
+	fs.mu.Lock()
+	paths := make([]string, 0, len(fs.byPath))
+	for p := range fs.byPath {
+		paths = append(paths, p)
+	}
+	fs.mu.Unlock()
+	for _, p := range paths {
+		s.kickFeed(p)
+	}
+}
+
+// remoteEphemerals hands another node's ephemeral events to this node's ring, waiters and
+// subscribers (they are never in the database).
+func (s *Store) remoteEphemerals(n driver.Notification) {
+	if len(n.Ephemeral) == 0 {
+		return
+	}
+	var evs []foldstream.Event
+	if err := json.Unmarshal(n.Ephemeral, &evs); err != nil || len(evs) == 0 {
+		s.log.Warn("stream: unreadable ephemeral events from another node", "path", n.Path, "err", err)
+		return
+	}
+	for i := range evs {
+		evs[i].Ephemeral = true
+		evs[i].Path = n.Path
+	}
+	s.rememberEphemerals(n.StreamID, evs)
+	f := s.feedOf(n.Path)
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.publishLocal(n.Path, evs, f.mark, f.mark)
+}
+
+// feedReadTimeout bounds one catch-up read of a feed.
+const feedReadTimeout = 30 * time.Second

@@ -1,0 +1,436 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/stream"
+	"github.com/jackc/pgx/v5"
+)
+
+// Stores on PostgreSQL: several in-process stores on one schema are several nodes.
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func openPG(t *testing.T, url string) *stream.Store {
+	t.Helper()
+	s, err := stream.Open(url, stream.Options{Logger: quiet})
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// collector is a subscription's deliveries, checked for contiguous ranges.
+type collector struct {
+	mu     sync.Mutex
+	events []foldstream.Event
+	last   int64
+	gapErr error
+	got    chan struct{}
+}
+
+func newCollector() *collector { return &collector{last: -1, got: make(chan struct{}, 1)} }
+
+func (c *collector) deliver(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+	c.mu.Lock()
+	if c.last >= 0 && r.After != c.last && c.gapErr == nil {
+		c.gapErr = fmt.Errorf("push range (%d, %d] does not chain on the previous through %d", r.After, r.Through, c.last)
+	}
+	c.last = r.Through
+	c.events = append(c.events, evs...)
+	c.mu.Unlock()
+	select {
+	case c.got <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// waitFor waits until the collector holds n events.
+func (c *collector) waitFor(t *testing.T, n int) []foldstream.Event {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		c.mu.Lock()
+		evs, gap := append([]foldstream.Event(nil), c.events...), c.gapErr
+		c.mu.Unlock()
+		if gap != nil {
+			t.Fatal(gap)
+		}
+		if len(evs) >= n {
+			return evs
+		}
+		select {
+		case <-c.got:
+		case <-deadline:
+			t.Fatalf("subscription got %d events, want %d", len(evs), n)
+		}
+	}
+}
+
+func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := openPG(t, url), openPG(t, url)
+	ctx := context.Background()
+
+	col := newCollector()
+	sub, err := b.Subscribe("/s", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	// Both nodes append to one stream at once: offsets stay gapless and ordered.
+	const per = 50
+	var wg sync.WaitGroup
+	for _, s := range []*stream.Store{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if _, err := s.Append(ctx, "/s", foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	page, err := a.Read(ctx, "/s", 0, 1000, stream.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 2*per {
+		t.Fatalf("read %d events, want %d", len(page.Events), 2*per)
+	}
+	for i, ev := range page.Events {
+		if ev.Offset != int64(i+1) {
+			t.Fatalf("event %d has offset %d: offsets must be gapless across nodes", i, ev.Offset)
+		}
+	}
+	// B's subscription saw every event of both nodes, in order, in chained ranges.
+	got := col.waitFor(t, 2*per)
+	for i, ev := range got[:2*per] {
+		if ev.Offset != int64(i+1) {
+			t.Fatalf("pushed event %d has offset %d", i, ev.Offset)
+		}
+	}
+
+	// An idempotency key and an offset precondition hold across nodes.
+	e1, err := a.Append(ctx, "/s", foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := b.Append(ctx, "/s", foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	if err != nil || e2[0].Offset != e1[0].Offset {
+		t.Fatalf("the same key on another node: %v %v, want the echo of offset %d", e2, err, e1[0].Offset)
+	}
+	if _, err := b.Append(ctx, "/s", foldstream.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+		t.Fatalf("stale precondition on another node: got %v, want OFFSET_CONFLICT", err)
+	}
+
+	// A producer that moves from node A to node B keeps exactly-once.
+	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	req := func(seq int64) stream.AppendRequest {
+		return stream.AppendRequest{Path: "/p", ContentType: "application/json", Body: []byte(fmt.Sprintf(`{"n":%d}`, seq)),
+			Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}}
+	}
+	if _, err := a.AppendRecord(ctx, req(0)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.AppendRecord(ctx, req(0)); err != nil || !res.Duplicate {
+		t.Fatalf("a retried batch on another node: %+v %v, want a duplicate", res, err)
+	}
+	if _, err := b.AppendRecord(ctx, req(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AppendRecord(ctx, req(3)); !errors.Is(err, foldstream.ErrSequenceGap) {
+		t.Fatalf("a gap seen by the other node: got %v, want a sequence gap", err)
+	}
+	info, err := a.HeadStream(ctx, "/p")
+	if err != nil || info.Tail != 2 {
+		t.Fatalf("producer stream tail: %+v %v, want 2", info, err)
+	}
+}
+
+func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := openPG(t, url), openPG(t, url)
+	ctx := context.Background()
+	if _, err := a.Append(ctx, "/e", foldstream.EventInput{Type: "durable"}); err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector()
+	sub, err := b.Subscribe("/e", col.deliver, stream.SubscribeOptions{Consumes: []string{"delta", "durable"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	big := make([]byte, 20000)
+	for i := range big {
+		big[i] = 'x'
+	}
+	small, err := a.Append(ctx, "/e", foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON("s")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := a.Append(ctx, "/e", foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON(string(big))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next durable event on the other node takes an offset after the ephemerals'.
+	d, err := b.Append(ctx, "/e", foldstream.EventInput{Type: "durable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d[0].Offset <= large[0].Offset {
+		t.Fatalf("durable event on node B got offset %d, not after node A's ephemeral %d", d[0].Offset, large[0].Offset)
+	}
+	got := col.waitFor(t, 3)
+	var sawSmall, sawLarge bool
+	for _, ev := range got {
+		if ev.Ephemeral && ev.Offset == small[0].Offset {
+			sawSmall = true
+		}
+		if ev.Ephemeral && ev.Offset == large[0].Offset && len(ev.Payload) > 20000 {
+			sawLarge = true
+		}
+	}
+	if !sawSmall || !sawLarge {
+		t.Fatalf("node B's subscriber got %d events (small %v, large %v), want both ephemerals of node A", len(got), sawSmall, sawLarge)
+	}
+}
+
+// proxy is a TCP proxy to the PostgreSQL server that a test can cut (every connection dropped,
+// new ones refused) and restore: the database "restarts" for one store only, so tests sharing
+// the server are not disturbed.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	down   atomic.Bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.down.Load() {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { io.Copy(s, c); s.Close() }()
+		go func() { io.Copy(c, s); c.Close() }()
+	}
+}
+
+// cut drops every connection and refuses new ones until restore.
+func (p *proxy) cut() {
+	p.down.Store(true)
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+}
+
+func (p *proxy) restore() { p.down.Store(false) }
+
+// viaProxy rewrites url's host to the proxy's.
+func viaProxy(t *testing.T, raw string, p *proxy) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.ln.Addr().String()
+	return u.String()
+}
+
+func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
+	t.Parallel()
+	raw := pgtest.URL(t)
+	u, _ := url.Parse(raw)
+	px := newProxy(t, u.Host)
+	a := openPG(t, viaProxy(t, raw, px)) // node A reaches the database through the proxy
+	b := openPG(t, raw)                  // node B directly
+	ctx := context.Background()
+
+	col := newCollector()
+	sub, err := b.Subscribe("/load", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	var acked sync.Map // key -> offset
+	var nAcked, nFailed atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d-%d", w, i)
+				evs, err := a.Append(ctx, "/load", foldstream.EventInput{Type: "t", IdempotencyKey: key})
+				if err != nil {
+					if foldstream.CodeOf(err) != foldstream.CodeUnavailable {
+						t.Errorf("append during an outage: got %v, want UNAVAILABLE", err)
+						return
+					}
+					nFailed.Add(1)
+					time.Sleep(10 * time.Millisecond) // a client backing off
+					continue
+				}
+				acked.Store(key, evs[0].Offset)
+				nAcked.Add(1)
+			}
+		}()
+	}
+	// Three outages under load; node A recovers by itself each time.
+	for range 3 {
+		time.Sleep(300 * time.Millisecond)
+		px.cut()
+		time.Sleep(300 * time.Millisecond)
+		px.restore()
+	}
+	// A write after the last outage succeeds without any restart of the node.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := a.Append(ctx, "/load", foldstream.EventInput{Type: "after"}); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("node A did not recover after the database came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if nFailed.Load() == 0 {
+		t.Log("no append failed during the outages (they fell between appends)")
+	}
+
+	// Every acknowledged append is in the log exactly once, at the offset it was given.
+	var all []foldstream.Event
+	for after := int64(0); ; {
+		page, err := b.Read(ctx, "/load", after, 1000, stream.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page.Events...)
+		if page.AtHead {
+			break
+		}
+		after = page.ScannedThroughOffset
+	}
+	byKey := map[string]int64{}
+	for _, ev := range all {
+		if ev.IdempotencyKey != "" {
+			if _, dup := byKey[ev.IdempotencyKey]; dup {
+				t.Fatalf("key %s stored twice", ev.IdempotencyKey)
+			}
+			byKey[ev.IdempotencyKey] = ev.Offset
+		}
+	}
+	acked.Range(func(k, v any) bool {
+		if off, ok := byKey[k.(string)]; !ok || off != v.(int64) {
+			t.Fatalf("acknowledged append %s at %d: in the log at %d (present %v)", k, v, off, ok)
+		}
+		return true
+	})
+	// Node B's subscriber saw every event, in order.
+	got := col.waitFor(t, len(all))
+	for i := range all {
+		if got[i].Offset != all[i].Offset {
+			t.Fatalf("subscriber event %d at offset %d, log has %d", i, got[i].Offset, all[i].Offset)
+		}
+	}
+	t.Logf("%d appends acknowledged, %d refused with UNAVAILABLE over 3 outages", nAcked.Load(), nFailed.Load())
+}
+
+func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := openPG(t, url), openPG(t, url)
+	ctx := context.Background()
+	col := newCollector()
+	sub, err := b.Subscribe("/l", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const n = 60
+	for i := range n {
+		if i%10 == 5 {
+			// Kill every listening connection of this schema's nodes (both stores').
+			if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND query LIKE 'LISTEN "foldstream_' || current_schema() || '"%'`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := a.Append(ctx, "/l", foldstream.EventInput{Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		// A long-poll style wait on node B: a read after the commit sees it at once.
+		page, err := b.Read(ctx, "/l", int64(i), 10, stream.ReadOptions{})
+		if err != nil || len(page.Events) != 1 {
+			t.Fatalf("node B reads commit %d: %v %v", i+1, page.Events, err)
+		}
+	}
+	got := col.waitFor(t, n)
+	for i := range n {
+		if got[i].Offset != int64(i+1) {
+			t.Fatalf("pushed event %d at offset %d", i, got[i].Offset)
+		}
+	}
+}
