@@ -27,12 +27,20 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			fmt.Println("close:", err)
+		}
+	}()
 	h, err := host.New(s, host.Config{})
 	if err != nil {
 		panic(err)
 	}
-	defer h.Shutdown(ctx)
+	defer func() {
+		if err := h.Shutdown(ctx); err != nil {
+			fmt.Println("shutdown:", err)
+		}
+	}()
 
 	contract := foldstream.MustDefineContract(foldstream.ContractConfig[tally]{
 		Slug: "tally", Version: "1", Description: "counts ticks", Consumes: []string{"tick"},
@@ -57,4 +65,50 @@ func Example() {
 	// (Offsets also go to the processor's live-state deltas, so the exact numbers vary.)
 	fmt.Println(string(snap.State), snap.Offset >= last.Offset)
 	// Output: {"count":3} true
+}
+
+// Run one processor on every stream under /clocks/: each stream gets its own engine and state,
+// opened by its first append.
+func ExampleRegisterPattern() {
+	ctx := context.Background()
+	s, err := stream.Open(":memory:", stream.Options{}) // a file path in production
+	if err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			fmt.Println("close:", err)
+		}
+	}()
+	h, err := host.New(s, host.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := h.Shutdown(ctx); err != nil {
+			fmt.Println("shutdown:", err)
+		}
+	}()
+
+	contract := foldstream.MustDefineContract(foldstream.ContractConfig[tally]{
+		Slug: "tally", Version: "1", Description: "counts ticks", Consumes: []string{"tick"},
+	})
+	if err := host.RegisterPattern(ctx, h, "/clocks/*", &tallyProcessor{Base: foldstream.NewBase(contract)}); err != nil {
+		panic(err)
+	}
+	for _, path := range []string{"/clocks/a", "/clocks/b", "/clocks/a"} {
+		if _, err := s.Append(ctx, path, foldstream.EventInput{Type: "tick"}); err != nil {
+			panic(err)
+		}
+	}
+	for _, path := range []string{"/clocks/a", "/clocks/b"} {
+		snap, err := h.Snapshot(ctx, path, "tally")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(path, string(snap.State))
+	}
+	// Output:
+	// /clocks/a {"count":2}
+	// /clocks/b {"count":1}
 }

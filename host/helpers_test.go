@@ -9,5 +9,5 @@ import (
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testT is the spec's test clock start (§14.2).
+// testT is the fake clock's start (testsupport.T).
 var testT = testsupport.T

@@ -98,7 +98,7 @@ func state(t testing.TB, raw json.RawMessage) countState {
 
 // ---- tests ----------------------------------------------------------------------------------
 
-// Every snapshot straight after an append reflects it (read-your-writes, spec §8.2), with the
+// Every snapshot straight after an append reflects it (read-your-writes, docs/store.md#reads), with the
 // engine fed by the store's subscription.
 func TestSnapshotReadsYourWrites(t *testing.T) {
 	t.Parallel()

@@ -13,7 +13,7 @@ import (
 	"github.com/foldstream/foldstream/stream"
 )
 
-// Processor cases (spec §16.2) re-run with the real store and the default host in place of the
+// The processor contract's acceptance cases (docs/engine.md) re-run with the real store and the default host in place of the
 // in-memory stand-in and pushedByARow. Offsets differ from upstream by the birth batch (created@1,
 // woken@2) that the host's wake adds before any test event.
 

@@ -1,6 +1,7 @@
 // Command hosted is the program to start from when you run processors in your own service: a
-// durable store in one SQLite file, the default host running a processor on it, and the Durable
-// Streams HTTP server with the processor routes, all in one process.
+// durable store in one SQLite file, the default host running a processor on every stream under
+// /counters/ (one pattern registration; each stream gets its own engine, opened on its first
+// append), and the Durable Streams HTTP server with the processor routes, all in one process.
 //
 //	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
 //	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
@@ -11,7 +12,8 @@
 //	go run ./examples/hosted -db "$DB" -addr 127.0.0.1:4438
 //	go run ./examples/hosted -db "$DB" -addr 127.0.0.1:4439
 //
-// With the server running, write events over HTTP and read the processor:
+// With the server running, write events over HTTP to any stream under counters/ (counters/b works
+// as well as counters/a; on PostgreSQL the counter runs on counters/a only) and read the processor:
 //
 //	curl -X POST -H 'Content-Type: application/json' \
 //	     --data '{"type":"ticked","payload":{"by":2}}' http://127.0.0.1:4438/v1/stream/counters/a
@@ -67,6 +69,10 @@ func (Counter) Reduce(a foldstream.ReduceArgs[State]) (State, bool, error) {
 	return State{Ticks: a.State.Ticks + a.Payload.(Ticked).By}, true, nil
 }
 
+// pattern covers every stream one segment below /counters (see host.Pattern).
+const pattern = "/counters/*"
+
+// streamPath is the one stream the counter runs on in the multi-node (PostgreSQL) setup.
 const streamPath = "/counters/a"
 
 func main() {
@@ -98,7 +104,11 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Printf("close the store: %v", err)
+		}
+	}()
 
 	h, err := host.New(st, host.Config{})
 	if err != nil {
@@ -121,10 +131,14 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = c.Shutdown(sctx)
+			if err := c.Shutdown(sctx); err != nil {
+				log.Printf("cluster shutdown: %v", err)
+			}
 		}()
 		processors = c
-	} else if _, err := host.Register[State](ctx, h, streamPath, Counter{foldstream.NewBase(contract)}); err != nil {
+	} else if err := host.RegisterPattern[State](ctx, h, pattern, Counter{foldstream.NewBase(contract)}); err != nil {
+		// One registration for every stream under /counters/: each gets its own engine, opened on
+		// its first append (host.Pattern has the syntax).
 		return err
 	}
 	defer func() {
@@ -136,16 +150,19 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 	}()
 
 	if demo {
-		for i := 1; i <= 3; i++ {
-			if _, err := st.Append(ctx, streamPath, foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i})}); err != nil {
+		for i, path := range []string{"/counters/a", "/counters/b", "/counters/a"} {
+			ev := foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i + 1})}
+			if _, err := st.Append(ctx, path, ev); err != nil {
 				return err
 			}
 		}
-		snap, err := h.Snapshot(ctx, streamPath, contract.Slug())
-		if err != nil {
-			return err
+		for _, path := range []string{"/counters/a", "/counters/b"} {
+			snap, err := h.Snapshot(ctx, path, contract.Slug())
+			if err != nil {
+				return err
+			}
+			fmt.Printf("counter on %s through offset %d: %s\n", path, snap.Offset, snap.State)
 		}
-		fmt.Printf("counter on %s through offset %d: %s\n", streamPath, snap.Offset, snap.State)
 		return nil
 	}
 
@@ -159,7 +176,9 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Printf("server shutdown: %v", err)
+		}
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -108,8 +109,15 @@ func run() error {
 			switch ev.Type {
 			case foldstream.LiveStateChangedType:
 				var d foldstream.LiveStateDelta
-				_ = json.Unmarshal(ev.Payload, &d)
-				patch, _ := json.Marshal(d.Patch)
+				if err := json.Unmarshal(ev.Payload, &d); err != nil {
+					fmt.Printf("  delta @%d  unreadable: %v\n", ev.Offset, err)
+					continue
+				}
+				patch, err := json.Marshal(d.Patch)
+				if err != nil {
+					fmt.Printf("  delta @%d  unprintable patch: %v\n", ev.Offset, err)
+					continue
+				}
 				fmt.Printf("  delta @%d  rev +%d  %s\n", ev.Offset, d.To-d.From, patch)
 			default:
 				fmt.Printf("  event @%d  %s %s\n", ev.Offset, ev.Type, ev.Payload)
@@ -117,8 +125,13 @@ func run() error {
 		}
 	})
 
+	// Contained failures (here: the invalid payload appended on purpose below) go to the reporter;
+	// the default one logs a WARN line. This demo prints them as part of its story instead.
+	reporter := foldstream.ReporterFunc(func(_ context.Context, site string, err error, _ ...slog.Attr) {
+		fmt.Printf("  skipped   (as intended: %s refused the payload: %v)\n", site, err)
+	})
 	eng, err := foldstream.NewEngine[CounterState](Counter{foldstream.NewBase(contract)},
-		foldstream.EngineConfig{Stream: mem, Checkpoints: cps})
+		foldstream.EngineConfig{Stream: mem, Checkpoints: cps, Reporter: reporter})
 	if err != nil {
 		return err
 	}
@@ -132,7 +145,8 @@ func run() error {
 			return err
 		}
 	}
-	// A malformed payload is skipped (reported through log/slog), never wedging the engine.
+	// A payload its schema refuses ("by" must be at least 1) is skipped and reported, never
+	// wedging the engine: the state below does not count it.
 	if _, err := mem.Append(ctx, foldstream.EventInput{Type: "demo/ticked", Payload: json.RawMessage(`{"by":0}`)}); err != nil {
 		return err
 	}

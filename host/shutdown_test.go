@@ -78,7 +78,11 @@ func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 	if _, err := s.Append(ctx, "/s", foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Closing the store waits for every subscription's delivery goroutine: a push still
+	// subscribed would have been delivered by then.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if n := r.pushes.Load(); n != 0 {
 		t.Errorf("got %d pushes after Shutdown, want 0", n)
 	}
