@@ -2,7 +2,9 @@ package stream
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,5 +72,41 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			t.Fatalf("round %d: %d events in the file, %d were acknowledged", round, n, total)
 		}
 		t.Logf("round %d: %d acknowledged", round, acked.Load())
+	}
+}
+
+// openFilesUnder lists this process's open files under dir (Linux: /proc/self/fd).
+func openFilesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot list open files here: %v", err)
+	}
+	var out []string
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(target, dir) {
+			out = append(out, target)
+		}
+	}
+	return out
+}
+
+// TestCloseReleasesTheDatabaseFiles: after Close the process holds no file of the store open (the
+// writer's connection included), so a closed store leaks no descriptors and its file system can
+// be unmounted.
+func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "/f", ev("a"))
+	mustRead(t, s, "/f", 0, 10, ReadOptions{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if open := openFilesUnder(t, dir); len(open) != 0 {
+		t.Fatalf("after Close these files are still open: %q", open)
 	}
 }

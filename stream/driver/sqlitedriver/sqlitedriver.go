@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream/stream/driver"
@@ -45,6 +46,9 @@ type Driver struct {
 
 	// savepoints counts savepoints opened; tests use it to prove a write ran no SQL.
 	savepoints atomic.Int64
+
+	writerMu sync.Mutex
+	writers  []*writer // handed out by Writer; Close closes their connections
 }
 
 var (
@@ -127,7 +131,22 @@ func (d *Driver) Exclusive() bool { return true }
 func (d *Driver) Savepoints() int64 { return d.savepoints.Load() }
 
 // Close closes the connections.
-func (d *Driver) Close() error { return errors.Join(d.rdb.Close(), d.wdb.Close()) }
+// Close closes the writers' connections and the database handles. A connection taken out of
+// database/sql (the writer's) is not closed by sql.DB.Close, and an open one keeps the database
+// files open after the store is closed.
+func (d *Driver) Close() error {
+	d.writerMu.Lock()
+	var errs []error
+	for _, w := range d.writers {
+		for _, st := range w.stmts.stmts {
+			errs = append(errs, st.Close())
+		}
+		errs = append(errs, w.conn.Close())
+	}
+	d.writers = nil
+	d.writerMu.Unlock()
+	return errors.Join(append(errs, d.rdb.Close(), d.wdb.Close())...)
+}
 
 // Listen returns at once: no other process writes the file.
 func (d *Driver) Listen(ctx context.Context, fn func(driver.Notification)) (func(), error) {
@@ -160,7 +179,11 @@ func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writer{d: d, conn: conn, stmts: &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}}, nil
+	w := &writer{d: d, conn: conn, stmts: &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}}
+	d.writerMu.Lock()
+	d.writers = append(d.writers, w)
+	d.writerMu.Unlock()
+	return w, nil
 }
 
 // querier is what the read transaction and the writer's statement cache offer.

@@ -1,0 +1,73 @@
+//go:build linux
+
+package stream
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+)
+
+// TestFullFilesystemRefusesWithInsufficientStorage runs the store on a real, tiny tmpfs (root
+// only; skipped elsewhere): when the file system is full, appends fail with INSUFFICIENT_STORAGE,
+// every acknowledged append survives, and once space is freed the same store takes writes again.
+func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v)", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 256<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() }) // before the unmount (cleanups run last first)
+	ctx := context.Background()
+	payload := []byte(`"` + strings.Repeat("x", 4000) + `"`)
+	acked := 0
+	var full error
+	for i := 0; i < 1000 && full == nil; i++ {
+		if _, err := s.Append(ctx, "/f", foldstream.EventInput{Type: "big", Payload: payload}); err != nil {
+			full = err
+			break
+		}
+		acked++
+	}
+	if !errors.Is(full, foldstream.ErrInsufficientStorage) {
+		t.Fatalf("append on a full file system after %d: got %v, want INSUFFICIENT_STORAGE", acked, full)
+	}
+	if err := os.Remove(filler); err != nil { // space returns
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "/f", ev("after"))
+	n, after := 0, int64(0)
+	for {
+		page := mustRead(t, s, "/f", after, 1000, ReadOptions{})
+		n += len(page.Events)
+		if len(page.Events) == 0 || page.AtHead {
+			break
+		}
+		after = page.Events[len(page.Events)-1].Offset
+	}
+	if n != acked+1 {
+		t.Fatalf("events after recovery: got %d, want %d acknowledged + 1", n, acked)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
