@@ -13,6 +13,12 @@ type ProcessorStatus struct {
 	// Rev is the live state's revision (docs/engine.md): deltas on the live route continue from
 	// it. Zero when the host does not hold the engine open.
 	Rev int64 `json:"rev"`
+	// Pattern is the path or path pattern the processor was registered on (host.RegisterPattern);
+	// empty when the reporter does not know it.
+	Pattern string `json:"pattern,omitempty"`
+	// Open reports whether the host holds the processor's engine open now (a pattern's engines
+	// open on demand and close when idle).
+	Open bool `json:"open"`
 	// Parked, when set, is the error the processor stopped on and cannot retry past (code
 	// PROCESSOR_PARKED on its routes); nil while it runs.
 	Parked *ProcessorError `json:"parked,omitempty"`
@@ -29,7 +35,7 @@ type ProcessorError struct {
 // Status reports the engine's slug, version, cursor and live revision. It neither waits nor
 // catches up: it is a cheap look at where the engine is now.
 func (e *Engine[S]) Status() ProcessorStatus {
-	st := ProcessorStatus{Slug: e.c.Slug(), Version: e.c.Version(), Offset: e.ReducedThroughOffset()}
+	st := ProcessorStatus{Slug: e.c.Slug(), Version: e.c.Version(), Offset: e.ReducedThroughOffset(), Open: true}
 	if e.live != nil {
 		st.Rev = e.live.Snapshot().Rev
 	}

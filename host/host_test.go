@@ -291,6 +291,11 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The registration's catch-up runs in the background; a read waits for it, so its at-head
+	// pass comes before the append.
+	if _, err := h.Snapshot(ctx, "/a", "attempts"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "e"}); err != nil { // offset 3
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"github.com/foldstream/foldstream"
@@ -13,27 +14,97 @@ type statusReporter interface {
 }
 
 // ProcessorsOn returns the status of every processor the host runs on the stream at path, sorted
-// by slug; none (an empty slice) when it runs none there or is shut down. It does not wait for
-// pushes or catch-ups: the offsets are where the processors are now.
+// by slug: the exact-path registrations on it and, when the stream exists, the pattern
+// registrations covering it — open or closed, parked or not. It neither waits nor opens an engine:
+// an open engine reports where it is now, a closed one its stored checkpoint's offset. It returns
+// an empty slice when the host runs none there or is shut down.
 func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus {
+	type entry struct {
+		reg   *registration
+		sl    *slot
+		exact bool
+	}
 	h.mu.Lock()
-	runners := make([]foldstream.Runner, 0, 2)
+	var entries []entry
 	if !h.shutdown {
-		for k, hp := range h.procs {
-			if k.path == path && hp.sub != nil {
-				runners = append(runners, hp.runner)
+		for key, reg := range h.exact {
+			if key.path == path {
+				entries = append(entries, entry{reg, h.slots[key], true})
+			}
+		}
+		for _, reg := range h.patterns {
+			if reg.pattern.Match(path) && h.exact[procKey{path, reg.slug}] == nil {
+				entries = append(entries, entry{reg, h.slots[procKey{path, reg.slug}], false})
 			}
 		}
 	}
-	h.mu.Unlock()
-	out := make([]foldstream.ProcessorStatus, 0, len(runners))
-	for _, r := range runners {
-		if sr, ok := r.(statusReporter); ok {
-			out = append(out, sr.Status())
-			continue
+	out := make([]foldstream.ProcessorStatus, 0, len(entries))
+	var closed []int
+	patterns := false
+	for _, e := range entries {
+		st := foldstream.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
+		switch {
+		case e.sl != nil && e.sl.state == slotOpen:
+			if sr, ok := e.sl.runner.(statusReporter); ok {
+				st = sr.Status()
+				st.Pattern = e.reg.pattern.String()
+			} else {
+				st.Offset = e.sl.runner.ReducedThroughOffset()
+			}
+			st.Open = true
+		case e.sl != nil && e.sl.state == slotParked:
+			st.Parked = parkedStatus(e.sl.parked)
+			closed = append(closed, len(out))
+		default:
+			closed = append(closed, len(out))
 		}
-		out = append(out, foldstream.ProcessorStatus{Slug: r.Slug(), Offset: r.ReducedThroughOffset()})
+		if !e.exact {
+			patterns = true
+		}
+		out = append(out, st)
+	}
+	h.mu.Unlock()
+	if patterns {
+		if _, err := h.store.HeadStream(ctx, path); err != nil {
+			// Patterns cover existing streams only: keep the exact registrations.
+			var kept []foldstream.ProcessorStatus
+			var keptClosed []int
+			for i, e := range entries {
+				if e.exact {
+					if !out[i].Open {
+						keptClosed = append(keptClosed, len(kept))
+					}
+					kept = append(kept, out[i])
+				}
+			}
+			out, closed = append(make([]foldstream.ProcessorStatus, 0, len(kept)), kept...), keptClosed
+		}
+	}
+	if len(closed) > 0 {
+		if cps, err := h.checkpoints(path); err == nil {
+			for _, i := range closed {
+				if cp, ok, err := cps.ReadCheckpoint(ctx, out[i].Slug); err == nil && ok {
+					out[i].Offset = cp.ReducedThroughOffset
+				}
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Slug < out[j].Slug })
 	return out
+}
+
+// parkedStatus is a parked error as a status reports it: the cause's code and message.
+func parkedStatus(err error) *foldstream.ProcessorError {
+	var pe *foldstream.Error
+	if !errors.As(err, &pe) {
+		return &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: err.Error()}
+	}
+	st := &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: pe.Message}
+	if code := foldstream.CodeOf(pe.Err); code != "" {
+		st.Code = code
+	}
+	if pe.Err != nil {
+		st.Message = pe.Err.Error()
+	}
+	return st
 }

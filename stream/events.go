@@ -33,8 +33,9 @@ type eventView struct {
 	subs    map[string][]*Subscription
 	closing bool // set under subsMu by closeEventView; no subscription starts after it
 
-	alarms  alarmState
-	waiters waiterSet
+	alarms   alarmState
+	watchers commitWatchers
+	waiters  waiterSet
 
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int

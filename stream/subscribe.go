@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -46,6 +47,9 @@ type SubscribeOptions struct {
 	MaxPendingEvents int
 	// Name labels the subscription in logs.
 	Name string
+	// Logger receives the subscription's warnings (overflow, failed pushes). Defaults to the
+	// store's logger. A host passes one that folds repeats into a count per interval.
+	Logger *slog.Logger
 }
 
 // Subscription is one subscriber's push chain on one stream path.
@@ -88,6 +92,9 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 	}
 	if opts.MaxPendingEvents <= 0 {
 		opts.MaxPendingEvents = DefaultMaxPendingEvents
+	}
+	if opts.Logger == nil {
+		opts.Logger = s.log
 	}
 	if !s.exclusive {
 		if _, err := s.ensureFeed(context.Background(), path); err != nil {
@@ -144,6 +151,9 @@ func (s *Store) publishLocal(path string, events []foldstream.Event, after, thro
 	for _, sub := range subs {
 		sub.offer(events, after, through)
 	}
+	if slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) {
+		s.ev.watchers.notify(path)
+	}
 }
 
 func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
@@ -177,7 +187,7 @@ func (sub *Subscription) offer(events []foldstream.Event, after, through int64) 
 		sub.pending.r.After = max(sub.pending.r.After, sub.pending.events[over-1].Offset)
 		sub.pending.events = slices.Clone(sub.pending.events[over:])
 		sub.dropped += int64(over)
-		sub.s.log.Warn("stream subscription overflowed; dropped the oldest pending events",
+		sub.opts.Logger.Warn("stream subscription overflowed; dropped the oldest pending events",
 			"path", sub.path, "subscription", sub.opts.Name, "dropped", over)
 	}
 	select {
@@ -205,7 +215,7 @@ func (sub *Subscription) run() {
 		sub.mu.Unlock()
 		if p != nil {
 			if err := sub.deliverSafely(p); err != nil && sub.ctx.Err() == nil {
-				sub.s.log.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
+				sub.opts.Logger.Warn("stream subscription push failed", "path", sub.path, "subscription", sub.opts.Name,
 					"after", p.r.After, "through", p.r.Through, "err", err)
 			}
 		}

@@ -1,0 +1,72 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+// Register returns while the processor still catches up on a backlog; a snapshot waits at most
+// MaxWait (on the store's clock) and then answers CATCHING_UP with the processor's offset, and
+// answers normally once the catch-up is done.
+func TestRegisterServesWhileCatchingUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clk)
+	defer s.Close()
+	for range 3 {
+		if _, err := s.Append(ctx, "/lag", foldstream.EventInput{Type: "tick"}); err != nil { // 1..3
+			t.Fatal(err)
+		}
+	}
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldTicker{ticker: newTicker(t, "held"), entered: make(chan struct{}), release: make(chan struct{})}
+	if _, err := host.Register(ctx, h, "/lag", p); err != nil { // returns with the first tick held
+		t.Fatal(err)
+	}
+	<-p.entered
+	read := make(chan error, 1)
+	go func() {
+		_, err := h.Snapshot(ctx, "/lag", "held")
+		read <- err
+	}()
+	clk.WaitArmed(t, testT.Add(time.Second))
+	clk.Advance(time.Second)
+	err = <-read
+	var fe *foldstream.Error
+	if !errors.Is(err, host.ErrCatchingUp) || !errors.As(err, &fe) {
+		t.Fatalf("snapshot while catching up: got %v, want CATCHING_UP", err)
+	}
+	if off, ok := fe.Data["offset"].(int64); !ok || off != 0 {
+		t.Fatalf("CATCHING_UP offset: got %#v, want int64 0", fe.Data["offset"])
+	}
+	// WaitUntilProcessed's own timeout (on the same clock) ends its wait the same way.
+	waited := make(chan error, 1)
+	go func() { waited <- h.WaitUntilProcessed(ctx, "/lag", "held", 3, time.Millisecond) }()
+	clk.WaitArmed(t, testT.Add(time.Second+time.Millisecond))
+	clk.Advance(time.Millisecond)
+	err = <-waited
+	if !errors.Is(err, host.ErrCatchingUp) || !errors.Is(err, foldstream.ErrProcessTimeout) || !errors.As(err, &fe) || fe.Data["offset"] != int64(0) {
+		t.Fatalf("wait while catching up: got %v, want CATCHING_UP at offset 0", err)
+	}
+	close(p.release)
+	snap, err := h.Snapshot(ctx, "/lag", "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, snap.State); st.Ticks != 3 {
+		t.Fatalf("ticks after the catch-up: got %d, want 3", st.Ticks)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

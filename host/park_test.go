@@ -1,0 +1,112 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+)
+
+// receipts emits one "receipt" per "order", keyed by the order's offset.
+type receipts struct{ foldstream.Base[struct{}] }
+
+func newReceipts(t testing.TB) *receipts {
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[struct{}]{
+		Slug: "receipts", Version: "1", Consumes: []string{"order"}, Emits: []string{"receipt"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &receipts{Base: foldstream.NewBase(c)}
+}
+
+func (p *receipts) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
+	if a.Event == nil {
+		return nil
+	}
+	key := p.IdempotencyKey("receipt", a.Event)
+	a.BlockProcessorWhile(func(ctx context.Context) error {
+		_, err := a.Append(ctx, foldstream.EventInput{Type: "receipt", IdempotencyKey: key,
+			Payload: foldstream.JSON(map[string]int64{"order": a.Event.Offset})})
+		return err
+	})
+	return nil
+}
+
+// Someone holding the key of a processor's own emitted event with another body parks that one
+// processor with PROCESSOR_PARKED (the conflict attached), visible on its reads and status; the
+// other processor on the stream keeps running, and a host restarted on the file registers and
+// serves as before — the parked processor parks again, nothing fails.
+func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "park.db")
+	s := openStore(t, file, nil)
+	h := newHost(t, s)
+	if _, err := host.Register(ctx, h, "/o", newReceipts(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Register(ctx, h, "/o", newSeer(t, "seen", "order")); err != nil {
+		t.Fatal(err)
+	}
+	// The birth batch is at 1..2; the squatter takes the key the receipt of the order at 4 will use.
+	squat := foldstream.EventInput{Type: "receipt", Payload: foldstream.JSON(map[string]string{"forged": "yes"}),
+		IdempotencyKey: foldstream.ProcessorKeyPrefix + "receipts/receipt@4"}
+	if got, err := s.Append(ctx, "/o", squat); err != nil || got[0].Offset != 3 {
+		t.Fatalf("squat: %v %v", got, err)
+	}
+	if got, err := s.Append(ctx, "/o", foldstream.EventInput{Type: "order"}); err != nil || got[0].Offset != 4 {
+		t.Fatalf("order: %v %v", got, err)
+	}
+	checkParked := func(h *host.Host) {
+		t.Helper()
+		_, err := h.Snapshot(ctx, "/o", "receipts")
+		if !errors.Is(err, host.ErrProcessorParked) || !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+			t.Fatalf("snapshot of the squatted processor: got %v, want PROCESSOR_PARKED caused by IDEMPOTENCY_CONFLICT", err)
+		}
+		var fe *foldstream.Error
+		if !errors.As(err, &fe) || fe.Data["slug"] != "receipts" || fe.Data["cause"] == "" {
+			t.Fatalf("parked error data: %+v", fe)
+		}
+		var parked bool
+		for _, st := range h.ProcessorsOn(ctx, "/o") {
+			if st.Slug == "receipts" {
+				parked = st.Parked != nil && st.Parked.Code == foldstream.CodeIdempotencyConflict && st.Parked.Message != ""
+			}
+		}
+		if !parked {
+			t.Fatalf("status does not show the parked processor: %+v", h.ProcessorsOn(ctx, "/o"))
+		}
+		snap, err := h.Snapshot(ctx, "/o", "seen")
+		if err != nil {
+			t.Fatalf("the other processor: %v", err)
+		}
+		if snap.Offset < 4 {
+			t.Fatalf("the other processor stopped at %d", snap.Offset)
+		}
+	}
+	checkParked(h)
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := openStore(t, file, nil)
+	defer s2.Close()
+	h2 := newHost(t, s2)
+	if _, err := host.Register(ctx, h2, "/o", newReceipts(t)); err != nil {
+		t.Fatalf("register after a restart: %v", err)
+	}
+	if _, err := host.Register(ctx, h2, "/o", newSeer(t, "seen", "order")); err != nil {
+		t.Fatal(err)
+	}
+	checkParked(h2)
+	if err := h2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

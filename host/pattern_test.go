@@ -1,0 +1,420 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+func TestPatternSyntax(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		pattern string
+		match   []string
+		miss    []string
+	}{
+		{"/carts/*", []string{"/carts/1", "/carts/abc"}, []string{"/carts", "/carts/", "/carts/1/items", "/cart/1", "/carts//"}},
+		{"/tenants/acme/**", []string{"/tenants/acme/a", "/tenants/acme/a/b/c"}, []string{"/tenants/acme", "/tenants/acme/", "/tenants/other/a", "/tenants/acme//a"}},
+		{"/*/orders/*", []string{"/eu/orders/7"}, []string{"/eu/orders", "/eu/carts/7", "/eu/orders/7/x"}},
+		{"/a*b/*", []string{"/a*b/x"}, []string{"/ab/x", "/axb/x"}},
+	}
+	for _, c := range cases {
+		p, err := host.ParsePattern(c.pattern)
+		if err != nil {
+			t.Fatalf("%s: %v", c.pattern, err)
+		}
+		for _, path := range c.match {
+			if !p.Match(path) {
+				t.Errorf("%s should match %s", c.pattern, path)
+			}
+		}
+		for _, path := range c.miss {
+			if p.Match(path) {
+				t.Errorf("%s should not match %s", c.pattern, path)
+			}
+		}
+	}
+	for _, bad := range []string{"", "carts/*", "/carts/**/x", "/carts//*", "/carts/*/"} {
+		if _, err := host.ParsePattern(bad); !errors.Is(err, foldstream.ErrBadRequest) {
+			t.Errorf("ParsePattern(%q): got %v, want BAD_REQUEST", bad, err)
+		}
+	}
+}
+
+// Two registrations of one slug may not cover the same path; other slugs may.
+func TestOverlappingRegistrationsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close()
+	h := newHost(t, s)
+	defer h.Shutdown(ctx)
+	if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(t, "carts")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/carts/*", "/*/x", "/carts/**"} {
+		if err := host.RegisterPattern(ctx, h, p, newCarts(t, "carts")); !errors.Is(err, foldstream.ErrConflict) {
+			t.Errorf("RegisterPattern(%s): got %v, want CONFLICT", p, err)
+		}
+	}
+	if _, err := host.Register(ctx, h, "/carts/9", newCarts(t, "carts")); !errors.Is(err, foldstream.ErrConflict) {
+		t.Errorf("Register on a covered path: got %v, want CONFLICT", err)
+	}
+	if err := host.RegisterPattern(ctx, h, "/carts/*/items", newCarts(t, "carts")); err != nil {
+		t.Errorf("a disjoint pattern: %v", err)
+	}
+	if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(t, "audit")); err != nil {
+		t.Errorf("another slug on the same pattern: %v", err)
+	}
+	if _, err := host.Register(ctx, h, "/carts/*", newCarts(t, "x")); !errors.Is(err, foldstream.ErrBadRequest) {
+		t.Errorf("Register with a wildcard: got %v, want BAD_REQUEST", err)
+	}
+}
+
+// A stream created after the pattern was registered gets its engine from its first append: its
+// effect runs with no read or other call.
+func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close()
+	h := newHost(t, s)
+	p := newCarts(t, "carts")
+	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+		t.Fatal(err)
+	}
+	done := p.expect("/carts/new", 2)
+	if _, err := s.Append(ctx, "/carts/new", item(1), item(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "/other/new", item(1)); err != nil { // not covered
+		t.Fatal(err)
+	}
+	<-done
+	if got := cartItems(t, h, "/carts/new"); got != 3 {
+		t.Fatalf("items: got %d, want 3", got)
+	}
+	if _, err := h.Snapshot(ctx, "/other/new", "carts"); !errors.Is(err, host.ErrNotRegistered) {
+		t.Fatalf("snapshot of an uncovered stream: got %v, want NOT_REGISTERED", err)
+	}
+	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, host.ErrNotRegistered) {
+		t.Fatalf("snapshot of a covered stream that does not exist: got %v, want NOT_REGISTERED", err)
+	}
+	if _, err := s.HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		t.Fatalf("a read created the stream: %v", err)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Streams that exist when the pattern is registered and are behind their checkpoint are caught
+// up in the background, with no call per stream; a deep pattern covers any depth below its prefix.
+func TestPatternCatchesUpExistingStreams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, filepath.Join(t.TempDir(), "p.db"), nil)
+	defer s.Close()
+	paths := []string{"/tenants/acme/a", "/tenants/acme/b/c", "/tenants/other/x"}
+	for _, path := range paths {
+		if _, err := s.Append(ctx, path, item(1), item(2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHost(t, s)
+	p := newCarts(t, "carts")
+	a, b := p.expect("/tenants/acme/a", 2), p.expect("/tenants/acme/b/c", 2)
+	if err := host.RegisterPattern(ctx, h, "/tenants/acme/**", p); err != nil {
+		t.Fatal(err)
+	}
+	<-a
+	<-b
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.effectsOn("/tenants/other/x"); len(got) != 0 {
+		t.Fatalf("effects on an uncovered stream: %v", got)
+	}
+}
+
+// An engine closed by the cap or by idleness reopens from its checkpoint on the next push or read:
+// the state continues and no effect runs twice.
+func TestEvictedEngineReopensFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, filepath.Join(t.TempDir(), "e.db"), clk)
+	defer s.Close()
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 1, IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newCarts(t, "carts")
+	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+		t.Fatal(err)
+	}
+	open := func(path string) bool {
+		for _, st := range h.ProcessorsOn(ctx, path) {
+			if st.Slug == "carts" {
+				return st.Open
+			}
+		}
+		t.Fatalf("no status of carts on %s", path)
+		return false
+	}
+	if _, err := s.Append(ctx, "/carts/a", item(1), item(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := cartItems(t, h, "/carts/a"); got != 3 {
+		t.Fatalf("a: got %d items, want 3", got)
+	}
+	// Opening b needs a's room under the cap of one.
+	if _, err := s.Append(ctx, "/carts/b", item(5)); err != nil {
+		t.Fatal(err)
+	}
+	if got := cartItems(t, h, "/carts/b"); got != 5 {
+		t.Fatalf("b: got %d items, want 5", got)
+	}
+	if open("/carts/a") {
+		t.Fatal("a is still open past the cap of one engine")
+	}
+	done := p.expect("/carts/a", 3)
+	if _, err := s.Append(ctx, "/carts/a", item(4)); err != nil { // reopens a from its checkpoint
+		t.Fatal(err)
+	}
+	<-done
+	if got := cartItems(t, h, "/carts/a"); got != 7 {
+		t.Fatalf("a after reopening: got %d items, want 7", got)
+	}
+	// Idle for IdleTimeout on the store's clock: the sweep (every half IdleTimeout) closes it and
+	// arms the next sweep once done; a read reopens it.
+	clk.Advance(time.Minute)
+	clk.WaitArmed(t, testT.Add(90*time.Second))
+	if open("/carts/a") {
+		t.Fatal("a is still open after IdleTimeout")
+	}
+	if got := cartItems(t, h, "/carts/a"); got != 7 {
+		t.Fatalf("a after idling: got %d items, want 7", got)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/carts/a", "/carts/b"} {
+		got := p.effectsOn(path)
+		if len(got) != len(slices.Compact(slices.Clone(got))) {
+			t.Fatalf("effects on %s ran twice: %v", path, got)
+		}
+	}
+	if got := len(p.effectsOn("/carts/a")); got != 3 {
+		t.Fatalf("effects on a: got %d, want 3 (one per item)", got)
+	}
+}
+
+// A pattern processor over many streams with a cap on open engines reaches the right state on every
+// stream, runs each effect once, and keeps the heap bounded. Each stream gets two appends of five
+// items with every other stream's appends between them, so most engines are closed by the cap and
+// reopened from their checkpoint. 10,000 streams (1,000 under the race detector, which is ~10x
+// slower); the heap after the run is logged.
+func TestPatternOverManyStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many streams")
+	}
+	n := 10_000
+	if raceEnabled {
+		n = 1_000
+	}
+	ctx := context.Background()
+	// synchronous=NORMAL: this test is about the host's engines, not the disk; 40,000 fsyncs would
+	// only make it slow.
+	s, err := stream.Open(filepath.Join(t.TempDir(), "many.db"), stream.Options{Logger: quietLog, Synchronous: stream.SyncNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newCarts(t, "carts")
+	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+		t.Fatal(err)
+	}
+	var dones []<-chan struct{}
+	for i := range n {
+		dones = append(dones, p.expect(fmt.Sprintf("/carts/%d", i), 10))
+	}
+	batch := []foldstream.EventInput{item(1), item(1), item(1), item(1), item(1)}
+	start := time.Now()
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i), batch...); err != nil {
+						t.Errorf("round %d: %v", round, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("round %d appended at %v", round, time.Since(start))
+	}
+	for _, d := range dones {
+		<-d
+	}
+	t.Logf("processed at %v", time.Since(start))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t.Logf("%d streams x 10 events, cap 100: heap in use after GC %.1f MiB", n, float64(ms.HeapAlloc)/(1<<20))
+	if ms.HeapAlloc > 256<<20 {
+		t.Errorf("heap after GC: %d bytes, want under 256 MiB", ms.HeapAlloc)
+	}
+	for i := range n {
+		path := fmt.Sprintf("/carts/%d", i)
+		if got := p.effectsOn(path); len(got) != 10 || len(slices.Compact(slices.Clone(got))) != 10 {
+			t.Fatalf("%s: effects %v, want ten distinct", path, got)
+		}
+	}
+	// The state, through the host for a sample and from the checkpoints for every stream.
+	for i := 0; i < n; i += n / 50 {
+		path := fmt.Sprintf("/carts/%d", i)
+		if got := cartItems(t, h, path); got != 10 {
+			t.Fatalf("%s: got %d items, want 10", path, got)
+		}
+	}
+	for i := range n {
+		path := fmt.Sprintf("/carts/%d", i)
+		cps, err := s.Checkpoints(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, ok, err := cps.ReadCheckpoint(ctx, "carts")
+		if err != nil || !ok {
+			t.Fatalf("%s: checkpoint %v %v", path, ok, err)
+		}
+		if got := cartState(t, cp.State).Items; got != 10 {
+			t.Fatalf("%s: checkpoint holds %d items, want 10", path, got)
+		}
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ---- the carts fixture ----------------------------------------------------------------------
+
+type cart struct {
+	Items int `json:"items"`
+}
+
+type itemAdded struct {
+	N int `json:"n"`
+}
+
+func item(n int) foldstream.EventInput {
+	return foldstream.EventInput{Type: "item", Payload: foldstream.JSON(itemAdded{N: n})}
+}
+
+// carts sums the items of a stream and records one effect per item event, by stream. One value
+// serves the engines of every stream a pattern covers, so it is safe for concurrent use.
+type carts struct {
+	foldstream.Base[cart]
+	mu      sync.Mutex
+	effects map[string][]int64
+	waits   map[string]cartWait
+	heads   chan struct{} // when set, gets one send per eventless at-head pass
+}
+
+type cartWait struct {
+	n    int
+	done chan struct{}
+}
+
+func newCarts(t testing.TB, slug string) *carts {
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[cart]{
+		Slug: slug, Version: "1", Consumes: []string{"item"},
+		Events: []foldstream.EventDefinition{foldstream.DefineEvent[itemAdded]("item", "an item was added")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &carts{Base: foldstream.NewBase(c), effects: map[string][]int64{}, waits: map[string]cartWait{}}
+}
+
+func (p *carts) Reduce(a foldstream.ReduceArgs[cart]) (cart, bool, error) {
+	return cart{Items: a.State.Items + a.Payload.(itemAdded).N}, true, nil
+}
+
+func (p *carts) ProcessEvent(a *foldstream.ProcessEventArgs[cart]) error {
+	if a.Event == nil {
+		if p.heads != nil {
+			select {
+			case p.heads <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	path := a.Event.Path
+	p.effects[path] = append(p.effects[path], a.Event.Offset)
+	if w, ok := p.waits[path]; ok && len(p.effects[path]) >= w.n {
+		close(w.done)
+		delete(p.waits, path)
+	}
+	return nil
+}
+
+// expect returns a channel closed once n effects ran on path.
+func (p *carts) expect(path string, n int) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	done := make(chan struct{})
+	if len(p.effects[path]) >= n {
+		close(done)
+	} else {
+		p.waits[path] = cartWait{n, done}
+	}
+	return done
+}
+
+func (p *carts) effectsOn(path string) []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.effects[path])
+}
+
+func cartState(t testing.TB, raw []byte) cart {
+	t.Helper()
+	var c cart
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatalf("cart state %s: %v", raw, err)
+	}
+	return c
+}
+
+func cartItems(t testing.TB, h *host.Host, path string) int {
+	t.Helper()
+	snap, err := h.Snapshot(context.Background(), path, "carts")
+	if err != nil {
+		t.Fatalf("snapshot of %s: %v", path, err)
+	}
+	return cartState(t, snap.State).Items
+}

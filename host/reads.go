@@ -1,0 +1,163 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// errBound is the cause of a read context that ended at its bound (not the caller's).
+var errBound = errors.New("host: read bound passed")
+
+// catchingUp is the CATCHING_UP error of a read that gave up at its bound. Its Data holds
+// "offset" (the processor's reduced-through offset then), "slug" and "path".
+func catchingUp(key procKey, offset int64, cause error) *foldstream.Error {
+	return &foldstream.Error{
+		Code: foldstream.CodeCatchingUp,
+		Message: fmt.Sprintf("host: processor %q on %q is catching up (at offset %d); retry later",
+			key.slug, key.path, offset),
+		Data:      map[string]any{"offset": offset, "slug": key.slug, "path": key.path},
+		Retryable: true,
+		Err:       cause,
+	}
+}
+
+// read runs fn on the open engine of processor slug on path within bound on the host's clock: past
+// it the read fails with CATCHING_UP. With settle, fn runs with read-your-writes (every push the
+// subscription owed when the call began is delivered first, docs/store.md#reads) and
+// after the opening catch-up finished.
+func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error) error {
+	key := procKey{path, slug}
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := h.clock.AfterFunc(bound, func() { cancel(errBound) })
+	defer func() {
+		stop()
+		cancel(nil)
+	}()
+	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
+	for {
+		sl, err := h.acquire(bctx, path, slug)
+		if err != nil {
+			if atBound() {
+				return catchingUp(key, 0, err)
+			}
+			return err
+		}
+		retry, err := h.readOn(bctx, sl, settle, atBound, fn)
+		h.release(sl)
+		if !retry {
+			return err
+		}
+	}
+}
+
+// readOn is one attempt of read on the acquired slot sl. It asks for a retry when sl's stream
+// turned out to be deleted and created again: the slot that replaces it answers.
+func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldstream.Runner) error) (retry bool, err error) {
+	check := func() (bool, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if sl.stale {
+			return true, nil
+		}
+		if sl.parked != nil {
+			return false, sl.parked
+		}
+		return false, nil
+	}
+	fail := func(err error) (bool, error) {
+		h.failed(sl, "read", err)
+		if retry, perr := check(); retry || perr != nil {
+			return retry, perr
+		}
+		if atBound() {
+			return false, catchingUp(sl.key, sl.runner.ReducedThroughOffset(), err)
+		}
+		return false, err
+	}
+	if settle {
+		if err := sl.sub.WaitDelivered(ctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
+			if errors.Is(err, foldstream.ErrStreamDeleted) {
+				// The stream was deleted; if the path holds a new stream already, the slot is
+				// reset now (the store's creation notice may still be on its way) and the read
+				// goes to the fresh engine.
+				h.created(sl.key.path)
+			}
+			return fail(err)
+		}
+		select {
+		case <-sl.caughtUp:
+		case <-ctx.Done():
+			return fail(context.Cause(ctx))
+		}
+	}
+	// A push delivered meanwhile may have parked the processor or shown its stream re-created.
+	if retry, perr := check(); retry || perr != nil {
+		return retry, perr
+	}
+	if err := fn(ctx, sl.runner); err != nil {
+		return fail(err)
+	}
+	return false, nil
+}
+
+// Snapshot returns processor slug's cursor and state on the stream at path, with read-your-writes:
+// it reflects every append that returned before the call. It waits at most Config.MaxWait for a
+// processor that is catching up, then fails with CATCHING_UP (see [ErrCatchingUp]); a parked
+// processor fails with PROCESSOR_PARKED. Under a pattern it opens the stream's engine when it is
+// closed; a stream that does not exist is NOT_REGISTERED. Do not call it from inside the same
+// processor's batch.
+func (h *Host) Snapshot(ctx context.Context, path, slug string) (Snapshot, error) {
+	var snap Snapshot
+	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
+		off, state, err := r.SnapshotJSON(ctx)
+		snap = Snapshot{Offset: off, State: state}
+		return err
+	})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return snap, nil
+}
+
+// LiveSnapshot returns processor slug's live state {rev, state} on the stream at path, with
+// read-your-writes and the bound of Snapshot. Clients seed from it and apply live-state deltas
+// whose from equals the held rev (docs/engine.md, "Live state").
+func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error) {
+	var live foldstream.LiveSnapshot
+	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
+		var err error
+		live, err = r.LiveSnapshot(ctx)
+		return err
+	})
+	if err != nil {
+		return foldstream.LiveSnapshot{}, err
+	}
+	return live, nil
+}
+
+// WaitUntilProcessed waits until processor slug on the stream at path reduced through offset.
+// timeout (0 means foldstream.DefaultWaitTimeout) is capped at Config.MaxWait; when it passes the
+// call fails with CATCHING_UP (see [ErrCatchingUp]; the error also matches
+// foldstream.ErrProcessTimeout), or earlier when ctx ends.
+func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = foldstream.DefaultWaitTimeout
+	}
+	timeout = min(timeout, h.cfg.MaxWait)
+	key := procKey{path, slug}
+	// The engine's own timeout ends the wait; the read's bound is a backstop a little later, for
+	// the time spent opening the engine.
+	err := h.read(ctx, path, slug, timeout+time.Second, false, func(ctx context.Context, r foldstream.Runner) error {
+		err := r.WaitUntilProcessed(ctx, offset, timeout)
+		if errors.Is(err, foldstream.ErrProcessTimeout) {
+			return catchingUp(key, r.ReducedThroughOffset(), err)
+		}
+		return err
+	})
+	return err
+}

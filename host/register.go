@@ -1,0 +1,222 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// Register builds an engine for processor p over the stream at path — the store's event view, a
+// checkpoint table in the same file scoped by path, FedByPushes — and hosts it: it wakes the
+// stream, subscribes the engine and starts its catch-up in the background (reads wait for it
+// within Config.MaxWait), and revives at once any claim a previous incarnation left for it. It
+// returns the engine, which the caller may also use directly.
+//
+// The engine stays open while the host runs. If the stream is deleted, the host replaces it with a
+// fresh engine (the contract's initial state at offset 0) for the stream created next at path; the
+// engine returned here is then closed, so prefer the host's methods to holding it.
+func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Processor[S]) (*foldstream.Engine[S], error) {
+	pat, err := exactPattern(path)
+	if err != nil {
+		return nil, err
+	}
+	reg := newRegistration(h, pat, p)
+	r, err := h.register(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*foldstream.Engine[S]), nil
+}
+
+// RegisterPattern runs processor p on every stream whose path matches pattern (see [Pattern] for
+// the syntax: "/carts/*" is one segment, "/tenants/acme/**" any depth below): one engine per
+// stream, each with its own checkpoint, exactly as [Register] would run it on that path.
+//
+// Streams that exist now and are behind their checkpoint are caught up in the background; a
+// stream created later gets its engine from its first commit, with no call needed. Engines open
+// on demand — a commit, a read through the host, or a due claim — and close when idle for
+// Config.IdleTimeout or when Config.MaxOpenEngines needs room (least recently used first); a closed
+// engine reopens from its checkpoint, so its effects never run twice. Claims a previous
+// incarnation left for p on matching streams are revived at once.
+//
+// p is shared by the engines of every matching stream, which call its hooks concurrently: keep
+// per-stream data in the state, not in p. A slug may run under one registration per path:
+// registering p's slug again on a pattern or path that overlaps fails.
+func RegisterPattern[S any](ctx context.Context, h *Host, pattern string, p foldstream.Processor[S]) error {
+	pat, err := ParsePattern(pattern)
+	if err != nil {
+		return err
+	}
+	if pat.exact {
+		return foldstream.NewError(foldstream.CodeBadRequest, map[string]any{"pattern": pattern},
+			"host: pattern %q has no wildcard: register it with Register", pattern)
+	}
+	_, err = h.register(ctx, newRegistration(h, pat, p))
+	return err
+}
+
+func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S]) *registration {
+	c := p.Contract()
+	reg := &registration{pattern: pat}
+	if c != nil {
+		reg.slug, reg.version = c.Slug(), c.Version()
+		if b, err := json.Marshal(c.InitialState()); err == nil {
+			reg.initial = b
+		}
+	}
+	reg.build = func(path string) (foldstream.Runner, error) {
+		cps, err := h.checkpoints(path)
+		if err != nil {
+			return nil, err
+		}
+		return foldstream.NewEngine(p, foldstream.EngineConfig{
+			Stream:      h.store.Stream(path).ForProcessor(reg.slug),
+			Checkpoints: cps,
+			FedByPushes: true,
+			Clock:       h.clock,
+			Reporter:    h.cfg.Reporter,
+			Logger:      h.log,
+		})
+	}
+	return reg
+}
+
+// checkpoints returns the checkpoint storage of the processors on path.
+func (h *Host) checkpoints(path string) (*stream.Checkpoints, error) {
+	return h.store.Checkpoints(h.ctx, path)
+}
+
+// Add hosts a runner the caller built on the stream at path. The runner must run against the
+// store's event view of path with FedByPushes (Register builds such an engine). Add wakes the stream
+// (its wake record for this incarnation), subscribes the runner to the stream's commits filtered by
+// its consumes, starts its catch-up from its checkpoint in the background, and brings forward to
+// now the claims a previous incarnation left for it, so the alarm loop revives that work at once.
+//
+// The host cannot rebuild a runner it did not build: if the stream is deleted, the runner is
+// removed (Register and RegisterPattern keep their registrations instead).
+func (h *Host) Add(ctx context.Context, path string, r foldstream.Runner) error {
+	pat, err := exactPattern(path)
+	if err != nil {
+		return err
+	}
+	_, err = h.register(ctx, &registration{pattern: pat, slug: r.Slug(), added: r})
+	return err
+}
+
+// register records reg and, for an exact path, opens its engine; for a pattern it starts the
+// background scan of existing streams. It returns the exact path's runner.
+func (h *Host) register(ctx context.Context, reg *registration) (foldstream.Runner, error) {
+	what := fmt.Sprintf("host: register %q on %q", reg.slug, reg.pattern)
+	// Read before any engine of this registration runs: what is there now was left by a previous
+	// incarnation of the host.
+	claims, err := h.leftoverClaims(ctx, reg.pattern, reg.slug)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	h.mu.Lock()
+	if h.shutdown {
+		h.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	if other := h.overlapLocked(reg); other != nil {
+		h.mu.Unlock()
+		return nil, foldstream.NewError(foldstream.CodeConflict, map[string]any{"slug": reg.slug, "pattern": reg.pattern.String()},
+			"host: processor %q is already registered on %q, which overlaps %q", reg.slug, other.pattern, reg.pattern)
+	}
+	if !reg.pinned() {
+		h.patterns = append(h.patterns, reg)
+		h.hasPatterns.Store(true)
+		h.wg.Add(1)
+		h.mu.Unlock()
+		go func() {
+			defer h.wg.Done()
+			h.scan(reg)
+		}()
+		if err := h.reviveNow(ctx, claims); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return nil, nil
+	}
+	key := procKey{reg.pattern.text, reg.slug}
+	h.exact[key] = reg
+	sl := newSlot(key, reg)
+	h.slots[key] = sl
+	h.mu.Unlock()
+	h.open(sl, false, false)
+	if err := sl.openErr; err != nil {
+		h.mu.Lock()
+		if h.exact[key] == reg {
+			delete(h.exact, key)
+		}
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := h.reviveNow(ctx, claims); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return sl.runner, nil
+}
+
+// overlapLocked returns a registration of reg's slug that covers a path reg covers too. h.mu held.
+func (h *Host) overlapLocked(reg *registration) *registration {
+	if other := h.exact[procKey{reg.pattern.text, reg.slug}]; other != nil {
+		return other
+	}
+	for _, other := range h.exact {
+		if other.slug == reg.slug && !reg.pattern.exact && reg.pattern.Match(other.pattern.text) {
+			return other
+		}
+	}
+	for _, other := range h.patterns {
+		if other.slug != reg.slug {
+			continue
+		}
+		if reg.pattern.exact && other.pattern.Match(reg.pattern.text) || !reg.pattern.exact && other.pattern.overlaps(reg.pattern) {
+			return other
+		}
+	}
+	return nil
+}
+
+// Remove stops hosting the processor registered with Register or Add on the exact path: its
+// subscription is drained (until ctx ends) and its engine closed (background attempts cancelled
+// and waited for). Its checkpoint and claims stay.
+func (h *Host) Remove(ctx context.Context, path, slug string) error {
+	key := procKey{path, slug}
+	h.mu.Lock()
+	reg := h.exact[key]
+	sl := h.slots[key]
+	if reg == nil || sl == nil || sl.state == slotOpening {
+		// Absent, or its Add is still starting: nothing to remove yet.
+		h.mu.Unlock()
+		return notRegistered(path, slug)
+	}
+	delete(h.exact, key)
+	delete(h.slots, key)
+	state := sl.state
+	sl.state = slotClosing
+	h.mu.Unlock()
+	if state != slotOpen {
+		return nil
+	}
+	err := sl.sub.Drain(ctx)
+	if cerr := settleAndClose(ctx, sl.runner); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Runner returns the runner of processor slug on the stream at path, opening it when it runs under
+// a pattern and is closed. A runner of a pattern registration may be closed again at any time
+// afterwards (idle or the cap); use the host's methods to read it.
+func (h *Host) Runner(path, slug string) (foldstream.Runner, bool) {
+	sl, err := h.acquire(context.Background(), path, slug)
+	if err != nil {
+		return nil, false
+	}
+	defer h.release(sl)
+	return sl.runner, true
+}

@@ -1,0 +1,662 @@
+package host
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// A slot is one processor on one stream: the engine a registration runs there, while it is open.
+// The rules of its life, kept in this file (docs/store.md#engines-of-a-pattern):
+//
+//   - One goroutine opens a slot: the one that created it in the slots map (a read, a revive, the
+//     open queue's worker, or a registration). Others wait on ready.
+//   - An open slot's engine gets every commit through its subscription, subscribed before its
+//     catch-up, so nothing falls between the log and the pushes.
+//   - A slot of a pattern registration is closed when it is idle for IdleTimeout or when the cap
+//     needs room, never while refs > 0. Closing drains the subscription, then closes the engine,
+//     then removes the slot: the next use opens a fresh engine from the checkpoint, which covers
+//     every event the closed one processed, so no effect runs twice.
+//   - A commit on a closing slot's stream marks it dirty; the closer queues it to open again.
+//   - A slot of an exact registration is pinned: never closed while the host runs.
+//   - A parked slot stays in the map with its error and no engine until the host stops.
+
+type slotState int
+
+const (
+	slotOpening slotState = iota
+	slotOpen
+	slotClosing
+	slotParked
+)
+
+type registration struct {
+	pattern Pattern
+	slug    string
+	version string
+	// initial is the contract's initial state as JSON (what a reset checkpoint holds).
+	initial []byte
+	// build makes a fresh engine for a stream path; nil for a runner added with Add.
+	build func(path string) (foldstream.Runner, error)
+	added foldstream.Runner
+}
+
+func (r *registration) pinned() bool { return r.pattern.exact }
+
+type slot struct {
+	key procKey
+	reg *registration
+
+	state    slotState
+	ready    chan struct{} // closed when opening ended (state is then open, parked, or the slot is gone)
+	openErr  error         // why opening failed (the slot is gone)
+	closed   chan struct{} // closed when a close finished
+	caughtUp chan struct{} // closed when the opening catch-up ended
+	runner   foldstream.Runner
+	sub      *stream.Subscription
+	refs     int
+	lastUsed time.Time
+	elem     *list.Element
+	dirty    bool
+	parked   error
+	streamID int64 // the stream's identity when the engine opened (StreamInfo.ID)
+	stale    bool  // the stream was deleted and created again: the engine follows a dead stream
+}
+
+func newSlot(key procKey, reg *registration) *slot {
+	return &slot{key: key, reg: reg, ready: make(chan struct{}), closed: make(chan struct{}), caughtUp: make(chan struct{})}
+}
+
+// registrationFor returns the registration that runs processor slug on path, or nil. h.mu held.
+func (h *Host) registrationFor(path, slug string) *registration {
+	if r := h.exact[procKey{path, slug}]; r != nil {
+		return r
+	}
+	for _, r := range h.patterns {
+		if r.slug == slug && r.pattern.Match(path) {
+			return r
+		}
+	}
+	return nil
+}
+
+// notRegistered builds the NOT_REGISTERED error for (path, slug).
+func notRegistered(path, slug string) error {
+	return foldstream.NewError(foldstream.CodeNotRegistered, map[string]any{"path": path, "slug": slug},
+		"host: no processor %q runs on %q", slug, path)
+}
+
+// acquire returns the open slot of processor slug on path, opening it first when its registration
+// is a pattern and the engine is closed; release it with h.release. A pattern slot opens only on an
+// existing stream (mustExist), so a read never creates a stream.
+func (h *Host) acquire(ctx context.Context, path, slug string) (*slot, error) {
+	h.mu.Lock()
+	for {
+		if h.shutdown {
+			h.mu.Unlock()
+			return nil, ErrShutdown
+		}
+		sl := h.slots[procKey{path, slug}]
+		if sl == nil {
+			reg := h.registrationFor(path, slug)
+			if reg == nil || reg.pinned() {
+				// A pinned slot is in the map from its registration until its removal.
+				h.mu.Unlock()
+				return nil, notRegistered(path, slug)
+			}
+			sl = newSlot(procKey{path, slug}, reg)
+			h.slots[sl.key] = sl
+			h.wg.Add(1)
+			h.mu.Unlock()
+			go func() {
+				defer h.wg.Done()
+				h.open(sl, true, false)
+			}()
+			h.mu.Lock()
+			continue
+		}
+		switch sl.state {
+		case slotOpen:
+			sl.refs++
+			h.touchLocked(sl)
+			h.mu.Unlock()
+			return sl, nil
+		case slotParked:
+			err := sl.parked
+			h.mu.Unlock()
+			return nil, err
+		}
+		ch := sl.ready
+		if sl.state == slotClosing {
+			ch = sl.closed
+		}
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		h.mu.Lock()
+		if sl.openErr != nil {
+			h.mu.Unlock()
+			return nil, sl.openErr
+		}
+	}
+}
+
+// release ends a use of sl that acquire began.
+func (h *Host) release(sl *slot) {
+	h.mu.Lock()
+	sl.refs--
+	h.touchLocked(sl)
+	h.mu.Unlock()
+}
+
+// touchLocked marks sl used now. h.mu held.
+func (h *Host) touchLocked(sl *slot) {
+	if sl.elem == nil {
+		return
+	}
+	sl.lastUsed = h.clock.Now()
+	h.lru.MoveToFront(sl.elem)
+}
+
+// open opens sl, whose creator the caller is: it builds the engine, makes room under the cap,
+// wakes the stream, subscribes the engine and catches it up. mustExist refuses a stream that does
+// not exist (a read must not create one). With waitCatchUp the catch-up runs before open returns
+// (the open queue's workers, so their opens do not outrun the cap); otherwise in the background.
+// The slot holds a reference while it catches up, so the cap never closes it mid-way.
+func (h *Host) open(sl *slot, mustExist, waitCatchUp bool) {
+	ctx := h.ctx
+	reg := sl.reg
+	fail := func(err error) {
+		h.mu.Lock()
+		sl.openErr = err
+		if h.slots[sl.key] == sl {
+			delete(h.slots, sl.key)
+		}
+		close(sl.ready)
+		h.mu.Unlock()
+	}
+	if mustExist {
+		if _, err := h.store.HeadStream(ctx, sl.key.path); err != nil {
+			if errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone) {
+				err = notRegistered(sl.key.path, sl.key.slug)
+			}
+			fail(err)
+			return
+		}
+	}
+	runner := reg.added
+	if runner == nil {
+		var err error
+		if runner, err = reg.build(sl.key.path); err != nil {
+			fail(err)
+			return
+		}
+	}
+	if !reg.pinned() {
+		h.makeRoom(ctx)
+	}
+	if _, err := h.store.Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
+		fail(err)
+		return
+	}
+	info, err := h.store.HeadStream(ctx, sl.key.path)
+	if err != nil {
+		fail(err)
+		return
+	}
+	sl.streamID = info.ID()
+	sub, err := h.store.Subscribe(sl.key.path, h.deliverTo(sl, runner), stream.SubscribeOptions{
+		Consumes:         runner.Consumes(),
+		MaxPendingEvents: h.cfg.MaxPendingEvents,
+		Name:             runner.Slug(),
+		Logger:           h.log,
+	})
+	if err != nil {
+		fail(err)
+		return
+	}
+	// Published under the lock, and only while the host runs: Shutdown closes exactly the slots it
+	// finds open, so one opened after it would stay subscribed until the store closes.
+	h.mu.Lock()
+	if h.shutdown {
+		h.mu.Unlock()
+		sub.Close()
+		if reg.added == nil {
+			_ = closeRunner(context.Background(), runner)
+		}
+		fail(ErrShutdown)
+		return
+	}
+	sl.runner, sl.sub, sl.state = runner, sub, slotOpen
+	sl.refs++ // the opening catch-up's
+	if !reg.pinned() {
+		sl.lastUsed = h.clock.Now()
+		sl.elem = h.lru.PushFront(sl)
+		h.armSweeperLocked()
+	}
+	close(sl.ready)
+	h.wg.Add(1)
+	h.mu.Unlock()
+	catchUp := func() {
+		defer h.wg.Done()
+		err := runner.CatchUpFromLog(ctx)
+		h.failed(sl, "catch-up", err)
+		// Released before the readers waiting for the catch-up go on, so an engine they are done
+		// with is idle (and may make room under the cap) as soon as they are.
+		h.release(sl)
+		close(sl.caughtUp)
+	}
+	if waitCatchUp {
+		catchUp()
+	} else {
+		go catchUp()
+	}
+}
+
+// deliverTo is the subscription's push into the slot's engine. A failed push is reported through
+// the host's folded logger (the engine heals it on the next push or read), and a conflict on the
+// processor's own emitted event parks it.
+func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
+	return func(ctx context.Context, events []foldstream.Event, rg foldstream.ScannedRange) error {
+		if !sl.reg.pinned() {
+			h.mu.Lock()
+			h.touchLocked(sl)
+			h.mu.Unlock()
+		}
+		if rg.Through < rg.After || slices.ContainsFunc(events, func(ev foldstream.Event) bool { return ev.Offset <= rg.After }) {
+			// A range that runs backwards: the stream was deleted and created again, and this
+			// push is the new stream's. It is not the old engine's to process.
+			h.recreated(sl)
+			return nil
+		}
+		err := r.ProcessEventBatch(ctx, events, rg)
+		if ctx.Err() == nil {
+			h.failed(sl, "push", err)
+		}
+		return nil
+	}
+}
+
+// failed looks at an error one of sl's engine verbs returned: a conflict on the processor's own
+// emitted event parks the slot; anything else is logged (folded) and healed by the next push,
+// read or revive.
+func (h *Host) failed(sl *slot, what string, err error) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, foldstream.ErrClosed) {
+		return
+	}
+	if errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		h.park(sl, err)
+		return
+	}
+	h.log.Warn("host: processor "+what+" failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+}
+
+// parkedError is the PROCESSOR_PARKED error of sl with its cause.
+func parkedError(key procKey, cause error) *foldstream.Error {
+	return &foldstream.Error{
+		Code: foldstream.CodeProcessorParked,
+		Message: fmt.Sprintf("host: processor %q on %q is parked: %v (fix the conflicting event, then restart the host)",
+			key.slug, key.path, cause),
+		Data: map[string]any{"slug": key.slug, "path": key.path, "cause": cause.Error()},
+		Err:  cause,
+	}
+}
+
+// park stops sl's engine for good (until the host restarts) and keeps its error for reads and
+// status. It never blocks: the engine is closed in the background (park may run inside a push).
+func (h *Host) park(sl *slot, cause error) {
+	h.mu.Lock()
+	if sl.state != slotOpen || h.slots[sl.key] != sl {
+		h.mu.Unlock()
+		return
+	}
+	sl.state = slotParked
+	sl.parked = parkedError(sl.key, cause)
+	if sl.elem != nil {
+		h.lru.Remove(sl.elem)
+		sl.elem = nil
+	}
+	sub, runner := sl.sub, sl.runner
+	sl.closed = make(chan struct{}) // closed once the engine is closed; Shutdown waits for it
+	done := sl.closed
+	h.mu.Unlock()
+	h.log.Error("host: processor parked after a conflict on its own emitted event", "path", sl.key.path,
+		"slug", sl.key.slug, "code", foldstream.CodeProcessorParked, "err", cause)
+	go func() {
+		defer close(done)
+		sub.Close()
+		_ = closeRunner(context.Background(), runner)
+	}()
+}
+
+// makeRoom closes least recently used idle slots of pattern registrations until one more fits
+// under MaxOpenEngines (or none is idle).
+func (h *Host) makeRoom(ctx context.Context) {
+	for {
+		h.mu.Lock()
+		if h.lru.Len() < h.cfg.MaxOpenEngines {
+			h.mu.Unlock()
+			return
+		}
+		var victim *slot
+		for e := h.lru.Back(); e != nil; e = e.Prev() {
+			if sl := e.Value.(*slot); sl.refs == 0 {
+				victim = sl
+				break
+			}
+		}
+		if victim == nil {
+			h.mu.Unlock()
+			return
+		}
+		h.beginCloseLocked(victim)
+		h.mu.Unlock()
+		h.finishClose(ctx, victim)
+	}
+}
+
+// beginCloseLocked takes an idle open slot out of service. h.mu held.
+func (h *Host) beginCloseLocked(sl *slot) {
+	sl.state = slotClosing
+	h.lru.Remove(sl.elem)
+	sl.elem = nil
+}
+
+// finishClose drains the slot's pushes, closes its engine and forgets the slot; a commit that
+// arrived meanwhile queues it to open again.
+func (h *Host) finishClose(ctx context.Context, sl *slot) {
+	ctx = context.WithoutCancel(ctx)
+	err := sl.sub.Drain(ctx)
+	if cerr := settleAndClose(ctx, sl.runner); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		h.log.Warn("host: closing an idle engine failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+	}
+	h.mu.Lock()
+	if h.slots[sl.key] == sl {
+		delete(h.slots, sl.key)
+	}
+	close(sl.closed)
+	if sl.dirty && !h.shutdown {
+		h.queueOpenLocked(sl.key)
+	}
+	h.mu.Unlock()
+}
+
+// armSweeperLocked starts the idle sweep when it is not running. h.mu held.
+func (h *Host) armSweeperLocked() {
+	if h.sweeper != nil || h.cfg.IdleTimeout < 0 || h.shutdown {
+		return
+	}
+	h.sweeper = h.clock.AfterFunc(h.cfg.IdleTimeout/2, h.sweep)
+}
+
+// sweep closes the slots idle for IdleTimeout and, once they are closed, arms the next sweep while
+// pattern engines are open (or it closed some).
+func (h *Host) sweep() {
+	h.mu.Lock()
+	h.sweeper = nil
+	if h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	now := h.clock.Now()
+	var idle []*slot
+	for e := h.lru.Back(); e != nil; {
+		sl := e.Value.(*slot)
+		e = e.Prev()
+		if sl.refs == 0 && now.Sub(sl.lastUsed) >= h.cfg.IdleTimeout {
+			h.beginCloseLocked(sl)
+			idle = append(idle, sl)
+		}
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	defer h.wg.Done()
+	for _, sl := range idle {
+		h.finishClose(h.ctx, sl)
+	}
+	h.mu.Lock()
+	if h.lru.Len() > 0 || len(idle) > 0 {
+		h.armSweeperLocked()
+	}
+	h.mu.Unlock()
+}
+
+// committed is the store's commit watch: a commit on a stream a pattern covers opens that
+// processor's engine there when it is closed. It runs on the store's writer goroutine and only
+// queues work.
+func (h *Host) committed(path string) {
+	if !h.hasPatterns.Load() {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shutdown {
+		return
+	}
+	for _, reg := range h.patterns {
+		if !strings.HasPrefix(path, reg.pattern.Prefix()) || !reg.pattern.Match(path) {
+			continue
+		}
+		key := procKey{path, reg.slug}
+		if h.exact[key] != nil {
+			continue
+		}
+		sl := h.slots[key]
+		switch {
+		case sl == nil:
+			h.queueOpenLocked(key)
+		case sl.state == slotClosing:
+			sl.dirty = true
+		}
+	}
+}
+
+// openWorkers is how many goroutines open queued engines at once.
+const openWorkers = 8
+
+// queueOpenLocked queues key to be opened by a worker. h.mu held.
+func (h *Host) queueOpenLocked(key procKey) {
+	if h.opening[key] {
+		return
+	}
+	h.opening[key] = true
+	h.openQ = append(h.openQ, key)
+	if h.openers < openWorkers {
+		h.openers++
+		h.wg.Add(1)
+		go h.runOpener()
+	}
+}
+
+func (h *Host) runOpener() {
+	defer h.wg.Done()
+	for {
+		h.mu.Lock()
+		if len(h.openQ) == 0 || h.shutdown {
+			h.openers--
+			h.mu.Unlock()
+			return
+		}
+		key := h.openQ[0]
+		h.openQ[0] = procKey{}
+		h.openQ = h.openQ[1:]
+		delete(h.opening, key)
+		reg := h.registrationFor(key.path, key.slug)
+		if reg == nil || reg.pinned() || h.slots[key] != nil {
+			if sl := h.slots[key]; sl != nil && sl.state == slotClosing {
+				sl.dirty = true
+			}
+			h.mu.Unlock()
+			continue
+		}
+		sl := newSlot(key, reg)
+		h.slots[key] = sl
+		h.mu.Unlock()
+		h.open(sl, false, true)
+		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) {
+			h.log.Warn("host: opening an engine failed", "path", key.path, "slug", key.slug, "err", err)
+		}
+	}
+}
+
+// revive is the alarm handler: it revives the processor a due claim names, opening its engine
+// first when it is closed. An unknown processor (not registered yet, or no longer) fails, so the
+// claim is kept with backoff; registering brings it forward.
+func (h *Host) revive(ctx context.Context, c stream.DueClaim) error {
+	sl, err := h.acquire(ctx, c.Path, c.Slug)
+	if err != nil {
+		return err
+	}
+	defer h.release(sl)
+	if err := sl.runner.Revive(ctx); err != nil {
+		h.failed(sl, "revive", err)
+		return err
+	}
+	return nil
+}
+
+// leftoverClaims lists the claims of processor slug on the streams pattern covers: the work a
+// previous incarnation left (call it before the new engines start).
+func (h *Host) leftoverClaims(ctx context.Context, p Pattern, slug string) ([]stream.ClaimRow, error) {
+	all, err := h.store.Claims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []stream.ClaimRow
+	for _, c := range all {
+		if c.Slug == slug && p.Match(c.Path) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// reviveNow brings claims a previous incarnation left forward to now, so the alarm loop revives
+// their processors at once: the work died with its process, and waiting for its original due
+// time (up to 30 minutes with backoff) would only delay it.
+func (h *Host) reviveNow(ctx context.Context, claims []stream.ClaimRow) error {
+	now := h.clock.Now()
+	for _, c := range claims {
+		if c.At.After(now) {
+			if err := h.store.Claim(ctx, c.Path, c.Slug, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// created is the store's notice of a stream created at path: if an engine follows an earlier
+// stream at that path (deleted since), it is reset. Runs on the notice's own goroutine.
+func (h *Host) created(path string) {
+	h.mu.Lock()
+	var follow []*slot
+	for key, sl := range h.slots {
+		if key.path == path && (sl.state == slotOpen || sl.state == slotParked) {
+			follow = append(follow, sl)
+		}
+	}
+	h.mu.Unlock()
+	if len(follow) == 0 {
+		return
+	}
+	info, err := h.store.HeadStream(h.ctx, path)
+	if err != nil {
+		return // gone again: the next creation's notice resets it
+	}
+	for _, sl := range follow {
+		if sl.streamID != info.ID() {
+			h.recreated(sl)
+		}
+	}
+}
+
+// recreated resets the engine of sl, whose stream was deleted and created again
+// (docs/store.md#deleted-streams): the old engine is closed without settling (its stream is gone),
+// the checkpoint and claim it may have written since the delete are removed, and the registration
+// stays: an exact path's processor opens afresh — the contract's initial state at offset 0 — on
+// the new stream and runs its effects for the new events; a pattern's opens again on the next
+// commit; a runner added with Add is removed (the host cannot rebuild it).
+func (h *Host) recreated(sl *slot) {
+	h.mu.Lock()
+	if h.slots[sl.key] != sl || (sl.state != slotOpen && sl.state != slotParked) || h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	wasParked := sl.state == slotParked
+	sl.stale, sl.state = true, slotClosing
+	if sl.elem != nil {
+		h.lru.Remove(sl.elem)
+		sl.elem = nil
+	}
+	// The slot stays in the map (closing) until its checkpoint is gone, so no new engine on the
+	// path reads it; an exact path's fresh slot takes its place at once (opening), so reads wait
+	// for it rather than answer NOT_REGISTERED.
+	var fresh *slot
+	switch {
+	case sl.reg.added != nil:
+		delete(h.exact, sl.key)
+		h.log.Warn("host: the stream of an added runner was deleted and created again; the runner is removed",
+			"path", sl.key.path, "slug", sl.key.slug)
+	case sl.reg.pinned():
+		fresh = newSlot(sl.key, sl.reg)
+		h.slots[sl.key] = fresh
+	}
+	h.wg.Add(1)
+	closed := sl.closed
+	if wasParked {
+		closed = make(chan struct{}) // the parked slot's channel is its park goroutine's
+	}
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		ctx := context.WithoutCancel(h.ctx)
+		sl.sub.Close()
+		_ = closeRunner(ctx, sl.runner)
+		if sl.reg.added == nil && sl.reg.initial != nil {
+			// The contract's initial state at offset 0: what a missing row gives, over a row the
+			// old stream left (or the old engine wrote after the delete).
+			reset := foldstream.Checkpoint{ReducerVersion: sl.reg.version, State: sl.reg.initial}
+			cps, err := h.checkpoints(sl.key.path)
+			if err == nil {
+				err = cps.WriteCheckpoint(ctx, sl.key.slug, reset, true)
+			}
+			if err != nil {
+				h.log.Warn("host: resetting the checkpoint of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+			}
+		}
+		if err := h.store.Claim(ctx, sl.key.path, sl.key.slug, time.Time{}); err != nil {
+			h.log.Warn("host: releasing the claim of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+		}
+		h.mu.Lock()
+		if h.slots[sl.key] == sl {
+			delete(h.slots, sl.key)
+			if !sl.reg.pinned() && !h.shutdown {
+				h.queueOpenLocked(sl.key)
+			}
+		}
+		if !wasParked {
+			close(closed)
+		}
+		h.mu.Unlock()
+		if fresh != nil {
+			h.open(fresh, false, false)
+			if err := fresh.openErr; err != nil && !errors.Is(err, ErrShutdown) {
+				h.log.Warn("host: reopening a processor on a re-created stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+			}
+		}
+	}()
+}

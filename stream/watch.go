@@ -1,0 +1,63 @@
+package stream
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Commit watchers tell a host which streams changed without a subscription per stream: a host that
+// runs a processor on every stream matching a pattern keeps engines open only for busy streams and
+// needs the first commit on any other stream to open its engine.
+
+type commitWatchers struct {
+	mu   sync.Mutex
+	next uint64
+	list atomic.Pointer[[]commitWatcher] // read lock-free by publish
+}
+
+type commitWatcher struct {
+	id uint64
+	fn func(path string)
+}
+
+// WatchCommits calls fn with the path of every later commit that lands durable events (or
+// event-shaped messages) on any stream, after the commit's subscribers were offered it; commits of
+// ephemeral events only (live-state deltas among them) are not reported. fn runs on the writer
+// goroutine: it must return at once, never block and never call the store. The returned function
+// stops the watch (a commit already landing may still call fn once).
+func (s *Store) WatchCommits(fn func(path string)) (stop func()) {
+	w := &s.ev.watchers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next++
+	id := w.next
+	var list []commitWatcher
+	if cur := w.list.Load(); cur != nil {
+		list = append(list, *cur...)
+	}
+	list = append(list, commitWatcher{id: id, fn: fn})
+	w.list.Store(&list)
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var rest []commitWatcher
+		for _, c := range *w.list.Load() {
+			if c.id != id {
+				rest = append(rest, c)
+			}
+		}
+		w.list.Store(&rest)
+	}
+}
+
+func (w *commitWatchers) notify(path string) {
+	if list := w.list.Load(); list != nil {
+		for _, c := range *list {
+			c.fn(path)
+		}
+	}
+}
+
+// ID returns the stream's identity in the store: a path deleted and created again gets a new one,
+// so a host can tell the stream its engine follows from a later stream at the same path.
+func (in StreamInfo) ID() int64 { return in.id }
