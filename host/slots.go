@@ -151,12 +151,41 @@ func (h *Host) acquire(ctx context.Context, path, slug string) (*slot, error) {
 	}
 }
 
-// release ends a use of sl that acquire began.
+// release ends a use of sl that acquire began. An engine that becomes idle while more are open
+// than MaxOpenEngines allows (several opened at once, each finding room) lets the excess close.
 func (h *Host) release(sl *slot) {
 	h.mu.Lock()
 	sl.refs--
 	h.touchLocked(sl)
+	h.trimLocked()
 	h.mu.Unlock()
+}
+
+// trimLocked closes, in the background, the least recently used idle engines beyond
+// MaxOpenEngines. h.mu held.
+func (h *Host) trimLocked() {
+	if h.lru.Len() <= h.cfg.MaxOpenEngines || h.shutdown {
+		return
+	}
+	var excess []*slot
+	for e := h.lru.Back(); e != nil && h.lru.Len() > h.cfg.MaxOpenEngines; {
+		sl := e.Value.(*slot)
+		e = e.Prev()
+		if sl.refs == 0 {
+			h.beginCloseLocked(sl)
+			excess = append(excess, sl)
+		}
+	}
+	if len(excess) == 0 {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for _, sl := range excess {
+			h.finishClose(h.ctx, sl)
+		}
+	}()
 }
 
 // touchLocked marks sl used now. h.mu held.

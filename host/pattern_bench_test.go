@@ -1,0 +1,164 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// BenchmarkPatternFold measures events/s from append to every effect having run, for a pattern
+// processor (cap 100 open engines) over 10,000 streams against the same events on one stream:
+// b.N events appended in batches of 10 by 16 appenders to a real file. Run with
+//
+//	go test -run '^$' -bench PatternFold -benchtime 100000x -count 3 ./host
+func BenchmarkPatternFold(b *testing.B) {
+	for _, n := range []int{1, 10_000} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := stream.Open(filepath.Join(b.TempDir(), "fold.db"), stream.Options{Logger: quietLog})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 100})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := newCarts(b, "carts")
+			if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+				b.Fatal(err)
+			}
+			batches := max(b.N/10, 1)
+			per := make([]int, n) // items per stream
+			for i := range batches {
+				per[i%n] += 10
+			}
+			var dones []<-chan struct{}
+			for i, k := range per {
+				if k > 0 {
+					dones = append(dones, p.expect(fmt.Sprintf("/carts/%d", i), k))
+				}
+			}
+			batch := make([]foldstream.EventInput, 10)
+			for i := range batch {
+				batch[i] = item(1)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < batches; i += 16 {
+						if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i%n), batch...); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for _, d := range dones {
+				<-d
+			}
+			d := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(batches*10)/d.Seconds(), "events/s")
+			if err := h.Shutdown(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkOpenEngine measures, for a pattern processor, the heap one open engine holds
+// (bytes/engine, from 1,000 engines opened by reads) and the time to reopen an evicted engine:
+// with a cap of one, each read alternates between two streams, so every read closes one engine
+// and reopens the other from its checkpoint (ns/op). Run with
+//
+//	go test -run '^$' -bench OpenEngine -benchtime 2000x -count 3 ./host
+func BenchmarkOpenEngine(b *testing.B) {
+	ctx := context.Background()
+	b.Run("heap-per-engine", func(b *testing.B) {
+		s, err := stream.Open(filepath.Join(b.TempDir(), "open.db"), stream.Options{Logger: quietLog})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		const n = 1000
+		for i := range n {
+			if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i), item(1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 2 * n})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := newCarts(b, "carts")
+		if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.ResetTimer()
+		for i := range n {
+			if _, err := h.Snapshot(ctx, fmt.Sprintf("/carts/%d", i), "carts"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		open := 0
+		for i := range n {
+			if sts := h.ProcessorsOn(ctx, fmt.Sprintf("/carts/%d", i)); len(sts) == 1 && sts[0].Open {
+				open++
+			}
+		}
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(open), "bytes/engine")
+		if err := h.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("reopen", func(b *testing.B) {
+		s, err := stream.Open(filepath.Join(b.TempDir(), "reopen.db"), stream.Options{Logger: quietLog})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		for _, path := range []string{"/carts/a", "/carts/b"} {
+			if _, err := s.Append(ctx, path, item(1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(b, "carts")); err != nil {
+			b.Fatal(err)
+		}
+		paths := []string{"/carts/a", "/carts/b"}
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := h.Snapshot(ctx, paths[i%2], "carts"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if err := h.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
