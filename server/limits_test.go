@@ -146,16 +146,33 @@ func TestLiveReaderLimit(t *testing.T) {
 func TestBodyBytesInFlightLimit(t *testing.T) {
 	s := setupSecured(t, server.Config{MaxBodyBytes: 1000, MaxBodyBytesInFlight: 1000, BodyReadTimeout: time.Minute}, false)
 	request(t, "PUT", s.url+"/v1/stream/b", "", "Content-Type", "text/plain")
-	c := dialSmall(t, s.url)
-	if _, err := io.WriteString(c, "POST /v1/stream/b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\nx"); err != nil {
-		t.Fatal(err)
+	// hold starts an upload that reserves the whole budget and stalls; its channel receives the
+	// answer if the server refused it (a probe held bytes at that moment), so it is started again.
+	hold := func() <-chan struct{} {
+		c := dialSmall(t, s.url)
+		if _, err := io.WriteString(c, "POST /v1/stream/b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\nx"); err != nil {
+			t.Fatal(err)
+		}
+		answered := make(chan struct{})
+		go func() {
+			defer close(answered)
+			_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+		}()
+		return answered
 	}
+	held := hold()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Second)
 	for {
 		res, body := request(t, "POST", s.url+"/v1/stream/b", "y", "Content-Type", "text/plain")
 		if res.StatusCode == http.StatusServiceUnavailable {
+			select {
+			case <-held: // the probe was refused because the held upload was, too: start over
+				held = hold()
+				continue
+			default:
+			}
 			wantCoded(t, "write past the in-flight budget", res, body, http.StatusServiceUnavailable, foldstream.CodeOverloaded)
 			if res.Header.Get("Retry-After") == "" {
 				t.Fatal("503 without Retry-After")
@@ -166,6 +183,8 @@ func TestBodyBytesInFlightLimit(t *testing.T) {
 			t.Fatalf("write: %d %s", res.StatusCode, body)
 		}
 		select {
+		case <-held:
+			held = hold()
 		case <-deadline:
 			t.Fatal("the held upload never filled the in-flight budget")
 		case <-tick.C:
