@@ -2,11 +2,16 @@ package host_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -103,6 +108,165 @@ func TestPatternRevivesLeftoverClaimsNow(t *testing.T) {
 		}
 	}
 	if err := h2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type attempts struct {
+	foldstream.Base[struct{}]
+	mu      sync.Mutex
+	trace   []string
+	release map[int64]chan struct{}
+}
+
+func newAttempts(t testing.TB) *attempts {
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[struct{}]{Slug: "attempts", Version: "1", Consumes: []string{"e"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &attempts{Base: foldstream.NewBase(c), release: map[int64]chan struct{}{}}
+}
+
+func (p *attempts) add(s string) {
+	p.mu.Lock()
+	p.trace = append(p.trace, s)
+	p.mu.Unlock()
+}
+
+func (p *attempts) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
+	if a.Event == nil {
+		p.add("at-head")
+		return nil
+	}
+	off := a.Event.Offset
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.release[off] = ch
+	p.mu.Unlock()
+	a.RunInBackground(func(ctx context.Context) error {
+		p.add(fmt.Sprintf("attempt %d started", off))
+		<-ch
+		return nil
+	})
+	return nil
+}
+
+func claimsOf(t testing.TB, s *stream.Store) []string {
+	t.Helper()
+	cs, err := s.Claims(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("%s %s +%s f%d", c.Path, c.Slug, c.At.Sub(testT), c.Failures))
+	}
+	return out
+}
+
+// A background attempt claims T+20s durably; the alarm revives the engine when the fake clock gets
+// there; the busy engine re-claims 40 s later; ending the attempt releases the claim.
+func TestAlarmRevivesClaimedProcessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clk)
+	defer s.Close()
+	h := newHost(t, s)
+	p := newAttempts(t)
+	eng, err := host.Register(ctx, h, "/a", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The registration's catch-up runs in the background; a read waits for it, so its at-head
+	// pass comes before the append.
+	if _, err := h.Snapshot(ctx, "/a", "attempts"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "e"}); err != nil { // offset 3
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, testT.Add(20*time.Second))
+	// Let the push's batch commit first, so the revive's catch-up finds nothing new and runs its
+	// own eventless pass (a batch still in flight would be the at-head range instead).
+	if err := h.WaitUntilProcessed(ctx, "/a", "attempts", 3, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := claimsOf(t, s), []string{"/a attempts +20s f0"}; !slices.Equal(got, want) {
+		t.Fatalf("claims: got %v, want %v", got, want)
+	}
+	clk.Advance(20 * time.Second)
+	// revive: catch-up (nothing new) → eventless at-head pass → busy → claim now+40s.
+	clk.WaitArmed(t, testT.Add(60*time.Second))
+	if got, want := claimsOf(t, s), []string{"/a attempts +1m0s f0"}; !slices.Equal(got, want) {
+		t.Fatalf("claims after revive: got %v, want %v", got, want)
+	}
+	p.mu.Lock()
+	trace := slices.Clone(p.trace)
+	close(p.release[3])
+	p.mu.Unlock()
+	// The registration's catch-up read the birth batch (nothing consumed, at head): one at-head
+	// pass; the revive's catch-up found nothing new, so revive ran one more.
+	slices.Sort(trace)
+	if want := []string{"at-head", "at-head", "attempt 3 started"}; !slices.Equal(trace, want) {
+		t.Fatalf("trace (sorted): got %v, want %v", trace, want)
+	}
+	if err := eng.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimsOf(t, s); len(got) != 0 {
+		t.Fatalf("claims after the attempt ended: got %v, want none", got)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingRunner wraps a runner whose Revive fails, to see the host re-claim with backoff.
+type failingRunner struct {
+	foldstream.Runner
+	revives chan struct{}
+}
+
+func (f failingRunner) Revive(ctx context.Context) error {
+	f.revives <- struct{}{}
+	return errors.New("revive failed")
+}
+
+func TestFailedReviveReclaimsWithBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clk)
+	defer s.Close()
+	h := newHost(t, s)
+	cps, err := s.Checkpoints(ctx, "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := foldstream.NewEngine[countState](newTicker(t, "t"), foldstream.EngineConfig{
+		Stream: s.Stream("/f").ForProcessor("t"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := failingRunner{Runner: eng, revives: make(chan struct{}, 4)}
+	if err := h.Add(ctx, "/f", fr); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Claim(ctx, "/f", "t", testT.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, testT.Add(time.Second))
+	clk.Advance(time.Second)
+	<-fr.revives
+	clk.WaitArmed(t, testT.Add(21*time.Second))
+	clk.Advance(20 * time.Second)
+	<-fr.revives
+	clk.WaitArmed(t, testT.Add(61*time.Second))
+	if got, want := claimsOf(t, s), []string{"/f t +1m1s f2"}; !slices.Equal(got, want) {
+		t.Fatalf("claims: got %v, want %v", got, want)
+	}
+	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

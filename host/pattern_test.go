@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -315,106 +314,4 @@ func TestPatternOverManyStreams(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// ---- the carts fixture ----------------------------------------------------------------------
-
-type cart struct {
-	Items int `json:"items"`
-}
-
-type itemAdded struct {
-	N int `json:"n"`
-}
-
-func item(n int) foldstream.EventInput {
-	return foldstream.EventInput{Type: "item", Payload: foldstream.JSON(itemAdded{N: n})}
-}
-
-// carts sums the items of a stream and records one effect per item event, by stream. One value
-// serves the engines of every stream a pattern covers, so it is safe for concurrent use.
-type carts struct {
-	foldstream.Base[cart]
-	mu      sync.Mutex
-	effects map[string][]int64
-	waits   map[string]cartWait
-	heads   chan struct{} // when set, gets one send per eventless at-head pass
-}
-
-type cartWait struct {
-	n    int
-	done chan struct{}
-}
-
-func newCarts(t testing.TB, slug string) *carts {
-	c, err := foldstream.DefineContract(foldstream.ContractConfig[cart]{
-		Slug: slug, Version: "1", Consumes: []string{"item"},
-		Events: []foldstream.EventDefinition{foldstream.DefineEvent[itemAdded]("item", "an item was added")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &carts{Base: foldstream.NewBase(c), effects: map[string][]int64{}, waits: map[string]cartWait{}}
-}
-
-func (p *carts) Reduce(a foldstream.ReduceArgs[cart]) (cart, bool, error) {
-	return cart{Items: a.State.Items + a.Payload.(itemAdded).N}, true, nil
-}
-
-func (p *carts) ProcessEvent(a *foldstream.ProcessEventArgs[cart]) error {
-	if a.Event == nil {
-		if p.heads != nil {
-			select {
-			case p.heads <- struct{}{}:
-			default:
-			}
-		}
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	path := a.Event.Path
-	p.effects[path] = append(p.effects[path], a.Event.Offset)
-	if w, ok := p.waits[path]; ok && len(p.effects[path]) >= w.n {
-		close(w.done)
-		delete(p.waits, path)
-	}
-	return nil
-}
-
-// expect returns a channel closed once n effects ran on path.
-func (p *carts) expect(path string, n int) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	done := make(chan struct{})
-	if len(p.effects[path]) >= n {
-		close(done)
-	} else {
-		p.waits[path] = cartWait{n, done}
-	}
-	return done
-}
-
-func (p *carts) effectsOn(path string) []int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.effects[path])
-}
-
-func cartState(t testing.TB, raw []byte) cart {
-	t.Helper()
-	var c cart
-	if err := json.Unmarshal(raw, &c); err != nil {
-		t.Fatalf("cart state %s: %v", raw, err)
-	}
-	return c
-}
-
-func cartItems(t testing.TB, h *host.Host, path string) int {
-	t.Helper()
-	snap, err := h.Snapshot(context.Background(), path, "carts")
-	if err != nil {
-		t.Fatalf("snapshot of %s: %v", path, err)
-	}
-	return cartState(t, snap.State).Items
 }

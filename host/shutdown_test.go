@@ -120,3 +120,71 @@ func TestRemoveDuringAddDoesNotPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestUnknownProcessorAndShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close()
+	h := newHost(t, s)
+	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) || !errors.Is(err, foldstream.ErrNotRegistered) {
+		t.Fatalf("unknown: got %v, want ErrNotRegistered", err)
+	}
+	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err == nil {
+		t.Fatal("second registration of the same slug: got nil error")
+	}
+	if err := h.WaitUntilProcessed(ctx, "/x", "t", 2, time.Second); err != nil {
+		t.Fatalf("wait for the birth batch: %v", err)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Register(ctx, h, "/y", newTicker(t, "t")); !errors.Is(err, host.ErrShutdown) {
+		t.Fatalf("register after shutdown: got %v, want ErrShutdown", err)
+	}
+}
+
+// Shutdown delivers what the push chains still owe and waits for the engines: afterwards every
+// processor's checkpoint covers every consumed event appended before it.
+func TestShutdownDrainsPushes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close()
+	h := newHost(t, s)
+	if _, err := host.Register(ctx, h, "/d", newSeer(t, "seen", "tick")); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for range 50 {
+		got, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = got[0].Offset
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cps, err := s.Checkpoints(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, ok, err := cps.ReadCheckpoint(ctx, "seen")
+	if err != nil || !ok {
+		t.Fatalf("checkpoint: %v %v", ok, err)
+	}
+	var st seenState
+	if err := json.Unmarshal(cp.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	if cp.ReducedThroughOffset != last || len(st.Seen) != 50 {
+		t.Fatalf("after shutdown: checkpoint at %d with %d events, want %d with 50", cp.ReducedThroughOffset, len(st.Seen), last)
+	}
+	if _, err := h.Snapshot(ctx, "/d", "seen"); !errors.Is(err, host.ErrShutdown) {
+		t.Fatalf("snapshot after shutdown: got %v, want ErrShutdown", err)
+	}
+}
