@@ -83,7 +83,9 @@
 //		}
 //		mem.Register(eng) // pushes every commit to the engine
 //		for range 3 {
-//			mem.Append(ctx, foldstream.EventInput{Type: "tick"})
+//			if _, err := mem.Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+//				return err
+//			}
 //		}
 //		if err := eng.WaitUntilProcessed(ctx, 3, 0); err != nil {
 //			return err
