@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,12 +57,14 @@ func lockStore(path string) (*os.File, error) {
 	return f, nil
 }
 
-// unlockStore releases the lock (closing the descriptor releases the flock).
+// unlockStore releases the lock before it returns: it unlocks explicitly, then closes the
+// descriptor. Closing alone would leave the lock held while a forked child still shares the
+// descriptor, so a reopen right after Close could be refused as "already open in this process".
 func unlockStore(f *os.File) error {
 	if f == nil {
 		return nil
 	}
-	return f.Close()
+	return errors.Join(unlockFile(f), f.Close())
 }
 
 // lockFileName returns the sidecar's name. A database reached through a symlink is locked beside

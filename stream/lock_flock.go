@@ -22,3 +22,15 @@ func tryLockFile(f *os.File) (held bool, err error) {
 	}
 	return false, err
 }
+
+// unlockFile releases the flock on f's open file description. Closing f alone is not enough: a
+// child process forked meanwhile (exec.Command anywhere in the program) shares that description
+// until it execs, and the lock would live on with it after Close returned.
+func unlockFile(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
