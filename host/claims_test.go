@@ -16,6 +16,21 @@ import (
 )
 
 // revivedRunner reports each Revive on a channel.
+// pushedTicker is a ticker engine "t" on path, fed by the host's pushes and timed by clk.
+func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldstream.Clock) foldstream.Runner {
+	t.Helper()
+	cps, err := s.Checkpoints(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := foldstream.NewEngine[countState](newTicker(t, "t"), foldstream.EngineConfig{
+		Stream: s.Stream(path).ForProcessor("t"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
 type revivedRunner struct {
 	foldstream.Runner
 	revives chan struct{}
@@ -40,15 +55,7 @@ func TestRestartRevivesLeftoverClaimsNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHost(t, s)
-	cps, err := s.Checkpoints(ctx, "/r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := foldstream.NewEngine[countState](newTicker(t, "t"), foldstream.EngineConfig{
-		Stream: s.Stream("/r").ForProcessor("t"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := pushedTicker(t, s, "/r", clk)
 	rr := revivedRunner{Runner: eng, revives: make(chan struct{}, 1)}
 	if err := h.Add(ctx, "/r", rr); err != nil {
 		t.Fatal(err)
@@ -240,15 +247,7 @@ func TestFailedReviveReclaimsWithBackoff(t *testing.T) {
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	h := newHost(t, s)
-	cps, err := s.Checkpoints(ctx, "/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := foldstream.NewEngine[countState](newTicker(t, "t"), foldstream.EngineConfig{
-		Stream: s.Stream("/f").ForProcessor("t"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := pushedTicker(t, s, "/f", clk)
 	fr := failingRunner{Runner: eng, revives: make(chan struct{}, 4)}
 	if err := h.Add(ctx, "/f", fr); err != nil {
 		t.Fatal(err)

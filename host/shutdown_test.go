@@ -47,6 +47,24 @@ func (r *gateRunner) Close(context.Context) error { return nil }
 func (r *gateRunner) ReducedThroughOffset() int64 { return 0 }
 func (r *gateRunner) Drain(context.Context) error { return nil }
 
+// addHeldAtStart opens a store and a host with manual alarms and starts adding a gateRunner at
+// "/s" in the background, returning once that Add is inside the runner's start and held there
+// until r.release is closed; the Add's error arrives on added.
+func addHeldAtStart(t *testing.T) (s *stream.Store, h *host.Host, r *gateRunner, added chan error) {
+	t.Helper()
+	s = openStore(t, ":memory:", nil)
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	r = &gateRunner{entered: make(chan struct{}), release: make(chan struct{})}
+	added = make(chan error, 1)
+	go func() { added <- h.Add(context.Background(), "/s", r) }()
+	<-r.entered
+	return s, h, r, added
+}
+
 // An Add that was still starting when Shutdown ran must not leave a live subscription behind.
 // The bug: Shutdown only drained processors whose subscription was already set, and Add set it
 // afterwards without checking for shutdown (and without the host's lock, a data race with
@@ -54,20 +72,9 @@ func (r *gateRunner) Drain(context.Context) error { return nil }
 // subscription goroutine ran until the store closed.
 func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 	t.Parallel()
-	s, err := stream.Open(":memory:", stream.Options{Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	r := &gateRunner{entered: make(chan struct{}), release: make(chan struct{})}
-	added := make(chan error, 1)
-	go func() { added <- h.Add(ctx, "/s", r) }()
-	<-r.entered
+	s, h, r, added := addHeldAtStart(t)
+	defer s.Close()
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -92,20 +99,9 @@ func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 // before it subscribes, and Remove called Drain on the reservation's nil subscription.
 func TestRemoveDuringAddDoesNotPanic(t *testing.T) {
 	t.Parallel()
-	s, err := stream.Open(":memory:", stream.Options{Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	r := &gateRunner{entered: make(chan struct{}), release: make(chan struct{})}
-	added := make(chan error, 1)
-	go func() { added <- h.Add(ctx, "/s", r) }()
-	<-r.entered
+	s, h, r, added := addHeldAtStart(t)
+	defer s.Close()
 	if err := h.Remove(ctx, "/s", "gate"); !errors.Is(err, host.ErrNotRegistered) {
 		t.Errorf("Remove while starting: got %v, want ErrNotRegistered", err)
 	}

@@ -3,13 +3,9 @@ package server_test
 import (
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,65 +14,13 @@ import (
 	"github.com/foldstream/foldstream/stream"
 )
 
-// cutProxy forwards TCP to the PostgreSQL server until cut: then every connection drops and new
-// ones are refused until restore — the database "goes away" for one node only.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	down   atomic.Bool
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.down.Load() {
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(c, s); c.Close() }()
-	}
-}
-
-func (p *cutProxy) cut() {
-	p.down.Store(true)
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-}
-
 // TestDatabaseGoneAnswers503AndRecovers: a node on PostgreSQL whose database cannot be reached
 // answers 503 with Retry-After and code UNAVAILABLE (never a success it did not commit), and
 // serves again by itself once the database is back.
 func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	t.Parallel()
-	raw := pgtest.URL(t)
-	u, _ := url.Parse(raw)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := &cutProxy{ln: ln, target: u.Host}
-	go px.serve()
-	t.Cleanup(func() { ln.Close(); px.cut() })
-	u.Host = ln.Addr().String()
-	st, err := stream.Open(u.String(), stream.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	px, via := pgtest.NewProxy(t, pgtest.URL(t))
+	st, err := stream.Open(via, stream.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +43,7 @@ func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	if r := do(http.MethodPut, ""); r.StatusCode != http.StatusCreated {
 		t.Fatalf("create: %d", r.StatusCode)
 	}
-	px.cut()
+	px.Cut()
 	r := do(http.MethodPost, `{"n":1}`)
 	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" ||
 		r.Header.Get("Foldstream-Error-Code") != "UNAVAILABLE" {
@@ -109,7 +53,7 @@ func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	if r := do(http.MethodGet, ""); r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("read with the database gone: %d, want 503", r.StatusCode)
 	}
-	px.down.Store(false)
+	px.Restore()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if r := do(http.MethodPost, `{"n":2}`); r.StatusCode/100 == 2 {

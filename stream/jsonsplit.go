@@ -146,19 +146,8 @@ func (s *jsonScanner) object() bool {
 		if !s.value() {
 			return false
 		}
-		s.skipWS()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
+		if done, ok := s.afterMember('}'); done {
+			return ok
 		}
 	}
 }
@@ -179,21 +168,30 @@ func (s *jsonScanner) array() bool {
 		if !s.value() {
 			return false
 		}
-		s.skipWS()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
+		if done, ok := s.afterMember(']'); done {
+			return ok
 		}
 	}
+}
+
+// afterMember reads what follows a member of an object or an element of an array: a comma
+// (done false: another member follows) or the closing byte (done and ok). Anything else, or the
+// end of the input, is done and not ok.
+func (s *jsonScanner) afterMember(closing byte) (done, ok bool) {
+	s.skipWS()
+	if s.i >= len(s.b) {
+		return true, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return false, false
+	case closing:
+		s.i++
+		s.depth--
+		return true, true
+	}
+	return true, false
 }
 
 func (s *jsonScanner) str() bool {

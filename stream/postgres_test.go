@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,81 +216,12 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	}
 }
 
-// proxy is a TCP proxy to the PostgreSQL server that a test can cut (every connection dropped,
-// new ones refused) and restore: the database "restarts" for one store only, so tests sharing
-// the server are not disturbed.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	down   atomic.Bool
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	return p
-}
-
-func (p *proxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.down.Load() {
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(c, s); c.Close() }()
-	}
-}
-
-// cut drops every connection and refuses new ones until restore.
-func (p *proxy) cut() {
-	p.down.Store(true)
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-}
-
-func (p *proxy) restore() { p.down.Store(false) }
-
-// viaProxy rewrites url's host to the proxy's.
-func viaProxy(t *testing.T, raw string, p *proxy) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.ln.Addr().String()
-	return u.String()
-}
-
 func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	t.Parallel()
 	raw := pgtest.URL(t)
-	u, _ := url.Parse(raw)
-	px := newProxy(t, u.Host)
-	a := openPG(t, viaProxy(t, raw, px)) // node A reaches the database through the proxy
-	b := openPG(t, raw)                  // node B directly
+	px, via := pgtest.NewProxy(t, raw)
+	a := openPG(t, via) // node A reaches the database through the proxy
+	b := openPG(t, raw) // node B directly
 	ctx := context.Background()
 
 	col := newCollector()
@@ -335,9 +264,9 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// Three outages under load; node A recovers by itself each time.
 	for range 3 {
 		time.Sleep(300 * time.Millisecond)
-		px.cut()
+		px.Cut()
 		time.Sleep(300 * time.Millisecond)
-		px.restore()
+		px.Restore()
 	}
 	// A write after the last outage succeeds without any restart of the node.
 	deadline := time.Now().Add(20 * time.Second)

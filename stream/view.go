@@ -145,24 +145,15 @@ func (c *Checkpoints) Fenced(key string, generation int64) *Checkpoints {
 
 // ReadCheckpoint reads slug's row; an empty or NULL state reads as nil.
 func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldstream.Checkpoint, bool, error) {
-	var cp foldstream.Checkpoint
-	var ok bool
-	err := c.s.readTx(ctx, func(q driver.Reader) error {
-		var err error
-		cp, ok, err = q.Checkpoint(ctx, c.scope, slug)
-		return err
-	})
-	return cp, ok, err
+	return driver.ReadCheckpoint(ctx, c.s.readTx, c.scope, slug)
 }
 
 // WriteCheckpoint upserts slug's row: version and cursor always, the state only when
 // stateChanged. A state over [foldstream.MaxCheckpointChars] UTF-16 code units is refused before
 // anything is written.
 func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, stateChanged bool) error {
-	if stateChanged && cp.State != nil {
-		if n := foldstream.UTF16Len(string(cp.State)); n > foldstream.MaxCheckpointChars {
-			return foldstream.CheckpointTooLargeError(slug, n)
-		}
+	if err := driver.CheckCheckpointSize(slug, cp, stateChanged); err != nil {
+		return err
 	}
 	return c.s.write(ctx, func(t *tx) error {
 		if err := c.checkIncarnation(t, slug); err != nil {

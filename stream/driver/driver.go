@@ -360,3 +360,27 @@ func EachFrame(r Record, fn func(offset int64, msg []byte) bool) error {
 	}
 	return nil
 }
+
+// ReadCheckpoint reads scope/slug's checkpoint row in one read transaction run by read (a
+// driver's or store's Read).
+func ReadCheckpoint(ctx context.Context, read func(context.Context, func(Reader) error) error, scope, slug string) (foldstream.Checkpoint, bool, error) {
+	var cp foldstream.Checkpoint
+	var ok bool
+	err := read(ctx, func(r Reader) error {
+		var err error
+		cp, ok, err = r.Checkpoint(ctx, scope, slug)
+		return err
+	})
+	return cp, ok, err
+}
+
+// CheckCheckpointSize refuses, before anything is written, a changed state over
+// [foldstream.MaxCheckpointChars] UTF-16 code units with [foldstream.CheckpointTooLargeError].
+func CheckCheckpointSize(slug string, cp foldstream.Checkpoint, stateChanged bool) error {
+	if stateChanged && cp.State != nil {
+		if n := foldstream.UTF16Len(string(cp.State)); n > foldstream.MaxCheckpointChars {
+			return foldstream.CheckpointTooLargeError(slug, n)
+		}
+	}
+	return nil
+}

@@ -27,23 +27,14 @@ func (d *Driver) Checkpoints(scope string, fence *driver.Fence) *Checkpoints {
 
 // ReadCheckpoint reads slug's row.
 func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldstream.Checkpoint, bool, error) {
-	var cp foldstream.Checkpoint
-	var ok bool
-	err := c.d.Read(ctx, func(r driver.Reader) error {
-		var err error
-		cp, ok, err = r.Checkpoint(ctx, c.scope, slug)
-		return err
-	})
-	return cp, ok, err
+	return driver.ReadCheckpoint(ctx, c.d.Read, c.scope, slug)
 }
 
 // WriteCheckpoint upserts slug's row in its own transaction, checking the fence first. A state
 // over foldstream.MaxCheckpointChars is refused before anything is written.
 func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, stateChanged bool) error {
-	if stateChanged && cp.State != nil {
-		if n := foldstream.UTF16Len(string(cp.State)); n > foldstream.MaxCheckpointChars {
-			return foldstream.CheckpointTooLargeError(slug, n)
-		}
+	if err := driver.CheckCheckpointSize(slug, cp, stateChanged); err != nil {
+		return err
 	}
 	tx, err := c.d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {

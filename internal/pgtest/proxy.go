@@ -1,0 +1,77 @@
+package pgtest
+
+import (
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Proxy is a TCP proxy on 127.0.0.1 to the PostgreSQL server that a test can cut (every
+// connection dropped, new ones refused) and restore: the database "goes away" for the
+// connections through the proxy only, so tests sharing the server are not disturbed.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	down   atomic.Bool
+}
+
+// NewProxy starts a proxy to the server raw names and returns it with raw rewritten to connect
+// through it. The proxy is closed when the test ends.
+func NewProxy(t testing.TB, raw string) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("parse %s: %v", raw, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{ln: ln, target: u.Host}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.Cut() })
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *Proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.down.Load() {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { io.Copy(s, c); s.Close() }()
+		go func() { io.Copy(c, s); c.Close() }()
+	}
+}
+
+// Cut drops every connection through the proxy and refuses new ones until Restore.
+func (p *Proxy) Cut() {
+	p.down.Store(true)
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+}
+
+// Restore lets new connections through again.
+func (p *Proxy) Restore() { p.down.Store(false) }
