@@ -77,6 +77,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	overloaded := func() ([]byte, func(), bool) {
 		release()
+		// The body is left unread: close the connection after the answer, or Go's server would
+		// first read the rest of a small body, holding the refusal until the client sent it all.
+		w.Header().Set("Connection", "close")
 		writeCoded(w, foldstream.CodeOverloaded, "too many request bytes in flight: retry later", overloadRetryAfter)
 		return nil, nil, false
 	}

@@ -242,3 +242,48 @@ func TestConnectionLimit(t *testing.T) {
 		<-tick.C
 	}
 }
+
+// TestOverloadedUploadIsAnsweredBeforeItsBody: a write refused for the in-flight budget gets its
+// 503 at once, without the client sending its body first. (Go's server otherwise reads the unread
+// body of a small request before it replies, so a refusal waited for the whole upload, or for
+// BodyReadTimeout when the client waits for the answer before sending.)
+func TestOverloadedUploadIsAnsweredBeforeItsBody(t *testing.T) {
+	s := setupSecured(t, server.Config{MaxBodyBytes: 1000, MaxBodyBytesInFlight: 1000, BodyReadTimeout: time.Minute}, false)
+	request(t, "PUT", s.url+"/v1/stream/b", "", "Content-Type", "text/plain")
+	stalled := func(length string) (net.Conn, <-chan *http.Response) {
+		c := dialSmall(t, s.url)
+		if _, err := io.WriteString(c, "POST /v1/stream/b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: "+length+"\r\n\r\nx"); err != nil {
+			t.Fatal(err)
+		}
+		answer := make(chan *http.Response, 1)
+		go func() {
+			res, _ := http.ReadResponse(bufio.NewReader(c), nil)
+			answer <- res
+		}()
+		return c, answer
+	}
+	// Hold the whole budget with a stalled upload; a complete one-byte probe refused while the
+	// holder is unanswered proves the holder has reserved it.
+	_, held := stalled("1000")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		res, body := request(t, "POST", s.url+"/v1/stream/b", "y", "Content-Type", "text/plain")
+		if res.StatusCode == http.StatusServiceUnavailable && len(held) == 0 {
+			break
+		}
+		if len(held) > 0 { // refused while a probe held a byte: hold again
+			_, held = stalled("1000")
+		} else if res.StatusCode != http.StatusNoContent {
+			t.Fatalf("probe: %d %s", res.StatusCode, body)
+		}
+		<-tick.C
+	}
+	// This upload sends 1 of its 100 bytes and waits: its refusal must come anyway.
+	c, answer := stalled("100")
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a bound; before the fix it waited BodyReadTimeout (1 min)
+	res := <-answer
+	if res == nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(server.HeaderErrorCode) != string(foldstream.CodeOverloaded) {
+		t.Fatalf("stalled upload past the budget: got %+v, want 503 OVERLOADED before its body", res)
+	}
+}
