@@ -881,9 +881,10 @@ func TestR10_WaitersTimeOutIndependently(t *testing.T) {
 	settle(t, mem)
 }
 
-func TestR14_EphemeralWindowRidesInMemory(t *testing.T) {
-	t.Parallel()
-	p, seen := newEphWindow(t, false)
+// tickThenTwoChunks runs p on a fresh memory stream over a tick and two ephemeral chunks, checks
+// the chunks wrote no checkpoint, and stops pushing to the engine.
+func tickThenTwoChunks(t *testing.T, p foldstream.Processor[nState]) (*testsupport.MemoryStream, *testsupport.Checkpoints, *foldstream.Engine[nState]) {
+	t.Helper()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	eng := newEngine[nState](t, p, mem, cps)
 	mem.Register(eng)
@@ -895,6 +896,13 @@ func TestR14_EphemeralWindowRidesInMemory(t *testing.T) {
 	settle(t, mem)
 	eq(t, "writes for chunks", cps.Writes(), w)
 	mem.ClearEngines()
+	return mem, cps, eng
+}
+
+func TestR14_EphemeralWindowRidesInMemory(t *testing.T) {
+	t.Parallel()
+	p, seen := newEphWindow(t, false)
+	mem, _, eng := tickThenTwoChunks(t, p)
 	evs := appendT(t, mem, ev("tick"))
 	pushT(t, eng, evs, 1, 4)
 	eq(t, "seen", seen.get(), []string{"tick@1", "chunk@2", "chunk@3", "tick@4"})
@@ -904,17 +912,7 @@ func TestR14_EphemeralWindowRidesInMemory(t *testing.T) {
 func TestR15_FreshEngineSkipsDeadEphemerals(t *testing.T) {
 	t.Parallel()
 	p, _ := newEphWindow(t, false)
-	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
-	eng := newEngine[nState](t, p, mem, cps)
-	mem.Register(eng)
-	appendT(t, mem, ev("tick"))
-	settle(t, mem)
-	w := cps.Writes()
-	appendT(t, mem, eph("chunk"))
-	appendT(t, mem, eph("chunk"))
-	settle(t, mem)
-	eq(t, "writes for chunks", cps.Writes(), w)
-	mem.ClearEngines()
+	mem, cps, _ := tickThenTwoChunks(t, p)
 	p2, seen2 := newEphWindow(t, false)
 	eng2 := newEngine[nState](t, p2, mem, cps)
 	mem.Register(eng2)
