@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,24 @@ type Config struct {
 	// WarnInterval is the interval over which repeats of one warning are folded into a count.
 	// Defaults to DefaultWarnInterval (10 s).
 	WarnInterval time.Duration
+
+	// Addr is this node's base URL as other nodes of a cluster reach it (http://10.0.0.5:4437),
+	// stored with its leases. A node that gets a processor read for a stream another node runs
+	// asks that node at its Addr; when the owner has none, it answers from the checkpoint in the
+	// database once that covers the stream's head as of the read (docs/postgres.md#processors-and-leases).
+	// Empty by default: nothing to configure for a safe cluster.
+	Addr string
+	// ProcessorPrefix is where every node serves the processor routes, for reads asked of an
+	// owner at its Addr. Defaults to DefaultProcessorPrefix.
+	ProcessorPrefix string
+	// Client asks owners at their Addr. Defaults to a client with a 65 s timeout.
+	Client *http.Client
+	// LeaseTTL is how long a processor's lease lasts without renewal: a killed node's processors
+	// resume on another node within about twice this. Defaults to DefaultLeaseTTL (5 s).
+	LeaseTTL time.Duration
+	// NodeID names this node in its leases. Defaults to a random id (host name, pid and random
+	// bytes); two live nodes must never share one.
+	NodeID string
 }
 
 // Host runs processors on a store's streams. It is safe for concurrent use.
@@ -91,6 +110,8 @@ type Host struct {
 	ctx    context.Context // ends at Shutdown: opens and catch-ups started by the host
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // goroutines the host started
+
+	leases *leaseSet
 
 	hasPatterns  atomic.Bool
 	stopWatching func()
@@ -152,6 +173,18 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	if cfg.WarnInterval <= 0 {
 		cfg.WarnInterval = DefaultWarnInterval
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.ProcessorPrefix == "" {
+		cfg.ProcessorPrefix = DefaultProcessorPrefix
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 65 * time.Second}
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = newNodeID()
+	}
 	clock := store.Clock()
 	folder := newRepeatFolder(cfg.Logger.Handler(), clock, cfg.WarnInterval)
 	h := &Host{
@@ -160,12 +193,21 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 		opening: map[procKey]bool{},
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	lctx, lcancel := context.WithTimeout(h.ctx, cfg.LeaseTTL)
+	err := h.startLeases(lctx)
+	lcancel()
+	if err != nil {
+		h.cancel()
+		return nil, err
+	}
 	h.stopWatching = store.WatchCommits(h.committed)
 	h.stopCreated = store.OnStreamCreated(h.created)
 	if !cfg.ManualAlarms {
 		if err := h.StartAlarms(); err != nil {
 			h.stopWatching()
 			h.stopCreated()
+			h.leases.close()
+			h.leases.leaveCluster()
 			h.cancel()
 			return nil, err
 		}
@@ -221,6 +263,10 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	if alarms {
 		h.store.StopAlarms()
 	}
+	// Other nodes stop preferring this one at once; the leases below are handed over as their
+	// engines close (renewals go on meanwhile).
+	h.leases.leaveCluster()
+	defer h.leases.close()
 	// Opens and catch-ups in progress finish (cancelled only when ctx ends: a catch-up cut short
 	// after its effects but before its checkpoint would run them again next time); then every
 	// slot is final.
@@ -256,6 +302,17 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("host: close parked engines: %w", ctx.Err()))
 		}
 	}
+	h.mu.Lock()
+	var parkedSlots []*slot
+	for _, sl := range h.slots {
+		if sl.state == slotParked {
+			parkedSlots = append(parkedSlots, sl)
+		}
+	}
+	h.mu.Unlock()
+	for _, sl := range parkedSlots {
+		h.leases.release(sl.key, sl.lease.Generation, false)
+	}
 	for _, sl := range slots {
 		if err := sl.sub.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("host: drain pushes to %q on %q: %w", sl.key.slug, sl.key.path, err))
@@ -265,6 +322,8 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		if err := settleAndClose(ctx, sl.runner); err != nil {
 			errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
 		}
+		// Handed over: another node takes it at once.
+		h.leases.release(sl.key, sl.lease.Generation, false)
 	}
 	h.fold.close()
 	if len(errs) > 0 {

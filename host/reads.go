@@ -8,6 +8,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // errBound is the cause of a read context that ended at its bound (not the caller's).
@@ -30,7 +31,10 @@ func catchingUp(key procKey, offset int64, cause error) *foldstream.Error {
 // it the read fails with CATCHING_UP. With settle, fn runs with read-your-writes (every push the
 // subscription owed when the call began is delivered first, docs/store.md#reads) and
 // after the opening catch-up finished.
-func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error) error {
+//
+// When another node runs the processor, remote answers instead (with the lease that node holds).
+func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error,
+	remote func(ctx context.Context, l driver.Lease) error) error {
 	key := procKey{path, slug}
 	bctx, cancel := context.WithCancelCause(ctx)
 	stop := h.clock.AfterFunc(bound, func() { cancel(errBound) })
@@ -41,8 +45,14 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
 	for {
 		sl, err := h.acquire(bctx, path, slug)
+		var ee *elsewhereError
+		if errors.As(err, &ee) {
+			if err = remote(bctx, ee.lease); err == nil {
+				return nil
+			}
+		}
 		if err != nil {
-			if atBound() {
+			if atBound() && !errors.Is(err, foldstream.ErrCatchingUp) {
 				return catchingUp(key, 0, err)
 			}
 			return err
@@ -117,6 +127,10 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (Snapshot, error
 		off, state, err := r.SnapshotJSON(ctx)
 		snap = Snapshot{Offset: off, State: state}
 		return err
+	}, func(ctx context.Context, l driver.Lease) error {
+		var err error
+		snap, err = h.remoteSnapshot(ctx, l, path, slug)
+		return err
 	})
 	if err != nil {
 		return Snapshot{}, err
@@ -132,6 +146,10 @@ func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldstream.
 	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
 		var err error
 		live, err = r.LiveSnapshot(ctx)
+		return err
+	}, func(ctx context.Context, l driver.Lease) error {
+		var err error
+		live, err = h.remoteLiveSnapshot(ctx, l, path, slug)
 		return err
 	})
 	if err != nil {
@@ -158,6 +176,8 @@ func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset
 			return catchingUp(key, r.ReducedThroughOffset(), err)
 		}
 		return err
+	}, func(ctx context.Context, l driver.Lease) error {
+		return h.remoteWait(ctx, l, path, slug, offset, timeout)
 	})
 	return err
 }

@@ -221,8 +221,12 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.remoteEphemerals(n)
 		s.kickFeed(n.Path)
 		s.wake(n.StreamID)
+		if n.Path != "" {
+			s.ev.watchers.notify(n.Path)
+		}
 		return
 	}
+	s.ev.watchers.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()
 	ids := make([]int64, 0, len(s.notify))
