@@ -32,9 +32,9 @@ import (
 // lease when it is preferred for it (or when the preferred node left it free for several scans,
 // or a read or a due claim needs it now), and hands a lease it holds to the preferred node when
 // another member is preferred (a node joined). One loop per node, every scan interval, lists the
-// lease table (one query), renews what the node holds every third of the lease time (one
-// statement), takes over the leases of dead or departed holders it is preferred for, and hands
-// over the ones it should not hold.
+// lease table (one query), takes over the leases of dead or departed holders it is preferred for,
+// and hands over the ones it should not hold; apart from it, every quarter of the lease time, one
+// statement renews what the node holds.
 
 const (
 	// DefaultLeaseTTL is how long a lease lasts without renewal: a killed node's processors resume
@@ -91,10 +91,12 @@ type leaseSet struct {
 	pending   map[procKey]bool      // a commit was seen while another node held the lease
 	candSince map[procKey]time.Time // free leases this node is not preferred for, since when
 	lastRenew time.Time
+	left      bool // the node lease was given up (shutting down)
 
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	renewed chan struct{} // closed when the renewal loop returned
 }
 
 func newNodeID() string {
@@ -110,7 +112,7 @@ func (h *Host) startLeases(ctx context.Context) error {
 		h: h, drv: h.store.Driver(), node: h.cfg.NodeID, addr: strings.TrimRight(h.cfg.Addr, "/"), ttl: h.cfg.LeaseTTL,
 		held: map[procKey]driver.Lease{}, view: map[procKey]driver.Lease{}, firstSeen: map[string]time.Time{},
 		pending: map[procKey]bool{}, candSince: map[procKey]time.Time{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), renewed: make(chan struct{}),
 	}
 	ls.every = min(ls.ttl/6, 500*time.Millisecond)
 	me, ok, err := ls.drv.AcquireLease(ctx, nodePrefix+ls.node, ls.node, ls.addr, ls.ttl)
@@ -128,6 +130,7 @@ func (h *Host) startLeases(ctx context.Context) error {
 		h.log.Warn("host: list leases", "err", err)
 	}
 	go ls.run()
+	go ls.renewLoop()
 	return nil
 }
 
@@ -220,6 +223,15 @@ func (ls *leaseSet) valid(key procKey, generation int64) bool {
 	return ok && l.Generation == generation && time.Now().Before(l.Expires)
 }
 
+// drop forgets key's lease at generation without releasing it (it ran out).
+func (ls *leaseSet) drop(key procKey, generation int64) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l, ok := ls.held[key]; ok && l.Generation == generation {
+		delete(ls.held, key)
+	}
+}
+
 // release gives key's lease up (idle: nothing left to do) after its engine closed.
 func (ls *leaseSet) release(key procKey, generation int64, idle bool) {
 	ls.mu.Lock()
@@ -252,6 +264,24 @@ func (ls *leaseSet) rescan() {
 	select {
 	case ls.kick <- struct{}{}:
 	default:
+	}
+}
+
+// renewLoop renews every quarter of the lease time, apart from the scans, so a slow scan never
+// delays a renewal.
+func (ls *leaseSet) renewLoop() {
+	defer close(ls.renewed)
+	t := time.NewTicker(ls.ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
+		ls.renew(ctx)
+		cancel()
 	}
 }
 
@@ -317,7 +347,6 @@ func (ls *leaseSet) tick(ctx context.Context) {
 	if err := ls.list(ctx); err != nil {
 		h.log.Warn("host: list leases", "err", err)
 	}
-	ls.renew(ctx)
 	h.mu.Lock()
 	down := h.shutdown
 	h.mu.Unlock()
@@ -333,14 +362,9 @@ func (ls *leaseSet) tick(ctx context.Context) {
 	}
 }
 
-// renew extends the node's leases every third of the lease time, and stops the engines whose
-// lease changed hands or ran out.
+// renew extends the node's leases, and stops the engines whose lease changed hands or ran out.
 func (ls *leaseSet) renew(ctx context.Context) {
 	ls.mu.Lock()
-	if time.Since(ls.lastRenew) < ls.ttl/3 {
-		ls.mu.Unlock()
-		return
-	}
 	held := make([]driver.Lease, 0, len(ls.held)+1)
 	held = append(held, ls.me)
 	for _, l := range ls.held {
@@ -367,7 +391,7 @@ func (ls *leaseSet) renew(ctx context.Context) {
 		}
 		if l, ok := got[ls.me.Key]; ok {
 			ls.me = l
-		} else {
+		} else if !ls.left {
 			// The node lease lapsed and was not renewed: take it again (nobody else takes it).
 			if me, ok, err := ls.drv.AcquireLease(ctx, nodePrefix+ls.node, ls.node, ls.addr, ls.ttl); err == nil && ok {
 				ls.me = me
@@ -468,6 +492,7 @@ func (ls *leaseSet) plan() (take, give []procKey) {
 func (ls *leaseSet) close() {
 	close(ls.stop)
 	<-ls.done
+	<-ls.renewed
 }
 
 // leaveCluster gives the node lease up, so other nodes stop preferring this one at once.
@@ -476,6 +501,7 @@ func (ls *leaseSet) leaveCluster() {
 	defer cancel()
 	ls.mu.Lock()
 	me := ls.me
+	ls.left = true
 	ls.mu.Unlock()
 	if err := ls.drv.ReleaseLease(ctx, me, false); err != nil {
 		ls.h.log.Warn("host: leave the cluster", "err", err)

@@ -109,6 +109,13 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	if retry, perr := check(); retry || perr != nil {
 		return retry, perr
 	}
+	if !h.leases.valid(sl.key, sl.lease.Generation) {
+		// The lease ran out (or changed hands) before this node noticed: its engine may be
+		// behind the node that runs the processor now, so the read goes there.
+		h.leases.drop(sl.key, sl.lease.Generation)
+		h.leaseLost(sl.key)
+		return true, nil
+	}
 	if err := fn(ctx, sl.runner); err != nil {
 		return fail(err)
 	}
