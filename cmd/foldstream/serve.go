@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 func init() {
@@ -100,7 +102,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Warn("serving a non-loopback address without authentication (--allow-unauthenticated-public): whoever reaches it may read, write and delete", "addr", *addr)
 	}
 
-	st, err := stream.Open(*db, stream.Options{Synchronous: stream.Synchronous(strings.ToUpper(*sync)), Logger: log})
+	st, err := storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	if err != nil {
 		return err
 	}
