@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 func init() {
@@ -108,7 +110,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	st, ln, err := openWaiting(ctx, func() (*stream.Store, error) {
-		return stream.Open(*db, stream.Options{Synchronous: stream.Synchronous(strings.ToUpper(*sync)), Logger: log})
+		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	}, ln, *dbWait, log)
 	if err != nil {
 		if ln != nil {
