@@ -430,7 +430,7 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 				Closed: isTrue(r.header.Get(HeaderStreamClosed)), Header: r.header}, nil
 		case r.status == http.StatusForbidden:
 			current, perr := strconv.ParseInt(r.header.Get(HeaderProducerEpoch), 10, 64)
-			if perr != nil {
+			if c := r.header.Get(HeaderErrorCode); perr != nil || (c != "" && c != string(CodeStaleEpoch)) {
 				// Not a fencing (which names the server's epoch) but a refusal of the
 				// credentials: claiming a new epoch cannot help.
 				return AppendResult{}, statusError("producer send", p.s.url, &http.Response{StatusCode: r.status, Header: r.header}, r.body)

@@ -4,7 +4,7 @@
 //
 // Construction is one call, so tests and benchmarks can run it in-process:
 //
-//	st, _ := stream.Open("foldstream.db", stream.Options{})
+//	st, _ := storeopen.Open(context.Background(), "foldstream.db", storeopen.Config{})
 //	h := server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond})
 //	http.ListenAndServe("127.0.0.1:4437", h)
 //

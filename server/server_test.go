@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -49,7 +50,7 @@ type env struct {
 func setup(t *testing.T, cfg server.Config) *env {
 	t.Helper()
 	clk := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st, err := stream.Open(":memory:", stream.Options{Clock: clk})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Clock: clk}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +466,7 @@ func TestSSEKeepAlive(t *testing.T) {
 // connections.
 func TestShutdownEndsWaitingReads(t *testing.T) {
 	t.Parallel()
-	st, err := stream.Open(":memory:", stream.Options{})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

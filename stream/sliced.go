@@ -336,7 +336,7 @@ func (s *Store) writeOwned(ctx context.Context, r *reservation, fn func(t *tx) e
 	if err := s.enqueue(ctx, req); err != nil {
 		return err
 	}
-	return classifyStorageErr(<-req.done)
+	return s.classifyStorageErr(<-req.done)
 }
 
 // parkedWrite is a write waiting for a reservation of path to end.

@@ -103,7 +103,7 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 		return err
 	}
 	// A full disk fails a write with INSUFFICIENT_STORAGE: nothing of it was committed.
-	return classifyStorageErr(<-r.done)
+	return s.classifyStorageErr(<-r.done)
 }
 
 // enqueue hands r to the writer. The check of closed and the send happen under intakeMu's read

@@ -10,7 +10,10 @@
 // The embedded default is package sqlitedriver (one SQLite file, one process). A driver for a
 // database shared by several processes (PostgreSQL) implements the same interface; the rules it
 // must keep beyond SQLite's are marked "shared databases" below. The behaviour suite every driver
-// must pass is package drivertest.
+// must pass is package drivertest. The store imports no driver: stream.OpenDriver takes one, and
+// package storeopen picks one from a file path or a postgres:// URL. What is particular to one
+// database (SQLite's file lock, its result codes) stays in its driver; a driver may offer the
+// optional [ErrorClassifier] and [Locator] for the store to use.
 //
 // # Transactions
 //
@@ -42,7 +45,7 @@ import (
 // Driver is a storage backend for the stream store.
 type Driver interface {
 	// Migrate creates the schema or brings it to the version this driver writes. The store calls
-	// it once from Open, before Writer and before anything else; calling it again before Writer
+	// it once from OpenDriver, before Writer and before anything else; calling it again before Writer
 	// changes nothing. It must be safe when several processes start at
 	// once (shared databases: apply migrations under a lock), must record each applied version,
 	// and must refuse — with a *foldstream.Error of code STORE_SCHEMA saying what to do — a
