@@ -187,6 +187,25 @@ type Tx interface {
 	Notify(ctx context.Context, n Notification) error
 }
 
+// HidingTx is implemented by a driver's write transaction when the driver keeps a per-stream
+// visibility mark, so the store may write one large record over several transactions (each slice
+// in its own commit, between other writers' groups) and still show it to readers all at once. The
+// store uses it only on exclusive drivers; a driver without it gets large records in one
+// transaction.
+//
+// While a stream's mark is set, its records with End > the mark are invisible to every Reader
+// (Records skips them and the stream row's Tail ignores them), in this transaction and in read
+// transactions alike. The mark is durable, and a driver drops whatever it still hides when its
+// Writer is created (after a crash mid-record), before the store writes anything.
+type HidingTx interface {
+	// HideFrom sets stream streamID's mark at from: records with End > from become invisible.
+	HideFrom(ctx context.Context, streamID, from int64) error
+	// ShowAll clears the mark: every record of the stream is visible once this transaction commits.
+	ShowAll(ctx context.Context, streamID int64) error
+	// DropHidden removes the stream's records (and idempotency keys) past the mark, and clears it.
+	DropHidden(ctx context.Context, streamID int64) error
+}
+
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.
 var ErrNoStream = errors.New("no such stream")
 

@@ -83,6 +83,7 @@ var (
 	_ driver.ErrorClassifier = (*Driver)(nil)
 	_ driver.Locator         = (*Driver)(nil)
 	_ driver.WriteTx         = (*writeTx)(nil)
+	_ driver.HidingTx        = (*writeTx)(nil)
 	_ driver.Reader          = (*readTx)(nil)
 )
 
@@ -269,6 +270,12 @@ func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
 		return nil, err
 	}
 	w := &writer{d: d, conn: conn, stmts: &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}}
+	// A record written over several transactions whose writer stopped (a crash) before it became
+	// visible is dropped before anything else is written.
+	if err := w.dropAllHidden(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	d.writerMu.Lock()
 	d.writers = append(d.writers, w)
 	d.writerMu.Unlock()
@@ -352,6 +359,23 @@ func (w *writer) Begin(ctx context.Context) (driver.WriteTx, error) {
 		return nil, classify(fmt.Errorf("begin: %w", err))
 	}
 	return &writeTx{readTx: readTx{q: w.stmts}, w: w}, nil
+}
+
+// dropAllHidden removes every record still hidden by a visibility mark, in its own transaction.
+func (w *writer) dropAllHidden(ctx context.Context) error {
+	var n int
+	if err := w.conn.QueryRowContext(ctx, `SELECT count(*) FROM streams WHERE hidden_from IS NOT NULL`).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := dropHidden(ctx, w.stmts, ""); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 type writeTx struct {
