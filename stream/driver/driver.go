@@ -1,6 +1,6 @@
 // Package driver is the narrow interface between foldstream's stream store (package stream) and
 // the database that holds its log. The store's layers — the event view, the Durable Streams
-// protocol view, subscriptions, waiters, the ephemeral ring, group commit — are written once
+// protocol view, subscriptions, the ephemeral ring, group commit — are written once
 // against it; a driver decides how bytes are stored, the store decides what they mean.
 //
 // A driver owns the SQL, the schema and its migrations, transactions, and change notifications
