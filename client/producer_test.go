@@ -543,7 +543,8 @@ func TestProducerResolvesOutOfOrderConflicts(t *testing.T) {
 	srv := httptest.NewServer(ss)
 	defer srv.Close()
 	s, _ := client.NewStream(srv.URL+"/s", client.Options{})
-	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerOptions{Epoch: 1, MaxBatchBytes: 1, Linger: -1}) // an explicit epoch pipelines from the first batch
+	// An explicit epoch pipelines from the first batch.
+	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerOptions{Epoch: 1, MaxBatchBytes: 1, Linger: -1})
 	p.Append([]byte("a")) // seq 0
 	p.Append([]byte("b")) // seq 1, pipelined
 	if err := p.Close(ctxT(t)); err != nil {
