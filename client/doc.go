@@ -12,8 +12,10 @@
 //	s.AppendJSON(ctx, map[string]any{"id": 1})
 //	s.Close(ctx, nil) // readers see EOF
 //
-// Every call takes a context first. Errors are typed and coded: use errors.Is with [ErrNotFound],
-// [ErrConflict], [ErrGone], [ErrPayloadTooLarge], [ErrStreamClosed] and friends, or errors.As with
+// Every call takes a context first. Errors are typed and coded with the server's own codes (its
+// Foldstream-Error-Code header, named as in package foldstream; derived from the status for
+// servers that send none, see [Code]): use errors.Is with [ErrStreamNotFound], [ErrConflict],
+// [ErrStreamGone], [ErrTooLarge], [ErrStreamClosed], [ErrUnauthorized] and friends, or errors.As with
 // [*Error] (status, URL, server message), [*StreamClosedError] (FinalOffset), [*StaleEpochError]
 // (CurrentEpoch) and [*SequenceGapError] (ExpectedSeq, ReceivedSeq).
 //

@@ -578,30 +578,33 @@ func errResult(cmd string, err error) result {
 	if errors.As(err, &ce) && ce.Status != 0 {
 		r["status"] = ce.Status
 	}
+	// The suite's codes follow the HTTP status; the server's own code refines a few of them.
 	code := "INTERNAL_ERROR"
-	switch client.CodeOf(err) {
-	case client.CodeNotFound:
-		code = "NOT_FOUND"
-	case client.CodeStreamClosed:
+	switch c := client.CodeOf(err); {
+	case c == client.CodeStreamClosed:
 		code, r["status"] = "STREAM_CLOSED", 409
-	case client.CodeConflict:
+	case c == client.CodeSequenceGap:
+		code = "SEQUENCE_CONFLICT"
+	case c == client.CodeParse:
+		code = "PARSE_ERROR"
+	case c == client.CodeNetwork:
+		code = "NETWORK_ERROR"
+	case c == client.CodeInvalidArgument:
+		code = "INVALID_ARGUMENT"
+	case c == client.CodeUnsupported || c == client.CodeMethodNotAllowed:
+		code = "NOT_SUPPORTED"
+	case c == client.CodeStaleEpoch:
+		code = "UNEXPECTED_STATUS"
+	case ce != nil && ce.Status == 404:
+		code = "NOT_FOUND"
+	case ce != nil && ce.Status == 409:
 		code = "CONFLICT"
-	case client.CodeBadRequest:
+	case ce != nil && ce.Status == 400:
 		code = "INVALID_OFFSET"
 		if cmd != "read" {
 			code = "UNEXPECTED_STATUS"
 		}
-	case client.CodeSequenceGap:
-		code = "SEQUENCE_CONFLICT"
-	case client.CodeParse:
-		code = "PARSE_ERROR"
-	case client.CodeNetwork:
-		code = "NETWORK_ERROR"
-	case client.CodeInvalidArgument:
-		code = "INVALID_ARGUMENT"
-	case client.CodeUnsupported:
-		code = "NOT_SUPPORTED"
-	case client.CodeStaleEpoch, client.CodeGone, client.CodePayloadTooLarge, client.CodeRateLimited, client.CodeUnavailable, client.CodeUnexpectedStatus:
+	case ce != nil && ce.Status != 0:
 		code = "UNEXPECTED_STATUS"
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
