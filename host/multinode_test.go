@@ -50,6 +50,70 @@ func readStream(ctx context.Context, t *testing.T, hc *http.Client, url string) 
 	return out
 }
 
+// counterStream is the one stream the single-stream multi-node tests write.
+const counterStream = "/counters/a"
+
+func streamURL(base string) string { return base + "/v1/stream" + counterStream }
+
+// readAll reads the whole stream through hc.
+func readAll(ctx context.Context, t *testing.T, hc *http.Client, base string) []json.RawMessage {
+	t.Helper()
+	s, err := client.NewStream(streamURL(base), client.Options{HTTPClient: hc,
+		Retry: client.RetryPolicy{MaxAttempts: 100, MaxDelay: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []json.RawMessage
+	for m, err := range s.Messages(ctx, client.ReadOptions{}) {
+		if err != nil {
+			t.Fatalf("read the stream: %v", err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// liveReader follows the stream on one node with long-polls, resuming from its last offset after
+// the node dies, and collects every message in order.
+type liveReader struct {
+	mu   sync.Mutex
+	msgs []json.RawMessage
+}
+
+func (r *liveReader) run(ctx context.Context, nd *node) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	offset := client.OffsetStart
+	for ctx.Err() == nil {
+		s, _ := client.NewStream(streamURL(nd.url()), client.Options{HTTPClient: hc,
+			Retry: client.RetryPolicy{MaxAttempts: 3, MaxDelay: 200 * time.Millisecond}})
+		for c, err := range s.Read(ctx, client.ReadOptions{Offset: offset, Live: client.LiveLongPoll}) {
+			if err != nil {
+				break
+			}
+			if !c.Empty() {
+				msgs, err := client.SplitJSON(c.Data)
+				if err != nil {
+					break
+				}
+				r.mu.Lock()
+				r.msgs = append(r.msgs, msgs...)
+				r.mu.Unlock()
+			}
+			offset = c.NextOffset
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond): // the node is restarting
+		}
+	}
+}
+
+func (r *liveReader) snapshot() []json.RawMessage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]json.RawMessage(nil), r.msgs...)
+}
+
 // effectCall is one call of the external side effect, as the test's server received it.
 type effectCall struct {
 	Node       string `json:"node"`

@@ -1,5 +1,5 @@
 // Command node is one foldstream node of the host's multi-node tests, built only from the
-// documented pieces: a store opened from a postgres:// URL (stream.Open), host.New, one
+// documented pieces: a store opened from a postgres:// URL (storeopen.Open), host.New, one
 // host.RegisterPattern, and server.New. It prints "serving http://ADDR" once it listens and runs
 // until SIGTERM (or dies by SIGKILL).
 //
@@ -27,6 +27,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -127,7 +128,7 @@ func main() {
 
 func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration, advertise bool) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	st, err := stream.Open(db, stream.Options{Logger: logger})
+	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Options{Logger: logger}})
 	if err != nil {
 		return err
 	}
