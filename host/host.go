@@ -338,13 +338,23 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("host: drain pushes to %q on %q: %w", sl.key.slug, sl.key.path, err))
 		}
 	}
+	// The engines close side by side: each lets its in-flight work finish and checkpoint, closes,
+	// and hands its lease over, so another node takes it at once.
+	var cmu sync.Mutex
+	var cwg sync.WaitGroup
 	for _, sl := range slots {
-		if err := settleAndClose(ctx, sl.runner); err != nil {
-			errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
-		}
-		// Handed over: another node takes it at once.
-		h.leases.release(sl.key, sl.lease.Generation, false)
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			if err := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err != nil {
+				cmu.Lock()
+				errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
+				cmu.Unlock()
+			}
+			h.leases.release(sl.key, sl.lease.Generation, false)
+		}()
 	}
+	cwg.Wait()
 	h.fold.close()
 	if len(errs) > 0 {
 		return errs[0]
@@ -359,13 +369,18 @@ func closeRunner(ctx context.Context, r foldstream.Runner) error {
 }
 
 // settleAndClose closes a hosted engine whose subscription was drained. Every unit already on its
-// chain finishes first — a catch-up queues behind them and, at the head, runs nothing — because
-// Close would cancel a running unit after its effects but before its checkpoint, and the next
-// engine on the stream would run those effects again.
-func settleAndClose(ctx context.Context, r foldstream.Runner) error {
+// chain finishes first — a catch-up queues behind them and, at the head, runs nothing — and then
+// the work they left in flight (background attempts, blocking effects) settles, for at most
+// drainFor, because Close would cancel a running unit after its effects but before its checkpoint,
+// and the next engine on the stream (on this node or, after a handoff, another) would run those
+// effects again. The lease is renewed meanwhile.
+func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Duration) error {
 	if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
 		_ = r.Close(ctx)
 		return err
 	}
+	dctx, cancel := context.WithTimeout(ctx, drainFor)
+	_ = r.Drain(dctx)
+	cancel()
 	return r.Close(ctx)
 }

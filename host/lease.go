@@ -142,11 +142,22 @@ func (ls *leaseSet) preferredLocked(key procKey) string {
 		f.Write([]byte(n))
 		f.Write([]byte{0})
 		f.Write([]byte(leaseKey(key)))
-		if s := f.Sum64(); i == 0 || s > bestScore {
+		if s := mix64(f.Sum64()); i == 0 || s > bestScore {
 			best, bestScore = n, s
 		}
 	}
 	return best
+}
+
+// mix64 spreads a hash's bits (a 64-bit finalizer: xor-shifts and multiplications by odd
+// constants), so ids and keys that share long prefixes still rank nodes uniformly.
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
 }
 
 // acquire takes key's lease for a new engine on this node. Without force it refuses (with

@@ -157,7 +157,7 @@ func (e *effectLog) snapshot() []effectCall {
 // emitted effect event is there exactly once; the external side effect ran twice only for a tick
 // whose first run was on a node killed afterwards; no node ran a processor under a lease older
 // than one another node had already run it under; and every tick appended away from a kill had
-// its effect within 3 s, with nobody reading.
+// its effect within 5 s, with nobody reading.
 func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffectOnce(t *testing.T) {
 	db := pgtest.URL(t)
 	effects := &effectLog{}
@@ -362,22 +362,30 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 			unknownGen++
 		}
 	}
-	twice := 0
+	twice, retried := 0, 0
 	for i := range streams {
 		for n := range tickAt[i] {
 			cs := byTick[fmt.Sprintf("%s#%d", path(i), n)]
 			if len(cs) == 0 {
 				t.Fatalf("%s: the side effect of tick %d never ran", path(i), n)
 			}
-			for _, c := range cs[:len(cs)-1] {
+			for j, c := range cs[:len(cs)-1] {
 				k, killed := killedAt[c.Node]
-				// In flight at the kill: run within the kill's lease window before it.
-				if !killed || c.at.After(k) || k.Sub(c.at) > 2*ttl+time.Second {
-					t.Fatalf("%s: the side effect of tick %d ran %d times (%+v); only a run on a node killed within its lease window afterwards may repeat\n%s", path(i), n, len(cs), cs, grepLogs(nodes, path(i)))
+				// In flight at the kill: run within the kill's lease window before it. Or in flight
+				// when its node's lease ran out before a renewal (the node logs the loss): the
+				// same lease window, opened by a stall instead of a kill.
+				inKill := killed && !c.at.After(k) && k.Sub(c.at) <= 2*ttl+time.Second
+				if cs[j+1].Node == c.Node {
+					retried++ // the same process retried its own failed block: not a second node
+					continue
+				}
+				if !inKill && !lostLease(nodes, c.Node, c.Path) {
+					t.Fatalf("%s: the side effect of tick %d ran %d times (%+v, next at +%v); only a run on a node killed within its lease window afterwards, or one whose lease ran out, may repeat (kills: %v)\n%s",
+						path(i), n, len(cs), cs, cs[j+1].at.Sub(c.at), killedAt, grepLogs(nodes, path(i)))
 				}
 				twice++
 			}
-			// Away from every kill, the effect came within 3 s of the append, with nobody reading.
+			// Away from every kill, the effect came within 5 s of the append, with nobody reading.
 			at := appendedAt[i][n]
 			near := false
 			for _, d := range disruptions {
@@ -385,7 +393,7 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 					near = true
 				}
 			}
-			if lag := cs[0].at.Sub(at); !near && lag > 3*time.Second {
+			if lag := cs[0].at.Sub(at); !near && lag > 5*time.Second {
 				t.Fatalf("%s: tick %d appended away from any kill had its effect after %v", path(i), n, lag)
 			}
 		}
@@ -406,8 +414,8 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 	}
 	// A call during a graceful stop finds no status (the host reports none while it shuts down):
 	// generation 0, left out of the order check.
-	t.Logf("%d ticks on %d streams through %d kills and a graceful stop; %d side effects ran twice (in flight at a kill); %d during a stop",
-		total, streams, kills, twice, unknownGen)
+	t.Logf("%d ticks on %d streams through %d kills and a graceful stop; %d side effects ran twice (in flight at a kill), %d retried by their owner after a failure; %d during a stop",
+		total, streams, kills, twice, retried, unknownGen)
 }
 
 func allLogs(nodes []*node) string {
@@ -429,4 +437,21 @@ func grepLogs(nodes []*node, s string) string {
 		}
 	}
 	return b.String()
+}
+
+// lostLease reports whether the node of incarnation inc logged losing the lease of the counter on
+// path (its lease ran out or changed hands before a renewal).
+func lostLease(nodes []*node, inc, path string) bool {
+	name, _, _ := strings.Cut(inc, "#")
+	for _, nd := range nodes {
+		if nd.name != name {
+			continue
+		}
+		for _, line := range strings.Split(nd.logText(), "\n") {
+			if strings.Contains(line, "processor lease lost") && strings.Contains(line, "path="+path+" ") {
+				return true
+			}
+		}
+	}
+	return false
 }

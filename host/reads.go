@@ -114,6 +114,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		case <-ctx.Done():
 			return fail(context.Cause(ctx))
 		}
+		if err := h.catchUpShared(ctx, sl); err != nil {
+			return fail(err)
+		}
 	}
 	// A push delivered meanwhile may have parked the processor or shown its stream re-created.
 	if retry, perr := check(); retry || perr != nil {

@@ -114,7 +114,7 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 		}
 		if reg.version == "" || cp.ReducerVersion == reg.version {
 			var pending bool
-			if pending, err = h.consumedBetween(ctx, reg, path, cp.ReducedThroughOffset, through); err != nil {
+			if pending, err = h.consumedBetween(ctx, reg.consumes, path, cp.ReducedThroughOffset, through); err != nil {
 				break
 			}
 			if !pending {
@@ -141,15 +141,38 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 	return foldstream.Checkpoint{}, nil, err
 }
 
+// catchUpShared gives a local read on a shared database read-your-writes across nodes: an append
+// another node acknowledged reaches this node's engine by notification, possibly after the read
+// began, so when the stream's head as of now holds an event the engine consumes and has not
+// reduced, the engine catches up from the log first.
+func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
+	if h.store.Driver().Exclusive() {
+		return nil
+	}
+	info, err := h.store.HeadStream(ctx, sl.key.path)
+	if err != nil {
+		return nil // the read itself reports a missing stream
+	}
+	at := sl.runner.ReducedThroughOffset()
+	if at >= info.Tail {
+		return nil
+	}
+	pending, err := h.consumedBetween(ctx, sl.runner.Consumes(), sl.key.path, at, info.Tail)
+	if err != nil || !pending {
+		return err
+	}
+	return sl.runner.CatchUpFromLog(ctx)
+}
+
 // consumedBetween reports whether a durable event the registration consumes lies in (after, through].
-func (h *Host) consumedBetween(ctx context.Context, reg *registration, path string, after, through int64) (bool, error) {
+func (h *Host) consumedBetween(ctx context.Context, consumes []string, path string, after, through int64) (bool, error) {
 	for after < through {
 		page, err := h.store.Read(ctx, path, after, 256, stream.ReadOptions{})
 		if err != nil {
 			return false, err
 		}
 		for _, ev := range page.Events {
-			if ev.Offset <= through && foldstream.ConsumesEvent(reg.consumes, ev) {
+			if ev.Offset <= through && foldstream.ConsumesEvent(consumes, ev) {
 				return true, nil
 			}
 		}

@@ -153,7 +153,7 @@ func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration,
 	fmt.Printf("serving http://%s\n", ln.Addr())
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		_ = h.Shutdown(sctx)
 		_ = srv.Shutdown(sctx)

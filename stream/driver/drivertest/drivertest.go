@@ -365,6 +365,38 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		}
 	})
 
+	t.Run("RenewNeverWaitsForAFencedWrite", func(t *testing.T) {
+		// A group that fences checkpoints holds their lease rows until it commits; a renewal
+		// that waited on one while holding others would deadlock with a group fencing two.
+		h := open(t, newDriver)
+		a, _, err := h.d.AcquireLease(ctx, "a", "node", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := h.d.AcquireLease(ctx, "b", "node", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := h.w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
+			Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, Fence: a.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		renewed, err := h.d.RenewLeases(rctx, "node", []driver.Lease{a, b}, time.Minute)
+		if err != nil || len(renewed) != 2 {
+			t.Fatalf("renew while a fenced write is open: got %+v %v, want both leases still held", renewed, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("CheckpointFencedByLease", func(t *testing.T) {
 		h := open(t, newDriver)
 		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/jackc/pgx/v5"
 )
 
 // Leases: which node runs a processor (driver.Driver's lease operations).
@@ -44,7 +45,11 @@ func (d *Driver) AcquireLease(ctx context.Context, key, holder, addr string, ttl
 }
 
 // RenewLeases extends, in one statement, every lease of held that holder still holds at its
-// generation and did not release.
+// generation and did not release. Rows another transaction has locked right now — a checkpoint
+// write checking its fence holds its lease row FOR SHARE until its group commits — are skipped
+// (SKIP LOCKED) rather than waited for: waiting on one while holding the others would deadlock
+// with a group that fences two checkpoints. A skipped lease is read back and returned as still
+// held, at its current expiry, when it did not change hands; the next renewal extends it.
 func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.Lease, ttl time.Duration) ([]driver.Lease, error) {
 	if len(held) == 0 {
 		return nil, nil
@@ -57,27 +62,52 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 		byKey[l.Key] = l
 	}
 	start := time.Now()
-	rows, err := d.pool.Query(ctx, `UPDATE leases AS l SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
-		FROM unnest($2::text[], $3::bigint[]) AS h(key, generation)
-		WHERE l.key = h.key AND l.generation = h.generation AND l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz
+	var out []driver.Lease
+	scan := func(rows pgx.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var key string
+			var leftMs int64
+			if err := rows.Scan(&key, &leftMs); err != nil {
+				return err
+			}
+			l := byKey[key]
+			delete(byKey, key)
+			l.Live, l.Idle = true, false
+			l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
+			out = append(out, l)
+		}
+		return rows.Err()
+	}
+	rows, err := d.pool.Query(ctx, `WITH mine AS (
+		  SELECT l.key FROM leases AS l JOIN unnest($2::text[], $3::bigint[]) AS h(key, generation)
+		    ON l.key = h.key AND l.generation = h.generation
+		  WHERE l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz
+		  FOR UPDATE OF l SKIP LOCKED)
+		UPDATE leases AS l SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+		FROM mine WHERE l.key = mine.key
 		RETURNING l.key, `+leaseLeft, holder, keys, gens, ttl.Milliseconds())
+	if err == nil {
+		err = scan(rows)
+	}
 	if err != nil {
 		return nil, d.classify(fmt.Errorf("renew leases: %w", err))
 	}
-	defer rows.Close()
-	var out []driver.Lease
-	for rows.Next() {
-		var key string
-		var leftMs int64
-		if err := rows.Scan(&key, &leftMs); err != nil {
-			return nil, d.classify(fmt.Errorf("renew leases: %w", err))
-		}
-		l := byKey[key]
-		l.Live, l.Idle = true, false
-		l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
-		out = append(out, l)
+	if len(byKey) == 0 {
+		return out, nil
 	}
-	if err := rows.Err(); err != nil {
+	// Skipped (locked now) or changed hands: keep those still this holder's at their generation.
+	keys, gens = keys[:0], gens[:0]
+	for k, l := range byKey {
+		keys, gens = append(keys, k), append(gens, l.Generation)
+	}
+	rows, err = d.pool.Query(ctx, `SELECT l.key, `+leaseLeft+` FROM leases AS l
+		JOIN unnest($2::text[], $3::bigint[]) AS h(key, generation) ON l.key = h.key AND l.generation = h.generation
+		WHERE l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz`, holder, keys, gens)
+	if err == nil {
+		err = scan(rows)
+	}
+	if err != nil {
 		return nil, d.classify(fmt.Errorf("renew leases: %w", err))
 	}
 	return out, nil
