@@ -870,6 +870,7 @@ func (h *Host) leaseLost(key procKey) {
 		close(closed)
 	}()
 }
+
 // wakeOnce appends the stream's wake record unless this host woke it already or it is closed
 // (docs/store.md#wake-records): at most one per stream per host start, and a reopened engine
 // writes nothing. info is the stream as the caller last saw it (the zero value when unknown).
