@@ -29,6 +29,8 @@ const (
 	OpProcessorRead Operation = "processor-read"
 	// OpList lists streams (the listing route); the path is the prefix listed, "/" for all.
 	OpList Operation = "list"
+	// OpMetrics reads the server's metrics (MetricsPath); the path is "/".
+	OpMetrics Operation = "metrics"
 )
 
 // Writes reports whether op changes data (append, create, delete).
@@ -52,7 +54,7 @@ type Scope string
 
 // The scopes of BearerTokens.
 const (
-	// ScopeRead allows OpRead, OpProcessorRead and OpList.
+	// ScopeRead allows OpRead, OpProcessorRead, OpList and OpMetrics.
 	ScopeRead Scope = "read"
 	// ScopeReadWrite allows every operation.
 	ScopeReadWrite Scope = "read-write"
