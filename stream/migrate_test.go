@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // schemaV1 is the DDL of the store's first layout (one row per message in entries), exactly as the
@@ -127,8 +128,8 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	ctx := context.Background()
 
 	var version int
-	if err := s.rawQueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version); err != nil || version != 2 {
-		t.Fatalf("schema version: got %d (%v), want 2", version, err)
+	if err := s.rawQueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version); err != nil || version != sqlitedriver.SchemaVersion {
+		t.Fatalf("schema version: got %d (%v), want %d", version, err, sqlitedriver.SchemaVersion)
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM sqlite_master WHERE name = 'entries'`); n != 0 {
 		t.Fatal("the entries table is still there")

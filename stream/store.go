@@ -109,6 +109,9 @@ type Store struct {
 
 	created createdListeners // OnStreamCreated's listeners (list.go)
 
+	changes commitWatchers               // WatchChanges' functions (subscriptions.go)
+	subKick atomic.Pointer[func(string)] // WatchSubscriptions' function (subscriptions.go)
+
 	lock *os.File // the exclusive lock on the database file, held until Close (lock.go)
 }
 
@@ -221,8 +224,10 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.remoteEphemerals(n)
 		s.kickFeed(n.Path)
 		s.wake(n.StreamID)
+		s.changes.notify(n.Path)
 		return
 	}
+	s.changes.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()
 	ids := make([]int64, 0, len(s.notify))
@@ -234,6 +239,9 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.wake(id)
 	}
 }
+
+// Closed reports whether Close was called.
+func (s *Store) Closed() bool { return s.closed.Load() }
 
 // Driver returns the store's driver.
 func (s *Store) Driver() driver.Driver { return s.drv }

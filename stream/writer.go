@@ -265,8 +265,9 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			s.runHook(h)
 		}
 	}
-	for id := range touched {
+	for id, p := range touched {
 		s.wake(id)
+		s.changes.notify(p)
 	}
 	for i, r := range reqs {
 		r.done <- results[i]
