@@ -20,13 +20,29 @@ const maxSubscriptionBody = 1 << 20
 
 // serveReserved serves a path under {prefix}__ds (rest is what follows "__ds/").
 func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest string) {
+	after, isSub := strings.CutPrefix(rest, "subscriptions/")
+	id, sub, _ := strings.Cut(after, "/")
+	// Every reserved path goes through the origin check and Config.Authorize first, even one
+	// that names no route.
+	op, authPath := OpRead, "/__ds/"+rest
+	switch {
+	case isSub && id != "" && (sub == "callback" || sub == "ack" || sub == "release"):
+		op, authPath = OpWake, "/__ds/subscriptions/"+id
+	case isSub && id != "":
+		authPath = "/__ds/subscriptions/" + id
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			op = OpSubscribe
+		}
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		op = OpSubscribe
+	}
+	if !s.checkOrigin(w, r, op) {
+		return
+	}
+	if _, ok := s.authorize(w, r, op, authPath); !ok {
+		return
+	}
 	if rest == "jwks.json" {
-		if !s.checkOrigin(w, r, OpRead) {
-			return
-		}
-		if _, ok := s.authorize(w, r, OpRead, "/__ds/jwks.json"); !ok {
-			return
-		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed: GET the key set")
@@ -35,23 +51,8 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest stri
 		s.handleJWKS(w, r)
 		return
 	}
-	after, ok := strings.CutPrefix(rest, "subscriptions/")
-	id, sub, _ := strings.Cut(after, "/")
-	if !ok || id == "" {
+	if !isSub || id == "" {
 		writeError(w, http.StatusNotFound, "reserved path: the subscription APIs are "+s.cfg.Prefix+"__ds/subscriptions/<id> and "+s.cfg.Prefix+"__ds/jwks.json")
-		return
-	}
-	op := OpSubscribe
-	switch {
-	case r.Method == http.MethodGet && sub == "":
-		op = OpRead
-	case sub == "callback" || sub == "ack" || sub == "release":
-		op = OpWake
-	}
-	if !s.checkOrigin(w, r, op) {
-		return
-	}
-	if _, ok := s.authorize(w, r, op, "/__ds/subscriptions/"+id); !ok {
 		return
 	}
 	method := func(m string) bool {

@@ -414,9 +414,13 @@ func (s *Store) issueWake(t *tx, sub *subscription, tails map[string]int64) (boo
 	}
 	body := append(append([]byte("["), joinJSON(msgs)...), ']')
 	// Locks the wake stream (shared databases) before anything of this function is written.
-	if _, err := s.liveStream(t, "/"+sub.Cfg.WakeStream); err != nil {
-		// The wake stream is missing or closed: the wake is still issued (a worker can claim it);
-		// the application has to create the wake stream to be told.
+	m, err := s.liveStream(t, "/"+sub.Cfg.WakeStream)
+	if err == nil && (m.Row.Closed || !IsJSONContentType(m.Row.ContentType)) {
+		err = errors.New("the wake stream is closed or not a JSON stream")
+	}
+	if err != nil {
+		// No wake stream to write to (missing, closed, not JSON): the wake is still issued, and
+		// a worker can claim it; the application has to create the wake stream to be told.
 		s.log.Warn("subscription: cannot write a wake event to the wake stream", "subscription", sub.ID,
 			"wake_stream", sub.Cfg.WakeStream, "err", err)
 		return true, nil
