@@ -461,8 +461,8 @@ func (d *deliverer) attempt(w stream.Wake) stream.WebhookOutcome {
 	}
 	body, _ := json.Marshal(map[string]any{
 		"subscription_id": w.SubscriptionID, "wake_id": w.WakeID, "generation": w.Generation,
-		"streams":      wakeStreamsJSON(w.Streams),
-		"callback_url": w.CallbackBase + d.s.cfg.Prefix + "__ds/subscriptions/" + url.PathEscape(w.SubscriptionID) + "/callback",
+		"streams":        wakeStreamsJSON(w.Streams),
+		"callback_url":   w.CallbackBase + d.s.cfg.Prefix + "__ds/subscriptions/" + url.PathEscape(w.SubscriptionID) + "/callback",
 		"callback_token": w.Token,
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
@@ -490,4 +490,3 @@ func (d *deliverer) attempt(w stream.Wake) stream.WebhookOutcome {
 	_ = json.Unmarshal(answer, &done) // any other answer is an accepted, asynchronous wake
 	return stream.WebhookOutcome{Accepted: true, Done: done.Done}
 }
-
