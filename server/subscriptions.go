@@ -253,7 +253,10 @@ func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) m
 		"webhook": nil, "wake_stream": orNull(in.Config.WakeStream),
 		"lease_ttl_ms": in.Config.LeaseTTLms, "created_at": in.Created.Format("2006-01-02T15:04:05.000Z"),
 		"status": in.Status, "description": orNull(in.Config.Description),
-		"generation": in.Generation,
+		"generation": in.Generation, "next_attempt_at": nil,
+	}
+	if !in.NextAttempt.IsZero() {
+		out["next_attempt_at"] = in.NextAttempt.Format("2006-01-02T15:04:05.000Z")
 	}
 	if in.Config.Type == stream.SubscriptionWebhook {
 		hook := map[string]any{"url": in.Config.WebhookURL}

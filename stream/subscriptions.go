@@ -235,6 +235,8 @@ type subState struct {
 	NextAttemptMs int64 `json:"next_attempt_ms,omitempty"`
 	// Failed is set while a retry is scheduled after a failed attempt.
 	Failed bool `json:"failed,omitempty"`
+	// Sending is set while an attempt is out (NextAttemptMs is then its guard time).
+	Sending bool `json:"sending,omitempty"`
 }
 
 type snapLink struct {
@@ -455,7 +457,7 @@ func snapshotOf(sub *subscription, tails map[string]int64) []snapLink {
 func endWake(sub *subscription) {
 	sub.St.InFlight = false
 	sub.St.Holder, sub.St.LeaseUntilMs = "", 0
-	sub.St.NextAttemptMs, sub.St.Attempts, sub.St.Failed = 0, 0, false
+	sub.St.NextAttemptMs, sub.St.Attempts, sub.St.Failed, sub.St.Sending = 0, 0, false, false
 	sub.St.Snapshot = nil
 }
 
@@ -489,6 +491,8 @@ type SubscriptionInfo struct {
 	Links  []SubscriptionLink
 	// Generation is the generation of the last wake issued (0: none yet).
 	Generation int64
+	// NextAttempt is when the failed webhook wake is sent again (zero unless Status is "failed").
+	NextAttempt time.Time
 }
 
 func linkType(l subLink) string {
@@ -503,6 +507,9 @@ func infoOfSub(sub *subscription) SubscriptionInfo {
 		Generation: sub.St.Generation}
 	if sub.St.Failed {
 		in.Status = "failed"
+		if sub.St.NextAttemptMs != 0 && !sub.St.Sending {
+			in.NextAttempt = time.UnixMilli(sub.St.NextAttemptMs).UTC()
+		}
 	}
 	for _, l := range sub.St.Links {
 		in.Links = append(in.Links, SubscriptionLink{Path: l.Path, LinkType: linkType(l), Acked: l.Acked})
@@ -827,7 +834,7 @@ func (s *Store) AckSubscription(ctx context.Context, id, token string, callback 
 		if !req.Done {
 			sub.St.LeaseUntilMs = t.now.UnixMilli() + sub.Cfg.LeaseTTLms
 			if callback {
-				sub.St.NextAttemptMs, sub.St.Failed = 0, false // the receiver has it
+				sub.St.NextAttemptMs, sub.St.Failed, sub.St.Sending = 0, false, false // the receiver has it
 			}
 			return saveSub(t, sub)
 		}
@@ -927,6 +934,7 @@ func (s *Store) StepSubscription(ctx context.Context, id string, hints []string)
 		}
 		if sub.Cfg.Type == SubscriptionWebhook && sub.St.InFlight && sub.St.NextAttemptMs != 0 && sub.St.NextAttemptMs <= now {
 			sub.St.Attempts++
+			sub.St.Sending = true
 			sub.St.NextAttemptMs = now + WebhookAttemptGuard.Milliseconds()
 			w, err := s.wakeOf(t, sub)
 			if err != nil {
@@ -971,6 +979,7 @@ func (s *Store) RecordWebhookAttempt(ctx context.Context, id, wakeID string, gen
 			return nil // fenced: a callback (or another node) finished or moved the wake on
 		}
 		now := t.now.UnixMilli()
+		sub.St.Sending = false
 		switch {
 		case out.Accepted && out.Done:
 			for _, sn := range sub.St.Snapshot {
