@@ -66,6 +66,9 @@ const (
 	CodeStoreLocked Code = "STORE_LOCKED"
 	// CodeStoreReadOnly: the store's database cannot be written (Open fails).
 	CodeStoreReadOnly Code = "STORE_READ_ONLY"
+	// CodeInvalidConfig: a configuration value is refused (an unknown setting, a negative size, a
+	// database name no linked driver opens); the constructor fails and says what to give instead.
+	CodeInvalidConfig Code = "INVALID_CONFIG"
 	// CodeInsufficientStorage: the disk (or database) is full; nothing was acknowledged, and the
 	// store recovers by itself once space is free (507).
 	CodeInsufficientStorage Code = "INSUFFICIENT_STORAGE"
@@ -104,6 +107,19 @@ const (
 	// CodeWebhookURLRejected: a subscription's webhook URL is not allowed (not https, or a
 	// loopback, private or link-local target the server does not allow) (400).
 	CodeWebhookURLRejected Code = "WEBHOOK_URL_REJECTED"
+)
+
+// Error codes of the HTTP server's own refusals, for requests that never reach a stream.
+const (
+	// CodeNoRoute: no route serves this path (404).
+	CodeNoRoute Code = "NO_ROUTE"
+	// CodeMethodNotAllowed: the route does not take this method; the Allow header lists those it
+	// takes (405).
+	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED"
+	// CodeRequestTimeout: the request body did not arrive in time (408).
+	CodeRequestTimeout Code = "REQUEST_TIMEOUT"
+	// CodeInternal: a fault of the server, logged with its cause; retrying may not help (500).
+	CodeInternal Code = "INTERNAL"
 )
 
 // Error is a coded error carrying the data a caller needs beside a human message.
@@ -171,6 +187,7 @@ var (
 	ErrReservedKey         = &Error{Code: CodeReservedKey}
 	ErrStoreLocked         = &Error{Code: CodeStoreLocked}
 	ErrStoreReadOnly       = &Error{Code: CodeStoreReadOnly}
+	ErrInvalidConfig       = &Error{Code: CodeInvalidConfig}
 	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage}
 	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrOverloaded          = &Error{Code: CodeOverloaded}
@@ -181,6 +198,11 @@ var (
 	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
 	ErrLeaseLost           = &Error{Code: CodeLeaseLost}
 	ErrStoreSchema         = &Error{Code: CodeStoreSchema}
+
+	ErrNoRoute          = &Error{Code: CodeNoRoute}
+	ErrMethodNotAllowed = &Error{Code: CodeMethodNotAllowed}
+	ErrRequestTimeout   = &Error{Code: CodeRequestTimeout}
+	ErrInternal         = &Error{Code: CodeInternal}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when there is none.

@@ -13,7 +13,9 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -108,8 +110,11 @@ func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/other/new", "carts"); !errors.Is(err, host.ErrNotRegistered) {
 		t.Fatalf("snapshot of an uncovered stream: got %v, want NOT_REGISTERED", err)
 	}
-	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, host.ErrNotRegistered) {
-		t.Fatalf("snapshot of a covered stream that does not exist: got %v, want NOT_REGISTERED", err)
+	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		t.Fatalf("snapshot of a covered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
+	}
+	if _, err := h.Snapshot(ctx, "/other/absent", "carts"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		t.Fatalf("snapshot of an uncovered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
 	}
 	if _, err := s.HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldstream.ErrStreamNotFound) {
 		t.Fatalf("a read created the stream: %v", err)
@@ -237,7 +242,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	ctx := context.Background()
 	// synchronous=NORMAL: this test is about the host's engines, not the disk; 40,000 fsyncs would
 	// only make it slow.
-	s, err := stream.Open(filepath.Join(t.TempDir(), "many.db"), stream.Options{Logger: quietLog, Synchronous: stream.SyncNormal})
+	s, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "many.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}, SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -103,7 +105,7 @@ func startNode(t *testing.T, dsn string, clock foldstream.Clock, cfg server.Conf
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts := stream.Options{Logger: quiet, Clock: clock}
-	st, err := stream.Open(dsn, opts)
+	st, err := storeopen.Open(context.Background(), dsn, storeopen.Config{Store: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestWebhookSignatureVerifiesAgainstServedJWKS(t *testing.T) {
 // loopback and nothing else.
 func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(t.TempDir()+"/ssrf.db", stream.Options{Logger: quiet})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/ssrf.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

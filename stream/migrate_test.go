@@ -120,7 +120,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "v1.db")
 	writeV1File(t, path)
-	s, err := Open(path, Options{Logger: quietLog})
+	s, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +196,9 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 		t.Fatalf("checkpoint: got %+v %v (%v)", cp, ok, err)
 	}
 
-	// Opening again finds version 2 and changes nothing.
+	// Opening again finds the current version and changes nothing.
 	s.Close()
-	s2, err := Open(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestUnknownSchemaIsRefused(t *testing.T) {
 				}
 			}
 			db.Close()
-			s, err := Open(path, Options{Logger: quietLog})
+			s, err := openStore(path, Options{Logger: quietLog})
 			if err == nil {
 				s.Close()
 				t.Fatal("open: got nil error, want STORE_SCHEMA")

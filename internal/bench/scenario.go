@@ -22,8 +22,20 @@ type Config struct {
 	InFlight        int // batches in flight per producer
 
 	CatchUpMessages int // messages in the catch-up stream (written once per server)
+	// CatchUpSizes, when set, replaces CatchUpMessages with one catch-up scenario per size (for
+	// example 100,000 and 1,000,000, to see whether a read stays linear in the stream's length).
+	CatchUpSizes []int
+	// CatchUpMessageSize is the size of the catch-up streams' messages (0: MessageSize); larger
+	// messages make a 1 GiB stream quick to write.
+	CatchUpMessageSize int
 
 	SSEMessages int // POST→SSE round trips per measurement
+
+	// ManyStreams, when set, adds per count N the many-streams scenarios: stream creation, and
+	// plain and producer appends spread over N streams (created once per server).
+	ManyStreams []int
+	// ManyWriters is the concurrency of the many-streams scenarios (0: 16).
+	ManyWriters int
 
 	// MeasureFor caps how long one throughput measurement keeps issuing requests: writers stop
 	// at the count or at this time, whichever comes first, and the rate is what completed over
@@ -77,7 +89,14 @@ type Scenario struct {
 	Metrics []Metric
 	Setup   func(ctx context.Context, c *Client) error
 	Run     func(ctx context.Context, c *Client, round int) (Sample, error)
+	// PeakRSS makes the runner sample the server's resident memory during each measurement and
+	// report its peak (RSSMetric).
+	PeakRSS bool
 }
+
+// RSSMetric is the server's peak resident memory during a measurement, sampled from
+// /proc/PID/status every 10 ms (scenarios with PeakRSS).
+var RSSMetric = Metric{"server peak RSS MB", false}
 
 // Scenarios returns the four scenarios, sized by cfg. Stream names start with run, so
 // repeated runs against a long-lived server never collide.
@@ -94,7 +113,18 @@ func Scenarios(cfg Config, run string) []Scenario {
 			out = append(out, appendScenario(cfg, run, w, shared))
 		}
 	}
-	out = append(out, producerScenario(cfg, run), catchUpScenario(cfg, run), sseScenario(cfg, run))
+	out = append(out, producerScenario(cfg, run))
+	sizes := cfg.CatchUpSizes
+	if len(sizes) == 0 {
+		sizes = []int{cfg.CatchUpMessages}
+	}
+	for _, n := range sizes {
+		out = append(out, catchUpScenario(cfg, run, n))
+	}
+	out = append(out, sseScenario(cfg, run))
+	for _, n := range cfg.ManyStreams {
+		out = append(out, manyStreamsScenarios(cfg, run, n)...)
+	}
 	return out
 }
 
@@ -165,7 +195,7 @@ func producerScenario(cfg Config, run string) Scenario {
 		Name: fmt.Sprintf("idempotent producers, %d × batches of %d", cfg.Producers, cfg.BatchSize),
 		Detail: fmt.Sprintf("%d producers, each on its own stream, up to %d batches (or %s) of %d messages (%d-byte bodies), up to %d in flight per producer",
 			cfg.Producers, cfg.ProducerBatches, cfg.MeasureFor, cfg.BatchSize, batchBytes, cfg.InFlight),
-		Metrics: []Metric{{"messages/s", true}, {"MB/s", true}},
+		Metrics: []Metric{{"messages/s", true}, {"MB/s", true}, RetriesMetric},
 		Run: func(ctx context.Context, c *Client, round int) (Sample, error) {
 			bodies := make([][]byte, cfg.ProducerBatches)
 			for i := range bodies {
@@ -199,16 +229,21 @@ func producerScenario(cfg Config, run string) Scenario {
 			if err := errors.Join(errs...); err != nil {
 				return nil, err
 			}
-			acked := 0
+			acked, retries := 0, 0
 			for _, st := range stats {
 				acked += st.Acked
+				retries += st.Retries
 			}
 			msgs := float64(acked * cfg.BatchSize)
 			bytes := float64(acked * batchBytes)
-			return Sample{"messages/s": msgs / elapsed, "MB/s": bytes / 1e6 / elapsed, MessagesKey: msgs}, nil
+			return Sample{"messages/s": msgs / elapsed, "MB/s": bytes / 1e6 / elapsed, RetriesMetric.Name: float64(retries), MessagesKey: msgs}, nil
 		},
 	}
 }
+
+// RetriesMetric counts the producer requests answered 409 (a sequence gap: the request overtook
+// an earlier one of its producer) and resent, in one measurement.
+var RetriesMetric = Metric{"409 retries", false}
 
 // ProduceStats counts what Produce did beyond the batches themselves.
 type ProduceStats struct {
@@ -291,21 +326,28 @@ send:
 	return ProduceStats{Acked: int(ackedN.Load()), Retries: int(retries.Load())}, firstErr
 }
 
-func catchUpScenario(cfg Config, run string) Scenario {
-	stream := run + "-catchup"
+func catchUpScenario(cfg Config, run string, messages int) Scenario {
 	const batch = 500 // larger than the producer scenario's, so that setup is quick on a slow server
-	n := cfg.CatchUpMessages / batch * batch
+	n := messages / batch * batch
+	size := cfg.MessageSize
+	name := fmt.Sprintf("catch-up read, %d messages", n)
+	if cfg.CatchUpMessageSize > 0 && cfg.CatchUpMessageSize != cfg.MessageSize {
+		size = cfg.CatchUpMessageSize
+		name = fmt.Sprintf("catch-up read, %d messages of %d bytes", n, size)
+	}
+	stream := fmt.Sprintf("%s-catchup-%d-%d", run, n, size)
 	return Scenario{
-		Name:    fmt.Sprintf("catch-up read, %d messages", n),
-		Detail:  fmt.Sprintf("GET from offset -1 following Stream-Next-Offset to the tail of a stream of %d %d-byte messages (written once, as batches of %d)", n, cfg.MessageSize, batch),
+		Name:    name,
+		Detail:  fmt.Sprintf("GET from offset -1 following Stream-Next-Offset to the tail of a stream of %d %d-byte messages (%.0f MB, written once, as batches of %d); the server's resident memory is sampled every 10 ms during the read", n, size, float64(n)*float64(size)/1e6, batch),
 		Metrics: []Metric{{"MB/s", true}, {"messages/s", true}},
+		PeakRSS: true,
 		Setup: func(ctx context.Context, c *Client) error {
 			if err := c.Create(ctx, stream); err != nil {
 				return err
 			}
 			bodies := make([][]byte, n/batch)
 			for i := range bodies {
-				bodies[i] = Batch(int64(i*batch), batch, cfg.MessageSize)
+				bodies[i] = Batch(int64(i*batch), batch, size)
 			}
 			ctx, cancel := context.WithTimeout(ctx, 4*cfg.Timeout)
 			defer cancel()

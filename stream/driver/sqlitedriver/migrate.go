@@ -19,11 +19,13 @@ import (
 //   - 2: one row per record in the rowid table records (bodies out of the index b-tree), keys in
 //     record_keys, streams.tail holding only the base tail (the durable tail is the largest
 //     records.end_pos), leases for fenced checkpoint writes, and schema_migrations.
-//   - 3: subscriptions and signing_keys (the protocol's subscriptions, docs/server.md#subscriptions).
+//   - 3: streams.hidden_from, the visibility mark of a record written over several transactions
+//     (NULL: every record is visible; see [writeTx.HideFrom]).
+//   - 4: subscriptions and signing_keys (the protocol's subscriptions, docs/server.md#subscriptions).
 //
 // Migrate moves an older file to SchemaVersion in one transaction (all or nothing), and refuses a
 // file whose recorded version is newer than SchemaVersion.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // RecordSliceBytes is the body size at which the migration slices a long JSON record into
 // several rows (the store does the same for new appends).
@@ -185,9 +187,14 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 			return fmt.Errorf("migrate schema 1 to 2: %w", err)
 		}
 	}
-	for _, stmt := range schemaV3 {
+	if version < 3 {
+		if _, err := conn.ExecContext(ctx, `ALTER TABLE streams ADD COLUMN hidden_from INTEGER`); err != nil {
+			return fmt.Errorf("migrate schema 2 to 3: %w", err)
+		}
+	}
+	for _, stmt := range schemaV4 {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("migrate: create schema version 3: %w", err)
+			return fmt.Errorf("migrate schema 3 to 4: %w", err)
 		}
 	}
 	now := time.Now().UnixMilli()

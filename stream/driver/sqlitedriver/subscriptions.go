@@ -9,8 +9,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// schemaV3 adds the subscription rows and webhook signing keys (docs/server.md#subscriptions).
-var schemaV3 = []string{
+// schemaV4 adds the subscription rows and webhook signing keys (docs/server.md#subscriptions).
+var schemaV4 = []string{
 	`CREATE TABLE IF NOT EXISTS subscriptions (
 		id TEXT PRIMARY KEY,
 		config TEXT NOT NULL,
