@@ -348,6 +348,13 @@ func refresh(t *tx, sub *subscription, hints []string) (map[string]int64, error)
 			sub.addLink(p, false, 0, 0)
 		}
 	}
+	if sub.Cfg.Pattern != "" {
+		// Streams the pattern matches that no link has yet were created after the subscription
+		// (creation linked every earlier one): linked from their start.
+		if err := backfill(t, sub, false); err != nil {
+			return nil, err
+		}
+	}
 	tails := make(map[string]int64, len(sub.St.Links))
 	keep := sub.St.Links[:0]
 	for _, l := range sub.St.Links {
@@ -552,7 +559,7 @@ func (s *Store) PutSubscription(ctx context.Context, id string, cfg Subscription
 			_ = ok
 		}
 		if cfg.Pattern != "" {
-			if err := backfill(t, sub); err != nil {
+			if err := backfill(t, sub, true); err != nil {
 				return err
 			}
 		}
@@ -565,8 +572,9 @@ func (s *Store) PutSubscription(ctx context.Context, id string, cfg Subscription
 	return info, created, err
 }
 
-// backfill links every live stream the pattern matches at its current tail.
-func backfill(t *tx, sub *subscription) error {
+// backfill links every live stream the pattern matches and no link has yet: at its current tail
+// (atTail, at creation) or from its start.
+func backfill(t *tx, sub *subscription, atTail bool) error {
 	prefix := globPrefix(sub.Cfg.Pattern)
 	below, bounded := prefixUpperBound(prefix)
 	q := driver.ListQuery{From: prefix, Inclusive: true, Limit: 1000}
@@ -580,9 +588,18 @@ func backfill(t *tx, sub *subscription) error {
 		}
 		for _, r := range rows {
 			p := strings.TrimPrefix(r.Path, "/")
-			if p != sub.Cfg.WakeStream && matchGlob(sub.Cfg.Pattern, p) {
-				sub.addLink(p, false, r.ID, r.Tail)
+			if p == sub.Cfg.WakeStream || !matchGlob(sub.Cfg.Pattern, p) {
+				continue
 			}
+			if l := sub.link(p); l != nil {
+				l.Glob = true
+				continue
+			}
+			acked := int64(0)
+			if atTail {
+				acked = r.Tail
+			}
+			sub.addLink(p, false, r.ID, acked)
 		}
 		if len(rows) < q.Limit {
 			return nil
