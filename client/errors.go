@@ -16,6 +16,7 @@ const (
 	CodeNotFound         Code = "NOT_FOUND"         // 404: the stream does not exist or expired
 	CodeConflict         Code = "CONFLICT"          // 409: configuration, content type or Stream-Seq conflict
 	CodeStreamClosed     Code = "STREAM_CLOSED"     // 409 with Stream-Closed: the stream is closed
+	CodeStreamPaused     Code = "STREAM_PAUSED"     // 423: the stream is paused; appends resume after a resume
 	CodeGone             Code = "GONE"              // 410: soft-deleted stream or offset past retention
 	CodePayloadTooLarge  Code = "PAYLOAD_TOO_LARGE" // 413: the body exceeds the server's limit
 	CodeBadRequest       Code = "BAD_REQUEST"       // 400: the server refused the request's syntax
@@ -87,6 +88,7 @@ var (
 	ErrNotFound         = &Error{Code: CodeNotFound}
 	ErrConflict         = &Error{Code: CodeConflict}
 	ErrStreamClosed     = &Error{Code: CodeStreamClosed}
+	ErrStreamPaused     = &Error{Code: CodeStreamPaused}
 	ErrGone             = &Error{Code: CodeGone}
 	ErrPayloadTooLarge  = &Error{Code: CodePayloadTooLarge}
 	ErrBadRequest       = &Error{Code: CodeBadRequest}
@@ -185,6 +187,8 @@ func statusError(op, url string, resp *http.Response, body []byte) error {
 			return &StreamClosedError{FinalOffset: resp.Header.Get(HeaderStreamNextOffset)}
 		}
 		e.Code = CodeConflict
+	case http.StatusLocked:
+		e.Code = CodeStreamPaused
 	case http.StatusGone:
 		e.Code = CodeGone
 	case http.StatusRequestEntityTooLarge:

@@ -127,8 +127,8 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	ctx := context.Background()
 
 	var version int
-	if err := s.rawQueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version); err != nil || version != 2 {
-		t.Fatalf("schema version: got %d (%v), want 2", version, err)
+	if err := s.rawQueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version); err != nil || version != 3 {
+		t.Fatalf("schema version: got %d (%v), want 3", version, err)
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM sqlite_master WHERE name = 'entries'`); n != 0 {
 		t.Fatal("the entries table is still there")

@@ -65,7 +65,7 @@ func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Eve
 		if err != nil {
 			return err
 		}
-		if out, err = s.appendEvents(t, m, prepared); err != nil {
+		if out, err = s.appendEvents(t, m, prepared, true); err != nil {
 			return err
 		}
 		if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {
