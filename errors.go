@@ -94,6 +94,19 @@ const (
 	CodeStoreSchema Code = "STORE_SCHEMA"
 )
 
+// Error codes of the HTTP server's own refusals, for requests that never reach a stream.
+const (
+	// CodeNoRoute: no route serves this path (404).
+	CodeNoRoute Code = "NO_ROUTE"
+	// CodeMethodNotAllowed: the route does not take this method; the Allow header lists those it
+	// takes (405).
+	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED"
+	// CodeRequestTimeout: the request body did not arrive in time (408).
+	CodeRequestTimeout Code = "REQUEST_TIMEOUT"
+	// CodeInternal: a fault of the server, logged with its cause; retrying may not help (500).
+	CodeInternal Code = "INTERNAL"
+)
+
 // Error is a coded error carrying the data a caller needs beside a human message.
 type Error struct {
 	// Code classifies the error.
@@ -169,6 +182,11 @@ var (
 	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
 	ErrLeaseLost           = &Error{Code: CodeLeaseLost}
 	ErrStoreSchema         = &Error{Code: CodeStoreSchema}
+
+	ErrNoRoute          = &Error{Code: CodeNoRoute}
+	ErrMethodNotAllowed = &Error{Code: CodeMethodNotAllowed}
+	ErrRequestTimeout   = &Error{Code: CodeRequestTimeout}
+	ErrInternal         = &Error{Code: CodeInternal}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when there is none.

@@ -3,8 +3,12 @@ package client
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Code is a stable, machine-readable error code. Classify errors with errors.Is against the
@@ -33,6 +37,8 @@ const (
 	CodeUnsupported      Code = "NOT_SUPPORTED"     // the server does not support the operation (405/501)
 	CodeTimeout          Code = "TIMEOUT"           // a deadline passed
 	CodeProducerFailed   Code = "PRODUCER_FAILED"   // the producer stopped after an earlier delivery error
+	CodeUnauthorized     Code = "UNAUTHORIZED"      // 401: the request carries no valid credentials
+	CodeForbidden        Code = "FORBIDDEN"         // 403: the credentials do not allow this operation here
 )
 
 // Error is a coded error from the client: the HTTP status when there was one, the server's
@@ -44,7 +50,8 @@ type Error struct {
 	Status int
 	// Op names the operation, e.g. "append" or "read".
 	Op string
-	// URL is the request URL.
+	// URL is the request URL. Error shows it readable and without credentials (see
+	// RedactURL); the field keeps it as sent.
 	URL string
 	// Message is the human-readable text.
 	Message string
@@ -62,15 +69,65 @@ func (e *Error) Error() string {
 		s += " (" + strconv.Itoa(e.Status) + ")"
 	}
 	if e.URL != "" {
-		s += " " + e.URL
+		s += " " + RedactURL(e.URL)
 	}
 	if e.Message != "" {
 		s += ": " + e.Message
 	}
 	if e.Err != nil {
-		s += ": " + e.Err.Error()
+		cause := e.Err
+		// A transport error repeats the request URL, credentials and all: show only its cause.
+		if ue, ok := errors.AsType[*url.Error](cause); ok && ue.Err != nil {
+			cause = ue.Err
+		}
+		s += ": " + cause.Error()
 	}
 	return s
+}
+
+// RedactURL returns raw for a message: path and query unescaped for reading ("/v1/stream/carts/ivan",
+// not "carts%2Fivan"), user information dropped and the value of every query parameter that looks
+// like a credential (its name holds "token", "auth", "key", "secret", "pass" or "sig") replaced by
+// REDACTED. A URL that does not parse is shown as "(unparsable URL)".
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	s := u.Path
+	if p, err := url.PathUnescape(u.EscapedPath()); err == nil {
+		s = p
+	}
+	if u.Host != "" {
+		s = u.Scheme + "://" + u.Host + s
+	}
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return s + "?(unparsable query)"
+		}
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(q)) {
+			for _, v := range q[k] {
+				if credentialParam(k) {
+					v = "REDACTED"
+				}
+				parts = append(parts, k+"="+v)
+			}
+		}
+		s += "?" + strings.Join(parts, "&")
+	}
+	return s
+}
+
+func credentialParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"token", "auth", "key", "secret", "pass", "sig"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Unwrap returns the cause.
@@ -104,6 +161,8 @@ var (
 	ErrInvalidOffset    = &Error{Code: CodeInvalidOffset}
 	ErrUnsupported      = &Error{Code: CodeUnsupported}
 	ErrProducerFailed   = &Error{Code: CodeProducerFailed}
+	ErrUnauthorized     = &Error{Code: CodeUnauthorized}
+	ErrForbidden        = &Error{Code: CodeForbidden}
 )
 
 // CodeOf returns the code of the first coded error in err's chain, or "" when there is none.
@@ -205,7 +264,9 @@ func statusError(op, url string, resp *http.Response, body []byte) error {
 				return &StaleEpochError{CurrentEpoch: n}
 			}
 		}
-		e.Code = CodeUnexpectedStatus
+		e.Code = CodeForbidden
+	case http.StatusUnauthorized:
+		e.Code = CodeUnauthorized
 	default:
 		if resp.StatusCode >= 500 {
 			e.Code = CodeUnavailable

@@ -429,7 +429,12 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 			return AppendResult{Status: r.status, NextOffset: r.header.Get(HeaderStreamNextOffset),
 				Closed: isTrue(r.header.Get(HeaderStreamClosed)), Header: r.header}, nil
 		case r.status == http.StatusForbidden:
-			current, _ := strconv.ParseInt(r.header.Get(HeaderProducerEpoch), 10, 64)
+			current, perr := strconv.ParseInt(r.header.Get(HeaderProducerEpoch), 10, 64)
+			if perr != nil {
+				// Not a fencing (which names the server's epoch) but a refusal of the
+				// credentials: claiming a new epoch cannot help.
+				return AppendResult{}, statusError("producer send", p.s.url, &http.Response{StatusCode: r.status, Header: r.header}, r.body)
+			}
 			p.mu.Lock()
 			if !p.o.AutoClaim || p.claimed {
 				p.mu.Unlock()

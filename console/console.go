@@ -18,6 +18,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
 //go:embed static
@@ -115,6 +117,7 @@ func Serves(urlPath string) bool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
+		w.Header().Set(wire.HeaderErrorCode, "METHOD_NOT_ALLOWED") // foldstream.CodeMethodNotAllowed
 		http.Error(w, "the console is read-only: use GET", http.StatusMethodNotAllowed)
 		return
 	}
@@ -124,6 +127,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := h.files[name]
 	if !ok {
+		w.Header().Set(wire.HeaderErrorCode, "NO_ROUTE") // foldstream.CodeNoRoute
 		http.Error(w, "no such console file", http.StatusNotFound)
 		return
 	}

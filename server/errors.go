@@ -38,6 +38,40 @@ var statusByCode = map[foldstream.Code]int{
 	foldstream.CodeProcessorParked:     http.StatusServiceUnavailable,
 	foldstream.CodeProcessTimeout:      http.StatusGatewayTimeout,
 	foldstream.CodeWaitTimeout:         http.StatusGatewayTimeout,
+	foldstream.CodeNoRoute:             http.StatusNotFound,
+	foldstream.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	foldstream.CodeRequestTimeout:      http.StatusRequestTimeout,
+	foldstream.CodeInternal:            http.StatusInternalServerError,
+}
+
+// codeByStatus is the code of an error answer written without one (writeError): the catalogue's
+// general code for the status. Handlers that know better name the code themselves (writeCoded).
+var codeByStatus = map[int]foldstream.Code{
+	http.StatusBadRequest:            foldstream.CodeBadRequest,
+	http.StatusUnauthorized:          foldstream.CodeUnauthorized,
+	http.StatusForbidden:             foldstream.CodeForbidden,
+	http.StatusNotFound:              foldstream.CodeNoRoute,
+	http.StatusMethodNotAllowed:      foldstream.CodeMethodNotAllowed,
+	http.StatusRequestTimeout:        foldstream.CodeRequestTimeout,
+	http.StatusConflict:              foldstream.CodeConflict,
+	http.StatusGone:                  foldstream.CodeStreamGone,
+	http.StatusRequestEntityTooLarge: foldstream.CodeTooLarge,
+	http.StatusInternalServerError:   foldstream.CodeInternal,
+	http.StatusServiceUnavailable:    foldstream.CodeUnavailable,
+	http.StatusGatewayTimeout:        foldstream.CodeProcessTimeout,
+	http.StatusInsufficientStorage:   foldstream.CodeInsufficientStorage,
+}
+
+// defaultCode returns the code an error answer with status carries when its writer named none:
+// codeByStatus's, else BAD_REQUEST for any other 4xx and INTERNAL for any other status.
+func defaultCode(status int) foldstream.Code {
+	if c, ok := codeByStatus[status]; ok {
+		return c
+	}
+	if status >= 400 && status < 500 {
+		return foldstream.CodeBadRequest
+	}
+	return foldstream.CodeInternal
 }
 
 // statusOf returns the HTTP status of err's code, and false when err carries no code the table

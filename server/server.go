@@ -339,7 +339,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.log.Error("request panicked", "method", r.Method, "path", r.URL.Path, "panic", p)
 			if !rec.wrote {
-				http.Error(rec, "internal error", http.StatusInternalServerError)
+				writeError(rec, http.StatusInternalServerError, "internal error")
 			}
 		}
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -433,9 +433,14 @@ func setCommonHeaders(h http.Header) {
 		HeaderErrorCode+", "+HeaderProcessorOffset)
 }
 
-// writeError answers a plain-text error. Clients must not parse the body.
+// writeError answers a plain-text error. Clients must not parse the body. Every error answer
+// carries a code in Foldstream-Error-Code: the one set already (writeCoded, writeStoreError), else
+// the status's general code (defaultCode).
 func writeError(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()
+	if h.Get(HeaderErrorCode) == "" {
+		h.Set(HeaderErrorCode, string(defaultCode(status)))
+	}
 	h.Del("Content-Length")
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)

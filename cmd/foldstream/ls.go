@@ -19,7 +19,8 @@ func init() {
 
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ls", stderr)
-	server := fs.String("server", defaultServer, "server base URL")
+	var cf clientFlags
+	cf.register(fs)
 	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time, pause reason")
 	limit := fs.Int("limit", 0, "list at most this many streams (0: all)")
 	fs.Usage = func() {
@@ -43,6 +44,10 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			prefix = "/" + prefix
 		}
 	}
+	h, err := cf.header()
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if *long {
 		fmt.Fprintln(tw, "PATH\tTYPE\tTAIL\tCLOSED\tCREATED\tPAUSED")
@@ -50,7 +55,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	n := 0
 	after := ""
 	for {
-		page, err := client.ListStreams(ctx, *server, client.ListOptions{Prefix: prefix, After: after, Limit: client.MaxListLimit})
+		page, err := client.ListStreams(ctx, cf.server, client.ListOptions{Prefix: prefix, After: after, Limit: client.MaxListLimit, Header: h})
 		if err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if _, ok := errors.AsType[usageError](err); ok {
 			return 2 // the flag package printed the error and the usage
 		}
-		fmt.Fprintf(stderr, "foldstream %s: %v\n", args[0], err)
+		fmt.Fprint(stderr, redact(fmt.Sprintf("foldstream %s: %v\n", args[0], err)))
 		return 1
 	}
 	return 0

@@ -22,15 +22,15 @@ const (
 // (100 ms, then 200 ms, each with jitter) a refused connection fails in well under 2 s.
 const defaultRetries = 2
 
-// streamFlags are the flags every client sub-command shares.
+// streamFlags are the flags every sub-command that reads or writes one stream shares.
 type streamFlags struct {
-	server  string
+	clientFlags
 	retries int
 	stderr  io.Writer
 }
 
 func (f *streamFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.server, "server", defaultServer, "server base URL")
+	f.clientFlags.register(fs)
 	fs.IntVar(&f.retries, "retries", defaultRetries, "retries of a request that failed on the network, 429 or 5xx (each prints a line on stderr)")
 	f.stderr = fs.Output()
 }
@@ -41,21 +41,39 @@ func (f *streamFlags) open(name string) (*client.Stream, error) {
 	if f.retries < 0 {
 		return nil, fmt.Errorf("--retries must be 0 or more, not %d", f.retries)
 	}
+	h, err := f.header()
+	if err != nil {
+		return nil, err
+	}
 	u := name
 	if !strings.HasPrefix(name, "http://") && !strings.HasPrefix(name, "https://") {
-		u = strings.TrimRight(f.server, "/") + streamsPrefix + url.PathEscape(strings.TrimPrefix(name, "/"))
+		u = strings.TrimRight(f.server, "/") + streamsPrefix + escapePath(strings.TrimPrefix(name, "/"))
 	}
-	return client.NewStream(u, client.Options{Retry: client.RetryPolicy{
+	return client.NewStream(u, client.Options{Header: h, Retry: client.RetryPolicy{
 		MaxAttempts: f.retries + 1,
 		OnRetry: func(e client.RetryEvent) {
 			cause := fmt.Sprintf("status %d", e.Status)
 			if e.Err != nil {
 				cause = e.Err.Error()
+				// A transport error repeats the URL, query and all: keep only its cause.
+				if ue, ok := errors.AsType[*url.Error](e.Err); ok && ue.Err != nil {
+					cause = ue.Err.Error()
+				}
 			}
-			fmt.Fprintf(f.stderr, "foldstream: %s failed (%s); retry %d of %d in %v (--retries)\n",
-				e.Op, cause, e.Attempt, e.MaxAttempts-1, e.Delay.Round(time.Millisecond))
+			fmt.Fprint(f.stderr, redact(fmt.Sprintf("foldstream: %s failed (%s); retry %d of %d in %v (--retries)\n",
+				e.Op, cause, e.Attempt, e.MaxAttempts-1, e.Delay.Round(time.Millisecond))))
 		},
 	}})
+}
+
+// escapePath escapes each segment of a stream path, keeping its slashes: "carts/ivan" stays
+// carts/ivan in the URL (and in every message that shows it), not carts%2Fivan.
+func escapePath(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.Join(segs, "/")
 }
 
 // usageError is a flag the flag package refused; it has printed the error and the usage already,

@@ -22,7 +22,7 @@ type Environment struct {
 }
 
 // WriteMarkdown writes the result table: per scenario and metric the median over the rounds for
-// each target and the ratio of the first target to the second (foldstream/reference), then the
+// each target and the ratios of RatioPairs (foldstream/reference with two targets), then the
 // per-round values and any errors.
 func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Result) error {
 	var b strings.Builder
@@ -39,14 +39,15 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 	for _, t := range targets {
 		fmt.Fprintf(&b, " %s |", t)
 	}
-	if len(targets) == 2 {
-		fmt.Fprintf(&b, " %s/%s |", targets[0], targets[1])
+	pairs := RatioPairs(targets)
+	for _, p := range pairs {
+		fmt.Fprintf(&b, " %s/%s |", p[0], p[1])
 	}
 	b.WriteString("\n|---|---|")
 	for range targets {
 		b.WriteString("---:|")
 	}
-	if len(targets) == 2 {
+	for range pairs {
 		b.WriteString("---:|")
 	}
 	b.WriteString("\n")
@@ -62,8 +63,8 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 			for _, t := range targets {
 				fmt.Fprintf(&b, " %s |", formatValue(r.Median(t, m.Name)))
 			}
-			if len(targets) == 2 {
-				fmt.Fprintf(&b, " %s |", formatRatio(r.Median(targets[0], m.Name), r.Median(targets[1], m.Name)))
+			for _, p := range pairs {
+				fmt.Fprintf(&b, " %s |", formatRatio(r.Median(p[0], m.Name), r.Median(p[1], m.Name)))
 			}
 			b.WriteString("\n")
 		}
@@ -104,6 +105,31 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// RatioPairs names the ratio columns of a report: with two targets the first over the second;
+// with more, every target over the reference (when one of them is TargetReference), and
+// foldstream on PostgreSQL over foldstream on SQLite when both ran.
+func RatioPairs(targets []string) [][2]string {
+	if len(targets) == 2 {
+		return [][2]string{{targets[0], targets[1]}}
+	}
+	has := map[string]bool{}
+	for _, t := range targets {
+		has[t] = true
+	}
+	var out [][2]string
+	if has[TargetReference] {
+		for _, t := range targets {
+			if t != TargetReference {
+				out = append(out, [2]string{t, TargetReference})
+			}
+		}
+	}
+	if pg := TargetFoldstream + "-pg"; has[pg] && has[TargetFoldstream] {
+		out = append(out, [2]string{pg, TargetFoldstream})
+	}
+	return out
 }
 
 // formatValue prints a figure with three significant digits and thousands separators.

@@ -34,3 +34,31 @@ func TestWriteMarkdownQuotesMediansAndRatios(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteMarkdownWithThreeTargetsComparesEachToTheReferenceAndPostgresToSQLite(t *testing.T) {
+	t.Parallel()
+	sc := bench.Scenario{Name: "catch-up", Detail: "d", Metrics: []bench.Metric{{Name: "MB/s", HigherBetter: true}}, PeakRSS: true}
+	res := bench.Result{
+		Scenario: sc,
+		Samples: map[string][]bench.Sample{
+			"foldstream":    {{"MB/s": 300, "server peak RSS MB": 40}},
+			"foldstream-pg": {{"MB/s": 240, "server peak RSS MB": 50}},
+			"reference":     {{"MB/s": 100, "server peak RSS MB": 100}},
+		},
+	}
+	var b strings.Builder
+	targets := []string{"foldstream", "foldstream-pg", "reference"}
+	if err := bench.WriteMarkdown(&b, bench.Environment{Rounds: 1}, targets, []bench.Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| Scenario | Metric | foldstream | foldstream-pg | reference | foldstream/reference | foldstream-pg/reference | foldstream-pg/foldstream |",
+		"| catch-up | MB/s (higher is better) | 300 | 240 | 100 | 3.00× | 2.40× | 0.80× |",
+		"| catch-up | server peak RSS MB (lower is better) | 40.0 | 50.0 | 100 | 0.40× | 0.50× | 1.25× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+}

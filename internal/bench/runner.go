@@ -59,11 +59,20 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 				c.HTTP.CloseIdleConnections()
 				runtime.GC()
 				time.Sleep(settle)
+				var rss *rssSampler
+				if sc.PeakRSS {
+					rss = sampleRSS(t)
+				}
 				cpu0, cpuErr := t.CPUTime()
 				start := time.Now()
 				s, err := sc.Run(ctx, c, r+warmups)
 				wall := time.Since(start)
 				cpu1, cpuErr1 := t.CPUTime()
+				if rss != nil {
+					if peak := rss.stop(); err == nil && peak > 0 {
+						s[RSSMetric.Name] = float64(peak) / 1e6
+					}
+				}
 				if err == nil && cpuErr == nil && cpuErr1 == nil && s[MessagesKey] > 0 {
 					used := cpu1 - cpu0
 					s[CPUMetric.Name] = float64(used.Microseconds()) / s[MessagesKey]
@@ -128,7 +137,45 @@ func formatSample(ms []Metric, s Sample) string {
 	return out
 }
 
-// Metrics is the scenario's metrics followed by CPUMetric.
+// Metrics is the scenario's metrics followed by CPUMetric (and RSSMetric when it samples memory).
 func (r Result) Metrics() []Metric {
-	return append(append([]Metric(nil), r.Scenario.Metrics...), CPUMetric)
+	ms := append(append([]Metric(nil), r.Scenario.Metrics...), CPUMetric)
+	if r.Scenario.PeakRSS {
+		ms = append(ms, RSSMetric)
+	}
+	return ms
+}
+
+// rssSampler records the peak of a target's resident memory until stopped.
+type rssSampler struct {
+	done chan struct{}
+	peak chan int64
+}
+
+// sampleRSS starts sampling t's resident memory every 10 ms.
+func sampleRSS(t *Target) *rssSampler {
+	s := &rssSampler{done: make(chan struct{}), peak: make(chan int64, 1)}
+	go func() {
+		var peak int64
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if v, err := t.RSS(); err == nil && v > peak {
+				peak = v
+			}
+			select {
+			case <-s.done:
+				s.peak <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the peak in bytes (0 when it could not be read).
+func (s *rssSampler) stop() int64 {
+	close(s.done)
+	return <-s.peak
 }

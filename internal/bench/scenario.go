@@ -22,6 +22,12 @@ type Config struct {
 	InFlight        int // batches in flight per producer
 
 	CatchUpMessages int // messages in the catch-up stream (written once per server)
+	// CatchUpSizes, when set, replaces CatchUpMessages with one catch-up scenario per size (for
+	// example 100,000 and 1,000,000, to see whether a read stays linear in the stream's length).
+	CatchUpSizes []int
+	// CatchUpMessageSize is the size of the catch-up streams' messages (0: MessageSize); larger
+	// messages make a 1 GiB stream quick to write.
+	CatchUpMessageSize int
 
 	SSEMessages int // POST→SSE round trips per measurement
 
@@ -77,7 +83,14 @@ type Scenario struct {
 	Metrics []Metric
 	Setup   func(ctx context.Context, c *Client) error
 	Run     func(ctx context.Context, c *Client, round int) (Sample, error)
+	// PeakRSS makes the runner sample the server's resident memory during each measurement and
+	// report its peak (RSSMetric).
+	PeakRSS bool
 }
+
+// RSSMetric is the server's peak resident memory during a measurement, sampled from
+// /proc/PID/status every 10 ms (scenarios with PeakRSS).
+var RSSMetric = Metric{"server peak RSS MB", false}
 
 // Scenarios returns the four scenarios, sized by cfg. Stream names start with run, so
 // repeated runs against a long-lived server never collide.
@@ -94,7 +107,15 @@ func Scenarios(cfg Config, run string) []Scenario {
 			out = append(out, appendScenario(cfg, run, w, shared))
 		}
 	}
-	out = append(out, producerScenario(cfg, run), catchUpScenario(cfg, run), sseScenario(cfg, run))
+	out = append(out, producerScenario(cfg, run))
+	sizes := cfg.CatchUpSizes
+	if len(sizes) == 0 {
+		sizes = []int{cfg.CatchUpMessages}
+	}
+	for _, n := range sizes {
+		out = append(out, catchUpScenario(cfg, run, n))
+	}
+	out = append(out, sseScenario(cfg, run))
 	return out
 }
 
@@ -291,21 +312,28 @@ send:
 	return ProduceStats{Acked: int(ackedN.Load()), Retries: int(retries.Load())}, firstErr
 }
 
-func catchUpScenario(cfg Config, run string) Scenario {
-	stream := run + "-catchup"
+func catchUpScenario(cfg Config, run string, messages int) Scenario {
 	const batch = 500 // larger than the producer scenario's, so that setup is quick on a slow server
-	n := cfg.CatchUpMessages / batch * batch
+	n := messages / batch * batch
+	size := cfg.MessageSize
+	name := fmt.Sprintf("catch-up read, %d messages", n)
+	if cfg.CatchUpMessageSize > 0 && cfg.CatchUpMessageSize != cfg.MessageSize {
+		size = cfg.CatchUpMessageSize
+		name = fmt.Sprintf("catch-up read, %d messages of %d bytes", n, size)
+	}
+	stream := fmt.Sprintf("%s-catchup-%d-%d", run, n, size)
 	return Scenario{
-		Name:    fmt.Sprintf("catch-up read, %d messages", n),
-		Detail:  fmt.Sprintf("GET from offset -1 following Stream-Next-Offset to the tail of a stream of %d %d-byte messages (written once, as batches of %d)", n, cfg.MessageSize, batch),
+		Name:    name,
+		Detail:  fmt.Sprintf("GET from offset -1 following Stream-Next-Offset to the tail of a stream of %d %d-byte messages (%.0f MB, written once, as batches of %d); the server's resident memory is sampled every 10 ms during the read", n, size, float64(n)*float64(size)/1e6, batch),
 		Metrics: []Metric{{"MB/s", true}, {"messages/s", true}},
+		PeakRSS: true,
 		Setup: func(ctx context.Context, c *Client) error {
 			if err := c.Create(ctx, stream); err != nil {
 				return err
 			}
 			bodies := make([][]byte, n/batch)
 			for i := range bodies {
-				bodies[i] = Batch(int64(i*batch), batch, cfg.MessageSize)
+				bodies[i] = Batch(int64(i*batch), batch, size)
 			}
 			ctx, cancel := context.WithTimeout(ctx, 4*cfg.Timeout)
 			defer cancel()

@@ -97,3 +97,15 @@ func TestParseStatCPU(t *testing.T) {
 		t.Error("ParseStatCPU(garbage) = nil error, want an error")
 	}
 }
+
+func TestParseStatusRSSReadsVmRSSInBytes(t *testing.T) {
+	t.Parallel()
+	status := "Name:\tfoldstream\nVmPeak:\t  900000 kB\nVmRSS:\t   51200 kB\nThreads:\t9\n"
+	got, err := bench.ParseStatusRSS(status)
+	if err != nil || got != 51200<<10 {
+		t.Fatalf("ParseStatusRSS = %d, %v; want %d", got, err, 51200<<10)
+	}
+	if _, err := bench.ParseStatusRSS("Name:\tx\n"); err == nil {
+		t.Fatal("ParseStatusRSS without a VmRSS line: no error")
+	}
+}

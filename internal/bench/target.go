@@ -206,6 +206,34 @@ func (t *Target) CPUTime() (time.Duration, error) {
 	return parseStatCPU(string(b))
 }
 
+// RSS is the server process's resident memory in bytes now, from the VmRSS line of
+// /proc/PID/status (Linux only).
+func (t *Target) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", t.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatusRSS(string(b))
+}
+
+// parseStatusRSS returns the VmRSS of the text of /proc/PID/status, in bytes.
+func parseStatusRSS(status string) (int64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("proc status: bad VmRSS line %q", line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("proc status: bad VmRSS line %q", line)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("proc status: no VmRSS line")
+}
+
 // parseStatCPU returns utime+stime from the text of /proc/PID/stat. The command name (field 2)
 // may hold spaces and parentheses, so fields are counted after its last ')'.
 func parseStatCPU(stat string) (time.Duration, error) {

@@ -18,6 +18,8 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	down   atomic.Bool
+	// fromServer counts the bytes the server sent through the proxy.
+	fromServer atomic.Int64
 }
 
 // NewProxy starts a proxy to the server raw names and returns it with raw rewritten to connect
@@ -58,7 +60,7 @@ func (p *Proxy) serve() {
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
 		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(c, s); c.Close() }()
+		go func() { io.Copy(countingWriter{c, &p.fromServer}, s); c.Close() }()
 	}
 }
 
@@ -75,3 +77,19 @@ func (p *Proxy) Cut() {
 
 // Restore lets new connections through again.
 func (p *Proxy) Restore() { p.down.Store(false) }
+
+// BytesFromServer returns how many bytes the server has sent to clients through the proxy: what
+// a test measures to check how much a query reads off the connection.
+func (p *Proxy) BytesFromServer() int64 { return p.fromServer.Load() }
+
+// countingWriter counts what it writes.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -46,7 +46,8 @@ func run() error {
 		workDir     = flag.String("workdir", "", "directory for the servers' data (default: a fresh temp dir, removed afterwards)")
 		lpTimeout   = flag.Duration("long-poll-timeout", 500*time.Millisecond, "both servers' long-poll timeout")
 		maxDuration = flag.Duration("max-duration", 15*time.Minute, "stop measuring after this long")
-		catchUp     = flag.Int("catchup-messages", 0, "messages in the catch-up stream (0: default)")
+		catchUp     = flag.String("catchup-messages", "", "messages in the catch-up stream, or a comma-separated list for one catch-up scenario per size, e.g. 100000,1000000 (empty: default)")
+		catchUpSize = flag.Int("catchup-message-size", 0, "bytes per message of the catch-up streams (0: the default 200); 5000 with 215000 messages makes a 1 GiB stream")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
 	)
 	flag.Parse()
@@ -58,8 +59,17 @@ func run() error {
 		cfg.CatchUpMessages = 10_000
 		cfg.SSEMessages = 50
 	}
-	if *catchUp > 0 {
-		cfg.CatchUpMessages = *catchUp
+	if *catchUp != "" {
+		for _, f := range strings.Split(*catchUp, ",") {
+			n, err := strconv.Atoi(strings.ReplaceAll(strings.TrimSpace(f), "_", ""))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("-catchup-messages: %q is not a positive count", f)
+			}
+			cfg.CatchUpSizes = append(cfg.CatchUpSizes, n)
+		}
+	}
+	if *catchUpSize > 0 {
+		cfg.CatchUpMessageSize = *catchUpSize
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

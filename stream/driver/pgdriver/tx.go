@@ -134,20 +134,50 @@ func (t *readTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, li
 		ORDER BY s.id LIMIT $3`, afterID, nowMs, limit)
 }
 
-// Records streams the rows: pgx reads one row at a time from the connection, so memory holds one
-// record, not the stream. fn must not run other statements on this transaction.
+// Records reads the rows in bounded chunks along the records primary key (a keyset cursor:
+// end_pos > the last end read, LIMIT n). A reader that stops early — a page of a catch-up read
+// that is full — leaves at most the rest of one chunk unread, which pgx then drains; an unbounded
+// query would make it drain the whole rest of the stream, so reading a long stream page by page
+// would be quadratic in its length. Chunks start small (a page usually needs few records) and
+// double up to recordsChunkMax rows or about recordsChunkBytes, so a full scan costs few round
+// trips. Each row is handed to fn straight off the connection: memory holds one record. fn must
+// not run other statements on this transaction.
 func (t *readTx) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
+	limit := recordsChunkMin
+	for {
+		n, bytes, last, more, err := t.recordsChunk(ctx, streamID, after, limit, fn)
+		if err != nil || !more || n < limit {
+			return err
+		}
+		after = last
+		limit = min(2*limit, recordsChunkMax)
+		if avg := bytes / int64(n); avg > 0 {
+			limit = max(recordsChunkMin, min(limit, int(recordsChunkBytes/avg)))
+		}
+	}
+}
+
+// Bounds of one chunk of Records.
+const (
+	recordsChunkMin   = 8
+	recordsChunkMax   = 1024
+	recordsChunkBytes = 4 << 20
+)
+
+// recordsChunk reads up to limit records with End > after and passes them to fn. It returns how
+// many it read, their size, the last End, and whether fn wants more.
+func (t *readTx) recordsChunk(ctx context.Context, streamID, after int64, limit int, fn func(driver.Record) (bool, error)) (n int, size, last int64, more bool, err error) {
 	rows, err := t.tx.Query(ctx, `SELECT record_start, start_pos, end_pos, created_ms, frames, body FROM records
-		WHERE stream_id = $1 AND end_pos > $2 ORDER BY end_pos`, streamID, after)
+		WHERE stream_id = $1 AND end_pos > $2 ORDER BY end_pos LIMIT $3`, streamID, after, limit)
 	if err != nil {
-		return t.d.classify(fmt.Errorf("read records: %w", err))
+		return 0, 0, 0, false, t.d.classify(fmt.Errorf("read records: %w", err))
 	}
 	defer rows.Close()
 	for rows.Next() {
 		r := driver.Record{StreamID: streamID}
 		raw := rows.RawValues()
 		if err := rows.Scan(&r.RecordStart, &r.Start, &r.End, &r.CreatedMs, nil, nil); err != nil {
-			return t.d.classify(fmt.Errorf("read records: %w", err))
+			return n, size, last, false, t.d.classify(fmt.Errorf("read records: %w", err))
 		}
 		// The raw column bytes (binary format: bytea is its bytes) are valid until the next row,
 		// as the driver contract allows, so no copy is made.
@@ -155,18 +185,21 @@ func (t *readTx) Records(ctx context.Context, streamID, after int64, fn func(dri
 		if r.Body == nil {
 			r.Body = []byte{}
 		}
+		n++
+		size += int64(len(r.Frames) + len(r.Body))
+		last = r.End
 		more, err := fn(r)
 		if err != nil {
-			return err
+			return n, size, last, false, err
 		}
 		if !more {
-			return nil
+			return n, size, last, false, nil
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return t.d.classify(fmt.Errorf("read records: %w", err))
+		return n, size, last, false, t.d.classify(fmt.Errorf("read records: %w", err))
 	}
-	return nil
+	return n, size, last, true, nil
 }
 
 func (t *readTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
