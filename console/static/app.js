@@ -496,6 +496,9 @@ function processorCard(p, ps, signal) {
       if (ps.parked) {
         parked.hidden = false;
         parked.textContent = `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim();
+      } else if (ps.workFailed) {
+        parked.hidden = false;
+        parked.textContent = `work failed: ${ps.workFailed.code || ""} ${ps.workFailed.message || ""}`.trim();
       } else parked.hidden = true;
     },
   };
