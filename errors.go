@@ -66,6 +66,9 @@ const (
 	CodeStoreLocked Code = "STORE_LOCKED"
 	// CodeStoreReadOnly: the store's database cannot be written (Open fails).
 	CodeStoreReadOnly Code = "STORE_READ_ONLY"
+	// CodeInvalidConfig: a configuration value is refused (an unknown setting, a negative size, a
+	// database name no linked driver opens); the constructor fails and says what to give instead.
+	CodeInvalidConfig Code = "INVALID_CONFIG"
 	// CodeInsufficientStorage: the disk (or database) is full; nothing was acknowledged, and the
 	// store recovers by itself once space is free (507).
 	CodeInsufficientStorage Code = "INSUFFICIENT_STORAGE"
@@ -172,6 +175,7 @@ var (
 	ErrReservedKey         = &Error{Code: CodeReservedKey}
 	ErrStoreLocked         = &Error{Code: CodeStoreLocked}
 	ErrStoreReadOnly       = &Error{Code: CodeStoreReadOnly}
+	ErrInvalidConfig       = &Error{Code: CodeInvalidConfig}
 	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage}
 	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrOverloaded          = &Error{Code: CodeOverloaded}

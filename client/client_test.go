@@ -85,11 +85,11 @@ func TestLifecycle(t *testing.T) {
 		if err := s.Delete(ctx); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
-		if _, err := s.Head(ctx); !errors.Is(err, client.ErrNotFound) {
-			t.Fatalf("head after delete: got %v, want ErrNotFound", err)
+		if _, err := s.Head(ctx); !errors.Is(err, client.ErrStreamNotFound) {
+			t.Fatalf("head after delete: got %v, want ErrStreamNotFound", err)
 		}
-		if err := s.Delete(ctx); !errors.Is(err, client.ErrNotFound) {
-			t.Fatalf("second delete: got %v, want ErrNotFound", err)
+		if err := s.Delete(ctx); !errors.Is(err, client.ErrStreamNotFound) {
+			t.Fatalf("second delete: got %v, want ErrStreamNotFound", err)
 		}
 	})
 }
@@ -247,8 +247,8 @@ func TestFork(t *testing.T) {
 			t.Errorf("fork head: got %+v, %v; want the inherited text/plain", m, err)
 		}
 		missing := newStream(t, base)
-		if _, err := newStream(t, base).Create(ctx, client.CreateOptions{ForkOf: missing.URL()}); !errors.Is(err, client.ErrNotFound) {
-			t.Errorf("fork of a missing stream: got %v, want ErrNotFound", err)
+		if _, err := newStream(t, base).Create(ctx, client.CreateOptions{ForkOf: missing.URL()}); !errors.Is(err, client.ErrStreamNotFound) {
+			t.Errorf("fork of a missing stream: got %v, want ErrStreamNotFound", err)
 		}
 	})
 }

@@ -13,32 +13,64 @@ import (
 
 // Code is a stable, machine-readable error code. Classify errors with errors.Is against the
 // sentinels below (or errors.As to *Error and its siblings), never by message text.
+//
+// A refusal from a foldstream server carries the server's own code (its Foldstream-Error-Code
+// header), so Code holds exactly what the server said, also a code newer than this client; the
+// constants below name the codes of foldstream's catalogue with the same names as package
+// foldstream (errors.go; docs/server.md#errors). From a server that sends no code (any other
+// Durable Streams server) the code is derived from the HTTP status: 400 BAD_REQUEST, 401
+// UNAUTHORIZED, 403 FORBIDDEN (STALE_EPOCH with Producer-Epoch), 404 STREAM_NOT_FOUND, 405
+// METHOD_NOT_ALLOWED, 408 REQUEST_TIMEOUT, 409 CONFLICT (STREAM_CLOSED with Stream-Closed), 410
+// STREAM_GONE, 413 TOO_LARGE, 429 RATE_LIMITED, 500 INTERNAL, 501 NOT_SUPPORTED, 507
+// INSUFFICIENT_STORAGE, any other 5xx UNAVAILABLE, anything else UNEXPECTED_STATUS.
 type Code string
 
-// Error codes.
+// Codes a server sends, named and spelled as in package foldstream's catalogue.
 const (
-	CodeNotFound         Code = "NOT_FOUND"         // 404: the stream does not exist or expired
-	CodeConflict         Code = "CONFLICT"          // 409: configuration, content type or Stream-Seq conflict
-	CodeStreamClosed     Code = "STREAM_CLOSED"     // 409 with Stream-Closed: the stream is closed
-	CodeStreamPaused     Code = "STREAM_PAUSED"     // 423: the stream is paused; appends resume after a resume
-	CodeGone             Code = "GONE"              // 410: soft-deleted stream or offset past retention
-	CodePayloadTooLarge  Code = "PAYLOAD_TOO_LARGE" // 413: the body exceeds the server's limit
-	CodeBadRequest       Code = "BAD_REQUEST"       // 400: the server refused the request's syntax
+	CodeStreamNotFound      Code = "STREAM_NOT_FOUND"         // 404: the stream does not exist or expired
+	CodeStreamGone          Code = "STREAM_GONE"              // 410: soft-deleted stream, or an offset past retention
+	CodeStreamDeleted       Code = "STREAM_DELETED"           // 410: the stream followed was deleted
+	CodeStreamClosed        Code = "STREAM_CLOSED"            // 409 with Stream-Closed: the stream is closed
+	CodeStreamPaused        Code = "STREAM_PAUSED"            // 423: the stream is paused; appends are refused until a resume
+	CodeConflict            Code = "CONFLICT"                 // 409: configuration, content type or Stream-Seq conflict
+	CodeIdempotencyConflict Code = "IDEMPOTENCY_CONFLICT"     // 409: the idempotency key names a different event
+	CodeOffsetConflict      Code = "OFFSET_CONFLICT"          // 409: Foldstream-Expected-Offset is not the tail
+	CodeSequenceGap         Code = "SEQUENCE_GAP"             // 409 with Producer-Expected-Seq that cannot be resolved
+	CodeStaleEpoch          Code = "STALE_EPOCH"              // 403: the producer was fenced by a newer epoch
+	CodeBadRequest          Code = "BAD_REQUEST"              // 400: the server refused the request's syntax
+	CodeInvalidStreamName   Code = "INVALID_STREAM_NAME"      // 400: the stream path breaks the naming rules
+	CodeInvalidEvent        Code = "INVALID_EVENT"            // 400: an appended event is malformed
+	CodeReservedKey         Code = "RESERVED_IDEMPOTENCY_KEY" // 400: an idempotency key of the processors' namespace
+	CodeTooLarge            Code = "TOO_LARGE"                // 413: the body exceeds the server's limit
+	CodeEventTooLarge       Code = "EVENT_TOO_LARGE"          // 413: one event exceeds the server's limit
+	CodeUnauthorized        Code = "UNAUTHORIZED"             // 401: the request carries no valid credentials
+	CodeForbidden           Code = "FORBIDDEN"                // 403: the credentials do not allow this operation here
+	CodeNotRegistered       Code = "NOT_REGISTERED"           // 404: no such processor runs on the stream
+	CodeCatchingUp          Code = "CATCHING_UP"              // 503: the processor has not reached the offset yet
+	CodeProcessorParked     Code = "PROCESSOR_PARKED"         // 503: the processor stopped after an error
+	CodeProcessTimeout      Code = "PROCESS_TIMEOUT"          // 504: the processor did not reach the offset in time
+	CodeWaitTimeout         Code = "WAIT_TIMEOUT"             // 504: a wait ran out of time
+	CodeInsufficientStorage Code = "INSUFFICIENT_STORAGE"     // 507: the server's disk is full
+	CodeClosed              Code = "CLOSED"                   // 503: the server is shutting down
+	CodeUnavailable         Code = "UNAVAILABLE"              // 5xx: the server cannot serve now (after the retries ran out)
+	CodeOverloaded          Code = "OVERLOADED"               // 503: a server limit is reached (after the retries ran out)
+	CodeNoRoute             Code = "NO_ROUTE"                 // 404: no route serves the path
+	CodeMethodNotAllowed    Code = "METHOD_NOT_ALLOWED"       // 405: the route does not take the method
+	CodeRequestTimeout      Code = "REQUEST_TIMEOUT"          // 408: the body did not arrive in time
+	CodeInternal            Code = "INTERNAL"                 // 500: a fault of the server
+)
+
+// Codes of the client's own, for failures no server reported.
+const (
 	CodeRateLimited      Code = "RATE_LIMITED"      // 429 after the retries ran out
-	CodeUnavailable      Code = "UNAVAILABLE"       // 5xx after the retries ran out
-	CodeUnexpectedStatus Code = "UNEXPECTED_STATUS" // any other status
+	CodeUnsupported      Code = "NOT_SUPPORTED"     // 501: the server does not support the operation
+	CodeUnexpectedStatus Code = "UNEXPECTED_STATUS" // any other status without a code
 	CodeNetwork          Code = "NETWORK_ERROR"     // transport failure after the retries ran out
 	CodeParse            Code = "PARSE_ERROR"       // a response could not be decoded
-	CodeStaleEpoch       Code = "STALE_EPOCH"       // 403: the producer was fenced by a newer epoch
-	CodeSequenceGap      Code = "SEQUENCE_GAP"      // 409 with Producer-Expected-Seq that cannot be resolved
 	CodeProducerClosed   Code = "PRODUCER_CLOSED"   // the producer was closed
 	CodeInvalidArgument  Code = "INVALID_ARGUMENT"  // a caller-side argument was refused before sending
 	CodeInvalidOffset    Code = "INVALID_OFFSET"    // a malformed offset was refused before sending
-	CodeUnsupported      Code = "NOT_SUPPORTED"     // the server does not support the operation (405/501)
-	CodeTimeout          Code = "TIMEOUT"           // a deadline passed
 	CodeProducerFailed   Code = "PRODUCER_FAILED"   // the producer stopped after an earlier delivery error
-	CodeUnauthorized     Code = "UNAUTHORIZED"      // 401: the request carries no valid credentials
-	CodeForbidden        Code = "FORBIDDEN"         // 403: the credentials do not allow this operation here
 )
 
 // Error is a coded error from the client: the HTTP status when there was one, the server's
@@ -133,36 +165,56 @@ func credentialParam(name string) bool {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, ErrNotFound) and friends work: a sentinel (an *Error with only a code)
+// Is makes errors.Is(err, ErrStreamNotFound) and friends work: a sentinel (an *Error with only a code)
 // matches every *Error with that code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Status == 0 && t.Message == "" && t.Op == "" && t.Code == e.Code
 }
 
-// Sentinels for errors.Is.
+// Sentinels for errors.Is: one per code.
 var (
-	ErrNotFound         = &Error{Code: CodeNotFound}
-	ErrConflict         = &Error{Code: CodeConflict}
-	ErrStreamClosed     = &Error{Code: CodeStreamClosed}
-	ErrStreamPaused     = &Error{Code: CodeStreamPaused}
-	ErrGone             = &Error{Code: CodeGone}
-	ErrPayloadTooLarge  = &Error{Code: CodePayloadTooLarge}
-	ErrBadRequest       = &Error{Code: CodeBadRequest}
+	ErrStreamNotFound      = &Error{Code: CodeStreamNotFound}
+	ErrStreamGone          = &Error{Code: CodeStreamGone}
+	ErrStreamDeleted       = &Error{Code: CodeStreamDeleted}
+	ErrStreamClosed        = &Error{Code: CodeStreamClosed}
+	ErrStreamPaused        = &Error{Code: CodeStreamPaused}
+	ErrConflict            = &Error{Code: CodeConflict}
+	ErrIdempotencyConflict = &Error{Code: CodeIdempotencyConflict}
+	ErrOffsetConflict      = &Error{Code: CodeOffsetConflict}
+	ErrSequenceGap         = &Error{Code: CodeSequenceGap}
+	ErrStaleEpoch          = &Error{Code: CodeStaleEpoch}
+	ErrBadRequest          = &Error{Code: CodeBadRequest}
+	ErrInvalidStreamName   = &Error{Code: CodeInvalidStreamName}
+	ErrInvalidEvent        = &Error{Code: CodeInvalidEvent}
+	ErrReservedKey         = &Error{Code: CodeReservedKey}
+	ErrTooLarge            = &Error{Code: CodeTooLarge}
+	ErrEventTooLarge       = &Error{Code: CodeEventTooLarge}
+	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
+	ErrForbidden           = &Error{Code: CodeForbidden}
+	ErrNotRegistered       = &Error{Code: CodeNotRegistered}
+	ErrCatchingUp          = &Error{Code: CodeCatchingUp}
+	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
+	ErrProcessTimeout      = &Error{Code: CodeProcessTimeout}
+	ErrWaitTimeout         = &Error{Code: CodeWaitTimeout}
+	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage}
+	ErrClosed              = &Error{Code: CodeClosed}
+	ErrUnavailable         = &Error{Code: CodeUnavailable}
+	ErrOverloaded          = &Error{Code: CodeOverloaded}
+	ErrNoRoute             = &Error{Code: CodeNoRoute}
+	ErrMethodNotAllowed    = &Error{Code: CodeMethodNotAllowed}
+	ErrRequestTimeout      = &Error{Code: CodeRequestTimeout}
+	ErrInternal            = &Error{Code: CodeInternal}
+
 	ErrRateLimited      = &Error{Code: CodeRateLimited}
-	ErrUnavailable      = &Error{Code: CodeUnavailable}
+	ErrUnsupported      = &Error{Code: CodeUnsupported}
 	ErrUnexpectedStatus = &Error{Code: CodeUnexpectedStatus}
 	ErrNetwork          = &Error{Code: CodeNetwork}
 	ErrParse            = &Error{Code: CodeParse}
-	ErrStaleEpoch       = &Error{Code: CodeStaleEpoch}
-	ErrSequenceGap      = &Error{Code: CodeSequenceGap}
 	ErrProducerClosed   = &Error{Code: CodeProducerClosed}
 	ErrInvalidArgument  = &Error{Code: CodeInvalidArgument}
 	ErrInvalidOffset    = &Error{Code: CodeInvalidOffset}
-	ErrUnsupported      = &Error{Code: CodeUnsupported}
 	ErrProducerFailed   = &Error{Code: CodeProducerFailed}
-	ErrUnauthorized     = &Error{Code: CodeUnauthorized}
-	ErrForbidden        = &Error{Code: CodeForbidden}
 )
 
 // CodeOf returns the code of the first coded error in err's chain, or "" when there is none.
@@ -234,47 +286,65 @@ func (e *SequenceGapError) Error() string {
 func (e *SequenceGapError) Is(target error) bool { return target == ErrSequenceGap }
 
 // statusError maps a non-success response to a coded error. body is the (already read, bounded)
-// response body used as the message.
+// response body used as the message. The code is the server's Foldstream-Error-Code when it sent
+// one, else derived from the status (see Code).
 func statusError(op, url string, resp *http.Response, body []byte) error {
 	msg := string(trimBody(body))
-	e := &Error{Op: op, URL: url, Status: resp.StatusCode, Message: msg}
-	switch resp.StatusCode {
-	case http.StatusNotFound:
-		e.Code = CodeNotFound
-	case http.StatusConflict:
-		if isTrue(resp.Header.Get(HeaderStreamClosed)) {
-			return &StreamClosedError{FinalOffset: resp.Header.Get(HeaderStreamNextOffset)}
-		}
-		e.Code = CodeConflict
-	case http.StatusLocked:
-		e.Code = CodeStreamPaused
-	case http.StatusGone:
-		e.Code = CodeGone
-	case http.StatusRequestEntityTooLarge:
-		e.Code = CodePayloadTooLarge
-	case http.StatusBadRequest:
-		e.Code = CodeBadRequest
-	case http.StatusTooManyRequests:
-		e.Code = CodeRateLimited
-	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
-		e.Code = CodeUnsupported
-	case http.StatusForbidden:
-		if ep := resp.Header.Get(HeaderProducerEpoch); ep != "" {
-			if n, err := strconv.ParseInt(ep, 10, 64); err == nil {
-				return &StaleEpochError{CurrentEpoch: n}
-			}
-		}
-		e.Code = CodeForbidden
-	case http.StatusUnauthorized:
-		e.Code = CodeUnauthorized
-	default:
-		if resp.StatusCode >= 500 {
-			e.Code = CodeUnavailable
-		} else {
-			e.Code = CodeUnexpectedStatus
+	code := Code(strings.TrimSpace(resp.Header.Get(HeaderErrorCode)))
+	if code == "" {
+		code = codeOfStatus(resp.StatusCode)
+		switch {
+		case resp.StatusCode == http.StatusConflict && isTrue(resp.Header.Get(HeaderStreamClosed)):
+			code = CodeStreamClosed
+		case resp.StatusCode == http.StatusForbidden && resp.Header.Get(HeaderProducerEpoch) != "":
+			code = CodeStaleEpoch
 		}
 	}
-	return e
+	switch code {
+	case CodeStreamClosed:
+		return &StreamClosedError{FinalOffset: resp.Header.Get(HeaderStreamNextOffset)}
+	case CodeStaleEpoch:
+		if n, err := strconv.ParseInt(resp.Header.Get(HeaderProducerEpoch), 10, 64); err == nil {
+			return &StaleEpochError{CurrentEpoch: n}
+		}
+	}
+	return &Error{Code: code, Op: op, URL: url, Status: resp.StatusCode, Message: msg}
+}
+
+// codeOfStatus is the code of an answer without Foldstream-Error-Code (see Code).
+func codeOfStatus(status int) Code {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeBadRequest
+	case http.StatusUnauthorized:
+		return CodeUnauthorized
+	case http.StatusForbidden:
+		return CodeForbidden
+	case http.StatusNotFound:
+		return CodeStreamNotFound
+	case http.StatusMethodNotAllowed:
+		return CodeMethodNotAllowed
+	case http.StatusRequestTimeout:
+		return CodeRequestTimeout
+	case http.StatusConflict:
+		return CodeConflict
+	case http.StatusGone:
+		return CodeStreamGone
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
+	case http.StatusInternalServerError:
+		return CodeInternal
+	case http.StatusNotImplemented:
+		return CodeUnsupported
+	case http.StatusInsufficientStorage:
+		return CodeInsufficientStorage
+	}
+	if status >= 500 {
+		return CodeUnavailable
+	}
+	return CodeUnexpectedStatus
 }
 
 func trimBody(b []byte) []byte {

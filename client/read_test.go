@@ -141,12 +141,26 @@ func TestStatusErrors(t *testing.T) {
 		header map[string]string
 		want   error
 	}{
-		{http.StatusNotFound, nil, client.ErrNotFound},
-		{http.StatusGone, nil, client.ErrGone},
-		{http.StatusRequestEntityTooLarge, nil, client.ErrPayloadTooLarge},
+		// A server without codes: the code follows the status.
+		{http.StatusNotFound, nil, client.ErrStreamNotFound},
+		{http.StatusGone, nil, client.ErrStreamGone},
+		{http.StatusRequestEntityTooLarge, nil, client.ErrTooLarge},
 		{http.StatusConflict, nil, client.ErrConflict},
 		{http.StatusConflict, map[string]string{"Stream-Closed": "true", "Stream-Next-Offset": "9"}, client.ErrStreamClosed},
 		{http.StatusBadRequest, nil, client.ErrBadRequest},
+		{http.StatusUnauthorized, nil, client.ErrUnauthorized},
+		{http.StatusForbidden, nil, client.ErrForbidden},
+		{http.StatusMethodNotAllowed, nil, client.ErrMethodNotAllowed},
+		{http.StatusInsufficientStorage, nil, client.ErrInsufficientStorage},
+		{http.StatusTeapot, nil, client.ErrUnexpectedStatus},
+		// A foldstream server: the code is its Foldstream-Error-Code, whatever the status.
+		{http.StatusNotFound, map[string]string{"Foldstream-Error-Code": "NOT_REGISTERED"}, client.ErrNotRegistered},
+		{http.StatusNotFound, map[string]string{"Foldstream-Error-Code": "NO_ROUTE"}, client.ErrNoRoute},
+		{http.StatusBadRequest, map[string]string{"Foldstream-Error-Code": "INVALID_STREAM_NAME"}, client.ErrInvalidStreamName},
+		{http.StatusConflict, map[string]string{"Foldstream-Error-Code": "OFFSET_CONFLICT"}, client.ErrOffsetConflict},
+		{http.StatusConflict, map[string]string{"Foldstream-Error-Code": "STREAM_CLOSED", "Stream-Next-Offset": "9"}, client.ErrStreamClosed},
+		{http.StatusForbidden, map[string]string{"Foldstream-Error-Code": "FORBIDDEN"}, client.ErrForbidden},
+		{http.StatusBadRequest, map[string]string{"Foldstream-Error-Code": "A_CODE_FROM_A_NEWER_SERVER"}, &client.Error{Code: "A_CODE_FROM_A_NEWER_SERVER"}},
 	} {
 		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for k, v := range tc.header {

@@ -34,6 +34,7 @@ const (
 	HeaderProducerSeq         = wire.HeaderProducerSeq
 	HeaderProducerExpectedSeq = wire.HeaderProducerExpectedSeq
 	HeaderProducerReceivedSeq = wire.HeaderProducerReceivedSeq
+	HeaderErrorCode           = wire.HeaderErrorCode // a foldstream server's error code (see Code)
 	DefaultContentType        = "application/octet-stream"
 	OffsetStart               = wire.OffsetStart
 	OffsetNow                 = wire.OffsetNow
@@ -291,7 +292,7 @@ func (s *Stream) Head(ctx context.Context) (Metadata, error) {
 }
 
 // Delete deletes the stream. It is not retried: a retry after a lost response would report
-// ErrNotFound for a delete that succeeded.
+// ErrStreamNotFound for a delete that succeeded.
 func (s *Stream) Delete(ctx context.Context) error {
 	resp, body, err := s.do(ctx, "delete", http.MethodDelete, s.url, nil, nil, retryNone)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/storeopen"
 )
 
 // The processor the console shows: a shopping cart per stream.
@@ -69,7 +69,7 @@ func setup(t *testing.T, carts ...string) (base string) {
 func setupWith(t *testing.T, cfg server.Config, carts ...string) (base string) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := stream.Open(filepath.Join(t.TempDir(), "e2e.db"), stream.Options{})
+	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "e2e.db"), storeopen.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestConsoleFollowsStreamsAndLiveState(t *testing.T) {
 // instead of processors.
 func TestConsoleWithoutHost(t *testing.T) {
 	ctx0 := context.Background()
-	st, err := stream.Open(filepath.Join(t.TempDir(), "e2e.db"), stream.Options{})
+	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "e2e.db"), storeopen.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, k := range []int{1, 16} {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := stream.Open(filepath.Join(b.TempDir(), "e2e.db"), stream.Options{Logger: quietLog})
+			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "e2e.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
 			if err != nil {
 				b.Fatal(err)
 			}

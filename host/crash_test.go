@@ -18,6 +18,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -77,7 +78,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	round := os.Getenv("FOLDSTREAM_CRASH_ROUND")
 	ctx := context.Background()
-	s, err := stream.Open(file, stream.Options{Logger: quietLog})
+	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quietLog}})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(2)
@@ -225,7 +226,7 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, roundAcks int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := stream.Open(file, stream.Options{Logger: quietLog})
+	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quietLog}})
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/storeopen"
 )
 
 type tally struct {
@@ -23,7 +23,7 @@ func (p *tallyProcessor) Reduce(a foldstream.ReduceArgs[tally]) (tally, bool, er
 // Run a processor on a stream with the default host, and read its state after an append.
 func Example() {
 	ctx := context.Background()
-	s, err := stream.Open(":memory:", stream.Options{}) // a file path in production
+	s, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{}) // a file path in production
 	if err != nil {
 		panic(err)
 	}
@@ -71,7 +71,7 @@ func Example() {
 // opened by its first append.
 func ExampleRegisterPattern() {
 	ctx := context.Background()
-	s, err := stream.Open(":memory:", stream.Options{}) // a file path in production
+	s, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{}) // a file path in production
 	if err != nil {
 		panic(err)
 	}

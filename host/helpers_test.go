@@ -12,6 +12,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -75,7 +76,7 @@ func (p *ticker) gotEffects() []int64 {
 
 func openStore(t testing.TB, path string, clk foldstream.Clock) *stream.Store {
 	t.Helper()
-	s, err := stream.Open(path, stream.Options{Clock: clk, Logger: quietLog})
+	s, err := storeopen.Open(context.Background(), path, storeopen.Config{Store: stream.Options{Clock: clk, Logger: quietLog}})
 	if err != nil {
 		t.Fatal(err)
 	}

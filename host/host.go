@@ -2,8 +2,8 @@
 // [stream.Store]. It is also the worked example of what any host must do, using only public API
 // (docs/store.md#the-default-host states the rules in full):
 //
-//   - build each engine over the store's event view ([stream.Store.Stream]) and a checkpoint table in
-//     the same SQLite file ([stream.Store.Checkpoints]), with FedByPushes set;
+//   - build each engine over the store's event view ([stream.Store.Stream]) and the checkpoints kept
+//     in the store's own database ([stream.Store.Checkpoints]), with FedByPushes set;
 //   - wake the stream once per store incarnation ([stream.Store.Wake]), subscribe the engine to the
 //     stream filtered by its consumes ([stream.Store.Subscribe]) and catch it up from its checkpoint
 //     in the background: registering never waits for a catch-up;
@@ -103,7 +103,24 @@ func BuildCodeID() string {
 	return id
 }
 
-// Host runs processors on a store's streams. It is safe for concurrent use.
+// Host runs processors on a store's streams (docs/store.md#the-default-host). All its methods are
+// safe for concurrent use.
+//
+// Create it with [New] over an open store; add processors with [Register] (one stream path, the
+// engine returned) or [RegisterPattern] (every stream matching a path pattern, one engine per
+// stream, opened on demand); read them with [Host.Snapshot], [Host.LiveSnapshot] and
+// [Host.WaitUntilProcessed], or serve those reads over HTTP by giving the host to package server
+// (server.Config.Processors); stop it with [Host.Shutdown], then close the store, which the host
+// does not own.
+//
+// What a host guarantees: each engine is fed every commit it consumes by a store subscription and
+// caught up from its checkpoint in the background, so registering never waits for history; reads
+// are read-your-writes (they wait until the pushes owed for every append that returned were
+// delivered) and bounded by Config.MaxWait, past which a processor still catching up answers
+// CATCHING_UP; processors whose claims fall due are revived by the alarm loop, including the
+// claims a previous process left; a processor whose own emitted event conflicts is parked
+// (PROCESSOR_PARKED) while the others keep running; an idle engine of a pattern is closed and
+// reopens from its checkpoint, bounded by Config.IdleTimeout and Config.MaxOpenEngines.
 type Host struct {
 	store *stream.Store
 	cfg   Config

@@ -13,7 +13,9 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -237,7 +239,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	ctx := context.Background()
 	// synchronous=NORMAL: this test is about the host's engines, not the disk; 40,000 fsyncs would
 	// only make it slow.
-	s, err := stream.Open(filepath.Join(t.TempDir(), "many.db"), stream.Options{Logger: quietLog, Synchronous: stream.SyncNormal})
+	s, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "many.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}, SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
 	if err != nil {
 		t.Fatal(err)
 	}

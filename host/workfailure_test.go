@@ -121,10 +121,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 				got = append(got, "1")
 			case errors.Is(err, foldstream.ErrPermanentFailure):
 				got = append(got, string(foldstream.CodeOf(err)))
-				after := int64(0) // the host records the failure, then drops the claim
-				if _, err := s.WaitForEvent(ctx, "/p", stream.WaitOptions{Types: []string{foldstream.WorkFailedType}, After: &after}); err != nil {
-					t.Fatal(err)
-				}
+				waitWorkFailed(t, ctx, s) // the host records the failure, then drops the claim
 				if st := h.ProcessorsOn(ctx, "/p"); len(st) != 1 || st[0].WorkFailed == nil || st[0].WorkFailed.Code != foldstream.CodePermanentFailure {
 					t.Fatalf("status after the failure: %+v", st)
 				}
@@ -139,16 +136,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	if want := []string{"1", "1", "1", "1", "PERMANENT_FAILURE", "-"}; !equalStrings(got, want) {
 		t.Fatalf("revives by six fresh hosts: %v, want %v", got, want)
 	}
-	page, err := s.Read(ctx, "/p", 0, 0, stream.ReadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var failed []foldstream.Event
-	for _, e := range page.Events {
-		if e.Type == foldstream.WorkFailedType {
-			failed = append(failed, e)
-		}
-	}
+	failed := workFailedRecords(t, ctx, s)
 	if len(failed) != 1 || !jsonHas(failed[0].Payload, `"facet":"dier"`) {
 		t.Fatalf("work-failed records: %+v, want one for dier", failed)
 	}
@@ -167,6 +155,44 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	mustShutdown(t, h)
 	if claims() != 1 {
 		t.Fatal("the new work holds no claim")
+	}
+}
+
+// workFailedRecords returns the work-failed records of /p.
+func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []foldstream.Event {
+	t.Helper()
+	page, err := s.Read(ctx, "/p", 0, 0, stream.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []foldstream.Event
+	for _, e := range page.Events {
+		if e.Type == foldstream.WorkFailedType {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitWorkFailed waits until /p holds a work-failed record, re-reading at each commit on it.
+func waitWorkFailed(t *testing.T, ctx context.Context, s *stream.Store) {
+	t.Helper()
+	commits := make(chan struct{}, 1)
+	stop := s.WatchCommits(func(path string) {
+		if path == "/p" {
+			select {
+			case commits <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer stop()
+	for len(workFailedRecords(t, ctx, s)) == 0 {
+		select {
+		case <-commits:
+		case <-ctx.Done():
+			t.Fatal("no work-failed record")
+		}
 	}
 }
 

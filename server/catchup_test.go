@@ -16,6 +16,7 @@ import (
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/refserver"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -23,7 +24,7 @@ import (
 func serveFile(t *testing.T, cfg server.Config) (string, *stream.Store) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(filepath.Join(t.TempDir(), "catchup.db"), stream.Options{Logger: log})
+	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "catchup.db"), storeopen.Config{Store: stream.Options{Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}

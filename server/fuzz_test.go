@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -129,7 +131,7 @@ func FuzzHandler(f *testing.F) {
 	f.Add("HEAD", "__ds/x", "", "", "", "", "", "", "", "", "")
 	f.Fuzz(func(t *testing.T, method, name, query, ctype, closed, ttl, pid, pepoch, pseq, forkedFrom, body string) {
 		fuzzOnce.Do(func() {
-			st, err := stream.Open(":memory:", stream.Options{})
+			st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{})
 			if err != nil {
 				panic(err)
 			}

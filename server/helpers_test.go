@@ -14,6 +14,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -55,7 +56,7 @@ type secured struct {
 func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(t.TempDir()+"/secured.db", stream.Options{Logger: quiet})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/secured.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

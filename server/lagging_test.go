@@ -12,6 +12,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -47,7 +48,7 @@ func (p stuckProcessors) ReducedThroughOffset(_, _ string) (int64, error) { retu
 func serveStuck(t *testing.T, p stuckProcessors) string {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(t.TempDir()+"/stuck.db", stream.Options{Logger: quiet})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/stuck.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/storeopen"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // TestLoadWritersAndSSEReaders runs many concurrent writers and SSE readers over loopback for a
@@ -33,7 +34,7 @@ func TestLoadWritersAndSSEReaders(t *testing.T) {
 	if testing.Short() {
 		duration = time.Second
 	}
-	st, err := stream.Open(filepath.Join(t.TempDir(), "load.db"), stream.Options{Synchronous: stream.SyncNormal})
+	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "load.db"), storeopen.Config{SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -47,7 +48,7 @@ func serveReceipts(t *testing.T, file string) (string, *stream.Store, func()) {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(file, stream.Options{Logger: quiet})
+	st, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

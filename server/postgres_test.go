@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -20,7 +22,7 @@ import (
 func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	t.Parallel()
 	px, via := pgtest.NewProxy(t, pgtest.URL(t))
-	st, err := stream.Open(via, stream.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	st, err := storeopen.Open(context.Background(), via, storeopen.Config{Store: stream.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}

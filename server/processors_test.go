@@ -15,6 +15,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -50,7 +51,7 @@ func (orderCounter) Reduce(a foldstream.ReduceArgs[orderTotals]) (orderTotals, b
 func setupProcessors(t *testing.T) (string, *host.Host) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(":memory:", stream.Options{Logger: quiet})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 //
 // Construction is one call, so tests and benchmarks can run it in-process:
 //
-//	st, _ := stream.Open("foldstream.db", stream.Options{})
+//	st, _ := storeopen.Open(context.Background(), "foldstream.db", storeopen.Config{})
 //	h := server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond})
 //	http.ListenAndServe("127.0.0.1:4437", h)
 //
@@ -205,7 +205,22 @@ func validOrigin(o string) bool {
 		u.User == nil && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery && hostName(u.Host) != ""
 }
 
-// Server is the Durable Streams HTTP handler. Create it with New.
+// Server is the Durable Streams HTTP handler over one [stream.Store] (docs/server.md). It is an
+// http.Handler; all its methods are safe for concurrent use.
+//
+// Create it with [New] (call [Config.Check] first: New does not validate), and serve it with the
+// bounds it expects: srv := s.HTTPServer(); srv.Serve(s.LimitListener(ln)). It serves the
+// protocol's routes under Config.Prefix — create, append (JSON and bytes, idempotent producers,
+// offset and sequence preconditions), close, delete, metadata, catch-up, long-poll and SSE reads,
+// forks and TTLs — plus the stream listing, stream information, processor reads when
+// Config.Processors is set (a host), and the read-only web console.
+//
+// Every answer it refuses carries its code from the catalogue in the Foldstream-Error-Code header
+// (4xx for what the caller can fix, 503 with Retry-After when the database is unavailable or a
+// limit is reached, 507 on a full disk); a write is acknowledged only after the store committed
+// it. Requests are bounded — body size, bytes in flight, live readers, connections, timeouts —
+// and Config.Authorize decides who may read and write. [Server.Shutdown] makes long-polls and SSE
+// connections end at once during a graceful http.Server shutdown; the store stays open.
 type Server struct {
 	st  *stream.Store
 	cfg Config

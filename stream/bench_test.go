@@ -15,6 +15,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // Benchmarks of append throughput on a real file with synchronous=FULL. Run with
@@ -30,7 +31,7 @@ var benchPayload = foldstream.JSON(map[string]any{"user": "u-12345", "note": str
 func benchStore(b *testing.B) (*Store, string) {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "bench.db")
-	s, err := Open(path, Options{Logger: quietLog, Synchronous: SyncFull})
+	s, err := openStoreSync(path, sqlitedriver.SyncFull, Options{Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,7 +92,7 @@ type rawInserter struct {
 func newRawInserter(b *testing.B) *rawInserter {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "raw.db")
-	s, err := Open(path, Options{Logger: quietLog})
+	s, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}

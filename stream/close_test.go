@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // TestCloseWithWritesInFlight: closing a store while writers keep appending is race-free (run it
@@ -20,7 +21,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	var total int64 // acknowledged over all rounds
 	for round := range 5 {
-		s, err := Open(path, Options{Logger: quietLog, Synchronous: SyncNormal})
+		s, err := openStoreSync(path, sqlitedriver.SyncNormal, Options{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 		}
 		wg.Wait()
 
-		s, err = Open(path, Options{Logger: quietLog})
+		s, err = openStore(path, Options{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func openFilesUnder(t *testing.T, dir string) []string {
 func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := Open(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	s, err := openStore(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

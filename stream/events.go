@@ -35,7 +35,6 @@ type eventView struct {
 
 	alarms   alarmState
 	watchers commitWatchers
-	waiters  waiterSet
 
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int
@@ -199,7 +198,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		if len(ephemerals) > 0 {
 			s.rememberEphemerals(id, ephemerals)
 		}
-		s.publish(path, committed, after, through) // waiters, then subscribers
+		s.publish(path, committed, after, through) // to subscribers
 	})
 	return results, nil
 }

@@ -162,7 +162,7 @@ func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 func TestWakeRecords(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/w.db"
-	s, err := Open(path, Options{Logger: quietLog})
+	s, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestWakeRecords(t *testing.T) {
 	mustAppend(t, s, "/w", ev("x")) // 3
 	s.Close()
 
-	s2, err := Open(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/r.db"
 	ctx := context.Background()
-	s, err := Open(path, Options{Logger: quietLog})
+	s, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	mustAppend(t, s, "/r", eph("e"), eph("e")) // 4, 5: memory only
 	s.Close()
 
-	s2, err := Open(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,15 @@ import (
 	"sync"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // Append events to a stream and read them back.
 func ExampleStore_Append() {
 	ctx := context.Background()
-	s, err := stream.Open(":memory:", stream.Options{})
+	s, err := storeopen.Open(ctx, ":memory:", storeopen.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +52,7 @@ func ExampleStore_Append() {
 // previous push.
 func ExampleStore_Subscribe() {
 	ctx := context.Background()
-	s, err := stream.Open(":memory:", stream.Options{})
+	s, err := storeopen.Open(ctx, ":memory:", storeopen.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -89,4 +91,28 @@ func ExampleStore_Subscribe() {
 	// Output:
 	// (0,1] message-sent@1
 	// (1,3] message-sent@3
+}
+
+// Open a store on a SQLite file without linking the PostgreSQL driver: open the driver, then the
+// store over it (storeopen.Open does the same for a path, and also takes postgres:// URLs).
+func ExampleOpenDriver() {
+	ctx := context.Background()
+	d, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: ":memory:"}) // or a file path
+	if err != nil {
+		panic(err)
+	}
+	s, err := stream.OpenDriver(ctx, d, stream.Options{})
+	if err != nil {
+		d.Close() // the store did not take the driver
+		panic(err)
+	}
+	defer s.Close() // closes the driver and releases the file's lock
+
+	evs, err := s.Append(ctx, "/greetings", foldstream.EventInput{Type: "hello"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(evs[0].Offset, evs[0].Type)
+	// Output:
+	// 1 hello
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -24,10 +25,29 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // setup opens an in-memory store with a fake clock. A producer sequence gap is answered at once
 // (the reorder wait runs on the store's clock, which only the test moves).
+// openStore opens a store on the SQLite file at path (":memory:" for a private one), as
+// storeopen.Open does for a path.
+func openStore(path string, opts Options) (*Store, error) { return openStoreSync(path, "", opts) }
+
+// openStoreSync is openStore with SQLite's synchronous setting.
+func openStoreSync(path, synchronous string, opts Options) (*Store, error) {
+	ctx := context.Background()
+	d, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: path, Synchronous: synchronous})
+	if err != nil {
+		return nil, err
+	}
+	s, err := OpenDriver(ctx, d, opts)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+	}
+	return s, nil
+}
+
 func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 	t.Helper()
 	clk := testsupport.NewFakeClock()
-	s, err := Open(":memory:", Options{Clock: clk, Logger: quietLog, ProducerReorderWait: -1})
+	s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog, ProducerReorderWait: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +59,7 @@ func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 func setupFile(t testing.TB) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, Options{Logger: quietLog})
+	s, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,12 @@ import (
 func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	first, err := Open(path, Options{Logger: quietLog})
+	first, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, first, "/a", ev("x"))
-	second, err := Open(path, Options{Logger: quietLog})
+	second, err := openStore(path, Options{Logger: quietLog})
 	if err == nil {
 		second.Close()
 		t.Fatal("second Open of an open store: got nil error, want STORE_LOCKED")
@@ -38,7 +38,7 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Open(path, Options{Logger: quietLog})
+	again, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after Close: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 		t.Fatalf("child: got %q, %v; want \"open\"", line, err)
 	}
 
-	st, err := Open(path, Options{Logger: quietLog})
+	st, err := openStore(path, Options{Logger: quietLog})
 	if err == nil {
 		st.Close()
 		t.Fatal("Open of a store another process has open: got nil error, want STORE_LOCKED")
@@ -88,7 +88,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	st, err = Open(path, Options{Logger: quietLog})
+	st, err = openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after the other process exited: %v", err)
 	}
@@ -106,7 +106,7 @@ func TestHelperHoldStoreOpen(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestSecondOpenInAnotherProcessIsRefused")
 	}
-	st, err := Open(path, Options{Logger: quietLog})
+	st, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

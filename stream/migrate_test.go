@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // schemaV1 is the DDL of the store's first layout (one row per message in entries), exactly as the
@@ -119,7 +120,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "v1.db")
 	writeV1File(t, path)
-	s, err := Open(path, Options{Logger: quietLog})
+	s, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +128,8 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	ctx := context.Background()
 
 	var version int
-	if err := s.rawQueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version); err != nil || version != 3 {
-		t.Fatalf("schema version: got %d (%v), want 3", version, err)
+	if err := s.rawQueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version); err != nil || version != sqlitedriver.SchemaVersion {
+		t.Fatalf("schema version: got %d (%v), want %d", version, err, sqlitedriver.SchemaVersion)
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM sqlite_master WHERE name = 'entries'`); n != 0 {
 		t.Fatal("the entries table is still there")
@@ -195,9 +196,9 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 		t.Fatalf("checkpoint: got %+v %v (%v)", cp, ok, err)
 	}
 
-	// Opening again finds version 2 and changes nothing.
+	// Opening again finds the current version and changes nothing.
 	s.Close()
-	s2, err := Open(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Options{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestUnknownSchemaIsRefused(t *testing.T) {
 				}
 			}
 			db.Close()
-			s, err := Open(path, Options{Logger: quietLog})
+			s, err := openStore(path, Options{Logger: quietLog})
 			if err == nil {
 				s.Close()
 				t.Fatal("open: got nil error, want STORE_SCHEMA")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -22,7 +23,7 @@ func pauseInput(reason string) foldstream.EventInput {
 func TestPauseSurvivesReopeningTheStore(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := stream.Open(path, stream.Options{Logger: quiet})
+	s, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func TestPauseSurvivesReopeningTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = stream.Open(path, stream.Options{Logger: quiet})
+	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

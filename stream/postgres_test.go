@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/jackc/pgx/v5"
 )
@@ -23,7 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func openPG(t *testing.T, url string) *stream.Store {
 	t.Helper()
-	s, err := stream.Open(url, stream.Options{Logger: quiet})
+	s, err := storeopen.Open(context.Background(), url, storeopen.Config{Store: stream.Options{Logger: quiet}})
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	t.Parallel()
 	// A generous wait: the test must not depend on how fast a loaded machine sends seq 0.
-	s, err := Open(":memory:", Options{ProducerReorderWait: 10 * time.Second})
+	s, err := openStore(":memory:", Options{ProducerReorderWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	t.Parallel()
 	clk := testsupport.NewFakeClock()
-	s, err := Open(":memory:", Options{Clock: clk, Logger: quietLog})
+	s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

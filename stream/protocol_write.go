@@ -413,6 +413,11 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
 	// resend), the later request waits up to Options.ProducerReorderWait for commits to the stream and
 	// tries again; a gap that is still there after the wait is answered as usual (docs/store.md#idempotent-producers).
+	if r := s.planSliced(req, msgs, msgErr); r != nil {
+		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
+			return res, err
+		}
+	}
 	var deadline time.Time
 	for {
 		var res AppendResult
@@ -598,7 +603,13 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, 
 // is dropped, a different body refuses the record), the rest are stored as they are.
 func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 	batch := make([]pending, len(msgs))
+	// A huge record written in slices was checked for keys before its first slice (sliced.go).
+	sliced := t.res != nil && !t.res.used && t.res.id == m.Row.ID
 	for i, msg := range msgs {
+		if sliced {
+			batch[i] = pending{body: msg}
+			continue
+		}
 		in, key := eventKeyOf(msg)
 		batch[i] = pending{body: msg, key: key, probe: in}
 		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
@@ -617,6 +628,9 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 	// exactly as the event view reads them — only when someone listens.
 	path := m.Row.Path
 	createdMs := t.now.UnixMilli()
+	if r := t.res; r != nil && r.used && r.id == m.Row.ID {
+		createdMs = r.createdMs // stored as the time its first slice was written
+	}
 	t.afterCommit(func() {
 		s.ev.subsMu.RLock()
 		listening := len(s.ev.subs[path]) > 0

@@ -104,6 +104,9 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 // long), moves the writer's marks, and registers the keys. through is the batch's last offset:
 // when the batch carried a durable message, the durable mark moves to it.
 func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted, after, through int64) error {
+	if done, err := s.finishSliced(t, m, after, through); done {
+		return err // a huge record written in slices (sliced.go): only its last slices are left
+	}
 	recordStart := m.Tail
 	var rec *driver.Record
 	prev := after
@@ -171,6 +174,9 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 
 // writeBytes stores a byte record at the stream's tail (sliced when long).
 func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
+	if done, err := s.finishSliced(t, m, m.Tail, m.Tail+int64(len(body))); done {
+		return err
+	}
 	start := m.Tail
 	pos := start
 	for len(body) > 0 {

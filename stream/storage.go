@@ -2,52 +2,21 @@ package stream
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// Storage failures the caller can act on: a database that cannot be written (refused at Open, not
-// discovered by the first write) and a full disk (refused per write with nothing acknowledged; the
-// next write after space returns succeeds, as the writer rolls a failed group back whole).
+// A full disk is refused per write with INSUFFICIENT_STORAGE and nothing acknowledged; the next
+// write after space returns succeeds, as the writer rolls a failed group back whole. What a
+// database reports in its own error values (SQLite's result codes) the driver classifies
+// ([driver.ErrorClassifier]); an ENOSPC from the operating system is recognised here for every
+// driver.
 
-// SQLite's primary result codes the store classifies (https://sqlite.org/rescode.html).
-const (
-	sqliteReadOnly = 8
-	sqliteFull     = 13
-)
-
-// sqliteCodes returns the primary SQLite result codes found anywhere in err's tree.
-func sqliteCodes(err error) []int {
-	var out []int
-	var walk func(error)
-	walk = func(e error) {
-		for e != nil {
-			if c, ok := e.(interface{ Code() int }); ok {
-				if _, isOurs := e.(*foldstream.Error); !isOurs {
-					out = append(out, c.Code()&0xff)
-				}
-			}
-			if m, ok := e.(interface{ Unwrap() []error }); ok {
-				for _, inner := range m.Unwrap() {
-					walk(inner)
-				}
-				return
-			}
-			e = errors.Unwrap(e)
-		}
-	}
-	walk(err)
-	return out
-}
-
-// classifyStorageErr turns a full disk into INSUFFICIENT_STORAGE and a read-only database into
-// STORE_READ_ONLY, keeping the original as the cause. Other errors pass unchanged.
-func classifyStorageErr(err error) error {
+// classifyStorageErr gives a failed write its storage code (INSUFFICIENT_STORAGE,
+// STORE_READ_ONLY), keeping the original as the cause. Other errors pass unchanged.
+func (s *Store) classifyStorageErr(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -55,57 +24,13 @@ func classifyStorageErr(err error) error {
 	if errors.As(err, &fe) && (fe.Code == foldstream.CodeInsufficientStorage || fe.Code == foldstream.CodeStoreReadOnly) {
 		return err
 	}
-	for _, c := range sqliteCodes(err) {
-		switch c {
-		case sqliteFull:
-			return insufficientStorageError(err)
-		case sqliteReadOnly:
-			return &foldstream.Error{Code: foldstream.CodeStoreReadOnly, Message: "stream store: the database cannot be written", Err: err}
+	if c, ok := s.drv.(driver.ErrorClassifier); ok {
+		if got := c.ClassifyError(err); got != err {
+			return got
 		}
 	}
 	if errors.Is(err, syscall.ENOSPC) {
-		return insufficientStorageError(err)
+		return driver.InsufficientStorageError(err)
 	}
 	return err
-}
-
-func insufficientStorageError(cause error) *foldstream.Error {
-	return &foldstream.Error{Code: foldstream.CodeInsufficientStorage, Retryable: true, Err: cause,
-		Message: "stream store: the disk is full; nothing was written, retry once space is free"}
-}
-
-// readOnlyError is Open's refusal of a database it cannot write.
-func readOnlyError(path string, cause error) *foldstream.Error {
-	return &foldstream.Error{Code: foldstream.CodeStoreReadOnly, Data: map[string]any{"path": path}, Err: cause,
-		Message: fmt.Sprintf("stream store %s cannot be written (%v); check the permissions of the file and its directory", path, cause)}
-}
-
-// isPermissionErr reports whether a file-system error means "not writable here".
-func isPermissionErr(err error) bool {
-	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
-}
-
-// openFailure gives a failed Open its code: STORE_READ_ONLY or INSUFFICIENT_STORAGE when the
-// database cannot be written, the error unchanged otherwise.
-func openFailure(path string, err error) error {
-	c := classifyStorageErr(err)
-	if foldstream.CodeOf(c) == foldstream.CodeStoreReadOnly && !errors.Is(err, foldstream.ErrStoreReadOnly) {
-		return readOnlyError(path, err)
-	}
-	return c
-}
-
-// probeDirWritable proves that files can be created beside the database: SQLite creates its
-// write-ahead log and shared-memory files there, and without them opens nothing it can write.
-func probeDirWritable(path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".foldstream-probe-*")
-	if err != nil {
-		if isPermissionErr(err) {
-			return readOnlyError(path, err)
-		}
-		return fmt.Errorf("open stream store %s: %w", path, err)
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
 }

@@ -1,5 +1,8 @@
-// Package stream is foldstream's durable stream store: one SQLite file (modernc.org/sqlite, WAL)
-// holding many streams by path. It serves two views of the same data:
+// Package stream is foldstream's durable stream store: many streams by path in one database,
+// reached through a driver (package driver): an embedded SQLite file written by one process
+// (package sqlitedriver), or a PostgreSQL database shared by any number of processes (package
+// pgdriver). The store never imports a concrete driver: [OpenDriver] takes one, and package
+// storeopen picks one from a file path or a postgres:// URL. It serves two views of the same data:
 //
 //   - the event view (Append, Read, subscriptions, claims) that processor engines run against, and
 //   - the Durable Streams protocol view (records, content types, closure, forks, TTL, idempotent
@@ -8,25 +11,24 @@
 // # Concurrency
 //
 // Every write goes through one writer goroutine (see writer.go). Callers hand it a function; the
-// writer collects whatever functions are queued, runs each inside its own SAVEPOINT of one
+// writer collects whatever functions are queued, runs each inside its own savepoint of one
 // transaction, and commits once (group commit): one fsync covers every caller in the group, and a
-// function that fails rolls back to its savepoint without failing its neighbours. The writer is the
-// only goroutine that assigns offsets, so offsets of one stream are strictly increasing without a
-// lock per stream. Readers use separate read-only connections and see committed snapshots.
+// function that fails rolls back to its savepoint without failing its neighbours. On a database
+// only this process writes (SQLite) the writer is the only goroutine that assigns offsets, so
+// offsets of one stream are strictly increasing without a lock per stream; on a shared database
+// the driver serialises writers of one stream across processes (docs/postgres.md). Readers use
+// separate read transactions and see committed snapshots.
 //
 // # Durability
 //
-// By default the file uses journal_mode=WAL and synchronous=FULL: an acknowledged write survives a
-// process crash and a power loss. [Options.Synchronous] may relax this to NORMAL (survives a crash
-// of the process, may lose the last transactions on power loss); it is never the default.
+// An acknowledged write survives a process crash and a power loss: the drivers commit with
+// synchronous=FULL (SQLite) and synchronous_commit on (PostgreSQL) by default. Only
+// sqlitedriver.Config.Synchronous may relax this, to NORMAL; it is never the default.
 package stream
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,33 +36,17 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream/driver"
-	"github.com/foldstream/foldstream/stream/driver/pgdriver"
-	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
-)
-
-// Synchronous is SQLite's synchronous setting for the store's file.
-type Synchronous string
-
-const (
-	// SyncFull makes every commit durable against power loss (the default).
-	SyncFull Synchronous = "FULL"
-	// SyncNormal keeps commits durable against a process crash only; in WAL mode the last
-	// transactions may be lost on power loss. Faster; never the default.
-	SyncNormal Synchronous = "NORMAL"
 )
 
 // Options configures a Store. The zero value is valid.
 type Options struct {
-	// Synchronous is the durability level. Defaults to SyncFull.
-	Synchronous Synchronous
 	// Clock is the time source for createdAt stamps, TTLs, claims and alarms. Defaults to
 	// foldstream.SystemClock.
 	Clock foldstream.Clock
 	// Logger receives the store's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// ReadConns is the number of read connections. Defaults to 4.
-	ReadConns int
-	// MaxGroup caps how many queued writes share one transaction. Defaults to 256.
+	// MaxGroup caps how many queued writes share one transaction. Defaults to 256; negative is
+	// refused.
 	MaxGroup int
 	// ProducerReorderWait is how long a protocol append whose producer seq is ahead of the next
 	// expected one waits for the earlier seqs (pipelined requests overtaking each other) before
@@ -69,7 +55,26 @@ type Options struct {
 	ProducerReorderWait time.Duration
 }
 
-// Store is an open stream store. It is safe for concurrent use.
+// Store is an open stream store: many streams by path in one database, behind one driver
+// (docs/store.md). All its methods are safe for concurrent use.
+//
+// Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
+// of your choosing; close it with [Store.Close] after the host and the server on it have shut
+// down. It offers two views of the same streams: the event view that processor engines run
+// against ([Store.Stream], Append, Read, [Store.Subscribe], claims and alarms, [Store.Checkpoints],
+// [Store.Wake]) and the Durable Streams protocol view that package server serves over HTTP
+// (CreateStream, AppendRecord, ReadRecords, HeadStream, DeleteStream, ListStreams, forks, TTLs,
+// idempotent producers).
+//
+// Rules kept in one place (docs/store.md#one-writer, docs/store.md#durability-guarantees-and-their-limits):
+// every write goes through one writer goroutine that group-commits whatever is queued, each write
+// in its own savepoint, so a refused write never fails its neighbours; a write returns only after
+// its transaction committed (durable by the driver's setting), and a refusal is a
+// *foldstream.Error with a code from the catalogue; offsets of a stream are assigned by the writer
+// (on a shared database under the driver's per-stream lock), gapless and increasing; a commit is
+// handed to the stream's subscribers in commit order, and their push ranges chain with no gap;
+// reads see committed data only; a deleted stream's incarnation never passes its events,
+// claims or checkpoints to a stream created again at its path.
 type Store struct {
 	path       string
 	opts       Options
@@ -108,83 +113,40 @@ type Store struct {
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 
 	created createdListeners // OnStreamCreated's listeners (list.go)
-
-	lock *os.File // the exclusive lock on the database file, held until Close (lock.go)
-}
-
-// Open opens (creating if needed) the store in the SQLite file at path, migrating a file written
-// by an earlier schema (see docs/store.md#schema-and-migrations). The path ":memory:" opens a
-// private in-memory store, for tests.
-//
-// The store holds an exclusive lock on the file until Close (the sidecar file "<path>-lock"): a
-// second Open of the same file, from another process or this one, fails with
-// [foldstream.CodeStoreLocked], naming the file and, when known, the holder's pid. That lock is
-// what makes the SQLite driver exclusive (see [driver.Driver.Exclusive]). A file or directory the
-// store cannot write fails with [foldstream.CodeStoreReadOnly].
-//
-// A postgres:// URL opens the store on a PostgreSQL database instead (docs/postgres.md): any
-// number of processes given the same URL share it.
-func Open(path string, opts Options) (_ *Store, err error) {
-	if pgdriver.IsURL(path) {
-		return openPostgres(path, opts)
-	}
-	if opts.Synchronous == "" {
-		opts.Synchronous = SyncFull
-	}
-	if opts.Synchronous != SyncFull && opts.Synchronous != SyncNormal {
-		return nil, fmt.Errorf("open stream store: unknown synchronous mode %q (use FULL or NORMAL)", opts.Synchronous)
-	}
-	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
-	var lock *os.File
-	defer func() {
-		if err != nil {
-			unlockStore(lock) //nolint:errcheck // Open failed; report that error
-			err = openFailure(path, err)
-		}
-	}()
-	if path != ":memory:" {
-		if lock, err = lockStore(path); err != nil {
-			return nil, err
-		}
-		// Prove the store can write, so a read-only file or directory is refused here and not
-		// by every write later (storage.go); the driver's probe checks the database itself.
-		if err := probeDirWritable(path); err != nil {
-			return nil, err
-		}
-	}
-	d, err := sqlitedriver.Open(sqlitedriver.Config{Path: path, Synchronous: string(opts.Synchronous), ReadConns: opts.ReadConns})
-	if err != nil {
-		return nil, fmt.Errorf("open stream store %s: %w", path, err)
-	}
-	if err := d.ProbeWritable(context.Background()); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("open stream store %s: prove the database takes writes: %w", path, err)
-	}
-	s, err := OpenDriver(context.Background(), d, opts)
-	if err != nil {
-		d.Close()
-		return nil, fmt.Errorf("open stream store %s: %w", path, err)
-	}
-	s.path, s.lock = path, lock
-	return s, nil
 }
 
 // OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
-// subscribes to the driver's notifications. Close closes the driver.
+// subscribes to the driver's notifications. Close closes the driver; when OpenDriver fails, the
+// caller still owns d and closes it. ctx bounds the opening (the migration, the first
+// connections); the store's background work runs until Close.
+//
+// The driver comes from sqlitedriver.Open (a file), pgdriver.Open (a PostgreSQL database), or
+// storeopen.Open, which picks one of them from a file path or a postgres:// URL. Options that
+// make no sense (a negative MaxGroup) fail with INVALID_CONFIG.
 func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, error) {
+	if d == nil {
+		return nil, foldstream.NewError(foldstream.CodeInvalidConfig, nil, "open stream store: no driver given; open one with sqlitedriver.Open or pgdriver.Open, or use storeopen.Open")
+	}
+	if opts.MaxGroup < 0 {
+		return nil, foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"maxGroup": opts.MaxGroup},
+			"open stream store: MaxGroup is %d; give a positive number of writes per transaction, or 0 for the default", opts.MaxGroup)
+	}
 	if opts.Clock == nil {
 		opts.Clock = foldstream.SystemClock{}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.MaxGroup <= 0 {
+	if opts.MaxGroup == 0 {
 		opts.MaxGroup = 256
 	}
 	if opts.ProducerReorderWait == 0 {
 		opts.ProducerReorderWait = DefaultProducerReorderWait
 	}
 	if err := d.Migrate(ctx); err != nil {
+		if c, ok := d.(driver.ErrorClassifier); ok {
+			err = c.ClassifyError(err)
+		}
 		return nil, err
 	}
 	w, err := d.Writer(ctx)
@@ -192,6 +154,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		return nil, err
 	}
 	s := &Store{
+		path:      location(d),
 		opts:      opts,
 		clock:     opts.Clock,
 		log:       opts.Logger,
@@ -205,7 +168,8 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 
 		intakeStopped: make(chan struct{}),
 	}
-	stop, err := d.Listen(ctx, s.remoteChange)
+	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
+	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +202,16 @@ func (s *Store) remoteChange(n driver.Notification) {
 // Driver returns the store's driver.
 func (s *Store) Driver() driver.Driver { return s.drv }
 
-// Path returns the file path the store was opened with.
+// location names d's database for logs (see [driver.Locator]), or "" when d cannot say.
+func location(d driver.Driver) string {
+	if l, ok := d.(driver.Locator); ok {
+		return l.Location()
+	}
+	return ""
+}
+
+// Path names the store's database for logs and messages: the file path of a SQLite store, the
+// URL (password removed) of a PostgreSQL one; "" when its driver does not say.
 func (s *Store) Path() string { return s.path }
 
 // Clock returns the store's clock.
@@ -258,7 +231,7 @@ func (s *Store) Close() error {
 		close(s.intakeStopped) // the writer runs what is queued, then returns
 		s.writerWG.Wait()
 		s.stopListen()
-		s.closeErr = errors.Join(s.drv.Close(), unlockStore(s.lock))
+		s.closeErr = s.drv.Close()
 	})
 	return s.closeErr
 }

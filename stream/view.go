@@ -41,11 +41,6 @@ func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldstr
 	return e.s.Read(ctx, e.path, after, limit, ReadOptions{})
 }
 
-// ReadWith reads with options (for example IncludeEphemeral); see [Store.Read].
-func (e *EventStream) ReadWith(ctx context.Context, after int64, limit int, opts ReadOptions) (foldstream.ReadPage, error) {
-	return e.s.Read(ctx, e.path, after, limit, opts)
-}
-
 // Claim records the bound processor's claim (the zero time releases it); see [Store.Claim]. It
 // fails on a view not bound with ForProcessor.
 func (e *EventStream) Claim(ctx context.Context, at time.Time) error {

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -30,6 +31,7 @@ type writeReq struct {
 	ctx  context.Context
 	fn   func(t *tx) error
 	done chan error
+	res  *reservation // the reservation whose stream fn may touch (sliced.go), or nil
 }
 
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
@@ -43,6 +45,11 @@ type writerState struct {
 	woken map[int64]bool
 	// collectAfter is where CollectExpired resumes.
 	collectAfter int64
+	// reserved holds the streams taking a huge record in slices (sliced.go); parked holds the
+	// writes that touched one and wait for it, requeue the writes released to run next.
+	reserved map[string]*reservation
+	parked   []parkedWrite
+	requeue  []*writeReq
 }
 
 // streamMem is the writer's view of one stream.
@@ -70,13 +77,20 @@ type tx struct {
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
 	eph map[int64][]foldstream.Event
+	// res is the reservation this function may write into; reserve and unreserve are the
+	// reservations it starts and ends (sliced.go), applied once the group commits.
+	res       *reservation
+	reserve   *reservation
+	unreserve []*reservation
 }
 
 type group struct {
-	w      driver.Writer
-	dtx    driver.WriteTx
-	staged map[string]*streamMem
-	woken  map[int64]bool
+	w         driver.Writer
+	dtx       driver.WriteTx
+	staged    map[string]*streamMem
+	woken     map[int64]bool
+	reserved  map[string]*reservation
+	unreserve []*reservation
 }
 
 // write queues fn on the writer and waits for its outcome. fn runs at most once; if ctx ends
@@ -89,7 +103,7 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 		return err
 	}
 	// A full disk fails a write with INSUFFICIENT_STORAGE: nothing of it was committed.
-	return classifyStorageErr(<-r.done)
+	return s.classifyStorageErr(<-r.done)
 }
 
 // enqueue hands r to the writer. The check of closed and the send happen under intakeMu's read
@@ -116,15 +130,21 @@ func (s *Store) runWriter(w driver.Writer) {
 	lastGroup := 0
 	for {
 		var first *writeReq
-		select {
-		case first = <-s.writes:
-		case <-s.intakeStopped:
-			// Close stopped intake: whatever is still queued was accepted before, so it runs;
-			// then the writer is done.
+		if rq := s.ws.requeue; len(rq) > 0 {
+			first, s.ws.requeue = rq[0], rq[1:]
+		} else {
 			select {
 			case first = <-s.writes:
-			default:
-				return
+			case <-s.intakeStopped:
+				// Close stopped intake: whatever is still queued was accepted before, so it runs;
+				// then the writer is done. Parked writes wait for reservations that cannot end
+				// now (their appends can queue nothing more): they are refused.
+				select {
+				case first = <-s.writes:
+				default:
+					s.refuseParked()
+					return
+				}
 			}
 		}
 		batch = append(batch[:0], first)
@@ -137,6 +157,10 @@ func (s *Store) runWriter(w driver.Writer) {
 		}
 	drain:
 		for len(batch) < s.opts.MaxGroup {
+			if rq := s.ws.requeue; len(rq) > 0 {
+				batch, s.ws.requeue = append(batch, rq[0]), rq[1:]
+				continue
+			}
 			select {
 			case r := <-s.writes:
 				batch = append(batch, r)
@@ -172,7 +196,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			results[i] = err // the caller went away before its turn: do no work for it
 			continue
 		}
-		t := &tx{s: s, g: g, ctx: r.ctx, now: now,
+		t := &tx{s: s, g: g, ctx: r.ctx, now: now, res: r.res,
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
 		err := t.run(r.fn)
@@ -192,6 +216,13 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			results[i] = err
 			continue
 		}
+		if t.reserve != nil {
+			if g.reserved == nil {
+				g.reserved = make(map[string]*reservation)
+			}
+			g.reserved[t.reserve.path] = t.reserve
+		}
+		g.unreserve = append(g.unreserve, t.unreserve...)
 		for p, m := range t.staged {
 			g.staged[p] = m
 		}
@@ -244,6 +275,8 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 			g.staged = nil
 			g.woken = nil
+			g.reserved = nil
+			g.unreserve = nil
 			touched = nil
 		}
 	}
@@ -260,6 +293,29 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	for id := range g.woken {
 		ws.woken[id] = true
 	}
+	for p, r := range g.reserved {
+		if ws.reserved == nil {
+			ws.reserved = make(map[string]*reservation)
+		}
+		ws.reserved[p] = r
+	}
+	for _, r := range g.unreserve {
+		if ws.reserved[r.path] == r {
+			delete(ws.reserved, r.path)
+		}
+	}
+	// A write that found its stream reserved is not answered: it waits, and runs again once the
+	// reservation ended (or did not start after all: its group failed).
+	for i, r := range reqs {
+		var be *busyError
+		if errors.As(results[i], &be) {
+			ws.parked = append(ws.parked, parkedWrite{path: be.path, req: r})
+			results[i] = errParked
+		}
+	}
+	if len(ws.parked) > 0 {
+		s.releaseParked()
+	}
 	for i := range reqs {
 		for _, h := range hooks[i] {
 			s.runHook(h)
@@ -269,9 +325,14 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		s.wake(id)
 	}
 	for i, r := range reqs {
-		r.done <- results[i]
+		if results[i] != errParked {
+			r.done <- results[i]
+		}
 	}
 }
+
+// errParked marks a write parked behind a reservation (not answered yet).
+var errParked = errors.New("stream store: write parked")
 
 func (t *tx) run(fn func(t *tx) error) (err error) {
 	defer func() {
@@ -332,6 +393,9 @@ func (t *tx) touch(id int64, path string) { t.touched[id] = path }
 // lock, so the tail is current). Changes to the copy take effect only if this function and the
 // group commit. It returns errNoStream when there is no row.
 func (t *tx) stream(path string) (*streamMem, error) {
+	if err := t.checkReserved(path); err != nil {
+		return nil, err
+	}
 	if m, ok := t.staged[path]; ok {
 		if m != nil {
 			return m, nil

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -68,7 +68,7 @@ func TestMemoryStreamPausesLikeTheStore(t *testing.T) {
 	t.Parallel()
 	mem := testsupport.NewMemoryStreamAt("/p")
 	got := pauseScenario(t, mem.Append)
-	store, err := stream.Open(filepath.Join(t.TempDir(), "s.db"), stream.Options{})
+	store, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "s.db"), storeopen.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -204,7 +204,7 @@ func TestIdempotentRetryWithADifferentLargeIntegerConflicts(t *testing.T) {
 // processor's unit tests catch what production would refuse.
 func TestMemoryStreamRefusesWhatTheStoreRefuses(t *testing.T) {
 	t.Parallel()
-	store, err := stream.Open(filepath.Join(t.TempDir(), "s.db"), stream.Options{})
+	store, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "s.db"), storeopen.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

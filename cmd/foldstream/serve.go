@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 func init() {
@@ -47,6 +49,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxLive := fs.Int("max-live-readers", server.DefaultMaxLiveReaders, "concurrent long-poll and SSE readers (503 beyond)")
 	maxInFlight := fs.Int64("max-body-bytes-in-flight", server.DefaultMaxBodyBytesInFlight, "request-body bytes held by all requests at once (503 beyond)")
 	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "open connections (503 beyond)")
+	dbWait := fs.Duration("db-wait", DefaultDBWait, "how long to wait for an unavailable database (down, restarting, starting up) at start, answering 503 with Retry-After meanwhile; 0 exits at once")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a SQLite store until interrupted.\n"+
 			"Bearer tokens come from --tokens-file or $"+tokensEnv+", never from a flag value (it would show in ps).")
@@ -100,16 +103,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Warn("serving a non-loopback address without authentication (--allow-unauthenticated-public): whoever reaches it may read, write and delete", "addr", *addr)
 	}
 
-	st, err := stream.Open(*db, stream.Options{Synchronous: stream.Synchronous(strings.ToUpper(*sync)), Logger: log})
+	// Listen first, so that while the database is unavailable the node answers 503 with
+	// Retry-After (and a load balancer sees it alive but not ready) instead of refusing.
+	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
+		return err
+	}
+	st, ln, err := openWaiting(ctx, func() (*stream.Store, error) {
+		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
+	}, ln, *dbWait, log)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
 		return err
 	}
 	h := server.New(st, cfg)
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		st.Close()
-		return err
-	}
 	srv := h.HTTPServer() // header and idle timeouts; Shutdown ends long-polls and SSE promptly
 	auth := "none"
 	if tokens != nil {

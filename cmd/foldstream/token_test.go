@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -26,7 +27,7 @@ const (
 func tokenServer(t *testing.T) string {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(":memory:", stream.Options{Logger: log})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}

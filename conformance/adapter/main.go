@@ -187,7 +187,8 @@ func (a *adapter) do(ctx context.Context, c command) result {
 			linger, batchBytes = -1, 1
 		}
 		s, _, _ := a.stream(c.Path, c.Headers, false)
-		p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batchBytes})
+		// The suite names its epochs (0 included): use them as given (Resume).
+		p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batchBytes})
 		if err != nil {
 			return errResult(c.Type, err)
 		}
@@ -314,7 +315,7 @@ func (a *adapter) producer(c command, inFlight int, linger time.Duration, batch 
 		return p, nil
 	}
 	s, _, _ := a.stream(c.Path, c.Headers, false)
-	p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batch})
+	p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batch})
 	if err != nil {
 		return nil, err
 	}
@@ -578,30 +579,33 @@ func errResult(cmd string, err error) result {
 	if errors.As(err, &ce) && ce.Status != 0 {
 		r["status"] = ce.Status
 	}
+	// The suite's codes follow the HTTP status; the server's own code refines a few of them.
 	code := "INTERNAL_ERROR"
-	switch client.CodeOf(err) {
-	case client.CodeNotFound:
-		code = "NOT_FOUND"
-	case client.CodeStreamClosed:
+	switch c := client.CodeOf(err); {
+	case c == client.CodeStreamClosed:
 		code, r["status"] = "STREAM_CLOSED", 409
-	case client.CodeConflict:
+	case c == client.CodeSequenceGap:
+		code = "SEQUENCE_CONFLICT"
+	case c == client.CodeParse:
+		code = "PARSE_ERROR"
+	case c == client.CodeNetwork:
+		code = "NETWORK_ERROR"
+	case c == client.CodeInvalidArgument:
+		code = "INVALID_ARGUMENT"
+	case c == client.CodeUnsupported || c == client.CodeMethodNotAllowed:
+		code = "NOT_SUPPORTED"
+	case c == client.CodeStaleEpoch:
+		code = "UNEXPECTED_STATUS"
+	case ce != nil && ce.Status == 404:
+		code = "NOT_FOUND"
+	case ce != nil && ce.Status == 409:
 		code = "CONFLICT"
-	case client.CodeBadRequest:
+	case ce != nil && ce.Status == 400:
 		code = "INVALID_OFFSET"
 		if cmd != "read" {
 			code = "UNEXPECTED_STATUS"
 		}
-	case client.CodeSequenceGap:
-		code = "SEQUENCE_CONFLICT"
-	case client.CodeParse:
-		code = "PARSE_ERROR"
-	case client.CodeNetwork:
-		code = "NETWORK_ERROR"
-	case client.CodeInvalidArgument:
-		code = "INVALID_ARGUMENT"
-	case client.CodeUnsupported:
-		code = "NOT_SUPPORTED"
-	case client.CodeStaleEpoch, client.CodeGone, client.CodePayloadTooLarge, client.CodeRateLimited, client.CodeUnavailable, client.CodeUnexpectedStatus:
+	case ce != nil && ce.Status != 0:
 		code = "UNEXPECTED_STATUS"
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -39,7 +39,7 @@ import (
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/host/cluster"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
@@ -100,7 +100,7 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		defer os.RemoveAll(dir)
 		dbPath = filepath.Join(dir, "foldstream.db")
 	}
-	st, err := stream.Open(dbPath, stream.Options{})
+	st, err := storeopen.Open(context.Background(), dbPath, storeopen.Config{})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@
 package testserver
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -29,7 +31,7 @@ func Start(tb testing.TB) string {
 // Serve serves the store at dbPath (":memory:" for an in-memory one) until stop is called.
 func Serve(dbPath string) (baseURL string, stop func(), err error) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := stream.Open(dbPath, stream.Options{Logger: log})
+	st, err := storeopen.Open(context.Background(), dbPath, storeopen.Config{Store: stream.Options{Logger: log}})
 	if err != nil {
 		return "", nil, err
 	}

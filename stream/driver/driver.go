@@ -1,6 +1,6 @@
 // Package driver is the narrow interface between foldstream's stream store (package stream) and
 // the database that holds its log. The store's layers — the event view, the Durable Streams
-// protocol view, subscriptions, waiters, the ephemeral ring, group commit — are written once
+// protocol view, subscriptions, the ephemeral ring, group commit — are written once
 // against it; a driver decides how bytes are stored, the store decides what they mean.
 //
 // A driver owns the SQL, the schema and its migrations, transactions, and change notifications
@@ -10,7 +10,10 @@
 // The embedded default is package sqlitedriver (one SQLite file, one process). A driver for a
 // database shared by several processes (PostgreSQL) implements the same interface; the rules it
 // must keep beyond SQLite's are marked "shared databases" below. The behaviour suite every driver
-// must pass is package drivertest.
+// must pass is package drivertest. The store imports no driver: stream.OpenDriver takes one, and
+// package storeopen picks one from a file path or a postgres:// URL. What is particular to one
+// database (SQLite's file lock, its result codes) stays in its driver; a driver may offer the
+// optional [ErrorClassifier] and [Locator] for the store to use.
 //
 // # Transactions
 //
@@ -42,7 +45,7 @@ import (
 // Driver is a storage backend for the stream store.
 type Driver interface {
 	// Migrate creates the schema or brings it to the version this driver writes. The store calls
-	// it once from Open, before Writer and before anything else; calling it again before Writer
+	// it once from OpenDriver, before Writer and before anything else; calling it again before Writer
 	// changes nothing. It must be safe when several processes start at
 	// once (shared databases: apply migrations under a lock), must record each applied version,
 	// and must refuse — with a *foldstream.Error of code STORE_SCHEMA saying what to do — a
@@ -182,6 +185,25 @@ type Tx interface {
 	// Notify queues a notification that other processes receive through Listen once this
 	// transaction commits (and never if it rolls back). Exclusive drivers may drop it.
 	Notify(ctx context.Context, n Notification) error
+}
+
+// HidingTx is implemented by a driver's write transaction when the driver keeps a per-stream
+// visibility mark, so the store may write one large record over several transactions (each slice
+// in its own commit, between other writers' groups) and still show it to readers all at once. The
+// store uses it only on exclusive drivers; a driver without it gets large records in one
+// transaction.
+//
+// While a stream's mark is set, its records with End > the mark are invisible to every Reader
+// (Records skips them and the stream row's Tail ignores them), in this transaction and in read
+// transactions alike. The mark is durable, and a driver drops whatever it still hides when its
+// Writer is created (after a crash mid-record), before the store writes anything.
+type HidingTx interface {
+	// HideFrom sets stream streamID's mark at from: records with End > from become invisible.
+	HideFrom(ctx context.Context, streamID, from int64) error
+	// ShowAll clears the mark: every record of the stream is visible once this transaction commits.
+	ShowAll(ctx context.Context, streamID int64) error
+	// DropHidden removes the stream's records (and idempotency keys) past the mark, and clears it.
+	DropHidden(ctx context.Context, streamID int64) error
 }
 
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.

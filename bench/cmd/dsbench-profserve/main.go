@@ -24,12 +24,13 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 func main() {
@@ -93,7 +94,7 @@ func run(args []string) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := stream.Open(*db, stream.Options{Synchronous: stream.Synchronous(strings.ToUpper(*sync)), Logger: log})
+	st, err := storeopen.Open(context.Background(), *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	if err != nil {
 		return err
 	}

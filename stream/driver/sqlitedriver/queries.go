@@ -19,7 +19,8 @@ type readTx struct{ q querier }
 const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_seconds, s.expires_at_ms,
 	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
 	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation, s.paused,
-	max(s.tail, coalesce((SELECT max(r.end_pos) FROM records r WHERE r.stream_id = s.id), 0))`
+	max(s.tail, coalesce((SELECT max(r.end_pos) FROM records r WHERE r.stream_id = s.id
+		AND r.end_pos <= coalesce(s.hidden_from, 9223372036854775807)), 0))`
 
 func scanStream(row interface{ Scan(...any) error }) (driver.Stream, error) {
 	var r driver.Stream
@@ -105,8 +106,12 @@ func (t *readTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, li
 }
 
 func (t *readTx) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
+	// Records past a stream's visibility mark (a record still being written over several
+	// transactions, see HideFrom) are read by nobody.
 	rows, err := t.q.query(ctx, `SELECT record_start, start_pos, end_pos, created_ms, frames, body FROM records
-		WHERE stream_id = ? AND end_pos > ? ORDER BY end_pos`, streamID, after)
+		WHERE stream_id = ?1 AND end_pos > ?2
+		AND end_pos <= coalesce((SELECT hidden_from FROM streams WHERE id = ?1), 9223372036854775807)
+		ORDER BY end_pos`, streamID, after)
 	if err != nil {
 		return fmt.Errorf("read records: %w", err)
 	}
@@ -299,6 +304,47 @@ func (t *writeTx) InsertRecord(ctx context.Context, r driver.Record) error {
 		if _, err := t.q.exec(ctx, `INSERT INTO record_keys(stream_id, key, offset) VALUES (?, ?, ?)`,
 			r.StreamID, k.Key, k.Offset); err != nil {
 			return classify(fmt.Errorf("append: register idempotency key: %w", err))
+		}
+	}
+	return nil
+}
+
+// HideFrom sets the stream's visibility mark: its records with End > from are invisible to every
+// reader (and to the stream's tail) until ShowAll, so a record written over several transactions is
+// never seen in part. The mark is durable: a crash before ShowAll leaves the hidden slices behind,
+// and the next Writer removes them (dropHidden).
+func (t *writeTx) HideFrom(ctx context.Context, streamID, from int64) error {
+	if _, err := t.q.exec(ctx, `UPDATE streams SET hidden_from = ? WHERE id = ?`, from, streamID); err != nil {
+		return classify(fmt.Errorf("hide a record being written: %w", err))
+	}
+	return nil
+}
+
+// ShowAll clears the stream's visibility mark: every record becomes visible.
+func (t *writeTx) ShowAll(ctx context.Context, streamID int64) error {
+	if _, err := t.q.exec(ctx, `UPDATE streams SET hidden_from = NULL WHERE id = ?`, streamID); err != nil {
+		return classify(fmt.Errorf("show a written record: %w", err))
+	}
+	return nil
+}
+
+// DropHidden removes the records past the stream's visibility mark and clears the mark.
+func (t *writeTx) DropHidden(ctx context.Context, streamID int64) error {
+	return dropHidden(ctx, t.q, `AND s.id = ?`, streamID)
+}
+
+// dropHidden removes the records hidden by a visibility mark of the streams the condition names
+// (with their idempotency keys past the mark) and clears the marks.
+func dropHidden(ctx context.Context, q querier, cond string, args ...any) error {
+	for _, stmt := range []string{
+		`DELETE FROM records WHERE id IN (SELECT r.id FROM streams s JOIN records r ON r.stream_id = s.id
+			WHERE s.hidden_from IS NOT NULL ` + cond + ` AND r.end_pos > s.hidden_from)`,
+		`DELETE FROM record_keys WHERE EXISTS (SELECT 1 FROM streams s WHERE s.id = record_keys.stream_id
+			AND s.hidden_from IS NOT NULL ` + cond + ` AND record_keys.offset > s.hidden_from)`,
+		`UPDATE streams AS s SET hidden_from = NULL WHERE s.hidden_from IS NOT NULL ` + cond,
+	} {
+		if _, err := q.exec(ctx, stmt, args...); err != nil {
+			return classify(fmt.Errorf("drop a partly written record: %w", err))
 		}
 	}
 	return nil

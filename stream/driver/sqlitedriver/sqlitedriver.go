@@ -1,6 +1,24 @@
 // Package sqlitedriver is the stream store's embedded default driver: one SQLite file
 // (modernc.org/sqlite, pure Go, WAL) written by one process.
 //
+// Open it with [Open] and hand it to stream.OpenDriver, or let storeopen.Open choose it for a
+// file path. A program that imports only this driver does not link the PostgreSQL client.
+//
+// # Durability
+//
+// By default the file uses journal_mode=WAL and synchronous=FULL: an acknowledged write survives a
+// process crash and a power loss. [Config.Synchronous] may relax this to NORMAL (survives a crash
+// of the process, may lose the last transactions on power loss); it is never the default.
+//
+// # One process per file
+//
+// The driver holds an exclusive lock on the file from Open until Close (the sidecar file
+// "<path>-lock", see lock.go): a second Open of the same file, from another process or this one,
+// fails with STORE_LOCKED, naming the file and, when known, the holder's pid. That lock is what
+// makes the driver exclusive ([driver.Driver.Exclusive]). A file or directory the process cannot
+// write fails Open with STORE_READ_ONLY; a full disk fails a write with INSUFFICIENT_STORAGE
+// ([Driver.ClassifyError]).
+//
 // Layout (schema version 2, see migrate.go): a stream's log is the records table, one row per
 // appended record (or per slice of a large one), keyed by a global rowid so appends fill the
 // table's rightmost leaf and a record's body never sits in an index; the narrow index
@@ -15,16 +33,22 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream/driver"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
 )
 
 // Synchronous values accepted by Config.Synchronous.
 const (
-	SyncFull   = "FULL"
+	// SyncFull makes every commit durable against power loss (the default).
+	SyncFull = "FULL"
+	// SyncNormal keeps commits durable against a process crash only; in WAL mode the last
+	// transactions may be lost on power loss. Faster; never the default.
 	SyncNormal = "NORMAL"
 )
 
@@ -32,9 +56,10 @@ const (
 type Config struct {
 	// Path is the database file; ":memory:" opens a private in-memory database (tests).
 	Path string
-	// Synchronous is SQLite's synchronous setting. Defaults to SyncFull.
+	// Synchronous is SQLite's synchronous setting, SyncFull or SyncNormal (case does not
+	// matter). Defaults to SyncFull.
 	Synchronous string
-	// ReadConns is the number of read connections. Defaults to 4.
+	// ReadConns is the number of read connections. Defaults to 4; negative is refused.
 	ReadConns int
 }
 
@@ -49,27 +74,87 @@ type Driver struct {
 
 	writerMu sync.Mutex
 	writers  []*writer // handed out by Writer; Close closes their connections
+
+	lock *os.File // the exclusive lock on the database file, held until Close (lock.go)
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.WriteTx = (*writeTx)(nil)
-	_ driver.Reader  = (*readTx)(nil)
+	_ driver.Driver          = (*Driver)(nil)
+	_ driver.ErrorClassifier = (*Driver)(nil)
+	_ driver.Locator         = (*Driver)(nil)
+	_ driver.WriteTx         = (*writeTx)(nil)
+	_ driver.HidingTx        = (*writeTx)(nil)
+	_ driver.Reader          = (*readTx)(nil)
 )
 
 var memCounter atomic.Int64
 
-// Open opens the database (creating the file when missing). Call Migrate before use.
-func Open(cfg Config) (*Driver, error) {
+// Open opens the database at cfg.Path (creating the file when missing), holding the file's
+// exclusive lock until Close, and proves that it takes writes. The store calls Migrate before use.
+//
+// A second Open of a file that is open fails with STORE_LOCKED; a file or directory this process
+// cannot write fails with STORE_READ_ONLY; a Synchronous value other than FULL or NORMAL, or a
+// negative ReadConns, fails with INVALID_CONFIG.
+func Open(ctx context.Context, cfg Config) (_ *Driver, err error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	path := cfg.Path
+	// The exclusive lock comes first, so a second opener never touches the database (lock.go).
+	var lock *os.File
+	defer func() {
+		if err != nil {
+			unlockStore(lock) //nolint:errcheck // Open failed; report that error
+			err = openFailure(path, err)
+		}
+	}()
+	if path != ":memory:" {
+		if lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+		// Prove the store can write, so a read-only file or directory is refused here and not
+		// by every write later; ProbeWritable checks the database itself.
+		if err := probeDirWritable(path); err != nil {
+			return nil, err
+		}
+	}
+	d, err := openDB(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open stream store %s: %w", path, err)
+	}
+	if err := d.ProbeWritable(ctx); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open stream store %s: prove the database takes writes: %w", path, err)
+	}
+	d.lock = lock
+	return d, nil
+}
+
+// check validates cfg and fills in its defaults.
+func (cfg *Config) check() error {
+	if cfg.Path == "" {
+		return foldstream.NewError(foldstream.CodeInvalidConfig, nil, "open stream store: no database file given; name a file, or \":memory:\" for a private in-memory store")
+	}
 	if cfg.Synchronous == "" {
 		cfg.Synchronous = SyncFull
 	}
+	cfg.Synchronous = strings.ToUpper(cfg.Synchronous)
 	if cfg.Synchronous != SyncFull && cfg.Synchronous != SyncNormal {
-		return nil, fmt.Errorf("unknown synchronous mode %q (use FULL or NORMAL)", cfg.Synchronous)
+		return foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"synchronous": cfg.Synchronous},
+			"open stream store: unknown synchronous mode %q (use FULL or NORMAL)", cfg.Synchronous)
 	}
-	if cfg.ReadConns <= 0 {
+	if cfg.ReadConns < 0 {
+		return foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"readConns": cfg.ReadConns},
+			"open stream store: ReadConns is %d; give a positive number of read connections, or 0 for the default", cfg.ReadConns)
+	}
+	if cfg.ReadConns == 0 {
 		cfg.ReadConns = 4
 	}
+	return nil
+}
+
+// openDB opens the writer's and the readers' database handles.
+func openDB(cfg Config) (*Driver, error) {
 	var wdsn, rdsn string
 	if cfg.Path == ":memory:" {
 		// memdb lets several connections share one in-memory database.
@@ -123,6 +208,9 @@ func (d *Driver) ProbeWritable(ctx context.Context) error {
 	return err
 }
 
+// Location returns the database file's path (see [driver.Locator]).
+func (d *Driver) Location() string { return d.cfg.Path }
+
 // Exclusive reports true: one process writes a SQLite file.
 func (d *Driver) Exclusive() bool { return true }
 
@@ -130,10 +218,9 @@ func (d *Driver) Exclusive() bool { return true }
 // opened none).
 func (d *Driver) Savepoints() int64 { return d.savepoints.Load() }
 
-// Close closes the connections.
-// Close closes the writers' connections and the database handles. A connection taken out of
-// database/sql (the writer's) is not closed by sql.DB.Close, and an open one keeps the database
-// files open after the store is closed.
+// Close closes the writers' connections and the database handles, then releases the file's lock.
+// A connection taken out of database/sql (the writer's) is not closed by sql.DB.Close, and an open
+// one keeps the database files open after the store is closed.
 func (d *Driver) Close() error {
 	d.writerMu.Lock()
 	var errs []error
@@ -144,8 +231,11 @@ func (d *Driver) Close() error {
 		errs = append(errs, w.conn.Close())
 	}
 	d.writers = nil
+	lock := d.lock
+	d.lock = nil
 	d.writerMu.Unlock()
-	return errors.Join(append(errs, d.rdb.Close(), d.wdb.Close())...)
+	errs = append(errs, d.rdb.Close(), d.wdb.Close())
+	return errors.Join(append(errs, unlockStore(lock))...)
 }
 
 // Listen returns at once: no other process writes the file.
@@ -180,6 +270,12 @@ func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
 		return nil, err
 	}
 	w := &writer{d: d, conn: conn, stmts: &stmtCache{conn: conn, stmts: make(map[string]*sql.Stmt)}}
+	// A record written over several transactions whose writer stopped (a crash) before it became
+	// visible is dropped before anything else is written.
+	if err := w.dropAllHidden(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	d.writerMu.Lock()
 	d.writers = append(d.writers, w)
 	d.writerMu.Unlock()
@@ -263,6 +359,23 @@ func (w *writer) Begin(ctx context.Context) (driver.WriteTx, error) {
 		return nil, classify(fmt.Errorf("begin: %w", err))
 	}
 	return &writeTx{readTx: readTx{q: w.stmts}, w: w}, nil
+}
+
+// dropAllHidden removes every record still hidden by a visibility mark, in its own transaction.
+func (w *writer) dropAllHidden(ctx context.Context) error {
+	var n int
+	if err := w.conn.QueryRowContext(ctx, `SELECT count(*) FROM streams WHERE hidden_from IS NOT NULL`).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := dropHidden(ctx, w.stmts, ""); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 type writeTx struct {

@@ -1,6 +1,7 @@
 package sqlitedriver_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 
 func TestDriver(t *testing.T) {
 	drivertest.Run(t, func(t *testing.T) driver.Driver {
-		d, err := sqlitedriver.Open(sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
+		d, err := sqlitedriver.Open(context.Background(), sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
 		if err != nil {
 			t.Fatal(err)
 		}

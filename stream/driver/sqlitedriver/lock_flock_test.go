@@ -1,8 +1,9 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package stream
+package sqlitedriver
 
 import (
+	"context"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -16,7 +17,8 @@ import (
 func TestCloseReleasesTheLockWhileADuplicateDescriptorLives(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, Options{Logger: quietLog})
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +33,7 @@ func TestCloseReleasesTheLockWhileADuplicateDescriptorLives(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Open(path, Options{Logger: quietLog})
+	again, err := Open(ctx, Config{Path: path})
 	if err != nil {
 		t.Fatalf("Open right after Close: %v", err)
 	}

@@ -1,0 +1,25 @@
+package driver
+
+import "github.com/foldstream/foldstream"
+
+// ErrorClassifier is an optional interface of a [Driver] whose database reports, in error values
+// of its own, conditions the store gives a code from the catalogue: a full disk
+// (INSUFFICIENT_STORAGE, see [InsufficientStorageError]) or a database that cannot be written
+// (STORE_READ_ONLY). The store passes every failed write, and a failed migration at open, through
+// ClassifyError. It returns err unchanged when it recognises nothing.
+type ErrorClassifier interface {
+	ClassifyError(err error) error
+}
+
+// Locator is an optional interface of a [Driver] that can name its database for logs and
+// messages: a file path, or a URL with its password removed. The store reports it as its Path.
+type Locator interface {
+	Location() string
+}
+
+// InsufficientStorageError is the refusal of a write that found the disk full: nothing of it was
+// committed, and a retry once space is free can succeed.
+func InsufficientStorageError(cause error) *foldstream.Error {
+	return &foldstream.Error{Code: foldstream.CodeInsufficientStorage, Retryable: true, Err: cause,
+		Message: "stream store: the disk is full; nothing was written, retry once space is free"}
+}
