@@ -4,8 +4,10 @@
 //
 //   - build each engine over the store's event view ([stream.Store.Stream]) and the checkpoints kept
 //     in the store's own database ([stream.Store.Checkpoints]), with FedByPushes set;
-//   - wake the stream once per store incarnation ([stream.Store.Wake]), subscribe the engine to the
-//     stream filtered by its consumes ([stream.Store.Subscribe]) and catch it up from its checkpoint
+//   - wake the stream at most once per host start, only when a processor starts work there and
+//     never a closed stream ([stream.Store.WakeExisting]; docs/store.md#records-nobody-appended),
+//     subscribe the engine to the stream filtered by its consumes ([stream.Store.Subscribe]) and
+//     catch it up from its checkpoint
 //     in the background: registering never waits for a catch-up;
 //   - serve snapshot, live snapshot and wait-until-processed with read-your-writes (a read first
 //     waits until every push the subscription already owes the engine was delivered) and with a
@@ -133,6 +135,7 @@ type Host struct {
 	wg     sync.WaitGroup // goroutines the host started
 
 	hasPatterns  atomic.Bool
+	woken        sync.Map // path → id of the stream this host woke there (wakeOnce)
 	stopWatching func()
 	stopCreated  func()
 

@@ -199,6 +199,7 @@ func TestWaiterTimeoutEphemeralAndOrder(t *testing.T) {
 	if s.savepoints() != sp || countRows(t, s, `SELECT count(*) FROM streams`) != 0 {
 		t.Fatal("a timed-out waiter wrote something")
 	}
+	mustCreate(t, s, CreateRequest{Path: "/w", ContentType: EventContentType}) // an ephemeral alone creates no stream
 
 	w1 := waitAsync(t, s, "/w", waitOptions{types: []string{"chunk"}})
 	w2 := waitAsync(t, s, "/w", waitOptions{types: []string{"chunk"}})
