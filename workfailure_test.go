@@ -75,9 +75,12 @@ func TestWorkThatKeepsDyingWithItsHostFailsPermanentlyOnTheFifthDeath(t *testing
 	// A new event revives it: the failure leaves the status.
 	t.Cleanup(func() { close(lastAttempts.end(2)) })
 	fresh := foldstream.Event{Type: "e", Offset: 2, Path: "/", CreatedAt: testsupport.EpochCreatedAt}
+	claims := len(mem.Claims())
 	if err := last.ProcessEventBatch(ctx, []foldstream.Event{fresh}, foldstream.ScannedRange{After: 1, Through: 2}); err != nil {
 		t.Fatal(err)
 	}
+	// Its attempt's marker and claim land before the next host starts.
+	waitUntil(t, "the new attempt's claim", func() bool { return len(mem.Claims()) > claims }, mem.Changed)
 	if st := last.Status(); st.WorkFailed != nil {
 		t.Fatalf("status after a new event: %+v", st.WorkFailed)
 	}
