@@ -436,6 +436,14 @@ func (s *Store) issueWake(t *tx, sub *subscription, tails map[string]int64) (boo
 	}
 	var gap int64
 	if _, err := s.appendTx(t, AppendRequest{Path: "/" + sub.Cfg.WakeStream, ContentType: "application/json", Body: body}, msgs, nil, &gap); err != nil {
+		var fe *foldstream.Error
+		if errors.As(err, &fe) {
+			// A refusal of the append itself (a paused wake stream, say), decided before it wrote
+			// anything: the wake stands, claimable, as for a missing wake stream.
+			s.log.Warn("subscription: the wake stream refused a wake event", "subscription", sub.ID,
+				"wake_stream", sub.Cfg.WakeStream, "err", err)
+			return true, nil
+		}
 		return false, fmt.Errorf("subscription %q: write a wake event to %q: %w", sub.ID, sub.Cfg.WakeStream, err)
 	}
 	return true, nil

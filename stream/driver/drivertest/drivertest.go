@@ -29,6 +29,7 @@ func Run(t *testing.T, newDriver Factory) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newDriver) })
 	t.Run("SubscriptionDriver", func(t *testing.T) { RunSubscriptionDriver(t, newDriver) })
 	t.Run("SubscriptionStore", func(t *testing.T) { RunSubscriptionStore(t, newDriver) })
+	t.Run("Pause", func(t *testing.T) { RunPause(t, newDriver) })
 }
 
 // harness is one migrated driver and its writer.

@@ -114,7 +114,11 @@ var migrations = []migration{
 			highest bigint NOT NULL
 		)`,
 	}},
-	{version: 2, name: "subscriptions and webhook signing keys", stmts: []string{
+	// A paused stream's reason (NULL: not paused), set by the pause and resume control events.
+	{version: 2, name: "streams.paused", stmts: []string{
+		`ALTER TABLE streams ADD COLUMN paused text`,
+	}},
+	{version: 3, name: "subscriptions and webhook signing keys", stmts: []string{
 		`CREATE TABLE subscriptions (
 			id text COLLATE "C" PRIMARY KEY,
 			config text NOT NULL,

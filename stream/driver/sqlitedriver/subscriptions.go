@@ -9,8 +9,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// schemaV4 adds the subscription rows and webhook signing keys (docs/server.md#subscriptions).
-var schemaV4 = []string{
+// schemaV5 adds the subscription rows and webhook signing keys (docs/server.md#subscriptions).
+var schemaV5 = []string{
 	`CREATE TABLE IF NOT EXISTS subscriptions (
 		id TEXT PRIMARY KEY,
 		config TEXT NOT NULL,
