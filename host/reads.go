@@ -104,6 +104,14 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		case <-ctx.Done():
 			return fail(context.Cause(ctx))
 		}
+		// Read-your-writes by offset: commits the processor does not consume ride inside its next
+		// push, so its cursor may lag appends that returned before the call; the log moves it
+		// there (only unconsumed events or ephemerals are left before that point).
+		if sl.sub.SeenThrough() > sl.runner.ReducedThroughOffset() {
+			if err := sl.runner.CatchUpFromLog(ctx); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	// A push delivered meanwhile may have parked the processor or shown its stream re-created.
 	if retry, perr := check(); retry || perr != nil {

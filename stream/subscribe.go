@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/foldstream/foldstream"
 )
@@ -61,6 +62,8 @@ type Subscription struct {
 	deliver  DeliverFunc
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	seen atomic.Int64 // through of the last commit offered, consumed or not
 
 	mu          sync.Mutex
 	lastThrough int64 // through of the last enqueued push; -1 before the first
@@ -156,6 +159,12 @@ func (s *Store) publishLocal(path string, events []foldstream.Event, after, thro
 }
 
 func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
+	for {
+		old := sub.seen.Load()
+		if through <= old || sub.seen.CompareAndSwap(old, through) {
+			break
+		}
+	}
 	var consumed []foldstream.Event
 	for _, ev := range events {
 		if foldstream.ConsumesEvent(sub.consumes, ev) {
@@ -275,6 +284,13 @@ func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 	sub.mu.Unlock()
 	return nil
 }
+
+// SeenThrough returns the offset through which the subscription has seen the stream's commits,
+// whether or not it consumed them: every append that returned before the call is covered (its
+// push is queued before Append returns). A subscriber whose deliveries are settled and whose cursor
+// is below it has only unconsumed events (or ephemerals) left before it, so it may move its cursor
+// there by reading the log (the default host does, for read-your-writes by offset).
+func (sub *Subscription) SeenThrough() int64 { return sub.seen.Load() }
 
 // Dropped returns how many events overflowed the pending bound so far.
 func (sub *Subscription) Dropped() int64 {
