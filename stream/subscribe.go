@@ -159,12 +159,6 @@ func (s *Store) publishLocal(path string, events []foldstream.Event, after, thro
 }
 
 func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
-	for {
-		old := sub.seen.Load()
-		if through <= old || sub.seen.CompareAndSwap(old, through) {
-			break
-		}
-	}
 	var consumed []foldstream.Event
 	for _, ev := range events {
 		if foldstream.ConsumesEvent(sub.consumes, ev) {
@@ -172,10 +166,14 @@ func (sub *Subscription) offer(events []foldstream.Event, after, through int64) 
 		}
 	}
 	if len(consumed) == 0 {
+		sub.see(through)
 		return // the span rides inside the next delivered range
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	// Seen only once its push is queued: a reader that takes SeenThrough and then WaitDelivered
+	// finds every consumed event up to it delivered.
+	defer sub.see(through)
 	if sub.closed {
 		return
 	}
@@ -286,11 +284,22 @@ func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 }
 
 // SeenThrough returns the offset through which the subscription has seen the stream's commits,
-// whether or not it consumed them: every append that returned before the call is covered (its
-// push is queued before Append returns). A subscriber whose deliveries are settled and whose cursor
-// is below it has only unconsumed events (or ephemerals) left before it, so it may move its cursor
-// there by reading the log (the default host does, for read-your-writes by offset).
+// whether or not it consumed them: every append that returned before the call is covered, and the
+// push of every consumed event up to it is queued. After a WaitDelivered that began after
+// SeenThrough returned n, every consumed event up to n was delivered, so a subscriber whose cursor
+// is below n may move it to n without reading the log (the default host does, for read-your-writes
+// by offset).
 func (sub *Subscription) SeenThrough() int64 { return sub.seen.Load() }
+
+// see raises SeenThrough to through.
+func (sub *Subscription) see(through int64) {
+	for {
+		old := sub.seen.Load()
+		if through <= old || sub.seen.CompareAndSwap(old, through) {
+			return
+		}
+	}
+}
 
 // Dropped returns how many events overflowed the pending bound so far.
 func (sub *Subscription) Dropped() int64 {
