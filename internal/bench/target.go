@@ -33,6 +33,10 @@ type Target struct {
 	Base string // http://127.0.0.1:PORT
 	Log  string // file holding the server's stdout and stderr
 
+	// Counters, when set, reads the target's database counters (cumulative values keyed by the
+	// names of the runner's counter metrics); the runner reports their rates per measurement.
+	Counters func(ctx context.Context) (map[string]float64, error)
+
 	cmd  *exec.Cmd
 	done chan error
 }
