@@ -33,6 +33,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -96,6 +97,9 @@ type Driver struct {
 	node    string // this process's id; its own notifications are ignored
 	lockCls int32  // advisory-lock class of per-stream locks
 	pathCls int32  // advisory-lock class of per-path locks (stream creation)
+
+	// writeRoundTrips counts the round trips of the store's write transactions.
+	writeRoundTrips atomic.Int64
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -209,6 +213,11 @@ func (d *Driver) Schema() string { return d.schema }
 
 // Pool returns the driver's connection pool (tests and tools).
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// WriteRoundTrips returns how many round trips the store's write transactions have taken to the
+// database so far: a statement whose result a write needs costs one, together with every
+// statement queued before it (docs/postgres.md#writes).
+func (d *Driver) WriteRoundTrips() int64 { return d.writeRoundTrips.Load() }
 
 // Exclusive reports false: other processes write the same database, so the store locks and
 // re-reads each stream inside every write.
