@@ -234,13 +234,15 @@ func (d *Driver) Close() error {
 }
 
 // Read runs fn in a read-only REPEATABLE READ transaction: one snapshot of committed data.
+// BEGIN goes to the server together with fn's first statement, so a read costs one round trip
+// per statement plus the closing ROLLBACK.
 func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
-	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	p, err := d.beginPipelineMode(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return d.classify(fmt.Errorf("begin read: %w", err))
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
-	return fn(&readTx{d: d, tx: tx})
+	defer p.rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
+	return fn(&readTx{d: d, tx: p})
 }
 
 // Writer returns the store writer's handle. Each write transaction takes a pooled connection, so

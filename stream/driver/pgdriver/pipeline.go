@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,9 +37,10 @@ type pipeline struct {
 	d      *Driver
 	conn   *pgxpool.Conn
 	queue  []queued
-	seq    int   // statements queued so far; numbers them
-	spSeq  int   // number of the current function's SAVEPOINT (0: no savepoint open)
-	failed error // set when the transaction lost a statement it must not lose
+	seq    int           // statements queued so far; numbers them
+	spSeq  int           // number of the current function's SAVEPOINT (0: no savepoint open)
+	failed error         // set when the transaction lost a statement it must not lose
+	trips  *atomic.Int64 // counts round trips (the driver's write counter for write transactions)
 }
 
 type queued struct {
@@ -47,14 +49,23 @@ type queued struct {
 	n    int
 }
 
-// begin acquires a connection and queues BEGIN.
+// beginPipeline acquires a connection and queues the BEGIN of a write transaction.
 func (d *Driver) beginPipeline(ctx context.Context) (*pipeline, error) {
+	p, err := d.beginPipelineMode(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED")
+	if err == nil {
+		p.trips = &d.writeRoundTrips
+	}
+	return p, err
+}
+
+// beginPipelineMode acquires a connection and queues begin.
+func (d *Driver) beginPipelineMode(ctx context.Context, begin string) (*pipeline, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{d: d, conn: conn}
-	p.enqueue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	p := &pipeline{d: d, conn: conn, trips: new(atomic.Int64)}
+	p.enqueue(begin)
 	return p, nil
 }
 
@@ -102,7 +113,7 @@ func (p *pipeline) rollbackToSavepoint(ctx context.Context) error {
 		return p.failed
 	}
 	if len(p.queue) == 0 && p.conn.Conn().PgConn().TxStatus() == 'E' {
-		p.d.writeRoundTrips.Add(1)
+		p.trips.Add(1)
 		if _, err := p.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
 			p.failed = p.d.classify(fmt.Errorf("write transaction: %w", err))
 			return p.failed
@@ -129,7 +140,7 @@ func (p *pipeline) send(ctx context.Context, last string, args ...any) (pgx.Batc
 	}
 	queue := p.queue
 	p.queue = p.queue[:0:0]
-	p.d.writeRoundTrips.Add(1)
+	p.trips.Add(1)
 	br := p.conn.SendBatch(ctx, b)
 	for _, q := range queue {
 		if _, err := br.Exec(); err != nil {
@@ -171,7 +182,7 @@ func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 		return nil, p.failed
 	}
 	if len(p.queue) == 0 {
-		p.d.writeRoundTrips.Add(1)
+		p.trips.Add(1)
 		return p.conn.Query(ctx, sql, args...)
 	}
 	br, err := p.send(ctx, sql, args...)
@@ -192,7 +203,7 @@ func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 		return errRow{p.failed}
 	}
 	if len(p.queue) == 0 {
-		p.d.writeRoundTrips.Add(1)
+		p.trips.Add(1)
 		return p.conn.QueryRow(ctx, sql, args...)
 	}
 	br, err := p.send(ctx, sql, args...)
