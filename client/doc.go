@@ -40,6 +40,10 @@
 // every message exactly once and in order. Compared with the TypeScript producer it ports
 // (@durable-streams/client 0.1.4), it improves on these points:
 //
+//   - A restart never loses new data: by default each producer starts a fresh epoch (the clock's
+//     Unix milliseconds, claimed above the server's), where the TypeScript producer starts at
+//     epoch 0 and a restarted process's new batches are answered as duplicates of the previous
+//     run's and dropped. ProducerOptions.Resume continues an earlier session on purpose.
 //   - Retries instead of giving up: a network error, a 429 or a 5xx resends the same (epoch, seq)
 //     with backoff. This is safe because the server deduplicates: a batch that was applied but
 //     whose response was lost is acknowledged as a duplicate (204), not written twice.

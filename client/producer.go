@@ -24,13 +24,24 @@ const (
 
 // ProducerOptions configure an IdempotentProducer. Zero values select the defaults.
 type ProducerOptions struct {
-	// Epoch is the starting epoch. Defaults to 0.
+	// Epoch is the starting epoch. Zero (the default, without Resume) starts a fresh session:
+	// the epoch is the clock's Unix milliseconds, above any earlier run's, and the producer claims
+	// it as AutoClaim does (moving above a higher epoch the server knows for this id), so new data
+	// is never taken for an earlier run's (docs/client.md#exactly-once-producer). A non-zero Epoch
+	// is used as given: one above every earlier epoch of this id starts a new session, an earlier
+	// one continues that session (see Resume).
 	Epoch int64
-	// AutoClaim lets a fresh producer take over from an earlier instance with the same id: when
-	// the server answers 403 (stale epoch) before this producer's first batch has succeeded, the
+	// Resume continues the session (producer id, Epoch) of an earlier run, Epoch 0 included, from
+	// seq 0: batches the server already holds in that session are answered as duplicates and not
+	// stored again (OnBatch reports them). Use it only to resend the same input after a failure;
+	// new data sent in an earlier session's sequence numbers is dropped as a duplicate.
+	Resume bool
+	// AutoClaim lets a producer take over from an earlier instance with the same id: when the
+	// server answers 403 (stale epoch) before this producer's first batch has succeeded, the
 	// producer moves to the server's epoch + 1 and resends that batch as seq 0. Until then it sends
 	// one batch at a time, so the claim cannot race the pipeline. A 403 after the claim means a
-	// newer producer fenced this one; it is reported as *StaleEpochError, never fought.
+	// newer producer fenced this one; it is reported as *StaleEpochError, never fought. A fresh
+	// session (Epoch 0 without Resume) always claims.
 	AutoClaim bool
 	// MaxBatchBytes seals a batch once its body reaches this size. Defaults to 1 MiB.
 	MaxBatchBytes int
@@ -66,6 +77,8 @@ type IdempotentProducer struct {
 	isJSON bool
 	ct     string
 	log    *slog.Logger
+
+	autoClaim bool // AutoClaim, or a fresh session
 
 	ctx    context.Context // ends when the producer is aborted
 	cancel context.CancelFunc
@@ -169,9 +182,15 @@ func NewIdempotentProducer(s *Stream, producerID string, o ProducerOptions) (*Id
 	if ct == "" {
 		ct = DefaultContentType
 	}
+	epoch, autoClaim := o.Epoch, o.AutoClaim
+	if epoch == 0 && !o.Resume {
+		// A fresh session: an epoch no earlier run of this id used (it ran at an earlier
+		// millisecond), claimed above the server's should its clock have been ahead.
+		epoch, autoClaim = max(1, s.clock.Now().UnixMilli()), true
+	}
 	p := &IdempotentProducer{
-		s: s, id: producerID, o: o, ct: ct, isJSON: IsJSON(ct), log: o.Logger,
-		changed: make(chan struct{}), epoch: o.Epoch, claimed: !o.AutoClaim, seqs: map[seqKey]*seqState{},
+		s: s, id: producerID, o: o, ct: ct, isJSON: IsJSON(ct), log: o.Logger, autoClaim: autoClaim,
+		changed: make(chan struct{}), epoch: epoch, claimed: !autoClaim, seqs: map[seqKey]*seqState{},
 	}
 	if p.log == nil {
 		p.log = s.log
@@ -436,7 +455,7 @@ func (p *IdempotentProducer) deliver(b *batch, closeStream bool) (AppendResult, 
 				return AppendResult{}, statusError("producer send", p.s.url, &http.Response{StatusCode: r.status, Header: r.header}, r.body)
 			}
 			p.mu.Lock()
-			if !p.o.AutoClaim || p.claimed {
+			if !p.autoClaim || p.claimed {
 				p.mu.Unlock()
 				return AppendResult{}, &StaleEpochError{CurrentEpoch: current}
 			}
@@ -697,7 +716,7 @@ func (p *IdempotentProducer) Restart(ctx context.Context) error {
 	p.epoch++
 	p.nextSeq = 0
 	p.err = nil
-	p.claimed = !p.o.AutoClaim
+	p.claimed = !p.autoClaim
 	clear(p.seqs)
 	p.notify()
 	return ferr

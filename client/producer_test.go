@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,7 +165,7 @@ func TestProducerZombieIsFenced(t *testing.T) {
 		ctx := ctxT(t)
 		s := newJSONStream(t, ctx, base)
 
-		zombie, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 0})
+		zombie, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +173,7 @@ func TestProducerZombieIsFenced(t *testing.T) {
 		if err := zombie.Flush(ctx); err != nil {
 			t.Fatalf("zombie flush: %v", err)
 		}
-		successor, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1})
+		successor, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,13 +182,13 @@ func TestProducerZombieIsFenced(t *testing.T) {
 			t.Fatalf("successor flush: %v", err)
 		}
 		var reported atomic.Value
-		zombie2, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 0, OnError: func(err error) { reported.Store(err) }})
+		zombie2, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1, OnError: func(err error) { reported.Store(err) }})
 		for _, z := range []*client.IdempotentProducer{zombie, zombie2} {
 			appendRange(t, z, 100, 105)
 			err := z.Flush(ctx)
 			var stale *client.StaleEpochError
-			if !errors.As(err, &stale) || stale.CurrentEpoch != 1 {
-				t.Fatalf("zombie flush: got %v, want *StaleEpochError{CurrentEpoch: 1}", err)
+			if !errors.As(err, &stale) || stale.CurrentEpoch != 2 {
+				t.Fatalf("zombie flush: got %v, want *StaleEpochError{CurrentEpoch: 2}", err)
 			}
 			if !errors.Is(err, client.ErrStaleEpoch) {
 				t.Errorf("errors.Is(%v, ErrStaleEpoch) = false", err)
@@ -218,8 +219,8 @@ func TestProducerAutoClaimFromFreshProducer(t *testing.T) {
 		if err := old.Close(ctx); err != nil {
 			t.Fatalf("old close: %v", err)
 		}
-		// A fresh process knows nothing and starts at epoch 0 with auto-claim, pipelining at once.
-		fresh, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{AutoClaim: true, MaxBatchBytes: 64, Linger: -1})
+		// A process that starts at a lower epoch with auto-claim takes over, pipelining at once.
+		fresh, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1, AutoClaim: true, MaxBatchBytes: 64, Linger: -1})
 		appendRange(t, fresh, 5, 200)
 		if err := fresh.Flush(ctx); err != nil {
 			t.Fatalf("fresh flush: %v", err)
@@ -258,6 +259,7 @@ func TestProducerByteStreamConcatenatesAndRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, _ := client.NewIdempotentProducer(s, "bytes", client.ProducerOptions{})
+		first := p.Epoch()
 		for _, w := range []string{"a", "b", "c"} {
 			if err := p.Append([]byte(w)); err != nil {
 				t.Fatal(err)
@@ -269,8 +271,8 @@ func TestProducerByteStreamConcatenatesAndRestarts(t *testing.T) {
 		if err := p.Restart(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if p.Epoch() != 1 || p.NextSeq() != 0 {
-			t.Errorf("after restart: epoch %d seq %d, want 1 and 0", p.Epoch(), p.NextSeq())
+		if p.Epoch() != first+1 || p.NextSeq() != 0 {
+			t.Errorf("after restart: epoch %d seq %d, want %d and 0", p.Epoch(), p.NextSeq(), first+1)
 		}
 		p.Append([]byte("d"))
 		if err := p.Close(ctx); err != nil {
@@ -399,7 +401,8 @@ func TestProducerRetriesServerErrorsWithSameSeq(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	want := []string{"0/0", "0/0", "0/0"}
+	e := strconv.FormatInt(p.Epoch(), 10)
+	want := []string{e + "/0", e + "/0", e + "/0"}
 	mu.Lock()
 	defer mu.Unlock()
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
@@ -540,7 +543,8 @@ func TestProducerResolvesOutOfOrderConflicts(t *testing.T) {
 	srv := httptest.NewServer(ss)
 	defer srv.Close()
 	s, _ := client.NewStream(srv.URL+"/s", client.Options{})
-	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerOptions{MaxBatchBytes: 1, Linger: -1})
+	// An explicit epoch pipelines from the first batch.
+	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerOptions{Epoch: 1, MaxBatchBytes: 1, Linger: -1})
 	p.Append([]byte("a")) // seq 0
 	p.Append([]byte("b")) // seq 1, pipelined
 	if err := p.Close(ctxT(t)); err != nil {
@@ -571,8 +575,8 @@ func TestProducerUnresolvableGapIsSequenceGapError(t *testing.T) {
 	}
 }
 
-// A second producer with the same id and epoch, whose batch the server already holds from the
-// first, learns from OnBatch that its messages were not stored.
+// A second producer that resumes the first one's session (same id and epoch), whose batch the
+// server already holds from the first, learns from OnBatch that its messages were not stored.
 func TestProducerReportsDuplicateOfAnotherWritersBatch(t *testing.T) {
 	base := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -584,7 +588,7 @@ func TestProducerReportsDuplicateOfAnotherWritersBatch(t *testing.T) {
 	outcomes := make(chan client.BatchOutcome, 2)
 	for _, msg := range []string{`{"run":1}`, `{"run":2}`} {
 		p, err := client.NewIdempotentProducer(s, "shared", client.ProducerOptions{
-			OnBatch: func(b client.BatchOutcome) { outcomes <- b },
+			Epoch: 7, Resume: true, OnBatch: func(b client.BatchOutcome) { outcomes <- b },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -602,5 +606,59 @@ func TestProducerReportsDuplicateOfAnotherWritersBatch(t *testing.T) {
 	}
 	if !second.Duplicate || second.Resent || second.Seq != 0 || second.Messages != 1 {
 		t.Errorf("second producer: %+v, want a duplicate of seq 0 that was never resent", second)
+	}
+}
+
+// A producer restarted with the same id and the default options, after the server restarted
+// too, stores its new batch: it starts a fresh session instead of the earlier run's, whose
+// sequence numbers the server would answer as duplicates.
+func TestRestartedProducerWithTheDefaultEpochStoresNewData(t *testing.T) {
+	db := t.TempDir() + "/restart.db"
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	run := func(msg string) (client.BatchOutcome, *client.Stream) {
+		t.Helper()
+		base, stop, err := testserver.Serve(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		s, err := client.NewStream(base+"/v1/stream/orders", client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		var out client.BatchOutcome
+		p, err := client.NewIdempotentProducer(s, "order-service", client.ProducerOptions{OnBatch: func(b client.BatchOutcome) { out = b }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Append([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		var got []string
+		for m, err := range s.Messages(ctx, client.ReadOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(m))
+		}
+		if msg == `{"run":2}` && strings.Join(got, ",") != `{"run":1},{"run":2}` {
+			t.Errorf("after the second run the stream holds %v, want both runs' messages", got)
+		}
+		return out, s
+	}
+	first, _ := run(`{"run":1}`)
+	second, _ := run(`{"run":2}`)
+	if first.Duplicate || second.Duplicate {
+		t.Errorf("outcomes %+v and %+v: the restarted producer's new batch was taken for a duplicate", first, second)
+	}
+	if second.Epoch <= first.Epoch {
+		t.Errorf("the restarted producer is at epoch %d, not above the first run's %d", second.Epoch, first.Epoch)
 	}
 }

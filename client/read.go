@@ -67,6 +67,12 @@ type Chunk struct {
 	// Status is the HTTP status of the response behind the chunk: 200 for data, 204 for a
 	// long-poll that timed out or found the stream closed; 200 for SSE.
 	Status int
+	// Partial reports that more of the same response follows: a response larger than about
+	// 1 MiB (a catch-up of a long stream can be one response) is handed on in parts, each a JSON
+	// array of whole messages for JSON streams, so a read never holds more than a part. The
+	// protocol gives offsets only at a response's end, so a partial chunk's NextOffset is the
+	// response's start: resuming from it reads this chunk again, never skips anything.
+	Partial bool
 }
 
 // Empty reports whether the chunk holds no data (no bytes, or an empty JSON array).
@@ -233,8 +239,16 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 		}
 		switch resp.StatusCode {
 		case http.StatusOK:
-			body, err := io.ReadAll(resp.Body)
+			body, parted, stop, err := r.readParts(ctx, u, resp, yield)
 			resp.Body.Close()
+			if stop {
+				return false
+			}
+			if err != nil && parted {
+				// Part of the response was handed on: a resend would repeat it.
+				return r.fail(ctx, &Error{Code: CodeNetwork, Op: "read", URL: u, Err: err,
+					Message: "the response was cut after part of it was read; resume from the last chunk's NextOffset"}, yield)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
@@ -287,6 +301,41 @@ func (r *reader) poll(ctx context.Context, live LiveMode, yield func(Chunk, erro
 			return r.fail(ctx, statusError("read", u, resp, body), yield)
 		}
 	}
+}
+
+// readParts reads a 200 response's body, yielding every part but the last as a Partial chunk
+// (parts.go), and returns the last part. parted reports that a part was yielded; stop that the
+// iteration must end (the consumer stopped, or an error was yielded).
+func (r *reader) readParts(ctx context.Context, u string, resp *http.Response, yield func(Chunk, error) bool) (last []byte, parted, stop bool, err error) {
+	ct := resp.Header.Get("Content-Type")
+	if ct != "" {
+		r.s.learnContentType(ct)
+	}
+	isJSON := IsJSON(r.s.ContentType())
+	start := r.offset
+	badPart := false
+	last, err = splitBody(resp.Body, isJSON, func(p []byte) bool {
+		if isJSON && !validJSONArray(p) {
+			badPart = true
+			return false
+		}
+		parted = true
+		c := Chunk{Data: p, Offset: start, NextOffset: start, Cursor: r.cursor, ContentType: r.s.ContentType(),
+			Status: resp.StatusCode, Partial: true}
+		if !yield(c, nil) {
+			stop = true
+			return false
+		}
+		return true
+	})
+	if stop {
+		return nil, parted, true, nil
+	}
+	if badPart || errors.Is(err, errNotArray) {
+		r.fail(ctx, &Error{Code: CodeParse, Op: "read", URL: u, Status: resp.StatusCode, Message: "a JSON stream's response is not a JSON array"}, yield)
+		return nil, parted, true, nil
+	}
+	return last, parted, false, err
 }
 
 // chunkFrom builds a chunk from a catch-up or long-poll response and advances the position.

@@ -2,10 +2,12 @@
 // [stream.Store]. It is also the worked example of what any host must do, using only public API
 // (docs/store.md#the-default-host states the rules in full):
 //
-//   - build each engine over the store's event view ([stream.Store.Stream]) and a checkpoint table in
-//     the same SQLite file ([stream.Store.Checkpoints]), with FedByPushes set;
-//   - wake the stream once per store incarnation ([stream.Store.Wake]), subscribe the engine to the
-//     stream filtered by its consumes ([stream.Store.Subscribe]) and catch it up from its checkpoint
+//   - build each engine over the store's event view ([stream.Store.Stream]) and the checkpoints kept
+//     in the store's own database ([stream.Store.Checkpoints]), with FedByPushes set;
+//   - wake the stream at most once per host start, only when a processor starts work there and
+//     never a closed stream ([stream.Store.WakeExisting]; docs/store.md#records-nobody-appended),
+//     subscribe the engine to the stream filtered by its consumes ([stream.Store.Subscribe]) and
+//     catch it up from its checkpoint
 //     in the background: registering never waits for a catch-up;
 //   - serve snapshot, live snapshot and wait-until-processed with read-your-writes (a read first
 //     waits until every push the subscription already owes the engine was delivered) and with a
@@ -28,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,9 +81,48 @@ type Config struct {
 	// WarnInterval is the interval over which repeats of one warning are folded into a count.
 	// Defaults to DefaultWarnInterval (10 s).
 	WarnInterval time.Duration
+	// CodeID names the code this host runs. A processor whose background work died with its host
+	// foldstream.MaxDeaths times on one CodeID is not revived again until it receives an event
+	// (docs/store.md#work-that-keeps-dying); a new CodeID — a new build — starts the count afresh.
+	// Defaults to BuildCodeID().
+	CodeID string
 }
 
-// Host runs processors on a store's streams. It is safe for concurrent use.
+// BuildCodeID identifies the running binary's build: its main module's version and, when the
+// binary was built from a VCS checkout, the revision and whether it had local changes. It is ""
+// when the binary carries no build information.
+func BuildCodeID() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	id := bi.Main.Path + "@" + bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+			id += " " + s.Key + "=" + s.Value
+		}
+	}
+	return id
+}
+
+// Host runs processors on a store's streams (docs/store.md#the-default-host). All its methods are
+// safe for concurrent use.
+//
+// Create it with [New] over an open store; add processors with [Register] (one stream path, the
+// engine returned) or [RegisterPattern] (every stream matching a path pattern, one engine per
+// stream, opened on demand); read them with [Host.Snapshot], [Host.LiveSnapshot] and
+// [Host.WaitUntilProcessed], or serve those reads over HTTP by giving the host to package server
+// (server.Config.Processors); stop it with [Host.Shutdown], then close the store, which the host
+// does not own.
+//
+// What a host guarantees: each engine is fed every commit it consumes by a store subscription and
+// caught up from its checkpoint in the background, so registering never waits for history; reads
+// are read-your-writes (they wait until the pushes owed for every append that returned were
+// delivered) and bounded by Config.MaxWait, past which a processor still catching up answers
+// CATCHING_UP; processors whose claims fall due are revived by the alarm loop, including the
+// claims a previous process left; a processor whose own emitted event conflicts is parked
+// (PROCESSOR_PARKED) while the others keep running; an idle engine of a pattern is closed and
+// reopens from its checkpoint, bounded by Config.IdleTimeout and Config.MaxOpenEngines.
 type Host struct {
 	store *stream.Store
 	cfg   Config
@@ -93,6 +135,7 @@ type Host struct {
 	wg     sync.WaitGroup // goroutines the host started
 
 	hasPatterns  atomic.Bool
+	woken        sync.Map // path → id of the stream this host woke there (wakeOnce)
 	stopWatching func()
 	stopCreated  func()
 
@@ -151,6 +194,9 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	}
 	if cfg.WarnInterval <= 0 {
 		cfg.WarnInterval = DefaultWarnInterval
+	}
+	if cfg.CodeID == "" {
+		cfg.CodeID = BuildCodeID()
 	}
 	clock := store.Clock()
 	folder := newRepeatFolder(cfg.Logger.Handler(), clock, cfg.WarnInterval)

@@ -110,8 +110,11 @@ func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/other/new", "carts"); !errors.Is(err, host.ErrNotRegistered) {
 		t.Fatalf("snapshot of an uncovered stream: got %v, want NOT_REGISTERED", err)
 	}
-	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, host.ErrNotRegistered) {
-		t.Fatalf("snapshot of a covered stream that does not exist: got %v, want NOT_REGISTERED", err)
+	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		t.Fatalf("snapshot of a covered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
+	}
+	if _, err := h.Snapshot(ctx, "/other/absent", "carts"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		t.Fatalf("snapshot of an uncovered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
 	}
 	if _, err := s.HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldstream.ErrStreamNotFound) {
 		t.Fatalf("a read created the stream: %v", err)

@@ -174,13 +174,32 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/e", &echoer{Base: foldstream.NewBase(c)}); err != nil {
 		t.Fatal(err)
 	}
+	echoes := make(chan foldstream.Event, 1)
+	sub, err := s.Subscribe("/e", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+		for _, ev := range evs {
+			select {
+			case echoes <- ev:
+			default: // the first one is enough
+			}
+		}
+		return nil
+	}, stream.SubscribeOptions{Consumes: []string{"echoed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
 	ping, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "ping"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	echoed, err := s.WaitForEvent(ctx, "/e", stream.WaitOptions{Types: []string{"echoed"}, After: &ping[0].Offset})
-	if err != nil {
-		t.Fatalf("echoed never landed: %v", err)
+	var echoed foldstream.Event
+	select {
+	case echoed = <-echoes:
+	case <-ctx.Done():
+		t.Fatalf("echoed never landed: %v", ctx.Err())
+	}
+	if echoed.Type != "echoed" || echoed.Offset <= ping[0].Offset {
+		t.Fatalf("echo: got %s@%d, want echoed after ping@%d", echoed.Type, echoed.Offset, ping[0].Offset)
 	}
 	if err := h.WaitUntilProcessed(ctx, "/e", "echoer", echoed.Offset, 5*time.Second); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,13 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 	}()
 	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
 	for {
-		sl, err := h.acquire(bctx, path, slug)
+		sl, err := h.acquire(bctx, path, slug, openForRead)
+		if errors.Is(err, ErrNotRegistered) {
+			// A stream that does not exist says so, whatever runs on it.
+			if _, herr := h.store.HeadStream(ctx, path); errors.Is(herr, foldstream.ErrStreamNotFound) || errors.Is(herr, foldstream.ErrStreamGone) {
+				err = herr
+			}
+		}
 		if err != nil {
 			if atBound() {
 				return catchingUp(key, 0, err)
@@ -71,6 +77,10 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	}
 	fail := func(err error) (bool, error) {
 		h.failed(sl, "read", err)
+		if errors.Is(err, foldstream.ErrStreamDeleted) {
+			// The engine follows a deleted stream; a new one at the path resets it now.
+			h.created(sl.key.path)
+		}
 		if retry, perr := check(); retry || perr != nil {
 			return retry, perr
 		}

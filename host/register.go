@@ -79,6 +79,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S]) *re
 			Clock:       h.clock,
 			Reporter:    h.cfg.Reporter,
 			Logger:      h.log,
+			// The work-started marker lives beside the checkpoint (docs/engine.md#work-that-keeps-dying).
+			KeyValue: foldstream.CheckpointKeyValue(cps, reg.slug),
+			CodeID:   h.cfg.CodeID,
 		})
 	}
 	return reg
@@ -145,7 +148,7 @@ func (h *Host) register(ctx context.Context, reg *registration) (foldstream.Runn
 	sl := newSlot(key, reg)
 	h.slots[key] = sl
 	h.mu.Unlock()
-	h.open(sl, false, false)
+	h.open(sl, openForRegister, false)
 	if err := sl.openErr; err != nil {
 		h.mu.Lock()
 		if h.exact[key] == reg {
@@ -213,7 +216,7 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 // a pattern and is closed. A runner of a pattern registration may be closed again at any time
 // afterwards (idle or the cap); use the host's methods to read it.
 func (h *Host) Runner(path, slug string) (foldstream.Runner, bool) {
-	sl, err := h.acquire(context.Background(), path, slug)
+	sl, err := h.acquire(context.Background(), path, slug, openForRead)
 	if err != nil {
 		return nil, false
 	}

@@ -123,11 +123,14 @@ func TestUnknownProcessorAndShutdown(t *testing.T) {
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
 	h := newHost(t, s)
-	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) || !errors.Is(err, foldstream.ErrNotRegistered) {
-		t.Fatalf("unknown: got %v, want ErrNotRegistered", err)
+	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		t.Fatalf("unknown processor on a missing stream: got %v, want STREAM_NOT_FOUND", err)
 	}
 	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) || !errors.Is(err, foldstream.ErrNotRegistered) {
+		t.Fatalf("unknown: got %v, want ErrNotRegistered", err)
 	}
 	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err == nil {
 		t.Fatal("second registration of the same slug: got nil error")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -65,6 +66,7 @@ type slot struct {
 	lastUsed time.Time
 	elem     *list.Element
 	dirty    bool
+	needWake atomic.Bool // opened for a read: the first durable push wakes the stream
 	parked   error
 	streamID int64 // the stream's identity when the engine opened (StreamInfo.ID)
 	stale    bool  // the stream was deleted and created again: the engine follows a dead stream
@@ -95,8 +97,9 @@ func notRegistered(path, slug string) error {
 
 // acquire returns the open slot of processor slug on path, opening it first when its registration
 // is a pattern and the engine is closed; release it with h.release. A pattern slot opens only on an
-// existing stream (mustExist), so a read never creates a stream.
-func (h *Host) acquire(ctx context.Context, path, slug string) (*slot, error) {
+// existing stream, so a read never creates a stream; mode says whether the opening is for a read
+// (no wake record) or for work (a revive).
+func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*slot, error) {
 	h.mu.Lock()
 	for {
 		if h.shutdown {
@@ -117,7 +120,7 @@ func (h *Host) acquire(ctx context.Context, path, slug string) (*slot, error) {
 			h.mu.Unlock()
 			go func() {
 				defer h.wg.Done()
-				h.open(sl, true, false)
+				h.open(sl, mode, false)
 			}()
 			h.mu.Lock()
 			continue
@@ -197,12 +200,29 @@ func (h *Host) touchLocked(sl *slot) {
 	h.lru.MoveToFront(sl.elem)
 }
 
+// openMode says why a slot opens, which decides whether the stream gets its wake record
+// (docs/store.md#wake-records).
+type openMode int
+
+const (
+	// openForRead opens an existing stream's engine to serve a read: no wake record now; the
+	// first durable push the engine gets appends it (the processor starts work then).
+	openForRead openMode = iota
+	// openForWork opens an existing stream's engine to process (a commit, a revive, a registration
+	// scan, a re-created stream): the stream is woken once per host start unless closed.
+	openForWork
+	// openForRegister opens an exact-path registration's engine, creating the stream (woken) when
+	// it does not exist.
+	openForRegister
+)
+
 // open opens sl, whose creator the caller is: it builds the engine, makes room under the cap,
-// wakes the stream, subscribes the engine and catches it up. mustExist refuses a stream that does
-// not exist (a read must not create one). With waitCatchUp the catch-up runs before open returns
-// (the open queue's workers, so their opens do not outrun the cap); otherwise in the background.
-// The slot holds a reference while it catches up, so the cap never closes it mid-way.
-func (h *Host) open(sl *slot, mustExist, waitCatchUp bool) {
+// wakes the stream as mode says, subscribes the engine and catches it up. Only openForRegister
+// creates a missing stream; the others fail with the stream's STREAM_NOT_FOUND or STREAM_GONE. With
+// waitCatchUp the catch-up runs before open returns (the open queue's workers, so their opens do
+// not outrun the cap); otherwise in the background. The slot holds a reference while it catches
+// up, so the cap never closes it mid-way.
+func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	ctx := h.ctx
 	reg := sl.reg
 	fail := func(err error) {
@@ -214,11 +234,10 @@ func (h *Host) open(sl *slot, mustExist, waitCatchUp bool) {
 		close(sl.ready)
 		h.mu.Unlock()
 	}
-	if mustExist {
-		if _, err := h.store.HeadStream(ctx, sl.key.path); err != nil {
-			if errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone) {
-				err = notRegistered(sl.key.path, sl.key.slug)
-			}
+	var info stream.StreamInfo
+	if mode != openForRegister {
+		var err error
+		if info, err = h.store.HeadStream(ctx, sl.key.path); err != nil {
 			fail(err)
 			return
 		}
@@ -234,14 +253,25 @@ func (h *Host) open(sl *slot, mustExist, waitCatchUp bool) {
 	if !reg.pinned() {
 		h.makeRoom(ctx)
 	}
-	if _, err := h.store.Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
-		fail(err)
-		return
-	}
-	info, err := h.store.HeadStream(ctx, sl.key.path)
-	if err != nil {
-		fail(err)
-		return
+	switch mode {
+	case openForRegister:
+		if _, err := h.store.Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
+			fail(err)
+			return
+		}
+		var err error
+		if info, err = h.store.HeadStream(ctx, sl.key.path); err != nil {
+			fail(err)
+			return
+		}
+		h.markWoken(sl.key.path, info.ID())
+	case openForWork:
+		if err := h.wakeOnce(ctx, sl.key.path, info, stream.WakeRequest); err != nil {
+			fail(err)
+			return
+		}
+	default:
+		sl.needWake.Store(!info.Closed)
 	}
 	sl.streamID = info.ID()
 	sub, err := h.store.Subscribe(sl.key.path, h.deliverTo(sl, runner), stream.SubscribeOptions{
@@ -307,6 +337,14 @@ func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
 			// push is the new stream's. It is not the old engine's to process.
 			h.recreated(sl)
 			return nil
+		}
+		if sl.needWake.Load() && slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) &&
+			sl.needWake.CompareAndSwap(true, false) {
+			// The engine opened for a read starts work: the stream gets its wake record now.
+			if err := h.wakeOnce(ctx, sl.key.path, stream.StreamInfo{}, stream.WakeRequest); err != nil && ctx.Err() == nil &&
+				!errors.Is(err, foldstream.ErrStreamNotFound) && !errors.Is(err, foldstream.ErrStreamGone) {
+				h.log.Warn("host: waking a stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+			}
 		}
 		err := r.ProcessEventBatch(ctx, events, rg)
 		if ctx.Err() == nil {
@@ -534,7 +572,7 @@ func (h *Host) runOpener() {
 		sl := newSlot(key, reg)
 		h.slots[key] = sl
 		h.mu.Unlock()
-		h.open(sl, false, true)
+		h.open(sl, openForWork, true)
 		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) {
 			h.log.Warn("host: opening an engine failed", "path", key.path, "slug", key.slug, "err", err)
 		}
@@ -545,16 +583,37 @@ func (h *Host) runOpener() {
 // first when it is closed. An unknown processor (not registered yet, or no longer) fails, so the
 // claim is kept with backoff; registering brings it forward.
 func (h *Host) revive(ctx context.Context, c stream.DueClaim) error {
-	sl, err := h.acquire(ctx, c.Path, c.Slug)
+	sl, err := h.acquire(ctx, c.Path, c.Slug, openForWork)
 	if err != nil {
 		return err
 	}
 	defer h.release(sl)
 	if err := sl.runner.Revive(ctx); err != nil {
+		if errors.Is(err, foldstream.ErrPermanentFailure) {
+			return h.workFailed(ctx, c, err)
+		}
 		h.failed(sl, "revive", err)
 		return err
 	}
 	return nil
+}
+
+// workFailed ends the revives of a processor whose work kept dying with its host
+// (docs/store.md#work-that-keeps-dying): it records the failure on the stream, drops the claim and
+// answers the alarm loop with success, so no revive is owed. A new event starts the processor's
+// work again.
+func (h *Host) workFailed(ctx context.Context, c stream.DueClaim, cause error) error {
+	h.log.Warn("host: processor work keeps dying with its host; it is not revived until it receives an event",
+		"path", c.Path, "slug", c.Slug, "err", cause)
+	// Both writes finish even when a shutdown cancels ctx (it waits for this handler): a record
+	// without its dropped claim would be revived and recorded again by the next host.
+	ctx = context.WithoutCancel(ctx)
+	rec := foldstream.EventInput{Type: foldstream.WorkFailedType,
+		Payload: foldstream.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
+	if _, err := h.store.Append(ctx, c.Path, rec); err != nil {
+		return err // the claim stays, with backoff: the record is owed
+	}
+	return h.store.Claim(ctx, c.Path, c.Slug, time.Time{})
 }
 
 // leftoverClaims lists the claims of processor slug on the streams pattern covers: the work a
@@ -682,10 +741,44 @@ func (h *Host) recreated(sl *slot) {
 		}
 		h.mu.Unlock()
 		if fresh != nil {
-			h.open(fresh, false, false)
+			h.open(fresh, openForWork, false)
 			if err := fresh.openErr; err != nil && !errors.Is(err, ErrShutdown) {
 				h.log.Warn("host: reopening a processor on a re-created stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
 	}()
 }
+
+// wakeOnce appends the stream's wake record unless this host woke it already or it is closed
+// (docs/store.md#wake-records): at most one per stream per host start, and a reopened engine
+// writes nothing. info is the stream as the caller last saw it (the zero value when unknown).
+// It never creates a stream: a missing or deleted one fails with STREAM_NOT_FOUND or STREAM_GONE.
+func (h *Host) wakeOnce(ctx context.Context, path string, info stream.StreamInfo, reason string) error {
+	if info.Closed {
+		return nil
+	}
+	if info.ID() != 0 && h.wokenAlready(path, info.ID()) {
+		return nil
+	}
+	if _, err := h.store.WakeExisting(ctx, path, reason); err != nil {
+		return err
+	}
+	if info.ID() == 0 {
+		now, err := h.store.HeadStream(ctx, path)
+		if err != nil {
+			return nil // woken; gone again since
+		}
+		info = now
+	}
+	h.markWoken(path, info.ID())
+	return nil
+}
+
+// wokenAlready reports whether this host woke the stream with id at path.
+func (h *Host) wokenAlready(path string, id int64) bool {
+	v, ok := h.woken.Load(path)
+	return ok && v.(int64) == id
+}
+
+// markWoken records that this host woke the stream with id at path.
+func (h *Host) markWoken(path string, id int64) { h.woken.Store(path, id) }

@@ -205,7 +205,22 @@ func validOrigin(o string) bool {
 		u.User == nil && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery && hostName(u.Host) != ""
 }
 
-// Server is the Durable Streams HTTP handler. Create it with New.
+// Server is the Durable Streams HTTP handler over one [stream.Store] (docs/server.md). It is an
+// http.Handler; all its methods are safe for concurrent use.
+//
+// Create it with [New] (call [Config.Check] first: New does not validate), and serve it with the
+// bounds it expects: srv := s.HTTPServer(); srv.Serve(s.LimitListener(ln)). It serves the
+// protocol's routes under Config.Prefix — create, append (JSON and bytes, idempotent producers,
+// offset and sequence preconditions), close, delete, metadata, catch-up, long-poll and SSE reads,
+// forks and TTLs — plus the stream listing, stream information, processor reads when
+// Config.Processors is set (a host), and the read-only web console.
+//
+// Every answer it refuses carries its code from the catalogue in the Foldstream-Error-Code header
+// (4xx for what the caller can fix, 503 with Retry-After when the database is unavailable or a
+// limit is reached, 507 on a full disk); a write is acknowledged only after the store committed
+// it. Requests are bounded — body size, bytes in flight, live readers, connections, timeouts —
+// and Config.Authorize decides who may read and write. [Server.Shutdown] makes long-polls and SSE
+// connections end at once during a graceful http.Server shutdown; the store stays open.
 type Server struct {
 	st  *stream.Store
 	cfg Config
@@ -466,6 +481,12 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		h.Set(wire.HeaderStreamClosed, "true")
 		if tail, ok := stream.TailOf(err); ok {
 			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
+		}
+	case foldstream.CodeStreamPaused:
+		var fe *foldstream.Error
+		if errors.As(err, &fe) {
+			reason, _ := fe.Data["reason"].(string)
+			setPaused(h, reason)
 		}
 	case foldstream.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {

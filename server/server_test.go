@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,27 @@ type env struct {
 	url   string
 	st    *stream.Store
 	clock *fakeClock
+	srv   *server.Server
+}
+
+// waitLiveReaders returns once srv serves at least n live reads (long-poll or SSE).
+func waitLiveReaders(t *testing.T, srv *server.Server, n int64) {
+	t.Helper()
+	if !liveReadersReach(srv, n) {
+		t.Fatalf("live readers: %d, want %d", srv.LiveReaders(), n)
+	}
+}
+
+// liveReadersReach reports whether srv serves at least n live reads within 10 s.
+func liveReadersReach(srv *server.Server, n int64) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.LiveReaders() < n {
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
 }
 
 func setup(t *testing.T, cfg server.Config) *env {
@@ -57,12 +79,13 @@ func setup(t *testing.T, cfg server.Config) *env {
 	if cfg.LongPollTimeout == 0 {
 		cfg.LongPollTimeout = 200 * time.Millisecond
 	}
-	ts := httptest.NewServer(server.New(st, cfg)) // binds 127.0.0.1
+	srv := server.New(st, cfg)
+	ts := httptest.NewServer(srv) // binds 127.0.0.1
 	t.Cleanup(func() {
 		ts.Close()
 		st.Close()
 	})
-	return &env{url: ts.URL, st: st, clock: clk}
+	return &env{url: ts.URL, st: st, clock: clk, srv: srv}
 }
 
 func (e *env) do(t *testing.T, method, path string, headers map[string]string, body string) (*http.Response, string) {
@@ -319,7 +342,7 @@ func TestLongPoll(t *testing.T) {
 		defer close(done)
 		got, body = e.do(t, "GET", "/v1/stream/lp?offset=-1&live=long-poll&cursor="+cursor, nil, "")
 	}()
-	time.Sleep(50 * time.Millisecond) // give the poll time to start waiting; it also works if not
+	waitLiveReaders(t, e.srv, 1) // the poll is in; it also works if it has not started waiting yet
 	e.do(t, "POST", "/v1/stream/lp", map[string]string{"Content-Type": "text/plain"}, "new")
 	<-done
 	wantStatus(t, "woken", got, 200)
@@ -404,7 +427,9 @@ func TestSSEBinaryAndLive(t *testing.T) {
 	e := setup(t, server.Config{LongPollTimeout: 100 * time.Millisecond})
 	e.do(t, "PUT", "/v1/stream/bin", map[string]string{"Content-Type": "application/octet-stream"}, "\x00\x01")
 	go func() {
-		time.Sleep(150 * time.Millisecond)
+		if !liveReadersReach(e.srv, 1) { // append while the SSE reader is live
+			t.Error("the SSE reader never started")
+		}
 		e.do(t, "POST", "/v1/stream/bin", map[string]string{"Content-Type": "application/octet-stream", "Stream-Closed": "true"}, "\xff")
 	}()
 	events, h := sseEvents(t, e.url+"/v1/stream/bin?offset=-1&live=sse", 20)
@@ -494,7 +519,7 @@ func TestShutdownEndsWaitingReads(t *testing.T) {
 			results <- result{res.StatusCode, time.Since(start)}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // let both start waiting; the test holds either way
+	waitLiveReaders(t, h, 2) // both are in; the test holds either way
 	h.Shutdown()
 	for range 2 {
 		select {

@@ -35,7 +35,6 @@ type eventView struct {
 
 	alarms   alarmState
 	watchers commitWatchers
-	waiters  waiterSet
 
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int
@@ -71,6 +70,9 @@ func (s *Store) closeEventView() {
 //     [foldstream.CodeOffsetConflict];
 //   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
 //     writer already knows runs no SQL;
+//   - an ephemeral-only batch never creates a stream: to a missing stream it is dropped —
+//     nothing is written or pushed, and the receipts carry offset 0 (a processor's view also drops
+//     one to a deleted or closed stream, see [EventStream.Append]);
 //   - a body over [MaxEventBytes] refuses the batch with [foldstream.CodeEventTooLarge].
 //
 // The batch commits atomically with whatever else the writer grouped with it; it returns after the
@@ -83,19 +85,85 @@ func (s *Store) Append(ctx context.Context, path string, inputs ...foldstream.Ev
 	if err != nil {
 		return nil, err
 	}
+	return s.appendEventsAt(ctx, path, inputs, prepared, true, false)
+}
+
+// appendEventsAt is Append with the choice to create a missing stream for a batch that carries a
+// durable event (create); an ephemeral-only batch never creates one: to a missing stream it is
+// dropped, and with dropAll to a deleted or closed one too.
+func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldstream.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldstream.Event, error) {
+	ephemeralOnly := true
+	for _, in := range inputs {
+		if !in.Ephemeral {
+			ephemeralOnly = false
+			break
+		}
+	}
+	create = create && !ephemeralOnly
 	var out []foldstream.Event
-	err = s.write(ctx, func(t *tx) error {
-		m, err := s.eventStream(t, path)
+	dropped := false
+	err := s.write(ctx, func(t *tx) error {
+		out, dropped = nil, false
+		var m *streamMem
+		var err error
+		if create {
+			m, err = s.eventStream(t, path)
+		} else {
+			m, err = s.existingEventStream(t, path)
+		}
 		if err != nil {
+			if ephemeralOnly && droppable(err, dropAll) {
+				dropped = true
+				return nil
+			}
 			return err
 		}
-		out, err = s.appendEvents(t, m, prepared)
+		out, err = s.appendEvents(t, m, prepared, false)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	if dropped {
+		out = make([]foldstream.Event, len(inputs))
+		for i, in := range inputs {
+			out[i] = foldstream.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Ephemeral: true}
+		}
+	}
 	return out, nil
+}
+
+// droppable reports whether an ephemeral-only batch refused with err is dropped instead: its
+// stream is missing (or, with all, deleted or closed).
+func droppable(err error, all bool) bool {
+	var fe *foldstream.Error
+	if !errors.As(err, &fe) {
+		return false
+	}
+	switch fe.Code {
+	case foldstream.CodeStreamNotFound:
+		return true
+	case foldstream.CodeStreamGone, foldstream.CodeStreamDeleted, foldstream.CodeStreamClosed:
+		return all
+	}
+	return false
+}
+
+// existingEventStream is eventStream for a stream that must exist already: a missing path fails
+// with STREAM_NOT_FOUND, a deleted one with STREAM_GONE.
+func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
+	m, err := t.stream(path)
+	if errors.Is(err, errNoStream) {
+		return nil, foldstream.NewError(foldstream.CodeStreamNotFound, map[string]any{"path": path},
+			"append: stream %s not found", quotePath(path))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEventStream(&m.Row, m.Tail); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // eventStream returns the writer's state of the stream at path for an event append, creating the
@@ -147,13 +215,15 @@ func isJSONContentType(ct string) bool {
 }
 
 // appendEvents runs an event batch through the one insert path (record.go) and returns the
-// receipts in input order.
-func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput) ([]foldstream.Event, error) {
+// receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
+func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldstream.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
 	batch := make([]pending, len(prepared))
 	for i, p := range prepared {
 		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: p.in,
 			ephemeral: p.in.Ephemeral, expect: p.in.Offset}
+		batch[i].ctl, batch[i].reason = foldstream.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
+		batch[i].exempt = exempt
 	}
 	adm, after, through, err := s.admit(t, m, batch)
 	if err != nil {
@@ -197,7 +267,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput) ([]f
 		if len(ephemerals) > 0 {
 			s.rememberEphemerals(id, ephemerals)
 		}
-		s.publish(path, committed, after, through) // waiters, then subscribers
+		s.publish(path, committed, after, through) // to subscribers
 	})
 	return results, nil
 }

@@ -198,8 +198,7 @@ func (s *Store) kickAllFeeds() {
 	}
 }
 
-// remoteEphemerals hands another node's ephemeral events to this node's ring, waiters and
-// subscribers (they are never in the database).
+// remoteEphemerals hands another node's ephemeral events to this node's ring and subscribers (they are never in the database).
 func (s *Store) remoteEphemerals(n driver.Notification) {
 	if len(n.Ephemeral) == 0 {
 		return

@@ -55,7 +55,26 @@ type Options struct {
 	ProducerReorderWait time.Duration
 }
 
-// Store is an open stream store. It is safe for concurrent use.
+// Store is an open stream store: many streams by path in one database, behind one driver
+// (docs/store.md). All its methods are safe for concurrent use.
+//
+// Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
+// of your choosing; close it with [Store.Close] after the host and the server on it have shut
+// down. It offers two views of the same streams: the event view that processor engines run
+// against ([Store.Stream], Append, Read, [Store.Subscribe], claims and alarms, [Store.Checkpoints],
+// [Store.Wake]) and the Durable Streams protocol view that package server serves over HTTP
+// (CreateStream, AppendRecord, ReadRecords, HeadStream, DeleteStream, ListStreams, forks, TTLs,
+// idempotent producers).
+//
+// Rules kept in one place (docs/store.md#one-writer, docs/store.md#durability-guarantees-and-their-limits):
+// every write goes through one writer goroutine that group-commits whatever is queued, each write
+// in its own savepoint, so a refused write never fails its neighbours; a write returns only after
+// its transaction committed (durable by the driver's setting), and a refusal is a
+// *foldstream.Error with a code from the catalogue; offsets of a stream are assigned by the writer
+// (on a shared database under the driver's per-stream lock), gapless and increasing; a commit is
+// handed to the stream's subscribers in commit order, and their push ranges chain with no gap;
+// reads see committed data only; a deleted stream's incarnation never passes its events,
+// claims or checkpoints to a stream created again at its path.
 type Store struct {
 	path       string
 	opts       Options

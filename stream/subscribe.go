@@ -130,8 +130,8 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 	return sub, nil
 }
 
-// publish hands a landed commit's events over (after, through] to the stream's event waiters and
-// then to every subscriber of path (waiters before fan-out, docs/store.md#subscriptions). Every write path
+// publish hands a landed commit's events over (after, through] to every subscriber of path
+// (docs/store.md#subscriptions). Every write path
 // that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
 // writer goroutine and never blocks.
 func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
@@ -142,9 +142,8 @@ func (s *Store) publish(path string, events []foldstream.Event, after, through i
 	s.publishLocal(path, events, after, through)
 }
 
-// publishLocal hands events over (after, through] to waiters, then subscribers, as they are.
+// publishLocal hands events over (after, through] to subscribers, as they are.
 func (s *Store) publishLocal(path string, events []foldstream.Event, after, through int64) {
-	s.resolveWaiters(path, events)
 	s.ev.subsMu.RLock()
 	subs := s.ev.subs[path]
 	s.ev.subsMu.RUnlock()

@@ -31,19 +31,28 @@ func (e *EventStream) ForProcessor(slug string) *EventStream {
 // Path returns the stream path.
 func (e *EventStream) Path() string { return e.path }
 
-// Append appends events to the stream; see [Store.Append].
+// Append appends events to the stream; see [Store.Append]. A view bound with ForProcessor never
+// creates its stream: a processor's appends to a stream that is missing or was deleted fail with
+// STREAM_NOT_FOUND or STREAM_GONE, so an engine still running on a deleted stream cannot bring the
+// path back (docs/store.md#deleting-a-stream); its ephemeral-only batches (live-state deltas) to a
+// missing, deleted or closed stream are dropped (receipts at offset 0), as nobody can follow them.
 func (e *EventStream) Append(ctx context.Context, events ...foldstream.EventInput) ([]foldstream.Event, error) {
-	return e.s.Append(ctx, e.path, events...)
+	if e.slug == "" {
+		return e.s.Append(ctx, e.path, events...)
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	prepared, err := prepareInputs(events)
+	if err != nil {
+		return nil, err
+	}
+	return e.s.appendEventsAt(ctx, e.path, events, prepared, false, true)
 }
 
 // Read reads durable events; see [Store.Read].
 func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
 	return e.s.Read(ctx, e.path, after, limit, ReadOptions{})
-}
-
-// ReadWith reads with options (for example IncludeEphemeral); see [Store.Read].
-func (e *EventStream) ReadWith(ctx context.Context, after int64, limit int, opts ReadOptions) (foldstream.ReadPage, error) {
-	return e.s.Read(ctx, e.path, after, limit, opts)
 }
 
 // Claim records the bound processor's claim (the zero time releases it); see [Store.Claim]. It

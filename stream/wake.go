@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/foldstream/foldstream"
@@ -34,20 +35,40 @@ const (
 
 // Wake appends the stream's wake record for this store incarnation, creating the stream when it
 // does not exist, and returns the records it appended (none when the stream was already woken by
-// this incarnation). reason is WakeRequest or WakeAlarm (any non-empty string is stored as given).
+// this incarnation, or is closed: a closed stream takes no wake record). reason is WakeRequest or
+// WakeAlarm (any non-empty string is stored as given).
 func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Event, error) {
+	return s.wake1(ctx, path, reason, true)
+}
+
+// WakeExisting is Wake for a stream that must exist: it never creates one. A missing path fails
+// with STREAM_NOT_FOUND and a deleted one with STREAM_GONE, writing nothing; a closed stream takes
+// no wake record (no error).
+func (s *Store) WakeExisting(ctx context.Context, path, reason string) ([]foldstream.Event, error) {
+	return s.wake1(ctx, path, reason, false)
+}
+
+func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]foldstream.Event, error) {
 	if reason == "" {
 		reason = WakeRequest
 	}
 	var out []foldstream.Event
 	err := s.write(ctx, func(t *tx) (err error) {
-		m, err := s.eventStream(t, path)
+		out = nil
+		var m *streamMem
+		if create {
+			m, err = s.eventStream(t, path)
+		} else {
+			m, err = s.existingEventStream(t, path)
+		}
+		if errors.Is(err, foldstream.ErrStreamClosed) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
 		row := &m.Row
 		if t.isWoken(row.ID) {
-			out = nil
 			return nil
 		}
 		// Staged: a second wake later in the group sees it, and it holds only once committed.
@@ -65,7 +86,7 @@ func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldstream.Eve
 		if err != nil {
 			return err
 		}
-		if out, err = s.appendEvents(t, m, prepared); err != nil {
+		if out, err = s.appendEvents(t, m, prepared, true); err != nil {
 			return err
 		}
 		if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {

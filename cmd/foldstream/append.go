@@ -140,12 +140,10 @@ func appendLines(ctx context.Context, s *client.Stream, id string, resumeEpoch i
 		},
 	}
 	if resume {
-		opts.Epoch = resumeEpoch
-	} else {
-		// A new epoch: the clock's milliseconds are above any earlier run's epoch; if the
-		// server knows a higher one, AutoClaim moves past it.
-		opts.Epoch, opts.AutoClaim = time.Now().UnixMilli(), true
+		opts.Epoch, opts.Resume = resumeEpoch, true
 	}
+	// Otherwise the producer starts a fresh session: the clock's milliseconds are above any
+	// earlier run's epoch, and if the server knows a higher one it moves past it.
 	p, err := client.NewIdempotentProducer(s, id, opts)
 	if err != nil {
 		return "", err

@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	commands["serve"] = command{summary: "run the Durable Streams HTTP server over a SQLite store", run: runServe}
+	commands["serve"] = command{summary: "run the Durable Streams HTTP server over a SQLite file or a PostgreSQL database", run: runServe}
 }
 
 // tokensEnv is the environment variable serve reads bearer tokens from (the same format as
@@ -51,7 +51,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "open connections (503 beyond)")
 	dbWait := fs.Duration("db-wait", DefaultDBWait, "how long to wait for an unavailable database (down, restarting, starting up) at start, answering 503 with Retry-After meanwhile; 0 exits at once")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a SQLite store until interrupted.\n"+
+		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a stream store until interrupted: a SQLite file,\n"+
+			"or a PostgreSQL database (--db postgres://...).\n"+
 			"Bearer tokens come from --tokens-file or $"+tokensEnv+", never from a flag value (it would show in ps).")
 		fs.PrintDefaults()
 	}

@@ -75,6 +75,24 @@ func TestServeRoundTripAndGracefulShutdown(t *testing.T) {
 	if !strings.Contains(stderr.String(), "msg=request") || !strings.Contains(stderr.String(), "status=201") {
 		t.Fatalf("debug log lacks the request line: %s", stderr.String())
 	}
+	if _, err := os.Stat(db + "-lock"); !os.IsNotExist(err) {
+		t.Errorf("after a clean shutdown the store's lock file remains: %v", err)
+	}
+}
+
+// serve's help names both stores it takes: a SQLite file and a postgres:// URL.
+func TestServeHelpNamesBothStores(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "-h"}, &out, &errOut); code != 0 {
+		t.Fatalf("serve -h: exit %d", code)
+	}
+	if help := errOut.String(); strings.Contains(help, "over a SQLite store") || !strings.Contains(help, "PostgreSQL database (--db postgres://") {
+		t.Errorf("serve -h:\n%s\nwant it to name SQLite files and postgres:// URLs", help)
+	}
+	out.Reset()
+	if run(context.Background(), []string{"help"}, &out, &errOut); strings.Contains(out.String(), "over a SQLite store") {
+		t.Errorf("help: %s", out.String())
+	}
 }
 
 func TestUsageAndUnknownCommand(t *testing.T) {

@@ -187,7 +187,8 @@ func (a *adapter) do(ctx context.Context, c command) result {
 			linger, batchBytes = -1, 1
 		}
 		s, _, _ := a.stream(c.Path, c.Headers, false)
-		p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batchBytes})
+		// The suite names its epochs (0 included): use them as given (Resume).
+		p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batchBytes})
 		if err != nil {
 			return errResult(c.Type, err)
 		}
@@ -314,7 +315,7 @@ func (a *adapter) producer(c command, inFlight int, linger time.Duration, batch 
 		return p, nil
 	}
 	s, _, _ := a.stream(c.Path, c.Headers, false)
-	p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batch})
+	p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batch})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ type Environment struct {
 	Node       string
 	Reference  string // e.g. @durable-streams/server 0.3.7 (file-backed store)
 	Foldstream string // e.g. the commit the binary was built from
+	Caddy      string // the official Go server's binary, when it ran
 	Rounds     int
 	Warmups    int
 	Load       string // how busy the machine was, e.g. from MachineLoad before and after
@@ -29,6 +30,9 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 	fmt.Fprintf(&b, "## Durable Streams side by side: %s\n\n", strings.Join(targets, " vs "))
 	fmt.Fprintf(&b, "Measured %s on %d CPUs, %s, node %s; reference: %s; foldstream: %s. ",
 		env.Date, env.CPUs, env.GoVersion, env.Node, env.Reference, env.Foldstream)
+	if env.Caddy != "" {
+		fmt.Fprintf(&b, "Official Go server (caddy): %s, file-backed store. ", env.Caddy)
+	}
 	fmt.Fprintf(&b, "Each figure is the median of %d measured rounds, after %d unrecorded warm-up round(s); rounds alternate which server goes first. Load generator and servers share the machine.", env.Rounds, env.Warmups)
 	if env.Load != "" {
 		fmt.Fprintf(&b, " Machine load: %s.", env.Load)
@@ -108,8 +112,9 @@ func WriteMarkdown(w io.Writer, env Environment, targets []string, results []Res
 }
 
 // RatioPairs names the ratio columns of a report: with two targets the first over the second;
-// with more, every target over the reference (when one of them is TargetReference), and
-// foldstream on PostgreSQL over foldstream on SQLite when both ran.
+// with more, every target over the reference (when one of them is TargetReference), foldstream
+// over the official Go server (caddy) when both ran, and foldstream on PostgreSQL over foldstream
+// on SQLite when both ran.
 func RatioPairs(targets []string) [][2]string {
 	if len(targets) == 2 {
 		return [][2]string{{targets[0], targets[1]}}
@@ -125,6 +130,9 @@ func RatioPairs(targets []string) [][2]string {
 				out = append(out, [2]string{t, TargetReference})
 			}
 		}
+	}
+	if has[TargetCaddy] && has[TargetFoldstream] {
+		out = append(out, [2]string{TargetFoldstream, TargetCaddy})
 	}
 	if pg := TargetFoldstream + "-pg"; has[pg] && has[TargetFoldstream] {
 		out = append(out, [2]string{pg, TargetFoldstream})

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream/internal/bench"
 )
@@ -59,6 +60,46 @@ func TestWriteMarkdownWithThreeTargetsComparesEachToTheReferenceAndPostgresToSQL
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+}
+
+func TestWriteMarkdownWithCaddyComparesFoldstreamToBothPeers(t *testing.T) {
+	t.Parallel()
+	sc := bench.Scenario{Name: "producers", Detail: "d", Metrics: []bench.Metric{{Name: "messages/s", HigherBetter: true}, bench.RetriesMetric}}
+	res := bench.Result{
+		Scenario: sc,
+		Samples: map[string][]bench.Sample{
+			"foldstream": {{"messages/s": 400, "409 retries": 0}},
+			"reference":  {{"messages/s": 100, "409 retries": 0}},
+			"caddy":      {{"messages/s": 80, "409 retries": 5996}},
+		},
+	}
+	var b strings.Builder
+	targets := []string{"foldstream", "reference", "caddy"}
+	if err := bench.WriteMarkdown(&b, bench.Environment{Rounds: 1, Caddy: "/tmp/caddy"}, targets, []bench.Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| Scenario | Metric | foldstream | reference | caddy | foldstream/reference | caddy/reference | foldstream/caddy |",
+		"| producers | messages/s (higher is better) | 400 | 100 | 80.0 | 4.00× | 0.80× | 5.00× |",
+		"| producers | 409 retries (lower is better) | 0.00 | 0.00 | 5,996 |",
+		"Official Go server (caddy): /tmp/caddy",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+}
+
+func TestCaddyfileBindsLoopbackAndRoutesStreamsToTheFileStore(t *testing.T) {
+	t.Parallel()
+	conf := bench.CaddyfileFor(4711, "/data/dir", 500*time.Millisecond)
+	for _, want := range []string{"admin off", "auto_https off", "http://127.0.0.1:4711 {", "bind 127.0.0.1",
+		"route /v1/stream/* {", "durable_streams {", `data_dir "/data/dir"`, "long_poll_timeout 500ms"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("Caddyfile lacks %q:\n%s", want, conf)
 		}
 	}
 }

@@ -93,6 +93,18 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 						s[RSSMetric.Name] = float64(peak) / 1e6
 					}
 				}
+				if err == nil {
+					for _, m := range sc.Metrics {
+						switch m {
+						case RSSNowMetric:
+							if rss, err := t.RSS(); err == nil {
+								s[m.Name] = float64(rss) / 1e6
+							}
+						case DiskMetric:
+							s[m.Name] = float64(dirBytes(t.DataDir)) / 1e6
+						}
+					}
+				}
 				if err == nil && cpuErr == nil && cpuErr1 == nil && s[MessagesKey] > 0 {
 					used := cpu1 - cpu0
 					s[CPUMetric.Name] = float64(used.Microseconds()) / s[MessagesKey]

@@ -31,6 +31,12 @@ type Config struct {
 
 	SSEMessages int // POST→SSE round trips per measurement
 
+	// ManyStreams, when set, adds per count N the many-streams scenarios: stream creation, and
+	// plain and producer appends spread over N streams (created once per server).
+	ManyStreams []int
+	// ManyWriters is the concurrency of the many-streams scenarios (0: 16).
+	ManyWriters int
+
 	// MeasureFor caps how long one throughput measurement keeps issuing requests: writers stop
 	// at the count or at this time, whichever comes first, and the rate is what completed over
 	// the time it took. A slow server is thus measured over the same window, not a longer one.
@@ -116,6 +122,9 @@ func Scenarios(cfg Config, run string) []Scenario {
 		out = append(out, catchUpScenario(cfg, run, n))
 	}
 	out = append(out, sseScenario(cfg, run))
+	for _, n := range cfg.ManyStreams {
+		out = append(out, manyStreamsScenarios(cfg, run, n)...)
+	}
 	return out
 }
 
@@ -186,7 +195,7 @@ func producerScenario(cfg Config, run string) Scenario {
 		Name: fmt.Sprintf("idempotent producers, %d × batches of %d", cfg.Producers, cfg.BatchSize),
 		Detail: fmt.Sprintf("%d producers, each on its own stream, up to %d batches (or %s) of %d messages (%d-byte bodies), up to %d in flight per producer",
 			cfg.Producers, cfg.ProducerBatches, cfg.MeasureFor, cfg.BatchSize, batchBytes, cfg.InFlight),
-		Metrics: []Metric{{"messages/s", true}, {"MB/s", true}},
+		Metrics: []Metric{{"messages/s", true}, {"MB/s", true}, RetriesMetric},
 		Run: func(ctx context.Context, c *Client, round int) (Sample, error) {
 			bodies := make([][]byte, cfg.ProducerBatches)
 			for i := range bodies {
@@ -220,16 +229,21 @@ func producerScenario(cfg Config, run string) Scenario {
 			if err := errors.Join(errs...); err != nil {
 				return nil, err
 			}
-			acked := 0
+			acked, retries := 0, 0
 			for _, st := range stats {
 				acked += st.Acked
+				retries += st.Retries
 			}
 			msgs := float64(acked * cfg.BatchSize)
 			bytes := float64(acked * batchBytes)
-			return Sample{"messages/s": msgs / elapsed, "MB/s": bytes / 1e6 / elapsed, MessagesKey: msgs}, nil
+			return Sample{"messages/s": msgs / elapsed, "MB/s": bytes / 1e6 / elapsed, RetriesMetric.Name: float64(retries), MessagesKey: msgs}, nil
 		},
 	}
 }
+
+// RetriesMetric counts the producer requests answered 409 (a sequence gap: the request overtook
+// an earlier one of its producer) and resent, in one measurement.
+var RetriesMetric = Metric{"409 retries", false}
 
 // ProduceStats counts what Produce did beyond the batches themselves.
 type ProduceStats struct {

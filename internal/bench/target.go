@@ -19,6 +19,7 @@ import (
 const (
 	TargetFoldstream = "foldstream"
 	TargetReference  = "reference"
+	TargetCaddy      = "caddy"
 )
 
 // readyTimeout bounds how long a server may take to accept its first request.
@@ -32,6 +33,8 @@ type Target struct {
 	Name string
 	Base string // http://127.0.0.1:PORT
 	Log  string // file holding the server's stdout and stderr
+	// DataDir holds the server's data (and its log); the many-streams scenarios report its size.
+	DataDir string
 
 	// Counters, when set, reads the target's database counters (cumulative values keyed by the
 	// names of the runner's counter metrics); the runner reports their rates per measurement.
@@ -102,6 +105,63 @@ func StartReference(ctx context.Context, c ReferenceConfig) (*Target, error) {
 	return start(ctx, TargetReference, cmd, "http://127.0.0.1:"+strconv.Itoa(port), c.DataDir)
 }
 
+// CaddyConfig says how to start the official Go server: a Caddy binary built with the
+// durable_streams handler of durable-streams/durable-streams (packages/caddy-plugin), which the
+// person running the benchmark builds (docs/bench.md says how).
+type CaddyConfig struct {
+	Bin             string        // the built caddy binary
+	Dir             string        // work directory: the Caddyfile, Caddy's own state, and data/ (the file store)
+	LongPollTimeout time.Duration // the handler's long_poll_timeout
+}
+
+// CaddyfileFor returns the Caddyfile StartCaddy writes: admin endpoint and automatic HTTPS off,
+// one plain-HTTP site bound to 127.0.0.1:port whose /v1/stream/* routes go to durable_streams
+// with its file-backed store in dataDir (the handler's defaults otherwise: 100 open segment
+// files).
+func CaddyfileFor(port int, dataDir string, longPoll time.Duration) string {
+	return fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+}
+
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	route /v1/stream/* {
+		durable_streams {
+			data_dir %s
+			long_poll_timeout %s
+		}
+	}
+}
+`, port, strconv.Quote(dataDir), longPoll)
+}
+
+// StartCaddy starts the official Go server on a free loopback port with a fresh file store.
+func StartCaddy(ctx context.Context, c CaddyConfig) (*Target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return nil, fmt.Errorf("caddy data dir: %w", err)
+	}
+	conf := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(conf, []byte(CaddyfileFor(port, filepath.Join(dir, "data"), c.LongPollTimeout)), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.Bin, "run", "--config", conf, "--adapter", "caddyfile")
+	// Caddy keeps its own state under XDG_DATA_HOME and XDG_CONFIG_HOME: keep it in the work dir.
+	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"),
+		"HOME="+dir)
+	cmd.Dir = dir
+	return start(ctx, TargetCaddy, cmd, "http://127.0.0.1:"+strconv.Itoa(port), dir)
+}
+
 func start(ctx context.Context, name string, cmd *exec.Cmd, base, logDir string) (*Target, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	logFile, err := os.Create(logPath)
@@ -114,7 +174,7 @@ func start(ctx context.Context, name string, cmd *exec.Cmd, base, logDir string)
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	t := &Target{Name: name, Base: base, Log: logPath, cmd: cmd, done: make(chan error, 1)}
+	t := &Target{Name: name, Base: base, Log: logPath, DataDir: logDir, cmd: cmd, done: make(chan error, 1)}
 	go func() {
 		t.done <- cmd.Wait()
 		logFile.Close()

@@ -48,6 +48,11 @@ func run() error {
 		maxDuration = flag.Duration("max-duration", 15*time.Minute, "stop measuring after this long")
 		catchUp     = flag.String("catchup-messages", "", "messages in the catch-up stream, or a comma-separated list for one catch-up scenario per size, e.g. 100000,1000000 (empty: default)")
 		catchUpSize = flag.Int("catchup-message-size", 0, "bytes per message of the catch-up streams (0: the default 200); 5000 with 215000 messages makes a 1 GiB stream")
+		caddyBin    = flag.String("caddy", "", "also measure the official Go server: a caddy binary built with durable-streams' caddy-plugin (docs/bench.md), as target caddy")
+		prodBatches = flag.Int("producer-batches", 0, "batches per producer per measurement (0: the default 200; 1500 makes 600,000 messages with 4 producers of 100)")
+		measureFor  = flag.Duration("measure-for", 0, "how long one throughput measurement may issue requests (0: the default 4s)")
+		timeout     = flag.Duration("measure-timeout", 0, "hard deadline of one measurement (0: the default 30s)")
+		manyStreams = flag.String("many-streams", "", "comma-separated stream counts (e.g. 100,100000) for the many-streams scenarios: creation rate, and plain and producer appends spread over that many streams")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
 	)
 	flag.Parse()
@@ -70,6 +75,24 @@ func run() error {
 	}
 	if *catchUpSize > 0 {
 		cfg.CatchUpMessageSize = *catchUpSize
+	}
+	if *prodBatches > 0 {
+		cfg.ProducerBatches = *prodBatches
+	}
+	if *measureFor > 0 {
+		cfg.MeasureFor = *measureFor
+	}
+	if *timeout > 0 {
+		cfg.Timeout = *timeout
+	}
+	if *manyStreams != "" {
+		for _, f := range strings.Split(*manyStreams, ",") {
+			n, err := strconv.Atoi(strings.ReplaceAll(strings.TrimSpace(f), "_", ""))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("-many-streams: %q is not a positive count", f)
+			}
+			cfg.ManyStreams = append(cfg.ManyStreams, n)
+		}
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -137,8 +160,16 @@ func run() error {
 		refVersion = referenceVersion(*refDir)
 		fmt.Fprintf(os.Stderr, "reference   pid %d at %s\n", t.Pid(), t.Base)
 	}
+	if *caddyBin != "" {
+		t, err := bench.StartCaddy(ctx, bench.CaddyConfig{Bin: *caddyBin, Dir: filepath.Join(dir, "caddy"), LongPollTimeout: *lpTimeout})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+		fmt.Fprintf(os.Stderr, "caddy       pid %d at %s\n", t.Pid(), t.Base)
+	}
 	if len(targets) == 0 {
-		return fmt.Errorf("nothing to measure: give -foldstream and/or -refserver")
+		return fmt.Errorf("nothing to measure: give -foldstream, -refserver and/or -caddy")
 	}
 
 	var scenarios []bench.Scenario
@@ -172,6 +203,7 @@ func run() error {
 		Node:       nodeVersion(*node),
 		Reference:  refVersion,
 		Foldstream: fv,
+		Caddy:      *caddyBin,
 		Rounds:     *rounds,
 		Warmups:    *warmups,
 		Load:       fmt.Sprintf("%s before, %s after", loadBefore, bench.MachineLoad()),

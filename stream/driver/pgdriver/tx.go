@@ -22,7 +22,7 @@ type readTx struct {
 // base tail and the last record's end), found through the records primary key.
 const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_seconds, s.expires_at_ms,
 	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
-	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation,
+	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation, s.paused,
 	greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)),
 	coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0)`
 
@@ -30,7 +30,7 @@ func scanStream(row pgx.Row) (driver.Stream, error) {
 	var r driver.Stream
 	err := row.Scan(&r.ID, &r.Path, &r.ContentType, &r.State, &r.CreatedMs, &r.TTLSeconds, &r.ExpiresAtMs,
 		&r.LastAccessMs, &r.Closed, &r.ClosedByProducer, &r.ClosedByEpoch, &r.ClosedBySeq, &r.ForkedFrom,
-		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Tail, &r.Highest)
+		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Paused, &r.Tail, &r.Highest)
 	return r, err
 }
 
@@ -498,6 +498,9 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 	}
 	if u.Incarnation != nil {
 		sets = append(sets, `incarnation = `+arg(*u.Incarnation))
+	}
+	if u.Paused != nil {
+		sets = append(sets, `paused = `+arg(*u.Paused))
 	}
 	if u.Highest != nil {
 		// The unlogged sequence of handed-out offsets (ephemerals included).

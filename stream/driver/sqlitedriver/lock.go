@@ -23,8 +23,12 @@ import (
 // for a lock of our own (for example to refuse a second opener) would silently drop the first
 // store's SQLite locks. flock locks belong to one open file description, so a second open of the
 // sidecar conflicts even inside the same process. The sidecar holds the pid of the holder so the
-// refusal can name it. It is left on disk after Close: removing it could let two openers lock two
-// different files of the same name.
+// refusal can name it.
+//
+// Close removes the sidecar, while still holding its lock, so a cleanly stopped store leaves no
+// file behind. An opener that opened the old file just before the removal then locks a file that
+// no longer has a name; it notices (the name is gone or is another file) and opens the name again,
+// so two openers can never hold locks on two different files of the same name.
 
 // lockSuffix names the sidecar lock file beside the database.
 const lockSuffix = "-lock"
@@ -33,38 +37,67 @@ const lockSuffix = "-lock"
 // naming the file and, when known, the holder's pid.
 func lockStore(path string) (*os.File, error) {
 	name := lockFileName(path)
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
-	if isPermissionErr(err) {
-		return nil, readOnlyError(path, err)
+	for attempt := 1; ; attempt++ {
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		if isPermissionErr(err) {
+			return nil, readOnlyError(path, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open stream store %s: lock file: %w", path, err)
+		}
+		held, err := tryLockFile(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("open stream store %s: lock %s: %w", path, name, err)
+		}
+		if held {
+			pid := readLockPid(f)
+			f.Close()
+			return nil, storeLockedError(path, pid)
+		}
+		if !namedBy(f, name) {
+			// The previous holder closed and removed the file after we opened it: our lock is
+			// on a file nobody else will open. Take the name again.
+			_ = errors.Join(unlockFile(f), f.Close())
+			if attempt < 100 {
+				continue
+			}
+			return nil, fmt.Errorf("open stream store %s: lock file %s keeps being replaced", path, name)
+		}
+		// Record who holds it; a failure here only makes a later refusal less precise.
+		if err := f.Truncate(0); err == nil {
+			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		}
+		return f, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open stream store %s: lock file: %w", path, err)
-	}
-	held, err := tryLockFile(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open stream store %s: lock %s: %w", path, name, err)
-	}
-	if held {
-		pid := readLockPid(f)
-		f.Close()
-		return nil, storeLockedError(path, pid)
-	}
-	// Record who holds it; a failure here only makes a later refusal less precise.
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return f, nil
 }
 
-// unlockStore releases the lock before it returns: it unlocks explicitly, then closes the
-// descriptor. Closing alone would leave the lock held while a forked child still shares the
-// descriptor, so a reopen right after Close could be refused as "already open in this process".
+// namedBy reports whether name still refers to the open file f.
+func namedBy(f *os.File, name string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	ni, err := os.Stat(name)
+	return err == nil && os.SameFile(fi, ni)
+}
+
+// unlockStore removes the lock file and releases the lock before it returns: it removes the
+// file while the lock is still held (no opener can hold it meanwhile), unlocks explicitly, then
+// closes the descriptor. Closing alone would leave the lock held while a forked child still
+// shares the descriptor, so a reopen right after Close could be refused as "already open in this
+// process".
 func unlockStore(f *os.File) error {
 	if f == nil {
 		return nil
 	}
-	return errors.Join(unlockFile(f), f.Close())
+	var rm error
+	if namedBy(f, f.Name()) {
+		if err := os.Remove(f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			rm = fmt.Errorf("remove lock file: %w", err)
+		}
+	}
+	return errors.Join(rm, unlockFile(f), f.Close())
 }
 
 // lockFileName returns the sidecar's name. A database reached through a symlink is locked beside
