@@ -31,7 +31,7 @@ const (
 	CodeStreamGone          Code = "STREAM_GONE"              // 410: soft-deleted stream, or an offset past retention
 	CodeStreamDeleted       Code = "STREAM_DELETED"           // 410: the stream followed was deleted
 	CodeStreamClosed        Code = "STREAM_CLOSED"            // 409 with Stream-Closed: the stream is closed
-	CodeStreamPaused        Code = "STREAM_PAUSED"            // the stream's processing is paused
+	CodeStreamPaused        Code = "STREAM_PAUSED"            // 423: the stream is paused; appends are refused until a resume
 	CodeConflict            Code = "CONFLICT"                 // 409: configuration, content type or Stream-Seq conflict
 	CodeIdempotencyConflict Code = "IDEMPOTENCY_CONFLICT"     // 409: the idempotency key names a different event
 	CodeOffsetConflict      Code = "OFFSET_CONFLICT"          // 409: Foldstream-Expected-Offset is not the tail

@@ -9,10 +9,13 @@ import (
 // statusByCode is the one table that maps error codes to HTTP statuses. A coded error whose code is
 // missing here is a fault of the server, answered 500 and logged.
 var statusByCode = map[foldstream.Code]int{
-	foldstream.CodeStreamNotFound:      http.StatusNotFound,
-	foldstream.CodeStreamGone:          http.StatusGone,
-	foldstream.CodeStreamDeleted:       http.StatusGone,
-	foldstream.CodeStreamClosed:        http.StatusConflict,
+	foldstream.CodeStreamNotFound: http.StatusNotFound,
+	foldstream.CodeStreamGone:     http.StatusGone,
+	foldstream.CodeStreamDeleted:  http.StatusGone,
+	foldstream.CodeStreamClosed:   http.StatusConflict,
+	// 423, not 409: a client reads a 409 as a sequence conflict (the TypeScript producer waits
+	// for earlier sequences and resends), which would resend forever (docs/server.md#paused-streams).
+	foldstream.CodeStreamPaused:        http.StatusLocked,
 	foldstream.CodeConflict:            http.StatusConflict,
 	foldstream.CodeIdempotencyConflict: http.StatusConflict,
 	foldstream.CodeOffsetConflict:      http.StatusConflict,

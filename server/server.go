@@ -482,6 +482,12 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		if tail, ok := stream.TailOf(err); ok {
 			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
+	case foldstream.CodeStreamPaused:
+		var fe *foldstream.Error
+		if errors.As(err, &fe) {
+			reason, _ := fe.Data["reason"].(string)
+			setPaused(h, reason)
+		}
 	case foldstream.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {
 			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))

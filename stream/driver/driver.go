@@ -239,6 +239,9 @@ type Stream struct {
 	// StreamUpdate.Highest (shared databases: ephemeral offsets come from one sequence on every
 	// node). Exclusive drivers may leave it 0: their store keeps it in memory.
 	Highest int64
+	// Paused is valid while the stream is paused; String is the pause's reason. The store sets it
+	// when a pause or resume control event lands, in the same transaction.
+	Paused sql.NullString
 }
 
 // ListQuery is a range of stream paths: those after From (or equal to it when Inclusive) and,
@@ -266,6 +269,8 @@ type StreamUpdate struct {
 	// databases only; it needs no durability (an ephemeral's offset may be handed out again
 	// after a crash). Exclusive drivers may ignore it.
 	Highest *int64
+	// Paused sets the pause state (an invalid value clears it: the stream is resumed).
+	Paused *sql.NullString
 }
 
 // ClosedBy is the producer request that closed a stream; zero Producer for a plain close.

@@ -114,6 +114,10 @@ var migrations = []migration{
 			highest bigint NOT NULL
 		)`,
 	}},
+	// A paused stream's reason (NULL: not paused), set by the pause and resume control events.
+	{version: 2, name: "streams.paused", stmts: []string{
+		`ALTER TABLE streams ADD COLUMN paused text`,
+	}},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in
