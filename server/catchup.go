@@ -80,8 +80,10 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	cur := first.Next
+	// One page's memory serves every page: sized for a full page (and its last message) once.
+	buf := make([]byte, 0, s.cfg.ReadChunkBytes+64<<10)
 	for cur < target {
-		page, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes})
+		page, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes, Buf: buf})
 		if err != nil || page.Info.CreatedMs != info.CreatedMs || (page.Count == 0 && page.Next <= cur) {
 			// The client went away, or the stream was deleted or replaced while we answered, or
 			// (never expected) the store made no progress: the status line is sent, so the only
@@ -104,6 +106,7 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 		if !write(body) {
 			return
 		}
+		buf = page.Body[:0]
 		cur = page.Next
 	}
 	if info.JSON {

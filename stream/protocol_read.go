@@ -23,6 +23,10 @@ type ReadRequest struct {
 	// Watch asks for a channel closed at the next commit touching the stream, taken before the
 	// read so no commit is missed.
 	Watch bool
+	// Buf, when not nil, is the memory the answer's Body is built in (from its start; it grows
+	// when too small): a caller reading page after page passes the last page's Body[:0] and
+	// allocates once. The Body of an earlier read that used the same memory is overwritten.
+	Buf []byte
 }
 
 // ReadResult is one answer of ReadRecords.
@@ -112,9 +116,9 @@ func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.T
 			return nil
 		}
 		if res.Info.JSON {
-			return readJSON(ctx, q, r, after, req.MaxBytes, &res)
+			return readJSON(ctx, q, r, after, req.MaxBytes, req.Buf, &res)
 		}
-		return readBytes(ctx, q, r, after, req.MaxBytes, &res)
+		return readBytes(ctx, q, r, after, req.MaxBytes, req.Buf, &res)
 	})
 	if err != nil {
 		return ReadResult{}, nil, err
@@ -132,9 +136,11 @@ func frameSummary(rec driver.Record) (n int, last int64, err error) {
 // readJSON answers a JSON read: the messages after position after, as one JSON array, up to
 // maxBytes of message bytes (at least one message) and maxReadMessages messages. A stored record
 // that fits whole is copied as it is stored (its messages already joined by commas).
-func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
-	var b bytes.Buffer
-	b.Grow(min(maxBytes, 64<<10) + 2)
+func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, buf []byte, res *ReadResult) error {
+	b := bytes.NewBuffer(buf[:0])
+	if buf == nil {
+		b.Grow(min(maxBytes, 64<<10) + 2)
+	}
 	b.WriteByte('[')
 	count, total, cut := 0, 0, false
 	next := after
@@ -198,8 +204,8 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 }
 
 // readBytes answers a byte-stream read: the bytes after position after, up to maxBytes.
-func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, res *ReadResult) error {
-	var b bytes.Buffer
+func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, buf []byte, res *ReadResult) error {
+	b := bytes.NewBuffer(buf[:0])
 	next := after
 	total := 0
 	err := scanMessages(ctx, q, r, after, func(m message) bool {
