@@ -45,6 +45,14 @@ type EngineConfig struct {
 	Reporter Reporter
 	// Logger is used by the default reporter. Defaults to slog.Default().
 	Logger *slog.Logger
+	// KeyValue, when set, keeps the work-started marker that counts how often background work
+	// died with its host (docs/engine.md#work-that-keeps-dying); Revive then fails with
+	// PERMANENT_FAILURE after MaxDeaths deaths on the same CodeID. Nil (the default) counts
+	// nothing. [CheckpointKeyValue] keeps it beside the checkpoint; the host sets it.
+	KeyValue KeyValue
+	// CodeID names the code the engine runs (a build): deaths of work under another CodeID are
+	// not counted against this one. Used only with KeyValue.
+	CodeID string
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -180,6 +188,9 @@ type Engine[S any] struct {
 	active           int // 1 while a unit runs
 	inFlight         int
 	revivesWhileBusy int
+	kv               KeyValue
+	codeID           string
+	workFailed       *Error // PERMANENT_FAILURE judged at construction; cleared by the next event
 	claimTail        chan struct{}
 	changed          chan struct{}
 
@@ -204,7 +215,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(),
+		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
@@ -232,6 +243,9 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		} else {
 			e.stale = &staleCheckpoint[S]{cursor: cp.ReducedThroughOffset, state: st}
 		}
+	}
+	if err := e.countDeath(context.Background()); err != nil {
+		return nil, err
 	}
 	e.pubState, e.pubCursor = e.state, e.cursor
 	seedFrom := e.state
@@ -607,7 +621,13 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	prev := state
 	changed := false
 	var payload any
+	if ev == nil && e.hasWorkFailed() {
+		// Work that kept dying is not started again until an event arrives
+		// (docs/engine.md#work-that-keeps-dying): no eventless pass runs meanwhile.
+		return state, false, true, nil
+	}
 	if ev != nil {
+		e.clearWorkFailed()
 		next, ch, typed, ok := e.normalizeAndReduce(ev, state)
 		if !ok {
 			return state, false, false, nil
@@ -679,6 +699,7 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 	e.mu.Lock()
 	e.inFlight++
 	if e.inFlight == 1 {
+		e.queueMarkerLocked(true) // the marker lands before the claim
 		e.queueClaimLocked(e.clock.Now().Add(ReviveAfter))
 	}
 	e.mu.Unlock()
@@ -692,7 +713,9 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 		e.mu.Lock()
 		e.inFlight--
 		if e.inFlight == 0 && !e.closed {
+			// A closed engine keeps both for the next incarnation, as if its host had died.
 			e.revivesWhileBusy = 0
+			e.queueMarkerLocked(false)
 			e.queueClaimLocked(time.Time{})
 		}
 		e.signalLocked()
@@ -717,9 +740,13 @@ func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 }
 
 // Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims):
-// catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
+// an engine built after its work died with its host MaxDeaths times fails with PERMANENT_FAILURE
+// (docs/engine.md#work-that-keeps-dying); otherwise catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
 // flight, re-claim at now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
 func (e *Engine[S]) Revive(ctx context.Context) error {
+	if err := e.failedRevive(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	e.lastBatchAtHead = false
 	e.mu.Unlock()

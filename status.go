@@ -22,6 +22,10 @@ type ProcessorStatus struct {
 	// Parked, when set, is the error the processor stopped on and cannot retry past (code
 	// PROCESSOR_PARKED on its routes); nil while it runs.
 	Parked *ProcessorError `json:"parked,omitempty"`
+	// WorkFailed, when set, is the PERMANENT_FAILURE its last revive failed with: its background
+	// work died with its host MaxDeaths times, and it is not revived again until it receives an
+	// event (docs/engine.md#work-that-keeps-dying).
+	WorkFailed *ProcessorError `json:"workFailed,omitempty"`
 }
 
 // ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.
@@ -39,5 +43,10 @@ func (e *Engine[S]) Status() ProcessorStatus {
 	if e.live != nil {
 		st.Rev = e.live.Snapshot().Rev
 	}
+	e.mu.Lock()
+	if f := e.workFailed; f != nil {
+		st.WorkFailed = &ProcessorError{Code: f.Code, Message: f.Message}
+	}
+	e.mu.Unlock()
 	return st
 }

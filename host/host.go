@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,28 @@ type Config struct {
 	// WarnInterval is the interval over which repeats of one warning are folded into a count.
 	// Defaults to DefaultWarnInterval (10 s).
 	WarnInterval time.Duration
+	// CodeID names the code this host runs. A processor whose background work died with its host
+	// foldstream.MaxDeaths times on one CodeID is not revived again until it receives an event
+	// (docs/store.md#work-that-keeps-dying); a new CodeID — a new build — starts the count afresh.
+	// Defaults to BuildCodeID().
+	CodeID string
+}
+
+// BuildCodeID identifies the running binary's build: its main module's version and, when the
+// binary was built from a VCS checkout, the revision and whether it had local changes. It is ""
+// when the binary carries no build information.
+func BuildCodeID() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	id := bi.Main.Path + "@" + bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+			id += " " + s.Key + "=" + s.Value
+		}
+	}
+	return id
 }
 
 // Host runs processors on a store's streams (docs/store.md#the-default-host). All its methods are
@@ -171,6 +194,9 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	}
 	if cfg.WarnInterval <= 0 {
 		cfg.WarnInterval = DefaultWarnInterval
+	}
+	if cfg.CodeID == "" {
+		cfg.CodeID = BuildCodeID()
 	}
 	clock := store.Clock()
 	folder := newRepeatFolder(cfg.Logger.Handler(), clock, cfg.WarnInterval)

@@ -279,6 +279,9 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string)
 	if info.Closed {
 		out.Set(wire.HeaderStreamClosed, "true")
 	}
+	if info.Paused {
+		setPaused(out, info.PauseReason)
+	}
 	w.WriteHeader(http.StatusOK)
 }
 

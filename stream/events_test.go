@@ -618,7 +618,7 @@ func TestAppendEventsInsideAWrite(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		got, err = s.appendEvents(tx, m, prepared)
+		got, err = s.appendEvents(tx, m, prepared, false)
 		return err
 	})
 	if err != nil {

@@ -620,6 +620,7 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 		}
 		in, key := eventKeyOf(msg)
 		batch[i] = pending{body: msg, key: key, probe: in}
+		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
 	}
 	adm, after, through, err := s.admit(t, m, batch)
 	if err != nil {
