@@ -39,7 +39,7 @@ type ProcessorPather interface {
 // Metrics are a server's Prometheus metrics (docs/server.md#metrics): requests by route, method
 // and status, response bytes, appends and their bytes, live readers, the store's group commits
 // (size, duration, failures) and, with a host, every running processor's offset, lag behind its
-// stream's tail and whether it is parked; plus the Go runtime's and the process's own. Create
+// stream's tail and whether it is parked or its work failed; plus the Go runtime's and the process's own. Create
 // one with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or,
 // with Handler, on an address of its own.
 type Metrics struct {
@@ -192,6 +192,8 @@ var (
 		"Messages between the processor's offset and its stream's tail.", []string{"slug", "stream"}, nil)
 	processorParkedDesc = prometheus.NewDesc("foldstream_processor_parked",
 		"1 while the processor is parked on an error it cannot retry past (docs/server.md#processors-over-http), else 0.", []string{"slug", "stream"}, nil)
+	processorWorkFailedDesc = prometheus.NewDesc("foldstream_processor_work_failed",
+		"1 while the processor's background work failed for good (PERMANENT_FAILURE; docs/engine.md#work-that-keeps-dying), else 0.", []string{"slug", "stream"}, nil)
 	processorOpenDesc = prometheus.NewDesc("foldstream_processor_open",
 		"1 while the host holds the processor's engine open, else 0.", []string{"slug", "stream"}, nil)
 )
@@ -208,6 +210,7 @@ func (c *processorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- processorOffsetDesc
 	ch <- processorLagDesc
 	ch <- processorParkedDesc
+	ch <- processorWorkFailedDesc
 	ch <- processorOpenDesc
 }
 
@@ -226,6 +229,7 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(processorLagDesc, prometheus.GaugeValue, float64(max(0, info.Tail-ps.Offset)), ps.Slug, path)
 			}
 			ch <- prometheus.MustNewConstMetric(processorParkedDesc, prometheus.GaugeValue, boolGauge(ps.Parked != nil), ps.Slug, path)
+			ch <- prometheus.MustNewConstMetric(processorWorkFailedDesc, prometheus.GaugeValue, boolGauge(ps.WorkFailed != nil), ps.Slug, path)
 			ch <- prometheus.MustNewConstMetric(processorOpenDesc, prometheus.GaugeValue, boolGauge(ps.Open), ps.Slug, path)
 		}
 	}
