@@ -105,8 +105,9 @@ type Store struct {
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
-	ev      *eventView   // the event view's in-memory state (events.go)
-	commits atomic.Int64 // group commits; benchmarks report events per commit
+	ev        *eventView   // the event view's in-memory state (events.go)
+	commits   atomic.Int64 // group commits; benchmarks report events per commit
+	observers commitObservers
 
 	// feeds order publishing on a shared database (feed.go).
 	feeds feedSet
