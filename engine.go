@@ -45,6 +45,18 @@ type EngineConfig struct {
 	Reporter Reporter
 	// Logger is used by the default reporter. Defaults to slog.Default().
 	Logger *slog.Logger
+	// KeyValue, when set, keeps the work-started marker that counts how often background work
+	// died with its host (docs/engine.md#work-that-keeps-dying); Revive then fails with
+	// PERMANENT_FAILURE after MaxDeaths deaths on the same CodeID. Nil (the default) counts
+	// nothing. [CheckpointKeyValue] keeps it beside the checkpoint; the host sets it.
+	KeyValue KeyValue
+	// CodeID names the code the engine runs (a build): deaths of work under another CodeID are
+	// not counted against this one. Used only with KeyValue.
+	CodeID string
+	// LoopLimit is the deepest cause chain an emit may extend (docs/engine.md#cause-chains): an
+	// emit deeper than it is not appended; the loop-limit fact is recorded instead. Defaults to
+	// DefaultLoopLimit (32).
+	LoopLimit int
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -54,6 +66,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	}
 	if c.Reporter == nil {
 		c.Reporter = SlogReporter(c.Logger)
+	}
+	if c.LoopLimit <= 0 {
+		c.LoopLimit = DefaultLoopLimit
 	}
 	return c
 }
@@ -180,6 +195,10 @@ type Engine[S any] struct {
 	active           int // 1 while a unit runs
 	inFlight         int
 	revivesWhileBusy int
+	kv               KeyValue
+	codeID           string
+	loopLimit        int
+	workFailed       *Error // PERMANENT_FAILURE judged at construction; cleared by the next event
 	claimTail        chan struct{}
 	changed          chan struct{}
 
@@ -204,7 +223,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(),
+		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
@@ -232,6 +251,9 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		} else {
 			e.stale = &staleCheckpoint[S]{cursor: cp.ReducedThroughOffset, state: st}
 		}
+	}
+	if err := e.countDeath(context.Background()); err != nil {
+		return nil, err
 	}
 	e.pubState, e.pubCursor = e.state, e.cursor
 	seedFrom := e.state
@@ -607,7 +629,13 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	prev := state
 	changed := false
 	var payload any
+	if ev == nil && e.hasWorkFailed() {
+		// Work that kept dying is not started again until an event arrives
+		// (docs/engine.md#work-that-keeps-dying): no eventless pass runs meanwhile.
+		return state, false, true, nil
+	}
 	if ev != nil {
+		e.clearWorkFailed()
 		next, ch, typed, ok := e.normalizeAndReduce(ev, state)
 		if !ok {
 			return state, false, false, nil
@@ -615,10 +643,10 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		state, changed, payload = next, ch, typed
 	}
 	run := &eventRun{ctx: ctx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.emits, event: ev, background: e.runInBackground}
+		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
-	if err := callGuarded(func() error { return e.p.ProcessEvent(args) }); err != nil {
+	if err := callGuarded(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
 		run.mu.Lock()
 		run.settled = true
 		run.mu.Unlock()
@@ -679,6 +707,7 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 	e.mu.Lock()
 	e.inFlight++
 	if e.inFlight == 1 {
+		e.queueMarkerLocked(true) // the marker lands before the claim
 		e.queueClaimLocked(e.clock.Now().Add(ReviveAfter))
 	}
 	e.mu.Unlock()
@@ -692,7 +721,9 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 		e.mu.Lock()
 		e.inFlight--
 		if e.inFlight == 0 && !e.closed {
+			// A closed engine keeps both for the next incarnation, as if its host had died.
 			e.revivesWhileBusy = 0
+			e.queueMarkerLocked(false)
 			e.queueClaimLocked(time.Time{})
 		}
 		e.signalLocked()
@@ -717,9 +748,13 @@ func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 }
 
 // Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims):
-// catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
+// an engine built after its work died with its host MaxDeaths times fails with PERMANENT_FAILURE
+// (docs/engine.md#work-that-keeps-dying); otherwise catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
 // flight, re-claim at now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
 func (e *Engine[S]) Revive(ctx context.Context) error {
+	if err := e.failedRevive(); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	e.lastBatchAtHead = false
 	e.mu.Unlock()
@@ -957,6 +992,7 @@ type eventRun struct {
 	version    string
 	emits      []string
 	event      *Event
+	loopLimit  int
 	background func(ctx context.Context, work func(context.Context) error)
 
 	mu       sync.Mutex
@@ -971,17 +1007,35 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
 		}
 	}
+	cause := causeAfter(r.event)
+	if cause != nil && cause.Depth > r.loopLimit && len(events) > 0 {
+		return nil, r.recordLoopLimit(ctx, cause)
+	}
 	stamped := make([]EventInput, len(events))
 	for i, ev := range events {
 		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
 		if r.event != nil {
 			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
 		}
-		ev.Source = &Source{Processor: ps}
+		ev.Source = &Source{Processor: ps, Cause: cause}
 		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
 		stamped[i] = ev
 	}
 	return r.stream.Append(ctx, stamped...)
+}
+
+// recordLoopLimit appends the loop-limit fact of cause's chain — once per chain: its idempotency
+// key and body depend on the chain and the limit only, so every processor that reaches the limit on
+// the chain, and every retry, names the same event — and returns the recorded LOOP_LIMIT.
+func (r *eventRun) recordLoopLimit(ctx context.Context, cause *Cause) error {
+	fact := EventInput{Type: LoopLimitType,
+		Payload:        JSON(map[string]any{"chain": cause.Chain, "limit": r.loopLimit}),
+		Source:         &Source{Cause: cause},
+		IdempotencyKey: "itx/loop-limit:" + cause.Chain}
+	if _, err := r.stream.Append(ctx, fact); err != nil {
+		return err
+	}
+	return loopLimitError(r.slug, cause, r.loopLimit)
 }
 
 func (r *eventRun) block(work func(context.Context) error) {
@@ -1008,7 +1062,7 @@ func (r *eventRun) drain() error {
 		}
 		work := r.blockers[i]
 		r.mu.Unlock()
-		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
+		if err := callGuarded(func() error { return work(r.ctx) }); err != nil && !isRecordedLoopLimit(err) {
 			r.mu.Lock()
 			r.settled = true
 			r.mu.Unlock()

@@ -28,6 +28,10 @@ type ProcessorStatus struct {
 	Generation int64  `json:"generation,omitempty"`
 	// Local reports whether the reporting node is the owner.
 	Local bool `json:"local,omitempty"`
+	// WorkFailed, when set, is the PERMANENT_FAILURE its last revive failed with: its background
+	// work died with its host MaxDeaths times, and it is not revived again until it receives an
+	// event (docs/engine.md#work-that-keeps-dying).
+	WorkFailed *ProcessorError `json:"workFailed,omitempty"`
 }
 
 // ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.
@@ -45,5 +49,10 @@ func (e *Engine[S]) Status() ProcessorStatus {
 	if e.live != nil {
 		st.Rev = e.live.Snapshot().Rev
 	}
+	e.mu.Lock()
+	if f := e.workFailed; f != nil {
+		st.WorkFailed = &ProcessorError{Code: f.Code, Message: f.Message}
+	}
+	e.mu.Unlock()
 	return st
 }

@@ -44,6 +44,10 @@ type StreamEntry struct {
 	Closed bool `json:"closed"`
 	// CreatedAt is when the stream was created.
 	CreatedAt time.Time `json:"createdAt"`
+	// Paused reports whether the stream is paused; PauseReason is then the reason appends are
+	// refused with (STREAM_PAUSED).
+	Paused      bool   `json:"paused"`
+	PauseReason string `json:"pauseReason,omitempty"`
 }
 
 // StreamPage is one page of a listing.

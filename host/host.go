@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,14 @@ type Config struct {
 	// WarnInterval is the interval over which repeats of one warning are folded into a count.
 	// Defaults to DefaultWarnInterval (10 s).
 	WarnInterval time.Duration
+	// CodeID names the code this host runs. A processor whose background work died with its host
+	// foldstream.MaxDeaths times on one CodeID is not revived again until it receives an event
+	// (docs/store.md#work-that-keeps-dying); a new CodeID — a new build — starts the count afresh.
+	// Defaults to BuildCodeID().
+	CodeID string
+	// LoopLimit is the deepest cause chain a processor's emit may extend
+	// (docs/engine.md#cause-chains). Defaults to foldstream.DefaultLoopLimit (32).
+	LoopLimit int
 
 	// Addr is this node's base URL as other nodes of a cluster reach it (http://10.0.0.5:4437),
 	// stored with its leases. A node that gets a processor read for a stream another node runs
@@ -99,6 +108,23 @@ type Config struct {
 	// NodeID names this node in its leases. Defaults to a random id (host name, pid and random
 	// bytes); two live nodes must never share one.
 	NodeID string
+}
+
+// BuildCodeID identifies the running binary's build: its main module's version and, when the
+// binary was built from a VCS checkout, the revision and whether it had local changes. It is ""
+// when the binary carries no build information.
+func BuildCodeID() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	id := bi.Main.Path + "@" + bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+			id += " " + s.Key + "=" + s.Value
+		}
+	}
+	return id
 }
 
 // Host runs processors on a store's streams (docs/store.md#the-default-host). All its methods are
@@ -204,6 +230,9 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = newNodeID()
+	}
+	if cfg.CodeID == "" {
+		cfg.CodeID = BuildCodeID()
 	}
 	clock := store.Clock()
 	folder := newRepeatFolder(cfg.Logger.Handler(), clock, cfg.WarnInterval)

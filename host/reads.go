@@ -100,6 +100,7 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		return false, err
 	}
 	if settle {
+		seen := sl.sub.SeenThrough() // before the wait: every consumed event up to it is delivered by its end
 		if err := sl.sub.WaitDelivered(ctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
 			if errors.Is(err, foldstream.ErrStreamDeleted) {
 				// The stream was deleted; if the path holds a new stream already, the slot is
@@ -116,6 +117,14 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		}
 		if err := h.catchUpShared(ctx, sl); err != nil {
 			return fail(err)
+		}
+		// Read-your-writes by offset: commits the processor does not consume ride inside its next
+		// push, so its cursor may lag appends that returned before the call. Everything it
+		// consumes up to seen was delivered, so an empty push moves the cursor there (no log read).
+		if cur := sl.runner.ReducedThroughOffset(); seen > cur {
+			if err := sl.runner.ProcessEventBatch(ctx, nil, foldstream.ScannedRange{After: cur, Through: seen}); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	// A push delivered meanwhile may have parked the processor or shown its stream re-created.

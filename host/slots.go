@@ -643,10 +643,31 @@ func (h *Host) revive(ctx context.Context, c stream.DueClaim) error {
 	}
 	defer h.release(sl)
 	if err := sl.runner.Revive(ctx); err != nil {
+		if errors.Is(err, foldstream.ErrPermanentFailure) {
+			return h.workFailed(ctx, c, err)
+		}
 		h.failed(sl, "revive", err)
 		return err
 	}
 	return nil
+}
+
+// workFailed ends the revives of a processor whose work kept dying with its host
+// (docs/store.md#work-that-keeps-dying): it records the failure on the stream, drops the claim and
+// answers the alarm loop with success, so no revive is owed. A new event starts the processor's
+// work again.
+func (h *Host) workFailed(ctx context.Context, c stream.DueClaim, cause error) error {
+	h.log.Warn("host: processor work keeps dying with its host; it is not revived until it receives an event",
+		"path", c.Path, "slug", c.Slug, "err", cause)
+	// Both writes finish even when a shutdown cancels ctx (it waits for this handler): a record
+	// without its dropped claim would be revived and recorded again by the next host.
+	ctx = context.WithoutCancel(ctx)
+	rec := foldstream.EventInput{Type: foldstream.WorkFailedType,
+		Payload: foldstream.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
+	if _, err := h.store.Append(ctx, c.Path, rec); err != nil {
+		return err // the claim stays, with backoff: the record is owed
+	}
+	return h.store.Claim(ctx, c.Path, c.Slug, time.Time{})
 }
 
 // leftoverClaims lists the claims of processor slug on the streams pattern covers: the work a

@@ -39,6 +39,10 @@ type StreamEntry struct {
 	Closed bool `json:"closed"`
 	// CreatedAt is when the stream was created (RFC 3339, milliseconds, UTC).
 	CreatedAt string `json:"createdAt"`
+	// Paused reports whether the stream is paused (docs/server.md#paused-streams); PauseReason
+	// is then the reason appends are refused with.
+	Paused      bool   `json:"paused"`
+	PauseReason string `json:"pauseReason,omitempty"`
 }
 
 // StreamList is the answer of ListPath: one page of streams in path order and, when there may be
@@ -65,6 +69,8 @@ func entryOf(info stream.StreamInfo) StreamEntry {
 		Tail:        FormatOffset(info.Tail),
 		Closed:      info.Closed,
 		CreatedAt:   time.UnixMilli(info.CreatedMs).UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		Paused:      info.Paused,
+		PauseReason: info.PauseReason,
 	}
 }
 

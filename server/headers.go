@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +26,18 @@ const (
 	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
 	// offset the processor has reduced through (in the wire offset format).
 	HeaderProcessorOffset = wire.HeaderProcessorOffset
+	// HeaderPaused is "true" on a HEAD of a paused stream and on a 423 STREAM_PAUSED refusal
+	// (docs/server.md#paused-streams).
+	HeaderPaused = wire.HeaderPaused
+	// HeaderPauseReason carries a paused stream's reason, percent-encoded.
+	HeaderPauseReason = wire.HeaderPauseReason
 )
+
+// setPaused sets the pause headers of a paused stream.
+func setPaused(h http.Header, reason string) {
+	h.Set(HeaderPaused, "true")
+	h.Set(HeaderPauseReason, url.PathEscape(reason))
+}
 
 // FormatOffset renders a position as a wire offset ("%016d_%016d"; docs/server.md#offsets).
 func FormatOffset(pos int64) string { return wire.FormatOffset(pos) }

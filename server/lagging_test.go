@@ -81,6 +81,12 @@ func TestLaggingProcessorRoutesAreBounded(t *testing.T) {
 	catching := foldstream.NewError(foldstream.CodeCatchingUp, map[string]any{"offset": int64(3)}, "processor p is catching up (at offset 3 of 60000)")
 	url = serveStuck(t, stuckProcessors{err: catching})
 	res, body := request(t, "GET", url+"/v1/processor/p/orders?waitUntilProcessed=9", "")
+	// A wait that ends before the processor got there has one answer: 504 with its offset.
+	wantCoded(t, "catching up, waiting", res, body, http.StatusGatewayTimeout, foldstream.CodeProcessTimeout)
+	if res.Header.Get(server.HeaderProcessorOffset) != server.FormatOffset(3) {
+		t.Fatalf("catching up, waiting: headers %v", res.Header)
+	}
+	res, body = request(t, "GET", url+"/v1/processor/p/orders", "")
 	wantCoded(t, "catching up", res, body, http.StatusServiceUnavailable, foldstream.CodeCatchingUp)
 	if res.Header.Get("Retry-After") == "" || res.Header.Get(server.HeaderProcessorOffset) != server.FormatOffset(3) {
 		t.Fatalf("catching up: headers %v", res.Header)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,7 +58,8 @@ type ProcessorProgress interface {
 // waitUntilProcessed=<offset> (a Stream-Next-Offset value or a plain integer) makes the first two
 // wait until the processor reduced through that offset — read-your-writes for a client that has
 // just appended; timeout=<duration> (e.g. 2s, at most 60s) bounds the wait (default 10 s), after
-// which the answer is 504 with Foldstream-Error-Code PROCESS_TIMEOUT.
+// which the answer is always 504 with Foldstream-Error-Code PROCESS_TIMEOUT and the processor's
+// offset in Foldstream-Processor-Offset.
 func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
@@ -107,15 +109,23 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 				return
 			}
 			timeout = d
-			// An explicit timeout replaces the default bound for the whole request.
-			cancel()
-			ctx, cancel = context.WithTimeout(r.Context(), d)
-			defer cancel()
 		}
-		if err := s.cfg.Processors.WaitUntilProcessed(ctx, path, slug, off, timeout); err != nil {
+		// The wait's own timeout ends it (the processors answer with their offset); the request's
+		// bound is a backstop a little later, so the answer is the same every time.
+		cancel()
+		ctx, cancel = context.WithTimeout(r.Context(), timeout+time.Second)
+		defer cancel()
+		if err := s.waitProcessed(ctx, path, slug, off, timeout); err != nil {
+			if waitTimedOut(r, err) {
+				s.writeWaitTimeout(w, r, path, slug, off, timeout, err)
+				return
+			}
 			s.writeProcessorError(w, r, path, slug, err)
 			return
 		}
+		cancel()
+		ctx, cancel = context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
+		defer cancel()
 	}
 	var body []byte
 	switch q.Get("view") {
@@ -148,6 +158,55 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
+}
+
+// waitProcessed waits until the processor reduced through off, for the whole timeout: a host that
+// bounds one wait more tightly (host.Config.MaxWait) is asked again until the timeout has passed.
+func (s *Server) waitProcessed(ctx context.Context, path, slug string, off int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		start := time.Now()
+		err := s.cfg.Processors.WaitUntilProcessed(ctx, path, slug, off, time.Until(deadline))
+		// Asked again only after a wait that lasted (a host's own bound), never in a tight loop.
+		if err == nil || ctx.Err() != nil || !errors.Is(err, foldstream.ErrCatchingUp) ||
+			time.Since(start) < 100*time.Millisecond || time.Until(deadline) < 10*time.Millisecond {
+			return err
+		}
+	}
+}
+
+// waitTimedOut reports whether a waitUntilProcessed wait ended at its timeout (not the client's
+// going away): the processor did not reach the offset in time.
+func waitTimedOut(r *http.Request, err error) bool {
+	if r.Context().Err() != nil {
+		return false
+	}
+	return errors.Is(err, foldstream.ErrCatchingUp) || errors.Is(err, foldstream.ErrProcessTimeout) ||
+		errors.Is(err, foldstream.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// writeWaitTimeout is the one answer of a waitUntilProcessed wait that timed out
+// (docs/server.md#processors-over-http): 504 PROCESS_TIMEOUT, with the processor's offset in
+// Foldstream-Processor-Offset and the message when it is known.
+func (s *Server) writeWaitTimeout(w http.ResponseWriter, r *http.Request, path, slug string, want int64, timeout time.Duration, err error) {
+	off, known := int64(0), false
+	var fe *foldstream.Error
+	if errors.As(err, &fe) {
+		off, known = dataOffset(fe.Data)
+	}
+	if !known {
+		if pp, ok := s.cfg.Processors.(ProcessorProgress); ok {
+			if o, perr := pp.ReducedThroughOffset(path, slug); perr == nil {
+				off, known = o, true
+			}
+		}
+	}
+	msg := fmt.Sprintf("processor %q did not reach offset %d on %q within %s", slug, want, path, timeout)
+	if known {
+		w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
+		msg = fmt.Sprintf("processor %q reduced %q through offset %d, not %d, within %s", slug, path, off, want, timeout)
+	}
+	writeCoded(w, foldstream.CodeProcessTimeout, msg+": retry later", 1)
 }
 
 // parseProcessedOffset accepts a protocol offset or a plain non-negative integer.

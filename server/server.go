@@ -162,6 +162,27 @@ type Config struct {
 	// DefaultIdleTimeout (2 min).
 	IdleTimeout time.Duration
 
+	// Metrics, when set, records the server's Prometheus metrics (NewMetrics;
+	// docs/server.md#metrics) and serves them at MetricsPath, to requests allowed OpMetrics (a
+	// read token). One Metrics serves one Server.
+	Metrics *Metrics
+	// MetricsElsewhere keeps MetricsPath off this handler: the operator serves
+	// Metrics.Handler() on an address of its own (foldstream serve --metrics-addr).
+	MetricsElsewhere bool
+	// AllowLoopbackWebhooks lets webhook subscriptions target loopback addresses (localhost,
+	// 127.0.0.0/8, ::1), over http too: for development and tests, where receivers run on the same
+	// machine. Private, link-local and other local network targets are refused regardless
+	// (docs/server.md#webhook-url-validation).
+	AllowLoopbackWebhooks bool
+	// WebhookTimeout bounds one webhook delivery attempt. Defaults to DefaultWebhookTimeout (10 s).
+	WebhookTimeout time.Duration
+	// MaxWebhookConcurrency caps the webhook attempts in flight at once. Defaults to
+	// DefaultMaxWebhookConcurrency (16).
+	MaxWebhookConcurrency int
+	// NodeID names this server as the holder of the subscription-delivery lease when several
+	// servers share a database. Defaults to a random name per server.
+	NodeID string
+
 	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
 	// (docs/console.md). The stream listing routes stay.
 	DisableConsole bool
@@ -234,6 +255,11 @@ type Server struct {
 	bodyBytes   atomic.Int64
 
 	console *console.Handler // nil with Config.DisableConsole
+
+	metrics        *Metrics     // Config.Metrics, or nil
+	metricsHandler http.Handler // serves MetricsPath, or nil
+	stopObserving  func()       // ends the store's commit observation of the metrics, or nil
+	subs           *deliverer   // subscription delivery (webhooks.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -303,13 +329,28 @@ func New(st *stream.Store, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.WebhookTimeout <= 0 {
+		cfg.WebhookTimeout = DefaultWebhookTimeout
+	}
+	if cfg.MaxWebhookConcurrency <= 0 {
+		cfg.MaxWebhookConcurrency = DefaultMaxWebhookConcurrency
+	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	srv.subs = newDeliverer(srv)
+	srv.subs.start()
 	if !cfg.DisableConsole {
 		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
 		if cfg.Processors != nil {
 			cc.ProcessorPrefix = cfg.ProcessorPrefix
 		}
 		srv.console = console.New(cc)
+	}
+	if cfg.Metrics != nil {
+		srv.metrics = cfg.Metrics
+		cfg.Metrics.bind(srv)
+		if !cfg.MetricsElsewhere {
+			srv.metricsHandler = cfg.Metrics.Handler()
+		}
 	}
 	if cfg.PublicBaseURL != "" {
 		if u, err := parseBaseURL(cfg.PublicBaseURL); err == nil {
@@ -340,7 +381,12 @@ func (s *Server) HTTPServer() *http.Server {
 // connections close (clients resume from their last offset). Other requests are still served.
 // Register it with http.Server.RegisterOnShutdown so a graceful shutdown does not wait for them.
 func (s *Server) Shutdown() {
-	s.stopOnce.Do(func() { close(s.stopping) })
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		if s.stopObserving != nil {
+			s.stopObserving()
+		}
+	})
 }
 
 // ServeHTTP serves one request.
@@ -357,6 +403,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rec, http.StatusInternalServerError, "internal error")
 			}
 		}
+		s.metrics.request(s.routeOf(r.URL.Path), r.Method, rec.status, rec.bytes)
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "duration", time.Since(start))
@@ -367,6 +414,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p == HealthPath || p == ReadyPath {
+		s.serveHealth(w, r)
+		return
+	}
 	if !s.hostAllowed(r) {
 		s.refuseHost(w, r)
 		return
@@ -377,6 +428,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	p := r.URL.Path
 	switch {
+	case p == MetricsPath && s.metricsHandler != nil:
+		s.serveMetrics(w, r)
+		return
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
 		return
@@ -388,13 +442,19 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
 		return
 	}
+	name := strings.TrimPrefix(p, s.cfg.Prefix)
+	// Reserved subscription APIs are routed before streams so they can never be created as
+	// streams (docs/server.md#subscriptions).
+	if rest, ok := strings.CutPrefix(name, "__ds/"); ok || name == "__ds" {
+		s.serveReserved(w, r, rest)
+		return
+	}
 	op := methodOp(r.Method)
 	if op == "" {
 		w.Header().Set("Allow", allowedMethods)
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
-	name := strings.TrimPrefix(p, s.cfg.Prefix)
 	if name == "" {
 		writeError(w, http.StatusNotFound, "name a stream after "+s.cfg.Prefix)
 		return
@@ -407,12 +467,6 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	principal, ok := s.authorize(w, r, op, path)
 	if !ok {
-		return
-	}
-	// Reserved subscription APIs are routed before streams so they can never be created as
-	// streams (docs/server.md#streams); foldstream does not implement them yet.
-	if name == "__ds" || strings.HasPrefix(name, "__ds/") {
-		writeError(w, http.StatusNotFound, "reserved path: subscription APIs are not supported by this server")
 		return
 	}
 	switch op {
@@ -481,6 +535,12 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		h.Set(wire.HeaderStreamClosed, "true")
 		if tail, ok := stream.TailOf(err); ok {
 			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
+		}
+	case foldstream.CodeStreamPaused:
+		var fe *foldstream.Error
+		if errors.As(err, &fe) {
+			reason, _ := fe.Data["reason"].(string)
+			setPaused(h, reason)
 		}
 	case foldstream.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {

@@ -81,6 +81,8 @@ func (s *Store) Append(ctx context.Context, path string, inputs ...foldstream.Ev
 	if len(inputs) == 0 {
 		return nil, nil
 	}
+	// A source without an origin gets the stream's path (docs/engine.md#cause-chains).
+	inputs = foldstream.StampOrigin(path, inputs)
 	prepared, err := prepareInputs(inputs)
 	if err != nil {
 		return nil, err
@@ -118,7 +120,7 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 			}
 			return err
 		}
-		out, err = s.appendEvents(t, m, prepared)
+		out, err = s.appendEvents(t, m, prepared, false)
 		return err
 	})
 	if err != nil {
@@ -215,13 +217,15 @@ func isJSONContentType(ct string) bool {
 }
 
 // appendEvents runs an event batch through the one insert path (record.go) and returns the
-// receipts in input order.
-func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput) ([]foldstream.Event, error) {
+// receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
+func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldstream.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
 	batch := make([]pending, len(prepared))
 	for i, p := range prepared {
 		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: p.in,
 			ephemeral: p.in.Ephemeral, expect: p.in.Offset}
+		batch[i].ctl, batch[i].reason = foldstream.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
+		batch[i].exempt = exempt
 	}
 	adm, after, through, err := s.admit(t, m, batch)
 	if err != nil {

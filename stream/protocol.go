@@ -52,6 +52,10 @@ type StreamInfo struct {
 	Tail int64
 	// CreatedMs is the creation time in Unix milliseconds (distinguishes re-created streams).
 	CreatedMs int64
+	// Paused reports whether the stream is paused (docs/store.md#pausing-a-stream); PauseReason
+	// is the reason appends are refused with.
+	Paused      bool
+	PauseReason string
 
 	id int64
 }
@@ -75,6 +79,8 @@ func infoOf(r *streamRow) StreamInfo {
 		Closed:      r.Closed,
 		Tail:        r.Tail,
 		CreatedMs:   r.CreatedMs,
+		Paused:      r.Paused.Valid,
+		PauseReason: r.Paused.String,
 		id:          r.ID,
 	}
 	if r.ExpiresAtMs.Valid {

@@ -411,14 +411,16 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	}
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
-	// resend), the later request waits up to Options.ProducerReorderWait for commits to the stream and
-	// tries again; a gap that is still there after the wait is answered as usual (docs/store.md#idempotent-producers).
+	// resend), the later request waits for commits to the stream and tries again: as long as a
+	// missing seq is arriving (inflight.go), else up to Options.ProducerReorderWait; a gap that is
+	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	if r := s.planSliced(req, msgs, msgErr); r != nil {
 		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
 			return res, err
 		}
 	}
 	var deadline time.Time
+	renewals := 0
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
@@ -450,7 +452,15 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 		case <-gapWake:
 			stop()
 		case <-expired:
-			return res, err
+			// The wait ran out: the gap is answered, unless a missing seq is still arriving
+			// (inflight.go); then the wait is renewed, up to maxArrivingWait in all.
+			expected, ok := dataInt64(err, DataExpectedSeq)
+			if !ok || renewals >= int(maxArrivingWait/s.opts.ProducerReorderWait) ||
+				!s.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
+				return res, err
+			}
+			renewals++
+			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
 		case <-ctx.Done():
 			stop()
 			return res, err
@@ -612,6 +622,7 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 		}
 		in, key := eventKeyOf(msg)
 		batch[i] = pending{body: msg, key: key, probe: in}
+		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
 	}
 	adm, after, through, err := s.admit(t, m, batch)
 	if err != nil {

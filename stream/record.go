@@ -32,6 +32,11 @@ type pending struct {
 	probe     foldstream.EventInput // type, payload and metadata, compared when key names a stored event
 	ephemeral bool
 	expect    int64 // offset precondition, 0 for none
+	// ctl says whether the message is a control event (pause.go); reason is a pause's reason.
+	ctl    foldstream.ControlKind
+	reason string
+	// exempt messages pass a paused stream: the store's own wake records.
+	exempt bool
 }
 
 // admitted is the outcome of admit for one message.
@@ -48,6 +53,7 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 	after = m.HighestAssigned
 	through = after
 	out = make([]admitted, len(batch))
+	paused := m.Row.Paused.Valid
 	var byKey map[string]int
 	for i, p := range batch {
 		out[i].dupOf = -1
@@ -78,6 +84,11 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 				out[i] = admitted{offset: existing.Offset, dup: true, dupOf: -1, existing: existing}
 				continue
 			}
+		}
+		if paused && p.ctl == foldstream.ControlNone && !p.ephemeral && !p.exempt {
+			// A paused stream admits only control events (and the duplicates above): one other
+			// fresh event refuses the whole batch, before any offset is taken.
+			return nil, 0, 0, foldstream.StreamPausedError(m.Row.Paused.String)
 		}
 		off := through + 1
 		if p.expect != 0 && p.expect != off {
@@ -145,6 +156,9 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		}
 		m.Tail = through
 		s.persistAccess(t, m)
+		if err := s.foldControl(t, m, batch, adm); err != nil {
+			return err
+		}
 	}
 	if !s.exclusive && through > m.Tail {
 		// Ephemerals past the durable tail: record the offsets handed out, so no node hands

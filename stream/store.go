@@ -100,11 +100,14 @@ type Store struct {
 	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
 	ws writerState
 
+	arriving arrivals // producer requests in flight (inflight.go)
+
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
-	ev      *eventView   // the event view's in-memory state (events.go)
-	commits atomic.Int64 // group commits; benchmarks report events per commit
+	ev        *eventView   // the event view's in-memory state (events.go)
+	commits   atomic.Int64 // group commits; benchmarks report events per commit
+	observers commitObservers
 
 	// feeds order publishing on a shared database (feed.go).
 	feeds feedSet
@@ -113,6 +116,10 @@ type Store struct {
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 
 	created createdListeners // OnStreamCreated's listeners (list.go)
+
+	changes  commitWatchers               // WatchChanges' functions (subscriptions.go)
+	subKick  atomic.Pointer[func(string)] // WatchSubscriptions' function (subscriptions.go)
+	subLease atomic.Pointer[driver.Lease] // the subscription delivery lease this node took last
 }
 
 // OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
@@ -188,9 +195,11 @@ func (s *Store) remoteChange(n driver.Notification) {
 		if n.Path != "" {
 			s.ev.watchers.notify(n.Path)
 		}
+		s.changes.notify(n.Path)
 		return
 	}
 	s.ev.watchers.notify("")
+	s.changes.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()
 	ids := make([]int64, 0, len(s.notify))
@@ -202,6 +211,9 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.wake(id)
 	}
 }
+
+// Closed reports whether Close was called.
+func (s *Store) Closed() bool { return s.closed.Load() }
 
 // Driver returns the store's driver.
 func (s *Store) Driver() driver.Driver { return s.drv }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/foldstream/foldstream"
 )
@@ -61,6 +62,8 @@ type Subscription struct {
 	deliver  DeliverFunc
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	seen atomic.Int64 // through of the last commit offered, consumed or not
 
 	mu          sync.Mutex
 	lastThrough int64 // through of the last enqueued push; -1 before the first
@@ -164,10 +167,14 @@ func (sub *Subscription) offer(events []foldstream.Event, after, through int64) 
 		}
 	}
 	if len(consumed) == 0 {
+		sub.see(through)
 		return // the span rides inside the next delivered range
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	// Seen only once its push is queued: a reader that takes SeenThrough and then WaitDelivered
+	// finds every consumed event up to it delivered.
+	defer sub.see(through)
 	if sub.closed {
 		return
 	}
@@ -275,6 +282,24 @@ func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 	}
 	sub.mu.Unlock()
 	return nil
+}
+
+// SeenThrough returns the offset through which the subscription has seen the stream's commits,
+// whether or not it consumed them: every append that returned before the call is covered, and the
+// push of every consumed event up to it is queued. After a WaitDelivered that began after
+// SeenThrough returned n, every consumed event up to n was delivered, so a subscriber whose cursor
+// is below n may move it to n without reading the log (the default host does, for read-your-writes
+// by offset).
+func (sub *Subscription) SeenThrough() int64 { return sub.seen.Load() }
+
+// see raises SeenThrough to through.
+func (sub *Subscription) see(through int64) {
+	for {
+		old := sub.seen.Load()
+		if through <= old || sub.seen.CompareAndSwap(old, through) {
+			return
+		}
+	}
 }
 
 // Dropped returns how many events overflowed the pending bound so far.

@@ -86,7 +86,7 @@ func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]
 		if err != nil {
 			return err
 		}
-		if out, err = s.appendEvents(t, m, prepared); err != nil {
+		if out, err = s.appendEvents(t, m, prepared, true); err != nil {
 			return err
 		}
 		if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {

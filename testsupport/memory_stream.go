@@ -26,6 +26,11 @@ const EpochCreatedAt = "1970-01-01T00:00:00.000Z"
 // head] — without filtering by consumes, unlike a real subscription — and handed to commit hooks.
 // Append itself returns without waiting for pushes.
 //
+// The stream folds its control events as the store does (docs/store.md#pausing-a-stream): after a
+// pause, a call holding any fresh event other than a control event or an ephemeral is refused
+// whole with STREAM_PAUSED ("stream paused: <reason>") before any offset is taken; idempotent
+// replays are still echoed, and a resume always lands.
+//
 // Read returns durables after `after`; its proof (ScannedThroughOffset) is the in-memory head, so
 // it covers ephemerals — a deliberate difference from the real stream that lets stale-push and
 // ephemeral-window rules be tested directly.
@@ -44,6 +49,8 @@ type MemoryStream struct {
 	claims      []time.Time
 	claimFunc   func(ctx context.Context, at time.Time) error
 	reads       int
+	paused      bool
+	pauseReason string
 	changed     chan struct{} // closed and replaced at every commit and landed claim
 
 	track    sync.Mutex
@@ -81,6 +88,13 @@ func (m *MemoryStream) signalLocked() {
 	m.changed = make(chan struct{})
 }
 
+// Paused reports whether the stream is paused, and the reason appends are refused with.
+func (m *MemoryStream) Paused() (bool, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.paused, m.pauseReason
+}
+
 // Path returns the stream's path.
 func (m *MemoryStream) Path() string { return m.path }
 
@@ -89,7 +103,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	if len(inputs) == 0 {
 		return nil, nil
 	}
-	inputs = slices.Clone(inputs)
+	inputs = slices.Clone(foldstream.StampOrigin(m.path, inputs))
 	for i := range inputs {
 		// The store's own check, so the stand-in refuses exactly what production refuses.
 		in, _, err := foldstream.PrepareEventInput(i, inputs[i])
@@ -117,6 +131,11 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 				}
 				out[i] = ex
 				continue
+			}
+		}
+		if m.paused && !in.Ephemeral {
+			if kind, _ := foldstream.ParseControl(in.Type, in.Payload, false); kind == foldstream.ControlNone {
+				return nil, foldstream.StreamPausedError(m.pauseReason)
 			}
 		}
 		next++
@@ -147,6 +166,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 			if ev.IdempotencyKey != "" {
 				m.keys[ev.IdempotencyKey] = ev
 			}
+			m.paused, m.pauseReason = foldstream.FoldPause(m.paused, m.pauseReason, ev.Type, ev.Payload, false)
 		}
 	}
 	for _, eng := range m.engines {

@@ -21,7 +21,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ls", stderr)
 	var cf clientFlags
 	cf.register(fs)
-	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time")
+	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time, pause reason")
 	limit := fs.Int("limit", 0, "list at most this many streams (0: all)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream ls [flags] [PREFIX]\n\nLists the server's streams in path order, those whose path starts with PREFIX (e.g. /carts/) when given.")
@@ -50,7 +50,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if *long {
-		fmt.Fprintln(tw, "PATH\tTYPE\tTAIL\tCLOSED\tCREATED")
+		fmt.Fprintln(tw, "PATH\tTYPE\tTAIL\tCLOSED\tCREATED\tPAUSED")
 	}
 	n := 0
 	after := ""
@@ -69,7 +69,11 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if s.Closed {
 					closed = "closed"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Path, s.ContentType, s.Tail, closed, s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"))
+				paused := ""
+				if s.Paused {
+					paused = "paused: " + s.PauseReason
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Path, s.ContentType, s.Tail, closed, s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), paused)
 			} else {
 				fmt.Fprintln(tw, s.Path)
 			}

@@ -68,6 +68,11 @@ function plural(n, word) {
   return `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
 }
 
+// pausedChip marks a paused stream (appends are refused until a resume), its reason on hover.
+function pausedChip(s) {
+  return s.paused ? el("span", { class: "chip paused", title: "stream paused: " + (s.pauseReason || ""), text: "paused" }) : "";
+}
+
 // tailText shows a stream's tail: a byte count for byte and text streams; for JSON streams the
 // offset, which counts messages and the processors' ephemeral events (docs/server.md).
 function tailText(s) {
@@ -307,7 +312,7 @@ function listView(main, prefix, signal) {
       const [, typeTd, tailTd, whenTd] = r.tr.children;
       typeTd.firstChild.textContent = shortType(s.contentType);
       typeTd.firstChild.title = s.contentType;
-      tailTd.replaceChildren(tailText(s), s.closed ? el("span", { class: "chip closed", text: "closed" }) : "");
+      tailTd.replaceChildren(tailText(s), s.closed ? el("span", { class: "chip closed", text: "closed" }) : "", pausedChip(s));
       tailTd.title = s.tail;
       whenTd.textContent = ago(s.createdAt);
       whenTd.title = s.createdAt || "";
@@ -389,6 +394,7 @@ function streamView(main, p, signal) {
       el("span", { title: info.tail }, isJSONType(info.contentType) ? "tail offset " : "tail ", el("b", { text: tailText(info) })),
       el("span", { title: info.createdAt || "" }, "created ", el("b", { text: ago(info.createdAt) })),
       info.closed ? el("span", { class: "chip closed", text: "closed" }) : "",
+      pausedChip(info),
     );
   };
   const renderProcs = () => {
@@ -490,6 +496,9 @@ function processorCard(p, ps, signal) {
       if (ps.parked) {
         parked.hidden = false;
         parked.textContent = `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim();
+      } else if (ps.workFailed) {
+        parked.hidden = false;
+        parked.textContent = `work failed: ${ps.workFailed.code || ""} ${ps.workFailed.message || ""}`.trim();
       } else parked.hidden = true;
     },
   };

@@ -18,6 +18,9 @@ type Result struct {
 	Scenario Scenario
 	Samples  map[string][]Sample
 	Errors   map[string][]string
+	// Counters are the database counter metrics measured on targets with Counters (per second
+	// of the measurement); empty when no target has them.
+	Counters []Metric
 }
 
 // Run measures every scenario on every target for warmups+rounds rounds and keeps the last
@@ -33,6 +36,12 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 	var results []Result
 	for _, sc := range scenarios {
 		res := Result{Scenario: sc, Samples: map[string][]Sample{}, Errors: map[string][]string{}}
+		for _, t := range targets {
+			if t.Counters != nil {
+				res.Counters = counterMetrics
+				break
+			}
+		}
 		skip := map[string]bool{}
 		if sc.Setup != nil {
 			for _, t := range targets {
@@ -63,11 +72,22 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 				if sc.PeakRSS {
 					rss = sampleRSS(t)
 				}
+				var ctr0 map[string]float64
+				if t.Counters != nil {
+					ctr0, _ = t.Counters(ctx)
+				}
 				cpu0, cpuErr := t.CPUTime()
 				start := time.Now()
 				s, err := sc.Run(ctx, c, r+warmups)
 				wall := time.Since(start)
 				cpu1, cpuErr1 := t.CPUTime()
+				if ctr0 != nil && err == nil {
+					if ctr1, cerr := t.Counters(ctx); cerr == nil {
+						for _, m := range counterMetrics {
+							s[m.Name] = (ctr1[m.Name] - ctr0[m.Name]) / wall.Seconds()
+						}
+					}
+				}
 				if rss != nil {
 					if peak := rss.stop(); err == nil && peak > 0 {
 						s[RSSMetric.Name] = float64(peak) / 1e6
@@ -155,7 +175,15 @@ func (r Result) Metrics() []Metric {
 	if r.Scenario.PeakRSS {
 		ms = append(ms, RSSMetric)
 	}
-	return ms
+	return append(ms, r.Counters...)
+}
+
+// counterMetrics are the database's own counters, per second of a measurement, of targets with
+// Counters (PostgreSQL: pg_stat_database and pg_stat_wal); the names are the keys Counters returns.
+var counterMetrics = []Metric{
+	{"PG commits/s", false},
+	{"PG WAL writes/s", false},
+	{"PG WAL syncs/s", false},
 }
 
 // rssSampler records the peak of a target's resident memory until stopped.

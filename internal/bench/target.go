@@ -36,6 +36,10 @@ type Target struct {
 	// DataDir holds the server's data (and its log); the many-streams scenarios report its size.
 	DataDir string
 
+	// Counters, when set, reads the target's database counters (cumulative values keyed by the
+	// names of the runner's counter metrics); the runner reports their rates per measurement.
+	Counters func(ctx context.Context) (map[string]float64, error)
+
 	cmd  *exec.Cmd
 	done chan error
 }

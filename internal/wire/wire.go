@@ -38,6 +38,11 @@ const (
 	HeaderErrorCode = "Foldstream-Error-Code"
 	// HeaderProcessorOffset carries the offset a processor has reduced through.
 	HeaderProcessorOffset = "Foldstream-Processor-Offset"
+	// HeaderPaused is "true" on a HEAD of a paused stream and on a 423 STREAM_PAUSED refusal.
+	HeaderPaused = "Foldstream-Paused"
+	// HeaderPauseReason carries a paused stream's reason, percent-encoded (as by JavaScript's
+	// encodeURIComponent; decode with decodeURIComponent or url.PathUnescape).
+	HeaderPauseReason = "Foldstream-Pause-Reason"
 )
 
 // Query parameters of a read, and the values of live.

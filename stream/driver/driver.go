@@ -131,6 +131,7 @@ type WriteTx interface {
 // Reader is what read and write transactions both offer. Slices in the values passed to
 // callbacks are valid only during the callback.
 type Reader interface {
+	SubscriptionReader
 	// StreamByPath returns the stream row at path (any state), or ErrNoStream. Its Tail is the
 	// durable tail as of this transaction.
 	StreamByPath(ctx context.Context, path string) (Stream, error)
@@ -169,6 +170,7 @@ type Reader interface {
 // transaction (and savepoint) and only on the writer goroutine.
 type Tx interface {
 	Reader
+	SubscriptionTx
 	// LockStream serialises writers of one stream across processes until the transaction ends
 	// (shared databases: a transaction-scoped advisory lock on the id; the store then re-reads
 	// the stream row for its tail). Exclusive drivers may do nothing.
@@ -256,6 +258,9 @@ type Stream struct {
 	// StreamUpdate.Highest (shared databases: ephemeral offsets come from one sequence on every
 	// node). Exclusive drivers may leave it 0: their store keeps it in memory.
 	Highest int64
+	// Paused is valid while the stream is paused; String is the pause's reason. The store sets it
+	// when a pause or resume control event lands, in the same transaction.
+	Paused sql.NullString
 }
 
 // ListQuery is a range of stream paths: those after From (or equal to it when Inclusive) and,
@@ -283,6 +288,8 @@ type StreamUpdate struct {
 	// databases only; it needs no durability (an ephemeral's offset may be handed out again
 	// after a crash). Exclusive drivers may ignore it.
 	Highest *int64
+	// Paused sets the pause state (an invalid value clears it: the stream is resumed).
+	Paused *sql.NullString
 }
 
 // ClosedBy is the producer request that closed a stream; zero Producer for a plain close.

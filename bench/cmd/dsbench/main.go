@@ -144,6 +144,7 @@ func run() error {
 			return err
 		}
 		t.Name = bench.TargetFoldstream + "-pg"
+		t.Counters = bench.PostgresCounters(*pgURL)
 		targets = append(targets, t)
 		fmt.Fprintf(os.Stderr, "foldstream-pg  pid %d at %s\n", t.Pid(), t.Base)
 	}

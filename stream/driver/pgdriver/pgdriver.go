@@ -33,6 +33,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream"
@@ -88,14 +89,18 @@ type Config struct {
 
 // Driver is the PostgreSQL driver. Create it with Open; it is safe for concurrent use.
 type Driver struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	log     *slog.Logger
-	schema  string // current_schema() of the pool's connections
-	channel string // NOTIFY channel of this schema
-	node    string // this process's id; its own notifications are ignored
-	lockCls int32  // advisory-lock class of per-stream locks
-	pathCls int32  // advisory-lock class of per-path locks (stream creation)
+	cfg        Config
+	pool       *pgxpool.Pool
+	log        *slog.Logger
+	schema     string // current_schema() of the pool's connections
+	channel    string // NOTIFY channel of this schema
+	node       string // this process's id; its own notifications are ignored
+	lockCls    int32  // advisory-lock class of per-stream locks
+	subLockCls int32  // advisory-lock class of per-subscription locks
+	pathCls    int32  // advisory-lock class of per-path locks (stream creation)
+
+	// writeRoundTrips counts the round trips of the store's write transactions.
+	writeRoundTrips atomic.Int64
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -187,6 +192,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		d.channel = fmt.Sprintf("foldstream_%08x", uint32(lockKey(d.schema, "channel")))
 	}
 	d.lockCls = lockKey(d.schema, "stream")
+	d.subLockCls = lockKey(d.schema, "subscription")
 	d.pathCls = lockKey(d.schema, "path")
 	d.bg.Add(1)
 	go d.sweepEphemerals()
@@ -210,6 +216,11 @@ func (d *Driver) Schema() string { return d.schema }
 // Pool returns the driver's connection pool (tests and tools).
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
+// WriteRoundTrips returns how many round trips the store's write transactions have taken to the
+// database so far: a statement whose result a write needs costs one, together with every
+// statement queued before it (docs/postgres.md#writes).
+func (d *Driver) WriteRoundTrips() int64 { return d.writeRoundTrips.Load() }
+
 // Exclusive reports false: other processes write the same database, so the store locks and
 // re-reads each stream inside every write.
 func (d *Driver) Exclusive() bool { return false }
@@ -225,13 +236,15 @@ func (d *Driver) Close() error {
 }
 
 // Read runs fn in a read-only REPEATABLE READ transaction: one snapshot of committed data.
+// BEGIN goes to the server together with fn's first statement, so a read costs one round trip
+// per statement plus the closing ROLLBACK.
 func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
-	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	p, err := d.beginPipelineMode(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return d.classify(fmt.Errorf("begin read: %w", err))
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
-	return fn(&readTx{d: d, tx: tx})
+	defer p.rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
+	return fn(&readTx{d: d, tx: p})
 }
 
 // Writer returns the store writer's handle. Each write transaction takes a pooled connection, so

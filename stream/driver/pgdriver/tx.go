@@ -15,14 +15,14 @@ import (
 // readTx implements driver.Reader over a read transaction or the writer's transaction.
 type readTx struct {
 	d  *Driver
-	tx pgx.Tx
+	tx querier
 }
 
 // streamCols selects a stream row; the last column is the durable tail (the larger of the stored
 // base tail and the last record's end), found through the records primary key.
 const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_seconds, s.expires_at_ms,
 	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
-	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation,
+	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation, s.paused,
 	greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)),
 	coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0)`
 
@@ -30,7 +30,7 @@ func scanStream(row pgx.Row) (driver.Stream, error) {
 	var r driver.Stream
 	err := row.Scan(&r.ID, &r.Path, &r.ContentType, &r.State, &r.CreatedMs, &r.TTLSeconds, &r.ExpiresAtMs,
 		&r.LastAccessMs, &r.Closed, &r.ClosedByProducer, &r.ClosedByEpoch, &r.ClosedBySeq, &r.ForkedFrom,
-		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Tail, &r.Highest)
+		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Paused, &r.Tail, &r.Highest)
 	return r, err
 }
 
@@ -38,12 +38,20 @@ func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, 
 	return t.streamByPath(ctx, path)
 }
 
-// StreamByPath in a write transaction: when the path has no stream, it takes the path's advisory
-// lock and looks again before answering ErrNoStream, so of two nodes creating the same stream at
-// once the second waits for the first's commit and then finds its row (instead of failing on the
-// unique path).
+// StreamByPath in a write transaction reads the row, and takes its stream's lock when that is free
+// at once, in one round trip: the store locks the stream and reads the row again right after
+// (docs/postgres.md#writes), and this answers both. When the path has no stream, it takes the
+// path's advisory lock and looks again before answering ErrNoStream, so of two nodes creating the
+// same stream at once the second waits for the first's commit and then finds its row (instead of
+// failing on the unique path).
 func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
-	r, err := t.streamByPath(ctx, path)
+	var r driver.Stream
+	var err error
+	if t.p != nil {
+		r, err = t.lockingStreamByPath(ctx, path)
+	} else {
+		r, err = t.streamByPath(ctx, path)
+	}
 	if err != driver.ErrNoStream {
 		return r, err
 	}
@@ -51,6 +59,49 @@ func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream,
 		return driver.Stream{}, err
 	}
 	return t.streamByPath(ctx, path)
+}
+
+// lockingStreamByPath try-locks the stream at path (a lock that is not free at once is left to
+// LockStream, which avoids deadlocks) and then reads its row, in one round trip. A row read under
+// the lock is kept for the StreamByID that follows it.
+func (t *writeTx) lockingStreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	br, err := t.p.sendAll(ctx,
+		queued{sql: `SELECT id, pg_try_advisory_xact_lock($2::int4, ((id << 32) >> 32)::int4) FROM streams WHERE path = $1`, args: []any{path, t.d.lockCls}},
+		queued{sql: `SELECT ` + streamCols + ` FROM streams s WHERE s.path = $1`, args: []any{path}})
+	if err != nil {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("load stream %q: %w", path, err))
+	}
+	defer br.Close()
+	var id int64
+	var locked bool
+	if err := br.QueryRow().Scan(&id, &locked); err != nil && !isNoRows(err) {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("lock stream %q: %w", path, err))
+	}
+	if locked {
+		t.held[lockID{t.d.lockCls, int32(id)}] = true
+	}
+	r, err := scanStream(br.QueryRow())
+	if isNoRows(err) {
+		return driver.Stream{}, driver.ErrNoStream
+	}
+	if err != nil {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("load stream %q: %w", path, err))
+	}
+	if locked && r.ID == id {
+		t.fresh, t.freshOps = r, t.p.ops
+	}
+	return r, nil
+}
+
+// StreamByID answers from the row StreamByPath just read under the stream's lock when nothing
+// ran since; otherwise it reads the row.
+func (t *writeTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error) {
+	if t.p != nil && t.fresh.ID == id && id != 0 && t.freshOps == t.p.ops {
+		r := t.fresh
+		t.fresh = driver.Stream{}
+		return r, nil
+	}
+	return t.readTx.StreamByID(ctx, id)
 }
 
 func hashPath(path string) uint32 {
@@ -287,18 +338,21 @@ func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream
 
 type writer struct{ d *Driver }
 
-// Begin starts a READ COMMITTED write transaction on a pooled connection. Writers of one stream
-// are serialised by LockStream, so each sees the other's committed rows after taking the lock.
+// Begin starts a READ COMMITTED write transaction on a pooled connection, as a pipeline: BEGIN
+// goes to the server with the transaction's first read. Writers of one stream are serialised by
+// LockStream, so each sees the other's committed rows after taking the lock.
 func (w *writer) Begin(ctx context.Context) (driver.WriteTx, error) {
-	tx, err := w.d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	p, err := w.d.beginPipeline(ctx)
 	if err != nil {
 		return nil, w.d.classify(fmt.Errorf("begin: %w", err))
 	}
-	return &writeTx{readTx: readTx{d: w.d, tx: tx}, held: make(map[lockID]bool)}, nil
+	return &writeTx{readTx: readTx{d: w.d, tx: p}, p: p, held: make(map[lockID]bool)}, nil
 }
 
 type writeTx struct {
 	readTx
+	// p is the transaction's pipeline (nil for a checkpoint write on a plain pgx.Tx).
+	p *pipeline
 	// notes are the notifications queued so far; spMark is their count when the current
 	// savepoint opened, so a rollback to it drops the ones it queued.
 	notes  []driver.Notification
@@ -307,6 +361,10 @@ type writeTx struct {
 	// savepoint opened (a rollback to the savepoint releases the ones taken after it).
 	held     map[lockID]bool
 	heldAtSp map[lockID]bool
+	// fresh is the stream row StreamByPath read under the stream's lock, valid while the
+	// pipeline's ops still equal freshOps (nothing ran since).
+	fresh    driver.Stream
+	freshOps int
 	// wroteInSp reports that the current savepoint changed something.
 	wroteInSp bool
 	inSp      bool
@@ -321,7 +379,7 @@ func (t *writeTx) exec(ctx context.Context, what, query string, args ...any) err
 }
 
 func (t *writeTx) Savepoint(ctx context.Context) error {
-	if _, err := t.tx.Exec(ctx, "SAVEPOINT w"); err != nil {
+	if err := t.p.savepoint(); err != nil {
 		return t.d.classify(fmt.Errorf("savepoint: %w", err))
 	}
 	t.spMark = len(t.notes)
@@ -334,7 +392,7 @@ func (t *writeTx) Savepoint(ctx context.Context) error {
 }
 
 func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
-	if _, err := t.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
+	if err := t.p.rollbackToSavepoint(ctx); err != nil {
 		return t.d.classify(fmt.Errorf("roll back to savepoint: %w", err))
 	}
 	t.notes = t.notes[:t.spMark]
@@ -351,7 +409,7 @@ func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
 }
 
 func (t *writeTx) ReleaseSavepoint(ctx context.Context) error {
-	if _, err := t.tx.Exec(ctx, "RELEASE SAVEPOINT w"); err != nil {
+	if err := t.p.endSavepoint("RELEASE SAVEPOINT w"); err != nil {
 		return t.d.classify(fmt.Errorf("release savepoint: %w", err))
 	}
 	t.inSp = false
@@ -359,23 +417,20 @@ func (t *writeTx) ReleaseSavepoint(ctx context.Context) error {
 }
 
 // Commit sends the queued notifications (delivered by PostgreSQL only if the commit succeeds)
-// and commits. synchronous_commit stays on: the commit is flushed before it returns.
+// and commits, with every statement still queued, in one round trip. synchronous_commit stays
+// on: the commit is flushed before it returns.
 func (t *writeTx) Commit(ctx context.Context) error {
 	if err := t.sendNotes(ctx); err != nil {
 		return err
 	}
-	if err := t.tx.Commit(ctx); err != nil {
+	if err := t.p.commit(ctx); err != nil {
 		return t.d.classify(fmt.Errorf("commit: %w", err))
 	}
 	return nil
 }
 
 func (t *writeTx) Rollback(ctx context.Context) error {
-	err := t.tx.Rollback(ctx)
-	if err != nil && strings.Contains(err.Error(), "tx is closed") {
-		return nil
-	}
-	return err
+	return t.p.rollback(ctx)
 }
 
 // LockStream takes the stream's transaction-scoped advisory lock (Message DB's per-stream
@@ -431,27 +486,27 @@ func (t *writeTx) split(ctx context.Context) error {
 	}
 	inSp := t.inSp
 	if inSp {
-		if _, err := t.tx.Exec(ctx, "RELEASE SAVEPOINT w"); err != nil {
+		if err := t.p.endSavepoint("RELEASE SAVEPOINT w"); err != nil {
 			return t.d.classify(fmt.Errorf("release savepoint: %w", err))
 		}
 	}
 	if err := t.sendNotes(ctx); err != nil {
 		return err
 	}
-	if err := t.tx.Commit(ctx); err != nil {
+	if err := t.p.commit(ctx); err != nil {
 		return t.d.classify(fmt.Errorf("commit: %w", err))
 	}
-	tx, err := t.d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	p, err := t.d.beginPipeline(ctx)
 	if err != nil {
 		return t.d.classify(fmt.Errorf("begin: %w", err))
 	}
-	t.tx = tx
+	t.p, t.tx = p, p
 	t.notes = t.notes[:0]
 	t.spMark = 0
 	t.held = make(map[lockID]bool)
 	t.heldAtSp = make(map[lockID]bool)
 	if inSp {
-		if _, err := t.tx.Exec(ctx, "SAVEPOINT w"); err != nil {
+		if err := t.p.savepoint(); err != nil {
 			return t.d.classify(fmt.Errorf("savepoint: %w", err))
 		}
 	}
@@ -498,6 +553,9 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 	}
 	if u.Incarnation != nil {
 		sets = append(sets, `incarnation = `+arg(*u.Incarnation))
+	}
+	if u.Paused != nil {
+		sets = append(sets, `paused = `+arg(*u.Paused))
 	}
 	if u.Highest != nil {
 		// The unlogged sequence of handed-out offsets (ephemerals included).

@@ -18,7 +18,7 @@ type readTx struct{ q querier }
 // streamCols selects a stream row; the last column is the durable tail.
 const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_seconds, s.expires_at_ms,
 	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
-	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation,
+	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation, s.paused,
 	max(s.tail, coalesce((SELECT max(r.end_pos) FROM records r WHERE r.stream_id = s.id
 		AND r.end_pos <= coalesce(s.hidden_from, 9223372036854775807)), 0))`
 
@@ -26,7 +26,7 @@ func scanStream(row interface{ Scan(...any) error }) (driver.Stream, error) {
 	var r driver.Stream
 	err := row.Scan(&r.ID, &r.Path, &r.ContentType, &r.State, &r.CreatedMs, &r.TTLSeconds, &r.ExpiresAtMs,
 		&r.LastAccessMs, &r.Closed, &r.ClosedByProducer, &r.ClosedByEpoch, &r.ClosedBySeq, &r.ForkedFrom,
-		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Tail)
+		&r.ForkOffset, &r.ForkSubOffset, &r.BaseTail, &r.StreamSeq, &r.Incarnation, &r.Paused, &r.Tail)
 	return r, err
 }
 
@@ -251,6 +251,9 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 	}
 	if u.Incarnation != nil {
 		sets, args = append(sets, `incarnation = ?`), append(args, *u.Incarnation)
+	}
+	if u.Paused != nil {
+		sets, args = append(sets, `paused = ?`), append(args, *u.Paused)
 	}
 	if len(sets) == 0 {
 		return nil

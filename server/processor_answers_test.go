@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/server"
+)
+
+// A processor route has one answer past the end of the stream: it waits the whole timeout, then
+// 504 PROCESS_TIMEOUT with the processor's offset — every time, never a 503 or a message naming
+// another bound.
+func TestProcessorWaitPastTheEndAnswers504WithItsOffset(t *testing.T) {
+	t.Parallel()
+	base, _ := setupProcessors(t)
+	if res, body := httpDo(t, http.MethodPost, base+"/v1/stream/orders", "application/json", `{"type":"order.placed","payload":{"amount":1}}`); res.StatusCode/100 != 2 {
+		t.Fatalf("append: %d %s", res.StatusCode, body)
+	}
+	for i := range 4 {
+		start := time.Now()
+		res, body := httpDo(t, http.MethodGet, base+"/v1/processor/totals/orders?waitUntilProcessed=999&timeout=300ms", "", "")
+		wantCoded(t, "wait past the end", res, body, http.StatusGatewayTimeout, foldstream.CodeProcessTimeout)
+		if got := time.Since(start); got < 300*time.Millisecond {
+			t.Fatalf("try %d: answered after %v, before the 300ms timeout", i, got)
+		}
+		if off := res.Header.Get(server.HeaderProcessorOffset); off == "" {
+			t.Fatalf("try %d: no %s header (body %s)", i, server.HeaderProcessorOffset, body)
+		}
+	}
+}
+
+// A snapshot covers every append that returned before the request, whatever the processor
+// consumes: its offset is at least the last append's, even when the processor consumes none of
+// the later events.
+func TestProcessorSnapshotCoversEveryReturnedAppend(t *testing.T) {
+	t.Parallel()
+	base, h := setupProcessors(t)
+	httpDo(t, http.MethodPost, base+"/v1/stream/orders", "application/json", `{"type":"order.placed","payload":{"amount":2}}`)
+	if _, err := h.Snapshot(t.Context(), "/orders", "totals"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if res, body := httpDo(t, http.MethodPost, base+"/v1/stream/orders", "application/json", `{"type":"not.consumed"}`); res.StatusCode/100 != 2 {
+			t.Fatalf("append: %d %s", res.StatusCode, body)
+		}
+	}
+	info, err := h.Store().HeadStream(t.Context(), "/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body := httpDo(t, http.MethodGet, base+"/v1/processor/totals/orders", "", "")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("snapshot: %d %s", res.StatusCode, body)
+	}
+	var snap struct {
+		Offset int64 `json:"offset"`
+	}
+	if err := json.Unmarshal([]byte(body), &snap); err != nil {
+		t.Fatal(err)
+	}
+	if snap.Offset < info.Tail {
+		t.Fatalf("snapshot offset %d, want at least %d (the last append's)", snap.Offset, info.Tail)
+	}
+}
+
+// A processor route on a stream that does not exist answers 404 STREAM_NOT_FOUND, whether or not
+// a processor is registered on that path.
+func TestProcessorRouteOnAMissingStreamIsStreamNotFound(t *testing.T) {
+	t.Parallel()
+	base, _ := setupProcessors(t)
+	for _, route := range []string{"/v1/processor/totals/absent", "/v1/processor/nope/absent"} {
+		res, body := httpDo(t, http.MethodGet, base+route, "", "")
+		wantCoded(t, route, res, body, http.StatusNotFound, foldstream.CodeStreamNotFound)
+	}
+}

@@ -1,0 +1,70 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/storeopen"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// The pause rules themselves run on both drivers in stream/driver/drivertest (RunPause); these
+// check that the state is durable beyond one store's memory.
+
+func pauseInput(reason string) foldstream.EventInput {
+	return foldstream.EventInput{Type: foldstream.TypeStreamPaused, Payload: foldstream.JSON(map[string]string{"reason": reason})}
+}
+
+// S-08: the pause is part of the stream's durable state, not of the writer's memory.
+func TestPauseSurvivesReopeningTheStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	s, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "/p", foldstream.EventInput{Type: "a"}, pauseInput("disk swap")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Append(ctx, "/p", foldstream.EventInput{Type: "b"}); !errors.Is(err, foldstream.ErrStreamPaused) || err.Error() != "stream paused: disk swap" {
+		t.Fatalf("append after reopen: got %v, want STREAM_PAUSED with the reason", err)
+	}
+	if _, err := s.Append(ctx, "/p", foldstream.EventInput{Type: foldstream.TypeStreamResumed}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Append(ctx, "/p", foldstream.EventInput{Type: "b"}); err != nil || got[0].Offset != 4 {
+		t.Fatalf("append after resume: got %+v %v, want offset 4", got, err)
+	}
+}
+
+// S-08 on PostgreSQL: a pause written by one node refuses the next append on another.
+func TestPauseOnOneNodeRefusesAppendsOnAnother(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	a, b := openPG(t, url), openPG(t, url)
+	if _, err := b.Append(ctx, "/p", foldstream.EventInput{Type: "warm"}); err != nil {
+		t.Fatal(err) // b caches the stream before a pauses it
+	}
+	if _, err := a.Append(ctx, "/p", pauseInput("node a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "/p", foldstream.EventInput{Type: "x"}); !errors.Is(err, foldstream.ErrStreamPaused) {
+		t.Fatalf("append on the other node: got %v, want STREAM_PAUSED", err)
+	}
+	if _, err := b.Append(ctx, "/p", foldstream.EventInput{Type: foldstream.TypeStreamResumed}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Append(ctx, "/p", foldstream.EventInput{Type: "x"}); err != nil || got[0].Offset != 4 {
+		t.Fatalf("append after the resume: got %+v %v, want offset 4", got, err)
+	}
+}
