@@ -151,3 +151,32 @@ func TestMetricsElsewhereLeaveTheMainAddress(t *testing.T) {
 		t.Fatalf("metrics on their own address: %d\n%s", res.StatusCode, text)
 	}
 }
+
+// BenchmarkMetricsOverhead serves HEAD requests in process (no network) with and without
+// metrics, so the difference is the cost of counting one request.
+func BenchmarkMetricsOverhead(b *testing.B) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for _, bc := range []struct {
+		name string
+		m    *server.Metrics
+	}{{"off", nil}, {"on", server.NewMetrics()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := server.New(st, server.Config{Logger: quiet, Metrics: bc.m})
+			put := httptest.NewRequest("PUT", "http://127.0.0.1/v1/stream/b", nil)
+			put.Header.Set("Content-Type", "text/plain")
+			srv.ServeHTTP(httptest.NewRecorder(), put)
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, httptest.NewRequest("HEAD", "http://127.0.0.1/v1/stream/b", nil))
+				if rec.Code != 200 {
+					b.Fatalf("HEAD: %d", rec.Code)
+				}
+			}
+		})
+	}
+}
