@@ -469,9 +469,10 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 }
 
 // DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
-// pipelined request that overtook its predecessor on loopback or a LAN, short enough that a real
-// gap is still answered promptly.
-const DefaultProducerReorderWait = 25 * time.Millisecond
+// pipelined request that overtook its predecessor on loopback or a LAN even on a loaded machine
+// (where the predecessor's connection may not be served for tens of milliseconds), short enough
+// that a real gap — a lost request, which its producer resends anyway — is still answered promptly.
+const DefaultProducerReorderWait = 200 * time.Millisecond
 
 // appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
 // stream's id, so AppendRecord can wait for the missing seqs.
