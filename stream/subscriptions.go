@@ -948,6 +948,7 @@ func (s *Store) StepSubscription(ctx context.Context, id string, hints []string)
 		if err != nil || !ok {
 			return err
 		}
+		before, _ := json.Marshal(sub.St)
 		now := t.now.UnixMilli()
 		expireLease(sub, now)
 		tails, err := refresh(t, sub, hints)
@@ -975,6 +976,9 @@ func (s *Store) StepSubscription(ctx context.Context, id string, hints []string)
 		}
 		if next != 0 {
 			step.Next = time.UnixMilli(next)
+		}
+		if after, _ := json.Marshal(sub.St); string(after) == string(before) {
+			return nil // a pass that changed nothing writes nothing
 		}
 		return saveSub(t, sub)
 	})
