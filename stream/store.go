@@ -100,6 +100,8 @@ type Store struct {
 	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
 	ws writerState
 
+	arriving arrivals // producer requests in flight (inflight.go)
+
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
