@@ -87,3 +87,29 @@ func TestErrorCodesComeFromTheServerElseFromTheStatus(t *testing.T) {
 		}
 	})
 }
+
+// A URL in a message is readable and shows no credentials: no user information, no value of a
+// credential-like query parameter.
+func TestRedactURLShowsNoCredentials(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://ivan:secret@host:1/v1/stream/carts%2Fivan?offset=-1&token=secret": "http://host:1/v1/stream/carts/ivan?offset=-1&token=REDACTED",
+		"https://h/v1/stream/a%20b?access_key=secret&live=sse":                    "https://h/v1/stream/a b?access_key=REDACTED&live=sse",
+		"http://h/v1/stream/x?X-Amz-Signature=secret":                             "http://h/v1/stream/x?X-Amz-Signature=REDACTED",
+		"http://h/%zz?token=secret":                                               "(unparsable URL)",
+	} {
+		if got := client.RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	s, err := client.NewStream("http://ivan:secret@h/v1/stream/x?token=secret", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(s.String(), "secret") {
+		t.Errorf("Stream.String() = %q shows the credentials", s.String())
+	}
+	e := &client.Error{Code: client.CodeUnauthorized, Status: 401, URL: "http://ivan:secret@h/v1/stream/x?token=secret"}
+	if strings.Contains(e.Error(), "secret") {
+		t.Errorf("Error() = %q shows the credentials", e.Error())
+	}
+}

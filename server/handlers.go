@@ -199,6 +199,9 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 			return
 		}
 		req.Producer = &stream.ProducerHeaders{ID: id, Epoch: epoch, Seq: seq}
+		// Known to be arriving before its body is read, so a later seq that overtakes it waits
+		// for it rather than answering a gap (docs/store.md#idempotent-producers).
+		defer s.st.ProducerArriving(name, id, epoch, seq)()
 	}
 	if v := h.Get(HeaderExpectedOffset); v != "" {
 		pos, now, err := ParseOffset(strings.TrimSpace(v))
@@ -215,6 +218,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 	defer release()
+	received := len(body)
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
 	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
 		var ferr *foldstream.Error
@@ -238,6 +242,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		s.writeStoreError(w, r, err)
 		return
 	}
+	s.metrics.appended(received)
 	out := w.Header()
 	out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Tail))
 	if res.Closed {

@@ -411,14 +411,16 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	}
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
-	// resend), the later request waits up to Options.ProducerReorderWait for commits to the stream and
-	// tries again; a gap that is still there after the wait is answered as usual (docs/store.md#idempotent-producers).
+	// resend), the later request waits for commits to the stream and tries again: as long as a
+	// missing seq is arriving (inflight.go), else up to Options.ProducerReorderWait; a gap that is
+	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	if r := s.planSliced(req, msgs, msgErr); r != nil {
 		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
 			return res, err
 		}
 	}
 	var deadline time.Time
+	renewals := 0
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
@@ -450,7 +452,15 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 		case <-gapWake:
 			stop()
 		case <-expired:
-			return res, err
+			// The wait ran out: the gap is answered, unless a missing seq is still arriving
+			// (inflight.go); then the wait is renewed, up to maxArrivingWait in all.
+			expected, ok := dataInt64(err, DataExpectedSeq)
+			if !ok || renewals >= int(maxArrivingWait/s.opts.ProducerReorderWait) ||
+				!s.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
+				return res, err
+			}
+			renewals++
+			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
 		case <-ctx.Done():
 			stop()
 			return res, err
@@ -459,9 +469,10 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 }
 
 // DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
-// pipelined request that overtook its predecessor on loopback or a LAN, short enough that a real
-// gap is still answered promptly.
-const DefaultProducerReorderWait = 25 * time.Millisecond
+// pipelined request that overtook its predecessor on loopback or a LAN even on a loaded machine
+// (where the predecessor's connection may not be served for tens of milliseconds), short enough
+// that a real gap — a lost request, which its producer resends anyway — is still answered promptly.
+const DefaultProducerReorderWait = 200 * time.Millisecond
 
 // appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
 // stream's id, so AppendRecord can wait for the missing seqs.

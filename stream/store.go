@@ -100,11 +100,14 @@ type Store struct {
 	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
 	ws writerState
 
+	arriving arrivals // producer requests in flight (inflight.go)
+
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
-	ev      *eventView   // the event view's in-memory state (events.go)
-	commits atomic.Int64 // group commits; benchmarks report events per commit
+	ev        *eventView   // the event view's in-memory state (events.go)
+	commits   atomic.Int64 // group commits; benchmarks report events per commit
+	observers commitObservers
 
 	// feeds order publishing on a shared database (feed.go).
 	feeds feedSet
