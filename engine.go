@@ -1031,7 +1031,9 @@ func (r *eventRun) recordLoopLimit(ctx context.Context, cause *Cause) error {
 	fact := EventInput{Type: LoopLimitType,
 		Payload:        JSON(map[string]any{"chain": cause.Chain, "limit": r.loopLimit}),
 		Source:         &Source{Cause: cause},
-		IdempotencyKey: "itx/loop-limit:" + cause.Chain}
+		// In the processor namespace, which HTTP writers cannot take: nobody can wedge the
+		// fact with a conflicting event under its key.
+		IdempotencyKey: processorKey("loop-limit:" + cause.Chain)}
 	if _, err := r.stream.Append(ctx, fact); err != nil {
 		return err
 	}
