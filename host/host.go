@@ -285,6 +285,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	var slots []*slot
 	var parked []chan struct{}
 	for _, sl := range h.slots {
+		sl.stopRetryLocked()
 		switch sl.state {
 		case slotOpen:
 			sl.state = slotClosing

@@ -73,6 +73,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		if sl.parked != nil {
 			return false, sl.parked
 		}
+		if sl.failing != nil {
+			return false, failingError(sl.key, sl.failing)
+		}
 		return false, nil
 	}
 	fail := func(err error) (bool, error) {
@@ -104,6 +107,11 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		case <-sl.caughtUp:
 		case <-ctx.Done():
 			return fail(context.Cause(ctx))
+		}
+		// A failing processor answers at once: moving its cursor would run the failing event
+		// again, outside its backoff.
+		if retry, perr := check(); retry || perr != nil {
+			return retry, perr
 		}
 		// Read-your-writes by offset: commits the processor does not consume ride inside its next
 		// push, so its cursor may lag appends that returned before the call. Everything it

@@ -68,6 +68,11 @@ type slot struct {
 	dirty    bool
 	needWake atomic.Bool // opened for a read: the first durable push wakes the stream
 	parked   error
+	// failing is set while the engine's ProcessEvent keeps failing (host/failing.go); retryStop
+	// cancels its armed retry, failKey names the failure last logged in full.
+	failing   *foldstream.ProcessorFailure
+	retryStop func() bool
+	failKey   string
 	streamID int64 // the stream's identity when the engine opened (StreamInfo.ID)
 	stale    bool  // the stream was deleted and created again: the engine follows a dead stream
 }
@@ -346,6 +351,11 @@ func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
 				h.log.Warn("host: waking a stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
+		if h.isFailing(sl) {
+			// Its retry reads these events from the log; pushing them now would only run the
+			// failing event again, outside the backoff.
+			return nil
+		}
 		err := r.ProcessEventBatch(ctx, events, rg)
 		if ctx.Err() == nil {
 			h.failed(sl, "push", err)
@@ -364,6 +374,12 @@ func (h *Host) failed(sl *slot, what string, err error) {
 	if errors.Is(err, foldstream.ErrIdempotencyConflict) {
 		h.park(sl, err)
 		return
+	}
+	if pf, ok := sl.runner.(processFailer); ok {
+		if f := pf.ProcessFailure(); f != nil {
+			h.failing(sl, f)
+			return
+		}
 	}
 	h.log.Warn("host: processor "+what+" failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 }
@@ -387,6 +403,7 @@ func (h *Host) park(sl *slot, cause error) {
 		h.mu.Unlock()
 		return
 	}
+	sl.stopRetryLocked()
 	sl.state = slotParked
 	sl.parked = parkedError(sl.key, cause)
 	if sl.elem != nil {
@@ -434,6 +451,7 @@ func (h *Host) makeRoom(ctx context.Context) {
 
 // beginCloseLocked takes an idle open slot out of service. h.mu held.
 func (h *Host) beginCloseLocked(sl *slot) {
+	sl.stopRetryLocked()
 	sl.state = slotClosing
 	h.lru.Remove(sl.elem)
 	sl.elem = nil
@@ -685,6 +703,7 @@ func (h *Host) recreated(sl *slot) {
 		return
 	}
 	wasParked := sl.state == slotParked
+	sl.stopRetryLocked()
 	sl.stale, sl.state = true, slotClosing
 	if sl.elem != nil {
 		h.lru.Remove(sl.elem)
@@ -782,3 +801,11 @@ func (h *Host) wokenAlready(path string, id int64) bool {
 
 // markWoken records that this host woke the stream with id at path.
 func (h *Host) markWoken(path string, id int64) { h.woken.Store(path, id) }
+
+// stopRetryLocked cancels sl's armed retry, if any. h.mu held.
+func (sl *slot) stopRetryLocked() {
+	if sl.retryStop != nil {
+		sl.retryStop()
+		sl.retryStop = nil
+	}
+}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,23 @@ func TestProcessorRouteOnAMissingStreamIsStreamNotFound(t *testing.T) {
 	for _, route := range []string{"/v1/processor/totals/absent", "/v1/processor/nope/absent"} {
 		res, body := httpDo(t, http.MethodGet, base+route, "", "")
 		wantCoded(t, route, res, body, http.StatusNotFound, foldstream.CodeStreamNotFound)
+	}
+}
+
+// A failing processor's routes answer 503 PROCESSOR_FAILING with the failure in the body and a
+// Retry-After until the host's next retry.
+func TestFailingProcessorRouteAnswers503WithTheReason(t *testing.T) {
+	t.Parallel()
+	failing := foldstream.NewError(foldstream.CodeProcessorFailing, map[string]any{"offset": int64(4), "attempts": 2,
+		"nextRetry": time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)},
+		"host: processor \"p\" on \"/orders\" is failing at offset 4 (PROCESS_EVENT_FAILED: panic: boom)")
+	url := serveStuck(t, stuckProcessors{err: failing})
+	res, body := request(t, "GET", url+"/v1/processor/p/orders", "")
+	wantCoded(t, "failing", res, body, http.StatusServiceUnavailable, foldstream.CodeProcessorFailing)
+	if ra := res.Header.Get("Retry-After"); ra != "3" && ra != "4" {
+		t.Fatalf("Retry-After %q, want the seconds until the next retry (3)", ra)
+	}
+	if !strings.Contains(body, "failing at offset 4") {
+		t.Fatalf("body %q does not say what fails where", body)
 	}
 }
