@@ -135,5 +135,3 @@ func failingError(key procKey, f *foldstream.ProcessorFailure) *foldstream.Error
 		Retryable: true,
 	}
 }
-
-

@@ -73,8 +73,8 @@ type slot struct {
 	failing   *foldstream.ProcessorFailure
 	retryStop func() bool
 	failKey   string
-	streamID int64 // the stream's identity when the engine opened (StreamInfo.ID)
-	stale    bool  // the stream was deleted and created again: the engine follows a dead stream
+	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
+	stale     bool  // the stream was deleted and created again: the engine follows a dead stream
 }
 
 func newSlot(key procKey, reg *registration) *slot {
