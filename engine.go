@@ -53,6 +53,10 @@ type EngineConfig struct {
 	// CodeID names the code the engine runs (a build): deaths of work under another CodeID are
 	// not counted against this one. Used only with KeyValue.
 	CodeID string
+	// LoopLimit is the deepest cause chain an emit may extend (docs/engine.md#cause-chains): an
+	// emit deeper than it is not appended; the loop-limit fact is recorded instead. Defaults to
+	// DefaultLoopLimit (32).
+	LoopLimit int
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -62,6 +66,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	}
 	if c.Reporter == nil {
 		c.Reporter = SlogReporter(c.Logger)
+	}
+	if c.LoopLimit <= 0 {
+		c.LoopLimit = DefaultLoopLimit
 	}
 	return c
 }
@@ -190,6 +197,7 @@ type Engine[S any] struct {
 	revivesWhileBusy int
 	kv               KeyValue
 	codeID           string
+	loopLimit        int
 	workFailed       *Error // PERMANENT_FAILURE judged at construction; cleared by the next event
 	skips            skipState
 	failure          *ProcessEventError // the last ProcessEvent failure since a range committed
@@ -218,7 +226,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID,
+		clock: cfg.Clock, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
@@ -638,10 +646,10 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		state, changed, payload = next, ch, typed
 	}
 	run := &eventRun{ctx: ctx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.emits, event: ev, background: e.runInBackground}
+		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
-	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil {
+	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
 		run.mu.Lock()
 		run.settled = true
 		run.mu.Unlock()
@@ -987,6 +995,7 @@ type eventRun struct {
 	version    string
 	emits      []string
 	event      *Event
+	loopLimit  int
 	background func(ctx context.Context, work func(context.Context) error)
 
 	mu       sync.Mutex
@@ -1001,17 +1010,35 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
 		}
 	}
+	cause := causeAfter(r.event)
+	if cause != nil && cause.Depth > r.loopLimit && len(events) > 0 {
+		return nil, r.recordLoopLimit(ctx, cause)
+	}
 	stamped := make([]EventInput, len(events))
 	for i, ev := range events {
 		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
 		if r.event != nil {
 			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
 		}
-		ev.Source = &Source{Processor: ps}
+		ev.Source = &Source{Processor: ps, Cause: cause}
 		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
 		stamped[i] = ev
 	}
 	return r.stream.Append(ctx, stamped...)
+}
+
+// recordLoopLimit appends the loop-limit fact of cause's chain — once per chain: its idempotency
+// key and body depend on the chain and the limit only, so every processor that reaches the limit on
+// the chain, and every retry, names the same event — and returns the recorded LOOP_LIMIT.
+func (r *eventRun) recordLoopLimit(ctx context.Context, cause *Cause) error {
+	fact := EventInput{Type: LoopLimitType,
+		Payload:        JSON(map[string]any{"chain": cause.Chain, "limit": r.loopLimit}),
+		Source:         &Source{Cause: cause},
+		IdempotencyKey: "itx/loop-limit:" + cause.Chain}
+	if _, err := r.stream.Append(ctx, fact); err != nil {
+		return err
+	}
+	return loopLimitError(r.slug, cause, r.loopLimit)
 }
 
 func (r *eventRun) block(work func(context.Context) error) {
@@ -1038,7 +1065,7 @@ func (r *eventRun) drain() error {
 		}
 		work := r.blockers[i]
 		r.mu.Unlock()
-		if err := callGuarded(func() error { return work(r.ctx) }); err != nil {
+		if err := callGuarded(func() error { return work(r.ctx) }); err != nil && !isRecordedLoopLimit(err) {
 			r.mu.Lock()
 			r.settled = true
 			r.mu.Unlock()

@@ -95,6 +95,18 @@ const (
 	// CodeStoreSchema: the store's database uses a schema this foldstream does not know (written
 	// by a newer version, or not a foldstream store); Open fails and says what to do.
 	CodeStoreSchema Code = "STORE_SCHEMA"
+	// CodeSubscriptionNotFound: no subscription has this id (it was never created, or was
+	// deleted) (404).
+	CodeSubscriptionNotFound Code = "SUBSCRIPTION_NOT_FOUND"
+	// CodeFenced: a callback, ack or release names a wake (wake id and generation) that is no
+	// longer the subscription's current one, or whose lease ran out; it changed nothing (409).
+	CodeFenced Code = "FENCED"
+	// CodeAlreadyClaimed: another worker holds the subscription's lease; its data names the
+	// current holder and generation (409).
+	CodeAlreadyClaimed Code = "ALREADY_CLAIMED"
+	// CodeWebhookURLRejected: a subscription's webhook URL is not allowed (not https, or a
+	// loopback, private or link-local target the server does not allow) (400).
+	CodeWebhookURLRejected Code = "WEBHOOK_URL_REJECTED"
 )
 
 // Error codes of the HTTP server's own refusals, for requests that never reach a stream.

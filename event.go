@@ -69,6 +69,19 @@ type Source struct {
 	Grant     string           `json:"grant,omitempty"`
 	// Platform is only ever true: the platform vouches for the event.
 	Platform bool `json:"platform,omitempty"`
+	// Origin is the path of the stream the event was appended to (docs/engine.md#cause-chains):
+	// the stream stamps it when a source is present without one.
+	Origin string `json:"origin,omitempty"`
+	// Cause places a processor's emit in its cause chain; the engine stamps it.
+	Cause *Cause `json:"cause,omitempty"`
+}
+
+// Cause is an emitted event's place in its cause chain (docs/engine.md#cause-chains): the chain is
+// named after the event that started it ("<path>@<offset>"), and depth counts the emits between
+// that event and this one (1 for a direct reaction to it).
+type Cause struct {
+	Chain string `json:"chain"`
+	Depth int    `json:"depth"`
 }
 
 // ScheduleSource says a schedule produced the event.

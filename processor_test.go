@@ -580,7 +580,8 @@ func TestEventlessEmitProvenance(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("pinged: %d", len(got))
 	}
-	eq(t, "source", *got[0].Source, foldstream.Source{Processor: &foldstream.ProcessorSource{Slug: "pinger", Version: "3"}})
+	// No cause in an eventless pass; the stream stamps the origin (docs/engine.md#cause-chains).
+	eq(t, "source", *got[0].Source, foldstream.Source{Processor: &foldstream.ProcessorSource{Slug: "pinger", Version: "3"}, Origin: "/"})
 	if slices.ContainsFunc(mem.Events(), func(e foldstream.Event) bool { return e.Type == "undeclared" }) {
 		t.Error("an undeclared type was appended")
 	}

@@ -58,6 +58,11 @@ const (
 	CodeMethodNotAllowed    Code = "METHOD_NOT_ALLOWED"       // 405: the route does not take the method
 	CodeRequestTimeout      Code = "REQUEST_TIMEOUT"          // 408: the body did not arrive in time
 	CodeInternal            Code = "INTERNAL"                 // 500: a fault of the server
+
+	CodeSubscriptionNotFound Code = "SUBSCRIPTION_NOT_FOUND" // 404: no subscription has the id
+	CodeFenced               Code = "FENCED"                 // 409: the wake is no longer the subscription's current one
+	CodeAlreadyClaimed       Code = "ALREADY_CLAIMED"        // 409: another worker holds the subscription's lease
+	CodeWebhookURLRejected   Code = "WEBHOOK_URL_REJECTED"   // 400: the webhook URL targets a refused address
 )
 
 // Codes of the client's own, for failures no server reported.
@@ -205,6 +210,11 @@ var (
 	ErrMethodNotAllowed    = &Error{Code: CodeMethodNotAllowed}
 	ErrRequestTimeout      = &Error{Code: CodeRequestTimeout}
 	ErrInternal            = &Error{Code: CodeInternal}
+
+	ErrSubscriptionNotFound = &Error{Code: CodeSubscriptionNotFound}
+	ErrFenced               = &Error{Code: CodeFenced}
+	ErrAlreadyClaimed       = &Error{Code: CodeAlreadyClaimed}
+	ErrWebhookURLRejected   = &Error{Code: CodeWebhookURLRejected}
 
 	ErrRateLimited      = &Error{Code: CodeRateLimited}
 	ErrUnsupported      = &Error{Code: CodeUnsupported}

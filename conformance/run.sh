@@ -34,7 +34,7 @@ trap cleanup EXIT
 run_suite() {
 	# Port 0: the kernel picks a free port; serve prints the address once it is listening.
 	: >"$work/server.out"
-	"$work/foldstream" serve --addr 127.0.0.1:0 --db "$1" --long-poll-timeout 500ms \
+	"$work/foldstream" serve --addr 127.0.0.1:0 --db "$1" --long-poll-timeout 500ms --allow-loopback-webhooks \
 		--log-level "${FOLDSTREAM_LOG_LEVEL:-warn}" >"$work/server.out" 2>"$work/server.log" &
 	server_pid=$!
 	url=""

@@ -86,6 +86,9 @@ type Config struct {
 	// (docs/store.md#work-that-keeps-dying); a new CodeID — a new build — starts the count afresh.
 	// Defaults to BuildCodeID().
 	CodeID string
+	// LoopLimit is the deepest cause chain a processor's emit may extend
+	// (docs/engine.md#cause-chains). Defaults to foldstream.DefaultLoopLimit (32).
+	LoopLimit int
 }
 
 // BuildCodeID identifies the running binary's build: its main module's version and, when the

@@ -80,8 +80,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S]) *re
 			Reporter:    h.cfg.Reporter,
 			Logger:      h.log,
 			// The work-started marker lives beside the checkpoint (docs/engine.md#work-that-keeps-dying).
-			KeyValue: foldstream.CheckpointKeyValue(cps, reg.slug),
-			CodeID:   h.cfg.CodeID,
+			KeyValue:  foldstream.CheckpointKeyValue(cps, reg.slug),
+			CodeID:    h.cfg.CodeID,
+			LoopLimit: h.cfg.LoopLimit,
 		})
 	}
 	return reg

@@ -29,11 +29,18 @@ const (
 	OpProcessorRead Operation = "processor-read"
 	// OpList lists streams (the listing route); the path is the prefix listed, "/" for all.
 	OpList Operation = "list"
+	// OpSubscribe changes a subscription — create, delete, link or unlink streams — or claims
+	// its wake (PUT, DELETE, POST under {prefix}__ds/subscriptions/); the path is
+	// "/__ds/subscriptions/<id>". Reading a subscription or the signing keys is an OpRead.
+	OpSubscribe Operation = "subscribe"
+	// OpWake is a wake's callback, ack or release: the request's bearer token is the wake's own
+	// token, which the subscription checks; the path is "/__ds/subscriptions/<id>".
+	OpWake Operation = "wake"
 )
 
 // Writes reports whether op changes data (append, create, delete).
 func (op Operation) Writes() bool {
-	return op == OpAppend || op == OpCreate || op == OpDelete
+	return op == OpAppend || op == OpCreate || op == OpDelete || op == OpSubscribe || op == OpWake
 }
 
 // AuthorizeFunc decides whether request r may perform op on the stream at path (the store path,
@@ -134,6 +141,9 @@ func (t *BearerTokens) Len() int { return len(t.tokens) }
 // Authorize is an AuthorizeFunc: a request without a known bearer token is UNAUTHORIZED; a
 // read-scoped token asking for a write is FORBIDDEN.
 func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*foldstream.Principal, error) {
+	if op == OpWake {
+		return nil, nil // the bearer is the wake's token, checked by the subscription itself
+	}
 	tok, ok := parseBearer(r.Header.Values("Authorization"))
 	if !ok {
 		return nil, errUnauthorized

@@ -199,6 +199,9 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 			return
 		}
 		req.Producer = &stream.ProducerHeaders{ID: id, Epoch: epoch, Seq: seq}
+		// Known to be arriving before its body is read, so a later seq that overtakes it waits
+		// for it rather than answering a gap (docs/store.md#idempotent-producers).
+		defer s.st.ProducerArriving(name, id, epoch, seq)()
 	}
 	if v := h.Get(HeaderExpectedOffset); v != "" {
 		pos, now, err := ParseOffset(strings.TrimSpace(v))

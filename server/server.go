@@ -162,6 +162,20 @@ type Config struct {
 	// DefaultIdleTimeout (2 min).
 	IdleTimeout time.Duration
 
+	// AllowLoopbackWebhooks lets webhook subscriptions target loopback addresses (localhost,
+	// 127.0.0.0/8, ::1), over http too: for development and tests, where receivers run on the same
+	// machine. Private, link-local and other local network targets are refused regardless
+	// (docs/server.md#webhook-url-validation).
+	AllowLoopbackWebhooks bool
+	// WebhookTimeout bounds one webhook delivery attempt. Defaults to DefaultWebhookTimeout (10 s).
+	WebhookTimeout time.Duration
+	// MaxWebhookConcurrency caps the webhook attempts in flight at once. Defaults to
+	// DefaultMaxWebhookConcurrency (16).
+	MaxWebhookConcurrency int
+	// NodeID names this server as the holder of the subscription-delivery lease when several
+	// servers share a database. Defaults to a random name per server.
+	NodeID string
+
 	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
 	// (docs/console.md). The stream listing routes stay.
 	DisableConsole bool
@@ -234,6 +248,8 @@ type Server struct {
 	bodyBytes   atomic.Int64
 
 	console *console.Handler // nil with Config.DisableConsole
+
+	subs *deliverer // subscription delivery (webhooks.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -303,7 +319,15 @@ func New(st *stream.Store, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.WebhookTimeout <= 0 {
+		cfg.WebhookTimeout = DefaultWebhookTimeout
+	}
+	if cfg.MaxWebhookConcurrency <= 0 {
+		cfg.MaxWebhookConcurrency = DefaultMaxWebhookConcurrency
+	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	srv.subs = newDeliverer(srv)
+	srv.subs.start()
 	if !cfg.DisableConsole {
 		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
 		if cfg.Processors != nil {
@@ -388,13 +412,19 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for this path; streams are under "+s.cfg.Prefix)
 		return
 	}
+	name := strings.TrimPrefix(p, s.cfg.Prefix)
+	// Reserved subscription APIs are routed before streams so they can never be created as
+	// streams (docs/server.md#subscriptions).
+	if rest, ok := strings.CutPrefix(name, "__ds/"); ok || name == "__ds" {
+		s.serveReserved(w, r, rest)
+		return
+	}
 	op := methodOp(r.Method)
 	if op == "" {
 		w.Header().Set("Allow", allowedMethods)
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
-	name := strings.TrimPrefix(p, s.cfg.Prefix)
 	if name == "" {
 		writeError(w, http.StatusNotFound, "name a stream after "+s.cfg.Prefix)
 		return
@@ -407,12 +437,6 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	principal, ok := s.authorize(w, r, op, path)
 	if !ok {
-		return
-	}
-	// Reserved subscription APIs are routed before streams so they can never be created as
-	// streams (docs/server.md#streams); foldstream does not implement them yet.
-	if name == "__ds" || strings.HasPrefix(name, "__ds/") {
-		writeError(w, http.StatusNotFound, "reserved path: subscription APIs are not supported by this server")
 		return
 	}
 	switch op {

@@ -241,7 +241,7 @@ func TestBadRequestsAre4xxWithCommonHeaders(t *testing.T) {
 		{"POST", "/v1/stream/b", map[string]string{"Content-Type": "text/plain", "Producer-Id": "p", "Producer-Epoch": "1e3", "Producer-Seq": "0"}, "x", 400},
 		{"POST", "/v1/stream/b", map[string]string{"Content-Type": "text/plain"}, strings.Repeat("x", 17), 413},
 		{"POST", "/v1/stream/missing", map[string]string{"Content-Type": "text/plain"}, "x", 404},
-		{"PUT", "/v1/stream/__ds/subscriptions/x", nil, "", 404},
+		{"PUT", "/v1/stream/__ds/subscriptions/x", nil, "", 400}, // a subscription needs its JSON body
 		{"PATCH", "/v1/stream/b", nil, "", 405},
 		{"GET", "/elsewhere", nil, "", 404},
 	}

@@ -81,6 +81,8 @@ func (s *Store) Append(ctx context.Context, path string, inputs ...foldstream.Ev
 	if len(inputs) == 0 {
 		return nil, nil
 	}
+	// A source without an origin gets the stream's path (docs/engine.md#cause-chains).
+	inputs = foldstream.StampOrigin(path, inputs)
 	prepared, err := prepareInputs(inputs)
 	if err != nil {
 		return nil, err

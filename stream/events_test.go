@@ -68,6 +68,7 @@ func TestAppendEventTooLarge(t *testing.T) {
 
 // read is durable-only by default; with IncludeEphemeral the ring merges under the log's
 // proof; a cut page carries only the ephemerals inside its span.
+// S-04 (docs/engine.md#acceptance-cases).
 func TestReadEphemeralMerge(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -94,6 +95,7 @@ func TestReadEphemeralMerge(t *testing.T) {
 
 // a refused batch leaves no phantom in the ring; the ring is bounded to 1 MiB oldest first;
 // an oversize ephemeral is kept alone.
+// S-05 (docs/engine.md#acceptance-cases).
 func TestEphemeralRing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -138,6 +140,7 @@ func TestEphemeralRing(t *testing.T) {
 }
 
 // an empty append is a no-op; append never prepends a wake record.
+// S-06 (docs/engine.md#acceptance-cases).
 func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -159,6 +162,7 @@ func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 
 // the birth batch is created@1 + woken@2 in one batch; later incarnations append one woken
 // with the reason; a second wake in the same incarnation appends nothing.
+// S-07 (docs/engine.md#acceptance-cases).
 func TestWakeRecords(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/w.db"
@@ -212,6 +216,7 @@ func TestWakeRecords(t *testing.T) {
 }
 
 // an ephemeral-only append writes nothing and runs no SQL.
+// S-09 (docs/engine.md#acceptance-cases).
 func TestEphemeralOnlyRunsNoSQL(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -234,6 +239,7 @@ func TestEphemeralOnlyRunsNoSQL(t *testing.T) {
 
 // offsets are reused across incarnations: dead ephemerals 4 and 5 are reused by woken@4 and
 // a durable @5.
+// S-10 (docs/engine.md#acceptance-cases).
 func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/r.db"
@@ -265,6 +271,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 }
 
 // the read proof stops at the durable mark, whatever ephemerals took offsets above it.
+// S-11 (docs/engine.md#acceptance-cases).
 func TestReadProofStopsAtDurableMark(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -332,6 +339,7 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 
 // idempotency: same key and body echo the existing event; a different body refuses the whole
 // batch with the spec's message and existingOffset.
+// S-13 (docs/engine.md#acceptance-cases).
 func TestIdempotency(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -366,6 +374,7 @@ func TestIdempotency(t *testing.T) {
 }
 
 // a duplicate key within one batch yields one row and two receipts.
+// S-14 (docs/engine.md#acceptance-cases).
 func TestDuplicateKeyInBatch(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -386,6 +395,7 @@ func TestDuplicateKeyInBatch(t *testing.T) {
 }
 
 // the offset precondition.
+// S-15 (docs/engine.md#acceptance-cases).
 func TestExpectedOffset(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)

@@ -88,3 +88,63 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
 	}
 }
+
+// A producer request whose predecessor is still arriving (its headers were read, its append is to
+// come) waits past Options.ProducerReorderWait, however slow the predecessor, and commits after it:
+// no gap is answered. Once the predecessor is gone without committing, the gap is answered at the
+// next expiry.
+func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
+	t.Parallel()
+	for _, lost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "arrives", true: "lost"}[lost], func(t *testing.T) {
+			t.Parallel()
+			clk := testsupport.NewFakeClock()
+			s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+				t.Fatal(err)
+			}
+			arriving := s.ProducerArriving("/p", "p", 0, 0)
+			done := make(chan error, 1)
+			go func() {
+				_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+					Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 1}})
+				done <- err
+			}()
+			start := clk.Now()
+			for i := 1; i <= 3; i++ { // three waits run out while seq 0 is arriving: each is renewed
+				clk.WaitArmed(t, start.Add(time.Duration(i)*DefaultProducerReorderWait))
+				clk.Advance(DefaultProducerReorderWait)
+			}
+			clk.WaitArmed(t, start.Add(4*DefaultProducerReorderWait))
+			select {
+			case err := <-done:
+				t.Fatalf("answered while seq 0 was arriving: %v", err)
+			default:
+			}
+			if lost {
+				arriving()
+				clk.Advance(DefaultProducerReorderWait)
+				if err := <-done; !errors.Is(err, foldstream.ErrSequenceGap) {
+					t.Fatalf("after the missing seq went away: got %v, want a sequence gap", err)
+				}
+				return
+			}
+			if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+				Body: []byte(`{"n":0}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}}); err != nil {
+				t.Fatal(err)
+			}
+			arriving()
+			if err := <-done; err != nil {
+				t.Fatalf("seq 1 after seq 0 arrived: %v", err)
+			}
+			if got := readAll(t, s, "/p"); got != `[{"n":0},{"n":1}]` {
+				t.Fatalf("stream: %s", got)
+			}
+		})
+	}
+}

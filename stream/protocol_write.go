@@ -411,14 +411,15 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	}
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
-	// resend), the later request waits up to Options.ProducerReorderWait for commits to the stream and
-	// tries again; a gap that is still there after the wait is answered as usual (docs/store.md#idempotent-producers).
+	// resend), the later request waits for commits to the stream and tries again: as long as a
+	// missing seq is arriving (inflight.go), else up to Options.ProducerReorderWait; a gap that is
+	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	if r := s.planSliced(req, msgs, msgErr); r != nil {
 		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
 			return res, err
 		}
 	}
-	var deadline time.Time
+	var deadline, arrivingCap time.Time
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
@@ -437,10 +438,17 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 			return res, err
 		}
 		// The wait runs on the store's clock, so tests drive it with a fake one.
+		now := s.clock.Now()
 		if deadline.IsZero() {
-			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
+			deadline = now.Add(s.opts.ProducerReorderWait)
+			arrivingCap = now.Add(maxArrivingWait)
 		}
-		wait := deadline.Sub(s.clock.Now())
+		if expected, ok := dataInt64(err, DataExpectedSeq); ok && !now.Before(deadline) && now.Before(arrivingCap) &&
+			s.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
+			// A missing seq is still on its way into this process: keep waiting for it.
+			deadline = now.Add(s.opts.ProducerReorderWait)
+		}
+		wait := deadline.Sub(now)
 		if wait <= 0 {
 			return res, err
 		}
@@ -450,7 +458,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 		case <-gapWake:
 			stop()
 		case <-expired:
-			return res, err
+			// Try once more: a gap still there is answered, unless a missing seq is arriving.
 		case <-ctx.Done():
 			stop()
 			return res, err

@@ -100,6 +100,8 @@ type Store struct {
 	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
 	ws writerState
 
+	arriving arrivals // producer requests in flight (inflight.go)
+
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
@@ -113,6 +115,9 @@ type Store struct {
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 
 	created createdListeners // OnStreamCreated's listeners (list.go)
+
+	changes commitWatchers               // WatchChanges' functions (subscriptions.go)
+	subKick atomic.Pointer[func(string)] // WatchSubscriptions' function (subscriptions.go)
 }
 
 // OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
@@ -185,8 +190,10 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.remoteEphemerals(n)
 		s.kickFeed(n.Path)
 		s.wake(n.StreamID)
+		s.changes.notify(n.Path)
 		return
 	}
+	s.changes.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()
 	ids := make([]int64, 0, len(s.notify))
@@ -198,6 +205,9 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.wake(id)
 	}
 }
+
+// Closed reports whether Close was called.
+func (s *Store) Closed() bool { return s.closed.Load() }
 
 // Driver returns the store's driver.
 func (s *Store) Driver() driver.Driver { return s.drv }

@@ -43,6 +43,7 @@ func (e *EventStream) Append(ctx context.Context, events ...foldstream.EventInpu
 	if len(events) == 0 {
 		return nil, nil
 	}
+	events = foldstream.StampOrigin(e.path, events) // docs/engine.md#cause-chains
 	prepared, err := prepareInputs(events)
 	if err != nil {
 		return nil, err

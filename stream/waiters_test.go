@@ -131,6 +131,7 @@ type waitResult struct {
 }
 
 // a waiter resolves from the fresh batch; a type filter waits for a matching type.
+// S-01 (docs/engine.md#acceptance-cases).
 func TestWaiterResolvesFromFreshBatch(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -149,6 +150,7 @@ func TestWaiterResolvesFromFreshBatch(t *testing.T) {
 
 // an explicit After resolves from history (first match after it, paging as needed); the
 // default waits for the next event; an After ahead of the head is not satisfied by an earlier event.
+// S-02 (docs/engine.md#acceptance-cases).
 func TestWaiterFromHistory(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -181,6 +183,7 @@ func TestWaiterFromHistory(t *testing.T) {
 
 // a timeout writes nothing; an ephemeral resolves a waiter; one event resolves several
 // waiters; a re-append made in response to a waiter cannot outrun the commit that woke it.
+// S-03 (docs/engine.md#acceptance-cases).
 func TestWaiterTimeoutEphemeralAndOrder(t *testing.T) {
 	t.Parallel()
 	s, clk := setup(t)

@@ -61,3 +61,33 @@ func (w *commitWatchers) notify(path string) {
 // ID returns the stream's identity in the store: a path deleted and created again gets a new one,
 // so a host can tell the stream its engine follows from a later stream at the same path.
 func (in StreamInfo) ID() int64 { return in.id }
+
+// WatchChanges calls fn with the path of every stream a later commit changed — any write, by
+// this process or (on a shared database) another one; "" means any stream may have changed (a
+// notification channel that recovered). fn runs on the writer goroutine or the notification
+// listener: it must return at once, never block and never call the store. The returned function
+// stops the watch.
+func (s *Store) WatchChanges(fn func(path string)) (stop func()) {
+	w := &s.changes
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next++
+	id := w.next
+	var list []commitWatcher
+	if cur := w.list.Load(); cur != nil {
+		list = append(list, *cur...)
+	}
+	list = append(list, commitWatcher{id: id, fn: fn})
+	w.list.Store(&list)
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var rest []commitWatcher
+		for _, c := range *w.list.Load() {
+			if c.id != id {
+				rest = append(rest, c)
+			}
+		}
+		w.list.Store(&rest)
+	}
+}

@@ -321,8 +321,9 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			s.runHook(h)
 		}
 	}
-	for id := range touched {
+	for id, p := range touched {
 		s.wake(id)
+		s.changes.notify(p)
 	}
 	for i, r := range reqs {
 		if results[i] != errParked {

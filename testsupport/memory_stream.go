@@ -103,7 +103,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	if len(inputs) == 0 {
 		return nil, nil
 	}
-	inputs = slices.Clone(inputs)
+	inputs = slices.Clone(foldstream.StampOrigin(m.path, inputs))
 	for i := range inputs {
 		// The store's own check, so the stand-in refuses exactly what production refuses.
 		in, _, err := foldstream.PrepareEventInput(i, inputs[i])

@@ -104,3 +104,14 @@ func TestMemoryStreamIdempotencyConflictIsCoded(t *testing.T) {
 		t.Fatalf("got %#v, want IDEMPOTENCY_CONFLICT with existingOffset 2", err)
 	}
 }
+
+// §17.9: CommittedEvent builds an event at path "/", createdAt offset seconds after the epoch,
+// origin "/".
+func TestCommittedEventHasPathCreatedAtAndOrigin(t *testing.T) {
+	t.Parallel()
+	ev := testsupport.CommittedEvent(3, "tick", []byte(`{"n":1}`))
+	if ev.Offset != 3 || ev.Type != "tick" || string(ev.Payload) != `{"n":1}` || ev.Path != "/" ||
+		ev.CreatedAt != "1970-01-01T00:00:03.000Z" || ev.Source == nil || ev.Source.Origin != "/" {
+		t.Fatalf("got %+v", ev)
+	}
+}

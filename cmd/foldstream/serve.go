@@ -49,6 +49,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxLive := fs.Int("max-live-readers", server.DefaultMaxLiveReaders, "concurrent long-poll and SSE readers (503 beyond)")
 	maxInFlight := fs.Int64("max-body-bytes-in-flight", server.DefaultMaxBodyBytesInFlight, "request-body bytes held by all requests at once (503 beyond)")
 	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "open connections (503 beyond)")
+	loopHooks := fs.Bool("allow-loopback-webhooks", false, "let webhook subscriptions target loopback addresses (localhost, 127.0.0.0/8, ::1), over http too: development and tests only")
+	webhookTimeout := fs.Duration("webhook-timeout", server.DefaultWebhookTimeout, "one webhook delivery attempt must finish within this")
+	nodeID := fs.String("node-id", "", "this node's name as holder of the subscription-delivery lease (default: random)")
 	dbWait := fs.Duration("db-wait", DefaultDBWait, "how long to wait for an unavailable database (down, restarting, starting up) at start, answering 503 with Retry-After meanwhile; 0 exits at once")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a stream store until interrupted: a SQLite file,\n"+
@@ -74,20 +77,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg := server.Config{
-		Prefix:               *prefix,
-		LongPollTimeout:      *longPoll,
-		SSEMaxDuration:       *sseMax,
-		MaxBodyBytes:         *maxBody,
-		Logger:               log,
-		AllowedOrigins:       splitList(*origins),
-		RestrictReadOrigins:  *restrictReads,
-		AllowedHosts:         splitList(*hosts),
-		PublicBaseURL:        *publicURL,
-		WriteTimeout:         *writeTimeout,
-		BodyReadTimeout:      *bodyTimeout,
-		MaxLiveReaders:       *maxLive,
-		MaxBodyBytesInFlight: *maxInFlight,
-		MaxConnections:       *maxConns,
+		Prefix:                *prefix,
+		LongPollTimeout:       *longPoll,
+		SSEMaxDuration:        *sseMax,
+		MaxBodyBytes:          *maxBody,
+		Logger:                log,
+		AllowedOrigins:        splitList(*origins),
+		RestrictReadOrigins:   *restrictReads,
+		AllowedHosts:          splitList(*hosts),
+		PublicBaseURL:         *publicURL,
+		WriteTimeout:          *writeTimeout,
+		BodyReadTimeout:       *bodyTimeout,
+		MaxLiveReaders:        *maxLive,
+		MaxBodyBytesInFlight:  *maxInFlight,
+		MaxConnections:        *maxConns,
+		AllowLoopbackWebhooks: *loopHooks,
+		WebhookTimeout:        *webhookTimeout,
+		NodeID:                *nodeID,
 	}
 	if tokens != nil {
 		cfg.Authorize = tokens.Authorize

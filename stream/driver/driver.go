@@ -105,6 +105,7 @@ type WriteTx interface {
 // Reader is what read and write transactions both offer. Slices in the values passed to
 // callbacks are valid only during the callback.
 type Reader interface {
+	SubscriptionReader
 	// StreamByPath returns the stream row at path (any state), or ErrNoStream. Its Tail is the
 	// durable tail as of this transaction.
 	StreamByPath(ctx context.Context, path string) (Stream, error)
@@ -143,6 +144,7 @@ type Reader interface {
 // transaction (and savepoint) and only on the writer goroutine.
 type Tx interface {
 	Reader
+	SubscriptionTx
 	// LockStream serialises writers of one stream across processes until the transaction ends
 	// (shared databases: a transaction-scoped advisory lock on the id; the store then re-reads
 	// the stream row for its tail). Exclusive drivers may do nothing.

@@ -27,6 +27,8 @@ type Factory func(t *testing.T) driver.Driver
 func Run(t *testing.T, newDriver Factory) {
 	t.Run("Driver", func(t *testing.T) { RunDriver(t, newDriver) })
 	t.Run("Store", func(t *testing.T) { RunStore(t, newDriver) })
+	t.Run("SubscriptionDriver", func(t *testing.T) { RunSubscriptionDriver(t, newDriver) })
+	t.Run("SubscriptionStore", func(t *testing.T) { RunSubscriptionStore(t, newDriver) })
 	t.Run("Pause", func(t *testing.T) { RunPause(t, newDriver) })
 }
 

@@ -118,6 +118,19 @@ var migrations = []migration{
 	{version: 2, name: "streams.paused", stmts: []string{
 		`ALTER TABLE streams ADD COLUMN paused text`,
 	}},
+	{version: 3, name: "subscriptions and webhook signing keys", stmts: []string{
+		`CREATE TABLE subscriptions (
+			id text COLLATE "C" PRIMARY KEY,
+			config text NOT NULL,
+			state text NOT NULL
+		)`,
+		`CREATE TABLE signing_keys (
+			kid text COLLATE "C" PRIMARY KEY,
+			created_ms bigint NOT NULL,
+			seed bytea NOT NULL,
+			retired_ms bigint NOT NULL DEFAULT 0
+		)`,
+	}},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

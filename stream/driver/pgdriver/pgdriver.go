@@ -89,14 +89,15 @@ type Config struct {
 
 // Driver is the PostgreSQL driver. Create it with Open; it is safe for concurrent use.
 type Driver struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	log     *slog.Logger
-	schema  string // current_schema() of the pool's connections
-	channel string // NOTIFY channel of this schema
-	node    string // this process's id; its own notifications are ignored
-	lockCls int32  // advisory-lock class of per-stream locks
-	pathCls int32  // advisory-lock class of per-path locks (stream creation)
+	cfg        Config
+	pool       *pgxpool.Pool
+	log        *slog.Logger
+	schema     string // current_schema() of the pool's connections
+	channel    string // NOTIFY channel of this schema
+	node       string // this process's id; its own notifications are ignored
+	lockCls    int32  // advisory-lock class of per-stream locks
+	subLockCls int32  // advisory-lock class of per-subscription locks
+	pathCls    int32  // advisory-lock class of per-path locks (stream creation)
 
 	// writeRoundTrips counts the round trips of the store's write transactions.
 	writeRoundTrips atomic.Int64
@@ -191,6 +192,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		d.channel = fmt.Sprintf("foldstream_%08x", uint32(lockKey(d.schema, "channel")))
 	}
 	d.lockCls = lockKey(d.schema, "stream")
+	d.subLockCls = lockKey(d.schema, "subscription")
 	d.pathCls = lockKey(d.schema, "path")
 	d.bg.Add(1)
 	go d.sweepEphemerals()

@@ -56,12 +56,12 @@ func TestMigrateConcurrentNodesApplyEachVersionOnce(t *testing.T) {
 		}
 	}
 	d := open(t, url)
-	var n int
-	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM foldstream_migrations`).Scan(&n); err != nil {
+	var n, latest int
+	if err := d.Pool().QueryRow(ctx, `SELECT count(*), max(version) FROM foldstream_migrations`).Scan(&n, &latest); err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 { // versions 1 and 2, each recorded once
-		t.Fatalf("migrations recorded: got %d, want 2", n)
+	if n != latest || latest < 1 {
+		t.Fatalf("migrations recorded: got %d rows for versions up to %d, want each version once", n, latest)
 	}
 }
 

@@ -41,6 +41,7 @@ type pipeline struct {
 	spSeq  int           // number of the current function's SAVEPOINT (0: no savepoint open)
 	failed error         // set when the transaction lost a statement it must not lose
 	trips  *atomic.Int64 // counts round trips (the driver's write counter for write transactions)
+	ops    int           // statements queued or sent so far, to tell whether anything ran since
 }
 
 type queued struct {
@@ -70,6 +71,7 @@ func (d *Driver) beginPipelineMode(ctx context.Context, begin string) (*pipeline
 }
 
 func (p *pipeline) enqueue(sql string, args ...any) int {
+	p.ops++
 	p.seq++
 	p.queue = append(p.queue, queued{sql: sql, args: args, n: p.seq})
 	return p.seq
@@ -113,6 +115,7 @@ func (p *pipeline) rollbackToSavepoint(ctx context.Context) error {
 		return p.failed
 	}
 	if len(p.queue) == 0 && p.conn.Conn().PgConn().TxStatus() == 'E' {
+		p.ops++
 		p.trips.Add(1)
 		if _, err := p.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
 			p.failed = p.d.classify(fmt.Errorf("write transaction: %w", err))
@@ -128,15 +131,26 @@ func (p *pipeline) rollbackToSavepoint(ctx context.Context) error {
 // statements' results. It returns the batch's results positioned at last's, to be read and
 // closed by the caller; on an error the results are closed.
 func (p *pipeline) send(ctx context.Context, last string, args ...any) (pgx.BatchResults, error) {
+	if last == "" {
+		return p.sendAll(ctx)
+	}
+	return p.sendAll(ctx, queued{sql: last, args: args})
+}
+
+// sendAll sends the queue followed by stmts in one round trip and reads the queued statements'
+// results. It returns the batch's results positioned at the first of stmts, to be read and
+// closed by the caller; on an error the results are closed.
+func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResults, error) {
 	if p.failed != nil {
 		return nil, p.failed
 	}
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(p.queue)+1)}
+	p.ops++
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(p.queue)+len(stmts))}
 	for _, q := range p.queue {
 		b.Queue(q.sql, q.args...)
 	}
-	if last != "" {
-		b.Queue(last, args...)
+	for _, q := range stmts {
+		b.Queue(q.sql, q.args...)
 	}
 	queue := p.queue
 	p.queue = p.queue[:0:0]
@@ -182,6 +196,7 @@ func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 		return nil, p.failed
 	}
 	if len(p.queue) == 0 {
+		p.ops++
 		p.trips.Add(1)
 		return p.conn.Query(ctx, sql, args...)
 	}
@@ -203,6 +218,7 @@ func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 		return errRow{p.failed}
 	}
 	if len(p.queue) == 0 {
+		p.ops++
 		p.trips.Add(1)
 		return p.conn.QueryRow(ctx, sql, args...)
 	}

@@ -38,12 +38,20 @@ func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, 
 	return t.streamByPath(ctx, path)
 }
 
-// StreamByPath in a write transaction: when the path has no stream, it takes the path's advisory
-// lock and looks again before answering ErrNoStream, so of two nodes creating the same stream at
-// once the second waits for the first's commit and then finds its row (instead of failing on the
-// unique path).
+// StreamByPath in a write transaction reads the row, and takes its stream's lock when that is free
+// at once, in one round trip: the store locks the stream and reads the row again right after
+// (docs/postgres.md#writes), and this answers both. When the path has no stream, it takes the
+// path's advisory lock and looks again before answering ErrNoStream, so of two nodes creating the
+// same stream at once the second waits for the first's commit and then finds its row (instead of
+// failing on the unique path).
 func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
-	r, err := t.streamByPath(ctx, path)
+	var r driver.Stream
+	var err error
+	if t.p != nil {
+		r, err = t.lockingStreamByPath(ctx, path)
+	} else {
+		r, err = t.streamByPath(ctx, path)
+	}
 	if err != driver.ErrNoStream {
 		return r, err
 	}
@@ -51,6 +59,49 @@ func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream,
 		return driver.Stream{}, err
 	}
 	return t.streamByPath(ctx, path)
+}
+
+// lockingStreamByPath try-locks the stream at path (a lock that is not free at once is left to
+// LockStream, which avoids deadlocks) and then reads its row, in one round trip. A row read under
+// the lock is kept for the StreamByID that follows it.
+func (t *writeTx) lockingStreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	br, err := t.p.sendAll(ctx,
+		queued{sql: `SELECT id, pg_try_advisory_xact_lock($2::int4, ((id << 32) >> 32)::int4) FROM streams WHERE path = $1`, args: []any{path, t.d.lockCls}},
+		queued{sql: `SELECT ` + streamCols + ` FROM streams s WHERE s.path = $1`, args: []any{path}})
+	if err != nil {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("load stream %q: %w", path, err))
+	}
+	defer br.Close()
+	var id int64
+	var locked bool
+	if err := br.QueryRow().Scan(&id, &locked); err != nil && !isNoRows(err) {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("lock stream %q: %w", path, err))
+	}
+	if locked {
+		t.held[lockID{t.d.lockCls, int32(id)}] = true
+	}
+	r, err := scanStream(br.QueryRow())
+	if isNoRows(err) {
+		return driver.Stream{}, driver.ErrNoStream
+	}
+	if err != nil {
+		return driver.Stream{}, t.d.classify(fmt.Errorf("load stream %q: %w", path, err))
+	}
+	if locked && r.ID == id {
+		t.fresh, t.freshOps = r, t.p.ops
+	}
+	return r, nil
+}
+
+// StreamByID answers from the row StreamByPath just read under the stream's lock when nothing
+// ran since; otherwise it reads the row.
+func (t *writeTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error) {
+	if t.p != nil && t.fresh.ID == id && id != 0 && t.freshOps == t.p.ops {
+		r := t.fresh
+		t.fresh = driver.Stream{}
+		return r, nil
+	}
+	return t.readTx.StreamByID(ctx, id)
 }
 
 func hashPath(path string) uint32 {
@@ -310,6 +361,10 @@ type writeTx struct {
 	// savepoint opened (a rollback to the savepoint releases the ones taken after it).
 	held     map[lockID]bool
 	heldAtSp map[lockID]bool
+	// fresh is the stream row StreamByPath read under the stream's lock, valid while the
+	// pipeline's ops still equal freshOps (nothing ran since).
+	fresh    driver.Stream
+	freshOps int
 	// wroteInSp reports that the current savepoint changed something.
 	wroteInSp bool
 	inSp      bool

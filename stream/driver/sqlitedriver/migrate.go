@@ -22,10 +22,11 @@ import (
 //   - 3: streams.hidden_from, the visibility mark of a record written over several transactions
 //     (NULL: every record is visible; see [writeTx.HideFrom]).
 //   - 4: streams.paused, a paused stream's reason (NULL: not paused).
+//   - 5: subscriptions and signing_keys (the protocol's subscriptions, docs/server.md#subscriptions).
 //
 // Migrate moves an older file to SchemaVersion in one transaction (all or nothing), and refuses a
 // file whose recorded version is newer than SchemaVersion.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // RecordSliceBytes is the body size at which the migration slices a long JSON record into
 // several rows (the store does the same for new appends).
@@ -195,6 +196,11 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 	if version < 4 {
 		if _, err := conn.ExecContext(ctx, `ALTER TABLE streams ADD COLUMN paused TEXT`); err != nil {
 			return fmt.Errorf("migrate schema 3 to 4: %w", err)
+		}
+	}
+	for _, stmt := range schemaV5 {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate schema 4 to 5: %w", err)
 		}
 	}
 	now := time.Now().UnixMilli()

@@ -1,0 +1,407 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// The protocol's reserved subscription APIs under {prefix}__ds/ (docs/server.md#subscriptions).
+// The durable state and its rules live in the store (stream/subscriptions.go); this file parses
+// requests, answers in the protocol's shapes, and validates webhook URLs.
+
+// maxSubscriptionBody caps a subscription API request body.
+const maxSubscriptionBody = 1 << 20
+
+// serveReserved serves a path under {prefix}__ds (rest is what follows "__ds/").
+func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest string) {
+	after, isSub := strings.CutPrefix(rest, "subscriptions/")
+	id, sub, _ := strings.Cut(after, "/")
+	// Every reserved path goes through the origin check and Config.Authorize first, even one
+	// that names no route.
+	op, authPath := OpRead, "/__ds/"+rest
+	switch {
+	case isSub && id != "" && (sub == "callback" || sub == "ack" || sub == "release"):
+		op, authPath = OpWake, "/__ds/subscriptions/"+id
+	case isSub && id != "":
+		authPath = "/__ds/subscriptions/" + id
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			op = OpSubscribe
+		}
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		op = OpSubscribe
+	}
+	if !s.checkOrigin(w, r, op) {
+		return
+	}
+	if _, ok := s.authorize(w, r, op, authPath); !ok {
+		return
+	}
+	if rest == "jwks.json" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed: GET the key set")
+			return
+		}
+		s.handleJWKS(w, r)
+		return
+	}
+	if !isSub || id == "" {
+		writeError(w, http.StatusNotFound, "reserved path: the subscription APIs are "+s.cfg.Prefix+"__ds/subscriptions/<id> and "+s.cfg.Prefix+"__ds/jwks.json")
+		return
+	}
+	method := func(m string) bool {
+		if r.Method != m {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed: use "+m)
+			return false
+		}
+		return true
+	}
+	switch {
+	case sub == "":
+		switch r.Method {
+		case http.MethodPut:
+			s.handlePutSubscription(w, r, id)
+		case http.MethodGet:
+			s.handleGetSubscription(w, r, id)
+		case http.MethodDelete:
+			if err := s.st.DeleteSubscription(r.Context(), id); err != nil {
+				s.writeSubError(w, r, err)
+				return
+			}
+			s.subs.forget(id)
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Allow", "GET, PUT, DELETE")
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed: GET, PUT or DELETE a subscription")
+		}
+	case sub == "streams":
+		if method(http.MethodPost) {
+			s.handleAddStreams(w, r, id)
+		}
+	case strings.HasPrefix(sub, "streams/"):
+		if method(http.MethodDelete) {
+			if err := s.st.RemoveSubscriptionStream(r.Context(), id, strings.TrimPrefix(sub, "streams/")); err != nil {
+				s.writeSubError(w, r, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}
+	case sub == "claim":
+		if method(http.MethodPost) {
+			s.handleClaim(w, r, id)
+		}
+	case sub == "callback" || sub == "ack":
+		if method(http.MethodPost) {
+			s.handleAck(w, r, id, sub == "callback")
+		}
+	case sub == "release":
+		if method(http.MethodPost) {
+			s.handleRelease(w, r, id)
+		}
+	default:
+		writeError(w, http.StatusNotFound, "no subscription route "+quoteHeader(sub))
+	}
+}
+
+// writeSubError answers a refusal in the subscription APIs' JSON shape:
+// {"error": {"code": ..., "message": ..., <data>}} with the code also in Foldstream-Error-Code.
+func (s *Server) writeSubError(w http.ResponseWriter, r *http.Request, err error) {
+	code, status, ok := statusOf(err)
+	if !ok {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	body := map[string]any{"code": string(code), "message": err.Error()}
+	var fe *foldstream.Error
+	if errors.As(err, &fe) {
+		for k, v := range fe.Data {
+			body[k] = v
+		}
+	}
+	h := w.Header()
+	h.Set(HeaderErrorCode, string(code))
+	if status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="foldstream"`)
+	}
+	writeSubJSON(w, status, map[string]any{"error": body})
+}
+
+func writeSubJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// readSubBody decodes a JSON request body into v; a refusal is answered and false returned.
+func (s *Server) readSubBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSubscriptionBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			s.writeSubError(w, r, foldstream.NewError(foldstream.CodeTooLarge, nil, "the request body is over %d bytes", maxSubscriptionBody))
+			return false
+		}
+		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "read the request body: %v", err))
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "the body is not the JSON object this route takes: %v", err))
+		return false
+	}
+	return true
+}
+
+// baseURL is the scheme and authority this server is reached at, for URLs it hands out: the
+// PublicBaseURL, or the request's own host when it was checked; "" when neither (the URLs are
+// then paths).
+func (s *Server) baseURL(r *http.Request) string {
+	if s.publicBase != nil {
+		return s.publicBase.String()
+	}
+	if !s.hostVetted(r) || hostName(r.Host) == "" {
+		return ""
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+type subscriptionBody struct {
+	Type    string   `json:"type"`
+	Pattern string   `json:"pattern"`
+	Streams []string `json:"streams"`
+	Webhook *struct {
+		URL string `json:"url"`
+	} `json:"webhook"`
+	WakeStream  string `json:"wake_stream"`
+	LeaseTTLms  int64  `json:"lease_ttl_ms"`
+	Description string `json:"description"`
+}
+
+func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, id string) {
+	var b subscriptionBody
+	if !s.readSubBody(w, r, &b) {
+		return
+	}
+	cfg := stream.SubscriptionConfig{Type: b.Type, Pattern: b.Pattern, Streams: b.Streams, WakeStream: b.WakeStream,
+		LeaseTTLms: b.LeaseTTLms, Description: b.Description, CallbackBase: s.baseURL(r)}
+	if b.Webhook != nil {
+		cfg.WebhookURL = b.Webhook.URL
+	}
+	if cfg.Type == stream.SubscriptionWebhook && cfg.WebhookURL != "" {
+		if err := s.checkWebhookURL(cfg.WebhookURL); err != nil {
+			s.writeSubError(w, r, err)
+			return
+		}
+	}
+	if b.LeaseTTLms < 0 {
+		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "lease_ttl_ms must be from 1000 to 600000"))
+		return
+	}
+	info, created, err := s.st.PutSubscription(r.Context(), id, cfg)
+	if err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	s.subs.learn(id, info.Config)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeSubJSON(w, status, s.subscriptionJSON(r, info))
+}
+
+func (s *Server) handleGetSubscription(w http.ResponseWriter, r *http.Request, id string) {
+	info, err := s.st.Subscription(r.Context(), id)
+	if err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	writeSubJSON(w, http.StatusOK, s.subscriptionJSON(r, info))
+}
+
+func orNull(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+// subscriptionJSON is the protocol's subscription object. It never carries a secret.
+func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) map[string]any {
+	links := make([]map[string]any, 0, len(in.Links))
+	for _, l := range in.Links {
+		links = append(links, map[string]any{"path": l.Path, "link_type": l.LinkType, "acked_offset": FormatOffset(l.Acked)})
+	}
+	out := map[string]any{
+		"id": in.ID, "subscription_id": in.ID, "type": in.Config.Type,
+		"pattern": orNull(in.Config.Pattern), "streams": links,
+		"webhook": nil, "wake_stream": orNull(in.Config.WakeStream),
+		"lease_ttl_ms": in.Config.LeaseTTLms, "created_at": in.Created.Format("2006-01-02T15:04:05.000Z"),
+		"status": in.Status, "description": orNull(in.Config.Description),
+		"generation": in.Generation, "next_attempt_at": nil,
+	}
+	if !in.NextAttempt.IsZero() {
+		out["next_attempt_at"] = in.NextAttempt.Format("2006-01-02T15:04:05.000Z")
+	}
+	if in.Config.Type == stream.SubscriptionWebhook {
+		hook := map[string]any{"url": in.Config.WebhookURL}
+		if keys, err := s.st.WebhookKeys(r.Context()); err == nil && len(keys) > 0 {
+			hook["signing"] = map[string]any{"alg": "ed25519", "kid": keys[len(keys)-1].KID,
+				"jwks_url": s.baseURL(r) + s.cfg.Prefix + "__ds/jwks.json"}
+		} else if err != nil {
+			s.log.Error("subscription: read the webhook signing keys", "err", err)
+		}
+		out["webhook"] = hook
+	}
+	return out
+}
+
+func (s *Server) handleJWKS(w http.ResponseWriter, r *http.Request) {
+	keys, err := s.st.WebhookKeys(r.Context())
+	if err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	set := make([]map[string]any, 0, len(keys))
+	for _, k := range keys {
+		set = append(set, publicJWK(k))
+	}
+	b, _ := json.Marshal(map[string]any{"keys": set})
+	h := w.Header()
+	h.Set("Content-Type", "application/jwk-set+json")
+	h.Set("Cache-Control", "public, max-age=300")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
+}
+
+func (s *Server) handleAddStreams(w http.ResponseWriter, r *http.Request, id string) {
+	var b struct {
+		Streams []string `json:"streams"`
+	}
+	if !s.readSubBody(w, r, &b) {
+		return
+	}
+	if len(b.Streams) == 0 {
+		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "give the streams to link in streams"))
+		return
+	}
+	if err := s.st.AddSubscriptionStreams(r.Context(), id, b.Streams); err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	s.subs.reloadSoon()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// wakeStreamsJSON is the streams array of a wake notification or claim.
+func wakeStreamsJSON(ws []stream.WakeStream) []map[string]any {
+	out := make([]map[string]any, 0, len(ws))
+	for _, x := range ws {
+		out = append(out, map[string]any{"path": x.Path, "link_type": x.LinkType, "acked_offset": FormatOffset(x.Acked),
+			"tail_offset": FormatOffset(x.Tail), "has_pending": x.HasPending})
+	}
+	return out
+}
+
+func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, id string) {
+	var b struct {
+		Worker string `json:"worker"`
+	}
+	if !s.readSubBody(w, r, &b) {
+		return
+	}
+	wake, ok, err := s.st.ClaimSubscription(r.Context(), id, b.Worker)
+	if err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent) // no pending work: nothing to claim
+		return
+	}
+	writeSubJSON(w, http.StatusOK, map[string]any{"wake_id": wake.WakeID, "generation": wake.Generation, "token": wake.Token,
+		"streams": wakeStreamsJSON(wake.Streams), "lease_ttl_ms": wake.LeaseTTL.Milliseconds()})
+}
+
+// wakeToken is the bearer token of a callback, ack or release; a missing one is answered 401.
+func (s *Server) wakeToken(w http.ResponseWriter, r *http.Request) (string, bool) {
+	tok, ok := parseBearer(r.Header.Values("Authorization"))
+	if !ok {
+		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeUnauthorized, nil,
+			`send the wake's token as "Authorization: Bearer <token>"`))
+		return "", false
+	}
+	return tok, true
+}
+
+type ackBody struct {
+	WakeID     string `json:"wake_id"`
+	Generation int64  `json:"generation"`
+	Acks       []struct {
+		Stream string `json:"stream"`
+		Offset string `json:"offset"`
+	} `json:"acks"`
+	Done bool `json:"done"`
+}
+
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, id string, callback bool) {
+	tok, ok := s.wakeToken(w, r)
+	if !ok {
+		return
+	}
+	var b ackBody
+	if !s.readSubBody(w, r, &b) {
+		return
+	}
+	req := stream.AckRequest{WakeID: b.WakeID, Generation: b.Generation, Done: b.Done}
+	for _, a := range b.Acks {
+		pos, now, err := ParseOffset(a.Offset)
+		if err != nil || now || pos < 0 {
+			s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "ack offset %q of %q: give an offset the wake reported", a.Offset, a.Stream))
+			return
+		}
+		req.Acks = append(req.Acks, stream.StreamAck{Stream: a.Stream, Offset: pos})
+	}
+	next, err := s.st.AckSubscription(r.Context(), id, tok, callback, req)
+	if err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	writeSubJSON(w, http.StatusOK, map[string]any{"ok": true, "next_wake": next})
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, id string) {
+	tok, ok := s.wakeToken(w, r)
+	if !ok {
+		return
+	}
+	var b struct {
+		WakeID     string `json:"wake_id"`
+		Generation int64  `json:"generation"`
+	}
+	if !s.readSubBody(w, r, &b) {
+		return
+	}
+	if err := s.st.ReleaseSubscription(r.Context(), id, tok, b.WakeID, b.Generation); err != nil {
+		s.writeSubError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,63 @@
+package stream
+
+import (
+	"context"
+
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+func (l lazyTx) Subscription(ctx context.Context, id string) (driver.SubscriptionRow, bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return driver.SubscriptionRow{}, false, err
+	}
+	return d.Subscription(ctx, id)
+}
+
+func (l lazyTx) Subscriptions(ctx context.Context) ([]driver.SubscriptionRow, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.Subscriptions(ctx)
+}
+
+func (l lazyTx) SigningKeys(ctx context.Context) ([]driver.SigningKey, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return nil, err
+	}
+	return d.SigningKeys(ctx)
+}
+
+func (l lazyTx) LockSubscription(ctx context.Context, id string) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.LockSubscription(ctx, id)
+}
+
+func (l lazyTx) PutSubscription(ctx context.Context, r driver.SubscriptionRow) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.PutSubscription(ctx, r)
+}
+
+func (l lazyTx) DeleteSubscription(ctx context.Context, id string) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.DeleteSubscription(ctx, id)
+}
+
+func (l lazyTx) PutSigningKey(ctx context.Context, k driver.SigningKey) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return d.PutSigningKey(ctx, k)
+}
