@@ -138,7 +138,9 @@ type Host struct {
 	wg     sync.WaitGroup // goroutines the host started
 
 	hasPatterns  atomic.Bool
-	woken        sync.Map // path → id of the stream this host woke there (wakeOnce)
+	woken        sync.Map                        // path → id of the stream this host woke there (wakeOnce)
+	refusing     atomic.Pointer[[]*registration] // registrations with RefuseInvalidEvents
+	removeCheck  func()                          // removes the store's append check
 	stopWatching func()
 	stopCreated  func()
 
@@ -267,6 +269,12 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	h.mu.Unlock()
 	h.stopWatching()
 	h.stopCreated()
+	h.mu.Lock()
+	if h.removeCheck != nil {
+		h.removeCheck()
+		h.removeCheck = nil
+	}
+	h.mu.Unlock()
 	if alarms {
 		h.store.StopAlarms()
 	}

@@ -47,6 +47,9 @@ type registration struct {
 	// build makes a fresh engine for a stream path; nil for a runner added with Add.
 	build func(path string) (foldstream.Runner, error)
 	added foldstream.Runner
+	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
+	// schema at append time.
+	validate func(foldstream.Event) error
 }
 
 func (r *registration) pinned() bool { return r.pattern.exact }
