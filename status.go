@@ -22,6 +22,12 @@ type ProcessorStatus struct {
 	// Parked, when set, is the error the processor stopped on and cannot retry past (code
 	// PROCESSOR_PARKED on its routes); nil while it runs.
 	Parked *ProcessorError `json:"parked,omitempty"`
+	// Owner is the node that runs the processor (its lease holder; docs/postgres.md#processors-and-leases),
+	// empty when no node holds its lease now; Generation is that lease's generation.
+	Owner      string `json:"owner,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	// Local reports whether the reporting node is the owner.
+	Local bool `json:"local,omitempty"`
 	// WorkFailed, when set, is the PERMANENT_FAILURE its last revive failed with: its background
 	// work died with its host MaxDeaths times, and it is not revived again until it receives an
 	// event (docs/engine.md#work-that-keeps-dying).

@@ -18,10 +18,10 @@ var clientOwnCodes = map[string]bool{
 	"CodeProducerFailed": true,
 }
 
-// The client names the server's codes exactly as the catalogue in errors.go does: same constant
-// name, same value; its own few codes collide with none of the catalogue's.
+// The client names the server's codes exactly as the catalogue of package foldstream (errors.go)
+// does: same constant name, same value; its own few codes collide with none of the catalogue's.
 func TestClientCodesAreTheCatalogues(t *testing.T) {
-	catalogue, err := codecheck.Consts("../errors.go")
+	catalogue, err := codecheck.PackageConsts("..") // errors.go, and any other file of package foldstream
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,4 +86,30 @@ func TestErrorCodesComeFromTheServerElseFromTheStatus(t *testing.T) {
 			t.Errorf("second delete: got %v, want STREAM_NOT_FOUND or STREAM_GONE", err)
 		}
 	})
+}
+
+// A URL in a message is readable and shows no credentials: no user information, no value of a
+// credential-like query parameter.
+func TestRedactURLShowsNoCredentials(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://ivan:secret@host:1/v1/stream/carts%2Fivan?offset=-1&token=secret": "http://host:1/v1/stream/carts/ivan?offset=-1&token=REDACTED",
+		"https://h/v1/stream/a%20b?access_key=secret&live=sse":                    "https://h/v1/stream/a b?access_key=REDACTED&live=sse",
+		"http://h/v1/stream/x?X-Amz-Signature=secret":                             "http://h/v1/stream/x?X-Amz-Signature=REDACTED",
+		"http://h/%zz?token=secret":                                               "(unparsable URL)",
+	} {
+		if got := client.RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	s, err := client.NewStream("http://ivan:secret@h/v1/stream/x?token=secret", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(s.String(), "secret") {
+		t.Errorf("Stream.String() = %q shows the credentials", s.String())
+	}
+	e := &client.Error{Code: client.CodeUnauthorized, Status: 401, URL: "http://ivan:secret@h/v1/stream/x?token=secret"}
+	if strings.Contains(e.Error(), "secret") {
+		t.Errorf("Error() = %q shows the credentials", e.Error())
+	}
 }

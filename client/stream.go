@@ -505,4 +505,4 @@ func (s *Stream) urlWith(params map[string]string) string {
 }
 
 // String names the stream for logs.
-func (s *Stream) String() string { return fmt.Sprintf("Stream(%s)", s.url) }
+func (s *Stream) String() string { return fmt.Sprintf("Stream(%s)", RedactURL(s.url)) }

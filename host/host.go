@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,24 @@ type Config struct {
 	// LoopLimit is the deepest cause chain a processor's emit may extend
 	// (docs/engine.md#cause-chains). Defaults to foldstream.DefaultLoopLimit (32).
 	LoopLimit int
+
+	// Addr is this node's base URL as other nodes of a cluster reach it (http://10.0.0.5:4437),
+	// stored with its leases. A node that gets a processor read for a stream another node runs
+	// asks that node at its Addr; when the owner has none, it answers from the checkpoint in the
+	// database once that covers the stream's head as of the read (docs/postgres.md#processors-and-leases).
+	// Empty by default: nothing to configure for a safe cluster.
+	Addr string
+	// ProcessorPrefix is where every node serves the processor routes, for reads asked of an
+	// owner at its Addr. Defaults to DefaultProcessorPrefix.
+	ProcessorPrefix string
+	// Client asks owners at their Addr. Defaults to a client with a 65 s timeout.
+	Client *http.Client
+	// LeaseTTL is how long a processor's lease lasts without renewal: a killed node's processors
+	// resume on another node within about twice this. Defaults to DefaultLeaseTTL (5 s).
+	LeaseTTL time.Duration
+	// NodeID names this node in its leases. Defaults to a random id (host name, pid and random
+	// bytes); two live nodes must never share one.
+	NodeID string
 }
 
 // BuildCodeID identifies the running binary's build: its main module's version and, when the
@@ -136,6 +155,8 @@ type Host struct {
 	ctx    context.Context // ends at Shutdown: opens and catch-ups started by the host
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // goroutines the host started
+
+	leases *leaseSet
 
 	hasPatterns  atomic.Bool
 	woken        sync.Map                        // path → id of the stream this host woke there (wakeOnce)
@@ -200,6 +221,18 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	if cfg.WarnInterval <= 0 {
 		cfg.WarnInterval = DefaultWarnInterval
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.ProcessorPrefix == "" {
+		cfg.ProcessorPrefix = DefaultProcessorPrefix
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 65 * time.Second}
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = newNodeID()
+	}
 	if cfg.CodeID == "" {
 		cfg.CodeID = BuildCodeID()
 	}
@@ -211,12 +244,21 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 		opening: map[procKey]bool{},
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	lctx, lcancel := context.WithTimeout(h.ctx, cfg.LeaseTTL)
+	err := h.startLeases(lctx)
+	lcancel()
+	if err != nil {
+		h.cancel()
+		return nil, err
+	}
 	h.stopWatching = store.WatchCommits(h.committed)
 	h.stopCreated = store.OnStreamCreated(h.created)
 	if !cfg.ManualAlarms {
 		if err := h.StartAlarms(); err != nil {
 			h.stopWatching()
 			h.stopCreated()
+			h.leases.close()
+			h.leases.leaveCluster()
 			h.cancel()
 			return nil, err
 		}
@@ -278,6 +320,10 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	if alarms {
 		h.store.StopAlarms()
 	}
+	// Other nodes stop preferring this one at once; the leases below are handed over as their
+	// engines close (renewals go on meanwhile).
+	h.leases.leaveCluster()
+	defer h.leases.close()
 	// Opens and catch-ups in progress finish (cancelled only when ctx ends: a catch-up cut short
 	// after its effects but before its checkpoint would run them again next time); then every
 	// slot is final.
@@ -314,16 +360,39 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("host: close parked engines: %w", ctx.Err()))
 		}
 	}
+	h.mu.Lock()
+	var parkedSlots []*slot
+	for _, sl := range h.slots {
+		if sl.state == slotParked {
+			parkedSlots = append(parkedSlots, sl)
+		}
+	}
+	h.mu.Unlock()
+	for _, sl := range parkedSlots {
+		h.leases.release(sl.key, sl.lease.Generation, false)
+	}
 	for _, sl := range slots {
 		if err := sl.sub.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("host: drain pushes to %q on %q: %w", sl.key.slug, sl.key.path, err))
 		}
 	}
+	// The engines close side by side: each lets its in-flight work finish and checkpoint, closes,
+	// and hands its lease over, so another node takes it at once.
+	var cmu sync.Mutex
+	var cwg sync.WaitGroup
 	for _, sl := range slots {
-		if err := settleAndClose(ctx, sl.runner); err != nil {
-			errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
-		}
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			if err := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err != nil {
+				cmu.Lock()
+				errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
+				cmu.Unlock()
+			}
+			h.leases.release(sl.key, sl.lease.Generation, false)
+		}()
 	}
+	cwg.Wait()
 	h.fold.close()
 	if len(errs) > 0 {
 		return errs[0]
@@ -338,13 +407,18 @@ func closeRunner(ctx context.Context, r foldstream.Runner) error {
 }
 
 // settleAndClose closes a hosted engine whose subscription was drained. Every unit already on its
-// chain finishes first — a catch-up queues behind them and, at the head, runs nothing — because
-// Close would cancel a running unit after its effects but before its checkpoint, and the next
-// engine on the stream would run those effects again.
-func settleAndClose(ctx context.Context, r foldstream.Runner) error {
+// chain finishes first — a catch-up queues behind them and, at the head, runs nothing — and then
+// the work they left in flight (background attempts, blocking effects) settles, for at most
+// drainFor, because Close would cancel a running unit after its effects but before its checkpoint,
+// and the next engine on the stream (on this node or, after a handoff, another) would run those
+// effects again. The lease is renewed meanwhile.
+func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Duration) error {
 	if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
 		_ = r.Close(ctx)
 		return err
 	}
+	dctx, cancel := context.WithTimeout(ctx, drainFor)
+	_ = r.Drain(dctx)
+	cancel()
 	return r.Close(ctx)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // errBound is the cause of a read context that ended at its bound (not the caller's).
@@ -30,7 +31,10 @@ func catchingUp(key procKey, offset int64, cause error) *foldstream.Error {
 // it the read fails with CATCHING_UP. With settle, fn runs with read-your-writes (every push the
 // subscription owed when the call began is delivered first, docs/store.md#reads) and
 // after the opening catch-up finished.
-func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error) error {
+//
+// When another node runs the processor, remote answers instead (with the lease that node holds).
+func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error,
+	remote func(ctx context.Context, l driver.Lease) error) error {
 	key := procKey{path, slug}
 	bctx, cancel := context.WithCancelCause(ctx)
 	stop := h.clock.AfterFunc(bound, func() { cancel(errBound) })
@@ -41,6 +45,12 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
 	for {
 		sl, err := h.acquire(bctx, path, slug, openForRead)
+		var ee *elsewhereError
+		if errors.As(err, &ee) {
+			if err = remote(bctx, ee.lease); err == nil {
+				return nil
+			}
+		}
 		if errors.Is(err, ErrNotRegistered) {
 			// A stream that does not exist says so, whatever runs on it.
 			if _, herr := h.store.HeadStream(ctx, path); errors.Is(herr, foldstream.ErrStreamNotFound) || errors.Is(herr, foldstream.ErrStreamGone) {
@@ -48,7 +58,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 			}
 		}
 		if err != nil {
-			if atBound() {
+			if atBound() && !errors.Is(err, foldstream.ErrCatchingUp) {
 				return catchingUp(key, 0, err)
 			}
 			return err
@@ -113,6 +123,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		if retry, perr := check(); retry || perr != nil {
 			return retry, perr
 		}
+		if err := h.catchUpShared(ctx, sl); err != nil {
+			return fail(err)
+		}
 		// Read-your-writes by offset: commits the processor does not consume ride inside its next
 		// push, so its cursor may lag appends that returned before the call. Everything it
 		// consumes up to seen was delivered, so an empty push moves the cursor there (no log read).
@@ -125,6 +138,13 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	// A push delivered meanwhile may have parked the processor or shown its stream re-created.
 	if retry, perr := check(); retry || perr != nil {
 		return retry, perr
+	}
+	if !h.leases.valid(sl.key, sl.lease.Generation) {
+		// The lease ran out (or changed hands) before this node noticed: its engine may be
+		// behind the node that runs the processor now, so the read goes there.
+		h.leases.drop(sl.key, sl.lease.Generation)
+		h.leaseLost(sl.key)
+		return true, nil
 	}
 	if err := fn(ctx, sl.runner); err != nil {
 		return fail(err)
@@ -144,6 +164,10 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (Snapshot, error
 		off, state, err := r.SnapshotJSON(ctx)
 		snap = Snapshot{Offset: off, State: state}
 		return err
+	}, func(ctx context.Context, l driver.Lease) error {
+		var err error
+		snap, err = h.remoteSnapshot(ctx, l, path, slug)
+		return err
 	})
 	if err != nil {
 		return Snapshot{}, err
@@ -159,6 +183,10 @@ func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldstream.
 	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
 		var err error
 		live, err = r.LiveSnapshot(ctx)
+		return err
+	}, func(ctx context.Context, l driver.Lease) error {
+		var err error
+		live, err = h.remoteLiveSnapshot(ctx, l, path, slug)
 		return err
 	})
 	if err != nil {
@@ -185,6 +213,8 @@ func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset
 			return catchingUp(key, r.ReducedThroughOffset(), err)
 		}
 		return err
+	}, func(ctx context.Context, l driver.Lease) error {
+		return h.remoteWait(ctx, l, path, slug, offset, timeout)
 	})
 	return err
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Register builds an engine for processor p over the stream at path — the store's event view, a
@@ -14,6 +15,11 @@ import (
 // stream, subscribes the engine and starts its catch-up in the background (reads wait for it
 // within Config.MaxWait), and revives at once any claim a previous incarnation left for it. It
 // returns the engine, which the caller may also use directly.
+//
+// On a database other nodes share, the processor runs on one node at a time, under a lease
+// (docs/postgres.md#processors-and-leases): when another node runs it, the engine returned is
+// not hosted here and every write through it fails with LEASE_LOST; this node takes the
+// processor over when that node goes away. The host's read methods answer on every node.
 //
 // The engine stays open while the host runs. If the stream is deleted, the host replaces it with a
 // fresh engine (the contract's initial state at offset 0) for the stream created next at path; the
@@ -27,6 +33,12 @@ func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Pro
 	r, err := h.register(ctx, reg)
 	if err != nil {
 		return nil, err
+	}
+	if r == nil {
+		// Another node runs it: an engine under no lease, whose every write fails LEASE_LOST.
+		if r, err = reg.build(path, driver.Lease{}); err != nil {
+			return nil, err
+		}
 	}
 	return r.(*foldstream.Engine[S]), nil
 }
@@ -82,7 +94,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		opt(&o)
 	}
 	if c != nil {
-		reg.slug, reg.version = c.Slug(), c.Version()
+		reg.slug, reg.version, reg.consumes = c.Slug(), c.Version(), c.Consumes()
 		if b, err := json.Marshal(c.InitialState()); err == nil {
 			reg.initial = b
 		}
@@ -97,14 +109,30 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			}
 		}
 	}
-	reg.build = func(path string) (foldstream.Runner, error) {
+	reg.project = func(state json.RawMessage) (json.RawMessage, error) {
+		var st S
+		if len(state) > 0 {
+			if err := json.Unmarshal(state, &st); err != nil {
+				return nil, err
+			}
+		} else if c != nil {
+			st = c.InitialState()
+		}
+		v, err := p.ProjectLiveState(st)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	}
+	reg.build = func(path string, l driver.Lease) (foldstream.Runner, error) {
 		cps, err := h.checkpoints(path)
 		if err != nil {
 			return nil, err
 		}
+		key := procKey{path, reg.slug}
 		return foldstream.NewEngine(p, foldstream.EngineConfig{
-			Stream:      h.store.Stream(path).ForProcessor(reg.slug),
-			Checkpoints: cps,
+			Stream:      &fencedStream{inner: h.store.Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation},
+			Checkpoints: cps.Fenced(leaseKey(key), l.Generation),
 			FedByPushes: true,
 			Clock:       h.clock,
 			Reporter:    h.cfg.Reporter,
@@ -182,8 +210,11 @@ func (h *Host) register(ctx context.Context, reg *registration) (foldstream.Runn
 	sl := newSlot(key, reg)
 	h.slots[key] = sl
 	h.mu.Unlock()
+	sl.force = true
 	h.open(sl, openForRegister, false)
-	if err := sl.openErr; err != nil {
+	if err := sl.openErr; isElsewhere(err) {
+		return nil, nil // the registration stays: the lease loop takes it over when free
+	} else if err != nil {
 		h.mu.Lock()
 		if h.exact[key] == reg {
 			delete(h.exact, key)
@@ -240,9 +271,10 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 		return nil
 	}
 	err := sl.sub.Drain(ctx)
-	if cerr := settleAndClose(ctx, sl.runner); err == nil {
+	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err == nil {
 		err = cerr
 	}
+	h.leases.release(key, sl.lease.Generation, false)
 	return err
 }
 

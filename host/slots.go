@@ -3,6 +3,7 @@ package host
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // A slot is one processor on one stream: the engine a registration runs there, while it is open.
@@ -44,8 +46,12 @@ type registration struct {
 	version string
 	// initial is the contract's initial state as JSON (what a reset checkpoint holds).
 	initial []byte
-	// build makes a fresh engine for a stream path; nil for a runner added with Add.
-	build func(path string) (foldstream.Runner, error)
+	// consumes are the contract's consumed event types (nil: all).
+	consumes []string
+	// project is the processor's live-state projection of a checkpoint state (JSON).
+	project func(state json.RawMessage) (json.RawMessage, error)
+	// build makes a fresh engine for a stream path under lease l; nil for a runner added with Add.
+	build func(path string, l driver.Lease) (foldstream.Runner, error)
 	added foldstream.Runner
 	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
 	// schema at append time.
@@ -78,6 +84,9 @@ type slot struct {
 	failKey   string
 	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
 	stale     bool  // the stream was deleted and created again: the engine follows a dead stream
+	lease     driver.Lease
+	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
+	handoff   bool // closing to hand the lease to another node
 }
 
 func newSlot(key procKey, reg *registration) *slot {
@@ -117,18 +126,28 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 		sl := h.slots[procKey{path, slug}]
 		if sl == nil {
 			reg := h.registrationFor(path, slug)
-			if reg == nil || reg.pinned() {
-				// A pinned slot is in the map from its registration until its removal.
+			if reg == nil || reg.added != nil {
 				h.mu.Unlock()
 				return nil, notRegistered(path, slug)
 			}
+			if l, ok := h.leases.owner(procKey{path, slug}); ok && l.Live && l.Holder != h.leases.node && time.Now().Before(l.Expires) {
+				h.mu.Unlock()
+				return nil, &elsewhereError{l}
+			}
+			// An exact registration has no slot while another node runs it: it opens here
+			// once this node takes the lease.
 			sl = newSlot(procKey{path, slug}, reg)
+			sl.force = true
 			h.slots[sl.key] = sl
 			h.wg.Add(1)
 			h.mu.Unlock()
 			go func() {
 				defer h.wg.Done()
-				h.open(sl, mode, false)
+				m := mode
+				if reg.pinned() {
+					m = openForRegister
+				}
+				h.open(sl, m, false)
 			}()
 			h.mu.Lock()
 			continue
@@ -233,7 +252,12 @@ const (
 func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	ctx := h.ctx
 	reg := sl.reg
+	var held bool // the lease is this open's: released when it fails
 	fail := func(err error) {
+		if held {
+			h.leases.release(sl.key, sl.lease.Generation, errors.Is(err, foldstream.ErrNotRegistered) ||
+				errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone))
+		}
 		h.mu.Lock()
 		sl.openErr = err
 		if h.slots[sl.key] == sl {
@@ -246,14 +270,26 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	if mode != openForRegister {
 		var err error
 		if info, err = h.store.HeadStream(ctx, sl.key.path); err != nil {
+			if sl.force && (errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
+				// A lease left by an engine of a stream deleted since: settle it as idle.
+				if l, lerr := h.leases.acquire(ctx, sl.key, true); lerr == nil {
+					sl.lease, held = l, true
+				}
+			}
 			fail(err)
 			return
 		}
 	}
+	l, err := h.leases.acquire(ctx, sl.key, sl.force)
+	if err != nil {
+		fail(err)
+		return
+	}
+	sl.lease, held = l, true
 	runner := reg.added
 	if runner == nil {
 		var err error
-		if runner, err = reg.build(sl.key.path); err != nil {
+		if runner, err = reg.build(sl.key.path, l); err != nil {
 			fail(err)
 			return
 		}
@@ -302,6 +338,17 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 			_ = closeRunner(context.Background(), runner)
 		}
 		fail(ErrShutdown)
+		return
+	}
+	if !h.leases.valid(sl.key, l.Generation) {
+		// The lease was lost while the engine was being built.
+		h.mu.Unlock()
+		sub.Close()
+		if reg.added == nil {
+			_ = closeRunner(context.Background(), runner)
+		}
+		held = false
+		fail(&elsewhereError{l})
 		return
 	}
 	sl.runner, sl.sub, sl.state = runner, sub, slotOpen
@@ -465,12 +512,15 @@ func (h *Host) beginCloseLocked(sl *slot) {
 func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	ctx = context.WithoutCancel(ctx)
 	err := sl.sub.Drain(ctx)
-	if cerr := settleAndClose(ctx, sl.runner); err == nil {
+	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		h.log.Warn("host: closing an idle engine failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 	}
+	// Idle: nothing left to do, so no node needs to take it until the stream changes; a handoff
+	// is taken over by the preferred node at once.
+	h.leases.release(sl.key, sl.lease.Generation, !sl.handoff && err == nil)
 	h.mu.Lock()
 	if h.slots[sl.key] == sl {
 		delete(h.slots, sl.key)
@@ -526,6 +576,10 @@ func (h *Host) sweep() {
 // processor's engine there when it is closed. It runs on the store's writer goroutine and only
 // queues work.
 func (h *Host) committed(path string) {
+	if path == "" {
+		h.leases.rescan() // notifications may have been missed
+		return
+	}
 	if !h.hasPatterns.Load() {
 		return
 	}
@@ -594,7 +648,7 @@ func (h *Host) runOpener() {
 		h.slots[key] = sl
 		h.mu.Unlock()
 		h.open(sl, openForWork, true)
-		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) {
+		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) {
 			h.log.Warn("host: opening an engine failed", "path", key.path, "slug", key.slug, "err", err)
 		}
 	}
@@ -723,6 +777,7 @@ func (h *Host) recreated(sl *slot) {
 			"path", sl.key.path, "slug", sl.key.slug)
 	case sl.reg.pinned():
 		fresh = newSlot(sl.key, sl.reg)
+		fresh.force = true
 		h.slots[sl.key] = fresh
 	}
 	h.wg.Add(1)
@@ -742,7 +797,8 @@ func (h *Host) recreated(sl *slot) {
 			reset := foldstream.Checkpoint{ReducerVersion: sl.reg.version, State: sl.reg.initial}
 			cps, err := h.checkpoints(sl.key.path)
 			if err == nil {
-				err = cps.WriteCheckpoint(ctx, sl.key.slug, reset, true)
+				// Fenced: a node that lost the processor meanwhile resets nothing.
+				err = cps.Fenced(leaseKey(sl.key), sl.lease.Generation).WriteCheckpoint(ctx, sl.key.slug, reset, true)
 			}
 			if err != nil {
 				h.log.Warn("host: resetting the checkpoint of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
@@ -751,6 +807,7 @@ func (h *Host) recreated(sl *slot) {
 		if err := h.store.Claim(ctx, sl.key.path, sl.key.slug, time.Time{}); err != nil {
 			h.log.Warn("host: releasing the claim of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 		}
+		h.leases.release(sl.key, sl.lease.Generation, false)
 		h.mu.Lock()
 		if h.slots[sl.key] == sl {
 			delete(h.slots, sl.key)
@@ -768,6 +825,92 @@ func (h *Host) recreated(sl *slot) {
 				h.log.Warn("host: reopening a processor on a re-created stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
+	}()
+}
+
+// isElsewhere reports an open that did not happen because another node runs the processor or
+// is preferred for it.
+func isElsewhere(err error) bool {
+	var ee *elsewhereError
+	return errors.As(err, &ee) || errors.Is(err, errNotPreferred)
+}
+
+// takeOver opens the engine of key on this node: its lease is free and this node is to run it.
+func (h *Host) takeOver(key procKey) {
+	h.mu.Lock()
+	reg := h.registrationFor(key.path, key.slug)
+	if h.shutdown || reg == nil || reg.added != nil || h.slots[key] != nil {
+		h.mu.Unlock()
+		return
+	}
+	sl := newSlot(key, reg)
+	sl.force = true
+	h.slots[key] = sl
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		mode := openForWork
+		if reg.pinned() {
+			mode = openForRegister
+		}
+		h.open(sl, mode, false)
+		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) && !errors.Is(err, foldstream.ErrNotRegistered) &&
+			!errors.Is(err, foldstream.ErrStreamNotFound) && !errors.Is(err, foldstream.ErrStreamGone) {
+			h.log.Warn("host: taking a processor over failed", "path", key.path, "slug", key.slug, "err", err)
+		}
+	}()
+}
+
+// handOff closes the idle engine of key and hands its lease to the node preferred for it.
+func (h *Host) handOff(key procKey) {
+	h.mu.Lock()
+	sl := h.slots[key]
+	if h.shutdown || sl == nil || sl.state != slotOpen || sl.refs > 0 {
+		h.mu.Unlock()
+		return
+	}
+	sl.handoff = true
+	sl.state = slotClosing
+	if sl.elem != nil {
+		h.lru.Remove(sl.elem)
+		sl.elem = nil
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		h.finishClose(h.ctx, sl)
+	}()
+}
+
+// leaseLost stops the engine of key at once: its lease changed hands or ran out. Nothing is
+// settled (its writes are fenced anyway); the node that holds the lease now runs the processor.
+func (h *Host) leaseLost(key procKey) {
+	h.mu.Lock()
+	sl := h.slots[key]
+	if sl == nil || (sl.state != slotOpen && sl.state != slotParked) {
+		h.mu.Unlock()
+		return
+	}
+	wasParked := sl.state == slotParked
+	sl.state = slotClosing
+	if sl.elem != nil {
+		h.lru.Remove(sl.elem)
+		sl.elem = nil
+	}
+	delete(h.slots, key)
+	closed := sl.closed
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		if wasParked {
+			return
+		}
+		sl.sub.Close()
+		_ = closeRunner(context.WithoutCancel(h.ctx), sl.runner)
+		close(closed)
 	}()
 }
 

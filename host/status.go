@@ -97,9 +97,18 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			}
 		}
 	}
+	for i := range out {
+		k := procKey{path, out[i].Slug}
+		if l, ok := h.leases.owner(k); ok && l.Live {
+			out[i].Owner, out[i].Generation, out[i].Local = l.Holder, l.Generation, l.Holder == h.leases.node
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Slug < out[j].Slug })
 	return out
 }
+
+// NodeID returns the name this node's leases carry (Config.NodeID or the random default).
+func (h *Host) NodeID() string { return h.leases.node }
 
 // parkedStatus is a parked error as a status reports it: the cause's code and message.
 func parkedStatus(err error) *foldstream.ProcessorError {

@@ -29,6 +29,8 @@ const (
 	OpProcessorRead Operation = "processor-read"
 	// OpList lists streams (the listing route); the path is the prefix listed, "/" for all.
 	OpList Operation = "list"
+	// OpMetrics reads the server's metrics (MetricsPath); the path is "/".
+	OpMetrics Operation = "metrics"
 	// OpSubscribe changes a subscription — create, delete, link or unlink streams — or claims
 	// its wake (PUT, DELETE, POST under {prefix}__ds/subscriptions/); the path is
 	// "/__ds/subscriptions/<id>". Reading a subscription or the signing keys is an OpRead.
@@ -59,7 +61,7 @@ type Scope string
 
 // The scopes of BearerTokens.
 const (
-	// ScopeRead allows OpRead, OpProcessorRead and OpList.
+	// ScopeRead allows OpRead, OpProcessorRead, OpList and OpMetrics.
 	ScopeRead Scope = "read"
 	// ScopeReadWrite allows every operation.
 	ScopeReadWrite Scope = "read-write"

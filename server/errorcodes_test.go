@@ -40,6 +40,8 @@ func TestEveryErrorAnswerCarriesItsCode(t *testing.T) {
 		{name: "method not allowed", method: "PATCH", path: "/v1/stream/orders", status: 405, code: foldstream.CodeMethodNotAllowed},
 		{name: "no stream name", method: "GET", path: "/v1/stream/", status: 404, code: foldstream.CodeNoRoute},
 		{name: "reserved path", method: "GET", path: "/v1/stream/__ds/x"},
+		{name: "key set by POST", method: "POST", path: "/v1/stream/__ds/jwks.json"},
+		{name: "unknown subscription route", method: "GET", path: "/v1/stream/__ds/subscriptions/s1/nothing"},
 		{name: "no token", method: "GET", path: "/v1/stream/orders", noAuth: true, status: 401, code: foldstream.CodeUnauthorized},
 		{name: "read token writes", method: "POST", path: "/v1/stream/orders", body: `{"n":2}`, noAuth: true,
 			headers: []string{"Authorization", bearer(readerToken), "Content-Type", "application/json"}, status: 403, code: foldstream.CodeForbidden},

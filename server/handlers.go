@@ -218,6 +218,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 	defer release()
+	received := len(body)
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
 	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
 		var ferr *foldstream.Error
@@ -241,6 +242,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		s.writeStoreError(w, r, err)
 		return
 	}
+	s.metrics.appended(received)
 	out := w.Header()
 	out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Tail))
 	if res.Closed {

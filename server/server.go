@@ -162,6 +162,13 @@ type Config struct {
 	// DefaultIdleTimeout (2 min).
 	IdleTimeout time.Duration
 
+	// Metrics, when set, records the server's Prometheus metrics (NewMetrics;
+	// docs/server.md#metrics) and serves them at MetricsPath, to requests allowed OpMetrics (a
+	// read token). One Metrics serves one Server.
+	Metrics *Metrics
+	// MetricsElsewhere keeps MetricsPath off this handler: the operator serves
+	// Metrics.Handler() on an address of its own (foldstream serve --metrics-addr).
+	MetricsElsewhere bool
 	// AllowLoopbackWebhooks lets webhook subscriptions target loopback addresses (localhost,
 	// 127.0.0.0/8, ::1), over http too: for development and tests, where receivers run on the same
 	// machine. Private, link-local and other local network targets are refused regardless
@@ -249,7 +256,10 @@ type Server struct {
 
 	console *console.Handler // nil with Config.DisableConsole
 
-	subs *deliverer // subscription delivery (webhooks.go)
+	metrics        *Metrics     // Config.Metrics, or nil
+	metricsHandler http.Handler // serves MetricsPath, or nil
+	stopObserving  func()       // ends the store's commit observation of the metrics, or nil
+	subs           *deliverer   // subscription delivery (webhooks.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -335,6 +345,13 @@ func New(st *stream.Store, cfg Config) *Server {
 		}
 		srv.console = console.New(cc)
 	}
+	if cfg.Metrics != nil {
+		srv.metrics = cfg.Metrics
+		cfg.Metrics.bind(srv)
+		if !cfg.MetricsElsewhere {
+			srv.metricsHandler = cfg.Metrics.Handler()
+		}
+	}
 	if cfg.PublicBaseURL != "" {
 		if u, err := parseBaseURL(cfg.PublicBaseURL); err == nil {
 			srv.publicBase = u
@@ -364,7 +381,12 @@ func (s *Server) HTTPServer() *http.Server {
 // connections close (clients resume from their last offset). Other requests are still served.
 // Register it with http.Server.RegisterOnShutdown so a graceful shutdown does not wait for them.
 func (s *Server) Shutdown() {
-	s.stopOnce.Do(func() { close(s.stopping) })
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		if s.stopObserving != nil {
+			s.stopObserving()
+		}
+	})
 }
 
 // ServeHTTP serves one request.
@@ -381,6 +403,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rec, http.StatusInternalServerError, "internal error")
 			}
 		}
+		s.metrics.request(s.routeOf(r.URL.Path), r.Method, rec.status, rec.bytes)
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "duration", time.Since(start))
@@ -391,6 +414,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p == HealthPath || p == ReadyPath {
+		s.serveHealth(w, r)
+		return
+	}
 	if !s.hostAllowed(r) {
 		s.refuseHost(w, r)
 		return
@@ -401,6 +428,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	p := r.URL.Path
 	switch {
+	case p == MetricsPath && s.metricsHandler != nil:
+		s.serveMetrics(w, r)
+		return
 	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
 		s.serveProcessor(w, r, strings.TrimPrefix(p, s.cfg.ProcessorPrefix))
 		return

@@ -199,22 +199,6 @@ func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) e
 	return (d.WriteCheckpoint(ctx, w))
 }
 
-func (l lazyTx) TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (driver.Lease, error) {
-	d, err := l.t.begin()
-	if err != nil {
-		return driver.Lease{}, err
-	}
-	return d.TakeLease(ctx, key, holder, nowMs, untilMs)
-}
-
-func (l lazyTx) ReleaseLease(ctx context.Context, key, holder string, generation int64) error {
-	d, err := l.t.begin()
-	if err != nil {
-		return err
-	}
-	return d.ReleaseLease(ctx, key, holder, generation)
-}
-
 func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {
 	d, err := l.t.begin()
 	if err != nil {

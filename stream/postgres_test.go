@@ -364,3 +364,44 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresCommitWatchersHearEveryNodesCommits: on a shared database a node's commit watchers
+// hear of its own commits and of another node's, whether or not the node reads the stream (no
+// subscriber, no waiter). They used to hear only of commits published to a local listener, so a
+// host's pattern engines never opened for a stream nobody read through that node.
+func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := openPG(t, url), openPG(t, url)
+	ctx := context.Background()
+	heard := func(s *stream.Store) <-chan string {
+		ch := make(chan string, 16)
+		stop := s.WatchCommits(func(path string) {
+			select {
+			case ch <- path:
+			default:
+			}
+		})
+		t.Cleanup(stop)
+		return ch
+	}
+	onA, onB := heard(a), heard(b)
+	wait := func(ch <-chan string, want, who string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case p := <-ch:
+				if p == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s's watcher never heard of the commit on %s", who, want)
+			}
+		}
+	}
+	if _, err := a.Append(ctx, "/w/1", foldstream.EventInput{Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(onA, "/w/1", "the committing node")
+	wait(onB, "/w/1", "the other node")
+}

@@ -424,7 +424,8 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 			return res, err
 		}
 	}
-	var deadline, arrivingCap time.Time
+	var deadline time.Time
+	renewals := 0
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
@@ -443,17 +444,10 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 			return res, err
 		}
 		// The wait runs on the store's clock, so tests drive it with a fake one.
-		now := s.clock.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(s.opts.ProducerReorderWait)
-			arrivingCap = now.Add(maxArrivingWait)
+			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
 		}
-		if expected, ok := dataInt64(err, DataExpectedSeq); ok && !now.Before(deadline) && now.Before(arrivingCap) &&
-			s.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
-			// A missing seq is still on its way into this process: keep waiting for it.
-			deadline = now.Add(s.opts.ProducerReorderWait)
-		}
-		wait := deadline.Sub(now)
+		wait := deadline.Sub(s.clock.Now())
 		if wait <= 0 {
 			return res, err
 		}
@@ -463,7 +457,15 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 		case <-gapWake:
 			stop()
 		case <-expired:
-			// Try once more: a gap still there is answered, unless a missing seq is arriving.
+			// The wait ran out: the gap is answered, unless a missing seq is still arriving
+			// (inflight.go); then the wait is renewed, up to maxArrivingWait in all.
+			expected, ok := dataInt64(err, DataExpectedSeq)
+			if !ok || renewals >= int(maxArrivingWait/s.opts.ProducerReorderWait) ||
+				!s.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
+				return res, err
+			}
+			renewals++
+			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
 		case <-ctx.Done():
 			stop()
 			return res, err
@@ -472,9 +474,10 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 }
 
 // DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
-// pipelined request that overtook its predecessor on loopback or a LAN, short enough that a real
-// gap is still answered promptly.
-const DefaultProducerReorderWait = 25 * time.Millisecond
+// pipelined request that overtook its predecessor on loopback or a LAN even on a loaded machine
+// (where the predecessor's connection may not be served for tens of milliseconds), short enough
+// that a real gap — a lost request, which its producer resends anyway — is still answered promptly.
+const DefaultProducerReorderWait = 200 * time.Millisecond
 
 // appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
 // stream's id, so AppendRecord can wait for the missing seqs.

@@ -106,8 +106,9 @@ type Store struct {
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
 
-	ev      *eventView   // the event view's in-memory state (events.go)
-	commits atomic.Int64 // group commits; benchmarks report events per commit
+	ev        *eventView   // the event view's in-memory state (events.go)
+	commits   atomic.Int64 // group commits; benchmarks report events per commit
+	observers commitObservers
 
 	// feeds order publishing on a shared database (feed.go).
 	feeds feedSet
@@ -117,8 +118,9 @@ type Store struct {
 
 	created createdListeners // OnStreamCreated's listeners (list.go)
 
-	changes commitWatchers               // WatchChanges' functions (subscriptions.go)
-	subKick atomic.Pointer[func(string)] // WatchSubscriptions' function (subscriptions.go)
+	changes  commitWatchers               // WatchChanges' functions (subscriptions.go)
+	subKick  atomic.Pointer[func(string)] // WatchSubscriptions' function (subscriptions.go)
+	subLease atomic.Pointer[driver.Lease] // the subscription delivery lease this node took last
 }
 
 // OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
@@ -191,9 +193,13 @@ func (s *Store) remoteChange(n driver.Notification) {
 		s.remoteEphemerals(n)
 		s.kickFeed(n.Path)
 		s.wake(n.StreamID)
+		if n.Path != "" {
+			s.ev.watchers.notify(n.Path)
+		}
 		s.changes.notify(n.Path)
 		return
 	}
+	s.ev.watchers.notify("")
 	s.changes.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()

@@ -140,9 +140,13 @@ func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOption
 func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
 	if !s.exclusive {
 		s.publishShared(path, events, after, through)
-		return
+	} else {
+		s.publishLocal(path, events, after, through)
 	}
-	s.publishLocal(path, events, after, through)
+	// Watchers hear of every local commit, whether or not this node has a listener on the path.
+	if slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) {
+		s.ev.watchers.notify(path)
+	}
 }
 
 // publishLocal hands events over (after, through] to subscribers, as they are.
@@ -152,9 +156,6 @@ func (s *Store) publishLocal(path string, events []foldstream.Event, after, thro
 	s.ev.subsMu.RUnlock()
 	for _, sub := range subs {
 		sub.offer(events, after, through)
-	}
-	if slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) {
-		s.ev.watchers.notify(path)
 	}
 }
 

@@ -1048,27 +1048,31 @@ func WebhookRetryDelay(attempt int, u float64) time.Duration {
 }
 
 // TakeSubscriptionLease takes or renews the lease that makes this node the one running
-// subscription delivery, for ttl on the store's clock; ok reports whether holder has it.
+// subscription delivery, for ttl (the driver's lease, docs/postgres.md#processors-and-leases);
+// ok reports whether holder has it.
 func (s *Store) TakeSubscriptionLease(ctx context.Context, holder string, ttl time.Duration) (ok bool, err error) {
-	err = s.write(ctx, func(t *tx) error {
-		now := t.now.UnixMilli()
-		l, err := t.db.TakeLease(t.ctx, subscriptionLeaseKey, holder, now, now+ttl.Milliseconds())
-		ok = err == nil && l.Holder == holder
-		return err
-	})
-	return ok, err
+	if s.closed.Load() {
+		return false, ErrStoreClosed
+	}
+	l, ok, err := s.drv.AcquireLease(ctx, subscriptionLeaseKey, holder, "", ttl)
+	if err != nil || !ok {
+		return false, err
+	}
+	s.subLease.Store(&l)
+	return true, nil
 }
 
 // ReleaseSubscriptionLease gives the delivery lease up (a graceful stop), so another node takes
 // it at once.
 func (s *Store) ReleaseSubscriptionLease(ctx context.Context, holder string) error {
-	return s.write(ctx, func(t *tx) error {
-		l, err := t.db.TakeLease(t.ctx, subscriptionLeaseKey, holder, t.now.UnixMilli(), t.now.UnixMilli()+1)
-		if err != nil || l.Holder != holder {
-			return err
-		}
-		return t.db.ReleaseLease(t.ctx, subscriptionLeaseKey, holder, l.Generation)
-	})
+	l := s.subLease.Load()
+	if l == nil || l.Holder != holder {
+		return nil
+	}
+	if s.closed.Load() {
+		return ErrStoreClosed
+	}
+	return s.drv.ReleaseLease(ctx, *l, false)
 }
 
 const subscriptionLeaseKey = "__ds/subscriptions"

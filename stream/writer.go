@@ -260,10 +260,27 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		}
 		if broken != nil {
 			commitErr = broken
-		} else if err := g.dtx.Commit(ctx); err != nil {
-			commitErr = fmt.Errorf("stream store: commit: %w", err)
 		} else {
-			s.commits.Add(1)
+			observed := s.observers.observing()
+			var start time.Time
+			if observed {
+				start = s.clock.Now()
+			}
+			err := g.dtx.Commit(ctx)
+			if err != nil {
+				commitErr = fmt.Errorf("stream store: commit: %w", err)
+			} else {
+				s.commits.Add(1)
+			}
+			if observed {
+				writes := 0
+				for _, e := range results {
+					if e == nil {
+						writes++
+					}
+				}
+				s.observers.notify(CommitStats{Writes: writes, Duration: s.clock.Now().Sub(start), Failed: err != nil})
+			}
 		}
 		if commitErr != nil {
 			_ = g.dtx.Rollback(ctx)

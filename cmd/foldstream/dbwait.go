@@ -88,6 +88,12 @@ func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net
 // answerWaiting answers every request while the node waits for its database.
 func answerWaiting(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
+	if r.URL.Path == server.HealthPath {
+		// The process is up (only not ready: /readyz answers 503 like every other route).
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+		return
+	}
 	h.Set("Retry-After", "1")
 	h.Set(server.HeaderErrorCode, string(foldstream.CodeUnavailable))
 	h.Set("Content-Type", "text/plain; charset=utf-8")

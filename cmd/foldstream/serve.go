@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -49,6 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxLive := fs.Int("max-live-readers", server.DefaultMaxLiveReaders, "concurrent long-poll and SSE readers (503 beyond)")
 	maxInFlight := fs.Int64("max-body-bytes-in-flight", server.DefaultMaxBodyBytesInFlight, "request-body bytes held by all requests at once (503 beyond)")
 	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "open connections (503 beyond)")
+	metricsAddr := fs.String("metrics-addr", "", "serve the Prometheus metrics on this address of their own (no token asked there; keep it private), instead of at /metrics (a read like any route)")
 	loopHooks := fs.Bool("allow-loopback-webhooks", false, "let webhook subscriptions target loopback addresses (localhost, 127.0.0.0/8, ::1), over http too: development and tests only")
 	webhookTimeout := fs.Duration("webhook-timeout", server.DefaultWebhookTimeout, "one webhook delivery attempt must finish within this")
 	nodeID := fs.String("node-id", "", "this node's name as holder of the subscription-delivery lease (default: random)")
@@ -94,6 +96,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AllowLoopbackWebhooks: *loopHooks,
 		WebhookTimeout:        *webhookTimeout,
 		NodeID:                *nodeID,
+		Metrics:               server.NewMetrics(),
+		MetricsElsewhere:      *metricsAddr != "",
 	}
 	if tokens != nil {
 		cfg.Authorize = tokens.Authorize
@@ -116,6 +120,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	var mln net.Listener
+	if *metricsAddr != "" {
+		if mln, err = net.Listen("tcp", *metricsAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer mln.Close()
+	}
 	st, ln, err := openWaiting(ctx, func() (*stream.Store, error) {
 		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	}, ln, *dbWait, log)
@@ -137,6 +149,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if mln != nil {
+		msrv := &http.Server{Handler: metricsOnly(cfg.Metrics.Handler()), ReadHeaderTimeout: server.DefaultHeaderReadTimeout}
+		fmt.Fprintf(stdout, "foldstream: metrics at http://%s%s\n", mln.Addr(), server.MetricsPath)
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close()
+	}
 	collectDone := make(chan struct{})
 	collectCtx, stopCollect := context.WithCancel(ctx)
 	defer stopCollect()
@@ -167,6 +185,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		shutErr = errors.Join(shutErr, err)
 	}
 	return errors.Join(shutErr, st.Close())
+}
+
+// metricsOnly serves h at server.MetricsPath (GET or HEAD) and answers every other path 404.
+func metricsOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != server.MetricsPath {
+			w.Header().Set(server.HeaderErrorCode, string(foldstream.CodeNoRoute))
+			http.Error(w, "this address serves "+server.MetricsPath+" only", http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // collectLoop reclaims expired and deleted streams every interval until ctx ends. Expiry is

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -162,5 +163,58 @@ func TestServeHelpUsesTheCommonUsageFormat(t *testing.T) {
 		if !strings.Contains(stderr.String(), want) {
 			t.Fatalf("serve -h lacks %q:\n%s", want, stderr.String())
 		}
+	}
+}
+
+// serve answers /healthz and /readyz, and with --metrics-addr serves the metrics on that address
+// only.
+func TestServeHealthRoutesAndMetricsAddress(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr lockedBuffer
+	done := make(chan error, 1)
+	db := filepath.Join(t.TempDir(), "ops.db")
+	go func() {
+		done <- commands["serve"].run(ctx, []string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--db", db}, &stdout, &stderr)
+	}()
+	var base, metrics string
+	for deadline := time.Now().Add(10 * time.Second); base == "" || metrics == ""; {
+		for _, line := range strings.Split(stdout.String(), "\n") {
+			if u, ok := strings.CutPrefix(line, "foldstream: serving "); ok {
+				base = strings.TrimSuffix(u, "/v1/stream/")
+			}
+			if u, ok := strings.CutPrefix(line, "foldstream: metrics at "); ok {
+				metrics = u
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %s %s", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	get := func(u string) (int, string) {
+		t.Helper()
+		res, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, body := get(base + p); code != 200 || body != "ok\n" {
+			t.Errorf("%s: %d %q", p, code, body)
+		}
+	}
+	if code, _ := get(base + "/metrics"); code != 404 {
+		t.Errorf("/metrics on the main address with --metrics-addr: %d, want 404", code)
+	}
+	if code, body := get(metrics); code != 200 || !strings.Contains(body, `foldstream_http_requests_total{code="200",method="GET",route="health"} 2`) {
+		t.Errorf("metrics address: %d\n%s", code, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 }

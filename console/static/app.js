@@ -451,6 +451,7 @@ function streamView(main, p, signal) {
 function processorCard(p, ps, signal) {
   const rev = el("b", { class: "rev" });
   const off = el("b", { class: "off" });
+  const owner = el("span", { class: "owner" });
   const st = el("span", { class: "pstatus" });
   const parked = el("div", { class: "parked", hidden: true });
   const pre = el("pre", { class: "state" });
@@ -465,7 +466,7 @@ function processorCard(p, ps, signal) {
       ps.pattern && ps.pattern !== p ? el("span", { class: "pattern", title: "registered on this pattern", text: ps.pattern }) : "",
       st,
     ),
-    el("div", { class: "pmeta" }, el("span", {}, "rev ", rev), el("span", {}, "through offset ", off)),
+    el("div", { class: "pmeta" }, el("span", {}, "rev ", rev), el("span", {}, "through offset ", off), owner),
     parked,
     pre,
   );
@@ -493,6 +494,8 @@ function processorCard(p, ps, signal) {
     close: () => follower.close(),
     status(ps) {
       off.textContent = String(ps.offset);
+      // The node that runs it (its lease holder) and the lease's generation, on every node.
+      owner.textContent = ps.owner ? `on ${ps.owner}${ps.local ? " (this node)" : ""} · lease ${ps.generation}` : "no owner now";
       const lines = [];
       if (ps.parked) lines.push(`parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim());
       else if (ps.failing) lines.push(failingText(ps.failing));

@@ -6,14 +6,15 @@
 //	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
 //	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
 //
-// Several nodes on one PostgreSQL database (docs/postgres.md), the counter running on one of them
-// at a time and failing over when it dies:
+// Several nodes on one PostgreSQL database (docs/postgres.md) run the same program unchanged: each
+// stream's counter runs on one node at a time, under a lease, and moves to another node when its
+// node stops or dies; every node answers every processor read:
 //
 //	go run ./examples/hosted -db "$DB" -addr 127.0.0.1:4438
 //	go run ./examples/hosted -db "$DB" -addr 127.0.0.1:4439
 //
-// With the server running, write events over HTTP to any stream under counters/ (counters/b works
-// as well as counters/a; on PostgreSQL the counter runs on counters/a only) and read the processor:
+// With the server running, write events over HTTP to any stream under counters/ (through any
+// node) and read the processor:
 //
 //	curl -X POST -H 'Content-Type: application/json' \
 //	     --data '{"type":"ticked","payload":{"by":2}}' http://127.0.0.1:4438/v1/stream/counters/a
@@ -37,10 +38,8 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/host/cluster"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // Ticked is the payload of a "ticked" event.
@@ -72,13 +71,10 @@ func (Counter) Reduce(a foldstream.ReduceArgs[State]) (State, bool, error) {
 // pattern covers every stream one segment below /counters (see host.Pattern).
 const pattern = "/counters/*"
 
-// streamPath is the one stream the counter runs on in the multi-node (PostgreSQL) setup.
-const streamPath = "/counters/a"
-
 func main() {
 	addr := flag.String("addr", "127.0.0.1:4438", "listen address")
 	db := flag.String("db", "", "SQLite file (default: a temporary directory), or a postgres:// URL shared by several nodes")
-	advertise := flag.String("advertise", "", "with -db postgres://: this node's URL as the other nodes reach it (default http://ADDR)")
+	advertise := flag.String("advertise", "", "this node's URL as the other nodes of a cluster reach it (default http://ADDR)")
 	demo := flag.Bool("demo", false, "append a few events, print the state and exit")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -110,35 +106,14 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		}
 	}()
 
-	h, err := host.New(st, host.Config{})
+	// advertise is where the other nodes of a cluster ask this node for the processors it runs.
+	h, err := host.New(st, host.Config{Addr: advertise})
 	if err != nil {
 		return err
 	}
-	var processors server.Processors = h
-	if pgdriver.IsURL(dbPath) {
-		// Several nodes on one database: the counter runs on one node at a time, under a lease
-		// (docs/postgres.md#processors-and-leases); any node answers its routes.
-		if demo {
-			return errors.New("-demo runs on SQLite; leave -db empty")
-		}
-		c, err := cluster.New(h, cluster.Config{Driver: st.Driver().(*pgdriver.Driver), Addr: advertise})
-		if err != nil {
-			return err
-		}
-		if err := cluster.Register[State](c, streamPath, Counter{foldstream.NewBase(contract)}); err != nil {
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := c.Shutdown(sctx); err != nil {
-				log.Printf("cluster shutdown: %v", err)
-			}
-		}()
-		processors = c
-	} else if err := host.RegisterPattern[State](ctx, h, pattern, Counter{foldstream.NewBase(contract)}); err != nil {
-		// One registration for every stream under /counters/: each gets its own engine, opened on
-		// its first append (host.Pattern has the syntax).
+	// One registration for every stream under /counters/: each gets its own engine, opened on
+	// its first append (host.Pattern has the syntax).
+	if err := host.RegisterPattern[State](ctx, h, pattern, Counter{foldstream.NewBase(contract)}); err != nil {
 		return err
 	}
 	defer func() {
@@ -166,7 +141,7 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		return nil
 	}
 
-	srv := &http.Server{Handler: server.New(st, server.Config{Processors: processors}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: server.New(st, server.Config{Processors: h}), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -6,8 +6,35 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 )
+
+// PackageConsts returns the constants of type Code declared in the package in dir (its non-test
+// Go files), by name, with their string values.
+func PackageConsts(dir string) (map[string]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		cs, err := Consts(filepath.Join(dir, n))
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range cs {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
 
 // Consts returns the constants of type Code declared in the Go file at path, by name, with their
 // string values.

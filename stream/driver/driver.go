@@ -38,6 +38,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/foldstream/foldstream"
 )
@@ -73,6 +74,31 @@ type Driver interface {
 	// whose notification channel drops must recover by itself and call fn with a zero
 	// Notification (StreamID 0: "anything may have changed") once it is back, so waiters re-read.
 	Listen(ctx context.Context, fn func(Notification)) (stop func(), err error)
+
+	// Leases name which process runs a piece of work (a processor on a stream) at a time; see
+	// [Lease]. Each lease operation is its own short transaction, never part of the writer's
+	// (a lease row is never locked while a group of writes commits). An exclusive driver (SQLite,
+	// whose file lock makes the process the only one) may keep leases in memory: nothing outside
+	// the process can hold one, and none survives the process.
+	//
+	// AcquireLease gives lease key to holder for ttl when the lease is free, expired, released,
+	// or already holder's, and reports whether it did. Every acquisition — a first one, a
+	// takeover, or holder acquiring its own lease again — increments the generation, which fences
+	// the writes made under every earlier one ([Fence]). addr is where holder serves (stored
+	// with the lease for other processes to read).
+	AcquireLease(ctx context.Context, key, holder, addr string, ttl time.Duration) (Lease, bool, error)
+	// RenewLeases extends by ttl each of held (by Key and Generation) that holder still holds
+	// and did not release, and returns those it renewed; a lease missing from the result changed
+	// hands, and its holder must stop the work at once. A lease that ran out but that nobody took
+	// over is renewed: nobody wrote under another generation.
+	RenewLeases(ctx context.Context, holder string, held []Lease, ttl time.Duration) ([]Lease, error)
+	// ReleaseLease gives lease l up at once when its holder still holds it at its generation.
+	// With idle, the holder left nothing to do (Lease.Idle reads true): another process takes
+	// the work only when it has some. Otherwise the lease reads as expired, and another process
+	// takes it over now (a shutdown or a handoff).
+	ReleaseLease(ctx context.Context, l Lease, idle bool) error
+	// Leases returns every lease whose key starts with prefix, in key order, as stored now.
+	Leases(ctx context.Context, prefix string) ([]Lease, error)
 
 	// Close releases the driver's connections. Called once, after the writer's last commit.
 	Close() error
@@ -175,15 +201,6 @@ type Tx interface {
 	// checks the fence inside this transaction and fails with a foldstream.Error of code
 	// LEASE_LOST, writing nothing, when the lease's generation is no longer w.Fence.Generation.
 	WriteCheckpoint(ctx context.Context, w CheckpointWrite) error
-	// TakeLease gives lease key to holder until untilMs when the lease is free, expired at nowMs,
-	// or already holder's, and returns the lease as stored after the call: the caller holds it
-	// when the returned Holder is holder. A renewal by the holder keeps the generation; every
-	// change of holder (a first take included) increments it, which is what fences the previous
-	// holder's checkpoint writes.
-	TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (Lease, error)
-	// ReleaseLease frees lease key when holder still holds it at generation (it expires at once;
-	// the generation stays, so the next taker increments it).
-	ReleaseLease(ctx context.Context, key, holder string, generation int64) error
 	// Notify queues a notification that other processes receive through Listen once this
 	// transaction commits (and never if it rolls back). Exclusive drivers may drop it.
 	Notify(ctx context.Context, n Notification) error
@@ -329,19 +346,34 @@ type CheckpointWrite struct {
 	Fence *Fence
 }
 
-// Fence names a lease and the generation the writer holds. Leases live in the driver's leases
-// table (key, generation); a node that lost its lease sees another generation there.
+// Fence names a lease and the generation the writer holds; a process that lost its lease sees
+// another generation (or none) there.
 type Fence struct {
 	Key        string
 	Generation int64
 }
 
-// Lease is one row of the leases table.
+// Lease says that Holder runs the work named by Key until Expires (docs/postgres.md#processors-and-leases).
+// Expiry is judged by the database's clock on shared databases, so the processes' clocks never
+// need to agree; Expires converts it to this process's clock with the start of the round trip,
+// so it errs early.
 type Lease struct {
-	Key, Holder string
-	Generation  int64
-	ExpiresMs   int64
+	// Key names the work.
+	Key string
+	// Holder is the process that holds (or last held) the lease, and Addr where it serves.
+	Holder, Addr string
+	// Generation grows with every acquisition; writes fenced by an older one fail.
+	Generation int64
+	// Expires is when the lease runs out unless renewed, by this process's clock.
+	Expires time.Time
+	// Live reports whether the lease was unexpired (and not released) when read.
+	Live bool
+	// Idle reports a lease released with nothing left to do (ReleaseLease with idle).
+	Idle bool
 }
+
+// Fence returns the fence of writes made under l.
+func (l Lease) Fence() *Fence { return &Fence{Key: l.Key, Generation: l.Generation} }
 
 // Notification tells other processes that a stream changed.
 type Notification struct {

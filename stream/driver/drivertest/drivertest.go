@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -282,34 +283,146 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		})
 	})
 
+	t.Run("Leases", func(t *testing.T) {
+		h := open(t, newDriver)
+		d := h.d
+		const ttl = time.Minute
+		a, ok, err := d.AcquireLease(ctx, "p\x1f/s", "node-a", "http://a", ttl)
+		if err != nil || !ok || a.Generation != 1 || a.Holder != "node-a" || !a.Live || time.Until(a.Expires) <= 0 {
+			t.Fatalf("first acquire: got %+v %v %v, want node-a at generation 1", a, ok, err)
+		}
+		if _, ok, err := d.AcquireLease(ctx, "p\x1f/s", "node-b", "http://b", ttl); err != nil || ok {
+			t.Fatalf("acquire of a held lease: got %v %v, want refused", ok, err)
+		}
+		if _, ok, err := d.AcquireLease(ctx, "q\x1f/s", "node-b", "http://b", ttl); err != nil || !ok {
+			t.Fatalf("acquire of another key: got %v %v", ok, err)
+		}
+		ls, err := d.Leases(ctx, "p\x1f")
+		if err != nil || len(ls) != 1 || ls[0].Holder != "node-a" || ls[0].Addr != "http://a" || !ls[0].Live || ls[0].Idle || ls[0].Generation != 1 {
+			t.Fatalf("list: got %+v %v, want node-a's one live lease", ls, err)
+		}
+		renewed, err := d.RenewLeases(ctx, "node-a", []driver.Lease{a}, ttl)
+		if err != nil || len(renewed) != 1 || renewed[0].Generation != 1 {
+			t.Fatalf("renew: got %+v %v, want the lease at generation 1", renewed, err)
+		}
+		if renewed, err := d.RenewLeases(ctx, "node-b", []driver.Lease{a}, ttl); err != nil || len(renewed) != 0 {
+			t.Fatalf("renew by another holder: got %+v %v, want none", renewed, err)
+		}
+		// A handoff: released, it reads as expired, is never renewed again, and the next holder
+		// fences the old generation.
+		if err := d.ReleaseLease(ctx, a, false); err != nil {
+			t.Fatal(err)
+		}
+		ls, _ = d.Leases(ctx, "p\x1f")
+		if len(ls) != 1 || ls[0].Live || ls[0].Idle {
+			t.Fatalf("after a handoff release: got %+v, want expired, not idle", ls)
+		}
+		if renewed, err := d.RenewLeases(ctx, "node-a", []driver.Lease{a}, ttl); err != nil || len(renewed) != 0 {
+			t.Fatalf("renew after release: got %+v %v, want none", renewed, err)
+		}
+		b, ok, err := d.AcquireLease(ctx, "p\x1f/s", "node-b", "http://b", ttl)
+		if err != nil || !ok || b.Generation != 2 {
+			t.Fatalf("takeover: got %+v %v %v, want node-b at generation 2", b, ok, err)
+		}
+		h.write(func(tx driver.Tx) error {
+			err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
+				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
+				Fence:      a.Fence()})
+			if !errors.Is(err, foldstream.ErrLeaseLost) {
+				t.Errorf("write under the old generation: got %v, want LEASE_LOST", err)
+			}
+			return nil
+		})
+		// Released idle: listed as idle; acquired again by anyone, at the next generation.
+		if err := d.ReleaseLease(ctx, b, true); err != nil {
+			t.Fatal(err)
+		}
+		ls, _ = d.Leases(ctx, "p\x1f")
+		if len(ls) != 1 || ls[0].Live || !ls[0].Idle || ls[0].Holder != "node-b" {
+			t.Fatalf("after an idle release: got %+v, want idle", ls)
+		}
+		if c, ok, err := d.AcquireLease(ctx, "p\x1f/s", "node-a", "", ttl); err != nil || !ok || c.Generation != 3 {
+			t.Fatalf("acquire after an idle release: got %+v %v %v, want generation 3", c, ok, err)
+		}
+		// An expired lease is taken over.
+		short, ok, err := d.AcquireLease(ctx, "r", "node-a", "", 30*time.Millisecond)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l, ok, err := d.AcquireLease(ctx, "r", "node-b", "", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				if l.Generation != short.Generation+1 {
+					t.Fatalf("takeover after expiry: generation %d, want %d", l.Generation, short.Generation+1)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("an expired lease was never taken over")
+			}
+			time.Sleep(5 * time.Millisecond) // polling the lease's expiry by the database's clock
+		}
+	})
+
+	t.Run("RenewNeverWaitsForAFencedWrite", func(t *testing.T) {
+		// A group that fences checkpoints holds their lease rows until it commits; a renewal
+		// that waited on one while holding others would deadlock with a group fencing two.
+		h := open(t, newDriver)
+		a, _, err := h.d.AcquireLease(ctx, "a", "node", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := h.d.AcquireLease(ctx, "b", "node", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := h.w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
+			Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, Fence: a.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		renewed, err := h.d.RenewLeases(rctx, "node", []driver.Lease{a, b}, time.Minute)
+		if err != nil || len(renewed) != 2 {
+			t.Fatalf("renew while a fenced write is open: got %+v %v, want both leases still held", renewed, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("CheckpointFencedByLease", func(t *testing.T) {
 		h := open(t, newDriver)
-		var gen int64
+		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		gen := l.Generation
 		h.write(func(tx driver.Tx) error {
-			l, err := tx.TakeLease(ctx, "lease", "node-a", 0, 1000)
-			gen = l.Generation
-			if err == nil && l.Holder != "node-a" {
-				t.Errorf("first take: got holder %q", l.Holder)
-			}
-			if err != nil {
-				return err
-			}
-			if l, err := tx.TakeLease(ctx, "lease", "node-b", 500, 1500); err != nil || l.Holder != "node-a" {
-				t.Errorf("take of a held lease: got %+v %v, want node-a keeps it", l, err)
-			}
 			return tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
 				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3, State: []byte(`{"n":3}`)},
 				Fence:      &driver.Fence{Key: "lease", Generation: gen}})
 		})
+		if _, ok, err := h.d.AcquireLease(ctx, "lease", "node-b", "", time.Minute); err != nil || ok {
+			t.Fatalf("acquire of a held lease: %v %v", ok, err)
+		}
+		if err := h.d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := h.d.AcquireLease(ctx, "lease", "node-b", "", time.Minute); err != nil || !ok {
+			t.Fatalf("takeover: %v %v", ok, err)
+		}
 		h.write(func(tx driver.Tx) error {
-			l, err := tx.TakeLease(ctx, "lease", "node-b", 2000, 3000) // node-a's lease expired
-			if err == nil && (l.Holder != "node-b" || l.Generation != gen+1) {
-				t.Errorf("takeover: got %+v, want node-b at generation %d", l, gen+1)
-			}
-			if err != nil {
-				return err
-			}
-			err = tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
+			err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
 				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
 				Fence:      &driver.Fence{Key: "lease", Generation: gen}})
 			if !errors.Is(err, foldstream.ErrLeaseLost) {

@@ -6,97 +6,152 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/jackc/pgx/v5"
 )
 
-// Leases: which node runs a processor.
+// Leases: which node runs a processor (driver.Driver's lease operations).
 //
-// A lease row (key, holder, generation, expires_at) says that holder runs the work named by key
-// until expires_at, by the database's clock (so nodes' clocks never need to agree). The holder
-// renews it well before it expires; when the holder dies, the lease runs out and another node
-// takes it over, bumping the generation. Every checkpoint write of the holder carries its
-// generation as a fence (driver.Fence), checked inside the write's transaction: a node that lost
-// its lease — paused, partitioned, or just slow to notice — writes nothing once another node took
-// over.
+// A lease row (key, holder, holder_addr, generation, expires_at) says that holder runs the work
+// named by key until expires_at, by the database's clock (so nodes' clocks never need to agree).
+// The holder renews it well before it expires; when the holder dies, the lease runs out and
+// another node takes it over, bumping the generation. Every checkpoint write of the holder
+// carries its generation as a fence (driver.Fence), checked inside the write's transaction: a node
+// that lost its lease — paused, partitioned, or just slow to notice — writes nothing once another
+// node took over. A lease released idle is left at the epoch; one released for a handoff reads
+// as just expired. Each operation is one statement in its own transaction.
 
-// Lease is a held lease.
-type Lease struct {
-	// Key names what the lease is for.
-	Key string
-	// Generation is the fence: it grows every time the lease changes hands.
-	Generation int64
-	// Expires is when the lease runs out unless renewed, by this node's clock: the database's
-	// expiry converted with the round trip's start time, so it errs early.
-	Expires time.Time
-}
+// leaseLeft is the SQL of a lease row's remaining time in milliseconds (negative once expired).
+const leaseLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint`
 
-// Fence returns the fence checkpoint writes made under the lease carry.
-func (l Lease) Fence() *driver.Fence { return &driver.Fence{Key: l.Key, Generation: l.Generation} }
-
-// AcquireLease takes the lease named key for ttl when it is free, expired, or already this
-// node's; ok is false when another node holds it. addr is where this node serves (other nodes ask
-// the holder for state it alone has). Taking a lease over — or retaking one this node held
-// before — bumps its generation.
-func (d *Driver) AcquireLease(ctx context.Context, key, addr string, ttl time.Duration) (Lease, bool, error) {
+// AcquireLease takes the lease named key for ttl when it is free, expired, released or already
+// holder's (see driver.Driver). Every acquisition increments the generation.
+func (d *Driver) AcquireLease(ctx context.Context, key, holder, addr string, ttl time.Duration) (driver.Lease, bool, error) {
 	start := time.Now()
-	var gen int64
-	var leftMs int64
+	var gen, leftMs int64
 	err := d.pool.QueryRow(ctx, `INSERT INTO leases AS l (key, holder, holder_addr, generation, expires_at)
 		VALUES ($1, $2, $3, 1, clock_timestamp() + $4 * interval '1 millisecond')
 		ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, holder_addr = excluded.holder_addr,
 		  generation = l.generation + 1, expires_at = excluded.expires_at
 		WHERE l.expires_at < clock_timestamp() OR l.holder = excluded.holder
-		RETURNING generation, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint`, key, d.node, addr, ttl.Milliseconds()).Scan(&gen, &leftMs)
+		RETURNING generation, `+leaseLeft, key, holder, addr, ttl.Milliseconds()).Scan(&gen, &leftMs)
 	if isNoRows(err) {
-		return Lease{}, false, nil
+		return driver.Lease{}, false, nil
 	}
 	if err != nil {
-		return Lease{}, false, d.classify(fmt.Errorf("acquire lease %q: %w", key, err))
+		return driver.Lease{}, false, d.classify(fmt.Errorf("acquire lease %q: %w", key, err))
 	}
-	return Lease{Key: key, Generation: gen, Expires: start.Add(time.Duration(leftMs) * time.Millisecond)}, true, nil
+	return driver.Lease{Key: key, Holder: holder, Addr: addr, Generation: gen, Live: true,
+		Expires: start.Add(time.Duration(leftMs) * time.Millisecond)}, true, nil
 }
 
-// RenewLease extends a held lease by ttl. It fails with ok=false when the lease changed hands
-// (its generation moved on): the holder must stop the work at once. A lease that ran out but
-// that nobody took over is still renewed — no other node wrote under it.
-func (d *Driver) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, bool, error) {
+// RenewLeases extends, in one statement, every lease of held that holder still holds at its
+// generation and did not release. Rows another transaction has locked right now — a checkpoint
+// write checking its fence holds its lease row FOR SHARE until its group commits — are skipped
+// (SKIP LOCKED) rather than waited for: waiting on one while holding the others would deadlock
+// with a group that fences two checkpoints. A skipped lease is read back and returned as still
+// held, at its current expiry, when it did not change hands; the next renewal extends it.
+func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.Lease, ttl time.Duration) ([]driver.Lease, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(held))
+	gens := make([]int64, len(held))
+	byKey := make(map[string]driver.Lease, len(held))
+	for i, l := range held {
+		keys[i], gens[i] = l.Key, l.Generation
+		byKey[l.Key] = l
+	}
 	start := time.Now()
-	var leftMs int64
-	err := d.pool.QueryRow(ctx, `UPDATE leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
-		WHERE key = $1 AND holder = $2 AND generation = $3
-		RETURNING (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint`, l.Key, d.node, l.Generation, ttl.Milliseconds()).Scan(&leftMs)
-	if isNoRows(err) {
-		return Lease{}, false, nil
+	var out []driver.Lease
+	scan := func(rows pgx.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var key string
+			var leftMs int64
+			if err := rows.Scan(&key, &leftMs); err != nil {
+				return err
+			}
+			l := byKey[key]
+			delete(byKey, key)
+			l.Live, l.Idle = true, false
+			l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
+			out = append(out, l)
+		}
+		return rows.Err()
+	}
+	rows, err := d.pool.Query(ctx, `WITH mine AS (
+		  SELECT l.key FROM leases AS l JOIN unnest($2::text[], $3::bigint[]) AS h(key, generation)
+		    ON l.key = h.key AND l.generation = h.generation
+		  WHERE l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz
+		  FOR UPDATE OF l SKIP LOCKED)
+		UPDATE leases AS l SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+		FROM mine WHERE l.key = mine.key
+		RETURNING l.key, `+leaseLeft, holder, keys, gens, ttl.Milliseconds())
+	if err == nil {
+		err = scan(rows)
 	}
 	if err != nil {
-		return l, true, d.classify(fmt.Errorf("renew lease %q: %w", l.Key, err))
+		return nil, d.classify(fmt.Errorf("renew leases: %w", err))
 	}
-	l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
-	return l, true, nil
+	if len(byKey) == 0 {
+		return out, nil
+	}
+	// Skipped (locked now) or changed hands: keep those still this holder's at their generation.
+	keys, gens = keys[:0], gens[:0]
+	for k, l := range byKey {
+		keys, gens = append(keys, k), append(gens, l.Generation)
+	}
+	rows, err = d.pool.Query(ctx, `SELECT l.key, `+leaseLeft+` FROM leases AS l
+		JOIN unnest($2::text[], $3::bigint[]) AS h(key, generation) ON l.key = h.key AND l.generation = h.generation
+		WHERE l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz`, holder, keys, gens)
+	if err == nil {
+		err = scan(rows)
+	}
+	if err != nil {
+		return nil, d.classify(fmt.Errorf("renew leases: %w", err))
+	}
+	return out, nil
 }
 
-// ReleaseLease gives a held lease up at once (a graceful shutdown), so another node takes it
-// over without waiting for it to run out.
-func (d *Driver) ReleaseLease(ctx context.Context, l Lease) error {
-	_, err := d.pool.Exec(ctx, `UPDATE leases SET expires_at = clock_timestamp() - interval '1 millisecond'
-		WHERE key = $1 AND holder = $2 AND generation = $3`, l.Key, d.node, l.Generation)
+// ReleaseLease gives l up at once when its holder still holds it at its generation: idle leaves
+// it at the epoch (nothing to do), otherwise one second after it (expired, and never renewed:
+// RenewLeases skips every lease released before 1970-01-02).
+func (d *Driver) ReleaseLease(ctx context.Context, l driver.Lease, idle bool) error {
+	_, err := d.pool.Exec(ctx, `UPDATE leases SET expires_at = CASE WHEN $4 THEN 'epoch'::timestamptz
+		  ELSE 'epoch'::timestamptz + interval '1 second' END
+		WHERE key = $1 AND holder = $2 AND generation = $3`, l.Key, l.Holder, l.Generation, idle)
 	if err != nil {
 		return d.classify(fmt.Errorf("release lease %q: %w", l.Key, err))
 	}
 	return nil
 }
 
-// LeaseHolder returns who holds the lease named key: the holder's node id and address, and
-// whether it is still unexpired.
-func (d *Driver) LeaseHolder(ctx context.Context, key string) (holder, addr string, live bool, err error) {
-	err = d.pool.QueryRow(ctx, `SELECT holder, holder_addr, expires_at > clock_timestamp() FROM leases WHERE key = $1`, key).
-		Scan(&holder, &addr, &live)
-	if isNoRows(err) {
-		return "", "", false, nil
-	}
+// Leases returns the leases whose key starts with prefix, in key order.
+func (d *Driver) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+	start := time.Now()
+	rows, err := d.pool.Query(ctx, `SELECT key, holder, holder_addr, generation, `+leaseLeft+`, expires_at = 'epoch'::timestamptz
+		FROM leases WHERE starts_with(key, $1) ORDER BY key`, prefix)
 	if err != nil {
-		return "", "", false, d.classify(fmt.Errorf("lease holder %q: %w", key, err))
+		return nil, d.classify(fmt.Errorf("list leases: %w", err))
 	}
-	return holder, addr, live, nil
+	defer rows.Close()
+	var out []driver.Lease
+	for rows.Next() {
+		var l driver.Lease
+		var leftMs int64
+		if err := rows.Scan(&l.Key, &l.Holder, &l.Addr, &l.Generation, &leftMs, &l.Idle); err != nil {
+			return nil, d.classify(fmt.Errorf("list leases: %w", err))
+		}
+		l.Live = leftMs > 0
+		if !l.Idle {
+			l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.classify(fmt.Errorf("list leases: %w", err))
+	}
+	return out, nil
 }
 
 // sweepEphemerals deletes large ephemeral payloads past their retention, every few seconds.

@@ -85,17 +85,17 @@ func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	a, b := open(t, url), open(t, url)
 	const ttl = 300 * time.Millisecond
-	la, ok, err := a.AcquireLease(ctx, "p", "a:1", ttl)
+	la, ok, err := a.AcquireLease(ctx, "p", "a", "a:1", ttl)
 	if err != nil || !ok {
 		t.Fatalf("a acquires: ok=%v err=%v", ok, err)
 	}
-	if _, ok, err := b.AcquireLease(ctx, "p", "b:1", ttl); err != nil || ok {
+	if _, ok, err := b.AcquireLease(ctx, "p", "b", "b:1", ttl); err != nil || ok {
 		t.Fatalf("b acquires a held lease: ok=%v err=%v, want refused", ok, err)
 	}
-	if _, addr, live, _ := b.LeaseHolder(ctx, "p"); addr != "a:1" || !live {
-		t.Fatalf("holder: got %q live=%v, want a:1 live", addr, live)
+	if ls, err := b.Leases(ctx, "p"); err != nil || len(ls) != 1 || ls[0].Addr != "a:1" || !ls[0].Live {
+		t.Fatalf("holder: got %+v %v, want a:1 live", ls, err)
 	}
-	writeCP := func(d *pgdriver.Driver, l pgdriver.Lease, off int64) error {
+	writeCP := func(d *pgdriver.Driver, l driver.Lease, off int64) error {
 		w, _ := d.Writer(ctx)
 		tx, err := w.Begin(ctx)
 		if err != nil {
@@ -112,10 +112,10 @@ func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
 		t.Fatalf("holder's fenced write: %v", err)
 	}
 	// b waits for the lease to run out (database clock), then takes it over.
-	var lb pgdriver.Lease
+	var lb driver.Lease
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		l, ok, err := b.AcquireLease(ctx, "p", "b:1", ttl)
+		l, ok, err := b.AcquireLease(ctx, "p", "b", "b:1", ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,8 +134,8 @@ func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
 	if err := writeCP(a, la, 2); !errors.Is(err, foldstream.ErrLeaseLost) {
 		t.Fatalf("old holder's write after takeover: got %v, want LEASE_LOST", err)
 	}
-	if _, ok, err := a.RenewLease(ctx, la, ttl); err != nil || ok {
-		t.Fatalf("old holder renews: ok=%v err=%v, want refused", ok, err)
+	if renewed, err := a.RenewLeases(ctx, "a", []driver.Lease{la}, ttl); err != nil || len(renewed) != 0 {
+		t.Fatalf("old holder renews: got %+v err=%v, want refused", renewed, err)
 	}
 	if err := writeCP(b, lb, 3); err != nil {
 		t.Fatalf("new holder's write: %v", err)

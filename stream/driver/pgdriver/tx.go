@@ -689,38 +689,3 @@ func (t *writeTx) Notify(ctx context.Context, n driver.Notification) error {
 func (t *writeTx) Exec(ctx context.Context, query string, args ...any) error {
 	return t.exec(ctx, "exec", query, args...)
 }
-
-// TakeLease implements the driver's lease rule on the caller's clock (nowMs, untilMs): free,
-// expired or the holder's own unexpired lease is taken; a renewal keeps the generation, any other
-// take increments it. The row is locked FOR UPDATE, so two nodes taking at once are serialised.
-func (t *writeTx) TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (driver.Lease, error) {
-	t.wroteInSp = true
-	if _, err := t.tx.Exec(ctx, `INSERT INTO leases(key, holder, generation, expires_at) VALUES ($1, '', 0, 'epoch')
-		ON CONFLICT (key) DO NOTHING`, key); err != nil {
-		return driver.Lease{}, t.d.classify(fmt.Errorf("take lease %q: %w", key, err))
-	}
-	l := driver.Lease{Key: key}
-	if err := t.tx.QueryRow(ctx, `SELECT holder, generation, (extract(epoch FROM expires_at) * 1000)::bigint
-		FROM leases WHERE key = $1 FOR UPDATE`, key).Scan(&l.Holder, &l.Generation, &l.ExpiresMs); err != nil {
-		return driver.Lease{}, t.d.classify(fmt.Errorf("take lease %q: %w", key, err))
-	}
-	switch {
-	case l.Holder == holder && l.ExpiresMs > nowMs:
-		l.ExpiresMs = untilMs
-	case l.ExpiresMs <= nowMs:
-		l = driver.Lease{Key: key, Holder: holder, Generation: l.Generation + 1, ExpiresMs: untilMs}
-	default:
-		return l, nil // held by another
-	}
-	if _, err := t.tx.Exec(ctx, `UPDATE leases SET holder = $2, generation = $3, expires_at = to_timestamp($4::float8 / 1000)
-		WHERE key = $1`, key, l.Holder, l.Generation, l.ExpiresMs); err != nil {
-		return driver.Lease{}, t.d.classify(fmt.Errorf("take lease %q: %w", key, err))
-	}
-	return l, nil
-}
-
-// ReleaseLease expires lease key at once when holder still holds it at generation.
-func (t *writeTx) ReleaseLease(ctx context.Context, key, holder string, generation int64) error {
-	return t.exec(ctx, "release lease", `UPDATE leases SET expires_at = 'epoch' WHERE key = $1 AND holder = $2 AND generation = $3`,
-		key, holder, generation)
-}

@@ -378,16 +378,11 @@ func (t *writeTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) e
 }
 
 func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
-	if f := w.Fence; f != nil {
-		var gen int64
-		err := t.q.queryRow(ctx, `SELECT generation FROM leases WHERE key = ?`, f.Key).Scan(&gen)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("write checkpoint %q: check lease: %w", w.Slug, err)
-		}
-		if errors.Is(err, sql.ErrNoRows) || gen != f.Generation {
-			return foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
-				"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", w.Slug, f.Key, f.Generation)
-		}
+	if f := w.Fence; f != nil && t.w.d.leases.generation(f.Key) != f.Generation {
+		e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
+			"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", w.Slug, f.Key, f.Generation)
+		e.Retryable = false
+		return e
 	}
 	var state any
 	if w.StateChanged && w.Checkpoint.State != nil {
@@ -403,32 +398,4 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 		return classify(fmt.Errorf("write checkpoint %q: %w", w.Slug, err))
 	}
 	return nil
-}
-
-func (t *writeTx) TakeLease(ctx context.Context, key, holder string, nowMs, untilMs int64) (driver.Lease, error) {
-	l := driver.Lease{Key: key}
-	err := t.q.queryRow(ctx, `SELECT holder, generation, expires_ms FROM leases WHERE key = ?`, key).Scan(&l.Holder, &l.Generation, &l.ExpiresMs)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		l = driver.Lease{Key: key, Holder: holder, Generation: 1, ExpiresMs: untilMs}
-	case err != nil:
-		return driver.Lease{}, fmt.Errorf("take lease %q: %w", key, err)
-	case l.Holder == holder && l.ExpiresMs > nowMs:
-		l.ExpiresMs = untilMs
-	case l.ExpiresMs <= nowMs:
-		l = driver.Lease{Key: key, Holder: holder, Generation: l.Generation + 1, ExpiresMs: untilMs}
-	default:
-		return l, nil // held by another
-	}
-	if _, err := t.q.exec(ctx, `INSERT INTO leases(key, holder, generation, expires_ms) VALUES (?, ?, ?, ?)
-		ON CONFLICT(key) DO UPDATE SET holder = excluded.holder, generation = excluded.generation, expires_ms = excluded.expires_ms`,
-		l.Key, l.Holder, l.Generation, l.ExpiresMs); err != nil {
-		return driver.Lease{}, classify(fmt.Errorf("take lease %q: %w", key, err))
-	}
-	return l, nil
-}
-
-func (t *writeTx) ReleaseLease(ctx context.Context, key, holder string, generation int64) error {
-	_, err := t.q.exec(ctx, `UPDATE leases SET expires_ms = 0 WHERE key = ? AND holder = ? AND generation = ?`, key, holder, generation)
-	return classify(err)
 }

@@ -24,7 +24,8 @@
 // table's rightmost leaf and a record's body never sits in an index; the narrow index
 // records_by_end (stream_id, end_pos) finds a stream's records and its tail. Idempotency keys
 // live in record_keys, producer state in producers, processor claims in claims, checkpoints in
-// reduce_checkpoints, leases for fenced checkpoint writes in leases.
+// reduce_checkpoints. Leases are kept in memory (leases.go); the leases table of the schema is
+// unused.
 package sqlitedriver
 
 import (
@@ -75,7 +76,8 @@ type Driver struct {
 	writerMu sync.Mutex
 	writers  []*writer // handed out by Writer; Close closes their connections
 
-	lock *os.File // the exclusive lock on the database file, held until Close (lock.go)
+	leases leaseTable // in memory: see leases.go
+	lock   *os.File   // the exclusive lock on the database file, held until Close (lock.go)
 }
 
 var (

@@ -1,4 +1,4 @@
-package cluster_test
+package host_test
 
 import (
 	"bufio"
@@ -22,8 +22,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The multi-node tests run real `node` processes (testdata/node: store on PostgreSQL, leased
-// counter, HTTP server) on one database, and kill, pause and restart them.
+// The multi-node tests run real `node` processes (testdata/node: a store opened from the
+// postgres:// URL, host.New with the zero Config, one RegisterPattern, server.New) on one
+// database, and kill, stop and restart them.
 
 var (
 	buildOnce sync.Once
@@ -41,7 +42,7 @@ func buildNode(t *testing.T) string {
 			return
 		}
 		nodeBin = filepath.Join(dir, "node")
-		out, err := exec.Command("go", "build", "-race", "-o", nodeBin, "./testdata/node").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", nodeBin, "./testdata/node").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build testdata/node: %v\n%s", err, out)
 		}
@@ -59,6 +60,9 @@ type node struct {
 	db   string
 	addr string // fixed host:port, reused across restarts
 	ttl  time.Duration
+	name string
+	args []string // extra flags
+	runs int      // starts so far: the incarnation number
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -77,12 +81,13 @@ func freeAddr(t testing.TB) string {
 	return addr
 }
 
-func startNodes(t *testing.T, db string, n int, ttl time.Duration) []*node {
+func startNodes(t *testing.T, db string, n int, ttl time.Duration, args ...string) []*node {
 	t.Helper()
 	bin := buildNode(t)
 	nodes := make([]*node, n)
 	for i := range nodes {
-		nodes[i] = &node{t: t, bin: bin, db: db, addr: freeAddr(t), ttl: ttl, logs: &strings.Builder{}}
+		nodes[i] = &node{t: t, bin: bin, db: db, addr: freeAddr(t), ttl: ttl, logs: &strings.Builder{},
+			name: fmt.Sprintf("n%d", i), args: args}
 		nodes[i].start()
 	}
 	t.Cleanup(func() {
@@ -98,7 +103,10 @@ func (n *node) url() string { return "http://" + n.addr }
 // start starts the process and waits until it serves.
 func (n *node) start() {
 	n.t.Helper()
-	cmd := exec.Command(n.bin, "--db", n.db, "--addr", n.addr, "--lease-ttl", n.ttl.String())
+	n.runs++
+	args := append([]string{"--db", n.db, "--addr", n.addr, "--lease-ttl", n.ttl.String(),
+		"--name", fmt.Sprintf("%s#%d", n.name, n.runs)}, n.args...)
+	cmd := exec.Command(n.bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		n.t.Fatal(err)
@@ -182,6 +190,26 @@ func (n *node) kill() {
 	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process must be able to die
 	_ = cmd.Process.Kill()
 	<-done
+}
+
+// term SIGTERMs the process and waits for it to exit.
+func (n *node) term() {
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.cmd = nil
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	<-done
+}
+
+// incarnation is the name the running process puts in its effect calls.
+func (n *node) incarnation() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return fmt.Sprintf("%s#%d", n.name, n.runs)
 }
 
 func (n *node) logText() string {

@@ -1,0 +1,562 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// Leases: every processor the host runs, it runs under a lease (docs/postgres.md#processors-and-leases).
+//
+// The lease of (path, slug) is a row of the driver's lease table; whoever holds it runs that
+// processor's engine, and nobody else does. On a database that other nodes share (PostgreSQL)
+// this is what keeps a processor on exactly one node at a time: its checkpoint writes carry the
+// lease's generation, checked inside their transaction (LEASE_LOST once another node took over),
+// and its appends and claims are refused once the lease ran out by this node's clock. On SQLite
+// the driver keeps leases in memory, so the same code costs a map lookup.
+//
+// Each node also holds a node lease ("node" + id), renewed with its processor leases: the live
+// node leases are the cluster's members. The assignment rule is rendezvous hashing: the node
+// preferred for a key is the member with the highest hash of (node id, key). A node takes a free
+// lease when it is preferred for it (or when the preferred node left it free for several scans,
+// or a read or a due claim needs it now), and hands a lease it holds to the preferred node when
+// another member is preferred (a node joined). One loop per node, every scan interval, lists the
+// lease table (one query), takes over the leases of dead or departed holders it is preferred for,
+// and hands over the ones it should not hold; apart from it, every quarter of the lease time, one
+// statement renews what the node holds.
+
+const (
+	// DefaultLeaseTTL is how long a lease lasts without renewal: a killed node's processors resume
+	// elsewhere within about this long.
+	DefaultLeaseTTL = 5 * time.Second
+	// DefaultProcessorPrefix is where nodes serve processor routes (the server's default).
+	DefaultProcessorPrefix = "/v1/processor/"
+
+	leasePrefix = "processor\x1f"
+	nodePrefix  = "node\x1f"
+	// maxHandoffsPerScan bounds the leases one scan hands to other nodes.
+	maxHandoffsPerScan = 32
+)
+
+// leaseKey names the lease of a processor on a stream, joined by the unit separator.
+func leaseKey(k procKey) string { return leasePrefix + k.path + "\x1f" + k.slug }
+
+func parseLeaseKey(key string) (procKey, bool) {
+	rest, ok := strings.CutPrefix(key, leasePrefix)
+	if !ok {
+		return procKey{}, false
+	}
+	i := strings.LastIndexByte(rest, '\x1f')
+	if i < 0 {
+		return procKey{}, false
+	}
+	return procKey{rest[:i], rest[i+1:]}, true
+}
+
+// elsewhereError says that another node holds the lease of a processor (it runs it there).
+type elsewhereError struct{ lease driver.Lease }
+
+func (e *elsewhereError) Error() string {
+	return fmt.Sprintf("host: processor runs on node %s", e.lease.Holder)
+}
+
+// errNotPreferred is an open skipped because another node is preferred for the free lease.
+var errNotPreferred = errors.New("host: another node is preferred for this processor")
+
+type leaseSet struct {
+	h     *Host
+	drv   driver.Driver
+	node  string
+	addr  string
+	ttl   time.Duration
+	every time.Duration
+
+	mu        sync.Mutex
+	held      map[procKey]driver.Lease
+	view      map[procKey]driver.Lease
+	nodes     []string             // live members, sorted, this node included
+	firstSeen map[string]time.Time // when each member was first seen live
+	me        driver.Lease
+	pending   map[procKey]bool      // a commit was seen while another node held the lease
+	candSince map[procKey]time.Time // free leases this node is not preferred for, since when
+	lastRenew time.Time
+	left      bool // the node lease was given up (shutting down)
+
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	renewed chan struct{} // closed when the renewal loop returned
+}
+
+func newNodeID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// startLeases acquires the node lease and starts the lease loop.
+func (h *Host) startLeases(ctx context.Context) error {
+	ls := &leaseSet{
+		h: h, drv: h.store.Driver(), node: h.cfg.NodeID, addr: strings.TrimRight(h.cfg.Addr, "/"), ttl: h.cfg.LeaseTTL,
+		held: map[procKey]driver.Lease{}, view: map[procKey]driver.Lease{}, firstSeen: map[string]time.Time{},
+		pending: map[procKey]bool{}, candSince: map[procKey]time.Time{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), renewed: make(chan struct{}),
+	}
+	ls.every = min(ls.ttl/6, 500*time.Millisecond)
+	me, ok, err := ls.drv.AcquireLease(ctx, nodePrefix+ls.node, ls.node, ls.addr, ls.ttl)
+	if err != nil {
+		return fmt.Errorf("host: join the cluster: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("host: node id %q is in use by a live node", ls.node)
+	}
+	ls.me, ls.lastRenew = me, time.Now()
+	ls.nodes = []string{ls.node}
+	ls.firstSeen[ls.node] = time.Now()
+	h.leases = ls
+	if err := ls.list(ctx); err != nil {
+		h.log.Warn("host: list leases", "err", err)
+	}
+	go ls.run()
+	go ls.renewLoop()
+	return nil
+}
+
+// preferredLocked returns the member preferred for key. ls.mu held.
+func (ls *leaseSet) preferredLocked(key procKey) string {
+	best, bestScore := ls.node, uint64(0)
+	for i, n := range ls.nodes {
+		f := fnv.New64a()
+		f.Write([]byte(n))
+		f.Write([]byte{0})
+		f.Write([]byte(leaseKey(key)))
+		if s := mix64(f.Sum64()); i == 0 || s > bestScore {
+			best, bestScore = n, s
+		}
+	}
+	return best
+}
+
+// mix64 spreads a hash's bits (a 64-bit finalizer: xor-shifts and multiplications by odd
+// constants), so ids and keys that share long prefixes still rank nodes uniformly.
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// acquire takes key's lease for a new engine on this node. Without force it refuses (with
+// errNotPreferred) a free lease another member is preferred for, and notes the work as pending.
+// A lease another node holds fails with *elsewhereError.
+func (ls *leaseSet) acquire(ctx context.Context, key procKey, force bool) (driver.Lease, error) {
+	ls.mu.Lock()
+	if v, ok := ls.view[key]; ok && v.Live && v.Holder != ls.node && time.Now().Before(v.Expires) {
+		ls.pending[key] = true
+		ls.mu.Unlock()
+		return driver.Lease{}, &elsewhereError{v}
+	}
+	if !force && ls.preferredLocked(key) != ls.node {
+		ls.pending[key] = true
+		ls.mu.Unlock()
+		return driver.Lease{}, errNotPreferred
+	}
+	ls.mu.Unlock()
+	l, ok, err := ls.drv.AcquireLease(ctx, leaseKey(key), ls.node, ls.addr, ls.ttl)
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	if !ok {
+		cur, err := ls.lookup(ctx, key)
+		if err != nil {
+			return driver.Lease{}, err
+		}
+		ls.mu.Lock()
+		ls.pending[key] = true
+		ls.mu.Unlock()
+		return driver.Lease{}, &elsewhereError{cur}
+	}
+	ls.mu.Lock()
+	ls.held[key], ls.view[key] = l, l
+	delete(ls.pending, key)
+	delete(ls.candSince, key)
+	ls.mu.Unlock()
+	return l, nil
+}
+
+// lookup reads key's lease from the database and records it in the view.
+func (ls *leaseSet) lookup(ctx context.Context, key procKey) (driver.Lease, error) {
+	all, err := ls.drv.Leases(ctx, leaseKey(key))
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	for _, l := range all {
+		if l.Key == leaseKey(key) {
+			ls.mu.Lock()
+			ls.view[key] = l
+			ls.mu.Unlock()
+			return l, nil
+		}
+	}
+	return driver.Lease{}, nil
+}
+
+// owner returns what this node knows of key's lease: held here, or the last listing's row.
+func (ls *leaseSet) owner(key procKey) (driver.Lease, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l, ok := ls.held[key]; ok {
+		return l, true
+	}
+	l, ok := ls.view[key]
+	return l, ok
+}
+
+// valid reports whether this node still holds key's lease at generation, by its own clock.
+func (ls *leaseSet) valid(key procKey, generation int64) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.held[key]
+	return ok && l.Generation == generation && time.Now().Before(l.Expires)
+}
+
+// drop forgets key's lease at generation without releasing it (it ran out).
+func (ls *leaseSet) drop(key procKey, generation int64) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l, ok := ls.held[key]; ok && l.Generation == generation {
+		delete(ls.held, key)
+	}
+}
+
+// release gives key's lease up (idle: nothing left to do) after its engine closed.
+func (ls *leaseSet) release(key procKey, generation int64, idle bool) {
+	ls.mu.Lock()
+	l, ok := ls.held[key]
+	if !ok || l.Generation != generation {
+		ls.mu.Unlock()
+		return
+	}
+	delete(ls.held, key)
+	v := l
+	v.Live, v.Idle = false, idle
+	ls.view[key] = v
+	ls.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
+	defer cancel()
+	if err := ls.drv.ReleaseLease(ctx, l, idle); err != nil {
+		ls.h.log.Warn("host: release a processor lease", "path", key.path, "slug", key.slug, "err", err)
+	}
+}
+
+// noteCommit records a commit on key's stream that this node did not open an engine for.
+func (ls *leaseSet) noteCommit(key procKey) {
+	ls.mu.Lock()
+	ls.pending[key] = true
+	ls.mu.Unlock()
+}
+
+// rescan asks the loop for a scan now (notifications may have been missed).
+func (ls *leaseSet) rescan() {
+	select {
+	case ls.kick <- struct{}{}:
+	default:
+	}
+}
+
+// renewLoop renews every quarter of the lease time, apart from the scans, so a slow scan never
+// delays a renewal.
+func (ls *leaseSet) renewLoop() {
+	defer close(ls.renewed)
+	t := time.NewTicker(ls.ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
+		ls.renew(ctx)
+		cancel()
+	}
+}
+
+func (ls *leaseSet) run() {
+	defer close(ls.done)
+	t := time.NewTicker(ls.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-t.C:
+		case <-ls.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
+		ls.tick(ctx)
+		cancel()
+	}
+}
+
+// list reads the whole lease table: members and processor leases.
+func (ls *leaseSet) list(ctx context.Context) error {
+	all, err := ls.drv.Leases(ctx, "")
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	view := make(map[procKey]driver.Lease, len(all))
+	nodes := []string{ls.node}
+	for _, l := range all {
+		if id, ok := strings.CutPrefix(l.Key, nodePrefix); ok {
+			if l.Live && id != ls.node {
+				nodes = append(nodes, id)
+			}
+			continue
+		}
+		if k, ok := parseLeaseKey(l.Key); ok {
+			view[k] = l
+		}
+	}
+	sort.Strings(nodes)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for k, l := range ls.held {
+		view[k] = l // what this node holds, as it knows it (the listing may predate a renewal)
+	}
+	ls.view = view
+	seen := make(map[string]time.Time, len(nodes))
+	for _, n := range nodes {
+		if t, ok := ls.firstSeen[n]; ok {
+			seen[n] = t
+		} else {
+			seen[n] = now
+		}
+	}
+	ls.nodes, ls.firstSeen = nodes, seen
+	return nil
+}
+
+// tick is one scan: list, renew, take over, hand over.
+func (ls *leaseSet) tick(ctx context.Context) {
+	h := ls.h
+	if err := ls.list(ctx); err != nil {
+		h.log.Warn("host: list leases", "err", err)
+	}
+	h.mu.Lock()
+	down := h.shutdown
+	h.mu.Unlock()
+	if down {
+		return
+	}
+	take, give := ls.plan()
+	for _, k := range take {
+		h.takeOver(k)
+	}
+	for _, k := range give {
+		h.handOff(k)
+	}
+}
+
+// renew extends the node's leases, and stops the engines whose lease changed hands or ran out.
+func (ls *leaseSet) renew(ctx context.Context) {
+	ls.mu.Lock()
+	held := make([]driver.Lease, 0, len(ls.held)+1)
+	held = append(held, ls.me)
+	for _, l := range ls.held {
+		held = append(held, l)
+	}
+	ls.mu.Unlock()
+	start := time.Now()
+	renewed, err := ls.drv.RenewLeases(ctx, ls.node, held, ls.ttl)
+	var lost []procKey
+	ls.mu.Lock()
+	if err != nil {
+		ls.h.log.Warn("host: renew leases", "err", err)
+		for k, l := range ls.held {
+			if start.After(l.Expires) {
+				lost = append(lost, k)
+				delete(ls.held, k)
+			}
+		}
+	} else {
+		ls.lastRenew = start
+		got := make(map[string]driver.Lease, len(renewed))
+		for _, l := range renewed {
+			got[l.Key] = l
+		}
+		if l, ok := got[ls.me.Key]; ok {
+			ls.me = l
+		} else if !ls.left {
+			// The node lease lapsed and was not renewed: take it again (nobody else takes it).
+			if me, ok, err := ls.drv.AcquireLease(ctx, nodePrefix+ls.node, ls.node, ls.addr, ls.ttl); err == nil && ok {
+				ls.me = me
+			}
+		}
+		for _, h := range held[1:] {
+			k, _ := parseLeaseKey(h.Key)
+			cur, ok := ls.held[k]
+			if !ok || cur.Generation != h.Generation {
+				continue // released or re-acquired meanwhile
+			}
+			if l, ok := got[h.Key]; ok {
+				ls.held[k] = l
+			} else {
+				lost = append(lost, k)
+				delete(ls.held, k)
+			}
+		}
+	}
+	ls.mu.Unlock()
+	for _, k := range lost {
+		ls.h.log.Warn("host: processor lease lost; stopping its engine", "path", k.path, "slug", k.slug)
+		ls.h.leaseLost(k)
+	}
+}
+
+// plan decides which free leases this node takes over and which held ones it hands to the
+// preferred node.
+func (ls *leaseSet) plan() (take, give []procKey) {
+	h := ls.h
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	cands := map[procKey]bool{}
+	for k, l := range ls.view {
+		if _, mine := ls.held[k]; mine || l.Live {
+			continue
+		}
+		reg := h.registrationFor(k.path, k.slug)
+		if reg == nil || h.slots[k] != nil {
+			continue
+		}
+		if !l.Idle || ls.pending[k] || reg.pinned() {
+			cands[k] = true
+		}
+	}
+	for k := range ls.pending {
+		l, ok := ls.view[k]
+		switch {
+		case ok && l.Live:
+			delete(ls.pending, k) // its holder runs it
+		case h.slots[k] == nil && h.registrationFor(k.path, k.slug) != nil:
+			cands[k] = true
+		default:
+			delete(ls.pending, k)
+		}
+	}
+	for k, reg := range h.exact {
+		if l, ok := ls.view[k]; (!ok || !l.Live) && h.slots[k] == nil && reg.added == nil {
+			cands[k] = true
+		}
+	}
+	for k := range ls.candSince {
+		if !cands[k] {
+			delete(ls.candSince, k)
+		}
+	}
+	for k := range cands {
+		if ls.preferredLocked(k) == ls.node {
+			take = append(take, k)
+			continue
+		}
+		since, ok := ls.candSince[k]
+		if !ok {
+			ls.candSince[k] = now
+		} else if now.Sub(since) >= 4*ls.every {
+			take = append(take, k) // the preferred node left it free: run it here
+		}
+	}
+	for k := range ls.held {
+		if len(give) >= maxHandoffsPerScan {
+			break
+		}
+		p := ls.preferredLocked(k)
+		if p == ls.node || now.Sub(ls.firstSeen[p]) < 2*ls.every {
+			continue
+		}
+		if sl := h.slots[k]; sl != nil && sl.state == slotOpen && sl.refs == 0 {
+			give = append(give, k)
+		}
+	}
+	return take, give
+}
+
+// stop ends the loop.
+func (ls *leaseSet) close() {
+	close(ls.stop)
+	<-ls.done
+	<-ls.renewed
+}
+
+// leaveCluster gives the node lease up, so other nodes stop preferring this one at once.
+func (ls *leaseSet) leaveCluster() {
+	ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
+	defer cancel()
+	ls.mu.Lock()
+	me := ls.me
+	ls.left = true
+	ls.mu.Unlock()
+	if err := ls.drv.ReleaseLease(ctx, me, false); err != nil {
+		ls.h.log.Warn("host: leave the cluster", "err", err)
+	}
+}
+
+// leaseLostError is the LEASE_LOST error of an append or claim refused after the lease ran out.
+func leaseLostError(key procKey, generation int64) error {
+	e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": leaseKey(key), "generation": generation},
+		"processor %q on %q: this node no longer holds its lease; nothing was written", key.slug, key.path)
+	e.Retryable = false
+	return e
+}
+
+// fencedStream is an engine's stream under a lease: appends and claims are refused once the
+// lease ran out by this node's clock or changed hands.
+type fencedStream struct {
+	inner      foldstream.Stream
+	ls         *leaseSet
+	key        procKey
+	generation int64
+}
+
+func (f *fencedStream) check() error {
+	if !f.ls.valid(f.key, f.generation) {
+		return leaseLostError(f.key, f.generation)
+	}
+	return nil
+}
+
+func (f *fencedStream) Append(ctx context.Context, events ...foldstream.EventInput) ([]foldstream.Event, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f.inner.Append(ctx, events...)
+}
+
+func (f *fencedStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
+	return f.inner.Read(ctx, after, limit)
+}
+
+func (f *fencedStream) Claim(ctx context.Context, at time.Time) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.inner.Claim(ctx, at)
+}

@@ -1,0 +1,165 @@
+// Command node is one foldstream node of the host's multi-node tests, built only from the
+// documented pieces: a store opened from a postgres:// URL (storeopen.Open), host.New, one
+// host.RegisterPattern, and server.New. It prints "serving http://ADDR" once it listens and runs
+// until SIGTERM (or dies by SIGKILL).
+//
+// The counter reduces "ticked" events on every stream under /counters/ and, for each one, calls
+// an external side effect (an HTTP POST to -effects naming the node, stream and offset, which the
+// test counts) and emits an "effect" event keyed by the ticked event (an idempotency key).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// Ticked is the payload of a "ticked" event.
+type Ticked struct {
+	By int `json:"by"`
+	N  int `json:"n"`
+}
+
+// Effect is the payload of the "effect" event emitted once per ticked event.
+type Effect struct {
+	Of int64 `json:"of"`
+	N  int   `json:"n"`
+}
+
+// State is the counter's reduced state.
+type State struct {
+	Ticks  int   `json:"ticks"`
+	Events int   `json:"events"`
+	Last   int64 `json:"last"`
+}
+
+var contract = foldstream.MustDefineContract(foldstream.ContractConfig[State]{
+	Slug:     "counter",
+	Version:  "1",
+	Consumes: []string{"ticked"},
+	Emits:    []string{"effect"},
+	Events: []foldstream.EventDefinition{
+		foldstream.DefineEvent[Ticked]("ticked", "the counter ticked"),
+		foldstream.DefineEvent[Effect]("effect", "the side effect of one tick"),
+	},
+})
+
+// Counter sums ticks, calls the external effect and emits one effect event per tick.
+type Counter struct {
+	foldstream.Base[State]
+	node    string
+	effects string
+	hc      *http.Client
+	h       **host.Host
+}
+
+// Reduce adds the tick.
+func (Counter) Reduce(a foldstream.ReduceArgs[State]) (State, bool, error) {
+	t := a.Payload.(Ticked)
+	return State{Ticks: a.State.Ticks + t.By, Events: a.State.Events + 1, Last: a.Event.Offset}, true, nil
+}
+
+// ProcessEvent runs the tick's effects before the cursor moves past it.
+func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
+	if a.Event == nil {
+		return nil
+	}
+	ev := a.Event
+	var tick Ticked
+	_ = json.Unmarshal(ev.Payload, &tick)
+	a.BlockProcessorWhile(func(ctx context.Context) error {
+		if c.effects != "" {
+			// The lease generation this node runs the processor under, as the host reports it.
+			var gen int64
+			for _, st := range (*c.h).ProcessorsOn(ctx, ev.Path) {
+				if st.Slug == contract.Slug() && st.Local {
+					gen = st.Generation
+				}
+			}
+			body, _ := json.Marshal(map[string]any{"node": c.node, "path": ev.Path, "offset": ev.Offset, "n": tick.N, "generation": gen})
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.effects, bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			resp, err := c.hc.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+		}
+		_, err := a.Append(ctx, foldstream.EventInput{Type: "effect", Payload: foldstream.JSON(Effect{Of: ev.Offset, N: tick.N}),
+			IdempotencyKey: c.IdempotencyKey("effect", ev)})
+		return err
+	})
+	return nil
+}
+
+func main() {
+	db := flag.String("db", os.Getenv("FOLDSTREAM_TEST_POSTGRES"), "PostgreSQL URL")
+	addr := flag.String("addr", "127.0.0.1:0", "listen address")
+	ttl := flag.Duration("lease-ttl", 0, "processor lease time (0: the host's default)")
+	advertise := flag.Bool("advertise", false, "set host.Config.Addr (reads are asked of the owner)")
+	effects := flag.String("effects", "", "URL the side effect posts to")
+	name := flag.String("name", "", "node name in the effect calls")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, *db, *addr, *name, *effects, *ttl, *advertise); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration, advertise bool) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Options{Logger: logger}})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	cfg := host.Config{Logger: logger, LeaseTTL: ttl}
+	if advertise {
+		cfg.Addr = "http://" + ln.Addr().String()
+	}
+	h, err := host.New(st, cfg)
+	if err != nil {
+		return err
+	}
+	c := Counter{Base: foldstream.NewBase(contract), node: name, effects: effects, hc: &http.Client{Timeout: 10 * time.Second}, h: &h}
+	if err := host.RegisterPattern[State](ctx, h, "/counters/*", c); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: server.New(st, server.Config{Processors: h, Logger: logger}), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("serving http://%s\n", ln.Addr())
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = h.Shutdown(sctx)
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

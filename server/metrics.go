@@ -1,0 +1,290 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/console"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// Operations routes (docs/server.md#operations).
+const (
+	// HealthPath answers 200 while the process serves requests, without credentials.
+	HealthPath = "/healthz"
+	// ReadyPath answers 200 while the store answers too, and 503 UNAVAILABLE otherwise (or
+	// while the server shuts down), without credentials.
+	ReadyPath = "/readyz"
+	// MetricsPath serves the Prometheus metrics of Config.Metrics: a read (OpMetrics) like any
+	// route, unless Config.MetricsElsewhere moves them to an address of their own.
+	MetricsPath = "/metrics"
+)
+
+// ProcessorPather is implemented by a Processors that can list the streams it runs processors on
+// now (*host.Host does). With ProcessorLister it feeds the per-processor metrics.
+type ProcessorPather interface {
+	// ProcessorPaths returns the paths of the streams processors run on now.
+	ProcessorPaths() []string
+}
+
+// Metrics are a server's Prometheus metrics (docs/server.md#metrics): requests by route, method
+// and status, response bytes, appends and their bytes, live readers, the store's group commits
+// (size, duration, failures) and, with a host, every running processor's offset, lag behind its
+// stream's tail and whether it is parked or its work failed; plus the Go runtime's and the process's own. Create
+// one with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or,
+// with Handler, on an address of its own.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests      *prometheus.CounterVec
+	responseBytes *prometheus.CounterVec
+	appends       prometheus.Counter
+	appendBytes   prometheus.Counter
+	commits       prometheus.Counter
+	commitFails   prometheus.Counter
+	commitWrites  prometheus.Histogram
+	commitSeconds prometheus.Histogram
+
+	bindOnce sync.Once
+}
+
+// NewMetrics returns metrics on a registry of their own.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldstream_http_requests_total",
+			Help: "HTTP requests answered, by route (stream, processor, list, info, console, health, metrics, other), method and status code.",
+		}, []string{"route", "method", "code"}),
+		responseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldstream_http_response_bytes_total",
+			Help: "Bytes of HTTP response bodies written, by route.",
+		}, []string{"route"}),
+		appends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "foldstream_appends_total",
+			Help: "Appends (POSTs to a stream) the store acknowledged, duplicates of idempotent producers included.",
+		}),
+		appendBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "foldstream_append_bytes_total",
+			Help: "Request-body bytes of the appends the store acknowledged, as received.",
+		}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "foldstream_store_commits_total",
+			Help: "Group commits of the store's writer (each one fsync on SQLite, one COMMIT on PostgreSQL).",
+		}),
+		commitFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "foldstream_store_commit_failures_total",
+			Help: "Group commits that failed; none of their writes was acknowledged.",
+		}),
+		commitWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "foldstream_store_commit_writes",
+			Help:    "Writes made durable by one group commit (the group-commit batch size).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 … 512
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "foldstream_store_commit_seconds",
+			Help:    "Duration of one group commit: the fsync of a SQLite file, the COMMIT round trip on PostgreSQL.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12), // 0.1 ms … ~6 s
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.responseBytes, m.appends, m.appendBytes, m.commits, m.commitFails,
+		m.commitWrites, m.commitSeconds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry the metrics are on, to add an application's own collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus exposition format, with no credentials asked: for
+// an address of their own (Config.MetricsElsewhere; foldstream serve --metrics-addr).
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// bind adds the metrics that read s: live readers, the store's commits and the processors. Only
+// the first server given m is bound.
+func (m *Metrics) bind(s *Server) {
+	m.bindOnce.Do(func() {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "foldstream_live_readers",
+			Help: "Long-poll and SSE readers connected now.",
+		}, func() float64 { return float64(s.liveReaders.Load()) }))
+		s.stopObserving = s.st.ObserveCommits(func(c stream.CommitStats) {
+			if c.Failed {
+				m.commitFails.Inc()
+				return
+			}
+			m.commits.Inc()
+			m.commitWrites.Observe(float64(c.Writes))
+			m.commitSeconds.Observe(c.Duration.Seconds())
+		})
+		pl, okL := s.cfg.Processors.(ProcessorLister)
+		pp, okP := s.cfg.Processors.(ProcessorPather)
+		if okL && okP {
+			m.reg.MustRegister(&processorCollector{st: s.st, lister: pl, paths: pp})
+		}
+	})
+}
+
+// request counts one answered request.
+func (m *Metrics) request(route, method string, status int, bytes int64) {
+	if m == nil {
+		return
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodOptions:
+	default:
+		method = "other"
+	}
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http answers 200
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	if bytes > 0 {
+		m.responseBytes.WithLabelValues(route).Add(float64(bytes))
+	}
+}
+
+// appended counts one acknowledged append whose request body had n bytes.
+func (m *Metrics) appended(n int) {
+	if m == nil {
+		return
+	}
+	m.appends.Inc()
+	m.appendBytes.Add(float64(n))
+}
+
+// routeOf names the route of a request path for the request metrics (a small, fixed set).
+func (s *Server) routeOf(p string) string {
+	switch {
+	case p == HealthPath || p == ReadyPath:
+		return "health"
+	case p == MetricsPath:
+		return "metrics"
+	case s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix):
+		return "processor"
+	case strings.HasPrefix(p, s.cfg.Prefix):
+		return "stream"
+	case p == ListPath:
+		return "list"
+	case p == InfoPath:
+		return "info"
+	case console.Serves(p):
+		return "console"
+	}
+	return "other"
+}
+
+var (
+	processorOffsetDesc = prometheus.NewDesc("foldstream_processor_offset",
+		"Offset the processor reduced through, by processor slug and stream path.", []string{"slug", "stream"}, nil)
+	processorLagDesc = prometheus.NewDesc("foldstream_processor_lag",
+		"Messages between the processor's offset and its stream's tail.", []string{"slug", "stream"}, nil)
+	processorParkedDesc = prometheus.NewDesc("foldstream_processor_parked",
+		"1 while the processor is parked on an error it cannot retry past (docs/server.md#processors-over-http), else 0.", []string{"slug", "stream"}, nil)
+	processorWorkFailedDesc = prometheus.NewDesc("foldstream_processor_work_failed",
+		"1 while the processor's background work failed for good (PERMANENT_FAILURE; docs/engine.md#work-that-keeps-dying), else 0.", []string{"slug", "stream"}, nil)
+	processorOpenDesc = prometheus.NewDesc("foldstream_processor_open",
+		"1 while the host holds the processor's engine open, else 0.", []string{"slug", "stream"}, nil)
+)
+
+// processorCollector reports every running processor at scrape time, through the host's
+// read-only status (ProcessorPaths, ProcessorsOn) and the streams' tails.
+type processorCollector struct {
+	st     *stream.Store
+	lister ProcessorLister
+	paths  ProcessorPather
+}
+
+func (c *processorCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- processorOffsetDesc
+	ch <- processorLagDesc
+	ch <- processorParkedDesc
+	ch <- processorWorkFailedDesc
+	ch <- processorOpenDesc
+}
+
+func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, path := range c.paths.ProcessorPaths() {
+		statuses := c.lister.ProcessorsOn(ctx, path)
+		if len(statuses) == 0 {
+			continue
+		}
+		info, err := c.st.HeadStream(ctx, path)
+		for _, ps := range statuses {
+			ch <- prometheus.MustNewConstMetric(processorOffsetDesc, prometheus.GaugeValue, float64(ps.Offset), ps.Slug, path)
+			if err == nil {
+				ch <- prometheus.MustNewConstMetric(processorLagDesc, prometheus.GaugeValue, float64(max(0, info.Tail-ps.Offset)), ps.Slug, path)
+			}
+			ch <- prometheus.MustNewConstMetric(processorParkedDesc, prometheus.GaugeValue, boolGauge(ps.Parked != nil), ps.Slug, path)
+			ch <- prometheus.MustNewConstMetric(processorWorkFailedDesc, prometheus.GaugeValue, boolGauge(ps.WorkFailed != nil), ps.Slug, path)
+			ch <- prometheus.MustNewConstMetric(processorOpenDesc, prometheus.GaugeValue, boolGauge(ps.Open), ps.Slug, path)
+		}
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// serveHealth answers HealthPath and ReadyPath: GET or HEAD, no credentials, no Host check (load
+// balancers probe by address). They reveal nothing but whether the server (and its store) answer.
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeCoded(w, foldstream.CodeMethodNotAllowed, "health routes only read: use GET", 0)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if r.URL.Path == ReadyPath {
+		select {
+		case <-s.stopping:
+			writeCoded(w, foldstream.CodeUnavailable, "not ready: the server is shutting down", 1)
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := s.st.ListStreams(ctx, stream.ListOptions{Limit: 1}); err != nil {
+			s.log.Warn("not ready: the store does not answer", "err", err)
+			writeCoded(w, foldstream.CodeUnavailable, "not ready: the store does not answer", 1)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write([]byte("ok\n"))
+	}
+}
+
+// serveMetrics answers MetricsPath: a read like any route (OpMetrics on "/").
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeCoded(w, foldstream.CodeMethodNotAllowed, "metrics only read: use GET", 0)
+		return
+	}
+	if !s.checkOrigin(w, r, OpMetrics) {
+		return
+	}
+	if _, ok := s.authorize(w, r, OpMetrics, "/"); !ok {
+		return
+	}
+	s.metricsHandler.ServeHTTP(w, r)
+}

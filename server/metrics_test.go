@@ -1,0 +1,182 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
+	"github.com/foldstream/foldstream/stream"
+)
+
+// /healthz answers while the process serves, /readyz while the store answers too; neither asks
+// for a token, and /readyz turns 503 once the store is gone or the server shuts down.
+func TestHealthAndReadinessAnswerWithoutAToken(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/health.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := server.ParseBearerTokens(testTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(st, server.Config{Logger: quiet, Authorize: bt.Authorize, AllowedHosts: []string{"streams.example.com"}})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	for _, p := range []string{server.HealthPath, server.ReadyPath} {
+		// A load balancer probes by address: no token, a Host the server does not serve.
+		res, body := request(t, "GET", ts.URL+p, "", "Host", "10.0.0.7")
+		if res.StatusCode != 200 || body != "ok\n" {
+			t.Errorf("GET %s: %d %q, want 200 ok", p, res.StatusCode, body)
+		}
+		res, body = request(t, "POST", ts.URL+p, "")
+		wantCoded(t, "POST "+p, res, body, 405, foldstream.CodeMethodNotAllowed)
+	}
+	if res, body := request(t, "GET", ts.URL+"/v1/stream/x", "", "Host", "streams.example.com"); res.StatusCode != 401 {
+		t.Fatalf("a stream without a token: %d %s; the health routes must be the only open ones", res.StatusCode, body)
+	}
+	st.Close()
+	res, body := request(t, "GET", ts.URL+server.ReadyPath, "")
+	wantCoded(t, "readyz with the store closed", res, body, 503, foldstream.CodeUnavailable)
+	if res, _ := request(t, "GET", ts.URL+server.HealthPath, ""); res.StatusCode != 200 {
+		t.Errorf("healthz with the store closed: %d, want 200 (the process is up)", res.StatusCode)
+	}
+	srv.Shutdown()
+	res, body = request(t, "GET", ts.URL+server.ReadyPath, "")
+	wantCoded(t, "readyz while shutting down", res, body, 503, foldstream.CodeUnavailable)
+}
+
+// metricValue returns the value of the sample whose name and labels start the line as given
+// (labels in Prometheus' sorted order), or -1 when there is none.
+func metricValue(text, sample string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+// /metrics needs a read token; it counts requests by route and code, appends and their bytes,
+// the store's group commits, and reports each processor's offset and lag.
+func TestMetricsNeedAReadTokenAndReportRequestsCommitsAndProcessors(t *testing.T) {
+	s := setupSecured(t, server.Config{Metrics: server.NewMetrics()}, true)
+	res, body := request(t, "GET", s.url+server.MetricsPath, "")
+	wantCoded(t, "metrics without a token", res, body, 401, foldstream.CodeUnauthorized)
+
+	w := []string{"Authorization", bearer(writerToken), "Content-Type", "application/json"}
+	if res, body := request(t, "PUT", s.url+"/v1/stream/events", "", w...); res.StatusCode != 200 {
+		t.Fatalf("create of the processor's stream: %d %s, want 200 (it exists)", res.StatusCode, body)
+	}
+	const n = 5
+	var tail string
+	sent := 0
+	for i := range n {
+		msg := fmt.Sprintf(`{"type":"note.added","payload":{"i":%d}}`, i)
+		sent += len(msg)
+		res, body := request(t, "POST", s.url+"/v1/stream/events", msg, w...)
+		if res.StatusCode != 204 {
+			t.Fatalf("append %d: %d %s", i, res.StatusCode, body)
+		}
+		tail = res.Header.Get("Stream-Next-Offset")
+	}
+	request(t, "GET", s.url+"/v1/stream/missing", "", w...)
+	if res, body := request(t, "GET", s.url+"/v1/processor/sources/events?waitUntilProcessed="+tail, "", w...); res.StatusCode != 200 {
+		t.Fatalf("processor: %d %s", res.StatusCode, body)
+	}
+
+	res, text := request(t, "GET", s.url+server.MetricsPath, "", "Authorization", bearer(readerToken))
+	head, _ := request(t, "HEAD", s.url+"/v1/stream/events", "", w...)
+	last, _, err := server.ParseOffset(head.Header.Get("Stream-Next-Offset"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("metrics with a read token: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	for sample, want := range map[string]float64{
+		`foldstream_http_requests_total{code="204",method="POST",route="stream"}`: n,
+		`foldstream_http_requests_total{code="200",method="PUT",route="stream"}`:  1,
+		`foldstream_http_requests_total{code="404",method="GET",route="stream"}`:  1,
+		`foldstream_http_requests_total{code="401",method="GET",route="metrics"}`: 1,
+		`foldstream_appends_total`:                                     n,
+		`foldstream_append_bytes_total`:                                float64(sent),
+		`foldstream_live_readers`:                                      0,
+		`foldstream_processor_lag{slug="sources",stream="/events"}`:    0,
+		`foldstream_processor_parked{slug="sources",stream="/events"}`: 0,
+	} {
+		if got := metricValue(text, sample); got != want {
+			t.Errorf("%s = %v, want %v", sample, got, want)
+		}
+	}
+	// The processor's offset covers the tail (live-state deltas take positions of their own
+	// after it, so it may be past the tail the protocol shows).
+	if got := metricValue(text, `foldstream_processor_offset{slug="sources",stream="/events"}`); got < float64(last) {
+		t.Errorf("processor offset %v, want at least the tail %d", got, last)
+	}
+	// Every append committed; each commit holds at least one write.
+	commits := metricValue(text, "foldstream_store_commits_total")
+	writes := metricValue(text, "foldstream_store_commit_writes_sum")
+	if commits < 1 || writes < n || metricValue(text, "foldstream_store_commit_seconds_count") != commits {
+		t.Errorf("commits %v, writes %v: want every write counted in the commit histograms", commits, writes)
+	}
+	if !regexp.MustCompile(`(?m)^go_goroutines \d+`).MatchString(text) {
+		t.Error("no Go runtime metrics")
+	}
+}
+
+// With MetricsElsewhere the handler serves no /metrics; Metrics.Handler serves them, untokened,
+// where the operator puts it.
+func TestMetricsElsewhereLeaveTheMainAddress(t *testing.T) {
+	m := server.NewMetrics()
+	s := setupSecured(t, server.Config{Metrics: m, MetricsElsewhere: true}, true)
+	res, body := request(t, "GET", s.url+server.MetricsPath, "", "Authorization", bearer(readerToken))
+	wantCoded(t, "metrics on the main address", res, body, 404, foldstream.CodeNoRoute)
+	ms := httptest.NewServer(m.Handler())
+	defer ms.Close()
+	res, text := request(t, "GET", ms.URL+server.MetricsPath, "")
+	if res.StatusCode != 200 || metricValue(text, `foldstream_http_requests_total{code="404",method="GET",route="metrics"}`) != 1 {
+		t.Fatalf("metrics on their own address: %d\n%s", res.StatusCode, text)
+	}
+}
+
+// BenchmarkMetricsOverhead serves HEAD requests in process (no network) with and without
+// metrics, so the difference is the cost of counting one request.
+func BenchmarkMetricsOverhead(b *testing.B) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for _, bc := range []struct {
+		name string
+		m    *server.Metrics
+	}{{"off", nil}, {"on", server.NewMetrics()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := server.New(st, server.Config{Logger: quiet, Metrics: bc.m})
+			put := httptest.NewRequest("PUT", "http://127.0.0.1/v1/stream/b", nil)
+			put.Header.Set("Content-Type", "text/plain")
+			srv.ServeHTTP(httptest.NewRecorder(), put)
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, httptest.NewRequest("HEAD", "http://127.0.0.1/v1/stream/b", nil))
+				if rec.Code != 200 {
+					b.Fatalf("HEAD: %d", rec.Code)
+				}
+			}
+		})
+	}
+}
