@@ -86,6 +86,15 @@ func (h *Host) retryFailing(sl *slot) {
 		return
 	}
 	sl.retryStop = nil
+	gen := sl.lease.Generation
+	if !h.leases.valid(sl.key, gen) {
+		// The lease ran out or changed hands: the node that holds it now runs the processor
+		// (and its retries); running the failing event here could repeat its effects.
+		h.mu.Unlock()
+		h.leases.drop(sl.key, gen)
+		h.leaseLost(sl.key)
+		return
+	}
 	sl.refs++
 	h.wg.Add(1)
 	h.mu.Unlock()

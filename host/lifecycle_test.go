@@ -329,6 +329,7 @@ func TestRefuseInvalidEventsAtAppendTime(t *testing.T) {
 		if _, err := s.Append(ctx, "/carts/a", item(1)); err != nil {
 			t.Fatal(err)
 		}
+		_ = cartItems(t, h, "/carts/a") // the engine opened (and woke the stream)
 		before := logOf(t, s, "/carts/a")
 		var fe *foldstream.Error
 		if _, err := s.Append(ctx, "/carts/a", item(2), bad); !errors.As(err, &fe) || fe.Code != foldstream.CodeInvalidEvent || !strings.Contains(fe.Message, "schema") {
