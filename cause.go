@@ -23,7 +23,8 @@ const CodeLoopLimit Code = "LOOP_LIMIT"
 var ErrLoopLimit = &Error{Code: CodeLoopLimit}
 
 // LoopLimitType is the fact the engine records, once per chain, when an emit reached the loop
-// limit: payload {"chain": <chain>, "limit": <limit>}, idempotency key "itx/loop-limit:<chain>".
+// limit: payload {"chain": <chain>, "limit": <limit>}, idempotency key
+// "processor:loop-limit:<chain>" (ProcessorKeyPrefix: no HTTP writer can take it).
 const LoopLimitType = "events.iterate.com/itx/loop-limit-reached"
 
 // causeAfter returns the cause of an event emitted while processing parent (nil: an eventless

@@ -1032,9 +1032,11 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 // the chain, and every retry, names the same event — and returns the recorded LOOP_LIMIT.
 func (r *eventRun) recordLoopLimit(ctx context.Context, cause *Cause) error {
 	fact := EventInput{Type: LoopLimitType,
-		Payload:        JSON(map[string]any{"chain": cause.Chain, "limit": r.loopLimit}),
-		Source:         &Source{Cause: cause},
-		IdempotencyKey: "itx/loop-limit:" + cause.Chain}
+		Payload: JSON(map[string]any{"chain": cause.Chain, "limit": r.loopLimit}),
+		Source:  &Source{Cause: cause},
+		// In the processor namespace, which HTTP writers cannot take: nobody can wedge the
+		// fact with a conflicting event under its key.
+		IdempotencyKey: processorKey("loop-limit:" + cause.Chain)}
 	if _, err := r.stream.Append(ctx, fact); err != nil {
 		return err
 	}

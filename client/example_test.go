@@ -121,3 +121,34 @@ func ExampleStreamClosedError() {
 	fmt.Println(errors.As(err, &closed), errors.Is(err, client.ErrStreamClosed), closed.FinalOffset != "")
 	// Output: true true true
 }
+
+func ExampleSubscriptions_RunWorker() {
+	base, stop := exampleServer()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wake, _ := client.NewStream(base+"/v1/stream/wake", client.Options{})
+	if _, err := wake.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+		log.Fatal(err)
+	}
+	subs, _ := client.NewSubscriptions(base+"/v1/stream/", client.Options{})
+	if _, _, err := subs.Create(ctx, "jobs", client.SubscriptionSpec{Type: "pull-wake", Pattern: "jobs/*", WakeStream: "wake"}); err != nil {
+		log.Fatal(err)
+	}
+	job, _ := client.NewStream(base+"/v1/stream/jobs/1", client.Options{})
+	if _, err := job.Create(ctx, client.CreateOptions{ContentType: "application/json", Data: []byte(`{"task":"resize"}`)}); err != nil {
+		log.Fatal(err)
+	}
+	err := subs.RunWorker(ctx, client.WorkerConfig{Subscription: "jobs", Worker: "worker-1",
+		Handle: func(_ context.Context, w *client.Wake) error {
+			for _, s := range w.Streams {
+				fmt.Println("woken for", s.Path, "up to", s.TailOffset)
+			}
+			cancel() // one wake is enough for the example
+			return nil
+		}})
+	fmt.Println(errors.Is(err, context.Canceled))
+	// Output:
+	// woken for jobs/1 up to 0000000000000000_0000000000000001
+	// true
+}

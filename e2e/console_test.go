@@ -376,6 +376,10 @@ func TestConsoleWithoutHost(t *testing.T) {
 	create(t, base, "/greetings", "text/plain")
 	post(t, base, "/greetings", "text/plain", "hello")
 	waitFor(t, ctx, "the new stream", `!!document.querySelector('tr[data-path="/greetings"]')`)
+	// A paused stream is marked in the list, its reason on hover (docs/server.md#paused-streams).
+	create(t, base, "/orders", "application/json")
+	post(t, base, "/orders", "application/json", `{"type":"events.iterate.com/stream/paused","payload":{"reason":"stock count"}}`)
+	waitFor(t, ctx, "the paused mark", `document.querySelector('tr[data-path="/orders"] .chip.paused')?.title === "stream paused: stock count"`)
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[data-path="/greetings"] a`))); err != nil {
 		t.Fatal(err)
 	}

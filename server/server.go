@@ -182,6 +182,10 @@ type Config struct {
 	// NodeID names this server as the holder of the subscription-delivery lease when several
 	// servers share a database. Defaults to a random name per server.
 	NodeID string
+	// SubscriptionLeaseTTL is how long the subscription-delivery lease lasts unless renewed (on
+	// the database's clock): another node takes delivery over this long after the holder died.
+	// Defaults to DefaultSubscriptionLeaseTTL (10 s).
+	SubscriptionLeaseTTL time.Duration
 
 	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
 	// (docs/console.md). The stream listing routes stay.
@@ -331,6 +335,9 @@ func New(st *stream.Store, cfg Config) *Server {
 	}
 	if cfg.WebhookTimeout <= 0 {
 		cfg.WebhookTimeout = DefaultWebhookTimeout
+	}
+	if cfg.SubscriptionLeaseTTL <= 0 {
+		cfg.SubscriptionLeaseTTL = DefaultSubscriptionLeaseTTL
 	}
 	if cfg.MaxWebhookConcurrency <= 0 {
 		cfg.MaxWebhookConcurrency = DefaultMaxWebhookConcurrency

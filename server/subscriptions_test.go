@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -463,7 +465,7 @@ func TestPullWakeWorkerKilledMidClaimLosesItsLease(t *testing.T) {
 func TestUndeliveredWakeIsDeliveredAfterRestart(t *testing.T) {
 	clock := testsupport.NewFakeClock()
 	dsn := t.TempDir() + "/restart.db"
-	n := startNode(t, dsn, clock, server.Config{})
+	n := startNode(t, dsn, clock, server.Config{SubscriptionLeaseTTL: testLeaseTTL})
 	var mu sync.Mutex
 	up := false
 	rc := newReceiver(t, func(k int, w http.ResponseWriter) {
@@ -485,15 +487,15 @@ func TestUndeliveredWakeIsDeliveredAfterRestart(t *testing.T) {
 	mu.Lock()
 	up = true
 	mu.Unlock()
-	n2 := startNode(t, dsn, clock, server.Config{})
+	n2 := startNode(t, dsn, clock, server.Config{SubscriptionLeaseTTL: testLeaseTTL})
 	s := getSub(t, n2.url, "owed")
 	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(s["next_attempt_at"]))
 	if s["status"] != "failed" || err != nil {
 		t.Fatalf("after restart: %v (%v), want the failed wake with its retry time", s, err)
 	}
-	// The dead node's lease must run out before the new one delivers.
-	clock.Advance(max(at.Sub(clock.Now()), server.SubscriptionLeaseTTL+time.Millisecond))
-	h := rc.next(t)
+	// The retry falls due on the server's clock; the dead node's lease runs out on the database's.
+	clock.Advance(at.Sub(clock.Now()))
+	h := driveUntilDelivered(t, clock, rc)
 	if h.payload.WakeID != first.payload.WakeID {
 		t.Fatalf("after restart got wake %s, want the owed wake %s", h.payload.WakeID, first.payload.WakeID)
 	}
@@ -501,4 +503,92 @@ func TestUndeliveredWakeIsDeliveredAfterRestart(t *testing.T) {
 		links, _ := getSub(t, n2.url, "owed")["streams"].([]any)
 		return len(links) == 1 && links[0].(map[string]any)["acked_offset"] == first.payload.Streams[0].TailOffset
 	})
+}
+
+// deliveryHolder reads who holds the subscription-delivery lease on a PostgreSQL store.
+func deliveryHolder(t *testing.T, st *stream.Store) string {
+	t.Helper()
+	var holder string
+	err := st.Driver().(*pgdriver.Driver).Pool().QueryRow(context.Background(),
+		`SELECT holder FROM leases WHERE key = '__ds/subscriptions'`).Scan(&holder)
+	if err != nil {
+		t.Fatalf("read the delivery lease: %v", err)
+	}
+	return holder
+}
+
+// TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves: two servers over one PostgreSQL database
+// (separate stores and connection pools, one shared clock) deliver each wake once, from the node
+// holding the delivery lease, whichever node took the append; when that node dies without giving
+// the lease up, the other takes it over once it runs out and delivers what is pending.
+func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
+	dsn := pgtest.URL(t)
+	clock := testsupport.NewFakeClock()
+	a := startNode(t, dsn, clock, server.Config{NodeID: "node-a", SubscriptionLeaseTTL: testLeaseTTL})
+	rc := newReceiver(t, answerDone)
+	putSub(t, a.url, "shared", `{"type":"webhook","pattern":"events/*","webhook":{"url":"`+rc.url+`"}}`)
+	waitFor(t, "node-a to take the delivery lease", func() bool {
+		var n int
+		_ = a.st.Driver().(*pgdriver.Driver).Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM leases WHERE key = '__ds/subscriptions' AND holder = 'node-a'`).Scan(&n)
+		return n == 1
+	})
+	b := startNode(t, dsn, clock, server.Config{NodeID: "node-b", SubscriptionLeaseTTL: testLeaseTTL})
+	seen := map[string]bool{}
+	for i := range 3 {
+		putStream(t, b.url, fmt.Sprintf("events/%d", i), `{"n":1}`) // appended on node-b
+		h := rc.next(t)
+		if seen[h.payload.WakeID] {
+			t.Fatalf("wake %s delivered twice", h.payload.WakeID)
+		}
+		seen[h.payload.WakeID] = true
+		waitFor(t, "the wake to be acked", func() bool {
+			s := getSub(t, b.url, "shared")
+			for _, l := range s["streams"].([]any) {
+				if l.(map[string]any)["path"] == fmt.Sprintf("events/%d", i) {
+					return l.(map[string]any)["acked_offset"] == server.FormatOffset(1) // its one message
+				}
+			}
+			return false
+		})
+	}
+	if h := deliveryHolder(t, b.st); h != "node-a" {
+		t.Fatalf("delivery lease held by %q, want node-a", h)
+	}
+	select {
+	case h := <-rc.got:
+		t.Fatalf("a second delivery loop sent wake %s again", h.payload.WakeID)
+	default:
+	}
+
+	a.close() // dies holding the lease
+	putStream(t, b.url, "events/after", `{"n":1}`)
+	h := driveUntilDelivered(t, clock, rc)
+	if seen[h.payload.WakeID] || !strings.Contains(string(h.raw), `"events/after"`) {
+		t.Fatalf("after node-a died: got wake %s (%s), want a new wake for events/after", h.payload.WakeID, h.raw)
+	}
+	if holder := deliveryHolder(t, b.st); holder != "node-b" {
+		t.Fatalf("delivery lease held by %q after node-a died, want node-b", holder)
+	}
+}
+
+// testLeaseTTL is the delivery lease of the tests where a node dies holding it: it runs out on
+// the database's clock, so the survivor takes over after this much real time.
+const testLeaseTTL = 300 * time.Millisecond
+
+// driveUntilDelivered moves the fake clock on in small steps — the delivery loop's retries of the
+// lease run on it — until the receiver gets a delivery, failing after 10 s.
+func driveUntilDelivered(t *testing.T, clock *testsupport.FakeClock, rc *receiver) hookRequest {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case h := <-rc.got:
+			return h
+		case <-deadline:
+			t.Fatal("no webhook delivery within 10 s")
+		case <-time.After(20 * time.Millisecond):
+			clock.Advance(testLeaseTTL / 3)
+		}
+	}
 }

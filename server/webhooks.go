@@ -38,9 +38,9 @@ const (
 	DefaultWebhookTimeout = 10 * time.Second
 	// DefaultMaxWebhookConcurrency caps the webhook attempts in flight at once.
 	DefaultMaxWebhookConcurrency = 16
-	// SubscriptionLeaseTTL is how long the delivery lease lasts unless renewed; a node that
-	// dies loses it after this. It is renewed every third of it.
-	SubscriptionLeaseTTL = 10 * time.Second
+	// DefaultSubscriptionLeaseTTL is how long the delivery lease lasts unless renewed (on the
+	// database's clock); a node that dies loses it after this. It is renewed every third of it.
+	DefaultSubscriptionLeaseTTL = 10 * time.Second
 	// SubscriptionPollInterval is how often the lease holder passes over every subscription
 	// (catching changes made on other nodes), and how often the others look for the lease.
 	SubscriptionPollInterval = 2 * time.Second
@@ -305,7 +305,7 @@ func (d *deliverer) run() {
 		any := len(d.configs) > 0
 		d.mu.Unlock()
 		if any && !now.Before(leaseAt) {
-			ok, err := d.s.st.TakeSubscriptionLease(ctx, d.holder, SubscriptionLeaseTTL)
+			ok, err := d.s.st.TakeSubscriptionLease(ctx, d.holder, d.s.cfg.SubscriptionLeaseTTL)
 			if err != nil {
 				if d.stopped() {
 					return
@@ -319,7 +319,7 @@ func (d *deliverer) run() {
 				d.mu.Unlock()
 			}
 			leader = ok && err == nil
-			leaseAt = now.Add(SubscriptionLeaseTTL / 3)
+			leaseAt = now.Add(d.s.cfg.SubscriptionLeaseTTL / 3)
 		} else if !any && leader {
 			if err := d.s.st.ReleaseSubscriptionLease(ctx, d.holder); err != nil && !d.stopped() {
 				log.Warn("subscriptions: release the delivery lease", "err", err)

@@ -158,22 +158,30 @@ func matchGlob(pattern, path string) bool {
 	return matchSegs(strings.Split(pattern, "/"), strings.Split(path, "/"))
 }
 
+// matchSegs matches segment by segment in O(len(pat)·len(segs)) time and memory, however many
+// "**" a pattern holds (a backtracking match is exponential in them, and patterns come from
+// clients).
 func matchSegs(pat, segs []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(segs); i++ {
-				if matchSegs(pat[1:], segs[i:]) {
-					return true
-				}
+	// cur[j] reports whether the pattern's segments so far match segs[:j].
+	cur := make([]bool, len(segs)+1)
+	next := make([]bool, len(segs)+1)
+	cur[0] = true
+	for _, p := range pat {
+		if p == "**" {
+			seen := false
+			for j := range cur {
+				seen = seen || cur[j]
+				next[j] = seen
 			}
-			return false
+		} else {
+			next[0] = false
+			for j := 1; j <= len(segs); j++ {
+				next[j] = cur[j-1] && (p == "*" || p == segs[j-1])
+			}
 		}
-		if len(segs) == 0 || (pat[0] != "*" && pat[0] != segs[0]) {
-			return false
-		}
-		pat, segs = pat[1:], segs[1:]
+		cur, next = next, cur
 	}
-	return len(segs) == 0
+	return cur[len(segs)]
 }
 
 // globPrefix is the literal part of a pattern before its first wildcard segment, as a store-path
@@ -948,6 +956,7 @@ func (s *Store) StepSubscription(ctx context.Context, id string, hints []string)
 		if err != nil || !ok {
 			return err
 		}
+		before, _ := json.Marshal(sub.St)
 		now := t.now.UnixMilli()
 		expireLease(sub, now)
 		tails, err := refresh(t, sub, hints)
@@ -975,6 +984,9 @@ func (s *Store) StepSubscription(ctx context.Context, id string, hints []string)
 		}
 		if next != 0 {
 			step.Next = time.UnixMilli(next)
+		}
+		if after, _ := json.Marshal(sub.St); string(after) == string(before) {
+			return nil // a pass that changed nothing writes nothing
 		}
 		return saveSub(t, sub)
 	})
