@@ -49,7 +49,7 @@ func manyStreamsScenarios(cfg Config, run string, n int) []Scenario {
 	}
 	return []Scenario{
 		{
-			Name:    fmt.Sprintf("stream creation, %d creators (up to %d streams)", w, n),
+			Name:    fmt.Sprintf("many streams: creation, %d creators (up to %d streams)", w, n),
 			Detail:  fmt.Sprintf("%d concurrent PUTs of fresh JSON streams, up to %d streams or %s per measurement", w, n, cfg.MeasureFor),
 			Metrics: []Metric{{"streams/s", true}},
 			Run: func(ctx context.Context, c *Client, round int) (Sample, error) {
@@ -64,7 +64,7 @@ func manyStreamsScenarios(cfg Config, run string, n int) []Scenario {
 			},
 		},
 		{
-			Name: fmt.Sprintf("append, %d writers over %d streams", w, n),
+			Name: fmt.Sprintf("many streams: append, %d writers over %d streams", w, n),
 			Detail: fmt.Sprintf("%d writers × single-message POSTs, each to the next of %d streams in turn; %d messages or %s per measurement",
 				w, n, cfg.AppendTotal, cfg.MeasureFor),
 			Metrics: []Metric{{"messages/s", true}, RSSNowMetric, DiskMetric},
@@ -82,7 +82,7 @@ func manyStreamsScenarios(cfg Config, run string, n int) []Scenario {
 			},
 		},
 		{
-			Name: fmt.Sprintf("producer batches, %d senders over %d streams", w, n),
+			Name: fmt.Sprintf("many streams: producer batches, %d senders over %d streams", w, n),
 			Detail: fmt.Sprintf("%d senders × producer batches of %d messages, each to the next of %d streams in turn (one producer per stream and round); %d batches or %s per measurement",
 				w, cfg.BatchSize, n, cfg.Producers*cfg.ProducerBatches, cfg.MeasureFor),
 			Metrics: []Metric{{"messages/s", true}, RetriesMetric, RSSNowMetric, DiskMetric},
