@@ -404,7 +404,9 @@ func (e *Engine[S]) isClosed() bool {
 // settled, or ctx ends (it returns ctx.Err() then; call it again to keep waiting).
 //
 // A claim taken for background work is never released after Close: work that Close cancelled is
-// revived by the next incarnation, whose at-head pass recovers it from state. Close is idempotent.
+// revived by the next incarnation, whose at-head pass recovers it from state. Its work-started
+// marker is deleted once it settled: work stopped on purpose is not counted as a death
+// (docs/engine.md#work-that-keeps-dying). Close is idempotent.
 func (e *Engine[S]) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -724,10 +726,14 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 		e.mu.Lock()
 		e.inFlight--
 		if e.inFlight == 0 && !e.closed {
-			// A closed engine keeps both for the next incarnation, as if its host had died.
 			e.revivesWhileBusy = 0
 			e.queueMarkerLocked(false)
 			e.queueClaimLocked(time.Time{})
+		} else if e.inFlight == 0 {
+			// Close cancelled the work and it settled: the claim stays for the next incarnation to
+			// revive it, but work stopped on purpose did not die with its host, so the marker goes
+			// (docs/engine.md#work-that-keeps-dying).
+			e.queueMarkerLocked(false)
 		}
 		e.signalLocked()
 		e.mu.Unlock()

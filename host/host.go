@@ -384,7 +384,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		cwg.Add(1)
 		go func() {
 			defer cwg.Done()
-			if err := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err != nil {
+			if err := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, false); err != nil {
 				cmu.Lock()
 				errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
 				cmu.Unlock()
@@ -407,15 +407,19 @@ func closeRunner(ctx context.Context, r foldstream.Runner) error {
 }
 
 // settleAndClose closes a hosted engine whose subscription was drained. Every unit already on its
-// chain finishes first — a catch-up queues behind them and, at the head, runs nothing — and then
-// the work they left in flight (background attempts, blocking effects) settles, for at most
-// drainFor, because Close would cancel a running unit after its effects but before its checkpoint,
-// and the next engine on the stream (on this node or, after a handoff, another) would run those
-// effects again. The lease is renewed meanwhile.
-func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Duration) error {
-	if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
-		_ = r.Close(ctx)
-		return err
+// chain finishes first — with catchUp, a catch-up queues behind them (and, at the head, runs
+// nothing) — and then the work they left in flight (background attempts, blocking effects)
+// settles for at most drainFor, because Close would cancel a running unit after its effects but
+// before its checkpoint, and the next engine on the stream (on this node or, after a handoff,
+// another) would run those effects again. Without catchUp (a shutdown) it reads no new events:
+// what was committed after the subscription closed is the next owner's. The lease is renewed
+// meanwhile.
+func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Duration, catchUp bool) error {
+	if catchUp {
+		if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
+			_ = r.Close(ctx)
+			return err
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, drainFor)
 	_ = r.Drain(dctx)

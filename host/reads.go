@@ -123,7 +123,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		if retry, perr := check(); retry || perr != nil {
 			return retry, perr
 		}
-		if err := h.catchUpShared(ctx, sl); err != nil {
+		if err := h.catchUpShared(ctx, sl); errors.Is(err, errRecreated) {
+			return true, nil // the slot that replaces it answers
+		} else if err != nil {
 			return fail(err)
 		}
 		// Read-your-writes by offset: commits the processor does not consume ride inside its next

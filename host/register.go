@@ -271,7 +271,7 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 		return nil
 	}
 	err := sl.sub.Drain(ctx)
-	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err == nil {
+	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, true); err == nil {
 		err = cerr
 	}
 	h.leases.release(key, sl.lease.Generation, false)

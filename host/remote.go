@@ -141,6 +141,9 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 	return foldstream.Checkpoint{}, nil, err
 }
 
+// errRecreated is a read whose engine turned out to follow a stream deleted since.
+var errRecreated = errors.New("host: the stream was deleted and created again")
+
 // catchUpShared gives a local read on a shared database read-your-writes across nodes: an append
 // another node acknowledged reaches this node's engine by notification, possibly after the read
 // began, so when the stream's head as of now holds an event the engine consumes and has not
@@ -152,6 +155,11 @@ func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 	info, err := h.store.HeadStream(ctx, sl.key.path)
 	if err != nil {
 		return nil // the read itself reports a missing stream
+	}
+	if sl.streamID != 0 && info.ID() != sl.streamID {
+		// Deleted and created again (through another node): the engine follows a dead stream.
+		h.recreated(sl)
+		return errRecreated
 	}
 	at := sl.runner.ReducedThroughOffset()
 	if at >= info.Tail {

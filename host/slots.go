@@ -512,7 +512,7 @@ func (h *Host) beginCloseLocked(sl *slot) {
 func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	ctx = context.WithoutCancel(ctx)
 	err := sl.sub.Drain(ctx)
-	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL); err == nil {
+	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, true); err == nil {
 		err = cerr
 	}
 	if err != nil {

@@ -96,7 +96,7 @@ func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 }
 
 // request sends one request; headers are name, value pairs. The body is read in full.
-func request(t *testing.T, method, url, body string, headers ...string) (*http.Response, string) {
+func request(t testing.TB, method, url, body string, headers ...string) (*http.Response, string) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {

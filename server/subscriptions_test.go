@@ -51,7 +51,7 @@ type receiver struct {
 	got chan hookRequest
 }
 
-func newReceiver(t *testing.T, answer func(n int, w http.ResponseWriter)) *receiver {
+func newReceiver(t testing.TB, answer func(n int, w http.ResponseWriter)) *receiver {
 	t.Helper()
 	rc := &receiver{got: make(chan hookRequest, 64)}
 	var mu sync.Mutex
@@ -74,7 +74,7 @@ func newReceiver(t *testing.T, answer func(n int, w http.ResponseWriter)) *recei
 	return rc
 }
 
-func (rc *receiver) next(t *testing.T) hookRequest {
+func (rc *receiver) next(t testing.TB) hookRequest {
 	t.Helper()
 	select {
 	case h := <-rc.got:
@@ -103,7 +103,7 @@ func (n *subNode) close() {
 	n.srv.Shutdown()
 }
 
-func startNode(t *testing.T, dsn string, clock foldstream.Clock, cfg server.Config) *subNode {
+func startNode(t testing.TB, dsn string, clock foldstream.Clock, cfg server.Config) *subNode {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts := stream.Options{Logger: quiet, Clock: clock}
@@ -120,7 +120,7 @@ func startNode(t *testing.T, dsn string, clock foldstream.Clock, cfg server.Conf
 	return n
 }
 
-func putSub(t *testing.T, base, id, body string) map[string]any {
+func putSub(t testing.TB, base, id, body string) map[string]any {
 	t.Helper()
 	res, b := request(t, "PUT", base+"/v1/stream/__ds/subscriptions/"+id, body, "Content-Type", "application/json")
 	if res.StatusCode != http.StatusCreated {
@@ -146,7 +146,7 @@ func getSub(t *testing.T, base, id string) map[string]any {
 	return out
 }
 
-func putStream(t *testing.T, base, path, body string) {
+func putStream(t testing.TB, base, path, body string) {
 	t.Helper()
 	res, b := request(t, "PUT", base+"/v1/stream/"+path, body, "Content-Type", "application/json")
 	if res.StatusCode != http.StatusCreated {

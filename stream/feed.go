@@ -34,6 +34,10 @@ type feed struct {
 	mu   sync.Mutex // held while publishing, so the feed's pushes are ordered
 	path string
 	mark int64 // the last durable offset published
+	// id is the stream the mark counts in (0: none yet). A notification naming another stream at
+	// the path — deleted and created again through another node — starts the mark over, so the
+	// new stream's events reach the listeners, whose ranges then run backwards (docs/store.md#deleting-a-stream).
+	id int64
 	// kicks counts requests to catch up; the catch-up goroutine runs while it is non-zero.
 	kickMu  sync.Mutex
 	kicked  bool
@@ -56,7 +60,7 @@ func (s *Store) ensureFeed(ctx context.Context, path string) (*feed, error) {
 		return f, nil
 	}
 	fs.mu.Unlock()
-	tail, err := s.durableTail(ctx, path)
+	tail, id, err := s.durableTail(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -68,15 +72,14 @@ func (s *Store) ensureFeed(ctx context.Context, path string) (*feed, error) {
 	if fs.byPath == nil {
 		fs.byPath = make(map[string]*feed)
 	}
-	f := &feed{path: path, mark: tail}
+	f := &feed{path: path, mark: tail, id: id}
 	fs.byPath[path] = f
 	return f, nil
 }
 
-// durableTail reads the stream's durable tail (0 for a missing stream).
-func (s *Store) durableTail(ctx context.Context, path string) (int64, error) {
-	var tail int64
-	err := s.readTx(ctx, func(q driver.Reader) error {
+// durableTail reads the stream's durable tail and id (0, 0 for a missing stream).
+func (s *Store) durableTail(ctx context.Context, path string) (tail, id int64, err error) {
+	err = s.readTx(ctx, func(q driver.Reader) error {
 		row, err := q.StreamByPath(ctx, path)
 		if err == driver.ErrNoStream {
 			return nil
@@ -84,10 +87,10 @@ func (s *Store) durableTail(ctx context.Context, path string) (int64, error) {
 		if err != nil {
 			return err
 		}
-		tail = row.Tail
+		tail, id = row.Tail, row.ID
 		return nil
 	})
-	return tail, err
+	return tail, id, err
 }
 
 func (s *Store) feedOf(path string) *feed {
@@ -147,6 +150,23 @@ func (s *Store) fill(f *feed, upTo int64) {
 		if page.AtHead || (upTo > 0 && f.mark >= upTo) {
 			return
 		}
+	}
+}
+
+// restartFeed starts the path's feed over when a notification names another stream than the one
+// it publishes: the stream was deleted and created again through another node.
+func (s *Store) restartFeed(path string, id int64) {
+	f := s.feedOf(path)
+	if f == nil || id == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.id == 0:
+		f.id = id
+	case f.id != id:
+		f.id, f.mark = id, 0
 	}
 }
 

@@ -191,6 +191,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
 		s.remoteEphemerals(n)
+		s.restartFeed(n.Path, n.StreamID)
 		s.kickFeed(n.Path)
 		s.wake(n.StreamID)
 		if n.Path != "" {
