@@ -64,19 +64,20 @@ type slot struct {
 	key procKey
 	reg *registration
 
-	state    slotState
-	ready    chan struct{} // closed when opening ended (state is then open, parked, or the slot is gone)
-	openErr  error         // why opening failed (the slot is gone)
-	closed   chan struct{} // closed when a close finished
-	caughtUp chan struct{} // closed when the opening catch-up ended
-	runner   foldstream.Runner
-	sub      *stream.Subscription
-	refs     int
-	lastUsed time.Time
-	elem     *list.Element
-	dirty    bool
-	needWake atomic.Bool // opened for a read: the first durable push wakes the stream
-	parked   error
+	state     slotState
+	ready     chan struct{} // closed when opening ended (state is then open, parked, or the slot is gone)
+	openErr   error         // why opening failed (the slot is gone)
+	closed    chan struct{} // closed when a close finished
+	caughtUp  chan struct{} // closed when the opening catch-up ended
+	runner    foldstream.Runner
+	sub       *stream.Subscription
+	refs      int
+	lastUsed  time.Time
+	elem      *list.Element
+	dirty     bool
+	needWake  atomic.Bool // opened for a read: the first durable push wakes the stream
+	openedFor openMode    // why the slot opened (h.mu)
+	parked    error
 	// failing is set while the engine's ProcessEvent keeps failing (host/failing.go); retryStop
 	// cancels its armed retry, failKey names the failure last logged in full.
 	failing   *foldstream.ProcessorFailure
@@ -174,9 +175,15 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 			return nil, ctx.Err()
 		}
 		h.mu.Lock()
-		if sl.openErr != nil {
+		if err := sl.openErr; err != nil {
+			if sl.openedFor != openForRead && mode == openForRead && h.slots[sl.key] != sl &&
+				(errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
+				// An opening for an earlier stream at the path, deleted meanwhile: the read
+				// opens its own engine on the stream there now (or learns there is none).
+				continue
+			}
 			h.mu.Unlock()
-			return nil, sl.openErr
+			return nil, err
 		}
 	}
 }
@@ -250,6 +257,9 @@ const (
 // not outrun the cap); otherwise in the background. The slot holds a reference while it catches
 // up, so the cap never closes it mid-way.
 func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
+	h.mu.Lock()
+	sl.openedFor = mode
+	h.mu.Unlock()
 	ctx := h.ctx
 	reg := sl.reg
 	var held bool // the lease is this open's: released when it fails
