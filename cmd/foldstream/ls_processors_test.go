@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"runtime"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,4 +86,3 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 		}
 	}
 }
-
