@@ -119,3 +119,38 @@ func TestSettlingAttemptDeletesTheWorkStartedMarker(t *testing.T) {
 		t.Fatalf("a revive after a settled attempt counted a death: %v", keys)
 	}
 }
+
+// docs/engine.md#work-that-keeps-dying: work that Close cancelled did not die with its host — its
+// marker goes, its claim stays for the next incarnation — so closing an engine (an idle close, a
+// handoff, a graceful shutdown) never counts as a death.
+func TestClosingAnEngineIsNotADeathOfItsWork(t *testing.T) {
+	t.Parallel()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "worker", Version: "1", Consumes: []string{"e"}}))
+	p := &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
+		if a.Event != nil {
+			a.RunInBackground(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		}
+		return nil
+	}}
+	kv, mem, cps := testsupport.MemoryKeyValue(), testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[emptyState](t, p, mem, cps, withKV(kv, "g1"))
+	mem.Register(eng)
+	appendT(t, mem, ev("e"))
+	waitUntil(t, "the claim", func() bool { return len(mem.Claims()) == 1 }, mem.Changed)
+	if _, ok := marker(t, kv); !ok {
+		t.Fatal("no marker while the work runs")
+	}
+	mustDo(t, eng.Close(ctxFor(t)))
+	if keys := kv.Keys(); len(keys) != 0 {
+		t.Fatalf("keys after Close: %v, want the marker gone", keys)
+	}
+	if cl := mem.Claims(); len(cl) != 1 || cl[0].IsZero() {
+		t.Fatalf("claims after Close: %v, want the claim kept", cl)
+	}
+	next := newEngine[emptyState](t, p, mem, cps, withKV(kv, "g1"))
+	if _, ok := marker(t, kv); ok {
+		t.Fatal("the next engine counted a death")
+	}
+	mustDo(t, next.Close(ctxFor(t)))
+}
