@@ -176,6 +176,11 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 		}
 		h.mu.Lock()
 		if err := sl.openErr; err != nil {
+			if errors.Is(err, errNotPreferred) && h.slots[sl.key] != sl {
+				// A commit's opening that left the lease to the node preferred for it: this
+				// caller needs an answer now, so it opens (or asks the owner) itself.
+				continue
+			}
 			if sl.openedFor != openForRead && mode == openForRead && h.slots[sl.key] != sl &&
 				(errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
 				// An opening for an earlier stream at the path, deleted meanwhile: the read
