@@ -81,6 +81,7 @@ type slot struct {
 	// failing is set while the engine's ProcessEvent keeps failing (host/failing.go); retryStop
 	// cancels its armed retry, failKey names the failure last logged in full.
 	failing   *foldstream.ProcessorFailure
+	isFailing atomic.Bool // failing != nil, read without h.mu on every push
 	retryStop func() bool
 	failKey   string
 	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
