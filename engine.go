@@ -199,6 +199,9 @@ type Engine[S any] struct {
 	codeID           string
 	loopLimit        int
 	workFailed       *Error // PERMANENT_FAILURE judged at construction; cleared by the next event
+	skips            skipState
+	failure          *ProcessEventError // the last ProcessEvent failure since a range committed
+	log              *slog.Logger
 	claimTail        chan struct{}
 	changed          chan struct{}
 
@@ -223,7 +226,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
+		clock: cfg.Clock, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
@@ -574,6 +577,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	}
 	e.cursor = newCursor
 	e.lastBatchAtHead = atHead
+	e.failure = nil
 	e.mu.Unlock()
 	e.publishAndRelease()
 	return nil
@@ -604,20 +608,19 @@ func (e *Engine[S]) resolveWaitersLocked() {
 func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool, payload any, ok bool) {
 	norm, typed, err := e.c.Normalize(*ev)
 	if err != nil {
-		report(e.rep, SiteReducePayload, err, slog.String("slug", e.c.Slug()),
-			slog.Int64("offset", ev.Offset), slog.String("type", ev.Type))
+		e.noteSkip(SiteReducePayload, ev, err, nil)
 		return state, false, nil, false
 	}
 	*ev = norm
 	var out S
 	var ch bool
-	err = callGuarded(func() error {
+	err, _, stack := guardedStack(func() error {
 		var rerr error
 		out, ch, rerr = e.p.Reduce(ReduceArgs[S]{Event: norm, Payload: typed, State: state})
 		return rerr
 	})
 	if err != nil {
-		report(e.rep, SiteReduce, err, slog.String("slug", e.c.Slug()), slog.Int64("offset", ev.Offset))
+		e.noteSkip(SiteReduce, ev, err, stack)
 		return state, false, typed, true
 	}
 	if !ch {
@@ -648,14 +651,14 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
-	if err := callGuarded(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
+	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
 		run.mu.Lock()
 		run.settled = true
 		run.mu.Unlock()
-		return prev, false, false, err
+		return prev, false, false, e.noteProcessFailure(ev, err, panicked, stack)
 	}
 	if err := run.drain(); err != nil {
-		return prev, false, false, err
+		return prev, false, false, e.noteProcessFailure(ev, err, false, nil)
 	}
 	return state, changed, true, nil
 }

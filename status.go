@@ -32,7 +32,23 @@ type ProcessorStatus struct {
 	// work died with its host MaxDeaths times, and it is not revived again until it receives an
 	// event (docs/engine.md#work-that-keeps-dying).
 	WorkFailed *ProcessorError `json:"workFailed,omitempty"`
+	// State is "running", "failing" (Failing says why) or "parked" (Parked says why); hosts may
+	// report more states.
+	State string `json:"state,omitempty"`
+	// Failing, when set, is why the processor's ProcessEvent keeps failing on one event and when
+	// the host tries again (code PROCESSOR_FAILING on its routes); nil while it runs.
+	Failing *ProcessorFailure `json:"failing,omitempty"`
+	// Skipped counts the events the processor skipped, by reason (a payload that breaks its
+	// schema, a Reduce that failed or panicked); empty when none.
+	Skipped []SkippedEvents `json:"skipped,omitempty"`
 }
+
+// Processor states in [ProcessorStatus].State.
+const (
+	StateRunning = "running"
+	StateFailing = "failing"
+	StateParked  = "parked"
+)
 
 // ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.
 type ProcessorError struct {
@@ -53,6 +69,7 @@ func (e *Engine[S]) Status() ProcessorStatus {
 	if f := e.workFailed; f != nil {
 		st.WorkFailed = &ProcessorError{Code: f.Code, Message: f.Message}
 	}
+	st.Skipped = e.skippedLocked()
 	e.mu.Unlock()
 	return st
 }

@@ -1,10 +1,12 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/testserver"
@@ -16,7 +18,9 @@ import (
 // appended.
 func TestCatchUpOfALongStreamArrivesInBoundedParts(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	// 25,000 messages under -race on a loaded machine can take longer than ctxT's 20 s.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	s := newStream(t, testserver.Start(t))
 	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
@@ -63,6 +67,10 @@ func TestCatchUpOfALongStreamArrivesInBoundedParts(t *testing.T) {
 			next++
 		}
 		last = c
+	}
+	if err := ctx.Err(); err != nil {
+		// The reader ends without an error when its context does: say so rather than count.
+		t.Fatalf("the read was cut by the test's deadline after %d messages: %v", next, err)
 	}
 	if next != batches*per {
 		t.Fatalf("read %d messages, want %d", next, batches*per)

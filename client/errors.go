@@ -48,6 +48,7 @@ const (
 	CodeNotRegistered       Code = "NOT_REGISTERED"           // 404: no such processor runs on the stream
 	CodeCatchingUp          Code = "CATCHING_UP"              // 503: the processor has not reached the offset yet
 	CodeProcessorParked     Code = "PROCESSOR_PARKED"         // 503: the processor stopped after an error
+	CodeProcessorFailing    Code = "PROCESSOR_FAILING"        // 503: the processor's ProcessEvent keeps failing; the host retries it
 	CodeProcessTimeout      Code = "PROCESS_TIMEOUT"          // 504: the processor did not reach the offset in time
 	CodeWaitTimeout         Code = "WAIT_TIMEOUT"             // 504: a wait ran out of time
 	CodeInsufficientStorage Code = "INSUFFICIENT_STORAGE"     // 507: the server's disk is full
@@ -200,6 +201,7 @@ var (
 	ErrNotRegistered       = &Error{Code: CodeNotRegistered}
 	ErrCatchingUp          = &Error{Code: CodeCatchingUp}
 	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
+	ErrProcessorFailing    = &Error{Code: CodeProcessorFailing}
 	ErrProcessTimeout      = &Error{Code: CodeProcessTimeout}
 	ErrWaitTimeout         = &Error{Code: CodeWaitTimeout}
 	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage}

@@ -60,6 +60,14 @@ func (cartProcessor) Reduce(a foldstream.ReduceArgs[cart]) (cart, bool, error) {
 	return next, true, nil
 }
 
+// ProcessEvent panics on an item whose SKU is "poison": the failing-processor test's fault.
+func (cartProcessor) ProcessEvent(a *foldstream.ProcessEventArgs[cart]) error {
+	if it, ok := a.Payload.(itemAdded); ok && it.SKU == "poison" {
+		panic("poisoned item")
+	}
+	return nil
+}
+
 // setup runs a store, a host with the cart processor on carts, and the HTTP server on loopback.
 func setup(t *testing.T, carts ...string) (base string) {
 	return setupWith(t, server.Config{}, carts...)
@@ -469,4 +477,24 @@ func TestDocsLiveStatePage(t *testing.T) {
 	if rev2 := text(t, ctx, "#rev"); rev2 == rev1 {
 		t.Errorf("the example's revision stayed %s", rev2)
 	}
+}
+
+// TestConsoleShowsAFailingProcessor: a processor whose ProcessEvent panics is shown failing — the
+// code, the failing offset, the attempts and the next retry — in its card and in its state box.
+func TestConsoleShowsAFailingProcessor(t *testing.T) {
+	base := setup(t, "/carts/eve")
+	ctx := browser(t, 1280, 860)
+	bad := addItem(t, base, "/carts/eve", "poison", 1, 100)
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the cart", `!!document.querySelector('tr[data-path="/carts/eve"] a')`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[data-path="/carts/eve"] a`))); err != nil {
+		t.Fatal(err)
+	}
+	reason := `(document.querySelector('article[data-slug="cart"] .parked')?.textContent ?? "")`
+	waitFor(t, ctx, "the failure in the card", fmt.Sprintf(`%s.includes("failing at offset %d") && %s.includes("PROCESS_EVENT_FAILED") && %s.includes("next retry")`, reason, bad, reason, reason))
+	state := `(document.querySelector('article[data-slug="cart"] pre.state')?.textContent ?? "")`
+	waitFor(t, ctx, "the reason in the state box", state+`.includes("poisoned item")`)
+	screenshot(t, ctx, "console-failing.png")
 }

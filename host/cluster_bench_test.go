@@ -242,6 +242,7 @@ func benchFailover(b *testing.B, sig string) {
 	})
 	ctx := context.Background()
 	hc := &http.Client{Timeout: 5 * time.Second}
+	put(b, hc, nodes[0].url()+"/v1/stream"+counterStream)
 	var durs []time.Duration
 	tick := 0
 	postTick := func(nd *node) int64 {

@@ -159,7 +159,9 @@ type Host struct {
 	leases *leaseSet
 
 	hasPatterns  atomic.Bool
-	woken        sync.Map // path → id of the stream this host woke there (wakeOnce)
+	woken        sync.Map                        // path → id of the stream this host woke there (wakeOnce)
+	refusing     atomic.Pointer[[]*registration] // registrations with RefuseInvalidEvents
+	removeCheck  func()                          // removes the store's append check
 	stopWatching func()
 	stopCreated  func()
 
@@ -309,6 +311,12 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	h.mu.Unlock()
 	h.stopWatching()
 	h.stopCreated()
+	h.mu.Lock()
+	if h.removeCheck != nil {
+		h.removeCheck()
+		h.removeCheck = nil
+	}
+	h.mu.Unlock()
 	if alarms {
 		h.store.StopAlarms()
 	}
@@ -334,6 +342,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	var slots []*slot
 	var parked []chan struct{}
 	for _, sl := range h.slots {
+		sl.stopRetryLocked()
 		switch sl.state {
 		case slotOpen:
 			sl.state = slotClosing

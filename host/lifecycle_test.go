@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,7 +230,7 @@ func waitClosed(t *testing.T, h *host.Host, clk *testsupport.FakeClock, path str
 			t.Fatalf("the engine on %s never closed: %+v", path, ps)
 		}
 		clk.Advance(time.Minute)
-		time.Sleep(time.Millisecond) // a real pause between fake-clock steps, polling a condition
+		runtime.Gosched()
 	}
 }
 
@@ -302,6 +304,60 @@ func TestDeletedStreamsStayDeleted(t *testing.T) {
 		}
 		if got := logOf(t, s, "/carts/00"); !slices.Equal(got, []string{"item@1"}) {
 			t.Fatalf("the re-created stream: %v, want [item@1]", got)
+		}
+	})
+}
+
+// RefuseInvalidEvents: an event whose payload breaks the schema of a processor registered with it
+// on that stream is refused at append time (INVALID_EVENT with the schema error), through the event
+// view and over the protocol, and nothing lands; streams it does not cover, and registrations
+// without it, take the event as before.
+func TestRefuseInvalidEventsAtAppendTime(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, open func() *stream.Store) {
+		ctx := context.Background()
+		s := open()
+		defer s.Close()
+		h := newHost(t, s)
+		if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(t, "carts"), host.RefuseInvalidEvents()); err != nil {
+			t.Fatal(err)
+		}
+		if err := host.RegisterPattern(ctx, h, "/loose/*", newCarts(t, "carts")); err != nil {
+			t.Fatal(err)
+		}
+		bad := foldstream.EventInput{Type: "item", Payload: foldstream.JSON(map[string]any{"n": "three"})}
+		if _, err := s.Append(ctx, "/carts/a", item(1)); err != nil {
+			t.Fatal(err)
+		}
+		_ = cartItems(t, h, "/carts/a") // the engine opened (and woke the stream)
+		before := logOf(t, s, "/carts/a")
+		var fe *foldstream.Error
+		if _, err := s.Append(ctx, "/carts/a", item(2), bad); !errors.As(err, &fe) || fe.Code != foldstream.CodeInvalidEvent || !strings.Contains(fe.Message, "schema") {
+			t.Fatalf("append of a bad payload: %v, want INVALID_EVENT with the schema error", err)
+		}
+		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/carts/a", ContentType: "application/json",
+			Body: []byte(`[{"type":"item","payload":{"n":1}},{"type":"item","payload":{"n":"three"}}]`)}); !errors.Is(err, foldstream.ErrInvalidEvent) {
+			t.Fatalf("protocol append of a bad payload: %v, want INVALID_EVENT", err)
+		}
+		if _, err := s.Append(ctx, "/carts/new", bad); !errors.Is(err, foldstream.ErrInvalidEvent) {
+			t.Fatalf("append of a bad payload to a new stream: %v, want INVALID_EVENT", err)
+		}
+		if got := logOf(t, s, "/carts/a"); !slices.Equal(got, before) {
+			t.Fatalf("log after refused appends: %v, want %v", got, before)
+		}
+		if _, err := s.HeadStream(ctx, "/carts/new"); err == nil {
+			t.Fatal("a refused append created its stream")
+		}
+		for _, path := range []string{"/loose/a", "/other/a"} {
+			if _, err := s.Append(ctx, path, bad); err != nil {
+				t.Fatalf("%s: %v, want the event stored (no refusing registration there)", path, err)
+			}
+		}
+		if err := h.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, "/carts/b", bad); err != nil {
+			t.Fatalf("after the host stopped: %v, want no check any more", err)
 		}
 	})
 }

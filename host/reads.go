@@ -83,6 +83,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		if sl.parked != nil {
 			return false, sl.parked
 		}
+		if sl.failing != nil {
+			return false, failingError(sl.key, sl.failing)
+		}
 		return false, nil
 	}
 	fail := func(err error) (bool, error) {
@@ -114,6 +117,11 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		case <-sl.caughtUp:
 		case <-ctx.Done():
 			return fail(context.Cause(ctx))
+		}
+		// A failing processor answers at once: moving its cursor would run the failing event
+		// again, outside its backoff.
+		if retry, perr := check(); retry || perr != nil {
+			return retry, perr
 		}
 		if err := h.catchUpShared(ctx, sl); errors.Is(err, errRecreated) {
 			return true, nil // the slot that replaces it answers

@@ -24,12 +24,12 @@ import (
 // The engine stays open while the host runs. If the stream is deleted, the host replaces it with a
 // fresh engine (the contract's initial state at offset 0) for the stream created next at path; the
 // engine returned here is then closed, so prefer the host's methods to holding it.
-func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Processor[S]) (*foldstream.Engine[S], error) {
+func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Processor[S], opts ...RegisterOption) (*foldstream.Engine[S], error) {
 	pat, err := exactPattern(path)
 	if err != nil {
 		return nil, err
 	}
-	reg := newRegistration(h, pat, p)
+	reg := newRegistration(h, pat, p, opts)
 	r, err := h.register(ctx, reg)
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Pro
 // p is shared by the engines of every matching stream, which call its hooks concurrently: keep
 // per-stream data in the state, not in p. A slug may run under one registration per path:
 // registering p's slug again on a pattern or path that overlaps fails.
-func RegisterPattern[S any](ctx context.Context, h *Host, pattern string, p foldstream.Processor[S]) error {
+func RegisterPattern[S any](ctx context.Context, h *Host, pattern string, p foldstream.Processor[S], opts ...RegisterOption) error {
 	pat, err := ParsePattern(pattern)
 	if err != nil {
 		return err
@@ -66,17 +66,47 @@ func RegisterPattern[S any](ctx context.Context, h *Host, pattern string, p fold
 		return foldstream.NewError(foldstream.CodeBadRequest, map[string]any{"pattern": pattern},
 			"host: pattern %q has no wildcard: register it with Register", pattern)
 	}
-	_, err = h.register(ctx, newRegistration(h, pat, p))
+	_, err = h.register(ctx, newRegistration(h, pat, p, opts))
 	return err
 }
 
-func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S]) *registration {
+// RegisterOption adjusts one registration ([Register], [RegisterPattern]).
+type RegisterOption func(*registerOptions)
+
+type registerOptions struct {
+	refuseInvalid bool
+}
+
+// RefuseInvalidEvents makes the store refuse, at append time, an event on a stream this
+// registration covers whose payload breaks the processor's schema for its type (code
+// INVALID_EVENT, 400 over HTTP, with the schema error), so bad data never lands
+// (docs/store.md#refusing-invalid-events). Without it such an event is stored and the processor
+// skips it (counted in its status).
+func RefuseInvalidEvents() RegisterOption {
+	return func(o *registerOptions) { o.refuseInvalid = true }
+}
+
+func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opts []RegisterOption) *registration {
 	c := p.Contract()
 	reg := &registration{pattern: pat}
+	var o registerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if c != nil {
 		reg.slug, reg.version, reg.consumes = c.Slug(), c.Version(), c.Consumes()
 		if b, err := json.Marshal(c.InitialState()); err == nil {
 			reg.initial = b
+		}
+		if o.refuseInvalid {
+			consumes := c.Consumes()
+			reg.validate = func(ev foldstream.Event) error {
+				if !foldstream.ConsumesEvent(consumes, ev) {
+					return nil
+				}
+				_, _, err := c.Normalize(ev)
+				return err
+			}
 		}
 	}
 	reg.project = func(state json.RawMessage) (json.RawMessage, error) {
@@ -157,6 +187,9 @@ func (h *Host) register(ctx context.Context, reg *registration) (foldstream.Runn
 		h.mu.Unlock()
 		return nil, foldstream.NewError(foldstream.CodeConflict, map[string]any{"slug": reg.slug, "pattern": reg.pattern.String()},
 			"host: processor %q is already registered on %q, which overlaps %q", reg.slug, other.pattern, reg.pattern)
+	}
+	if reg.validate != nil {
+		h.addRefusingLocked(reg)
 	}
 	if !reg.pinned() {
 		h.patterns = append(h.patterns, reg)
@@ -255,4 +288,41 @@ func (h *Host) Runner(path, slug string) (foldstream.Runner, bool) {
 	}
 	defer h.release(sl)
 	return sl.runner, true
+}
+
+// addRefusingLocked adds reg to the registrations whose schemas the store checks at append time,
+// installing the host's check on first use. h.mu held.
+func (h *Host) addRefusingLocked(reg *registration) {
+	var next []*registration
+	if cur := h.refusing.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	next = append(next, reg)
+	h.refusing.Store(&next)
+	if h.removeCheck == nil {
+		h.removeCheck = h.store.SetAppendCheck(h.checkAppend)
+	}
+}
+
+// checkAppend is the store's append check: an event that breaks the payload schema of a
+// processor registered with RefuseInvalidEvents on path refuses the append.
+func (h *Host) checkAppend(path string, events []foldstream.Event) error {
+	regs := h.refusing.Load()
+	if regs == nil {
+		return nil
+	}
+	for _, reg := range *regs {
+		if !reg.pattern.Match(path) {
+			continue
+		}
+		for _, ev := range events {
+			if err := reg.validate(ev); err != nil {
+				return foldstream.NewError(foldstream.CodeInvalidEvent,
+					map[string]any{"path": path, "type": ev.Type, "slug": reg.slug, "error": err.Error()},
+					"append: event %q breaks the payload schema of processor %q on %q: %v (fix the payload; nothing was written)",
+					ev.Type, reg.slug, path, err)
+			}
+		}
+	}
+	return nil
 }

@@ -53,6 +53,9 @@ type registration struct {
 	// build makes a fresh engine for a stream path under lease l; nil for a runner added with Add.
 	build func(path string, l driver.Lease) (foldstream.Runner, error)
 	added foldstream.Runner
+	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
+	// schema at append time.
+	validate func(foldstream.Event) error
 }
 
 func (r *registration) pinned() bool { return r.pattern.exact }
@@ -61,24 +64,31 @@ type slot struct {
 	key procKey
 	reg *registration
 
-	state    slotState
-	ready    chan struct{} // closed when opening ended (state is then open, parked, or the slot is gone)
-	openErr  error         // why opening failed (the slot is gone)
-	closed   chan struct{} // closed when a close finished
-	caughtUp chan struct{} // closed when the opening catch-up ended
-	runner   foldstream.Runner
-	sub      *stream.Subscription
-	refs     int
-	lastUsed time.Time
-	elem     *list.Element
-	dirty    bool
-	needWake atomic.Bool // opened for a read: the first durable push wakes the stream
-	parked   error
-	streamID int64 // the stream's identity when the engine opened (StreamInfo.ID)
-	stale    bool  // the stream was deleted and created again: the engine follows a dead stream
-	lease    driver.Lease
-	force    bool // take the lease even when another node is preferred (a read, a revive, a takeover)
-	handoff  bool // closing to hand the lease to another node
+	state     slotState
+	ready     chan struct{} // closed when opening ended (state is then open, parked, or the slot is gone)
+	openErr   error         // why opening failed (the slot is gone)
+	closed    chan struct{} // closed when a close finished
+	caughtUp  chan struct{} // closed when the opening catch-up ended
+	runner    foldstream.Runner
+	sub       *stream.Subscription
+	refs      int
+	lastUsed  time.Time
+	elem      *list.Element
+	dirty     bool
+	needWake  atomic.Bool // opened for a read: the first durable push wakes the stream
+	openedFor openMode    // why the slot opened (h.mu)
+	parked    error
+	// failing is set while the engine's ProcessEvent keeps failing (host/failing.go); retryStop
+	// cancels its armed retry, failKey names the failure last logged in full.
+	failing   *foldstream.ProcessorFailure
+	isFailing atomic.Bool // failing != nil, read without h.mu on every push
+	retryStop func() bool
+	failKey   string
+	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
+	stale     bool  // the stream was deleted and created again: the engine follows a dead stream
+	lease     driver.Lease
+	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
+	handoff   bool // closing to hand the lease to another node
 }
 
 func newSlot(key procKey, reg *registration) *slot {
@@ -166,9 +176,15 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 			return nil, ctx.Err()
 		}
 		h.mu.Lock()
-		if sl.openErr != nil {
+		if err := sl.openErr; err != nil {
+			if sl.openedFor != openForRead && mode == openForRead && h.slots[sl.key] != sl &&
+				(errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
+				// An opening for an earlier stream at the path, deleted meanwhile: the read
+				// opens its own engine on the stream there now (or learns there is none).
+				continue
+			}
 			h.mu.Unlock()
-			return nil, sl.openErr
+			return nil, err
 		}
 	}
 }
@@ -242,6 +258,9 @@ const (
 // not outrun the cap); otherwise in the background. The slot holds a reference while it catches
 // up, so the cap never closes it mid-way.
 func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
+	h.mu.Lock()
+	sl.openedFor = mode
+	h.mu.Unlock()
 	ctx := h.ctx
 	reg := sl.reg
 	var held bool // the lease is this open's: released when it fails
@@ -393,6 +412,11 @@ func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
 				h.log.Warn("host: waking a stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
+		if h.isFailing(sl) {
+			// Its retry reads these events from the log; pushing them now would only run the
+			// failing event again, outside the backoff.
+			return nil
+		}
 		err := r.ProcessEventBatch(ctx, events, rg)
 		if ctx.Err() == nil {
 			h.failed(sl, "push", err)
@@ -411,6 +435,12 @@ func (h *Host) failed(sl *slot, what string, err error) {
 	if errors.Is(err, foldstream.ErrIdempotencyConflict) {
 		h.park(sl, err)
 		return
+	}
+	if pf, ok := sl.runner.(processFailer); ok {
+		if f := pf.ProcessFailure(); f != nil {
+			h.failing(sl, f)
+			return
+		}
 	}
 	h.log.Warn("host: processor "+what+" failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 }
@@ -434,6 +464,7 @@ func (h *Host) park(sl *slot, cause error) {
 		h.mu.Unlock()
 		return
 	}
+	sl.stopRetryLocked()
 	sl.state = slotParked
 	sl.parked = parkedError(sl.key, cause)
 	if sl.elem != nil {
@@ -481,6 +512,7 @@ func (h *Host) makeRoom(ctx context.Context) {
 
 // beginCloseLocked takes an idle open slot out of service. h.mu held.
 func (h *Host) beginCloseLocked(sl *slot) {
+	sl.stopRetryLocked()
 	sl.state = slotClosing
 	h.lru.Remove(sl.elem)
 	sl.elem = nil
@@ -739,6 +771,7 @@ func (h *Host) recreated(sl *slot) {
 		return
 	}
 	wasParked := sl.state == slotParked
+	sl.stopRetryLocked()
 	sl.stale, sl.state = true, slotClosing
 	if sl.elem != nil {
 		h.lru.Remove(sl.elem)
@@ -925,3 +958,11 @@ func (h *Host) wokenAlready(path string, id int64) bool {
 
 // markWoken records that this host woke the stream with id at path.
 func (h *Host) markWoken(path string, id int64) { h.woken.Store(path, id) }
+
+// stopRetryLocked cancels sl's armed retry, if any. h.mu held.
+func (sl *slot) stopRetryLocked() {
+	if sl.retryStop != nil {
+		sl.retryStop()
+		sl.retryStop = nil
+	}
+}

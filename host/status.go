@@ -52,14 +52,22 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 				st.Offset = e.sl.runner.ReducedThroughOffset()
 			}
 			st.Open = true
+			if f := e.sl.failing; f != nil {
+				cp := *f
+				st.Failing, st.State = &cp, foldstream.StateFailing
+			}
 		case e.sl != nil && e.sl.state == slotParked:
 			st.Parked = parkedStatus(e.sl.parked)
+			st.State = foldstream.StateParked
 			closed = append(closed, len(out))
 		default:
 			closed = append(closed, len(out))
 		}
 		if !e.exact {
 			patterns = true
+		}
+		if st.State == "" {
+			st.State = foldstream.StateRunning
 		}
 		out = append(out, st)
 	}

@@ -36,6 +36,7 @@ var statusByCode = map[foldstream.Code]int{
 	foldstream.CodeOverloaded:           http.StatusServiceUnavailable,
 	foldstream.CodeCatchingUp:           http.StatusServiceUnavailable,
 	foldstream.CodeProcessorParked:      http.StatusServiceUnavailable,
+	foldstream.CodeProcessorFailing:     http.StatusServiceUnavailable,
 	foldstream.CodeProcessTimeout:       http.StatusGatewayTimeout,
 	foldstream.CodeWaitTimeout:          http.StatusGatewayTimeout,
 	foldstream.CodeNoRoute:              http.StatusNotFound,

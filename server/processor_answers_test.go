@@ -3,6 +3,8 @@ package server_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,23 @@ func TestProcessorRouteOnAMissingStreamIsStreamNotFound(t *testing.T) {
 	for _, route := range []string{"/v1/processor/totals/absent", "/v1/processor/nope/absent"} {
 		res, body := httpDo(t, http.MethodGet, base+route, "", "")
 		wantCoded(t, route, res, body, http.StatusNotFound, foldstream.CodeStreamNotFound)
+	}
+}
+
+// A failing processor's routes answer 503 PROCESSOR_FAILING with the failure in the body and a
+// Retry-After until the host's next retry.
+func TestFailingProcessorRouteAnswers503WithTheReason(t *testing.T) {
+	t.Parallel()
+	failing := foldstream.NewError(foldstream.CodeProcessorFailing, map[string]any{"offset": int64(4), "attempts": 2,
+		"nextRetry": time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339Nano)},
+		"host: processor \"p\" on \"/orders\" is failing at offset 4 (PROCESS_EVENT_FAILED: panic: boom)")
+	url := serveStuck(t, stuckProcessors{err: failing})
+	res, body := request(t, "GET", url+"/v1/processor/p/orders", "")
+	wantCoded(t, "failing", res, body, http.StatusServiceUnavailable, foldstream.CodeProcessorFailing)
+	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 20 || ra > 30 {
+		t.Fatalf("Retry-After %q, want the seconds until the next retry (30 at most)", res.Header.Get("Retry-After"))
+	}
+	if !strings.Contains(body, "failing at offset 4") {
+		t.Fatalf("body %q does not say what fails where", body)
 	}
 }

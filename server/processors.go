@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -262,8 +263,16 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 		}
 	}
 	retry := 1
-	if fe.Code == foldstream.CodeProcessorParked {
+	switch fe.Code {
+	case foldstream.CodeProcessorParked:
 		retry = parkedRetryAfter
+	case foldstream.CodeProcessorFailing:
+		// Until the host's next retry of the failing processor.
+		if at, ok := fe.Data["nextRetry"].(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+				retry = max(1, int(math.Ceil(time.Until(t).Seconds())))
+			}
+		}
 	}
 	writeCoded(w, fe.Code, fe.Error(), retry)
 }

@@ -102,6 +102,9 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 		}
 	}
 	create = create && !ephemeralOnly
+	if err := s.checkInputs(path, inputs); err != nil {
+		return nil, err
+	}
 	var out []foldstream.Event
 	dropped := false
 	err := s.write(ctx, func(t *tx) error {

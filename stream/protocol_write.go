@@ -408,6 +408,11 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	var msgErr error
 	if len(req.Body) > 0 && IsJSONContentType(req.ContentType) {
 		msgs, msgErr = FlattenJSON(req.Body, false)
+		if msgErr == nil {
+			if err := s.checkMessages(req.Path, msgs); err != nil {
+				return AppendResult{}, err
+			}
+		}
 	}
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a

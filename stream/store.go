@@ -76,6 +76,7 @@ type Options struct {
 // reads see committed data only; a deleted stream's incarnation never passes its events,
 // claims or checkpoints to a stream created again at its path.
 type Store struct {
+	check      appendChecks // SetAppendCheck
 	path       string
 	opts       Options
 	clock      foldstream.Clock

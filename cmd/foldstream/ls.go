@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 
@@ -21,7 +23,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ls", stderr)
 	var cf clientFlags
 	cf.register(fs)
-	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time, pause reason")
+	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time, processors (state, failure, skipped events), pause reason")
 	limit := fs.Int("limit", 0, "list at most this many streams (0: all)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream ls [flags] [PREFIX]\n\nLists the server's streams in path order, those whose path starts with PREFIX (e.g. /carts/) when given.")
@@ -50,7 +52,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if *long {
-		fmt.Fprintln(tw, "PATH\tTYPE\tTAIL\tCLOSED\tCREATED\tPAUSED")
+		fmt.Fprintln(tw, "PATH\tTYPE\tTAIL\tCLOSED\tCREATED\tPROCESSORS\tPAUSED")
 	}
 	n := 0
 	after := ""
@@ -73,7 +75,11 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if s.Paused {
 					paused = "paused: " + s.PauseReason
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Path, s.ContentType, s.Tail, closed, s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), paused)
+				procs, err := processorsColumn(ctx, cf.server, s.Path, h)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Path, s.ContentType, s.Tail, closed, s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), procs, paused)
 			} else {
 				fmt.Fprintln(tw, s.Path)
 			}
@@ -83,4 +89,38 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		after = page.Next
 	}
+}
+
+// processorsColumn is ls -l's PROCESSORS cell for one stream: each processor's slug, state and
+// offset, with what fails where and when it is retried, why it is parked, and skipped events.
+func processorsColumn(ctx context.Context, server, path string, h http.Header) (string, error) {
+	d, err := client.StreamInfo(ctx, server, path, client.ListOptions{Header: h})
+	if err != nil {
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Code == client.CodeStreamNotFound {
+			return "", nil // deleted since the listing
+		}
+		return "", err
+	}
+	var parts []string
+	for _, p := range d.Processors {
+		state := p.State
+		if state == "" {
+			state = "running"
+		}
+		cell := fmt.Sprintf("%s %s@%d", p.Slug, state, p.Offset)
+		switch {
+		case p.Failing != nil:
+			f := p.Failing
+			cell += fmt.Sprintf(" (failing at offset %d: %s %s; attempt %d, next retry %s)", f.Offset, f.Code, f.Message,
+				f.Attempts, f.NextRetry.UTC().Format("15:04:05Z"))
+		case p.Parked != nil:
+			cell += fmt.Sprintf(" (%s %s)", p.Parked.Code, p.Parked.Message)
+		}
+		for _, sk := range p.Skipped {
+			cell += fmt.Sprintf(" [skipped %d %s, last at %d: %s]", sk.Count, sk.Reason, sk.LastOffset, sk.LastError)
+		}
+		parts = append(parts, cell)
+	}
+	return strings.Join(parts, "; "), nil
 }

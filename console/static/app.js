@@ -496,15 +496,25 @@ function processorCard(p, ps, signal) {
       off.textContent = String(ps.offset);
       // The node that runs it (its lease holder) and the lease's generation, on every node.
       owner.textContent = ps.owner ? `on ${ps.owner}${ps.local ? " (this node)" : ""} · lease ${ps.generation}` : "no owner now";
-      if (ps.parked) {
-        parked.hidden = false;
-        parked.textContent = `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim();
-      } else if (ps.workFailed) {
-        parked.hidden = false;
-        parked.textContent = `work failed: ${ps.workFailed.code || ""} ${ps.workFailed.message || ""}`.trim();
-      } else parked.hidden = true;
+      const lines = [];
+      if (ps.parked) lines.push(`parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim());
+      else if (ps.failing) lines.push(failingText(ps.failing));
+      else if (ps.workFailed) lines.push(`work failed: ${ps.workFailed.code || ""} ${ps.workFailed.message || ""}`.trim());
+      for (const sk of ps.skipped || []) {
+        lines.push(`skipped ${plural(sk.count, "event")} (${sk.reason}), last at offset ${sk.lastOffset}: ${sk.lastError}`);
+      }
+      parked.hidden = lines.length === 0;
+      parked.textContent = lines.join("\n");
+      // No state to show while the processor's routes refuse: the state box says why.
+      if (first && (ps.failing || ps.parked)) pre.textContent = lines[0];
     },
   };
+}
+
+// failingText says what fails where and what happens next, from a status's failing field.
+function failingText(f) {
+  const next = f.nextRetry ? new Date(f.nextRetry).toLocaleTimeString() : "?";
+  return `failing at offset ${f.offset}: ${f.code || ""} ${f.message || ""} (attempt ${f.attempts}, next retry ${next})`;
 }
 
 // followMessages shows the last messages of the stream and follows it over SSE, resuming from the

@@ -1,0 +1,108 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// InfoPath is where a foldstream server describes one stream and the processors running on it
+// (docs/server.md#stream-listing).
+const InfoPath = "/v1/streams/info"
+
+// ProcessorStatus is what a server reports about one processor on a stream (the JSON of
+// foldstream.ProcessorStatus).
+type ProcessorStatus struct {
+	// Slug is the processor's slug.
+	Slug string `json:"slug"`
+	// Version is its contract version.
+	Version string `json:"version"`
+	// Offset is the offset it reduced through.
+	Offset int64 `json:"offset"`
+	// Open reports whether the host holds its engine open.
+	Open bool `json:"open"`
+	// State is "running", "failing" or "parked" (a host may report more).
+	State string `json:"state,omitempty"`
+	// Failing says what fails, where and when the host retries; nil unless failing.
+	Failing *ProcessorFailure `json:"failing,omitempty"`
+	// Parked is why a parked processor stopped; nil unless parked.
+	Parked *ProcessorError `json:"parked,omitempty"`
+	// Skipped counts the events it skipped, by reason.
+	Skipped []SkippedEvents `json:"skipped,omitempty"`
+}
+
+// ProcessorFailure is a failing processor's failure.
+type ProcessorFailure struct {
+	Code      string    `json:"code"`
+	Message   string    `json:"message"`
+	Offset    int64     `json:"offset"`
+	Attempts  int       `json:"attempts"`
+	NextRetry time.Time `json:"nextRetry"`
+}
+
+// ProcessorError is a coded reason in a ProcessorStatus.
+type ProcessorError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// SkippedEvents counts the events a processor skipped for one reason.
+type SkippedEvents struct {
+	Reason     string `json:"reason"`
+	Count      int64  `json:"count"`
+	LastOffset int64  `json:"lastOffset"`
+	LastError  string `json:"lastError"`
+}
+
+// StreamDetail is a stream and the processors running on it; Processors is nil when the server
+// runs no processor host.
+type StreamDetail struct {
+	StreamEntry
+	Processors []ProcessorStatus `json:"processors"`
+}
+
+// StreamInfo describes the stream at path (a store path, "/carts/42") on the foldstream server at
+// baseURL, with its processors. o's Prefix, After and Limit are ignored. It sends one request and
+// does not retry.
+func StreamInfo(ctx context.Context, baseURL, path string, o ListOptions) (StreamDetail, error) {
+	const op = "stream info"
+	b, err := url.Parse(baseURL)
+	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" {
+		return StreamDetail{}, &Error{Code: CodeInvalidArgument, Op: op, URL: baseURL, Message: "server URL must be an absolute http(s) URL", Err: err}
+	}
+	u := strings.TrimRight(baseURL, "/") + InfoPath + "?" + url.Values{"path": {path}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return StreamDetail{}, &Error{Code: CodeInvalidArgument, Op: op, URL: u, Err: err}
+	}
+	for k, vs := range o.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = DefaultHTTPClient()
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return StreamDetail{}, ctx.Err()
+		}
+		return StreamDetail{}, &Error{Code: CodeNetwork, Op: op, URL: u, Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return StreamDetail{}, statusError(op, u, resp, body)
+	}
+	var d StreamDetail
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		return StreamDetail{}, &Error{Code: CodeParse, Op: op, URL: u, Message: "the stream information is not the expected JSON", Err: err}
+	}
+	return d, nil
+}

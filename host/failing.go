@@ -1,0 +1,145 @@
+package host
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/foldstream/foldstream"
+)
+
+// Failing processors (docs/store.md#failing-processors): a ProcessEvent that returns an error or
+// panics leaves the engine's cursor before its event. The host marks that one processor failing,
+// stops feeding it pushes (the events stay in the log) and retries it from the log with backoff
+// on the store's clock: FailRetryBase doubling up to FailRetryMax, for as long as it fails. Its reads
+// answer PROCESSOR_FAILING with the failure; its status says "failing" with the code, message,
+// offset, attempts and next retry. Other processors, on this stream and others, are not touched.
+
+// Retry backoff of a failing processor.
+const (
+	// FailRetryBase is the delay before the first retry of a failing processor.
+	FailRetryBase = time.Second
+	// FailRetryMax caps the delay between retries.
+	FailRetryMax = 5 * time.Minute
+)
+
+// failRetryDelay is the delay after the attempts-th failure in a row.
+func failRetryDelay(attempts int) time.Duration {
+	d := FailRetryBase
+	for i := 1; i < attempts && d < FailRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, FailRetryMax)
+}
+
+// processFailer is implemented by runners that report their last ProcessEvent failure
+// (*foldstream.Engine does).
+type processFailer interface {
+	ProcessFailure() *foldstream.ProcessEventError
+}
+
+// failing marks sl failing after its engine's ProcessEvent failed (f) and arms the next retry. The
+// stack is logged once per distinct failure (code, message and offset).
+func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
+	h.mu.Lock()
+	if sl.state != slotOpen || h.slots[sl.key] != sl || h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	if sl.failing != nil && sl.retryStop != nil {
+		// A unit queued before the failure was noted failed the same way: the armed retry stands.
+		h.mu.Unlock()
+		return
+	}
+	attempts := 1
+	if sl.failing != nil {
+		attempts = sl.failing.Attempts + 1
+	}
+	delay := failRetryDelay(attempts)
+	code := f.Code()
+	sl.failing = &foldstream.ProcessorFailure{Code: code, Message: f.Error(), Offset: f.Offset,
+		Attempts: attempts, NextRetry: h.clock.Now().Add(delay)}
+	sl.isFailing.Store(true)
+	if sl.retryStop != nil {
+		sl.retryStop()
+	}
+	sl.retryStop = h.clock.AfterFunc(delay, func() { h.retryFailing(sl) })
+	key := fmt.Sprintf("%s\x00%s\x00%d", code, f.Err, f.Offset)
+	first := key != sl.failKey
+	sl.failKey = key
+	h.mu.Unlock()
+	if first {
+		args := []any{"path", sl.key.path, "slug", sl.key.slug, "code", code, "offset", f.Offset,
+			"attempts", attempts, "next_retry_in", delay, "err", f.Err}
+		if f.Stack != nil {
+			args = append(args, "stack", string(f.Stack))
+		}
+		// The message names the failure, so distinct failures are never folded together.
+		h.log.Error(fmt.Sprintf("host: processor %q on %q is failing: %v", sl.key.slug, sl.key.path, f), args...)
+	}
+}
+
+// retryFailing is a failing slot's retry: a catch-up from the log, which runs the failing event
+// again. Success clears the failure; another failure arms the next retry.
+func (h *Host) retryFailing(sl *slot) {
+	h.mu.Lock()
+	if sl.state != slotOpen || h.slots[sl.key] != sl || h.shutdown || sl.failing == nil {
+		h.mu.Unlock()
+		return
+	}
+	sl.retryStop = nil
+	gen := sl.lease.Generation
+	if !h.leases.valid(sl.key, gen) {
+		// The lease ran out or changed hands: the node that holds it now runs the processor
+		// (and its retries); running the failing event here could repeat its effects.
+		h.mu.Unlock()
+		h.leases.drop(sl.key, gen)
+		h.leaseLost(sl.key)
+		return
+	}
+	sl.refs++
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		err := sl.runner.CatchUpFromLog(h.ctx)
+		if err == nil {
+			h.recovered(sl)
+		} else {
+			h.failed(sl, "retry", err)
+		}
+		h.release(sl)
+	}()
+}
+
+// recovered clears sl's failure after an attempt that succeeded.
+func (h *Host) recovered(sl *slot) {
+	h.mu.Lock()
+	f := sl.failing
+	sl.failing, sl.failKey = nil, ""
+	sl.isFailing.Store(false)
+	if sl.retryStop != nil {
+		sl.retryStop()
+		sl.retryStop = nil
+	}
+	h.mu.Unlock()
+	if f != nil {
+		h.log.Info("host: processor recovered", "path", sl.key.path, "slug", sl.key.slug, "offset", f.Offset, "attempts", f.Attempts)
+	}
+}
+
+// isFailing reports whether sl is failing (its pushes wait for the retry), without the host's lock:
+// it runs on every push.
+func (h *Host) isFailing(sl *slot) bool { return sl.isFailing.Load() }
+
+// failingError is the PROCESSOR_FAILING error reads of a failing slot answer. Its Data holds
+// "slug", "path", "code", "message", "offset", "attempts" and "nextRetry" (RFC 3339).
+func failingError(key procKey, f *foldstream.ProcessorFailure) *foldstream.Error {
+	return &foldstream.Error{
+		Code: foldstream.CodeProcessorFailing,
+		Message: fmt.Sprintf("host: processor %q on %q is failing at offset %d (%s: %s); %d attempts so far, next retry at %s",
+			key.slug, key.path, f.Offset, f.Code, f.Message, f.Attempts, f.NextRetry.UTC().Format(time.RFC3339)),
+		Data: map[string]any{"slug": key.slug, "path": key.path, "code": string(f.Code), "message": f.Message,
+			"offset": f.Offset, "attempts": f.Attempts, "nextRetry": f.NextRetry.UTC().Format(time.RFC3339Nano)},
+		Retryable: true,
+	}
+}

@@ -1,0 +1,63 @@
+package stream
+
+import (
+	"sync/atomic"
+
+	"github.com/foldstream/foldstream"
+)
+
+// AppendCheck inspects the durable events of an append to path before anything is written; an
+// error refuses the whole append with that error (docs/store.md#refusing-invalid-events). It runs
+// outside the writer, on the appender's goroutine, and must not block.
+type AppendCheck func(path string, events []foldstream.Event) error
+
+// appendCheckBox holds the store's installed check.
+type appendCheckBox struct{ fn AppendCheck }
+
+// appendChecks is the store's slot for its check.
+type appendChecks = atomic.Pointer[appendCheckBox]
+
+// SetAppendCheck installs check, run on every event append (Append, a processor's own appends)
+// and every JSON protocol append (AppendRecord; each message as the event it becomes), and
+// returns a function that removes it again. One check is installed at a time: the last one set
+// wins. Ephemeral events are not checked.
+func (s *Store) SetAppendCheck(check AppendCheck) (remove func()) {
+	box := &appendCheckBox{fn: check}
+	s.check.Store(box)
+	return func() { s.check.CompareAndSwap(box, nil) }
+}
+
+// checkInputs runs the installed check on the durable events among inputs.
+func (s *Store) checkInputs(path string, inputs []foldstream.EventInput) error {
+	box := s.check.Load()
+	if box == nil || box.fn == nil {
+		return nil
+	}
+	var evs []foldstream.Event
+	for _, in := range inputs {
+		if !in.Ephemeral {
+			evs = append(evs, foldstream.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata})
+		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	return box.fn(path, evs)
+}
+
+// checkMessages runs the installed check on JSON protocol messages, each as the event it becomes.
+func (s *Store) checkMessages(path string, msgs [][]byte) error {
+	box := s.check.Load()
+	if box == nil || box.fn == nil || len(msgs) == 0 {
+		return nil
+	}
+	evs := make([]foldstream.Event, 0, len(msgs))
+	for _, m := range msgs {
+		ev, err := decodeEvent(path, message{Body: m})
+		if err != nil {
+			continue // not JSON: the append refuses it on its own
+		}
+		evs = append(evs, ev)
+	}
+	return box.fn(path, evs)
+}
