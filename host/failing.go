@@ -58,6 +58,7 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	code := f.Code()
 	sl.failing = &foldstream.ProcessorFailure{Code: code, Message: f.Error(), Offset: f.Offset,
 		Attempts: attempts, NextRetry: h.clock.Now().Add(delay)}
+	sl.isFailing.Store(true)
 	if sl.retryStop != nil {
 		sl.retryStop()
 	}
@@ -115,6 +116,7 @@ func (h *Host) recovered(sl *slot) {
 	h.mu.Lock()
 	f := sl.failing
 	sl.failing, sl.failKey = nil, ""
+	sl.isFailing.Store(false)
 	if sl.retryStop != nil {
 		sl.retryStop()
 		sl.retryStop = nil
@@ -125,12 +127,9 @@ func (h *Host) recovered(sl *slot) {
 	}
 }
 
-// isFailing reports whether sl is failing (its pushes wait for the retry).
-func (h *Host) isFailing(sl *slot) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return sl.failing != nil
-}
+// isFailing reports whether sl is failing (its pushes wait for the retry), without the host's lock:
+// it runs on every push.
+func (h *Host) isFailing(sl *slot) bool { return sl.isFailing.Load() }
 
 // failingError is the PROCESSOR_FAILING error reads of a failing slot answer. Its Data holds
 // "slug", "path", "code", "message", "offset", "attempts" and "nextRetry" (RFC 3339).

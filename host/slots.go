@@ -81,6 +81,7 @@ type slot struct {
 	// failing is set while the engine's ProcessEvent keeps failing (host/failing.go); retryStop
 	// cancels its armed retry, failKey names the failure last logged in full.
 	failing   *foldstream.ProcessorFailure
+	isFailing atomic.Bool // failing != nil, read without h.mu on every push
 	retryStop func() bool
 	failKey   string
 	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
@@ -185,6 +186,12 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 				(errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
 				// An opening for an earlier stream at the path, deleted meanwhile: the read
 				// opens its own engine on the stream there now (or learns there is none).
+				continue
+			}
+			if mode == openForRead && errors.Is(err, errNotPreferred) && h.slots[sl.key] != sl {
+				// An opening for work that left the processor to the node preferred for it: a
+				// read is not work, so it asks again — it is answered by the lease's holder, or
+				// takes the free lease itself.
 				continue
 			}
 			h.mu.Unlock()

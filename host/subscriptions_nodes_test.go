@@ -55,6 +55,10 @@ func TestSubscriptionDeliveryMovesWhenItsNodeProcessIsKilled(t *testing.T) {
 		case d := <-got:
 			return d
 		case <-time.After(20 * time.Second):
+			for _, n := range nodes {
+				n.kill()
+				t.Logf("node %s log:\n%s", n.incarnation(), n.logText())
+			}
 			t.Fatal("no webhook delivery within 20 s")
 			return delivery{}
 		}
@@ -62,6 +66,30 @@ func TestSubscriptionDeliveryMovesWhenItsNodeProcessIsKilled(t *testing.T) {
 	put(nodes[0].url(), "__ds/subscriptions/moving", `{"type":"webhook","pattern":"jobs/*","webhook":{"url":"`+rc.URL+`/hook"}}`, http.StatusCreated)
 	put(nodes[1].url(), "jobs/1", `{"n":1}`, http.StatusCreated)
 	first := next()
+	// The holder records the done answer (the ack) before it is killed: a wake whose attempt
+	// a killed node left unrecorded is sent again only after the attempt guard (30 s).
+	acked := func() bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, nodes[1].url()+"/v1/stream/__ds/subscriptions/moving", nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		var s struct {
+			Streams []struct {
+				Path        string `json:"path"`
+				AckedOffset string `json:"acked_offset"`
+			} `json:"streams"`
+		}
+		_ = json.NewDecoder(res.Body).Decode(&s)
+		return len(s.Streams) == 1 && s.Streams[0].AckedOffset == "0000000000000000_0000000000000001"
+	}
+	for deadline := time.Now().Add(10 * time.Second); !acked(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the first wake was not acked within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's state
+	}
 	var holder string
 	if err := pgQueryRow(ctx, db, `SELECT holder FROM leases WHERE key = '__ds/subscriptions'`, &holder); err != nil {
 		t.Fatal(err)

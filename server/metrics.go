@@ -39,7 +39,8 @@ type ProcessorPather interface {
 // Metrics are a server's Prometheus metrics (docs/server.md#metrics): requests by route, method
 // and status, response bytes, appends and their bytes, live readers, the store's group commits
 // (size, duration, failures) and, with a host, every running processor's offset, lag behind its
-// stream's tail and whether it is parked or its work failed; plus the Go runtime's and the process's own. Create
+// stream's tail, whether it is failing (and its attempts), parked or its work failed, and the
+// events it skipped; plus the Go runtime's and the process's own. Create
 // one with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or,
 // with Handler, on an address of its own.
 type Metrics struct {
@@ -194,6 +195,12 @@ var (
 		"1 while the processor is parked on an error it cannot retry past (docs/server.md#processors-over-http), else 0.", []string{"slug", "stream"}, nil)
 	processorWorkFailedDesc = prometheus.NewDesc("foldstream_processor_work_failed",
 		"1 while the processor's background work failed for good (PERMANENT_FAILURE; docs/engine.md#work-that-keeps-dying), else 0.", []string{"slug", "stream"}, nil)
+	processorFailingDesc = prometheus.NewDesc("foldstream_processor_failing",
+		"1 while the processor's ProcessEvent keeps failing on one event and the host retries it with backoff (PROCESSOR_FAILING), else 0.", []string{"slug", "stream"}, nil)
+	processorAttemptsDesc = prometheus.NewDesc("foldstream_processor_failed_attempts",
+		"Failed attempts in a row of a failing processor on its event; 0 while it runs.", []string{"slug", "stream"}, nil)
+	processorSkippedDesc = prometheus.NewDesc("foldstream_processor_skipped_events",
+		"Events the processor skipped since its engine opened, by reason (processor.reduce.payload: the payload breaks the schema; processor.reduce: Reduce failed or panicked).", []string{"slug", "stream", "reason"}, nil)
 	processorOpenDesc = prometheus.NewDesc("foldstream_processor_open",
 		"1 while the host holds the processor's engine open, else 0.", []string{"slug", "stream"}, nil)
 )
@@ -211,6 +218,9 @@ func (c *processorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- processorLagDesc
 	ch <- processorParkedDesc
 	ch <- processorWorkFailedDesc
+	ch <- processorFailingDesc
+	ch <- processorAttemptsDesc
+	ch <- processorSkippedDesc
 	ch <- processorOpenDesc
 }
 
@@ -230,6 +240,15 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(processorParkedDesc, prometheus.GaugeValue, boolGauge(ps.Parked != nil), ps.Slug, path)
 			ch <- prometheus.MustNewConstMetric(processorWorkFailedDesc, prometheus.GaugeValue, boolGauge(ps.WorkFailed != nil), ps.Slug, path)
+			attempts := 0
+			if ps.Failing != nil {
+				attempts = ps.Failing.Attempts
+			}
+			ch <- prometheus.MustNewConstMetric(processorFailingDesc, prometheus.GaugeValue, boolGauge(ps.Failing != nil), ps.Slug, path)
+			ch <- prometheus.MustNewConstMetric(processorAttemptsDesc, prometheus.GaugeValue, float64(attempts), ps.Slug, path)
+			for _, sk := range ps.Skipped {
+				ch <- prometheus.MustNewConstMetric(processorSkippedDesc, prometheus.GaugeValue, float64(sk.Count), ps.Slug, path, sk.Reason)
+			}
 			ch <- prometheus.MustNewConstMetric(processorOpenDesc, prometheus.GaugeValue, boolGauge(ps.Open), ps.Slug, path)
 		}
 	}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -179,4 +182,87 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 			}
 		})
 	}
+}
+
+type tally struct {
+	N int `json:"n"`
+}
+
+// fragile counts events and cannot take a "bad" one: its Reduce panics (the event is skipped).
+type fragile struct{ foldstream.Base[tally] }
+
+func (fragile) Reduce(a foldstream.ReduceArgs[tally]) (tally, bool, error) {
+	if a.Event.Type == "bad" {
+		panic("reduce cannot take it")
+	}
+	return tally{N: a.State.N + 1}, true, nil
+}
+
+// stuck's ProcessEvent fails on every "bad" event, so it keeps retrying it.
+type stuck struct{ foldstream.Base[struct{}] }
+
+func (stuck) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
+	if a.Event != nil && a.Event.Type == "bad" {
+		return errors.New("the downstream service refuses it")
+	}
+	return nil
+}
+
+// A processor that keeps failing and one that skips events show in the metrics: failing with its
+// attempts, and the skipped events by reason.
+func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(ctx, t.TempDir()+"/failing.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	h, err := host.New(st, host.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(ctx) //nolint:errcheck // test cleanup
+	fc := foldstream.MustDefineContract(foldstream.ContractConfig[tally]{Slug: "fragile", Version: "1", Consumes: []string{"ok", "bad"}})
+	sc := foldstream.MustDefineContract(foldstream.ContractConfig[struct{}]{Slug: "stuck", Version: "1", Consumes: []string{"bad"}})
+	if _, err := host.Register(ctx, h, "/f", fragile{foldstream.NewBase(fc)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Register(ctx, h, "/f", stuck{foldstream.NewBase(sc)}); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
+	defer ts.Close()
+	if _, err := st.Append(ctx, "/f", foldstream.EventInput{Type: "ok"}, foldstream.EventInput{Type: "bad"}); err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		_, text = request(t, "GET", ts.URL+server.MetricsPath, "")
+		if metricValue(text, `foldstream_processor_failing{slug="stuck",stream="/f"}`) == 1 &&
+			metricValue(text, `foldstream_processor_skipped_events{reason="processor.reduce",slug="fragile",stream="/f"}`) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed the failing and the skipping processor:\n%s", grepLines(text, "foldstream_processor_"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := metricValue(text, `foldstream_processor_failed_attempts{slug="stuck",stream="/f"}`); got < 1 {
+		t.Errorf("failed attempts %v, want at least 1", got)
+	}
+	if got := metricValue(text, `foldstream_processor_failing{slug="fragile",stream="/f"}`); got != 0 {
+		t.Errorf("the skipping processor counts as failing: %v", got)
+	}
+}
+
+// grepLines returns the lines of text that start with prefix.
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
