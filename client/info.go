@@ -33,6 +33,10 @@ type ProcessorStatus struct {
 	Parked *ProcessorError `json:"parked,omitempty"`
 	// Skipped counts the events it skipped, by reason.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
+	// Owner is the node that runs the processor now (its lease holder), empty when no node
+	// holds its lease; Generation is that lease's generation.
+	Owner      string `json:"owner,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
 }
 
 // ProcessorFailure is a failing processor's failure.

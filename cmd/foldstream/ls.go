@@ -91,8 +91,9 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// processorsColumn is ls -l's PROCESSORS cell for one stream: each processor's slug, state and
-// offset, with what fails where and when it is retried, why it is parked, and skipped events.
+// processorsColumn is ls -l's PROCESSORS cell for one stream: each processor's slug, state,
+// offset and owner node with its lease generation, with what fails where and when it is
+// retried, why it is parked, and skipped events.
 func processorsColumn(ctx context.Context, server, path string, h http.Header) (string, error) {
 	d, err := client.StreamInfo(ctx, server, path, client.ListOptions{Header: h})
 	if err != nil {
@@ -109,6 +110,10 @@ func processorsColumn(ctx context.Context, server, path string, h http.Header) (
 			state = "running"
 		}
 		cell := fmt.Sprintf("%s %s@%d", p.Slug, state, p.Offset)
+		if p.Owner != "" {
+			// The node that holds the processor's lease now, and the lease's generation.
+			cell += fmt.Sprintf(" on %s gen %d", p.Owner, p.Generation)
+		}
 		switch {
 		case p.Failing != nil:
 			f := p.Failing

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -80,7 +81,11 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], "PROCESSORS") {
 		t.Fatalf("ls -l: %q, want a header with PROCESSORS and one stream", out)
 	}
-	for _, want := range []string{"counter failing@", "failing at offset " + strconv.FormatInt(bad[1].Offset, 10), "PROCESS_EVENT_FAILED", "attempt 1", "next retry"} {
+	owner := h.ProcessorsOn(ctx, "/c/x")[0]
+	if owner.Owner != h.NodeID() || owner.Generation == 0 {
+		t.Fatalf("status %+v, want this host's lease", owner)
+	}
+	for _, want := range []string{"counter failing@", fmt.Sprintf("on %s gen %d", owner.Owner, owner.Generation), "failing at offset " + strconv.FormatInt(bad[1].Offset, 10), "PROCESS_EVENT_FAILED", "attempt 1", "next retry"} {
 		if !strings.Contains(lines[1], want) {
 			t.Fatalf("ls -l line %q does not say %q", lines[1], want)
 		}
