@@ -60,6 +60,9 @@ type streamMem struct {
 	HighestAssigned int64
 	// Tail is the durable mark: the end of the last committed record.
 	Tail int64
+	// epoch is the group transaction's lock epoch when Row was read or written under the
+	// stream's lock (shared databases; see driver.LockKeeper).
+	epoch int
 }
 
 // tx is the handle a write function gets. It is valid only during the function's call.
@@ -418,8 +421,14 @@ func (t *tx) stream(path string) (*streamMem, error) {
 		if m != nil {
 			return m, nil
 		}
-	} else if m, ok := t.g.staged[path]; ok {
+	} else if m, ok := t.g.staged[path]; ok && !t.lockReleased(m) {
 		if m != nil {
+			if !t.s.exclusive {
+				// No round trip: the group holds the lock; this function now relies on it.
+				if err := t.db.LockStream(t.ctx, m.Row.ID); err != nil {
+					return nil, err
+				}
+			}
 			c := *m
 			t.staged[path] = &c
 			return &c, nil
@@ -451,13 +460,34 @@ func (t *tx) stream(path string) (*streamMem, error) {
 		if old, ok := t.s.ws.streams[path]; ok && old.Row.ID == row.ID {
 			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
 		}
+		if old := t.g.staged[path]; old != nil && old.Row.ID == row.ID {
+			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
+		}
+		m.epoch = t.lockEpoch()
 	}
 	t.staged[path] = m
 	return m, nil
 }
 
+// lockReleased reports whether m, a row an earlier function of the group read under its stream's
+// lock, lost that lock since (a shared driver committed the earlier functions early, see
+// driver.LockKeeper): then it must be read again under the lock, even if the group took the lock
+// again meanwhile.
+func (t *tx) lockReleased(m *streamMem) bool {
+	return m != nil && !t.s.exclusive && m.epoch != t.lockEpoch()
+}
+
+// lockEpoch is the group transaction's driver.LockKeeper epoch (0 when it has none).
+func (t *tx) lockEpoch() int {
+	if lk, ok := t.g.dtx.(driver.LockKeeper); ok {
+		return lk.LockEpoch()
+	}
+	return 0
+}
+
 // stage records a stream created by this function.
 func (t *tx) stage(m *streamMem) {
+	m.epoch = t.lockEpoch()
 	t.staged[m.Row.Path] = m
 	t.touch(m.Row.ID, m.Row.Path)
 }

@@ -225,6 +225,18 @@ type HidingTx interface {
 	DropHidden(ctx context.Context, streamID int64) error
 }
 
+// LockKeeper is implemented by a shared driver's write transaction that may release its stream
+// locks before it ends: pgdriver commits the group's earlier functions early rather than wait for
+// a contended lock while holding theirs (docs/postgres.md#writes). A row read under a lock that
+// was released since is stale (another process may have appended meanwhile), even if the lock was
+// taken again, so before the store reuses a row an earlier function of the group read, it compares
+// the epoch and otherwise reads the row again under the lock. A function's own locks (taken with
+// LockStream since its savepoint) are never released while it runs.
+type LockKeeper interface {
+	// LockEpoch counts the times the transaction released its locks so far.
+	LockEpoch() int
+}
+
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.
 var ErrNoStream = errors.New("no such stream")
 

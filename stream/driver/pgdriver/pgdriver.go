@@ -256,15 +256,42 @@ func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
 // classify turns connection-level failures into UNAVAILABLE errors (503 with Retry-After at the
 // server): the database is down, restarting or unreachable. Other errors pass unchanged.
 func (d *Driver) classify(err error) error {
-	if err == nil || !isUnavailable(err) {
+	if err == nil {
+		return err
+	}
+	collided := isCollision(err)
+	if !collided && !isUnavailable(err) {
 		return err
 	}
 	var fe *foldstream.Error
 	if errors.As(err, &fe) {
 		return err
 	}
+	if collided {
+		return &foldstream.Error{Code: foldstream.CodeUnavailable, Retryable: true,
+			Message: "the write collided with another node's concurrent write and was refused; retry it: " + err.Error(), Err: err}
+	}
 	return &foldstream.Error{Code: foldstream.CodeUnavailable, Retryable: true,
 		Message: "the database is unavailable; retry later: " + err.Error(), Err: err}
+}
+
+// isCollision reports a write that PostgreSQL refused because of a concurrent transaction, which
+// a retry can fix: a deadlock between nodes' groups (which the lock discipline leaves to the
+// deadlock detector when a function already relies on a lock), a serialization failure, or two
+// records at one offset of a stream (the records primary key; the stream lock makes this
+// impossible, but should it happen, the caller gets a retryable error rather than an internal one).
+func isCollision(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40P01", "40001": // deadlock_detected, serialization_failure
+		return true
+	case "23505": // unique_violation
+		return pgErr.ConstraintName == "records_pkey"
+	}
+	return false
 }
 
 // isUnavailable reports a failure to reach or keep the database (as opposed to a refused

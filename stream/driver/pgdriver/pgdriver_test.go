@@ -339,3 +339,37 @@ func TestEphemeralPayloadsOfAnySizeReachOtherNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoRecordsAtOneOffsetAreARetryableCollision: should two writers ever pick one offset, the
+// records primary key refuses the second, and the caller gets a retryable coded error (never an
+// uncoded one that the server would answer with 500).
+func TestTwoRecordsAtOneOffsetAreARetryableCollision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, pgtest.URL(t))
+	w, err := d.Writer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	id, err := tx.InsertStream(ctx, driver.Stream{Path: "/dup", ContentType: "application/json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := driver.Record{StreamID: id, RecordStart: 0, Start: 0, End: 1, Body: []byte(`{}`)}
+	if err := tx.InsertRecord(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	err = tx.InsertRecord(ctx, rec)
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	var fe *foldstream.Error
+	if !errors.As(err, &fe) || fe.Code != foldstream.CodeUnavailable || !foldstream.IsRetryable(err) {
+		t.Fatalf("a second record at one offset: got %v, want a retryable %s", err, foldstream.CodeUnavailable)
+	}
+}

@@ -65,6 +65,7 @@ func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream,
 // LockStream, which avoids deadlocks) and then reads its row, in one round trip. A row read under
 // the lock is kept for the StreamByID that follows it.
 func (t *writeTx) lockingStreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	t.fresh = driver.Stream{}
 	br, err := t.p.sendAll(ctx,
 		queued{sql: `SELECT id, pg_try_advisory_xact_lock($2::int4, ((id << 32) >> 32)::int4) FROM streams WHERE path = $1`, args: []any{path, t.d.lockCls}},
 		queued{sql: `SELECT ` + streamCols + ` FROM streams s WHERE s.path = $1`, args: []any{path}})
@@ -361,6 +362,12 @@ type writeTx struct {
 	// savepoint opened (a rollback to the savepoint releases the ones taken after it).
 	held     map[lockID]bool
 	heldAtSp map[lockID]bool
+	// usedInSp are the stream locks the current write function (the one inside the open
+	// savepoint) asked for with LockStream: it
+	// relies on rows read under them, so split may not release them (see split).
+	usedInSp map[lockID]bool
+	// epoch counts the splits, each of which released every lock (driver.LockKeeper).
+	epoch int
 	// fresh is the stream row StreamByPath read under the stream's lock, valid while the
 	// pipeline's ops still equal freshOps (nothing ran since).
 	fresh    driver.Stream
@@ -387,6 +394,7 @@ func (t *writeTx) Savepoint(ctx context.Context) error {
 	for id := range t.held {
 		t.heldAtSp[id] = true
 	}
+	clear(t.usedInSp)
 	t.wroteInSp, t.inSp = false, true
 	return nil
 }
@@ -404,6 +412,7 @@ func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
 			t.heldAtSp[id] = true
 		}
 	}
+	clear(t.usedInSp)
 	t.wroteInSp = false
 	return nil
 }
@@ -412,6 +421,7 @@ func (t *writeTx) ReleaseSavepoint(ctx context.Context) error {
 	if err := t.p.endSavepoint("RELEASE SAVEPOINT w"); err != nil {
 		return t.d.classify(fmt.Errorf("release savepoint: %w", err))
 	}
+	clear(t.usedInSp)
 	t.inSp = false
 	return nil
 }
@@ -438,8 +448,20 @@ func (t *writeTx) Rollback(ctx context.Context) error {
 // holding a first could deadlock with another node's group that locked them the other way round,
 // so a lock that is not free at once is handled by splitDeadlock.
 func (t *writeTx) LockStream(ctx context.Context, id int64) error {
-	return t.lock(ctx, t.d.lockCls, int32(id))
+	if err := t.lock(ctx, t.d.lockCls, int32(id)); err != nil {
+		return err
+	}
+	if t.inSp {
+		if t.usedInSp == nil {
+			t.usedInSp = make(map[lockID]bool)
+		}
+		t.usedInSp[lockID{t.d.lockCls, int32(id)}] = true
+	}
+	return nil
 }
+
+// LockEpoch counts the splits so far (see split): each released every lock the transaction held.
+func (t *writeTx) LockEpoch() int { return t.epoch }
 
 // lock takes the advisory lock (cls, key) until the transaction ends.
 func (t *writeTx) lock(ctx context.Context, cls, key int32) error {
@@ -472,16 +494,19 @@ type lockID struct{ cls, key int32 }
 
 // split commits the work of the group's earlier (successful) functions and continues in a new
 // transaction that holds no locks, so this function can wait for its stream without any risk of
-// a deadlock. It is only possible while the current function has changed nothing; otherwise the
-// function waits holding its locks, and PostgreSQL's deadlock detector ends a cycle by failing one
-// function (which the store reports as a retryable error).
+// a deadlock. It is only possible while the current function has changed nothing and relies on
+// no stream lock (it locked none with LockStream: a row it read under a lock would be stale once
+// the lock is released, and another node could append at the offsets it is about to use);
+// otherwise the function waits holding its locks, and PostgreSQL's deadlock detector ends a cycle
+// by failing one function (which the store reports as a retryable error). The store compares
+// LockEpoch before it reuses a row an earlier function of the group read.
 //
 // The early commit is durable before any caller is answered: the store answers every caller of
 // the group after its final Commit. If that final commit fails, callers of the earlier functions
 // are told their write failed although it committed — the same ambiguity as a commit whose answer
 // was lost, which idempotency keys and producer sequence numbers exist to resolve.
 func (t *writeTx) split(ctx context.Context) error {
-	if t.wroteInSp {
+	if t.wroteInSp || len(t.usedInSp) > 0 {
 		return nil
 	}
 	inSp := t.inSp
@@ -505,6 +530,10 @@ func (t *writeTx) split(ctx context.Context) error {
 	t.spMark = 0
 	t.held = make(map[lockID]bool)
 	t.heldAtSp = make(map[lockID]bool)
+	t.epoch++
+	// A row read under a released lock is stale (and the new pipeline's op count means nothing
+	// for it).
+	t.fresh, t.freshOps = driver.Stream{}, 0
 	if inSp {
 		if err := t.p.savepoint(); err != nil {
 			return t.d.classify(fmt.Errorf("savepoint: %w", err))
