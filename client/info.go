@@ -2,9 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -79,34 +76,9 @@ func StreamInfo(ctx context.Context, baseURL, path string, o ListOptions) (Strea
 		return StreamDetail{}, &Error{Code: CodeInvalidArgument, Op: op, URL: baseURL, Message: "server URL must be an absolute http(s) URL", Err: err}
 	}
 	u := strings.TrimRight(baseURL, "/") + InfoPath + "?" + url.Values{"path": {path}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return StreamDetail{}, &Error{Code: CodeInvalidArgument, Op: op, URL: u, Err: err}
-	}
-	for k, vs := range o.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	hc := o.HTTPClient
-	if hc == nil {
-		hc = DefaultHTTPClient()
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return StreamDetail{}, ctx.Err()
-		}
-		return StreamDetail{}, &Error{Code: CodeNetwork, Op: op, URL: u, Err: err}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return StreamDetail{}, statusError(op, u, resp, body)
-	}
 	var d StreamDetail
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-		return StreamDetail{}, &Error{Code: CodeParse, Op: op, URL: u, Message: "the stream information is not the expected JSON", Err: err}
+	if err := getJSON(ctx, op, u, o, &d, "the stream information is not the expected JSON"); err != nil {
+		return StreamDetail{}, err
 	}
 	return d, nil
 }

@@ -84,9 +84,20 @@ func ListStreams(ctx context.Context, baseURL string, o ListOptions) (StreamPage
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
+	var page StreamPage
+	if err := getJSON(ctx, op, u, o, &page, "the listing is not the expected JSON"); err != nil {
+		return StreamPage{}, err
+	}
+	return page, nil
+}
+
+// getJSON sends one GET for u with o's headers and client and decodes a 200 answer's JSON body
+// into out; any other answer is the server's coded error (parseMsg names a body that does not
+// decode). It does not retry.
+func getJSON(ctx context.Context, op, u string, o ListOptions, out any, parseMsg string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return StreamPage{}, &Error{Code: CodeInvalidArgument, Op: op, URL: u, Err: err}
+		return &Error{Code: CodeInvalidArgument, Op: op, URL: u, Err: err}
 	}
 	for k, vs := range o.Header {
 		for _, v := range vs {
@@ -100,18 +111,17 @@ func ListStreams(ctx context.Context, baseURL string, o ListOptions) (StreamPage
 	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return StreamPage{}, ctx.Err()
+			return ctx.Err()
 		}
-		return StreamPage{}, &Error{Code: CodeNetwork, Op: op, URL: u, Err: err}
+		return &Error{Code: CodeNetwork, Op: op, URL: u, Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return StreamPage{}, statusError(op, u, resp, body)
+		return statusError(op, u, resp, body)
 	}
-	var page StreamPage
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		return StreamPage{}, &Error{Code: CodeParse, Op: op, URL: u, Message: "the listing is not the expected JSON", Err: err}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return &Error{Code: CodeParse, Op: op, URL: u, Message: parseMsg, Err: err}
 	}
-	return page, nil
+	return nil
 }

@@ -29,8 +29,11 @@ type commitWatcher struct {
 // missed (the listener reconnected): anything may have changed. fn runs on the writer or the
 // listener goroutine: it must return at once, never block and never call the store. The returned
 // function stops the watch (a commit already landing may still call fn once).
-func (s *Store) WatchCommits(fn func(path string)) (stop func()) {
-	w := &s.ev.watchers
+func (s *Store) WatchCommits(fn func(path string)) (stop func()) { return s.ev.watchers.add(fn) }
+
+// add registers fn (copy-on-write, so notify reads the list without a lock) and returns the
+// function that removes it.
+func (w *commitWatchers) add(fn func(path string)) (stop func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.next++
@@ -71,27 +74,4 @@ func (in StreamInfo) ID() int64 { return in.id }
 // notification channel that recovered). fn runs on the writer goroutine or the notification
 // listener: it must return at once, never block and never call the store. The returned function
 // stops the watch.
-func (s *Store) WatchChanges(fn func(path string)) (stop func()) {
-	w := &s.changes
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.next++
-	id := w.next
-	var list []commitWatcher
-	if cur := w.list.Load(); cur != nil {
-		list = append(list, *cur...)
-	}
-	list = append(list, commitWatcher{id: id, fn: fn})
-	w.list.Store(&list)
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		var rest []commitWatcher
-		for _, c := range *w.list.Load() {
-			if c.id != id {
-				rest = append(rest, c)
-			}
-		}
-		w.list.Store(&rest)
-	}
-}
+func (s *Store) WatchChanges(fn func(path string)) (stop func()) { return s.changes.add(fn) }
