@@ -188,12 +188,6 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 				// opens its own engine on the stream there now (or learns there is none).
 				continue
 			}
-			if mode == openForRead && errors.Is(err, errNotPreferred) && h.slots[sl.key] != sl {
-				// An opening for work that left the processor to the node preferred for it: a
-				// read is not work, so it asks again — it is answered by the lease's holder, or
-				// takes the free lease itself.
-				continue
-			}
 			h.mu.Unlock()
 			return nil, err
 		}
