@@ -1,14 +1,18 @@
 package stream
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -269,4 +273,36 @@ func inOneGroup(t *testing.T, s *Store, fns ...func() error) []error {
 		out[i] = <-errs[i]
 	}
 	return out
+}
+
+// startChild re-executes this test binary to run the helper test named test with env added to
+// its environment, and waits until the child's first line of output is ready. It returns the
+// running child (killed when the test ends, if it still runs) and its stdin, which the child may
+// wait on.
+func startChild(t *testing.T, test, env, ready string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), env)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Kill() // only if the test failed midway
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != ready {
+		t.Fatalf("child %s: got %q, %v; want %q", test, line, err, ready)
+	}
+	return cmd, stdin
 }

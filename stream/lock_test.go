@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,25 +52,7 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldStoreOpen$")
-	cmd.Env = append(os.Environ(), "FOLDSTREAM_HOLD_STORE="+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() //nolint:errcheck // only if the test fails midway
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "open" {
-		t.Fatalf("child: got %q, %v; want \"open\"", line, err)
-	}
+	cmd, stdin := startChild(t, "TestHelperHoldStoreOpen", "FOLDSTREAM_HOLD_STORE="+path, "open")
 
 	st, err := openStore(path, Options{Logger: quietLog})
 	if err == nil {

@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -276,26 +274,8 @@ func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 func TestCrashMidHugeRecordLeavesNoVisibleHalfRecord(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCrashMidHugeRecord$")
-	cmd.Env = append(os.Environ(), "FOLDSTREAM_CRASH_STORE="+path)
-	stdin, err := cmd.StdinPipe() // held open: the child waits on it until it is killed
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() //nolint:errcheck // only if the test fails midway
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "sliced" {
-		t.Fatalf("child: got %q, %v; want \"sliced\"", line, err)
-	}
+	// The child waits on its stdin until it is killed.
+	cmd, _ := startChild(t, "TestHelperCrashMidHugeRecord", "FOLDSTREAM_CRASH_STORE="+path, "sliced")
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no deferred cleanup runs
 		t.Fatal(err)
 	}
