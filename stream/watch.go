@@ -9,16 +9,22 @@ import (
 // runs a processor on every stream matching a pattern keeps engines open only for busy streams and
 // needs the first commit on any other stream to open its engine.
 
-type commitWatchers struct {
+// callbacks is a list of functions called with each T, changed copy-on-write under mu so that
+// the writer and the listener read it without a lock (commit watchers, change watchers, commit
+// observers).
+type callbacks[T any] struct {
 	mu   sync.Mutex
 	next uint64
-	list atomic.Pointer[[]commitWatcher] // read lock-free by publish
+	list atomic.Pointer[[]callback[T]]
 }
 
-type commitWatcher struct {
+type callback[T any] struct {
 	id uint64
-	fn func(path string)
+	fn func(T)
 }
+
+// commitWatchers are called with the path of a stream a commit changed.
+type commitWatchers = callbacks[string]
 
 // WatchCommits calls fn with the path of every later commit that lands durable events (or
 // event-shaped messages) on any stream, after the commit's subscribers were offered it; commits of
@@ -31,36 +37,42 @@ type commitWatcher struct {
 // function stops the watch (a commit already landing may still call fn once).
 func (s *Store) WatchCommits(fn func(path string)) (stop func()) { return s.ev.watchers.add(fn) }
 
-// add registers fn (copy-on-write, so notify reads the list without a lock) and returns the
-// function that removes it.
-func (w *commitWatchers) add(fn func(path string)) (stop func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.next++
-	id := w.next
-	var list []commitWatcher
-	if cur := w.list.Load(); cur != nil {
+// add registers fn and returns the function that removes it.
+func (c *callbacks[T]) add(fn func(T)) (stop func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	id := c.next
+	var list []callback[T]
+	if cur := c.list.Load(); cur != nil {
 		list = append(list, *cur...)
 	}
-	list = append(list, commitWatcher{id: id, fn: fn})
-	w.list.Store(&list)
+	list = append(list, callback[T]{id: id, fn: fn})
+	c.list.Store(&list)
 	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		var rest []commitWatcher
-		for _, c := range *w.list.Load() {
-			if c.id != id {
-				rest = append(rest, c)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var rest []callback[T]
+		for _, e := range *c.list.Load() {
+			if e.id != id {
+				rest = append(rest, e)
 			}
 		}
-		w.list.Store(&rest)
+		c.list.Store(&rest)
 	}
 }
 
-func (w *commitWatchers) notify(path string) {
-	if list := w.list.Load(); list != nil {
-		for _, c := range *list {
-			c.fn(path)
+// registered reports whether a function is registered (the writer skips clock reads otherwise).
+func (c *callbacks[T]) registered() bool {
+	list := c.list.Load()
+	return list != nil && len(*list) > 0
+}
+
+// notify calls every registered function with v.
+func (c *callbacks[T]) notify(v T) {
+	if list := c.list.Load(); list != nil {
+		for _, e := range *list {
+			e.fn(v)
 		}
 	}
 }

@@ -264,7 +264,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		if broken != nil {
 			commitErr = broken
 		} else {
-			observed := s.observers.observing()
+			observed := s.observers.registered()
 			var start time.Time
 			if observed {
 				start = s.clock.Now()
