@@ -484,6 +484,18 @@ func endWake(sub *subscription) {
 	sub.St.Snapshot = nil
 }
 
+// reissueWake ends sub's current wake and issues the next one (with its wake event) when work
+// is still pending on its streams' tails as of now.
+func (s *Store) reissueWake(t *tx, sub *subscription) error {
+	tails, err := refresh(t, sub, nil)
+	if err != nil {
+		return err
+	}
+	endWake(sub)
+	_, err = s.issueWake(t, sub, tails)
+	return err
+}
+
 // expireLease ends a wake whose lease ran out by now.
 func expireLease(sub *subscription, nowMs int64) bool {
 	if sub.St.InFlight && sub.St.LeaseUntilMs != 0 && sub.St.LeaseUntilMs <= nowMs {
@@ -891,12 +903,7 @@ func (s *Store) ReleaseSubscription(ctx context.Context, id, token, wakeID strin
 		if err != nil {
 			return err
 		}
-		tails, err := refresh(t, sub, nil)
-		if err != nil {
-			return err
-		}
-		endWake(sub)
-		if _, err := s.issueWake(t, sub, tails); err != nil {
+		if err := s.reissueWake(t, sub); err != nil {
 			return err
 		}
 		return saveSub(t, sub)
@@ -1024,12 +1031,7 @@ func (s *Store) RecordWebhookAttempt(ctx context.Context, id, wakeID string, gen
 					l.Acked = max(l.Acked, sn.Tail)
 				}
 			}
-			tails, err := refresh(t, sub, nil)
-			if err != nil {
-				return err
-			}
-			endWake(sub)
-			if _, err := s.issueWake(t, sub, tails); err != nil {
+			if err := s.reissueWake(t, sub); err != nil {
 				return err
 			}
 		case out.Accepted:
