@@ -80,6 +80,9 @@ type tx struct {
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
 	eph map[int64][]foldstream.Event
+	// recs holds, on a shared database, the durable records this function appended per stream:
+	// they travel with the commit's notification and feed the tail cache (tailcache.go).
+	recs map[int64][]driver.Record
 	// res is the reservation this function may write into; reserve and unreserve are the
 	// reservations it starts and ends (sliced.go), applied once the group commits.
 	res       *reservation
@@ -187,6 +190,10 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	hooks := make([][]func(), len(reqs))
 	touched := make(map[int64]string)
 	var ephs map[int64][]foldstream.Event
+	var recs map[int64][]driver.Record
+	// rows holds, on a shared database, each touched stream's row after the group (nil: deleted
+	// or not known), sent with its notification and applied to the tail cache.
+	var rows map[int64]*driver.Stream
 	now := s.clock.Now()
 	broken := error(nil)
 
@@ -232,6 +239,12 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		for id, p := range t.touched {
 			touched[id] = p
 		}
+		for id, rs := range t.recs {
+			if recs == nil {
+				recs = make(map[int64][]driver.Record)
+			}
+			recs[id] = append(recs[id], rs...)
+		}
 		for id, evs := range t.eph {
 			if ephs == nil {
 				ephs = make(map[int64][]foldstream.Event)
@@ -250,8 +263,12 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	if g.dtx != nil {
 		var commitErr error
 		if broken == nil {
+			rows = s.rowsAfter(g, touched)
 			for id, p := range touched {
 				n := driver.Notification{StreamID: id, Path: p}
+				if r := rows[id]; r != nil {
+					n.Stream, n.Records = r, recs[id]
+				}
 				if evs := ephs[id]; len(evs) > 0 {
 					n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
 				}
@@ -342,7 +359,11 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		}
 	}
 	for id, p := range touched {
-		s.wake(id)
+		if r := rows[id]; r != nil {
+			s.wakeWith(id, r, recs[id])
+		} else {
+			s.wake(id)
+		}
 		s.changes.notify(p)
 	}
 	for i, r := range reqs {
@@ -404,6 +425,35 @@ func (s *Store) runHook(h func()) {
 // afterCommit registers f to run on the writer goroutine after the group commits, before the
 // caller is answered. Hooks must not block and must not call write.
 func (t *tx) afterCommit(f func()) { t.hooks = append(t.hooks, f) }
+
+// rowsAfter returns each touched stream's row after the group, from the group's staged state:
+// nil for a stream the group deleted or did not stage.
+func (s *Store) rowsAfter(g *group, touched map[int64]string) map[int64]*driver.Stream {
+	rows := make(map[int64]*driver.Stream, len(touched))
+	for id, p := range touched {
+		m := g.staged[p]
+		if m == nil || m.Row.ID != id {
+			continue
+		}
+		r := m.Row
+		r.Tail = m.Tail
+		rows[id] = &r
+	}
+	return rows
+}
+
+// addRecord notes a durable record this function appended (shared databases: it travels with
+// the commit's notification). rec's memory must not change afterwards.
+func (t *tx) addRecord(rec driver.Record) {
+	if t.s.exclusive {
+		return
+	}
+	if t.recs == nil {
+		t.recs = make(map[int64][]driver.Record)
+	}
+	rec.Keys = nil
+	t.recs[rec.StreamID] = append(t.recs[rec.StreamID], rec)
+}
 
 // touch marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).
