@@ -263,7 +263,9 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	if g.dtx != nil {
 		var commitErr error
 		if broken == nil {
-			rows = s.rowsAfter(g, touched)
+			if !s.exclusive {
+				rows = s.rowsAfter(g, touched)
+			}
 			for id, p := range touched {
 				n := driver.Notification{StreamID: id, Path: p}
 				if r := rows[id]; r != nil {
