@@ -183,16 +183,32 @@ func TestPostgresLiveReadersGetOversizeRecordsAndEveryRecordOnceThroughGaps(t *t
 		t.Fatal(err)
 	}
 	onB, onA := followLive(ctx, t, b, "/big"), followLive(ctx, t, a, "/big")
+	more := []*liveReader{followLive(ctx, t, b, "/big"), followLive(ctx, t, b, "/big")}
 
-	// Records over NOTIFY's 8000 bytes travel without their content: the readers read them.
+	// Records over NOTIFY's 8000 bytes travel without their content: node B reads them once, for
+	// all its readers, none of which reads the database.
 	next := 0
-	for range 3 {
-		appendN(t, a, "/big", next, 9000)
-		next++
-		appendN(t, a, "/big", next, 10)
-		next++
+	before := reads(t, b)
+	const oversize = 3
+	onBs := append(more, onB)
+	for range oversize {
+		for _, pad := range []int{9000, 10} {
+			appendN(t, a, "/big", next, pad)
+			next++
+			for _, lr := range onBs {
+				lr.waitFor(t, next)
+			}
+		}
 	}
-	onB.waitFor(t, next)
+	if used := reads(t, b) - before; used > oversize {
+		t.Errorf("%d oversize appends cost node B %d reads for its 3 readers, want at most one each", oversize, used)
+	}
+	for i, lr := range onBs {
+		wantSequence(t, lr.waitFor(t, next), next)
+		if lr.maxReads != 0 {
+			t.Errorf("reader %d: a wake's read took %d read transactions, want 0", i, lr.maxReads)
+		}
+	}
 	appendN(t, a, "/big", next, 10) // the reader's last read of the database (re)starts its cache
 	next++
 	onB.waitFor(t, next)

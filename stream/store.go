@@ -198,7 +198,8 @@ func (s *Store) remoteChange(n driver.Notification) {
 		if !s.publishRemoteRecords(n) {
 			s.kickFeed(n.Path)
 		}
-		s.wakeWith(n.StreamID, n.Stream, n.Records)
+		row, recs := s.remoteTail(n)
+		s.wakeWith(n.StreamID, row, recs)
 		if n.Path != "" {
 			s.ev.watchers.notify(n.Path)
 		}

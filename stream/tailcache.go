@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -89,6 +90,9 @@ func (s *Store) applyCommit(id int64, row *driver.Stream, recs []driver.Record) 
 		return
 	}
 	hi := e.row.Tail
+	if len(recs) == 0 && row.Tail == hi && sameForReads(row, &e.row) {
+		return // nothing a read sees changed (a stream's creation, a read that found nothing new)
+	}
 	switch {
 	case row.Tail < hi || (len(recs) > 0 && row.Tail == hi):
 		return // a commit the entry already holds (it started from a later read)
@@ -114,6 +118,13 @@ func (s *Store) applyCommit(id int64, row *driver.Stream, recs []driver.Record) 
 	if len(e.recs) > 0 {
 		e.lo = e.recs[0].Start
 	}
+}
+
+// sameForReads reports whether two rows of one stream answer a read alike.
+func sameForReads(a, b *driver.Stream) bool {
+	return a.ID == b.ID && a.Path == b.Path && a.ContentType == b.ContentType && a.State == b.State &&
+		a.TTLSeconds == b.TTLSeconds && a.ExpiresAtMs == b.ExpiresAtMs && a.Closed == b.Closed &&
+		a.ForkedFrom == b.ForkedFrom && a.Paused == b.Paused && a.Tail == b.Tail
 }
 
 // seedTail starts the stream's entry from a live read's row, when no wake came since the reader
@@ -221,3 +232,60 @@ func (m memRecords) Records(_ context.Context, _ int64, after int64, fn func(dri
 // CachedReads returns the number of live reads answered from the tail cache without reading the
 // database (shared databases; docs/postgres.md#live-reads).
 func (s *Store) CachedReads() int64 { return s.cachedReads.Load() }
+
+// remoteTail returns what another node's commit n did to a stream, for its tail cache entry: the
+// notification's row and records when they extend the entry (or are older than it); otherwise —
+// the records did not travel, a gap, a change without records — the row and the records after the
+// entry's tail read once from the database here, so that the stream's live readers on this node
+// are answered from the entry rather than each reading the database. Nil when there is no entry,
+// or the read failed or holds more than an entry keeps (the entry is then dropped).
+func (s *Store) remoteTail(n driver.Notification) (*driver.Stream, []driver.Record) {
+	if s.exclusive {
+		return n.Stream, n.Records
+	}
+	s.notifyMu.Lock()
+	e := s.tails.byID[n.StreamID]
+	var hi int64
+	if e != nil {
+		hi = e.row.Tail
+	}
+	s.notifyMu.Unlock()
+	if e == nil {
+		return n.Stream, n.Records
+	}
+	if r := n.Stream; r != nil && r.ID == n.StreamID && (r.Tail < hi || (len(n.Records) > 0 && (r.Tail == hi || chains(hi, n.Records, r.Tail))) ||
+		(len(n.Records) == 0 && r.Tail == hi && sameForReads(r, &e.row))) {
+		return n.Stream, n.Records
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tailReadTimeout)
+	defer cancel()
+	var row *driver.Stream
+	var recs []driver.Record
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		r, err := q.StreamByID(ctx, n.StreamID)
+		if err != nil {
+			return err
+		}
+		row, recs = &r, nil
+		size := 0
+		return q.Records(ctx, n.StreamID, hi, func(rec driver.Record) (bool, error) {
+			size += len(rec.Body) + len(rec.Frames)
+			if size > tailCacheBytes {
+				recs = nil
+				row = nil // more than an entry keeps: drop it
+				return false, nil
+			}
+			rec.Keys = nil
+			rec.Body, rec.Frames = bytes.Clone(rec.Body), bytes.Clone(rec.Frames) // the driver may reuse its memory
+			recs = append(recs, rec)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, nil
+	}
+	return row, recs
+}
+
+// tailReadTimeout bounds remoteTail's read (it runs on the listener's goroutine).
+const tailReadTimeout = 5 * time.Second
