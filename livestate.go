@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
@@ -20,15 +21,6 @@ const MaxPatchChars = 1048576
 // LiveStateSink receives delta events; every [Stream] is one.
 type LiveStateSink interface {
 	Append(ctx context.Context, events ...EventInput) ([]Event, error)
-}
-
-// LiveStateDelta is the payload of a [LiveStateChangedType] event: Patch turns the state at rev
-// From into the state at rev To; a nil Patch (JSON null) means "re-seed".
-type LiveStateDelta struct {
-	Key   string    `json:"key"`
-	From  int64     `json:"from"`
-	To    int64     `json:"to"`
-	Patch []PatchOp `json:"patch"`
 }
 
 // LiveStateSnapshot is a live state's revision and value, read together.
@@ -257,7 +249,7 @@ func (l *LiveState) idle() bool {
 }
 
 // PatchOp is one RFC 6902 operation of a live-state patch: add, replace or remove.
-type PatchOp = rawjson.PatchOp
+type PatchOp = foldtype.PatchOp
 
 // ErrPatchNull is returned by [ApplyPatch] for a null patch: the client must re-seed.
 var ErrPatchNull = rawjson.ErrNullPatch
