@@ -14,7 +14,7 @@ import (
 )
 
 // openPGStore opens a store on the PostgreSQL schema of url (a node of a shared database).
-func openPGStore(t *testing.T, url string) *Store {
+func openPGStore(t testing.TB, url string) *Store {
 	t.Helper()
 	ctx := context.Background()
 	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
