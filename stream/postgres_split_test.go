@@ -14,7 +14,7 @@ import (
 )
 
 // openPGStore opens a store on the PostgreSQL schema of url (a node of a shared database).
-func openPGStore(t *testing.T, url string) *Store {
+func openPGStore(t testing.TB, url string) *Store {
 	t.Helper()
 	ctx := context.Background()
 	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
@@ -187,5 +187,57 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 			t.Fatalf("subscriber got offsets %v, want [2 3]", got)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A group of appends to separate streams on PostgreSQL reads its streams' rows, under their locks,
+// in one round trip with BEGIN, and sends everything else with COMMIT: two round trips for the
+// group, where reading each stream's row by itself cost one round trip per append more.
+func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T) {
+	url := pgtest.URL(t)
+	s := openPGStore(t, url)
+	d := s.drv.(*pgdriver.Driver)
+	ctx := context.Background()
+	paths := []string{"/a", "/b", "/c", "/d", "/e"}
+	for _, p := range paths {
+		if _, err := s.Append(ctx, p, foldstream.EventInput{Type: "seed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 3 {
+		var fns []func() error
+		for i, p := range paths {
+			if i%2 == 0 {
+				fns = append(fns, func() error { _, err := s.Append(ctx, p, foldstream.EventInput{Type: "t"}); return err })
+			} else {
+				fns = append(fns, func() error {
+					_, err := s.AppendRecord(ctx, AppendRequest{Path: p, ContentType: "application/json", Body: []byte(`{"n":1}`)})
+					return err
+				})
+			}
+		}
+		before := d.WriteRoundTrips()
+		for i, err := range inOneGroup(t, s, fns...) {
+			if err != nil {
+				t.Fatalf("round %d: append to %s: %v", round, paths[i], err)
+			}
+		}
+		if got := d.WriteRoundTrips() - before; round > 0 && got > 2 {
+			t.Errorf("round %d: a group of %d appends to separate streams took %d round trips, want 2", round, len(paths), got)
+		}
+	}
+	for _, p := range paths {
+		page, err := s.Read(ctx, p, 0, 10, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range page.Events {
+			if e.Offset != int64(i+1) {
+				t.Fatalf("%s: event %d at offset %d", p, i, e.Offset)
+			}
+		}
+		if len(page.Events) != 4 {
+			t.Errorf("%s holds %d events, want 4", p, len(page.Events))
+		}
 	}
 }

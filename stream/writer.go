@@ -32,6 +32,9 @@ type writeReq struct {
 	fn   func(t *tx) error
 	done chan error
 	res  *reservation // the reservation whose stream fn may touch (sliced.go), or nil
+	// path, when set, is the stream fn is about to write: on a shared database the group reads
+	// the rows of its writes' streams together (driver.StreamPrefetcher).
+	path string
 }
 
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
@@ -100,7 +103,13 @@ type group struct {
 // waits for the commit even if ctx ends meanwhile, so the caller never mistakes a committed write
 // for a failed one.
 func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	return s.writeTo(ctx, "", fn)
+}
+
+// writeTo is write for a function that writes to the stream at path (a hint: it may touch others
+// or none).
+func (s *Store) writeTo(ctx context.Context, path string, fn func(t *tx) error) error {
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path}
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
@@ -189,7 +198,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	done := make([]*tx, len(reqs))
 	epochs := make([]int, len(reqs))
 	now := s.clock.Now()
-	broken := error(nil)
+	broken := s.prefetch(g, reqs)
 
 	for i, r := range reqs {
 		epochs[i] = lockEpochOf(g.dtx)
@@ -295,6 +304,39 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		}
 	}
 	s.applyCommitted(reqs, results, done)
+}
+
+// prefetch begins the group's transaction and reads the rows of the streams its writes are
+// about to write (each under its lock when that is free at once) in one round trip, instead of
+// one round trip per write, when the database is shared and the driver can (see
+// driver.StreamPrefetcher). An error fails the whole group.
+func (s *Store) prefetch(g *group, reqs []*writeReq) error {
+	if s.exclusive || len(reqs) < 2 {
+		return nil
+	}
+	var paths []string
+	seen := make(map[string]bool, len(reqs))
+	for _, r := range reqs {
+		if r.path != "" && !seen[r.path] && r.ctx.Err() == nil {
+			seen[r.path] = true
+			paths = append(paths, r.path)
+		}
+	}
+	if len(paths) < 2 {
+		return nil
+	}
+	ctx := context.Background()
+	dtx, err := g.w.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("stream store: begin: %w", err)
+	}
+	g.dtx = dtx
+	if p, ok := dtx.(driver.StreamPrefetcher); ok {
+		if err := p.PrefetchStreams(ctx, paths); err != nil {
+			return fmt.Errorf("stream store: read the group's streams: %w", err)
+		}
+	}
+	return nil
 }
 
 // lockEpochOf is dtx's driver.LockKeeper epoch (0 when it has none, or no transaction began).

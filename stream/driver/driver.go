@@ -244,6 +244,17 @@ type LockKeeper interface {
 	LockEpoch() int
 }
 
+// StreamPrefetcher is implemented by a shared driver's write transaction that can read the rows
+// of several streams at once, each under its lock when that lock is free at once, in one round
+// trip. The store calls it right after Begin with the paths its group's writes are about to write;
+// a later StreamByPath of one of them is then answered from the row read (no round trip) as long
+// as the transaction still holds that lock and has not written to the stream since. Paths whose
+// lock was taken, or whose row does not exist, are read again as usual. Locks it takes count as
+// taken before the first savepoint, like any lock held by the transaction.
+type StreamPrefetcher interface {
+	PrefetchStreams(ctx context.Context, paths []string) error
+}
+
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.
 var ErrNoStream = errors.New("no such stream")
 
