@@ -9,7 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -79,7 +79,7 @@ type tx struct {
 	db      lazyTx
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
-	eph map[int64][]foldstream.Event
+	eph map[int64][]foldtype.Event
 	// res is the reservation this function may write into; reserve and unreserve are the
 	// reservations it starts and ends (sliced.go), applied once the group commits.
 	res       *reservation
@@ -186,7 +186,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	results := make([]error, len(reqs))
 	hooks := make([][]func(), len(reqs))
 	touched := make(map[int64]string)
-	var ephs map[int64][]foldstream.Event
+	var ephs map[int64][]foldtype.Event
 	now := s.clock.Now()
 	broken := error(nil)
 
@@ -234,7 +234,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		}
 		for id, evs := range t.eph {
 			if ephs == nil {
-				ephs = make(map[int64][]foldstream.Event)
+				ephs = make(map[int64][]foldtype.Event)
 			}
 			ephs[id] = append(ephs[id], evs...)
 		}
