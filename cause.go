@@ -3,6 +3,8 @@ package foldstream
 import (
 	"errors"
 	"fmt"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Cause chains and the loop limit (docs/engine.md#cause-chains). Every event a processor emits
@@ -16,65 +18,32 @@ import (
 // DefaultLoopLimit is the deepest cause chain an emit may extend when EngineConfig.LoopLimit is 0.
 const DefaultLoopLimit = 32
 
-// CodeLoopLimit: an emit would have extended its cause chain past the loop limit.
-const CodeLoopLimit Code = "LOOP_LIMIT"
-
-// ErrLoopLimit matches the LOOP_LIMIT error of an emit past the loop limit.
-var ErrLoopLimit = &Error{Code: CodeLoopLimit}
-
-// LoopLimitType is the fact the engine records, once per chain, when an emit reached the loop
-// limit: payload {"chain": <chain>, "limit": <limit>}, idempotency key
-// "processor:loop-limit:<chain>" (ProcessorKeyPrefix: no HTTP writer can take it).
-const LoopLimitType = "events.iterate.com/itx/loop-limit-reached"
-
 // causeAfter returns the cause of an event emitted while processing parent (nil: an eventless
 // pass, whose emits start no chain).
-func causeAfter(parent *Event) *Cause {
+func causeAfter(parent *Event) *foldtype.Cause {
 	if parent == nil {
 		return nil
 	}
 	if parent.Source != nil && parent.Source.Cause != nil && parent.Source.Cause.Chain != "" {
-		return &Cause{Chain: parent.Source.Cause.Chain, Depth: parent.Source.Cause.Depth + 1}
+		return &foldtype.Cause{Chain: parent.Source.Cause.Chain, Depth: parent.Source.Cause.Depth + 1}
 	}
-	return &Cause{Chain: fmt.Sprintf("%s@%d", parent.Path, parent.Offset), Depth: 1}
+	return &foldtype.Cause{Chain: fmt.Sprintf("%s@%d", parent.Path, parent.Offset), Depth: 1}
 }
 
 // loopLimitError is the recorded LOOP_LIMIT refusal of an emit.
-func loopLimitError(slug string, c *Cause, limit int) *Error {
-	return NewError(CodeLoopLimit, map[string]any{"slug": slug, "chain": c.Chain, "depth": c.Depth, "limit": limit, "recorded": true},
+func loopLimitError(slug string, c *foldtype.Cause, limit int) *Error {
+	return foldtype.NewError(foldtype.CodeLoopLimit, map[string]any{"slug": slug, "chain": c.Chain, "depth": c.Depth, "limit": limit, "recorded": true},
 		"processor %s: cause chain %s would reach depth %d, past the loop limit %d; the loop ends here (recorded as %s)",
-		quoteJSON(slug), quoteJSON(c.Chain), c.Depth, limit, LoopLimitType)
+		quoteJSON(slug), quoteJSON(c.Chain), c.Depth, limit, foldtype.LoopLimitType)
 }
 
 // isRecordedLoopLimit reports whether err is a LOOP_LIMIT whose fact was recorded: the end of a
 // loop, not a failure.
 func isRecordedLoopLimit(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeLoopLimit {
+	if !errors.As(err, &e) || e.Code != foldtype.CodeLoopLimit {
 		return false
 	}
 	rec, _ := e.Data["recorded"].(bool)
 	return rec
-}
-
-// StampOrigin returns inputs with source.origin set to path on every input whose source has no
-// origin; inputs without a source keep none. Streams call it before storing (the store and
-// testsupport.MemoryStream do).
-func StampOrigin(path string, inputs []EventInput) []EventInput {
-	var out []EventInput
-	for i, in := range inputs {
-		if in.Source == nil || in.Source.Origin != "" {
-			continue
-		}
-		if out == nil {
-			out = append([]EventInput(nil), inputs...)
-		}
-		src := *in.Source
-		src.Origin = path
-		out[i].Source = &src
-	}
-	if out == nil {
-		return inputs
-	}
-	return out
 }

@@ -6,20 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"time"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
-
-// CodeProcessEventFailed is the code of a ProcessEvent call that returned an error without a
-// catalogue code, or panicked (see [ProcessEventError]).
-const CodeProcessEventFailed Code = "PROCESS_EVENT_FAILED"
-
-// CodeProcessorFailing is the code a host answers reads of a failing processor with: its
-// ProcessEvent keeps failing on one event and it retries with backoff (503 over HTTP; the error's
-// Data holds the failure, see [ProcessorFailure]).
-const CodeProcessorFailing Code = "PROCESSOR_FAILING"
-
-// ErrProcessorFailing matches (with errors.Is) every PROCESSOR_FAILING error.
-var ErrProcessorFailing = &Error{Code: CodeProcessorFailing}
 
 // ProcessEventError is the error of a ProcessEvent call — or of the blocking work it started —
 // that failed or panicked. The engine keeps its cursor before the event, so the next push, read or
@@ -59,35 +48,7 @@ func (e *ProcessEventError) Code() Code {
 	if !e.Panicked && errors.As(e.Err, &fe) && fe.Code != "" {
 		return fe.Code
 	}
-	return CodeProcessEventFailed
-}
-
-// ProcessorFailure is a failing processor's state in a [ProcessorStatus]: what failed, where,
-// and when the host tries again.
-type ProcessorFailure struct {
-	// Code is the failure's catalogue code (PROCESS_EVENT_FAILED for an uncoded error or panic).
-	Code Code `json:"code"`
-	// Message is the failure's message.
-	Message string `json:"message"`
-	// Offset is the offset of the event that fails (0 for the eventless pass).
-	Offset int64 `json:"offset"`
-	// Attempts counts the failed attempts in a row.
-	Attempts int `json:"attempts"`
-	// NextRetry is when the host tries again.
-	NextRetry time.Time `json:"nextRetry"`
-}
-
-// SkippedEvents counts the events one processor skipped for one reason: a payload that breaks
-// its event's schema (reason SiteReducePayload) or a Reduce that failed or panicked (SiteReduce).
-type SkippedEvents struct {
-	// Reason is the failure site: processor.reduce.payload or processor.reduce.
-	Reason string `json:"reason"`
-	// Count is how many events were skipped for this reason since the engine opened.
-	Count int64 `json:"count"`
-	// LastOffset is the offset of the last one.
-	LastOffset int64 `json:"lastOffset"`
-	// LastError is the last one's error message.
-	LastError string `json:"lastError"`
+	return foldtype.CodeProcessEventFailed
 }
 
 // guardedStack is callGuarded keeping a panic's stack.
@@ -103,7 +64,7 @@ func guardedStack(f func() error) (err error, panicked bool, stack []byte) {
 // skipState is an engine's skipped-event counts, by reason, and the distinct failures already
 // logged in full.
 type skipState struct {
-	byReason map[string]*SkippedEvents
+	byReason map[string]*foldtype.SkippedEvents
 	logged   map[string]bool
 }
 
@@ -113,11 +74,11 @@ func (e *Engine[S]) noteSkip(site string, ev *Event, err error, stack []byte) {
 	msg := err.Error()
 	e.mu.Lock()
 	if e.skips.byReason == nil {
-		e.skips.byReason, e.skips.logged = map[string]*SkippedEvents{}, map[string]bool{}
+		e.skips.byReason, e.skips.logged = map[string]*foldtype.SkippedEvents{}, map[string]bool{}
 	}
 	st := e.skips.byReason[site]
 	if st == nil {
-		st = &SkippedEvents{Reason: site}
+		st = &foldtype.SkippedEvents{Reason: site}
 		e.skips.byReason[site] = st
 	}
 	st.Count++
@@ -143,11 +104,11 @@ func (e *Engine[S]) noteSkip(site string, ev *Event, err error, stack []byte) {
 }
 
 // skipped returns the skipped-event counts, by reason. e.mu held.
-func (e *Engine[S]) skippedLocked() []SkippedEvents {
+func (e *Engine[S]) skippedLocked() []foldtype.SkippedEvents {
 	if len(e.skips.byReason) == 0 {
 		return nil
 	}
-	out := make([]SkippedEvents, 0, len(e.skips.byReason))
+	out := make([]foldtype.SkippedEvents, 0, len(e.skips.byReason))
 	for _, site := range []string{SiteReducePayload, SiteReduce} {
 		if st := e.skips.byReason[site]; st != nil {
 			out = append(out, *st)
@@ -167,7 +128,7 @@ func (e *Engine[S]) logger() *slog.Logger {
 // err unchanged (the engine's verbs answer the processor's own error). An error that ends the
 // engine's work (its context, a closed engine) is not a failure of the processor.
 func (e *Engine[S]) noteProcessFailure(ev *Event, err error, panicked bool, stack []byte) error {
-	if !panicked && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed)) {
+	if !panicked && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, foldtype.ErrClosed)) {
 		return err
 	}
 	f := &ProcessEventError{Slug: e.c.Slug(), Err: err, Panicked: panicked, Stack: stack}

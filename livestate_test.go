@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -20,7 +22,7 @@ func TestP32_OneDeltaPerChange(t *testing.T) {
 	mem, _ := setupTally(t)
 	appendT(t, mem, ev("tick"))
 	settle(t, mem)
-	ds := mem.EventsOfType(foldstream.LiveStateChangedType)
+	ds := mem.EventsOfType(foldtype.LiveStateChangedType)
 	if len(ds) != 1 {
 		t.Fatalf("deltas: got %d, want 1", len(ds))
 	}
@@ -52,7 +54,7 @@ func TestP34_LiveSnapshotIsTheProjection(t *testing.T) {
 	mem, eng := setupTally(t)
 	appendT(t, mem, ev("other"))
 	settle(t, mem)
-	seed := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctxFor(t)))
+	seed := must[foldtype.LiveSnapshot](t)(eng.LiveSnapshot(ctxFor(t)))
 	eq(t, "seed state", string(seed.State), `{"count":0}`)
 	appendT(t, mem, ev("tick"))
 	settle(t, mem)
@@ -79,7 +81,7 @@ func TestP35_EqualFreshProjectionEmitsNothing(t *testing.T) {
 func TestP36_NoProcessorReducesADelta(t *testing.T) {
 	t.Parallel()
 	mem, _ := setupTally(t)
-	sneaky := &fn[nState]{Base: foldstream.NewBase(nContract(t, "sneaky", "1", "*", foldstream.LiveStateChangedType)), reduce: incN, project: projectNull[nState]}
+	sneaky := &fn[nState]{Base: foldstream.NewBase(nContract(t, "sneaky", "1", "*", foldtype.LiveStateChangedType)), reduce: incN, project: projectNull[nState]}
 	s := newEngine[nState](t, sneaky, mem, testsupport.MemoryCheckpoints())
 	mem.Register(s)
 	appendT(t, mem, ev("tick"))
@@ -396,7 +398,7 @@ func TestCallersSeeAnOffsetOnlyAfterItsLiveStateIsPublished(t *testing.T) {
 	ctx := ctxFor(t)
 	appendT(t, mem, ev(tickType))
 	mustDo(t, eng.WaitUntilProcessed(ctx, 1, 0))
-	live := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
+	live := must[foldtype.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
 	jsonEq(t, "live state at 1", live.State, `{"n":1}`)
 	eq(t, "seen before the live state was published", early.get(), []string(nil))
 }
@@ -459,5 +461,79 @@ func TestSnapshotJSONContainsAPanickingMarshal(t *testing.T) {
 	eng := newEngine[explosiveState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
 	if _, _, err := eng.SnapshotJSON(ctxFor(t)); err == nil {
 		t.Fatal("SnapshotJSON succeeded")
+	}
+}
+
+type liveItem struct {
+	ID    int               `json:"id"`
+	Name  string            `json:"name,omitempty"`
+	Tags  []string          `json:"tags"`
+	Score float64           `json:"score"`
+	Extra map[string]any    `json:"extra,omitempty"`
+	Next  *liveItem         `json:"next,omitempty"`
+	Attrs map[string]string `json:"attrs"`
+}
+
+type liveDoc struct {
+	Items   []liveItem          `json:"items"`
+	Index   map[string]liveItem `json:"index"`
+	Counter int                 `json:"counter"`
+	Note    any                 `json:"note"`
+}
+
+// A value changed in place, one part at a time, publishes deltas that rebuild it exactly: every
+// change anywhere is seen, whether Set re-encodes it from scratch or against the previous text.
+func TestLiveStateFollowsInPlaceChanges(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	d := liveDoc{Index: map[string]liveItem{}}
+	for i := range 40 {
+		it := liveItem{ID: i, Name: fmt.Sprint("n", i), Tags: []string{"a", "b"}, Score: float64(i) / 3, Attrs: map[string]string{"k": "v"}}
+		d.Items = append(d.Items, it)
+		d.Index[fmt.Sprint("k", i)] = it
+	}
+	sink := &recSink{}
+	l, _ := newLive(sink, d)
+	doc := foldstream.JSON(d)
+	for step := range 300 {
+		i := r.IntN(len(d.Items))
+		it := &d.Items[i]
+		switch r.IntN(10) {
+		case 0:
+			d.Counter++
+		case 1:
+			it.Tags[r.IntN(len(it.Tags))] = fmt.Sprint("t", step) // a shared backing array changed in place
+		case 2:
+			it.Tags = append(it.Tags, "x")
+		case 3:
+			it.Name = ""
+		case 4:
+			it.Score = -it.Score * 1e-7
+		case 5:
+			it.Attrs[fmt.Sprint("a", r.IntN(3))] = fmt.Sprint(step) // a map changed in place
+		case 6:
+			d.Index[fmt.Sprint("k", r.IntN(50))] = *it
+		case 7:
+			delete(d.Index, fmt.Sprint("k", r.IntN(50)))
+		case 8:
+			it.Next = &liveItem{ID: step, Extra: map[string]any{"n": json.Number("12345678901234567890"), "s": "<&>"}}
+		case 9:
+			d.Note = []any{step, map[string]any{"x": step % 3}}
+		}
+		l.Set(d)
+		waitLive(t, l)
+		for _, fr := range sink.frames() {
+			doc = must[json.RawMessage](t)(foldstream.ApplyPatch(doc, foldstream.JSON(fr.Patch)))
+		}
+		sink.mu.Lock()
+		sink.issued = nil
+		sink.mu.Unlock()
+		if want := foldstream.JSON(d); !rawjson.Equal(doc, want) {
+			t.Fatalf("step %d: deltas rebuild %s\nwant %s", step, doc, want)
+		}
+		_, held, err := l.SnapshotJSON()
+		if want, _ := rawjson.Marshal(d); err != nil || string(held) != string(want) {
+			t.Fatalf("step %d: held JSON %s (%v), want %s", step, held, err, want)
+		}
 	}
 }

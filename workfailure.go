@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Work that keeps dying (docs/engine.md#work-that-keeps-dying). A background attempt's work may
@@ -19,13 +21,6 @@ const MaxDeaths = 5
 
 // WorkStartedKey is the key-value key of the work-started marker.
 const WorkStartedKey = "processor-work-started"
-
-// CodePermanentFailure: a processor's background work died with its host MaxDeaths times on the
-// same code; the host does not revive it again until it receives an event.
-const CodePermanentFailure Code = "PERMANENT_FAILURE"
-
-// ErrPermanentFailure matches the PERMANENT_FAILURE error of [Engine.Revive].
-var ErrPermanentFailure = &Error{Code: CodePermanentFailure}
 
 // WorkFailedType is the host's record of a processor whose work it stopped reviving: payload
 // {"facet": <slug>, "error": <message>}.
@@ -54,7 +49,7 @@ type WorkStarted struct {
 
 // PermanentFailureError builds the PERMANENT_FAILURE error of slug after deaths deaths.
 func PermanentFailureError(slug string, deaths int) *Error {
-	return NewError(CodePermanentFailure, map[string]any{"slug": slug, "deaths": deaths},
+	return foldtype.NewError(foldtype.CodePermanentFailure, map[string]any{"slug": slug, "deaths": deaths},
 		"processor %q: its work in flight died with its host %d times, so it is not started again until the processor receives an event",
 		slug, deaths)
 }

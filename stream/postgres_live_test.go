@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
@@ -291,7 +291,7 @@ func TestPostgresLiveReaderOfAStreamDeletedOnAnotherNodeEnds(t *testing.T) {
 		err := lr.err
 		lr.mu.Unlock()
 		if err != nil {
-			if !errors.Is(err, foldstream.ErrStreamNotFound) {
+			if !errors.Is(err, foldtype.ErrStreamNotFound) {
 				t.Fatalf("live reader ended with %v, want STREAM_NOT_FOUND", err)
 			}
 			break
@@ -317,7 +317,7 @@ func TestPostgresSubscriberGetsAnotherNodesEventsWithoutReadingTheDatabase(t *te
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
-	if _, err := a.Append(ctx, "/ev", foldstream.EventInput{Type: "t", Payload: foldstream.JSON(0)}); err != nil {
+	if _, err := a.Append(ctx, "/ev", foldtype.EventInput{Type: "t", Payload: foldtype.JSON(0)}); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector()
@@ -329,7 +329,7 @@ func TestPostgresSubscriberGetsAnotherNodesEventsWithoutReadingTheDatabase(t *te
 	before := reads(t, b)
 	const n = 20
 	for i := 1; i <= n; i++ {
-		if _, err := a.Append(ctx, "/ev", foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
+		if _, err := a.Append(ctx, "/ev", foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
