@@ -104,31 +104,19 @@ const MaxMessagesPerRecord = 100000
 // FlattenJSON validates a JSON body and flattens a top-level array one level (docs/store.md#appending),
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
-	body = bytes.TrimSpace(body) // Unicode space around the body, as before the one-pass scanner
-	spans, isArray, ok := scanJSONBody(body)
-	if !ok {
+	body = bytes.TrimSpace(body) // Unicode space around the body, as encoding/json allows only ASCII
+	msgs, isArray, n, err := rawjson.Split(body, nil, MaxMessagesPerRecord)
+	switch {
+	case errors.Is(err, rawjson.ErrTooMany):
+		return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
+	case err != nil:
 		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
+	case isArray && n == 0 && !allowEmpty:
+		return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 	}
-	if isArray {
-		if len(spans) == 0 && !allowEmpty {
-			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
-		}
-		if len(spans) > MaxMessagesPerRecord {
-			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(spans), MaxMessagesPerRecord)
-		}
-	}
-	out := make([][]byte, len(spans))
-	for i, sp := range spans {
-		r := body[sp.start:sp.end]
-		if !sp.ws {
-			out[i] = r // already compact (the common case for machine-written JSON)
-			continue
-		}
-		var b bytes.Buffer
-		if err := json.Compact(&b, r); err != nil {
-			return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
-		}
-		out[i] = b.Bytes()
+	out := make([][]byte, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i].Raw
 	}
 	return out, nil
 }
