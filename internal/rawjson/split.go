@@ -118,6 +118,13 @@ func (m *Message) Member(i int) Member {
 	return Member{Value: m.Raw[f.start:f.end:f.end], Kinds: f.kinds}
 }
 
+// Own returns the message on a copy of its text, so it outlives the body it was split from.
+func (m *Message) Own() Message {
+	c := *m
+	c.Raw = bytes.Clone(m.Raw)
+	return c
+}
+
 // Folded returns the positions of the members whose key matches the Keys' fold name in any
 // case, in text order.
 func (m *Message) Folded() []Span { return m.folded }
@@ -258,6 +265,22 @@ func Split(body []byte, keys *Keys, limit int) (msgs []Message, isArray bool, co
 		return nil, true, s.count, ErrTooMany
 	}
 	return s.msgs, true, s.count, nil
+}
+
+// ScanValue validates b as one JSON value with optional whitespace around it, as [Split] does,
+// and returns it as one message (an array is not split).
+func ScanValue(b []byte, keys *Keys) (Message, error) {
+	splits.Add(1)
+	s := &splitter{b: b, keys: keys}
+	s.skipWS()
+	if s.i >= len(b) || !s.message() {
+		return Message{}, ErrMalformed
+	}
+	s.skipWS()
+	if s.i != len(b) {
+		return Message{}, ErrMalformed
+	}
+	return s.msgs[0], nil
 }
 
 // CutArray returns a JSON array of the first n elements of the array body, which must be
