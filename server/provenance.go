@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -20,15 +20,15 @@ import (
 // {"principal": {"actor": …}} of the authorized principal is set when there is one; an
 // idempotency key with the reserved prefix refuses the write. It returns a coded refusal for a
 // body that is not UTF-8.
-func provenanceOf(body []byte, principal *foldstream.Principal, reservedPrefix string) (*stream.Provenance, *foldstream.Error) {
+func provenanceOf(body []byte, principal *foldtype.Principal, reservedPrefix string) (*stream.Provenance, *foldtype.Error) {
 	if !utf8.Valid(body) {
-		return nil, foldstream.NewError(foldstream.CodeBadRequest, nil, "the body is not valid UTF-8 (JSON text must be)")
+		return nil, foldtype.NewError(foldtype.CodeBadRequest, nil, "the body is not valid UTF-8 (JSON text must be)")
 	}
 	p := &stream.Provenance{ReservedKeyPrefix: reservedPrefix}
 	if principal != nil {
-		stamp, err := json.Marshal(foldstream.Source{Principal: principal})
+		stamp, err := json.Marshal(foldtype.Source{Principal: principal})
 		if err != nil {
-			return nil, foldstream.NewError(foldstream.CodeBadRequest, nil, "the principal cannot be stamped: %v", err)
+			return nil, foldtype.NewError(foldtype.CodeBadRequest, nil, "the principal cannot be stamped: %v", err)
 		}
 		p.Source = stamp
 	}

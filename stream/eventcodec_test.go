@@ -7,18 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // decodeEventReference is decodeEvent as it was before the one scan: encoding/json's Valid, then
 // an exact-key decoding into raw fields.
-func decodeEventReference(path string, e message) (foldstream.Event, error) {
+func decodeEventReference(path string, e message) (foldtype.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	if !json.Valid(body) {
-		return foldstream.Event{}, unreadable(e.Offset)
+		return foldtype.Event{}, unreadable(e.Offset)
 	}
-	ev := foldstream.Event{Offset: e.Offset, Path: path}
+	ev := foldtype.Event{Offset: e.Offset, Path: path}
 	var b struct {
 		Type           json.RawMessage `json:"type"`
 		Payload        json.RawMessage `json:"payload"`
@@ -33,7 +33,7 @@ func decodeEventReference(path string, e message) (foldstream.Event, error) {
 		ev.Payload = nonNull(b.Payload)
 		ev.Metadata = nonNull(b.Metadata)
 		if len(nonNull(b.Source)) > 0 {
-			var src foldstream.Source
+			var src foldtype.Source
 			if rawjson.UnmarshalExact(b.Source, &src) == nil {
 				ev.Source = &src
 			}
@@ -93,9 +93,9 @@ func FuzzDecodeEvent(f *testing.F) {
 
 // eventKeyOfReference and controlOfMessageReference are the probes as they were before the one
 // scan: exact-key decodings into typed fields.
-func eventKeyOfReference(msg []byte) (foldstream.EventInput, string) {
+func eventKeyOfReference(msg []byte) (foldtype.EventInput, string) {
 	if len(msg) == 0 || msg[0] != '{' {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
 	var probe struct {
 		Type           *string         `json:"type"`
@@ -104,14 +104,14 @@ func eventKeyOfReference(msg []byte) (foldstream.EventInput, string) {
 		Metadata       json.RawMessage `json:"metadata"`
 	}
 	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
-	return foldstream.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
+	return foldtype.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
 }
 
-func controlOfMessageReference(msg []byte) (foldstream.ControlKind, string) {
+func controlOfMessageReference(msg []byte) (foldtype.ControlKind, string) {
 	if len(msg) == 0 || msg[0] != '{' {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
 	var probe struct {
 		Type      *string         `json:"type"`
@@ -119,9 +119,9 @@ func controlOfMessageReference(msg []byte) (foldstream.ControlKind, string) {
 		Ephemeral bool            `json:"ephemeral"`
 	}
 	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
-	return foldstream.ParseControl(*probe.Type, probe.Payload, false)
+	return foldtype.ParseControl(*probe.Type, probe.Payload, false)
 }
 
 // FuzzMessageProbes checks the idempotency-key and control probes, read from the one scan,

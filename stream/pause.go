@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"database/sql"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Pausing a stream (docs/store.md#pausing-a-stream). The pause state is the fold of the stream's
-// control events (foldstream.TypeStreamPaused, foldstream.TypeStreamResumed), kept in the stream
+// control events (foldtype.TypeStreamPaused, foldtype.TypeStreamResumed), kept in the stream
 // row (driver.Stream.Paused) and written in the transaction that lands the control event, so it is
 // exactly as durable as the log that says it. The writer's cached row carries it: judging a batch
 // costs no query, paused or not.
@@ -28,24 +28,24 @@ var controlMarker = []byte("events.iterate.com/stream/")
 // controlOfMessage classifies a protocol message as a control event, from its members as the
 // body's one scan found them. A type without escapes that does not start with the control prefix
 // cannot name a control type, so most messages cost a prefix comparison.
-func controlOfMessage(msg *rawjson.Message) (foldstream.ControlKind, string) {
+func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
 	if msg.Raw[0] != '{' {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
 	t := msg.Member(mType)
 	if t.Kinds == 0 || (bytes.IndexByte(t.Value, '\\') < 0 && !bytes.HasPrefix(t.Value[1:], controlMarker)) {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
 	// As a decoding into typed fields would, a wrong kind of "type" or "ephemeral" anywhere in the
 	// message makes it no control event.
 	if !stringOrNull(t.Kinds) || msg.Member(mEphemeral).Kinds&^(rawjson.KindBool|rawjson.KindNull) != 0 {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
 	typ, ok := t.String()
 	if !ok {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
-	return foldstream.ParseControl(typ, msg.Member(mPayload).Value, false)
+	return foldtype.ParseControl(typ, msg.Member(mPayload).Value, false)
 }
 
 // foldControl folds the batch's fresh durable control events into the stream's pause state and
@@ -57,9 +57,9 @@ func (s *Store) foldControl(t *tx, m *streamMem, batch []pending, adm []admitted
 			continue
 		}
 		switch p.ctl {
-		case foldstream.ControlPause:
+		case foldtype.ControlPause:
 			paused, reason = true, p.reason
-		case foldstream.ControlResume:
+		case foldtype.ControlResume:
 			paused, reason = false, ""
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -123,7 +123,7 @@ func (p *Provenance) apply(msgs []rawjson.Message, isArray bool) error {
 					data["index"] = i
 					where = " (message " + strconv.Itoa(i) + ")"
 				}
-				return foldstream.NewError(foldstream.CodeReservedKey, data,
+				return foldtype.NewError(foldtype.CodeReservedKey, data,
 					"idempotency key %q%s starts with %q, which is reserved for processors' own events", key, where, p.ReservedKeyPrefix)
 			}
 		}
@@ -173,11 +173,11 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 	msgs, isArray, n, err := rawjson.Split(body, msgKeys, MaxMessagesPerRecord)
 	switch {
 	case errors.Is(err, rawjson.ErrTooMany):
-		return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
+		return nil, perr(foldtype.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
 	case err != nil:
-		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
+		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
 	case isArray && n == 0 && !allowEmpty:
-		return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
+		return nil, perr(foldtype.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 	}
 	if prov != nil {
 		if err := prov.apply(msgs, isArray); err != nil {
@@ -190,10 +190,10 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 // CreateStream creates a stream, or confirms an identical existing one.
 func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
 	if req.HasTTL && req.TTLSeconds <= 0 {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
 	}
 	var res CreateResult
 	err := s.write(ctx, func(t *tx) error {
@@ -221,7 +221,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		}
 		switch lv {
 		case streamGone:
-			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
+			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
 		case streamMissing:
 			if err := s.hardDelete(t, existing); err != nil {
 				return CreateResult{}, err
@@ -231,7 +231,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	}
 
 	if !req.ExpiresAt.IsZero() && !req.ExpiresAt.After(now) {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "the expiry time %s has already passed",
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "the expiry time %s has already passed",
 			req.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
 
@@ -240,8 +240,8 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	if req.ForkedFrom != "" {
 		sm, err := s.liveStream(t, req.ForkedFrom)
 		if err != nil {
-			if errors.Is(err, foldstream.ErrStreamGone) {
-				return CreateResult{}, perr(foldstream.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
+			if errors.Is(err, foldtype.ErrStreamGone) {
+				return CreateResult{}, perr(foldtype.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
 			}
 			return CreateResult{}, err
 		}
@@ -251,7 +251,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
 		} else if MediaType(req.ContentType) != MediaType(src.ContentType) {
-			return CreateResult{}, perr(foldstream.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
+			return CreateResult{}, perr(foldtype.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
 			req.HasTTL, req.TTLSeconds = src.TTLSeconds.Valid, src.TTLSeconds.Int64
@@ -271,7 +271,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 
 	if existing != nil {
 		if !sameConfig(existing, src, req) {
-			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
+			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
 		}
 		return CreateResult{Created: false, Info: infoOf(existing)}, nil
 	}
@@ -293,7 +293,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			forkOffset = req.ForkOffset
 		}
 		if forkOffset < 0 || forkOffset > src.Tail {
-			return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is past the source's tail")
+			return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offset is past the source's tail")
 		}
 		// The tail is always a boundary, even with no message ending there: an event batch ending
 		// with an ephemeral moves the durable mark to the ephemeral's offset.
@@ -303,7 +303,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 				return CreateResult{}, err
 			}
 			if !ok {
-				return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is not a record boundary of the source")
+				return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offset is not a record boundary of the source")
 			}
 		}
 		if req.ForkSubOffset > 0 {
@@ -313,7 +313,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offsets need a fork source")
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offsets need a fork source")
 	}
 
 	nowMs := now.UnixMilli()
@@ -443,7 +443,7 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 		return nil, err
 	}
 	if n != sub {
-		return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+		return nil, perr(foldtype.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
 	return rec, nil
 }
@@ -487,7 +487,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 			var err error
 			var gapStream int64
 			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
-			if gapStream != 0 && errors.Is(err, foldstream.ErrSequenceGap) {
+			if gapStream != 0 && errors.Is(err, foldtype.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
 				gapWake = s.changed(gapStream)
@@ -574,7 +574,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 	}
 
 	if !closeOnly && MediaType(req.ContentType) != MediaType(r.ContentType) {
-		return AppendResult{}, perr(foldstream.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
+		return AppendResult{}, perr(foldtype.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
 	// The producer decision table (docs/store.md#idempotent-producers). Validation proposes;
@@ -590,7 +590,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 			return AppendResult{}, staleEpochError(st.Epoch)
 		case p.Epoch > st.Epoch:
 			if p.Seq != 0 {
-				return AppendResult{}, perr(foldstream.CodeBadRequest, "a new producer epoch must start at seq 0")
+				return AppendResult{}, perr(foldtype.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
 		case p.Seq <= st.LastSeq:
 			return AppendResult{Tail: m.Tail, Duplicate: true, Epoch: st.Epoch, Seq: st.LastSeq}, nil
@@ -601,10 +601,10 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 	}
 
 	if req.StreamSeq != "" && r.StreamSeq.Valid && req.StreamSeq <= r.StreamSeq.String {
-		return AppendResult{}, perr(foldstream.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
+		return AppendResult{}, perr(foldtype.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
 	}
 	if req.HasExpectedTail && req.ExpectedTail != m.Tail {
-		e := foldstream.OffsetConflictError(req.ExpectedTail, m.Tail)
+		e := foldtype.OffsetConflictError(req.ExpectedTail, m.Tail)
 		e.Data[DataTail] = m.Tail
 		return AppendResult{}, e
 	}
@@ -709,7 +709,7 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) erro
 		if !listening {
 			return
 		}
-		events := make([]foldstream.Event, 0, len(batch))
+		events := make([]foldtype.Event, 0, len(batch))
 		for i, p := range batch {
 			if adm[i].dup {
 				continue
@@ -729,23 +729,23 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) erro
 // "type" and a non-empty string "idempotencyKey", read by their exact names as the event view
 // reads them), or "". As a decoding into string fields would, a message where any occurrence of
 // either member is neither a string nor null has none.
-func eventKeyOf(msg *rawjson.Message) (foldstream.EventInput, string) {
+func eventKeyOf(msg *rawjson.Message) (foldtype.EventInput, string) {
 	if msg.Raw[0] != '{' {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
 	t, k := msg.Member(mType), msg.Member(mKey)
 	if k.Kinds == 0 || !stringOrNull(t.Kinds) || !stringOrNull(k.Kinds) {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
 	typ, ok := t.String()
 	if !ok {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
 	key, _ := k.String()
 	if key == "" {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
-	return foldstream.EventInput{Type: typ, Payload: msg.Member(mPayload).Value, Metadata: msg.Member(mMetadata).Value}, key
+	return foldtype.EventInput{Type: typ, Payload: msg.Member(mPayload).Value, Metadata: msg.Member(mMetadata).Value}, key
 }
 
 // stringOrNull reports whether every occurrence of a member is a string or null.
