@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
@@ -27,7 +27,7 @@ import (
 // insert into the same file layout in one run and reports their ratio.
 
 // benchPayload makes an event of about 200 bytes stored.
-var benchPayload = foldstream.JSON(map[string]any{"user": "u-12345", "note": strings.Repeat("x", 100), "n": 42})
+var benchPayload = foldtype.JSON(map[string]any{"user": "u-12345", "note": strings.Repeat("x", 100), "n": 42})
 
 func benchStore(b *testing.B) (*Store, string) {
 	b.Helper()
@@ -55,7 +55,7 @@ func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := s.Append(ctx, "/bench", foldstream.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				if _, err := s.Append(ctx, "/bench", foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -140,7 +140,7 @@ func (r *rawInserter) insert(b *testing.B, n, batch int) time.Duration {
 }
 
 func mustPrefix(b *testing.B) []byte {
-	p, err := prepareInputs([]foldstream.EventInput{{Type: "bench/event", Payload: benchPayload}})
+	p, err := prepareInputs([]foldtype.EventInput{{Type: "bench/event", Payload: benchPayload}})
 	if err != nil {
 		b.Fatal(err)
 	}
