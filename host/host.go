@@ -159,7 +159,7 @@ type Host struct {
 	leases *leaseSet
 
 	hasPatterns  atomic.Bool
-	woken        sync.Map                        // path → id of the stream this host woke there (wakeOnce)
+	woken        wokenSet                        // the streams this host woke, at most maxWokenRemembered (wakeOnce)
 	refusing     atomic.Pointer[[]*registration] // registrations with RefuseInvalidEvents
 	removeCheck  func()                          // removes the store's append check
 	stopWatching func()
