@@ -383,7 +383,7 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 				}
 				if !inKill && !lostLease(nodes, c.Node, c.Path) {
 					t.Fatalf("%s: the side effect of tick %d ran %d times (%+v, next at +%v); only a run on a node killed within its lease window afterwards, or one whose lease ran out, may repeat (kills: %v)\n%s",
-						path(i), n, len(cs), cs, cs[j+1].at.Sub(c.at), killedAt, grepLogs(nodes, path(i)))
+						path(i), n, len(cs), cs, cs[j+1].at.Sub(c.at), killedAt, grepLogs(nodes, path(i))+grepLogs(nodes, "host shut"))
 				}
 				twice++
 			}
@@ -396,7 +396,8 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 				}
 			}
 			if lag := cs[0].at.Sub(at); !near && lag > 5*time.Second {
-				t.Fatalf("%s: tick %d appended away from any kill had its effect after %v", path(i), n, lag)
+				t.Fatalf("%s: tick %d appended away from any kill had its effect after %v (%+v)\n%s", path(i), n, lag, cs,
+					grepLogs(nodes, path(i))+grepLogs(nodes, "host shut"))
 			}
 		}
 	}

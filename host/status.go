@@ -170,6 +170,9 @@ func (h *Host) localStatusLocked(sl *slot) leaseStatus {
 			st.State, st.Failing = foldstream.StateFailing, &cp
 		}
 		return st
+	case slotClosing:
+		// Finishing its work before it closes (idle, handed over, or the host stopping).
+		return leaseStatus{State: foldstream.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
 	}
 	return leaseStatus{State: foldstream.StateCatchingUp}
 }

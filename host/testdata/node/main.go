@@ -176,7 +176,12 @@ func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration,
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		_ = h.Shutdown(sctx)
+		start := time.Now()
+		if err := h.Shutdown(sctx); err != nil {
+			logger.Error("host shutdown", "err", err, "after", time.Since(start))
+		} else {
+			logger.Info("host shut down", "after", time.Since(start))
+		}
 		_ = srv.Shutdown(sctx)
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
