@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -47,18 +47,18 @@ func TestEveryNodeReportsTheOneStateOwnerAndGenerationOfAProcessor(t *testing.T)
 				hosts[i] = h
 			}
 			const path = "/f/1"
-			if _, err := stores[0].Append(ctx, path, foldstream.EventInput{Type: "tick"}); err != nil {
+			if _, err := stores[0].Append(ctx, path, foldtype.EventInput{Type: "tick"}); err != nil {
 				t.Fatal(err)
 			}
 			// agree waits until both nodes report state with one owner and generation, and
 			// returns the owner's status.
-			agree := func(state string) foldstream.ProcessorStatus {
+			agree := func(state string) foldtype.ProcessorStatus {
 				t.Helper()
 				deadline := time.Now().Add(20 * time.Second)
 				for {
 					a, b := statusOf(t, hosts[0], path, "flaky"), statusOf(t, hosts[1], path, "flaky")
 					if a.State == state && b.State == state && a.Owner == b.Owner && a.Generation == b.Generation &&
-						(state == foldstream.StateIdle || (a.Owner != "" && a.Local != b.Local)) {
+						(state == foldtype.StateIdle || (a.Owner != "" && a.Local != b.Local)) {
 						if a.Local {
 							return a
 						}
@@ -70,7 +70,7 @@ func TestEveryNodeReportsTheOneStateOwnerAndGenerationOfAProcessor(t *testing.T)
 					time.Sleep(20 * time.Millisecond) // the other node learns it from the owner's next renewal
 				}
 			}
-			st := agree(foldstream.StateRunning)
+			st := agree(foldtype.StateRunning)
 			if st.Generation < 1 || st.Offset < 1 {
 				t.Fatalf("running: %+v, want a lease generation and the event's offset", st)
 			}
@@ -79,21 +79,21 @@ func TestEveryNodeReportsTheOneStateOwnerAndGenerationOfAProcessor(t *testing.T)
 				owner = 1
 			}
 			procs[owner].broken.Store(true)
-			bad, err := stores[1-owner].Append(ctx, path, foldstream.EventInput{Type: "bad"})
+			bad, err := stores[1-owner].Append(ctx, path, foldtype.EventInput{Type: "bad"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			st = agree(foldstream.StateFailing)
+			st = agree(foldtype.StateFailing)
 			other := statusOf(t, hosts[1-owner], path, "flaky")
 			if st.Failing == nil || other.Failing == nil || other.Failing.Offset != bad[0].Offset || other.Failing.Code != st.Failing.Code {
 				t.Fatalf("failing: owner %+v, other node %+v, want the failure at offset %d on both", st.Failing, other.Failing, bad[0].Offset)
 			}
 			procs[owner].broken.Store(false)
-			st = agree(foldstream.StateRunning)
+			st = agree(foldtype.StateRunning)
 			if st.Offset < bad[0].Offset {
 				t.Fatalf("recovered: %+v, want it through offset %d", st, bad[0].Offset)
 			}
-			agree(foldstream.StateIdle) // IdleTimeout closed the engine and released the lease idle
+			agree(foldtype.StateIdle) // IdleTimeout closed the engine and released the lease idle
 		})
 	}
 }
@@ -112,13 +112,13 @@ func TestAPatternProcessorThatNeverHadWorkIsIdle(t *testing.T) {
 	if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/u/1", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
-	if st := statusOf(t, h, "/u/1", "tick"); st.State != foldstream.StateIdle || st.Owner != "" || st.Open {
+	if st := statusOf(t, h, "/u/1", "tick"); st.State != foldtype.StateIdle || st.Owner != "" || st.Open {
 		t.Fatalf("a processor that never had work: %+v, want idle with no owner", st)
 	}
-	if _, err := s.Append(ctx, "/u/1", foldstream.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Append(ctx, "/u/1", foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return statusOf(t, h, "/u/1", "tick").State == foldstream.StateRunning })
+	waitFor(t, func() bool { return statusOf(t, h, "/u/1", "tick").State == foldtype.StateRunning })
 	if st := statusOf(t, h, "/u/1", "tick"); st.Owner != h.NodeID() || !st.Local || st.Generation < 1 {
 		t.Fatalf("running: %+v, want this node as its owner", st)
 	}

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// statusReporter is implemented by runners that report their own status (*foldstream.Engine does).
+// statusReporter is implemented by runners that report their own status (*foldtype.Engine does).
 type statusReporter interface {
-	Status() foldstream.ProcessorStatus
+	Status() foldtype.ProcessorStatus
 }
 
 // ProcessorsOn returns the status of every processor the host runs on the stream at path, sorted
@@ -26,7 +26,7 @@ type statusReporter interface {
 // a node to take it over. The offset is the owner's engine's, or the furthest of the owner's
 // report and the stored checkpoint. It returns an empty slice when the host runs none there or is
 // shut down.
-func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus {
+func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus {
 	type entry struct {
 		reg   *registration
 		sl    *slot
@@ -46,11 +46,11 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			}
 		}
 	}
-	out := make([]foldstream.ProcessorStatus, 0, len(entries))
+	out := make([]foldtype.ProcessorStatus, 0, len(entries))
 	local := make([]bool, 0, len(entries)) // the status is this node's engine's
 	patterns := false
 	for _, e := range entries {
-		st := foldstream.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
+		st := foldtype.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
 		mine := false
 		if e.sl != nil && (e.sl.state == slotOpen || e.sl.state == slotParked) {
 			mine = true
@@ -74,7 +74,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 	if patterns {
 		if _, err := h.store.HeadStream(ctx, path); err != nil {
 			// Patterns cover existing streams only: keep the exact registrations.
-			var kept []foldstream.ProcessorStatus
+			var kept []foldtype.ProcessorStatus
 			var keptLocal []bool
 			for i, e := range entries {
 				if e.exact {
@@ -83,7 +83,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			}
 			out, local = kept, keptLocal
 			if out == nil {
-				out = []foldstream.ProcessorStatus{}
+				out = []foldtype.ProcessorStatus{}
 			}
 		}
 	}
@@ -121,13 +121,13 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			// Another node runs it (or this one is opening it): the state its owner stored.
 			var rep leaseStatus
 			if l.Status == "" || json.Unmarshal([]byte(l.Status), &rep) != nil || rep.State == "" {
-				rep = leaseStatus{State: foldstream.StateCatchingUp} // just taken: no report yet
+				rep = leaseStatus{State: foldtype.StateCatchingUp} // just taken: no report yet
 			}
 			st.State, st.Offset, st.Failing, st.Parked = rep.State, rep.Offset, rep.Failing, rep.Parked
 		case ok && !l.Idle:
-			st.State = foldstream.StateUnowned
+			st.State = foldtype.StateUnowned
 		default:
-			st.State = foldstream.StateIdle
+			st.State = foldtype.StateIdle
 		}
 		if cps == nil {
 			c, err := h.checkpoints(path)
@@ -147,34 +147,34 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 // leaseStatus is what the owner of a processor's lease stores with it at each renewal
 // (driver.Lease.Status), so every node shows the same state.
 type leaseStatus struct {
-	State   string                       `json:"state"`
-	Offset  int64                        `json:"offset,omitempty"`
-	Failing *foldstream.ProcessorFailure `json:"failing,omitempty"`
-	Parked  *foldstream.ProcessorError   `json:"parked,omitempty"`
+	State   string                     `json:"state"`
+	Offset  int64                      `json:"offset,omitempty"`
+	Failing *foldtype.ProcessorFailure `json:"failing,omitempty"`
+	Parked  *foldtype.ProcessorError   `json:"parked,omitempty"`
 }
 
 // localStatusLocked is the state of sl on this node. h.mu held.
 func (h *Host) localStatusLocked(sl *slot) leaseStatus {
 	switch sl.state {
 	case slotParked:
-		return leaseStatus{State: foldstream.StateParked, Parked: parkedStatus(sl.parked)}
+		return leaseStatus{State: foldtype.StateParked, Parked: parkedStatus(sl.parked)}
 	case slotOpen:
-		st := leaseStatus{State: foldstream.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
+		st := leaseStatus{State: foldtype.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
 		select {
 		case <-sl.caughtUp:
 		default:
-			st.State = foldstream.StateCatchingUp
+			st.State = foldtype.StateCatchingUp
 		}
 		if f := sl.failing; f != nil {
 			cp := *f
-			st.State, st.Failing = foldstream.StateFailing, &cp
+			st.State, st.Failing = foldtype.StateFailing, &cp
 		}
 		return st
 	case slotClosing:
 		// Finishing its work before it closes (idle, handed over, or the host stopping).
-		return leaseStatus{State: foldstream.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
+		return leaseStatus{State: foldtype.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
 	}
-	return leaseStatus{State: foldstream.StateCatchingUp}
+	return leaseStatus{State: foldtype.StateCatchingUp}
 }
 
 // leaseStatuses returns, as JSON, the state of every processor this node has an engine for (the
@@ -195,13 +195,13 @@ func (h *Host) leaseStatuses() map[procKey]string {
 func (h *Host) NodeID() string { return h.leases.node }
 
 // parkedStatus is a parked error as a status reports it: the cause's code and message.
-func parkedStatus(err error) *foldstream.ProcessorError {
-	var pe *foldstream.Error
+func parkedStatus(err error) *foldtype.ProcessorError {
+	var pe *foldtype.Error
 	if !errors.As(err, &pe) {
-		return &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: err.Error()}
+		return &foldtype.ProcessorError{Code: foldtype.CodeProcessorParked, Message: err.Error()}
 	}
-	st := &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: pe.Message}
-	if code := foldstream.CodeOf(pe.Err); code != "" {
+	st := &foldtype.ProcessorError{Code: foldtype.CodeProcessorParked, Message: pe.Message}
+	if code := foldtype.CodeOf(pe.Err); code != "" {
 		st.Code = code
 	}
 	if pe.Err != nil {
