@@ -175,7 +175,7 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 
 // writeSlice inserts the reservation's next slice (hidden).
 func (s *Store) writeSlice(t *tx, r *reservation) error {
-	if m, ok := t.s.ws.streams[r.path]; !ok || m.Row.ID != r.id {
+	if m, ok := t.s.ws.streams.get(r.path); !ok || m.Row.ID != r.id {
 		return notLive(streamMissing, r.path) // deleted meanwhile (expiry collection)
 	}
 	if err := t.ctx.Err(); err != nil {

@@ -37,12 +37,13 @@ type writeReq struct {
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
 // writer's transaction). Changes are staged per write function and applied after the commit.
 type writerState struct {
-	// streams caches stream rows and offset state by path. On an exclusive driver an entry is
-	// authoritative (every change to a stream goes through this writer); on a shared database
-	// it is re-read under the stream's lock in every transaction (see tx.stream).
-	streams map[string]*streamMem
+	// streams caches stream rows and offset state by path, at most Options.MaxCachedStreams of
+	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
+	// stream goes through this writer) and an evicted one is read again from its row; on a shared
+	// database it is re-read under the stream's lock in every transaction (see tx.stream).
+	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
-	woken map[int64]bool
+	woken wokenSet
 	// collectAfter is where CollectExpired resumes.
 	collectAfter int64
 	// reserved holds the streams taking a huge record in slices (sliced.go); parked holds the
@@ -304,14 +305,14 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	ws := &s.ws
 	for p, m := range g.staged {
 		if m == nil {
-			delete(ws.streams, p)
+			ws.streams.remove(p)
 			continue
 		}
-		ws.streams[p] = m
+		ws.streams.put(p, m)
 	}
 	// Before the hooks: a delete later in the group forgets the mark in its own hook.
 	for id := range g.woken {
-		ws.woken[id] = true
+		ws.woken.add(id)
 	}
 	for p, r := range g.reserved {
 		if ws.reserved == nil {
@@ -433,7 +434,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			t.staged[path] = &c
 			return &c, nil
 		}
-	} else if m, ok := t.s.ws.streams[path]; ok && t.s.exclusive {
+	} else if m, ok := t.s.ws.streams.get(path); ok && t.s.exclusive {
 		c := *m
 		t.staged[path] = &c
 		return &c, nil
@@ -457,7 +458,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			return nil, err
 		}
 		m = &streamMem{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
-		if old, ok := t.s.ws.streams[path]; ok && old.Row.ID == row.ID {
+		if old, ok := t.s.ws.streams.get(path); ok && old.Row.ID == row.ID {
 			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
 		}
 		if old := t.g.staged[path]; old != nil && old.Row.ID == row.ID {
@@ -501,7 +502,7 @@ func (t *tx) forget(path string, id int64) {
 // isWoken reports whether the stream got its wake record in this incarnation: committed, or
 // staged earlier in this function or by a successful function earlier in the group.
 func (t *tx) isWoken(id int64) bool {
-	return t.woken[id] || t.g.woken[id] || t.s.ws.woken[id]
+	return t.woken[id] || t.g.woken[id] || t.s.ws.woken.has(id)
 }
 
 // markWoken stages the stream's wake mark. It takes effect only if this function and the group
