@@ -141,7 +141,7 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 	if p := r.producer; p != nil {
 		// Only the plain next seq takes the sliced path: a duplicate, a gap or a new epoch are
 		// answered by the usual path without writing the record.
-		st, known, err := t.db.Producer(t.ctx, m.Row.ID, p.ID)
+		st, known, err := t.producer(m, p.ID)
 		if err != nil || !known || p.Epoch != st.Epoch || p.Seq != st.LastSeq+1 {
 			return errNotSliced
 		}

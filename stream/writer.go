@@ -64,6 +64,58 @@ type streamMem struct {
 	// epoch is the group transaction's lock epoch when Row was read or written under the
 	// stream's lock (shared databases; see driver.LockKeeper).
 	epoch int
+	// producers caches, on an exclusive driver, the state of the stream's idempotent producers
+	// looked up or written since the entry was loaded (a zero Producer: none stored). The map is
+	// never changed in place: copies of the entry share it (see tx.stream), so setProducer
+	// replaces it.
+	producers map[string]driver.Producer
+}
+
+// maxCachedProducers caps the producers cached per stream; the others are looked up each time.
+const maxCachedProducers = 8
+
+// producer returns the state of producer id on the stream: from the writer's cache on an
+// exclusive driver (every write of a producer's state goes through this writer), else from the
+// database.
+func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
+	if t.s.exclusive {
+		if p, ok := m.producers[id]; ok {
+			return p, p.ID != "", nil
+		}
+	}
+	p, known, err := t.db.Producer(t.ctx, m.Row.ID, id)
+	if err != nil {
+		return driver.Producer{}, false, err
+	}
+	m.setProducer(t.s.exclusive, id, p)
+	return p, known, nil
+}
+
+// putProducer stores the producer's state on the stream and caches it.
+func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
+	if err := t.db.PutProducer(t.ctx, m.Row.ID, p); err != nil {
+		return err
+	}
+	m.setProducer(t.s.exclusive, p.ID, p)
+	return nil
+}
+
+// setProducer caches p as the state of producer id (zero: none stored) when the driver is
+// exclusive and the cap allows, in a fresh map: the old one may be shared with the committed
+// entry, which a rolled-back write must leave as it was.
+func (m *streamMem) setProducer(exclusive bool, id string, p driver.Producer) {
+	if !exclusive {
+		return
+	}
+	if _, ok := m.producers[id]; !ok && len(m.producers) >= maxCachedProducers {
+		return
+	}
+	next := make(map[string]driver.Producer, len(m.producers)+1)
+	for k, v := range m.producers {
+		next[k] = v
+	}
+	next[id] = p
+	m.producers = next
 }
 
 // tx is the handle a write function gets. It is valid only during the function's call.
