@@ -15,7 +15,6 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // Processors is what the server needs from a processor host to serve processors over HTTP.
@@ -302,30 +301,12 @@ func dataOffset(data map[string]any) (int64, bool) {
 // re-seed).
 func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path, slug string) {
 	ctx := r.Context()
-	deltas := make(chan foldstream.LiveStateDelta, 256)
-	overflow := make(chan struct{}, 1)
-	sub, err := s.st.Subscribe(path, func(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
-		for _, ev := range events {
-			var d foldstream.LiveStateDelta
-			if ev.Type != foldstream.LiveStateChangedType || json.Unmarshal(ev.Payload, &d) != nil || d.Key != slug {
-				continue
-			}
-			select {
-			case deltas <- d:
-			default:
-				select {
-				case overflow <- struct{}{}:
-				default:
-				}
-			}
-		}
-		return nil
-	}, stream.SubscribeOptions{Consumes: []string{foldstream.LiveStateChangedType}, Name: "http-live-state " + slug})
+	hub, reader, err := s.joinLive(path, slug) // before the seed: no delta after it is missed
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	defer sub.Close()
+	defer s.leaveLive(path, hub, reader)
 	// The seed waits for the processor like a snapshot does, within the same bound.
 	boundCtx, cancelBound := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
 	live, err := s.cfg.Processors.LiveSnapshot(boundCtx, path, slug)
@@ -384,43 +365,27 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			if !lw.send([]byte(": keep-alive\n\n")) {
 				return
 			}
-		case <-overflow:
-			for len(deltas) > 0 {
-				<-deltas
+		case <-reader.overflow:
+			for len(reader.frames) > 0 {
+				<-reader.frames
 			}
 			if !reseed() {
 				return
 			}
-		case d := <-deltas:
-			if d.To <= held {
+		case f := <-reader.frames:
+			if f.to <= held {
 				continue // already in the seed
 			}
-			if d.From != held || d.Patch == nil {
+			if f.from != held || f.frame == nil {
 				if !reseed() {
 					return
 				}
 				continue
 			}
-			buf.WriteString(`event: delta` + "\n" + `data:{"from":`)
-			buf.WriteString(strconv.FormatInt(d.From, 10))
-			buf.WriteString(`,"to":`)
-			buf.WriteString(strconv.FormatInt(d.To, 10))
-			buf.WriteString(`,"patch":`)
-			if patch, err := json.Marshal(d.Patch); err == nil {
-				buf.Write(patch)
-			} else {
-				buf.Reset()
-				if !reseed() {
-					return
-				}
-				continue
-			}
-			buf.WriteString("}\n\n")
-			if !lw.send(buf.Bytes()) {
+			if !lw.send(f.frame) {
 				return
 			}
-			buf.Reset()
-			held = d.To
+			held = f.to
 		}
 	}
 }

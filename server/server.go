@@ -264,6 +264,7 @@ type Server struct {
 	metricsHandler http.Handler // serves MetricsPath, or nil
 	stopObserving  func()       // ends the store's commit observation of the metrics, or nil
 	subs           *deliverer   // subscription delivery (webhooks.go)
+	live           liveHubs     // live-state delta fan-out to SSE readers (livehub.go)
 }
 
 var _ http.Handler = (*Server)(nil)

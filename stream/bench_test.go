@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
@@ -190,13 +191,23 @@ func BenchmarkAppendVsRaw(b *testing.B) {
 // It reports the small appends' p50 and p99 latency: a huge record costs the others at most the
 // time of its own commit, never a slower b-tree for every later append.
 func BenchmarkAppendBesideHugeRecords(b *testing.B) {
+	appendBesideHugeRecords(b, func(b *testing.B) *Store { s, _ := benchStore(b); return s })
+}
+
+// BenchmarkAppendBesideHugeRecordsPostgres is BenchmarkAppendBesideHugeRecords on PostgreSQL
+// (FOLDSTREAM_TEST_POSTGRES, a fresh schema per run).
+func BenchmarkAppendBesideHugeRecordsPostgres(b *testing.B) {
+	appendBesideHugeRecords(b, func(b *testing.B) *Store { return openPGStore(b, pgtest.URL(b)) })
+}
+
+func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 	for _, beside := range []bool{false, true} {
 		name := "alone"
 		if beside {
 			name = "beside-huge"
 		}
 		b.Run(name, func(b *testing.B) {
-			s, _ := benchStore(b)
+			s := open(b)
 			ctx := context.Background()
 			for _, p := range []string{"/small", "/huge-json"} {
 				if _, err := s.CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {

@@ -107,7 +107,7 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 	}
 	var out []foldstream.Event
 	dropped := false
-	err := s.write(ctx, func(t *tx) error {
+	err := s.writeTo(ctx, path, func(t *tx) error {
 		out, dropped = nil, false
 		var m *streamMem
 		var err error

@@ -429,7 +429,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
-		err := s.write(ctx, func(t *tx) error {
+		err := s.writeTo(ctx, req.Path, func(t *tx) error {
 			var err error
 			var gapStream int64
 			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)

@@ -232,9 +232,27 @@ type HidingTx interface {
 // taken again, so before the store reuses a row an earlier function of the group read, it compares
 // the epoch and otherwise reads the row again under the lock. A function's own locks (taken with
 // LockStream since its savepoint) are never released while it runs.
+//
+// Releasing the locks commits everything the transaction did so far, and that commit stands
+// whatever becomes of the rest of the transaction: the epoch moves on exactly when such a commit
+// succeeded. So a function of the group is committed when the epoch read right after it ran
+// (its savepoint released) is below the epoch at the transaction's end; the store answers it
+// success, applies its changes and runs its hooks even when the final Commit (or anything after
+// the early commit) fails.
 type LockKeeper interface {
 	// LockEpoch counts the times the transaction released its locks so far.
 	LockEpoch() int
+}
+
+// StreamPrefetcher is implemented by a shared driver's write transaction that can read the rows
+// of several streams at once, each under its lock when that lock is free at once, in one round
+// trip. The store calls it right after Begin with the paths its group's writes are about to write;
+// a later StreamByPath of one of them is then answered from the row read (no round trip) as long
+// as the transaction still holds that lock and has not written to the stream since. Paths whose
+// lock was taken, or whose row does not exist, are read again as usual. Locks it takes count as
+// taken before the first savepoint, like any lock held by the transaction.
+type StreamPrefetcher interface {
+	PrefetchStreams(ctx context.Context, paths []string) error
 }
 
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.

@@ -108,9 +108,11 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.WriteTx = (*writeTx)(nil)
-	_ driver.Reader  = (*readTx)(nil)
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.WriteTx          = (*writeTx)(nil)
+	_ driver.StreamPrefetcher = (*writeTx)(nil)
+	_ driver.LockKeeper       = (*writeTx)(nil)
+	_ driver.Reader           = (*readTx)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
