@@ -243,6 +243,7 @@ func (d *Driver) Close() error {
 	d.lock = nil
 	d.writerMu.Unlock()
 	errs = append(errs, d.rdb.Close(), d.wdb.Close())
+	d.reads.preparing.Wait() // the pool is closed: a preparation waiting for a connection ends
 	return errors.Join(append(errs, unlockStore(lock))...)
 }
 
@@ -311,6 +312,9 @@ type readStmts struct {
 	stmts   map[string]*sql.Stmt
 	pending map[string]bool
 	closed  bool
+	// preparing counts the background preparations; Close waits for them once the pool is
+	// closed, so none holds a connection (an open file) after Close returns.
+	preparing sync.WaitGroup
 }
 
 // get returns the pool's prepared statement for query, or nil when there is none yet (it is then
@@ -335,6 +339,7 @@ func (c *readStmts) get(db *sql.DB, query string) *sql.Stmt {
 		c.pending = make(map[string]bool)
 	}
 	c.pending[query] = true
+	c.preparing.Add(1)
 	go c.prepare(db, query)
 	return nil
 }
@@ -342,6 +347,7 @@ func (c *readStmts) get(db *sql.DB, query string) *sql.Stmt {
 // prepare prepares query on the pool and caches it. It waits for a free connection; closing the
 // pool ends the wait.
 func (c *readStmts) prepare(db *sql.DB, query string) {
+	defer c.preparing.Done()
 	st, err := db.PrepareContext(context.Background(), query)
 	c.mu.Lock()
 	defer c.mu.Unlock()
