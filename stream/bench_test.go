@@ -374,8 +374,6 @@ func BenchmarkManyStreams(b *testing.B) {
 		b.Run(fmt.Sprintf("producers/streams=%d", n), func(b *testing.B) {
 			s, _ := benchStore(b)
 			create(b, s, "/p", n)
-			seqs := make([]int64, n)
-			var mu sync.Mutex
 			b.ResetTimer()
 			start, cpu := time.Now(), cpuTime()
 			var wg sync.WaitGroup
@@ -383,17 +381,20 @@ func BenchmarkManyStreams(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					// Sender w owns the streams k ≡ w (mod 16), so each producer's requests go
+					// one at a time, in order.
+					seqs := make(map[int]int64)
+					k := w
 					for i := w; i < b.N; i += 16 {
-						k := i % n
-						mu.Lock()
-						seq := seqs[k]
-						seqs[k]++
-						mu.Unlock()
 						_, err := s.AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/p/%d", k), ContentType: "application/json",
-							Body: batch, Producer: &ProducerHeaders{ID: "p", Seq: seq}})
+							Body: batch, Producer: &ProducerHeaders{ID: "p", Seq: seqs[k]}})
 						if err != nil {
-							b.Error(err)
+							b.Errorf("/p/%d seq %d: %v", k, seqs[k], err)
 							return
+						}
+						seqs[k]++
+						if k += 16; k >= n {
+							k = w
 						}
 					}
 				}()
