@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -67,7 +67,7 @@ func (s *Server) joinLive(path, slug string) (*liveHub, *liveReader, error) {
 		h.count++
 		hs.mu.Unlock()
 		h.sub, h.err = s.st.Subscribe(path, h.deliver, stream.SubscribeOptions{
-			Consumes: []string{foldstream.LiveStateChangedType}, Name: "http-live-state " + path})
+			Consumes: []string{foldtype.LiveStateChangedType}, Name: "http-live-state " + path})
 		close(h.ready)
 	} else {
 		h.count++
@@ -118,9 +118,9 @@ func (s *Server) leaveLive(path string, h *liveHub, r *liveReader) {
 
 // deliver is the hub's subscription: each delta is decoded and rendered once, then offered to its
 // processor's readers without blocking (a full reader is told to re-seed).
-func (h *liveHub) deliver(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
+func (h *liveHub) deliver(_ context.Context, events []foldtype.Event, _ foldtype.ScannedRange) error {
 	for _, ev := range events {
-		if ev.Type != foldstream.LiveStateChangedType {
+		if ev.Type != foldtype.LiveStateChangedType {
 			continue
 		}
 		var d struct {
@@ -158,7 +158,7 @@ func (h *liveHub) deliver(_ context.Context, events []foldstream.Event, _ foldst
 // renderDelta decodes a delta payload and renders its SSE frame: "event: delta", data
 // {from, to, patch} with the patch as json.Marshal writes it.
 func renderDelta(payload []byte) (*liveFrame, bool) {
-	var d foldstream.LiveStateDelta
+	var d foldtype.LiveStateDelta
 	if json.Unmarshal(payload, &d) != nil {
 		return nil, false
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -91,10 +92,10 @@ func benchLiveFanout(b *testing.B, readers int) {
 	for range readers {
 		<-seeded
 	}
-	delta := func(key string, from int64, n int) foldstream.EventInput {
+	delta := func(key string, from int64, n int) foldtype.EventInput {
 		p := `{"key":"` + key + `","from":` + strconv.FormatInt(from, 10) + `,"to":` + strconv.FormatInt(from+1, 10) +
 			`,"patch":[{"op":"replace","path":"/count","value":` + strconv.Itoa(n) + `}]}`
-		return foldstream.EventInput{Type: foldstream.LiveStateChangedType, Ephemeral: true, Payload: []byte(p)}
+		return foldtype.EventInput{Type: foldtype.LiveStateChangedType, Ephemeral: true, Payload: []byte(p)}
 	}
 	rev := live.Rev
 	var ms0, ms1 runtime.MemStats

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 )
 
@@ -21,9 +21,9 @@ import (
 // *host.Host implements it.
 type Processors interface {
 	// Snapshot returns the processor's cursor and reduced state, with read-your-writes.
-	Snapshot(ctx context.Context, path, slug string) (foldstream.JSONSnapshot, error)
+	Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSnapshot, error)
 	// LiveSnapshot returns the processor's live state {rev, state}, with read-your-writes.
-	LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error)
+	LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot, error)
 	// WaitUntilProcessed waits until the processor reduced through offset.
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
 }
@@ -32,7 +32,7 @@ type Processors interface {
 // (*host.Host does); InfoPath lists them. Without it, InfoPath answers "processors": [].
 type ProcessorLister interface {
 	// ProcessorsOn reports the processors running on the stream at path, without waiting for them.
-	ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus
+	ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus
 }
 
 var (
@@ -168,7 +168,7 @@ func (s *Server) waitProcessed(ctx context.Context, path, slug string, off int64
 		start := time.Now()
 		err := s.cfg.Processors.WaitUntilProcessed(ctx, path, slug, off, time.Until(deadline))
 		// Asked again only after a wait that lasted (a host's own bound), never in a tight loop.
-		if err == nil || ctx.Err() != nil || !errors.Is(err, foldstream.ErrCatchingUp) ||
+		if err == nil || ctx.Err() != nil || !errors.Is(err, foldtype.ErrCatchingUp) ||
 			time.Since(start) < 100*time.Millisecond || time.Until(deadline) < 10*time.Millisecond {
 			return err
 		}
@@ -181,8 +181,8 @@ func waitTimedOut(r *http.Request, err error) bool {
 	if r.Context().Err() != nil {
 		return false
 	}
-	return errors.Is(err, foldstream.ErrCatchingUp) || errors.Is(err, foldstream.ErrProcessTimeout) ||
-		errors.Is(err, foldstream.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, foldtype.ErrCatchingUp) || errors.Is(err, foldtype.ErrProcessTimeout) ||
+		errors.Is(err, foldtype.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // writeWaitTimeout is the one answer of a waitUntilProcessed wait that timed out
@@ -190,7 +190,7 @@ func waitTimedOut(r *http.Request, err error) bool {
 // Foldstream-Processor-Offset and the message when it is known.
 func (s *Server) writeWaitTimeout(w http.ResponseWriter, r *http.Request, path, slug string, want int64, timeout time.Duration, err error) {
 	off, known := int64(0), false
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if errors.As(err, &fe) {
 		off, known = dataOffset(fe.Data)
 	}
@@ -206,7 +206,7 @@ func (s *Server) writeWaitTimeout(w http.ResponseWriter, r *http.Request, path, 
 		w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
 		msg = fmt.Sprintf("processor %q reduced %q through offset %d, not %d, within %s", slug, path, off, want, timeout)
 	}
-	writeCoded(w, foldstream.CodeProcessTimeout, msg+": retry later", 1)
+	writeCoded(w, foldtype.CodeProcessTimeout, msg+": retry later", 1)
 }
 
 // parseProcessedOffset accepts a protocol offset or a plain non-negative integer.
@@ -221,7 +221,7 @@ func parseProcessedOffset(v string) (int64, error) {
 	return pos, nil
 }
 
-func liveSeedJSON(live foldstream.LiveSnapshot) []byte {
+func liveSeedJSON(live foldtype.LiveSnapshot) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"rev":`)
 	b.WriteString(strconv.FormatInt(live.Rev, 10))
@@ -242,10 +242,10 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 	if r.Context().Err() != nil {
 		return // the client is gone
 	}
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if !errors.As(err, &fe) {
 		if errors.Is(err, context.DeadlineExceeded) {
-			fe = &foldstream.Error{Code: foldstream.CodeProcessTimeout,
+			fe = &foldtype.Error{Code: foldtype.CodeProcessTimeout,
 				Message: "the processor did not catch up within " + s.cfg.ProcessorWaitTimeout.String() + ": retry later"}
 		}
 	}
@@ -254,18 +254,18 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
-	if off, ok := dataOffset(fe.Data); ok && fe.Code == foldstream.CodeCatchingUp {
+	if off, ok := dataOffset(fe.Data); ok && fe.Code == foldtype.CodeCatchingUp {
 		w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
-	} else if pp, ok := s.cfg.Processors.(ProcessorProgress); ok && (fe.Code == foldstream.CodeProcessTimeout || fe.Code == foldstream.CodeWaitTimeout) {
+	} else if pp, ok := s.cfg.Processors.(ProcessorProgress); ok && (fe.Code == foldtype.CodeProcessTimeout || fe.Code == foldtype.CodeWaitTimeout) {
 		if off, err := pp.ReducedThroughOffset(path, slug); err == nil {
 			w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
 		}
 	}
 	retry := 1
 	switch fe.Code {
-	case foldstream.CodeProcessorParked:
+	case foldtype.CodeProcessorParked:
 		retry = parkedRetryAfter
-	case foldstream.CodeProcessorFailing:
+	case foldtype.CodeProcessorFailing:
 		// Until the host's next retry of the failing processor.
 		if at, ok := fe.Data["nextRetry"].(string); ok {
 			if t, err := time.Parse(time.RFC3339Nano, at); err == nil {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -62,27 +62,27 @@ func (s *Store) closeEventView() {
 // (docs/store.md#appending):
 //
 //   - an empty call is a no-op;
-//   - every type must be non-empty after trimming ([foldstream.CodeInvalidEvent]);
+//   - every type must be non-empty after trimming ([foldtype.CodeInvalidEvent]);
 //   - an idempotency key that names an existing event with the same body echoes it without a new
-//     offset; a different body refuses the whole batch with [foldstream.CodeIdempotencyConflict];
+//     offset; a different body refuses the whole batch with [foldtype.CodeIdempotencyConflict];
 //     a key repeated inside the batch yields one stored event;
 //   - an input's Offset is a precondition; a mismatch refuses the whole batch with
-//     [foldstream.CodeOffsetConflict];
+//     [foldtype.CodeOffsetConflict];
 //   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
 //     writer already knows runs no SQL;
 //   - an ephemeral-only batch never creates a stream: to a missing stream it is dropped —
 //     nothing is written or pushed, and the receipts carry offset 0 (a processor's view also drops
 //     one to a deleted or closed stream, see [EventStream.Append]);
-//   - a body over [MaxEventBytes] refuses the batch with [foldstream.CodeEventTooLarge].
+//   - a body over [MaxEventBytes] refuses the batch with [foldtype.CodeEventTooLarge].
 //
 // The batch commits atomically with whatever else the writer grouped with it; it returns after the
 // commit, by which time every subscriber's push for it is queued.
-func (s *Store) Append(ctx context.Context, path string, inputs ...foldstream.EventInput) ([]foldstream.Event, error) {
+func (s *Store) Append(ctx context.Context, path string, inputs ...foldtype.EventInput) ([]foldtype.Event, error) {
 	if len(inputs) == 0 {
 		return nil, nil
 	}
 	// A source without an origin gets the stream's path (docs/engine.md#cause-chains).
-	inputs = foldstream.StampOrigin(path, inputs)
+	inputs = foldtype.StampOrigin(path, inputs)
 	prepared, err := prepareInputs(inputs)
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func (s *Store) Append(ctx context.Context, path string, inputs ...foldstream.Ev
 // appendEventsAt is Append with the choice to create a missing stream for a batch that carries a
 // durable event (create); an ephemeral-only batch never creates one: to a missing stream it is
 // dropped, and with dropAll to a deleted or closed one too.
-func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldstream.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldstream.Event, error) {
+func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldtype.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldtype.Event, error) {
 	ephemeralOnly := true
 	for _, in := range inputs {
 		if !in.Ephemeral {
@@ -105,7 +105,7 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 	if err := s.checkInputs(path, inputs); err != nil {
 		return nil, err
 	}
-	var out []foldstream.Event
+	var out []foldtype.Event
 	dropped := false
 	err := s.writeTo(ctx, path, func(t *tx) error {
 		out, dropped = nil, false
@@ -130,9 +130,9 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 		return nil, err
 	}
 	if dropped {
-		out = make([]foldstream.Event, len(inputs))
+		out = make([]foldtype.Event, len(inputs))
 		for i, in := range inputs {
-			out[i] = foldstream.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Ephemeral: true}
+			out[i] = foldtype.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Ephemeral: true}
 		}
 	}
 	return out, nil
@@ -141,14 +141,14 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 // droppable reports whether an ephemeral-only batch refused with err is dropped instead: its
 // stream is missing (or, with all, deleted or closed).
 func droppable(err error, all bool) bool {
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if !errors.As(err, &fe) {
 		return false
 	}
 	switch fe.Code {
-	case foldstream.CodeStreamNotFound:
+	case foldtype.CodeStreamNotFound:
 		return true
-	case foldstream.CodeStreamGone, foldstream.CodeStreamDeleted, foldstream.CodeStreamClosed:
+	case foldtype.CodeStreamGone, foldtype.CodeStreamDeleted, foldtype.CodeStreamClosed:
 		return all
 	}
 	return false
@@ -159,7 +159,7 @@ func droppable(err error, all bool) bool {
 func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
 	m, err := t.stream(path)
 	if errors.Is(err, errNoStream) {
-		return nil, foldstream.NewError(foldstream.CodeStreamNotFound, map[string]any{"path": path},
+		return nil, foldtype.NewError(foldtype.CodeStreamNotFound, map[string]any{"path": path},
 			"append: stream %s not found", quotePath(path))
 	}
 	if err != nil {
@@ -201,14 +201,14 @@ func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 // checkEventStream refuses event appends to streams that cannot hold them.
 func checkEventStream(row *streamRow, tail int64) error {
 	if row.State != 0 {
-		return foldstream.NewError(foldstream.CodeStreamGone, map[string]any{"path": row.Path},
+		return foldtype.NewError(foldtype.CodeStreamGone, map[string]any{"path": row.Path},
 			"append: stream %s was deleted", quotePath(row.Path))
 	}
 	if row.Closed {
 		return streamClosedError(row.Path, tail)
 	}
 	if !isJSONContentType(row.ContentType) {
-		return foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},
+		return foldtype.NewError(foldtype.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},
 			"append: stream %s holds %s, not JSON events", quotePath(row.Path), row.ContentType)
 	}
 	return nil
@@ -221,13 +221,13 @@ func isJSONContentType(ct string) bool {
 
 // appendEvents runs an event batch through the one insert path (record.go) and returns the
 // receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
-func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldstream.Event, error) {
+func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldtype.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
 	batch := make([]pending, len(prepared))
 	for i, p := range prepared {
 		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: p.in,
 			ephemeral: p.in.Ephemeral, expect: p.in.Offset}
-		batch[i].ctl, batch[i].reason = foldstream.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
+		batch[i].ctl, batch[i].reason = foldtype.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
 		batch[i].exempt = exempt
 	}
 	adm, after, through, err := s.admit(t, m, batch)
@@ -235,9 +235,9 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		return nil, err
 	}
 	path := m.Row.Path
-	results := make([]foldstream.Event, len(prepared))
-	committed := make([]foldstream.Event, 0, len(prepared))
-	var ephemerals []foldstream.Event
+	results := make([]foldtype.Event, len(prepared))
+	committed := make([]foldtype.Event, 0, len(prepared))
+	var ephemerals []foldtype.Event
 	for i, p := range prepared {
 		switch {
 		case adm[i].dupOf >= 0:
@@ -246,7 +246,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 			results[i] = adm[i].existing
 		default:
 			in := p.in
-			results[i] = foldstream.Event{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
+			results[i] = foldtype.Event{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
 				IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral, Offset: adm[i].offset, CreatedAt: createdAt, Path: path}
 			committed = append(committed, results[i])
 			if in.Ephemeral {
@@ -263,7 +263,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 	id := m.Row.ID
 	if !s.exclusive && len(ephemerals) > 0 {
 		if t.eph == nil {
-			t.eph = make(map[int64][]foldstream.Event)
+			t.eph = make(map[int64][]foldtype.Event)
 		}
 		t.eph[id] = append(t.eph[id], ephemerals...)
 	}
@@ -301,7 +301,7 @@ type ReadOptions struct {
 // (fewer rows than limit or the last row reached the durable mark); ScannedThroughOffset is the
 // durable mark on an at-head page, else the last row's offset, and never less than after — the
 // proof never passes the durable mark. A missing stream reads as empty and at head.
-func (s *Store) Read(ctx context.Context, path string, after int64, limit int, opts ReadOptions) (foldstream.ReadPage, error) {
+func (s *Store) Read(ctx context.Context, path string, after int64, limit int, opts ReadOptions) (foldtype.ReadPage, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
@@ -309,7 +309,7 @@ func (s *Store) Read(ctx context.Context, path string, after int64, limit int, o
 	if after < 0 {
 		after = 0
 	}
-	page := foldstream.ReadPage{ScannedThroughOffset: after, AtHead: true}
+	page := foldtype.ReadPage{ScannedThroughOffset: after, AtHead: true}
 	var streamID int64 = -1
 	budget := s.ev.readBudget
 	err := s.readTx(ctx, func(q driver.Reader) error {
@@ -321,7 +321,7 @@ func (s *Store) Read(ctx context.Context, path string, after int64, limit int, o
 			return err
 		}
 		streamID = row.ID
-		page.Events = []foldstream.Event{}
+		page.Events = []foldtype.Event{}
 		var last int64
 		total, cut, n := 0, false, 0
 		var decErr error
@@ -357,7 +357,7 @@ func (s *Store) Read(ctx context.Context, path string, after int64, limit int, o
 		return nil
 	})
 	if err != nil {
-		return foldstream.ReadPage{}, err
+		return foldtype.ReadPage{}, err
 	}
 	if opts.IncludeEphemeral && streamID >= 0 {
 		page.Events = s.mergeEphemerals(streamID, page.Events, after, page.ScannedThroughOffset, page.AtHead)

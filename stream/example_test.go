@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
@@ -21,9 +21,9 @@ func ExampleStore_Append() {
 	defer s.Close()
 
 	got, err := s.Append(ctx, "/orders",
-		foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"},
-		foldstream.EventInput{Type: "typing", Ephemeral: true}, // takes an offset, is never stored
-		foldstream.EventInput{Type: "order-paid", Payload: foldstream.JSON(map[string]any{"id": 7})},
+		foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"},
+		foldtype.EventInput{Type: "typing", Ephemeral: true}, // takes an offset, is never stored
+		foldtype.EventInput{Type: "order-paid", Payload: foldtype.JSON(map[string]any{"id": 7})},
 	)
 	if err != nil {
 		panic(err)
@@ -32,7 +32,7 @@ func ExampleStore_Append() {
 		fmt.Println(e.Offset, e.Type, e.Ephemeral)
 	}
 	// A retry with the same key and body echoes the stored event.
-	again, _ := s.Append(ctx, "/orders", foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
+	again, _ := s.Append(ctx, "/orders", foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
 	fmt.Println("retry landed at", again[0].Offset)
 
 	page, err := s.Read(ctx, "/orders", 0, 100, stream.ReadOptions{})
@@ -60,7 +60,7 @@ func ExampleStore_Subscribe() {
 
 	var mu sync.Mutex
 	var lines []string
-	sub, err := s.Subscribe("/chat", func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+	sub, err := s.Subscribe("/chat", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -74,7 +74,7 @@ func ExampleStore_Subscribe() {
 	defer sub.Close()
 
 	for _, typ := range []string{"message-sent", "user-joined", "message-sent"} { // user-joined is not consumed: its span rides in the next range
-		if _, err := s.Append(ctx, "/chat", foldstream.EventInput{Type: typ}); err != nil {
+		if _, err := s.Append(ctx, "/chat", foldtype.EventInput{Type: typ}); err != nil {
 			panic(err)
 		}
 		// Wait for the push, so that this example shows one push per commit; pushes queued while
@@ -108,7 +108,7 @@ func ExampleOpenDriver() {
 	}
 	defer s.Close() // closes the driver and releases the file's lock
 
-	evs, err := s.Append(ctx, "/greetings", foldstream.EventInput{Type: "hello"})
+	evs, err := s.Append(ctx, "/greetings", foldtype.EventInput{Type: "hello"})
 	if err != nil {
 		panic(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/jackc/pgx/v5"
@@ -54,13 +54,13 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	s := openPGStore(t, url)
 	ctx := context.Background()
 	for _, p := range []string{"/x", "/y"} {
-		if _, err := s.Append(ctx, p, foldstream.EventInput{Type: "seed"}); err != nil {
+		if _, err := s.Append(ctx, p, foldtype.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	var pushed []int64
-	sub, err := s.Subscribe("/x", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -118,13 +118,13 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	var xOffset int64
 	errs := inOneGroup(t, s,
 		func() error {
-			evs, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "before-split"})
+			evs, err := s.Append(ctx, "/x", foldtype.EventInput{Type: "before-split"})
 			if err == nil {
 				xOffset = evs[0].Offset
 			}
 			return err
 		},
-		func() error { _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "after-split"}); return err })
+		func() error { _, err := s.Append(ctx, "/y", foldtype.EventInput{Type: "after-split"}); return err })
 	if err := <-killed; err != nil {
 		t.Fatalf("terminate the waiting backend: %v", err)
 	}
@@ -142,7 +142,7 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	}
 
 	// The writer's state of /x includes the committed append: the next one follows it.
-	next, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "next"})
+	next, err := s.Append(ctx, "/x", foldtype.EventInput{Type: "next"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T)
 	ctx := context.Background()
 	paths := []string{"/a", "/b", "/c", "/d", "/e"}
 	for _, p := range paths {
-		if _, err := s.Append(ctx, p, foldstream.EventInput{Type: "seed"}); err != nil {
+		if _, err := s.Append(ctx, p, foldtype.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,7 +208,7 @@ func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T)
 		var fns []func() error
 		for i, p := range paths {
 			if i%2 == 0 {
-				fns = append(fns, func() error { _, err := s.Append(ctx, p, foldstream.EventInput{Type: "t"}); return err })
+				fns = append(fns, func() error { _, err := s.Append(ctx, p, foldtype.EventInput{Type: "t"}); return err })
 			} else {
 				fns = append(fns, func() error {
 					_, err := s.AppendRecord(ctx, AppendRequest{Path: p, ContentType: "application/json", Body: []byte(`{"n":1}`)})

@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// EventStream is the event view of one stream path: the [foldstream.Stream] an engine runs
+// EventStream is the event view of one stream path: the [foldtype.Stream] an engine runs
 // against. Bind it to a processor with ForProcessor so Claim knows whose claim it is.
 type EventStream struct {
 	s    *Store
@@ -36,14 +36,14 @@ func (e *EventStream) Path() string { return e.path }
 // STREAM_NOT_FOUND or STREAM_GONE, so an engine still running on a deleted stream cannot bring the
 // path back (docs/store.md#deleting-a-stream); its ephemeral-only batches (live-state deltas) to a
 // missing, deleted or closed stream are dropped (receipts at offset 0), as nobody can follow them.
-func (e *EventStream) Append(ctx context.Context, events ...foldstream.EventInput) ([]foldstream.Event, error) {
+func (e *EventStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
 	if e.slug == "" {
 		return e.s.Append(ctx, e.path, events...)
 	}
 	if len(events) == 0 {
 		return nil, nil
 	}
-	events = foldstream.StampOrigin(e.path, events) // docs/engine.md#cause-chains
+	events = foldtype.StampOrigin(e.path, events) // docs/engine.md#cause-chains
 	prepared, err := prepareInputs(events)
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func (e *EventStream) Append(ctx context.Context, events ...foldstream.EventInpu
 }
 
 // Read reads durable events; see [Store.Read].
-func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
+func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
 	return e.s.Read(ctx, e.path, after, limit, ReadOptions{})
 }
 
@@ -65,7 +65,7 @@ func (e *EventStream) Claim(ctx context.Context, at time.Time) error {
 	return e.s.Claim(ctx, e.path, e.slug, at)
 }
 
-var _ foldstream.Stream = (*EventStream)(nil)
+var _ foldtype.Stream = (*EventStream)(nil)
 
 // Checkpoints is the checkpoint storage of the processors running on one stream: the driver's
 // reduce_checkpoints rows scoped by the stream's path, read from committed data and written through
@@ -80,7 +80,7 @@ type Checkpoints struct {
 	incarnation *atomic.Int64
 }
 
-var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
+var _ foldtype.CheckpointStorage = (*Checkpoints)(nil)
 
 // Checkpoints returns the checkpoint storage of the processors running on the stream at path. It
 // belongs to the stream's current incarnation (the stream existing now, or else the first one a
@@ -138,7 +138,7 @@ func (c *Checkpoints) checkIncarnation(t *tx, slug string) error {
 	if found && row.ID == want && row.State == 0 {
 		return nil
 	}
-	e := foldstream.NewError(foldstream.CodeStreamDeleted, map[string]any{"path": c.scope, "slug": slug},
+	e := foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": c.scope, "slug": slug},
 		"write checkpoint %q: stream %s was deleted; its checkpoints went with it and nothing was written", slug, quotePath(c.scope))
 	e.Retryable = false
 	return e
@@ -154,14 +154,14 @@ func (c *Checkpoints) Fenced(key string, generation int64) *Checkpoints {
 }
 
 // ReadCheckpoint reads slug's row; an empty or NULL state reads as nil.
-func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldstream.Checkpoint, bool, error) {
+func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
 	return driver.ReadCheckpoint(ctx, c.s.readTx, c.scope, slug)
 }
 
 // WriteCheckpoint upserts slug's row: version and cursor always, the state only when
-// stateChanged. A state over [foldstream.MaxCheckpointChars] UTF-16 code units is refused before
+// stateChanged. A state over [foldtype.MaxCheckpointChars] UTF-16 code units is refused before
 // anything is written.
-func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, stateChanged bool) error {
+func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
 	if err := driver.CheckCheckpointSize(slug, cp, stateChanged); err != nil {
 		return err
 	}

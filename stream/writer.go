@@ -9,7 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -135,7 +135,7 @@ type tx struct {
 	db      lazyTx
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
-	eph map[int64][]foldstream.Event
+	eph map[int64][]foldtype.Event
 	// res is the reservation this function may write into; reserve and unreserve are the
 	// reservations it starts and ends (sliced.go), applied once the group commits.
 	res       *reservation
@@ -402,9 +402,9 @@ func lockEpochOf(dtx driver.WriteTx) int {
 
 // changesOf collects the streams the committed functions touched and the ephemeral events they
 // appended per stream.
-func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
+func changesOf(done []*tx) (map[int64]string, map[int64][]foldtype.Event) {
 	touched := make(map[int64]string)
-	var ephs map[int64][]foldstream.Event
+	var ephs map[int64][]foldtype.Event
 	for _, t := range done {
 		if t == nil {
 			continue
@@ -414,7 +414,7 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
 		}
 		for id, evs := range t.eph {
 			if ephs == nil {
-				ephs = make(map[int64][]foldstream.Event)
+				ephs = make(map[int64][]foldtype.Event)
 			}
 			ephs[id] = append(ephs[id], evs...)
 		}
@@ -423,7 +423,7 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
 }
 
 // notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events.
-func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldstream.Event) error {
+func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldtype.Event) error {
 	for id, p := range touched {
 		n := driver.Notification{StreamID: id, Path: p}
 		if evs := ephs[id]; len(evs) > 0 {
@@ -439,7 +439,7 @@ func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string
 // notifyCommitted sends, in a transaction of their own, the notifications of writes an early
 // commit made durable when the rest of their group failed. It is best effort: when it fails, the
 // other processes' readers of those streams learn of the writes with the next notification.
-func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched map[int64]string, ephs map[int64][]foldstream.Event) {
+func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched map[int64]string, ephs map[int64][]foldtype.Event) {
 	if len(touched) == 0 || s.exclusive {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // TestWriterGroupIsolatesRefusedWrites: a write that fails inside a group rolls back alone; its
@@ -103,7 +103,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Append(ctx, "/e", foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	errs := groupWithFailingCommit(t, s,
@@ -115,7 +115,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 		}
 	}
 	// The stream row was rolled back; its id goes to the next stream created.
-	if _, err := s.Append(ctx, "/other", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Append(ctx, "/other", foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/w", "/e", "/other"} {
@@ -135,11 +135,11 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	pushed := make(chan foldstream.ScannedRange, 16)
-	sub, err := s.Subscribe("/known", func(_ context.Context, _ []foldstream.Event, r foldstream.ScannedRange) error {
+	pushed := make(chan foldtype.ScannedRange, 16)
+	sub, err := s.Subscribe("/known", func(_ context.Context, _ []foldtype.Event, r foldtype.ScannedRange) error {
 		pushed <- r
 		return nil
 	}, SubscribeOptions{Consumes: []string{"*", "e"}})
@@ -149,20 +149,20 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	defer sub.Close()
 	errs := groupWithFailingCommit(t, s,
 		func() error {
-			_, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
 		func() error {
-			_, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
-		func() error { _, err := s.Append(ctx, "/new", foldstream.EventInput{Type: "d"}); return err })
+		func() error { _, err := s.Append(ctx, "/new", foldtype.EventInput{Type: "d"}); return err })
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("append %d in a failed group: got nil error", i)
 		}
 	}
-	got, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"})
+	got, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,10 +182,10 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	if len(page.Events) != 2 {
 		t.Errorf("read: got %d events, want 2", len(page.Events))
 	}
-	if _, err := s.Append(ctx, "/other", foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Append(ctx, "/other", foldtype.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Append(ctx, "/new", foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
+	if got, err := s.Append(ctx, "/new", foldtype.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
 		t.Fatalf("/new after the failed group: got %v, %v; want offset 1", got, err)
 	}
 	for _, p := range []string{"/new", "/other"} {
@@ -206,13 +206,13 @@ func TestRefusedCreateDoesNotAliasNextStream(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("first append: got %v, want OFFSET_CONFLICT", err)
 	}
-	if _, err := s.Append(ctx, "/b", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Append(ctx, "/b", foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/b")
@@ -233,17 +233,17 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 	}
 	// An append and a delete of /a in one group, in that order.
 	errs := inOneGroup(t, s,
-		func() error { _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t"}); return err },
+		func() error { _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t"}); return err },
 		func() error { return s.DeleteStream(ctx, "/a") })
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Append(ctx, "/c", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Append(ctx, "/c", foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/c")

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -133,13 +133,13 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 					last := woken[len(woken)-1].Offset
 					durable[i] = append(durable[i], woken[0].Offset, woken[1].Offset)
 					for r := range rounds {
-						got, err := s.Append(ctx, path, foldstream.EventInput{Type: "d"})
+						got, err := s.Append(ctx, path, foldtype.EventInput{Type: "d"})
 						if err != nil {
 							errs <- err
 							return
 						}
 						// An ephemeral-only batch: its offset lives only in the writer's memory.
-						e, err := s.Append(ctx, path, foldstream.EventInput{Type: "x", Ephemeral: true})
+						e, err := s.Append(ctx, path, foldtype.EventInput{Type: "x", Ephemeral: true})
 						if err != nil {
 							errs <- err
 							return
@@ -184,7 +184,7 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 			// Streams whose last offset was ephemeral stay cached; once a durable append follows,
 			// they may go.
 			for i := range streams {
-				if _, err := s.Append(ctx, fmt.Sprintf("/e/%d", i), foldstream.EventInput{Type: "d"}); err != nil {
+				if _, err := s.Append(ctx, fmt.Sprintf("/e/%d", i), foldtype.EventInput{Type: "d"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 	"hash/fnv"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/jackc/pgx/v5"
 )
@@ -391,16 +391,16 @@ func (t *readTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
 	return *next, true, nil
 }
 
-func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error) {
-	var cp foldstream.Checkpoint
+func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error) {
+	var cp foldtype.Checkpoint
 	var state *string
 	err := t.tx.QueryRow(ctx, `SELECT reducer_version, reduced_through_offset, state FROM reduce_checkpoints WHERE scope = $1 AND slug = $2`,
 		scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
 	if isNoRows(err) {
-		return foldstream.Checkpoint{}, false, nil
+		return foldtype.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return foldstream.Checkpoint{}, false, t.d.classify(fmt.Errorf("read checkpoint %q: %w", slug, err))
+		return foldtype.Checkpoint{}, false, t.d.classify(fmt.Errorf("read checkpoint %q: %w", slug, err))
 	}
 	if state != nil && *state != "" {
 		cp.State = json.RawMessage(*state)
@@ -784,7 +784,7 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 }
 
 func leaseLost(slug string, f *driver.Fence) error {
-	e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
+	e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
 		"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", slug, f.Key, f.Generation)
 	e.Retryable = false
 	return e
