@@ -33,6 +33,9 @@ type wireNote struct {
 	Streams []wireStream `json:"s,omitempty"`
 	All     bool         `json:"a,omitempty"`
 	Large   int64        `json:"l,omitempty"` // id of an ephemeral_payloads row holding Streams
+	// Released names leases the sender released (ReleaseLease), for the WatchLeases watchers.
+	Released []string `json:"r,omitempty"`
+	Holder   string   `json:"h,omitempty"`
 }
 
 type wireStream struct {
@@ -235,6 +238,9 @@ func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Not
 	}
 	if w.Node == d.node {
 		return
+	}
+	for _, key := range w.Released {
+		d.leaseWatchers.Released(key, w.Holder)
 	}
 	if w.Large != 0 {
 		var big []byte

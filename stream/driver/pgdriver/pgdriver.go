@@ -99,6 +99,9 @@ type Driver struct {
 	subLockCls int32  // advisory-lock class of per-subscription locks
 	pathCls    int32  // advisory-lock class of per-path locks (stream creation)
 
+	// leaseWatchers hear of released leases (WatchLeases).
+	leaseWatchers driver.LeaseWatchers
+
 	// writeRoundTrips counts the round trips of the store's write transactions.
 	writeRoundTrips atomic.Int64
 
@@ -113,6 +116,7 @@ var (
 	_ driver.StreamPrefetcher = (*writeTx)(nil)
 	_ driver.LockKeeper       = (*writeTx)(nil)
 	_ driver.Reader           = (*readTx)(nil)
+	_ driver.LeaseWatcher     = (*Driver)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).

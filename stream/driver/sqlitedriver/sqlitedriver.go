@@ -76,14 +76,16 @@ type Driver struct {
 	writerMu sync.Mutex
 	writers  []*writer // handed out by Writer; Close closes their connections
 
-	leases leaseTable // in memory: see leases.go
-	lock   *os.File   // the exclusive lock on the database file, held until Close (lock.go)
+	leases        leaseTable // in memory: see leases.go
+	leaseWatchers driver.LeaseWatchers
+	lock          *os.File // the exclusive lock on the database file, held until Close (lock.go)
 }
 
 var (
 	_ driver.Driver          = (*Driver)(nil)
 	_ driver.ErrorClassifier = (*Driver)(nil)
 	_ driver.Locator         = (*Driver)(nil)
+	_ driver.LeaseWatcher    = (*Driver)(nil)
 	_ driver.WriteTx         = (*writeTx)(nil)
 	_ driver.HidingTx        = (*writeTx)(nil)
 	_ driver.Reader          = (*readTx)(nil)
