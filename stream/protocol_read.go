@@ -57,6 +57,12 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 		req.MaxBytes = DefaultReadMaxBytes
 	}
 	now := s.clock.Now()
+	if req.Watch && !s.exclusive {
+		// A live read on a shared database: from the tail cache when it holds the position.
+		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
+			return res, err
+		}
+	}
 	// With Watch, the change channel must be taken before the read, or a commit landing between
 	// the read and taking the channel would go unnoticed until the next one. The channel is keyed
 	// by stream id, which only the read itself proves: when the stream appeared (or was replaced)
@@ -89,6 +95,8 @@ func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, e
 				// Replaced twice in a row: hand out the current stream's channel; at worst the
 				// reader waits for its next commit or the poll timeout.
 				changed = s.changed(row.ID)
+			} else {
+				s.seedTail(row, changed)
 			}
 			res.Changed = changed
 		}

@@ -109,6 +109,9 @@ type Store struct {
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
+	tails    tailCache               // live reads' cached tails (shared databases; tailcache.go)
+	// cachedReads counts live reads answered from the tail cache.
+	cachedReads atomic.Int64
 
 	ev        *eventView   // the event view's in-memory state (events.go)
 	commits   atomic.Int64 // group commits; benchmarks report events per commit
@@ -204,8 +207,11 @@ func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
 		s.remoteEphemerals(n)
 		s.restartFeed(n.Path, n.StreamID)
-		s.kickFeed(n.Path)
-		s.wake(n.StreamID)
+		if !s.publishRemoteRecords(n) {
+			s.kickFeed(n.Path)
+		}
+		row, recs := s.remoteTail(n)
+		s.wakeWith(n.StreamID, row, recs)
 		if n.Path != "" {
 			s.ev.watchers.notify(n.Path)
 		}
@@ -216,6 +222,7 @@ func (s *Store) remoteChange(n driver.Notification) {
 	s.changes.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()
+	s.dropAllTails()
 	ids := make([]int64, 0, len(s.notify))
 	for id := range s.notify {
 		ids = append(ids, id)
@@ -291,9 +298,16 @@ func (s *Store) changed(streamID int64) <-chan struct{} {
 	return ch
 }
 
-// wake closes the stream's change channel (called by the writer after a commit).
-func (s *Store) wake(streamID int64) {
+// wake closes the stream's change channel after a commit whose outcome is not known, dropping
+// the stream's tail cache entry.
+func (s *Store) wake(streamID int64) { s.wakeWith(streamID, nil, nil) }
+
+// wakeWith is wake after a commit whose outcome is known: row is the stream's row after it and
+// recs the durable records it appended (nil row: unknown). The stream's tail cache entry is
+// brought up to the commit (or dropped) before the waiters are woken.
+func (s *Store) wakeWith(streamID int64, row *driver.Stream, recs []driver.Record) {
 	s.notifyMu.Lock()
+	s.applyCommit(streamID, row, recs)
 	ch, ok := s.notify[streamID]
 	if ok {
 		delete(s.notify, streamID)

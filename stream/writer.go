@@ -136,6 +136,9 @@ type tx struct {
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
 	eph map[int64][]foldtype.Event
+	// recs holds, on a shared database, the durable records this function appended per stream:
+	// they travel with the commit's notification and feed the tail cache (tailcache.go).
+	recs map[int64][]driver.Record
 	// res is the reservation this function may write into; reserve and unreserve are the
 	// reservations it starts and ends (sliced.go), applied once the group commits.
 	res       *reservation
@@ -303,11 +306,19 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		}
 	}
 
+	// rows and recs are, on a shared database, each touched stream's row after the group (nil:
+	// deleted or not known) and the records the group appended to it: sent with its notification
+	// and applied to the tail cache.
+	var rows map[int64]*driver.Stream
+	var recs map[int64][]driver.Record
 	if g.dtx != nil {
 		commitErr := broken
 		if commitErr == nil {
 			touched, ephs := changesOf(done)
-			if err := notifyAll(ctx, g.dtx, touched, ephs); err != nil {
+			if !s.exclusive {
+				rows, recs = s.rowsAfter(g, touched), recordsOf(done)
+			}
+			if err := notifyAll(ctx, g.dtx, touched, ephs, rows, recs); err != nil {
 				commitErr = fmt.Errorf("stream store: notify: %w", err)
 			}
 		}
@@ -334,6 +345,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 		}
 		if commitErr != nil {
+			rows, recs = nil, nil // what is committed is not the whole group
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
 			_ = g.dtx.Rollback(ctx)
@@ -356,7 +368,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 		}
 	}
-	s.applyCommitted(reqs, results, done)
+	s.applyCommitted(reqs, results, done, rows, recs)
 }
 
 // prefetch begins the group's transaction and reads the rows of the streams its writes are
@@ -422,10 +434,33 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldtype.Event) {
 	return touched, ephs
 }
 
-// notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events.
-func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldtype.Event) error {
+// recordsOf collects the durable records the committed functions appended per stream (shared
+// databases), in the order they ran.
+func recordsOf(done []*tx) map[int64][]driver.Record {
+	var recs map[int64][]driver.Record
+	for _, t := range done {
+		if t == nil {
+			continue
+		}
+		for id, rs := range t.recs {
+			if recs == nil {
+				recs = make(map[int64][]driver.Record)
+			}
+			recs[id] = append(recs[id], rs...)
+		}
+	}
+	return recs
+}
+
+// notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events
+// and, when rows has the stream, its row after the group and the records the group appended.
+func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldtype.Event,
+	rows map[int64]*driver.Stream, recs map[int64][]driver.Record) error {
 	for id, p := range touched {
 		n := driver.Notification{StreamID: id, Path: p}
+		if r := rows[id]; r != nil {
+			n.Stream, n.Records = r, recs[id]
+		}
 		if evs := ephs[id]; len(evs) > 0 {
 			n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
 		}
@@ -445,7 +480,7 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 	}
 	dtx, err := w.Begin(ctx)
 	if err == nil {
-		if err = notifyAll(ctx, dtx, touched, ephs); err == nil {
+		if err = notifyAll(ctx, dtx, touched, ephs, nil, nil); err == nil {
 			err = dtx.Commit(ctx)
 		}
 		if err != nil {
@@ -460,8 +495,9 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 
 // applyCommitted applies the committed functions' staged changes to the writer's state in queue
 // order, runs their after-commit hooks, wakes readers, parks the writes that met a reserved
-// stream and answers the rest. done[i] is nil for every function that is not committed.
-func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx) {
+// stream and answers the rest. done[i] is nil for every function that is not committed. rows and
+// recs (nil: not known) bring the tail cache up to the commit before the readers wake.
+func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
 	ws := &s.ws
 	touched, _ := changesOf(done)
 	for _, t := range done {
@@ -512,7 +548,11 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx) {
 		}
 	}
 	for id, p := range touched {
-		s.wake(id)
+		if r := rows[id]; r != nil {
+			s.wakeWith(id, r, recs[id])
+		} else {
+			s.wake(id)
+		}
 		s.changes.notify(p)
 	}
 	for i, r := range reqs {
@@ -574,6 +614,35 @@ func (s *Store) runHook(h func()) {
 // afterCommit registers f to run on the writer goroutine after the group commits, before the
 // caller is answered. Hooks must not block and must not call write.
 func (t *tx) afterCommit(f func()) { t.hooks = append(t.hooks, f) }
+
+// rowsAfter returns each touched stream's row after the group, from the group's staged state:
+// nil for a stream the group deleted or did not stage.
+func (s *Store) rowsAfter(g *group, touched map[int64]string) map[int64]*driver.Stream {
+	rows := make(map[int64]*driver.Stream, len(touched))
+	for id, p := range touched {
+		m := g.staged[p]
+		if m == nil || m.Row.ID != id {
+			continue
+		}
+		r := m.Row
+		r.Tail = m.Tail
+		rows[id] = &r
+	}
+	return rows
+}
+
+// addRecord notes a durable record this function appended (shared databases: it travels with
+// the commit's notification). rec's memory must not change afterwards.
+func (t *tx) addRecord(rec driver.Record) {
+	if t.s.exclusive {
+		return
+	}
+	if t.recs == nil {
+		t.recs = make(map[int64][]driver.Record)
+	}
+	rec.Keys = nil
+	t.recs[rec.StreamID] = append(t.recs[rec.StreamID], rec)
+}
 
 // touch marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).

@@ -441,6 +441,14 @@ type Notification struct {
 	// with the notification to the other processes (shared databases; a driver may carry a large
 	// one out of band). Exclusive drivers drop it with the notification.
 	Ephemeral []byte
+	// Stream, when set, is the stream's row after the transaction (Tail is its durable tail),
+	// and Records are the durable records the transaction appended to it, in position order,
+	// Keys left out. A process that knew the stream up to the first record's Start knows it up to
+	// Stream.Tail without reading the database (docs/postgres.md#live-reads). A driver may drop
+	// both (a payload too large to carry them); the receiver then reads. Nil when the stream was
+	// deleted.
+	Stream  *Stream
+	Records []Record
 }
 
 // AppendFrame appends one JSON message's frame to frames: the uvarint of the message's offset
