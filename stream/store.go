@@ -53,6 +53,10 @@ type Options struct {
 	// it is refused with a sequence gap. Defaults to DefaultProducerReorderWait; negative
 	// disables the wait.
 	ProducerReorderWait time.Duration
+	// MaxCachedStreams caps how many streams the writer keeps in memory (their rows and offset
+	// marks); a write to a stream beyond them reads its row first. Defaults to
+	// DefaultMaxCachedStreams; negative is refused.
+	MaxCachedStreams int
 }
 
 // Store is an open stream store: many streams by path in one database, behind one driver
@@ -142,6 +146,13 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxGroup": opts.MaxGroup},
 			"open stream store: MaxGroup is %d; give a positive number of writes per transaction, or 0 for the default", opts.MaxGroup)
 	}
+	if opts.MaxCachedStreams < 0 {
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxCachedStreams": opts.MaxCachedStreams},
+			"open stream store: MaxCachedStreams is %d; give a positive number of streams, or 0 for the default", opts.MaxCachedStreams)
+	}
+	if opts.MaxCachedStreams == 0 {
+		opts.MaxCachedStreams = DefaultMaxCachedStreams
+	}
 	if opts.Clock == nil {
 		opts.Clock = foldtype.SystemClock{}
 	}
@@ -173,12 +184,13 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		exclusive: d.Exclusive(),
 		writes:    make(chan *writeReq, 1024),
 		stop:      make(chan struct{}),
-		ws:        writerState{streams: make(map[string]*streamMem), woken: make(map[int64]bool)},
+		ws:        writerState{},
 		notify:    make(map[int64]chan struct{}),
 		ev:        newEventView(),
 
 		intakeStopped: make(chan struct{}),
 	}
+	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
 	if err != nil {

@@ -171,7 +171,11 @@ func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration,
 	// Subscriptions: the node names itself as holder of the delivery lease, whose TTL is the
 	// processors' lease TTL, and may deliver to the test's loopback receivers.
 	scfg := server.Config{Processors: h, Logger: logger, NodeID: name, SubscriptionLeaseTTL: ttl, AllowLoopbackWebhooks: true}
-	srv := &http.Server{Handler: server.New(st, scfg), ReadHeaderTimeout: 10 * time.Second}
+	handler, err := server.New(st, scfg)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Printf("serving http://%s\n", ln.Addr())
 	go func() {
 		<-ctx.Done()
