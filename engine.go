@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -152,6 +153,8 @@ type Engine[S any] struct {
 	consumes []string
 	emits    []string
 	live     *LiveState
+	// stopping is set by StopTakingWork: a range stops after the event in progress.
+	stopping atomic.Bool
 
 	pubMu  sync.Mutex
 	mu     sync.Mutex
@@ -377,6 +380,14 @@ func (e *Engine[S]) isClosed() bool {
 	return e.closed
 }
 
+// StopTakingWork makes the engine take no new work, for a shutdown that hands its stream to
+// another node: the event in progress finishes with its effects, the checkpoint is written
+// through it, and every later range (a queued push, the rest of a catch-up) processes nothing,
+// so a [Engine.Drain] that follows returns as soon as that event settled. The events not
+// processed stay behind the checkpoint for the next engine on the stream. It cannot be undone;
+// call Close after the Drain.
+func (e *Engine[S]) StopTakingWork() { e.stopping.Store(true) }
+
 // Close stops the engine: later calls fail with code CLOSED (foldtype.ErrClosed), queued units fail with it
 // without running, waiters of WaitUntilProcessed are released with it, and the contexts of the
 // running unit (its blockers included) and of every background attempt are cancelled. Close then
@@ -436,6 +447,9 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 		return err
 	}
 	for {
+		if e.stopping.Load() {
+			return nil // the rest is the next engine's
+		}
 		cursor := e.chainCursor()
 		if cursor >= r.After {
 			break
@@ -475,6 +489,9 @@ func (e *Engine[S]) runCatchUp(ctx context.Context) error {
 		return err
 	}
 	for {
+		if e.stopping.Load() {
+			return nil // the rest is the next engine's
+		}
 		cursor := e.chainCursor()
 		page, err := e.stream.Read(ctx, cursor, EnginePageSize)
 		if err != nil {
@@ -519,6 +536,11 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	}
 	changed, delivered := false, false
 	for i := range consumable {
+		if e.stopping.Load() {
+			// Stopped taking work: the checkpoint covers the events processed so far only.
+			events, r.Through, atHead = processedThrough(events, consumable[:i], before), processedCursor(consumable[:i], before), false
+			break
+		}
 		caughtUp := atHead && i == len(consumable)-1
 		next, ch, processed, err := e.step(ctx, &consumable[i], state, caughtUp)
 		if err != nil {
@@ -531,7 +553,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 			delivered = true
 		}
 	}
-	if atHead && !delivered {
+	if atHead && !delivered && !e.stopping.Load() {
 		if _, _, _, err := e.step(ctx, nil, state, true); err != nil {
 			return err
 		}
@@ -561,6 +583,31 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 	e.mu.Unlock()
 	e.publishAndRelease()
 	return nil
+}
+
+// processedCursor is the cursor after the consumable events done of a range cut short: the offset
+// of the last durable one, or before.
+func processedCursor(done []Event, before int64) int64 {
+	cur := before
+	for _, ev := range done {
+		if !ev.Ephemeral {
+			cur = max(cur, ev.Offset)
+		}
+	}
+	return cur
+}
+
+// processedThrough is the events of a range cut short that its checkpoint covers: those up to the
+// last durable consumable event done.
+func processedThrough(events, done []Event, before int64) []Event {
+	cur := processedCursor(done, before)
+	var out []Event
+	for _, ev := range events {
+		if !ev.Ephemeral && ev.Offset <= cur {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // writeCheckpoint writes and latches a refusal that retrying cannot fix (docs/engine.md#the-latch).

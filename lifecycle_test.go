@@ -3,6 +3,7 @@ package foldstream_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,4 +166,50 @@ func TestWaitUntilProcessedTimesOutOnTheEngineClock(t *testing.T) {
 	if err := <-result; !errors.Is(err, foldtype.ErrProcessTimeout) {
 		t.Fatalf("got %v, want PROCESS_TIMEOUT", err)
 	}
+}
+
+func TestStopTakingWorkFinishesTheEventInProgressAndLeavesTheRestBehindTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	blocked, release := make(chan struct{}, 3), make(chan struct{})
+	var mu sync.Mutex
+	var ran []int64
+	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "stopper", "1", tickType)), reduce: incN,
+		process: func(a *foldstream.ProcessEventArgs[nState]) error {
+			if a.Event == nil {
+				return nil
+			}
+			off := a.Event.Offset
+			a.BlockProcessorWhile(func(ctx context.Context) error {
+				mu.Lock()
+				ran = append(ran, off)
+				mu.Unlock()
+				blocked <- struct{}{}
+				<-release
+				return nil
+			})
+			return nil
+		}}
+	eng := newEngine[nState](t, p, mem, cps)
+	ctx := ctxFor(t)
+	evs := appendT(t, mem, ev(tickType), ev(tickType), ev(tickType))
+	result := make(chan error, 1)
+	go func() { result <- eng.CatchUpFromLog(ctx) }()
+	<-blocked
+	eng.StopTakingWork()
+	close(release)
+	mustDo(t, <-result)
+	mustDo(t, eng.Drain(ctx))
+	mustDo(t, eng.Close(ctx))
+	eq(t, "effects run", ran, []int64{evs[0].Offset})
+	cp, ok := cps.Get("stopper")
+	eq(t, "checkpoint written", ok, true)
+	eq(t, "checkpoint cursor", cp.ReducedThroughOffset, evs[0].Offset)
+
+	// The next engine on the stream runs the rest, and only the rest.
+	ran = nil
+	next := newEngine[nState](t, p, mem, cps)
+	mustDo(t, next.CatchUpFromLog(ctx))
+	mustDo(t, next.Drain(ctx))
+	eq(t, "effects run by the next engine", ran, []int64{evs[1].Offset, evs[2].Offset})
 }

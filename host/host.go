@@ -292,9 +292,10 @@ func (h *Host) StartAlarms() error {
 type Snapshot = foldtype.JSONSnapshot
 
 // Shutdown stops the host: no processor is added any more, the alarm loop stops (running revives
-// get their context cancelled and are waited for), each processor's pending pushes are delivered
-// and its subscription closed, and each engine is closed — its chain idle, its background
-// attempts cancelled and settled — or ctx ends. It returns the first error. Reads through the
+// get their context cancelled and are waited for), every engine stops taking work (the event in
+// progress finishes and is checkpointed; the rest is left to the next owner), and each engine on
+// its own has its pending pushes settled, its subscription closed, its in-flight work settled, is
+// closed and hands its lease over — or ctx ends. It returns the first error. Reads through the
 // host fail with ErrShutdown from then on; the store stays open.
 func (h *Host) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
@@ -325,9 +326,67 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	// engines close (renewals go on meanwhile).
 	h.leases.leaveCluster()
 	defer h.leases.close()
-	// Opens and catch-ups in progress finish (cancelled only when ctx ends: a catch-up cut short
-	// after its effects but before its checkpoint would run them again next time); then every
-	// slot is final.
+	// Every engine stops taking work at once (the event in progress finishes and is
+	// checkpointed), then settles, closes and hands its lease over on its own, so another node
+	// takes it as soon as this engine can run no effect any more. Opens in progress see the
+	// shutdown and close what they built; catch-ups and retries on the chains stop after their
+	// event in progress. In-flight work settles for as long as ctx allows (the leases are renewed
+	// meanwhile): cut short after its effects but before its checkpoint, the next owner would
+	// run those effects again.
+	h.mu.Lock()
+	var slots []*slot
+	var parked []*slot
+	for _, sl := range h.slots {
+		sl.stopRetryLocked()
+		if sl.state == slotOpen || sl.state == slotClosing {
+			if st, ok := sl.runner.(workStopper); ok {
+				st.StopTakingWork()
+			}
+		}
+		switch sl.state {
+		case slotOpen:
+			sl.state = slotClosing
+			slots = append(slots, sl)
+		case slotParked:
+			parked = append(parked, sl)
+		}
+	}
+	h.mu.Unlock()
+	var cmu sync.Mutex
+	var errs []error
+	addErr := func(err error) {
+		cmu.Lock()
+		errs = append(errs, err)
+		cmu.Unlock()
+	}
+	var cwg sync.WaitGroup
+	for _, sl := range parked {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			select {
+			case <-sl.closed:
+				h.leases.release(sl.key, sl.lease.Generation, false)
+			case <-ctx.Done():
+				addErr(fmt.Errorf("host: close parked engines: %w", ctx.Err()))
+			}
+		}()
+	}
+	for _, sl := range slots {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			if err := sl.sub.Drain(ctx); err != nil {
+				addErr(fmt.Errorf("host: drain pushes to %q on %q: %w", sl.key.slug, sl.key.path, err))
+			}
+			if err := settleAndClose(ctx, sl.runner, 0, false); err != nil {
+				addErr(fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
+			}
+			h.leases.release(sl.key, sl.lease.Generation, false)
+		}()
+	}
+	cwg.Wait()
+	// Opens, catch-ups and closes still in progress finish (cancelled only when ctx ends).
 	idle := make(chan struct{})
 	go func() {
 		h.wg.Wait()
@@ -339,69 +398,15 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	}
 	h.cancel()
 	<-idle
-	h.mu.Lock()
-	var slots []*slot
-	var parked []chan struct{}
-	for _, sl := range h.slots {
-		sl.stopRetryLocked()
-		switch sl.state {
-		case slotOpen:
-			sl.state = slotClosing
-			slots = append(slots, sl)
-		case slotParked:
-			parked = append(parked, sl.closed)
-		}
-	}
-	h.mu.Unlock()
-	var errs []error
-	for _, done := range parked {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("host: close parked engines: %w", ctx.Err()))
-		}
-	}
-	h.mu.Lock()
-	var parkedSlots []*slot
-	for _, sl := range h.slots {
-		if sl.state == slotParked {
-			parkedSlots = append(parkedSlots, sl)
-		}
-	}
-	h.mu.Unlock()
-	for _, sl := range parkedSlots {
-		h.leases.release(sl.key, sl.lease.Generation, false)
-	}
-	for _, sl := range slots {
-		if err := sl.sub.Drain(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("host: drain pushes to %q on %q: %w", sl.key.slug, sl.key.path, err))
-		}
-	}
-	// The engines close side by side: each lets its in-flight work finish and checkpoint, closes,
-	// and hands its lease over, so another node takes it at once. In-flight work settles for as
-	// long as ctx allows (the leases are renewed meanwhile): cut short after its effects but
-	// before its checkpoint, the next owner would run those effects again.
-	var cmu sync.Mutex
-	var cwg sync.WaitGroup
-	for _, sl := range slots {
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			if err := settleAndClose(ctx, sl.runner, 0, false); err != nil {
-				cmu.Lock()
-				errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
-				cmu.Unlock()
-			}
-			h.leases.release(sl.key, sl.lease.Generation, false)
-		}()
-	}
-	cwg.Wait()
 	h.fold.close()
 	if len(errs) > 0 {
 		return errs[0]
 	}
 	return nil
 }
+
+// workStopper is an engine that can stop taking work before it drains ([foldstream.Engine]).
+type workStopper interface{ StopTakingWork() }
 
 // closeRunner closes an engine: its running work and background attempts are cancelled and waited
 // for; a claim they held stays, so the next engine on the stream revives that work.

@@ -537,8 +537,12 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 		h.log.Warn("host: closing an idle engine failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 	}
 	// Idle: nothing left to do, so no node needs to take it until the stream changes; a handoff
-	// is taken over by the preferred node at once.
-	h.leases.release(sl.key, sl.lease.Generation, !sl.handoff && err == nil)
+	// is taken over by the preferred node at once, and so is an engine a shutdown stopped from
+	// taking work (its catch-up may have left events behind the checkpoint).
+	h.mu.Lock()
+	stopped := h.shutdown
+	h.mu.Unlock()
+	h.leases.release(sl.key, sl.lease.Generation, !sl.handoff && !stopped && err == nil)
 	h.mu.Lock()
 	if h.slots[sl.key] == sl {
 		delete(h.slots, sl.key)
