@@ -104,9 +104,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 	defer release()
-	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
+	if len(body) > 0 { // the store applies the rules if the stream's messages are JSON
 		var ferr *foldtype.Error
-		if req.Provenance, ferr = provenanceOf(body, principal, reservedKeyPrefix); ferr != nil {
+		if req.Provenance, ferr = provenanceOf(principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
 		}
@@ -220,9 +220,9 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	defer release()
 	received := len(body)
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
-	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
+	if len(body) > 0 { // the store applies the rules if the stream's messages are JSON
 		var ferr *foldtype.Error
-		if req.Provenance, ferr = provenanceOf(body, principal, reservedKeyPrefix); ferr != nil {
+		if req.Provenance, ferr = provenanceOf(principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -99,8 +100,10 @@ type AppendRequest struct {
 //   - an "idempotencyKey" starting with ReservedKeyPrefix (when not empty) refuses the request with
 //     RESERVED_IDEMPOTENCY_KEY, data {prefix, index} (index: the message's in an array).
 //
-// Other messages are stored as they are. A refusal comes where the store refuses a malformed
-// body: after the stream's own checks (closed, producer, content type).
+// Other messages are stored as they are. A body that is not valid UTF-8 is refused with
+// BAD_REQUEST. The rules apply wherever the stream's messages are JSON, also when the request
+// named no content type (a fork inherits its source's). A refusal comes where the store refuses a
+// malformed body: after the stream's own checks (closed, producer, content type).
 type Provenance struct {
 	// Source is the compact JSON of the source to set; nil sets none.
 	Source []byte
@@ -170,6 +173,9 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 // message again: a body costs one parse, whoever wrote it.
 func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Message, error) {
 	body = bytes.TrimSpace(body) // Unicode space around the body, as encoding/json allows only ASCII
+	if prov != nil && !utf8.Valid(body) {
+		return nil, perr(foldtype.CodeBadRequest, "the body is not valid UTF-8 (JSON text must be)")
+	}
 	msgs, isArray, n, err := rawjson.Split(body, msgKeys, MaxMessagesPerRecord)
 	switch {
 	case errors.Is(err, rawjson.ErrTooMany):
