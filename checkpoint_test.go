@@ -35,13 +35,13 @@ func TestCheckpointTable_ScopesAndOptions(t *testing.T) {
 	t.Parallel()
 	db := testsupport.MemoryCheckpoints().DB()
 	ctx := context.Background()
-	a := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Scope: "/a"}))
-	b := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Scope: "/b", SkipCreate: true}))
+	a := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Scope: "/a"}))
+	b := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Scope: "/b", SkipCreate: true}))
 	mustDo(t, a.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false))
 	if _, ok, _ := b.ReadCheckpoint(ctx, "p"); ok {
 		t.Error("scope /b sees scope /a's row")
 	}
-	if _, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Table: "x; DROP TABLE y"}); err == nil {
+	if _, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Table: "x; DROP TABLE y"}); err == nil {
 		t.Error("an unsafe table name was accepted")
 	}
 }

@@ -39,7 +39,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, k := range []int{1, 16} {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "e2e.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "e2e.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 			if err != nil {
 				b.Fatal(err)
 			}

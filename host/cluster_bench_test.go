@@ -174,7 +174,7 @@ func BenchmarkCrossNodePostToSSE(b *testing.B) {
 	put(b, hc, a+"/v1/stream/lat")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := client.NewStream(r+"/v1/stream/lat", client.Options{})
+	s, err := client.NewStream(r+"/v1/stream/lat", client.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	round := os.Getenv("FOLDSTREAM_CRASH_ROUND")
 	ctx := context.Background()
-	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quietLog}})
+	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quietLog}})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(2)
@@ -227,7 +227,7 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, roundAcks int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quietLog}})
+	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quietLog}})
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}

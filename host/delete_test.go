@@ -74,7 +74,7 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 	}
 }
 
-func mustSnapshot(t *testing.T, h *host.Host, path, slug string) host.Snapshot {
+func mustSnapshot(t *testing.T, h *host.Host, path, slug string) foldtype.JSONSnapshot {
 	t.Helper()
 	snap, err := h.Snapshot(context.Background(), path, slug)
 	if err != nil {

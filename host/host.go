@@ -288,9 +288,6 @@ func (h *Host) StartAlarms() error {
 	return nil
 }
 
-// Snapshot is a processor's cursor and reduced state: the root package's one snapshot shape.
-type Snapshot = foldtype.JSONSnapshot
-
 // Shutdown stops the host: no processor is added any more, the alarm loop stops (running revives
 // get their context cancelled and are waited for), each processor's pending pushes are delivered
 // and its subscription closed, and each engine is closed — its chain idle, its background

@@ -80,7 +80,7 @@ func closeWith(t *testing.T, s *stream.Store, path string) {
 }
 
 // ticksOf reads the ticker's snapshot on path.
-func ticksOf(t *testing.T, h *host.Host, path string) host.Snapshot {
+func ticksOf(t *testing.T, h *host.Host, path string) foldtype.JSONSnapshot {
 	t.Helper()
 	snap, err := h.Snapshot(context.Background(), path, "ticker")
 	if err != nil {

@@ -24,7 +24,7 @@ func BenchmarkPatternFold(b *testing.B) {
 	for _, n := range []int{1, 10_000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "fold.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "fold.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func BenchmarkPatternFold(b *testing.B) {
 func BenchmarkOpenEngine(b *testing.B) {
 	ctx := context.Background()
 	b.Run("heap-per-engine", func(b *testing.B) {
-		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "open.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "open.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		}
 	})
 	b.Run("reopen", func(b *testing.B) {
-		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "reopen.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "reopen.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 		if err != nil {
 			b.Fatal(err)
 		}

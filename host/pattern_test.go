@@ -242,7 +242,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	ctx := context.Background()
 	// synchronous=NORMAL: this test is about the host's engines, not the disk; 40,000 fsyncs would
 	// only make it slow.
-	s, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "many.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}, SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
+	s, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "many.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}, SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
 	if err != nil {
 		t.Fatal(err)
 	}

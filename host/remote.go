@@ -193,9 +193,9 @@ func (h *Host) consumedBetween(ctx context.Context, consumes []string, path stri
 }
 
 // remoteSnapshot answers Snapshot for a processor another node runs.
-func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug string) (Snapshot, error) {
+func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.JSONSnapshot, error) {
 	if h.forwardable(l) {
-		var snap Snapshot
+		var snap foldtype.JSONSnapshot
 		err := h.forward(ctx, l.Addr, path, slug, url.Values{}, &snap)
 		if !errors.Is(err, errOwnerUnreachable) {
 			return snap, err
@@ -203,9 +203,9 @@ func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug st
 	}
 	cp, _, err := h.fromCheckpoint(ctx, path, slug, -1)
 	if err != nil {
-		return Snapshot{}, err
+		return foldtype.JSONSnapshot{}, err
 	}
-	return Snapshot{Offset: cp.ReducedThroughOffset, State: cp.State}, nil
+	return foldtype.JSONSnapshot{Offset: cp.ReducedThroughOffset, State: cp.State}, nil
 }
 
 // remoteLiveSnapshot answers LiveSnapshot for a processor another node runs. From the checkpoint
@@ -237,7 +237,7 @@ func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slu
 func (h *Host) remoteWait(ctx context.Context, l driver.Lease, path, slug string, offset int64, timeout time.Duration) error {
 	if h.forwardable(l) {
 		q := url.Values{"waitUntilProcessed": {strconv.FormatInt(offset, 10)}, "timeout": {timeout.String()}}
-		var snap Snapshot
+		var snap foldtype.JSONSnapshot
 		err := h.forward(ctx, l.Addr, path, slug, q, &snap)
 		if !errors.Is(err, errOwnerUnreachable) {
 			return err

@@ -37,7 +37,7 @@ func BenchmarkLiveStateSSEFanout(b *testing.B) {
 func benchLiveFanout(b *testing.B, readers int) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
-	st, err := storeopen.Open(ctx, ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(ctx, ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		b.Fatal(err)
 	}

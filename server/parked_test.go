@@ -49,7 +49,7 @@ func serveReceipts(t *testing.T, file string) (string, *stream.Store, func()) {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

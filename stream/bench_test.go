@@ -32,7 +32,7 @@ var benchPayload = foldtype.JSON(map[string]any{"user": "u-12345", "note": strin
 func benchStore(b *testing.B) (*Store, string) {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "bench.db")
-	s, err := openStoreSync(path, sqlitedriver.SyncFull, Options{Logger: quietLog})
+	s, err := openStoreSync(path, sqlitedriver.SyncFull, Config{Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +93,7 @@ type rawInserter struct {
 func newRawInserter(b *testing.B) *rawInserter {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "raw.db")
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // none, keeps a given one, and adds no source to an event without one.
 func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 	ctx := context.Background()
-	s, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "s.db"), storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "s.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	var total int64 // acknowledged over all rounds
 	for round := range 5 {
-		s, err := openStoreSync(path, sqlitedriver.SyncNormal, Options{Logger: quietLog})
+		s, err := openStoreSync(path, sqlitedriver.SyncNormal, Config{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 		}
 		wg.Wait()
 
-		s, err = openStore(path, Options{Logger: quietLog})
+		s, err = openStore(path, Config{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func openFilesUnder(t *testing.T, dir string) []string {
 func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := openStore(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 func TestWakeRecords(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/w.db"
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestWakeRecords(t *testing.T) {
 	mustAppend(t, s, "/w", ev("x")) // 3
 	s.Close()
 
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/r.db"
 	ctx := context.Background()
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	mustAppend(t, s, "/r", eph("e"), eph("e")) // 4, 5: memory only
 	s.Close()
 
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func ExampleOpenDriver() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := stream.OpenDriver(ctx, d, stream.Options{})
+	s, err := stream.OpenDriver(ctx, d, stream.Config{})
 	if err != nil {
 		d.Close() // the store did not take the driver
 		panic(err)

@@ -19,7 +19,7 @@ var (
 
 func sharedFuzzStore(t testing.TB) *Store {
 	fuzzStoreOnce.Do(func() {
-		s, err := openStore(":memory:", Options{Logger: quietLog})
+		s, err := openStore(":memory:", Config{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func FuzzRead(f *testing.F) {
 	f.Add(int64(3), 2, true)
 	f.Add(int64(-5), -1, true)
 	f.Add(int64(1<<62), 5000, false)
-	s, err := openStore(":memory:", Options{Logger: quietLog})
+	s, err := openStore(":memory:", Config{Logger: quietLog})
 	if err != nil {
 		f.Fatal(err)
 	}

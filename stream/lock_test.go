@@ -17,12 +17,12 @@ import (
 func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	first, err := openStore(path, Options{Logger: quietLog})
+	first, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, first, "/a", ev("x"))
-	second, err := openStore(path, Options{Logger: quietLog})
+	second, err := openStore(path, Config{Logger: quietLog})
 	if err == nil {
 		second.Close()
 		t.Fatal("second Open of an open store: got nil error, want STORE_LOCKED")
@@ -37,7 +37,7 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := openStore(path, Options{Logger: quietLog})
+	again, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after Close: %v", err)
 	}
@@ -54,7 +54,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	cmd, stdin := startChild(t, "TestHelperHoldStoreOpen", "FOLDSTREAM_HOLD_STORE="+path, "open")
 
-	st, err := openStore(path, Options{Logger: quietLog})
+	st, err := openStore(path, Config{Logger: quietLog})
 	if err == nil {
 		st.Close()
 		t.Fatal("Open of a store another process has open: got nil error, want STORE_LOCKED")
@@ -69,7 +69,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	st, err = openStore(path, Options{Logger: quietLog})
+	st, err = openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after the other process exited: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestHelperHoldStoreOpen(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestSecondOpenInAnotherProcessIsRefused")
 	}
-	st, err := openStore(path, Options{Logger: quietLog})
+	st, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "v1.db")
 	writeV1File(t, path)
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 
 	// Opening again finds the current version and changes nothing.
 	s.Close()
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestUnknownSchemaIsRefused(t *testing.T) {
 				}
 			}
 			db.Close()
-			s, err := openStore(path, Options{Logger: quietLog})
+			s, err := openStore(path, Config{Logger: quietLog})
 			if err == nil {
 				s.Close()
 				t.Fatal("open: got nil error, want STORE_SCHEMA")

@@ -32,7 +32,7 @@ func (l *lockedBuffer) String() string {
 func setupLogged(t *testing.T) (*Store, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
-	s, err := openStore(":memory:", Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	s, err := openStore(":memory:", Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func pauseInput(reason string) foldtype.EventInput {
 func TestPauseSurvivesReopeningTheStore(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestPauseSurvivesReopeningTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

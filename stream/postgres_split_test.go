@@ -21,7 +21,7 @@ func openPGStore(t testing.TB, url string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenDriver(ctx, d, Options{Logger: quietLog})
+	s, err := OpenDriver(ctx, d, Config{Logger: quietLog})
 	if err != nil {
 		d.Close()
 		t.Fatal(err)

@@ -24,7 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func openPG(t *testing.T, url string) *stream.Store {
 	t.Helper()
-	s, err := storeopen.Open(context.Background(), url, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err := storeopen.Open(context.Background(), url, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}

@@ -11,12 +11,12 @@ import (
 )
 
 // Pipelined producer requests may reach the writer out of order. A request whose seq is ahead of
-// the next expected one waits (up to Options.ProducerReorderWait) for the earlier seq to commit,
+// the next expected one waits (up to Config.ProducerReorderWait) for the earlier seq to commit,
 // then lands, instead of being refused with a sequence gap the client must resolve by resending.
 func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	t.Parallel()
 	// A generous wait: the test must not depend on how fast a loaded machine sends seq 0.
-	s, err := openStore(":memory:", Options{ProducerReorderWait: 10 * time.Second})
+	s, err := openStore(":memory:", Config{ProducerReorderWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	t.Parallel()
 	clk := testsupport.NewFakeClock()
-	s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog})
+	s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 }
 
 // A producer request whose predecessor is still arriving (its headers were read, its append is to
-// come) waits past Options.ProducerReorderWait, however slow the predecessor, and commits after it:
+// come) waits past Config.ProducerReorderWait, however slow the predecessor, and commits after it:
 // no gap is answered. Once the predecessor is gone without committing, the gap is answered at the
 // next expiry.
 func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
@@ -99,7 +99,7 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 		t.Run(map[bool]string{false: "arrives", true: "lost"}[lost], func(t *testing.T) {
 			t.Parallel()
 			clk := testsupport.NewFakeClock()
-			s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog})
+			s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -471,7 +471,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
 	// resend), the later request waits for commits to the stream and tries again: as long as a
-	// missing seq is arriving (inflight.go), else up to Options.ProducerReorderWait; a gap that is
+	// missing seq is arriving (inflight.go), else up to Config.ProducerReorderWait; a gap that is
 	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	if r := s.planSliced(req, msgs, msgErr); r != nil {
 		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
@@ -527,7 +527,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	}
 }
 
-// DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
+// DefaultProducerReorderWait is the default of Config.ProducerReorderWait: long enough for a
 // pipelined request that overtook its predecessor on loopback or a LAN even on a loaded machine
 // (where the predecessor's connection may not be served for tens of milliseconds), short enough
 // that a real gap — a lost request, which its producer resends anyway — is still answered promptly.

@@ -233,7 +233,7 @@ func TestHugeAppendCancelledMidSlicesLeavesNothing(t *testing.T) {
 func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrStoreClosed) {
 		t.Fatalf("huge append: got %v, want ErrStoreClosed", err)
 	}
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestCrashMidHugeRecordLeavesNoVisibleHalfRecord(t *testing.T) {
 		t.Fatalf("after the crash: %d record rows and %d marks, want the first record, 3 hidden slices and 1 mark", rows, marks)
 	}
 
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestHelperCrashMidHugeRecord(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestCrashMidHugeRecordLeavesNoVisibleHalfRecord")
 	}
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

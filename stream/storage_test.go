@@ -55,7 +55,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "s.db")
 			if what != "new file in directory" {
-				s, err := openStore(path, Options{Logger: quietLog})
+				s, err := openStore(path, Config{Logger: quietLog})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -69,7 +69,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 			} else {
 				makeReadOnly(t, dir)
 			}
-			s, err := openStore(path, Options{Logger: quietLog})
+			s, err := openStore(path, Config{Logger: quietLog})
 			if err == nil {
 				s.Close()
 				t.Fatal("Open: got nil error, want STORE_READ_ONLY")

@@ -32,7 +32,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, 256<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openStore(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

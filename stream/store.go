@@ -38,8 +38,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// Options configures a Store. The zero value is valid.
-type Options struct {
+// Config configures a Store. The zero value is valid.
+type Config struct {
 	// Clock is the time source for createdAt stamps, TTLs, claims and alarms. Defaults to
 	// foldtype.SystemClock.
 	Clock foldtype.Clock
@@ -78,7 +78,7 @@ type Options struct {
 type Store struct {
 	check      appendChecks // SetAppendCheck
 	path       string
-	opts       Options
+	opts       Config
 	clock      foldtype.Clock
 	log        *slog.Logger
 	drv        driver.Driver
@@ -132,9 +132,9 @@ type Store struct {
 // connections); the store's background work runs until Close.
 //
 // The driver comes from sqlitedriver.Open (a file), pgdriver.Open (a PostgreSQL database), or
-// storeopen.Open, which picks one of them from a file path or a postgres:// URL. Options that
+// storeopen.Open, which picks one of them from a file path or a postgres:// URL. Config values that
 // make no sense (a negative MaxGroup) fail with INVALID_CONFIG.
-func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, error) {
+func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, error) {
 	if d == nil {
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, nil, "open stream store: no driver given; open one with sqlitedriver.Open or pgdriver.Open, or use storeopen.Open")
 	}

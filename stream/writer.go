@@ -16,7 +16,7 @@ import (
 // The writer: the store's one concurrency rule for writes lives here (docs/store.md#one-writer).
 //
 // Every write is a function queued on s.writes. The writer goroutine takes the first queued
-// function, drains whatever else is already queued (up to Options.MaxGroup), and runs the group
+// function, drains whatever else is already queued (up to Config.MaxGroup), and runs the group
 // in one driver transaction: each function inside its own savepoint, so a function that fails (a
 // refused batch, a conflict) rolls back alone and its neighbours still commit. One commit — one
 // fsync with synchronous=FULL — acknowledges the whole group (group commit). After the commit the

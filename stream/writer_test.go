@@ -15,7 +15,7 @@ import (
 // neighbours in the same transaction commit.
 func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Options{})
+	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 // TestWriterPanicIsContained: a panicking write fails alone.
 func TestWriterPanicIsContained(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(":memory:", Options{})
+	s, err := openStore(":memory:", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestWriterPanicIsContained(t *testing.T) {
 
 func TestClosedStoreRefusesWrites(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(":memory:", Options{})
+	s, err := openStore(":memory:", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

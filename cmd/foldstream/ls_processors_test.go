@@ -42,7 +42,7 @@ func (lsFlaky) ProcessEvent(a *foldstream.ProcessEventArgs[lsCount]) error {
 // next retry.
 func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer mln.Close()
 	}
 	st, ln, err := openWaiting(ctx, func() (*stream.Store, error) {
-		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
+		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Config{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	}, ln, *dbWait, log)
 	if err != nil {
 		if ln != nil {

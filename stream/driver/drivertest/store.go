@@ -16,7 +16,7 @@ import (
 
 func openStore(t *testing.T, newDriver Factory) *stream.Store {
 	t.Helper()
-	s, err := stream.OpenDriver(context.Background(), newDriver(t), stream.Options{
+	s, err := stream.OpenDriver(context.Background(), newDriver(t), stream.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProducerReorderWait: -1})
 	if err != nil {
 		t.Fatalf("open store: %v", err)

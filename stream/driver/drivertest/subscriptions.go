@@ -197,7 +197,7 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 
 	t.Run("WebhookKeysPersistAndRotate", func(t *testing.T) {
 		d := newDriver(t)
-		s, err := stream.OpenDriver(ctx, d, stream.Options{ProducerReorderWait: -1})
+		s, err := stream.OpenDriver(ctx, d, stream.Config{ProducerReorderWait: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ func TestAppendsTakeFewRoundTrips(t *testing.T) {
 	t.Parallel()
 	d := open(t, pgtest.URL(t))
 	ctx := context.Background()
-	st, err := stream.OpenDriver(ctx, d, stream.Options{})
+	st, err := stream.OpenDriver(ctx, d, stream.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
