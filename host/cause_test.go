@@ -69,7 +69,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		})
 		defer stop()
-		got, err := s.Append(ctx, "/loop", foldstream.EventInput{Type: "ping"})
+		got, err := s.Stream("/loop").Append(ctx, foldstream.EventInput{Type: "ping"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 		chain := fmt.Sprintf("/loop@%d", root.Offset)
 		var events []foldstream.Event
 		for {
-			page, err := s.Read(ctx, "/loop", 0, 1000, stream.ReadOptions{})
+			page, err := s.Stream("/loop").Read(ctx, 0, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		}
 		// Settled: read again, nothing more was appended.
-		page, err := s.Read(ctx, "/loop", 0, 1000, stream.ReadOptions{})
+		page, err := s.Stream("/loop").Read(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

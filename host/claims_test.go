@@ -79,7 +79,7 @@ func TestPatternRevivesLeftoverClaimsNow(t *testing.T) {
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	for _, path := range []string{"/carts/a", "/carts/b"} {
-		if _, err := s.Append(ctx, path, item(1)); err != nil {
+		if _, err := s.Stream(path).Append(ctx, item(1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -190,7 +190,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/a", "attempts"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "e"}); err != nil { // offset 3
+	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "e"}); err != nil { // offset 3
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, testT.Add(20*time.Second))

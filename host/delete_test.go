@@ -28,11 +28,11 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"}); err != nil { // 3..6
+		if _, err := s.Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil { // 3..6
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Append(ctx, "/carts/x", item(2), item(3)); err != nil { // 1, 2
+	if _, err := s.Stream("/carts/x").Append(ctx, item(2), item(3)); err != nil { // 1, 2
 		t.Fatal(err)
 	}
 	if st := state(t, mustSnapshot(t, h, "/d", "ticker").State); st.Ticks != 4 {
@@ -48,11 +48,11 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 		}
 	}
 	effectsBefore := len(p.gotEffects())
-	if _, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "tick"}); err != nil { // 1, 2
+	if _, err := s.Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "tick"}); err != nil { // 1, 2
 		t.Fatal(err)
 	}
 	cartDone := c.expect("/carts/x", 3)
-	if _, err := s.Append(ctx, "/carts/x", item(7)); err != nil { // 1
+	if _, err := s.Stream("/carts/x").Append(ctx, item(7)); err != nil { // 1
 		t.Fatal(err)
 	}
 	snap := mustSnapshot(t, h, "/d", "ticker")
@@ -95,7 +95,7 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +108,7 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 	if err := s.DeleteStream(ctx, "/d"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/d", foldstream.EventInput{Type: "tick"}); err != nil { // 1
+	if _, err := s.Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil { // 1
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

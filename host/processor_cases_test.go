@@ -84,13 +84,13 @@ func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
-	if _, err := s.Append(ctx, "/l", foldstream.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
+	if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
 		t.Fatal(err)
 	}
 	h := newHost(t, s)
 	cs, _ := addLedger(t, ctx, s, h, "/l")
 	for range 5 {
-		if _, err := s.Append(ctx, "/l", foldstream.EventInput{Type: "noise"}); err != nil {
+		if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, counted := ledgerSnapshot(t, ctx, h, "/l"); !slices.Equal(counted, []int64{1}) {
@@ -114,7 +114,7 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	defer s.Close()
 	h := newHost(t, s)
 	addLedger(t, ctx, s, h, "/l")
-	if _, err := s.Append(ctx, "/l", foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 3, 4
+	if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 3, 4
 		t.Fatal(err)
 	}
 	if off, counted := ledgerSnapshot(t, ctx, h, "/l"); off != 4 || !slices.Equal(counted, []int64{4}) {
@@ -128,7 +128,7 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	if err := h.Remove(ctx, "/l", "ledger"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/l", foldstream.EventInput{Type: "counted"}, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 5..7
+	if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 5..7
 		t.Fatal(err)
 	}
 	cs, _ := addLedger(t, ctx, s, h, "/l")
@@ -188,7 +188,7 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	ping, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "ping"})
+	ping, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "ping"})
 	if err != nil {
 		t.Fatal(err)
 	}

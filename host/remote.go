@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -175,7 +174,7 @@ func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 // consumedBetween reports whether a durable event the registration consumes lies in (after, through].
 func (h *Host) consumedBetween(ctx context.Context, consumes []string, path string, after, through int64) (bool, error) {
 	for after < through {
-		page, err := h.store.Read(ctx, path, after, 256, stream.ReadOptions{})
+		page, err := h.store.Stream(path).Read(ctx, after, 256)
 		if err != nil {
 			return false, err
 		}

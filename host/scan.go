@@ -65,7 +65,7 @@ func (h *Host) behind(ctx context.Context, reg *registration, path string) (bool
 	if ok && reg.version != "" && cp.ReducerVersion != reg.version {
 		return true, nil // a re-reduce is due
 	}
-	page, err := h.store.Read(ctx, path, cp.ReducedThroughOffset, 1, stream.ReadOptions{})
+	page, err := h.store.Stream(path).Read(ctx, cp.ReducedThroughOffset, 1)
 	if err != nil {
 		return false, err
 	}

@@ -701,7 +701,7 @@ func (h *Host) workFailed(ctx context.Context, c stream.DueClaim, cause error) e
 	ctx = context.WithoutCancel(ctx)
 	rec := foldstream.EventInput{Type: foldstream.WorkFailedType,
 		Payload: foldstream.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
-	if _, err := h.store.Append(ctx, c.Path, rec); err != nil {
+	if _, err := h.store.Stream(c.Path).Append(ctx, rec); err != nil {
 		return err // the claim stays, with backoff: the record is owed
 	}
 	return h.store.Claim(ctx, c.Path, c.Slug, time.Time{})

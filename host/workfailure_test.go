@@ -102,7 +102,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	}
 
 	h, r := start()
-	evs, err := s.Append(ctx, "/p", foldstream.EventInput{Type: "e"})
+	evs, err := s.Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	for len(p.started) > 0 {
 		<-p.started
 	}
-	if _, err := s.Append(ctx, "/p", foldstream.EventInput{Type: "e"}); err != nil {
+	if _, err := s.Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -171,7 +171,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 // workFailedRecords returns the work-failed records of /p.
 func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []foldstream.Event {
 	t.Helper()
-	page, err := s.Read(ctx, "/p", 0, 0, stream.ReadOptions{})
+	page, err := s.Stream("/p").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

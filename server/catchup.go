@@ -125,7 +125,7 @@ func (s *Server) cutAt(ctx context.Context, name string, info stream.StreamInfo,
 	}
 	keep := 0
 	for after := cur; after < target; {
-		ev, err := s.st.Read(ctx, name, after, stream.MaxReadLimit, stream.ReadOptions{})
+		ev, err := s.st.Stream(name).Read(ctx, after, stream.MaxReadLimit)
 		if err != nil {
 			return nil, err
 		}

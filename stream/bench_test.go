@@ -54,7 +54,7 @@ func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := s.Append(ctx, "/bench", foldstream.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				if _, err := s.Stream("/bench").Append(ctx, foldstream.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -119,7 +119,7 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if cp, ok, err := cps2.ReadCheckpoint(ctx, "p"); err != nil || !ok || cp.ReducedThroughOffset != 1 {
 				t.Fatalf("new stream's checkpoint: got %+v (found %v, err %v), want offset 1", cp, ok, err)
 			}
-			page := mustRead(t, s, path, 0, 100, ReadOptions{IncludeEphemeral: true})
+			page := mustRead(t, s, path, 0, 100, readOptions{IncludeEphemeral: true})
 			if len(page.Events) != 1 || page.Events[0].Type != "new" {
 				t.Fatalf("new stream's events: got %+v, want only \"new\"", page.Events)
 			}

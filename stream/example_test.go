@@ -12,7 +12,7 @@ import (
 )
 
 // Append events to a stream and read them back.
-func ExampleStore_Append() {
+func ExampleEventStream_Append() {
 	ctx := context.Background()
 	s, err := storeopen.Open(ctx, ":memory:", storeopen.Config{})
 	if err != nil {
@@ -20,11 +20,7 @@ func ExampleStore_Append() {
 	}
 	defer s.Close()
 
-	got, err := s.Append(ctx, "/orders",
-		foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"},
-		foldstream.EventInput{Type: "typing", Ephemeral: true}, // takes an offset, is never stored
-		foldstream.EventInput{Type: "order-paid", Payload: foldstream.JSON(map[string]any{"id": 7})},
-	)
+	got, err := s.Stream("/orders").Append(ctx, foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"}, foldstream.EventInput{Type: "typing", Ephemeral: true}, foldstream.EventInput{Type: "order-paid", Payload: foldstream.JSON(map[string]any{"id": 7})})
 	if err != nil {
 		panic(err)
 	}
@@ -32,10 +28,10 @@ func ExampleStore_Append() {
 		fmt.Println(e.Offset, e.Type, e.Ephemeral)
 	}
 	// A retry with the same key and body echoes the stored event.
-	again, _ := s.Append(ctx, "/orders", foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
+	again, _ := s.Stream("/orders").Append(ctx, foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
 	fmt.Println("retry landed at", again[0].Offset)
 
-	page, err := s.Read(ctx, "/orders", 0, 100, stream.ReadOptions{})
+	page, err := s.Stream("/orders").Read(ctx, 0, 100)
 	if err != nil {
 		panic(err)
 	}
@@ -74,7 +70,7 @@ func ExampleStore_Subscribe() {
 	defer sub.Close()
 
 	for _, typ := range []string{"message-sent", "user-joined", "message-sent"} { // user-joined is not consumed: its span rides in the next range
-		if _, err := s.Append(ctx, "/chat", foldstream.EventInput{Type: typ}); err != nil {
+		if _, err := s.Stream("/chat").Append(ctx, foldstream.EventInput{Type: typ}); err != nil {
 			panic(err)
 		}
 		// Wait for the push, so that this example shows one push per commit; pushes queued while
@@ -108,7 +104,7 @@ func ExampleOpenDriver() {
 	}
 	defer s.Close() // closes the driver and releases the file's lock
 
-	evs, err := s.Append(ctx, "/greetings", foldstream.EventInput{Type: "hello"})
+	evs, err := s.Stream("/greetings").Append(ctx, foldstream.EventInput{Type: "hello"})
 	if err != nil {
 		panic(err)
 	}

@@ -106,7 +106,7 @@ func TestOnStreamCreatedReportsBothViews(t *testing.T) {
 
 	mustAppend(t, s, "/ev", ev("a"))
 	mustAppend(t, s, "/ev", ev("b"))
-	if _, err := s.Append(ctx, "/refused", ev("")); err == nil {
+	if _, err := s.Stream("/refused").Append(ctx, ev("")); err == nil {
 		t.Fatal("append with an empty type: got nil error")
 	}
 	mustCreate(t, s, CreateRequest{Path: "/panics", ContentType: "text/plain"})

@@ -136,7 +136,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	}
 
 	// The event stream: events, durable mark above the last row (a trailing ephemeral), key.
-	p := mustRead(t, s, "/ev", 0, 0, ReadOptions{})
+	p := mustRead(t, s, "/ev", 0, 0, readOptions{})
 	if got := offsets(p.Events); !slices.Equal(got, []int64{1, 2, 3, 4}) || !p.AtHead || p.ScannedThroughOffset != 5 {
 		t.Fatalf("event read: offsets %v atHead %v scanned %d", got, p.AtHead, p.ScannedThroughOffset)
 	}
@@ -144,7 +144,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	if again[0].Offset != 3 {
 		t.Fatalf("idempotent retry after migration: got offset %d, want 3", again[0].Offset)
 	}
-	if _, err := s.Append(ctx, "/ev", foldstream.EventInput{Type: "paid", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	if _, err := s.Stream("/ev").Append(ctx, foldstream.EventInput{Type: "paid", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
 		t.Fatalf("conflicting retry: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 	if next := mustAppend(t, s, "/ev", ev("e")); next[0].Offset != 6 {

@@ -30,7 +30,7 @@ func TestStreamNamesAreValidatedByBothViews(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	for _, name := range badStreamNames {
-		if _, err := s.Append(ctx, name, ev("x")); !errors.Is(err, foldstream.ErrInvalidStreamName) {
+		if _, err := s.Stream(name).Append(ctx, ev("x")); !errors.Is(err, foldstream.ErrInvalidStreamName) {
 			t.Errorf("Append(%q): got %v, want INVALID_STREAM_NAME", name, err)
 		}
 		if _, err := s.CreateStream(ctx, CreateRequest{Path: name, ContentType: "text/plain"}); !errors.Is(err, foldstream.ErrInvalidStreamName) {

@@ -52,7 +52,7 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 					var err error
 					switch i % 4 {
 					case 0:
-						_, err = s.Append(ctx, p, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)})
+						_, err = s.Stream(p).Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)})
 					case 1:
 						_, err = s.Stream(p).ForProcessor("proc").Append(ctx, foldstream.EventInput{Type: "v", Payload: foldstream.JSON(i)})
 					case 2:
@@ -62,7 +62,7 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 						if err = cps[scope].WriteCheckpoint(ctx, producer, foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: int64(i)}, false); err != nil {
 							break
 						}
-						_, err = s.Append(ctx, p, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)})
+						_, err = s.Stream(p).Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)})
 					default:
 						_, err = s.AppendRecord(ctx, stream.AppendRequest{Path: p, ContentType: "application/json",
 							Body:     []byte(fmt.Sprintf(`{"n":%d}`, i)),
@@ -85,7 +85,7 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 		return
 	}
 	for _, p := range paths {
-		page, err := nodes[1].Read(ctx, p, 0, 10000, stream.ReadOptions{})
+		page, err := nodes[1].Stream(p).Read(ctx, 0, 10000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -101,7 +101,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				if _, err := s.Append(ctx, "/s", foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
+				if _, err := s.Stream("/s").Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -109,7 +109,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	page, err := a.Read(ctx, "/s", 0, 1000, stream.ReadOptions{})
+	page, err := a.Stream("/s").Read(ctx, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +130,15 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	}
 
 	// An idempotency key and an offset precondition hold across nodes.
-	e1, err := a.Append(ctx, "/s", foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e1, err := a.Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, err := b.Append(ctx, "/s", foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e2, err := b.Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil || e2[0].Offset != e1[0].Offset {
 		t.Fatalf("the same key on another node: %v %v, want the echo of offset %d", e2, err, e1[0].Offset)
 	}
-	if _, err := b.Append(ctx, "/s", foldstream.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := b.Stream("/s").Append(ctx, foldstream.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("stale precondition on another node: got %v, want OFFSET_CONFLICT", err)
 	}
 
@@ -173,7 +173,7 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
-	if _, err := a.Append(ctx, "/e", foldstream.EventInput{Type: "durable"}); err != nil {
+	if _, err := a.Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"}); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector()
@@ -186,16 +186,16 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	for i := range big {
 		big[i] = 'x'
 	}
-	small, err := a.Append(ctx, "/e", foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON("s")})
+	small, err := a.Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON("s")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	large, err := a.Append(ctx, "/e", foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON(string(big))})
+	large, err := a.Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON(string(big))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The next durable event on the other node takes an offset after the ephemerals'.
-	d, err := b.Append(ctx, "/e", foldstream.EventInput{Type: "durable"})
+	d, err := b.Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 				default:
 				}
 				key := fmt.Sprintf("w%d-%d", w, i)
-				evs, err := a.Append(ctx, "/load", foldstream.EventInput{Type: "t", IdempotencyKey: key})
+				evs, err := a.Stream("/load").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: key})
 				if err != nil {
 					if foldstream.CodeOf(err) != foldstream.CodeUnavailable {
 						t.Errorf("append during an outage: got %v, want UNAVAILABLE", err)
@@ -272,7 +272,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// A write after the last outage succeeds without any restart of the node.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := a.Append(ctx, "/load", foldstream.EventInput{Type: "after"}); err == nil {
+		if _, err := a.Stream("/load").Append(ctx, foldstream.EventInput{Type: "after"}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("node A did not recover after the database came back: %v", err)
@@ -288,7 +288,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// Every acknowledged append is in the log exactly once, at the offset it was given.
 	var all []foldstream.Event
 	for after := int64(0); ; {
-		page, err := b.Read(ctx, "/load", after, 1000, stream.ReadOptions{})
+		page, err := b.Stream("/load").Read(ctx, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,11 +348,11 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := a.Append(ctx, "/l", foldstream.EventInput{Type: "t"}); err != nil {
+		if _, err := a.Stream("/l").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 			t.Fatal(err)
 		}
 		// A long-poll style wait on node B: a read after the commit sees it at once.
-		page, err := b.Read(ctx, "/l", int64(i), 10, stream.ReadOptions{})
+		page, err := b.Stream("/l").Read(ctx, int64(i), 10)
 		if err != nil || len(page.Events) != 1 {
 			t.Fatalf("node B reads commit %d: %v %v", i+1, page.Events, err)
 		}
@@ -399,7 +399,7 @@ func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
 			}
 		}
 	}
-	if _, err := a.Append(ctx, "/w/1", foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := a.Stream("/w/1").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	wait(onA, "/w/1", "the committing node")

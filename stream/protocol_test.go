@@ -451,7 +451,7 @@ func TestRecreatedPathStartsClean(t *testing.T) {
 	if got := readAll(t, s, "/r"); got != `["a"]` {
 		t.Fatalf("protocol read: got %s, want [\"a\"]", got)
 	}
-	page, err := s.Read(ctx, "/r", 0, 100, ReadOptions{})
+	page, err := s.Stream("/r").Read(ctx, 0, 100)
 	if err != nil || len(page.Events) != 1 || page.Events[0].Type != MessageType {
 		t.Fatalf("event read: got %+v, %v; want one message event", page.Events, err)
 	}
@@ -490,37 +490,37 @@ func TestEventViewSeesProtocolChanges(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "a"}); err != nil {
+	if _, err := s.Stream("/x").Append(ctx, foldstream.EventInput{Type: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteStream(ctx, "/x"); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/x", ContentType: "text/plain"})
-	if _, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "b"}); err == nil {
+	if _, err := s.Stream("/x").Append(ctx, foldstream.EventInput{Type: "b"}); err == nil {
 		t.Fatal("event append to a re-created text stream: got nil error")
 	}
-	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "a"}); err != nil {
+	if _, err := s.Stream("/y").Append(ctx, foldstream.EventInput{Type: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
-	if _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeStreamClosed {
+	if _, err := s.Stream("/y").Append(ctx, foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeStreamClosed {
 		t.Fatalf("event append after a protocol close: got %v, want STREAM_CLOSED", err)
 	}
 	// Events and HTTP messages share one offset sequence.
-	if _, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {
+	if _, err := s.Stream("/z").Append(ctx, foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`{"type":"c"}`)})
 	if res.Tail != 3 {
 		t.Fatalf("tail after two events and one message: got %d, want 3", res.Tail)
 	}
-	evs, err := s.Append(ctx, "/z", foldstream.EventInput{Type: "d"})
+	evs, err := s.Stream("/z").Append(ctx, foldstream.EventInput{Type: "d"})
 	if err != nil || evs[0].Offset != 4 {
 		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
 	}
 	// An ephemeral takes offset 5 without persisting; the next HTTP message lands after it.
-	if evs, err = s.Append(ctx, "/z", foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
+	if evs, err = s.Stream("/z").Append(ctx, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
 		t.Fatalf("ephemeral: got %+v, %v; want offset 5", evs, err)
 	}
 	res = mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`[7,8]`)})
@@ -548,7 +548,7 @@ func TestEventViewReadsMessageFieldsByExactName(t *testing.T) {
 	} {
 		mustAppendRecord(t, s, AppendRequest{Path: "/m", ContentType: "application/json", Body: []byte(body)})
 	}
-	p, err := s.Read(ctx, "/m", 0, 10, ReadOptions{})
+	p, err := s.Stream("/m").Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,11 +575,11 @@ func TestMessageIdempotencyKeyIsTheExactMember(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "/k", ContentType: "application/json"})
 	mustAppendRecord(t, s, AppendRequest{Path: "/k", ContentType: "application/json",
 		Body: []byte(`{"type":"t","idempotencyKey":"a","IDEMPOTENCYKEY":"b"}`)})
-	evs, err := s.Append(ctx, "/k", foldstream.EventInput{Type: "t", IdempotencyKey: "a"})
+	evs, err := s.Stream("/k").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: "a"})
 	if err != nil || evs[0].Offset != 1 {
 		t.Fatalf("retry under key a: got %+v, %v; want the echo of offset 1", evs, err)
 	}
-	evs, err = s.Append(ctx, "/k", foldstream.EventInput{Type: "t", IdempotencyKey: "b"})
+	evs, err = s.Stream("/k").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: "b"})
 	if err != nil || evs[0].Offset != 2 {
 		t.Fatalf("key b: got %+v, %v; want a fresh event at offset 2", evs, err)
 	}
@@ -593,7 +593,7 @@ func TestReadRecordsReachesTailAboveLastEntry(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "src", foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil {
+	if _, err := s.Stream("src").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, after := range []int64{0, 1} {
@@ -616,7 +616,7 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "src", foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil {
+	if _, err := s.Stream("src").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
 	f := mustCreate(t, s, CreateRequest{Path: "f", ForkedFrom: "src"})
@@ -625,10 +625,10 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 	}
 	tail := readRecordsTail(t, s, "src")
 	mustCreate(t, s, CreateRequest{Path: "g", ForkedFrom: "src", HasForkOffset: true, ForkOffset: tail})
-	if _, err := s.Append(ctx, "f", foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := s.Stream("f").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Read(ctx, "f", 0, 10, ReadOptions{})
+	page, err := s.Stream("f").Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

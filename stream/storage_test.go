@@ -119,7 +119,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 		var fns []func() error
 		for range 4 {
 			fns = append(fns, func() error {
-				_, err := s.Append(ctx, "/ev", foldstream.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
+				_, err := s.Stream("/ev").Append(ctx, foldstream.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
 				if err == nil {
 					mu.Lock()
 					acked++
@@ -145,7 +145,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 	mustAppend(t, s, "/ev", ev("after"))
 	mustAppendRecord(t, s, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte("ok")})
 
-	page := mustRead(t, s, "/ev", 0, 1000, ReadOptions{})
+	page := mustRead(t, s, "/ev", 0, 1000, readOptions{})
 	if got, want := len(page.Events), 1+acked+1; got != want {
 		t.Fatalf("events after recovery: got %d, want %d (first, %d acknowledged, after)", got, want, acked)
 	}

@@ -160,7 +160,7 @@ func TestSubscriptionReentrantAppendAndClose(t *testing.T) {
 			seen = append(seen, e.Offset)
 			mu.Unlock()
 			if e.Type == "ping" {
-				if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "pong", IdempotencyKey: "once"}); err != nil {
+				if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "pong", IdempotencyKey: "once"}); err != nil {
 					return err
 				}
 			}

@@ -103,7 +103,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	errs := groupWithFailingCommit(t, s,
@@ -115,7 +115,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 		}
 	}
 	// The stream row was rolled back; its id goes to the next stream created.
-	if _, err := s.Append(ctx, "/other", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Stream("/other").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/w", "/e", "/other"} {
@@ -135,7 +135,7 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
 	pushed := make(chan foldstream.ScannedRange, 16)
@@ -149,20 +149,20 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	defer sub.Close()
 	errs := groupWithFailingCommit(t, s,
 		func() error {
-			_, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
 		func() error {
-			_, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
-		func() error { _, err := s.Append(ctx, "/new", foldstream.EventInput{Type: "d"}); return err })
+		func() error { _, err := s.Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"}); return err })
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("append %d in a failed group: got nil error", i)
 		}
 	}
-	got, err := s.Append(ctx, "/known", foldstream.EventInput{Type: "d"})
+	got, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,21 +175,21 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	if r := <-pushed; r.After != 1 || r.Through != 2 {
 		t.Errorf("first push: got %+v, want (1, 2]", r)
 	}
-	page, err := s.Read(ctx, "/known", 0, 10, ReadOptions{IncludeEphemeral: true})
+	page, err := s.readEvents(ctx, "/known", 0, 10, readOptions{IncludeEphemeral: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(page.Events) != 2 {
 		t.Errorf("read: got %d events, want 2", len(page.Events))
 	}
-	if _, err := s.Append(ctx, "/other", foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Stream("/other").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Append(ctx, "/new", foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
+	if got, err := s.Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
 		t.Fatalf("/new after the failed group: got %v, %v; want offset 1", got, err)
 	}
 	for _, p := range []string{"/new", "/other"} {
-		page, err := s.Read(ctx, p, 0, 10, ReadOptions{})
+		page, err := s.Stream(p).Read(ctx, 0, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,13 +206,13 @@ func TestRefusedCreateDoesNotAliasNextStream(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("first append: got %v, want OFFSET_CONFLICT", err)
 	}
-	if _, err := s.Append(ctx, "/b", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Stream("/b").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/b")
@@ -233,17 +233,17 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 	}
 	// An append and a delete of /a in one group, in that order.
 	errs := inOneGroup(t, s,
-		func() error { _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t"}); return err },
+		func() error { _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); return err },
 		func() error { return s.DeleteStream(ctx, "/a") })
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Append(ctx, "/c", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Stream("/c").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/c")
@@ -253,7 +253,7 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 func wantOneEventEach(t *testing.T, s *Store, paths ...string) {
 	t.Helper()
 	for _, p := range paths {
-		if got := len(mustRead(t, s, p, 0, 10, ReadOptions{}).Events); got != 1 {
+		if got := len(mustRead(t, s, p, 0, 10, readOptions{}).Events); got != 1 {
 			t.Errorf("%s: got %d events, want 1", p, got)
 		}
 	}
@@ -272,7 +272,7 @@ func TestStoredMessageClaimingEphemeralReadsDurable(t *testing.T) {
 		Body: []byte(`{"type":"t","ephemeral":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Read(ctx, "/j", 0, 10, ReadOptions{})
+	page, err := s.Stream("/j").Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,21 +64,21 @@ func RunStore(t *testing.T, newDriver Factory) {
 	t.Run("EventAppendIdempotencyAndPreconditions", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		in := []foldstream.EventInput{{Type: "a"}, {Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}, {Type: "e", Ephemeral: true}}
-		got, err := s.Append(ctx, "/e", in...)
+		got, err := s.Stream("/e").Append(ctx, in...)
 		if err != nil || len(got) != 3 || got[2].Offset != 3 {
 			t.Fatalf("append: got %+v %v", got, err)
 		}
-		again, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
+		again, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
 		if err != nil || again[0].Offset != 2 {
 			t.Fatalf("retry: got %+v %v, want the stored event at 2", again, err)
 		}
-		if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		if _, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
 			t.Fatalf("different body: got %v, want IDEMPOTENCY_CONFLICT", err)
 		}
-		if _, err := s.Append(ctx, "/e", foldstream.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+		if _, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 			t.Fatalf("precondition: got %v, want OFFSET_CONFLICT", err)
 		}
-		page, err := s.Read(ctx, "/e", 0, 0, stream.ReadOptions{})
+		page, err := s.Stream("/e").Read(ctx, 0, 0)
 		if err != nil || len(page.Events) != 2 || !page.AtHead || page.ScannedThroughOffset != 3 {
 			t.Fatalf("read: got %+v %v, want 2 durable events, proven through 3", page, err)
 		}
@@ -142,7 +142,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if pages < 10 {
 			t.Fatalf("pages: got %d, want the 64 KiB budget to cut the record", pages)
 		}
-		page, err := s.Read(ctx, "/big", 4990, 0, stream.ReadOptions{})
+		page, err := s.Stream("/big").Read(ctx, 4990, 0)
 		if err != nil || len(page.Events) != 10 || page.Events[0].Offset != 4991 || page.Events[0].Type != stream.MessageType {
 			t.Fatalf("event read of the tail: got %d events %v", len(page.Events), err)
 		}
@@ -192,7 +192,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 			t.Fatalf("source after its last fork went: got %v, want STREAM_NOT_FOUND", err)
 		}
 		// A path created again starts empty.
-		got, err := s.Append(ctx, "/fork", foldstream.EventInput{Type: "x"})
+		got, err := s.Stream("/fork").Append(ctx, foldstream.EventInput{Type: "x"})
 		if err != nil || got[0].Offset != 1 {
 			t.Fatalf("recreated path: got %+v %v, want offset 1", got, err)
 		}
@@ -209,7 +209,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 			t.Fatal(err)
 		}
 		defer sub.Close()
-		if _, err := s.Append(ctx, "/sub", foldstream.EventInput{Type: "a"}); err != nil {
+		if _, err := s.Stream("/sub").Append(ctx, foldstream.EventInput{Type: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/sub", ContentType: "application/json", Body: []byte(`[{"type":"b"},{"type":"c"}]`)}); err != nil {
