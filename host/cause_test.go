@@ -62,14 +62,14 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		}
 		commits := make(chan struct{}, 1)
-		stop := s.WatchCommits(func(path string) {
+		stop := s.Events().WatchCommits(func(path string) {
 			select {
 			case commits <- struct{}{}:
 			default:
 			}
 		})
 		defer stop()
-		got, err := s.Stream("/loop").Append(ctx, foldstream.EventInput{Type: "ping"})
+		got, err := s.Events().Stream("/loop").Append(ctx, foldstream.EventInput{Type: "ping"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 		chain := fmt.Sprintf("/loop@%d", root.Offset)
 		var events []foldstream.Event
 		for {
-			page, err := s.Stream("/loop").Read(ctx, 0, 1000)
+			page, err := s.Events().Stream("/loop").Read(ctx, 0, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		}
 		// Settled: read again, nothing more was appended.
-		page, err := s.Stream("/loop").Read(ctx, 0, 1000)
+		page, err := s.Events().Stream("/loop").Read(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

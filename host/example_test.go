@@ -51,7 +51,7 @@ func Example() {
 
 	var last foldstream.Event
 	for range 3 {
-		got, err := s.Stream("/clock").Append(ctx, foldstream.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/clock").Append(ctx, foldstream.EventInput{Type: "tick"})
 		if err != nil {
 			panic(err)
 		}
@@ -97,7 +97,7 @@ func ExampleRegisterPattern() {
 		panic(err)
 	}
 	for _, path := range []string{"/clocks/a", "/clocks/b", "/clocks/a"} {
-		if _, err := s.Stream(path).Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream(path).Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
 			panic(err)
 		}
 	}

@@ -60,7 +60,7 @@ func BenchmarkPatternFold(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for i := w; i < batches; i += 16 {
-						if _, err := s.Stream(fmt.Sprintf("/carts/%d", i%n)).Append(ctx, batch...); err != nil {
+						if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i%n)).Append(ctx, batch...); err != nil {
 							b.Error(err)
 							return
 						}
@@ -97,7 +97,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		defer s.Close()
 		const n = 1000
 		for i := range n {
-			if _, err := s.Stream(fmt.Sprintf("/carts/%d", i)).Append(ctx, item(1)); err != nil {
+			if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i)).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -139,7 +139,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		}
 		defer s.Close()
 		for _, path := range []string{"/carts/a", "/carts/b"} {
-			if _, err := s.Stream(path).Append(ctx, item(1)); err != nil {
+			if _, err := s.Events().Stream(path).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)
 			}
 		}

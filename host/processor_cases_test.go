@@ -47,8 +47,8 @@ func addLedger(t *testing.T, ctx context.Context, s *stream.Store, h *host.Host,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := &countingStream{EventStream: s.Stream(path).ForProcessor("ledger")}
-	cps, err := s.Checkpoints(ctx, path)
+	cs := &countingStream{EventStream: s.Events().Stream(path).ForProcessor("ledger")}
+	cps, err := s.Events().Checkpoints(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +84,13 @@ func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
-	if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
+	if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
 		t.Fatal(err)
 	}
 	h := newHost(t, s)
 	cs, _ := addLedger(t, ctx, s, h, "/l")
 	for range 5 {
-		if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}); err != nil {
+		if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, counted := ledgerSnapshot(t, ctx, h, "/l"); !slices.Equal(counted, []int64{1}) {
@@ -114,13 +114,13 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	defer s.Close()
 	h := newHost(t, s)
 	addLedger(t, ctx, s, h, "/l")
-	if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 3, 4
+	if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 3, 4
 		t.Fatal(err)
 	}
 	if off, counted := ledgerSnapshot(t, ctx, h, "/l"); off != 4 || !slices.Equal(counted, []int64{4}) {
 		t.Fatalf("snapshot: got %d %v, want 4 [4]", off, counted)
 	}
-	cps, _ := s.Checkpoints(ctx, "/l")
+	cps, _ := s.Events().Checkpoints(ctx, "/l")
 	cp, ok, err := cps.ReadCheckpoint(ctx, "ledger")
 	if err != nil || !ok || cp.ReducedThroughOffset != 4 || string(cp.State) != `{"counted":[4]}` || cp.ReducerVersion != "1" {
 		t.Fatalf("checkpoint: got %+v %v %v", cp, ok, err)
@@ -128,7 +128,7 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	if err := h.Remove(ctx, "/l", "ledger"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 5..7
+	if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 5..7
 		t.Fatal(err)
 	}
 	cs, _ := addLedger(t, ctx, s, h, "/l")
@@ -175,7 +175,7 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	echoes := make(chan foldstream.Event, 1)
-	sub, err := s.Subscribe("/e", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/e", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
 		for _, ev := range evs {
 			select {
 			case echoes <- ev:
@@ -188,7 +188,7 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	ping, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "ping"})
+	ping, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "ping"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		}
 		if errors.Is(err, ErrNotRegistered) {
 			// A stream that does not exist says so, whatever runs on it.
-			if _, herr := h.store.HeadStream(ctx, path); errors.Is(herr, foldstream.ErrStreamNotFound) || errors.Is(herr, foldstream.ErrStreamGone) {
+			if _, herr := h.store.Events().HeadStream(ctx, path); errors.Is(herr, foldstream.ErrStreamNotFound) || errors.Is(herr, foldstream.ErrStreamGone) {
 				err = herr
 			}
 		}

@@ -85,7 +85,7 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 		return foldstream.Checkpoint{}, nil, notRegistered(path, slug)
 	}
 	if through < 0 {
-		info, err := h.store.HeadStream(ctx, path)
+		info, err := h.store.Events().HeadStream(ctx, path)
 		if err != nil {
 			if errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone) {
 				if reg.pinned() {
@@ -151,7 +151,7 @@ func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 	if h.store.Driver().Exclusive() {
 		return nil
 	}
-	info, err := h.store.HeadStream(ctx, sl.key.path)
+	info, err := h.store.Events().HeadStream(ctx, sl.key.path)
 	if err != nil {
 		return nil // the read itself reports a missing stream
 	}
@@ -174,7 +174,7 @@ func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 // consumedBetween reports whether a durable event the registration consumes lies in (after, through].
 func (h *Host) consumedBetween(ctx context.Context, consumes []string, path string, after, through int64) (bool, error) {
 	for after < through {
-		page, err := h.store.Stream(path).Read(ctx, after, 256)
+		page, err := h.store.Events().Stream(path).Read(ctx, after, 256)
 		if err != nil {
 			return false, err
 		}

@@ -73,7 +73,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 	}
 	h.mu.Unlock()
 	if patterns {
-		if _, err := h.store.HeadStream(ctx, path); err != nil {
+		if _, err := h.store.Events().HeadStream(ctx, path); err != nil {
 			// Patterns cover existing streams only: keep the exact registrations.
 			var kept []foldstream.ProcessorStatus
 			var keptClosed []int

@@ -76,12 +76,12 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cps, err := s.Checkpoints(ctx, "/p")
+		cps, err := s.Events().Checkpoints(ctx, "/p")
 		if err != nil {
 			t.Fatal(err)
 		}
 		eng, err := foldstream.NewEngine[countState](p, foldstream.EngineConfig{
-			Stream: s.Stream("/p").ForProcessor("dier"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog,
+			Stream: s.Events().Stream("/p").ForProcessor("dier"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog,
 			KeyValue: foldstream.CheckpointKeyValue(cps, "dier"), CodeID: "build-1"})
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +94,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	}
 	claims := func() int {
 		t.Helper()
-		cl, err := s.Claims(ctx)
+		cl, err := s.Events().Claims(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	}
 
 	h, r := start()
-	evs, err := s.Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"})
+	evs, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	for len(p.started) > 0 {
 		<-p.started
 	}
-	if _, err := s.Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"}); err != nil {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -171,7 +171,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 // workFailedRecords returns the work-failed records of /p.
 func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []foldstream.Event {
 	t.Helper()
-	page, err := s.Stream("/p").Read(ctx, 0, 0)
+	page, err := s.Events().Stream("/p").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []fol
 func waitWorkFailed(t *testing.T, ctx context.Context, s *stream.Store) {
 	t.Helper()
 	commits := make(chan struct{}, 1)
-	stop := s.WatchCommits(func(path string) {
+	stop := s.Events().WatchCommits(func(path string) {
 		if path == "/p" {
 			select {
 			case commits <- struct{}{}:

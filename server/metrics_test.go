@@ -233,7 +233,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	}
 	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
 	defer ts.Close()
-	if _, err := st.Stream("/f").Append(ctx, foldstream.EventInput{Type: "ok"}, foldstream.EventInput{Type: "bad"}); err != nil {
+	if _, err := st.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "ok"}, foldstream.EventInput{Type: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	var text string

@@ -88,7 +88,7 @@ func TestParkedProcessorShowsOnItsRoute(t *testing.T) {
 	}
 	squat := foldstream.EventInput{Type: "receipt", Payload: foldstream.JSON(map[string]string{"forged": "yes"}),
 		IdempotencyKey: foldstream.ProcessorKeyPrefix + "receipts/receipt@" + itoa(int(next+2))}
-	if _, err := st.Stream("/o").Append(ctx, squat); err != nil {
+	if _, err := st.Events().Stream("/o").Append(ctx, squat); err != nil {
 		t.Fatal(err)
 	}
 	res, body := request(t, "POST", url+"/v1/stream/o", `{"type":"order"}`, "Content-Type", "application/json")

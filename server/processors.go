@@ -304,7 +304,7 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 	ctx := r.Context()
 	deltas := make(chan foldstream.LiveStateDelta, 256)
 	overflow := make(chan struct{}, 1)
-	sub, err := s.st.Subscribe(path, func(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.st.Events().Subscribe(path, func(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
 		for _, ev := range events {
 			var d foldstream.LiveStateDelta
 			if ev.Type != foldstream.LiveStateChangedType || json.Unmarshal(ev.Payload, &d) != nil || d.Key != slug {

@@ -54,7 +54,7 @@ func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := s.Stream("/bench").Append(ctx, foldstream.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				if _, err := s.Events().Stream("/bench").Append(ctx, foldstream.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -197,11 +197,11 @@ func BenchmarkAppendBesideHugeRecords(b *testing.B) {
 			s, _ := benchStore(b)
 			ctx := context.Background()
 			for _, p := range []string{"/small", "/huge-json"} {
-				if _, err := s.CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
+				if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if _, err := s.CreateStream(ctx, CreateRequest{Path: "/huge-bytes", ContentType: "application/octet-stream"}); err != nil {
+			if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/huge-bytes", ContentType: "application/octet-stream"}); err != nil {
 				b.Fatal(err)
 			}
 			stop := make(chan struct{})
@@ -232,7 +232,7 @@ func BenchmarkAppendBesideHugeRecords(b *testing.B) {
 						if i%2 == 1 {
 							req = AppendRequest{Path: "/huge-json", ContentType: "application/json", Body: msgs}
 						}
-						if _, err := s.AppendRecord(ctx, req); err != nil {
+						if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
 							b.Error(err)
 							return
 						}
@@ -244,7 +244,7 @@ func BenchmarkAppendBesideHugeRecords(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"n":1}`)}); err != nil {
+				if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"n":1}`)}); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(start))
@@ -267,7 +267,7 @@ func BenchmarkAppendBesideHugeRecords(b *testing.B) {
 func BenchmarkCatchUpRead(b *testing.B) {
 	s, _ := benchStore(b)
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
 		b.Fatal(err)
 	}
 	var batch strings.Builder
@@ -282,7 +282,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 	body := []byte(batch.String())
 	const records = 640
 	for range records {
-		if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/big", ContentType: "application/json", Body: body}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/big", ContentType: "application/json", Body: body}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -296,7 +296,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 		base := ms.HeapAlloc
 		after := int64(0)
 		for pages := 0; ; pages++ {
-			r, err := s.ReadRecords(ctx, ReadRequest{Path: "/big", After: after})
+			r, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/big", After: after})
 			if err != nil {
 				b.Fatal(err)
 			}

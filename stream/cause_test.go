@@ -20,14 +20,14 @@ func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 	}
 	defer s.Close()
 	given := &foldstream.Source{Grant: "g"}
-	got, err := s.Stream("/o").Append(ctx, foldstream.EventInput{Type: "a", Source: given}, foldstream.EventInput{Type: "b", Source: &foldstream.Source{Origin: "/upstream"}}, foldstream.EventInput{Type: "c"})
+	got, err := s.Events().Stream("/o").Append(ctx, foldstream.EventInput{Type: "a", Source: given}, foldstream.EventInput{Type: "b", Source: &foldstream.Source{Origin: "/upstream"}}, foldstream.EventInput{Type: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if given.Origin != "" {
 		t.Fatal("the caller's source was changed")
 	}
-	page, err := s.Stream("/o").Read(ctx, 0, 0)
+	page, err := s.Events().Stream("/o").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

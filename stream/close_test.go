@@ -34,7 +34,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
-					_, err := s.Stream("/s").Append(context.Background(), foldstream.EventInput{Type: "t"})
+					_, err := s.Events().Stream("/s").Append(context.Background(), foldstream.EventInput{Type: "t"})
 					if err != nil {
 						if foldstream.CodeOf(err) != foldstream.CodeClosed {
 							t.Errorf("round %d writer %d: append failed with %v, want CLOSED", round, w, err)

@@ -54,7 +54,7 @@ func (s *Store) closeEventView() {
 	s.ev.subsMu.Lock()
 	s.ev.closing = true
 	s.ev.subsMu.Unlock()
-	s.StopAlarms()
+	s.Events().StopAlarms()
 }
 
 // appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch that carries a

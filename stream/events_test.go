@@ -45,7 +45,7 @@ func TestAppendAssignsOffsetsAndCreatesStream(t *testing.T) {
 func TestAppendEmptyTypeRefused(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	_, err := s.Stream("/a").Append(context.Background(), ev("ok"), ev("  "))
+	_, err := s.Events().Stream("/a").Append(context.Background(), ev("ok"), ev("  "))
 	if !errors.Is(err, foldstream.ErrInvalidEvent) || err.Error() != "append: every event needs a non-empty type" {
 		t.Fatalf("got %v, want the empty-type error", err)
 	}
@@ -59,7 +59,7 @@ func TestAppendEventTooLarge(t *testing.T) {
 	s, _ := setup(t)
 	big := foldstream.JSON(map[string]string{"s": strings.Repeat("x", MaxEventBytes)})
 	for _, e := range []bool{false, true} {
-		_, err := s.Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "big", Payload: big, Ephemeral: e})
+		_, err := s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "big", Payload: big, Ephemeral: e})
 		if !errors.Is(err, foldstream.ErrEventTooLarge) {
 			t.Fatalf("ephemeral=%v: got %v, want EVENT_TOO_LARGE", e, err)
 		}
@@ -100,7 +100,7 @@ func TestEphemeralRing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d")) // 1
-	_, err := s.Stream("/a").Append(context.Background(), eph("phantom"), foldstream.EventInput{Type: "d", Offset: 99})
+	_, err := s.Events().Stream("/a").Append(context.Background(), eph("phantom"), foldstream.EventInput{Type: "d", Offset: 99})
 	if !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("got %v, want OFFSET_CONFLICT", err)
 	}
@@ -144,7 +144,7 @@ func TestEphemeralRing(t *testing.T) {
 func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	got, err := s.Stream("/a").Append(context.Background())
+	got, err := s.Events().Stream("/a").Append(context.Background())
 	if err != nil || len(got) != 0 {
 		t.Fatalf("empty append: got %v, %v", got, err)
 	}
@@ -171,7 +171,7 @@ func TestWakeRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	birth, err := s.Wake(ctx, "/w", WakeRequest)
+	birth, err := s.Events().Wake(ctx, "/w", WakeRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestWakeRecords(t *testing.T) {
 	if !slices.Equal(starts, []int64{0, 0}) {
 		t.Fatalf("record starts: got %v, want one batch [0 0]", starts)
 	}
-	again, err := s.Wake(ctx, "/w", WakeRequest)
+	again, err := s.Events().Wake(ctx, "/w", WakeRequest)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second wake in one incarnation: got %v, %v; want nothing", again, err)
 	}
@@ -203,7 +203,7 @@ func TestWakeRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	woke, err := s2.Wake(ctx, "/w", WakeAlarm)
+	woke, err := s2.Events().Wake(ctx, "/w", WakeAlarm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestEphemeralOnlyRunsNoSQL(t *testing.T) {
 	if n := len(storedMessages(t, s)); n != 1 {
 		t.Fatalf("rows: got %d, want 1", n)
 	}
-	if info, err := s.HeadStream(context.Background(), "/a"); err != nil || info.Tail != 1 {
+	if info, err := s.Protocol().HeadStream(context.Background(), "/a"); err != nil || info.Tail != 1 {
 		t.Fatalf("durable mark: got %d (%v), want 1", info.Tail, err)
 	}
 }
@@ -248,7 +248,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Wake(ctx, "/r", WakeRequest); err != nil { // created@1, woken@2
+	if _, err := s.Events().Wake(ctx, "/r", WakeRequest); err != nil { // created@1, woken@2
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "/r", ev("d"))            // 3
@@ -260,7 +260,7 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	woke, err := s2.Wake(ctx, "/r", WakeRequest)
+	woke, err := s2.Events().Wake(ctx, "/r", WakeRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestIdempotency(t *testing.T) {
 	if echo[1].Offset != 1 || echo[1].CreatedAt != first[0].CreatedAt || echo[0].Offset != 2 {
 		t.Fatalf("echo: got %+v", echo)
 	}
-	_, err := s.Stream("/a").Append(context.Background(), ev("fresh"), foldstream.EventInput{Type: "t", Payload: []byte(`{"a":2}`), IdempotencyKey: "k"})
+	_, err := s.Events().Stream("/a").Append(context.Background(), ev("fresh"), foldstream.EventInput{Type: "t", Payload: []byte(`{"a":2}`), IdempotencyKey: "k"})
 	var ce *foldstream.Error
 	if !errors.As(err, &ce) || ce.Code != foldstream.CodeIdempotencyConflict {
 		t.Fatalf("conflict: got %v, want IDEMPOTENCY_CONFLICT", err)
@@ -363,7 +363,7 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("rows: got %d, want 2 (the refused batch wrote nothing)", n)
 	}
 	// Metadata on one side only is a different event.
-	_, err = s.Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), Metadata: []byte(`{}`), IdempotencyKey: "k"})
+	_, err = s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), Metadata: []byte(`{}`), IdempotencyKey: "k"})
 	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
 		t.Fatalf("metadata on one side: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
@@ -388,7 +388,7 @@ func TestDuplicateKeyInBatch(t *testing.T) {
 	}
 	other := in
 	other.Payload = []byte(`{"n":2}`)
-	_, err := s.Stream("/b").Append(context.Background(), in, other)
+	_, err := s.Events().Stream("/b").Append(context.Background(), in, other)
 	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
 		t.Fatalf("in-batch conflict: got %v", err)
 	}
@@ -400,7 +400,7 @@ func TestExpectedOffset(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), ev("d"), ev("d")) // 1..3
-	_, err := s.Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "d", Offset: 2})
+	_, err := s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "d", Offset: 2})
 	var ce *foldstream.Error
 	if !errors.As(err, &ce) || ce.Code != foldstream.CodeOffsetConflict {
 		t.Fatalf("got %v, want OFFSET_CONFLICT", err)
@@ -413,7 +413,7 @@ func TestExpectedOffset(t *testing.T) {
 		t.Fatalf("sequential expectations: got %v, want %v", offsets(got), want)
 	}
 	// A mismatch later in the batch refuses the whole batch.
-	if _, err := s.Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "d", Offset: 6}, foldstream.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "d", Offset: 6}, foldstream.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("second expectation: got %v", err)
 	}
 	if n := len(storedMessages(t, s)); n != 5 {
@@ -455,7 +455,7 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("decoded:\n got %q\nwant %q", got, want)
 	}
-	_, err = s.Stream("/m").Read(ctx, 3, 10)
+	_, err = s.Events().Stream("/m").Read(ctx, 3, 10)
 	var ce *foldstream.Error
 	if !errors.As(err, &ce) || ce.Code != foldstream.CodeEventUnreadable || ce.Data["offset"] != int64(4) {
 		t.Fatalf("unreadable: got %v, want EVENT_UNREADABLE {offset 4}", err)
@@ -472,18 +472,18 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Stream("/bytes").Append(context.Background(), ev("x")); !errors.Is(err, foldstream.ErrInvalidEvent) {
+	if _, err := s.Events().Stream("/bytes").Append(context.Background(), ev("x")); !errors.Is(err, foldstream.ErrInvalidEvent) {
 		t.Fatalf("text stream: got %v, want INVALID_EVENT", err)
 	}
-	if _, err := s.Stream("/closed").Append(context.Background(), ev("x")); !errors.Is(err, foldstream.ErrStreamClosed) {
+	if _, err := s.Events().Stream("/closed").Append(context.Background(), ev("x")); !errors.Is(err, foldstream.ErrStreamClosed) {
 		t.Fatalf("closed stream: got %v, want STREAM_CLOSED", err)
 	}
 	// A stream the writer has cached, closed afterwards by the protocol side, refuses too.
 	mustAppend(t, s, "/later", ev("x"))
-	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "/later", Close: true}); err != nil {
+	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "/later", Close: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Stream("/later").Append(context.Background(), ev("y")); !errors.Is(err, foldstream.ErrStreamClosed) {
+	if _, err := s.Events().Stream("/later").Append(context.Background(), ev("y")); !errors.Is(err, foldstream.ErrStreamClosed) {
 		t.Fatalf("cached stream closed later: got %v, want STREAM_CLOSED", err)
 	}
 	if n := len(storedMessages(t, s)); n != 1 {
@@ -511,7 +511,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 	for i := range chains {
 		c := &chain{through: -1}
 		chains[i] = c
-		sub, err := s.Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+		sub, err := s.Events().Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.through >= 0 && r.After != c.through && c.err == nil {
@@ -544,7 +544,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 				if i%5 == 0 {
 					in = append(in, ev("t"), eph("e"))
 				}
-				if _, err := s.Stream(path).Append(ctx, in...); err != nil {
+				if _, err := s.Events().Stream(path).Append(ctx, in...); err != nil {
 					errs <- err
 					return
 				}
@@ -658,19 +658,19 @@ func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
 	ctx := context.Background()
 	eph := foldstream.EventInput{Type: "e", Ephemeral: true}
 	for _, p := range []string{"/closed", "/deleted"} {
-		if _, err := s.Stream(p).Append(ctx, foldstream.EventInput{Type: "d"}, eph); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldstream.EventInput{Type: "d"}, eph); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/closed", Close: true}); err != nil {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/closed", Close: true}); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/deleted"})
-	if err := s.DeleteStream(ctx, "/deleted"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/deleted"); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]error{"/closed": foldstream.ErrStreamClosed, "/deleted": foldstream.ErrStreamGone} {
-		if _, err := s.Stream(p).Append(ctx, eph); !errors.Is(err, want) {
+		if _, err := s.Events().Stream(p).Append(ctx, eph); !errors.Is(err, want) {
 			t.Errorf("%s: ephemeral append got %v, want %v", p, err, want)
 		}
 	}

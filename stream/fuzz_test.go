@@ -47,7 +47,7 @@ func FuzzAppend(f *testing.F) {
 			in2 = in1
 			in2.Offset = 0
 		}
-		got, err := s.Stream(path).Append(ctx, in1, in2)
+		got, err := s.Events().Stream(path).Append(ctx, in1, in2)
 		if err != nil {
 			var ce *foldstream.Error
 			if !errors.As(err, &ce) {
@@ -110,7 +110,7 @@ func FuzzRead(f *testing.F) {
 	ctx := context.Background()
 	// 1..3 durable, 4 ephemeral, 5 durable, 6 ephemeral (mark 6 — a mixed batch), 7 ephemeral.
 	for _, in := range [][]foldstream.EventInput{{ev("d"), ev("d"), ev("d")}, {eph("e")}, {ev("d"), eph("e")}, {eph("e")}} {
-		if _, err := s.Stream("/r").Append(ctx, in...); err != nil {
+		if _, err := s.Events().Stream("/r").Append(ctx, in...); err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -85,7 +85,7 @@ func offsets(evs []foldstream.Event) []int64 {
 
 func mustAppend(t testing.TB, s *Store, path string, in ...foldstream.EventInput) []foldstream.Event {
 	t.Helper()
-	out, err := s.Stream(path).Append(context.Background(), in...)
+	out, err := s.Events().Stream(path).Append(context.Background(), in...)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}

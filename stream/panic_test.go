@@ -49,7 +49,7 @@ func TestPanickingSubscriberIsRecovered(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var ranges []foldstream.ScannedRange
-	sub, err := s.Subscribe("/p", func(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/p", func(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
 		mu.Lock()
 		ranges = append(ranges, r)
 		mu.Unlock()

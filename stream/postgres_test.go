@@ -87,7 +87,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	ctx := context.Background()
 
 	col := newCollector()
-	sub, err := b.Subscribe("/s", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/s", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				if _, err := s.Stream("/s").Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
+				if _, err := s.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -109,7 +109,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	page, err := a.Stream("/s").Read(ctx, 0, 1000)
+	page, err := a.Events().Stream("/s").Read(ctx, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,39 +130,39 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	}
 
 	// An idempotency key and an offset precondition hold across nodes.
-	e1, err := a.Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e1, err := a.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, err := b.Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e2, err := b.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil || e2[0].Offset != e1[0].Offset {
 		t.Fatalf("the same key on another node: %v %v, want the echo of offset %d", e2, err, e1[0].Offset)
 	}
-	if _, err := b.Stream("/s").Append(ctx, foldstream.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := b.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("stale precondition on another node: got %v, want OFFSET_CONFLICT", err)
 	}
 
 	// A producer that moves from node A to node B keeps exactly-once.
-	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+	if _, err := a.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	req := func(seq int64) stream.AppendRequest {
 		return stream.AppendRequest{Path: "/p", ContentType: "application/json", Body: []byte(fmt.Sprintf(`{"n":%d}`, seq)),
 			Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}}
 	}
-	if _, err := a.AppendRecord(ctx, req(0)); err != nil {
+	if _, err := a.Protocol().AppendRecord(ctx, req(0)); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := b.AppendRecord(ctx, req(0)); err != nil || !res.Duplicate {
+	if res, err := b.Protocol().AppendRecord(ctx, req(0)); err != nil || !res.Duplicate {
 		t.Fatalf("a retried batch on another node: %+v %v, want a duplicate", res, err)
 	}
-	if _, err := b.AppendRecord(ctx, req(1)); err != nil {
+	if _, err := b.Protocol().AppendRecord(ctx, req(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AppendRecord(ctx, req(3)); !errors.Is(err, foldstream.ErrSequenceGap) {
+	if _, err := a.Protocol().AppendRecord(ctx, req(3)); !errors.Is(err, foldstream.ErrSequenceGap) {
 		t.Fatalf("a gap seen by the other node: got %v, want a sequence gap", err)
 	}
-	info, err := a.HeadStream(ctx, "/p")
+	info, err := a.Protocol().HeadStream(ctx, "/p")
 	if err != nil || info.Tail != 2 {
 		t.Fatalf("producer stream tail: %+v %v, want 2", info, err)
 	}
@@ -173,11 +173,11 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
-	if _, err := a.Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"}); err != nil {
+	if _, err := a.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"}); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector()
-	sub, err := b.Subscribe("/e", col.deliver, stream.SubscribeOptions{Consumes: []string{"delta", "durable"}})
+	sub, err := b.Events().Subscribe("/e", col.deliver, stream.SubscribeOptions{Consumes: []string{"delta", "durable"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,16 +186,16 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	for i := range big {
 		big[i] = 'x'
 	}
-	small, err := a.Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON("s")})
+	small, err := a.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON("s")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	large, err := a.Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON(string(big))})
+	large, err := a.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON(string(big))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The next durable event on the other node takes an offset after the ephemerals'.
-	d, err := b.Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"})
+	d, err := b.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	ctx := context.Background()
 
 	col := newCollector()
-	sub, err := b.Subscribe("/load", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/load", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 				default:
 				}
 				key := fmt.Sprintf("w%d-%d", w, i)
-				evs, err := a.Stream("/load").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: key})
+				evs, err := a.Events().Stream("/load").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: key})
 				if err != nil {
 					if foldstream.CodeOf(err) != foldstream.CodeUnavailable {
 						t.Errorf("append during an outage: got %v, want UNAVAILABLE", err)
@@ -272,7 +272,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// A write after the last outage succeeds without any restart of the node.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := a.Stream("/load").Append(ctx, foldstream.EventInput{Type: "after"}); err == nil {
+		if _, err := a.Events().Stream("/load").Append(ctx, foldstream.EventInput{Type: "after"}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("node A did not recover after the database came back: %v", err)
@@ -288,7 +288,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// Every acknowledged append is in the log exactly once, at the offset it was given.
 	var all []foldstream.Event
 	for after := int64(0); ; {
-		page, err := b.Stream("/load").Read(ctx, after, 1000)
+		page, err := b.Events().Stream("/load").Read(ctx, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
 	col := newCollector()
-	sub, err := b.Subscribe("/l", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/l", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,11 +348,11 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := a.Stream("/l").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+		if _, err := a.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 			t.Fatal(err)
 		}
 		// A long-poll style wait on node B: a read after the commit sees it at once.
-		page, err := b.Stream("/l").Read(ctx, int64(i), 10)
+		page, err := b.Events().Stream("/l").Read(ctx, int64(i), 10)
 		if err != nil || len(page.Events) != 1 {
 			t.Fatalf("node B reads commit %d: %v %v", i+1, page.Events, err)
 		}
@@ -375,7 +375,7 @@ func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
 	ctx := context.Background()
 	heard := func(s *stream.Store) <-chan string {
 		ch := make(chan string, 16)
-		stop := s.WatchCommits(func(path string) {
+		stop := s.Events().WatchCommits(func(path string) {
 			select {
 			case ch <- path:
 			default:
@@ -399,7 +399,7 @@ func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
 			}
 		}
 	}
-	if _, err := a.Stream("/w/1").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := a.Events().Stream("/w/1").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	wait(onA, "/w/1", "the committing node")

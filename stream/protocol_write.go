@@ -134,7 +134,8 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 }
 
 // CreateStream creates a stream, or confirms an identical existing one.
-func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+	s := p.s
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -396,7 +397,8 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 
 // AppendRecord appends a record and/or closes the stream, running the checks and the producer
 // decision table (docs/store.md#idempotent-producers) in one transaction with the data.
-func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+	s := p.s
 	if req.Producer != nil {
 		if err := validateProducerID(req.Producer.ID); err != nil {
 			return AppendResult{}, err

@@ -119,7 +119,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 		var fns []func() error
 		for range 4 {
 			fns = append(fns, func() error {
-				_, err := s.Stream("/ev").Append(ctx, foldstream.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
+				_, err := s.Events().Stream("/ev").Append(ctx, foldstream.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
 				if err == nil {
 					mu.Lock()
 					acked++
@@ -137,7 +137,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 	if !errors.Is(full, foldstream.ErrInsufficientStorage) {
 		t.Fatalf("append on a full database: got %v, want INSUFFICIENT_STORAGE", full)
 	}
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte(big + big)}); !errors.Is(err, foldstream.ErrInsufficientStorage) {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte(big + big)}); !errors.Is(err, foldstream.ErrInsufficientStorage) {
 		t.Fatalf("protocol append on a full database: got %v, want INSUFFICIENT_STORAGE", err)
 	}
 

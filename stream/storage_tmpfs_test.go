@@ -42,7 +42,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	acked := 0
 	var full error
 	for i := 0; i < 1000 && full == nil; i++ {
-		if _, err := s.Stream("/f").Append(ctx, foldstream.EventInput{Type: "big", Payload: payload}); err != nil {
+		if _, err := s.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "big", Payload: payload}); err != nil {
 			full = err
 			break
 		}

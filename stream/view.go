@@ -19,7 +19,7 @@ type EventStream struct {
 }
 
 // Stream returns the event view of the stream at path. The stream is created by its first append.
-func (s *Store) Stream(path string) *EventStream { return &EventStream{s: s, path: path} }
+func (e *Events) Stream(path string) *EventStream { return &EventStream{s: e.s, path: path} }
 
 // ForProcessor returns the view bound to processor slug: its Claim records that processor's claim.
 func (e *EventStream) ForProcessor(slug string) *EventStream {
@@ -80,13 +80,13 @@ func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldstr
 	return e.s.readEvents(ctx, e.path, after, limit, readOptions{})
 }
 
-// Claim records the bound processor's claim (the zero time releases it); see [Store.Claim]. It
+// Claim records the bound processor's claim (the zero time releases it); see [Events.Claim]. It
 // fails on a view not bound with ForProcessor.
 func (e *EventStream) Claim(ctx context.Context, at time.Time) error {
 	if e.slug == "" {
 		return errors.New("claim: the stream view is not bound to a processor (use ForProcessor)")
 	}
-	return e.s.Claim(ctx, e.path, e.slug, at)
+	return e.s.Events().Claim(ctx, e.path, e.slug, at)
 }
 
 var _ foldstream.Stream = (*EventStream)(nil)
@@ -111,7 +111,8 @@ var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
 // write finds): once that stream is deleted, writes fail with STREAM_DELETED (not retryable) and
 // write nothing, so a processor still running on the deleted stream cannot leave a checkpoint for
 // a stream created at the path again (docs/store.md#deleting-a-stream).
-func (s *Store) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
+func (e *Events) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
+	s := e.s
 	if s.closed.Load() {
 		return nil, ErrStoreClosed
 	}

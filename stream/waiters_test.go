@@ -42,7 +42,7 @@ func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, reg
 	if len(o.types) > 0 {
 		consumes = o.types
 	}
-	sub, err := s.Subscribe(path, func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe(path, func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
 		for _, ev := range evs {
 			if matches(ev) {
 				select {
@@ -220,7 +220,7 @@ func TestWaiterTimeoutEphemeralAndOrder(t *testing.T) {
 	reply := make(chan error, 1)
 	go func() {
 		r := <-w3.result
-		_, err := s.Stream("/w").Append(ctx, ev("inner"))
+		_, err := s.Events().Stream("/w").Append(ctx, ev("inner"))
 		reply <- errors.Join(r.err, err)
 	}()
 	mustAppend(t, s, "/w", ev("outer"))

@@ -103,23 +103,23 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Stream("/e").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	errs := groupWithFailingCommit(t, s,
-		func() error { _, err := s.Wake(ctx, "/w", WakeRequest); return err },
-		func() error { _, err := s.Wake(ctx, "/e", WakeRequest); return err })
+		func() error { _, err := s.Events().Wake(ctx, "/w", WakeRequest); return err },
+		func() error { _, err := s.Events().Wake(ctx, "/e", WakeRequest); return err })
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("wake %d in a failed group: got nil error", i)
 		}
 	}
 	// The stream row was rolled back; its id goes to the next stream created.
-	if _, err := s.Stream("/other").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/other").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/w", "/e", "/other"} {
-		got, err := s.Wake(ctx, p, WakeRequest)
+		got, err := s.Events().Wake(ctx, p, WakeRequest)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,11 +135,11 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
 	pushed := make(chan foldstream.ScannedRange, 16)
-	sub, err := s.Subscribe("/known", func(_ context.Context, _ []foldstream.Event, r foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/known", func(_ context.Context, _ []foldstream.Event, r foldstream.ScannedRange) error {
 		pushed <- r
 		return nil
 	}, SubscribeOptions{Consumes: []string{"*", "e"}})
@@ -149,20 +149,23 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	defer sub.Close()
 	errs := groupWithFailingCommit(t, s,
 		func() error {
-			_, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
 		func() error {
-			_, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
-		func() error { _, err := s.Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"}); return err })
+		func() error {
+			_, err := s.Events().Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"})
+			return err
+		})
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("append %d in a failed group: got nil error", i)
 		}
 	}
-	got, err := s.Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"})
+	got, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +185,14 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	if len(page.Events) != 2 {
 		t.Errorf("read: got %d events, want 2", len(page.Events))
 	}
-	if _, err := s.Stream("/other").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Events().Stream("/other").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
+	if got, err := s.Events().Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
 		t.Fatalf("/new after the failed group: got %v, %v; want offset 1", got, err)
 	}
 	for _, p := range []string{"/new", "/other"} {
-		page, err := s.Stream(p).Read(ctx, 0, 10)
+		page, err := s.Events().Stream(p).Read(ctx, 0, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,13 +209,13 @@ func TestRefusedCreateDoesNotAliasNextStream(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldstream.ErrOffsetConflict) {
 		t.Fatalf("first append: got %v, want OFFSET_CONFLICT", err)
 	}
-	if _, err := s.Stream("/b").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/b").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/b")
@@ -228,22 +231,25 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	// Created over the protocol, so the event view has not cached its row yet.
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/a", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/a", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	// An append and a delete of /a in one group, in that order.
 	errs := inOneGroup(t, s,
-		func() error { _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); return err },
-		func() error { return s.DeleteStream(ctx, "/a") })
+		func() error {
+			_, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"})
+			return err
+		},
+		func() error { return s.Protocol().DeleteStream(ctx, "/a") })
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Stream("/c").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/c").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/c")
@@ -265,14 +271,14 @@ func TestStoredMessageClaimingEphemeralReadsDurable(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/j", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/j", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/j", ContentType: "application/json",
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/j", ContentType: "application/json",
 		Body: []byte(`{"type":"t","ephemeral":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Stream("/j").Read(ctx, 0, 10)
+	page, err := s.Events().Stream("/j").Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

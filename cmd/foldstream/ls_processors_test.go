@@ -59,7 +59,7 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	bad, err := st.Stream("/c/x").Append(ctx, foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "bad"})
+	bad, err := st.Events().Stream("/c/x").Append(ctx, foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 	if demo {
 		for i, path := range []string{"/counters/a", "/counters/b", "/counters/a"} {
 			ev := foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i + 1})}
-			if _, err := st.Stream(path).Append(ctx, ev); err != nil {
+			if _, err := st.Events().Stream(path).Append(ctx, ev); err != nil {
 				return err
 			}
 		}
