@@ -87,9 +87,9 @@ func bigDocument() bigDoc {
 // foldstream's raw-text diff (skips byte-identical subtrees) against a naive whole-document diff
 // (github.com/wI2L/jsondiff, which decodes both documents and walks every node). Both start from
 // the two documents' JSON text. "set" is what LiveState.Set costs the engine per publish: the
-// marshal of the new value plus the indexed diff (only the members in the changed window are
-// parsed); "set-marshal-only" is the marshal alone, the floor for any diff that starts from a Go
-// value.
+// new value encoded against the previous text (rawjson.Reencode compares what did not change
+// instead of encoding it) plus the indexed diff (only the members in the changed window are
+// parsed); "set-marshal-only" is a whole marshal of the value, what Set cost before.
 //
 //	go test -run '^$' -bench LiveStateDiff .
 func BenchmarkLiveStateDiff(b *testing.B) {

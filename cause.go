@@ -16,17 +16,6 @@ import (
 // DefaultLoopLimit is the deepest cause chain an emit may extend when EngineConfig.LoopLimit is 0.
 const DefaultLoopLimit = 32
 
-// CodeLoopLimit: an emit would have extended its cause chain past the loop limit.
-const CodeLoopLimit Code = "LOOP_LIMIT"
-
-// ErrLoopLimit matches the LOOP_LIMIT error of an emit past the loop limit.
-var ErrLoopLimit = &Error{Code: CodeLoopLimit}
-
-// LoopLimitType is the fact the engine records, once per chain, when an emit reached the loop
-// limit: payload {"chain": <chain>, "limit": <limit>}, idempotency key
-// "processor:loop-limit:<chain>" (ProcessorKeyPrefix: no HTTP writer can take it).
-const LoopLimitType = "events.iterate.com/itx/loop-limit-reached"
-
 // causeAfter returns the cause of an event emitted while processing parent (nil: an eventless
 // pass, whose emits start no chain).
 func causeAfter(parent *Event) *Cause {
@@ -55,26 +44,4 @@ func isRecordedLoopLimit(err error) bool {
 	}
 	rec, _ := e.Data["recorded"].(bool)
 	return rec
-}
-
-// StampOrigin returns inputs with source.origin set to path on every input whose source has no
-// origin; inputs without a source keep none. Streams call it before storing (the store and
-// testsupport.MemoryStream do).
-func StampOrigin(path string, inputs []EventInput) []EventInput {
-	var out []EventInput
-	for i, in := range inputs {
-		if in.Source == nil || in.Source.Origin != "" {
-			continue
-		}
-		if out == nil {
-			out = append([]EventInput(nil), inputs...)
-		}
-		src := *in.Source
-		src.Origin = path
-		out[i].Source = &src
-	}
-	if out == nil {
-		return inputs
-	}
-	return out
 }

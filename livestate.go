@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
@@ -19,15 +21,6 @@ const MaxPatchChars = 1048576
 // LiveStateSink receives delta events; every [Stream] is one.
 type LiveStateSink interface {
 	Append(ctx context.Context, events ...EventInput) ([]Event, error)
-}
-
-// LiveStateDelta is the payload of a [LiveStateChangedType] event: Patch turns the state at rev
-// From into the state at rev To; a nil Patch (JSON null) means "re-seed".
-type LiveStateDelta struct {
-	Key   string    `json:"key"`
-	From  int64     `json:"from"`
-	To    int64     `json:"to"`
-	Patch []PatchOp `json:"patch"`
 }
 
 // LiveStateSnapshot is a live state's revision and value, read together.
@@ -50,10 +43,12 @@ type LiveStateOptions struct {
 // (docs/engine.md#live-state). It is safe for concurrent use.
 //
 // The held value is kept beside its JSON text (the diff base) and, for an object, an index of the
-// base's top-level members. A Set marshals the new value once, finds the window where the two
-// texts differ (common prefix and suffix), and diffs only the members overlapping it; inside them
-// the diff skips byte-identical subtrees without decoding them. A one-field change in a large
-// value therefore costs one marshal and a memory comparison, not a whole-document diff.
+// base's top-level members. A Set encodes the new value against the base (rawjson.Reencode: what
+// did not change is compared in place, not encoded again), finds the window where the two texts
+// differ (common prefix and suffix), and diffs only the members overlapping it; inside them the
+// diff skips byte-identical subtrees without decoding them. A one-field change in a large value
+// therefore costs a walk of the value and a memory comparison, not a marshal and a whole-document
+// diff.
 type LiveState struct {
 	sink     LiveStateSink
 	key      string
@@ -61,8 +56,9 @@ type LiveState struct {
 
 	mu       sync.Mutex
 	held     any
-	heldJSON []byte // JSON of held, nil when held did not serialize
-	base     []byte // the last value that serialized; nil = absent
+	heldJSON []byte       // JSON of held, nil when held did not serialize
+	base     []byte       // the last value that serialized; nil = absent
+	baseType reflect.Type // that value's type
 	baseIdx  []rawjson.MemberSpan
 	indexed  bool // base is an object and baseIdx indexes its members
 	rev      int64
@@ -87,7 +83,7 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOpt
 	}
 	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
 	if b, err := marshalLive(initial); err == nil {
-		l.base, l.heldJSON = b, b
+		l.base, l.heldJSON, l.baseType = b, b, reflect.TypeOf(initial)
 		l.baseIdx, l.indexed = rawjson.IndexObject(b)
 	}
 	return l
@@ -102,6 +98,19 @@ func closedChan() chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
+}
+
+// encodeLive is marshalLive given the encoding of an earlier value: the parts of v whose encoding
+// did not change are compared with prev rather than encoded again (rawjson.Reencode), so a
+// one-field change in a large value costs a walk of the value, not a whole marshal.
+func encodeLive(v any, prev []byte, prevType reflect.Type) (b []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("marshal panicked: %v", p)
+		}
+	}()
+	b, _, err = rawjson.Reencode(v, prev, prevType)
+	return b, err
 }
 
 func marshalLive(v any) (b []byte, err error) {
@@ -147,7 +156,10 @@ func (l *LiveState) SnapshotJSON() (int64, json.RawMessage, error) {
 // chain (delta N+1 is issued only after delta N's append settled). Set never fails and never
 // blocks on the sink.
 func (l *LiveState) Set(next any) {
-	b, err := marshalLive(next)
+	l.mu.Lock()
+	base, baseType := l.base, l.baseType
+	l.mu.Unlock()
+	b, err := encodeLive(next, base, baseType)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -177,7 +189,7 @@ func (l *LiveState) Set(next any) {
 			idx, indexed = rawjson.IndexObject(b)
 		}
 	}
-	l.held, l.heldJSON, l.base = next, b, b
+	l.held, l.heldJSON, l.base, l.baseType = next, b, b, reflect.TypeOf(next)
 	l.baseIdx, l.indexed = idx, indexed
 	if len(ops) == 0 {
 		return
@@ -237,7 +249,7 @@ func (l *LiveState) idle() bool {
 }
 
 // PatchOp is one RFC 6902 operation of a live-state patch: add, replace or remove.
-type PatchOp = rawjson.PatchOp
+type PatchOp = foldtype.PatchOp
 
 // ErrPatchNull is returned by [ApplyPatch] for a null patch: the client must re-seed.
 var ErrPatchNull = rawjson.ErrNullPatch

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -459,5 +460,79 @@ func TestSnapshotJSONContainsAPanickingMarshal(t *testing.T) {
 	eng := newEngine[explosiveState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
 	if _, _, err := eng.SnapshotJSON(ctxFor(t)); err == nil {
 		t.Fatal("SnapshotJSON succeeded")
+	}
+}
+
+type liveItem struct {
+	ID    int               `json:"id"`
+	Name  string            `json:"name,omitempty"`
+	Tags  []string          `json:"tags"`
+	Score float64           `json:"score"`
+	Extra map[string]any    `json:"extra,omitempty"`
+	Next  *liveItem         `json:"next,omitempty"`
+	Attrs map[string]string `json:"attrs"`
+}
+
+type liveDoc struct {
+	Items   []liveItem          `json:"items"`
+	Index   map[string]liveItem `json:"index"`
+	Counter int                 `json:"counter"`
+	Note    any                 `json:"note"`
+}
+
+// A value changed in place, one part at a time, publishes deltas that rebuild it exactly: every
+// change anywhere is seen, whether Set re-encodes it from scratch or against the previous text.
+func TestLiveStateFollowsInPlaceChanges(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	d := liveDoc{Index: map[string]liveItem{}}
+	for i := range 40 {
+		it := liveItem{ID: i, Name: fmt.Sprint("n", i), Tags: []string{"a", "b"}, Score: float64(i) / 3, Attrs: map[string]string{"k": "v"}}
+		d.Items = append(d.Items, it)
+		d.Index[fmt.Sprint("k", i)] = it
+	}
+	sink := &recSink{}
+	l, _ := newLive(sink, d)
+	doc := foldstream.JSON(d)
+	for step := range 300 {
+		i := r.IntN(len(d.Items))
+		it := &d.Items[i]
+		switch r.IntN(10) {
+		case 0:
+			d.Counter++
+		case 1:
+			it.Tags[r.IntN(len(it.Tags))] = fmt.Sprint("t", step) // a shared backing array changed in place
+		case 2:
+			it.Tags = append(it.Tags, "x")
+		case 3:
+			it.Name = ""
+		case 4:
+			it.Score = -it.Score * 1e-7
+		case 5:
+			it.Attrs[fmt.Sprint("a", r.IntN(3))] = fmt.Sprint(step) // a map changed in place
+		case 6:
+			d.Index[fmt.Sprint("k", r.IntN(50))] = *it
+		case 7:
+			delete(d.Index, fmt.Sprint("k", r.IntN(50)))
+		case 8:
+			it.Next = &liveItem{ID: step, Extra: map[string]any{"n": json.Number("12345678901234567890"), "s": "<&>"}}
+		case 9:
+			d.Note = []any{step, map[string]any{"x": step % 3}}
+		}
+		l.Set(d)
+		waitLive(t, l)
+		for _, fr := range sink.frames() {
+			doc = must[json.RawMessage](t)(foldstream.ApplyPatch(doc, foldstream.JSON(fr.Patch)))
+		}
+		sink.mu.Lock()
+		sink.issued = nil
+		sink.mu.Unlock()
+		if want := foldstream.JSON(d); !rawjson.Equal(doc, want) {
+			t.Fatalf("step %d: deltas rebuild %s\nwant %s", step, doc, want)
+		}
+		_, held, err := l.SnapshotJSON()
+		if want, _ := rawjson.Marshal(d); err != nil || string(held) != string(want) {
+			t.Fatalf("step %d: held JSON %s (%v), want %s", step, held, err, want)
+		}
 	}
 }

@@ -20,13 +20,6 @@ const MaxDeaths = 5
 // WorkStartedKey is the key-value key of the work-started marker.
 const WorkStartedKey = "processor-work-started"
 
-// CodePermanentFailure: a processor's background work died with its host MaxDeaths times on the
-// same code; the host does not revive it again until it receives an event.
-const CodePermanentFailure Code = "PERMANENT_FAILURE"
-
-// ErrPermanentFailure matches the PERMANENT_FAILURE error of [Engine.Revive].
-var ErrPermanentFailure = &Error{Code: CodePermanentFailure}
-
 // WorkFailedType is the host's record of a processor whose work it stopped reviving: payload
 // {"facet": <slug>, "error": <message>}.
 const WorkFailedType = "events.iterate.com/itx/work-failed"

@@ -18,10 +18,10 @@ var clientOwnCodes = map[string]bool{
 	"CodeProducerFailed": true,
 }
 
-// The client names the server's codes exactly as the catalogue of package foldstream (errors.go)
-// does: same constant name, same value; its own few codes collide with none of the catalogue's.
+// The client names the server's codes exactly as the catalogue of package foldtype
+// (foldtype/errors.go) does: same constant name, same value; its own few codes collide with none of the catalogue's.
 func TestClientCodesAreTheCatalogues(t *testing.T) {
-	catalogue, err := codecheck.PackageConsts("..") // errors.go, and any other file of package foldstream
+	catalogue, err := codecheck.PackageConsts("../foldtype") // errors.go, and any other file of package foldtype
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,12 +88,11 @@ type tx struct {
 }
 
 type group struct {
-	w         driver.Writer
-	dtx       driver.WriteTx
-	staged    map[string]*streamMem
-	woken     map[int64]bool
-	reserved  map[string]*reservation
-	unreserve []*reservation
+	w        driver.Writer
+	dtx      driver.WriteTx
+	staged   map[string]*streamMem
+	woken    map[int64]bool
+	reserved map[string]*reservation
 }
 
 // write queues fn on the writer and waits for its outcome. fn runs at most once; if ctx ends
@@ -184,13 +183,16 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	ctx := context.Background()
 	g := &group{w: w, staged: make(map[string]*streamMem)}
 	results := make([]error, len(reqs))
-	hooks := make([][]func(), len(reqs))
-	touched := make(map[int64]string)
-	var ephs map[int64][]foldstream.Event
+	// done holds each successful function's tx (its staged changes and hooks), epochs the group
+	// transaction's lock epoch right after the function ran: a function that ran before an early
+	// commit (driver.LockKeeper) is committed whatever becomes of the rest of the group.
+	done := make([]*tx, len(reqs))
+	epochs := make([]int, len(reqs))
 	now := s.clock.Now()
 	broken := error(nil)
 
 	for i, r := range reqs {
+		epochs[i] = lockEpochOf(g.dtx)
 		if broken != nil {
 			results[i] = broken
 			continue
@@ -215,28 +217,21 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 				broken = fmt.Errorf("stream store: release savepoint: %w", relErr)
 			}
 		}
+		epochs[i] = t.lockEpoch()
 		if err != nil {
 			results[i] = err
 			continue
 		}
+		done[i] = t
+		// Later functions of the group see this one's staged changes.
 		if t.reserve != nil {
 			if g.reserved == nil {
 				g.reserved = make(map[string]*reservation)
 			}
 			g.reserved[t.reserve.path] = t.reserve
 		}
-		g.unreserve = append(g.unreserve, t.unreserve...)
 		for p, m := range t.staged {
 			g.staged[p] = m
-		}
-		for id, p := range t.touched {
-			touched[id] = p
-		}
-		for id, evs := range t.eph {
-			if ephs == nil {
-				ephs = make(map[int64][]foldstream.Event)
-			}
-			ephs[id] = append(ephs[id], evs...)
 		}
 		for id := range t.woken {
 			if g.woken == nil {
@@ -244,26 +239,17 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 			g.woken[id] = true
 		}
-		hooks[i] = t.hooks
 	}
 
 	if g.dtx != nil {
-		var commitErr error
-		if broken == nil {
-			for id, p := range touched {
-				n := driver.Notification{StreamID: id, Path: p}
-				if evs := ephs[id]; len(evs) > 0 {
-					n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
-				}
-				if err := g.dtx.Notify(ctx, n); err != nil {
-					broken = fmt.Errorf("stream store: notify: %w", err)
-					break
-				}
+		commitErr := broken
+		if commitErr == nil {
+			touched, ephs := changesOf(done)
+			if err := notifyAll(ctx, g.dtx, touched, ephs); err != nil {
+				commitErr = fmt.Errorf("stream store: notify: %w", err)
 			}
 		}
-		if broken != nil {
-			commitErr = broken
-		} else {
+		if commitErr == nil {
 			observed := s.observers.registered()
 			var start time.Time
 			if observed {
@@ -286,42 +272,128 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 		}
 		if commitErr != nil {
+			// The group's last transaction is lost; the functions before its start are not.
+			final := lockEpochOf(g.dtx)
 			_ = g.dtx.Rollback(ctx)
+			early := false
 			for i := range reqs {
+				if epochs[i] < final {
+					early = early || done[i] != nil
+					continue
+				}
 				if results[i] == nil {
 					results[i] = commitErr
 				}
-				hooks[i] = nil
+				done[i] = nil
 			}
-			g.staged = nil
-			g.woken = nil
-			g.reserved = nil
-			g.unreserve = nil
-			touched = nil
+			if early {
+				// Their notification was to travel with the lost commit: other processes sharing
+				// the database hear of their writes in a transaction of its own.
+				touched, ephs := changesOf(done)
+				s.notifyCommitted(ctx, w, touched, ephs)
+			}
 		}
 	}
+	s.applyCommitted(reqs, results, done)
+}
 
-	ws := &s.ws
-	for p, m := range g.staged {
-		if m == nil {
-			delete(ws.streams, p)
+// lockEpochOf is dtx's driver.LockKeeper epoch (0 when it has none, or no transaction began).
+func lockEpochOf(dtx driver.WriteTx) int {
+	if lk, ok := dtx.(driver.LockKeeper); ok {
+		return lk.LockEpoch()
+	}
+	return 0
+}
+
+// changesOf collects the streams the committed functions touched and the ephemeral events they
+// appended per stream.
+func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
+	touched := make(map[int64]string)
+	var ephs map[int64][]foldstream.Event
+	for _, t := range done {
+		if t == nil {
 			continue
 		}
-		ws.streams[p] = m
-	}
-	// Before the hooks: a delete later in the group forgets the mark in its own hook.
-	for id := range g.woken {
-		ws.woken[id] = true
-	}
-	for p, r := range g.reserved {
-		if ws.reserved == nil {
-			ws.reserved = make(map[string]*reservation)
+		for id, p := range t.touched {
+			touched[id] = p
 		}
-		ws.reserved[p] = r
+		for id, evs := range t.eph {
+			if ephs == nil {
+				ephs = make(map[int64][]foldstream.Event)
+			}
+			ephs[id] = append(ephs[id], evs...)
+		}
 	}
-	for _, r := range g.unreserve {
-		if ws.reserved[r.path] == r {
-			delete(ws.reserved, r.path)
+	return touched, ephs
+}
+
+// notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events.
+func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldstream.Event) error {
+	for id, p := range touched {
+		n := driver.Notification{StreamID: id, Path: p}
+		if evs := ephs[id]; len(evs) > 0 {
+			n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
+		}
+		if err := dtx.Notify(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// notifyCommitted sends, in a transaction of their own, the notifications of writes an early
+// commit made durable when the rest of their group failed. It is best effort: when it fails, the
+// other processes' readers of those streams learn of the writes with the next notification.
+func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched map[int64]string, ephs map[int64][]foldstream.Event) {
+	if len(touched) == 0 || s.exclusive {
+		return
+	}
+	dtx, err := w.Begin(ctx)
+	if err == nil {
+		if err = notifyAll(ctx, dtx, touched, ephs); err == nil {
+			err = dtx.Commit(ctx)
+		}
+		if err != nil {
+			_ = dtx.Rollback(ctx)
+		}
+	}
+	if err != nil {
+		s.log.Warn("stream store: could not notify other processes of committed writes whose group failed later",
+			"streams", len(touched), "err", err)
+	}
+}
+
+// applyCommitted applies the committed functions' staged changes to the writer's state in queue
+// order, runs their after-commit hooks, wakes readers, parks the writes that met a reserved
+// stream and answers the rest. done[i] is nil for every function that is not committed.
+func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx) {
+	ws := &s.ws
+	touched, _ := changesOf(done)
+	for _, t := range done {
+		if t == nil {
+			continue
+		}
+		for p, m := range t.staged {
+			if m == nil {
+				delete(ws.streams, p)
+				continue
+			}
+			ws.streams[p] = m
+		}
+		// Before the hooks: a delete later in the group forgets the mark in its own hook.
+		for id := range t.woken {
+			ws.woken[id] = true
+		}
+		if r := t.reserve; r != nil {
+			if ws.reserved == nil {
+				ws.reserved = make(map[string]*reservation)
+			}
+			ws.reserved[r.path] = r
+		}
+		for _, r := range t.unreserve {
+			if ws.reserved[r.path] == r {
+				delete(ws.reserved, r.path)
+			}
 		}
 	}
 	// A write that found its stream reserved is not answered: it waits, and runs again once the
@@ -336,8 +408,11 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	if len(ws.parked) > 0 {
 		s.releaseParked()
 	}
-	for i := range reqs {
-		for _, h := range hooks[i] {
+	for _, t := range done {
+		if t == nil {
+			continue
+		}
+		for _, h := range t.hooks {
 			s.runHook(h)
 		}
 	}
@@ -478,12 +553,7 @@ func (t *tx) lockReleased(m *streamMem) bool {
 }
 
 // lockEpoch is the group transaction's driver.LockKeeper epoch (0 when it has none).
-func (t *tx) lockEpoch() int {
-	if lk, ok := t.g.dtx.(driver.LockKeeper); ok {
-		return lk.LockEpoch()
-	}
-	return 0
-}
+func (t *tx) lockEpoch() int { return lockEpochOf(t.g.dtx) }
 
 // stage records a stream created by this function.
 func (t *tx) stage(m *streamMem) {

@@ -232,6 +232,13 @@ type HidingTx interface {
 // taken again, so before the store reuses a row an earlier function of the group read, it compares
 // the epoch and otherwise reads the row again under the lock. A function's own locks (taken with
 // LockStream since its savepoint) are never released while it runs.
+//
+// Releasing the locks commits everything the transaction did so far, and that commit stands
+// whatever becomes of the rest of the transaction: the epoch moves on exactly when such a commit
+// succeeded. So a function of the group is committed when the epoch read right after it ran
+// (its savepoint released) is below the epoch at the transaction's end; the store answers it
+// success, applies its changes and runs its hooks even when the final Commit (or anything after
+// the early commit) fails.
 type LockKeeper interface {
 	// LockEpoch counts the times the transaction released its locks so far.
 	LockEpoch() int

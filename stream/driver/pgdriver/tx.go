@@ -501,10 +501,9 @@ type lockID struct{ cls, key int32 }
 // by failing one function (which the store reports as a retryable error). The store compares
 // LockEpoch before it reuses a row an earlier function of the group read.
 //
-// The early commit is durable before any caller is answered: the store answers every caller of
-// the group after its final Commit. If that final commit fails, callers of the earlier functions
-// are told their write failed although it committed — the same ambiguity as a commit whose answer
-// was lost, which idempotency keys and producer sequence numbers exist to resolve.
+// The early commit is final: the epoch moves on the moment it succeeded, so the store counts the
+// earlier functions as committed (driver.LockKeeper) even when what follows — a new connection,
+// the rest of the group, the last commit — fails.
 func (t *writeTx) split(ctx context.Context) error {
 	if t.wroteInSp || len(t.usedInSp) > 0 {
 		return nil
@@ -521,19 +520,23 @@ func (t *writeTx) split(ctx context.Context) error {
 	if err := t.p.commit(ctx); err != nil {
 		return t.d.classify(fmt.Errorf("commit: %w", err))
 	}
-	p, err := t.d.beginPipeline(ctx)
-	if err != nil {
-		return t.d.classify(fmt.Errorf("begin: %w", err))
-	}
-	t.p, t.tx = p, p
+	t.epoch++
 	t.notes = t.notes[:0]
 	t.spMark = 0
 	t.held = make(map[lockID]bool)
 	t.heldAtSp = make(map[lockID]bool)
-	t.epoch++
 	// A row read under a released lock is stale (and the new pipeline's op count means nothing
 	// for it).
 	t.fresh, t.freshOps = driver.Stream{}, 0
+	p, err := t.d.beginPipeline(ctx)
+	if err != nil {
+		// The committed pipeline has no connection any more: every later statement of the group
+		// fails with this error.
+		err = t.d.classify(fmt.Errorf("begin: %w", err))
+		t.p.failed = err
+		return err
+	}
+	t.p, t.tx = p, p
 	if inSp {
 		if err := t.p.savepoint(); err != nil {
 			return t.d.classify(fmt.Errorf("savepoint: %w", err))

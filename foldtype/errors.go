@@ -1,4 +1,4 @@
-package foldstream
+package foldtype
 
 import (
 	"errors"
@@ -148,7 +148,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is a sentinel *Error (no message) with the same code, so that
-// errors.Is(err, foldstream.ErrOffsetConflict) works for every error carrying that code.
+// errors.Is(err, foldtype.ErrOffsetConflict) works for every error carrying that code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Message == "" && t.Code == e.Code

@@ -1,4 +1,4 @@
-package foldstream
+package foldtype
 
 import (
 	"bytes"

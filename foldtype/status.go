@@ -1,0 +1,59 @@
+package foldtype
+
+// ProcessorStatus is what a host reports about one processor running on one stream: enough for a
+// console or an operator to see where it is, without reading its state. The JSON form is the one
+// the server's stream information route answers (docs/server.md#stream-listing).
+type ProcessorStatus struct {
+	// Slug is the processor's contract slug.
+	Slug string `json:"slug"`
+	// Version is the contract's reducer version.
+	Version string `json:"version"`
+	// Offset is the offset the processor reduced through (its checkpoint cursor once written).
+	Offset int64 `json:"offset"`
+	// Rev is the live state's revision (docs/engine.md): deltas on the live route continue from
+	// it. Zero when the host does not hold the engine open.
+	Rev int64 `json:"rev"`
+	// Pattern is the path or path pattern the processor was registered on (host.RegisterPattern);
+	// empty when the reporter does not know it.
+	Pattern string `json:"pattern,omitempty"`
+	// Open reports whether the host holds the processor's engine open now (a pattern's engines
+	// open on demand and close when idle).
+	Open bool `json:"open"`
+	// Parked, when set, is the error the processor stopped on and cannot retry past (code
+	// PROCESSOR_PARKED on its routes); nil while it runs.
+	Parked *ProcessorError `json:"parked,omitempty"`
+	// Owner is the node that runs the processor (its lease holder; docs/postgres.md#processors-and-leases),
+	// empty when no node holds its lease now; Generation is that lease's generation.
+	Owner      string `json:"owner,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	// Local reports whether the reporting node is the owner.
+	Local bool `json:"local,omitempty"`
+	// WorkFailed, when set, is the PERMANENT_FAILURE its last revive failed with: its background
+	// work died with its host MaxDeaths times, and it is not revived again until it receives an
+	// event (docs/engine.md#work-that-keeps-dying).
+	WorkFailed *ProcessorError `json:"workFailed,omitempty"`
+	// State is "running", "failing" (Failing says why) or "parked" (Parked says why); hosts may
+	// report more states.
+	State string `json:"state,omitempty"`
+	// Failing, when set, is why the processor's ProcessEvent keeps failing on one event and when
+	// the host tries again (code PROCESSOR_FAILING on its routes); nil while it runs.
+	Failing *ProcessorFailure `json:"failing,omitempty"`
+	// Skipped counts the events the processor skipped, by reason (a payload that breaks its
+	// schema, a Reduce that failed or panicked); empty when none.
+	Skipped []SkippedEvents `json:"skipped,omitempty"`
+}
+
+// Processor states in [ProcessorStatus].State.
+const (
+	StateRunning = "running"
+	StateFailing = "failing"
+	StateParked  = "parked"
+)
+
+// ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.
+type ProcessorError struct {
+	// Code is the error's catalogue code, e.g. IDEMPOTENCY_CONFLICT.
+	Code Code `json:"code"`
+	// Message is the human-readable text.
+	Message string `json:"message"`
+}
