@@ -54,13 +54,13 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	s := openPGStore(t, url)
 	ctx := context.Background()
 	for _, p := range []string{"/x", "/y"} {
-		if _, err := s.Append(ctx, p, foldstream.EventInput{Type: "seed"}); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldstream.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	var pushed []int64
-	sub, err := s.Subscribe("/x", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/x", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -118,13 +118,16 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	var xOffset int64
 	errs := inOneGroup(t, s,
 		func() error {
-			evs, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "before-split"})
+			evs, err := s.Events().Stream("/x").Append(ctx, foldstream.EventInput{Type: "before-split"})
 			if err == nil {
 				xOffset = evs[0].Offset
 			}
 			return err
 		},
-		func() error { _, err := s.Append(ctx, "/y", foldstream.EventInput{Type: "after-split"}); return err })
+		func() error {
+			_, err := s.Events().Stream("/y").Append(ctx, foldstream.EventInput{Type: "after-split"})
+			return err
+		})
 	if err := <-killed; err != nil {
 		t.Fatalf("terminate the waiting backend: %v", err)
 	}
@@ -142,14 +145,14 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	}
 
 	// The writer's state of /x includes the committed append: the next one follows it.
-	next, err := s.Append(ctx, "/x", foldstream.EventInput{Type: "next"})
+	next, err := s.Events().Stream("/x").Append(ctx, foldstream.EventInput{Type: "next"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if next[0].Offset != 3 {
 		t.Errorf("next append to /x got offset %d, want 3", next[0].Offset)
 	}
-	page, err := s.Read(ctx, "/x", 0, 10, ReadOptions{})
+	page, err := s.Events().Stream("/x").Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +163,7 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	if len(types) != 3 || types[0] != "seed" || types[1] != "before-split" || types[2] != "next" {
 		t.Errorf("/x holds %v, want [seed before-split next]", types)
 	}
-	page, err = s.Read(ctx, "/y", 0, 10, ReadOptions{})
+	page, err = s.Events().Stream("/y").Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
