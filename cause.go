@@ -3,6 +3,8 @@ package foldstream
 import (
 	"errors"
 	"fmt"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Cause chains and the loop limit (docs/engine.md#cause-chains). Every event a processor emits
@@ -18,28 +20,28 @@ const DefaultLoopLimit = 32
 
 // causeAfter returns the cause of an event emitted while processing parent (nil: an eventless
 // pass, whose emits start no chain).
-func causeAfter(parent *Event) *Cause {
+func causeAfter(parent *Event) *foldtype.Cause {
 	if parent == nil {
 		return nil
 	}
 	if parent.Source != nil && parent.Source.Cause != nil && parent.Source.Cause.Chain != "" {
-		return &Cause{Chain: parent.Source.Cause.Chain, Depth: parent.Source.Cause.Depth + 1}
+		return &foldtype.Cause{Chain: parent.Source.Cause.Chain, Depth: parent.Source.Cause.Depth + 1}
 	}
-	return &Cause{Chain: fmt.Sprintf("%s@%d", parent.Path, parent.Offset), Depth: 1}
+	return &foldtype.Cause{Chain: fmt.Sprintf("%s@%d", parent.Path, parent.Offset), Depth: 1}
 }
 
 // loopLimitError is the recorded LOOP_LIMIT refusal of an emit.
-func loopLimitError(slug string, c *Cause, limit int) *Error {
-	return NewError(CodeLoopLimit, map[string]any{"slug": slug, "chain": c.Chain, "depth": c.Depth, "limit": limit, "recorded": true},
+func loopLimitError(slug string, c *foldtype.Cause, limit int) *Error {
+	return foldtype.NewError(foldtype.CodeLoopLimit, map[string]any{"slug": slug, "chain": c.Chain, "depth": c.Depth, "limit": limit, "recorded": true},
 		"processor %s: cause chain %s would reach depth %d, past the loop limit %d; the loop ends here (recorded as %s)",
-		quoteJSON(slug), quoteJSON(c.Chain), c.Depth, limit, LoopLimitType)
+		quoteJSON(slug), quoteJSON(c.Chain), c.Depth, limit, foldtype.LoopLimitType)
 }
 
 // isRecordedLoopLimit reports whether err is a LOOP_LIMIT whose fact was recorded: the end of a
 // loop, not a failure.
 func isRecordedLoopLimit(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeLoopLimit {
+	if !errors.As(err, &e) || e.Code != foldtype.CodeLoopLimit {
 		return false
 	}
 	rec, _ := e.Data["recorded"].(bool)

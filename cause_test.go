@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -38,7 +39,7 @@ func checkLoop(t *testing.T, events []foldstream.Event, path string, limit int) 
 	facts := 0
 	for _, e := range events {
 		switch {
-		case e.Type == foldstream.LoopLimitType:
+		case e.Type == foldtype.LoopLimitType:
 			facts++
 			jsonEq(t, "loop-limit fact", e.Payload, `{"chain":"`+path+`@`+itoa64(root.Offset)+`","limit":`+itoa64(int64(limit))+`}`)
 		case e.Type == "ping" && e.Source == nil:
@@ -92,7 +93,7 @@ func TestProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 		engines = append(engines, eng)
 	}
 	appendT(t, mem, ev("ping"))
-	waitUntil(t, "the loop-limit fact", func() bool { return len(mem.EventsOfType(foldstream.LoopLimitType)) == 1 }, mem.Changed)
+	waitUntil(t, "the loop-limit fact", func() bool { return len(mem.EventsOfType(foldtype.LoopLimitType)) == 1 }, mem.Changed)
 	settle(t, mem)
 	for _, eng := range engines {
 		drain(t, eng)
@@ -118,11 +119,11 @@ func TestEmitPastTheLoopLimitIsARecordedLoopLimit(t *testing.T) {
 	}}
 	mem := testsupport.NewMemoryStream()
 	eng := newEngine[emptyState](t, p, mem, testsupport.MemoryCheckpoints())
-	deep := &foldstream.Source{Cause: &foldstream.Cause{Chain: "/elsewhere@7", Depth: foldstream.DefaultLoopLimit}}
+	deep := &foldtype.Source{Cause: &foldtype.Cause{Chain: "/elsewhere@7", Depth: foldstream.DefaultLoopLimit}}
 	appendT(t, mem, foldstream.EventInput{Type: "x", Source: deep})
 	mustDo(t, eng.CatchUpFromLog(ctxFor(t)))
 	var fe *foldstream.Error
-	if !errors.As(got, &fe) || fe.Code != foldstream.CodeLoopLimit || fe.Data["recorded"] != true || fe.Data["depth"] != foldstream.DefaultLoopLimit+1 {
+	if !errors.As(got, &fe) || fe.Code != foldtype.CodeLoopLimit || fe.Data["recorded"] != true || fe.Data["depth"] != foldstream.DefaultLoopLimit+1 {
 		t.Fatalf("emit past the default limit: %v", got)
 	}
 	if n := len(mem.EventsOfType("y")); n != 0 {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // DBTX lets a host route writes through its own single writer (the store does that). *sql.DB,
@@ -101,13 +103,13 @@ func (t *CheckpointTable) ReadCheckpoint(ctx context.Context, slug string) (Chec
 
 // WriteCheckpoint upserts slug's row in one statement (docs/engine.md#checkpoints). With
 // stateChanged the state column is set; otherwise NULL is passed and COALESCE keeps the stored
-// state. A state over [MaxCheckpointChars] UTF-16 code units is refused before anything is written
-// ([CheckpointTooLargeError], not retryable).
+// state. A state over [foldtype.MaxCheckpointChars] UTF-16 code units is refused before anything is written
+// ([foldtype.CheckpointTooLargeError], not retryable).
 func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp Checkpoint, stateChanged bool) error {
 	var state any
 	if stateChanged && cp.State != nil {
-		if n := UTF16Len(string(cp.State)); n > MaxCheckpointChars {
-			return CheckpointTooLargeError(slug, n)
+		if n := foldtype.UTF16Len(string(cp.State)); n > foldtype.MaxCheckpointChars {
+			return foldtype.CheckpointTooLargeError(slug, n)
 		}
 		state = string(cp.State)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -48,7 +49,7 @@ func TestCheckpointTable_ScopesAndOptions(t *testing.T) {
 func TestCheckpointTable_CeilingRefusesBeforeWriting(t *testing.T) {
 	t.Parallel()
 	cps := testsupport.MemoryCheckpoints()
-	state := foldstream.JSON(map[string]string{"s": strings.Repeat("x", foldstream.MaxCheckpointChars)})
+	state := foldstream.JSON(map[string]string{"s": strings.Repeat("x", foldtype.MaxCheckpointChars)})
 	err := cps.WriteCheckpoint(context.Background(), "big", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1, State: state}, true)
 	want := `checkpoint "big": the reduced state serializes to 2093064 chars, over the 2093056-char ceiling of one storage cell (2 MB) ` +
 		"\u2014" + ` a reduce must keep a summary, not the events; nothing was written`
@@ -56,7 +57,7 @@ func TestCheckpointTable_CeilingRefusesBeforeWriting(t *testing.T) {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}
 	var fe *foldstream.Error
-	if !errors.As(err, &fe) || fe.Code != foldstream.CodeReduceCheckpointTooLarge || fe.Retryable {
+	if !errors.As(err, &fe) || fe.Code != foldtype.CodeReduceCheckpointTooLarge || fe.Retryable {
 		t.Fatalf("got %#v", err)
 	}
 	eq(t, "data", fe.Data, map[string]any{"slug": "big", "chars": 2093064, "maxChars": 2093056})
@@ -64,14 +65,14 @@ func TestCheckpointTable_CeilingRefusesBeforeWriting(t *testing.T) {
 		t.Error("something was written")
 	}
 	// Exactly at the ceiling is accepted.
-	at := foldstream.JSON(strings.Repeat("x", foldstream.MaxCheckpointChars-2))
+	at := foldstream.JSON(strings.Repeat("x", foldtype.MaxCheckpointChars-2))
 	mustDo(t, cps.WriteCheckpoint(context.Background(), "edge", foldstream.Checkpoint{ReducerVersion: "1", State: at}, true))
 }
 
 func TestUTF16Len(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[string]int{"": 0, "abc": 3, "é": 1, "€": 1, "😀": 2, "a😀b": 4, "\xff": 1} {
-		eq(t, s, foldstream.UTF16Len(s), want)
+		eq(t, s, foldtype.UTF16Len(s), want)
 	}
 }
 
@@ -93,7 +94,7 @@ func TestLatchAfterCheckpointTooLarge(t *testing.T) {
 	ctx := ctxFor(t)
 	appendT(t, mem, ev("e"), ev("e"), ev("e"))
 	err := eng.CatchUpFromLog(ctx)
-	if !errors.Is(err, foldstream.ErrReduceCheckpointTooLarge) {
+	if !errors.Is(err, foldtype.ErrReduceCheckpointTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 	reads := mem.Reads()
@@ -109,7 +110,7 @@ func TestLatchAfterCheckpointTooLarge(t *testing.T) {
 	eq(t, "no unit ran", mem.Reads(), reads)
 	eq(t, "writes", cps.Writes(), 0)
 	eng2 := newEngine[bigState](t, p, mem, cps)
-	if err := eng2.CatchUpFromLog(ctx); !errors.Is(err, foldstream.ErrReduceCheckpointTooLarge) {
+	if err := eng2.CatchUpFromLog(ctx); !errors.Is(err, foldtype.ErrReduceCheckpointTooLarge) {
 		t.Fatalf("new incarnation: got %v", err)
 	}
 	if mem.Reads() == reads {
@@ -232,7 +233,7 @@ func TestCheckpointCeilingCountsJSONTextWithoutHTMLEscapes(t *testing.T) {
 	if !ok {
 		t.Fatal("no row")
 	}
-	if n := foldstream.UTF16Len(string(cp.State)); n != 500000+len(`{"s":""}`) {
+	if n := foldtype.UTF16Len(string(cp.State)); n != 500000+len(`{"s":""}`) {
 		t.Errorf("stored state is %d chars, want the unescaped JSON length %d", n, 500000+len(`{"s":""}`))
 	}
 }

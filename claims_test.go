@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -96,7 +97,7 @@ func TestReviveClaimIsCappedAtThirtyMinutes(t *testing.T) {
 		got = append(got, c.Sub(testsupport.T))
 	}
 	want := []time.Duration{20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 320 * time.Second,
-		640 * time.Second, 1280 * time.Second, foldstream.ReviveAfterMax, foldstream.ReviveAfterMax}
+		640 * time.Second, 1280 * time.Second, foldtype.ReviveAfterMax, foldtype.ReviveAfterMax}
 	eq(t, "claims", got, want)
 	close(a.end(1))
 	drain(t, eng)

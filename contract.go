@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	invopop "github.com/invopop/jsonschema"
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -202,7 +203,7 @@ type Contract[S any] struct {
 }
 
 func invalidContract(slug, format string, args ...any) *Error {
-	e := NewError(CodeInvalidContract, map[string]any{"slug": slug}, "contract %q: "+format,
+	e := foldtype.NewError(foldtype.CodeInvalidContract, map[string]any{"slug": slug}, "contract %q: "+format,
 		append([]any{slug}, args...)...)
 	e.Retryable = false
 	return e
@@ -219,7 +220,7 @@ func DefineContract[S any](cfg ContractConfig[S]) (*Contract[S], error) {
 	c.cfg.Consumes = cloneStrings(cfg.Consumes)
 	c.cfg.Emits = cloneStrings(cfg.Emits)
 	if strings.TrimSpace(cfg.Slug) == "" {
-		return nil, NewError(CodeInvalidContract, nil, "contract: a slug is required")
+		return nil, foldtype.NewError(foldtype.CodeInvalidContract, nil, "contract: a slug is required")
 	}
 	mustParse := func(cause error) error {
 		e := invalidContract(cfg.Slug, "stateSchema must parse {} (default every field)")

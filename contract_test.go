@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 	invopop "github.com/invopop/jsonschema"
 )
@@ -25,8 +26,8 @@ func TestP01_StateSchemaMustParseEmptyObject(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `contract "strict": stateSchema must parse {} (default every field)`) {
 		t.Fatalf("got %v, want the parse {} refusal", err)
 	}
-	if !errors.Is(err, foldstream.ErrInvalidContract) {
-		t.Errorf("got code %q, want INVALID_CONTRACT", foldstream.CodeOf(err))
+	if !errors.Is(err, foldtype.ErrInvalidContract) {
+		t.Errorf("got code %q, want INVALID_CONTRACT", foldtype.CodeOf(err))
 	}
 	// The Go way to say "the initial state cannot be built": Initial fails (or panics).
 	_, err = foldstream.DefineContract(foldstream.ContractConfig[st]{Slug: "strict", Version: "1",
@@ -73,8 +74,8 @@ func TestP02_EventDeclaredByTwoDeps(t *testing.T) {
 	if err == nil || err.Error() != `contract "owner": event "demo/shared" is already owned by a dep` {
 		t.Fatalf("got %v", err)
 	}
-	if !errors.Is(err, foldstream.ErrInvalidContract) {
-		t.Errorf("code %q", foldstream.CodeOf(err))
+	if !errors.Is(err, foldtype.ErrInvalidContract) {
+		t.Errorf("code %q", foldtype.CodeOf(err))
 	}
 	// A dep's schema is found through payloadSchemaFor (rule 3).
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
@@ -101,7 +102,7 @@ func ephemeralEv(typ string) foldstream.Event { return foldstream.Event{Type: ty
 func checkConsumes(t *testing.T, cases []consumesCase) {
 	t.Helper()
 	for _, c := range cases {
-		if got := foldstream.ConsumesEvent(c.consumes, c.ev); got != c.want {
+		if got := foldtype.ConsumesEvent(c.consumes, c.ev); got != c.want {
 			t.Errorf("%s: ConsumesEvent(%#v, %+v) = %v, want %v", c.name, c.consumes, c.ev, got, c.want)
 		}
 	}
@@ -129,9 +130,9 @@ func TestP04_NilConsumesEveryDurable(t *testing.T) {
 func TestP05_WakeRecordIsAnOrdinaryDurable(t *testing.T) {
 	t.Parallel()
 	checkConsumes(t, []consumesCase{
-		{"nil", nil, durableEv(foldstream.WokenType), true},
-		{"star", []string{"*"}, durableEv(foldstream.WokenType), true},
-		{"named", []string{foldstream.WokenType}, durableEv(foldstream.WokenType), true},
+		{"nil", nil, durableEv(foldtype.WokenType), true},
+		{"star", []string{"*"}, durableEv(foldtype.WokenType), true},
+		{"named", []string{foldtype.WokenType}, durableEv(foldtype.WokenType), true},
 	})
 }
 
@@ -147,14 +148,14 @@ func TestP06_NamedTypes(t *testing.T) {
 
 func TestP07_LiveStateDeltaOnlyWhenNamed(t *testing.T) {
 	t.Parallel()
-	delta := ephemeralEv(foldstream.LiveStateChangedType)
+	delta := ephemeralEv(foldtype.LiveStateChangedType)
 	checkConsumes(t, []consumesCase{
 		{"nil", nil, delta, false},
 		{"star", []string{"*"}, delta, false},
-		{"named", []string{foldstream.LiveStateChangedType}, delta, true},
+		{"named", []string{foldtype.LiveStateChangedType}, delta, true},
 	})
 	// The engine's loop guard: never reduced, even when named.
-	if foldstream.ReducesEvent([]string{foldstream.LiveStateChangedType}, delta) {
+	if foldstream.ReducesEvent([]string{foldtype.LiveStateChangedType}, delta) {
 		t.Error("ReducesEvent accepted a live-state delta")
 	}
 }
@@ -180,10 +181,10 @@ func TestP37_BareCounter(t *testing.T) {
 func TestP47_SamePayloadInAnotherKeyOrder(t *testing.T) {
 	t.Parallel()
 	base := foldstream.Event{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":3}}`)}
-	if !foldstream.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"b":{"d":3,"c":2},"a":1}`)}) {
+	if !foldtype.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"b":{"d":3,"c":2},"a":1}`)}) {
 		t.Error("reordered payload judged different")
 	}
-	if foldstream.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":4}}`)}) {
+	if foldtype.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":4}}`)}) {
 		t.Error("different payload judged same")
 	}
 }
@@ -191,10 +192,10 @@ func TestP47_SamePayloadInAnotherKeyOrder(t *testing.T) {
 func TestP48_DifferentMetadata(t *testing.T) {
 	t.Parallel()
 	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
-	if foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"b"}`)}) {
+	if foldtype.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"b"}`)}) {
 		t.Error("different metadata judged same")
 	}
-	if !foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}) {
+	if !foldtype.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}) {
 		t.Error("equal metadata judged different")
 	}
 }
@@ -202,10 +203,10 @@ func TestP48_DifferentMetadata(t *testing.T) {
 func TestP49_MetadataOnOneSideOnly(t *testing.T) {
 	t.Parallel()
 	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
-	if foldstream.SameIdempotentEvent(m, foldstream.EventInput{Type: "t"}) {
+	if foldtype.SameIdempotentEvent(m, foldstream.EventInput{Type: "t"}) {
 		t.Error("metadata on one side judged same")
 	}
-	if foldstream.SameIdempotentEvent(foldstream.Event{Type: "t"}, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{}`)}) {
+	if foldtype.SameIdempotentEvent(foldstream.Event{Type: "t"}, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{}`)}) {
 		t.Error("absent vs empty metadata judged same")
 	}
 }
@@ -370,7 +371,7 @@ func TestDefineEventSchema_HandWritten(t *testing.T) {
 	}
 	bad := foldstream.DefineEventSchema("demo/bad", "", json.RawMessage(`{"type": 7}`))
 	_, err = foldstream.DefineContract(foldstream.ContractConfig[emptyState]{Slug: "bad", Version: "1", Events: []foldstream.EventDefinition{bad}})
-	if !errors.Is(err, foldstream.ErrInvalidContract) {
+	if !errors.Is(err, foldtype.ErrInvalidContract) {
 		t.Errorf("bad schema: got %v, want INVALID_CONTRACT", err)
 	}
 }

@@ -24,7 +24,7 @@
 //
 // Checkpoints live in a SQLite table ([CheckpointTable], "reduce_checkpoints"); a contract
 // version bump re-reduces the log up to the old cursor without re-running effects. Live state is
-// a [LiveState] that appends ephemeral [LiveStateChangedType] deltas to the stream.
+// a [LiveState] that appends ephemeral [foldtype.LiveStateChangedType] deltas to the stream.
 //
 // Package testsupport provides an in-memory stream, in-memory SQLite checkpoints, a fake clock
 // and helpers for testing processors.
@@ -98,7 +98,7 @@
 // # Errors
 //
 // Errors a caller can act on are [*Error] values with a stable [Code]; test them with errors.Is
-// against the sentinels (ErrReduceCheckpointTooLarge, ErrProcessTimeout, ...) or errors.As.
+// against the sentinels (foldtype.ErrReduceCheckpointTooLarge, foldtype.ErrProcessTimeout, ...) or errors.As.
 // Contained failures (a failing reduce, projection, background attempt or claim) are handed to the
 // [Reporter] (default: log/slog at Warn) and never fail their caller.
 package foldstream

@@ -9,17 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // Engine constants (docs/engine.md#background-work-and-claims, docs/engine.md#reading-the-state).
 const (
-	// ReviveAfter is how far ahead the engine claims its host's alarm when background work starts,
-	// and the first step of the doubling backoff both the engine (a revive that finds work still in
-	// flight) and the store (a revive that failed) use.
-	ReviveAfter = 20 * time.Second
-	// ReviveAfterMax caps that doubling backoff.
-	ReviveAfterMax = 30 * time.Minute
 	// EnginePageSize is the read limit of catch-up, gap repair and re-reduce.
 	EnginePageSize = 500
 	// DefaultWaitTimeout is WaitUntilProcessed's timeout when none is given.
@@ -38,7 +33,7 @@ type EngineConfig struct {
 	// (docs/engine.md#reading-the-state). Defaults to false.
 	FedByPushes bool
 	// Clock supplies time for claims, the live-state revision epoch and WaitUntilProcessed's
-	// timeout. Defaults to SystemClock{}.
+	// timeout. Defaults to foldtype.SystemClock{}.
 	Clock Clock
 	// Reporter receives contained failures (docs/engine.md#errors-and-reporting). Defaults to
 	// SlogReporter(Logger).
@@ -62,7 +57,7 @@ type EngineConfig struct {
 // withDefaults returns c with every unset option at its default.
 func (c EngineConfig) withDefaults() EngineConfig {
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = foldtype.SystemClock{}
 	}
 	if c.Reporter == nil {
 		c.Reporter = SlogReporter(c.Logger)
@@ -84,7 +79,7 @@ type Runner interface {
 	// Slug returns the processor's slug.
 	Slug() string
 	// Consumes returns the contract's consumes list (nil = every durable event); use it with
-	// [ConsumesEvent] for subscription filters.
+	// [foldtype.ConsumesEvent] for subscription filters.
 	Consumes() []string
 	// ProcessEventBatch is a push: committed events and the range they prove contiguous.
 	ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error
@@ -97,7 +92,7 @@ type Runner interface {
 	// SnapshotJSON returns the cursor and the state's JSON after catching up if needed.
 	SnapshotJSON(ctx context.Context) (offset int64, state json.RawMessage, err error)
 	// LiveSnapshot returns the live state's revision and JSON after catching up if needed.
-	LiveSnapshot(ctx context.Context) (LiveSnapshot, error)
+	LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot, error)
 	// PublishLiveState re-projects the state; call it when a runtime field changed outside a batch.
 	PublishLiveState()
 	// ReducedThroughOffset returns the cursor.
@@ -202,10 +197,10 @@ type Engine[S any] struct {
 // reported and never fails construction.
 func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if p == nil || p.Contract() == nil {
-		return nil, NewError(CodeInvalidContract, nil, "engine: the processor has no contract")
+		return nil, foldtype.NewError(foldtype.CodeInvalidContract, nil, "engine: the processor has no contract")
 	}
 	if cfg.Stream == nil || cfg.Checkpoints == nil {
-		return nil, NewError(CodeInvalidContract, nil, "engine: Stream and Checkpoints are required")
+		return nil, foldtype.NewError(foldtype.CodeInvalidContract, nil, "engine: Stream and Checkpoints are required")
 	}
 	cfg = cfg.withDefaults()
 	c := p.Contract()
@@ -373,7 +368,7 @@ func (e *Engine[S]) bindToClose(ctx context.Context) (context.Context, func()) {
 }
 
 func (e *Engine[S]) closedError() *Error {
-	return NewError(CodeClosed, map[string]any{"slug": e.c.Slug()}, "engine %s is closed", quoteJSON(e.c.Slug()))
+	return foldtype.NewError(foldtype.CodeClosed, map[string]any{"slug": e.c.Slug()}, "engine %s is closed", quoteJSON(e.c.Slug()))
 }
 
 func (e *Engine[S]) isClosed() bool {
@@ -382,7 +377,7 @@ func (e *Engine[S]) isClosed() bool {
 	return e.closed
 }
 
-// Close stops the engine: later calls fail with code CLOSED (ErrClosed), queued units fail with it
+// Close stops the engine: later calls fail with code CLOSED (foldtype.ErrClosed), queued units fail with it
 // without running, waiters of WaitUntilProcessed are released with it, and the contexts of the
 // running unit (its blockers included) and of every background attempt are cancelled. Close then
 // waits until the running unit, the background attempts, the claims and the live-state deltas have
@@ -571,7 +566,7 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 // writeCheckpoint writes and latches a refusal that retrying cannot fix (docs/engine.md#the-latch).
 func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed bool) error {
 	err := e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
-	if err != nil && !IsRetryable(err) {
+	if err != nil && !foldtype.IsRetryable(err) {
 		e.mu.Lock()
 		e.latch = err
 		e.mu.Unlock()
@@ -698,7 +693,7 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 	e.inFlight++
 	if e.inFlight == 1 {
 		e.queueMarkerLocked(true) // the marker lands before the claim
-		e.queueClaimLocked(e.clock.Now().Add(ReviveAfter))
+		e.queueClaimLocked(e.clock.Now().Add(foldtype.ReviveAfter))
 	}
 	e.mu.Unlock()
 	wctx, stop := e.bindToClose(context.WithoutCancel(ctx))
@@ -744,7 +739,7 @@ func (e *Engine[S]) queueClaimLocked(at time.Time) chan struct{} {
 // Revive is the host's call for a claim that fell due (docs/engine.md#background-work-and-claims):
 // an engine built after its work died with its host MaxDeaths times fails with PERMANENT_FAILURE
 // (docs/engine.md#work-that-keeps-dying); otherwise catch up; if that ran no at-head range, run one eventless at-head pass; if work is still in
-// flight, re-claim at now + min(ReviveAfter×2^n, ReviveAfterMax) and wait until that claim landed.
+// flight, re-claim at now + min(foldtype.ReviveAfter×2^n, foldtype.ReviveAfterMax) and wait until that claim landed.
 func (e *Engine[S]) Revive(ctx context.Context) error {
 	if err := e.failedRevive(); err != nil {
 		return err
@@ -779,9 +774,9 @@ func (e *Engine[S]) Revive(ctx context.Context) error {
 		return nil
 	}
 	e.revivesWhileBusy++
-	d := ReviveAfterMax
+	d := foldtype.ReviveAfterMax
 	if n := e.revivesWhileBusy; n < 20 {
-		d = min(ReviveAfter<<n, ReviveAfterMax)
+		d = min(foldtype.ReviveAfter<<n, foldtype.ReviveAfterMax)
 	}
 	done := e.queueClaimLocked(e.clock.Now().Add(d))
 	e.mu.Unlock()
@@ -843,15 +838,15 @@ func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, e
 
 // LiveSnapshot returns the live state's {rev, state} after the same gate as Snapshot. It fails when
 // the current projection does not serialize to JSON.
-func (e *Engine[S]) LiveSnapshot(ctx context.Context) (LiveSnapshot, error) {
+func (e *Engine[S]) LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot, error) {
 	if err := e.gate(ctx); err != nil {
-		return LiveSnapshot{}, err
+		return foldtype.LiveSnapshot{}, err
 	}
 	rev, st, err := e.live.SnapshotJSON()
 	if err != nil {
-		return LiveSnapshot{}, err
+		return foldtype.LiveSnapshot{}, err
 	}
-	return LiveSnapshot{Rev: rev, State: st}, nil
+	return foldtype.LiveSnapshot{Rev: rev, State: st}, nil
 }
 
 func (e *Engine[S]) project(state S) (v any, err error) {
@@ -929,7 +924,7 @@ func (e *Engine[S]) WaitUntilProcessed(ctx context.Context, offset int64, timeou
 			if !remove() {
 				return nil // resolved concurrently
 			}
-			return NewError(CodeProcessTimeout, map[string]any{"slug": e.c.Slug(), "offset": offset},
+			return foldtype.NewError(foldtype.CodeProcessTimeout, map[string]any{"slug": e.c.Slug(), "offset": offset},
 				"processor %s did not reach offset %d in %dms", quoteJSON(e.c.Slug()), offset, timeout.Milliseconds())
 		case <-ctx.Done():
 			if !remove() {
@@ -997,7 +992,7 @@ type eventRun struct {
 func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, error) {
 	for _, ev := range events {
 		if !slices.Contains(r.emits, ev.Type) {
-			return nil, NewError(CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
+			return nil, foldtype.NewError(foldtype.CodeUndeclaredEmit, map[string]any{"slug": r.slug, "type": ev.Type},
 				"processor %s emits %s without declaring it", quoteJSON(r.slug), quoteJSON(ev.Type))
 		}
 	}
@@ -1007,11 +1002,11 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 	}
 	stamped := make([]EventInput, len(events))
 	for i, ev := range events {
-		ps := &ProcessorSource{Slug: r.slug, Version: r.version}
+		ps := &foldtype.ProcessorSource{Slug: r.slug, Version: r.version}
 		if r.event != nil {
-			ps.WhileProcessing = &WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
+			ps.WhileProcessing = &foldtype.WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
 		}
-		ev.Source = &Source{Processor: ps, Cause: cause}
+		ev.Source = &foldtype.Source{Processor: ps, Cause: cause}
 		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
 		stamped[i] = ev
 	}
@@ -1021,10 +1016,10 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 // recordLoopLimit appends the loop-limit fact of cause's chain — once per chain: its idempotency
 // key and body depend on the chain and the limit only, so every processor that reaches the limit on
 // the chain, and every retry, names the same event — and returns the recorded LOOP_LIMIT.
-func (r *eventRun) recordLoopLimit(ctx context.Context, cause *Cause) error {
-	fact := EventInput{Type: LoopLimitType,
+func (r *eventRun) recordLoopLimit(ctx context.Context, cause *foldtype.Cause) error {
+	fact := EventInput{Type: foldtype.LoopLimitType,
 		Payload: JSON(map[string]any{"chain": cause.Chain, "limit": r.loopLimit}),
-		Source:  &Source{Cause: cause},
+		Source:  &foldtype.Source{Cause: cause},
 		// In the processor namespace, which HTTP writers cannot take: nobody can wedge the
 		// fact with a conflicting event under its key.
 		IdempotencyKey: processorKey("loop-limit:" + cause.Chain)}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -96,9 +97,9 @@ func ExampleDefineEvent() {
 func ExampleConsumesEvent() {
 	durable := foldstream.Event{Type: "chunk"}
 	ephemeral := foldstream.Event{Type: "chunk", Ephemeral: true}
-	fmt.Println(foldstream.ConsumesEvent(nil, durable), foldstream.ConsumesEvent(nil, ephemeral))
-	fmt.Println(foldstream.ConsumesEvent([]string{"*"}, ephemeral), foldstream.ConsumesEvent([]string{"chunk"}, ephemeral))
-	fmt.Println(foldstream.ConsumesEvent([]string{}, durable))
+	fmt.Println(foldtype.ConsumesEvent(nil, durable), foldtype.ConsumesEvent(nil, ephemeral))
+	fmt.Println(foldtype.ConsumesEvent([]string{"*"}, ephemeral), foldtype.ConsumesEvent([]string{"chunk"}, ephemeral))
+	fmt.Println(foldtype.ConsumesEvent([]string{}, durable))
 	// Output:
 	// true false
 	// false true
@@ -125,7 +126,7 @@ func ExampleLiveState() {
 	seed := live.Snapshot()
 	live.Set(map[string]string{"text": "hello"})
 	_ = live.Wait(context.Background())
-	var d foldstream.LiveStateDelta
+	var d foldtype.LiveStateDelta
 	_ = json.Unmarshal(mem.PushedEvents()[0].Payload, &d)
 	patch, _ := json.Marshal(d.Patch)
 	fmt.Println(d.Key, d.From == seed.Rev, d.To == seed.Rev+1, string(patch))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // ProcessEventError is the error of a ProcessEvent call — or of the blocking work it started —
@@ -46,7 +48,7 @@ func (e *ProcessEventError) Code() Code {
 	if !e.Panicked && errors.As(e.Err, &fe) && fe.Code != "" {
 		return fe.Code
 	}
-	return CodeProcessEventFailed
+	return foldtype.CodeProcessEventFailed
 }
 
 // guardedStack is callGuarded keeping a panic's stack.
@@ -62,7 +64,7 @@ func guardedStack(f func() error) (err error, panicked bool, stack []byte) {
 // skipState is an engine's skipped-event counts, by reason, and the distinct failures already
 // logged in full.
 type skipState struct {
-	byReason map[string]*SkippedEvents
+	byReason map[string]*foldtype.SkippedEvents
 	logged   map[string]bool
 }
 
@@ -72,11 +74,11 @@ func (e *Engine[S]) noteSkip(site string, ev *Event, err error, stack []byte) {
 	msg := err.Error()
 	e.mu.Lock()
 	if e.skips.byReason == nil {
-		e.skips.byReason, e.skips.logged = map[string]*SkippedEvents{}, map[string]bool{}
+		e.skips.byReason, e.skips.logged = map[string]*foldtype.SkippedEvents{}, map[string]bool{}
 	}
 	st := e.skips.byReason[site]
 	if st == nil {
-		st = &SkippedEvents{Reason: site}
+		st = &foldtype.SkippedEvents{Reason: site}
 		e.skips.byReason[site] = st
 	}
 	st.Count++
@@ -102,11 +104,11 @@ func (e *Engine[S]) noteSkip(site string, ev *Event, err error, stack []byte) {
 }
 
 // skipped returns the skipped-event counts, by reason. e.mu held.
-func (e *Engine[S]) skippedLocked() []SkippedEvents {
+func (e *Engine[S]) skippedLocked() []foldtype.SkippedEvents {
 	if len(e.skips.byReason) == 0 {
 		return nil
 	}
-	out := make([]SkippedEvents, 0, len(e.skips.byReason))
+	out := make([]foldtype.SkippedEvents, 0, len(e.skips.byReason))
 	for _, site := range []string{SiteReducePayload, SiteReduce} {
 		if st := e.skips.byReason[site]; st != nil {
 			out = append(out, *st)
@@ -126,7 +128,7 @@ func (e *Engine[S]) logger() *slog.Logger {
 // err unchanged (the engine's verbs answer the processor's own error). An error that ends the
 // engine's work (its context, a closed engine) is not a failure of the processor.
 func (e *Engine[S]) noteProcessFailure(ev *Event, err error, panicked bool, stack []byte) error {
-	if !panicked && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed)) {
+	if !panicked && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, foldtype.ErrClosed)) {
 		return err
 	}
 	f := &ProcessEventError{Slug: e.c.Slug(), Err: err, Panicked: panicked, Stack: stack}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -297,10 +298,10 @@ func jsonEq(t *testing.T, what string, got json.RawMessage, want string) {
 	}
 }
 
-func deltas(mem *testsupport.MemoryStream) []foldstream.LiveStateDelta {
-	var out []foldstream.LiveStateDelta
-	for _, e := range mem.EventsOfType(foldstream.LiveStateChangedType) {
-		var d foldstream.LiveStateDelta
+func deltas(mem *testsupport.MemoryStream) []foldtype.LiveStateDelta {
+	var out []foldtype.LiveStateDelta
+	for _, e := range mem.EventsOfType(foldtype.LiveStateChangedType) {
+		var d foldtype.LiveStateDelta
 		if err := json.Unmarshal(e.Payload, &d); err != nil {
 			panic(err)
 		}
@@ -309,8 +310,8 @@ func deltas(mem *testsupport.MemoryStream) []foldstream.LiveStateDelta {
 	return out
 }
 
-func deltasFor(mem *testsupport.MemoryStream, key string) []foldstream.LiveStateDelta {
-	var out []foldstream.LiveStateDelta
+func deltasFor(mem *testsupport.MemoryStream, key string) []foldtype.LiveStateDelta {
+	var out []foldtype.LiveStateDelta
 	for _, d := range deltas(mem) {
 		if d.Key == key {
 			out = append(out, d)
@@ -580,7 +581,7 @@ func newVersioned(t *testing.T, version string, failOn ...int64) (*fn[nState], *
 // recSink records the delta payloads appended to it; hold makes each append wait for a release.
 type recSink struct {
 	mu       sync.Mutex
-	issued   []foldstream.LiveStateDelta
+	issued   []foldtype.LiveStateDelta
 	hold     bool
 	release  chan struct{}
 	fail     error
@@ -592,11 +593,11 @@ type recSink struct {
 
 func (s *recSink) Append(ctx context.Context, evs ...foldstream.EventInput) ([]foldstream.Event, error) {
 	for _, e := range evs {
-		var d foldstream.LiveStateDelta
+		var d foldtype.LiveStateDelta
 		if err := json.Unmarshal(e.Payload, &d); err != nil {
 			return nil, err
 		}
-		if e.Type != foldstream.LiveStateChangedType || !e.Ephemeral {
+		if e.Type != foldtype.LiveStateChangedType || !e.Ephemeral {
 			return nil, errors.New("not an ephemeral delta")
 		}
 		s.mu.Lock()
@@ -626,10 +627,10 @@ func (s *recSink) Append(ctx context.Context, evs ...foldstream.EventInput) ([]f
 	return nil, s.fail
 }
 
-func (s *recSink) frames() []foldstream.LiveStateDelta {
+func (s *recSink) frames() []foldtype.LiveStateDelta {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]foldstream.LiveStateDelta(nil), s.issued...)
+	return append([]foldtype.LiveStateDelta(nil), s.issued...)
 }
 
 func newLive(sink foldstream.LiveStateSink, initial any) (*foldstream.LiveState, int64) {

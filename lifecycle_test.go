@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -47,7 +48,7 @@ func TestCloseCancelsBackgroundAttemptsAndWaitsForThem(t *testing.T) {
 		t.Fatal("Close returned before the background attempt ended")
 	}
 	// The claim stays: the attempt Close cancelled is revived by the next incarnation.
-	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(foldstream.ReviveAfter)})
+	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(foldtype.ReviveAfter)})
 }
 
 func TestCloseCancelsTheRunningUnitAndCommitsNothing(t *testing.T) {
@@ -95,7 +96,7 @@ func TestCallsAfterCloseFailWithClosed(t *testing.T) {
 		"Snapshot":           snapErr,
 		"LiveSnapshot":       liveErr,
 	} {
-		if !errors.Is(err, foldstream.ErrClosed) {
+		if !errors.Is(err, foldtype.ErrClosed) {
 			t.Errorf("%s after Close: got %v, want code CLOSED", name, err)
 		}
 	}
@@ -111,7 +112,7 @@ func TestCloseReleasesWaitersWithClosed(t *testing.T) {
 	result := make(chan error, 1)
 	go func() { result <- eng.WaitUntilProcessed(ctx, 5, time.Hour) }()
 	mustDo(t, eng.Close(ctx))
-	if err := <-result; !errors.Is(err, foldstream.ErrClosed) {
+	if err := <-result; !errors.Is(err, foldtype.ErrClosed) {
 		t.Fatalf("waiter: got %v, want code CLOSED", err)
 	}
 }
@@ -148,7 +149,7 @@ func TestEmittedIdempotencyKeysLiveInTheProcessorNamespace(t *testing.T) {
 	if len(echoed) != 1 {
 		t.Fatalf("echoed %d times, want once (the retry dedupes)", len(echoed))
 	}
-	eq(t, "stored key", echoed[0].IdempotencyKey, foldstream.ProcessorKeyPrefix+"echoer/echo@1")
+	eq(t, "stored key", echoed[0].IdempotencyKey, foldtype.ProcessorKeyPrefix+"echoer/echo@1")
 }
 
 func TestWaitUntilProcessedTimesOutOnTheEngineClock(t *testing.T) {
@@ -161,7 +162,7 @@ func TestWaitUntilProcessedTimesOutOnTheEngineClock(t *testing.T) {
 	go func() { result <- eng.WaitUntilProcessed(ctx, 5, 10*time.Second) }()
 	clk.WaitArmed(t, testsupport.T.Add(10*time.Second))
 	clk.Advance(10 * time.Second)
-	if err := <-result; !errors.Is(err, foldstream.ErrProcessTimeout) {
+	if err := <-result; !errors.Is(err, foldtype.ErrProcessTimeout) {
 		t.Fatalf("got %v, want PROCESS_TIMEOUT", err)
 	}
 }

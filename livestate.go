@@ -31,7 +31,7 @@ type LiveStateSnapshot struct {
 
 // LiveStateOptions configures [NewLiveState].
 type LiveStateOptions struct {
-	// Clock seeds the revision epoch. Defaults to SystemClock.
+	// Clock seeds the revision epoch. Defaults to foldtype.SystemClock.
 	Clock Clock
 	// Reporter receives failed delta appends. Defaults to SlogReporter(nil).
 	Reporter Reporter
@@ -71,7 +71,7 @@ type LiveState struct {
 func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOptions) *LiveState {
 	clock := opts.Clock
 	if clock == nil {
-		clock = SystemClock{}
+		clock = foldtype.SystemClock{}
 	}
 	rep := opts.Reporter
 	if rep == nil {
@@ -194,11 +194,11 @@ func (l *LiveState) Set(next any) {
 	if len(ops) == 0 {
 		return
 	}
-	delta := LiveStateDelta{Key: l.key, From: l.rev, To: l.rev + 1, Patch: ops}
+	delta := foldtype.LiveStateDelta{Key: l.key, From: l.rev, To: l.rev + 1, Patch: ops}
 	l.rev++
 	payload, err := marshalJSON(delta)
 	if err == nil {
-		if pj, _ := marshalJSON(ops); UTF16Len(string(pj)) > MaxPatchChars {
+		if pj, _ := marshalJSON(ops); foldtype.UTF16Len(string(pj)) > MaxPatchChars {
 			delta.Patch = nil
 			payload, err = marshalJSON(delta)
 		}
@@ -207,7 +207,7 @@ func (l *LiveState) Set(next any) {
 		report(l.reporter, SiteLiveStateAppend, err, slog.String("key", l.key))
 		return
 	}
-	ev := EventInput{Type: LiveStateChangedType, Ephemeral: true, Payload: payload}
+	ev := EventInput{Type: foldtype.LiveStateChangedType, Ephemeral: true, Payload: payload}
 	prev, done := l.tail, make(chan struct{})
 	l.tail = done
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -21,7 +22,7 @@ func TestP32_OneDeltaPerChange(t *testing.T) {
 	mem, _ := setupTally(t)
 	appendT(t, mem, ev("tick"))
 	settle(t, mem)
-	ds := mem.EventsOfType(foldstream.LiveStateChangedType)
+	ds := mem.EventsOfType(foldtype.LiveStateChangedType)
 	if len(ds) != 1 {
 		t.Fatalf("deltas: got %d, want 1", len(ds))
 	}
@@ -53,7 +54,7 @@ func TestP34_LiveSnapshotIsTheProjection(t *testing.T) {
 	mem, eng := setupTally(t)
 	appendT(t, mem, ev("other"))
 	settle(t, mem)
-	seed := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctxFor(t)))
+	seed := must[foldtype.LiveSnapshot](t)(eng.LiveSnapshot(ctxFor(t)))
 	eq(t, "seed state", string(seed.State), `{"count":0}`)
 	appendT(t, mem, ev("tick"))
 	settle(t, mem)
@@ -80,7 +81,7 @@ func TestP35_EqualFreshProjectionEmitsNothing(t *testing.T) {
 func TestP36_NoProcessorReducesADelta(t *testing.T) {
 	t.Parallel()
 	mem, _ := setupTally(t)
-	sneaky := &fn[nState]{Base: foldstream.NewBase(nContract(t, "sneaky", "1", "*", foldstream.LiveStateChangedType)), reduce: incN, project: projectNull[nState]}
+	sneaky := &fn[nState]{Base: foldstream.NewBase(nContract(t, "sneaky", "1", "*", foldtype.LiveStateChangedType)), reduce: incN, project: projectNull[nState]}
 	s := newEngine[nState](t, sneaky, mem, testsupport.MemoryCheckpoints())
 	mem.Register(s)
 	appendT(t, mem, ev("tick"))
@@ -397,7 +398,7 @@ func TestCallersSeeAnOffsetOnlyAfterItsLiveStateIsPublished(t *testing.T) {
 	ctx := ctxFor(t)
 	appendT(t, mem, ev(tickType))
 	mustDo(t, eng.WaitUntilProcessed(ctx, 1, 0))
-	live := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
+	live := must[foldtype.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
 	jsonEq(t, "live state at 1", live.State, `{"n":1}`)
 	eq(t, "seen before the live state was published", early.get(), []string(nil))
 }

@@ -2,6 +2,8 @@ package foldstream
 
 import (
 	"context"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Processor is the author's side of a stream processor (docs/engine.md#processors): a contract and
@@ -71,14 +73,14 @@ func (a *ProcessEventArgs[S]) Context() context.Context {
 // and the message `processor "<slug>" emits "<type>" without declaring it` before anything is appended. Each
 // event's Source is replaced by {processor: {slug, version, whileProcessing}}. Give emitted events
 // an idempotency key (Base.IdempotencyKey) so that a retried batch dedupes on the stream; the
-// engine stores it under [ProcessorKeyPrefix], a namespace HTTP writers cannot use, so the
+// engine stores it under [foldtype.ProcessorKeyPrefix], a namespace HTTP writers cannot use, so the
 // returned events carry the prefixed key (docs/engine.md#emitted-idempotency-keys).
 //
 // Append is safe inside a blocker: the stream's push back to this engine is fire-and-forget and
 // queues behind the current unit.
 func (a *ProcessEventArgs[S]) Append(ctx context.Context, events ...EventInput) ([]Event, error) {
 	if a.run == nil || a.run.stream == nil {
-		return nil, NewError(CodeClosed, nil, "processor: Append needs an engine")
+		return nil, foldtype.NewError(foldtype.CodeClosed, nil, "processor: Append needs an engine")
 	}
 	return a.run.append(ctx, events)
 }

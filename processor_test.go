@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -276,7 +277,7 @@ func TestP20_SnapshotBeforeThePushRan(t *testing.T) {
 	settle(t, mem)
 	reads = mem.Reads()
 	eq(t, "snapshot", must[foldstream.Snapshot[ledgerState]](t)(eng.Snapshot(ctx)).State, ledgerState{Counted: []int64{2, 4}})
-	live := must[foldstream.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
+	live := must[foldtype.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
 	jsonEq(t, "live", live.State, `{"counted":[2,4]}`)
 	eq(t, "no further read", mem.Reads(), reads)
 }
@@ -450,8 +451,8 @@ func TestP30_UndeclaredEmitFailsTheBatch(t *testing.T) {
 	if err == nil || err.Error() != `processor "rogue" emits "ok" without declaring it` {
 		t.Fatalf("got %v", err)
 	}
-	if !errors.Is(err, foldstream.ErrUndeclaredEmit) {
-		t.Errorf("code %q", foldstream.CodeOf(err))
+	if !errors.Is(err, foldtype.ErrUndeclaredEmit) {
+		t.Errorf("code %q", foldtype.CodeOf(err))
 	}
 	eq(t, "nothing appended", len(mem.Events()), 1)
 	eq(t, "cursor", eng.ReducedThroughOffset(), int64(0))
@@ -475,8 +476,8 @@ func TestP45_WaitTimesOut(t *testing.T) {
 	if err == nil || err.Error() != `processor "count" did not reach offset 5 in 120ms` {
 		t.Fatalf("got %v", err)
 	}
-	if !errors.Is(err, foldstream.ErrProcessTimeout) {
-		t.Errorf("code %q", foldstream.CodeOf(err))
+	if !errors.Is(err, foldtype.ErrProcessTimeout) {
+		t.Errorf("code %q", foldtype.CodeOf(err))
 	}
 }
 
@@ -566,7 +567,7 @@ func TestEventlessEmitProvenance(t *testing.T) {
 		Slug: "pinger", Version: "3", Consumes: []string{"go"}, Emits: []string{"pinged"}}))
 	p := &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
 		if a.Event == nil {
-			_, err := a.Append(a.Context(), foldstream.EventInput{Type: "pinged", Source: &foldstream.Source{Grant: "forged"}, IdempotencyKey: "p"})
+			_, err := a.Append(a.Context(), foldstream.EventInput{Type: "pinged", Source: &foldtype.Source{Grant: "forged"}, IdempotencyKey: "p"})
 			_, _ = a.Append(a.Context(), foldstream.EventInput{Type: "undeclared"}) // unawaited failure
 			return err
 		}
@@ -581,7 +582,7 @@ func TestEventlessEmitProvenance(t *testing.T) {
 		t.Fatalf("pinged: %d", len(got))
 	}
 	// No cause in an eventless pass; the stream stamps the origin (docs/engine.md#cause-chains).
-	eq(t, "source", *got[0].Source, foldstream.Source{Processor: &foldstream.ProcessorSource{Slug: "pinger", Version: "3"}, Origin: "/"})
+	eq(t, "source", *got[0].Source, foldtype.Source{Processor: &foldtype.ProcessorSource{Slug: "pinger", Version: "3"}, Origin: "/"})
 	if slices.ContainsFunc(mem.Events(), func(e foldstream.Event) bool { return e.Type == "undeclared" }) {
 		t.Error("an undeclared type was appended")
 	}
@@ -610,7 +611,7 @@ func TestRunnerView(t *testing.T) {
 	r.PublishLiveState() // nothing changed: no delta
 	settle(t, mem)
 	eq(t, "deltas", len(deltas(mem)), 1)
-	if _, err := foldstream.NewEngine[tallyState](newTally(t), foldstream.EngineConfig{}); !errors.Is(err, foldstream.ErrInvalidContract) {
+	if _, err := foldstream.NewEngine[tallyState](newTally(t), foldstream.EngineConfig{}); !errors.Is(err, foldtype.ErrInvalidContract) {
 		t.Errorf("missing dependencies: got %v", err)
 	}
 }
@@ -868,7 +869,7 @@ func TestR10_WaitersTimeOutIndependently(t *testing.T) {
 	for range 3 {
 		if err := <-errs; err == nil {
 			ok++
-		} else if errors.Is(err, foldstream.ErrProcessTimeout) && strings.Contains(err.Error(), "offset 999 in 25ms") {
+		} else if errors.Is(err, foldtype.ErrProcessTimeout) && strings.Contains(err.Error(), "offset 999 in 25ms") {
 			failed++
 		} else {
 			t.Errorf("unexpected error %v", err)

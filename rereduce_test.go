@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -180,9 +181,9 @@ func TestReReducePublishesOneHealingDelta(t *testing.T) {
 	jsonEq(t, "seed", foldstream.JSON(v2.LiveState().Get()), `{"count":2}`)
 	mustDo(t, v2.CatchUpFromLog(ctxFor(t)))
 	drain(t, v2)
-	var ds []foldstream.LiveStateDelta
+	var ds []foldtype.LiveStateDelta
 	for _, in := range st.appends {
-		var d foldstream.LiveStateDelta
+		var d foldtype.LiveStateDelta
 		mustDo(t, json.Unmarshal(in.Payload, &d))
 		ds = append(ds, d)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Work that keeps dying (docs/engine.md#work-that-keeps-dying). A background attempt's work may
@@ -47,7 +49,7 @@ type WorkStarted struct {
 
 // PermanentFailureError builds the PERMANENT_FAILURE error of slug after deaths deaths.
 func PermanentFailureError(slug string, deaths int) *Error {
-	return NewError(CodePermanentFailure, map[string]any{"slug": slug, "deaths": deaths},
+	return foldtype.NewError(foldtype.CodePermanentFailure, map[string]any{"slug": slug, "deaths": deaths},
 		"processor %q: its work in flight died with its host %d times, so it is not started again until the processor receives an event",
 		slug, deaths)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -55,8 +56,8 @@ func TestWorkThatKeepsDyingWithItsHostFailsPermanentlyOnTheFifthDeath(t *testing
 		switch {
 		case err == nil:
 			got = append(got, "1")
-		case errors.Is(err, foldstream.ErrPermanentFailure):
-			got = append(got, string(foldstream.CodeOf(err)))
+		case errors.Is(err, foldtype.ErrPermanentFailure):
+			got = append(got, string(foldtype.CodeOf(err)))
 			if i == 4 && err.Error() != `processor "attempts": its work in flight died with its host 5 times, so it is not started again until the processor receives an event` {
 				t.Errorf("message: %q", err)
 			}
@@ -69,7 +70,7 @@ func TestWorkThatKeepsDyingWithItsHostFailsPermanentlyOnTheFifthDeath(t *testing
 	}
 	eq(t, "revives", got, []string{"1", "1", "1", "1", "PERMANENT_FAILURE", "PERMANENT_FAILURE"})
 	st := last.Status()
-	if st.WorkFailed == nil || st.WorkFailed.Code != foldstream.CodePermanentFailure {
+	if st.WorkFailed == nil || st.WorkFailed.Code != foldtype.CodePermanentFailure {
 		t.Fatalf("status after the failure: %+v, want WorkFailed", st)
 	}
 	// A new event revives it: the failure leaves the status.

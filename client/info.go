@@ -12,7 +12,7 @@ import (
 const InfoPath = "/v1/streams/info"
 
 // ProcessorStatus is what a server reports about one processor on a stream (the JSON of
-// foldstream.ProcessorStatus).
+// foldtype.ProcessorStatus).
 type ProcessorStatus struct {
 	// Slug is the processor's slug.
 	Slug string `json:"slug"`

@@ -117,7 +117,7 @@ func Serves(urlPath string) bool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
-		w.Header().Set(wire.HeaderErrorCode, "METHOD_NOT_ALLOWED") // foldstream.CodeMethodNotAllowed
+		w.Header().Set(wire.HeaderErrorCode, "METHOD_NOT_ALLOWED") // foldtype.CodeMethodNotAllowed
 		http.Error(w, "the console is read-only: use GET", http.StatusMethodNotAllowed)
 		return
 	}
@@ -127,7 +127,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := h.files[name]
 	if !ok {
-		w.Header().Set(wire.HeaderErrorCode, "NO_ROUTE") // foldstream.CodeNoRoute
+		w.Header().Set(wire.HeaderErrorCode, "NO_ROUTE") // foldtype.CodeNoRoute
 		http.Error(w, "no such console file", http.StatusNotFound)
 		return
 	}

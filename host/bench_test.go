@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -34,7 +35,7 @@ func (p *benchCounter) ProjectLiveState(benchState) (any, error) { return nil, n
 //
 //	go test -run '^$' -bench EndToEnd -benchtime 3000x -count 5 ./host
 func BenchmarkEndToEnd(b *testing.B) {
-	payload := foldstream.JSON(map[string]any{"user": "u-12345", "note": strings.Repeat("x", 100), "n": 42})
+	payload := foldtype.JSON(map[string]any{"user": "u-12345", "note": strings.Repeat("x", 100), "n": 42})
 	for _, k := range []int{1, 16} {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
 			ctx := context.Background()
@@ -65,7 +66,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for range share {
-						got, err := s.Events().Stream("/e2e").Append(ctx, foldstream.EventInput{Type: "bench/event", Payload: payload})
+						got, err := s.Events().Stream("/e2e").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: payload})
 						if err != nil {
 							b.Error(err)
 							return

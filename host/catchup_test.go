@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -21,7 +21,7 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	for range 3 {
-		if _, err := s.Events().Stream("/lag").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil { // 1..3
+		if _, err := s.Events().Stream("/lag").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 1..3
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +42,7 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 	clk.WaitArmed(t, testT.Add(time.Second))
 	clk.Advance(time.Second)
 	err = <-read
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if !errors.Is(err, host.ErrCatchingUp) || !errors.As(err, &fe) {
 		t.Fatalf("snapshot while catching up: got %v, want CATCHING_UP", err)
 	}
@@ -55,7 +55,7 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 	clk.WaitArmed(t, testT.Add(time.Second+time.Millisecond))
 	clk.Advance(time.Millisecond)
 	err = <-waited
-	if !errors.Is(err, host.ErrCatchingUp) || !errors.Is(err, foldstream.ErrProcessTimeout) || !errors.As(err, &fe) || fe.Data["offset"] != int64(0) {
+	if !errors.Is(err, host.ErrCatchingUp) || !errors.Is(err, foldtype.ErrProcessTimeout) || !errors.As(err, &fe) || fe.Data["offset"] != int64(0) {
 		t.Fatalf("wait while catching up: got %v, want CATCHING_UP at offset 0", err)
 	}
 	close(p.release)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -35,7 +36,7 @@ func (p *bouncer) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error
 	}
 	ev := a.Event
 	a.BlockProcessorWhile(func(ctx context.Context) error {
-		_, err := a.Append(ctx, foldstream.EventInput{Type: p.out, IdempotencyKey: p.IdempotencyKey("bounce", ev)})
+		_, err := a.Append(ctx, foldtype.EventInput{Type: p.out, IdempotencyKey: p.IdempotencyKey("bounce", ev)})
 		return err
 	})
 	return nil
@@ -69,20 +70,20 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		})
 		defer stop()
-		got, err := s.Events().Stream("/loop").Append(ctx, foldstream.EventInput{Type: "ping"})
+		got, err := s.Events().Stream("/loop").Append(ctx, foldtype.EventInput{Type: "ping"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		root := got[0]
 		chain := fmt.Sprintf("/loop@%d", root.Offset)
-		var events []foldstream.Event
+		var events []foldtype.Event
 		for {
 			page, err := s.Events().Stream("/loop").Read(ctx, 0, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
 			events = page.Events
-			if n := countType(events, foldstream.LoopLimitType); n > 0 {
+			if n := countType(events, foldtype.LoopLimitType); n > 0 {
 				break
 			}
 			select {
@@ -117,13 +118,13 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 				t.Errorf("depth %d committed %d times, want once", d, depths[d])
 			}
 		}
-		if len(depths) != limit || countType(page.Events, foldstream.LoopLimitType) != 1 {
+		if len(depths) != limit || countType(page.Events, foldtype.LoopLimitType) != 1 {
 			t.Fatalf("depths %v; log %v", depths, logOf(t, s, "/loop"))
 		}
 	})
 }
 
-func countType(evs []foldstream.Event, typ string) int {
+func countType(evs []foldtype.Event, typ string) int {
 	n := 0
 	for _, e := range evs {
 		if e.Type == typ {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
@@ -17,7 +18,7 @@ import (
 
 // revivedRunner reports each Revive on a channel.
 // pushedTicker is a ticker engine "t" on path, fed by the host's pushes and timed by clk.
-func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldstream.Clock) foldstream.Runner {
+func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldtype.Clock) foldstream.Runner {
 	t.Helper()
 	cps, err := s.Events().Checkpoints(context.Background(), path)
 	if err != nil {
@@ -190,7 +191,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/a", "attempts"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "e"}); err != nil { // offset 3
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "e"}); err != nil { // offset 3
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, testT.Add(20*time.Second))

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 )
 
@@ -20,7 +20,7 @@ func owner(ctx context.Context, t *testing.T, nodes []*node, path string) *node 
 	for {
 		for _, nd := range nodes {
 			var d struct {
-				Processors []foldstream.ProcessorStatus `json:"processors"`
+				Processors []foldtype.ProcessorStatus `json:"processors"`
 			}
 			if err := getJSON(ctx, http.DefaultClient, nd.url()+"/v1/streams/info?path="+url.QueryEscape(path), &d); err != nil {
 				t.Fatal(err)

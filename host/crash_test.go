@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -111,7 +112,7 @@ func TestCrashChild(t *testing.T) {
 					size = 2 + rng.IntN(6)
 				}
 				batch := fmt.Sprintf("r%s-w%d-%d", round, w, seq)
-				in := make([]foldstream.EventInput, 0, size+1)
+				in := make([]foldtype.EventInput, 0, size+1)
 				keys := make([]string, 0, size)
 				for i := range size {
 					key := fmt.Sprintf("%s-%d", batch, i)
@@ -119,12 +120,12 @@ func TestCrashChild(t *testing.T) {
 					if i%3 == 2 {
 						typ = "b"
 					}
-					in = append(in, foldstream.EventInput{Type: typ, IdempotencyKey: key,
-						Payload: foldstream.JSON(crashPayload{Batch: batch, Size: size})})
+					in = append(in, foldtype.EventInput{Type: typ, IdempotencyKey: key,
+						Payload: foldtype.JSON(crashPayload{Batch: batch, Size: size})})
 					keys = append(keys, key)
 				}
 				if rng.IntN(4) == 0 {
-					in = append(in, foldstream.EventInput{Type: "a", Ephemeral: true})
+					in = append(in, foldtype.EventInput{Type: "a", Ephemeral: true})
 				}
 				if _, err := s.Events().Stream(path).Append(ctx, in...); err != nil {
 					say("ERR " + err.Error())
@@ -233,7 +234,7 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 	defer s.Close()
 	seen := map[string]int{}
 	for _, path := range crashPaths {
-		var events []foldstream.Event
+		var events []foldtype.Event
 		for after := int64(0); ; {
 			p, err := s.Events().Stream(path).Read(ctx, after, 1000)
 			if err != nil {

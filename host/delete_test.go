@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 )
 
@@ -28,7 +28,7 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Events().Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil { // 3..6
+		if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 3..6
 			t.Fatal(err)
 		}
 	}
@@ -48,7 +48,7 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 		}
 	}
 	effectsBefore := len(p.gotEffects())
-	if _, err := s.Events().Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "tick"}); err != nil { // 1, 2
+	if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "tick"}); err != nil { // 1, 2
 		t.Fatal(err)
 	}
 	cartDone := c.expect("/carts/x", 3)
@@ -95,7 +95,7 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Events().Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +108,7 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 	if err := s.Protocol().DeleteStream(ctx, "/d"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil { // 1
+	if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 1
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
 )
@@ -49,9 +50,9 @@ func Example() {
 		panic(err)
 	}
 
-	var last foldstream.Event
+	var last foldtype.Event
 	for range 3 {
-		got, err := s.Events().Stream("/clock").Append(ctx, foldstream.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/clock").Append(ctx, foldtype.EventInput{Type: "tick"})
 		if err != nil {
 			panic(err)
 		}
@@ -97,7 +98,7 @@ func ExampleRegisterPattern() {
 		panic(err)
 	}
 	for _, path := range []string{"/clocks/a", "/clocks/b", "/clocks/a"} {
-		if _, err := s.Events().Stream(path).Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			panic(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Failing processors (docs/store.md#failing-processors): a ProcessEvent that returns an error or
@@ -56,7 +57,7 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	}
 	delay := failRetryDelay(attempts)
 	code := f.Code()
-	sl.failing = &foldstream.ProcessorFailure{Code: code, Message: f.Error(), Offset: f.Offset,
+	sl.failing = &foldtype.ProcessorFailure{Code: code, Message: f.Error(), Offset: f.Offset,
 		Attempts: attempts, NextRetry: h.clock.Now().Add(delay)}
 	sl.isFailing.Store(true)
 	if sl.retryStop != nil {
@@ -133,9 +134,9 @@ func (h *Host) isFailing(sl *slot) bool { return sl.isFailing.Load() }
 
 // failingError is the PROCESSOR_FAILING error reads of a failing slot answer. Its Data holds
 // "slug", "path", "code", "message", "offset", "attempts" and "nextRetry" (RFC 3339).
-func failingError(key procKey, f *foldstream.ProcessorFailure) *foldstream.Error {
-	return &foldstream.Error{
-		Code: foldstream.CodeProcessorFailing,
+func failingError(key procKey, f *foldtype.ProcessorFailure) *foldtype.Error {
+	return &foldtype.Error{
+		Code: foldtype.CodeProcessorFailing,
 		Message: fmt.Sprintf("host: processor %q on %q is failing at offset %d (%s: %s); %d attempts so far, next retry at %s",
 			key.slug, key.path, f.Offset, f.Code, f.Message, f.Attempts, f.NextRetry.UTC().Format(time.RFC3339)),
 		Data: map[string]any{"slug": key.slug, "path": key.path, "code": string(f.Code), "message": f.Message,

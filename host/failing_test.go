@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -64,7 +65,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func statusOf(t *testing.T, h *host.Host, path, slug string) foldstream.ProcessorStatus {
+func statusOf(t *testing.T, h *host.Host, path, slug string) foldtype.ProcessorStatus {
 	t.Helper()
 	for _, st := range h.ProcessorsOn(context.Background(), path) {
 		if st.Slug == slug {
@@ -72,7 +73,7 @@ func statusOf(t *testing.T, h *host.Host, path, slug string) foldstream.Processo
 		}
 	}
 	t.Fatalf("no status of %s on %s", slug, path)
-	return foldstream.ProcessorStatus{}
+	return foldtype.ProcessorStatus{}
 }
 
 // A ProcessEvent that panics makes its processor failing, visibly and for that processor alone: its
@@ -98,34 +99,34 @@ func TestFailingProcessorIsVisibleAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := clk.Now()
-	if _, err := s.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
-	bad, err := s.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "bad"})
+	bad, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
 
 	st := statusOf(t, h, "/f", "flaky")
-	if st.State != foldstream.StateFailing || st.Failing == nil {
+	if st.State != foldtype.StateFailing || st.Failing == nil {
 		t.Fatalf("status: %+v, want failing", st)
 	}
-	if f := st.Failing; f.Code != foldstream.CodeProcessEventFailed || f.Offset != bad[0].Offset || f.Attempts != 1 ||
+	if f := st.Failing; f.Code != foldtype.CodeProcessEventFailed || f.Offset != bad[0].Offset || f.Attempts != 1 ||
 		!f.NextRetry.Equal(start.Add(host.FailRetryBase)) || !strings.Contains(f.Message, "the bad event") {
 		t.Fatalf("failure: %+v, want PROCESS_EVENT_FAILED at %d, 1 attempt, next retry in %v", f, bad[0].Offset, host.FailRetryBase)
 	}
-	var fe *foldstream.Error
-	if _, err := h.Snapshot(ctx, "/f", "flaky"); !errors.Is(err, foldstream.ErrProcessorFailing) || !errors.As(err, &fe) || fe.Data["offset"] != bad[0].Offset {
+	var fe *foldtype.Error
+	if _, err := h.Snapshot(ctx, "/f", "flaky"); !errors.Is(err, foldtype.ErrProcessorFailing) || !errors.As(err, &fe) || fe.Data["offset"] != bad[0].Offset {
 		t.Fatalf("snapshot of the failing processor: %v, want PROCESSOR_FAILING at offset %d", err, bad[0].Offset)
 	}
 	if snap := ticksOf(t, h, "/f"); state(t, snap.State).Ticks != 2 {
 		t.Fatalf("the other processor: %s, want 2 ticks", snap.State)
 	}
-	if st := statusOf(t, h, "/f", "ticker"); st.State != foldstream.StateRunning {
+	if st := statusOf(t, h, "/f", "ticker"); st.State != foldtype.StateRunning {
 		t.Fatalf("the other processor's status: %+v, want running", st)
 	}
 
@@ -142,7 +143,7 @@ func TestFailingProcessorIsVisibleAndRecovers(t *testing.T) {
 	// Fixed: the next retry processes the event and everything after it.
 	p.broken.Store(false)
 	clk.Advance(2 * host.FailRetryBase)
-	waitFor(t, func() bool { return statusOf(t, h, "/f", "flaky").State == foldstream.StateRunning })
+	waitFor(t, func() bool { return statusOf(t, h, "/f", "flaky").State == foldtype.StateRunning })
 	info, err := s.Events().HeadStream(ctx, "/f")
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestFailingProcessorIsVisibleAndRecovers(t *testing.T) {
 	if state(t, snap.State).Ticks != 3 {
 		t.Fatalf("after recovering: %s, want 3 events reduced", snap.State)
 	}
-	if st := statusOf(t, h, "/f", "flaky"); st.State != foldstream.StateRunning || st.Failing != nil {
+	if st := statusOf(t, h, "/f", "flaky"); st.State != foldtype.StateRunning || st.Failing != nil {
 		t.Fatalf("status after recovering: %+v, want running", st)
 	}
 	if err := h.Shutdown(ctx); err != nil {
@@ -218,13 +219,13 @@ func TestSkippedEventsAreCountedAndLoggedOnce(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/p", newPicky(t)); err != nil {
 		t.Fatal(err)
 	}
-	add := func(n int) foldstream.EventInput {
-		return foldstream.EventInput{Type: "add", Payload: foldstream.JSON(map[string]int{"n": n})}
+	add := func(n int) foldtype.EventInput {
+		return foldtype.EventInput{Type: "add", Payload: foldtype.JSON(map[string]int{"n": n})}
 	}
-	var last []foldstream.Event
+	var last []foldtype.Event
 	for range 3 {
 		var err error
-		if last, err = s.Events().Stream("/p").Append(ctx, add(2), add(0), foldstream.EventInput{Type: "boom"}); err != nil {
+		if last, err = s.Events().Stream("/p").Append(ctx, add(2), add(0), foldtype.EventInput{Type: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 	}

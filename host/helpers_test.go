@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -60,7 +61,7 @@ func (p *ticker) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error 
 	p.mu.Unlock()
 	if n := a.State.Ticks; n%3 == 0 {
 		a.BlockProcessorWhile(func(ctx context.Context) error {
-			_, err := a.Append(ctx, foldstream.EventInput{Type: "milestone", Payload: foldstream.JSON(map[string]int{"at": n}),
+			_, err := a.Append(ctx, foldtype.EventInput{Type: "milestone", Payload: foldtype.JSON(map[string]int{"at": n}),
 				IdempotencyKey: p.IdempotencyKey(fmt.Sprintf("milestone-%d", n), nil)})
 			return err
 		})
@@ -74,7 +75,7 @@ func (p *ticker) gotEffects() []int64 {
 	return slices.Clone(p.effects)
 }
 
-func openStore(t testing.TB, path string, clk foldstream.Clock) *stream.Store {
+func openStore(t testing.TB, path string, clk foldtype.Clock) *stream.Store {
 	t.Helper()
 	s, err := storeopen.Open(context.Background(), path, storeopen.Config{Store: stream.Options{Clock: clk, Logger: quietLog}})
 	if err != nil {
@@ -157,8 +158,8 @@ type itemAdded struct {
 	N int `json:"n"`
 }
 
-func item(n int) foldstream.EventInput {
-	return foldstream.EventInput{Type: "item", Payload: foldstream.JSON(itemAdded{N: n})}
+func item(n int) foldtype.EventInput {
+	return foldtype.EventInput{Type: "item", Payload: foldtype.JSON(itemAdded{N: n})}
 }
 
 // carts sums the items of a stream and records one effect per item event, by stream. One value

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -150,7 +151,7 @@ type Host struct {
 	cfg   Config
 	log   *slog.Logger
 	fold  *foldState
-	clock foldstream.Clock
+	clock foldtype.Clock
 
 	ctx    context.Context // ends at Shutdown: opens and catch-ups started by the host
 	cancel context.CancelFunc
@@ -182,23 +183,23 @@ type procKey struct{ path, slug string }
 
 // ErrNotRegistered is returned for a (path, slug) with no registered processor. It matches by
 // code: errors.Is(err, ErrNotRegistered) holds for every NOT_REGISTERED error.
-var ErrNotRegistered = foldstream.ErrNotRegistered
+var ErrNotRegistered = foldtype.ErrNotRegistered
 
 // ErrShutdown is returned by a host that is shutting down.
-var ErrShutdown = &foldstream.Error{Code: foldstream.CodeClosed, Message: "host is shut down"}
+var ErrShutdown = &foldtype.Error{Code: foldtype.CodeClosed, Message: "host is shut down"}
 
 // ErrCatchingUp matches (with errors.Is) the error of a read whose processor did not reach the
 // wanted point within Config.MaxWait (or the wait's own timeout). The error's Data holds "offset"
 // (int64, the processor's reduced-through offset when the wait ended), "slug" and "path"; a
 // server answers it with 503 and Retry-After, or 504 for waitUntilProcessed.
-var ErrCatchingUp = foldstream.ErrCatchingUp
+var ErrCatchingUp = foldtype.ErrCatchingUp
 
 // ErrProcessorParked matches (with errors.Is) the error every read of a parked processor
 // answers: the processor stopped after a conflict on one of its own emitted events (someone else
 // holds its idempotency key with another body). The error unwraps to the cause, and its Data
 // holds "slug", "path" and "cause" (the cause's message). Other processors keep running; a restart
 // (or re-registration) tries again.
-var ErrProcessorParked = foldstream.ErrProcessorParked
+var ErrProcessorParked = foldtype.ErrProcessorParked
 
 // New returns a host over store and, unless cfg.ManualAlarms, starts its alarm loop (one per
 // store).
@@ -288,7 +289,7 @@ func (h *Host) StartAlarms() error {
 }
 
 // Snapshot is a processor's cursor and reduced state: the root package's one snapshot shape.
-type Snapshot = foldstream.JSONSnapshot
+type Snapshot = foldtype.JSONSnapshot
 
 // Shutdown stops the host: no processor is added any more, the alarm loop stops (running revives
 // get their context cancelled and are waited for), each processor's pending pushes are delivered

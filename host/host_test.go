@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 )
 
@@ -25,9 +25,9 @@ func TestSnapshotReadsYourWrites(t *testing.T) {
 	}
 	var want []int64
 	for i := range 30 {
-		in := []foldstream.EventInput{{Type: "tick"}}
+		in := []foldtype.EventInput{{Type: "tick"}}
 		if i%4 == 0 {
-			in = append(in, foldstream.EventInput{Type: "noise"})
+			in = append(in, foldtype.EventInput{Type: "noise"})
 		}
 		got, err := s.Events().Stream("/c").Append(ctx, in...)
 		if err != nil {
@@ -64,7 +64,7 @@ func TestSnapshotReadsYourWrites(t *testing.T) {
 			}
 		}
 	}
-	if types[0] != foldstream.CreatedType || types[1] != foldstream.WokenType {
+	if types[0] != foldtype.CreatedType || types[1] != foldtype.WokenType {
 		t.Fatalf("first records: got %v, want the birth batch", types[:2])
 	}
 	if milestones != 10 {
@@ -86,7 +86,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Events().Stream("/c").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/c").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil { // while no host runs
+	if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // while no host runs
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -124,7 +124,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	page, _ := s2.Events().Stream("/c").Read(ctx, 0, 1000)
 	woken := 0
 	for _, e := range page.Events {
-		if e.Type == foldstream.WokenType {
+		if e.Type == foldtype.WokenType {
 			woken++
 		}
 	}
@@ -157,15 +157,15 @@ func TestP25EphemeralsOnTheStore(t *testing.T) {
 		json.Unmarshal(snap.State, &st)
 		return st.Seen
 	}
-	s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "loud"})                                                                          // 3
-	s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "chunk", Ephemeral: true}, foldstream.EventInput{Type: "chunk", Ephemeral: true}) // 4, 5
+	s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "loud"})                                                                        // 3
+	s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "chunk", Ephemeral: true}, foldtype.EventInput{Type: "chunk", Ephemeral: true}) // 4, 5
 	if got, want := seen("eph"), []string{"loud@3", "chunk@4", "chunk@5"}; !slices.Equal(got, want) {
 		t.Fatalf("eph: got %v, want %v", got, want)
 	}
 	if got, want := seen("star"), []string{"events.iterate.com/itx/created@1", "events.iterate.com/itx/woken@2", "loud@3"}; !slices.Equal(got, want) {
 		t.Fatalf("star: got %v, want %v", got, want)
 	}
-	s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "loud"}) // 6
+	s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "loud"}) // 6
 	if got := seen("star"); got[len(got)-1] != "loud@6" {
 		t.Fatalf("star after loud: got %v", got)
 	}
@@ -188,14 +188,14 @@ func TestOverflowHealsByGapRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []int64
-	got, err := s.Events().Stream("/o").Append(ctx, foldstream.EventInput{Type: "tick"})
+	got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "tick"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = append(want, got[0].Offset)
 	<-p.entered // the first push is held inside the engine
 	for range 10 {
-		got, err := s.Events().Stream("/o").Append(ctx, foldstream.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "tick"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -521,7 +521,7 @@ func (ls *leaseSet) leaveCluster() {
 
 // leaseLostError is the LEASE_LOST error of an append or claim refused after the lease ran out.
 func leaseLostError(key procKey, generation int64) error {
-	e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": leaseKey(key), "generation": generation},
+	e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": leaseKey(key), "generation": generation},
 		"processor %q on %q: this node no longer holds its lease; nothing was written", key.slug, key.path)
 	e.Retryable = false
 	return e
@@ -530,7 +530,7 @@ func leaseLostError(key procKey, generation int64) error {
 // fencedStream is an engine's stream under a lease: appends and claims are refused once the
 // lease ran out by this node's clock or changed hands.
 type fencedStream struct {
-	inner      foldstream.Stream
+	inner      foldtype.Stream
 	ls         *leaseSet
 	key        procKey
 	generation int64
@@ -543,14 +543,14 @@ func (f *fencedStream) check() error {
 	return nil
 }
 
-func (f *fencedStream) Append(ctx context.Context, events ...foldstream.EventInput) ([]foldstream.Event, error) {
+func (f *fencedStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
 	return f.inner.Append(ctx, events...)
 }
 
-func (f *fencedStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
+func (f *fencedStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
 	return f.inner.Read(ctx, after, limit)
 }
 

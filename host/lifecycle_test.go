@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream"
@@ -21,17 +21,17 @@ import (
 // storeKind opens a store of one kind; every call opens the same database again (a restart).
 type storeKind struct {
 	name string
-	open func(t *testing.T, clk foldstream.Clock) func() *stream.Store
+	open func(t *testing.T, clk foldtype.Clock) func() *stream.Store
 }
 
 // storeKinds are SQLite (a file) and PostgreSQL (a private schema; skipped outside CI without
 // FOLDSTREAM_TEST_POSTGRES, failed under CI).
 var storeKinds = []storeKind{
-	{"sqlite", func(t *testing.T, clk foldstream.Clock) func() *stream.Store {
+	{"sqlite", func(t *testing.T, clk foldtype.Clock) func() *stream.Store {
 		file := filepath.Join(t.TempDir(), "h.db")
 		return func() *stream.Store { return openStore(t, file, clk) }
 	}},
-	{"postgres", func(t *testing.T, clk foldstream.Clock) func() *stream.Store {
+	{"postgres", func(t *testing.T, clk foldtype.Clock) func() *stream.Store {
 		url := pgtest.URL(t)
 		return func() *stream.Store { return openStore(t, url, clk) }
 	}},
@@ -101,7 +101,7 @@ func TestProcessorsRunOnClosedStreams(t *testing.T) {
 		if err := host.RegisterPattern(ctx, h, "/counters/*", newTicker(t, "ticker")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Events().Stream("/counters/a").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/counters/a").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 		closeWith(t, s, "/counters/a") // the second tick closes it
@@ -139,7 +139,7 @@ func TestProcessorsRunOnClosedStreams(t *testing.T) {
 		if err := h.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := logOf(t, s, "/counters/a"); !slices.Equal(got, wantA) || slices.Contains(got, foldstream.WokenType+"@3") {
+		if got := logOf(t, s, "/counters/a"); !slices.Equal(got, wantA) || slices.Contains(got, foldtype.WokenType+"@3") {
 			t.Fatalf("/counters/a log after a restart: %v, want %v", got, wantA)
 		}
 		if got := logOf(t, s, "/counters/b"); !slices.Equal(got, []string{"tick@1"}) {
@@ -170,7 +170,7 @@ func TestReadsAppendNothing(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func() *stream.Store) {
 		ctx := context.Background()
 		s := open()
-		if _, err := s.Events().Stream("/counters/r").Append(ctx, foldstream.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/counters/r").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 		h := newHost(t, s)
@@ -281,18 +281,18 @@ func TestDeletedStreamsStayDeleted(t *testing.T) {
 			t.Fatalf("deleted streams came back: %v", paths)
 		}
 		// An ephemeral append (a live-state delta) to a missing stream is dropped.
-		if _, err := s.Events().Stream("/carts/00").Append(ctx, foldstream.EventInput{Type: foldstream.LiveStateChangedType, Ephemeral: true,
-			Payload: foldstream.JSON(map[string]any{"from": 0})}); err != nil {
+		if _, err := s.Events().Stream("/carts/00").Append(ctx, foldtype.EventInput{Type: foldtype.LiveStateChangedType, Ephemeral: true,
+			Payload: foldtype.JSON(map[string]any{"from": 0})}); err != nil {
 			t.Fatalf("ephemeral append to a missing stream: %v, want it dropped", err)
 		}
 		if _, err := s.Events().HeadStream(ctx, "/carts/00"); err == nil {
 			t.Fatal("an ephemeral append created the stream")
 		}
 		// A processor's own append (a late engine) does not create it either.
-		if _, err := s.Events().Stream("/carts/00").ForProcessor("carts").Append(ctx, item(1)); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		if _, err := s.Events().Stream("/carts/00").ForProcessor("carts").Append(ctx, item(1)); !errors.Is(err, foldtype.ErrStreamNotFound) {
 			t.Fatalf("a processor's append to a deleted stream: %v, want STREAM_NOT_FOUND", err)
 		}
-		if _, err := s.Events().WakeExisting(ctx, "/carts/00", stream.WakeRequest); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		if _, err := s.Events().WakeExisting(ctx, "/carts/00", stream.WakeRequest); !errors.Is(err, foldtype.ErrStreamNotFound) {
 			t.Fatalf("waking a deleted stream: %v, want STREAM_NOT_FOUND", err)
 		}
 		if _, err := s.Events().HeadStream(ctx, "/carts/00"); err == nil {
@@ -325,21 +325,21 @@ func TestRefuseInvalidEventsAtAppendTime(t *testing.T) {
 		if err := host.RegisterPattern(ctx, h, "/loose/*", newCarts(t, "carts")); err != nil {
 			t.Fatal(err)
 		}
-		bad := foldstream.EventInput{Type: "item", Payload: foldstream.JSON(map[string]any{"n": "three"})}
+		bad := foldtype.EventInput{Type: "item", Payload: foldtype.JSON(map[string]any{"n": "three"})}
 		if _, err := s.Events().Stream("/carts/a").Append(ctx, item(1)); err != nil {
 			t.Fatal(err)
 		}
 		_ = cartItems(t, h, "/carts/a") // the engine opened (and woke the stream)
 		before := logOf(t, s, "/carts/a")
-		var fe *foldstream.Error
-		if _, err := s.Events().Stream("/carts/a").Append(ctx, item(2), bad); !errors.As(err, &fe) || fe.Code != foldstream.CodeInvalidEvent || !strings.Contains(fe.Message, "schema") {
+		var fe *foldtype.Error
+		if _, err := s.Events().Stream("/carts/a").Append(ctx, item(2), bad); !errors.As(err, &fe) || fe.Code != foldtype.CodeInvalidEvent || !strings.Contains(fe.Message, "schema") {
 			t.Fatalf("append of a bad payload: %v, want INVALID_EVENT with the schema error", err)
 		}
 		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/carts/a", ContentType: "application/json",
-			Body: []byte(`[{"type":"item","payload":{"n":1}},{"type":"item","payload":{"n":"three"}}]`)}); !errors.Is(err, foldstream.ErrInvalidEvent) {
+			Body: []byte(`[{"type":"item","payload":{"n":1}},{"type":"item","payload":{"n":"three"}}]`)}); !errors.Is(err, foldtype.ErrInvalidEvent) {
 			t.Fatalf("protocol append of a bad payload: %v, want INVALID_EVENT", err)
 		}
-		if _, err := s.Events().Stream("/carts/new").Append(ctx, bad); !errors.Is(err, foldstream.ErrInvalidEvent) {
+		if _, err := s.Events().Stream("/carts/new").Append(ctx, bad); !errors.Is(err, foldtype.ErrInvalidEvent) {
 			t.Fatalf("append of a bad payload to a new stream: %v, want INVALID_EVENT", err)
 		}
 		if got := logOf(t, s, "/carts/a"); !slices.Equal(got, before) {

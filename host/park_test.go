@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 )
 
@@ -29,8 +30,8 @@ func (p *receipts) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error 
 	}
 	key := p.IdempotencyKey("receipt", a.Event)
 	a.BlockProcessorWhile(func(ctx context.Context) error {
-		_, err := a.Append(ctx, foldstream.EventInput{Type: "receipt", IdempotencyKey: key,
-			Payload: foldstream.JSON(map[string]int64{"order": a.Event.Offset})})
+		_, err := a.Append(ctx, foldtype.EventInput{Type: "receipt", IdempotencyKey: key,
+			Payload: foldtype.JSON(map[string]int64{"order": a.Event.Offset})})
 		return err
 	})
 	return nil
@@ -53,28 +54,28 @@ func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The birth batch is at 1..2; the squatter takes the key the receipt of the order at 4 will use.
-	squat := foldstream.EventInput{Type: "receipt", Payload: foldstream.JSON(map[string]string{"forged": "yes"}),
-		IdempotencyKey: foldstream.ProcessorKeyPrefix + "receipts/receipt@4"}
+	squat := foldtype.EventInput{Type: "receipt", Payload: foldtype.JSON(map[string]string{"forged": "yes"}),
+		IdempotencyKey: foldtype.ProcessorKeyPrefix + "receipts/receipt@4"}
 	if got, err := s.Events().Stream("/o").Append(ctx, squat); err != nil || got[0].Offset != 3 {
 		t.Fatalf("squat: %v %v", got, err)
 	}
-	if got, err := s.Events().Stream("/o").Append(ctx, foldstream.EventInput{Type: "order"}); err != nil || got[0].Offset != 4 {
+	if got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "order"}); err != nil || got[0].Offset != 4 {
 		t.Fatalf("order: %v %v", got, err)
 	}
 	checkParked := func(h *host.Host) {
 		t.Helper()
 		_, err := h.Snapshot(ctx, "/o", "receipts")
-		if !errors.Is(err, host.ErrProcessorParked) || !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		if !errors.Is(err, host.ErrProcessorParked) || !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 			t.Fatalf("snapshot of the squatted processor: got %v, want PROCESSOR_PARKED caused by IDEMPOTENCY_CONFLICT", err)
 		}
-		var fe *foldstream.Error
+		var fe *foldtype.Error
 		if !errors.As(err, &fe) || fe.Data["slug"] != "receipts" || fe.Data["cause"] == "" {
 			t.Fatalf("parked error data: %+v", fe)
 		}
 		var parked bool
 		for _, st := range h.ProcessorsOn(ctx, "/o") {
 			if st.Slug == "receipts" {
-				parked = st.Parked != nil && st.Parked.Code == foldstream.CodeIdempotencyConflict && st.Parked.Message != ""
+				parked = st.Parked != nil && st.Parked.Code == foldtype.CodeIdempotencyConflict && st.Parked.Message != ""
 			}
 		}
 		if !parked {

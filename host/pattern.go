@@ -3,7 +3,7 @@ package host
 import (
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Pattern is a stream path pattern that [RegisterPattern] runs a processor on (see
@@ -28,7 +28,7 @@ type Pattern struct {
 // ParsePattern parses a path pattern. It fails with code BAD_REQUEST on a malformed pattern.
 func ParsePattern(s string) (Pattern, error) {
 	bad := func(why string) (Pattern, error) {
-		return Pattern{}, foldstream.NewError(foldstream.CodeBadRequest, map[string]any{"pattern": s},
+		return Pattern{}, foldtype.NewError(foldtype.CodeBadRequest, map[string]any{"pattern": s},
 			"host: pattern %q: %s", s, why)
 	}
 	if !strings.HasPrefix(s, "/") {
@@ -138,7 +138,7 @@ func (p Pattern) overlaps(q Pattern) bool {
 func exactPattern(path string) (Pattern, error) {
 	for _, seg := range strings.Split(path, "/") {
 		if seg == "*" || seg == "**" {
-			return Pattern{}, foldstream.NewError(foldstream.CodeBadRequest, map[string]any{"path": path},
+			return Pattern{}, foldtype.NewError(foldtype.CodeBadRequest, map[string]any{"path": path},
 				"host: %q is a pattern: register it with RegisterPattern", path)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -48,7 +48,7 @@ func BenchmarkPatternFold(b *testing.B) {
 					dones = append(dones, p.expect(fmt.Sprintf("/carts/%d", i), k))
 				}
 			}
-			batch := make([]foldstream.EventInput, 10)
+			batch := make([]foldtype.EventInput, 10)
 			for i := range batch {
 				batch[i] = item(1)
 			}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -48,7 +48,7 @@ func TestPatternSyntax(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "carts/*", "/carts/**/x", "/carts//*", "/carts/*/"} {
-		if _, err := host.ParsePattern(bad); !errors.Is(err, foldstream.ErrBadRequest) {
+		if _, err := host.ParsePattern(bad); !errors.Is(err, foldtype.ErrBadRequest) {
 			t.Errorf("ParsePattern(%q): got %v, want BAD_REQUEST", bad, err)
 		}
 	}
@@ -66,11 +66,11 @@ func TestOverlappingRegistrationsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/carts/*", "/*/x", "/carts/**"} {
-		if err := host.RegisterPattern(ctx, h, p, newCarts(t, "carts")); !errors.Is(err, foldstream.ErrConflict) {
+		if err := host.RegisterPattern(ctx, h, p, newCarts(t, "carts")); !errors.Is(err, foldtype.ErrConflict) {
 			t.Errorf("RegisterPattern(%s): got %v, want CONFLICT", p, err)
 		}
 	}
-	if _, err := host.Register(ctx, h, "/carts/9", newCarts(t, "carts")); !errors.Is(err, foldstream.ErrConflict) {
+	if _, err := host.Register(ctx, h, "/carts/9", newCarts(t, "carts")); !errors.Is(err, foldtype.ErrConflict) {
 		t.Errorf("Register on a covered path: got %v, want CONFLICT", err)
 	}
 	if err := host.RegisterPattern(ctx, h, "/carts/*/items", newCarts(t, "carts")); err != nil {
@@ -79,7 +79,7 @@ func TestOverlappingRegistrationsRefused(t *testing.T) {
 	if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(t, "audit")); err != nil {
 		t.Errorf("another slug on the same pattern: %v", err)
 	}
-	if _, err := host.Register(ctx, h, "/carts/*", newCarts(t, "x")); !errors.Is(err, foldstream.ErrBadRequest) {
+	if _, err := host.Register(ctx, h, "/carts/*", newCarts(t, "x")); !errors.Is(err, foldtype.ErrBadRequest) {
 		t.Errorf("Register with a wildcard: got %v, want BAD_REQUEST", err)
 	}
 }
@@ -110,13 +110,13 @@ func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/other/new", "carts"); !errors.Is(err, host.ErrNotRegistered) {
 		t.Fatalf("snapshot of an uncovered stream: got %v, want NOT_REGISTERED", err)
 	}
-	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+	if _, err := h.Snapshot(ctx, "/carts/absent", "carts"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("snapshot of a covered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
 	}
-	if _, err := h.Snapshot(ctx, "/other/absent", "carts"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+	if _, err := h.Snapshot(ctx, "/other/absent", "carts"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("snapshot of an uncovered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
 	}
-	if _, err := s.Events().HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+	if _, err := s.Events().HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("a read created the stream: %v", err)
 	}
 	if err := h.Shutdown(ctx); err != nil {
@@ -259,7 +259,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	for i := range n {
 		dones = append(dones, p.expect(fmt.Sprintf("/carts/%d", i), 10))
 	}
-	batch := []foldstream.EventInput{item(1), item(1), item(1), item(1), item(1)}
+	batch := []foldtype.EventInput{item(1), item(1), item(1), item(1), item(1)}
 	start := time.Now()
 	for round := range 2 {
 		var wg sync.WaitGroup

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -23,7 +24,7 @@ type countingStream struct {
 	reads atomic.Int64
 }
 
-func (c *countingStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
+func (c *countingStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
 	c.reads.Add(1)
 	return c.EventStream.Read(ctx, after, limit)
 }
@@ -84,13 +85,13 @@ func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
-	if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
+	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
 		t.Fatal(err)
 	}
 	h := newHost(t, s)
 	cs, _ := addLedger(t, ctx, s, h, "/l")
 	for range 5 {
-		if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}); err != nil {
+		if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "noise"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, counted := ledgerSnapshot(t, ctx, h, "/l"); !slices.Equal(counted, []int64{1}) {
@@ -114,7 +115,7 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	defer s.Close()
 	h := newHost(t, s)
 	addLedger(t, ctx, s, h, "/l")
-	if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 3, 4
+	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 3, 4
 		t.Fatal(err)
 	}
 	if off, counted := ledgerSnapshot(t, ctx, h, "/l"); off != 4 || !slices.Equal(counted, []int64{4}) {
@@ -128,7 +129,7 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	if err := h.Remove(ctx, "/l", "ledger"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "counted"}, foldstream.EventInput{Type: "noise"}, foldstream.EventInput{Type: "counted"}); err != nil { // 5..7
+	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "counted"}, foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 5..7
 		t.Fatal(err)
 	}
 	cs, _ := addLedger(t, ctx, s, h, "/l")
@@ -154,7 +155,7 @@ func (p *echoer) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
 		return nil
 	}
 	a.BlockProcessorWhile(func(ctx context.Context) error {
-		_, err := a.Append(ctx, foldstream.EventInput{Type: "echoed", IdempotencyKey: "once"})
+		_, err := a.Append(ctx, foldtype.EventInput{Type: "echoed", IdempotencyKey: "once"})
 		return err
 	})
 	return nil
@@ -174,8 +175,8 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/e", &echoer{Base: foldstream.NewBase(c)}); err != nil {
 		t.Fatal(err)
 	}
-	echoes := make(chan foldstream.Event, 1)
-	sub, err := s.Events().Subscribe("/e", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	echoes := make(chan foldtype.Event, 1)
+	sub, err := s.Events().Subscribe("/e", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		for _, ev := range evs {
 			select {
 			case echoes <- ev:
@@ -188,11 +189,11 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	ping, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "ping"})
+	ping, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "ping"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var echoed foldstream.Event
+	var echoed foldtype.Event
 	select {
 	case echoed = <-echoes:
 	case <-ctx.Done():

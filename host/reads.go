@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -16,9 +17,9 @@ var errBound = errors.New("host: read bound passed")
 
 // catchingUp is the CATCHING_UP error of a read that gave up at its bound. Its Data holds
 // "offset" (the processor's reduced-through offset then), "slug" and "path".
-func catchingUp(key procKey, offset int64, cause error) *foldstream.Error {
-	return &foldstream.Error{
-		Code: foldstream.CodeCatchingUp,
+func catchingUp(key procKey, offset int64, cause error) *foldtype.Error {
+	return &foldtype.Error{
+		Code: foldtype.CodeCatchingUp,
 		Message: fmt.Sprintf("host: processor %q on %q is catching up (at offset %d); retry later",
 			key.slug, key.path, offset),
 		Data:      map[string]any{"offset": offset, "slug": key.slug, "path": key.path},
@@ -53,12 +54,12 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		}
 		if errors.Is(err, ErrNotRegistered) {
 			// A stream that does not exist says so, whatever runs on it.
-			if _, herr := h.store.Events().HeadStream(ctx, path); errors.Is(herr, foldstream.ErrStreamNotFound) || errors.Is(herr, foldstream.ErrStreamGone) {
+			if _, herr := h.store.Events().HeadStream(ctx, path); errors.Is(herr, foldtype.ErrStreamNotFound) || errors.Is(herr, foldtype.ErrStreamGone) {
 				err = herr
 			}
 		}
 		if err != nil {
-			if atBound() && !errors.Is(err, foldstream.ErrCatchingUp) {
+			if atBound() && !errors.Is(err, foldtype.ErrCatchingUp) {
 				return catchingUp(key, 0, err)
 			}
 			return err
@@ -90,7 +91,7 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	}
 	fail := func(err error) (bool, error) {
 		h.failed(sl, "read", err)
-		if errors.Is(err, foldstream.ErrStreamDeleted) {
+		if errors.Is(err, foldtype.ErrStreamDeleted) {
 			// The engine follows a deleted stream; a new one at the path resets it now.
 			h.created(sl.key.path)
 		}
@@ -105,7 +106,7 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	if settle {
 		seen := sl.sub.SeenThrough() // before the wait: every consumed event up to it is delivered by its end
 		if err := sl.sub.WaitDelivered(ctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
-			if errors.Is(err, foldstream.ErrStreamDeleted) {
+			if errors.Is(err, foldtype.ErrStreamDeleted) {
 				// The stream was deleted; if the path holds a new stream already, the slot is
 				// reset now (the store's creation notice may still be on its way) and the read
 				// goes to the fresh engine.
@@ -132,7 +133,7 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		// push, so its cursor may lag appends that returned before the call. Everything it
 		// consumes up to seen was delivered, so an empty push moves the cursor there (no log read).
 		if cur := sl.runner.ReducedThroughOffset(); seen > cur {
-			if err := sl.runner.ProcessEventBatch(ctx, nil, foldstream.ScannedRange{After: cur, Through: seen}); err != nil {
+			if err := sl.runner.ProcessEventBatch(ctx, nil, foldtype.ScannedRange{After: cur, Through: seen}); err != nil {
 				return fail(err)
 			}
 		}
@@ -180,8 +181,8 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (Snapshot, error
 // LiveSnapshot returns processor slug's live state {rev, state} on the stream at path, with
 // read-your-writes and the bound of Snapshot. Clients seed from it and apply live-state deltas
 // whose from equals the held rev (docs/engine.md, "Live state").
-func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error) {
-	var live foldstream.LiveSnapshot
+func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot, error) {
+	var live foldtype.LiveSnapshot
 	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
 		var err error
 		live, err = r.LiveSnapshot(ctx)
@@ -192,7 +193,7 @@ func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldstream.
 		return err
 	})
 	if err != nil {
-		return foldstream.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot{}, err
 	}
 	return live, nil
 }
@@ -200,7 +201,7 @@ func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldstream.
 // WaitUntilProcessed waits until processor slug on the stream at path reduced through offset.
 // timeout (0 means foldstream.DefaultWaitTimeout) is capped at Config.MaxWait; when it passes the
 // call fails with CATCHING_UP (see [ErrCatchingUp]; the error also matches
-// foldstream.ErrProcessTimeout), or earlier when ctx ends.
+// foldtype.ErrProcessTimeout), or earlier when ctx ends.
 func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = foldstream.DefaultWaitTimeout
@@ -211,7 +212,7 @@ func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset
 	// the time spent opening the engine.
 	err := h.read(ctx, path, slug, timeout+time.Second, false, func(ctx context.Context, r foldstream.Runner) error {
 		err := r.WaitUntilProcessed(ctx, offset, timeout)
-		if errors.Is(err, foldstream.ErrProcessTimeout) {
+		if errors.Is(err, foldtype.ErrProcessTimeout) {
 			return catchingUp(key, r.ReducedThroughOffset(), err)
 		}
 		return err

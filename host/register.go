@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -63,7 +64,7 @@ func RegisterPattern[S any](ctx context.Context, h *Host, pattern string, p fold
 		return err
 	}
 	if pat.exact {
-		return foldstream.NewError(foldstream.CodeBadRequest, map[string]any{"pattern": pattern},
+		return foldtype.NewError(foldtype.CodeBadRequest, map[string]any{"pattern": pattern},
 			"host: pattern %q has no wildcard: register it with Register", pattern)
 	}
 	_, err = h.register(ctx, newRegistration(h, pat, p, opts))
@@ -100,8 +101,8 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		}
 		if o.refuseInvalid {
 			consumes := c.Consumes()
-			reg.validate = func(ev foldstream.Event) error {
-				if !foldstream.ConsumesEvent(consumes, ev) {
+			reg.validate = func(ev foldtype.Event) error {
+				if !foldtype.ConsumesEvent(consumes, ev) {
 					return nil
 				}
 				_, _, err := c.Normalize(ev)
@@ -185,7 +186,7 @@ func (h *Host) register(ctx context.Context, reg *registration) (foldstream.Runn
 	}
 	if other := h.overlapLocked(reg); other != nil {
 		h.mu.Unlock()
-		return nil, foldstream.NewError(foldstream.CodeConflict, map[string]any{"slug": reg.slug, "pattern": reg.pattern.String()},
+		return nil, foldtype.NewError(foldtype.CodeConflict, map[string]any{"slug": reg.slug, "pattern": reg.pattern.String()},
 			"host: processor %q is already registered on %q, which overlaps %q", reg.slug, other.pattern, reg.pattern)
 	}
 	if reg.validate != nil {
@@ -306,7 +307,7 @@ func (h *Host) addRefusingLocked(reg *registration) {
 
 // checkAppend is the store's append check: an event that breaks the payload schema of a
 // processor registered with RefuseInvalidEvents on path refuses the append.
-func (h *Host) checkAppend(path string, events []foldstream.Event) error {
+func (h *Host) checkAppend(path string, events []foldtype.Event) error {
 	regs := h.refusing.Load()
 	if regs == nil {
 		return nil
@@ -317,7 +318,7 @@ func (h *Host) checkAppend(path string, events []foldstream.Event) error {
 		}
 		for _, ev := range events {
 			if err := reg.validate(ev); err != nil {
-				return foldstream.NewError(foldstream.CodeInvalidEvent,
+				return foldtype.NewError(foldtype.CodeInvalidEvent,
 					map[string]any{"path": path, "type": ev.Type, "slug": reg.slug, "error": err.Error()},
 					"append: event %q breaks the payload schema of processor %q on %q: %v (fix the payload; nothing was written)",
 					ev.Type, reg.slug, path, err)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -62,11 +62,11 @@ func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Value
 		}
 		return nil
 	}
-	code := foldstream.Code(resp.Header.Get("Foldstream-Error-Code"))
+	code := foldtype.Code(resp.Header.Get("Foldstream-Error-Code"))
 	msg := strings.TrimSpace(string(body))
 	switch {
 	case code != "":
-		return foldstream.NewError(code, map[string]any{"path": path, "slug": slug}, "%s", msg)
+		return foldtype.NewError(code, map[string]any{"path": path, "slug": slug}, "%s", msg)
 	case resp.StatusCode == http.StatusNotFound:
 		return notRegistered(path, slug)
 	default:
@@ -76,32 +76,32 @@ func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Value
 
 // fromCheckpoint waits until the checkpoint of slug on path covers through (a negative through:
 // the stream's head now) and returns it, or fails with CATCHING_UP when ctx ends at its bound.
-func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through int64) (foldstream.Checkpoint, *registration, error) {
+func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through int64) (foldtype.Checkpoint, *registration, error) {
 	key := procKey{path, slug}
 	h.mu.Lock()
 	reg := h.registrationFor(path, slug)
 	h.mu.Unlock()
 	if reg == nil {
-		return foldstream.Checkpoint{}, nil, notRegistered(path, slug)
+		return foldtype.Checkpoint{}, nil, notRegistered(path, slug)
 	}
 	if through < 0 {
 		info, err := h.store.Events().HeadStream(ctx, path)
 		if err != nil {
-			if errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone) {
+			if errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone) {
 				if reg.pinned() {
-					return foldstream.Checkpoint{ReducerVersion: reg.version, State: reg.initial}, reg, nil
+					return foldtype.Checkpoint{ReducerVersion: reg.version, State: reg.initial}, reg, nil
 				}
-				return foldstream.Checkpoint{}, nil, notRegistered(path, slug)
+				return foldtype.Checkpoint{}, nil, notRegistered(path, slug)
 			}
-			return foldstream.Checkpoint{}, nil, err
+			return foldtype.Checkpoint{}, nil, err
 		}
 		through = info.Tail
 	}
 	cps, err := h.checkpoints(path)
 	if err != nil {
-		return foldstream.Checkpoint{}, nil, err
+		return foldtype.Checkpoint{}, nil, err
 	}
-	var cp foldstream.Checkpoint
+	var cp foldtype.Checkpoint
 	for {
 		var ok bool
 		cp, ok, err = cps.ReadCheckpoint(ctx, slug)
@@ -109,7 +109,7 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 			break
 		}
 		if !ok {
-			cp = foldstream.Checkpoint{ReducerVersion: reg.version, State: reg.initial}
+			cp = foldtype.Checkpoint{ReducerVersion: reg.version, State: reg.initial}
 		}
 		if reg.version == "" || cp.ReducerVersion == reg.version {
 			var pending bool
@@ -134,10 +134,10 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 			break
 		}
 	}
-	if errors.Is(err, errBound) || errors.Is(err, foldstream.ErrProcessTimeout) {
-		return foldstream.Checkpoint{}, nil, catchingUp(key, cp.ReducedThroughOffset, err)
+	if errors.Is(err, errBound) || errors.Is(err, foldtype.ErrProcessTimeout) {
+		return foldtype.Checkpoint{}, nil, catchingUp(key, cp.ReducedThroughOffset, err)
 	}
-	return foldstream.Checkpoint{}, nil, err
+	return foldtype.Checkpoint{}, nil, err
 }
 
 // errRecreated is a read whose engine turned out to follow a stream deleted since.
@@ -179,7 +179,7 @@ func (h *Host) consumedBetween(ctx context.Context, consumes []string, path stri
 			return false, err
 		}
 		for _, ev := range page.Events {
-			if ev.Offset <= through && foldstream.ConsumesEvent(consumes, ev) {
+			if ev.Offset <= through && foldtype.ConsumesEvent(consumes, ev) {
 				return true, nil
 			}
 		}
@@ -210,7 +210,7 @@ func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug st
 // remoteLiveSnapshot answers LiveSnapshot for a processor another node runs. From the checkpoint
 // the state is projected here and the revision is 0: no delta continues from it, so a live client
 // re-seeds on the next one.
-func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldstream.LiveSnapshot, error) {
+func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.LiveSnapshot, error) {
 	if h.forwardable(l) {
 		var seed struct {
 			Rev   int64           `json:"rev"`
@@ -218,18 +218,18 @@ func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slu
 		}
 		err := h.forward(ctx, l.Addr, path, slug, url.Values{"view": {"live"}}, &seed)
 		if !errors.Is(err, errOwnerUnreachable) {
-			return foldstream.LiveSnapshot{Rev: seed.Rev, State: seed.State}, err
+			return foldtype.LiveSnapshot{Rev: seed.Rev, State: seed.State}, err
 		}
 	}
 	cp, reg, err := h.fromCheckpoint(ctx, path, slug, -1)
 	if err != nil {
-		return foldstream.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot{}, err
 	}
 	st, err := reg.project(cp.State)
 	if err != nil {
-		return foldstream.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot{}, err
 	}
-	return foldstream.LiveSnapshot{State: st}, nil
+	return foldtype.LiveSnapshot{State: st}, nil
 }
 
 // remoteWait answers WaitUntilProcessed for a processor another node runs.
@@ -242,7 +242,7 @@ func (h *Host) remoteWait(ctx context.Context, l driver.Lease, path, slug string
 			return err
 		}
 	}
-	wctx, cancel := context.WithTimeoutCause(ctx, timeout, foldstream.ErrProcessTimeout)
+	wctx, cancel := context.WithTimeoutCause(ctx, timeout, foldtype.ErrProcessTimeout)
 	defer cancel()
 	_, _, err := h.fromCheckpoint(wctx, path, slug, offset)
 	return err

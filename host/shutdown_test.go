@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -27,7 +27,7 @@ func (r *gateRunner) Consumes() []string {
 	<-r.release
 	return nil
 }
-func (r *gateRunner) ProcessEventBatch(context.Context, []foldstream.Event, foldstream.ScannedRange) error {
+func (r *gateRunner) ProcessEventBatch(context.Context, []foldtype.Event, foldtype.ScannedRange) error {
 	r.pushes.Add(1)
 	return nil
 }
@@ -39,8 +39,8 @@ func (r *gateRunner) WaitUntilProcessed(context.Context, int64, time.Duration) e
 func (r *gateRunner) SnapshotJSON(context.Context) (int64, json.RawMessage, error) {
 	return 0, nil, nil
 }
-func (r *gateRunner) LiveSnapshot(context.Context) (foldstream.LiveSnapshot, error) {
-	return foldstream.LiveSnapshot{}, nil
+func (r *gateRunner) LiveSnapshot(context.Context) (foldtype.LiveSnapshot, error) {
+	return foldtype.LiveSnapshot{}, nil
 }
 func (r *gateRunner) PublishLiveState()           {}
 func (r *gateRunner) Close(context.Context) error { return nil }
@@ -82,7 +82,7 @@ func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 	if err := <-added; !errors.Is(err, host.ErrShutdown) {
 		t.Errorf("Add racing Shutdown: got %v, want ErrShutdown", err)
 	}
-	if _, err := s.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	// Closing the store waits for every subscription's delivery goroutine: a push still
@@ -123,13 +123,13 @@ func TestUnknownProcessorAndShutdown(t *testing.T) {
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
 	h := newHost(t, s)
-	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("unknown processor on a missing stream: got %v, want STREAM_NOT_FOUND", err)
 	}
 	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) || !errors.Is(err, foldstream.ErrNotRegistered) {
+	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, host.ErrNotRegistered) || !errors.Is(err, foldtype.ErrNotRegistered) {
 		t.Fatalf("unknown: got %v, want ErrNotRegistered", err)
 	}
 	if _, err := host.Register(ctx, h, "/x", newTicker(t, "t")); err == nil {
@@ -159,7 +159,7 @@ func TestShutdownDrainsPushes(t *testing.T) {
 	}
 	var last int64
 	for range 50 {
-		got, err := s.Events().Stream("/d").Append(ctx, foldstream.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"})
 		if err != nil {
 			t.Fatal(err)
 		}

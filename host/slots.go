@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -55,7 +56,7 @@ type registration struct {
 	added foldstream.Runner
 	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
 	// schema at append time.
-	validate func(foldstream.Event) error
+	validate func(foldtype.Event) error
 }
 
 func (r *registration) pinned() bool { return r.pattern.exact }
@@ -80,7 +81,7 @@ type slot struct {
 	parked    error
 	// failing is set while the engine's ProcessEvent keeps failing (host/failing.go); retryStop
 	// cancels its armed retry, failKey names the failure last logged in full.
-	failing   *foldstream.ProcessorFailure
+	failing   *foldtype.ProcessorFailure
 	isFailing atomic.Bool // failing != nil, read without h.mu on every push
 	retryStop func() bool
 	failKey   string
@@ -110,7 +111,7 @@ func (h *Host) registrationFor(path, slug string) *registration {
 
 // notRegistered builds the NOT_REGISTERED error for (path, slug).
 func notRegistered(path, slug string) error {
-	return foldstream.NewError(foldstream.CodeNotRegistered, map[string]any{"path": path, "slug": slug},
+	return foldtype.NewError(foldtype.CodeNotRegistered, map[string]any{"path": path, "slug": slug},
 		"host: no processor %q runs on %q", slug, path)
 }
 
@@ -183,7 +184,7 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 				continue
 			}
 			if sl.openedFor != openForRead && mode == openForRead && h.slots[sl.key] != sl &&
-				(errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
+				(errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {
 				// An opening for an earlier stream at the path, deleted meanwhile: the read
 				// opens its own engine on the stream there now (or learns there is none).
 				continue
@@ -271,8 +272,8 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	var held bool // the lease is this open's: released when it fails
 	fail := func(err error) {
 		if held {
-			h.leases.release(sl.key, sl.lease.Generation, errors.Is(err, foldstream.ErrNotRegistered) ||
-				errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone))
+			h.leases.release(sl.key, sl.lease.Generation, errors.Is(err, foldtype.ErrNotRegistered) ||
+				errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone))
 		}
 		h.mu.Lock()
 		sl.openErr = err
@@ -286,7 +287,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	if mode != openForRegister {
 		var err error
 		if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
-			if sl.force && (errors.Is(err, foldstream.ErrStreamNotFound) || errors.Is(err, foldstream.ErrStreamGone)) {
+			if sl.force && (errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {
 				// A lease left by an engine of a stream deleted since: settle it as idle.
 				if l, lerr := h.leases.acquire(ctx, sl.key, true); lerr == nil {
 					sl.lease, held = l, true
@@ -397,23 +398,23 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 // the host's folded logger (the engine heals it on the next push or read), and a conflict on the
 // processor's own emitted event parks it.
 func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
-	return func(ctx context.Context, events []foldstream.Event, rg foldstream.ScannedRange) error {
+	return func(ctx context.Context, events []foldtype.Event, rg foldtype.ScannedRange) error {
 		if !sl.reg.pinned() {
 			h.mu.Lock()
 			h.touchLocked(sl)
 			h.mu.Unlock()
 		}
-		if rg.Through < rg.After || slices.ContainsFunc(events, func(ev foldstream.Event) bool { return ev.Offset <= rg.After }) {
+		if rg.Through < rg.After || slices.ContainsFunc(events, func(ev foldtype.Event) bool { return ev.Offset <= rg.After }) {
 			// A range that runs backwards: the stream was deleted and created again, and this
 			// push is the new stream's. It is not the old engine's to process.
 			h.recreated(sl)
 			return nil
 		}
-		if sl.needWake.Load() && slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) &&
+		if sl.needWake.Load() && slices.ContainsFunc(events, func(ev foldtype.Event) bool { return !ev.Ephemeral }) &&
 			sl.needWake.CompareAndSwap(true, false) {
 			// The engine opened for a read starts work: the stream gets its wake record now.
 			if err := h.wakeOnce(ctx, sl.key.path, stream.StreamInfo{}, stream.WakeRequest); err != nil && ctx.Err() == nil &&
-				!errors.Is(err, foldstream.ErrStreamNotFound) && !errors.Is(err, foldstream.ErrStreamGone) {
+				!errors.Is(err, foldtype.ErrStreamNotFound) && !errors.Is(err, foldtype.ErrStreamGone) {
 				h.log.Warn("host: waking a stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
@@ -434,10 +435,10 @@ func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
 // emitted event parks the slot; anything else is logged (folded) and healed by the next push,
 // read or revive.
 func (h *Host) failed(sl *slot, what string, err error) {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, foldstream.ErrClosed) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, foldtype.ErrClosed) {
 		return
 	}
-	if errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	if errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		h.park(sl, err)
 		return
 	}
@@ -451,9 +452,9 @@ func (h *Host) failed(sl *slot, what string, err error) {
 }
 
 // parkedError is the PROCESSOR_PARKED error of sl with its cause.
-func parkedError(key procKey, cause error) *foldstream.Error {
-	return &foldstream.Error{
-		Code: foldstream.CodeProcessorParked,
+func parkedError(key procKey, cause error) *foldtype.Error {
+	return &foldtype.Error{
+		Code: foldtype.CodeProcessorParked,
 		Message: fmt.Sprintf("host: processor %q on %q is parked: %v (fix the conflicting event, then restart the host)",
 			key.slug, key.path, cause),
 		Data: map[string]any{"slug": key.slug, "path": key.path, "cause": cause.Error()},
@@ -481,7 +482,7 @@ func (h *Host) park(sl *slot, cause error) {
 	done := sl.closed
 	h.mu.Unlock()
 	h.log.Error("host: processor parked after a conflict on its own emitted event", "path", sl.key.path,
-		"slug", sl.key.slug, "code", foldstream.CodeProcessorParked, "err", cause)
+		"slug", sl.key.slug, "code", foldtype.CodeProcessorParked, "err", cause)
 	go func() {
 		defer close(done)
 		sub.Close()
@@ -680,7 +681,7 @@ func (h *Host) revive(ctx context.Context, c stream.DueClaim) error {
 	}
 	defer h.release(sl)
 	if err := sl.runner.Revive(ctx); err != nil {
-		if errors.Is(err, foldstream.ErrPermanentFailure) {
+		if errors.Is(err, foldtype.ErrPermanentFailure) {
 			return h.workFailed(ctx, c, err)
 		}
 		h.failed(sl, "revive", err)
@@ -699,8 +700,8 @@ func (h *Host) workFailed(ctx context.Context, c stream.DueClaim, cause error) e
 	// Both writes finish even when a shutdown cancels ctx (it waits for this handler): a record
 	// without its dropped claim would be revived and recorded again by the next host.
 	ctx = context.WithoutCancel(ctx)
-	rec := foldstream.EventInput{Type: foldstream.WorkFailedType,
-		Payload: foldstream.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
+	rec := foldtype.EventInput{Type: foldstream.WorkFailedType,
+		Payload: foldtype.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
 	if _, err := h.store.Events().Stream(c.Path).Append(ctx, rec); err != nil {
 		return err // the claim stays, with backoff: the record is owed
 	}
@@ -810,7 +811,7 @@ func (h *Host) recreated(sl *slot) {
 		if sl.reg.added == nil && sl.reg.initial != nil {
 			// The contract's initial state at offset 0: what a missing row gives, over a row the
 			// old stream left (or the old engine wrote after the delete).
-			reset := foldstream.Checkpoint{ReducerVersion: sl.reg.version, State: sl.reg.initial}
+			reset := foldtype.Checkpoint{ReducerVersion: sl.reg.version, State: sl.reg.initial}
 			cps, err := h.checkpoints(sl.key.path)
 			if err == nil {
 				// Fenced: a node that lost the processor meanwhile resets nothing.
@@ -871,8 +872,8 @@ func (h *Host) takeOver(key procKey) {
 			mode = openForRegister
 		}
 		h.open(sl, mode, false)
-		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) && !errors.Is(err, foldstream.ErrNotRegistered) &&
-			!errors.Is(err, foldstream.ErrStreamNotFound) && !errors.Is(err, foldstream.ErrStreamGone) {
+		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) && !errors.Is(err, foldtype.ErrNotRegistered) &&
+			!errors.Is(err, foldtype.ErrStreamNotFound) && !errors.Is(err, foldtype.ErrStreamGone) {
 			h.log.Warn("host: taking a processor over failed", "path", key.path, "slug", key.slug, "err", err)
 		}
 	}()

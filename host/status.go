@@ -5,12 +5,12 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // statusReporter is implemented by runners that report their own status (*foldstream.Engine does).
 type statusReporter interface {
-	Status() foldstream.ProcessorStatus
+	Status() foldtype.ProcessorStatus
 }
 
 // ProcessorsOn returns the status of every processor the host runs on the stream at path, sorted
@@ -18,7 +18,7 @@ type statusReporter interface {
 // registrations covering it — open or closed, parked or not. It neither waits nor opens an engine:
 // an open engine reports where it is now, a closed one its stored checkpoint's offset. It returns
 // an empty slice when the host runs none there or is shut down.
-func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus {
+func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus {
 	type entry struct {
 		reg   *registration
 		sl    *slot
@@ -38,11 +38,11 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			}
 		}
 	}
-	out := make([]foldstream.ProcessorStatus, 0, len(entries))
+	out := make([]foldtype.ProcessorStatus, 0, len(entries))
 	var closed []int
 	patterns := false
 	for _, e := range entries {
-		st := foldstream.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
+		st := foldtype.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
 		switch {
 		case e.sl != nil && e.sl.state == slotOpen:
 			if sr, ok := e.sl.runner.(statusReporter); ok {
@@ -54,11 +54,11 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			st.Open = true
 			if f := e.sl.failing; f != nil {
 				cp := *f
-				st.Failing, st.State = &cp, foldstream.StateFailing
+				st.Failing, st.State = &cp, foldtype.StateFailing
 			}
 		case e.sl != nil && e.sl.state == slotParked:
 			st.Parked = parkedStatus(e.sl.parked)
-			st.State = foldstream.StateParked
+			st.State = foldtype.StateParked
 			closed = append(closed, len(out))
 		default:
 			closed = append(closed, len(out))
@@ -67,7 +67,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 			patterns = true
 		}
 		if st.State == "" {
-			st.State = foldstream.StateRunning
+			st.State = foldtype.StateRunning
 		}
 		out = append(out, st)
 	}
@@ -75,7 +75,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 	if patterns {
 		if _, err := h.store.Events().HeadStream(ctx, path); err != nil {
 			// Patterns cover existing streams only: keep the exact registrations.
-			var kept []foldstream.ProcessorStatus
+			var kept []foldtype.ProcessorStatus
 			var keptClosed []int
 			for i, e := range entries {
 				if e.exact {
@@ -85,7 +85,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 					kept = append(kept, out[i])
 				}
 			}
-			out, closed = append(make([]foldstream.ProcessorStatus, 0, len(kept)), kept...), keptClosed
+			out, closed = append(make([]foldtype.ProcessorStatus, 0, len(kept)), kept...), keptClosed
 		}
 	}
 	if len(closed) > 0 {
@@ -111,13 +111,13 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldstream.Proce
 func (h *Host) NodeID() string { return h.leases.node }
 
 // parkedStatus is a parked error as a status reports it: the cause's code and message.
-func parkedStatus(err error) *foldstream.ProcessorError {
-	var pe *foldstream.Error
+func parkedStatus(err error) *foldtype.ProcessorError {
+	var pe *foldtype.Error
 	if !errors.As(err, &pe) {
-		return &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: err.Error()}
+		return &foldtype.ProcessorError{Code: foldtype.CodeProcessorParked, Message: err.Error()}
 	}
-	st := &foldstream.ProcessorError{Code: foldstream.CodeProcessorParked, Message: pe.Message}
-	if code := foldstream.CodeOf(pe.Err); code != "" {
+	st := &foldtype.ProcessorError{Code: foldtype.CodeProcessorParked, Message: pe.Message}
+	if code := foldtype.CodeOf(pe.Err); code != "" {
 		st.Code = code
 	}
 	if pe.Err != nil {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // DefaultWarnInterval is how long the host folds repeats of one warning into a count; see
@@ -25,7 +25,7 @@ type repeatFolder struct {
 }
 
 type foldState struct {
-	clock    foldstream.Clock
+	clock    foldtype.Clock
 	interval time.Duration
 	out      slog.Handler // the handler the summary lines go to
 
@@ -40,7 +40,7 @@ type foldKey struct {
 	msg   string
 }
 
-func newRepeatFolder(inner slog.Handler, clock foldstream.Clock, interval time.Duration) *repeatFolder {
+func newRepeatFolder(inner slog.Handler, clock foldtype.Clock, interval time.Duration) *repeatFolder {
 	return &repeatFolder{inner: inner, st: &foldState{clock: clock, interval: interval, out: inner, counts: map[foldKey]int{}}}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
@@ -102,7 +103,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	}
 
 	h, r := start()
-	evs, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"})
+	evs, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +130,10 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 			switch {
 			case err == nil:
 				got = append(got, "1")
-			case errors.Is(err, foldstream.ErrPermanentFailure):
-				got = append(got, string(foldstream.CodeOf(err)))
+			case errors.Is(err, foldtype.ErrPermanentFailure):
+				got = append(got, string(foldtype.CodeOf(err)))
 				waitWorkFailed(t, ctx, s) // the host records the failure, then drops the claim
-				if st := h.ProcessorsOn(ctx, "/p"); len(st) != 1 || st[0].WorkFailed == nil || st[0].WorkFailed.Code != foldstream.CodePermanentFailure {
+				if st := h.ProcessorsOn(ctx, "/p"); len(st) != 1 || st[0].WorkFailed == nil || st[0].WorkFailed.Code != foldtype.CodePermanentFailure {
 					t.Fatalf("status after the failure: %+v", st)
 				}
 			default:
@@ -154,7 +155,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	for len(p.started) > 0 {
 		<-p.started
 	}
-	if _, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "e"}); err != nil {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "e"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -169,13 +170,13 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 }
 
 // workFailedRecords returns the work-failed records of /p.
-func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []foldstream.Event {
+func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []foldtype.Event {
 	t.Helper()
 	page, err := s.Events().Stream("/p").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []foldstream.Event
+	var out []foldtype.Event
 	for _, e := range page.Events {
 		if e.Type == foldstream.WorkFailedType {
 			out = append(out, e)

@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // This file holds the checks every request passes before it reaches a handler: the Host name
@@ -198,7 +198,7 @@ func (s *Server) checkOrigin(w http.ResponseWriter, r *http.Request, op Operatio
 		if s.cfg.RestrictReadOrigins {
 			w.Header().Del("Access-Control-Allow-Origin")
 		}
-		writeCoded(w, foldstream.CodeForbidden, "origin "+quoteHeader(origin)+" may not "+opVerb(op)+
+		writeCoded(w, foldtype.CodeForbidden, "origin "+quoteHeader(origin)+" may not "+opVerb(op)+
 			" on this server (see the allowed origins in its configuration)", 0)
 		return false
 	}
@@ -231,7 +231,7 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	if r.Header.Get("Access-Control-Request-Private-Network") != "" {
 		if !s.originListed(origin) {
-			writeCoded(w, foldstream.CodeForbidden, "origin "+quoteHeader(origin)+
+			writeCoded(w, foldtype.CodeForbidden, "origin "+quoteHeader(origin)+
 				" may not reach this server from a public network (list it in the allowed origins)", 0)
 			return
 		}
@@ -244,7 +244,7 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
 
 // authorize runs Config.Authorize for op on path. It answers the refusal itself and returns
 // ok=false then.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, op Operation, path string) (*foldstream.Principal, bool) {
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, op Operation, path string) (*foldtype.Principal, bool) {
 	if s.cfg.Authorize == nil {
 		return nil, true
 	}
@@ -252,8 +252,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, op Operation,
 	if err == nil {
 		return p, true
 	}
-	var fe *foldstream.Error
-	if errors.As(err, &fe) && (fe.Code == foldstream.CodeUnauthorized || fe.Code == foldstream.CodeForbidden) {
+	var fe *foldtype.Error
+	if errors.As(err, &fe) && (fe.Code == foldtype.CodeUnauthorized || fe.Code == foldtype.CodeForbidden) {
 		writeCoded(w, fe.Code, fe.Error(), 0)
 		return nil, false
 	}
@@ -265,7 +265,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, op Operation,
 // Authorized runs the request checks of the server (Host name, origin, Config.Authorize) for a
 // route an application adds beside it (for example a stream listing), answering the refusal
 // itself. It returns the principal and whether to go on.
-func (s *Server) Authorized(w http.ResponseWriter, r *http.Request, op Operation, path string) (*foldstream.Principal, bool) {
+func (s *Server) Authorized(w http.ResponseWriter, r *http.Request, op Operation, path string) (*foldtype.Principal, bool) {
 	if !s.hostAllowed(r) {
 		s.refuseHost(w, r)
 		return nil, false
@@ -277,7 +277,7 @@ func (s *Server) Authorized(w http.ResponseWriter, r *http.Request, op Operation
 }
 
 func (s *Server) refuseHost(w http.ResponseWriter, r *http.Request) {
-	writeCoded(w, foldstream.CodeForbidden, "host "+quoteHeader(r.Host)+
+	writeCoded(w, foldtype.CodeForbidden, "host "+quoteHeader(r.Host)+
 		" is not served here (a loopback server answers only loopback names unless its allowed hosts say otherwise)", 0)
 }
 

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Operation names what a request does, as Config.Authorize sees it (docs/server.md#authorization).
@@ -48,13 +48,13 @@ func (op Operation) Writes() bool {
 // AuthorizeFunc decides whether request r may perform op on the stream at path (the store path,
 // "/orders" for /v1/stream/orders). It returns the principal the request acts for — the server
 // stamps it as the source of the events the request appends (docs/server.md#provenance) — or nil
-// for an anonymous caller that is allowed. To refuse, it returns a *foldstream.Error with
+// for an anonymous caller that is allowed. To refuse, it returns a *foldtype.Error with
 // CodeUnauthorized (no valid credentials: 401) or CodeForbidden (valid credentials, not allowed
 // here: 403); any other error answers 500 and is logged.
 //
 // It runs on every request before anything is read or written, concurrently, so it must be safe
 // for concurrent use and should be fast: it must not read the request body.
-type AuthorizeFunc func(r *http.Request, op Operation, path string) (*foldstream.Principal, error)
+type AuthorizeFunc func(r *http.Request, op Operation, path string) (*foldtype.Principal, error)
 
 // Scope is what a bearer token of BearerTokens may do.
 type Scope string
@@ -82,7 +82,7 @@ type BearerTokens struct {
 type bearerToken struct {
 	token     string
 	scope     Scope
-	principal *foldstream.Principal // shared, never modified
+	principal *foldtype.Principal // shared, never modified
 }
 
 // ParseBearerTokens reads tokens, one per line: a name (letters, digits, '.', '_', '-', '@'),
@@ -125,7 +125,7 @@ func ParseBearerTokens(text string) (*BearerTokens, error) {
 				return nil, fmt.Errorf("tokens line %d (%s): this token is already given to another name", line, name)
 			}
 			seenName[name], seenToken[tok] = true, true
-			t.tokens = append(t.tokens, bearerToken{token: tok, scope: scope, principal: &foldstream.Principal{Actor: name}})
+			t.tokens = append(t.tokens, bearerToken{token: tok, scope: scope, principal: &foldtype.Principal{Actor: name}})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -142,7 +142,7 @@ func (t *BearerTokens) Len() int { return len(t.tokens) }
 
 // Authorize is an AuthorizeFunc: a request without a known bearer token is UNAUTHORIZED; a
 // read-scoped token asking for a write is FORBIDDEN.
-func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*foldstream.Principal, error) {
+func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*foldtype.Principal, error) {
 	if op == OpWake {
 		return nil, nil // the bearer is the wake's token, checked by the subscription itself
 	}
@@ -168,9 +168,9 @@ func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*fold
 }
 
 var (
-	errUnauthorized = &foldstream.Error{Code: foldstream.CodeUnauthorized,
+	errUnauthorized = &foldtype.Error{Code: foldtype.CodeUnauthorized,
 		Message: `authentication required: send "Authorization: Bearer <token>" with a valid token`}
-	errReadOnlyToken = &foldstream.Error{Code: foldstream.CodeForbidden,
+	errReadOnlyToken = &foldtype.Error{Code: foldtype.CodeForbidden,
 		Message: "this token may only read"}
 )
 

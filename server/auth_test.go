@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 )
 
@@ -80,14 +80,14 @@ func TestEveryRouteRefusesUnauthenticatedAndWrongScope(t *testing.T) {
 				h = append(h, "Authorization", auth)
 			}
 			res, body := request(t, rt.method, s.url+rt.path, rt.body, h...)
-			wantCoded(t, rt.name+" with Authorization "+auth, res, body, http.StatusUnauthorized, foldstream.CodeUnauthorized)
+			wantCoded(t, rt.name+" with Authorization "+auth, res, body, http.StatusUnauthorized, foldtype.CodeUnauthorized)
 			if !strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer") {
 				t.Fatalf("%s: 401 without a Bearer challenge", rt.name)
 			}
 		}
 		res, body := request(t, rt.method, s.url+rt.path, rt.body, append(append([]string{}, rt.headers...), "Authorization", bearer(readerToken))...)
 		if rt.write {
-			wantCoded(t, rt.name+" with a read token", res, body, http.StatusForbidden, foldstream.CodeForbidden)
+			wantCoded(t, rt.name+" with a read token", res, body, http.StatusForbidden, foldtype.CodeForbidden)
 		} else if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
 			t.Fatalf("%s with a read token: %d %s", rt.name, res.StatusCode, body)
 		}
@@ -118,17 +118,17 @@ func TestEveryRouteRefusesUnauthenticatedAndWrongScope(t *testing.T) {
 func TestAuthorizeHookSeesOperationAndPath(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
-	tenant := func(r *http.Request, op server.Operation, path string) (*foldstream.Principal, error) {
+	tenant := func(r *http.Request, op server.Operation, path string) (*foldtype.Principal, error) {
 		mu.Lock()
 		seen = append(seen, string(op)+" "+path)
 		mu.Unlock()
 		if r.Header.Get("X-Tenant") == "" {
-			return nil, foldstream.NewError(foldstream.CodeUnauthorized, nil, "who are you?")
+			return nil, foldtype.NewError(foldtype.CodeUnauthorized, nil, "who are you?")
 		}
 		if !strings.HasPrefix(path, "/"+r.Header.Get("X-Tenant")+"/") {
-			return nil, foldstream.NewError(foldstream.CodeForbidden, nil, "not your tenant")
+			return nil, foldtype.NewError(foldtype.CodeForbidden, nil, "not your tenant")
 		}
-		return &foldstream.Principal{Actor: r.Header.Get("X-Tenant")}, nil
+		return &foldtype.Principal{Actor: r.Header.Get("X-Tenant")}, nil
 	}
 	s := setupSecured(t, server.Config{Authorize: tenant}, false)
 	res, body := request(t, "PUT", s.url+"/v1/stream/a/log", "", "X-Tenant", "a", "Content-Type", "text/plain")
@@ -136,11 +136,11 @@ func TestAuthorizeHookSeesOperationAndPath(t *testing.T) {
 		t.Fatalf("own tenant: %d %s", res.StatusCode, body)
 	}
 	res, body = request(t, "GET", s.url+"/v1/stream/a/log", "")
-	wantCoded(t, "no tenant", res, body, http.StatusUnauthorized, foldstream.CodeUnauthorized)
+	wantCoded(t, "no tenant", res, body, http.StatusUnauthorized, foldtype.CodeUnauthorized)
 	res, body = request(t, "GET", s.url+"/v1/stream/a/log", "", "X-Tenant", "b")
-	wantCoded(t, "other tenant's read", res, body, http.StatusForbidden, foldstream.CodeForbidden)
+	wantCoded(t, "other tenant's read", res, body, http.StatusForbidden, foldtype.CodeForbidden)
 	res, body = request(t, "PUT", s.url+"/v1/stream/b/copy", "", "X-Tenant", "b", "Stream-Forked-From", "/v1/stream/a/log")
-	wantCoded(t, "fork of another tenant's stream", res, body, http.StatusForbidden, foldstream.CodeForbidden)
+	wantCoded(t, "fork of another tenant's stream", res, body, http.StatusForbidden, foldtype.CodeForbidden)
 	res, body = request(t, "DELETE", s.url+"/v1/stream/a/log", "", "X-Tenant", "a")
 	if res.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", res.StatusCode, body)

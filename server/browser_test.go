@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 )
 
@@ -17,16 +17,16 @@ func TestCrossOriginWritesRefusedReadsAllowed(t *testing.T) {
 	s := setupSecured(t, server.Config{AllowedOrigins: []string{"https://app.example.com"}}, false)
 	evil := "https://evil.example"
 	res, body := request(t, "PUT", s.url+"/v1/stream/notes", "", "Content-Type", "text/plain", "Origin", evil)
-	wantCoded(t, "foreign create", res, body, http.StatusForbidden, foldstream.CodeForbidden)
+	wantCoded(t, "foreign create", res, body, http.StatusForbidden, foldtype.CodeForbidden)
 	res, body = request(t, "PUT", s.url+"/v1/stream/notes", "hi", "Content-Type", "text/plain", "Origin", "https://app.example.com")
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("allowed origin's create: %d %s", res.StatusCode, body)
 	}
 	for _, method := range []string{"POST", "DELETE"} {
 		res, body = request(t, method, s.url+"/v1/stream/notes", "forged", "Content-Type", "text/plain", "Origin", evil)
-		wantCoded(t, "foreign simple "+method, res, body, http.StatusForbidden, foldstream.CodeForbidden)
+		wantCoded(t, "foreign simple "+method, res, body, http.StatusForbidden, foldtype.CodeForbidden)
 		res, body = request(t, method, s.url+"/v1/stream/notes", "forged", "Content-Type", "text/plain", "Origin", "null")
-		wantCoded(t, "opaque-origin "+method, res, body, http.StatusForbidden, foldstream.CodeForbidden)
+		wantCoded(t, "opaque-origin "+method, res, body, http.StatusForbidden, foldtype.CodeForbidden)
 	}
 	res, body = request(t, "GET", s.url+"/v1/stream/notes", "", "Origin", evil)
 	if res.StatusCode != http.StatusOK || body != "hi" || res.Header.Get("Access-Control-Allow-Origin") != "*" {
@@ -73,7 +73,7 @@ func TestRestrictReadOrigins(t *testing.T) {
 	s := setupSecured(t, server.Config{AllowedOrigins: []string{"https://app.example.com"}, RestrictReadOrigins: true}, false)
 	request(t, "PUT", s.url+"/v1/stream/notes", "hi", "Content-Type", "text/plain")
 	res, body := request(t, "GET", s.url+"/v1/stream/notes", "", "Origin", "https://evil.example")
-	wantCoded(t, "foreign read", res, body, http.StatusForbidden, foldstream.CodeForbidden)
+	wantCoded(t, "foreign read", res, body, http.StatusForbidden, foldtype.CodeForbidden)
 	if res.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Fatalf("refused read still allows the origin: %v", res.Header)
 	}
@@ -161,6 +161,6 @@ func TestInvalidStreamNamesAre400(t *testing.T) {
 	s := setupSecured(t, server.Config{}, false)
 	for _, name := range []string{"a%00b", "a%0Ab", "a%FFb", "a//b", "a/", "a/%2e%2e/b", "a/./b", "%2E", strings.Repeat("n", 1100)} {
 		res, body := request(t, "PUT", s.url+"/v1/stream/"+name, "", "Content-Type", "text/plain")
-		wantCoded(t, "create "+name[:min(len(name), 20)], res, body, http.StatusBadRequest, foldstream.CodeInvalidStreamName)
+		wantCoded(t, "create "+name[:min(len(name), 20)], res, body, http.StatusBadRequest, foldtype.CodeInvalidStreamName)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/console"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -59,7 +59,7 @@ type StreamDetail struct {
 	StreamEntry
 	// Processors lists the processors running on the stream, sorted by slug: [] when none
 	// does, null when the server has no processor host (Config.Processors).
-	Processors []foldstream.ProcessorStatus `json:"processors"`
+	Processors []foldtype.ProcessorStatus `json:"processors"`
 }
 
 func entryOf(info stream.StreamInfo) StreamEntry {
@@ -179,7 +179,7 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) {
 			out.Processors = pl.ProcessorsOn(r.Context(), path)
 		}
 		if out.Processors == nil {
-			out.Processors = []foldstream.ProcessorStatus{}
+			out.Processors = []foldtype.ProcessorStatus{}
 		}
 	}
 	writeJSON(w, r, out)

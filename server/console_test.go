@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 )
 
@@ -205,9 +205,9 @@ func TestListingAndInfoNeedAReadToken(t *testing.T) {
 	}
 	for _, p := range []string{server.ListPath, server.InfoPath + "?path=/events"} {
 		res, body := request(t, http.MethodGet, s.url+p, "")
-		wantCoded(t, "GET "+p+" without a token", res, body, http.StatusUnauthorized, foldstream.CodeUnauthorized)
+		wantCoded(t, "GET "+p+" without a token", res, body, http.StatusUnauthorized, foldtype.CodeUnauthorized)
 		res, body = request(t, http.MethodGet, s.url+p, "", "Authorization", bearer("not-a-token-0123456789"))
-		wantCoded(t, "GET "+p+" with an unknown token", res, body, http.StatusUnauthorized, foldstream.CodeUnauthorized)
+		wantCoded(t, "GET "+p+" with an unknown token", res, body, http.StatusUnauthorized, foldtype.CodeUnauthorized)
 		res, body = request(t, http.MethodGet, s.url+p, "", "Authorization", bearer(readerToken))
 		if res.StatusCode != http.StatusOK {
 			t.Errorf("GET %s with a read token: %d %s", p, res.StatusCode, body)
@@ -229,7 +229,7 @@ func TestListedProcessorStatusFollowsAppends(t *testing.T) {
 	if len(before) != 1 {
 		t.Fatalf("ProcessorsOn: %+v", before)
 	}
-	evs, err := h.Store().Events().Stream("/orders").Append(ctx, foldstream.EventInput{Type: "order.placed", Payload: json.RawMessage(`{"amount":1}`)})
+	evs, err := h.Store().Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order.placed", Payload: json.RawMessage(`{"amount":1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // FuzzAuthorization: the Authorization parser never panics, accepts only "Bearer <token68>",
@@ -45,11 +45,11 @@ func FuzzAuthorization(f *testing.F) {
 			if !ok || (tok != rw && tok != ro) || (write && tok != rw) || p == nil {
 				t.Fatalf("Authorize allowed %q (write=%v)", header, write)
 			}
-		case foldstream.CodeOf(err) == foldstream.CodeUnauthorized:
+		case foldtype.CodeOf(err) == foldtype.CodeUnauthorized:
 			if ok && (tok == rw || tok == ro) {
 				t.Fatalf("Authorize refused the valid %q", header)
 			}
-		case foldstream.CodeOf(err) == foldstream.CodeForbidden:
+		case foldtype.CodeOf(err) == foldtype.CodeForbidden:
 			if tok != ro || !write {
 				t.Fatalf("Authorize answered FORBIDDEN to %q (write=%v)", header, write)
 			}

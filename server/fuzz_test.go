@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -74,7 +74,7 @@ func FuzzFlattenJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		msgs, err := stream.FlattenJSON(body, false)
 		if err != nil {
-			if !errors.Is(err, foldstream.ErrBadRequest) && !errors.Is(err, foldstream.ErrTooLarge) {
+			if !errors.Is(err, foldtype.ErrBadRequest) && !errors.Is(err, foldtype.ErrTooLarge) {
 				t.Fatalf("FlattenJSON(%q): got %v, want a bad-request error", body, err)
 			}
 			return

@@ -8,17 +8,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
 
 // reservedKeyPrefix starts the idempotency keys of processors' own emitted events; HTTP writers
 // may not use it (docs/server.md#provenance).
-const reservedKeyPrefix = foldstream.ProcessorKeyPrefix
+const reservedKeyPrefix = foldtype.ProcessorKeyPrefix
 
 // handleCreate serves PUT (docs/server.md#streams).
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name string, principal *foldtype.Principal) {
 	h := r.Header
 	req := stream.CreateRequest{Path: name, ContentType: strings.TrimSpace(h.Get("Content-Type"))}
 	if v := h.Values(wire.HeaderStreamTTL); len(v) > 0 {
@@ -105,7 +105,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 	}
 	defer release()
 	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
-		var ferr *foldstream.Error
+		var ferr *foldtype.Error
 		if body, ferr = vetJSON(body, principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
@@ -174,7 +174,7 @@ func (s *Server) location(r *http.Request) string {
 }
 
 // handleAppend serves POST (docs/server.md#streams).
-func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name string, principal *foldstream.Principal) {
+func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name string, principal *foldtype.Principal) {
 	h := r.Header
 	req := stream.AppendRequest{Path: name, Close: isTrue(h.Get(wire.HeaderStreamClosed))}
 
@@ -221,7 +221,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	received := len(body)
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
 	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
-		var ferr *foldstream.Error
+		var ferr *foldtype.Error
 		if body, ferr = vetJSON(body, principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return

@@ -21,7 +21,7 @@ const (
 	// (the stream's tail in Stream-Next-Offset).
 	HeaderExpectedOffset = wire.HeaderExpectedOffset
 	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
-	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldstream.Code).
+	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldtype.Code).
 	HeaderErrorCode = wire.HeaderErrorCode
 	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
 	// offset the processor has reduced through (in the wire offset format).

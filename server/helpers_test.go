@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -125,7 +126,7 @@ func request(t testing.TB, method, url, body string, headers ...string) (*http.R
 }
 
 // wantCoded checks a refusal's status and Foldstream-Error-Code.
-func wantCoded(t *testing.T, what string, res *http.Response, body string, status int, code foldstream.Code) {
+func wantCoded(t *testing.T, what string, res *http.Response, body string, status int, code foldtype.Code) {
 	t.Helper()
 	if res.StatusCode != status || res.Header.Get(server.HeaderErrorCode) != string(code) {
 		t.Fatalf("%s: got %d %q (%s), want %d %s", what, res.StatusCode, res.Header.Get(server.HeaderErrorCode), strings.TrimSpace(body), status, code)

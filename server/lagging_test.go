@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -23,20 +23,20 @@ type stuckProcessors struct {
 	reduced int64
 }
 
-func (p stuckProcessors) Snapshot(ctx context.Context, _, _ string) (foldstream.JSONSnapshot, error) {
+func (p stuckProcessors) Snapshot(ctx context.Context, _, _ string) (foldtype.JSONSnapshot, error) {
 	if p.err != nil {
-		return foldstream.JSONSnapshot{}, p.err
+		return foldtype.JSONSnapshot{}, p.err
 	}
 	<-ctx.Done()
-	return foldstream.JSONSnapshot{}, ctx.Err()
+	return foldtype.JSONSnapshot{}, ctx.Err()
 }
 
-func (p stuckProcessors) LiveSnapshot(ctx context.Context, _, _ string) (foldstream.LiveSnapshot, error) {
+func (p stuckProcessors) LiveSnapshot(ctx context.Context, _, _ string) (foldtype.LiveSnapshot, error) {
 	if p.err != nil {
-		return foldstream.LiveSnapshot{}, p.err
+		return foldtype.LiveSnapshot{}, p.err
 	}
 	<-ctx.Done()
-	return foldstream.LiveSnapshot{}, ctx.Err()
+	return foldtype.LiveSnapshot{}, ctx.Err()
 }
 
 func (p stuckProcessors) WaitUntilProcessed(ctx context.Context, _, _ string, _ int64, _ time.Duration) error {
@@ -69,7 +69,7 @@ func TestLaggingProcessorRoutesAreBounded(t *testing.T) {
 	for _, view := range []string{"", "?view=live", "?live=sse"} {
 		start := time.Now()
 		res, body := request(t, "GET", url+"/v1/processor/p/orders"+view, "")
-		wantCoded(t, "stuck snapshot "+view, res, body, http.StatusGatewayTimeout, foldstream.CodeProcessTimeout)
+		wantCoded(t, "stuck snapshot "+view, res, body, http.StatusGatewayTimeout, foldtype.CodeProcessTimeout)
 		if got := res.Header.Get(server.HeaderProcessorOffset); got != server.FormatOffset(7) {
 			t.Fatalf("504 reports offset %q, want %s", got, server.FormatOffset(7))
 		}
@@ -78,24 +78,24 @@ func TestLaggingProcessorRoutesAreBounded(t *testing.T) {
 		}
 	}
 
-	catching := foldstream.NewError(foldstream.CodeCatchingUp, map[string]any{"offset": int64(3)}, "processor p is catching up (at offset 3 of 60000)")
+	catching := foldtype.NewError(foldtype.CodeCatchingUp, map[string]any{"offset": int64(3)}, "processor p is catching up (at offset 3 of 60000)")
 	url = serveStuck(t, stuckProcessors{err: catching})
 	res, body := request(t, "GET", url+"/v1/processor/p/orders?waitUntilProcessed=9", "")
 	// A wait that ends before the processor got there has one answer: 504 with its offset.
-	wantCoded(t, "catching up, waiting", res, body, http.StatusGatewayTimeout, foldstream.CodeProcessTimeout)
+	wantCoded(t, "catching up, waiting", res, body, http.StatusGatewayTimeout, foldtype.CodeProcessTimeout)
 	if res.Header.Get(server.HeaderProcessorOffset) != server.FormatOffset(3) {
 		t.Fatalf("catching up, waiting: headers %v", res.Header)
 	}
 	res, body = request(t, "GET", url+"/v1/processor/p/orders", "")
-	wantCoded(t, "catching up", res, body, http.StatusServiceUnavailable, foldstream.CodeCatchingUp)
+	wantCoded(t, "catching up", res, body, http.StatusServiceUnavailable, foldtype.CodeCatchingUp)
 	if res.Header.Get("Retry-After") == "" || res.Header.Get(server.HeaderProcessorOffset) != server.FormatOffset(3) {
 		t.Fatalf("catching up: headers %v", res.Header)
 	}
 
-	parked := foldstream.NewError(foldstream.CodeProcessorParked, nil, "processor p is parked: its event at offset 12 conflicts with idempotency key p/x@11")
+	parked := foldtype.NewError(foldtype.CodeProcessorParked, nil, "processor p is parked: its event at offset 12 conflicts with idempotency key p/x@11")
 	url = serveStuck(t, stuckProcessors{err: parked})
 	res, body = request(t, "GET", url+"/v1/processor/p/orders", "")
-	wantCoded(t, "parked", res, body, http.StatusServiceUnavailable, foldstream.CodeProcessorParked)
+	wantCoded(t, "parked", res, body, http.StatusServiceUnavailable, foldtype.CodeProcessorParked)
 	if !strings.Contains(body, "conflicts with idempotency key") || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("parked: %q %v", body, res.Header)
 	}

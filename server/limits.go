@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // This file bounds what clients can hold: live readers, request-body bytes in flight, slow
@@ -25,7 +25,7 @@ func (s *Server) acquireLiveReader(w http.ResponseWriter) bool {
 	}
 	if s.liveReaders.Add(1) > int64(s.cfg.MaxLiveReaders) {
 		s.liveReaders.Add(-1)
-		writeCoded(w, foldstream.CodeOverloaded, "too many live readers: retry later", overloadRetryAfter)
+		writeCoded(w, foldtype.CodeOverloaded, "too many live readers: retry later", overloadRetryAfter)
 		return false
 	}
 	return true
@@ -49,7 +49,7 @@ const bodyChunk = 32 << 10
 // otherwise the caller must call release once the body is no longer needed.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		writeCoded(w, foldstream.CodeTooLarge, "request body too large", 0)
+		writeCoded(w, foldtype.CodeTooLarge, "request body too large", 0)
 		return nil, nil, false
 	}
 	if s.cfg.BodyReadTimeout > 0 {
@@ -80,7 +80,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		// The body is left unread: close the connection after the answer, or Go's server would
 		// first read the rest of a small body, holding the refusal until the client sent it all.
 		w.Header().Set("Connection", "close")
-		writeCoded(w, foldstream.CodeOverloaded, "too many request bytes in flight: retry later", overloadRetryAfter)
+		writeCoded(w, foldtype.CodeOverloaded, "too many request bytes in flight: retry later", overloadRetryAfter)
 		return nil, nil, false
 	}
 	rd := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
@@ -110,7 +110,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 			var ne net.Error
 			switch {
 			case errors.As(err, &mbe):
-				writeCoded(w, foldstream.CodeTooLarge, "request body too large", 0)
+				writeCoded(w, foldtype.CodeTooLarge, "request body too large", 0)
 			case errors.As(err, &ne) && ne.Timeout():
 				w.Header().Set("Connection", "close")
 				writeError(w, http.StatusRequestTimeout, "request body too slow: it must arrive within "+s.cfg.BodyReadTimeout.String())
@@ -189,7 +189,7 @@ type limitListener struct {
 var overloadResponse = func() string {
 	const body = "too many connections: retry later\n"
 	return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" +
-		"Retry-After: " + itoa(overloadRetryAfter) + "\r\n" + HeaderErrorCode + ": " + string(foldstream.CodeOverloaded) + "\r\n" +
+		"Retry-After: " + itoa(overloadRetryAfter) + "\r\n" + HeaderErrorCode + ": " + string(foldtype.CodeOverloaded) + "\r\n" +
 		"Connection: close\r\nContent-Length: " + itoa(int64(len(body))) + "\r\n\r\n" + body
 }()
 

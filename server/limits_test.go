@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 )
 
@@ -131,7 +131,7 @@ func TestLiveReaderLimit(t *testing.T) {
 	defer held.Body.Close()
 	for _, q := range []string{"?offset=-1&live=sse", "?offset=now&live=long-poll"} {
 		res, body := request(t, "GET", s.url+"/v1/stream/l"+q, "")
-		wantCoded(t, "live reader past the limit", res, body, http.StatusServiceUnavailable, foldstream.CodeOverloaded)
+		wantCoded(t, "live reader past the limit", res, body, http.StatusServiceUnavailable, foldtype.CodeOverloaded)
 		if res.Header.Get("Retry-After") == "" {
 			t.Fatal("503 without Retry-After")
 		}
@@ -173,7 +173,7 @@ func TestBodyBytesInFlightLimit(t *testing.T) {
 				continue
 			default:
 			}
-			wantCoded(t, "write past the in-flight budget", res, body, http.StatusServiceUnavailable, foldstream.CodeOverloaded)
+			wantCoded(t, "write past the in-flight budget", res, body, http.StatusServiceUnavailable, foldtype.CodeOverloaded)
 			if res.Header.Get("Retry-After") == "" {
 				t.Fatal("503 without Retry-After")
 			}
@@ -220,7 +220,7 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(res.Body)
-	wantCoded(t, "connection past the limit", res, string(body), http.StatusServiceUnavailable, foldstream.CodeOverloaded)
+	wantCoded(t, "connection past the limit", res, string(body), http.StatusServiceUnavailable, foldtype.CodeOverloaded)
 	if res.Header.Get("Retry-After") == "" {
 		t.Fatal("503 without Retry-After")
 	}
@@ -283,7 +283,7 @@ func TestOverloadedUploadIsAnsweredBeforeItsBody(t *testing.T) {
 	c, answer := stalled("100")
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a bound; before the fix it waited BodyReadTimeout (1 min)
 	res := <-answer
-	if res == nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(server.HeaderErrorCode) != string(foldstream.CodeOverloaded) {
+	if res == nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(server.HeaderErrorCode) != string(foldtype.CodeOverloaded) {
 		t.Fatalf("stalled upload past the budget: got %+v, want 503 OVERLOADED before its body", res)
 	}
 }

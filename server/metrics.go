@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/console"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -266,14 +266,14 @@ func boolGauge(b bool) float64 {
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeCoded(w, foldstream.CodeMethodNotAllowed, "health routes only read: use GET", 0)
+		writeCoded(w, foldtype.CodeMethodNotAllowed, "health routes only read: use GET", 0)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	if r.URL.Path == ReadyPath {
 		select {
 		case <-s.stopping:
-			writeCoded(w, foldstream.CodeUnavailable, "not ready: the server is shutting down", 1)
+			writeCoded(w, foldtype.CodeUnavailable, "not ready: the server is shutting down", 1)
 			return
 		default:
 		}
@@ -281,7 +281,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		if _, err := s.st.Protocol().ListStreams(ctx, stream.ListOptions{Limit: 1}); err != nil {
 			s.log.Warn("not ready: the store does not answer", "err", err)
-			writeCoded(w, foldstream.CodeUnavailable, "not ready: the store does not answer", 1)
+			writeCoded(w, foldtype.CodeUnavailable, "not ready: the store does not answer", 1)
 			return
 		}
 	}
@@ -296,7 +296,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeCoded(w, foldstream.CodeMethodNotAllowed, "metrics only read: use GET", 0)
+		writeCoded(w, foldtype.CodeMethodNotAllowed, "metrics only read: use GET", 0)
 		return
 	}
 	if !s.checkOrigin(w, r, OpMetrics) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -42,20 +43,20 @@ func TestHealthAndReadinessAnswerWithoutAToken(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 200 ok", p, res.StatusCode, body)
 		}
 		res, body = request(t, "POST", ts.URL+p, "")
-		wantCoded(t, "POST "+p, res, body, 405, foldstream.CodeMethodNotAllowed)
+		wantCoded(t, "POST "+p, res, body, 405, foldtype.CodeMethodNotAllowed)
 	}
 	if res, body := request(t, "GET", ts.URL+"/v1/stream/x", "", "Host", "streams.example.com"); res.StatusCode != 401 {
 		t.Fatalf("a stream without a token: %d %s; the health routes must be the only open ones", res.StatusCode, body)
 	}
 	st.Close()
 	res, body := request(t, "GET", ts.URL+server.ReadyPath, "")
-	wantCoded(t, "readyz with the store closed", res, body, 503, foldstream.CodeUnavailable)
+	wantCoded(t, "readyz with the store closed", res, body, 503, foldtype.CodeUnavailable)
 	if res, _ := request(t, "GET", ts.URL+server.HealthPath, ""); res.StatusCode != 200 {
 		t.Errorf("healthz with the store closed: %d, want 200 (the process is up)", res.StatusCode)
 	}
 	srv.Shutdown()
 	res, body = request(t, "GET", ts.URL+server.ReadyPath, "")
-	wantCoded(t, "readyz while shutting down", res, body, 503, foldstream.CodeUnavailable)
+	wantCoded(t, "readyz while shutting down", res, body, 503, foldtype.CodeUnavailable)
 }
 
 // metricValue returns the value of the sample whose name and labels start the line as given
@@ -77,7 +78,7 @@ func metricValue(text, sample string) float64 {
 func TestMetricsNeedAReadTokenAndReportRequestsCommitsAndProcessors(t *testing.T) {
 	s := setupSecured(t, server.Config{Metrics: server.NewMetrics()}, true)
 	res, body := request(t, "GET", s.url+server.MetricsPath, "")
-	wantCoded(t, "metrics without a token", res, body, 401, foldstream.CodeUnauthorized)
+	wantCoded(t, "metrics without a token", res, body, 401, foldtype.CodeUnauthorized)
 
 	w := []string{"Authorization", bearer(writerToken), "Content-Type", "application/json"}
 	if res, body := request(t, "PUT", s.url+"/v1/stream/events", "", w...); res.StatusCode != 200 {
@@ -146,7 +147,7 @@ func TestMetricsElsewhereLeaveTheMainAddress(t *testing.T) {
 	m := server.NewMetrics()
 	s := setupSecured(t, server.Config{Metrics: m, MetricsElsewhere: true}, true)
 	res, body := request(t, "GET", s.url+server.MetricsPath, "", "Authorization", bearer(readerToken))
-	wantCoded(t, "metrics on the main address", res, body, 404, foldstream.CodeNoRoute)
+	wantCoded(t, "metrics on the main address", res, body, 404, foldtype.CodeNoRoute)
 	ms := httptest.NewServer(m.Handler())
 	defer ms.Close()
 	res, text := request(t, "GET", ms.URL+server.MetricsPath, "")
@@ -233,7 +234,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	}
 	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
 	defer ts.Close()
-	if _, err := st.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "ok"}, foldstream.EventInput{Type: "bad"}); err != nil {
+	if _, err := st.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "ok"}, foldtype.EventInput{Type: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	var text string

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -25,8 +26,8 @@ func (p *receipter) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error
 	}
 	key := p.IdempotencyKey("receipt", a.Event)
 	a.BlockProcessorWhile(func(ctx context.Context) error {
-		_, err := a.Append(ctx, foldstream.EventInput{Type: "receipt", IdempotencyKey: key,
-			Payload: foldstream.JSON(map[string]int64{"order": a.Event.Offset})})
+		_, err := a.Append(ctx, foldtype.EventInput{Type: "receipt", IdempotencyKey: key,
+			Payload: foldtype.JSON(map[string]int64{"order": a.Event.Offset})})
 		return err
 	})
 	return nil
@@ -86,8 +87,8 @@ func TestParkedProcessorShowsOnItsRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	squat := foldstream.EventInput{Type: "receipt", Payload: foldstream.JSON(map[string]string{"forged": "yes"}),
-		IdempotencyKey: foldstream.ProcessorKeyPrefix + "receipts/receipt@" + itoa(int(next+2))}
+	squat := foldtype.EventInput{Type: "receipt", Payload: foldtype.JSON(map[string]string{"forged": "yes"}),
+		IdempotencyKey: foldtype.ProcessorKeyPrefix + "receipts/receipt@" + itoa(int(next+2))}
 	if _, err := st.Events().Stream("/o").Append(ctx, squat); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestParkedProcessorShowsOnItsRoute(t *testing.T) {
 	check := func(url string) {
 		t.Helper()
 		res, body := request(t, "GET", url+"/v1/processor/receipts/o?waitUntilProcessed="+itoa(int(next+2))+"&timeout=5s", "")
-		wantCoded(t, "parked processor", res, body, http.StatusServiceUnavailable, foldstream.CodeProcessorParked)
+		wantCoded(t, "parked processor", res, body, http.StatusServiceUnavailable, foldtype.CodeProcessorParked)
 		if !strings.Contains(strings.ToLower(body), "idempotency") || res.Header.Get("Retry-After") == "" {
 			t.Fatalf("parked answer lacks its cause or Retry-After: %q %v", body, res.Header)
 		}

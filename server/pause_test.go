@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/refserver"
 	"github.com/foldstream/foldstream/server"
 )
@@ -24,12 +24,12 @@ func TestPausedStreamAnswers423AndShowsItsState(t *testing.T) {
 		t.Fatalf("create: %d %s", res.StatusCode, body)
 	}
 	res, body := request(t, "POST", u, pauseBody, "Authorization", bearer(readerToken), "Content-Type", "application/json")
-	wantCoded(t, "pause with a read token", res, body, 403, foldstream.CodeForbidden)
+	wantCoded(t, "pause with a read token", res, body, 403, foldtype.CodeForbidden)
 	if res, body := request(t, "POST", u, pauseBody, w...); res.StatusCode != 204 && res.StatusCode != 200 {
 		t.Fatalf("pause: %d %s", res.StatusCode, body)
 	}
 	res, body = request(t, "POST", u, `{"n":1}`, w...)
-	wantCoded(t, "append to a paused stream", res, body, 423, foldstream.CodeStreamPaused)
+	wantCoded(t, "append to a paused stream", res, body, 423, foldtype.CodeStreamPaused)
 	if strings.TrimSpace(body) != "stream paused: disk swap, 10 min" || res.Header.Get(server.HeaderPaused) != "true" {
 		t.Fatalf("refusal: %q, headers %v", body, res.Header)
 	}

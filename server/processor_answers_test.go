@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 )
 
@@ -24,7 +24,7 @@ func TestProcessorWaitPastTheEndAnswers504WithItsOffset(t *testing.T) {
 	for i := range 4 {
 		start := time.Now()
 		res, body := httpDo(t, http.MethodGet, base+"/v1/processor/totals/orders?waitUntilProcessed=999&timeout=300ms", "", "")
-		wantCoded(t, "wait past the end", res, body, http.StatusGatewayTimeout, foldstream.CodeProcessTimeout)
+		wantCoded(t, "wait past the end", res, body, http.StatusGatewayTimeout, foldtype.CodeProcessTimeout)
 		if got := time.Since(start); got < 300*time.Millisecond {
 			t.Fatalf("try %d: answered after %v, before the 300ms timeout", i, got)
 		}
@@ -75,7 +75,7 @@ func TestProcessorRouteOnAMissingStreamIsStreamNotFound(t *testing.T) {
 	base, _ := setupProcessors(t)
 	for _, route := range []string{"/v1/processor/totals/absent", "/v1/processor/nope/absent"} {
 		res, body := httpDo(t, http.MethodGet, base+route, "", "")
-		wantCoded(t, route, res, body, http.StatusNotFound, foldstream.CodeStreamNotFound)
+		wantCoded(t, route, res, body, http.StatusNotFound, foldtype.CodeStreamNotFound)
 	}
 }
 
@@ -83,12 +83,12 @@ func TestProcessorRouteOnAMissingStreamIsStreamNotFound(t *testing.T) {
 // Retry-After until the host's next retry.
 func TestFailingProcessorRouteAnswers503WithTheReason(t *testing.T) {
 	t.Parallel()
-	failing := foldstream.NewError(foldstream.CodeProcessorFailing, map[string]any{"offset": int64(4), "attempts": 2,
+	failing := foldtype.NewError(foldtype.CodeProcessorFailing, map[string]any{"offset": int64(4), "attempts": 2,
 		"nextRetry": time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339Nano)},
 		"host: processor \"p\" on \"/orders\" is failing at offset 4 (PROCESS_EVENT_FAILED: panic: boom)")
 	url := serveStuck(t, stuckProcessors{err: failing})
 	res, body := request(t, "GET", url+"/v1/processor/p/orders", "")
-	wantCoded(t, "failing", res, body, http.StatusServiceUnavailable, foldstream.CodeProcessorFailing)
+	wantCoded(t, "failing", res, body, http.StatusServiceUnavailable, foldtype.CodeProcessorFailing)
 	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 20 || ra > 30 {
 		t.Fatalf("Retry-After %q, want the seconds until the next retry (30 at most)", res.Header.Get("Retry-After"))
 	}

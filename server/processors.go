@@ -13,18 +13,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // Processors is what the server needs from a processor host to serve processors over HTTP.
 // *host.Host implements it.
 type Processors interface {
 	// Snapshot returns the processor's cursor and reduced state, with read-your-writes.
-	Snapshot(ctx context.Context, path, slug string) (foldstream.JSONSnapshot, error)
+	Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSnapshot, error)
 	// LiveSnapshot returns the processor's live state {rev, state}, with read-your-writes.
-	LiveSnapshot(ctx context.Context, path, slug string) (foldstream.LiveSnapshot, error)
+	LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot, error)
 	// WaitUntilProcessed waits until the processor reduced through offset.
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
 }
@@ -33,7 +32,7 @@ type Processors interface {
 // (*host.Host does); InfoPath lists them. Without it, InfoPath answers "processors": [].
 type ProcessorLister interface {
 	// ProcessorsOn reports the processors running on the stream at path, without waiting for them.
-	ProcessorsOn(ctx context.Context, path string) []foldstream.ProcessorStatus
+	ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus
 }
 
 var (
@@ -169,7 +168,7 @@ func (s *Server) waitProcessed(ctx context.Context, path, slug string, off int64
 		start := time.Now()
 		err := s.cfg.Processors.WaitUntilProcessed(ctx, path, slug, off, time.Until(deadline))
 		// Asked again only after a wait that lasted (a host's own bound), never in a tight loop.
-		if err == nil || ctx.Err() != nil || !errors.Is(err, foldstream.ErrCatchingUp) ||
+		if err == nil || ctx.Err() != nil || !errors.Is(err, foldtype.ErrCatchingUp) ||
 			time.Since(start) < 100*time.Millisecond || time.Until(deadline) < 10*time.Millisecond {
 			return err
 		}
@@ -182,8 +181,8 @@ func waitTimedOut(r *http.Request, err error) bool {
 	if r.Context().Err() != nil {
 		return false
 	}
-	return errors.Is(err, foldstream.ErrCatchingUp) || errors.Is(err, foldstream.ErrProcessTimeout) ||
-		errors.Is(err, foldstream.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, foldtype.ErrCatchingUp) || errors.Is(err, foldtype.ErrProcessTimeout) ||
+		errors.Is(err, foldtype.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // writeWaitTimeout is the one answer of a waitUntilProcessed wait that timed out
@@ -191,7 +190,7 @@ func waitTimedOut(r *http.Request, err error) bool {
 // Foldstream-Processor-Offset and the message when it is known.
 func (s *Server) writeWaitTimeout(w http.ResponseWriter, r *http.Request, path, slug string, want int64, timeout time.Duration, err error) {
 	off, known := int64(0), false
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if errors.As(err, &fe) {
 		off, known = dataOffset(fe.Data)
 	}
@@ -207,7 +206,7 @@ func (s *Server) writeWaitTimeout(w http.ResponseWriter, r *http.Request, path, 
 		w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
 		msg = fmt.Sprintf("processor %q reduced %q through offset %d, not %d, within %s", slug, path, off, want, timeout)
 	}
-	writeCoded(w, foldstream.CodeProcessTimeout, msg+": retry later", 1)
+	writeCoded(w, foldtype.CodeProcessTimeout, msg+": retry later", 1)
 }
 
 // parseProcessedOffset accepts a protocol offset or a plain non-negative integer.
@@ -222,7 +221,7 @@ func parseProcessedOffset(v string) (int64, error) {
 	return pos, nil
 }
 
-func liveSeedJSON(live foldstream.LiveSnapshot) []byte {
+func liveSeedJSON(live foldtype.LiveSnapshot) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"rev":`)
 	b.WriteString(strconv.FormatInt(live.Rev, 10))
@@ -243,10 +242,10 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 	if r.Context().Err() != nil {
 		return // the client is gone
 	}
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if !errors.As(err, &fe) {
 		if errors.Is(err, context.DeadlineExceeded) {
-			fe = &foldstream.Error{Code: foldstream.CodeProcessTimeout,
+			fe = &foldtype.Error{Code: foldtype.CodeProcessTimeout,
 				Message: "the processor did not catch up within " + s.cfg.ProcessorWaitTimeout.String() + ": retry later"}
 		}
 	}
@@ -255,18 +254,18 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
-	if off, ok := dataOffset(fe.Data); ok && fe.Code == foldstream.CodeCatchingUp {
+	if off, ok := dataOffset(fe.Data); ok && fe.Code == foldtype.CodeCatchingUp {
 		w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
-	} else if pp, ok := s.cfg.Processors.(ProcessorProgress); ok && (fe.Code == foldstream.CodeProcessTimeout || fe.Code == foldstream.CodeWaitTimeout) {
+	} else if pp, ok := s.cfg.Processors.(ProcessorProgress); ok && (fe.Code == foldtype.CodeProcessTimeout || fe.Code == foldtype.CodeWaitTimeout) {
 		if off, err := pp.ReducedThroughOffset(path, slug); err == nil {
 			w.Header().Set(HeaderProcessorOffset, FormatOffset(off))
 		}
 	}
 	retry := 1
 	switch fe.Code {
-	case foldstream.CodeProcessorParked:
+	case foldtype.CodeProcessorParked:
 		retry = parkedRetryAfter
-	case foldstream.CodeProcessorFailing:
+	case foldtype.CodeProcessorFailing:
 		// Until the host's next retry of the failing processor.
 		if at, ok := fe.Data["nextRetry"].(string); ok {
 			if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
@@ -302,30 +301,12 @@ func dataOffset(data map[string]any) (int64, bool) {
 // re-seed).
 func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path, slug string) {
 	ctx := r.Context()
-	deltas := make(chan foldstream.LiveStateDelta, 256)
-	overflow := make(chan struct{}, 1)
-	sub, err := s.st.Events().Subscribe(path, func(_ context.Context, events []foldstream.Event, _ foldstream.ScannedRange) error {
-		for _, ev := range events {
-			var d foldstream.LiveStateDelta
-			if ev.Type != foldstream.LiveStateChangedType || json.Unmarshal(ev.Payload, &d) != nil || d.Key != slug {
-				continue
-			}
-			select {
-			case deltas <- d:
-			default:
-				select {
-				case overflow <- struct{}{}:
-				default:
-				}
-			}
-		}
-		return nil
-	}, stream.SubscribeOptions{Consumes: []string{foldstream.LiveStateChangedType}, Name: "http-live-state " + slug})
+	hub, reader, err := s.joinLive(path, slug) // before the seed: no delta after it is missed
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	defer sub.Close()
+	defer s.leaveLive(path, hub, reader)
 	// The seed waits for the processor like a snapshot does, within the same bound.
 	boundCtx, cancelBound := context.WithTimeout(ctx, s.cfg.ProcessorWaitTimeout)
 	live, err := s.cfg.Processors.LiveSnapshot(boundCtx, path, slug)
@@ -384,43 +365,27 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			if !lw.send([]byte(": keep-alive\n\n")) {
 				return
 			}
-		case <-overflow:
-			for len(deltas) > 0 {
-				<-deltas
+		case <-reader.overflow:
+			for len(reader.frames) > 0 {
+				<-reader.frames
 			}
 			if !reseed() {
 				return
 			}
-		case d := <-deltas:
-			if d.To <= held {
+		case f := <-reader.frames:
+			if f.to <= held {
 				continue // already in the seed
 			}
-			if d.From != held || d.Patch == nil {
+			if f.from != held || f.frame == nil {
 				if !reseed() {
 					return
 				}
 				continue
 			}
-			buf.WriteString(`event: delta` + "\n" + `data:{"from":`)
-			buf.WriteString(strconv.FormatInt(d.From, 10))
-			buf.WriteString(`,"to":`)
-			buf.WriteString(strconv.FormatInt(d.To, 10))
-			buf.WriteString(`,"patch":`)
-			if patch, err := json.Marshal(d.Patch); err == nil {
-				buf.Write(patch)
-			} else {
-				buf.Reset()
-				if !reseed() {
-					return
-				}
-				continue
-			}
-			buf.WriteString("}\n\n")
-			if !lw.send(buf.Bytes()) {
+			if !lw.send(f.frame) {
 				return
 			}
-			buf.Reset()
-			held = d.To
+			held = f.to
 		}
 	}
 }

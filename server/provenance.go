@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
@@ -19,9 +19,9 @@ import (
 // client-supplied "source" is dropped, and the source {"principal": {"actor": …}} of the
 // authorized principal is set when there is one. It returns the body to store, or a coded
 // refusal.
-func vetJSON(body []byte, principal *foldstream.Principal, reservedPrefix string) ([]byte, *foldstream.Error) {
+func vetJSON(body []byte, principal *foldtype.Principal, reservedPrefix string) ([]byte, *foldtype.Error) {
 	if !utf8.Valid(body) {
-		return nil, foldstream.NewError(foldstream.CodeBadRequest, nil, "the body is not valid UTF-8 (JSON text must be)")
+		return nil, foldtype.NewError(foldtype.CodeBadRequest, nil, "the body is not valid UTF-8 (JSON text must be)")
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
@@ -37,9 +37,9 @@ func vetJSON(body []byte, principal *foldstream.Principal, reservedPrefix string
 	var stamp []byte
 	if principal != nil {
 		var err error
-		stamp, err = json.Marshal(foldstream.Source{Principal: principal})
+		stamp, err = json.Marshal(foldtype.Source{Principal: principal})
 		if err != nil {
-			return nil, foldstream.NewError(foldstream.CodeBadRequest, nil, "the principal cannot be stamped: %v", err)
+			return nil, foldtype.NewError(foldtype.CodeBadRequest, nil, "the principal cannot be stamped: %v", err)
 		}
 	}
 	if trimmed[0] != '[' {
@@ -68,8 +68,8 @@ func vetJSON(body []byte, principal *foldstream.Principal, reservedPrefix string
 	return append(out, ']'), nil
 }
 
-func invalidJSON() *foldstream.Error {
-	return foldstream.NewError(foldstream.CodeBadRequest, nil, "invalid JSON body")
+func invalidJSON() *foldtype.Error {
+	return foldtype.NewError(foldtype.CodeBadRequest, nil, "invalid JSON body")
 }
 
 // eventFields are the fields of a message that decide how the server treats it, decoded the way
@@ -81,7 +81,7 @@ type eventFields struct {
 }
 
 // vetMessage vets one message (index i of a batch, -1 for a single one).
-func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int) ([]byte, *foldstream.Error) {
+func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int) ([]byte, *foldtype.Error) {
 	msg = bytes.TrimSpace(msg)
 	if len(msg) == 0 || msg[0] != '{' {
 		if !json.Valid(msg) {
@@ -105,7 +105,7 @@ func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int)
 			data["index"] = i
 			where = " (message " + itoa(int64(i)) + ")"
 		}
-		return nil, foldstream.NewError(foldstream.CodeReservedKey, data,
+		return nil, foldtype.NewError(foldtype.CodeReservedKey, data,
 			"idempotency key %q%s starts with %q, which is reserved for processors' own events", key, where, reservedPrefix)
 	}
 	return rewriteSource(msg, stamp)
@@ -114,7 +114,7 @@ func vetMessage(msg json.RawMessage, stamp []byte, reservedPrefix string, i int)
 // rewriteSource returns the object msg without any member whose key is "source" in any letter
 // case (a superset of the store's exact match), plus "source": stamp when stamp is set. Members
 // keep their order and raw values.
-func rewriteSource(msg []byte, stamp []byte) ([]byte, *foldstream.Error) {
+func rewriteSource(msg []byte, stamp []byte) ([]byte, *foldtype.Error) {
 	dec := json.NewDecoder(bytes.NewReader(msg))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {

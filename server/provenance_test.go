@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 )
 
@@ -89,9 +89,9 @@ func TestInvalidUTF8InJSONRefused(t *testing.T) {
 	s := setupSecured(t, server.Config{}, false)
 	request(t, "PUT", s.url+"/v1/stream/j", "", "Content-Type", "application/json")
 	res, body := request(t, "POST", s.url+"/v1/stream/j", "{\"note\":\"\xff\xfe\"}", "Content-Type", "application/json")
-	wantCoded(t, "invalid UTF-8 append", res, body, http.StatusBadRequest, foldstream.CodeBadRequest)
+	wantCoded(t, "invalid UTF-8 append", res, body, http.StatusBadRequest, foldtype.CodeBadRequest)
 	res, body = request(t, "PUT", s.url+"/v1/stream/j2", "[\"\xc3\"]", "Content-Type", "application/json")
-	wantCoded(t, "invalid UTF-8 create", res, body, http.StatusBadRequest, foldstream.CodeBadRequest)
+	wantCoded(t, "invalid UTF-8 create", res, body, http.StatusBadRequest, foldtype.CodeBadRequest)
 	if res, body := request(t, "GET", s.url+"/v1/stream/j", ""); body != "[]" {
 		t.Fatalf("stream after the refusal: %d %s", res.StatusCode, body)
 	}
@@ -110,15 +110,15 @@ func TestSquattedProcessorKeyRefused(t *testing.T) {
 		}
 		h := append([]string{"Content-Type", "application/json"}, auth...)
 		for _, body := range []string{
-			`{"type":"note.added","idempotencyKey":"` + foldstream.ProcessorKeyPrefix + `sources/x@3"}`,
+			`{"type":"note.added","idempotencyKey":"` + foldtype.ProcessorKeyPrefix + `sources/x@3"}`,
 			`{"type":"note.added","idempotencyKey":"processor\u003asources/x@3"}`,
-			`{"type":"note.added","idempotency\u004bey":"` + foldstream.ProcessorKeyPrefix + `k"}`,
-			`[{"type":"note.added","idempotencyKey":"mine"},{"type":"note.added","idempotencyKey":"` + foldstream.ProcessorKeyPrefix + `k"}]`,
+			`{"type":"note.added","idempotency\u004bey":"` + foldtype.ProcessorKeyPrefix + `k"}`,
+			`[{"type":"note.added","idempotencyKey":"mine"},{"type":"note.added","idempotencyKey":"` + foldtype.ProcessorKeyPrefix + `k"}]`,
 		} {
 			res, rb := request(t, "POST", s.url+"/v1/stream/events", body, h...)
-			wantCoded(t, "squatting "+body, res, rb, http.StatusBadRequest, foldstream.CodeReservedKey)
+			wantCoded(t, "squatting "+body, res, rb, http.StatusBadRequest, foldtype.CodeReservedKey)
 			res, rb = request(t, "PUT", s.url+"/v1/stream/squat", body, h...)
-			wantCoded(t, "squatting at creation "+body, res, rb, http.StatusBadRequest, foldstream.CodeReservedKey)
+			wantCoded(t, "squatting at creation "+body, res, rb, http.StatusBadRequest, foldtype.CodeReservedKey)
 		}
 		res, body := request(t, "GET", s.url+"/v1/stream/events", "", auth...)
 		if strings.Contains(body, "note.added") {
@@ -128,7 +128,7 @@ func TestSquattedProcessorKeyRefused(t *testing.T) {
 		// names exactly, so it is no key), and a plain message that merely mentions the prefix are
 		// fine.
 		res, body = request(t, "POST", s.url+"/v1/stream/events", `[{"type":"note.added","idempotencyKey":"my-processor:1"},{"type":"note.added","IdempotencyKey":"`+
-			foldstream.ProcessorKeyPrefix+`k"},{"note":"`+foldstream.ProcessorKeyPrefix+`"}]`, h...)
+			foldtype.ProcessorKeyPrefix+`k"},{"note":"`+foldtype.ProcessorKeyPrefix+`"}]`, h...)
 		if res.StatusCode != http.StatusNoContent {
 			t.Fatalf("ordinary keys: %d %s", res.StatusCode, body)
 		}

@@ -26,8 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/console"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -103,7 +103,7 @@ type Config struct {
 	LiveChunkBytes int
 	// Clock is the time source of the cursor rule (docs/server.md#streams). Defaults to the
 	// store's clock.
-	Clock foldstream.Clock
+	Clock foldtype.Clock
 	// Logger receives one debug line per request and errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Processors, when set, serves processor snapshots, live-state seeds and live-state deltas
@@ -264,6 +264,7 @@ type Server struct {
 	metricsHandler http.Handler // serves MetricsPath, or nil
 	stopObserving  func()       // ends the store's commit observation of the metrics, or nil
 	subs           *deliverer   // subscription delivery (webhooks.go)
+	live           liveHubs     // live-state delta fan-out to SSE readers (livehub.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -538,31 +539,31 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	h.Set(HeaderErrorCode, string(code))
 	msg := err.Error()
 	switch code {
-	case foldstream.CodeStreamClosed:
+	case foldtype.CodeStreamClosed:
 		h.Set(wire.HeaderStreamClosed, "true")
 		if tail, ok := stream.TailOf(err); ok {
 			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
-	case foldstream.CodeStreamPaused:
-		var fe *foldstream.Error
+	case foldtype.CodeStreamPaused:
+		var fe *foldtype.Error
 		if errors.As(err, &fe) {
 			reason, _ := fe.Data["reason"].(string)
 			setPaused(h, reason)
 		}
-	case foldstream.CodeOffsetConflict:
+	case foldtype.CodeOffsetConflict:
 		if tail, ok := stream.TailOf(err); ok {
 			h.Set(wire.HeaderStreamNextOffset, FormatOffset(tail))
 		}
-	case foldstream.CodeStaleEpoch:
+	case foldtype.CodeStaleEpoch:
 		if epoch, ok := stream.EpochOf(err); ok {
 			h.Set(wire.HeaderProducerEpoch, itoa(epoch))
 		}
-	case foldstream.CodeSequenceGap:
+	case foldtype.CodeSequenceGap:
 		if expected, received, ok := stream.SequenceGapOf(err); ok {
 			h.Set(wire.HeaderProducerExpectedSeq, itoa(expected))
 			h.Set(wire.HeaderProducerReceivedSeq, itoa(received))
 		}
-	case foldstream.CodeClosed:
+	case foldtype.CodeClosed:
 		msg = "server is shutting down"
 	}
 	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -119,7 +119,7 @@ func (s *Server) writeSubError(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	body := map[string]any{"code": string(code), "message": err.Error()}
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if errors.As(err, &fe) {
 		for k, v := range fe.Data {
 			body[k] = v
@@ -150,14 +150,14 @@ func (s *Server) readSubBody(w http.ResponseWriter, r *http.Request, v any) bool
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			s.writeSubError(w, r, foldstream.NewError(foldstream.CodeTooLarge, nil, "the request body is over %d bytes", maxSubscriptionBody))
+			s.writeSubError(w, r, foldtype.NewError(foldtype.CodeTooLarge, nil, "the request body is over %d bytes", maxSubscriptionBody))
 			return false
 		}
-		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "read the request body: %v", err))
+		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "read the request body: %v", err))
 		return false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "the body is not the JSON object this route takes: %v", err))
+		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "the body is not the JSON object this route takes: %v", err))
 		return false
 	}
 	return true
@@ -209,7 +209,7 @@ func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, i
 		}
 	}
 	if b.LeaseTTLms < 0 {
-		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "lease_ttl_ms must be from 1000 to 600000"))
+		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "lease_ttl_ms must be from 1000 to 600000"))
 		return
 	}
 	info, created, err := s.st.Protocol().PutSubscription(r.Context(), id, cfg)
@@ -299,7 +299,7 @@ func (s *Server) handleAddStreams(w http.ResponseWriter, r *http.Request, id str
 		return
 	}
 	if len(b.Streams) == 0 {
-		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "give the streams to link in streams"))
+		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "give the streams to link in streams"))
 		return
 	}
 	if err := s.st.Protocol().AddSubscriptionStreams(r.Context(), id, b.Streams); err != nil {
@@ -344,7 +344,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, id string) 
 func (s *Server) wakeToken(w http.ResponseWriter, r *http.Request) (string, bool) {
 	tok, ok := parseBearer(r.Header.Values("Authorization"))
 	if !ok {
-		s.writeSubError(w, r, foldstream.NewError(foldstream.CodeUnauthorized, nil,
+		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeUnauthorized, nil,
 			`send the wake's token as "Authorization: Bearer <token>"`))
 		return "", false
 	}
@@ -374,7 +374,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, id string, ca
 	for _, a := range b.Acks {
 		pos, now, err := ParseOffset(a.Offset)
 		if err != nil || now || pos < 0 {
-			s.writeSubError(w, r, foldstream.NewError(foldstream.CodeBadRequest, nil, "ack offset %q of %q: give an offset the wake reported", a.Offset, a.Stream))
+			s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "ack offset %q of %q: give an offset the wake reported", a.Offset, a.Stream))
 			return
 		}
 		req.Acks = append(req.Acks, stream.StreamAck{Stream: a.Stream, Offset: pos})

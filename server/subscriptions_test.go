@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -103,7 +103,7 @@ func (n *subNode) close() {
 	n.srv.Shutdown()
 }
 
-func startNode(t testing.TB, dsn string, clock foldstream.Clock, cfg server.Config) *subNode {
+func startNode(t testing.TB, dsn string, clock foldtype.Clock, cfg server.Config) *subNode {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts := stream.Options{Logger: quiet, Clock: clock}
@@ -255,7 +255,7 @@ func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	for i, u := range refusedEverywhere {
 		for _, base := range []string{strict.URL, dev.URL} {
 			res, b := request(t, "PUT", fmt.Sprintf("%s/v1/stream/__ds/subscriptions/r%d", base, i), body(u), "Content-Type", "application/json")
-			wantCoded(t, u, res, b, http.StatusBadRequest, foldstream.CodeWebhookURLRejected)
+			wantCoded(t, u, res, b, http.StatusBadRequest, foldtype.CodeWebhookURLRejected)
 			if !strings.Contains(b, `"code":"WEBHOOK_URL_REJECTED"`) {
 				t.Fatalf("%s: body %s lacks the JSON error code", u, b)
 			}
@@ -263,7 +263,7 @@ func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	}
 	for i, u := range []string{"http://127.0.0.1:9/hook", "https://localhost/hook", "http://[::1]:9/hook", "http://app.localhost/hook"} {
 		res, b := request(t, "PUT", fmt.Sprintf("%s/v1/stream/__ds/subscriptions/l%d", strict.URL, i), body(u), "Content-Type", "application/json")
-		wantCoded(t, u+" without the loopback allowance", res, b, http.StatusBadRequest, foldstream.CodeWebhookURLRejected)
+		wantCoded(t, u+" without the loopback allowance", res, b, http.StatusBadRequest, foldtype.CodeWebhookURLRejected)
 		if res, b := request(t, "PUT", fmt.Sprintf("%s/v1/stream/__ds/subscriptions/l%d", dev.URL, i), body(u), "Content-Type", "application/json"); res.StatusCode != http.StatusCreated {
 			t.Fatalf("%s with the loopback allowance: %d %s", u, res.StatusCode, b)
 		}
@@ -435,7 +435,7 @@ func TestPullWakeWorkerKilledMidClaimLosesItsLease(t *testing.T) {
 		t.Fatalf("first claim: %d %s", res.StatusCode, b)
 	}
 	res, b, _ = claim(t, n.url, "pool", "worker-2")
-	wantCoded(t, "claim while worker-1 holds the lease", res, b, http.StatusConflict, foldstream.CodeAlreadyClaimed)
+	wantCoded(t, "claim while worker-1 holds the lease", res, b, http.StatusConflict, foldtype.CodeAlreadyClaimed)
 	if !strings.Contains(b, `"current_holder":"worker-1"`) {
 		t.Fatalf("ALREADY_CLAIMED body %s does not name worker-1", b)
 	}
@@ -446,7 +446,7 @@ func TestPullWakeWorkerKilledMidClaimLosesItsLease(t *testing.T) {
 		t.Fatalf("claim after the lease ran out: %d %s (dead worker had generation %d)", res.StatusCode, b, dead.Generation)
 	}
 	res, b = ackWake(t, n.url, "pool", dead, true)
-	wantCoded(t, "the dead worker's late ack", res, b, http.StatusConflict, foldstream.CodeFenced)
+	wantCoded(t, "the dead worker's late ack", res, b, http.StatusConflict, foldtype.CodeFenced)
 	res, b = ackWake(t, n.url, "pool", live, true)
 	if res.StatusCode != http.StatusOK || strings.TrimSpace(b) != `{"next_wake":false,"ok":true}` {
 		t.Fatalf("live worker's ack: %d %s", res.StatusCode, b)

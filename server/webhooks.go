@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -48,7 +48,7 @@ const (
 
 // errWebhookURL builds a WEBHOOK_URL_REJECTED refusal.
 func errWebhookURL(format string, args ...any) error {
-	return foldstream.NewError(foldstream.CodeWebhookURLRejected, nil, format, args...)
+	return foldtype.NewError(foldtype.CodeWebhookURLRejected, nil, format, args...)
 }
 
 // checkWebhookURL applies the webhook URL rules (docs/server.md#webhook-url-validation): https to

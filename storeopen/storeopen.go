@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
@@ -63,11 +63,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*stream.Store, error) {
 func checkPath(dsn string) error {
 	lower := strings.ToLower(dsn)
 	if strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") {
-		return foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"dsn": redact(dsn)},
+		return foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"dsn": redact(dsn)},
 			"open stream store: %q is not a PostgreSQL URL; write it as postgres://user@host:port/db", redact(dsn))
 	}
 	if scheme, ok := urlScheme(dsn); ok {
-		return foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"dsn": redact(dsn), "scheme": scheme},
+		return foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"dsn": redact(dsn), "scheme": scheme},
 			"open stream store: no driver opens %s:// URLs; give a SQLite file path or a postgres:// URL", scheme)
 	}
 	return nil
@@ -98,7 +98,7 @@ func redact(dsn string) string {
 
 func openSQLite(ctx context.Context, path string, cfg Config) (*stream.Store, error) {
 	if cfg.SQLite.Path != "" {
-		return nil, foldstream.NewError(foldstream.CodeInvalidConfig, nil,
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, nil,
 			"open stream store: Config.SQLite.Path is %q; leave it empty, the path is Open's argument", cfg.SQLite.Path)
 	}
 	sc := cfg.SQLite
@@ -117,7 +117,7 @@ func openSQLite(ctx context.Context, path string, cfg Config) (*stream.Store, er
 
 func openPostgres(ctx context.Context, url string, cfg Config) (*stream.Store, error) {
 	if cfg.Postgres.URL != "" {
-		return nil, foldstream.NewError(foldstream.CodeInvalidConfig, nil,
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, nil,
 			"open stream store: Config.Postgres.URL is set; leave it empty, the URL is Open's argument")
 	}
 	pc := cfg.Postgres

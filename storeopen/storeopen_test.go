@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -126,13 +126,13 @@ func TestOpenPicksSQLiteForAPath(t *testing.T) {
 	if st.Path() != path {
 		t.Fatalf("Path: got %q, want %q", st.Path(), path)
 	}
-	if _, err := st.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := st.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if !fileExists(path) {
 		t.Fatalf("no database file at %s", path)
 	}
-	if again, err := storeopen.Open(ctx, path, storeopen.Config{}); !errors.Is(err, foldstream.ErrStoreLocked) {
+	if again, err := storeopen.Open(ctx, path, storeopen.Config{}); !errors.Is(err, foldtype.ErrStoreLocked) {
 		if again != nil {
 			again.Close()
 		}
@@ -160,7 +160,7 @@ func TestOpenPicksPostgresForAURL(t *testing.T) {
 	if strings.Contains(st.Path(), "secret") || !strings.HasPrefix(st.Path(), "postgres://") {
 		t.Fatalf("Path: got %q, want the URL without its password", st.Path())
 	}
-	if _, err := st.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := st.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -176,7 +176,7 @@ func TestOpenRefusesURLsNoDriverOpens(t *testing.T) {
 			st.Close()
 			t.Fatalf("Open(%q): got a store, want INVALID_CONFIG", dsn)
 		}
-		if !errors.Is(err, foldstream.ErrInvalidConfig) {
+		if !errors.Is(err, foldtype.ErrInvalidConfig) {
 			t.Fatalf("Open(%q): got %v, want INVALID_CONFIG", dsn, err)
 		}
 	}
@@ -205,11 +205,11 @@ func TestOpenRefusesSettingsThatMakeNoSense(t *testing.T) {
 			st.Close()
 			t.Fatalf("%s: got a store, want INVALID_CONFIG", name)
 		}
-		if !errors.Is(err, foldstream.ErrInvalidConfig) {
+		if !errors.Is(err, foldtype.ErrInvalidConfig) {
 			t.Fatalf("%s: got %v, want INVALID_CONFIG", name, err)
 		}
 	}
-	if _, err := storeopen.Open(context.Background(), "", storeopen.Config{}); !errors.Is(err, foldstream.ErrInvalidConfig) {
+	if _, err := storeopen.Open(context.Background(), "", storeopen.Config{}); !errors.Is(err, foldtype.ErrInvalidConfig) {
 		t.Fatalf("empty dsn: got %v, want INVALID_CONFIG", err)
 	}
 	// A lower-case mode is the same mode.
@@ -218,4 +218,37 @@ func TestOpenRefusesSettingsThatMakeNoSense(t *testing.T) {
 		t.Fatalf("synchronous \"normal\": %v", err)
 	}
 	st.Close()
+}
+
+// The engine and the JSON-Schema libraries it validates payloads with.
+var engineLinks = []string{"github.com/santhosh-tekuri/jsonschema", "github.com/invopop/jsonschema"}
+
+// linksEngine reports whether set holds the engine (the module's root package, exactly) or one of
+// its JSON-Schema libraries.
+func linksEngine(set map[string]bool) (string, bool) {
+	if set["github.com/foldstream/foldstream"] {
+		return "github.com/foldstream/foldstream", true
+	}
+	for _, m := range engineLinks {
+		if p, ok := linksUnder(set, m); ok {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// TestStoreAndDriversDoNotLinkTheEngine: the store, its drivers and storeopen speak the shared
+// vocabulary of package foldtype, not the engine's: none of them links package foldstream or its
+// JSON-Schema libraries. (The host, which runs engines, does, so the listing can tell.)
+func TestStoreAndDriversDoNotLinkTheEngine(t *testing.T) {
+	t.Parallel()
+	if _, ok := linksEngine(deps(t, "./host")); !ok {
+		t.Fatal("package host does not link the engine: the listing proves nothing")
+	}
+	for _, pkg := range []string{"./foldtype", "./stream", "./stream/driver", "./stream/driver/sqlitedriver",
+		"./stream/driver/pgdriver", "./storeopen"} {
+		if p, ok := linksEngine(deps(t, pkg)); ok {
+			t.Errorf("%s links %s", pkg, p)
+		}
+	}
 }

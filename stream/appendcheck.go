@@ -3,13 +3,13 @@ package stream
 import (
 	"sync/atomic"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // AppendCheck inspects the durable events of an append to path before anything is written; an
 // error refuses the whole append with that error (docs/store.md#refusing-invalid-events). It runs
 // outside the writer, on the appender's goroutine, and must not block.
-type AppendCheck func(path string, events []foldstream.Event) error
+type AppendCheck func(path string, events []foldtype.Event) error
 
 // appendCheckBox holds the store's installed check.
 type appendCheckBox struct{ fn AppendCheck }
@@ -29,15 +29,15 @@ func (e *Events) SetAppendCheck(check AppendCheck) (remove func()) {
 }
 
 // checkInputs runs the installed check on the durable events among inputs.
-func (s *Store) checkInputs(path string, inputs []foldstream.EventInput) error {
+func (s *Store) checkInputs(path string, inputs []foldtype.EventInput) error {
 	box := s.check.Load()
 	if box == nil || box.fn == nil {
 		return nil
 	}
-	var evs []foldstream.Event
+	var evs []foldtype.Event
 	for _, in := range inputs {
 		if !in.Ephemeral {
-			evs = append(evs, foldstream.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata})
+			evs = append(evs, foldtype.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata})
 		}
 	}
 	if len(evs) == 0 {
@@ -52,7 +52,7 @@ func (s *Store) checkMessages(path string, msgs [][]byte) error {
 	if box == nil || box.fn == nil || len(msgs) == 0 {
 		return nil
 	}
-	evs := make([]foldstream.Event, 0, len(msgs))
+	evs := make([]foldtype.Event, 0, len(msgs))
 	for _, m := range msgs {
 		ev, err := decodeEvent(path, message{Body: m})
 		if err != nil {

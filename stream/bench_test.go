@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
@@ -26,7 +27,7 @@ import (
 // insert into the same file layout in one run and reports their ratio.
 
 // benchPayload makes an event of about 200 bytes stored.
-var benchPayload = foldstream.JSON(map[string]any{"user": "u-12345", "note": strings.Repeat("x", 100), "n": 42})
+var benchPayload = foldtype.JSON(map[string]any{"user": "u-12345", "note": strings.Repeat("x", 100), "n": 42})
 
 func benchStore(b *testing.B) (*Store, string) {
 	b.Helper()
@@ -54,7 +55,7 @@ func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := s.Events().Stream("/bench").Append(ctx, foldstream.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				if _, err := s.Events().Stream("/bench").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -139,7 +140,7 @@ func (r *rawInserter) insert(b *testing.B, n, batch int) time.Duration {
 }
 
 func mustPrefix(b *testing.B) []byte {
-	p, err := prepareInputs([]foldstream.EventInput{{Type: "bench/event", Payload: benchPayload}})
+	p, err := prepareInputs([]foldtype.EventInput{{Type: "bench/event", Payload: benchPayload}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -188,13 +189,23 @@ func BenchmarkAppendVsRaw(b *testing.B) {
 // It reports the small appends' p50 and p99 latency: a huge record costs the others at most the
 // time of its own commit, never a slower b-tree for every later append.
 func BenchmarkAppendBesideHugeRecords(b *testing.B) {
+	appendBesideHugeRecords(b, func(b *testing.B) *Store { s, _ := benchStore(b); return s })
+}
+
+// BenchmarkAppendBesideHugeRecordsPostgres is BenchmarkAppendBesideHugeRecords on PostgreSQL
+// (FOLDSTREAM_TEST_POSTGRES, a fresh schema per run).
+func BenchmarkAppendBesideHugeRecordsPostgres(b *testing.B) {
+	appendBesideHugeRecords(b, func(b *testing.B) *Store { return openPGStore(b, pgtest.URL(b)) })
+}
+
+func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 	for _, beside := range []bool{false, true} {
 		name := "alone"
 		if beside {
 			name = "beside-huge"
 		}
 		b.Run(name, func(b *testing.B) {
-			s, _ := benchStore(b)
+			s := open(b)
 			ctx := context.Background()
 			for _, p := range []string{"/small", "/huge-json"} {
 				if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
@@ -319,4 +330,67 @@ func BenchmarkCatchUpRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
 	b.ReportMetric(float64(peak)/(1<<20), "heap-growth-MiB")
+}
+
+// BenchmarkPostgresAppendsToSeparateStreams runs 16 writers, each appending single-message
+// protocol batches to its own stream, on PostgreSQL (FOLDSTREAM_TEST_POSTGRES), and reports where
+// a group's time goes: appends per commit, write round trips per commit, the COMMIT's own time
+// (its round trip and WAL flush) and the whole group's time (elapsed over commits).
+func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
+	s := openPGStore(b, pgtest.URL(b))
+	d, ok := s.drv.(interface{ WriteRoundTrips() int64 })
+	if !ok {
+		b.Fatal("not a PostgreSQL store")
+	}
+	ctx := context.Background()
+	const k = 16
+	for w := range k {
+		if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var commitTime time.Duration
+	stop := s.ObserveCommits(func(c CommitStats) {
+		mu.Lock()
+		commitTime += c.Duration
+		mu.Unlock()
+	})
+	defer stop()
+	c0, t0 := s.commits.Load(), d.WriteRoundTrips()
+	mu.Lock()
+	commitTime = 0
+	mu.Unlock()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range k {
+		share := b.N / k
+		if w < b.N%k {
+			share++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := AppendRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json", Body: []byte(`{"n":1}`)}
+			for range share {
+				if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	commits := float64(s.commits.Load() - c0)
+	mu.Lock()
+	ct := commitTime
+	mu.Unlock()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msg/s")
+	b.ReportMetric(float64(b.N)/commits, "appends/commit")
+	b.ReportMetric(float64(d.WriteRoundTrips()-t0)/commits, "trips/commit")
+	b.ReportMetric(float64(ct.Microseconds())/1000/commits, "commit-ms")
+	b.ReportMetric(float64(elapsed.Microseconds())/1000/commits, "group-ms")
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -19,8 +19,8 @@ func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	given := &foldstream.Source{Grant: "g"}
-	got, err := s.Events().Stream("/o").Append(ctx, foldstream.EventInput{Type: "a", Source: given}, foldstream.EventInput{Type: "b", Source: &foldstream.Source{Origin: "/upstream"}}, foldstream.EventInput{Type: "c"})
+	given := &foldtype.Source{Grant: "g"}
+	got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "a", Source: given}, foldtype.EventInput{Type: "b", Source: &foldtype.Source{Origin: "/upstream"}}, foldtype.EventInput{Type: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, evs := range [][]foldstream.Event{got, page.Events} {
+	for i, evs := range [][]foldtype.Event{got, page.Events} {
 		if evs[0].Source.Origin != "/o" || evs[1].Source.Origin != "/upstream" || evs[2].Source != nil {
 			t.Fatalf("view %d: sources %+v %+v %+v", i, evs[0].Source, evs[1].Source, evs[2].Source)
 		}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -18,8 +18,8 @@ import (
 // clock for the earliest claim. When it fires, one write spends every due claim and the handler is
 // called for each in its own goroutine.
 //
-// Spending a claim does not delete it: it moves it to its retry time, now + foldstream.ReviveAfter ·
-// 2^failures (capped at foldstream.ReviveAfterMax, the engine's own backoff), and counts the attempt in failures. That row is the
+// Spending a claim does not delete it: it moves it to its retry time, now + foldtype.ReviveAfter ·
+// 2^failures (capped at foldtype.ReviveAfterMax, the engine's own backoff), and counts the attempt in failures. That row is the
 // re-claim a failed revive needs, already durable before the revive starts, so a revive that fails,
 // is cancelled by shutdown, or dies with its process is tried again. A revive that succeeds deletes
 // the row — unless the processor claimed again meanwhile (a busy engine re-claims from revive),
@@ -262,13 +262,13 @@ func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) 
 	s.rearmAlarms()
 }
 
-// retryDelay is the backoff after failures failed revives: foldstream.ReviveAfter · 2^failures, capped.
+// retryDelay is the backoff after failures failed revives: foldtype.ReviveAfter · 2^failures, capped.
 func retryDelay(failures int) time.Duration {
 	// Double until the cap: shifting the base by the failure count overflows int64 well before a
 	// shift count a plain bound would catch (20 s << 29 already does).
-	d := foldstream.ReviveAfter
-	for i := 0; i < failures && d < foldstream.ReviveAfterMax; i++ {
+	d := foldtype.ReviveAfter
+	for i := 0; i < failures && d < foldtype.ReviveAfterMax; i++ {
 		d *= 2
 	}
-	return min(d, foldstream.ReviveAfterMax)
+	return min(d, foldtype.ReviveAfterMax)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 func TestClaimsStoredAndReleased(t *testing.T) {
@@ -115,9 +115,9 @@ func TestAlarmBackoffIsCapped(t *testing.T) {
 	}
 	s.rearmAlarms()
 	<-done
-	clk.WaitArmed(t, testT.Add(foldstream.ReviveAfterMax))
+	clk.WaitArmed(t, testT.Add(foldtype.ReviveAfterMax))
 	got, _ := s.Events().Claims(ctx)
-	if len(got) != 1 || got[0].Failures != 11 || !got[0].At.Equal(testT.Add(foldstream.ReviveAfterMax)) {
+	if len(got) != 1 || got[0].Failures != 11 || !got[0].At.Equal(testT.Add(foldtype.ReviveAfterMax)) {
 		t.Fatalf("capped re-claim: got %+v", got)
 	}
 }
@@ -148,16 +148,16 @@ func TestAlarmsFireOverdueClaimsOnStart(t *testing.T) {
 }
 
 // The backoff never goes below the base nor above the cap, whatever the failure count. The bug:
-// foldstream.ReviveAfter<<29 overflowed int64, so the 30th failed revive of a claim (after about 11
+// foldtype.ReviveAfter<<29 overflowed int64, so the 30th failed revive of a claim (after about 11
 // hours of failures) was retried at once instead of 30 minutes later.
 func TestRetryDelayNeverOverflows(t *testing.T) {
 	t.Parallel()
 	prev := time.Duration(0)
 	for f := 0; f <= 100; f++ {
 		d := retryDelay(f)
-		if d < foldstream.ReviveAfter || d > foldstream.ReviveAfterMax || d < prev {
+		if d < foldtype.ReviveAfter || d > foldtype.ReviveAfterMax || d < prev {
 			t.Fatalf("retryDelay(%d) = %v (previous %v): want a non-decreasing delay in [%v, %v]",
-				f, d, prev, foldstream.ReviveAfter, foldstream.ReviveAfterMax)
+				f, d, prev, foldtype.ReviveAfter, foldtype.ReviveAfterMax)
 		}
 		prev = d
 	}

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
@@ -34,9 +34,9 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
-					_, err := s.Events().Stream("/s").Append(context.Background(), foldstream.EventInput{Type: "t"})
+					_, err := s.Events().Stream("/s").Append(context.Background(), foldtype.EventInput{Type: "t"})
 					if err != nil {
-						if foldstream.CodeOf(err) != foldstream.CodeClosed {
+						if foldtype.CodeOf(err) != foldtype.CodeClosed {
 							t.Errorf("round %d writer %d: append failed with %v, want CLOSED", round, w, err)
 						}
 						return

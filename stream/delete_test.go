@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // TestDeletedStreamTakesItsProcessorStateAlong: a checkpoint, a claim, the ephemeral ring and the
@@ -37,14 +37,14 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := cps.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3,
+			if err := cps.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3,
 				State: json.RawMessage(`{"n":3}`)}, true); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Events().Claim(ctx, path, "p", clk.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			sub, err := s.Events().Subscribe(path, func(context.Context, []foldstream.Event, foldstream.ScannedRange) error { return nil }, SubscribeOptions{})
+			sub, err := s.Events().Subscribe(path, func(context.Context, []foldtype.Event, foldtype.ScannedRange) error { return nil }, SubscribeOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,18 +70,18 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the subscription did not end")
 			}
-			if err := sub.Err(); !errors.Is(err, foldstream.ErrStreamDeleted) {
+			if err := sub.Err(); !errors.Is(err, foldtype.ErrStreamDeleted) {
 				t.Fatalf("subscription ended with %v, want STREAM_DELETED", err)
 			}
-			if err := sub.WaitDelivered(ctx); !errors.Is(err, foldstream.ErrStreamDeleted) {
+			if err := sub.WaitDelivered(ctx); !errors.Is(err, foldtype.ErrStreamDeleted) {
 				t.Fatalf("WaitDelivered after the delete: got %v, want STREAM_DELETED", err)
 			}
 			if _, ok, err := cps.ReadCheckpoint(ctx, "p"); err != nil || ok {
 				t.Fatalf("checkpoint after the delete: found %v (err %v), want none", ok, err)
 			}
 			// A processor still running on the deleted stream cannot leave a checkpoint behind.
-			late := foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 4}
-			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldstream.ErrStreamDeleted) || foldstream.IsRetryable(err) {
+			late := foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 4}
+			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldtype.ErrStreamDeleted) || foldtype.IsRetryable(err) {
 				t.Fatalf("late checkpoint write: got %v, want STREAM_DELETED, not retryable", err)
 			}
 			claims, err := s.Events().Claims(ctx)
@@ -110,10 +110,10 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if cp, ok, err := cps2.ReadCheckpoint(ctx, "p"); err != nil || ok {
 				t.Fatalf("checkpoint of the new stream: got %+v (found %v, err %v), want none", cp, ok, err)
 			}
-			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldstream.ErrStreamDeleted) {
+			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldtype.ErrStreamDeleted) {
 				t.Fatalf("old incarnation's checkpoint write on the new stream: got %v, want STREAM_DELETED", err)
 			}
-			if err := cps2.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false); err != nil {
+			if err := cps2.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false); err != nil {
 				t.Fatalf("new stream's checkpoint write: %v", err)
 			}
 			if cp, ok, err := cps2.ReadCheckpoint(ctx, "p"); err != nil || !ok || cp.ReducedThroughOffset != 1 {

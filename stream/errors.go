@@ -3,14 +3,14 @@ package stream
 import (
 	"errors"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
-// The store's refusals are *foldstream.Error values with codes from the one catalogue in package
-// foldstream (match them with errors.Is against foldstream.ErrStreamNotFound and friends). The data
+// The store's refusals are *foldtype.Error values with codes from the one catalogue in package
+// foldstream (match them with errors.Is against foldtype.ErrStreamNotFound and friends). The data
 // an HTTP answer needs travels in Error.Data under the keys below; read it with the accessors.
 
-// Keys of foldstream.Error.Data set by the store.
+// Keys of foldtype.Error.Data set by the store.
 const (
 	// DataTail is the stream's tail (int64) on STREAM_CLOSED and on an OFFSET_CONFLICT of a
 	// protocol append.
@@ -23,32 +23,32 @@ const (
 )
 
 // perr builds a coded refusal with a formatted message.
-func perr(code foldstream.Code, format string, args ...any) *foldstream.Error {
-	return foldstream.NewError(code, nil, format, args...)
+func perr(code foldtype.Code, format string, args ...any) *foldtype.Error {
+	return foldtype.NewError(code, nil, format, args...)
 }
 
 // streamClosedError is the refusal of an append to a stream its writer closed.
-func streamClosedError(path string, tail int64) *foldstream.Error {
-	return foldstream.NewError(foldstream.CodeStreamClosed, map[string]any{"path": path, DataTail: tail},
+func streamClosedError(path string, tail int64) *foldtype.Error {
+	return foldtype.NewError(foldtype.CodeStreamClosed, map[string]any{"path": path, DataTail: tail},
 		"stream %s is closed", quotePath(path))
 }
 
 // staleEpochError refuses a producer whose epoch is older than the stream's.
-func staleEpochError(current int64) *foldstream.Error {
-	return foldstream.NewError(foldstream.CodeStaleEpoch, map[string]any{DataEpoch: current},
+func staleEpochError(current int64) *foldtype.Error {
+	return foldtype.NewError(foldtype.CodeStaleEpoch, map[string]any{DataEpoch: current},
 		"producer epoch is stale (the current epoch is %d)", current)
 }
 
 // sequenceGapError refuses a producer that skipped sequence numbers.
-func sequenceGapError(expected, received int64) *foldstream.Error {
-	return foldstream.NewError(foldstream.CodeSequenceGap, map[string]any{DataExpectedSeq: expected, DataReceivedSeq: received},
+func sequenceGapError(expected, received int64) *foldtype.Error {
+	return foldtype.NewError(foldtype.CodeSequenceGap, map[string]any{DataExpectedSeq: expected, DataReceivedSeq: received},
 		"producer sequence gap: expected seq %d, got %d", expected, received)
 }
 
-// dataInt64 returns the int64 stored under key in the Data of the first *foldstream.Error in err's
+// dataInt64 returns the int64 stored under key in the Data of the first *foldtype.Error in err's
 // chain.
 func dataInt64(err error, key string) (int64, bool) {
-	var e *foldstream.Error
+	var e *foldtype.Error
 	if !errors.As(err, &e) {
 		return 0, false
 	}

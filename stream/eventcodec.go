@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
@@ -17,8 +17,8 @@ import (
 // a string "type" is read as an event as it is.
 const MessageType = "events.foldstream.dev/message"
 
-// MaxEventBytes is the ceiling on one event's stored body: [foldstream.MaxEventBytes].
-const MaxEventBytes = foldstream.MaxEventBytes
+// MaxEventBytes is the ceiling on one event's stored body: [foldtype.MaxEventBytes].
+const MaxEventBytes = foldtype.MaxEventBytes
 
 // createdAtLayout is the ISO-8601 layout of createdAt: UTC with milliseconds.
 const createdAtLayout = "2006-01-02T15:04:05.000Z"
@@ -28,18 +28,18 @@ func formatCreatedAt(t time.Time) string { return t.UTC().Format(createdAtLayout
 // storedBody is the JSON shape of a stored event body: the input without its offset precondition
 // (docs/store.md#appending). createdAt is appended when the batch commits.
 type storedBody struct {
-	Type           string             `json:"type"`
-	Payload        json.RawMessage    `json:"payload,omitempty"`
-	Metadata       json.RawMessage    `json:"metadata,omitempty"`
-	Source         *foldstream.Source `json:"source,omitempty"`
-	IdempotencyKey string             `json:"idempotencyKey,omitempty"`
-	Ephemeral      bool               `json:"ephemeral,omitempty"`
+	Type           string           `json:"type"`
+	Payload        json.RawMessage  `json:"payload,omitempty"`
+	Metadata       json.RawMessage  `json:"metadata,omitempty"`
+	Source         *foldtype.Source `json:"source,omitempty"`
+	IdempotencyKey string           `json:"idempotencyKey,omitempty"`
+	Ephemeral      bool             `json:"ephemeral,omitempty"`
 }
 
 // preparedInput is an input checked and encoded outside the writer: everything except the parts
 // that depend on the commit (offset, createdAt).
 type preparedInput struct {
-	in foldstream.EventInput
+	in foldtype.EventInput
 	// prefix is the body JSON without its closing brace; the writer appends createdAt.
 	prefix []byte
 }
@@ -49,10 +49,10 @@ const bodyOverhead = len(`,"createdAt":""}`) + len(createdAtLayout)
 
 // prepareInputs checks every input (docs/store.md#appending) and encodes its body. Payload and metadata
 // must be valid JSON when present; an absent value ("" or null) is dropped.
-func prepareInputs(inputs []foldstream.EventInput) ([]preparedInput, error) {
+func prepareInputs(inputs []foldtype.EventInput) ([]preparedInput, error) {
 	out := make([]preparedInput, len(inputs))
 	for i, in := range inputs {
-		in, b, err := foldstream.PrepareEventInput(i, in) // the one check shared with the stand-ins
+		in, b, err := foldtype.PrepareEventInput(i, in) // the one check shared with the stand-ins
 		if err != nil {
 			return nil, err
 		}
@@ -89,12 +89,12 @@ type eventBody struct {
 //   - Any other JSON value is a message: an event of type [MessageType] with payload
 //     {"value": <the message>}.
 //   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (docs/store.md#reading).
-func decodeEvent(path string, e message) (foldstream.Event, error) {
+func decodeEvent(path string, e message) (foldtype.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	if !json.Valid(body) {
-		return foldstream.Event{}, unreadable(e.Offset)
+		return foldtype.Event{}, unreadable(e.Offset)
 	}
-	ev := foldstream.Event{Offset: e.Offset, Path: path}
+	ev := foldtype.Event{Offset: e.Offset, Path: path}
 	var b eventBody
 	var typ string
 	// Fields are read by their exact names (rawjson.UnmarshalExact): encoding/json alone would read
@@ -104,7 +104,7 @@ func decodeEvent(path string, e message) (foldstream.Event, error) {
 		ev.Payload = nonNull(b.Payload)
 		ev.Metadata = nonNull(b.Metadata)
 		if len(nonNull(b.Source)) > 0 {
-			var src foldstream.Source
+			var src foldtype.Source
 			if rawjson.UnmarshalExact(b.Source, &src) == nil {
 				ev.Source = &src
 			}
@@ -134,12 +134,12 @@ func nonNull(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-func unreadable(offset int64) *foldstream.Error {
-	return foldstream.NewError(foldstream.CodeEventUnreadable, map[string]any{"offset": offset},
+func unreadable(offset int64) *foldtype.Error {
+	return foldtype.NewError(foldtype.CodeEventUnreadable, map[string]any{"offset": offset},
 		"read: the event at offset %s is not JSON", strconv.FormatInt(offset, 10))
 }
 
 // eventBytes estimates an event's size for the ephemeral ring and pending budgets.
-func eventBytes(ev foldstream.Event) int {
+func eventBytes(ev foldtype.Event) int {
 	return len(ev.Type) + len(ev.Payload) + len(ev.Metadata) + len(ev.IdempotencyKey) + len(ev.Path) + 64
 }

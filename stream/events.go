@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -60,7 +60,7 @@ func (s *Store) closeEventView() {
 // appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch that carries a
 // durable event (create); an ephemeral-only batch never creates one: to a missing stream it is
 // dropped, and with dropAll to a deleted or closed one too.
-func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldstream.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldstream.Event, error) {
+func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldtype.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldtype.Event, error) {
 	ephemeralOnly := true
 	for _, in := range inputs {
 		if !in.Ephemeral {
@@ -72,9 +72,9 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 	if err := s.checkInputs(path, inputs); err != nil {
 		return nil, err
 	}
-	var out []foldstream.Event
+	var out []foldtype.Event
 	dropped := false
-	err := s.write(ctx, func(t *tx) error {
+	err := s.writeTo(ctx, path, func(t *tx) error {
 		out, dropped = nil, false
 		var m *streamMem
 		var err error
@@ -97,9 +97,9 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 		return nil, err
 	}
 	if dropped {
-		out = make([]foldstream.Event, len(inputs))
+		out = make([]foldtype.Event, len(inputs))
 		for i, in := range inputs {
-			out[i] = foldstream.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Ephemeral: true}
+			out[i] = foldtype.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Ephemeral: true}
 		}
 	}
 	return out, nil
@@ -108,14 +108,14 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldst
 // droppable reports whether an ephemeral-only batch refused with err is dropped instead: its
 // stream is missing (or, with all, deleted or closed).
 func droppable(err error, all bool) bool {
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if !errors.As(err, &fe) {
 		return false
 	}
 	switch fe.Code {
-	case foldstream.CodeStreamNotFound:
+	case foldtype.CodeStreamNotFound:
 		return true
-	case foldstream.CodeStreamGone, foldstream.CodeStreamDeleted, foldstream.CodeStreamClosed:
+	case foldtype.CodeStreamGone, foldtype.CodeStreamDeleted, foldtype.CodeStreamClosed:
 		return all
 	}
 	return false
@@ -126,7 +126,7 @@ func droppable(err error, all bool) bool {
 func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
 	m, err := t.stream(path)
 	if errors.Is(err, errNoStream) {
-		return nil, foldstream.NewError(foldstream.CodeStreamNotFound, map[string]any{"path": path},
+		return nil, foldtype.NewError(foldtype.CodeStreamNotFound, map[string]any{"path": path},
 			"append: stream %s not found", quotePath(path))
 	}
 	if err != nil {
@@ -168,14 +168,14 @@ func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 // checkEventStream refuses event appends to streams that cannot hold them.
 func checkEventStream(row *streamRow, tail int64) error {
 	if row.State != 0 {
-		return foldstream.NewError(foldstream.CodeStreamGone, map[string]any{"path": row.Path},
+		return foldtype.NewError(foldtype.CodeStreamGone, map[string]any{"path": row.Path},
 			"append: stream %s was deleted", quotePath(row.Path))
 	}
 	if row.Closed {
 		return streamClosedError(row.Path, tail)
 	}
 	if !isJSONContentType(row.ContentType) {
-		return foldstream.NewError(foldstream.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},
+		return foldtype.NewError(foldtype.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},
 			"append: stream %s holds %s, not JSON events", quotePath(row.Path), row.ContentType)
 	}
 	return nil
@@ -188,13 +188,13 @@ func isJSONContentType(ct string) bool {
 
 // appendEvents runs an event batch through the one insert path (record.go) and returns the
 // receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
-func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldstream.Event, error) {
+func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldtype.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
 	batch := make([]pending, len(prepared))
 	for i, p := range prepared {
 		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: p.in,
 			ephemeral: p.in.Ephemeral, expect: p.in.Offset}
-		batch[i].ctl, batch[i].reason = foldstream.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
+		batch[i].ctl, batch[i].reason = foldtype.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
 		batch[i].exempt = exempt
 	}
 	adm, after, through, err := s.admit(t, m, batch)
@@ -202,9 +202,9 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		return nil, err
 	}
 	path := m.Row.Path
-	results := make([]foldstream.Event, len(prepared))
-	committed := make([]foldstream.Event, 0, len(prepared))
-	var ephemerals []foldstream.Event
+	results := make([]foldtype.Event, len(prepared))
+	committed := make([]foldtype.Event, 0, len(prepared))
+	var ephemerals []foldtype.Event
 	for i, p := range prepared {
 		switch {
 		case adm[i].dupOf >= 0:
@@ -213,7 +213,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 			results[i] = adm[i].existing
 		default:
 			in := p.in
-			results[i] = foldstream.Event{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
+			results[i] = foldtype.Event{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
 				IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral, Offset: adm[i].offset, CreatedAt: createdAt, Path: path}
 			committed = append(committed, results[i])
 			if in.Ephemeral {
@@ -230,7 +230,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 	id := m.Row.ID
 	if !s.exclusive && len(ephemerals) > 0 {
 		if t.eph == nil {
-			t.eph = make(map[int64][]foldstream.Event)
+			t.eph = make(map[int64][]foldtype.Event)
 		}
 		t.eph[id] = append(t.eph[id], ephemerals...)
 	}
@@ -263,7 +263,7 @@ type readOptions struct {
 }
 
 // readEvents is [EventStream.Read] with options, for the stream at path.
-func (s *Store) readEvents(ctx context.Context, path string, after int64, limit int, opts readOptions) (foldstream.ReadPage, error) {
+func (s *Store) readEvents(ctx context.Context, path string, after int64, limit int, opts readOptions) (foldtype.ReadPage, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
@@ -271,7 +271,7 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 	if after < 0 {
 		after = 0
 	}
-	page := foldstream.ReadPage{ScannedThroughOffset: after, AtHead: true}
+	page := foldtype.ReadPage{ScannedThroughOffset: after, AtHead: true}
 	var streamID int64 = -1
 	budget := s.ev.readBudget
 	err := s.readTx(ctx, func(q driver.Reader) error {
@@ -283,7 +283,7 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 			return err
 		}
 		streamID = row.ID
-		page.Events = []foldstream.Event{}
+		page.Events = []foldtype.Event{}
 		var last int64
 		total, cut, n := 0, false, 0
 		var decErr error
@@ -319,7 +319,7 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 		return nil
 	})
 	if err != nil {
-		return foldstream.ReadPage{}, err
+		return foldtype.ReadPage{}, err
 	}
 	if opts.IncludeEphemeral && streamID >= 0 {
 		page.Events = s.mergeEphemerals(streamID, page.Events, after, page.ScannedThroughOffset, page.AtHead)

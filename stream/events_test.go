@@ -9,13 +9,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 func TestAppendAssignsOffsetsAndCreatesStream(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	got := mustAppend(t, s, "/a", ev("x"), foldstream.EventInput{Type: "y", Payload: []byte(`{ "n" : 1 }`)})
+	got := mustAppend(t, s, "/a", ev("x"), foldtype.EventInput{Type: "y", Payload: []byte(`{ "n" : 1 }`)})
 	if want := []int64{1, 2}; !slices.Equal(offsets(got), want) {
 		t.Fatalf("offsets: got %v, want %v", offsets(got), want)
 	}
@@ -46,7 +46,7 @@ func TestAppendEmptyTypeRefused(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	_, err := s.Events().Stream("/a").Append(context.Background(), ev("ok"), ev("  "))
-	if !errors.Is(err, foldstream.ErrInvalidEvent) || err.Error() != "append: every event needs a non-empty type" {
+	if !errors.Is(err, foldtype.ErrInvalidEvent) || err.Error() != "append: every event needs a non-empty type" {
 		t.Fatalf("got %v, want the empty-type error", err)
 	}
 	if n := len(storedMessages(t, s)); n != 0 {
@@ -57,10 +57,10 @@ func TestAppendEmptyTypeRefused(t *testing.T) {
 func TestAppendEventTooLarge(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	big := foldstream.JSON(map[string]string{"s": strings.Repeat("x", MaxEventBytes)})
+	big := foldtype.JSON(map[string]string{"s": strings.Repeat("x", MaxEventBytes)})
 	for _, e := range []bool{false, true} {
-		_, err := s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "big", Payload: big, Ephemeral: e})
-		if !errors.Is(err, foldstream.ErrEventTooLarge) {
+		_, err := s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "big", Payload: big, Ephemeral: e})
+		if !errors.Is(err, foldtype.ErrEventTooLarge) {
 			t.Fatalf("ephemeral=%v: got %v, want EVENT_TOO_LARGE", e, err)
 		}
 	}
@@ -100,8 +100,8 @@ func TestEphemeralRing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d")) // 1
-	_, err := s.Events().Stream("/a").Append(context.Background(), eph("phantom"), foldstream.EventInput{Type: "d", Offset: 99})
-	if !errors.Is(err, foldstream.ErrOffsetConflict) {
+	_, err := s.Events().Stream("/a").Append(context.Background(), eph("phantom"), foldtype.EventInput{Type: "d", Offset: 99})
+	if !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("got %v, want OFFSET_CONFLICT", err)
 	}
 	p := mustRead(t, s, "/a", 0, 0, readOptions{IncludeEphemeral: true})
@@ -113,9 +113,9 @@ func TestEphemeralRing(t *testing.T) {
 		t.Fatalf("next offset: got %d, want 2", got[0].Offset)
 	}
 	// Fill well past 1 MiB with 10 KiB ephemerals: the ring keeps the newest ~1 MiB.
-	chunk := foldstream.JSON(map[string]string{"s": strings.Repeat("x", 10<<10)})
+	chunk := foldtype.JSON(map[string]string{"s": strings.Repeat("x", 10<<10)})
 	for range 200 {
-		mustAppend(t, s, "/a", foldstream.EventInput{Type: "chunk", Payload: chunk, Ephemeral: true})
+		mustAppend(t, s, "/a", foldtype.EventInput{Type: "chunk", Payload: chunk, Ephemeral: true})
 	}
 	ring := s.ringSnapshot(streamIDOf(t, s, "/a"))
 	total := 0
@@ -131,8 +131,8 @@ func TestEphemeralRing(t *testing.T) {
 	if first := ring[0].Offset; first <= 3 {
 		t.Fatalf("oldest ring offset: got %d, want the oldest dropped", first)
 	}
-	huge := foldstream.JSON(map[string]string{"s": strings.Repeat("y", 2<<20)})
-	mustAppend(t, s, "/a", foldstream.EventInput{Type: "huge", Payload: huge, Ephemeral: true})
+	huge := foldtype.JSON(map[string]string{"s": strings.Repeat("y", 2<<20)})
+	mustAppend(t, s, "/a", foldtype.EventInput{Type: "huge", Payload: huge, Ephemeral: true})
 	ring = s.ringSnapshot(streamIDOf(t, s, "/a"))
 	if len(ring) != 1 || ring[0].Type != "huge" {
 		t.Fatalf("oversize ephemeral: got %d ring events, want it kept alone", len(ring))
@@ -305,7 +305,7 @@ func TestReadProofStopsAtDurableMark(t *testing.T) {
 func TestReadLimitClampAndBudget(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	in := make([]foldstream.EventInput, 1005)
+	in := make([]foldtype.EventInput, 1005)
 	for i := range in {
 		in[i] = ev("d")
 	}
@@ -323,9 +323,9 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 	// page of two, cut, not at head.
 	s2, _ := setup(t)
 	s2.ev.readBudget = 8 << 10
-	big := foldstream.JSON(map[string]string{"s": strings.Repeat("x", 3<<10)})
+	big := foldtype.JSON(map[string]string{"s": strings.Repeat("x", 3<<10)})
 	for range 3 {
-		mustAppend(t, s2, "/b", foldstream.EventInput{Type: "big", Payload: big})
+		mustAppend(t, s2, "/b", foldtype.EventInput{Type: "big", Payload: big})
 	}
 	p := mustRead(t, s2, "/b", 0, 10, readOptions{})
 	if len(p.Events) != 2 || p.AtHead || p.ScannedThroughOffset != 2 {
@@ -343,14 +343,14 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 func TestIdempotency(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	first := mustAppend(t, s, "/a", foldstream.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), IdempotencyKey: "k"})
-	echo := mustAppend(t, s, "/a", ev("before"), foldstream.EventInput{Type: "t", Payload: []byte(`{"b":{"d":3,"c":2},"a":1}`), IdempotencyKey: "k"})
+	first := mustAppend(t, s, "/a", foldtype.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), IdempotencyKey: "k"})
+	echo := mustAppend(t, s, "/a", ev("before"), foldtype.EventInput{Type: "t", Payload: []byte(`{"b":{"d":3,"c":2},"a":1}`), IdempotencyKey: "k"})
 	if echo[1].Offset != 1 || echo[1].CreatedAt != first[0].CreatedAt || echo[0].Offset != 2 {
 		t.Fatalf("echo: got %+v", echo)
 	}
-	_, err := s.Events().Stream("/a").Append(context.Background(), ev("fresh"), foldstream.EventInput{Type: "t", Payload: []byte(`{"a":2}`), IdempotencyKey: "k"})
-	var ce *foldstream.Error
-	if !errors.As(err, &ce) || ce.Code != foldstream.CodeIdempotencyConflict {
+	_, err := s.Events().Stream("/a").Append(context.Background(), ev("fresh"), foldtype.EventInput{Type: "t", Payload: []byte(`{"a":2}`), IdempotencyKey: "k"})
+	var ce *foldtype.Error
+	if !errors.As(err, &ce) || ce.Code != foldtype.CodeIdempotencyConflict {
 		t.Fatalf("conflict: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 	if want := `idempotency key "k" already names a different event at offset 1`; ce.Message != want {
@@ -363,12 +363,12 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("rows: got %d, want 2 (the refused batch wrote nothing)", n)
 	}
 	// Metadata on one side only is a different event.
-	_, err = s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), Metadata: []byte(`{}`), IdempotencyKey: "k"})
-	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	_, err = s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), Metadata: []byte(`{}`), IdempotencyKey: "k"})
+	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("metadata on one side: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 	// Keys are per stream.
-	if got := mustAppend(t, s, "/b", foldstream.EventInput{Type: "other", IdempotencyKey: "k"}); got[0].Offset != 1 {
+	if got := mustAppend(t, s, "/b", foldtype.EventInput{Type: "other", IdempotencyKey: "k"}); got[0].Offset != 1 {
 		t.Fatalf("key on another stream: got %+v", got)
 	}
 }
@@ -378,7 +378,7 @@ func TestIdempotency(t *testing.T) {
 func TestDuplicateKeyInBatch(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	in := foldstream.EventInput{Type: "t", Payload: []byte(`{"n":1}`), IdempotencyKey: "dup"}
+	in := foldtype.EventInput{Type: "t", Payload: []byte(`{"n":1}`), IdempotencyKey: "dup"}
 	got := mustAppend(t, s, "/a", in, in)
 	if len(got) != 2 || got[0].Offset != 1 || got[1].Offset != 1 {
 		t.Fatalf("receipts: got %v, want [1 1]", offsets(got))
@@ -389,7 +389,7 @@ func TestDuplicateKeyInBatch(t *testing.T) {
 	other := in
 	other.Payload = []byte(`{"n":2}`)
 	_, err := s.Events().Stream("/b").Append(context.Background(), in, other)
-	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("in-batch conflict: got %v", err)
 	}
 }
@@ -400,27 +400,27 @@ func TestExpectedOffset(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), ev("d"), ev("d")) // 1..3
-	_, err := s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "d", Offset: 2})
-	var ce *foldstream.Error
-	if !errors.As(err, &ce) || ce.Code != foldstream.CodeOffsetConflict {
+	_, err := s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "d", Offset: 2})
+	var ce *foldtype.Error
+	if !errors.As(err, &ce) || ce.Code != foldtype.CodeOffsetConflict {
 		t.Fatalf("got %v, want OFFSET_CONFLICT", err)
 	}
 	if ce.Data["expected"] != int64(2) || ce.Data["actual"] != int64(4) || ce.Message != "expected offset 2, but the next offset is 4" {
 		t.Fatalf("conflict: got %q %v", ce.Message, ce.Data)
 	}
-	got := mustAppend(t, s, "/a", foldstream.EventInput{Type: "d", Offset: 4}, foldstream.EventInput{Type: "d", Offset: 5, IdempotencyKey: "k"})
+	got := mustAppend(t, s, "/a", foldtype.EventInput{Type: "d", Offset: 4}, foldtype.EventInput{Type: "d", Offset: 5, IdempotencyKey: "k"})
 	if want := []int64{4, 5}; !slices.Equal(offsets(got), want) {
 		t.Fatalf("sequential expectations: got %v, want %v", offsets(got), want)
 	}
 	// A mismatch later in the batch refuses the whole batch.
-	if _, err := s.Events().Stream("/a").Append(context.Background(), foldstream.EventInput{Type: "d", Offset: 6}, foldstream.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "d", Offset: 6}, foldtype.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("second expectation: got %v", err)
 	}
 	if n := len(storedMessages(t, s)); n != 5 {
 		t.Fatalf("rows: got %d, want 5", n)
 	}
 	// A dedupe hit ignores the offset it expected.
-	again := mustAppend(t, s, "/a", foldstream.EventInput{Type: "d", Offset: 77, IdempotencyKey: "k"})
+	again := mustAppend(t, s, "/a", foldtype.EventInput{Type: "d", Offset: 77, IdempotencyKey: "k"})
 	if again[0].Offset != 5 {
 		t.Fatalf("dedupe: got offset %d, want 5", again[0].Offset)
 	}
@@ -455,9 +455,9 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("decoded:\n got %q\nwant %q", got, want)
 	}
-	_, err = s.Events().Stream("/m").Read(ctx, 3, 10)
-	var ce *foldstream.Error
-	if !errors.As(err, &ce) || ce.Code != foldstream.CodeEventUnreadable || ce.Data["offset"] != int64(4) {
+	_, err = s.readEvents(ctx, "/m", 3, 10, readOptions{})
+	var ce *foldtype.Error
+	if !errors.As(err, &ce) || ce.Code != foldtype.CodeEventUnreadable || ce.Data["offset"] != int64(4) {
 		t.Fatalf("unreadable: got %v, want EVENT_UNREADABLE {offset 4}", err)
 	}
 }
@@ -472,10 +472,10 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/bytes").Append(context.Background(), ev("x")); !errors.Is(err, foldstream.ErrInvalidEvent) {
+	if _, err := s.Events().Stream("/bytes").Append(context.Background(), ev("x")); !errors.Is(err, foldtype.ErrInvalidEvent) {
 		t.Fatalf("text stream: got %v, want INVALID_EVENT", err)
 	}
-	if _, err := s.Events().Stream("/closed").Append(context.Background(), ev("x")); !errors.Is(err, foldstream.ErrStreamClosed) {
+	if _, err := s.Events().Stream("/closed").Append(context.Background(), ev("x")); !errors.Is(err, foldtype.ErrStreamClosed) {
 		t.Fatalf("closed stream: got %v, want STREAM_CLOSED", err)
 	}
 	// A stream the writer has cached, closed afterwards by the protocol side, refuses too.
@@ -483,7 +483,7 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "/later", Close: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/later").Append(context.Background(), ev("y")); !errors.Is(err, foldstream.ErrStreamClosed) {
+	if _, err := s.Events().Stream("/later").Append(context.Background(), ev("y")); !errors.Is(err, foldtype.ErrStreamClosed) {
 		t.Fatalf("cached stream closed later: got %v, want STREAM_CLOSED", err)
 	}
 	if n := len(storedMessages(t, s)); n != 1 {
@@ -511,7 +511,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 	for i := range chains {
 		c := &chain{through: -1}
 		chains[i] = c
-		sub, err := s.Events().Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+		sub, err := s.Events().Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.through >= 0 && r.After != c.through && c.err == nil {
@@ -540,7 +540,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 			defer wg.Done()
 			path := fmt.Sprintf("/s%d", w%4)
 			for i := range perWriter {
-				in := []foldstream.EventInput{{Type: "t", IdempotencyKey: fmt.Sprintf("%d-%d", w, i)}}
+				in := []foldtype.EventInput{{Type: "t", IdempotencyKey: fmt.Sprintf("%d-%d", w, i)}}
 				if i%5 == 0 {
 					in = append(in, ev("t"), eph("e"))
 				}
@@ -578,7 +578,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 		t.Fatalf("concurrent op: %v", err)
 	}
 	for i := range 4 {
-		var all []foldstream.Event
+		var all []foldtype.Event
 		after := int64(0)
 		for {
 			p := mustRead(t, s, fmt.Sprintf("/s%d", i), after, 1000, readOptions{})
@@ -618,13 +618,13 @@ func TestAppendEventsInsideAWrite(t *testing.T) {
 	mustAppend(t, s, "/p", ev("first"))
 	var rec recorder
 	sub := subscribe(t, s, "/p", &rec, SubscribeOptions{})
-	var got []foldstream.Event
+	var got []foldtype.Event
 	err := s.write(ctx, func(tx *tx) error {
 		m, err := s.eventStream(tx, "/p")
 		if err != nil {
 			return err
 		}
-		prepared, err := prepareInputs([]foldstream.EventInput{{Type: "second", IdempotencyKey: "k"}, {Type: "second", IdempotencyKey: "k"}})
+		prepared, err := prepareInputs([]foldtype.EventInput{{Type: "second", IdempotencyKey: "k"}, {Type: "second", IdempotencyKey: "k"}})
 		if err != nil {
 			return err
 		}
@@ -656,9 +656,9 @@ func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	eph := foldstream.EventInput{Type: "e", Ephemeral: true}
+	eph := foldtype.EventInput{Type: "e", Ephemeral: true}
 	for _, p := range []string{"/closed", "/deleted"} {
-		if _, err := s.Events().Stream(p).Append(ctx, foldstream.EventInput{Type: "d"}, eph); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "d"}, eph); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -669,7 +669,7 @@ func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
 	if err := s.Protocol().DeleteStream(ctx, "/deleted"); err != nil {
 		t.Fatal(err)
 	}
-	for p, want := range map[string]error{"/closed": foldstream.ErrStreamClosed, "/deleted": foldstream.ErrStreamGone} {
+	for p, want := range map[string]error{"/closed": foldtype.ErrStreamClosed, "/deleted": foldtype.ErrStreamGone} {
 		if _, err := s.Events().Stream(p).Append(ctx, eph); !errors.Is(err, want) {
 			t.Errorf("%s: ephemeral append got %v, want %v", p, err, want)
 		}

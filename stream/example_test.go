@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
@@ -20,7 +20,7 @@ func ExampleEventStream_Append() {
 	}
 	defer s.Close()
 
-	got, err := s.Events().Stream("/orders").Append(ctx, foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"}, foldstream.EventInput{Type: "typing", Ephemeral: true}, foldstream.EventInput{Type: "order-paid", Payload: foldstream.JSON(map[string]any{"id": 7})})
+	got, err := s.Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"}, foldtype.EventInput{Type: "typing", Ephemeral: true}, foldtype.EventInput{Type: "order-paid", Payload: foldtype.JSON(map[string]any{"id": 7})})
 	if err != nil {
 		panic(err)
 	}
@@ -28,7 +28,7 @@ func ExampleEventStream_Append() {
 		fmt.Println(e.Offset, e.Type, e.Ephemeral)
 	}
 	// A retry with the same key and body echoes the stored event.
-	again, _ := s.Events().Stream("/orders").Append(ctx, foldstream.EventInput{Type: "order-placed", Payload: foldstream.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
+	again, _ := s.Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
 	fmt.Println("retry landed at", again[0].Offset)
 
 	page, err := s.Events().Stream("/orders").Read(ctx, 0, 100)
@@ -56,7 +56,7 @@ func ExampleEvents_Subscribe() {
 
 	var mu sync.Mutex
 	var lines []string
-	sub, err := s.Events().Subscribe("/chat", func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/chat", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -70,7 +70,7 @@ func ExampleEvents_Subscribe() {
 	defer sub.Close()
 
 	for _, typ := range []string{"message-sent", "user-joined", "message-sent"} { // user-joined is not consumed: its span rides in the next range
-		if _, err := s.Events().Stream("/chat").Append(ctx, foldstream.EventInput{Type: typ}); err != nil {
+		if _, err := s.Events().Stream("/chat").Append(ctx, foldtype.EventInput{Type: typ}); err != nil {
 			panic(err)
 		}
 		// Wait for the push, so that this example shows one push per commit; pushes queued while
@@ -104,7 +104,7 @@ func ExampleOpenDriver() {
 	}
 	defer s.Close() // closes the driver and releases the file's lock
 
-	evs, err := s.Events().Stream("/greetings").Append(ctx, foldstream.EventInput{Type: "hello"})
+	evs, err := s.Events().Stream("/greetings").Append(ctx, foldtype.EventInput{Type: "hello"})
 	if err != nil {
 		panic(err)
 	}

@@ -10,7 +10,7 @@ import (
 //
 // It offers, over the same streams the protocol face serves:
 //
-//   - [Events.Stream]: one path's [EventStream], the [foldstream.Stream] an engine runs against
+//   - [Events.Stream]: one path's [EventStream], the [foldtype.Stream] an engine runs against
 //     (Append, Read, and with ForProcessor a processor's Claim);
 //   - [Events.Subscribe]: commit-ordered pushes whose ranges chain with no gap;
 //   - [Events.Checkpoints]: the processors' checkpoints, written through the writer;
@@ -21,7 +21,7 @@ import (
 //   - the catalogue ([Events.HeadStream], [Events.ListStreams]), shared with the protocol face.
 //
 // Its rules are the store's (see [Store]): a write returns after its commit, a refusal is a coded
-// *foldstream.Error, and a deleted stream's events, checkpoints and claims never reach a stream
+// *foldtype.Error, and a deleted stream's events, checkpoints and claims never reach a stream
 // created again at its path.
 type Events struct{ s *Store }
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -102,7 +102,7 @@ func (s *Store) feedOf(path string) *feed {
 
 // publishShared is publish on a shared database: called on the writer goroutine after a local
 // commit of events over (after, through].
-func (s *Store) publishShared(path string, events []foldstream.Event, after, through int64) {
+func (s *Store) publishShared(path string, events []foldtype.Event, after, through int64) {
 	f := s.feedOf(path)
 	if f == nil {
 		return // nobody listens on this node
@@ -119,7 +119,7 @@ func (s *Store) publishShared(path string, events []foldstream.Event, after, thr
 	}
 	// Already published from the database (or the gap could not be filled: the next catch-up
 	// will): only the ephemerals, which the database never holds.
-	var eph []foldstream.Event
+	var eph []foldtype.Event
 	for _, ev := range events {
 		if ev.Ephemeral && ev.Offset > f.mark {
 			eph = append(eph, ev)
@@ -223,7 +223,7 @@ func (s *Store) remoteEphemerals(n driver.Notification) {
 	if len(n.Ephemeral) == 0 {
 		return
 	}
-	var evs []foldstream.Event
+	var evs []foldtype.Event
 	if err := json.Unmarshal(n.Ephemeral, &evs); err != nil || len(evs) == 0 {
 		s.log.Warn("stream: unreadable ephemeral events from another node", "path", n.Path, "err", err)
 		return

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 var (
@@ -41,20 +41,20 @@ func FuzzAppend(f *testing.F) {
 		s := sharedFuzzStore(t)
 		ctx := context.Background()
 		path := fmt.Sprintf("/fuzz/%d", fuzzSeq.Add(1))
-		in1 := foldstream.EventInput{Type: typ, Payload: payload, IdempotencyKey: key, Offset: offset, Ephemeral: ephemeral}
-		in2 := foldstream.EventInput{Type: typ2, IdempotencyKey: key}
+		in1 := foldtype.EventInput{Type: typ, Payload: payload, IdempotencyKey: key, Offset: offset, Ephemeral: ephemeral}
+		in2 := foldtype.EventInput{Type: typ2, IdempotencyKey: key}
 		if dupe {
 			in2 = in1
 			in2.Offset = 0
 		}
 		got, err := s.Events().Stream(path).Append(ctx, in1, in2)
 		if err != nil {
-			var ce *foldstream.Error
+			var ce *foldtype.Error
 			if !errors.As(err, &ce) {
 				t.Fatalf("uncoded refusal: %v", err)
 			}
 			switch ce.Code {
-			case foldstream.CodeInvalidEvent, foldstream.CodeEventTooLarge, foldstream.CodeOffsetConflict, foldstream.CodeIdempotencyConflict:
+			case foldtype.CodeInvalidEvent, foldtype.CodeEventTooLarge, foldtype.CodeOffsetConflict, foldtype.CodeIdempotencyConflict:
 			default:
 				t.Fatalf("unexpected code %s: %v", ce.Code, err)
 			}
@@ -77,7 +77,7 @@ func FuzzAppend(f *testing.F) {
 		if err != nil {
 			t.Fatalf("read back: %v", err)
 		}
-		byOffset := map[int64]foldstream.Event{}
+		byOffset := map[int64]foldtype.Event{}
 		for _, e := range p.Events {
 			byOffset[e.Offset] = e
 		}
@@ -86,7 +86,7 @@ func FuzzAppend(f *testing.F) {
 			if !ok {
 				t.Fatalf("receipt %d (offset %d) not read back", i, r.Offset)
 			}
-			if back.Type != r.Type || !foldstream.SameIdempotentEvent(back, r.Input()) || back.Ephemeral != r.Ephemeral {
+			if back.Type != r.Type || !foldtype.SameIdempotentEvent(back, r.Input()) || back.Ephemeral != r.Ephemeral {
 				t.Fatalf("receipt %d: read back %+v, receipt %+v", i, back, r)
 			}
 		}
@@ -109,7 +109,7 @@ func FuzzRead(f *testing.F) {
 	f.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	// 1..3 durable, 4 ephemeral, 5 durable, 6 ephemeral (mark 6 — a mixed batch), 7 ephemeral.
-	for _, in := range [][]foldstream.EventInput{{ev("d"), ev("d"), ev("d")}, {eph("e")}, {ev("d"), eph("e")}, {eph("e")}} {
+	for _, in := range [][]foldtype.EventInput{{ev("d"), ev("d"), ev("d")}, {eph("e")}, {ev("d"), eph("e")}, {eph("e")}} {
 		if _, err := s.Events().Stream("/r").Append(ctx, in...); err != nil {
 			f.Fatal(err)
 		}

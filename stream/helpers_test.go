@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
@@ -71,11 +71,11 @@ func setupFile(t testing.TB) (*Store, string) {
 	return s, path
 }
 
-func ev(typ string) foldstream.EventInput { return foldstream.EventInput{Type: typ} }
+func ev(typ string) foldtype.EventInput { return foldtype.EventInput{Type: typ} }
 
-func eph(typ string) foldstream.EventInput { return foldstream.EventInput{Type: typ, Ephemeral: true} }
+func eph(typ string) foldtype.EventInput { return foldtype.EventInput{Type: typ, Ephemeral: true} }
 
-func offsets(evs []foldstream.Event) []int64 {
+func offsets(evs []foldtype.Event) []int64 {
 	out := make([]int64, len(evs))
 	for i, e := range evs {
 		out[i] = e.Offset
@@ -83,7 +83,7 @@ func offsets(evs []foldstream.Event) []int64 {
 	return out
 }
 
-func mustAppend(t testing.TB, s *Store, path string, in ...foldstream.EventInput) []foldstream.Event {
+func mustAppend(t testing.TB, s *Store, path string, in ...foldtype.EventInput) []foldtype.Event {
 	t.Helper()
 	out, err := s.Events().Stream(path).Append(context.Background(), in...)
 	if err != nil {
@@ -92,7 +92,7 @@ func mustAppend(t testing.TB, s *Store, path string, in ...foldstream.EventInput
 	return out
 }
 
-func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts readOptions) foldstream.ReadPage {
+func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts readOptions) foldtype.ReadPage {
 	t.Helper()
 	p, err := s.readEvents(context.Background(), path, after, limit, opts)
 	if err != nil {

@@ -3,7 +3,7 @@ package stream
 import (
 	"context"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -110,10 +110,10 @@ func (l lazyTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
 	return d.NextClaimAt(ctx)
 }
 
-func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error) {
+func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error) {
 	d, err := l.t.begin()
 	if err != nil {
-		return foldstream.Checkpoint{}, false, err
+		return foldtype.Checkpoint{}, false, err
 	}
 	return d.Checkpoint(ctx, scope, slug)
 }

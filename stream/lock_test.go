@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // TestSecondOpenInThisProcessIsRefused: while a store is open, opening its file again in the same
@@ -27,8 +27,8 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 		second.Close()
 		t.Fatal("second Open of an open store: got nil error, want STORE_LOCKED")
 	}
-	var fe *foldstream.Error
-	if !errors.Is(err, foldstream.ErrStoreLocked) || !errors.As(err, &fe) || fe.Data["path"] != path || fe.Data["pid"] != os.Getpid() ||
+	var fe *foldtype.Error
+	if !errors.Is(err, foldtype.ErrStoreLocked) || !errors.As(err, &fe) || fe.Data["path"] != path || fe.Data["pid"] != os.Getpid() ||
 		!strings.Contains(err.Error(), path) {
 		t.Fatalf("second Open: got %v (%+v), want STORE_LOCKED naming %s and pid %d", err, fe, path, os.Getpid())
 	}
@@ -59,8 +59,8 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 		st.Close()
 		t.Fatal("Open of a store another process has open: got nil error, want STORE_LOCKED")
 	}
-	var fe *foldstream.Error
-	if !errors.Is(err, foldstream.ErrStoreLocked) || !errors.As(err, &fe) || fe.Data["pid"] != cmd.Process.Pid ||
+	var fe *foldtype.Error
+	if !errors.Is(err, foldtype.ErrStoreLocked) || !errors.As(err, &fe) || fe.Data["pid"] != cmd.Process.Pid ||
 		!strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), strconv.Itoa(cmd.Process.Pid)) {
 		t.Fatalf("Open: got %v, want STORE_LOCKED naming %s and pid %d", err, path, cmd.Process.Pid)
 	}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
@@ -140,11 +140,11 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	if got := offsets(p.Events); !slices.Equal(got, []int64{1, 2, 3, 4}) || !p.AtHead || p.ScannedThroughOffset != 5 {
 		t.Fatalf("event read: offsets %v atHead %v scanned %d", got, p.AtHead, p.ScannedThroughOffset)
 	}
-	again := mustAppend(t, s, "/ev", foldstream.EventInput{Type: "paid", Payload: []byte(`{"n":1}`), IdempotencyKey: "k1"})
+	again := mustAppend(t, s, "/ev", foldtype.EventInput{Type: "paid", Payload: []byte(`{"n":1}`), IdempotencyKey: "k1"})
 	if again[0].Offset != 3 {
 		t.Fatalf("idempotent retry after migration: got offset %d, want 3", again[0].Offset)
 	}
-	if _, err := s.Events().Stream("/ev").Append(ctx, foldstream.EventInput{Type: "paid", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	if _, err := s.Events().Stream("/ev").Append(ctx, foldtype.EventInput{Type: "paid", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("conflicting retry: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 	if next := mustAppend(t, s, "/ev", ev("e")); next[0].Offset != 6 {
@@ -233,7 +233,7 @@ func TestUnknownSchemaIsRefused(t *testing.T) {
 				s.Close()
 				t.Fatal("open: got nil error, want STORE_SCHEMA")
 			}
-			if !errors.Is(err, foldstream.ErrStoreSchema) {
+			if !errors.Is(err, foldtype.ErrStoreSchema) {
 				t.Fatalf("open: got %v, want STORE_SCHEMA", err)
 			}
 		})

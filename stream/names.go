@@ -6,7 +6,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Limits on names, checked by the store so that both views (and every server in front of them)
@@ -26,7 +26,7 @@ const (
 // these rules keep working.
 func ValidateStreamName(name string) error {
 	if reason := streamNameProblem(name); reason != "" {
-		return foldstream.NewError(foldstream.CodeInvalidStreamName, map[string]any{"path": name},
+		return foldtype.NewError(foldtype.CodeInvalidStreamName, map[string]any{"path": name},
 			"invalid stream name %s: %s", quoteForMessage(name), reason)
 	}
 	return nil
@@ -78,7 +78,7 @@ func validateProducerID(id string) error {
 	default:
 		return nil
 	}
-	return foldstream.NewError(foldstream.CodeBadRequest, nil, "invalid producer id %s: %s", quoteForMessage(id), reason)
+	return foldtype.NewError(foldtype.CodeBadRequest, nil, "invalid producer id %s: %s", quoteForMessage(id), reason)
 }
 
 // quoteForMessage quotes s for an error message, cut to a readable length.

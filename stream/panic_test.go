@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -48,8 +48,8 @@ func TestPanickingSubscriberIsRecovered(t *testing.T) {
 	s, logs := setupLogged(t)
 	ctx := context.Background()
 	var mu sync.Mutex
-	var ranges []foldstream.ScannedRange
-	sub, err := s.Events().Subscribe("/p", func(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+	var ranges []foldtype.ScannedRange
+	sub, err := s.Events().Subscribe("/p", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		mu.Lock()
 		ranges = append(ranges, r)
 		mu.Unlock()

@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Pausing a stream (docs/store.md#pausing-a-stream). The pause state is the fold of the stream's
-// control events (foldstream.TypeStreamPaused, foldstream.TypeStreamResumed), kept in the stream
+// control events (foldtype.TypeStreamPaused, foldtype.TypeStreamResumed), kept in the stream
 // row (driver.Stream.Paused) and written in the transaction that lands the control event, so it is
 // exactly as durable as the log that says it. The writer's cached row carries it: judging a batch
 // costs no query, paused or not.
@@ -28,12 +28,12 @@ var controlMarker = []byte("events.iterate.com/stream/")
 
 // controlOfMessage classifies a protocol message as a control event. A message neither holding
 // the control prefix nor any escape cannot name a control type, so most messages cost one scan.
-func controlOfMessage(msg []byte) (foldstream.ControlKind, string) {
+func controlOfMessage(msg []byte) (foldtype.ControlKind, string) {
 	if len(msg) == 0 || msg[0] != '{' {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
 	if !bytes.Contains(msg, controlMarker) && bytes.IndexByte(msg, '\\') < 0 {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
 	var probe struct {
 		Type      *string         `json:"type"`
@@ -42,9 +42,9 @@ func controlOfMessage(msg []byte) (foldstream.ControlKind, string) {
 	}
 	// Exact key names, as the event view reads them (rawjson.UnmarshalExact).
 	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil {
-		return foldstream.ControlNone, ""
+		return foldtype.ControlNone, ""
 	}
-	return foldstream.ParseControl(*probe.Type, probe.Payload, false)
+	return foldtype.ParseControl(*probe.Type, probe.Payload, false)
 }
 
 // foldControl folds the batch's fresh durable control events into the stream's pause state and
@@ -56,9 +56,9 @@ func (s *Store) foldControl(t *tx, m *streamMem, batch []pending, adm []admitted
 			continue
 		}
 		switch p.ctl {
-		case foldstream.ControlPause:
+		case foldtype.ControlPause:
 			paused, reason = true, p.reason
-		case foldstream.ControlResume:
+		case foldtype.ControlResume:
 			paused, reason = false, ""
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -52,17 +52,17 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 					var err error
 					switch i % 4 {
 					case 0:
-						_, err = s.Events().Stream(p).Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)})
+						_, err = s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)})
 					case 1:
-						_, err = s.Events().Stream(p).ForProcessor("proc").Append(ctx, foldstream.EventInput{Type: "v", Payload: foldstream.JSON(i)})
+						_, err = s.Events().Stream(p).ForProcessor("proc").Append(ctx, foldtype.EventInput{Type: "v", Payload: foldtype.JSON(i)})
 					case 2:
 						// A checkpoint write checks its stream's row (under the stream's lock when
 						// that is free), then an append in the same group follows.
 						scope := paths[(i+w+n+1)%len(paths)]
-						if err = cps[scope].WriteCheckpoint(ctx, producer, foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: int64(i)}, false); err != nil {
+						if err = cps[scope].WriteCheckpoint(ctx, producer, foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: int64(i)}, false); err != nil {
 							break
 						}
-						_, err = s.Events().Stream(p).Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)})
+						_, err = s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)})
 					default:
 						_, err = s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: p, ContentType: "application/json",
 							Body:     []byte(fmt.Sprintf(`{"n":%d}`, i)),

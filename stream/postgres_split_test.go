@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/jackc/pgx/v5"
 )
 
 // openPGStore opens a store on the PostgreSQL schema of url (a node of a shared database).
-func openPGStore(t *testing.T, url string) *Store {
+func openPGStore(t testing.TB, url string) *Store {
 	t.Helper()
 	ctx := context.Background()
 	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
@@ -54,13 +54,13 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	s := openPGStore(t, url)
 	ctx := context.Background()
 	for _, p := range []string{"/x", "/y"} {
-		if _, err := s.Events().Stream(p).Append(ctx, foldstream.EventInput{Type: "seed"}); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	var pushed []int64
-	sub, err := s.Events().Subscribe("/x", func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -118,14 +118,14 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	var xOffset int64
 	errs := inOneGroup(t, s,
 		func() error {
-			evs, err := s.Events().Stream("/x").Append(ctx, foldstream.EventInput{Type: "before-split"})
+			evs, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "before-split"})
 			if err == nil {
 				xOffset = evs[0].Offset
 			}
 			return err
 		},
 		func() error {
-			_, err := s.Events().Stream("/y").Append(ctx, foldstream.EventInput{Type: "after-split"})
+			_, err := s.Events().Stream("/y").Append(ctx, foldtype.EventInput{Type: "after-split"})
 			return err
 		})
 	if err := <-killed; err != nil {
@@ -145,14 +145,14 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	}
 
 	// The writer's state of /x includes the committed append: the next one follows it.
-	next, err := s.Events().Stream("/x").Append(ctx, foldstream.EventInput{Type: "next"})
+	next, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "next"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if next[0].Offset != 3 {
 		t.Errorf("next append to /x got offset %d, want 3", next[0].Offset)
 	}
-	page, err := s.Events().Stream("/x").Read(ctx, 0, 10)
+	page, err := s.readEvents(ctx, "/x", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	if len(types) != 3 || types[0] != "seed" || types[1] != "before-split" || types[2] != "next" {
 		t.Errorf("/x holds %v, want [seed before-split next]", types)
 	}
-	page, err = s.Events().Stream("/y").Read(ctx, 0, 10)
+	page, err = s.readEvents(ctx, "/y", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,5 +190,57 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 			t.Fatalf("subscriber got offsets %v, want [2 3]", got)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A group of appends to separate streams on PostgreSQL reads its streams' rows, under their locks,
+// in one round trip with BEGIN, and sends everything else with COMMIT: two round trips for the
+// group, where reading each stream's row by itself cost one round trip per append more.
+func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T) {
+	url := pgtest.URL(t)
+	s := openPGStore(t, url)
+	d := s.drv.(*pgdriver.Driver)
+	ctx := context.Background()
+	paths := []string{"/a", "/b", "/c", "/d", "/e"}
+	for _, p := range paths {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 3 {
+		var fns []func() error
+		for i, p := range paths {
+			if i%2 == 0 {
+				fns = append(fns, func() error { _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "t"}); return err })
+			} else {
+				fns = append(fns, func() error {
+					_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: p, ContentType: "application/json", Body: []byte(`{"n":1}`)})
+					return err
+				})
+			}
+		}
+		before := d.WriteRoundTrips()
+		for i, err := range inOneGroup(t, s, fns...) {
+			if err != nil {
+				t.Fatalf("round %d: append to %s: %v", round, paths[i], err)
+			}
+		}
+		if got := d.WriteRoundTrips() - before; round > 0 && got > 2 {
+			t.Errorf("round %d: a group of %d appends to separate streams took %d round trips, want 2", round, len(paths), got)
+		}
+	}
+	for _, p := range paths {
+		page, err := s.readEvents(ctx, p, 0, 10, readOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range page.Events {
+			if e.Offset != int64(i+1) {
+				t.Fatalf("%s: event %d at offset %d", p, i, e.Offset)
+			}
+		}
+		if len(page.Events) != 4 {
+			t.Errorf("%s holds %d events, want 4", p, len(page.Events))
+		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -35,7 +35,7 @@ func openPG(t *testing.T, url string) *stream.Store {
 // collector is a subscription's deliveries, checked for contiguous ranges.
 type collector struct {
 	mu     sync.Mutex
-	events []foldstream.Event
+	events []foldtype.Event
 	last   int64
 	gapErr error
 	got    chan struct{}
@@ -43,7 +43,7 @@ type collector struct {
 
 func newCollector() *collector { return &collector{last: -1, got: make(chan struct{}, 1)} }
 
-func (c *collector) deliver(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+func (c *collector) deliver(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 	c.mu.Lock()
 	if c.last >= 0 && r.After != c.last && c.gapErr == nil {
 		c.gapErr = fmt.Errorf("push range (%d, %d] does not chain on the previous through %d", r.After, r.Through, c.last)
@@ -59,12 +59,12 @@ func (c *collector) deliver(_ context.Context, evs []foldstream.Event, r foldstr
 }
 
 // waitFor waits until the collector holds n events.
-func (c *collector) waitFor(t *testing.T, n int) []foldstream.Event {
+func (c *collector) waitFor(t *testing.T, n int) []foldtype.Event {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
 		c.mu.Lock()
-		evs, gap := append([]foldstream.Event(nil), c.events...), c.gapErr
+		evs, gap := append([]foldtype.Event(nil), c.events...), c.gapErr
 		c.mu.Unlock()
 		if gap != nil {
 			t.Fatal(gap)
@@ -101,7 +101,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				if _, err := s.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "t", Payload: foldstream.JSON(i)}); err != nil {
+				if _, err := s.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -130,15 +130,15 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	}
 
 	// An idempotency key and an offset precondition hold across nodes.
-	e1, err := a.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e1, err := a.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, err := b.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e2, err := b.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil || e2[0].Offset != e1[0].Offset {
 		t.Fatalf("the same key on another node: %v %v, want the echo of offset %d", e2, err, e1[0].Offset)
 	}
-	if _, err := b.Events().Stream("/s").Append(ctx, foldstream.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := b.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("stale precondition on another node: got %v, want OFFSET_CONFLICT", err)
 	}
 
@@ -159,7 +159,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	if _, err := b.Protocol().AppendRecord(ctx, req(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Protocol().AppendRecord(ctx, req(3)); !errors.Is(err, foldstream.ErrSequenceGap) {
+	if _, err := a.Protocol().AppendRecord(ctx, req(3)); !errors.Is(err, foldtype.ErrSequenceGap) {
 		t.Fatalf("a gap seen by the other node: got %v, want a sequence gap", err)
 	}
 	info, err := a.Protocol().HeadStream(ctx, "/p")
@@ -173,7 +173,7 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
-	if _, err := a.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"}); err != nil {
+	if _, err := a.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "durable"}); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector()
@@ -186,16 +186,16 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	for i := range big {
 		big[i] = 'x'
 	}
-	small, err := a.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON("s")})
+	small, err := a.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON("s")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	large, err := a.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true, Payload: foldstream.JSON(string(big))})
+	large, err := a.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(string(big))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The next durable event on the other node takes an offset after the ephemerals'.
-	d, err := b.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "durable"})
+	d, err := b.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "durable"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,9 +247,9 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 				default:
 				}
 				key := fmt.Sprintf("w%d-%d", w, i)
-				evs, err := a.Events().Stream("/load").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: key})
+				evs, err := a.Events().Stream("/load").Append(ctx, foldtype.EventInput{Type: "t", IdempotencyKey: key})
 				if err != nil {
-					if foldstream.CodeOf(err) != foldstream.CodeUnavailable {
+					if foldtype.CodeOf(err) != foldtype.CodeUnavailable {
 						t.Errorf("append during an outage: got %v, want UNAVAILABLE", err)
 						return
 					}
@@ -272,7 +272,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// A write after the last outage succeeds without any restart of the node.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := a.Events().Stream("/load").Append(ctx, foldstream.EventInput{Type: "after"}); err == nil {
+		if _, err := a.Events().Stream("/load").Append(ctx, foldtype.EventInput{Type: "after"}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("node A did not recover after the database came back: %v", err)
@@ -286,7 +286,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	}
 
 	// Every acknowledged append is in the log exactly once, at the offset it was given.
-	var all []foldstream.Event
+	var all []foldtype.Event
 	for after := int64(0); ; {
 		page, err := b.Events().Stream("/load").Read(ctx, after, 1000)
 		if err != nil {
@@ -348,7 +348,7 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := a.Events().Stream("/l").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+		if _, err := a.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 			t.Fatal(err)
 		}
 		// A long-poll style wait on node B: a read after the commit sees it at once.
@@ -399,7 +399,7 @@ func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
 			}
 		}
 	}
-	if _, err := a.Events().Stream("/w/1").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := a.Events().Stream("/w/1").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	wait(onA, "/w/1", "the committing node")

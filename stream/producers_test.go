@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -84,7 +84,7 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	}
 	clk.Advance(DefaultProducerReorderWait)
 	err = <-done
-	if exp, got, _ := SequenceGapOf(err); !errors.Is(err, foldstream.ErrSequenceGap) || exp != 0 || got != 3 {
+	if exp, got, _ := SequenceGapOf(err); !errors.Is(err, foldtype.ErrSequenceGap) || exp != 0 || got != 3 {
 		t.Fatalf("got %v, want a sequence gap expected 0 received 3", err)
 	}
 }
@@ -129,7 +129,7 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 			if lost {
 				arriving()
 				clk.Advance(DefaultProducerReorderWait)
-				if err := <-done; !errors.Is(err, foldstream.ErrSequenceGap) {
+				if err := <-done; !errors.Is(err, foldtype.ErrSequenceGap) {
 					t.Fatalf("after the missing seq went away: got %v, want a sequence gap", err)
 				}
 				return

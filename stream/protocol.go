@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -220,9 +220,9 @@ func (s *Store) judge(ctx context.Context, q driver.Reader, r *streamRow, now ti
 // notLive is the protocol error for a stream that is not live.
 func notLive(lv liveness, path string) error {
 	if lv == streamGone {
-		return perr(foldstream.CodeStreamGone, "stream %s is deleted; its forks still read it", quotePath(path))
+		return perr(foldtype.CodeStreamGone, "stream %s is deleted; its forks still read it", quotePath(path))
 	}
-	return perr(foldstream.CodeStreamNotFound, "stream %s not found", quotePath(path))
+	return perr(foldtype.CodeStreamNotFound, "stream %s not found", quotePath(path))
 }
 
 // loadLive loads the stream at path in a read transaction and returns it if live, else the
@@ -334,7 +334,7 @@ func (s *Store) endIncarnation(t *tx, id int64, path string) error {
 		s.ev.ringMu.Lock()
 		delete(s.ev.rings, id)
 		s.ev.ringMu.Unlock()
-		s.endSubscriptions(path, foldstream.NewError(foldstream.CodeStreamDeleted, map[string]any{"path": path},
+		s.endSubscriptions(path, foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": path},
 			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
 	})
 	return nil

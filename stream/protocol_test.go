@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -46,7 +46,7 @@ func readAll(t *testing.T, s *Store, path string) string {
 	return string(res.Body)
 }
 
-func kindOf(err error) foldstream.Code { return foldstream.CodeOf(err) }
+func kindOf(err error) foldtype.Code { return foldtype.CodeOf(err) }
 
 func TestFlattenJSON(t *testing.T) {
 	t.Parallel()
@@ -71,7 +71,7 @@ func TestFlattenJSON(t *testing.T) {
 	for _, c := range cases {
 		got, err := FlattenJSON([]byte(c.in), c.empty)
 		if c.bad {
-			if kindOf(err) != foldstream.CodeBadRequest {
+			if kindOf(err) != foldtype.CodeBadRequest {
 				t.Errorf("FlattenJSON(%q): got err %v, want bad request", c.in, err)
 			}
 			continue
@@ -145,24 +145,24 @@ func TestProducerDecisionTable(t *testing.T) {
 		name       string
 		epoch, seq int64
 		close      bool
-		wantKind   foldstream.Code
+		wantKind   foldtype.Code
 		wantDup    bool
 		wantSeq    int64
 		wantEpoch  int64 // for stale epoch
 		wantExpect int64 // for gaps
 	}
 	steps := []step{
-		{name: "new producer seq>0 is a gap", epoch: 0, seq: 3, wantKind: foldstream.CodeSequenceGap, wantExpect: 0},
+		{name: "new producer seq>0 is a gap", epoch: 0, seq: 3, wantKind: foldtype.CodeSequenceGap, wantExpect: 0},
 		{name: "new producer seq 0 accepted", epoch: 0, seq: 0, wantSeq: 0},
 		{name: "next seq accepted", epoch: 0, seq: 1, wantSeq: 1},
 		{name: "duplicate answers highest accepted", epoch: 0, seq: 0, wantDup: true, wantSeq: 1},
-		{name: "gap", epoch: 0, seq: 5, wantKind: foldstream.CodeSequenceGap, wantExpect: 2},
-		{name: "new epoch must start at 0", epoch: 1, seq: 1, wantKind: foldstream.CodeBadRequest},
+		{name: "gap", epoch: 0, seq: 5, wantKind: foldtype.CodeSequenceGap, wantExpect: 2},
+		{name: "new epoch must start at 0", epoch: 1, seq: 1, wantKind: foldtype.CodeBadRequest},
 		{name: "new epoch at 0 accepted", epoch: 1, seq: 0, wantSeq: 0},
-		{name: "old epoch fenced", epoch: 0, seq: 2, wantKind: foldstream.CodeStaleEpoch, wantEpoch: 1},
+		{name: "old epoch fenced", epoch: 0, seq: 2, wantKind: foldtype.CodeStaleEpoch, wantEpoch: 1},
 		{name: "close by producer", epoch: 1, seq: 1, close: true, wantSeq: 1},
 		{name: "close retried is a duplicate", epoch: 1, seq: 1, close: true, wantDup: true, wantSeq: 1},
-		{name: "append after close", epoch: 1, seq: 2, wantKind: foldstream.CodeStreamClosed},
+		{name: "append after close", epoch: 1, seq: 2, wantKind: foldtype.CodeStreamClosed},
 	}
 	for _, st := range steps {
 		body := []byte("x")
@@ -172,10 +172,10 @@ func TestProducerDecisionTable(t *testing.T) {
 			if kindOf(err) != st.wantKind {
 				t.Fatalf("%s: got %v, want code %s", st.name, err, st.wantKind)
 			}
-			if epoch, _ := EpochOf(err); st.wantKind == foldstream.CodeStaleEpoch && epoch != st.wantEpoch {
+			if epoch, _ := EpochOf(err); st.wantKind == foldtype.CodeStaleEpoch && epoch != st.wantEpoch {
 				t.Fatalf("%s: epoch got %d, want %d", st.name, epoch, st.wantEpoch)
 			}
-			if exp, got, _ := SequenceGapOf(err); st.wantKind == foldstream.CodeSequenceGap && (exp != st.wantExpect || got != st.seq) {
+			if exp, got, _ := SequenceGapOf(err); st.wantKind == foldtype.CodeSequenceGap && (exp != st.wantExpect || got != st.seq) {
 				t.Fatalf("%s: gap got %d/%d, want %d/%d", st.name, exp, got, st.wantExpect, st.seq)
 			}
 			continue
@@ -201,7 +201,7 @@ func TestRefusedJSONLeavesProducerState(t *testing.T) {
 	ct := "application/json"
 	mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct})
 	p := &ProducerHeaders{ID: "w", Epoch: 0, Seq: 0}
-	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != foldstream.CodeBadRequest {
+	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != foldtype.CodeBadRequest {
 		t.Fatalf("invalid JSON: got %v, want bad request", err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
@@ -217,11 +217,11 @@ func TestStreamSeqAndExpectedTail(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "s", ContentType: ct})
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
-	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != foldstream.CodeConflict {
+	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != foldtype.CodeConflict {
 		t.Fatalf("equal Stream-Seq: got %v, want conflict", err)
 	}
 	_, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
-	if tail, _ := TailOf(err); !errors.Is(err, foldstream.ErrOffsetConflict) || tail != 2 {
+	if tail, _ := TailOf(err); !errors.Is(err, foldtype.ErrOffsetConflict) || tail != 2 {
 		t.Fatalf("stale expected tail: got %v, want OFFSET_CONFLICT at 2", err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 2})
@@ -242,7 +242,7 @@ func TestEventIdempotencyKeys(t *testing.T) {
 	}
 	_, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "e", ContentType: ct,
 		Body: []byte(`{"type":"order.placed","payload":{"id":2},"idempotencyKey":"k1"}`)})
-	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("different event under the same key: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 }
@@ -264,7 +264,7 @@ func TestForkSubOffsetsCompose(t *testing.T) {
 	if got := readAll(t, s, "f2"); got != `[1]` {
 		t.Fatalf("fork of fork: got %s, want [1]", got)
 	}
-	if _, err := s.Protocol().CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != foldstream.CodeBadRequest {
+	if _, err := s.Protocol().CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != foldtype.CodeBadRequest {
 		t.Fatalf("overshooting sub-offset: got %v, want bad request", err)
 	}
 
@@ -292,11 +292,11 @@ func TestSoftDeleteCascade(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b"} {
-		if _, err := s.Protocol().HeadStream(ctx, p); kindOf(err) != foldstream.CodeStreamGone {
+		if _, err := s.Protocol().HeadStream(ctx, p); kindOf(err) != foldtype.CodeStreamGone {
 			t.Fatalf("head %s: got %v, want gone", p, err)
 		}
 	}
-	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != foldstream.CodeConflict {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != foldtype.CodeConflict {
 		t.Fatalf("re-create soft-deleted: got %v, want conflict", err)
 	}
 	if got := readAll(t, s, "c"); got != "1" {
@@ -306,7 +306,7 @@ func TestSoftDeleteCascade(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b", "c"} {
-		if _, err := s.Protocol().HeadStream(ctx, p); kindOf(err) != foldstream.CodeStreamNotFound {
+		if _, err := s.Protocol().HeadStream(ctx, p); kindOf(err) != foldtype.CodeStreamNotFound {
 			t.Fatalf("head %s after cascade: got %v, want not found", p, err)
 		}
 	}
@@ -334,7 +334,7 @@ func TestSlidingTTL(t *testing.T) {
 	if _, err := s.Protocol().HeadStream(ctx, "t"); err != nil {
 		t.Fatalf("t after renewal: %v", err)
 	}
-	if _, err := s.Protocol().HeadStream(ctx, "x"); kindOf(err) != foldstream.CodeStreamNotFound {
+	if _, err := s.Protocol().HeadStream(ctx, "x"); kindOf(err) != foldtype.CodeStreamNotFound {
 		t.Fatalf("x past its expiry: got %v, want not found", err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
@@ -343,7 +343,7 @@ func TestSlidingTTL(t *testing.T) {
 		t.Fatalf("t after close-only POST renewal: %v", err)
 	}
 	clk.Advance(2 * time.Second)
-	if _, err := s.Protocol().HeadStream(ctx, "t"); kindOf(err) != foldstream.CodeStreamNotFound {
+	if _, err := s.Protocol().HeadStream(ctx, "t"); kindOf(err) != foldtype.CodeStreamNotFound {
 		t.Fatalf("t expired: got %v, want not found", err)
 	}
 	if r := mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain"}); !r.Created {
@@ -386,7 +386,7 @@ func TestCollectExpired(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("first sweep: got %d, %v; want 1 (the TTL stream)", n, err)
 	}
-	if _, err := s.Protocol().HeadStream(ctx, "/src"); kindOf(err) != foldstream.CodeStreamGone {
+	if _, err := s.Protocol().HeadStream(ctx, "/src"); kindOf(err) != foldtype.CodeStreamGone {
 		t.Fatalf("source with a live fork: got %v, want gone", err)
 	}
 	clk.Advance(time.Minute) // the fork expires, releasing the source
@@ -424,7 +424,7 @@ func TestJSONBatchLimits(t *testing.T) {
 		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
 	}
 	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
-	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != foldstream.CodeTooLarge {
+	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != foldtype.CodeTooLarge {
 		t.Fatalf("over the cap: got %v, want too large", err)
 	}
 }
@@ -451,7 +451,7 @@ func TestRecreatedPathStartsClean(t *testing.T) {
 	if got := readAll(t, s, "/r"); got != `["a"]` {
 		t.Fatalf("protocol read: got %s, want [\"a\"]", got)
 	}
-	page, err := s.Events().Stream("/r").Read(ctx, 0, 100)
+	page, err := s.readEvents(ctx, "/r", 0, 100, readOptions{})
 	if err != nil || len(page.Events) != 1 || page.Events[0].Type != MessageType {
 		t.Fatalf("event read: got %+v, %v; want one message event", page.Events, err)
 	}
@@ -471,7 +471,7 @@ func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
 	}
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasForkOffset: true, ForkOffset: 2, ForkSubOffset: 1})
 	_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
-	if exp, _, _ := SequenceGapOf(err); !errors.Is(err, foldstream.ErrSequenceGap) || exp != 0 {
+	if exp, _, _ := SequenceGapOf(err); !errors.Is(err, foldtype.ErrSequenceGap) || exp != 0 {
 		t.Fatalf("producer continuing on the fork: got %v, want a gap expecting seq 0", err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), StreamSeq: "000",
@@ -490,37 +490,37 @@ func TestEventViewSeesProtocolChanges(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Events().Stream("/x").Append(ctx, foldstream.EventInput{Type: "a"}); err != nil {
+	if _, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Protocol().DeleteStream(ctx, "/x"); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/x", ContentType: "text/plain"})
-	if _, err := s.Events().Stream("/x").Append(ctx, foldstream.EventInput{Type: "b"}); err == nil {
+	if _, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "b"}); err == nil {
 		t.Fatal("event append to a re-created text stream: got nil error")
 	}
-	if _, err := s.Events().Stream("/y").Append(ctx, foldstream.EventInput{Type: "a"}); err != nil {
+	if _, err := s.Events().Stream("/y").Append(ctx, foldtype.EventInput{Type: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
-	if _, err := s.Events().Stream("/y").Append(ctx, foldstream.EventInput{Type: "b"}); foldstream.CodeOf(err) != foldstream.CodeStreamClosed {
+	if _, err := s.Events().Stream("/y").Append(ctx, foldtype.EventInput{Type: "b"}); foldtype.CodeOf(err) != foldtype.CodeStreamClosed {
 		t.Fatalf("event append after a protocol close: got %v, want STREAM_CLOSED", err)
 	}
 	// Events and HTTP messages share one offset sequence.
-	if _, err := s.Events().Stream("/z").Append(ctx, foldstream.EventInput{Type: "a"}, foldstream.EventInput{Type: "b"}); err != nil {
+	if _, err := s.Events().Stream("/z").Append(ctx, foldtype.EventInput{Type: "a"}, foldtype.EventInput{Type: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`{"type":"c"}`)})
 	if res.Tail != 3 {
 		t.Fatalf("tail after two events and one message: got %d, want 3", res.Tail)
 	}
-	evs, err := s.Events().Stream("/z").Append(ctx, foldstream.EventInput{Type: "d"})
+	evs, err := s.Events().Stream("/z").Append(ctx, foldtype.EventInput{Type: "d"})
 	if err != nil || evs[0].Offset != 4 {
 		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
 	}
 	// An ephemeral takes offset 5 without persisting; the next HTTP message lands after it.
-	if evs, err = s.Events().Stream("/z").Append(ctx, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
+	if evs, err = s.Events().Stream("/z").Append(ctx, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
 		t.Fatalf("ephemeral: got %+v, %v; want offset 5", evs, err)
 	}
 	res = mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`[7,8]`)})
@@ -548,7 +548,7 @@ func TestEventViewReadsMessageFieldsByExactName(t *testing.T) {
 	} {
 		mustAppendRecord(t, s, AppendRequest{Path: "/m", ContentType: "application/json", Body: []byte(body)})
 	}
-	p, err := s.Events().Stream("/m").Read(ctx, 0, 10)
+	p, err := s.readEvents(ctx, "/m", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,11 +575,11 @@ func TestMessageIdempotencyKeyIsTheExactMember(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "/k", ContentType: "application/json"})
 	mustAppendRecord(t, s, AppendRequest{Path: "/k", ContentType: "application/json",
 		Body: []byte(`{"type":"t","idempotencyKey":"a","IDEMPOTENCYKEY":"b"}`)})
-	evs, err := s.Events().Stream("/k").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: "a"})
+	evs, err := s.Events().Stream("/k").Append(ctx, foldtype.EventInput{Type: "t", IdempotencyKey: "a"})
 	if err != nil || evs[0].Offset != 1 {
 		t.Fatalf("retry under key a: got %+v, %v; want the echo of offset 1", evs, err)
 	}
-	evs, err = s.Events().Stream("/k").Append(ctx, foldstream.EventInput{Type: "t", IdempotencyKey: "b"})
+	evs, err = s.Events().Stream("/k").Append(ctx, foldtype.EventInput{Type: "t", IdempotencyKey: "b"})
 	if err != nil || evs[0].Offset != 2 {
 		t.Fatalf("key b: got %+v, %v; want a fresh event at offset 2", evs, err)
 	}
@@ -593,7 +593,7 @@ func TestReadRecordsReachesTailAboveLastEntry(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Events().Stream("src").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil {
+	if _, err := s.Events().Stream("src").Append(ctx, foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, after := range []int64{0, 1} {
@@ -616,7 +616,7 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Events().Stream("src").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true}); err != nil {
+	if _, err := s.Events().Stream("src").Append(ctx, foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
 	f := mustCreate(t, s, CreateRequest{Path: "f", ForkedFrom: "src"})
@@ -625,10 +625,10 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 	}
 	tail := readRecordsTail(t, s, "src")
 	mustCreate(t, s, CreateRequest{Path: "g", ForkedFrom: "src", HasForkOffset: true, ForkOffset: tail})
-	if _, err := s.Events().Stream("f").Append(ctx, foldstream.EventInput{Type: "x"}); err != nil {
+	if _, err := s.Events().Stream("f").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Events().Stream("f").Read(ctx, 0, 10)
+	page, err := s.readEvents(ctx, "f", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

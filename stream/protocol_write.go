@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -107,14 +107,14 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 	body = bytes.TrimSpace(body) // Unicode space around the body, as before the one-pass scanner
 	spans, isArray, ok := scanJSONBody(body)
 	if !ok {
-		return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
+		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
 	}
 	if isArray {
 		if len(spans) == 0 && !allowEmpty {
-			return nil, perr(foldstream.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
+			return nil, perr(foldtype.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 		}
 		if len(spans) > MaxMessagesPerRecord {
-			return nil, perr(foldstream.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(spans), MaxMessagesPerRecord)
+			return nil, perr(foldtype.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(spans), MaxMessagesPerRecord)
 		}
 	}
 	out := make([][]byte, len(spans))
@@ -126,7 +126,7 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, r); err != nil {
-			return nil, perr(foldstream.CodeBadRequest, "body is not valid JSON")
+			return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
 		}
 		out[i] = b.Bytes()
 	}
@@ -137,10 +137,10 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	s := p.s
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "give a TTL or an expiry time, not both")
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
 	if req.HasTTL && req.TTLSeconds <= 0 {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
 	}
 	var res CreateResult
 	err := s.write(ctx, func(t *tx) error {
@@ -168,7 +168,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		}
 		switch lv {
 		case streamGone:
-			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
+			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
 		case streamMissing:
 			if err := s.hardDelete(t, existing); err != nil {
 				return CreateResult{}, err
@@ -178,7 +178,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	}
 
 	if !req.ExpiresAt.IsZero() && !req.ExpiresAt.After(now) {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "the expiry time %s has already passed",
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "the expiry time %s has already passed",
 			req.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
 
@@ -187,8 +187,8 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	if req.ForkedFrom != "" {
 		sm, err := s.liveStream(t, req.ForkedFrom)
 		if err != nil {
-			if errors.Is(err, foldstream.ErrStreamGone) {
-				return CreateResult{}, perr(foldstream.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
+			if errors.Is(err, foldtype.ErrStreamGone) {
+				return CreateResult{}, perr(foldtype.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
 			}
 			return CreateResult{}, err
 		}
@@ -198,7 +198,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
 		} else if MediaType(req.ContentType) != MediaType(src.ContentType) {
-			return CreateResult{}, perr(foldstream.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
+			return CreateResult{}, perr(foldtype.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
 			req.HasTTL, req.TTLSeconds = src.TTLSeconds.Valid, src.TTLSeconds.Int64
@@ -218,7 +218,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 
 	if existing != nil {
 		if !sameConfig(existing, src, req) {
-			return CreateResult{}, perr(foldstream.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
+			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
 		}
 		return CreateResult{Created: false, Info: infoOf(existing)}, nil
 	}
@@ -240,7 +240,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			forkOffset = req.ForkOffset
 		}
 		if forkOffset < 0 || forkOffset > src.Tail {
-			return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is past the source's tail")
+			return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offset is past the source's tail")
 		}
 		// The tail is always a boundary, even with no message ending there: an event batch ending
 		// with an ephemeral moves the durable mark to the ephemeral's offset.
@@ -250,7 +250,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 				return CreateResult{}, err
 			}
 			if !ok {
-				return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offset is not a record boundary of the source")
+				return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offset is not a record boundary of the source")
 			}
 		}
 		if req.ForkSubOffset > 0 {
@@ -260,7 +260,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, perr(foldstream.CodeBadRequest, "fork offsets need a fork source")
+		return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offsets need a fork source")
 	}
 
 	nowMs := now.UnixMilli()
@@ -390,7 +390,7 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 		return nil, err
 	}
 	if n != sub {
-		return nil, perr(foldstream.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+		return nil, perr(foldtype.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
 	return rec, nil
 }
@@ -431,11 +431,11 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
-		err := s.write(ctx, func(t *tx) error {
+		err := s.writeTo(ctx, req.Path, func(t *tx) error {
 			var err error
 			var gapStream int64
 			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
-			if gapStream != 0 && errors.Is(err, foldstream.ErrSequenceGap) {
+			if gapStream != 0 && errors.Is(err, foldtype.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
 				gapWake = s.changed(gapStream)
@@ -522,7 +522,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, 
 	}
 
 	if !closeOnly && MediaType(req.ContentType) != MediaType(r.ContentType) {
-		return AppendResult{}, perr(foldstream.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
+		return AppendResult{}, perr(foldtype.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
 	// The producer decision table (docs/store.md#idempotent-producers). Validation proposes;
@@ -538,7 +538,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, 
 			return AppendResult{}, staleEpochError(st.Epoch)
 		case p.Epoch > st.Epoch:
 			if p.Seq != 0 {
-				return AppendResult{}, perr(foldstream.CodeBadRequest, "a new producer epoch must start at seq 0")
+				return AppendResult{}, perr(foldtype.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
 		case p.Seq <= st.LastSeq:
 			return AppendResult{Tail: m.Tail, Duplicate: true, Epoch: st.Epoch, Seq: st.LastSeq}, nil
@@ -549,10 +549,10 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, 
 	}
 
 	if req.StreamSeq != "" && r.StreamSeq.Valid && req.StreamSeq <= r.StreamSeq.String {
-		return AppendResult{}, perr(foldstream.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
+		return AppendResult{}, perr(foldtype.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
 	}
 	if req.HasExpectedTail && req.ExpectedTail != m.Tail {
-		e := foldstream.OffsetConflictError(req.ExpectedTail, m.Tail)
+		e := foldtype.OffsetConflictError(req.ExpectedTail, m.Tail)
 		e.Data[DataTail] = m.Tail
 		return AppendResult{}, e
 	}
@@ -656,7 +656,7 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 		if !listening {
 			return
 		}
-		events := make([]foldstream.Event, 0, len(batch))
+		events := make([]foldtype.Event, 0, len(batch))
 		for i, p := range batch {
 			if adm[i].dup {
 				continue
@@ -672,9 +672,9 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 
 // eventKeyOf returns the idempotency key of an event-shaped message (a JSON object with a string
 // "type" and a non-empty string "idempotencyKey"), or "".
-func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
+func eventKeyOf(msg []byte) (foldtype.EventInput, string) {
 	if len(msg) == 0 || msg[0] != '{' || !bytes.Contains(msg, []byte(`"idempotencyKey"`)) {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
 	var probe struct {
 		Type           *string         `json:"type"`
@@ -684,7 +684,7 @@ func eventKeyOf(msg []byte) (foldstream.EventInput, string) {
 	}
 	// Exact key names, as the event view reads them (rawjson.UnmarshalExact).
 	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
-		return foldstream.EventInput{}, ""
+		return foldtype.EventInput{}, ""
 	}
-	return foldstream.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
+	return foldtype.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
 }

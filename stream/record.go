@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -27,13 +27,13 @@ const recordSliceBytes = 256 << 10
 
 // pending is one message of a batch on its way in.
 type pending struct {
-	body      []byte                // the stored JSON (an ephemeral's is never stored)
-	key       string                // idempotency key, "" for none
-	probe     foldstream.EventInput // type, payload and metadata, compared when key names a stored event
+	body      []byte              // the stored JSON (an ephemeral's is never stored)
+	key       string              // idempotency key, "" for none
+	probe     foldtype.EventInput // type, payload and metadata, compared when key names a stored event
 	ephemeral bool
 	expect    int64 // offset precondition, 0 for none
 	// ctl says whether the message is a control event (pause.go); reason is a pause's reason.
-	ctl    foldstream.ControlKind
+	ctl    foldtype.ControlKind
 	reason string
 	// exempt messages pass a paused stream: the store's own wake records.
 	exempt bool
@@ -44,7 +44,7 @@ type admitted struct {
 	offset   int64 // the message's offset (fresh or, for a duplicate, the stored one)
 	dup      bool  // a duplicate of a stored event (or of an earlier message of the batch)
 	dupOf    int   // for an in-batch duplicate: the index of the first message, else -1
-	existing foldstream.Event
+	existing foldtype.Event
 }
 
 // admit runs the idempotency check and assigns offsets. It changes nothing: the caller writes the
@@ -61,10 +61,10 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 			if j, ok := byKey[p.key]; ok {
 				prev := out[j].existing
 				if !out[j].dup {
-					prev = foldstream.Event{Type: batch[j].probe.Type, Payload: batch[j].probe.Payload, Metadata: batch[j].probe.Metadata}
+					prev = foldtype.Event{Type: batch[j].probe.Type, Payload: batch[j].probe.Payload, Metadata: batch[j].probe.Metadata}
 				}
-				if !foldstream.SameIdempotentEvent(prev, p.probe) {
-					return nil, 0, 0, foldstream.IdempotencyConflictError(p.key, out[j].offset)
+				if !foldtype.SameIdempotentEvent(prev, p.probe) {
+					return nil, 0, 0, foldtype.IdempotencyConflictError(p.key, out[j].offset)
 				}
 				out[i] = admitted{offset: out[j].offset, dup: true, dupOf: j, existing: out[j].existing}
 				continue
@@ -78,21 +78,21 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 			}
 			byKey[p.key] = i
 			if found {
-				if !foldstream.SameIdempotentEvent(existing, p.probe) {
-					return nil, 0, 0, foldstream.IdempotencyConflictError(p.key, existing.Offset)
+				if !foldtype.SameIdempotentEvent(existing, p.probe) {
+					return nil, 0, 0, foldtype.IdempotencyConflictError(p.key, existing.Offset)
 				}
 				out[i] = admitted{offset: existing.Offset, dup: true, dupOf: -1, existing: existing}
 				continue
 			}
 		}
-		if paused && p.ctl == foldstream.ControlNone && !p.ephemeral && !p.exempt {
+		if paused && p.ctl == foldtype.ControlNone && !p.ephemeral && !p.exempt {
 			// A paused stream admits only control events (and the duplicates above): one other
 			// fresh event refuses the whole batch, before any offset is taken.
-			return nil, 0, 0, foldstream.StreamPausedError(m.Row.Paused.String)
+			return nil, 0, 0, foldtype.StreamPausedError(m.Row.Paused.String)
 		}
 		off := through + 1
 		if p.expect != 0 && p.expect != off {
-			return nil, 0, 0, foldstream.OffsetConflictError(p.expect, off)
+			return nil, 0, 0, foldtype.OffsetConflictError(p.expect, off)
 		}
 		through = off
 		out[i].offset = off
@@ -215,34 +215,34 @@ func (s *Store) persistAccess(t *tx, m *streamMem) {
 
 // lookupIdempotencyKey finds the durable event registered under key in the stream (fork
 // ancestors included, up to the fork offsets).
-func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, key string) (foldstream.Event, bool, error) {
+func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, key string) (foldtype.Event, bool, error) {
 	segs, err := segmentsOf(ctx, q, row)
 	if err != nil {
-		return foldstream.Event{}, false, err
+		return foldtype.Event{}, false, err
 	}
 	for i := len(segs) - 1; i >= 0; i-- {
 		seg := segs[i]
 		off, found, err := q.KeyOffset(ctx, seg.ID, key)
 		if err != nil {
-			return foldstream.Event{}, false, err
+			return foldtype.Event{}, false, err
 		}
 		if !found || (seg.Through >= 0 && off > seg.Through) {
 			continue
 		}
 		ev, ok, err := messageAt(ctx, q, seg.ID, row.Path, off)
 		if err != nil {
-			return foldstream.Event{}, false, err
+			return foldtype.Event{}, false, err
 		}
 		if ok {
 			return ev, true, nil
 		}
 	}
-	return foldstream.Event{}, false, nil
+	return foldtype.Event{}, false, nil
 }
 
 // messageAt decodes the stored JSON message at offset off of stream id.
-func messageAt(ctx context.Context, q driver.Reader, id int64, path string, off int64) (foldstream.Event, bool, error) {
-	var ev foldstream.Event
+func messageAt(ctx context.Context, q driver.Reader, id int64, path string, off int64) (foldtype.Event, bool, error) {
+	var ev foldtype.Event
 	found := false
 	var decErr error
 	err := q.Records(ctx, id, off-1, func(rec driver.Record) (bool, error) {
@@ -257,10 +257,10 @@ func messageAt(ctx context.Context, q driver.Reader, id int64, path string, off 
 		return false, err
 	})
 	if err != nil {
-		return foldstream.Event{}, false, fmt.Errorf("look up idempotency key: %w", err)
+		return foldtype.Event{}, false, fmt.Errorf("look up idempotency key: %w", err)
 	}
 	if decErr != nil {
-		return foldstream.Event{}, false, decErr
+		return foldtype.Event{}, false, decErr
 	}
 	return ev, found, nil
 }

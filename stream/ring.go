@@ -3,7 +3,7 @@ package stream
 import (
 	"sort"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // EphemeralRingBytes bounds the per-stream ring of recent ephemeral events that reads with
@@ -14,12 +14,12 @@ const EphemeralRingBytes = 1 << 20
 // ephemeralRing holds one stream's recent ephemerals in offset order. It lives in memory only: a new
 // incarnation starts empty, and its offsets above the durable mark may be handed out again.
 type ephemeralRing struct {
-	events []foldstream.Event
+	events []foldtype.Event
 	bytes  int
 }
 
 // rememberEphemerals adds a landed batch's ephemerals to the stream's ring. Called after commit.
-func (s *Store) rememberEphemerals(streamID int64, evs []foldstream.Event) {
+func (s *Store) rememberEphemerals(streamID int64, evs []foldtype.Event) {
 	s.ev.ringMu.Lock()
 	defer s.ev.ringMu.Unlock()
 	r := s.ev.rings[streamID]
@@ -32,30 +32,30 @@ func (s *Store) rememberEphemerals(streamID int64, evs []foldstream.Event) {
 		r.bytes += eventBytes(ev)
 		for len(r.events) > 1 && r.bytes > EphemeralRingBytes {
 			r.bytes -= eventBytes(r.events[0])
-			r.events[0] = foldstream.Event{}
+			r.events[0] = foldtype.Event{}
 			r.events = r.events[1:]
 		}
 	}
 	// Compact once the dropped prefix dominates the backing array.
 	if cap(r.events) > 64 && len(r.events) < cap(r.events)/4 {
-		r.events = append([]foldstream.Event(nil), r.events...)
+		r.events = append([]foldtype.Event(nil), r.events...)
 	}
 }
 
 // ringSnapshot returns a copy of the stream's ring.
-func (s *Store) ringSnapshot(streamID int64) []foldstream.Event {
+func (s *Store) ringSnapshot(streamID int64) []foldtype.Event {
 	s.ev.ringMu.Lock()
 	defer s.ev.ringMu.Unlock()
 	r := s.ev.rings[streamID]
 	if r == nil {
 		return nil
 	}
-	return append([]foldstream.Event(nil), r.events...)
+	return append([]foldtype.Event(nil), r.events...)
 }
 
 // mergeEphemerals merges ring ephemerals into a read page: those in (after, scanned], and on an
 // at-head page also those beyond scanned.
-func (s *Store) mergeEphemerals(streamID int64, page []foldstream.Event, after, scanned int64, atHead bool) []foldstream.Event {
+func (s *Store) mergeEphemerals(streamID int64, page []foldtype.Event, after, scanned int64, atHead bool) []foldtype.Event {
 	ring := s.ringSnapshot(streamID)
 	added := false
 	for _, ev := range ring {

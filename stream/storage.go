@@ -4,7 +4,7 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -20,8 +20,8 @@ func (s *Store) classifyStorageErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var fe *foldstream.Error
-	if errors.As(err, &fe) && (fe.Code == foldstream.CodeInsufficientStorage || fe.Code == foldstream.CodeStoreReadOnly) {
+	var fe *foldtype.Error
+	if errors.As(err, &fe) && (fe.Code == foldtype.CodeInsufficientStorage || fe.Code == foldtype.CodeStoreReadOnly) {
 		return err
 	}
 	if c, ok := s.drv.(driver.ErrorClassifier); ok {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // makeReadOnly makes path (a file or a directory) unwritable for this process until the test
@@ -74,7 +74,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 				s.Close()
 				t.Fatal("Open: got nil error, want STORE_READ_ONLY")
 			}
-			if !errors.Is(err, foldstream.ErrStoreReadOnly) || !strings.Contains(err.Error(), path) {
+			if !errors.Is(err, foldtype.ErrStoreReadOnly) || !strings.Contains(err.Error(), path) {
 				t.Fatalf("Open: got %v, want STORE_READ_ONLY naming %s", err, path)
 			}
 		})
@@ -119,7 +119,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 		var fns []func() error
 		for range 4 {
 			fns = append(fns, func() error {
-				_, err := s.Events().Stream("/ev").Append(ctx, foldstream.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
+				_, err := s.Events().Stream("/ev").Append(ctx, foldtype.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
 				if err == nil {
 					mu.Lock()
 					acked++
@@ -134,10 +134,10 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 			}
 		}
 	}
-	if !errors.Is(full, foldstream.ErrInsufficientStorage) {
+	if !errors.Is(full, foldtype.ErrInsufficientStorage) {
 		t.Fatalf("append on a full database: got %v, want INSUFFICIENT_STORAGE", full)
 	}
-	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte(big + big)}); !errors.Is(err, foldstream.ErrInsufficientStorage) {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte(big + big)}); !errors.Is(err, foldtype.ErrInsufficientStorage) {
 		t.Fatalf("protocol append on a full database: got %v, want INSUFFICIENT_STORAGE", err)
 	}
 

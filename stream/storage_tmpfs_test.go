@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // TestFullFilesystemRefusesWithInsufficientStorage runs the store on a real, tiny tmpfs (root
@@ -42,13 +42,13 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	acked := 0
 	var full error
 	for i := 0; i < 1000 && full == nil; i++ {
-		if _, err := s.Events().Stream("/f").Append(ctx, foldstream.EventInput{Type: "big", Payload: payload}); err != nil {
+		if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "big", Payload: payload}); err != nil {
 			full = err
 			break
 		}
 		acked++
 	}
-	if !errors.Is(full, foldstream.ErrInsufficientStorage) {
+	if !errors.Is(full, foldtype.ErrInsufficientStorage) {
 		t.Fatalf("append on a full file system after %d: got %v, want INSUFFICIENT_STORAGE", acked, full)
 	}
 	if err := os.Remove(filler); err != nil { // space returns

@@ -36,15 +36,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Options configures a Store. The zero value is valid.
 type Options struct {
 	// Clock is the time source for createdAt stamps, TTLs, claims and alarms. Defaults to
-	// foldstream.SystemClock.
-	Clock foldstream.Clock
+	// foldtype.SystemClock.
+	Clock foldtype.Clock
 	// Logger receives the store's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// MaxGroup caps how many queued writes share one transaction. Defaults to 256; negative is
@@ -79,7 +79,7 @@ type Options struct {
 // the same through either face: every write goes through one writer goroutine that group-commits
 // whatever is queued, each write in its own savepoint, so a refused write never fails its
 // neighbours; a write returns only after its transaction committed (durable by the driver's
-// setting), and a refusal is a *foldstream.Error with a code from the catalogue; offsets of a
+// setting), and a refusal is a *foldtype.Error with a code from the catalogue; offsets of a
 // stream are assigned by the writer (on a shared database under the driver's per-stream lock),
 // gapless and increasing; a commit is handed to the stream's subscribers in commit order, and
 // their push ranges chain with no gap; reads see committed data only; a deleted stream's
@@ -92,7 +92,7 @@ type Store struct {
 	check      appendChecks // SetAppendCheck
 	path       string
 	opts       Options
-	clock      foldstream.Clock
+	clock      foldtype.Clock
 	log        *slog.Logger
 	drv        driver.Driver
 	exclusive  bool // drv.Exclusive(): the writer's stream cache is authoritative
@@ -146,14 +146,14 @@ type Store struct {
 // make no sense (a negative MaxGroup) fail with INVALID_CONFIG.
 func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, error) {
 	if d == nil {
-		return nil, foldstream.NewError(foldstream.CodeInvalidConfig, nil, "open stream store: no driver given; open one with sqlitedriver.Open or pgdriver.Open, or use storeopen.Open")
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, nil, "open stream store: no driver given; open one with sqlitedriver.Open or pgdriver.Open, or use storeopen.Open")
 	}
 	if opts.MaxGroup < 0 {
-		return nil, foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"maxGroup": opts.MaxGroup},
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxGroup": opts.MaxGroup},
 			"open stream store: MaxGroup is %d; give a positive number of writes per transaction, or 0 for the default", opts.MaxGroup)
 	}
 	if opts.Clock == nil {
-		opts.Clock = foldstream.SystemClock{}
+		opts.Clock = foldtype.SystemClock{}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -247,7 +247,7 @@ func location(d driver.Driver) string {
 func (s *Store) Path() string { return s.path }
 
 // Clock returns the store's clock.
-func (s *Store) Clock() foldstream.Clock { return s.clock }
+func (s *Store) Clock() foldtype.Clock { return s.clock }
 
 // Close stops intake, lets every queued write finish, stops background loops and closes the
 // database. It returns the first error met. Calling it again returns the same result.
@@ -269,7 +269,7 @@ func (s *Store) Close() error {
 }
 
 // ErrStoreClosed is returned by every operation on a closed store.
-var ErrStoreClosed = &foldstream.Error{Code: foldstream.CodeClosed, Message: "stream store is closed"}
+var ErrStoreClosed = &foldtype.Error{Code: foldtype.CodeClosed, Message: "stream store is closed"}
 
 // readTx runs fn in a read-only transaction: a consistent snapshot of committed data.
 func (s *Store) readTx(ctx context.Context, fn func(q driver.Reader) error) error {

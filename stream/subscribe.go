@@ -10,12 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Subscriptions push each commit to subscribers (docs/store.md#subscriptions). The rules, kept in this file:
 //
-//   - A subscriber sees only the events it consumes ([foldstream.ConsumesEvent]); a commit with none
+//   - A subscriber sees only the events it consumes ([foldtype.ConsumesEvent]); a commit with none
 //     is skipped, and its span rides inside the next delivered range, so the ranges a subscriber
 //     receives chain contiguously: each After equals the previous Through (the first After is the
 //     first delivered commit's after).
@@ -35,11 +35,11 @@ const DefaultMaxPendingEvents = 10000
 // that failed must heal from the log (an engine does: it retries from its cursor). A panic is
 // recovered, logged with its stack and handled exactly like a returned error: it never takes the
 // process down.
-type DeliverFunc func(ctx context.Context, events []foldstream.Event, r foldstream.ScannedRange) error
+type DeliverFunc func(ctx context.Context, events []foldtype.Event, r foldtype.ScannedRange) error
 
 // SubscribeOptions configures a subscription.
 type SubscribeOptions struct {
-	// Consumes filters the pushed events with [foldstream.ConsumesEvent]: nil means every durable
+	// Consumes filters the pushed events with [foldtype.ConsumesEvent]: nil means every durable
 	// event, "*" every durable event, a type names it (the only way to receive ephemerals); an
 	// empty non-nil list consumes nothing.
 	Consumes []string
@@ -79,8 +79,8 @@ type Subscription struct {
 }
 
 type pendingPush struct {
-	r      foldstream.ScannedRange
-	events []foldstream.Event
+	r      foldtype.ScannedRange
+	events []foldtype.Event
 }
 
 // Subscribe starts pushing every later commit on the stream at path to deliver, filtered by
@@ -138,20 +138,20 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 // (docs/store.md#subscriptions). Every write path
 // that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the
 // writer goroutine and never blocks.
-func (s *Store) publish(path string, events []foldstream.Event, after, through int64) {
+func (s *Store) publish(path string, events []foldtype.Event, after, through int64) {
 	if !s.exclusive {
 		s.publishShared(path, events, after, through)
 	} else {
 		s.publishLocal(path, events, after, through)
 	}
 	// Watchers hear of every local commit, whether or not this node has a listener on the path.
-	if slices.ContainsFunc(events, func(ev foldstream.Event) bool { return !ev.Ephemeral }) {
+	if slices.ContainsFunc(events, func(ev foldtype.Event) bool { return !ev.Ephemeral }) {
 		s.ev.watchers.notify(path)
 	}
 }
 
 // publishLocal hands events over (after, through] to subscribers, as they are.
-func (s *Store) publishLocal(path string, events []foldstream.Event, after, through int64) {
+func (s *Store) publishLocal(path string, events []foldtype.Event, after, through int64) {
 	s.ev.subsMu.RLock()
 	subs := s.ev.subs[path]
 	s.ev.subsMu.RUnlock()
@@ -160,10 +160,10 @@ func (s *Store) publishLocal(path string, events []foldstream.Event, after, thro
 	}
 }
 
-func (sub *Subscription) offer(events []foldstream.Event, after, through int64) {
-	var consumed []foldstream.Event
+func (sub *Subscription) offer(events []foldtype.Event, after, through int64) {
+	var consumed []foldtype.Event
 	for _, ev := range events {
-		if foldstream.ConsumesEvent(sub.consumes, ev) {
+		if foldtype.ConsumesEvent(sub.consumes, ev) {
 			consumed = append(consumed, ev)
 		}
 	}
@@ -184,7 +184,7 @@ func (sub *Subscription) offer(events []foldstream.Event, after, through int64) 
 		from = after
 	}
 	if sub.pending == nil {
-		sub.pending = &pendingPush{r: foldstream.ScannedRange{After: from, Through: through}, events: consumed}
+		sub.pending = &pendingPush{r: foldtype.ScannedRange{After: from, Through: through}, events: consumed}
 	} else {
 		sub.pending.events = append(sub.pending.events, consumed...)
 		sub.pending.r.Through = through
@@ -319,7 +319,7 @@ func (sub *Subscription) Done() <-chan struct{} { return sub.done }
 
 // Err returns nil while the subscription runs, and why it ended after: an error with code
 // STREAM_DELETED when its stream was deleted (match with errors.Is(err,
-// foldstream.ErrStreamDeleted); resubscribe to follow a stream created at the path again), or
+// foldtype.ErrStreamDeleted); resubscribe to follow a stream created at the path again), or
 // ErrSubscriptionClosed when it or its store was closed.
 func (sub *Subscription) Err() error {
 	sub.mu.Lock()
@@ -341,7 +341,7 @@ func (s *Store) endSubscriptions(path string, err error) {
 }
 
 // ErrSubscriptionClosed is returned by WaitDelivered on a closed subscription.
-var ErrSubscriptionClosed = &foldstream.Error{Code: foldstream.CodeClosed, Message: "stream subscription is closed"}
+var ErrSubscriptionClosed = &foldtype.Error{Code: foldtype.CodeClosed, Message: "stream subscription is closed"}
 
 // Close stops intake, drops any pending push, cancels the context of an in-flight delivery and
 // waits for it to return. Do not call it from inside the subscriber's own delivery. Use Drain to

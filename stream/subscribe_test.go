@@ -7,11 +7,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 type push struct {
-	r      foldstream.ScannedRange
+	r      foldtype.ScannedRange
 	events []string
 }
 
@@ -25,7 +25,7 @@ type recorder struct {
 	entered chan struct{}
 }
 
-func (r *recorder) deliver(ctx context.Context, evs []foldstream.Event, rg foldstream.ScannedRange) error {
+func (r *recorder) deliver(ctx context.Context, evs []foldtype.Event, rg foldtype.ScannedRange) error {
 	if r.entered != nil {
 		r.entered <- struct{}{}
 	}
@@ -72,7 +72,7 @@ func TestSubscriptionRangesChain(t *testing.T) {
 	subT := subscribe(t, s, "/a", &ticks, SubscribeOptions{Consumes: []string{"tick", "chunk"}})
 	subA := subscribe(t, s, "/a", &all, SubscribeOptions{})
 	subS := subscribe(t, s, "/a", &star, SubscribeOptions{Consumes: []string{"*"}})
-	steps := [][]foldstream.EventInput{
+	steps := [][]foldtype.EventInput{
 		{ev("tick")},                // 1
 		{ev("noise")},               // 2
 		{ev("noise"), eph("chunk")}, // 3, 4
@@ -154,13 +154,13 @@ func TestSubscriptionReentrantAppendAndClose(t *testing.T) {
 	var mu sync.Mutex
 	var seen []int64
 	var sub *Subscription
-	sub, err := s.Events().Subscribe("/a", func(ctx context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/a", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		for _, e := range evs {
 			mu.Lock()
 			seen = append(seen, e.Offset)
 			mu.Unlock()
 			if e.Type == "ping" {
-				if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "pong", IdempotencyKey: "once"}); err != nil {
+				if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "pong", IdempotencyKey: "once"}); err != nil {
 					return err
 				}
 			}

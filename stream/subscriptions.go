@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -80,8 +80,8 @@ type SubscriptionConfig struct {
 	CallbackBase string `json:"callback_base,omitempty"`
 }
 
-func subErr(code foldstream.Code, format string, args ...any) *foldstream.Error {
-	return foldstream.NewError(code, nil, format, args...)
+func subErr(code foldtype.Code, format string, args ...any) *foldtype.Error {
+	return foldtype.NewError(code, nil, format, args...)
 }
 
 // NormalizeSubscriptionConfig checks c and returns it normalized: explicit streams sorted and
@@ -91,26 +91,26 @@ func NormalizeSubscriptionConfig(c SubscriptionConfig) (SubscriptionConfig, erro
 	switch c.Type {
 	case SubscriptionWebhook:
 		if c.WebhookURL == "" {
-			return c, subErr(foldstream.CodeBadRequest, "a webhook subscription needs webhook.url")
+			return c, subErr(foldtype.CodeBadRequest, "a webhook subscription needs webhook.url")
 		}
 		if c.WakeStream != "" {
-			return c, subErr(foldstream.CodeBadRequest, "wake_stream is for pull-wake subscriptions; remove it")
+			return c, subErr(foldtype.CodeBadRequest, "wake_stream is for pull-wake subscriptions; remove it")
 		}
 	case SubscriptionPullWake:
 		if c.WakeStream == "" {
-			return c, subErr(foldstream.CodeBadRequest, "a pull-wake subscription needs wake_stream")
+			return c, subErr(foldtype.CodeBadRequest, "a pull-wake subscription needs wake_stream")
 		}
 		if c.WebhookURL != "" {
-			return c, subErr(foldstream.CodeBadRequest, "webhook is for webhook subscriptions; remove it")
+			return c, subErr(foldtype.CodeBadRequest, "webhook is for webhook subscriptions; remove it")
 		}
 		if err := checkSubPath(c.WakeStream); err != nil {
 			return c, err
 		}
 	default:
-		return c, subErr(foldstream.CodeBadRequest, `type must be "webhook" or "pull-wake"`)
+		return c, subErr(foldtype.CodeBadRequest, `type must be "webhook" or "pull-wake"`)
 	}
 	if c.Pattern == "" && len(c.Streams) == 0 {
-		return c, subErr(foldstream.CodeBadRequest, "give a pattern, streams, or both")
+		return c, subErr(foldtype.CodeBadRequest, "give a pattern, streams, or both")
 	}
 	if c.Pattern != "" {
 		if err := checkSubPath(c.Pattern); err != nil {
@@ -123,7 +123,7 @@ func NormalizeSubscriptionConfig(c SubscriptionConfig) (SubscriptionConfig, erro
 			return c, err
 		}
 		if strings.Contains(p, "*") {
-			return c, subErr(foldstream.CodeBadRequest, "explicit stream %q may not contain *; use pattern for globs", p)
+			return c, subErr(foldtype.CodeBadRequest, "explicit stream %q may not contain *; use pattern for globs", p)
 		}
 		streams = append(streams, p)
 	}
@@ -136,7 +136,7 @@ func NormalizeSubscriptionConfig(c SubscriptionConfig) (SubscriptionConfig, erro
 	case c.LeaseTTLms == 0:
 		c.LeaseTTLms = DefaultSubscriptionLeaseTTL.Milliseconds()
 	case ttl < MinSubscriptionLeaseTTL || ttl > MaxSubscriptionLeaseTTL:
-		return c, subErr(foldstream.CodeBadRequest, "lease_ttl_ms must be from %d to %d", MinSubscriptionLeaseTTL.Milliseconds(), MaxSubscriptionLeaseTTL.Milliseconds())
+		return c, subErr(foldtype.CodeBadRequest, "lease_ttl_ms must be from %d to %d", MinSubscriptionLeaseTTL.Milliseconds(), MaxSubscriptionLeaseTTL.Milliseconds())
 	}
 	return c, nil
 }
@@ -144,10 +144,10 @@ func NormalizeSubscriptionConfig(c SubscriptionConfig) (SubscriptionConfig, erro
 // checkSubPath refuses a stream path or pattern that cannot name a stream.
 func checkSubPath(p string) error {
 	if p == "" || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") {
-		return subErr(foldstream.CodeBadRequest, "stream path %q: use a stream-root-relative path like events/abc (no leading or trailing slash, no empty segment)", p)
+		return subErr(foldtype.CodeBadRequest, "stream path %q: use a stream-root-relative path like events/abc (no leading or trailing slash, no empty segment)", p)
 	}
 	if first, _, _ := strings.Cut(p, "/"); first == "__ds" {
-		return subErr(foldstream.CodeBadRequest, "stream path %q: paths under __ds are reserved", p)
+		return subErr(foldtype.CodeBadRequest, "stream path %q: paths under __ds are reserved", p)
 	}
 	return nil
 }
@@ -314,7 +314,7 @@ func mustSub(t *tx, id string) (*subscription, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, subErr(foldstream.CodeSubscriptionNotFound, "no subscription %q; create it with PUT first", id)
+		return nil, subErr(foldtype.CodeSubscriptionNotFound, "no subscription %q; create it with PUT first", id)
 	}
 	return sub, nil
 }
@@ -444,7 +444,7 @@ func (s *Store) issueWake(t *tx, sub *subscription, tails map[string]int64) (boo
 	}
 	var gap int64
 	if _, err := s.appendTx(t, AppendRequest{Path: "/" + sub.Cfg.WakeStream, ContentType: "application/json", Body: body}, msgs, nil, &gap); err != nil {
-		var fe *foldstream.Error
+		var fe *foldtype.Error
 		if errors.As(err, &fe) {
 			// A refusal of the append itself (a paused wake stream, say), decided before it wrote
 			// anything: the wake stands, claimable, as for a missing wake stream.
@@ -559,7 +559,7 @@ func infoOfSub(sub *subscription) SubscriptionInfo {
 func (p *Protocol) PutSubscription(ctx context.Context, id string, cfg SubscriptionConfig) (info SubscriptionInfo, created bool, err error) {
 	s := p.s
 	if id == "" || strings.Contains(id, "/") {
-		return info, false, subErr(foldstream.CodeBadRequest, "subscription id %q: use a non-empty id without slashes", id)
+		return info, false, subErr(foldtype.CodeBadRequest, "subscription id %q: use a non-empty id without slashes", id)
 	}
 	cfg, err = NormalizeSubscriptionConfig(cfg)
 	if err != nil {
@@ -573,7 +573,7 @@ func (p *Protocol) PutSubscription(ctx context.Context, id string, cfg Subscript
 		}
 		if ok {
 			if subtle.ConstantTimeCompare([]byte(sub.St.Hash), []byte(hash)) != 1 {
-				return subErr(foldstream.CodeConflict, "subscription %q exists with a different configuration; delete it first or use another id", id)
+				return subErr(foldtype.CodeConflict, "subscription %q exists with a different configuration; delete it first or use another id", id)
 			}
 			info, created = infoOfSub(sub), false
 			return nil
@@ -647,7 +647,7 @@ func (p *Protocol) Subscription(ctx context.Context, id string) (SubscriptionInf
 			return err
 		}
 		if !ok {
-			return subErr(foldstream.CodeSubscriptionNotFound, "no subscription %q", id)
+			return subErr(foldtype.CodeSubscriptionNotFound, "no subscription %q", id)
 		}
 		sub := &subscription{ID: id}
 		if err := json.Unmarshal(row.Config, &sub.Cfg); err != nil {
@@ -704,7 +704,7 @@ func (p *Protocol) AddSubscriptionStreams(ctx context.Context, id string, paths 
 			return err
 		}
 		if strings.Contains(p, "*") {
-			return subErr(foldstream.CodeBadRequest, "explicit stream %q may not contain *", p)
+			return subErr(foldtype.CodeBadRequest, "explicit stream %q may not contain *", p)
 		}
 	}
 	return s.write(ctx, func(t *tx) error {
@@ -714,7 +714,7 @@ func (p *Protocol) AddSubscriptionStreams(ctx context.Context, id string, paths 
 		}
 		for _, p := range paths {
 			if p == sub.Cfg.WakeStream {
-				return subErr(foldstream.CodeBadRequest, "stream %q is the subscription's own wake stream", p)
+				return subErr(foldtype.CodeBadRequest, "stream %q is the subscription's own wake stream", p)
 			}
 			row, _, err := liveRow(t, p)
 			if err != nil {
@@ -801,7 +801,7 @@ func (s *Store) wakeOf(t *tx, sub *subscription) (Wake, error) {
 func (p *Protocol) ClaimSubscription(ctx context.Context, id, worker string) (w Wake, ok bool, err error) {
 	s := p.s
 	if worker == "" {
-		return w, false, subErr(foldstream.CodeBadRequest, "name the claiming worker in worker")
+		return w, false, subErr(foldtype.CodeBadRequest, "name the claiming worker in worker")
 	}
 	var issued bool
 	err = s.write(ctx, func(t *tx) error {
@@ -810,12 +810,12 @@ func (p *Protocol) ClaimSubscription(ctx context.Context, id, worker string) (w 
 			return err
 		}
 		if sub.Cfg.Type != SubscriptionPullWake {
-			return subErr(foldstream.CodeBadRequest, "subscription %q is a webhook subscription; only pull-wake subscriptions are claimed", id)
+			return subErr(foldtype.CodeBadRequest, "subscription %q is a webhook subscription; only pull-wake subscriptions are claimed", id)
 		}
 		now := t.now.UnixMilli()
 		expireLease(sub, now)
 		if sub.St.InFlight && sub.St.Holder != "" {
-			return foldstream.NewError(foldstream.CodeAlreadyClaimed, map[string]any{"current_holder": sub.St.Holder, "generation": sub.St.Generation},
+			return foldtype.NewError(foldtype.CodeAlreadyClaimed, map[string]any{"current_holder": sub.St.Holder, "generation": sub.St.Generation},
 				"subscription %q is claimed by %q until its lease runs out", id, sub.St.Holder)
 		}
 		tails, err := refresh(t, sub, nil)
@@ -877,10 +877,10 @@ func (p *Protocol) AckSubscription(ctx context.Context, id, token string, callba
 		for _, a := range req.Acks {
 			l := sub.link(a.Stream)
 			if l == nil {
-				return subErr(foldstream.CodeBadRequest, "stream %q is not linked to subscription %q", a.Stream, id)
+				return subErr(foldtype.CodeBadRequest, "stream %q is not linked to subscription %q", a.Stream, id)
 			}
 			if a.Offset < 0 || a.Offset > tails[a.Stream] {
-				return subErr(foldstream.CodeBadRequest, "ack offset %d of %q is beyond the stream's tail %d", a.Offset, a.Stream, tails[a.Stream])
+				return subErr(foldtype.CodeBadRequest, "ack offset %d of %q is beyond the stream's tail %d", a.Offset, a.Stream, tails[a.Stream])
 			}
 			l.Acked = max(l.Acked, a.Offset)
 		}
@@ -932,21 +932,21 @@ func (s *Store) fencedSub(t *tx, id, token string, callback bool, wakeID string,
 	}
 	if callback != (sub.Cfg.Type == SubscriptionWebhook) {
 		if callback {
-			return nil, subErr(foldstream.CodeBadRequest, "subscription %q is pull-wake: ack through /ack", id)
+			return nil, subErr(foldtype.CodeBadRequest, "subscription %q is pull-wake: ack through /ack", id)
 		}
-		return nil, subErr(foldstream.CodeBadRequest, "subscription %q is a webhook subscription: ack through /callback", id)
+		return nil, subErr(foldtype.CodeBadRequest, "subscription %q is a webhook subscription: ack through /callback", id)
 	}
 	okTok, err := s.checkWakeToken(t, token, id, generation, wakeID)
 	if err != nil {
 		return nil, err
 	}
 	if !okTok {
-		return nil, subErr(foldstream.CodeUnauthorized, "the bearer token is not valid for this subscription's wake %q generation %d", wakeID, generation)
+		return nil, subErr(foldtype.CodeUnauthorized, "the bearer token is not valid for this subscription's wake %q generation %d", wakeID, generation)
 	}
 	// A lease that ran out fences the call; its expiry itself is recorded by the delivery loop.
 	expireLease(sub, t.now.UnixMilli())
 	if !sub.St.InFlight || sub.St.WakeID != wakeID || sub.St.Generation != generation || (!callback && sub.St.Holder == "") {
-		return nil, subErr(foldstream.CodeFenced, "wake %q generation %d is not the subscription's current wake (or its lease ran out)", wakeID, generation)
+		return nil, subErr(foldtype.CodeFenced, "wake %q generation %d is not the subscription's current wake (or its lease ran out)", wakeID, generation)
 	}
 	return sub, nil
 }

@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// EventStream is the event view of one stream path: the [foldstream.Stream] an engine runs
+// EventStream is the event view of one stream path: the [foldtype.Stream] an engine runs
 // against. Bind it to a processor with ForProcessor so Claim knows whose claim it is.
 type EventStream struct {
 	s    *Store
@@ -36,17 +36,17 @@ func (e *EventStream) Path() string { return e.path }
 // type application/json) when it does not exist:
 //
 //   - an empty call is a no-op;
-//   - every type must be non-empty after trimming ([foldstream.CodeInvalidEvent]);
+//   - every type must be non-empty after trimming ([foldtype.CodeInvalidEvent]);
 //   - an idempotency key that names an existing event with the same body echoes it without a new
-//     offset; a different body refuses the whole batch with [foldstream.CodeIdempotencyConflict];
+//     offset; a different body refuses the whole batch with [foldtype.CodeIdempotencyConflict];
 //     a key repeated inside the batch yields one stored event;
 //   - an input's Offset is a precondition; a mismatch refuses the whole batch with
-//     [foldstream.CodeOffsetConflict];
+//     [foldtype.CodeOffsetConflict];
 //   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
 //     writer already knows runs no SQL;
 //   - an ephemeral-only batch never creates a stream: to a missing stream it is dropped —
 //     nothing is written or pushed, and the receipts carry offset 0;
-//   - a body over [MaxEventBytes] refuses the batch with [foldstream.CodeEventTooLarge].
+//   - a body over [MaxEventBytes] refuses the batch with [foldtype.CodeEventTooLarge].
 //
 // A view bound with ForProcessor never creates its stream: a processor's appends to a stream that
 // is missing or was deleted fail with STREAM_NOT_FOUND or STREAM_GONE, so an engine still running
@@ -56,11 +56,11 @@ func (e *EventStream) Path() string { return e.path }
 //
 // The batch commits atomically with whatever else the writer grouped with it; Append returns after
 // the commit, by which time every subscriber's push for it is queued.
-func (e *EventStream) Append(ctx context.Context, events ...foldstream.EventInput) ([]foldstream.Event, error) {
+func (e *EventStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	events = foldstream.StampOrigin(e.path, events) // docs/engine.md#cause-chains: a source without an origin gets the path
+	events = foldtype.StampOrigin(e.path, events) // docs/engine.md#cause-chains: a source without an origin gets the path
 	prepared, err := prepareInputs(events)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (e *EventStream) Append(ctx context.Context, events ...foldstream.EventInpu
 // ScannedThroughOffset is the durable mark on an at-head page, else the last row's offset, and
 // never less than after — the proof never passes the durable mark. A missing stream reads as
 // empty and at head.
-func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
+func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
 	return e.s.readEvents(ctx, e.path, after, limit, readOptions{})
 }
 
@@ -89,7 +89,7 @@ func (e *EventStream) Claim(ctx context.Context, at time.Time) error {
 	return e.s.Events().Claim(ctx, e.path, e.slug, at)
 }
 
-var _ foldstream.Stream = (*EventStream)(nil)
+var _ foldtype.Stream = (*EventStream)(nil)
 
 // Checkpoints is the checkpoint storage of the processors running on one stream: the driver's
 // reduce_checkpoints rows scoped by the stream's path, read from committed data and written through
@@ -104,7 +104,7 @@ type Checkpoints struct {
 	incarnation *atomic.Int64
 }
 
-var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
+var _ foldtype.CheckpointStorage = (*Checkpoints)(nil)
 
 // Checkpoints returns the checkpoint storage of the processors running on the stream at path. It
 // belongs to the stream's current incarnation (the stream existing now, or else the first one a
@@ -163,7 +163,7 @@ func (c *Checkpoints) checkIncarnation(t *tx, slug string) error {
 	if found && row.ID == want && row.State == 0 {
 		return nil
 	}
-	e := foldstream.NewError(foldstream.CodeStreamDeleted, map[string]any{"path": c.scope, "slug": slug},
+	e := foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": c.scope, "slug": slug},
 		"write checkpoint %q: stream %s was deleted; its checkpoints went with it and nothing was written", slug, quotePath(c.scope))
 	e.Retryable = false
 	return e
@@ -179,14 +179,14 @@ func (c *Checkpoints) Fenced(key string, generation int64) *Checkpoints {
 }
 
 // ReadCheckpoint reads slug's row; an empty or NULL state reads as nil.
-func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldstream.Checkpoint, bool, error) {
+func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
 	return driver.ReadCheckpoint(ctx, c.s.readTx, c.scope, slug)
 }
 
 // WriteCheckpoint upserts slug's row: version and cursor always, the state only when
-// stateChanged. A state over [foldstream.MaxCheckpointChars] UTF-16 code units is refused before
+// stateChanged. A state over [foldtype.MaxCheckpointChars] UTF-16 code units is refused before
 // anything is written.
-func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, stateChanged bool) error {
+func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
 	if err := driver.CheckCheckpointSize(slug, cp, stateChanged); err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Waiting for an event with the store's public API: a subscription that consumes the types
@@ -29,20 +29,20 @@ type waitOptions struct {
 
 // waitForEvent returns the first event on the stream at path that matches o. registered, when not
 // nil, receives the waiter's subscription once it is in place.
-func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, registered chan<- *Subscription) (foldstream.Event, error) {
+func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, registered chan<- *Subscription) (foldtype.Event, error) {
 	after := int64(-1)
 	if o.after != nil {
 		after = max(*o.after, 0)
 	}
-	matches := func(ev foldstream.Event) bool {
+	matches := func(ev foldtype.Event) bool {
 		return ev.Offset > after && (len(o.types) == 0 || slices.Contains(o.types, ev.Type))
 	}
-	found := make(chan foldstream.Event, 1)
+	found := make(chan foldtype.Event, 1)
 	var consumes []string
 	if len(o.types) > 0 {
 		consumes = o.types
 	}
-	sub, err := s.Events().Subscribe(path, func(_ context.Context, evs []foldstream.Event, _ foldstream.ScannedRange) error {
+	sub, err := s.Events().Subscribe(path, func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		for _, ev := range evs {
 			if matches(ev) {
 				select {
@@ -55,7 +55,7 @@ func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, reg
 		return nil
 	}, SubscribeOptions{Consumes: consumes, Name: "test waiter"})
 	if err != nil {
-		return foldstream.Event{}, err
+		return foldtype.Event{}, err
 	}
 	defer sub.Close()
 	if registered != nil {
@@ -65,7 +65,7 @@ func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, reg
 		for from := after; ; {
 			p, err := s.readEvents(ctx, path, from, MaxReadLimit, readOptions{IncludeEphemeral: true})
 			if err != nil {
-				return foldstream.Event{}, err
+				return foldtype.Event{}, err
 			}
 			for _, ev := range p.Events {
 				if matches(ev) {
@@ -88,9 +88,9 @@ func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, reg
 	case ev := <-found:
 		return ev, nil
 	case <-timeout:
-		return foldstream.Event{}, foldstream.NewError(foldstream.CodeWaitTimeout, nil, "no matching event on %s in %s", path, o.timeout)
+		return foldtype.Event{}, foldtype.NewError(foldtype.CodeWaitTimeout, nil, "no matching event on %s in %s", path, o.timeout)
 	case <-ctx.Done():
-		return foldstream.Event{}, ctx.Err()
+		return foldtype.Event{}, ctx.Err()
 	}
 }
 
@@ -126,7 +126,7 @@ func (w waiter) pending(t *testing.T, what string) {
 }
 
 type waitResult struct {
-	ev  foldstream.Event
+	ev  foldtype.Event
 	err error
 }
 
@@ -155,7 +155,7 @@ func TestWaiterFromHistory(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	in := make([]foldstream.EventInput, 1500)
+	in := make([]foldtype.EventInput, 1500)
 	for i := range in {
 		in[i] = ev("filler")
 	}
@@ -196,7 +196,7 @@ func TestWaiterTimeoutEphemeralAndOrder(t *testing.T) {
 	clk.WaitArmed(t, testT.Add(5*time.Second))
 	sp := s.savepoints()
 	clk.Advance(5 * time.Second)
-	if err := <-done; !errors.Is(err, foldstream.ErrWaitTimeout) {
+	if err := <-done; !errors.Is(err, foldtype.ErrWaitTimeout) {
 		t.Fatalf("timeout: got %v, want WAIT_TIMEOUT", err)
 	}
 	if s.savepoints() != sp || countRows(t, s, `SELECT count(*) FROM streams`) != 0 {

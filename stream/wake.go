@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -19,10 +19,10 @@ import (
 // HTTP protocol uses are never woken, so their contents stay exactly what their writers wrote.
 
 const (
-	// CreatedType is the birth record's type (foldstream.CreatedType).
-	CreatedType = foldstream.CreatedType
-	// WokenType is the wake record's type (foldstream.WokenType).
-	WokenType = foldstream.WokenType
+	// CreatedType is the birth record's type (foldtype.CreatedType).
+	CreatedType = foldtype.CreatedType
+	// WokenType is the wake record's type (foldtype.WokenType).
+	WokenType = foldtype.WokenType
 )
 
 // Wake reasons.
@@ -37,7 +37,7 @@ const (
 // does not exist, and returns the records it appended (none when the stream was already woken by
 // this incarnation, or is closed: a closed stream takes no wake record). reason is WakeRequest or
 // WakeAlarm (any non-empty string is stored as given).
-func (e *Events) Wake(ctx context.Context, path, reason string) ([]foldstream.Event, error) {
+func (e *Events) Wake(ctx context.Context, path, reason string) ([]foldtype.Event, error) {
 	s := e.s
 	return s.wake1(ctx, path, reason, true)
 }
@@ -45,16 +45,16 @@ func (e *Events) Wake(ctx context.Context, path, reason string) ([]foldstream.Ev
 // WakeExisting is Wake for a stream that must exist: it never creates one. A missing path fails
 // with STREAM_NOT_FOUND and a deleted one with STREAM_GONE, writing nothing; a closed stream takes
 // no wake record (no error).
-func (e *Events) WakeExisting(ctx context.Context, path, reason string) ([]foldstream.Event, error) {
+func (e *Events) WakeExisting(ctx context.Context, path, reason string) ([]foldtype.Event, error) {
 	s := e.s
 	return s.wake1(ctx, path, reason, false)
 }
 
-func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]foldstream.Event, error) {
+func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]foldtype.Event, error) {
 	if reason == "" {
 		reason = WakeRequest
 	}
-	var out []foldstream.Event
+	var out []foldtype.Event
 	err := s.write(ctx, func(t *tx) (err error) {
 		out = nil
 		var m *streamMem
@@ -63,7 +63,7 @@ func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]
 		} else {
 			m, err = s.existingEventStream(t, path)
 		}
-		if errors.Is(err, foldstream.ErrStreamClosed) {
+		if errors.Is(err, foldtype.ErrStreamClosed) {
 			return nil
 		}
 		if err != nil {
@@ -76,14 +76,14 @@ func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]
 		// Staged: a second wake later in the group sees it, and it holds only once committed.
 		t.markWoken(row.ID)
 		incarnation := row.Incarnation + 1
-		platform := &foldstream.Source{Platform: true}
-		var inputs []foldstream.EventInput
+		platform := &foldtype.Source{Platform: true}
+		var inputs []foldtype.EventInput
 		if row.Incarnation == 0 && m.Tail == 0 {
-			inputs = append(inputs, foldstream.EventInput{Type: CreatedType, Source: platform,
-				Payload: foldstream.JSON(map[string]any{"path": path})})
+			inputs = append(inputs, foldtype.EventInput{Type: CreatedType, Source: platform,
+				Payload: foldtype.JSON(map[string]any{"path": path})})
 		}
-		inputs = append(inputs, foldstream.EventInput{Type: WokenType, Source: platform,
-			Payload: foldstream.JSON(map[string]any{"incarnation": incarnation, "reason": reason})})
+		inputs = append(inputs, foldtype.EventInput{Type: WokenType, Source: platform,
+			Payload: foldtype.JSON(map[string]any{"incarnation": incarnation, "reason": reason})})
 		prepared, err := prepareInputs(inputs)
 		if err != nil {
 			return err

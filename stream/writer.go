@@ -9,7 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -32,6 +32,9 @@ type writeReq struct {
 	fn   func(t *tx) error
 	done chan error
 	res  *reservation // the reservation whose stream fn may touch (sliced.go), or nil
+	// path, when set, is the stream fn is about to write: on a shared database the group reads
+	// the rows of its writes' streams together (driver.StreamPrefetcher).
+	path string
 }
 
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
@@ -79,7 +82,7 @@ type tx struct {
 	db      lazyTx
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
-	eph map[int64][]foldstream.Event
+	eph map[int64][]foldtype.Event
 	// res is the reservation this function may write into; reserve and unreserve are the
 	// reservations it starts and ends (sliced.go), applied once the group commits.
 	res       *reservation
@@ -100,7 +103,13 @@ type group struct {
 // waits for the commit even if ctx ends meanwhile, so the caller never mistakes a committed write
 // for a failed one.
 func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	return s.writeTo(ctx, "", fn)
+}
+
+// writeTo is write for a function that writes to the stream at path (a hint: it may touch others
+// or none).
+func (s *Store) writeTo(ctx context.Context, path string, fn func(t *tx) error) error {
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path}
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
@@ -189,7 +198,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	done := make([]*tx, len(reqs))
 	epochs := make([]int, len(reqs))
 	now := s.clock.Now()
-	broken := error(nil)
+	broken := s.prefetch(g, reqs)
 
 	for i, r := range reqs {
 		epochs[i] = lockEpochOf(g.dtx)
@@ -297,6 +306,39 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 	s.applyCommitted(reqs, results, done)
 }
 
+// prefetch begins the group's transaction and reads the rows of the streams its writes are
+// about to write (each under its lock when that is free at once) in one round trip, instead of
+// one round trip per write, when the database is shared and the driver can (see
+// driver.StreamPrefetcher). An error fails the whole group.
+func (s *Store) prefetch(g *group, reqs []*writeReq) error {
+	if s.exclusive || len(reqs) < 2 {
+		return nil
+	}
+	var paths []string
+	seen := make(map[string]bool, len(reqs))
+	for _, r := range reqs {
+		if r.path != "" && !seen[r.path] && r.ctx.Err() == nil {
+			seen[r.path] = true
+			paths = append(paths, r.path)
+		}
+	}
+	if len(paths) < 2 {
+		return nil
+	}
+	ctx := context.Background()
+	dtx, err := g.w.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("stream store: begin: %w", err)
+	}
+	g.dtx = dtx
+	if p, ok := dtx.(driver.StreamPrefetcher); ok {
+		if err := p.PrefetchStreams(ctx, paths); err != nil {
+			return fmt.Errorf("stream store: read the group's streams: %w", err)
+		}
+	}
+	return nil
+}
+
 // lockEpochOf is dtx's driver.LockKeeper epoch (0 when it has none, or no transaction began).
 func lockEpochOf(dtx driver.WriteTx) int {
 	if lk, ok := dtx.(driver.LockKeeper); ok {
@@ -307,9 +349,9 @@ func lockEpochOf(dtx driver.WriteTx) int {
 
 // changesOf collects the streams the committed functions touched and the ephemeral events they
 // appended per stream.
-func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
+func changesOf(done []*tx) (map[int64]string, map[int64][]foldtype.Event) {
 	touched := make(map[int64]string)
-	var ephs map[int64][]foldstream.Event
+	var ephs map[int64][]foldtype.Event
 	for _, t := range done {
 		if t == nil {
 			continue
@@ -319,7 +361,7 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
 		}
 		for id, evs := range t.eph {
 			if ephs == nil {
-				ephs = make(map[int64][]foldstream.Event)
+				ephs = make(map[int64][]foldtype.Event)
 			}
 			ephs[id] = append(ephs[id], evs...)
 		}
@@ -328,7 +370,7 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldstream.Event) {
 }
 
 // notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events.
-func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldstream.Event) error {
+func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldtype.Event) error {
 	for id, p := range touched {
 		n := driver.Notification{StreamID: id, Path: p}
 		if evs := ephs[id]; len(evs) > 0 {
@@ -344,7 +386,7 @@ func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string
 // notifyCommitted sends, in a transaction of their own, the notifications of writes an early
 // commit made durable when the rest of their group failed. It is best effort: when it fails, the
 // other processes' readers of those streams learn of the writes with the next notification.
-func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched map[int64]string, ephs map[int64][]foldstream.Event) {
+func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched map[int64]string, ephs map[int64][]foldtype.Event) {
 	if len(touched) == 0 || s.exclusive {
 		return
 	}

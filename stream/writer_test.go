@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // TestWriterGroupIsolatesRefusedWrites: a write that fails inside a group rolls back alone; its
@@ -103,7 +103,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	errs := groupWithFailingCommit(t, s,
@@ -115,7 +115,7 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 		}
 	}
 	// The stream row was rolled back; its id goes to the next stream created.
-	if _, err := s.Events().Stream("/other").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/other").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/w", "/e", "/other"} {
@@ -135,11 +135,11 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	pushed := make(chan foldstream.ScannedRange, 16)
-	sub, err := s.Events().Subscribe("/known", func(_ context.Context, _ []foldstream.Event, r foldstream.ScannedRange) error {
+	pushed := make(chan foldtype.ScannedRange, 16)
+	sub, err := s.Events().Subscribe("/known", func(_ context.Context, _ []foldtype.Event, r foldtype.ScannedRange) error {
 		pushed <- r
 		return nil
 	}, SubscribeOptions{Consumes: []string{"*", "e"}})
@@ -149,15 +149,15 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	defer sub.Close()
 	errs := groupWithFailingCommit(t, s,
 		func() error {
-			_, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"}, foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
 		func() error {
-			_, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
 		func() error {
-			_, err := s.Events().Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"})
+			_, err := s.Events().Stream("/new").Append(ctx, foldtype.EventInput{Type: "d"})
 			return err
 		})
 	for i, err := range errs {
@@ -165,7 +165,7 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 			t.Fatalf("append %d in a failed group: got nil error", i)
 		}
 	}
-	got, err := s.Events().Stream("/known").Append(ctx, foldstream.EventInput{Type: "d"})
+	got, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,14 +185,14 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	if len(page.Events) != 2 {
 		t.Errorf("read: got %d events, want 2", len(page.Events))
 	}
-	if _, err := s.Events().Stream("/other").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Events().Stream("/other").Append(ctx, foldtype.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Events().Stream("/new").Append(ctx, foldstream.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
+	if got, err := s.Events().Stream("/new").Append(ctx, foldtype.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
 		t.Fatalf("/new after the failed group: got %v, %v; want offset 1", got, err)
 	}
 	for _, p := range []string{"/new", "/other"} {
-		page, err := s.Events().Stream(p).Read(ctx, 0, 10)
+		page, err := s.readEvents(ctx, p, 0, 10, readOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,13 +209,13 @@ func TestRefusedCreateDoesNotAliasNextStream(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("first append: got %v, want OFFSET_CONFLICT", err)
 	}
-	if _, err := s.Events().Stream("/b").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/b").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/b")
@@ -237,7 +237,7 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 	// An append and a delete of /a in one group, in that order.
 	errs := inOneGroup(t, s,
 		func() error {
-			_, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"})
+			_, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t"})
 			return err
 		},
 		func() error { return s.Protocol().DeleteStream(ctx, "/a") })
@@ -246,10 +246,10 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Events().Stream("/c").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Events().Stream("/a").Append(ctx, foldstream.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/c")
@@ -278,7 +278,7 @@ func TestStoredMessageClaimingEphemeralReadsDurable(t *testing.T) {
 		Body: []byte(`{"type":"t","ephemeral":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Events().Stream("/j").Read(ctx, 0, 10)
+	page, err := s.readEvents(ctx, "/j", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -18,7 +19,7 @@ type Checkpoints struct {
 	writes atomic.Int64
 }
 
-var _ foldstream.CheckpointStorage = (*Checkpoints)(nil)
+var _ foldtype.CheckpointStorage = (*Checkpoints)(nil)
 
 // MemoryCheckpoints returns fresh, empty checkpoint storage. It panics if in-memory SQLite cannot
 // be opened, which only a broken build can cause. Close it when done (optional in tests).
@@ -36,7 +37,7 @@ func MemoryCheckpoints() *Checkpoints {
 }
 
 // WriteCheckpoint writes through the table and counts the write when it succeeded.
-func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldstream.Checkpoint, stateChanged bool) error {
+func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
 	if err := c.CheckpointTable.WriteCheckpoint(ctx, slug, cp, stateChanged); err != nil {
 		return err
 	}
@@ -48,7 +49,7 @@ func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp folds
 func (c *Checkpoints) Writes() int { return int(c.writes.Load()) }
 
 // Get reads slug's row, failing the caller's expectations loudly: ok is false when there is none.
-func (c *Checkpoints) Get(slug string) (foldstream.Checkpoint, bool) {
+func (c *Checkpoints) Get(slug string) (foldtype.Checkpoint, bool) {
 	cp, ok, err := c.ReadCheckpoint(context.Background(), slug)
 	if err != nil {
 		panic(err)

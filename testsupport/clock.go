@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // T is the fake clock's start: 2035-01-01T00:00:00Z (docs/engine.md#test-support).
 var T = time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// FakeClock is a [foldstream.Clock] whose time moves only when told. It fakes wall-clock time
+// FakeClock is a [foldtype.Clock] whose time moves only when told. It fakes wall-clock time
 // (claims, revision epochs) and the timers of AfterFunc, which fire on Advance. Every armed
 // deadline is recorded, so a test can wait for the code under test to arm one
 // ([FakeClock.WaitArmed]) before it advances time.
@@ -33,7 +33,7 @@ type fakeTimer struct {
 	f   func()
 }
 
-var _ foldstream.Clock = (*FakeClock)(nil)
+var _ foldtype.Clock = (*FakeClock)(nil)
 
 // NewFakeClock returns a clock fixed at [T].
 func NewFakeClock() *FakeClock {

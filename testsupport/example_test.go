@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -27,13 +28,13 @@ func ExampleMemoryStream() {
 	eng, _ := foldstream.NewEngine[tally](tallyProcessor{foldstream.NewBase(contract)}, foldstream.EngineConfig{Stream: mem, Checkpoints: cps})
 	mem.Register(eng)
 
-	_, _ = mem.Append(ctx, foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "tick"})
+	_, _ = mem.Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "tick"})
 	_ = mem.WaitIdle(ctx) // every push landed, every engine drained
 
 	snap, _ := eng.Snapshot(ctx)
 	cp, _ := cps.Get("tally")
 	fmt.Println("state:", snap.State.Count, "checkpoint writes:", cps.Writes(), "stored:", string(cp.State))
-	fmt.Println("reads:", mem.Reads(), "deltas:", len(mem.EventsOfType(foldstream.LiveStateChangedType)))
+	fmt.Println("reads:", mem.Reads(), "deltas:", len(mem.EventsOfType(foldtype.LiveStateChangedType)))
 	// Output:
 	// state: 2 checkpoint writes: 1 stored: {"count":2}
 	// reads: 0 deltas: 1
@@ -43,7 +44,7 @@ func ExampleMemoryStream() {
 func ExampleReduceProcessor() {
 	contract := foldstream.MustDefineContract(foldstream.ContractConfig[tally]{Slug: "tally", Version: "1"})
 	got := testsupport.ReduceProcessor[tally](tallyProcessor{foldstream.NewBase(contract)},
-		[]foldstream.EventInput{{Type: "tick"}, {Type: "tick"}, {Type: "tick"}})
+		[]foldtype.EventInput{{Type: "tick"}, {Type: "tick"}, {Type: "tick"}})
 	fmt.Println(got.Count)
 	// Output: 3
 }

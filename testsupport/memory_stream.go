@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // EpochCreatedAt is the createdAt the memory stream stamps on every event (Unix time 0).
 const EpochCreatedAt = "1970-01-01T00:00:00.000Z"
 
-// MemoryStream is an in-memory [foldstream.Stream] (docs/engine.md#test-support memoryStream).
+// MemoryStream is an in-memory [foldtype.Stream] (docs/engine.md#test-support memoryStream).
 // Create it with [NewMemoryStream]; it is safe for concurrent use.
 //
-// Append checks every input with [foldstream.PrepareEventInput], as the durable store does (same
+// Append checks every input with [foldtype.PrepareEventInput], as the durable store does (same
 // refusals, same codes; payload and metadata are stored compacted), then idempotency
 // (docs/engine.md#idempotency: a hit with the same body is echoed and consumes no offset; a
 // conflict refuses the whole call with IDEMPOTENCY_CONFLICT) and offset preconditions
@@ -38,12 +39,12 @@ type MemoryStream struct {
 	path string
 
 	mu          sync.Mutex
-	log         []foldstream.Event
-	pushed      []foldstream.Event
+	log         []foldtype.Event
+	pushed      []foldtype.Event
 	maxAssigned int64
-	keys        map[string]foldstream.Event
+	keys        map[string]foldtype.Event
 	engines     []foldstream.Runner
-	hooks       map[int]func([]foldstream.Event, foldstream.ScannedRange)
+	hooks       map[int]func([]foldtype.Event, foldtype.ScannedRange)
 	hookSeq     int
 	drainables  map[foldstream.Runner]int
 	claims      []time.Time
@@ -59,7 +60,7 @@ type MemoryStream struct {
 	idle     chan struct{}
 }
 
-var _ foldstream.Stream = (*MemoryStream)(nil)
+var _ foldtype.Stream = (*MemoryStream)(nil)
 
 // NewMemoryStream returns an empty stream at path "/".
 func NewMemoryStream() *MemoryStream { return NewMemoryStreamAt("/") }
@@ -67,8 +68,8 @@ func NewMemoryStream() *MemoryStream { return NewMemoryStreamAt("/") }
 // NewMemoryStreamAt returns an empty stream at path.
 func NewMemoryStreamAt(path string) *MemoryStream {
 	return &MemoryStream{
-		path: path, keys: map[string]foldstream.Event{},
-		hooks: map[int]func([]foldstream.Event, foldstream.ScannedRange){}, drainables: map[foldstream.Runner]int{},
+		path: path, keys: map[string]foldtype.Event{},
+		hooks: map[int]func([]foldtype.Event, foldtype.ScannedRange){}, drainables: map[foldstream.Runner]int{},
 		idle: make(chan struct{}), changed: make(chan struct{}),
 	}
 }
@@ -99,14 +100,14 @@ func (m *MemoryStream) Paused() (bool, string) {
 func (m *MemoryStream) Path() string { return m.path }
 
 // Append commits events atomically and returns them in input order.
-func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInput) ([]foldstream.Event, error) {
+func (m *MemoryStream) Append(ctx context.Context, inputs ...foldtype.EventInput) ([]foldtype.Event, error) {
 	if len(inputs) == 0 {
 		return nil, nil
 	}
-	inputs = slices.Clone(foldstream.StampOrigin(m.path, inputs))
+	inputs = slices.Clone(foldtype.StampOrigin(m.path, inputs))
 	for i := range inputs {
 		// The store's own check, so the stand-in refuses exactly what production refuses.
-		in, _, err := foldstream.PrepareEventInput(i, inputs[i])
+		in, _, err := foldtype.PrepareEventInput(i, inputs[i])
 		if err != nil {
 			return nil, err
 		}
@@ -114,10 +115,10 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]foldstream.Event, len(inputs))
+	out := make([]foldtype.Event, len(inputs))
 	next := m.maxAssigned
-	batchKeys := map[string]foldstream.Event{}
-	var fresh []foldstream.Event
+	batchKeys := map[string]foldtype.Event{}
+	var fresh []foldtype.Event
 	for i, in := range inputs {
 		keyed := in.IdempotencyKey != "" && !in.Ephemeral
 		if keyed {
@@ -126,23 +127,23 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 				ex, ok = m.keys[in.IdempotencyKey]
 			}
 			if ok {
-				if !foldstream.SameIdempotentEvent(ex, in) {
-					return nil, foldstream.IdempotencyConflictError(in.IdempotencyKey, ex.Offset)
+				if !foldtype.SameIdempotentEvent(ex, in) {
+					return nil, foldtype.IdempotencyConflictError(in.IdempotencyKey, ex.Offset)
 				}
 				out[i] = ex
 				continue
 			}
 		}
 		if m.paused && !in.Ephemeral {
-			if kind, _ := foldstream.ParseControl(in.Type, in.Payload, false); kind == foldstream.ControlNone {
-				return nil, foldstream.StreamPausedError(m.pauseReason)
+			if kind, _ := foldtype.ParseControl(in.Type, in.Payload, false); kind == foldtype.ControlNone {
+				return nil, foldtype.StreamPausedError(m.pauseReason)
 			}
 		}
 		next++
 		if in.Offset != 0 && in.Offset != next {
-			return nil, foldstream.OffsetConflictError(in.Offset, next)
+			return nil, foldtype.OffsetConflictError(in.Offset, next)
 		}
-		ev := foldstream.Event{
+		ev := foldtype.Event{
 			Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
 			IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral,
 			Offset: next, CreatedAt: EpochCreatedAt, Path: m.path,
@@ -156,7 +157,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 	if len(fresh) == 0 {
 		return out, nil
 	}
-	r := foldstream.ScannedRange{After: m.maxAssigned, Through: next}
+	r := foldtype.ScannedRange{After: m.maxAssigned, Through: next}
 	m.maxAssigned = next
 	m.signalLocked()
 	for _, ev := range fresh {
@@ -166,7 +167,7 @@ func (m *MemoryStream) Append(ctx context.Context, inputs ...foldstream.EventInp
 			if ev.IdempotencyKey != "" {
 				m.keys[ev.IdempotencyKey] = ev
 			}
-			m.paused, m.pauseReason = foldstream.FoldPause(m.paused, m.pauseReason, ev.Type, ev.Payload, false)
+			m.paused, m.pauseReason = foldtype.FoldPause(m.paused, m.pauseReason, ev.Type, ev.Payload, false)
 		}
 	}
 	for _, eng := range m.engines {
@@ -189,7 +190,7 @@ func mapsKeys[V any](mp map[int]V) func(func(int) bool) {
 }
 
 // push queues a fire-and-forget push in commit order.
-func (m *MemoryStream) push(eng foldstream.Runner, events []foldstream.Event, r foldstream.ScannedRange) {
+func (m *MemoryStream) push(eng foldstream.Runner, events []foldtype.Event, r foldtype.ScannedRange) {
 	m.begin()
 	events = slices.Clone(events)
 	if q, ok := eng.(foldstream.BatchQueuer); ok {
@@ -227,7 +228,7 @@ func (m *MemoryStream) end() {
 // proof: ScannedThroughOffset is the last row's offset when the page is full, else
 // max(after, head); AtHead is true when the page is short or its last row is the newest durable.
 // Every call counts toward [MemoryStream.Reads].
-func (m *MemoryStream) Read(ctx context.Context, after int64, limit int) (foldstream.ReadPage, error) {
+func (m *MemoryStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
 	if limit <= 0 {
 		limit = foldstream.EnginePageSize
 	}
@@ -240,7 +241,7 @@ func (m *MemoryStream) Read(ctx context.Context, after int64, limit int) (foldst
 		page = nil
 	}
 	full := len(page) == limit
-	p := foldstream.ReadPage{Events: page}
+	p := foldtype.ReadPage{Events: page}
 	if full {
 		last := page[len(page)-1].Offset
 		p.ScannedThroughOffset = last
@@ -308,7 +309,7 @@ func (m *MemoryStream) Engines() []foldstream.Runner {
 
 // OnCommit calls hook synchronously, in commit order, with every commit's fresh events and range
 // (after the registered engines were pushed). The returned function removes the hook.
-func (m *MemoryStream) OnCommit(hook func(events []foldstream.Event, r foldstream.ScannedRange)) (remove func()) {
+func (m *MemoryStream) OnCommit(hook func(events []foldtype.Event, r foldtype.ScannedRange)) (remove func()) {
 	m.mu.Lock()
 	m.hookSeq++
 	id := m.hookSeq
@@ -322,22 +323,22 @@ func (m *MemoryStream) OnCommit(hook func(events []foldstream.Event, r foldstrea
 }
 
 // Events returns the durable log.
-func (m *MemoryStream) Events() []foldstream.Event {
+func (m *MemoryStream) Events() []foldtype.Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.log)
 }
 
 // PushedEvents returns every committed event, ephemerals included, in offset order.
-func (m *MemoryStream) PushedEvents() []foldstream.Event {
+func (m *MemoryStream) PushedEvents() []foldtype.Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.pushed)
 }
 
 // EventsOfType returns the committed events (ephemerals included) of type typ.
-func (m *MemoryStream) EventsOfType(typ string) []foldstream.Event {
-	var out []foldstream.Event
+func (m *MemoryStream) EventsOfType(typ string) []foldtype.Event {
+	var out []foldtype.Event
 	for _, ev := range m.PushedEvents() {
 		if ev.Type == typ {
 			out = append(out, ev)

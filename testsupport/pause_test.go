@@ -6,12 +6,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-type appendFunc func(ctx context.Context, in ...foldstream.EventInput) ([]foldstream.Event, error)
+type appendFunc func(ctx context.Context, in ...foldtype.EventInput) ([]foldtype.Event, error)
 
 // pauseScenario runs the pause rules (S-08, S-12) and returns each step's outcome, so the memory
 // stream and the store can be compared step by step.
@@ -19,10 +19,10 @@ func pauseScenario(t *testing.T, app appendFunc) []string {
 	t.Helper()
 	ctx := context.Background()
 	var steps []string
-	step := func(in ...foldstream.EventInput) {
+	step := func(in ...foldtype.EventInput) {
 		got, err := app(ctx, in...)
 		if err != nil {
-			var fe *foldstream.Error
+			var fe *foldtype.Error
 			if !errors.As(err, &fe) {
 				t.Fatalf("uncoded refusal: %v", err)
 			}
@@ -35,19 +35,19 @@ func pauseScenario(t *testing.T, app appendFunc) []string {
 		}
 		steps = append(steps, s)
 	}
-	keyed := foldstream.EventInput{Type: "order", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}
-	pause := foldstream.EventInput{Type: foldstream.TypeStreamPaused, Payload: []byte(`{"reason":"maintenance"}`)}
-	resume := foldstream.EventInput{Type: foldstream.TypeStreamResumed}
+	keyed := foldtype.EventInput{Type: "order", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}
+	pause := foldtype.EventInput{Type: foldtype.TypeStreamPaused, Payload: []byte(`{"reason":"maintenance"}`)}
+	resume := foldtype.EventInput{Type: foldtype.TypeStreamResumed}
 	step(keyed)
-	step(foldstream.EventInput{Type: foldstream.TypeStreamPaused, Payload: []byte(`{"reason":5}`)}) // S-12: lands, configures nothing
+	step(foldtype.EventInput{Type: foldtype.TypeStreamPaused, Payload: []byte(`{"reason":5}`)}) // S-12: lands, configures nothing
 	step(in("flows"))
 	step(pause)
-	step(in("refused"))                                     // S-08: STREAM_PAUSED with the reason
-	step(resume, in("mixed"))                               // S-08: a mixed batch is refused whole
-	step(keyed)                                             // S-08: an idempotent replay is admitted
-	step(foldstream.EventInput{Type: "e", Ephemeral: true}) // ephemerals flow
-	step(resume)                                            // S-08: the resume always lands
-	step(in("after"))                                       // no offset was burnt
+	step(in("refused"))                                   // S-08: STREAM_PAUSED with the reason
+	step(resume, in("mixed"))                             // S-08: a mixed batch is refused whole
+	step(keyed)                                           // S-08: an idempotent replay is admitted
+	step(foldtype.EventInput{Type: "e", Ephemeral: true}) // ephemerals flow
+	step(resume)                                          // S-08: the resume always lands
+	step(in("after"))                                     // no offset was burnt
 	return steps
 }
 
@@ -95,12 +95,12 @@ func TestMemoryStreamIdempotencyConflictIsCoded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mem := testsupport.NewMemoryStream()
-	if _, err := mem.Append(ctx, in("a"), foldstream.EventInput{Type: "k", IdempotencyKey: "k"}); err != nil {
+	if _, err := mem.Append(ctx, in("a"), foldtype.EventInput{Type: "k", IdempotencyKey: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := mem.Append(ctx, foldstream.EventInput{Type: "other", IdempotencyKey: "k"})
-	var fe *foldstream.Error
-	if !errors.As(err, &fe) || fe.Code != foldstream.CodeIdempotencyConflict || fe.Data["existingOffset"] != int64(2) {
+	_, err := mem.Append(ctx, foldtype.EventInput{Type: "other", IdempotencyKey: "k"})
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) || fe.Code != foldtype.CodeIdempotencyConflict || fe.Data["existingOffset"] != int64(2) {
 		t.Fatalf("got %#v, want IDEMPOTENCY_CONFLICT with existingOffset 2", err)
 	}
 }

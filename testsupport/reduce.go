@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // ReduceProcessor folds inputs through p's Reduce alone (docs/engine.md#test-support
@@ -12,12 +13,12 @@ import (
 // createdAt i+1 seconds after the Unix epoch and path "/"; a malformed payload of a known type is
 // skipped, others are normalized; ephemerals are reduced like any other event; "keep" keeps; a
 // failing or panicking reduce keeps the state. No consumes filter is applied.
-func ReduceProcessor[S any](p foldstream.Processor[S], inputs []foldstream.EventInput) S {
+func ReduceProcessor[S any](p foldstream.Processor[S], inputs []foldtype.EventInput) S {
 	c := p.Contract()
 	state := c.InitialState()
 	for i, in := range inputs {
 		off := int64(i + 1)
-		ev := foldstream.Event{
+		ev := foldtype.Event{
 			Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
 			IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral, Offset: off,
 			CreatedAt: time.Unix(off, 0).UTC().Format("2006-01-02T15:04:05.000Z"), Path: "/",

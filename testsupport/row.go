@@ -5,10 +5,11 @@ import (
 	"sync"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // PushedByARow models a real subscription row pushing eng from mem (docs/engine.md#test-support):
-// only commits containing an event consumes accepts ([foldstream.ConsumesEvent]) are pushed,
+// only commits containing an event consumes accepts ([foldtype.ConsumesEvent]) are pushed,
 // carrying only those events, over (the row's previous through — or the commit's after the first
 // time —, the commit's through]. The returned function unsubscribes.
 //
@@ -40,10 +41,10 @@ type row struct {
 	stopped     bool
 }
 
-func (w *row) onCommit(events []foldstream.Event, r foldstream.ScannedRange) {
-	var mine []foldstream.Event
+func (w *row) onCommit(events []foldtype.Event, r foldtype.ScannedRange) {
+	var mine []foldtype.Event
 	for _, ev := range events {
-		if foldstream.ConsumesEvent(w.consumes, ev) {
+		if foldtype.ConsumesEvent(w.consumes, ev) {
 			mine = append(mine, ev)
 		}
 	}

@@ -12,32 +12,33 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-func in(typ string) foldstream.EventInput { return foldstream.EventInput{Type: typ} }
+func in(typ string) foldtype.EventInput { return foldtype.EventInput{Type: typ} }
 
 func TestMemoryStream_IdempotencyEchoesAndRefusesWholeCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mem := testsupport.NewMemoryStream()
-	first, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"x":1,"y":2}`)})
+	first, err := mem.Append(ctx, foldtype.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"x":1,"y":2}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"y":2,"x":1}`)})
+	echo, err := mem.Append(ctx, foldtype.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"y":2,"x":1}`)})
 	if err != nil || echo[0].Offset != first[0].Offset || mem.Head() != 1 {
 		t.Fatalf("echo: got %+v, %v, head %d", echo, err, mem.Head())
 	}
-	_, err = mem.Append(ctx, in("fresh"), foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"x":2}`)})
-	if !errors.Is(err, foldstream.ErrIdempotencyConflict) || err.Error() != `idempotency key "k" already names a different event at offset 1` {
+	_, err = mem.Append(ctx, in("fresh"), foldtype.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"x":2}`)})
+	if !errors.Is(err, foldtype.ErrIdempotencyConflict) || err.Error() != `idempotency key "k" already names a different event at offset 1` {
 		t.Fatalf("conflict: got %v", err)
 	}
 	if mem.Head() != 1 || len(mem.Events()) != 1 {
 		t.Errorf("the refused call committed something: head %d, log %d", mem.Head(), len(mem.Events()))
 	}
-	dup, err := mem.Append(ctx, foldstream.EventInput{Type: "b", IdempotencyKey: "d"}, foldstream.EventInput{Type: "b", IdempotencyKey: "d"})
+	dup, err := mem.Append(ctx, foldtype.EventInput{Type: "b", IdempotencyKey: "d"}, foldtype.EventInput{Type: "b", IdempotencyKey: "d"})
 	if err != nil || dup[0].Offset != 2 || dup[1].Offset != 2 || len(mem.Events()) != 2 {
 		t.Errorf("duplicate key in one batch: got %+v, %v", dup, err)
 	}
@@ -47,12 +48,12 @@ func TestMemoryStream_OffsetPreconditionAndTypes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mem := testsupport.NewMemoryStream()
-	if _, err := mem.Append(ctx, foldstream.EventInput{Type: "a", Offset: 1}, foldstream.EventInput{Type: "a", Offset: 2}); err != nil {
+	if _, err := mem.Append(ctx, foldtype.EventInput{Type: "a", Offset: 1}, foldtype.EventInput{Type: "a", Offset: 2}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := mem.Append(ctx, foldstream.EventInput{Type: "a", Offset: 2})
-	var fe *foldstream.Error
-	if !errors.As(err, &fe) || fe.Code != foldstream.CodeOffsetConflict || !reflect.DeepEqual(fe.Data, map[string]any{"expected": int64(2), "actual": int64(3)}) {
+	_, err := mem.Append(ctx, foldtype.EventInput{Type: "a", Offset: 2})
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) || fe.Code != foldtype.CodeOffsetConflict || !reflect.DeepEqual(fe.Data, map[string]any{"expected": int64(2), "actual": int64(3)}) {
 		t.Fatalf("got %#v", err)
 	}
 	if _, err := mem.Append(ctx, in("  ")); err == nil || err.Error() != "append: every event needs a non-empty type" {
@@ -67,7 +68,7 @@ func TestMemoryStream_ReadProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mem := testsupport.NewMemoryStream()
-	_, _ = mem.Append(ctx, in("a"), in("b"), foldstream.EventInput{Type: "c", Ephemeral: true})
+	_, _ = mem.Append(ctx, in("a"), in("b"), foldtype.EventInput{Type: "c", Ephemeral: true})
 	p, _ := mem.Read(ctx, 0, 500)
 	if len(p.Events) != 2 || p.ScannedThroughOffset != 3 || !p.AtHead {
 		t.Errorf("short page: %+v", p)
@@ -91,7 +92,7 @@ type countRunner struct {
 	block  chan struct{}
 }
 
-func (c *countRunner) ProcessEventBatch(ctx context.Context, _ []foldstream.Event, _ foldstream.ScannedRange) error {
+func (c *countRunner) ProcessEventBatch(ctx context.Context, _ []foldtype.Event, _ foldtype.ScannedRange) error {
 	<-c.block
 	c.pushes.Add(1)
 	return nil
@@ -187,14 +188,14 @@ func TestIdempotentRetryWithADifferentLargeIntegerConflicts(t *testing.T) {
 	t.Parallel()
 	mem := testsupport.NewMemoryStream()
 	ctx := context.Background()
-	if _, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993}`)}); err != nil {
+	if _, err := mem.Append(ctx, foldtype.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993}`)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740992}`)})
-	if !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+	_, err := mem.Append(ctx, foldtype.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740992}`)})
+	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
-	echo, err := mem.Append(ctx, foldstream.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993.0}`)})
+	echo, err := mem.Append(ctx, foldtype.EventInput{Type: "a", IdempotencyKey: "k", Payload: json.RawMessage(`{"n":9007199254740993.0}`)})
 	if err != nil || echo[0].Offset != 1 {
 		t.Fatalf("same value written differently: got %v, %v; want the echo of offset 1", echo, err)
 	}
@@ -209,22 +210,22 @@ func TestMemoryStreamRefusesWhatTheStoreRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	big := json.RawMessage(`{"s":"` + strings.Repeat("x", foldstream.MaxEventBytes) + `"}`)
+	big := json.RawMessage(`{"s":"` + strings.Repeat("x", foldtype.MaxEventBytes) + `"}`)
 	for _, c := range []struct {
 		name string
-		in   foldstream.EventInput
-		want *foldstream.Error
+		in   foldtype.EventInput
+		want *foldtype.Error
 	}{
-		{"empty type", foldstream.EventInput{Type: " "}, foldstream.ErrInvalidEvent},
-		{"payload not JSON", foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"a":`)}, foldstream.ErrInvalidEvent},
-		{"metadata not JSON", foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`nope`)}, foldstream.ErrInvalidEvent},
-		{"type not UTF-8", foldstream.EventInput{Type: "t\xff"}, foldstream.ErrInvalidEvent},
-		{"key not UTF-8", foldstream.EventInput{Type: "t", IdempotencyKey: "k\xff"}, foldstream.ErrInvalidEvent},
-		{"too large", foldstream.EventInput{Type: "t", Payload: big}, foldstream.ErrEventTooLarge},
+		{"empty type", foldtype.EventInput{Type: " "}, foldtype.ErrInvalidEvent},
+		{"payload not JSON", foldtype.EventInput{Type: "t", Payload: json.RawMessage(`{"a":`)}, foldtype.ErrInvalidEvent},
+		{"metadata not JSON", foldtype.EventInput{Type: "t", Metadata: json.RawMessage(`nope`)}, foldtype.ErrInvalidEvent},
+		{"type not UTF-8", foldtype.EventInput{Type: "t\xff"}, foldtype.ErrInvalidEvent},
+		{"key not UTF-8", foldtype.EventInput{Type: "t", IdempotencyKey: "k\xff"}, foldtype.ErrInvalidEvent},
+		{"too large", foldtype.EventInput{Type: "t", Payload: big}, foldtype.ErrEventTooLarge},
 	} {
 		mem := testsupport.NewMemoryStream()
-		_, memErr := mem.Append(context.Background(), foldstream.EventInput{Type: "ok"}, c.in)
-		_, storeErr := store.Events().Stream("/"+strings.ReplaceAll(c.name, " ", "-")).Append(context.Background(), foldstream.EventInput{Type: "ok"}, c.in)
+		_, memErr := mem.Append(context.Background(), foldtype.EventInput{Type: "ok"}, c.in)
+		_, storeErr := store.Events().Stream("/"+strings.ReplaceAll(c.name, " ", "-")).Append(context.Background(), foldtype.EventInput{Type: "ok"}, c.in)
 		if !errors.Is(storeErr, c.want) {
 			t.Fatalf("%s: the store says %v, want %s", c.name, storeErr, c.want.Code)
 		}

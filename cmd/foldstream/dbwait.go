@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -26,7 +26,7 @@ const DefaultDBWait = 5 * time.Minute
 // Errors other than UNAVAILABLE, and wait running out, are returned at once.
 func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net.Listener, wait time.Duration, log *slog.Logger) (*stream.Store, net.Listener, error) {
 	st, err := open()
-	if err == nil || wait <= 0 || foldstream.CodeOf(err) != foldstream.CodeUnavailable {
+	if err == nil || wait <= 0 || foldtype.CodeOf(err) != foldtype.CodeUnavailable {
 		return st, ln, err
 	}
 	hl := newHandoff(ln)
@@ -76,7 +76,7 @@ func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net
 			stopWaiting()
 			return st, hl.phase(true), nil
 		}
-		if foldstream.CodeOf(err) != foldstream.CodeUnavailable {
+		if foldtype.CodeOf(err) != foldtype.CodeUnavailable {
 			stopWaiting()
 			ln.Close()
 			return nil, nil, err
@@ -95,7 +95,7 @@ func answerWaiting(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.Set("Retry-After", "1")
-	h.Set(server.HeaderErrorCode, string(foldstream.CodeUnavailable))
+	h.Set(server.HeaderErrorCode, string(foldtype.CodeUnavailable))
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	fmt.Fprintln(w, "the database is unavailable: this node is waiting for it; retry later")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -59,7 +60,7 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	bad, err := st.Events().Stream("/c/x").Append(ctx, foldstream.EventInput{Type: "tick"}, foldstream.EventInput{Type: "bad"})
+	bad, err := st.Events().Stream("/c/x").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}

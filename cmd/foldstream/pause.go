@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 func init() {
@@ -44,9 +44,9 @@ func runControl(ctx context.Context, name string, args []string, stdout, stderr 
 		fs.Usage()
 		return errors.New("need exactly one STREAM")
 	}
-	typ := foldstream.TypeStreamPaused
+	typ := foldtype.TypeStreamPaused
 	if name == "resume" {
-		typ = foldstream.TypeStreamResumed
+		typ = foldtype.TypeStreamResumed
 	}
 	ev := map[string]any{"type": typ}
 	if *reason != "" {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -191,7 +191,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func metricsOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != server.MetricsPath {
-			w.Header().Set(server.HeaderErrorCode, string(foldstream.CodeNoRoute))
+			w.Header().Set(server.HeaderErrorCode, string(foldtype.CodeNoRoute))
 			http.Error(w, "this address serves "+server.MetricsPath+" only", http.StatusNotFound)
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -107,8 +108,8 @@ func run() error {
 	mem.OnCommit(func(events []foldstream.Event, _ foldstream.ScannedRange) {
 		for _, ev := range events {
 			switch ev.Type {
-			case foldstream.LiveStateChangedType:
-				var d foldstream.LiveStateDelta
+			case foldtype.LiveStateChangedType:
+				var d foldtype.LiveStateDelta
 				if err := json.Unmarshal(ev.Payload, &d); err != nil {
 					fmt.Printf("  delta @%d  unreadable: %v\n", ev.Offset, err)
 					continue

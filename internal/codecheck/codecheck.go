@@ -1,5 +1,5 @@
 // Package codecheck reads the error-code constants of a Go source file, for the tests that hold
-// the client's codes to the catalogue in errors.go (docs/client.md#streams).
+// the client's codes to the catalogue in foldtype/errors.go (docs/client.md#streams).
 package codecheck
 
 import (

@@ -40,7 +40,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // Driver is a storage backend for the stream store.
@@ -49,7 +49,7 @@ type Driver interface {
 	// it once from OpenDriver, before Writer and before anything else; calling it again before Writer
 	// changes nothing. It must be safe when several processes start at
 	// once (shared databases: apply migrations under a lock), must record each applied version,
-	// and must refuse — with a *foldstream.Error of code STORE_SCHEMA saying what to do — a
+	// and must refuse — with a *foldtype.Error of code STORE_SCHEMA saying what to do — a
 	// database whose schema it does not know (written by a newer version), never misread it. Each
 	// migration is all or nothing.
 	Migrate(ctx context.Context) error
@@ -163,7 +163,7 @@ type Reader interface {
 	// NextClaimAt returns the earliest claim's AtMs.
 	NextClaimAt(ctx context.Context) (atMs int64, ok bool, err error)
 	// Checkpoint returns a processor's checkpoint row; a NULL or empty state reads as nil.
-	Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error)
+	Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error)
 }
 
 // Tx is the write side of a transaction. Every method runs inside the writer's current
@@ -198,7 +198,7 @@ type Tx interface {
 	DeleteClaim(ctx context.Context, c Claim, exact bool) error
 	// WriteCheckpoint upserts a processor's checkpoint: version and cursor always, the state
 	// only when w.StateChanged (else the stored state stays). With w.Fence set, the write first
-	// checks the fence inside this transaction and fails with a foldstream.Error of code
+	// checks the fence inside this transaction and fails with a foldtype.Error of code
 	// LEASE_LOST, writing nothing, when the lease's generation is no longer w.Fence.Generation.
 	WriteCheckpoint(ctx context.Context, w CheckpointWrite) error
 	// Notify queues a notification that other processes receive through Listen once this
@@ -242,6 +242,17 @@ type HidingTx interface {
 type LockKeeper interface {
 	// LockEpoch counts the times the transaction released its locks so far.
 	LockEpoch() int
+}
+
+// StreamPrefetcher is implemented by a shared driver's write transaction that can read the rows
+// of several streams at once, each under its lock when that lock is free at once, in one round
+// trip. The store calls it right after Begin with the paths its group's writes are about to write;
+// a later StreamByPath of one of them is then answered from the row read (no round trip) as long
+// as the transaction still holds that lock and has not written to the stream since. Paths whose
+// lock was taken, or whose row does not exist, are read again as usual. Locks it takes count as
+// taken before the first savepoint, like any lock held by the transaction.
+type StreamPrefetcher interface {
+	PrefetchStreams(ctx context.Context, paths []string) error
 }
 
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.
@@ -359,7 +370,7 @@ type Claim struct {
 // CheckpointWrite is one checkpoint upsert.
 type CheckpointWrite struct {
 	Scope, Slug  string
-	Checkpoint   foldstream.Checkpoint
+	Checkpoint   foldtype.Checkpoint
 	StateChanged bool
 	// Fence, when set, makes the write conditional on a lease still held.
 	Fence *Fence
@@ -443,8 +454,8 @@ func EachFrame(r Record, fn func(offset int64, msg []byte) bool) error {
 
 // ReadCheckpoint reads scope/slug's checkpoint row in one read transaction run by read (a
 // driver's or store's Read).
-func ReadCheckpoint(ctx context.Context, read func(context.Context, func(Reader) error) error, scope, slug string) (foldstream.Checkpoint, bool, error) {
-	var cp foldstream.Checkpoint
+func ReadCheckpoint(ctx context.Context, read func(context.Context, func(Reader) error) error, scope, slug string) (foldtype.Checkpoint, bool, error) {
+	var cp foldtype.Checkpoint
 	var ok bool
 	err := read(ctx, func(r Reader) error {
 		var err error
@@ -455,11 +466,11 @@ func ReadCheckpoint(ctx context.Context, read func(context.Context, func(Reader)
 }
 
 // CheckCheckpointSize refuses, before anything is written, a changed state over
-// [foldstream.MaxCheckpointChars] UTF-16 code units with [foldstream.CheckpointTooLargeError].
-func CheckCheckpointSize(slug string, cp foldstream.Checkpoint, stateChanged bool) error {
+// [foldtype.MaxCheckpointChars] UTF-16 code units with [foldtype.CheckpointTooLargeError].
+func CheckCheckpointSize(slug string, cp foldtype.Checkpoint, stateChanged bool) error {
 	if stateChanged && cp.State != nil {
-		if n := foldstream.UTF16Len(string(cp.State)); n > foldstream.MaxCheckpointChars {
-			return foldstream.CheckpointTooLargeError(slug, n)
+		if n := foldtype.UTF16Len(string(cp.State)); n > foldtype.MaxCheckpointChars {
+			return foldtype.CheckpointTooLargeError(slug, n)
 		}
 	}
 	return nil

@@ -1,6 +1,6 @@
 package driver
 
-import "github.com/foldstream/foldstream"
+import "github.com/foldstream/foldstream/foldtype"
 
 // ErrorClassifier is an optional interface of a [Driver] whose database reports, in error values
 // of its own, conditions the store gives a code from the catalogue: a full disk
@@ -19,7 +19,7 @@ type Locator interface {
 
 // InsufficientStorageError is the refusal of a write that found the disk full: nothing of it was
 // committed, and a retry once space is free can succeed.
-func InsufficientStorageError(cause error) *foldstream.Error {
-	return &foldstream.Error{Code: foldstream.CodeInsufficientStorage, Retryable: true, Err: cause,
+func InsufficientStorageError(cause error) *foldtype.Error {
+	return &foldtype.Error{Code: foldtype.CodeInsufficientStorage, Retryable: true, Err: cause,
 		Message: "stream store: the disk is full; nothing was written, retry once space is free"}
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -104,7 +105,7 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 			}
 			resp.Body.Close()
 		}
-		_, err := a.Append(ctx, foldstream.EventInput{Type: "effect", Payload: foldstream.JSON(Effect{Of: ev.Offset, N: tick.N}),
+		_, err := a.Append(ctx, foldtype.EventInput{Type: "effect", Payload: foldtype.JSON(Effect{Of: ev.Offset, N: tick.N}),
 			IdempotencyKey: c.IdempotencyKey("effect", ev)})
 		return err
 	})

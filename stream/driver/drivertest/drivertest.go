@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -326,9 +326,9 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		}
 		h.write(func(tx driver.Tx) error {
 			err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
-				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
+				Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
 				Fence:      a.Fence()})
-			if !errors.Is(err, foldstream.ErrLeaseLost) {
+			if !errors.Is(err, foldtype.ErrLeaseLost) {
 				t.Errorf("write under the old generation: got %v, want LEASE_LOST", err)
 			}
 			return nil
@@ -386,7 +386,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		}
 		defer tx.Rollback(ctx)
 		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
-			Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, Fence: a.Fence()}); err != nil {
+			Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, Fence: a.Fence()}); err != nil {
 			t.Fatal(err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -409,7 +409,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		gen := l.Generation
 		h.write(func(tx driver.Tx) error {
 			return tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
-				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3, State: []byte(`{"n":3}`)},
+				Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3, State: []byte(`{"n":3}`)},
 				Fence:      &driver.Fence{Key: "lease", Generation: gen}})
 		})
 		if _, ok, err := h.d.AcquireLease(ctx, "lease", "node-b", "", time.Minute); err != nil || ok {
@@ -423,9 +423,9 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		}
 		h.write(func(tx driver.Tx) error {
 			err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p", StateChanged: true,
-				Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
+				Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9, State: []byte(`{"n":9}`)},
 				Fence:      &driver.Fence{Key: "lease", Generation: gen}})
-			if !errors.Is(err, foldstream.ErrLeaseLost) {
+			if !errors.Is(err, foldtype.ErrLeaseLost) {
 				t.Errorf("stale fence: got %v, want LEASE_LOST", err)
 			}
 			return nil
@@ -440,7 +440,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		// A write without a state change keeps the stored state.
 		h.write(func(tx driver.Tx) error {
 			return tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
-				Checkpoint: foldstream.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 4}})
+				Checkpoint: foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 4}})
 		})
 		h.read(func(q driver.Reader) error {
 			cp, _, err := q.Checkpoint(ctx, "/s", "p")

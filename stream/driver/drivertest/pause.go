@@ -5,19 +5,19 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
-func pauseEv(reason string) foldstream.EventInput {
-	return foldstream.EventInput{Type: foldstream.TypeStreamPaused, Payload: foldstream.JSON(map[string]any{"reason": reason})}
+func pauseEv(reason string) foldtype.EventInput {
+	return foldtype.EventInput{Type: foldtype.TypeStreamPaused, Payload: foldtype.JSON(map[string]any{"reason": reason})}
 }
 
-func resumeEv() foldstream.EventInput {
-	return foldstream.EventInput{Type: foldstream.TypeStreamResumed}
+func resumeEv() foldtype.EventInput {
+	return foldtype.EventInput{Type: foldtype.TypeStreamResumed}
 }
 
-func mustAppend(t *testing.T, s *stream.Store, path string, in ...foldstream.EventInput) []foldstream.Event {
+func mustAppend(t *testing.T, s *stream.Store, path string, in ...foldtype.EventInput) []foldtype.Event {
 	t.Helper()
 	got, err := s.Events().Stream(path).Append(context.Background(), in...)
 	if err != nil {
@@ -29,8 +29,8 @@ func mustAppend(t *testing.T, s *stream.Store, path string, in ...foldstream.Eve
 // wantPaused checks that an append is refused as STREAM_PAUSED with the reason.
 func wantPaused(t *testing.T, err error, reason string) {
 	t.Helper()
-	var fe *foldstream.Error
-	if !errors.As(err, &fe) || fe.Code != foldstream.CodeStreamPaused {
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) || fe.Code != foldtype.CodeStreamPaused {
 		t.Fatalf("got %v, want STREAM_PAUSED", err)
 	}
 	if fe.Message != "stream paused: "+reason || fe.Data["reason"] != reason {
@@ -74,16 +74,16 @@ func RunPause(t *testing.T, newDriver Factory) {
 	// S-08
 	t.Run("PausedStreamRefusesFreshEventsAndBurnsNoOffset", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		mustAppend(t, s, "/p", foldstream.EventInput{Type: "a"})
+		mustAppend(t, s, "/p", foldtype.EventInput{Type: "a"})
 		p := mustAppend(t, s, "/p", pauseEv("maintenance"))[0]
 		wantState(t, s, "/p", true, "maintenance")
 		for range 3 {
-			_, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "b"})
+			_, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"})
 			wantPaused(t, err, "maintenance")
 		}
 		r := mustAppend(t, s, "/p", resumeEv())[0]
 		wantState(t, s, "/p", false, "")
-		b := mustAppend(t, s, "/p", foldstream.EventInput{Type: "b"})[0]
+		b := mustAppend(t, s, "/p", foldtype.EventInput{Type: "b"})[0]
 		if r.Offset != p.Offset+1 || b.Offset != p.Offset+2 {
 			t.Fatalf("offsets: pause %d, resume %d, next %d: refused appends burnt offsets", p.Offset, r.Offset, b.Offset)
 		}
@@ -93,7 +93,7 @@ func RunPause(t *testing.T, newDriver Factory) {
 	t.Run("MixedBatchOnPausedStreamIsRefusedWhole", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		mustAppend(t, s, "/p", pauseEv("x"))
-		_, err := s.Events().Stream("/p").Append(ctx, resumeEv(), foldstream.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, resumeEv(), foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "x")
 		if got := durableTypes(t, s, "/p"); len(got) != 1 {
 			t.Fatalf("log after the refused batch: %v, want only the pause", got)
@@ -107,20 +107,20 @@ func RunPause(t *testing.T, newDriver Factory) {
 		mustAppend(t, s, "/p", pauseEv("first"))
 		mustAppend(t, s, "/p", pauseEv("second"))
 		wantState(t, s, "/p", true, "second")
-		_, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "second")
 		// A batch of control events only lands whole; the last one decides.
 		mustAppend(t, s, "/p", resumeEv(), pauseEv("third"), resumeEv())
 		wantState(t, s, "/p", false, "")
 		// A pause without a reason pauses too.
-		mustAppend(t, s, "/p", foldstream.EventInput{Type: foldstream.TypeStreamPaused})
-		wantState(t, s, "/p", true, foldstream.NoPauseReason)
+		mustAppend(t, s, "/p", foldtype.EventInput{Type: foldtype.TypeStreamPaused})
+		wantState(t, s, "/p", true, foldtype.NoPauseReason)
 	})
 
 	// S-08
 	t.Run("IdempotentReplayIsAdmittedWhilePaused", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		keyed := foldstream.EventInput{Type: "order", Payload: []byte(`{"n":1}`), IdempotencyKey: "k1"}
+		keyed := foldtype.EventInput{Type: "order", Payload: []byte(`{"n":1}`), IdempotencyKey: "k1"}
 		first := mustAppend(t, s, "/p", keyed)[0]
 		mustAppend(t, s, "/p", pauseEv("hold"))
 		again := mustAppend(t, s, "/p", keyed)[0]
@@ -128,10 +128,10 @@ func RunPause(t *testing.T, newDriver Factory) {
 			t.Fatalf("replay got offset %d, want the stored %d", again.Offset, first.Offset)
 		}
 		// A replay beside a fresh event is refused with it.
-		_, err := s.Events().Stream("/p").Append(ctx, keyed, foldstream.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, keyed, foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "hold")
 		// A different body under the key is still a conflict, never admitted.
-		if _, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "order", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "order", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 			t.Fatalf("conflicting replay: got %v, want IDEMPOTENCY_CONFLICT", err)
 		}
 	})
@@ -139,13 +139,13 @@ func RunPause(t *testing.T, newDriver Factory) {
 	t.Run("EphemeralsAndWakeRecordsFlowWhilePaused", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		mustAppend(t, s, "/p", pauseEv("hold"))
-		if _, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true}); err != nil {
+		if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true}); err != nil {
 			t.Fatalf("ephemeral on a paused stream: %v", err)
 		}
 		if _, err := s.Events().Wake(ctx, "/p", "request"); err != nil {
 			t.Fatalf("wake a paused stream: %v", err)
 		}
-		_, err := s.Events().Stream("/p").Append(ctx, foldstream.EventInput{Type: "delta", Ephemeral: true}, foldstream.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true}, foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "hold")
 	})
 
@@ -153,13 +153,13 @@ func RunPause(t *testing.T, newDriver Factory) {
 	t.Run("MalformedControlEventsLandButConfigureNothing", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		for _, payload := range []string{`{"reason":5}`, `{"reason":{"x":1}}`} {
-			mustAppend(t, s, "/p", foldstream.EventInput{Type: foldstream.TypeStreamPaused, Payload: []byte(payload)})
+			mustAppend(t, s, "/p", foldtype.EventInput{Type: foldtype.TypeStreamPaused, Payload: []byte(payload)})
 			wantState(t, s, "/p", false, "")
 		}
 		// An ephemeral pause is never stored, so it cannot configure a durable state.
-		mustAppend(t, s, "/p", foldstream.EventInput{Type: foldstream.TypeStreamPaused, Ephemeral: true})
+		mustAppend(t, s, "/p", foldtype.EventInput{Type: foldtype.TypeStreamPaused, Ephemeral: true})
 		wantState(t, s, "/p", false, "")
-		mustAppend(t, s, "/p", foldstream.EventInput{Type: "still-flowing"})
+		mustAppend(t, s, "/p", foldtype.EventInput{Type: "still-flowing"})
 
 		mustAppend(t, s, "/p", pauseEv("hold"))
 		// A protocol message carries payloads the event view refuses: a resume whose payload is not
@@ -170,7 +170,7 @@ func RunPause(t *testing.T, newDriver Factory) {
 		}
 		wantState(t, s, "/p", true, "hold")
 		got := durableTypes(t, s, "/p")
-		if n := len(got); n != 5 || got[n-1] != foldstream.TypeStreamResumed {
+		if n := len(got); n != 5 || got[n-1] != foldtype.TypeStreamResumed {
 			t.Fatalf("log: %v, want the malformed control events landed", got)
 		}
 	})

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -63,19 +63,19 @@ func RunStore(t *testing.T, newDriver Factory) {
 
 	t.Run("EventAppendIdempotencyAndPreconditions", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		in := []foldstream.EventInput{{Type: "a"}, {Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}, {Type: "e", Ephemeral: true}}
+		in := []foldtype.EventInput{{Type: "a"}, {Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}, {Type: "e", Ephemeral: true}}
 		got, err := s.Events().Stream("/e").Append(ctx, in...)
 		if err != nil || len(got) != 3 || got[2].Offset != 3 {
 			t.Fatalf("append: got %+v %v", got, err)
 		}
-		again, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
+		again, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
 		if err != nil || again[0].Offset != 2 {
 			t.Fatalf("retry: got %+v %v, want the stored event at 2", again, err)
 		}
-		if _, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldstream.ErrIdempotencyConflict) {
+		if _, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 			t.Fatalf("different body: got %v, want IDEMPOTENCY_CONFLICT", err)
 		}
-		if _, err := s.Events().Stream("/e").Append(ctx, foldstream.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldstream.ErrOffsetConflict) {
+		if _, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 			t.Fatalf("precondition: got %v, want OFFSET_CONFLICT", err)
 		}
 		page, err := s.Events().Stream("/e").Read(ctx, 0, 0)
@@ -99,13 +99,13 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if r, err := prod(0, `[3,4,5]`); err != nil || !r.Duplicate {
 			t.Fatalf("seq 0 again: got %+v %v, want a duplicate", r, err)
 		}
-		if _, err := prod(2, `[7]`); !errors.Is(err, foldstream.ErrSequenceGap) {
+		if _, err := prod(2, `[7]`); !errors.Is(err, foldtype.ErrSequenceGap) {
 			t.Fatalf("seq 2: got %v, want SEQUENCE_GAP", err)
 		}
 		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`6`), Close: true}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`7`)}); !errors.Is(err, foldstream.ErrStreamClosed) {
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`7`)}); !errors.Is(err, foldtype.ErrStreamClosed) {
 			t.Fatalf("append after close: got %v, want STREAM_CLOSED", err)
 		}
 		if body, _ := readAllRecords(t, s, "/j", 1<<20); string(body) != `1,2,3,4,5,6` {
@@ -172,14 +172,14 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if got, _ := readAllRecords(t, s, "/fork", 1<<20); string(got) != "hello wo!" {
 			t.Fatalf("fork: got %q", got)
 		}
-		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/bad", ForkedFrom: "/src", ForkOffset: 3, HasForkOffset: true}); !errors.Is(err, foldstream.ErrBadRequest) {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/bad", ForkedFrom: "/src", ForkOffset: 3, HasForkOffset: true}); !errors.Is(err, foldtype.ErrBadRequest) {
 			t.Fatalf("fork inside a record: got %v, want BAD_REQUEST", err)
 		}
 		// The source is deleted softly while its fork reads through it.
 		if err := s.Protocol().DeleteStream(ctx, "/src"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Protocol().HeadStream(ctx, "/src"); !errors.Is(err, foldstream.ErrStreamGone) {
+		if _, err := s.Protocol().HeadStream(ctx, "/src"); !errors.Is(err, foldtype.ErrStreamGone) {
 			t.Fatalf("deleted source: got %v, want STREAM_GONE", err)
 		}
 		if got, _ := readAllRecords(t, s, "/fork", 1<<20); string(got) != "hello wo!" {
@@ -188,11 +188,11 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if err := s.Protocol().DeleteStream(ctx, "/fork"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Protocol().HeadStream(ctx, "/src"); !errors.Is(err, foldstream.ErrStreamNotFound) {
+		if _, err := s.Protocol().HeadStream(ctx, "/src"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 			t.Fatalf("source after its last fork went: got %v, want STREAM_NOT_FOUND", err)
 		}
 		// A path created again starts empty.
-		got, err := s.Events().Stream("/fork").Append(ctx, foldstream.EventInput{Type: "x"})
+		got, err := s.Events().Stream("/fork").Append(ctx, foldtype.EventInput{Type: "x"})
 		if err != nil || got[0].Offset != 1 {
 			t.Fatalf("recreated path: got %+v %v, want offset 1", got, err)
 		}
@@ -200,8 +200,8 @@ func RunStore(t *testing.T, newDriver Factory) {
 
 	t.Run("SubscribersSeeBothViews", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		pushed := make(chan foldstream.ScannedRange, 8)
-		sub, err := s.Events().Subscribe("/sub", func(_ context.Context, evs []foldstream.Event, r foldstream.ScannedRange) error {
+		pushed := make(chan foldtype.ScannedRange, 8)
+		sub, err := s.Events().Subscribe("/sub", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 			pushed <- r
 			return nil
 		}, stream.SubscribeOptions{})
@@ -209,7 +209,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 			t.Fatal(err)
 		}
 		defer sub.Close()
-		if _, err := s.Events().Stream("/sub").Append(ctx, foldstream.EventInput{Type: "a"}); err != nil {
+		if _, err := s.Events().Stream("/sub").Append(ctx, foldtype.EventInput{Type: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/sub", ContentType: "application/json", Body: []byte(`[{"type":"b"},{"type":"c"}]`)}); err != nil {
@@ -233,14 +233,14 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cps.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 2, State: []byte(`{}`)}, true); err != nil {
+		if err := cps.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 2, State: []byte(`{}`)}, true); err != nil {
 			t.Fatal(err)
 		}
 		cp, ok, err := cps.ReadCheckpoint(ctx, "p")
 		if err != nil || !ok || cp.ReducedThroughOffset != 2 {
 			t.Fatalf("checkpoint: got %+v %v %v", cp, ok, err)
 		}
-		if err := cps.Fenced("no-such-lease", 1).WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3}, false); !errors.Is(err, foldstream.ErrLeaseLost) {
+		if err := cps.Fenced("no-such-lease", 1).WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3}, false); !errors.Is(err, foldtype.ErrLeaseLost) {
 			t.Fatalf("fenced write without the lease: got %v, want LEASE_LOST", err)
 		}
 	})

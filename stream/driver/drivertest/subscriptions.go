@@ -7,7 +7,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -118,7 +118,7 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 			t.Errorf("re-confirm: got created=%v %v, want an idempotent 200", created, err)
 		}
 		cfg.LeaseTTLms = 5000
-		if _, _, err := s.Protocol().PutSubscription(ctx, "s1", cfg); !errors.Is(err, foldstream.ErrConflict) {
+		if _, _, err := s.Protocol().PutSubscription(ctx, "s1", cfg); !errors.Is(err, foldtype.ErrConflict) {
 			t.Errorf("different configuration: got %v, want CONFLICT", err)
 		}
 	})
@@ -150,19 +150,19 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 			t.Fatalf("claim: got %+v %v %v", w, ok, err)
 		}
 		_, _, err = s.Protocol().ClaimSubscription(ctx, "p", "worker-2")
-		var fe *foldstream.Error
-		if !errors.As(err, &fe) || fe.Code != foldstream.CodeAlreadyClaimed || fe.Data["current_holder"] != "worker-1" {
+		var fe *foldtype.Error
+		if !errors.As(err, &fe) || fe.Code != foldtype.CodeAlreadyClaimed || fe.Data["current_holder"] != "worker-1" {
 			t.Fatalf("second claim: got %v, want ALREADY_CLAIMED naming worker-1", err)
 		}
 		ack := stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Acks: []stream.StreamAck{{Stream: "events/a", Offset: tail}}, Done: true}
-		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token+"x", false, ack); !errors.Is(err, &foldstream.Error{Code: foldstream.CodeUnauthorized}) {
+		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token+"x", false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeUnauthorized}) {
 			t.Errorf("forged token: got %v, want UNAUTHORIZED", err)
 		}
 		next, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack)
 		if err != nil || next {
 			t.Fatalf("ack: got next=%v %v, want done with no next wake", next, err)
 		}
-		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack); !errors.Is(err, &foldstream.Error{Code: foldstream.CodeFenced}) {
+		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeFenced}) {
 			t.Errorf("stale ack: got %v, want FENCED", err)
 		}
 		info, err := s.Protocol().Subscription(ctx, "p")
@@ -190,7 +190,7 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 			t.Fatal(err)
 		}
 		_, err = s.Protocol().AckSubscription(ctx, "d", w.Token, false, stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Done: true})
-		if !errors.Is(err, &foldstream.Error{Code: foldstream.CodeSubscriptionNotFound}) {
+		if !errors.Is(err, &foldtype.Error{Code: foldtype.CodeSubscriptionNotFound}) {
 			t.Errorf("ack after delete: got %v, want SUBSCRIPTION_NOT_FOUND", err)
 		}
 	})

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -173,7 +173,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	}
 	latest := migrations[len(migrations)-1].version
 	if current > latest {
-		return foldstream.NewError(foldstream.CodeStoreSchema, map[string]any{"version": current, "supported": latest},
+		return foldtype.NewError(foldtype.CodeStoreSchema, map[string]any{"version": current, "supported": latest},
 			"the database's foldstream schema is version %d, newer than this build's %d: upgrade foldstream, or point it at another database or schema", current, latest)
 	}
 	for _, m := range migrations {

@@ -18,7 +18,7 @@
 //     fenced by the lease's generation inside their transaction.
 //   - Schema migrations run under a session advisory lock, so nodes starting together never race.
 //
-// Connection failures surface as *foldstream.Error with code UNAVAILABLE; the pool reconnects by
+// Connection failures surface as *foldtype.Error with code UNAVAILABLE; the pool reconnects by
 // itself when the database comes back.
 package pgdriver
 
@@ -36,7 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -108,9 +108,11 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.WriteTx = (*writeTx)(nil)
-	_ driver.Reader  = (*readTx)(nil)
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.WriteTx          = (*writeTx)(nil)
+	_ driver.StreamPrefetcher = (*writeTx)(nil)
+	_ driver.LockKeeper       = (*writeTx)(nil)
+	_ driver.Reader           = (*readTx)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
@@ -263,15 +265,15 @@ func (d *Driver) classify(err error) error {
 	if !collided && !isUnavailable(err) {
 		return err
 	}
-	var fe *foldstream.Error
+	var fe *foldtype.Error
 	if errors.As(err, &fe) {
 		return err
 	}
 	if collided {
-		return &foldstream.Error{Code: foldstream.CodeUnavailable, Retryable: true,
+		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true,
 			Message: "the write collided with another node's concurrent write and was refused; retry it: " + err.Error(), Err: err}
 	}
-	return &foldstream.Error{Code: foldstream.CodeUnavailable, Retryable: true,
+	return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true,
 		Message: "the database is unavailable; retry later: " + err.Error(), Err: err}
 }
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
@@ -74,7 +74,7 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := d.Migrate(ctx)
-	if !errors.Is(err, foldstream.ErrStoreSchema) {
+	if !errors.Is(err, foldtype.ErrStoreSchema) {
 		t.Fatalf("migrate over a newer schema: got %v, want STORE_SCHEMA", err)
 	}
 }
@@ -103,7 +103,7 @@ func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
 		}
 		defer tx.Rollback(ctx)
 		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
-			Checkpoint: foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: off}, Fence: l.Fence()}); err != nil {
+			Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: off}, Fence: l.Fence()}); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -131,7 +131,7 @@ func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
 	if lb.Generation != la.Generation+1 {
 		t.Fatalf("generation after takeover: got %d, want %d", lb.Generation, la.Generation+1)
 	}
-	if err := writeCP(a, la, 2); !errors.Is(err, foldstream.ErrLeaseLost) {
+	if err := writeCP(a, la, 2); !errors.Is(err, foldtype.ErrLeaseLost) {
 		t.Fatalf("old holder's write after takeover: got %v, want LEASE_LOST", err)
 	}
 	if renewed, err := a.RenewLeases(ctx, "a", []driver.Lease{la}, ttl); err != nil || len(renewed) != 0 {
@@ -284,7 +284,7 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := pgdriver.Open(ctx, pgdriver.Config{URL: "postgres://postgres@127.0.0.1:1/test?sslmode=disable", ConnectTimeout: time.Second})
-	if !errors.Is(err, foldstream.ErrUnavailable) {
+	if !errors.Is(err, foldtype.ErrUnavailable) {
 		t.Fatalf("open an unreachable database: got %v, want UNAVAILABLE", err)
 	}
 }
@@ -368,8 +368,8 @@ func TestTwoRecordsAtOneOffsetAreARetryableCollision(t *testing.T) {
 	if err == nil {
 		err = tx.Commit(ctx)
 	}
-	var fe *foldstream.Error
-	if !errors.As(err, &fe) || fe.Code != foldstream.CodeUnavailable || !foldstream.IsRetryable(err) {
-		t.Fatalf("a second record at one offset: got %v, want a retryable %s", err, foldstream.CodeUnavailable)
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) || fe.Code != foldtype.CodeUnavailable || !foldtype.IsRetryable(err) {
+		t.Fatalf("a second record at one offset: got %v, want a retryable %s", err, foldtype.CodeUnavailable)
 	}
 }

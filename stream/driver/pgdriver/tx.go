@@ -7,7 +7,7 @@ import (
 	"hash/fnv"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/jackc/pgx/v5"
 )
@@ -47,6 +47,12 @@ func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, 
 func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
 	var r driver.Stream
 	var err error
+	if r, ok := t.prefetched[path]; ok && t.p != nil {
+		// Read under its lock, which the transaction still holds, and not written since.
+		delete(t.prefetched, path)
+		t.fresh, t.freshOps = r, t.p.ops
+		return r, nil
+	}
 	if t.p != nil {
 		r, err = t.lockingStreamByPath(ctx, path)
 	} else {
@@ -92,6 +98,73 @@ func (t *writeTx) lockingStreamByPath(ctx context.Context, path string) (driver.
 		t.fresh, t.freshOps = r, t.p.ops
 	}
 	return r, nil
+}
+
+// PrefetchStreams try-locks the streams at paths and then reads their rows, in one round trip
+// (driver.StreamPrefetcher). The rows of the streams it locked are kept for StreamByPath until the
+// transaction writes to one of them (forgetRow) or releases its locks (split).
+func (t *writeTx) PrefetchStreams(ctx context.Context, paths []string) error {
+	if t.p == nil || len(paths) == 0 {
+		return nil
+	}
+	br, err := t.p.sendAll(ctx,
+		queued{sql: `SELECT id FROM streams WHERE path = ANY($1) AND pg_try_advisory_xact_lock($2::int4, ((id << 32) >> 32)::int4)`, args: []any{paths, t.d.lockCls}},
+		queued{sql: `SELECT ` + streamCols + ` FROM streams s WHERE s.path = ANY($1)`, args: []any{paths}})
+	if err != nil {
+		return t.d.classify(fmt.Errorf("load streams: %w", err))
+	}
+	defer br.Close()
+	locked := make(map[int64]bool, len(paths))
+	rows, err := br.Query()
+	if err == nil {
+		for rows.Next() {
+			var id int64
+			if err = rows.Scan(&id); err != nil {
+				break
+			}
+			locked[id] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		return t.d.classify(fmt.Errorf("lock streams: %w", err))
+	}
+	for id := range locked {
+		t.held[lockID{t.d.lockCls, int32(id)}] = true
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return t.d.classify(fmt.Errorf("load streams: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanStream(rows)
+		if err != nil {
+			return t.d.classify(fmt.Errorf("load streams: %w", err))
+		}
+		if locked[r.ID] {
+			if t.prefetched == nil {
+				t.prefetched = make(map[string]driver.Stream, len(locked))
+			}
+			t.prefetched[r.Path] = r
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return t.d.classify(fmt.Errorf("load streams: %w", err))
+	}
+	return nil
+}
+
+// forgetRow drops the prefetched row of stream id: the transaction is writing to the stream.
+func (t *writeTx) forgetRow(id int64) {
+	for p, r := range t.prefetched {
+		if r.ID == id {
+			delete(t.prefetched, p)
+		}
+	}
 }
 
 // StreamByID answers from the row StreamByPath just read under the stream's lock when nothing
@@ -318,16 +391,16 @@ func (t *readTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
 	return *next, true, nil
 }
 
-func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error) {
-	var cp foldstream.Checkpoint
+func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error) {
+	var cp foldtype.Checkpoint
 	var state *string
 	err := t.tx.QueryRow(ctx, `SELECT reducer_version, reduced_through_offset, state FROM reduce_checkpoints WHERE scope = $1 AND slug = $2`,
 		scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
 	if isNoRows(err) {
-		return foldstream.Checkpoint{}, false, nil
+		return foldtype.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return foldstream.Checkpoint{}, false, t.d.classify(fmt.Errorf("read checkpoint %q: %w", slug, err))
+		return foldtype.Checkpoint{}, false, t.d.classify(fmt.Errorf("read checkpoint %q: %w", slug, err))
 	}
 	if state != nil && *state != "" {
 		cp.State = json.RawMessage(*state)
@@ -372,6 +445,9 @@ type writeTx struct {
 	// pipeline's ops still equal freshOps (nothing ran since).
 	fresh    driver.Stream
 	freshOps int
+	// prefetched are the stream rows PrefetchStreams read under their locks, by path, until the
+	// transaction writes to the stream or releases its locks.
+	prefetched map[string]driver.Stream
 	// wroteInSp reports that the current savepoint changed something.
 	wroteInSp bool
 	inSp      bool
@@ -528,6 +604,7 @@ func (t *writeTx) split(ctx context.Context) error {
 	// A row read under a released lock is stale (and the new pipeline's op count means nothing
 	// for it).
 	t.fresh, t.freshOps = driver.Stream{}, 0
+	t.prefetched = nil
 	p, err := t.d.beginPipeline(ctx)
 	if err != nil {
 		// The committed pipeline has no connection any more: every later statement of the group
@@ -560,6 +637,7 @@ func (t *writeTx) InsertStream(ctx context.Context, s driver.Stream) (int64, err
 }
 
 func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
+	t.forgetRow(id)
 	var sets []string
 	var args []any
 	arg := func(v any) string {
@@ -603,6 +681,7 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 }
 
 func (t *writeTx) DeleteStream(ctx context.Context, id int64) error {
+	t.forgetRow(id)
 	for _, q := range []string{
 		`DELETE FROM records WHERE stream_id = $1`,
 		`DELETE FROM record_keys WHERE stream_id = $1`,
@@ -630,6 +709,7 @@ func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
 }
 
 func (t *writeTx) InsertRecord(ctx context.Context, r driver.Record) error {
+	t.forgetRow(r.StreamID)
 	var frames []byte
 	if r.Frames != nil {
 		frames = r.Frames
@@ -704,7 +784,7 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 }
 
 func leaseLost(slug string, f *driver.Fence) error {
-	e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
+	e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
 		"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", slug, f.Key, f.Generation)
 	e.Retryable = false
 	return e
@@ -719,5 +799,6 @@ func (t *writeTx) Notify(ctx context.Context, n driver.Notification) error {
 
 // Exec runs a raw statement in the transaction (tests and tools; the store never does).
 func (t *writeTx) Exec(ctx context.Context, query string, args ...any) error {
+	t.prefetched = nil
 	return t.exec(ctx, "exec", query, args...)
 }

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // The store holds an exclusive lock on its database for its whole life, so a second opener — in
@@ -119,19 +119,19 @@ func readLockPid(f *os.File) int {
 	return pid
 }
 
-func storeLockedError(path string, pid int) *foldstream.Error {
+func storeLockedError(path string, pid int) *foldtype.Error {
 	data := map[string]any{"path": path}
 	switch {
 	case pid == os.Getpid():
 		data["pid"] = pid
-		return foldstream.NewError(foldstream.CodeStoreLocked, data,
+		return foldtype.NewError(foldtype.CodeStoreLocked, data,
 			"stream store %s is already open in this process (pid %d); close it first, or share the open store", path, pid)
 	case pid > 0:
 		data["pid"] = pid
-		return foldstream.NewError(foldstream.CodeStoreLocked, data,
+		return foldtype.NewError(foldtype.CodeStoreLocked, data,
 			"stream store %s is in use by another process (pid %d); stop it first, or open a different file", path, pid)
 	default:
-		return foldstream.NewError(foldstream.CodeStoreLocked, data,
+		return foldtype.NewError(foldtype.CodeStoreLocked, data,
 			"stream store %s is in use by another process; stop it first, or open a different file", path)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // TestCloseReleasesTheLockWhileADuplicateDescriptorLives: Close releases the store's lock before it
@@ -57,7 +57,7 @@ func TestCloseRemovesTheLockFile(t *testing.T) {
 		if _, err := os.Stat(path + lockSuffix); err != nil {
 			t.Fatalf("while open: %v, want the lock file", err)
 		}
-		if _, err := Open(ctx, Config{Path: path}); foldstream.CodeOf(err) != foldstream.CodeStoreLocked {
+		if _, err := Open(ctx, Config{Path: path}); foldtype.CodeOf(err) != foldtype.CodeStoreLocked {
 			t.Fatalf("second Open while open: %v, want STORE_LOCKED", err)
 		}
 		if err := s.Close(); err != nil {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -166,12 +166,12 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 		case hasEntries && hasStreams:
 			version = 1
 		case hasStreams:
-			return foldstream.NewError(foldstream.CodeStoreSchema, nil,
+			return foldtype.NewError(foldtype.CodeStoreSchema, nil,
 				"the database has a streams table but no schema version this foldstream knows; it was not written by foldstream's stream store — open another file")
 		}
 	}
 	if version > SchemaVersion {
-		return foldstream.NewError(foldstream.CodeStoreSchema, map[string]any{"version": version, "supported": SchemaVersion},
+		return foldtype.NewError(foldtype.CodeStoreSchema, map[string]any{"version": version, "supported": SchemaVersion},
 			"the database uses stream store schema version %d, newer than this foldstream supports (%d); run a newer foldstream (or restore a backup made before the upgrade)",
 			version, SchemaVersion)
 	}

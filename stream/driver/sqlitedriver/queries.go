@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -195,16 +195,16 @@ func (t *readTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
 	return next.Int64, next.Valid, nil
 }
 
-func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldstream.Checkpoint, bool, error) {
-	var cp foldstream.Checkpoint
+func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error) {
+	var cp foldtype.Checkpoint
 	var state sql.NullString
 	err := t.q.queryRow(ctx, `SELECT reducer_version, reduced_through_offset, state FROM reduce_checkpoints WHERE scope = ? AND slug = ?`,
 		scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
 	if errors.Is(err, sql.ErrNoRows) {
-		return foldstream.Checkpoint{}, false, nil
+		return foldtype.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return foldstream.Checkpoint{}, false, fmt.Errorf("read checkpoint %q: %w", slug, err)
+		return foldtype.Checkpoint{}, false, fmt.Errorf("read checkpoint %q: %w", slug, err)
 	}
 	if state.Valid && state.String != "" {
 		cp.State = json.RawMessage(state.String)
@@ -379,7 +379,7 @@ func (t *writeTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) e
 
 func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
 	if f := w.Fence; f != nil && t.w.d.leases.generation(f.Key) != f.Generation {
-		e := foldstream.NewError(foldstream.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
+		e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
 			"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", w.Slug, f.Key, f.Generation)
 		e.Retryable = false
 		return e

@@ -39,7 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
 )
@@ -135,18 +135,18 @@ func Open(ctx context.Context, cfg Config) (_ *Driver, err error) {
 // check validates cfg and fills in its defaults.
 func (cfg *Config) check() error {
 	if cfg.Path == "" {
-		return foldstream.NewError(foldstream.CodeInvalidConfig, nil, "open stream store: no database file given; name a file, or \":memory:\" for a private in-memory store")
+		return foldtype.NewError(foldtype.CodeInvalidConfig, nil, "open stream store: no database file given; name a file, or \":memory:\" for a private in-memory store")
 	}
 	if cfg.Synchronous == "" {
 		cfg.Synchronous = SyncFull
 	}
 	cfg.Synchronous = strings.ToUpper(cfg.Synchronous)
 	if cfg.Synchronous != SyncFull && cfg.Synchronous != SyncNormal {
-		return foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"synchronous": cfg.Synchronous},
+		return foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"synchronous": cfg.Synchronous},
 			"open stream store: unknown synchronous mode %q (use FULL or NORMAL)", cfg.Synchronous)
 	}
 	if cfg.ReadConns < 0 {
-		return foldstream.NewError(foldstream.CodeInvalidConfig, map[string]any{"readConns": cfg.ReadConns},
+		return foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"readConns": cfg.ReadConns},
 			"open stream store: ReadConns is %d; give a positive number of read connections, or 0 for the default", cfg.ReadConns)
 	}
 	if cfg.ReadConns == 0 {

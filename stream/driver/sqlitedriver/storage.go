@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -29,7 +29,7 @@ func sqliteCodes(err error) []int {
 	walk = func(e error) {
 		for e != nil {
 			if c, ok := e.(interface{ Code() int }); ok {
-				if _, isOurs := e.(*foldstream.Error); !isOurs {
+				if _, isOurs := e.(*foldtype.Error); !isOurs {
 					out = append(out, c.Code()&0xff)
 				}
 			}
@@ -55,8 +55,8 @@ func classifyStorageErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var fe *foldstream.Error
-	if errors.As(err, &fe) && (fe.Code == foldstream.CodeInsufficientStorage || fe.Code == foldstream.CodeStoreReadOnly) {
+	var fe *foldtype.Error
+	if errors.As(err, &fe) && (fe.Code == foldtype.CodeInsufficientStorage || fe.Code == foldtype.CodeStoreReadOnly) {
 		return err
 	}
 	for _, c := range sqliteCodes(err) {
@@ -64,7 +64,7 @@ func classifyStorageErr(err error) error {
 		case sqliteFull:
 			return driver.InsufficientStorageError(err)
 		case sqliteReadOnly:
-			return &foldstream.Error{Code: foldstream.CodeStoreReadOnly, Message: "stream store: the database cannot be written", Err: err}
+			return &foldtype.Error{Code: foldtype.CodeStoreReadOnly, Message: "stream store: the database cannot be written", Err: err}
 		}
 	}
 	if errors.Is(err, syscall.ENOSPC) {
@@ -74,8 +74,8 @@ func classifyStorageErr(err error) error {
 }
 
 // readOnlyError is Open's refusal of a database it cannot write.
-func readOnlyError(path string, cause error) *foldstream.Error {
-	return &foldstream.Error{Code: foldstream.CodeStoreReadOnly, Data: map[string]any{"path": path}, Err: cause,
+func readOnlyError(path string, cause error) *foldtype.Error {
+	return &foldtype.Error{Code: foldtype.CodeStoreReadOnly, Data: map[string]any{"path": path}, Err: cause,
 		Message: fmt.Sprintf("stream store %s cannot be written (%v); check the permissions of the file and its directory", path, cause)}
 }
 
@@ -88,7 +88,7 @@ func isPermissionErr(err error) bool {
 // database cannot be written, the error unchanged otherwise.
 func openFailure(path string, err error) error {
 	c := classifyStorageErr(err)
-	if foldstream.CodeOf(c) == foldstream.CodeStoreReadOnly && !errors.Is(err, foldstream.ErrStoreReadOnly) {
+	if foldtype.CodeOf(c) == foldtype.CodeStoreReadOnly && !errors.Is(err, foldtype.ErrStoreReadOnly) {
 		return readOnlyError(path, err)
 	}
 	return c
