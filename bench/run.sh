@@ -14,9 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
-if [ ! -d internal/refserver/node_modules/@durable-streams/server ]; then
-	echo "== npm ci (internal/refserver)" >&2
-	(cd internal/refserver && npm ci --no-audit --no-fund >&2)
+if [ ! -d internal/harness/refserver/node_modules/@durable-streams/server ]; then
+	echo "== npm ci (internal/harness/refserver)" >&2
+	(cd internal/harness/refserver && npm ci --no-audit --no-fund >&2)
 fi
 
 bin=$(mktemp -d -t dsbench-bin-XXXXXX)
@@ -44,4 +44,4 @@ fi
 echo "== go build ./bench/cmd/dsbench" >&2
 go build -o "$bin/dsbench" ./bench/cmd/dsbench
 
-"$bin/dsbench" "${fold_args[@]}" -refserver internal/refserver "$@"
+"$bin/dsbench" "${fold_args[@]}" -refserver internal/harness/refserver "$@"

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/codecheck"
+	"github.com/foldstream/foldstream/internal/harness/codecheck"
 )
 
 // clientOwnCodes are the client's codes for failures no server reports; every other client code

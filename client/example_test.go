@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 // exampleServer starts foldstream's server in process for the examples (in real code the URL is your

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 func TestListStreamsPagesInPathOrder(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/refserver"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/refserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 // BenchmarkProducer measures the producer's throughput for 200-byte JSON messages with default

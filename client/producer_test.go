@@ -16,7 +16,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/client/internal/faultproxy"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 type numbered struct {

@@ -3,8 +3,8 @@ package client_test
 import (
 	"testing"
 
-	"github.com/foldstream/foldstream/internal/refserver"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/refserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 // eachServer runs f as a parallel subtest against foldstream's own server (in process) and the

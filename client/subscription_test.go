@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 func streamAt(t *testing.T, u string) *client.Stream {

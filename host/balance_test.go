@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 // Benchmarks of several nodes on one PostgreSQL database (docs/postgres.md#figures). They start

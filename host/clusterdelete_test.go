@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 // owner returns the node whose /v1/streams/info lists the counter on path as running there.

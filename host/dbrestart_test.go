@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 // TestDatabaseRestartedAndKilledUnderLoadLosesNothing restarts the database itself under two

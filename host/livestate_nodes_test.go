@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 // TestLiveStateSSEFollowsTheProcessorFromEveryNode: two node processes on one database; an SSE

@@ -11,7 +11,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream"
 )
 

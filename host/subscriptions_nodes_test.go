@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 // TestSubscriptionDeliveryMovesWhenItsNodeProcessIsKilled: two node processes on one database

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/harness/refserver"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"

@@ -3,7 +3,7 @@ package server
 import (
 	"testing"
 
-	"github.com/foldstream/foldstream/internal/codecheck"
+	"github.com/foldstream/foldstream/internal/harness/codecheck"
 )
 
 // Every code the server answers with has its constant in the Go client (client/errors.go), so a

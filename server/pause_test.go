@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/internal/refserver"
+	"github.com/foldstream/foldstream/internal/harness/refserver"
 	"github.com/foldstream/foldstream/server"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/host"
 )
 
 // Processors is what the server needs from a processor host to serve processors over HTTP.
@@ -34,11 +33,6 @@ type ProcessorLister interface {
 	// ProcessorsOn reports the processors running on the stream at path, without waiting for them.
 	ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus
 }
-
-var (
-	_ Processors      = (*host.Host)(nil)
-	_ ProcessorLister = (*host.Host)(nil)
-)
 
 // ProcessorProgress is optionally implemented by a Processors: the offset a processor has reduced
 // through, without waiting. When available, a processor route that timed out waiting reports

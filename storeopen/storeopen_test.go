@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
@@ -237,16 +237,17 @@ func linksEngine(set map[string]bool) (string, bool) {
 	return "", false
 }
 
-// TestStoreAndDriversDoNotLinkTheEngine: the store, its drivers and storeopen speak the shared
-// vocabulary of package foldtype, not the engine's: none of them links package foldstream or its
-// JSON-Schema libraries. (The host, which runs engines, does, so the listing can tell.)
+// TestStoreAndDriversDoNotLinkTheEngine: the store, its drivers, storeopen and the HTTP server
+// speak the shared vocabulary of package foldtype, not the engine's: none of them links package
+// foldstream or its JSON-Schema libraries. (The host, which runs engines, does, so the listing
+// can tell.)
 func TestStoreAndDriversDoNotLinkTheEngine(t *testing.T) {
 	t.Parallel()
 	if _, ok := linksEngine(deps(t, "./host")); !ok {
 		t.Fatal("package host does not link the engine: the listing proves nothing")
 	}
 	for _, pkg := range []string{"./foldtype", "./stream", "./stream/driver", "./stream/driver/sqlitedriver",
-		"./stream/driver/pgdriver", "./storeopen"} {
+		"./stream/driver/pgdriver", "./storeopen", "./server"} {
 		if p, ok := linksEngine(deps(t, pkg)); ok {
 			t.Errorf("%s links %s", pkg, p)
 		}

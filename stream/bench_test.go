@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/jackc/pgx/v5"
 )

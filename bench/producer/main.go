@@ -1,10 +1,10 @@
 // Command producer measures foldstream's Go IdempotentProducer and the TypeScript client's
-// IdempotentProducer (@durable-streams/client, pinned in internal/refserver/package.json, whose
+// IdempotentProducer (@durable-streams/client, pinned in internal/harness/refserver/package.json, whose
 // ts-producer.mjs it runs) against the same server
 // in the same run, with the same message size and both clients' default options, and prints
 // messages/s, MB/s and the Go/TypeScript ratio.
 //
-//	go run ./bench/producer -n 200000   # runs npm ci in internal/refserver when needed
+//	go run ./bench/producer -n 200000   # runs npm ci in internal/harness/refserver when needed
 //
 // -server reference (the default) starts the upstream reference Node server on 127.0.0.1;
 // -server foldstream serves a SQLite file in this process; anything else is a base URL.
@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/refserver"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/refserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 type result struct {

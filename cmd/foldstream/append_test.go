@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 // runAppendCmd runs `foldstream append` with in as stdin and returns stdout, stderr and the error.

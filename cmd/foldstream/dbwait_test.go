@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 func freeLoopbackAddr(t *testing.T) string {

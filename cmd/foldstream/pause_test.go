@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 // S-08 from the command line: pause refuses appends with the reason, ls -l shows it, resume lets

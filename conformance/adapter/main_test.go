@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/testserver"
+	"github.com/foldstream/foldstream/internal/harness/testserver"
 )
 
 func TestAdapterSession(t *testing.T) {

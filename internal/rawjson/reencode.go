@@ -30,8 +30,8 @@ import (
 
 // Reencode returns Marshal(v), given prev, the Marshal output (or an earlier Reencode result) for
 // some earlier value, and prevType, that value's type (nil when unknown); same reports that the
-// result is prev itself (the two encodings are byte-identical). prev is only read, and must not
-// change while Reencode runs. An error is the error Marshal gives for v.
+// two encodings are byte-identical, and the result is then prev itself. prev is only read, and
+// must not change while Reencode runs. An error is the error Marshal gives for v.
 //
 // When v has prevType, a float reached without passing through an interface is compared by value:
 // the old token there was written from a float of the same type, so equal values have equal text.
@@ -41,12 +41,11 @@ func Reencode(v any, prev []byte, prevType reflect.Type) (out []byte, same bool,
 		return b, false, err
 	}
 	w := walker{prev: prev, static: prevType != nil && prevType == reflect.TypeOf(v)}
-	if werr := w.walkTop(v); werr != nil {
+	if werr := w.walkTop(v); werr != nil || w.pos != len(prev) {
 		b, err := Marshal(v) // the authority on errors and on what the walk gave up on
-		return b, false, err
-	}
-	if w.pos != len(prev) {
-		b, err := Marshal(v)
+		if err == nil && bytes.Equal(b, prev) {
+			return prev, true, nil
+		}
 		return b, false, err
 	}
 	if len(w.splices) == 0 {
@@ -70,6 +69,10 @@ func Reencode(v any, prev []byte, prevType reflect.Type) (out []byte, same bool,
 // errGiveUp ends a walk; Reencode then marshals the whole value.
 var errGiveUp = errors.New("rawjson: reencode gives up")
 
+// maxOpaque bounds the values a walk marshals one by one: past it, one marshal of the whole value
+// is cheaper than the calls' overhead (a state made of many time.Time values, say).
+const maxOpaque = 2048
+
 // maxWalkDepth bounds the walk's nesting (a pointer cycle would otherwise never end); Marshal
 // reports the cycle.
 const maxWalkDepth = 1000
@@ -86,6 +89,7 @@ type walker struct {
 	num     [64]byte
 	keys    map[reflect.Type]reflect.Value // a settable key value per map key type
 	static  bool                           // the old token at pos encodes a value of the plan's type
+	opaque  int                            // values marshalled one by one so far
 }
 
 func (w *walker) walkTop(v any) (err error) {
@@ -212,6 +216,9 @@ func (w *walker) value(p *plan, v reflect.Value, depth int) error {
 		}
 		return w.leaf(b)
 	case kOpaque:
+		if w.opaque++; w.opaque > maxOpaque {
+			return errGiveUp
+		}
 		b, err := marshalValue(v)
 		if err != nil {
 			return errGiveUp

@@ -368,3 +368,21 @@ func TestReencodeFloatAfterOtherNumberText(t *testing.T) {
 		checkReencode(t, c.prev, c.next)
 	}
 }
+
+// A value of many custom-marshalled leaves is marshalled whole once the walk has met maxOpaque of
+// them; the text is Marshal's either way.
+func TestReencodeManyOpaqueValues(t *testing.T) {
+	prevVal := make([]reCustom, maxOpaque+10)
+	prev, _ := Marshal(prevVal)
+	next := make([]reCustom, len(prevVal))
+	next[len(next)-1].V = 1
+	got, same, err := Reencode(next, prev, reflect.TypeOf(next))
+	want, _ := Marshal(next)
+	if err != nil || same || !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, same %v, err %v; want Marshal's %d bytes", len(got), same, err, len(want))
+	}
+	got, same, err = Reencode(prevVal, prev, reflect.TypeOf(prevVal))
+	if err != nil || !same || !bytes.Equal(got, prev) {
+		t.Fatalf("unchanged value: %d bytes, same %v, err %v", len(got), same, err)
+	}
+}

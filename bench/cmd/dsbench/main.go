@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/bench"
+	"github.com/foldstream/foldstream/internal/harness/bench"
 )
 
 func main() {
@@ -36,7 +36,7 @@ func run() error {
 		foldBin     = flag.String("foldstream", "", "built cmd/foldstream binary (empty: skip foldstream)")
 		foldArgs    = flag.String("foldstream-args", "", "extra arguments after `foldstream serve ...`, space-separated")
 		foldVersion = flag.String("foldstream-version", "", "what the foldstream binary was built from, for the report")
-		refDir      = flag.String("refserver", "internal/refserver", "directory holding server.mjs and node_modules (empty: skip the reference)")
+		refDir      = flag.String("refserver", "internal/harness/refserver", "directory holding server.mjs and node_modules (empty: skip the reference)")
 		node        = flag.String("node", "node", "node executable")
 		rounds      = flag.Int("rounds", 3, "measured rounds per scenario; figures are medians over rounds")
 		warmups     = flag.Int("warmup-rounds", 1, "unrecorded rounds per scenario before the measured ones")

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/foldstream/foldstream/internal/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 

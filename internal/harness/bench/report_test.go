@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/bench"
+	"github.com/foldstream/foldstream/internal/harness/bench"
 )
 
 func TestWriteMarkdownQuotesMediansAndRatios(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/bench"
+	"github.com/foldstream/foldstream/internal/harness/bench"
 )
 
 // liveStream is a fake one-stream server: POST appends a JSON message, GET live=sse sends an

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/bench"
+	"github.com/foldstream/foldstream/internal/harness/bench"
 )
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -73,7 +73,7 @@ func StartFoldstream(ctx context.Context, c FoldstreamConfig) (*Target, error) {
 // ReferenceConfig says how to start the reference server.
 type ReferenceConfig struct {
 	Node            string // node executable; defaults to "node"
-	Dir             string // internal/refserver, holding server.mjs and node_modules
+	Dir             string // internal/harness/refserver, holding server.mjs and node_modules
 	DataDir         string // the file-backed store's directory
 	LongPollTimeout time.Duration
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/bench"
+	"github.com/foldstream/foldstream/internal/harness/bench"
 )
 
 // chunkedLog is a fake server holding messages in one JSON stream and answering catch-up reads

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/foldstream/foldstream/internal/bench"
+	"github.com/foldstream/foldstream/internal/harness/bench"
 )
 
 func TestMessageHasExactSizeAndIsJSON(t *testing.T) {
