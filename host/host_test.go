@@ -136,7 +136,8 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	}
 }
 
-func TestP25EphemeralsOnTheStore(t *testing.T) {
+// Acceptance case P-25 (docs/engine.md#acceptance-cases).
+func TestEphemeralsOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)

@@ -80,7 +80,7 @@ func ledgerSnapshot(t *testing.T, ctx context.Context, h *host.Host, path string
 // P-19 on the store: a fed-by-pushes engine answers five snapshots, each after an unconsumed
 // append, without reading the log again after its registration's catch-up (which runs in the
 // background; the first snapshot waits for it).
-func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
+func TestFedEngineReadsTheLogOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
@@ -108,7 +108,7 @@ func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
 
 // P-20/P-23 on the store: a snapshot straight after an append reflects it; a range with a consumed
 // event writes the checkpoint once; a new engine on the same file resumes from it with one read.
-func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
+func TestCheckpointAndResumeOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
@@ -161,7 +161,8 @@ func (p *echoer) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
 	return nil
 }
 
-func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
+// Acceptance case P-27 (docs/engine.md#acceptance-cases).
+func TestAppendInsideBlockerOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
