@@ -1,7 +1,8 @@
 // Command hosted is the program to start from when you run processors in your own service: a
-// durable store in one SQLite file, the default host running a processor on every stream under
-// /counters/ (one pattern registration; each stream gets its own engine, opened on its first
-// append), and the Durable Streams HTTP server with the processor routes, all in one process.
+// durable store (a SQLite file, or with -db postgres://… a PostgreSQL database several nodes
+// share), the default host running a processor on every stream under /counters/ (one pattern
+// registration; each stream gets its own engine, opened on its first append), and the Durable
+// Streams HTTP server with the processor routes, all in one process.
 //
 //	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
 //	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
