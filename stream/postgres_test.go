@@ -262,11 +262,25 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 			}
 		}()
 	}
-	// Three outages under load; node A recovers by itself each time.
-	for range 3 {
-		time.Sleep(300 * time.Millisecond)
+	// Three outages under load; node A recovers by itself each time. Each outage starts once node A
+	// has acknowledged appends again since the last one, and ends once an append met it (or, when
+	// none did within 2 s, they fell between appends).
+	within := func(d time.Duration, cond func() bool) bool {
+		for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range 3 {
+		from := nAcked.Load()
+		if !within(20*time.Second, func() bool { return nAcked.Load() >= from+5 }) {
+			t.Fatalf("before outage %d: node A acknowledged %d appends in 20 s, want 5", i+1, nAcked.Load()-from)
+		}
+		failed := nFailed.Load()
 		px.Cut()
-		time.Sleep(300 * time.Millisecond)
+		within(2*time.Second, func() bool { return nFailed.Load() > failed })
 		px.Restore()
 	}
 	// A write after the last outage succeeds without any restart of the node.
