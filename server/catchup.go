@@ -3,11 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -144,44 +143,7 @@ func (s *Server) cutAt(ctx context.Context, name string, info stream.StreamInfo,
 }
 
 // firstElements returns a JSON array holding the first n elements of the array body.
-func firstElements(body []byte, n int) ([]byte, error) {
-	if n == 0 {
-		return []byte("[]"), nil
-	}
-	depth, inString, escaped, seen := 0, false, false, 0
-	for i, c := range body {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-		case c == ']' || c == '}':
-			depth--
-			if depth == 0 { // the end of the array
-				if seen+1 == n {
-					return body, nil
-				}
-				return nil, fmt.Errorf("the page holds %d messages, fewer than %d", seen+1, n)
-			}
-		case c == ',' && depth == 1:
-			seen++
-			if seen == n {
-				out := make([]byte, 0, i+1)
-				return append(append(out, body[:i]...), ']'), nil
-			}
-		}
-	}
-	return nil, errors.New("unterminated JSON array")
-}
+func firstElements(body []byte, n int) ([]byte, error) { return rawjson.CutArray(body, n) }
 
 // arrayElements returns the elements of a JSON array as written by the store ("[a,b]" gives
 // "a,b"), or nil when it is empty.

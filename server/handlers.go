@@ -106,7 +106,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 	defer release()
 	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
 		var ferr *foldtype.Error
-		if body, ferr = vetJSON(body, principal, reservedKeyPrefix); ferr != nil {
+		if req.Provenance, ferr = provenanceOf(body, principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
 		}
@@ -222,7 +222,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
 	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
 		var ferr *foldtype.Error
-		if body, ferr = vetJSON(body, principal, reservedKeyPrefix); ferr != nil {
+		if req.Provenance, ferr = provenanceOf(body, principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
 		}

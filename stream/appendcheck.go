@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // AppendCheck inspects the durable events of an append to path before anything is written; an
@@ -47,18 +48,14 @@ func (s *Store) checkInputs(path string, inputs []foldtype.EventInput) error {
 }
 
 // checkMessages runs the installed check on JSON protocol messages, each as the event it becomes.
-func (s *Store) checkMessages(path string, msgs [][]byte) error {
+func (s *Store) checkMessages(path string, msgs []rawjson.Message) error {
 	box := s.check.Load()
 	if box == nil || box.fn == nil || len(msgs) == 0 {
 		return nil
 	}
-	evs := make([]foldtype.Event, 0, len(msgs))
-	for _, m := range msgs {
-		ev, err := decodeEvent(path, message{Body: m})
-		if err != nil {
-			continue // not JSON: the append refuses it on its own
-		}
-		evs = append(evs, ev)
+	evs := make([]foldtype.Event, len(msgs))
+	for i := range msgs {
+		evs[i] = eventOf(path, 0, 0, &msgs[i], msgs[i].Raw)
 	}
 	return box.fn(path, evs)
 }

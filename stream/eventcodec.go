@@ -71,15 +71,21 @@ func finishBody(prefix []byte, createdAt string) []byte {
 	return b
 }
 
-// eventBody is the lenient decoding shape of a stored body.
-type eventBody struct {
-	Type           json.RawMessage `json:"type"`
-	Payload        json.RawMessage `json:"payload"`
-	Metadata       json.RawMessage `json:"metadata"`
-	Source         json.RawMessage `json:"source"`
-	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
-	CreatedAt      json.RawMessage `json:"createdAt"`
-}
+// msgKeys are the members of a stored message that the store reads, found by the one scan of a
+// body (rawjson.Split, rawjson.ScanValue), by their exact names as the event view reads them;
+// "source" is found in any case too, for the writer rules of a protocol append (Provenance).
+var msgKeys = rawjson.NewKeys("source", "type", "idempotencyKey", "payload", "metadata", "source", "createdAt", "ephemeral")
+
+// The indexes of msgKeys' names.
+const (
+	mType = iota
+	mKey
+	mPayload
+	mMetadata
+	mSource
+	mCreatedAt
+	mEphemeral
+)
 
 // decodeEvent turns a stored entry into an event at path.
 //
@@ -91,28 +97,35 @@ type eventBody struct {
 //   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (docs/store.md#reading).
 func decodeEvent(path string, e message) (foldtype.Event, error) {
 	body := bytes.TrimSpace(e.Body)
-	if !json.Valid(body) {
+	m, err := rawjson.ScanValue(body, msgKeys)
+	if err != nil {
 		return foldtype.Event{}, unreadable(e.Offset)
 	}
-	ev := foldtype.Event{Offset: e.Offset, Path: path}
-	var b eventBody
-	var typ string
-	// Fields are read by their exact names (rawjson.UnmarshalExact): encoding/json alone would read
-	// "TYPE" or "Source" as the event's type or provenance.
-	if len(body) > 0 && body[0] == '{' && rawjson.UnmarshalExact(body, &b) == nil && json.Unmarshal(b.Type, &typ) == nil && typ != "" {
+	return eventOf(path, e.Offset, e.CreatedMs, &m, body), nil
+}
+
+// eventOf is the event a scanned message m (whose text is body) is at offset, committed at
+// createdMs: decodeEvent without the scan. Fields are read by their exact names, as the scan
+// found them: encoding/json alone would read "TYPE" or "Source" as the event's type or
+// provenance. The event holds copies, never the body's bytes.
+func eventOf(path string, offset, createdMs int64, m *rawjson.Message, body []byte) foldtype.Event {
+	ev := foldtype.Event{Offset: offset, Path: path}
+	typ, _ := m.Member(mType).String()
+	if m.Raw[0] == '{' && typ != "" {
+		own := m.Own()
 		ev.Type = typ
-		ev.Payload = nonNull(b.Payload)
-		ev.Metadata = nonNull(b.Metadata)
-		if len(nonNull(b.Source)) > 0 {
-			var src foldtype.Source
-			if rawjson.UnmarshalExact(b.Source, &src) == nil {
-				ev.Source = &src
+		ev.Payload = nonNull(own.Member(mPayload).Value)
+		ev.Metadata = nonNull(own.Member(mMetadata).Value)
+		if src := nonNull(own.Member(mSource).Value); len(src) > 0 {
+			var s foldtype.Source
+			if rawjson.UnmarshalExact(src, &s) == nil {
+				ev.Source = &s
 			}
 		}
-		_ = json.Unmarshal(b.IdempotencyKey, &ev.IdempotencyKey)
+		ev.IdempotencyKey, _ = own.Member(mKey).String()
 		// A stored entry is durable whatever its body says: an HTTP writer's message carrying
 		// "ephemeral": true was stored, so processors must see (and re-reduce) it as durable.
-		_ = json.Unmarshal(b.CreatedAt, &ev.CreatedAt)
+		ev.CreatedAt, _ = own.Member(mCreatedAt).String()
 	} else {
 		ev.Type = MessageType
 		p := make([]byte, 0, len(body)+10)
@@ -122,9 +135,9 @@ func decodeEvent(path string, e message) (foldtype.Event, error) {
 		ev.Payload = p
 	}
 	if ev.CreatedAt == "" {
-		ev.CreatedAt = formatCreatedAt(time.UnixMilli(e.CreatedMs))
+		ev.CreatedAt = formatCreatedAt(time.UnixMilli(createdMs))
 	}
-	return ev, nil
+	return ev
 }
 
 func nonNull(raw json.RawMessage) json.RawMessage {

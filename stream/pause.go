@@ -3,7 +3,6 @@ package stream
 import (
 	"bytes"
 	"database/sql"
-	"encoding/json"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -26,25 +25,27 @@ import (
 // controlMarker is in every message that names a control type without JSON escapes.
 var controlMarker = []byte("events.iterate.com/stream/")
 
-// controlOfMessage classifies a protocol message as a control event. A message neither holding
-// the control prefix nor any escape cannot name a control type, so most messages cost one scan.
-func controlOfMessage(msg []byte) (foldtype.ControlKind, string) {
-	if len(msg) == 0 || msg[0] != '{' {
+// controlOfMessage classifies a protocol message as a control event, from its members as the
+// body's one scan found them. A type without escapes that does not start with the control prefix
+// cannot name a control type, so most messages cost a prefix comparison.
+func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
+	if msg.Raw[0] != '{' {
 		return foldtype.ControlNone, ""
 	}
-	if !bytes.Contains(msg, controlMarker) && bytes.IndexByte(msg, '\\') < 0 {
+	t := msg.Member(mType)
+	if t.Kinds == 0 || (bytes.IndexByte(t.Value, '\\') < 0 && !bytes.HasPrefix(t.Value[1:], controlMarker)) {
 		return foldtype.ControlNone, ""
 	}
-	var probe struct {
-		Type      *string         `json:"type"`
-		Payload   json.RawMessage `json:"payload"`
-		Ephemeral bool            `json:"ephemeral"`
-	}
-	// Exact key names, as the event view reads them (rawjson.UnmarshalExact).
-	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil {
+	// As a decoding into typed fields would, a wrong kind of "type" or "ephemeral" anywhere in the
+	// message makes it no control event.
+	if !stringOrNull(t.Kinds) || msg.Member(mEphemeral).Kinds&^(rawjson.KindBool|rawjson.KindNull) != 0 {
 		return foldtype.ControlNone, ""
 	}
-	return foldtype.ParseControl(*probe.Type, probe.Payload, false)
+	typ, ok := t.String()
+	if !ok {
+		return foldtype.ControlNone, ""
+	}
+	return foldtype.ParseControl(typ, msg.Member(mPayload).Value, false)
 }
 
 // foldControl folds the batch's fresh durable control events into the stream's pause state and

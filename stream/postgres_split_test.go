@@ -48,10 +48,13 @@ func streamLockClass(schema string) uint32 {
 //
 // Here the group is an append to /x and then one to /y, whose lock another connection holds: the
 // second append finds /y taken, the group commits the /x append and waits for /y in a new
-// transaction, and that transaction's backend is terminated while it waits.
+// transaction, and that transaction's backend is terminated while it waits. Another node's
+// subscriber must hear of the committed append too: its notification was to travel with the lost
+// commit.
 func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFails(t *testing.T) {
 	url := pgtest.URL(t)
 	s := openPGStore(t, url)
+	other := openPGStore(t, url) // another node, which hears of the commit by notification only
 	ctx := context.Background()
 	for _, p := range []string{"/x", "/y"} {
 		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
@@ -59,7 +62,19 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 		}
 	}
 	var mu sync.Mutex
-	var pushed []int64
+	var pushed, pushedOther []int64
+	subOther, err := other.Events().Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			pushedOther = append(pushedOther, e.Offset)
+		}
+		return nil
+	}, SubscribeOptions{Consumes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subOther.Close()
 	sub, err := s.Events().Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -144,6 +159,24 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 		t.Errorf("the append committed by the split got offset %d, want 2", xOffset)
 	}
 
+	// The other node is notified of the committed append, without any later write to /x.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := append([]int64(nil), pushedOther...)
+		mu.Unlock()
+		if len(got) > 0 {
+			if got[0] != 2 {
+				t.Fatalf("the other node's subscriber got offsets %v, want [2]", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other node never heard of the append committed by the split")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
 	// The writer's state of /x includes the committed append: the next one follows it.
 	next, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "next"})
 	if err != nil {
@@ -175,7 +208,7 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	if err := sub.WaitDelivered(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
 		got := append([]int64(nil), pushed...)

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -43,6 +44,8 @@ type CreateRequest struct {
 	ForkSubOffset int64
 	// Body is the initial content (JSON streams: a JSON value, [] for none).
 	Body []byte
+	// Provenance, when set, is applied to the JSON messages of Body.
+	Provenance *Provenance
 }
 
 // CreateResult is the outcome of CreateStream.
@@ -83,6 +86,52 @@ type AppendRequest struct {
 	ExpectedTail int64
 	// HasExpectedTail enables ExpectedTail.
 	HasExpectedTail bool
+	// Provenance, when set, is applied to the JSON messages of Body.
+	Provenance *Provenance
+}
+
+// Provenance is what the HTTP server asks of a writer's JSON messages (docs/server.md#provenance),
+// applied by the one scan that splits the body, so no rule costs a parse of its own. In every
+// event-shaped message (an object whose "type" is a non-empty string):
+//   - every member whose key is "source" in any letter case, as encoding/json would fold it, is
+//     dropped, and "source": Source is appended when Source is set: only the server says where an
+//     event comes from;
+//   - an "idempotencyKey" starting with ReservedKeyPrefix (when not empty) refuses the request with
+//     RESERVED_IDEMPOTENCY_KEY, data {prefix, index} (index: the message's in an array).
+//
+// Other messages are stored as they are. A refusal comes where the store refuses a malformed
+// body: after the stream's own checks (closed, producer, content type).
+type Provenance struct {
+	// Source is the compact JSON of the source to set; nil sets none.
+	Source []byte
+	// ReservedKeyPrefix is the idempotency-key namespace reserved for processors.
+	ReservedKeyPrefix string
+}
+
+// apply applies the provenance rules to the scanned messages of a body.
+func (p *Provenance) apply(msgs []rawjson.Message, isArray bool) error {
+	for i := range msgs {
+		m := &msgs[i]
+		if t := m.Member(mType); m.Raw[0] != '{' || t.Kinds == 0 || t.Value[0] != '"' || len(t.Value) == 2 {
+			continue // not event-shaped: a plain message, which never carries a source
+		}
+		if p.ReservedKeyPrefix != "" {
+			if key, _ := m.Member(mKey).String(); strings.HasPrefix(key, p.ReservedKeyPrefix) {
+				data := map[string]any{"prefix": p.ReservedKeyPrefix}
+				where := ""
+				if isArray {
+					data["index"] = i
+					where = " (message " + strconv.Itoa(i) + ")"
+				}
+				return foldtype.NewError(foldtype.CodeReservedKey, data,
+					"idempotency key %q%s starts with %q, which is reserved for processors' own events", key, where, p.ReservedKeyPrefix)
+			}
+		}
+		if len(m.Folded()) > 0 || p.Source != nil {
+			*m = m.Edit(m.Folded(), mSource, p.Source)
+		}
+	}
+	return nil
 }
 
 // AppendResult is the outcome of AppendRecord.
@@ -104,33 +153,38 @@ const MaxMessagesPerRecord = 100000
 // FlattenJSON validates a JSON body and flattens a top-level array one level (docs/store.md#appending),
 // returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
 func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
-	body = bytes.TrimSpace(body) // Unicode space around the body, as before the one-pass scanner
-	spans, isArray, ok := scanJSONBody(body)
-	if !ok {
-		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
+	msgs, err := splitJSON(body, allowEmpty, nil)
+	if err != nil {
+		return nil, err
 	}
-	if isArray {
-		if len(spans) == 0 && !allowEmpty {
-			return nil, perr(foldtype.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
-		}
-		if len(spans) > MaxMessagesPerRecord {
-			return nil, perr(foldtype.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", len(spans), MaxMessagesPerRecord)
-		}
-	}
-	out := make([][]byte, len(spans))
-	for i, sp := range spans {
-		r := body[sp.start:sp.end]
-		if !sp.ws {
-			out[i] = r // already compact (the common case for machine-written JSON)
-			continue
-		}
-		var b bytes.Buffer
-		if err := json.Compact(&b, r); err != nil {
-			return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
-		}
-		out[i] = b.Bytes()
+	out := make([][]byte, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i].Raw
 	}
 	return out, nil
+}
+
+// splitJSON is FlattenJSON keeping what the one scan found of each message, with the provenance
+// rules (nil: none) applied. The store reads a message's type, idempotency key, payload and the
+// rest from what the scan found (eventKeyOf, controlOfMessage, eventOf) and never parses the
+// message again: a body costs one parse, whoever wrote it.
+func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Message, error) {
+	body = bytes.TrimSpace(body) // Unicode space around the body, as encoding/json allows only ASCII
+	msgs, isArray, n, err := rawjson.Split(body, msgKeys, MaxMessagesPerRecord)
+	switch {
+	case errors.Is(err, rawjson.ErrTooMany):
+		return nil, perr(foldtype.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
+	case err != nil:
+		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
+	case isArray && n == 0 && !allowEmpty:
+		return nil, perr(foldtype.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
+	}
+	if prov != nil {
+		if err := prov.apply(msgs, isArray); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
 }
 
 // CreateStream creates a stream, or confirms an identical existing one.
@@ -224,9 +278,9 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	}
 
 	isJSON := IsJSONContentType(req.ContentType)
-	var msgs [][]byte
+	var msgs []rawjson.Message
 	if isJSON && len(bytes.TrimSpace(req.Body)) > 0 {
-		if msgs, err = FlattenJSON(req.Body, true); err != nil {
+		if msgs, err = splitJSON(req.Body, true, req.Provenance); err != nil {
 			return CreateResult{}, err
 		}
 	}
@@ -406,10 +460,10 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 	}
 	// Parse JSON outside the writer when the request says JSON; the writer only uses it if the
 	// stream is JSON too (the content types must match).
-	var msgs [][]byte
+	var msgs []rawjson.Message
 	var msgErr error
 	if len(req.Body) > 0 && IsJSONContentType(req.ContentType) {
-		msgs, msgErr = FlattenJSON(req.Body, false)
+		msgs, msgErr = splitJSON(req.Body, false, req.Provenance)
 		if msgErr == nil {
 			if err := s.checkMessages(req.Path, msgs); err != nil {
 				return AppendResult{}, err
@@ -483,7 +537,7 @@ const DefaultProducerReorderWait = 200 * time.Millisecond
 
 // appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
 // stream's id, so AppendRecord can wait for the missing seqs.
-func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, gapStream *int64) (AppendResult, error) {
+func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgErr error, gapStream *int64) (AppendResult, error) {
 	now := t.now
 	m, err := s.liveStream(t, req.Path)
 	if err != nil {
@@ -563,7 +617,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, 
 				return AppendResult{}, msgErr
 			}
 			if msgs == nil { // the request's content type matched without selecting JSON: cannot happen
-				if msgs, err = FlattenJSON(req.Body, false); err != nil {
+				if msgs, err = splitJSON(req.Body, false, req.Provenance); err != nil {
 					return AppendResult{}, err
 				}
 			}
@@ -619,17 +673,18 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs [][]byte, msgErr error, 
 // appendMessages appends a protocol record of JSON messages through the one insert path:
 // event-shaped messages with an idempotency key are checked like event-view appends (a duplicate
 // is dropped, a different body refuses the record), the rest are stored as they are.
-func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
+func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) error {
 	batch := make([]pending, len(msgs))
 	// A huge record written in slices was checked for keys before its first slice (sliced.go).
 	sliced := t.res != nil && !t.res.used && t.res.id == m.Row.ID
-	for i, msg := range msgs {
+	for i := range msgs {
+		msg := &msgs[i]
 		if sliced {
-			batch[i] = pending{body: msg}
+			batch[i] = pending{body: msg.Raw, scanned: msg}
 			continue
 		}
 		in, key := eventKeyOf(msg)
-		batch[i] = pending{body: msg, key: key, probe: in}
+		batch[i] = pending{body: msg.Raw, key: key, probe: in, scanned: msg}
 		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
 	}
 	adm, after, through, err := s.admit(t, m, batch)
@@ -661,7 +716,9 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 			if adm[i].dup {
 				continue
 			}
-			if ev, err := decodeEvent(path, message{Offset: adm[i].offset, CreatedMs: createdMs, Body: p.body}); err == nil {
+			if p.scanned != nil {
+				events = append(events, eventOf(path, adm[i].offset, createdMs, p.scanned, p.body))
+			} else if ev, err := decodeEvent(path, message{Offset: adm[i].offset, CreatedMs: createdMs, Body: p.body}); err == nil {
 				events = append(events, ev)
 			}
 		}
@@ -671,20 +728,27 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs [][]byte) error {
 }
 
 // eventKeyOf returns the idempotency key of an event-shaped message (a JSON object with a string
-// "type" and a non-empty string "idempotencyKey"), or "".
-func eventKeyOf(msg []byte) (foldtype.EventInput, string) {
-	if len(msg) == 0 || msg[0] != '{' || !bytes.Contains(msg, []byte(`"idempotencyKey"`)) {
+// "type" and a non-empty string "idempotencyKey", read by their exact names as the event view
+// reads them), or "". As a decoding into string fields would, a message where any occurrence of
+// either member is neither a string nor null has none.
+func eventKeyOf(msg *rawjson.Message) (foldtype.EventInput, string) {
+	if msg.Raw[0] != '{' {
 		return foldtype.EventInput{}, ""
 	}
-	var probe struct {
-		Type           *string         `json:"type"`
-		IdempotencyKey *string         `json:"idempotencyKey"`
-		Payload        json.RawMessage `json:"payload"`
-		Metadata       json.RawMessage `json:"metadata"`
-	}
-	// Exact key names, as the event view reads them (rawjson.UnmarshalExact).
-	if rawjson.UnmarshalExact(msg, &probe) != nil || probe.Type == nil || probe.IdempotencyKey == nil || *probe.IdempotencyKey == "" {
+	t, k := msg.Member(mType), msg.Member(mKey)
+	if k.Kinds == 0 || !stringOrNull(t.Kinds) || !stringOrNull(k.Kinds) {
 		return foldtype.EventInput{}, ""
 	}
-	return foldtype.EventInput{Type: *probe.Type, Payload: probe.Payload, Metadata: probe.Metadata}, *probe.IdempotencyKey
+	typ, ok := t.String()
+	if !ok {
+		return foldtype.EventInput{}, ""
+	}
+	key, _ := k.String()
+	if key == "" {
+		return foldtype.EventInput{}, ""
+	}
+	return foldtype.EventInput{Type: typ, Payload: msg.Member(mPayload).Value, Metadata: msg.Member(mMetadata).Value}, key
 }
+
+// stringOrNull reports whether every occurrence of a member is a string or null.
+func stringOrNull(k rawjson.Kind) bool { return k&^(rawjson.KindString|rawjson.KindNull) == 0 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -37,6 +38,8 @@ type pending struct {
 	reason string
 	// exempt messages pass a paused stream: the store's own wake records.
 	exempt bool
+	// scanned is a protocol message as the body's one scan found it (nil for event inputs).
+	scanned *rawjson.Message
 }
 
 // admitted is the outcome of admit for one message.

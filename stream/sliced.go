@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -30,8 +31,8 @@ const slicedRecordBytes = 1 << 20
 type reservation struct {
 	path      string
 	json      bool
-	msgs      [][]byte // JSON messages (json), all without idempotency keys
-	body      []byte   // the bytes (byte streams)
+	msgs      []rawjson.Message // JSON messages (json), all without idempotency keys
+	body      []byte            // the bytes (byte streams)
 	producer  *ProducerHeaders
 	createdMs int64
 
@@ -68,7 +69,7 @@ func (e *busyError) Error() string {
 // planSliced returns the reservation for a huge append, or nil when the append is written in one
 // transaction: small, on a driver without a visibility mark, a close, or JSON messages that need
 // the idempotency check.
-func (s *Store) planSliced(req AppendRequest, msgs [][]byte, msgErr error) *reservation {
+func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr error) *reservation {
 	if !s.exclusive || len(req.Body) <= slicedRecordBytes || req.Close || req.HasExpectedTail || req.StreamSeq != "" {
 		return nil
 	}
@@ -77,8 +78,8 @@ func (s *Store) planSliced(req AppendRequest, msgs [][]byte, msgErr error) *rese
 		if msgErr != nil || len(msgs) == 0 {
 			return nil
 		}
-		for _, m := range msgs {
-			if _, key := eventKeyOf(m); key != "" {
+		for i := range msgs {
+			if _, key := eventKeyOf(&msgs[i]); key != "" {
 				return nil
 			}
 		}
@@ -91,7 +92,7 @@ func (s *Store) planSliced(req AppendRequest, msgs [][]byte, msgErr error) *rese
 
 // appendSliced writes a huge append in slices. ok is false when the append must take the usual
 // path (nothing was written).
-func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs [][]byte, msgErr error, r *reservation) (res AppendResult, ok bool, err error) {
+func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawjson.Message, msgErr error, r *reservation) (res AppendResult, ok bool, err error) {
 	if err := s.writeOwned(ctx, r, func(t *tx) error { return s.reserve(t, r) }); err != nil {
 		return AppendResult{}, false, nil
 	}
@@ -260,11 +261,12 @@ func dropHiddenSlices(t *tx, id int64) error {
 
 // jsonSlices cuts keyless JSON messages taking the offsets after+1, after+2, ... into record
 // slices of at most recordSliceBytes (a longer message is a slice of its own).
-func jsonSlices(id, recordStart, after, createdMs int64, msgs [][]byte) ([]driver.Record, int64) {
+func jsonSlices(id, recordStart, after, createdMs int64, msgs []rawjson.Message) ([]driver.Record, int64) {
 	var out []driver.Record
 	var rec *driver.Record
 	prev := after
-	for _, msg := range msgs {
+	for i := range msgs {
+		msg := msgs[i].Raw
 		if rec != nil && len(rec.Body)+1+len(msg) > recordSliceBytes {
 			rec.End = prev
 			out = append(out, *rec)

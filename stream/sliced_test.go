@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/foldstream/foldstream/internal/rawjson"
 )
 
 // hugeJSON returns a JSON array of n messages of about 200 bytes, and the messages joined as a
@@ -117,10 +119,10 @@ func createStream(t *testing.T, s *Store, path, ct string) {
 // channel with its outcome.
 func pausedHugeAppend(t *testing.T, s *Store, ctx context.Context, req AppendRequest) (reached <-chan struct{}, proceed func(), done <-chan error) {
 	t.Helper()
-	var msgs [][]byte
+	var msgs []rawjson.Message
 	var msgErr error
 	if IsJSONContentType(req.ContentType) {
-		msgs, msgErr = FlattenJSON(req.Body, false)
+		msgs, msgErr = splitJSON(req.Body, false, req.Provenance)
 	}
 	r := s.planSliced(req, msgs, msgErr)
 	if r == nil {

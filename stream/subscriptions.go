@@ -442,8 +442,12 @@ func (s *Store) issueWake(t *tx, sub *subscription, tails map[string]int64) (boo
 			"wake_stream", sub.Cfg.WakeStream, "err", err)
 		return true, nil
 	}
+	wakes, err := splitJSON(body, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("subscription %q: a wake event is not JSON: %w", sub.ID, err)
+	}
 	var gap int64
-	if _, err := s.appendTx(t, AppendRequest{Path: "/" + sub.Cfg.WakeStream, ContentType: "application/json", Body: body}, msgs, nil, &gap); err != nil {
+	if _, err := s.appendTx(t, AppendRequest{Path: "/" + sub.Cfg.WakeStream, ContentType: "application/json", Body: body}, wakes, nil, &gap); err != nil {
 		var fe *foldtype.Error
 		if errors.As(err, &fe) {
 			// A refusal of the append itself (a paused wake stream, say), decided before it wrote
