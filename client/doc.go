@@ -24,7 +24,7 @@
 // [Stream.Read] returns an iter.Seq2 over [Chunk]s; [Stream.Messages] and [ReadJSON] iterate
 // over a JSON stream's messages. Catch-up reads ([LiveNone]) follow Stream-Next-Offset until
 // Stream-Up-To-Date; [LiveLongPoll], [LiveSSE] and [LiveAuto] keep following until the stream is
-// closed or the context ends. Query parameters are sorted and the server's cursor is echoed
+// closed or the context ends; a read its context ends yields ctx.Err() as its last pair. Query parameters are sorted and the server's cursor is echoed
 // (docs/server.md#caching-and-the-cursor). SSE connections that the server ends are resumed from the last streamNextOffset,
 // never after streamClosed. Reads, HEAD and PUT retry 429, 5xx and network errors with jittered
 // exponential backoff, honouring Retry-After ([RetryPolicy]). The SSE parser treats CRLF, LF and

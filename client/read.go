@@ -83,17 +83,31 @@ func (c Chunk) Empty() bool {
 
 // Read returns an iterator over the stream's chunks from o.Offset. It yields a chunk whenever data
 // arrives, plus an empty chunk the first time the read reaches the tail and when the stream turns
-// out to be closed. Catch-up reads end at the tail; live reads end when the stream is closed, ctx
-// ends (no error is yielded for ctx's own cancellation) or an error is yielded. 429, 5xx and
-// network errors are retried with backoff per the Stream's RetryPolicy; SSE reconnects from the
-// last offset and never after streamClosed.
+// out to be closed. Catch-up reads end at the tail; live reads end when the stream is closed or an
+// error is yielded. When ctx ends first, the last pair is (Chunk{}, ctx.Err()): a read cut by its
+// context never looks complete (test with errors.Is(err, context.Canceled) or
+// context.DeadlineExceeded). 429, 5xx and network errors are retried with backoff per the Stream's
+// RetryPolicy; SSE reconnects from the last offset and never after streamClosed.
 func (s *Stream) Read(ctx context.Context, o ReadOptions) iter.Seq2[Chunk, error] {
 	return func(yield func(Chunk, error) bool) {
 		r := &reader{s: s, offset: o.Offset, cursor: o.Cursor, header: o.Header}
 		if r.offset == "" {
 			r.offset = OffsetStart
 		}
-		r.run(ctx, o.Live, yield)
+		stopped, failed := false, false
+		r.run(ctx, o.Live, func(c Chunk, err error) bool {
+			failed = failed || err != nil
+			if !yield(c, err) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		// Ended by ctx rather than by the caller, an error, the stream's close or (catch-up) the tail.
+		complete := r.closed || (o.Live == LiveNone && r.upToDate)
+		if err := ctx.Err(); err != nil && !stopped && !failed && !complete {
+			yield(Chunk{}, err)
+		}
 	}
 }
 

@@ -243,3 +243,66 @@ func TestLongPollEchoesCursorAndSortsParams(t *testing.T) {
 		t.Errorf("queries:\n got %q\nwant %q", queries, want)
 	}
 }
+
+// A read its context ends yields the context's error as its last pair, in every live mode, so a
+// cut read never looks complete; a read that ended on its own yields nothing more.
+func TestReadEndedByItsContextYieldsTheContextsErrorLast(t *testing.T) {
+	eachServer(t, func(t *testing.T, base string) {
+		ctx := t.Context()
+		s, _ := client.NewStream(base+"/v1/stream/ctx-end", client.Options{})
+		if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, []byte(`{"n":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		for _, live := range []client.LiveMode{client.LiveSSE, client.LiveLongPoll, client.LiveAuto} {
+			rctx, cancel := context.WithCancel(ctx)
+			var msgs int
+			var last error
+			pairs := 0
+			for m, err := range s.Messages(rctx, client.ReadOptions{Live: live}) {
+				pairs++
+				if err != nil {
+					if m != nil {
+						t.Errorf("%s: the error pair carries message %s, want none", live, m)
+					}
+					last = err
+					continue
+				}
+				if last != nil {
+					t.Fatalf("%s: a message after the error %v", live, last)
+				}
+				msgs++
+				cancel() // the caller's context ends while the read waits for more
+			}
+			cancel()
+			if msgs != 1 || !errors.Is(last, context.Canceled) {
+				t.Errorf("%s: %d messages, last error %v; want 1 message, then context.Canceled", live, msgs, last)
+			}
+		}
+		// A catch-up that reached the tail ended on its own: no error, even with ctx ended since.
+		rctx, cancel := context.WithCancel(ctx)
+		n := 0
+		for _, err := range s.Messages(rctx, client.ReadOptions{}) {
+			if err != nil {
+				t.Fatalf("catch-up: %v", err)
+			}
+			n++
+			cancel()
+		}
+		if n != 1 {
+			t.Errorf("catch-up: %d messages, want 1", n)
+		}
+		// A context ended before the read starts: only its error.
+		rctx, cancel = context.WithCancel(ctx)
+		cancel()
+		var got []error
+		for _, err := range s.Read(rctx, client.ReadOptions{}) {
+			got = append(got, err)
+		}
+		if len(got) != 1 || !errors.Is(got[0], context.Canceled) {
+			t.Errorf("read with an ended context yields %v, want just context.Canceled", got)
+		}
+	})
+}

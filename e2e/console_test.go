@@ -98,13 +98,16 @@ func setupWith(t *testing.T, cfg server.Config, carts ...string) (base string) {
 	}
 	cfg.Processors = h
 	cfg.LongPollTimeout = 2 * time.Second
-	srv := server.New(st, cfg)
+	srv, err := server.New(st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: srv}
-	hs.RegisterOnShutdown(srv.Shutdown)
+	hs.RegisterOnShutdown(func() { _ = srv.Shutdown(context.Background()) })
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -357,13 +360,16 @@ func TestConsoleWithoutHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := server.New(st, server.Config{})
+	srv, err := server.New(st, server.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: srv}
-	hs.RegisterOnShutdown(srv.Shutdown)
+	hs.RegisterOnShutdown(func() { _ = srv.Shutdown(context.Background()) })
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Shutdown(ctx0)
 	base := "http://" + ln.Addr().String()

@@ -32,8 +32,9 @@ type ProcessorStatus struct {
 	// work died with its host MaxDeaths times, and it is not revived again until it receives an
 	// event (docs/engine.md#work-that-keeps-dying).
 	WorkFailed *ProcessorError `json:"workFailed,omitempty"`
-	// State is "running", "failing" (Failing says why) or "parked" (Parked says why); hosts may
-	// report more states.
+	// State is one of the State constants: running, catching_up, failing (Failing says why) or
+	// parked (Parked says why) on the node that runs it (Owner); idle or unowned when no node
+	// runs it now. Every node of a cluster reports the same state (docs/postgres.md#processors-and-leases).
 	State string `json:"state,omitempty"`
 	// Failing, when set, is why the processor's ProcessEvent keeps failing on one event and when
 	// the host tries again (code PROCESSOR_FAILING on its routes); nil while it runs.
@@ -45,9 +46,22 @@ type ProcessorStatus struct {
 
 // Processor states in [ProcessorStatus].State.
 const (
+	// StateRunning: the owner's engine is open and follows the stream.
 	StateRunning = "running"
+	// StateCatchingUp: the owner's engine is opening or reading the log from its checkpoint
+	// (just started, or just taken over from another node).
+	StateCatchingUp = "catching_up"
+	// StateFailing: the owner's engine retries an event its ProcessEvent keeps failing on.
 	StateFailing = "failing"
-	StateParked  = "parked"
+	// StateParked: the owner stopped the processor on an error it cannot retry past.
+	StateParked = "parked"
+	// StateIdle: no node runs the processor because it has nothing to do; the next event
+	// its stream receives starts it on the node preferred for it.
+	StateIdle = "idle"
+	// StateUnowned: no node holds the processor's lease while it has work (its owner died or
+	// handed it over); the preferred node takes it over within a lease scan (after a death,
+	// once the lease ran out).
+	StateUnowned = "unowned"
 )
 
 // ProcessorError is an error reported in a ProcessorStatus: a catalogue code and a message.

@@ -160,7 +160,7 @@ type Host struct {
 	leases *leaseSet
 
 	hasPatterns  atomic.Bool
-	woken        sync.Map                        // path → id of the stream this host woke there (wakeOnce)
+	woken        wokenSet                        // the streams this host woke, at most maxWokenRemembered (wakeOnce)
 	refusing     atomic.Pointer[[]*registration] // registrations with RefuseInvalidEvents
 	removeCheck  func()                          // removes the store's append check
 	stopWatching func()
@@ -378,14 +378,16 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		}
 	}
 	// The engines close side by side: each lets its in-flight work finish and checkpoint, closes,
-	// and hands its lease over, so another node takes it at once.
+	// and hands its lease over, so another node takes it at once. In-flight work settles for as
+	// long as ctx allows (the leases are renewed meanwhile): cut short after its effects but
+	// before its checkpoint, the next owner would run those effects again.
 	var cmu sync.Mutex
 	var cwg sync.WaitGroup
 	for _, sl := range slots {
 		cwg.Add(1)
 		go func() {
 			defer cwg.Done()
-			if err := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, false); err != nil {
+			if err := settleAndClose(ctx, sl.runner, 0, false); err != nil {
 				cmu.Lock()
 				errs = append(errs, fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
 				cmu.Unlock()
@@ -410,9 +412,9 @@ func closeRunner(ctx context.Context, r foldstream.Runner) error {
 // settleAndClose closes a hosted engine whose subscription was drained. Every unit already on its
 // chain finishes first — with catchUp, a catch-up queues behind them (and, at the head, runs
 // nothing) — and then the work they left in flight (background attempts, blocking effects)
-// settles for at most drainFor, because Close would cancel a running unit after its effects but
-// before its checkpoint, and the next engine on the stream (on this node or, after a handoff,
-// another) would run those effects again. Without catchUp (a shutdown) it reads no new events:
+// settles for at most drainFor (0: until ctx ends), because Close would cancel a running unit
+// after its effects but before its checkpoint, and the next engine on the stream (on this node
+// or, after a handoff, another) would run those effects again. Without catchUp (a shutdown) it reads no new events:
 // what was committed after the subscription closed is the next owner's. The lease is renewed
 // meanwhile.
 func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Duration, catchUp bool) error {
@@ -422,7 +424,10 @@ func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Dura
 			return err
 		}
 	}
-	dctx, cancel := context.WithTimeout(ctx, drainFor)
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if drainFor > 0 {
+		dctx, cancel = context.WithTimeout(ctx, drainFor)
+	}
 	_ = r.Drain(dctx)
 	cancel()
 	return r.Close(ctx)

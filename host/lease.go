@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -31,10 +32,14 @@ import (
 // preferred for a key is the member with the highest hash of (node id, key). A node takes a free
 // lease when it is preferred for it (or when the preferred node left it free for several scans,
 // or a read or a due claim needs it now), and hands a lease it holds to the preferred node when
-// another member is preferred (a node joined). One loop per node, every scan interval, lists the
-// lease table (one query), takes over the leases of dead or departed holders it is preferred for,
-// and hands over the ones it should not hold; apart from it, every quarter of the lease time, one
-// statement renews what the node holds.
+// another member is preferred (a node joined). One loop per node, every scan interval, reads a
+// bounded part of the lease table in one round trip — the live members, at most maxFreePerScan of
+// the leases waiting for a taker (paged through in key order), and whether the few leases it has
+// work for are live elsewhere — takes over the leases of dead or departed holders it is preferred
+// for, and hands over the ones it should not hold; apart from it, every quarter of the lease
+// time, one statement renews what the node holds and stores each processor's status with it. A
+// lease released for a takeover is announced (driver.LeaseWatcher): the preferred node takes it
+// at once, without waiting for its next scan.
 
 const (
 	// DefaultLeaseTTL is how long a lease lasts without renewal: a killed node's processors resume
@@ -47,6 +52,14 @@ const (
 	nodePrefix  = "node\x1f"
 	// maxHandoffsPerScan bounds the leases one scan hands to other nodes.
 	maxHandoffsPerScan = 32
+	// maxFreePerScan bounds the leases waiting for a taker that one scan reads (the rest are
+	// read by the next scans, in key order).
+	maxFreePerScan = 256
+	// maxKeysPerScan bounds the leases one scan looks up by key (processors this node has work
+	// for that may run elsewhere).
+	maxKeysPerScan = 256
+	// kickGap is the least time between two scans asked for out of turn.
+	kickGap = 20 * time.Millisecond
 )
 
 // leaseKey names the lease of a processor on a stream, joined by the unit separator.
@@ -91,7 +104,13 @@ type leaseSet struct {
 	pending   map[procKey]bool      // a commit was seen while another node held the lease
 	candSince map[procKey]time.Time // free leases this node is not preferred for, since when
 	lastRenew time.Time
-	left      bool // the node lease was given up (shutting down)
+	left      bool      // the node lease was given up (shutting down)
+	joinUntil time.Time // until then this node takes no lease by preference: it learns the members first
+	freeAfter string    // where the next scan's page of free leases starts
+	freed     []procKey // leases other holders released for a takeover, not yet looked at
+	scanNow   bool      // a full scan is asked for (members changed, notifications missed)
+	joinScan  sync.Once // the scan at joinUntil is asked for
+	stopWatch func()
 
 	kick    chan struct{}
 	stop    chan struct{}
@@ -123,9 +142,19 @@ func (h *Host) startLeases(ctx context.Context) error {
 		return fmt.Errorf("host: node id %q is in use by a live node", ls.node)
 	}
 	ls.me, ls.lastRenew = me, time.Now()
+	// Nodes started together each see only the ones that joined before their first listing: a node
+	// takes leases by preference only once it listed the members again, so the first one up does
+	// not take everything (and hand it over again). Reads, due claims and exact registrations take
+	// theirs at once. On an exclusive database (SQLite) no other process can join.
+	if !ls.drv.Exclusive() {
+		ls.joinUntil = ls.lastRenew.Add(2 * ls.every)
+	}
 	ls.nodes = []string{ls.node}
 	ls.firstSeen[ls.node] = time.Now()
 	h.leases = ls
+	if lw, ok := ls.drv.(driver.LeaseWatcher); ok {
+		ls.stopWatch = lw.WatchLeases(ls.releasedElsewhere)
+	}
 	if err := ls.list(ctx); err != nil {
 		h.log.Warn("host: list leases", "err", err)
 	}
@@ -170,9 +199,12 @@ func (ls *leaseSet) acquire(ctx context.Context, key procKey, force bool) (drive
 		ls.mu.Unlock()
 		return driver.Lease{}, &elsewhereError{v}
 	}
-	if !force && ls.preferredLocked(key) != ls.node {
+	if !force && (ls.preferredLocked(key) != ls.node || time.Now().Before(ls.joinUntil)) {
 		ls.pending[key] = true
 		ls.mu.Unlock()
+		if ls.joinUntil.After(time.Now()) {
+			ls.wakeAt(ls.joinUntil)
+		}
 		return driver.Lease{}, errNotPreferred
 	}
 	ls.mu.Unlock()
@@ -200,7 +232,7 @@ func (ls *leaseSet) acquire(ctx context.Context, key procKey, force bool) (drive
 
 // lookup reads key's lease from the database and records it in the view.
 func (ls *leaseSet) lookup(ctx context.Context, key procKey) (driver.Lease, error) {
-	all, err := ls.drv.Leases(ctx, leaseKey(key))
+	all, err := ls.drv.Leases(ctx, driver.LeaseQuery{Keys: []string{leaseKey(key)}})
 	if err != nil {
 		return driver.Lease{}, err
 	}
@@ -223,6 +255,14 @@ func (ls *leaseSet) owner(key procKey) (driver.Lease, bool) {
 		return l, true
 	}
 	l, ok := ls.view[key]
+	return l, ok
+}
+
+// heldLease returns key's lease when this node holds it.
+func (ls *leaseSet) heldLease(key procKey) (driver.Lease, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.held[key]
 	return l, ok
 }
 
@@ -272,9 +312,75 @@ func (ls *leaseSet) noteCommit(key procKey) {
 
 // rescan asks the loop for a scan now (notifications may have been missed).
 func (ls *leaseSet) rescan() {
+	ls.mu.Lock()
+	ls.scanNow = true
+	ls.mu.Unlock()
+	ls.wake()
+}
+
+// wakeAt asks for a full scan at t (the end of the join period), once.
+func (ls *leaseSet) wakeAt(t time.Time) {
+	ls.joinScan.Do(func() { time.AfterFunc(time.Until(t), ls.rescan) })
+}
+
+func (ls *leaseSet) wake() {
 	select {
 	case ls.kick <- struct{}{}:
 	default:
+	}
+}
+
+// releasedElsewhere is the driver's notice of a lease released by another holder for a takeover
+// (a node stopping or handing a processor over): the loop looks at it now. A member's node lease
+// asks for a full scan (the members changed). It never blocks.
+func (ls *leaseSet) releasedElsewhere(key, holder string) {
+	if holder == ls.node {
+		return
+	}
+	if strings.HasPrefix(key, nodePrefix) {
+		ls.rescan()
+		return
+	}
+	k, ok := parseLeaseKey(key)
+	if !ok {
+		return
+	}
+	ls.mu.Lock()
+	if v, ok := ls.view[k]; ok && v.Holder == holder {
+		v.Live = false
+		ls.view[k] = v
+	}
+	if len(ls.freed) < maxFreePerScan {
+		ls.freed = append(ls.freed, k)
+	} else {
+		ls.scanNow = true // too many at once: the scan finds them
+	}
+	ls.mu.Unlock()
+	ls.wake()
+}
+
+// takeFreed takes over the announced free leases this node is preferred for; the others are left
+// to their preferred node (and to the scans, should it not take them).
+func (ls *leaseSet) takeFreed(keys []procKey) {
+	h := ls.h
+	var take []procKey
+	h.mu.Lock()
+	ls.mu.Lock()
+	for _, k := range keys {
+		if _, mine := ls.held[k]; mine || h.shutdown || h.slots[k] != nil {
+			continue
+		}
+		if reg := h.registrationFor(k.path, k.slug); reg == nil || reg.added != nil {
+			continue
+		}
+		if ls.preferredLocked(k) == ls.node {
+			take = append(take, k)
+		}
+	}
+	ls.mu.Unlock()
+	h.mu.Unlock()
+	for _, k := range take {
+		h.takeOver(k)
 	}
 }
 
@@ -300,28 +406,82 @@ func (ls *leaseSet) run() {
 	defer close(ls.done)
 	t := time.NewTicker(ls.every)
 	defer t.Stop()
+	var last time.Time
 	for {
+		kicked := false
 		select {
 		case <-ls.stop:
 			return
 		case <-t.C:
 		case <-ls.kick:
+			kicked = true
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
-		ls.tick(ctx)
-		cancel()
+		ls.mu.Lock()
+		freed, full := ls.freed, ls.scanNow || !kicked
+		ls.freed, ls.scanNow = nil, false
+		ls.mu.Unlock()
+		if len(freed) > 0 {
+			ls.takeFreed(freed)
+		}
+		if full {
+			if kicked {
+				// Out of turn (members changed): at most one such scan per kickGap.
+				if wait := kickGap - time.Since(last); wait > 0 {
+					select {
+					case <-ls.stop:
+						return
+					case <-time.After(wait):
+					}
+				}
+			}
+			last = time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
+			ls.tick(ctx)
+			cancel()
+		}
 	}
 }
 
-// list reads the whole lease table: members and processor leases.
+// list reads the bounded part of the lease table a scan needs, in one round trip: the live
+// members, the next page of leases waiting for a taker, and which of the leases this node has
+// work for (pending commits, exact registrations) are live. The view keeps what it learnt of
+// other holders' live leases (from these reads and from lookups) until they expire by their
+// last known expiry; a lease announced released drops out at once.
 func (ls *leaseSet) list(ctx context.Context) error {
-	all, err := ls.drv.Leases(ctx, "")
+	h := ls.h
+	var keys []string
+	h.mu.Lock()
+	for k := range h.exact {
+		if len(keys) == maxKeysPerScan {
+			break
+		}
+		keys = append(keys, leaseKey(k))
+	}
+	h.mu.Unlock()
+	ls.mu.Lock()
+	after := ls.freeAfter
+	for k := range ls.pending {
+		if len(keys) >= maxKeysPerScan {
+			break
+		}
+		keys = append(keys, leaseKey(k))
+	}
+	ls.mu.Unlock()
+	qs := []driver.LeaseQuery{
+		{Prefix: nodePrefix, Live: true},
+		{Prefix: leasePrefix, Free: true, After: after, Limit: maxFreePerScan},
+	}
+	if len(keys) > 0 {
+		qs = append(qs, driver.LeaseQuery{Prefix: leasePrefix, Keys: keys, Live: true})
+	}
+	all, err := ls.drv.Leases(ctx, qs...)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	view := make(map[procKey]driver.Lease, len(all))
 	nodes := []string{ls.node}
+	found := map[procKey]driver.Lease{}
+	free, lastFree := 0, ""
 	for _, l := range all {
 		if id, ok := strings.CutPrefix(l.Key, nodePrefix); ok {
 			if l.Live && id != ls.node {
@@ -329,13 +489,34 @@ func (ls *leaseSet) list(ctx context.Context) error {
 			}
 			continue
 		}
-		if k, ok := parseLeaseKey(l.Key); ok {
-			view[k] = l
+		k, ok := parseLeaseKey(l.Key)
+		if !ok {
+			continue
 		}
+		if !l.Live {
+			free++
+			lastFree = l.Key
+		}
+		found[k] = l
 	}
 	sort.Strings(nodes)
+	nodes = slices.Compact(nodes)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	if free >= maxFreePerScan {
+		ls.freeAfter = lastFree // more wait beyond this page: the next scan reads them
+	} else {
+		ls.freeAfter = ""
+	}
+	view := make(map[procKey]driver.Lease, len(ls.held)+len(found))
+	for k, l := range ls.view {
+		if l.Live && l.Holder != ls.node && now.Before(l.Expires) {
+			view[k] = l // another holder's, still live by its last known expiry
+		}
+	}
+	for k, l := range found {
+		view[k] = l
+	}
 	for k, l := range ls.held {
 		view[k] = l // what this node holds, as it knows it (the listing may predate a renewal)
 	}
@@ -373,12 +554,15 @@ func (ls *leaseSet) tick(ctx context.Context) {
 	}
 }
 
-// renew extends the node's leases, and stops the engines whose lease changed hands or ran out.
+// renew extends the node's leases, storing each processor's status with its lease, and stops
+// the engines whose lease changed hands or ran out.
 func (ls *leaseSet) renew(ctx context.Context) {
+	statuses := ls.h.leaseStatuses()
 	ls.mu.Lock()
 	held := make([]driver.Lease, 0, len(ls.held)+1)
 	held = append(held, ls.me)
-	for _, l := range ls.held {
+	for k, l := range ls.held {
+		l.Status = statuses[k]
 		held = append(held, l)
 	}
 	ls.mu.Unlock()
@@ -472,6 +656,11 @@ func (ls *leaseSet) plan() (take, give []procKey) {
 			delete(ls.candSince, k)
 		}
 	}
+	if now.Before(ls.joinUntil) {
+		// Still learning the members: nothing is taken by preference yet (reads, claims and
+		// registrations take theirs at once); the scan at joinUntil takes this node's share.
+		return nil, nil
+	}
 	for k := range cands {
 		if ls.preferredLocked(k) == ls.node {
 			take = append(take, k)
@@ -499,8 +688,11 @@ func (ls *leaseSet) plan() (take, give []procKey) {
 	return take, give
 }
 
-// stop ends the loop.
+// close ends the loops.
 func (ls *leaseSet) close() {
+	if ls.stopWatch != nil {
+		ls.stopWatch()
+	}
 	close(ls.stop)
 	<-ls.done
 	<-ls.renewed

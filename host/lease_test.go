@@ -27,8 +27,8 @@ func TestProcessorStatusNamesItsOwnerNodeAndLeaseGeneration(t *testing.T) {
 }
 
 // TestSecondHostOnOneStoreAnswersFromTheCheckpointOfTheOwner: two hosts on one store (one
-// process) are two nodes: the second does not run the processor the first holds, and its
-// snapshot, answered from the checkpoint, has read-your-writes.
+// process) are two nodes: one runs the processor at a time (each effect runs once), a snapshot
+// through either has read-your-writes, and both name the same owner and lease generation.
 func TestSecondHostOnOneStoreAnswersFromTheCheckpointOfTheOwner(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir()+"/s.db", nil)
@@ -62,11 +62,18 @@ func TestSecondHostOnOneStoreAnswersFromTheCheckpointOfTheOwner(t *testing.T) {
 	if st := state(t, snap.State); st.Ticks != 4 {
 		t.Fatalf("snapshot through the other host: %+v, want 4 ticks", st)
 	}
-	if n := len(pb.gotEffects()); n != 0 {
-		t.Fatalf("the host that does not hold the lease ran %d effects", n)
+	// b may have taken the processor over meanwhile (a hands it over when b is preferred for
+	// it): each event's effect ran once, on whichever host held the lease.
+	seen := map[int64]int{}
+	for _, off := range append(pa.gotEffects(), pb.gotEffects()...) {
+		seen[off]++
+		if seen[off] > 1 {
+			t.Fatalf("the effect of offset %d ran on both hosts (a: %v, b: %v)", off, pa.gotEffects(), pb.gotEffects())
+		}
 	}
-	sts := b.ProcessorsOn(ctx, "/t/1")
-	if len(sts) != 1 || sts[0].Owner != a.NodeID() || sts[0].Local {
-		t.Fatalf("status on the other host: %+v, want owner %q", sts, a.NodeID())
-	}
+	waitFor(t, func() bool {
+		sa, sb := a.ProcessorsOn(ctx, "/t/1"), b.ProcessorsOn(ctx, "/t/1")
+		return len(sa) == 1 && len(sb) == 1 && sa[0].Owner != "" && sa[0].Owner == sb[0].Owner &&
+			sa[0].Generation == sb[0].Generation && sa[0].Local != sb[0].Local
+	})
 }

@@ -103,6 +103,12 @@ func (n *node) url() string { return "http://" + n.addr }
 // start starts the process and waits until it serves.
 func (n *node) start() {
 	n.t.Helper()
+	n.await(n.launch())
+}
+
+// launch starts the process; await(ready) waits until it serves.
+func (n *node) launch() (ready chan struct{}) {
+	n.t.Helper()
 	n.runs++
 	args := append([]string{"--db", n.db, "--addr", n.addr, "--lease-ttl", n.ttl.String(),
 		"--name", fmt.Sprintf("%s#%d", n.name, n.runs)}, n.args...)
@@ -119,7 +125,7 @@ func (n *node) start() {
 		n.t.Fatal(err)
 	}
 	done := make(chan struct{})
-	ready := make(chan struct{})
+	ready = make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		signalled := false
@@ -143,6 +149,15 @@ func (n *node) start() {
 	}()
 	n.mu.Lock()
 	n.cmd, n.done = cmd, done
+	n.mu.Unlock()
+	return ready
+}
+
+// await waits until the process launch started serves.
+func (n *node) await(ready chan struct{}) {
+	n.t.Helper()
+	n.mu.Lock()
+	done := n.done
 	n.mu.Unlock()
 	select {
 	case <-ready:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -957,13 +958,51 @@ func (h *Host) wakeOnce(ctx context.Context, path string, info stream.StreamInfo
 }
 
 // wokenAlready reports whether this host woke the stream with id at path.
-func (h *Host) wokenAlready(path string, id int64) bool {
-	v, ok := h.woken.Load(path)
-	return ok && v.(int64) == id
-}
+func (h *Host) wokenAlready(path string, id int64) bool { return h.woken.has(path, id) }
 
 // markWoken records that this host woke the stream with id at path.
-func (h *Host) markWoken(path string, id int64) { h.woken.Store(path, id) }
+func (h *Host) markWoken(path string, id int64) { h.woken.add(path, id) }
+
+// maxWokenRemembered bounds the streams a host remembers having woken.
+const maxWokenRemembered = 1 << 16
+
+// wokenSet is the streams a host woke (path → the stream's id), so reopening an engine skips the
+// store's wake: at most maxWokenRemembered, forgetting arbitrary ones beyond. Forgetting costs
+// nothing but a call: the store appends a stream's wake record once per store incarnation
+// whoever asks (docs/store.md#wake-records), so a forgotten stream's next wake writes nothing.
+type wokenSet struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (w *wokenSet) has(path string, id int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.m[path]
+	return ok && v == id
+}
+
+func (w *wokenSet) add(path string, id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[string]int64)
+	}
+	if _, ok := w.m[path]; !ok && len(w.m) >= maxWokenRemembered {
+		for p := range w.m { // forget an arbitrary one
+			delete(w.m, p)
+			break
+		}
+	}
+	w.m[path] = id
+}
+
+// len returns how many streams the set remembers.
+func (w *wokenSet) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}
 
 // stopRetryLocked cancels sl's armed retry, if any. h.mu held.
 func (sl *slot) stopRetryLocked() {

@@ -2,22 +2,30 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sort"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// statusReporter is implemented by runners that report their own status (*foldstream.Engine does).
+// statusReporter is implemented by runners that report their own status (*foldtype.Engine does).
 type statusReporter interface {
 	Status() foldtype.ProcessorStatus
 }
 
 // ProcessorsOn returns the status of every processor the host runs on the stream at path, sorted
 // by slug: the exact-path registrations on it and, when the stream exists, the pattern
-// registrations covering it — open or closed, parked or not. It neither waits nor opens an engine:
-// an open engine reports where it is now, a closed one its stored checkpoint's offset. It returns
-// an empty slice when the host runs none there or is shut down.
+// registrations covering it — open or closed, here or on another node. It neither waits nor opens
+// an engine. Each status has one State (docs/postgres.md#processors-and-leases): running, catching
+// up, failing or parked on the node that holds its lease (its owner, with the lease's generation),
+// as the owner reports it here or, from another node, as the owner stored it with its last lease
+// renewal; idle when no node runs it because it has nothing to do; unowned when its lease waits for
+// a node to take it over. The offset is the owner's engine's, or the furthest of the owner's
+// report and the stored checkpoint. It returns an empty slice when the host runs none there or is
+// shut down.
 func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus {
 	type entry struct {
 		reg   *registration
@@ -39,71 +47,147 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 		}
 	}
 	out := make([]foldtype.ProcessorStatus, 0, len(entries))
-	var closed []int
+	local := make([]bool, 0, len(entries)) // the status is this node's engine's
 	patterns := false
 	for _, e := range entries {
 		st := foldtype.ProcessorStatus{Slug: e.reg.slug, Version: e.reg.version, Pattern: e.reg.pattern.String()}
-		switch {
-		case e.sl != nil && e.sl.state == slotOpen:
-			if sr, ok := e.sl.runner.(statusReporter); ok {
-				st = sr.Status()
-				st.Pattern = e.reg.pattern.String()
-			} else {
-				st.Offset = e.sl.runner.ReducedThroughOffset()
+		mine := false
+		if e.sl != nil && (e.sl.state == slotOpen || e.sl.state == slotParked) {
+			mine = true
+			ls := h.localStatusLocked(e.sl)
+			if e.sl.state == slotOpen {
+				if sr, ok := e.sl.runner.(statusReporter); ok {
+					st = sr.Status()
+					st.Pattern = e.reg.pattern.String()
+				}
+				st.Open = true
 			}
-			st.Open = true
-			if f := e.sl.failing; f != nil {
-				cp := *f
-				st.Failing, st.State = &cp, foldtype.StateFailing
-			}
-		case e.sl != nil && e.sl.state == slotParked:
-			st.Parked = parkedStatus(e.sl.parked)
-			st.State = foldtype.StateParked
-			closed = append(closed, len(out))
-		default:
-			closed = append(closed, len(out))
+			st.State, st.Offset, st.Failing, st.Parked = ls.State, max(st.Offset, ls.Offset), ls.Failing, ls.Parked
 		}
 		if !e.exact {
 			patterns = true
 		}
-		if st.State == "" {
-			st.State = foldtype.StateRunning
-		}
 		out = append(out, st)
+		local = append(local, mine)
 	}
 	h.mu.Unlock()
 	if patterns {
 		if _, err := h.store.Events().HeadStream(ctx, path); err != nil {
 			// Patterns cover existing streams only: keep the exact registrations.
 			var kept []foldtype.ProcessorStatus
-			var keptClosed []int
+			var keptLocal []bool
 			for i, e := range entries {
 				if e.exact {
-					if !out[i].Open {
-						keptClosed = append(keptClosed, len(kept))
-					}
-					kept = append(kept, out[i])
+					kept, keptLocal = append(kept, out[i]), append(keptLocal, local[i])
 				}
 			}
-			out, closed = append(make([]foldtype.ProcessorStatus, 0, len(kept)), kept...), keptClosed
-		}
-	}
-	if len(closed) > 0 {
-		if cps, err := h.checkpoints(path); err == nil {
-			for _, i := range closed {
-				if cp, ok, err := cps.ReadCheckpoint(ctx, out[i].Slug); err == nil && ok {
-					out[i].Offset = cp.ReducedThroughOffset
-				}
+			out, local = kept, keptLocal
+			if out == nil {
+				out = []foldtype.ProcessorStatus{}
 			}
 		}
 	}
+	// The leases, as stored now (one read), of the processors this node does not run.
+	leases := map[string]driver.Lease{}
+	var keys []string
 	for i := range out {
 		k := procKey{path, out[i].Slug}
-		if l, ok := h.leases.owner(k); ok && l.Live {
-			out[i].Owner, out[i].Generation, out[i].Local = l.Holder, l.Generation, l.Holder == h.leases.node
+		if l, ok := h.leases.heldLease(k); ok {
+			leases[leaseKey(k)] = l
+		} else {
+			keys = append(keys, leaseKey(k))
+		}
+	}
+	if len(keys) > 0 {
+		if ls, err := h.leases.drv.Leases(ctx, driver.LeaseQuery{Keys: keys}); err == nil {
+			for _, l := range ls {
+				leases[l.Key] = l
+			}
+		}
+	}
+	var cps *stream.Checkpoints
+	for i := range out {
+		st := &out[i]
+		l, ok := leases[leaseKey(procKey{path, st.Slug})]
+		if ok && l.Live {
+			st.Owner, st.Generation, st.Local = l.Holder, l.Generation, l.Holder == h.leases.node
+		}
+		if st.Open {
+			continue
+		}
+		switch {
+		case local[i]: // parked here
+		case ok && l.Live:
+			// Another node runs it (or this one is opening it): the state its owner stored.
+			var rep leaseStatus
+			if l.Status == "" || json.Unmarshal([]byte(l.Status), &rep) != nil || rep.State == "" {
+				rep = leaseStatus{State: foldtype.StateCatchingUp} // just taken: no report yet
+			}
+			st.State, st.Offset, st.Failing, st.Parked = rep.State, rep.Offset, rep.Failing, rep.Parked
+		case ok && !l.Idle:
+			st.State = foldtype.StateUnowned
+		default:
+			st.State = foldtype.StateIdle
+		}
+		if cps == nil {
+			c, err := h.checkpoints(path)
+			if err != nil {
+				continue
+			}
+			cps = c
+		}
+		if cp, ok, err := cps.ReadCheckpoint(ctx, st.Slug); err == nil && ok {
+			st.Offset = max(st.Offset, cp.ReducedThroughOffset)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Slug < out[j].Slug })
+	return out
+}
+
+// leaseStatus is what the owner of a processor's lease stores with it at each renewal
+// (driver.Lease.Status), so every node shows the same state.
+type leaseStatus struct {
+	State   string                     `json:"state"`
+	Offset  int64                      `json:"offset,omitempty"`
+	Failing *foldtype.ProcessorFailure `json:"failing,omitempty"`
+	Parked  *foldtype.ProcessorError   `json:"parked,omitempty"`
+}
+
+// localStatusLocked is the state of sl on this node. h.mu held.
+func (h *Host) localStatusLocked(sl *slot) leaseStatus {
+	switch sl.state {
+	case slotParked:
+		return leaseStatus{State: foldtype.StateParked, Parked: parkedStatus(sl.parked)}
+	case slotOpen:
+		st := leaseStatus{State: foldtype.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
+		select {
+		case <-sl.caughtUp:
+		default:
+			st.State = foldtype.StateCatchingUp
+		}
+		if f := sl.failing; f != nil {
+			cp := *f
+			st.State, st.Failing = foldtype.StateFailing, &cp
+		}
+		return st
+	case slotClosing:
+		// Finishing its work before it closes (idle, handed over, or the host stopping).
+		return leaseStatus{State: foldtype.StateRunning, Offset: sl.runner.ReducedThroughOffset()}
+	}
+	return leaseStatus{State: foldtype.StateCatchingUp}
+}
+
+// leaseStatuses returns, as JSON, the state of every processor this node has an engine for (the
+// status its lease renewals store).
+func (h *Host) leaseStatuses() map[procKey]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[procKey]string, len(h.slots))
+	for k, sl := range h.slots {
+		if b, err := json.Marshal(h.localStatusLocked(sl)); err == nil {
+			out[k] = string(b)
+		}
+	}
 	return out
 }
 

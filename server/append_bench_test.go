@@ -51,8 +51,8 @@ func BenchmarkJSONAppend(b *testing.B) {
 			if bc.auth {
 				cfg.Authorize = bt.Authorize
 			}
-			srv := server.New(st, cfg)
-			defer srv.Shutdown()
+			srv := newServer(b, st, cfg)
+			defer srv.Shutdown(context.Background())
 			path := "http://127.0.0.1/v1/stream/bench-" + bc.name
 			put := httptest.NewRequest("PUT", path, nil)
 			put.Header.Set("Content-Type", "application/json")

@@ -29,7 +29,7 @@ func serveFile(t *testing.T, cfg server.Config) (string, *stream.Store) {
 		t.Fatal(err)
 	}
 	cfg.Logger = log
-	ts := httptest.NewServer(server.New(st, cfg)) // binds 127.0.0.1
+	ts := httptest.NewServer(newServer(t, st, cfg)) // binds 127.0.0.1
 	t.Cleanup(func() {
 		ts.CloseClientConnections()
 		ts.Close()

@@ -23,7 +23,11 @@ func ExampleNewMetrics() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	ts := httptest.NewServer(server.New(st, server.Config{Logger: quiet, Metrics: server.NewMetrics()}))
+	srv, err := server.New(st, server.Config{Logger: quiet, Metrics: server.NewMetrics()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
 	defer ts.Close()
 
 	for _, p := range []string{server.HealthPath, server.ReadyPath} {

@@ -135,7 +135,9 @@ func FuzzHandler(f *testing.F) {
 			if err != nil {
 				panic(err)
 			}
-			fuzzHandler = New(st, Config{LongPollTimeout: time.Millisecond, SSEMaxDuration: 5 * time.Millisecond})
+			if fuzzHandler, err = New(st, Config{LongPollTimeout: time.Millisecond, SSEMaxDuration: 5 * time.Millisecond}); err != nil {
+				panic(err)
+			}
 		})
 		switch method {
 		case "GET", "PUT", "POST", "HEAD", "DELETE", "OPTIONS", "PATCH":

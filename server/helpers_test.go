@@ -85,10 +85,10 @@ func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 		}
 		cfg.Authorize = bt.Authorize
 	}
-	srv := server.New(st, cfg)
+	srv := newServer(t, st, cfg)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
-		srv.Shutdown()
+		srv.Shutdown(context.Background())
 		ts.Close()
 		_ = h.Shutdown(context.Background())
 		st.Close()
@@ -134,3 +134,13 @@ func wantCoded(t *testing.T, what string, res *http.Response, body string, statu
 }
 
 func bearer(tok string) string { return "Bearer " + tok }
+
+// newServer is server.New for a test: a configuration New refuses fails the test.
+func newServer(t testing.TB, st *stream.Store, cfg server.Config) *server.Server {
+	t.Helper()
+	srv, err := server.New(st, cfg)
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	return srv
+}

@@ -52,7 +52,7 @@ func serveStuck(t *testing.T, p stuckProcessors) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{Processors: p, Logger: quiet, ProcessorWaitTimeout: 200 * time.Millisecond}))
+	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: p, Logger: quiet, ProcessorWaitTimeout: 200 * time.Millisecond}))
 	t.Cleanup(func() {
 		ts.Close()
 		st.Close()

@@ -196,7 +196,7 @@ func TestBodyBytesInFlightLimit(t *testing.T) {
 // Retry-After and is closed; once a connection closes, new ones are served again.
 func TestConnectionLimit(t *testing.T) {
 	s := setupSecured(t, server.Config{}, false)
-	limited := server.New(s.st, server.Config{MaxConnections: 1})
+	limited := newServer(t, s.st, server.Config{MaxConnections: 1})
 	ts := httptest.NewUnstartedServer(limited)
 	ts.Listener = limited.LimitListener(ts.Listener)
 	ts.Start()

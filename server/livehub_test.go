@@ -134,7 +134,7 @@ func TestLiveStateReadersOfAStreamShareOneDeltaPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := server.New(st, server.Config{Processors: h, Logger: quiet, LongPollTimeout: time.Hour})
+	srv := newServer(t, st, server.Config{Processors: h, Logger: quiet, LongPollTimeout: time.Hour})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	place := func() {

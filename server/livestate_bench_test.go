@@ -51,7 +51,7 @@ func benchLiveFanout(b *testing.B, readers int) {
 	if _, err := host.Register(ctx, h, "/orders", orderCounter{foldstream.NewBase(c)}); err != nil {
 		b.Fatal(err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet, LongPollTimeout: time.Hour, MaxLiveReaders: -1}))
+	ts := httptest.NewServer(newServer(b, st, server.Config{Processors: h, Logger: quiet, LongPollTimeout: time.Hour, MaxLiveReaders: -1}))
 	defer ts.Close()
 	live, err := h.LiveSnapshot(ctx, "/orders", "totals")
 	if err != nil {

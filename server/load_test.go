@@ -39,7 +39,7 @@ func TestLoadWritersAndSSEReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ts := httptest.NewServer(server.New(st, server.Config{LongPollTimeout: 200 * time.Millisecond, SSEMaxDuration: time.Second}))
+	ts := httptest.NewServer(newServer(t, st, server.Config{LongPollTimeout: 200 * time.Millisecond, SSEMaxDuration: time.Second}))
 	defer ts.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 

@@ -33,7 +33,7 @@ func TestHealthAndReadinessAnswerWithoutAToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(st, server.Config{Logger: quiet, Authorize: bt.Authorize, AllowedHosts: []string{"streams.example.com"}})
+	srv := newServer(t, st, server.Config{Logger: quiet, Authorize: bt.Authorize, AllowedHosts: []string{"streams.example.com"}})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	for _, p := range []string{server.HealthPath, server.ReadyPath} {
@@ -54,7 +54,7 @@ func TestHealthAndReadinessAnswerWithoutAToken(t *testing.T) {
 	if res, _ := request(t, "GET", ts.URL+server.HealthPath, ""); res.StatusCode != 200 {
 		t.Errorf("healthz with the store closed: %d, want 200 (the process is up)", res.StatusCode)
 	}
-	srv.Shutdown()
+	srv.Shutdown(context.Background())
 	res, body = request(t, "GET", ts.URL+server.ReadyPath, "")
 	wantCoded(t, "readyz while shutting down", res, body, 503, foldtype.CodeUnavailable)
 }
@@ -170,7 +170,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		m    *server.Metrics
 	}{{"off", nil}, {"on", server.NewMetrics()}} {
 		b.Run(bc.name, func(b *testing.B) {
-			srv := server.New(st, server.Config{Logger: quiet, Metrics: bc.m})
+			srv := newServer(b, st, server.Config{Logger: quiet, Metrics: bc.m})
 			put := httptest.NewRequest("PUT", "http://127.0.0.1/v1/stream/b", nil)
 			put.Header.Set("Content-Type", "text/plain")
 			srv.ServeHTTP(httptest.NewRecorder(), put)
@@ -232,7 +232,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/f", stuck{foldstream.NewBase(sc)}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
+	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
 	defer ts.Close()
 	if _, err := st.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "ok"}, foldtype.EventInput{Type: "bad"}); err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func serveReceipts(t *testing.T, file string) (string, *stream.Store, func()) {
 	if _, err := host.Register(ctx, h, "/o", orderCount{foldstream.NewBase(oc)}); err != nil {
 		t.Fatalf("register orders: %v", err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet}))
+	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: h, Logger: quiet}))
 	return ts.URL, st, func() {
 		ts.Close()
 		_ = h.Shutdown(ctx)

@@ -44,7 +44,7 @@ func TestJSONPostIsParsedOnce(t *testing.T) {
 		if bc.auth {
 			cfg.Authorize = bt.Authorize
 		}
-		srv := server.New(st, cfg)
+		srv := newServer(t, st, cfg)
 		do := func(method string, b []byte) *httptest.ResponseRecorder {
 			req := httptest.NewRequest(method, "http://127.0.0.1/v1/stream/parses-"+bc.name, bytes.NewReader(b))
 			req.Header.Set("Content-Type", "application/json")
@@ -68,6 +68,6 @@ func TestJSONPostIsParsedOnce(t *testing.T) {
 		if rec := do("GET", nil); rec.Body.String() != bc.stored {
 			t.Errorf("%s: stored %s\nwant %s", bc.name, rec.Body, bc.stored)
 		}
-		srv.Shutdown()
+		srv.Shutdown(context.Background())
 	}
 }

@@ -27,7 +27,7 @@ func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ts := httptest.NewServer(server.New(st, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	ts := httptest.NewServer(newServer(t, st, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer ts.Close()
 
 	do := func(method, body string) *http.Response {

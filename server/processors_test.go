@@ -65,7 +65,7 @@ func setupProcessors(t *testing.T) (string, *host.Host) {
 	if _, err := host.Register(context.Background(), h, "/orders", orderCounter{foldstream.NewBase(c)}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet, LongPollTimeout: 100 * time.Millisecond}))
+	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: h, Logger: quiet, LongPollTimeout: 100 * time.Millisecond}))
 	t.Cleanup(func() {
 		ts.Close()
 		_ = h.Shutdown(context.Background())

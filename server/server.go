@@ -5,7 +5,10 @@
 // Construction is one call, so tests and benchmarks can run it in-process:
 //
 //	st, _ := storeopen.Open(context.Background(), "foldstream.db", storeopen.Config{})
-//	h := server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond})
+//	h, err := server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond})
+//	if err != nil {
+//		return err
+//	}
 //	http.ListenAndServe("127.0.0.1:4437", h)
 //
 // Streams live under Config.Prefix (default "/v1/stream/"): the URL path /v1/stream/orders/42 is
@@ -194,7 +197,8 @@ type Config struct {
 
 // Check reports a configuration that cannot work: a PublicBaseURL that is not an http or https
 // URL with a host, an origin that is not "*" or scheme://host[:port], a host name with a port.
-// New does not check; a program should call Check first.
+// [New] calls it and refuses such a configuration; a program may call it earlier, to refuse bad
+// flags before it opens the store.
 func (c Config) Check() error {
 	if c.PublicBaseURL != "" {
 		if _, err := parseBaseURL(c.PublicBaseURL); err != nil {
@@ -233,7 +237,7 @@ func validOrigin(o string) bool {
 // Server is the Durable Streams HTTP handler over one [stream.Store] (docs/server.md). It is an
 // http.Handler; all its methods are safe for concurrent use.
 //
-// Create it with [New] (call [Config.Check] first: New does not validate), and serve it with the
+// Create it with [New] (which refuses a configuration [Config.Check] rejects), and serve it with the
 // bounds it expects: srv := s.HTTPServer(); srv.Serve(s.LimitListener(ln)). It serves the
 // protocol's routes under Config.Prefix — create, append (JSON and bytes, idempotent producers,
 // offset and sequence preconditions), close, delete, metadata, catch-up, long-poll and SSE reads,
@@ -269,8 +273,12 @@ type Server struct {
 
 var _ http.Handler = (*Server)(nil)
 
-// New returns a Server serving st with cfg.
-func New(st *stream.Store, cfg Config) *Server {
+// New returns a Server serving st with cfg, after checking cfg ([Config.Check]): a configuration
+// that cannot work is refused with code INVALID_CONFIG and nothing is started.
+func New(st *stream.Store, cfg Config) (*Server, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, &foldtype.Error{Code: foldtype.CodeInvalidConfig, Message: "server: " + err.Error(), Err: err}
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
@@ -367,7 +375,7 @@ func New(st *stream.Store, cfg Config) *Server {
 			srv.log.Error("server: ignoring the public base URL", "err", err)
 		}
 	}
-	return srv
+	return srv, nil
 }
 
 // HTTPServer returns an http.Server for s with the bounds of Config: HeaderReadTimeout,
@@ -381,20 +389,23 @@ func (s *Server) HTTPServer() *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	srv.RegisterOnShutdown(s.Shutdown)
+	srv.RegisterOnShutdown(func() { _ = s.Shutdown(context.Background()) })
 	return srv
 }
 
 // Shutdown makes waiting reads end promptly: long-polls answer their timeout response and SSE
 // connections close (clients resume from their last offset). Other requests are still served.
-// Register it with http.Server.RegisterOnShutdown so a graceful shutdown does not wait for them.
-func (s *Server) Shutdown() {
+// It only signals and returns at once: ctx bounds nothing and the error is always nil; the shape
+// is host.Shutdown's, so a program shuts both down alike. [Server.HTTPServer] registers it with
+// http.Server.RegisterOnShutdown so a graceful shutdown does not wait for those reads.
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		close(s.stopping)
 		if s.stopObserving != nil {
 			s.stopObserving()
 		}
 	})
+	return nil
 }
 
 // ServeHTTP serves one request.

@@ -79,7 +79,7 @@ func setup(t *testing.T, cfg server.Config) *env {
 	if cfg.LongPollTimeout == 0 {
 		cfg.LongPollTimeout = 200 * time.Millisecond
 	}
-	srv := server.New(st, cfg)
+	srv := newServer(t, st, cfg)
 	ts := httptest.NewServer(srv) // binds 127.0.0.1
 	t.Cleanup(func() {
 		ts.Close()
@@ -496,7 +496,7 @@ func TestShutdownEndsWaitingReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	h := server.New(st, server.Config{LongPollTimeout: time.Minute})
+	h := newServer(t, st, server.Config{LongPollTimeout: time.Minute})
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	e := &env{url: ts.URL, st: st}
@@ -520,7 +520,7 @@ func TestShutdownEndsWaitingReads(t *testing.T) {
 		}()
 	}
 	waitLiveReaders(t, h, 2) // both are in; the test holds either way
-	h.Shutdown()
+	h.Shutdown(context.Background())
 	for range 2 {
 		select {
 		case r := <-results:

@@ -100,7 +100,7 @@ type subNode struct {
 func (n *subNode) close() {
 	n.ts.Close()
 	n.st.Close()
-	n.srv.Shutdown()
+	n.srv.Shutdown(context.Background())
 }
 
 func startNode(t testing.TB, dsn string, clock foldtype.Clock, cfg server.Config) *subNode {
@@ -113,7 +113,7 @@ func startNode(t testing.TB, dsn string, clock foldtype.Clock, cfg server.Config
 	}
 	cfg.Logger = quiet
 	cfg.AllowLoopbackWebhooks = true
-	srv := server.New(st, cfg)
+	srv := newServer(t, st, cfg)
 	ts := httptest.NewServer(srv)
 	n := &subNode{url: ts.URL, st: st, srv: srv, ts: ts}
 	t.Cleanup(n.close)
@@ -241,9 +241,9 @@ func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	strict := httptest.NewServer(server.New(st, server.Config{Logger: quiet}))
+	strict := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet}))
 	defer strict.Close()
-	dev := httptest.NewServer(server.New(st, server.Config{Logger: quiet, AllowLoopbackWebhooks: true}))
+	dev := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet, AllowLoopbackWebhooks: true}))
 	defer dev.Close()
 	body := func(u string) string {
 		return `{"type":"webhook","pattern":"nothing/*","webhook":{"url":"` + u + `"}}`

@@ -21,7 +21,8 @@ import (
 // waiter or a subscriber gets a feed: the last durable offset it published (its mark) and a lock
 // that orders its publishing. Whenever the stream changed — a local commit, another node's
 // notification, or the listener's "anything may have changed" — the feed reads the durable events
-// after its mark from the database and publishes them in order. A local commit whose range starts
+// after its mark from the database and publishes them in order; a notification that carries its
+// records and starts at the mark is published from them instead, with no read. A local commit whose range starts
 // at the mark is published at once from memory, as on SQLite, so an append that returned has its
 // pushes queued (read-your-writes); one whose range starts above the mark first fills the gap from
 // the database, on the writer goroutine.
@@ -244,3 +245,47 @@ func (s *Store) remoteEphemerals(n driver.Notification) {
 
 // feedReadTimeout bounds one catch-up read of a feed.
 const feedReadTimeout = 30 * time.Second
+
+// publishRemoteRecords publishes another node's commit from the records its notification carried
+// (docs/postgres.md#live-reads), with no read of the database. It reports false when the feed must
+// read instead: the records did not travel, or they do not start at the feed's mark (a gap).
+func (s *Store) publishRemoteRecords(n driver.Notification) bool {
+	f := s.feedOf(n.Path)
+	if f == nil {
+		return true // nobody listens on this node
+	}
+	row := n.Stream
+	if row == nil || row.ID != n.StreamID || !IsJSONContentType(row.ContentType) || len(n.Records) == 0 || !chains(n.Records[0].Start, n.Records, row.Tail) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.id != row.ID {
+		return false
+	}
+	if f.mark >= row.Tail {
+		return true // a catch-up read got there first
+	}
+	if f.mark != n.Records[0].Start {
+		return false
+	}
+	evs := make([]foldtype.Event, 0, len(n.Records))
+	for _, rec := range n.Records {
+		var decErr error
+		err := driver.EachFrame(rec, func(off int64, body []byte) bool {
+			ev, err := decodeEvent(n.Path, message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
+			if err != nil {
+				decErr = err
+				return false
+			}
+			evs = append(evs, ev)
+			return true
+		})
+		if err != nil || decErr != nil {
+			return false // the catch-up read reports it
+		}
+	}
+	s.publishLocal(n.Path, evs, f.mark, row.Tail)
+	f.mark = row.Tail
+	return true
+}

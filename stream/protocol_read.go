@@ -58,6 +58,12 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 		req.MaxBytes = DefaultReadMaxBytes
 	}
 	now := s.clock.Now()
+	if req.Watch && !s.exclusive {
+		// A live read on a shared database: from the tail cache when it holds the position.
+		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
+			return res, err
+		}
+	}
 	// With Watch, the change channel must be taken before the read, or a commit landing between
 	// the read and taking the channel would go unnoticed until the next one. The channel is keyed
 	// by stream id, which only the read itself proves: when the stream appeared (or was replaced)
@@ -90,6 +96,8 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 				// Replaced twice in a row: hand out the current stream's channel; at worst the
 				// reader waits for its next commit or the poll timeout.
 				changed = s.changed(row.ID)
+			} else {
+				s.seedTail(row, changed)
 			}
 			res.Changed = changed
 		}

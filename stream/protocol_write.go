@@ -555,7 +555,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 	var st driver.Producer
 	known := false
 	if p != nil {
-		st, known, err = t.db.Producer(t.ctx, r.ID, p.ID)
+		st, known, err = t.producer(m, p.ID)
 		if err != nil {
 			return AppendResult{}, err
 		}
@@ -631,7 +631,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
 	if p != nil {
-		if err := t.db.PutProducer(t.ctx, r.ID, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
+		if err := t.putProducer(m, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
 			return AppendResult{}, err
 		}
 		res.Epoch, res.Seq = p.Epoch, p.Seq

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -125,6 +126,9 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		}
 		rec.End = end
 		err := t.db.InsertRecord(t.ctx, *rec)
+		if err == nil {
+			t.addRecord(*rec)
+		}
 		rec = nil
 		return err
 	}
@@ -187,9 +191,14 @@ func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
 			return err // the client went away: stop, and let the savepoint take the slices back
 		}
 		n := min(len(body), recordSliceBytes)
-		if err := t.db.InsertRecord(t.ctx, driver.Record{StreamID: m.Row.ID, RecordStart: start, Start: pos,
-			End: pos + int64(n), CreatedMs: t.now.UnixMilli(), Body: body[:n]}); err != nil {
+		rec := driver.Record{StreamID: m.Row.ID, RecordStart: start, Start: pos,
+			End: pos + int64(n), CreatedMs: t.now.UnixMilli(), Body: body[:n]}
+		if err := t.db.InsertRecord(t.ctx, rec); err != nil {
 			return err
+		}
+		if !s.exclusive && n <= tailCacheBytes {
+			rec.Body = bytes.Clone(rec.Body) // the caller's memory: keep a copy
+			t.addRecord(rec)
 		}
 		pos += int64(n)
 		body = body[n:]

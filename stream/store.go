@@ -55,6 +55,10 @@ type Options struct {
 	// it is refused with a sequence gap. Defaults to DefaultProducerReorderWait; negative
 	// disables the wait.
 	ProducerReorderWait time.Duration
+	// MaxCachedStreams caps how many streams the writer keeps in memory (their rows and offset
+	// marks); a write to a stream beyond them reads its row first. Defaults to
+	// DefaultMaxCachedStreams; negative is refused.
+	MaxCachedStreams int
 }
 
 // Store is an open stream store: many streams by path in one database, behind one driver
@@ -118,6 +122,9 @@ type Store struct {
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
+	tails    tailCache               // live reads' cached tails (shared databases; tailcache.go)
+	// cachedReads counts live reads answered from the tail cache.
+	cachedReads atomic.Int64
 
 	ev        *eventView   // the event view's in-memory state (events.go)
 	commits   atomic.Int64 // group commits; benchmarks report events per commit
@@ -152,6 +159,13 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxGroup": opts.MaxGroup},
 			"open stream store: MaxGroup is %d; give a positive number of writes per transaction, or 0 for the default", opts.MaxGroup)
 	}
+	if opts.MaxCachedStreams < 0 {
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxCachedStreams": opts.MaxCachedStreams},
+			"open stream store: MaxCachedStreams is %d; give a positive number of streams, or 0 for the default", opts.MaxCachedStreams)
+	}
+	if opts.MaxCachedStreams == 0 {
+		opts.MaxCachedStreams = DefaultMaxCachedStreams
+	}
 	if opts.Clock == nil {
 		opts.Clock = foldtype.SystemClock{}
 	}
@@ -183,13 +197,14 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 		exclusive: d.Exclusive(),
 		writes:    make(chan *writeReq, 1024),
 		stop:      make(chan struct{}),
-		ws:        writerState{streams: make(map[string]*streamMem), woken: make(map[int64]bool)},
+		ws:        writerState{},
 		notify:    make(map[int64]chan struct{}),
 		ev:        newEventView(),
 
 		intakeStopped: make(chan struct{}),
 	}
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
+	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
 	if err != nil {
@@ -206,8 +221,11 @@ func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
 		s.remoteEphemerals(n)
 		s.restartFeed(n.Path, n.StreamID)
-		s.kickFeed(n.Path)
-		s.wake(n.StreamID)
+		if !s.publishRemoteRecords(n) {
+			s.kickFeed(n.Path)
+		}
+		row, recs := s.remoteTail(n)
+		s.wakeWith(n.StreamID, row, recs)
 		if n.Path != "" {
 			s.ev.watchers.notify(n.Path)
 		}
@@ -218,6 +236,7 @@ func (s *Store) remoteChange(n driver.Notification) {
 	s.changes.notify("")
 	s.kickAllFeeds()
 	s.notifyMu.Lock()
+	s.dropAllTails()
 	ids := make([]int64, 0, len(s.notify))
 	for id := range s.notify {
 		ids = append(ids, id)
@@ -293,9 +312,16 @@ func (s *Store) changed(streamID int64) <-chan struct{} {
 	return ch
 }
 
-// wake closes the stream's change channel (called by the writer after a commit).
-func (s *Store) wake(streamID int64) {
+// wake closes the stream's change channel after a commit whose outcome is not known, dropping
+// the stream's tail cache entry.
+func (s *Store) wake(streamID int64) { s.wakeWith(streamID, nil, nil) }
+
+// wakeWith is wake after a commit whose outcome is known: row is the stream's row after it and
+// recs the durable records it appended (nil row: unknown). The stream's tail cache entry is
+// brought up to the commit (or dropped) before the waiters are woken.
+func (s *Store) wakeWith(streamID int64, row *driver.Stream, recs []driver.Record) {
 	s.notifyMu.Lock()
+	s.applyCommit(streamID, row, recs)
 	ch, ok := s.notify[streamID]
 	if ok {
 		delete(s.notify, streamID)

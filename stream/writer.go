@@ -40,12 +40,13 @@ type writeReq struct {
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
 // writer's transaction). Changes are staged per write function and applied after the commit.
 type writerState struct {
-	// streams caches stream rows and offset state by path. On an exclusive driver an entry is
-	// authoritative (every change to a stream goes through this writer); on a shared database
-	// it is re-read under the stream's lock in every transaction (see tx.stream).
-	streams map[string]*streamMem
+	// streams caches stream rows and offset state by path, at most Options.MaxCachedStreams of
+	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
+	// stream goes through this writer) and an evicted one is read again from its row; on a shared
+	// database it is re-read under the stream's lock in every transaction (see tx.stream).
+	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
-	woken map[int64]bool
+	woken wokenSet
 	// collectAfter is where CollectExpired resumes.
 	collectAfter int64
 	// reserved holds the streams taking a huge record in slices (sliced.go); parked holds the
@@ -66,6 +67,58 @@ type streamMem struct {
 	// epoch is the group transaction's lock epoch when Row was read or written under the
 	// stream's lock (shared databases; see driver.LockKeeper).
 	epoch int
+	// producers caches, on an exclusive driver, the state of the stream's idempotent producers
+	// looked up or written since the entry was loaded (a zero Producer: none stored). The map is
+	// never changed in place: copies of the entry share it (see tx.stream), so setProducer
+	// replaces it.
+	producers map[string]driver.Producer
+}
+
+// maxCachedProducers caps the producers cached per stream; the others are looked up each time.
+const maxCachedProducers = 8
+
+// producer returns the state of producer id on the stream: from the writer's cache on an
+// exclusive driver (every write of a producer's state goes through this writer), else from the
+// database.
+func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
+	if t.s.exclusive {
+		if p, ok := m.producers[id]; ok {
+			return p, p.ID != "", nil
+		}
+	}
+	p, known, err := t.db.Producer(t.ctx, m.Row.ID, id)
+	if err != nil {
+		return driver.Producer{}, false, err
+	}
+	m.setProducer(t.s.exclusive, id, p)
+	return p, known, nil
+}
+
+// putProducer stores the producer's state on the stream and caches it.
+func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
+	if err := t.db.PutProducer(t.ctx, m.Row.ID, p); err != nil {
+		return err
+	}
+	m.setProducer(t.s.exclusive, p.ID, p)
+	return nil
+}
+
+// setProducer caches p as the state of producer id (zero: none stored) when the driver is
+// exclusive and the cap allows, in a fresh map: the old one may be shared with the committed
+// entry, which a rolled-back write must leave as it was.
+func (m *streamMem) setProducer(exclusive bool, id string, p driver.Producer) {
+	if !exclusive {
+		return
+	}
+	if _, ok := m.producers[id]; !ok && len(m.producers) >= maxCachedProducers {
+		return
+	}
+	next := make(map[string]driver.Producer, len(m.producers)+1)
+	for k, v := range m.producers {
+		next[k] = v
+	}
+	next[id] = p
+	m.producers = next
 }
 
 // tx is the handle a write function gets. It is valid only during the function's call.
@@ -83,6 +136,9 @@ type tx struct {
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
 	// they travel with the commit's notification to the other nodes.
 	eph map[int64][]foldtype.Event
+	// recs holds, on a shared database, the durable records this function appended per stream:
+	// they travel with the commit's notification and feed the tail cache (tailcache.go).
+	recs map[int64][]driver.Record
 	// res is the reservation this function may write into; reserve and unreserve are the
 	// reservations it starts and ends (sliced.go), applied once the group commits.
 	res       *reservation
@@ -250,11 +306,19 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		}
 	}
 
+	// rows and recs are, on a shared database, each touched stream's row after the group (nil:
+	// deleted or not known) and the records the group appended to it: sent with its notification
+	// and applied to the tail cache.
+	var rows map[int64]*driver.Stream
+	var recs map[int64][]driver.Record
 	if g.dtx != nil {
 		commitErr := broken
 		if commitErr == nil {
 			touched, ephs := changesOf(done)
-			if err := notifyAll(ctx, g.dtx, touched, ephs); err != nil {
+			if !s.exclusive {
+				rows, recs = s.rowsAfter(g, touched), recordsOf(done)
+			}
+			if err := notifyAll(ctx, g.dtx, touched, ephs, rows, recs); err != nil {
 				commitErr = fmt.Errorf("stream store: notify: %w", err)
 			}
 		}
@@ -281,6 +345,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 		}
 		if commitErr != nil {
+			rows, recs = nil, nil // what is committed is not the whole group
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
 			_ = g.dtx.Rollback(ctx)
@@ -303,7 +368,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 		}
 	}
-	s.applyCommitted(reqs, results, done)
+	s.applyCommitted(reqs, results, done, rows, recs)
 }
 
 // prefetch begins the group's transaction and reads the rows of the streams its writes are
@@ -369,10 +434,33 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldtype.Event) {
 	return touched, ephs
 }
 
-// notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events.
-func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldtype.Event) error {
+// recordsOf collects the durable records the committed functions appended per stream (shared
+// databases), in the order they ran.
+func recordsOf(done []*tx) map[int64][]driver.Record {
+	var recs map[int64][]driver.Record
+	for _, t := range done {
+		if t == nil {
+			continue
+		}
+		for id, rs := range t.recs {
+			if recs == nil {
+				recs = make(map[int64][]driver.Record)
+			}
+			recs[id] = append(recs[id], rs...)
+		}
+	}
+	return recs
+}
+
+// notifyAll queues one notification per touched stream in dtx, with the stream's ephemeral events
+// and, when rows has the stream, its row after the group and the records the group appended.
+func notifyAll(ctx context.Context, dtx driver.WriteTx, touched map[int64]string, ephs map[int64][]foldtype.Event,
+	rows map[int64]*driver.Stream, recs map[int64][]driver.Record) error {
 	for id, p := range touched {
 		n := driver.Notification{StreamID: id, Path: p}
+		if r := rows[id]; r != nil {
+			n.Stream, n.Records = r, recs[id]
+		}
 		if evs := ephs[id]; len(evs) > 0 {
 			n.Ephemeral, _ = json.Marshal(evs) // events always marshal: their fields are raw JSON
 		}
@@ -392,7 +480,7 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 	}
 	dtx, err := w.Begin(ctx)
 	if err == nil {
-		if err = notifyAll(ctx, dtx, touched, ephs); err == nil {
+		if err = notifyAll(ctx, dtx, touched, ephs, nil, nil); err == nil {
 			err = dtx.Commit(ctx)
 		}
 		if err != nil {
@@ -407,8 +495,9 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 
 // applyCommitted applies the committed functions' staged changes to the writer's state in queue
 // order, runs their after-commit hooks, wakes readers, parks the writes that met a reserved
-// stream and answers the rest. done[i] is nil for every function that is not committed.
-func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx) {
+// stream and answers the rest. done[i] is nil for every function that is not committed. rows and
+// recs (nil: not known) bring the tail cache up to the commit before the readers wake.
+func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
 	ws := &s.ws
 	touched, _ := changesOf(done)
 	for _, t := range done {
@@ -417,14 +506,14 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx) {
 		}
 		for p, m := range t.staged {
 			if m == nil {
-				delete(ws.streams, p)
+				ws.streams.remove(p)
 				continue
 			}
-			ws.streams[p] = m
+			ws.streams.put(p, m)
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
 		for id := range t.woken {
-			ws.woken[id] = true
+			ws.woken.add(id)
 		}
 		if r := t.reserve; r != nil {
 			if ws.reserved == nil {
@@ -459,7 +548,11 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx) {
 		}
 	}
 	for id, p := range touched {
-		s.wake(id)
+		if r := rows[id]; r != nil {
+			s.wakeWith(id, r, recs[id])
+		} else {
+			s.wake(id)
+		}
 		s.changes.notify(p)
 	}
 	for i, r := range reqs {
@@ -522,6 +615,35 @@ func (s *Store) runHook(h func()) {
 // caller is answered. Hooks must not block and must not call write.
 func (t *tx) afterCommit(f func()) { t.hooks = append(t.hooks, f) }
 
+// rowsAfter returns each touched stream's row after the group, from the group's staged state:
+// nil for a stream the group deleted or did not stage.
+func (s *Store) rowsAfter(g *group, touched map[int64]string) map[int64]*driver.Stream {
+	rows := make(map[int64]*driver.Stream, len(touched))
+	for id, p := range touched {
+		m := g.staged[p]
+		if m == nil || m.Row.ID != id {
+			continue
+		}
+		r := m.Row
+		r.Tail = m.Tail
+		rows[id] = &r
+	}
+	return rows
+}
+
+// addRecord notes a durable record this function appended (shared databases: it travels with
+// the commit's notification). rec's memory must not change afterwards.
+func (t *tx) addRecord(rec driver.Record) {
+	if t.s.exclusive {
+		return
+	}
+	if t.recs == nil {
+		t.recs = make(map[int64][]driver.Record)
+	}
+	rec.Keys = nil
+	t.recs[rec.StreamID] = append(t.recs[rec.StreamID], rec)
+}
+
 // touch marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).
 func (t *tx) touch(id int64, path string) { t.touched[id] = path }
@@ -550,7 +672,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			t.staged[path] = &c
 			return &c, nil
 		}
-	} else if m, ok := t.s.ws.streams[path]; ok && t.s.exclusive {
+	} else if m, ok := t.s.ws.streams.get(path); ok && t.s.exclusive {
 		c := *m
 		t.staged[path] = &c
 		return &c, nil
@@ -574,7 +696,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			return nil, err
 		}
 		m = &streamMem{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
-		if old, ok := t.s.ws.streams[path]; ok && old.Row.ID == row.ID {
+		if old, ok := t.s.ws.streams.get(path); ok && old.Row.ID == row.ID {
 			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
 		}
 		if old := t.g.staged[path]; old != nil && old.Row.ID == row.ID {
@@ -613,7 +735,7 @@ func (t *tx) forget(path string, id int64) {
 // isWoken reports whether the stream got its wake record in this incarnation: committed, or
 // staged earlier in this function or by a successful function earlier in the group.
 func (t *tx) isWoken(id int64) bool {
-	return t.woken[id] || t.g.woken[id] || t.s.ws.woken[id]
+	return t.woken[id] || t.g.woken[id] || t.s.ws.woken.has(id)
 }
 
 // markWoken stages the stream's wake mark. It takes effect only if this function and the group

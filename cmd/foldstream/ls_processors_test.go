@@ -56,7 +56,11 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	if err := host.RegisterPattern(context.Background(), h, "/c/*", lsFlaky{foldstream.NewBase(c)}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{Processors: h, Logger: quiet}))
+	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -57,6 +58,9 @@ func follow(ctx context.Context, sf streamFlags, name string, o client.ReadOptio
 	}()
 	for c, err := range s.Read(ctx, o) {
 		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // interrupted
+			}
 			return err
 		}
 		next = c.NextOffset

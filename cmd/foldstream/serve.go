@@ -137,7 +137,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
-	h := server.New(st, cfg)
+	h, err := server.New(st, cfg)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		st.Close()
+		return err
+	}
 	srv := h.HTTPServer() // header and idle timeouts; Shutdown ends long-polls and SSE promptly
 	auth := "none"
 	if tokens != nil {

@@ -35,7 +35,11 @@ func tokenServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{LongPollTimeout: 200 * time.Millisecond, Logger: log, Authorize: tokens.Authorize}))
+	srv, err := server.New(st, server.Config{LongPollTimeout: 200 * time.Millisecond, Logger: log, Authorize: tokens.Authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		ts.CloseClientConnections()
 		ts.Close()

@@ -449,6 +449,9 @@ func (a *adapter) read(c command) result {
 	var seen bool
 	for ch, err := range s.Read(ctx, client.ReadOptions{Offset: offset, Live: live}) {
 		if err != nil {
+			if live != client.LiveNone && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				break // the live read's timeout: timedOut below
+			}
 			return errResult(c.Type, err)
 		}
 		seen = true

@@ -452,6 +452,7 @@ function processorCard(p, ps, signal) {
   const rev = el("b", { class: "rev" });
   const off = el("b", { class: "off" });
   const owner = el("span", { class: "owner" });
+  const pstate = el("span", { class: "chip pstate" });
   const st = el("span", { class: "pstatus" });
   const parked = el("div", { class: "parked", hidden: true });
   const pre = el("pre", { class: "state" });
@@ -464,6 +465,7 @@ function processorCard(p, ps, signal) {
       el("span", { class: "slug", text: ps.slug }),
       ps.version ? el("span", { class: "chip", title: "contract version", text: "v" + ps.version }) : "",
       ps.pattern && ps.pattern !== p ? el("span", { class: "pattern", title: "registered on this pattern", text: ps.pattern }) : "",
+      pstate,
       st,
     ),
     el("div", { class: "pmeta" }, el("span", {}, "rev ", rev), el("span", {}, "through offset ", off), owner),
@@ -494,6 +496,11 @@ function processorCard(p, ps, signal) {
     close: () => follower.close(),
     status(ps) {
       off.textContent = String(ps.offset);
+      // One state, the same on every node: running, catching up, failing, parked, idle, unowned.
+      const state = ps.state || "running";
+      pstate.textContent = state.replace("_", " ");
+      pstate.className = "chip pstate " + state;
+      pstate.title = STATE_TITLES[state] || "";
       // The node that runs it (its lease holder) and the lease's generation, on every node.
       owner.textContent = ps.owner ? `on ${ps.owner}${ps.local ? " (this node)" : ""} · lease ${ps.generation}` : "no owner now";
       const lines = [];
@@ -510,6 +517,16 @@ function processorCard(p, ps, signal) {
     },
   };
 }
+
+// STATE_TITLES explains each processor state (ProcessorStatus.State).
+const STATE_TITLES = {
+  running: "its owner's engine follows the stream",
+  catching_up: "its owner's engine reads the log from its checkpoint (just started or taken over)",
+  failing: "its ProcessEvent keeps failing on one event; retried with backoff",
+  parked: "stopped on an error it cannot retry past",
+  idle: "no node runs it: nothing to do until the stream's next event",
+  unowned: "no node holds its lease; the preferred node takes it over shortly",
+};
 
 // failingText says what fails where and what happens next, from a status's failing field.
 function failingText(f) {

@@ -142,7 +142,11 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		return nil
 	}
 
-	srv := &http.Server{Handler: server.New(st, server.Config{Processors: h}), ReadHeaderTimeout: 10 * time.Second}
+	handler, err := server.New(st, server.Config{Processors: h})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

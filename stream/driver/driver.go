@@ -90,15 +90,19 @@ type Driver interface {
 	// RenewLeases extends by ttl each of held (by Key and Generation) that holder still holds
 	// and did not release, and returns those it renewed; a lease missing from the result changed
 	// hands, and its holder must stop the work at once. A lease that ran out but that nobody took
-	// over is renewed: nobody wrote under another generation.
+	// over is renewed: nobody wrote under another generation. A held lease whose Status is not
+	// empty stores it as the lease's status (an empty one leaves the stored status as it is).
 	RenewLeases(ctx context.Context, holder string, held []Lease, ttl time.Duration) ([]Lease, error)
 	// ReleaseLease gives lease l up at once when its holder still holds it at its generation.
 	// With idle, the holder left nothing to do (Lease.Idle reads true): another process takes
 	// the work only when it has some. Otherwise the lease reads as expired, and another process
-	// takes it over now (a shutdown or a handoff).
+	// takes it over now (a shutdown or a handoff), and a driver that implements
+	// [LeaseWatcher] announces the release.
 	ReleaseLease(ctx context.Context, l Lease, idle bool) error
-	// Leases returns every lease whose key starts with prefix, in key order, as stored now.
-	Leases(ctx context.Context, prefix string) ([]Lease, error)
+	// Leases returns the leases each query selects, as stored now: the results of qs in order,
+	// each in key order (a lease two queries select is returned twice). A shared driver runs
+	// all of qs in one round trip.
+	Leases(ctx context.Context, qs ...LeaseQuery) ([]Lease, error)
 
 	// Close releases the driver's connections. Called once, after the writer's last commit.
 	Close() error
@@ -400,6 +404,27 @@ type Lease struct {
 	Live bool
 	// Idle reports a lease released with nothing left to do (ReleaseLease with idle).
 	Idle bool
+	// Status is what the holder last reported of the work (RenewLeases stores it), opaque to
+	// the driver: the host keeps a processor's state there, so every process can show it.
+	Status string
+}
+
+// LeaseQuery selects leases for [Driver.Leases]: those whose key starts with Prefix, in key
+// order, narrowed by Keys, Live or Free, after After, at most Limit of them.
+type LeaseQuery struct {
+	// Prefix selects the keys that start with it ("" selects every key).
+	Prefix string
+	// Keys, when not nil, selects only these keys (an empty non-nil slice selects none).
+	Keys []string
+	// Live selects only live leases (unexpired and not released).
+	Live bool
+	// Free selects only the leases waiting for a taker: expired, or released for a takeover
+	// (not live, and not released idle).
+	Free bool
+	// After, when set, selects only the keys after it (paging in key order).
+	After string
+	// Limit, when positive, returns at most that many leases: the first in key order.
+	Limit int
 }
 
 // Fence returns the fence of writes made under l.
@@ -416,6 +441,14 @@ type Notification struct {
 	// with the notification to the other processes (shared databases; a driver may carry a large
 	// one out of band). Exclusive drivers drop it with the notification.
 	Ephemeral []byte
+	// Stream, when set, is the stream's row after the transaction (Tail is its durable tail),
+	// and Records are the durable records the transaction appended to it, in position order,
+	// Keys left out. A process that knew the stream up to the first record's Start knows it up to
+	// Stream.Tail without reading the database (docs/postgres.md#live-reads). A driver may drop
+	// both (a payload too large to carry them); the receiver then reads. Nil when the stream was
+	// deleted.
+	Stream  *Stream
+	Records []Record
 }
 
 // AppendFrame appends one JSON message's frame to frames: the uvarint of the message's offset

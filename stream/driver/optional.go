@@ -2,6 +2,18 @@ package driver
 
 import "github.com/foldstream/foldstream/foldtype"
 
+// LeaseWatcher is an optional interface of a [Driver] that tells its process when a lease was
+// released for a takeover (ReleaseLease, not idle) — by another process sharing the database, or
+// by a holder in this process — so a process waiting to take the work over takes
+// it at once instead of at its next look at the lease table. A released lease may go
+// unannounced (a lost notification): watchers must still look now and then.
+type LeaseWatcher interface {
+	// WatchLeases calls fn with the key and holder of every lease released for a takeover in
+	// this process or, on a shared database, in another process, until stop is called. fn must
+	// not block; it may be called on the releasing goroutine.
+	WatchLeases(fn func(key, holder string)) (stop func())
+}
+
 // ErrorClassifier is an optional interface of a [Driver] whose database reports, in error values
 // of its own, conditions the store gives a code from the catalogue: a full disk
 // (INSUFFICIENT_STORAGE, see [InsufficientStorageError]) or a database that cannot be written

@@ -99,7 +99,10 @@ func run(args []string) error {
 		return err
 	}
 	defer st.Close()
-	h := server.New(st, server.Config{LongPollTimeout: *longPoll, Logger: log})
+	h, err := server.New(st, server.Config{LongPollTimeout: *longPoll, Logger: log})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

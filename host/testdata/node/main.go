@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,6 +70,13 @@ type Counter struct {
 	effects string
 	hc      *http.Client
 	h       **host.Host
+	gens    *generations
+}
+
+// generations is the lease generation each stream's counter last ran under on this node.
+type generations struct {
+	mu sync.Mutex
+	m  map[string]int64
 }
 
 // Reduce adds the tick.
@@ -94,6 +102,15 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 					gen = st.Generation
 				}
 			}
+			// While the host shuts down it reports nothing: the engine finishing its work is
+			// the one that ran under the generation last reported.
+			c.gens.mu.Lock()
+			if gen != 0 {
+				c.gens.m[ev.Path] = gen
+			} else {
+				gen = c.gens.m[ev.Path]
+			}
+			c.gens.mu.Unlock()
 			body, _ := json.Marshal(map[string]any{"node": c.node, "path": ev.Path, "offset": ev.Offset, "n": tick.N, "generation": gen})
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.effects, bytes.NewReader(body))
 			if err != nil {
@@ -146,20 +163,30 @@ func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration,
 	if err != nil {
 		return err
 	}
-	c := Counter{Base: foldstream.NewBase(contract), node: name, effects: effects, hc: &http.Client{Timeout: 10 * time.Second}, h: &h}
+	c := Counter{Base: foldstream.NewBase(contract), node: name, effects: effects, hc: &http.Client{Timeout: 10 * time.Second}, h: &h,
+		gens: &generations{m: map[string]int64{}}}
 	if err := host.RegisterPattern[State](ctx, h, "/counters/*", c); err != nil {
 		return err
 	}
 	// Subscriptions: the node names itself as holder of the delivery lease, whose TTL is the
 	// processors' lease TTL, and may deliver to the test's loopback receivers.
 	scfg := server.Config{Processors: h, Logger: logger, NodeID: name, SubscriptionLeaseTTL: ttl, AllowLoopbackWebhooks: true}
-	srv := &http.Server{Handler: server.New(st, scfg), ReadHeaderTimeout: 10 * time.Second}
+	handler, err := server.New(st, scfg)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Printf("serving http://%s\n", ln.Addr())
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		_ = h.Shutdown(sctx)
+		start := time.Now()
+		if err := h.Shutdown(sctx); err != nil {
+			logger.Error("host shutdown", "err", err, "after", time.Since(start))
+		} else {
+			logger.Info("host shut down", "after", time.Since(start))
+		}
 		_ = srv.Shutdown(sctx)
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

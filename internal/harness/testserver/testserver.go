@@ -35,7 +35,12 @@ func Serve(dbPath string) (baseURL string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	ts := httptest.NewServer(server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond, Logger: log}))
+	h, err := server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond, Logger: log})
+	if err != nil {
+		st.Close()
+		return "", nil, err
+	}
+	ts := httptest.NewServer(h)
 	return ts.URL, func() {
 		ts.CloseClientConnections()
 		ts.Close()

@@ -14,6 +14,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -297,7 +298,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		if _, ok, err := d.AcquireLease(ctx, "q\x1f/s", "node-b", "http://b", ttl); err != nil || !ok {
 			t.Fatalf("acquire of another key: got %v %v", ok, err)
 		}
-		ls, err := d.Leases(ctx, "p\x1f")
+		ls, err := d.Leases(ctx, driver.LeaseQuery{Prefix: "p\x1f"})
 		if err != nil || len(ls) != 1 || ls[0].Holder != "node-a" || ls[0].Addr != "http://a" || !ls[0].Live || ls[0].Idle || ls[0].Generation != 1 {
 			t.Fatalf("list: got %+v %v, want node-a's one live lease", ls, err)
 		}
@@ -313,7 +314,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		if err := d.ReleaseLease(ctx, a, false); err != nil {
 			t.Fatal(err)
 		}
-		ls, _ = d.Leases(ctx, "p\x1f")
+		ls, _ = d.Leases(ctx, driver.LeaseQuery{Prefix: "p\x1f"})
 		if len(ls) != 1 || ls[0].Live || ls[0].Idle {
 			t.Fatalf("after a handoff release: got %+v, want expired, not idle", ls)
 		}
@@ -337,7 +338,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		if err := d.ReleaseLease(ctx, b, true); err != nil {
 			t.Fatal(err)
 		}
-		ls, _ = d.Leases(ctx, "p\x1f")
+		ls, _ = d.Leases(ctx, driver.LeaseQuery{Prefix: "p\x1f"})
 		if len(ls) != 1 || ls[0].Live || !ls[0].Idle || ls[0].Holder != "node-b" {
 			t.Fatalf("after an idle release: got %+v, want idle", ls)
 		}
@@ -365,6 +366,148 @@ func RunDriver(t *testing.T, newDriver Factory) {
 				t.Fatal("an expired lease was never taken over")
 			}
 			time.Sleep(5 * time.Millisecond) // polling the lease's expiry by the database's clock
+		}
+	})
+
+	t.Run("LeaseQueriesSelectByStateKeysAndPage", func(t *testing.T) {
+		h := open(t, newDriver)
+		d := h.d
+		const ttl = time.Minute
+		acq := func(key, holder string) driver.Lease {
+			t.Helper()
+			l, ok, err := d.AcquireLease(ctx, key, holder, "", ttl)
+			if err != nil || !ok {
+				t.Fatalf("acquire %q: %v %v", key, ok, err)
+			}
+			return l
+		}
+		acq("n\x1fa", "a")
+		acq("p\x1f1", "a")
+		handed := acq("p\x1f2", "a")
+		idle := acq("p\x1f3", "b")
+		acq("p\x1f4", "b")
+		if err := d.ReleaseLease(ctx, handed, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.ReleaseLease(ctx, idle, true); err != nil {
+			t.Fatal(err)
+		}
+		keys := func(ls []driver.Lease) []string {
+			out := []string{}
+			for _, l := range ls {
+				out = append(out, l.Key)
+			}
+			return out
+		}
+		for _, c := range []struct {
+			name string
+			qs   []driver.LeaseQuery
+			want []string
+		}{
+			{"prefix", []driver.LeaseQuery{{Prefix: "p\x1f"}}, []string{"p\x1f1", "p\x1f2", "p\x1f3", "p\x1f4"}},
+			{"live", []driver.LeaseQuery{{Prefix: "p\x1f", Live: true}}, []string{"p\x1f1", "p\x1f4"}},
+			{"free: released for a takeover, not idle", []driver.LeaseQuery{{Prefix: "p\x1f", Free: true}}, []string{"p\x1f2"}},
+			{"keys", []driver.LeaseQuery{{Keys: []string{"p\x1f4", "n\x1fa", "missing"}}}, []string{"n\x1fa", "p\x1f4"}},
+			{"no keys", []driver.LeaseQuery{{Keys: []string{}}}, []string{}},
+			{"page", []driver.LeaseQuery{{Prefix: "p\x1f", After: "p\x1f1", Limit: 2}}, []string{"p\x1f2", "p\x1f3"}},
+			{"several in order", []driver.LeaseQuery{{Prefix: "n\x1f", Live: true}, {Prefix: "p\x1f", Free: true}, {Keys: []string{"p\x1f1"}}},
+				[]string{"n\x1fa", "p\x1f2", "p\x1f1"}},
+		} {
+			ls, err := d.Leases(ctx, c.qs...)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if got := keys(ls); !slices.Equal(got, c.want) {
+				t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+			}
+		}
+	})
+
+	t.Run("LeaseStatusIsStoredByRenewalAndClearedByAcquisition", func(t *testing.T) {
+		h := open(t, newDriver)
+		d := h.d
+		const ttl = time.Minute
+		l, _, err := d.AcquireLease(ctx, "s", "a", "", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := func() string {
+			t.Helper()
+			ls, err := d.Leases(ctx, driver.LeaseQuery{Keys: []string{"s"}})
+			if err != nil || len(ls) != 1 {
+				t.Fatalf("list: %+v %v", ls, err)
+			}
+			return ls[0].Status
+		}
+		if got := status(); got != "" {
+			t.Fatalf("status after acquisition: %q, want none", got)
+		}
+		l.Status = `{"state":"running"}`
+		if _, err := d.RenewLeases(ctx, "a", []driver.Lease{l}, ttl); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(); got != l.Status {
+			t.Fatalf("status after a renewal: %q, want %q", got, l.Status)
+		}
+		l.Status = ""
+		if _, err := d.RenewLeases(ctx, "a", []driver.Lease{l}, ttl); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(); got != `{"state":"running"}` {
+			t.Fatalf("status after a renewal without one: %q, want it kept", got)
+		}
+		if err := d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := d.AcquireLease(ctx, "s", "b", "", ttl); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(); got != "" {
+			t.Fatalf("status after a takeover: %q, want none (the new holder reports its own)", got)
+		}
+	})
+
+	t.Run("ReleaseIsAnnouncedToLeaseWatchers", func(t *testing.T) {
+		h := open(t, newDriver)
+		lw, ok := h.d.(driver.LeaseWatcher)
+		if !ok {
+			t.Skip("the driver does not announce releases")
+		}
+		got := make(chan [2]string, 4)
+		stop := lw.WatchLeases(func(key, holder string) { got <- [2]string{key, holder} })
+		defer stop()
+		l, _, err := h.d.AcquireLease(ctx, "w", "a", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case g := <-got:
+			if g != [2]string{"w", "a"} {
+				t.Fatalf("announced %q, want w by a", g)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the release was not announced")
+		}
+		// A release that releases nothing (released already) is not announced, nor is an idle
+		// one (nobody needs to take it).
+		if err := h.d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		m, _, err := h.d.AcquireLease(ctx, "w", "b", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.d.ReleaseLease(ctx, m, true); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		select {
+		case g := <-got:
+			t.Fatalf("announced %q for a release that released nothing", g)
+		default:
 		}
 	})
 

@@ -2,6 +2,7 @@ package pgdriver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -31,7 +32,7 @@ func (d *Driver) AcquireLease(ctx context.Context, key, holder, addr string, ttl
 	err := d.pool.QueryRow(ctx, `INSERT INTO leases AS l (key, holder, holder_addr, generation, expires_at)
 		VALUES ($1, $2, $3, 1, clock_timestamp() + $4 * interval '1 millisecond')
 		ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, holder_addr = excluded.holder_addr,
-		  generation = l.generation + 1, expires_at = excluded.expires_at
+		  generation = l.generation + 1, expires_at = excluded.expires_at, status = ''
 		WHERE l.expires_at < clock_timestamp() OR l.holder = excluded.holder
 		RETURNING generation, `+leaseLeft, key, holder, addr, ttl.Milliseconds()).Scan(&gen, &leftMs)
 	if isNoRows(err) {
@@ -56,9 +57,10 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 	}
 	keys := make([]string, len(held))
 	gens := make([]int64, len(held))
+	statuses := make([]string, len(held))
 	byKey := make(map[string]driver.Lease, len(held))
 	for i, l := range held {
-		keys[i], gens[i] = l.Key, l.Generation
+		keys[i], gens[i], statuses[i] = l.Key, l.Generation, l.Status
 		byKey[l.Key] = l
 	}
 	start := time.Now()
@@ -80,13 +82,14 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 		return rows.Err()
 	}
 	rows, err := d.pool.Query(ctx, `WITH mine AS (
-		  SELECT l.key FROM leases AS l JOIN unnest($2::text[], $3::bigint[]) AS h(key, generation)
+		  SELECT l.key, h.status FROM leases AS l JOIN unnest($2::text[], $3::bigint[], $5::text[]) AS h(key, generation, status)
 		    ON l.key = h.key AND l.generation = h.generation
 		  WHERE l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz
 		  FOR UPDATE OF l SKIP LOCKED)
-		UPDATE leases AS l SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+		UPDATE leases AS l SET expires_at = clock_timestamp() + $4 * interval '1 millisecond',
+		  status = CASE WHEN mine.status = '' THEN l.status ELSE mine.status END
 		FROM mine WHERE l.key = mine.key
-		RETURNING l.key, `+leaseLeft, holder, keys, gens, ttl.Milliseconds())
+		RETURNING l.key, `+leaseLeft, holder, keys, gens, ttl.Milliseconds(), statuses)
 	if err == nil {
 		err = scan(rows)
 	}
@@ -115,41 +118,90 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 
 // ReleaseLease gives l up at once when its holder still holds it at its generation: idle leaves
 // it at the epoch (nothing to do), otherwise one second after it (expired, and never renewed:
-// RenewLeases skips every lease released before 1970-01-02).
+// RenewLeases skips every lease released before 1970-01-02). Released for a takeover (not idle),
+// the same statement announces it on the schema's notification channel (the other nodes'
+// WatchLeases), and the watchers of this process hear of it when it returns.
 func (d *Driver) ReleaseLease(ctx context.Context, l driver.Lease, idle bool) error {
-	_, err := d.pool.Exec(ctx, `UPDATE leases SET expires_at = CASE WHEN $4 THEN 'epoch'::timestamptz
-		  ELSE 'epoch'::timestamptz + interval '1 second' END
-		WHERE key = $1 AND holder = $2 AND generation = $3`, l.Key, l.Holder, l.Generation, idle)
+	note, _ := json.Marshal(wireNote{Node: d.node, Released: []string{l.Key}, Holder: l.Holder})
+	announce := `, pg_notify($5, $6)`
+	if idle || len(note) > maxNotifyPayload {
+		// Idle: nobody needs to take it. Too long a key to announce: the others see it at
+		// their next scan.
+		announce = `, $5::text, $6::text`
+	}
+	var released int
+	err := d.pool.QueryRow(ctx, `WITH u AS (
+		  UPDATE leases SET expires_at = CASE WHEN $4 THEN 'epoch'::timestamptz
+		    ELSE 'epoch'::timestamptz + interval '1 second' END
+		  WHERE key = $1 AND holder = $2 AND generation = $3 AND expires_at >= '1970-01-02'::timestamptz RETURNING key)
+		SELECT count(*) FROM (SELECT key`+announce+` FROM u) AS n`,
+		l.Key, l.Holder, l.Generation, idle, d.channel, string(note)).Scan(&released)
 	if err != nil {
 		return d.classify(fmt.Errorf("release lease %q: %w", l.Key, err))
+	}
+	if released > 0 && !idle {
+		d.leaseWatchers.Released(l.Key, l.Holder)
 	}
 	return nil
 }
 
-// Leases returns the leases whose key starts with prefix, in key order.
-func (d *Driver) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
-	start := time.Now()
-	rows, err := d.pool.Query(ctx, `SELECT key, holder, holder_addr, generation, `+leaseLeft+`, expires_at = 'epoch'::timestamptz
-		FROM leases WHERE starts_with(key, $1) ORDER BY key`, prefix)
-	if err != nil {
-		return nil, d.classify(fmt.Errorf("list leases: %w", err))
+// WatchLeases calls fn for every lease released by this process or announced by another node.
+func (d *Driver) WatchLeases(fn func(key, holder string)) (stop func()) {
+	return d.leaseWatchers.WatchLeases(fn)
+}
+
+// leaseColumns are the columns Leases scans, in order.
+const leaseColumns = `key, holder, holder_addr, generation, ` + leaseLeft + `, expires_at = 'epoch'::timestamptz, status`
+
+// Leases runs every query of qs in one round trip (a pipelined batch) and returns their results
+// in order, each in key order.
+func (d *Driver) Leases(ctx context.Context, qs ...driver.LeaseQuery) ([]driver.Lease, error) {
+	if len(qs) == 0 {
+		return nil, nil
 	}
-	defer rows.Close()
+	start := time.Now()
+	b := &pgx.Batch{}
+	for _, q := range qs {
+		var keys any
+		if q.Keys != nil {
+			keys = q.Keys
+		}
+		var limit any
+		if q.Limit > 0 {
+			limit = int64(q.Limit)
+		}
+		b.Queue(`SELECT `+leaseColumns+` FROM leases
+			WHERE starts_with(key, $1) AND ($2::text[] IS NULL OR key = ANY($2::text[]))
+			  AND (NOT $3 OR expires_at > clock_timestamp())
+			  AND (NOT $4 OR (expires_at <= clock_timestamp() AND expires_at <> 'epoch'::timestamptz))
+			  AND ($5 = '' OR key > $5)
+			ORDER BY key LIMIT $6::bigint`, q.Prefix, keys, q.Live, q.Free, q.After, limit)
+	}
+	br := d.pool.SendBatch(ctx, b)
+	defer br.Close()
 	var out []driver.Lease
-	for rows.Next() {
-		var l driver.Lease
-		var leftMs int64
-		if err := rows.Scan(&l.Key, &l.Holder, &l.Addr, &l.Generation, &leftMs, &l.Idle); err != nil {
+	for range qs {
+		rows, err := br.Query()
+		if err != nil {
 			return nil, d.classify(fmt.Errorf("list leases: %w", err))
 		}
-		l.Live = leftMs > 0
-		if !l.Idle {
-			l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
+		for rows.Next() {
+			var l driver.Lease
+			var leftMs int64
+			if err := rows.Scan(&l.Key, &l.Holder, &l.Addr, &l.Generation, &leftMs, &l.Idle, &l.Status); err != nil {
+				rows.Close()
+				return nil, d.classify(fmt.Errorf("list leases: %w", err))
+			}
+			l.Live = leftMs > 0
+			if !l.Idle {
+				l.Expires = start.Add(time.Duration(leftMs) * time.Millisecond)
+			}
+			out = append(out, l)
 		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, d.classify(fmt.Errorf("list leases: %w", err))
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, d.classify(fmt.Errorf("list leases: %w", err))
+		}
 	}
 	return out, nil
 }

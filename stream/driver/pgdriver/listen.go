@@ -17,12 +17,18 @@ import (
 // when (and only if) the transaction commits. Each node listens on a dedicated connection; its own
 // notifications are skipped (the store already woke its local waiters).
 //
+// A stream's entry carries, when the payload stays under NOTIFY's limit, the stream's row after
+// the transaction and the records it appended, so the receiving store can hand them to its live
+// readers without reading them back (docs/postgres.md#live-reads). A payload too large with them
+// is sent without them, and the receivers read the database.
+//
 // A notification can be lost: the listening connection drops, the database restarts, or the
 // listener falls behind. So while the listener is not connected the driver calls the store back
 // with a zero notification ("anything may have changed") every PollInterval, and once more right
 // after it reconnects; waiters then re-read the database. A lost notification delays a reader by
-// at most PollInterval plus the reconnect time; it never loses data, because readers always read
-// committed rows, never the notification's content.
+// at most PollInterval plus the reconnect time; it never loses data: the records a notification
+// carries are committed (PostgreSQL delivers it only on commit), and a receiver uses them only
+// when they continue exactly what it already knows of the stream.
 
 // maxNotifyPayload stays under PostgreSQL's 8000-byte NOTIFY payload limit.
 const maxNotifyPayload = 7900
@@ -33,12 +39,31 @@ type wireNote struct {
 	Streams []wireStream `json:"s,omitempty"`
 	All     bool         `json:"a,omitempty"`
 	Large   int64        `json:"l,omitempty"` // id of an ephemeral_payloads row holding Streams
+	// Released names leases the sender released (ReleaseLease), for the WatchLeases watchers.
+	Released []string `json:"r,omitempty"`
+	Holder   string   `json:"h,omitempty"`
 }
 
 type wireStream struct {
 	ID   int64           `json:"i"`
 	Path string          `json:"p,omitempty"`
 	Eph  json.RawMessage `json:"e,omitempty"` // the stream's ephemeral events (a JSON value)
+	// Row and Recs are the stream's row after the transaction and the records it appended
+	// (driver.Notification's Stream and Records), when the payload has room for them.
+	Row  *driver.Stream `json:"w,omitempty"`
+	Recs []wireRecord   `json:"r,omitempty"`
+	// noRows marks a stream whose records do not travel (not sent).
+	noRows bool
+}
+
+// wireRecord is one record in a notification (byte fields travel as base64).
+type wireRecord struct {
+	RecordStart int64  `json:"rs"`
+	Start       int64  `json:"s"`
+	End         int64  `json:"e"`
+	CreatedMs   int64  `json:"c"`
+	Frames      []byte `json:"f,omitempty"`
+	Body        []byte `json:"b,omitempty"`
 }
 
 // sendNotes sends the transaction's queued notifications as one payload. A payload over NOTIFY's
@@ -61,6 +86,18 @@ func (t *writeTx) sendNotes(ctx context.Context) error {
 			byID[n.StreamID] = i
 			w.Streams = append(w.Streams, wireStream{ID: n.StreamID, Path: n.Path})
 		}
+		switch ws := &w.Streams[i]; {
+		case ws.noRows:
+		case n.Stream == nil || ws.Row != nil:
+			// Unknown, or two notes of one stream: the receivers read.
+			ws.Row, ws.Recs, ws.noRows = nil, nil, true
+		default:
+			ws.Row = n.Stream
+			for _, r := range n.Records {
+				ws.Recs = append(ws.Recs, wireRecord{RecordStart: r.RecordStart, Start: r.Start, End: r.End,
+					CreatedMs: r.CreatedMs, Frames: r.Frames, Body: r.Body})
+			}
+		}
 		if len(n.Ephemeral) > 0 {
 			ws := &w.Streams[i]
 			if ws.Eph == nil {
@@ -75,6 +112,15 @@ func (t *writeTx) sendNotes(ctx context.Context) error {
 	payload, err := json.Marshal(w)
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
+	}
+	if len(payload) > maxNotifyPayload && w.hasRows() {
+		// Over NOTIFY's limit with the records: send without them; receivers read instead.
+		for i := range w.Streams {
+			w.Streams[i].Row, w.Streams[i].Recs = nil, nil
+		}
+		if payload, err = json.Marshal(w); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
 	}
 	if len(payload) > maxNotifyPayload {
 		big, err := json.Marshal(w.Streams)
@@ -91,6 +137,15 @@ func (t *writeTx) sendNotes(ctx context.Context) error {
 		return t.d.classify(fmt.Errorf("notify: %w", err))
 	}
 	return nil
+}
+
+func (w *wireNote) hasRows() bool {
+	for _, s := range w.Streams {
+		if s.Row != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // joinArrays joins two JSON arrays ("[a]" + "[b]" = "[a,b]"); a value that is not an array is
@@ -236,6 +291,9 @@ func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Not
 	if w.Node == d.node {
 		return
 	}
+	for _, key := range w.Released {
+		d.leaseWatchers.Released(key, w.Holder)
+	}
 	if w.Large != 0 {
 		var big []byte
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -253,6 +311,15 @@ func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Not
 		fn(driver.Notification{})
 	}
 	for _, s := range w.Streams {
-		fn(driver.Notification{StreamID: s.ID, Path: s.Path, Ephemeral: s.Eph})
+		n := driver.Notification{StreamID: s.ID, Path: s.Path, Ephemeral: s.Eph}
+		if s.Row != nil && s.Row.ID == s.ID {
+			n.Stream = s.Row
+			n.Records = make([]driver.Record, len(s.Recs))
+			for i, r := range s.Recs {
+				n.Records[i] = driver.Record{StreamID: s.ID, RecordStart: r.RecordStart, Start: r.Start, End: r.End,
+					CreatedMs: r.CreatedMs, Frames: r.Frames, Body: r.Body}
+			}
+		}
+		fn(n)
 	}
 }

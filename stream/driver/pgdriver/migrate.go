@@ -131,6 +131,11 @@ var migrations = []migration{
 			retired_ms bigint NOT NULL DEFAULT 0
 		)`,
 	}},
+	// What a lease's holder reports of its work (driver.Lease.Status; the host's processor
+	// state), stored with each renewal so every node can show it.
+	{version: 4, name: "leases.status", stmts: []string{
+		`ALTER TABLE leases ADD COLUMN status text NOT NULL DEFAULT ''`,
+	}},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

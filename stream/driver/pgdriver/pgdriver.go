@@ -92,12 +92,16 @@ type Driver struct {
 	cfg        Config
 	pool       *pgxpool.Pool
 	log        *slog.Logger
-	schema     string // current_schema() of the pool's connections
-	channel    string // NOTIFY channel of this schema
-	node       string // this process's id; its own notifications are ignored
-	lockCls    int32  // advisory-lock class of per-stream locks
-	subLockCls int32  // advisory-lock class of per-subscription locks
-	pathCls    int32  // advisory-lock class of per-path locks (stream creation)
+	schema     string       // current_schema() of the pool's connections
+	channel    string       // NOTIFY channel of this schema
+	node       string       // this process's id; its own notifications are ignored
+	reads      atomic.Int64 // Read calls (Reads)
+	lockCls    int32        // advisory-lock class of per-stream locks
+	subLockCls int32        // advisory-lock class of per-subscription locks
+	pathCls    int32        // advisory-lock class of per-path locks (stream creation)
+
+	// leaseWatchers hear of released leases (WatchLeases).
+	leaseWatchers driver.LeaseWatchers
 
 	// writeRoundTrips counts the round trips of the store's write transactions.
 	writeRoundTrips atomic.Int64
@@ -113,6 +117,7 @@ var (
 	_ driver.StreamPrefetcher = (*writeTx)(nil)
 	_ driver.LockKeeper       = (*writeTx)(nil)
 	_ driver.Reader           = (*readTx)(nil)
+	_ driver.LeaseWatcher     = (*Driver)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
@@ -241,6 +246,7 @@ func (d *Driver) Close() error {
 // BEGIN goes to the server together with fn's first statement, so a read costs one round trip
 // per statement plus the closing ROLLBACK.
 func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
+	d.reads.Add(1)
 	p, err := d.beginPipelineMode(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return d.classify(fmt.Errorf("begin read: %w", err))
@@ -248,6 +254,9 @@ func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 	defer p.rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
 	return fn(&readTx{d: d, tx: p})
 }
+
+// Reads returns the number of read transactions (Read calls) the driver has begun.
+func (d *Driver) Reads() int64 { return d.reads.Load() }
 
 // Writer returns the store writer's handle. Each write transaction takes a pooled connection, so
 // a connection the database dropped is replaced by the next Begin.

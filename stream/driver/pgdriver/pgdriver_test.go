@@ -92,7 +92,7 @@ func TestLeaseTakeoverFencesTheOldHoldersCheckpoint(t *testing.T) {
 	if _, ok, err := b.AcquireLease(ctx, "p", "b", "b:1", ttl); err != nil || ok {
 		t.Fatalf("b acquires a held lease: ok=%v err=%v, want refused", ok, err)
 	}
-	if ls, err := b.Leases(ctx, "p"); err != nil || len(ls) != 1 || ls[0].Addr != "a:1" || !ls[0].Live {
+	if ls, err := b.Leases(ctx, driver.LeaseQuery{Prefix: "p"}); err != nil || len(ls) != 1 || ls[0].Addr != "a:1" || !ls[0].Live {
 		t.Fatalf("holder: got %+v %v, want a:1 live", ls, err)
 	}
 	writeCP := func(d *pgdriver.Driver, l driver.Lease, off int64) error {
@@ -371,5 +371,34 @@ func TestTwoRecordsAtOneOffsetAreARetryableCollision(t *testing.T) {
 	var fe *foldtype.Error
 	if !errors.As(err, &fe) || fe.Code != foldtype.CodeUnavailable || !foldtype.IsRetryable(err) {
 		t.Fatalf("a second record at one offset: got %v, want a retryable %s", err, foldtype.CodeUnavailable)
+	}
+}
+
+func TestReleaseIsAnnouncedToTheOtherNodesLeaseWatchers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := open(t, url), open(t, url)
+	stopListen, err := b.Listen(ctx, func(driver.Notification) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopListen()
+	got := make(chan [2]string, 4)
+	defer b.WatchLeases(func(key, holder string) { got <- [2]string{key, holder} })()
+	l, ok, err := a.AcquireLease(ctx, "processor\x1f/s\x1fp", "node-a", "", time.Minute)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if err := a.ReleaseLease(ctx, l, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-got:
+		if g != [2]string{l.Key, "node-a"} {
+			t.Fatalf("announced %q, want %q by node-a", g, l.Key)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other node never heard of the release")
 	}
 }

@@ -74,6 +74,9 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 			continue
 		}
 		l.Expires, l.Live = until, true
+		if h.Status != "" {
+			l.Status = h.Status
+		}
 		out = append(out, l.Lease)
 	}
 	return out, nil
@@ -83,18 +86,27 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 func (d *Driver) ReleaseLease(ctx context.Context, l driver.Lease, idle bool) error {
 	lt := &d.leases
 	lt.mu.Lock()
-	defer lt.mu.Unlock()
 	cur := lt.m[l.Key]
-	if cur == nil || cur.Holder != l.Holder || cur.Generation != l.Generation {
+	if cur == nil || cur.Holder != l.Holder || cur.Generation != l.Generation || cur.released {
+		lt.mu.Unlock()
 		return nil
 	}
 	cur.released, cur.Live, cur.Idle = true, false, idle
 	cur.Expires = time.Unix(0, 0)
+	lt.mu.Unlock()
+	if !idle {
+		d.leaseWatchers.Released(l.Key, l.Holder)
+	}
 	return nil
 }
 
-// Leases returns the leases whose key starts with prefix, in key order.
-func (d *Driver) Leases(ctx context.Context, prefix string) ([]driver.Lease, error) {
+// WatchLeases calls fn for every lease released for a takeover in this process.
+func (d *Driver) WatchLeases(fn func(key, holder string)) (stop func()) {
+	return d.leaseWatchers.WatchLeases(fn)
+}
+
+// Leases returns the leases each query of qs selects, in order, each in key order.
+func (d *Driver) Leases(ctx context.Context, qs ...driver.LeaseQuery) ([]driver.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -103,13 +115,37 @@ func (d *Driver) Leases(ctx context.Context, prefix string) ([]driver.Lease, err
 	defer lt.mu.Unlock()
 	now := time.Now()
 	var out []driver.Lease
-	for k, l := range lt.m {
-		if strings.HasPrefix(k, prefix) {
+	for _, q := range qs {
+		var sel []driver.Lease
+		pick := func(k string, l *memLease) {
+			if !strings.HasPrefix(k, q.Prefix) || (q.After != "" && k <= q.After) {
+				return
+			}
 			c := l.Lease
 			c.Live = !l.released && c.Expires.After(now)
-			out = append(out, c)
+			if (q.Live && !c.Live) || (q.Free && (c.Live || c.Idle)) {
+				return
+			}
+			sel = append(sel, c)
 		}
+		if q.Keys != nil {
+			seen := make(map[string]bool, len(q.Keys))
+			for _, k := range q.Keys {
+				if l := lt.m[k]; l != nil && !seen[k] {
+					seen[k] = true
+					pick(k, l)
+				}
+			}
+		} else {
+			for k, l := range lt.m {
+				pick(k, l)
+			}
+		}
+		sort.Slice(sel, func(i, j int) bool { return sel[i].Key < sel[j].Key })
+		if q.Limit > 0 && len(sel) > q.Limit {
+			sel = sel[:q.Limit]
+		}
+		out = append(out, sel...)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }

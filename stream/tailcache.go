@@ -1,0 +1,291 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// The tail cache (shared databases only; docs/postgres.md#live-reads).
+//
+// A live read (ReadRecords with Watch: SSE and long-poll) on a shared database would otherwise
+// read the database on every wake, once per reader. Instead the store keeps, for the streams live
+// readers watch on this node, the stream's row as of its latest commit this node knows of and its
+// most recent records: an entry covers the positions (lo, row.Tail]. Every commit reaches the
+// entry in commit order before its readers are woken — a local commit from the writer, another
+// node's from its notification, which carries the row and the records when they fit
+// PostgreSQL's NOTIFY payload — and either extends it (its records start at the entry's tail),
+// leaves it (an older commit the entry already covers) or drops it (anything else: records that
+// did not fit, a gap, a deletion, "anything may have changed"). So an entry's tail is never
+// behind a commit whose wake a reader could have missed, and a live read at or after lo is
+// answered from memory, with no read of the database.
+//
+// An entry starts from a live read of the database, and only when no wake for the stream came
+// between the reader taking its change channel and finishing the read (the channel is still the
+// registered one): the read's snapshot then holds every commit processed so far.
+
+// tailCacheBytes bounds the record bytes one entry keeps (its oldest records go first; the last
+// record is always kept).
+const tailCacheBytes = 256 << 10
+
+// tailCacheStreams bounds the number of entries (an arbitrary one goes when a new one needs room).
+const tailCacheStreams = 4096
+
+// tailEntry is one stream's cached tail.
+type tailEntry struct {
+	row   driver.Stream   // the stream's row as of its latest known commit; row.Tail is the entry's tail
+	lo    int64           // recs cover (lo, row.Tail]
+	recs  []driver.Record // contiguous, in position order
+	bytes int
+}
+
+// tailCache is the store's tail cache, guarded by Store.notifyMu.
+type tailCache struct {
+	byID   map[int64]*tailEntry
+	byPath map[string]int64
+}
+
+func (c *tailCache) drop(id int64) {
+	e := c.byID[id]
+	if e == nil {
+		return
+	}
+	delete(c.byID, id)
+	if c.byPath[e.row.Path] == id {
+		delete(c.byPath, e.row.Path)
+	}
+}
+
+// chains reports whether recs cover (from, tail] contiguously.
+func chains(from int64, recs []driver.Record, tail int64) bool {
+	at := from
+	for _, r := range recs {
+		if r.Start != at || r.End <= r.Start {
+			return false
+		}
+		at = r.End
+	}
+	return at == tail
+}
+
+// cacheable reports whether a stream's row can stand for it in the cache: live and not a fork
+// (a fork's reads walk its source's records).
+func cacheable(r *driver.Stream) bool {
+	return r != nil && r.State == 0 && !r.ForkedFrom.Valid
+}
+
+// applyCommit brings the stream's entry up to a commit: row is the stream's row after it (nil
+// when unknown: the stream was deleted, or the records did not travel) and recs the durable
+// records it appended. Called with notifyMu held, before the stream's waiters are woken.
+func (s *Store) applyCommit(id int64, row *driver.Stream, recs []driver.Record) {
+	c := &s.tails
+	e := c.byID[id]
+	if e == nil {
+		return
+	}
+	if row == nil || row.ID != id {
+		c.drop(id)
+		return
+	}
+	hi := e.row.Tail
+	if len(recs) == 0 && row.Tail == hi && sameForReads(row, &e.row) {
+		return // nothing a read sees changed (a stream's creation, a read that found nothing new)
+	}
+	switch {
+	case row.Tail < hi || (len(recs) > 0 && row.Tail == hi):
+		return // a commit the entry already holds (it started from a later read)
+	case len(recs) == 0 || !cacheable(row) || !chains(hi, recs, row.Tail):
+		// A gap, records that did not travel, or a change without records (closing): read.
+		c.drop(id)
+		return
+	}
+	e.row = *row
+	for _, r := range recs {
+		r.Keys = nil
+		e.recs = append(e.recs, r)
+		e.bytes += len(r.Body) + len(r.Frames)
+	}
+	drop := 0
+	for drop < len(e.recs)-1 && e.bytes > tailCacheBytes {
+		e.bytes -= len(e.recs[drop].Body) + len(e.recs[drop].Frames)
+		drop++
+	}
+	if drop > 0 {
+		e.recs = append([]driver.Record(nil), e.recs[drop:]...)
+	}
+	if len(e.recs) > 0 {
+		e.lo = e.recs[0].Start
+	}
+}
+
+// sameForReads reports whether two rows of one stream answer a read alike.
+func sameForReads(a, b *driver.Stream) bool {
+	return a.ID == b.ID && a.Path == b.Path && a.ContentType == b.ContentType && a.State == b.State &&
+		a.TTLSeconds == b.TTLSeconds && a.ExpiresAtMs == b.ExpiresAtMs && a.Closed == b.Closed &&
+		a.ForkedFrom == b.ForkedFrom && a.Paused == b.Paused && a.Tail == b.Tail
+}
+
+// seedTail starts the stream's entry from a live read's row, when no wake came since the reader
+// took ch (taken before the read).
+func (s *Store) seedTail(row *driver.Stream, ch <-chan struct{}) {
+	if s.exclusive || !cacheable(row) {
+		return
+	}
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	if cur, ok := s.notify[row.ID]; !ok || (<-chan struct{})(cur) != ch {
+		return // woken since: the read may be behind a commit already processed
+	}
+	c := &s.tails
+	if c.byID == nil {
+		c.byID = make(map[int64]*tailEntry)
+		c.byPath = make(map[string]int64)
+	}
+	if c.byID[row.ID] != nil {
+		return
+	}
+	if old, ok := c.byPath[row.Path]; ok {
+		c.drop(old) // an earlier stream at the path
+	}
+	for len(c.byID) >= tailCacheStreams {
+		for id := range c.byID {
+			c.drop(id)
+			break
+		}
+	}
+	c.byID[row.ID] = &tailEntry{row: *row, lo: row.Tail}
+	c.byPath[row.Path] = row.ID
+}
+
+// dropAllTails empties the cache ("anything may have changed"). Called with notifyMu held.
+func (s *Store) dropAllTails() {
+	s.tails.byID, s.tails.byPath = nil, nil
+}
+
+// cachedRead answers a live read from the tail cache: ok is false when the cache cannot (no
+// entry, a position before the entry's records, a stream not live by its cached row). The
+// change channel is taken under the same lock as the entry is read, so no commit is missed.
+func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
+	if s.exclusive {
+		return res, false, nil
+	}
+	s.notifyMu.Lock()
+	id, found := s.tails.byPath[req.Path]
+	e := s.tails.byID[id]
+	if !found || e == nil || (!req.AtTail && (req.After < e.lo || req.After > e.row.Tail)) || s.expired(&e.row, now) {
+		s.notifyMu.Unlock()
+		return res, false, nil
+	}
+	row := e.row
+	recs := e.recs // never changed in place: applyCommit appends or copies
+	ch, has := s.notify[id]
+	if !has {
+		ch = make(chan struct{})
+		s.notify[id] = ch
+	}
+	s.notifyMu.Unlock()
+
+	res.Info = infoOf(&row)
+	after := req.After
+	switch {
+	case req.AtTail || after >= row.Tail:
+		res.Next, res.UpToDate = row.Tail, true
+		if res.Info.JSON {
+			res.Body = []byte("[]")
+		}
+	case res.Info.JSON:
+		err = readJSON(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
+	default:
+		err = readBytes(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
+	}
+	if err != nil {
+		return ReadResult{}, false, err
+	}
+	res.Changed = ch
+	s.cachedReads.Add(1)
+	s.noteAccess(&row, now)
+	return res, true, nil
+}
+
+// memRecords is a driver.Reader over a cached entry's records, for readJSON and readBytes on a
+// stream that is not a fork (they call Records only).
+type memRecords struct {
+	driver.Reader
+	recs []driver.Record
+}
+
+func (m memRecords) Records(_ context.Context, _ int64, after int64, fn func(driver.Record) (bool, error)) error {
+	for _, r := range m.recs {
+		if r.End <= after {
+			continue
+		}
+		more, err := fn(r)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// CachedReads returns the number of live reads answered from the tail cache without reading the
+// database (shared databases; docs/postgres.md#live-reads).
+func (s *Store) CachedReads() int64 { return s.cachedReads.Load() }
+
+// remoteTail returns what another node's commit n did to a stream, for its tail cache entry: the
+// notification's row and records when they extend the entry (or are older than it); otherwise —
+// the records did not travel, a gap, a change without records — the row and the records after the
+// entry's tail read once from the database here, so that the stream's live readers on this node
+// are answered from the entry rather than each reading the database. Nil when there is no entry,
+// or the read failed or holds more than an entry keeps (the entry is then dropped).
+func (s *Store) remoteTail(n driver.Notification) (*driver.Stream, []driver.Record) {
+	if s.exclusive {
+		return n.Stream, n.Records
+	}
+	s.notifyMu.Lock()
+	e := s.tails.byID[n.StreamID]
+	var hi int64
+	if e != nil {
+		hi = e.row.Tail
+	}
+	s.notifyMu.Unlock()
+	if e == nil {
+		return n.Stream, n.Records
+	}
+	if r := n.Stream; r != nil && r.ID == n.StreamID && (r.Tail < hi || (len(n.Records) > 0 && (r.Tail == hi || chains(hi, n.Records, r.Tail))) ||
+		(len(n.Records) == 0 && r.Tail == hi && sameForReads(r, &e.row))) {
+		return n.Stream, n.Records
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tailReadTimeout)
+	defer cancel()
+	var row *driver.Stream
+	var recs []driver.Record
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		r, err := q.StreamByID(ctx, n.StreamID)
+		if err != nil {
+			return err
+		}
+		row, recs = &r, nil
+		size := 0
+		return q.Records(ctx, n.StreamID, hi, func(rec driver.Record) (bool, error) {
+			size += len(rec.Body) + len(rec.Frames)
+			if size > tailCacheBytes {
+				recs = nil
+				row = nil // more than an entry keeps: drop it
+				return false, nil
+			}
+			rec.Keys = nil
+			rec.Body, rec.Frames = bytes.Clone(rec.Body), bytes.Clone(rec.Frames) // the driver may reuse its memory
+			recs = append(recs, rec)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, nil
+	}
+	return row, recs
+}
+
+// tailReadTimeout bounds remoteTail's read (it runs on the listener's goroutine).
+const tailReadTimeout = 5 * time.Second
