@@ -147,7 +147,8 @@ func (f *flakyCheckpoints) WriteCheckpoint(ctx context.Context, slug string, cp 
 	return f.Checkpoints.WriteCheckpoint(ctx, slug, cp, changed)
 }
 
-func TestP23_CheckpointAcrossIncarnations(t *testing.T) {
+// Acceptance case P-23 (docs/engine.md#acceptance-cases).
+func TestCheckpointAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	eng := newEngine[ledgerState](t, newLedger(t), mem, cps, fed)
@@ -174,7 +175,8 @@ func TestP23_CheckpointAcrossIncarnations(t *testing.T) {
 	eq(t, "checkpoint", []any{cp.ReducerVersion, cp.ReducedThroughOffset, string(cp.State)}, []any{"1", int64(6), `{"counted":[2,4,6]}`})
 }
 
-func TestP41_EffectOnlyNeverReplaysAfterEviction(t *testing.T) {
+// Acceptance case P-41 (docs/engine.md#acceptance-cases).
+func TestEffectOnlyNeverReplaysAfterEviction(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p, effects := newEffectOnly(t)
@@ -194,7 +196,8 @@ func TestP41_EffectOnlyNeverReplaysAfterEviction(t *testing.T) {
 	eq(t, "new engine effects", effects2.get(), []int64(nil))
 }
 
-func TestP42_StateChangingProcessorNeverReplays(t *testing.T) {
+// Acceptance case P-42 (docs/engine.md#acceptance-cases).
+func TestStateChangingProcessorNeverReplays(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p, effects := newCount(t, "1.0.0")

@@ -66,7 +66,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for range share {
-						got, err := s.Append(ctx, "/e2e", foldtype.EventInput{Type: "bench/event", Payload: payload})
+						got, err := s.Events().Stream("/e2e").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: payload})
 						if err != nil {
 							b.Error(err)
 							return

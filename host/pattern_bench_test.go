@@ -16,12 +16,15 @@ import (
 )
 
 // BenchmarkPatternFold measures events/s from append to every effect having run, for a pattern
-// processor (cap 100 open engines) over 10,000 streams against the same events on one stream:
-// b.N events appended in batches of 10 by 16 appenders to a real file. Run with
+// processor (cap 100 open engines) over 10,000 and 100,000 streams against the same events on one
+// stream: b.N events appended in batches of 10 by 16 appenders to a real file, batch i to stream
+// i mod N (so b.N/10 batches touch min(N, b.N/10) streams). Run with
 //
 //	go test -run '^$' -bench PatternFold -benchtime 100000x -count 3 ./host
+//
+// and with -benchtime 1000000x for every one of the 100,000 streams to get a batch.
 func BenchmarkPatternFold(b *testing.B) {
-	for _, n := range []int{1, 10_000} {
+	for _, n := range []int{1, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			ctx := context.Background()
 			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "fold.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
@@ -60,7 +63,7 @@ func BenchmarkPatternFold(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for i := w; i < batches; i += 16 {
-						if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i%n), batch...); err != nil {
+						if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i%n)).Append(ctx, batch...); err != nil {
 							b.Error(err)
 							return
 						}
@@ -97,7 +100,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		defer s.Close()
 		const n = 1000
 		for i := range n {
-			if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i), item(1)); err != nil {
+			if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i)).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -139,7 +142,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		}
 		defer s.Close()
 		for _, path := range []string{"/carts/a", "/carts/b"} {
-			if _, err := s.Append(ctx, path, item(1)); err != nil {
+			if _, err := s.Events().Stream(path).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)
 			}
 		}

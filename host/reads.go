@@ -54,7 +54,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		}
 		if errors.Is(err, ErrNotRegistered) {
 			// A stream that does not exist says so, whatever runs on it.
-			if _, herr := h.store.HeadStream(ctx, path); errors.Is(herr, foldtype.ErrStreamNotFound) || errors.Is(herr, foldtype.ErrStreamGone) {
+			if _, herr := h.store.Events().HeadStream(ctx, path); errors.Is(herr, foldtype.ErrStreamNotFound) || errors.Is(herr, foldtype.ErrStreamGone) {
 				err = herr
 			}
 		}

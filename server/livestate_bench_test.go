@@ -102,7 +102,7 @@ func benchLiveFanout(b *testing.B, readers int) {
 	b.ResetTimer()
 	runtime.ReadMemStats(&ms0)
 	for i := range b.N {
-		if _, err := st.Append(ctx, "/orders", delta("other", int64(i), i), delta("totals", rev, i)); err != nil {
+		if _, err := st.Events().Stream("/orders").Append(ctx, delta("other", int64(i), i), delta("totals", rev, i)); err != nil {
 			b.Fatal(err)
 		}
 		rev++

@@ -234,7 +234,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	}
 	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
 	defer ts.Close()
-	if _, err := st.Append(ctx, "/f", foldtype.EventInput{Type: "ok"}, foldtype.EventInput{Type: "bad"}); err != nil {
+	if _, err := st.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "ok"}, foldtype.EventInput{Type: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	var text string

@@ -89,7 +89,7 @@ func TestParkedProcessorShowsOnItsRoute(t *testing.T) {
 	}
 	squat := foldtype.EventInput{Type: "receipt", Payload: foldtype.JSON(map[string]string{"forged": "yes"}),
 		IdempotencyKey: foldtype.ProcessorKeyPrefix + "receipts/receipt@" + itoa(int(next+2))}
-	if _, err := st.Append(ctx, "/o", squat); err != nil {
+	if _, err := st.Events().Stream("/o").Append(ctx, squat); err != nil {
 		t.Fatal(err)
 	}
 	res, body := request(t, "POST", url+"/v1/stream/o", `{"type":"order"}`, "Content-Type", "application/json")

@@ -126,7 +126,7 @@ func TestOpenPicksSQLiteForAPath(t *testing.T) {
 	if st.Path() != path {
 		t.Fatalf("Path: got %q, want %q", st.Path(), path)
 	}
-	if _, err := st.Append(ctx, "/a", foldtype.EventInput{Type: "x"}); err != nil {
+	if _, err := st.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if !fileExists(path) {
@@ -160,7 +160,7 @@ func TestOpenPicksPostgresForAURL(t *testing.T) {
 	if strings.Contains(st.Path(), "secret") || !strings.HasPrefix(st.Path(), "postgres://") {
 		t.Fatalf("Path: got %q, want the URL without its password", st.Path())
 	}
-	if _, err := st.Append(context.Background(), "/a", foldtype.EventInput{Type: "x"}); err != nil {
+	if _, err := st.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 }

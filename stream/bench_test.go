@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,7 +57,7 @@ func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := s.Append(ctx, "/bench", foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				if _, err := s.Events().Stream("/bench").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -208,11 +210,11 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 			s := open(b)
 			ctx := context.Background()
 			for _, p := range []string{"/small", "/huge-json"} {
-				if _, err := s.CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
+				if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if _, err := s.CreateStream(ctx, CreateRequest{Path: "/huge-bytes", ContentType: "application/octet-stream"}); err != nil {
+			if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/huge-bytes", ContentType: "application/octet-stream"}); err != nil {
 				b.Fatal(err)
 			}
 			stop := make(chan struct{})
@@ -243,7 +245,7 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 						if i%2 == 1 {
 							req = AppendRequest{Path: "/huge-json", ContentType: "application/json", Body: msgs}
 						}
-						if _, err := s.AppendRecord(ctx, req); err != nil {
+						if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
 							b.Error(err)
 							return
 						}
@@ -255,7 +257,7 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"n":1}`)}); err != nil {
+				if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"n":1}`)}); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(start))
@@ -278,7 +280,7 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 func BenchmarkCatchUpRead(b *testing.B) {
 	s, _ := benchStore(b)
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
 		b.Fatal(err)
 	}
 	var batch strings.Builder
@@ -293,7 +295,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 	body := []byte(batch.String())
 	const records = 640
 	for range records {
-		if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/big", ContentType: "application/json", Body: body}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/big", ContentType: "application/json", Body: body}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -307,7 +309,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 		base := ms.HeapAlloc
 		after := int64(0)
 		for pages := 0; ; pages++ {
-			r, err := s.ReadRecords(ctx, ReadRequest{Path: "/big", After: after})
+			r, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/big", After: after})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -332,6 +334,162 @@ func BenchmarkCatchUpRead(b *testing.B) {
 	b.ReportMetric(float64(peak)/(1<<20), "heap-growth-MiB")
 }
 
+// BenchmarkManyStreams measures the protocol view's many-streams figures in process, on a real
+// file with synchronous=FULL, 16 concurrent callers: creating b.N fresh JSON streams (streams/s),
+// and producer batches of 100 messages spread over N streams (messages/s; one producer per
+// stream), 100 streams against 100,000. cpu-µs/op is the process's CPU time (user + system) per
+// stream or message, steadier than the rates on a shared machine. Run with
+//
+//	go test -run '^$' -bench ManyStreams -benchtime 20000x -count 3 ./stream
+func BenchmarkManyStreams(b *testing.B) {
+	ctx := context.Background()
+	create := func(b *testing.B, s *Store, prefix string, n int) {
+		b.Helper()
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("%s/%d", prefix, i), ContentType: "application/json"}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.Run("create", func(b *testing.B) {
+		s, _ := benchStore(b)
+		b.ResetTimer()
+		start, cpu := time.Now(), cpuTime()
+		create(b, s, "/c", b.N)
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "streams/s")
+		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	})
+	msg := fmt.Sprintf(`{"user":"u-12345","note":%q,"n":42}`, strings.Repeat("x", 150))
+	batch := []byte("[" + strings.Repeat(msg+",", 99) + msg + "]")
+	for _, n := range []int{100, 100_000} {
+		b.Run(fmt.Sprintf("producers/streams=%d", n), func(b *testing.B) {
+			s, _ := benchStore(b)
+			create(b, s, "/p", n)
+			b.ResetTimer()
+			start, cpu := time.Now(), cpuTime()
+			var wg sync.WaitGroup
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// Sender w owns the streams k ≡ w (mod 16), so each producer's requests go
+					// one at a time, in order.
+					seqs := make(map[int]int64)
+					k := w
+					for i := w; i < b.N; i += 16 {
+						_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/p/%d", k), ContentType: "application/json",
+							Body: batch, Producer: &ProducerHeaders{ID: "p", Seq: seqs[k]}})
+						if err != nil {
+							b.Errorf("/p/%d seq %d: %v", k, seqs[k], err)
+							return
+						}
+						seqs[k]++
+						if k += 16; k >= n {
+							k = w
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "messages/s")
+			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N*100), "cpu-µs/op")
+		})
+	}
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkStreamFootprint measures what many streams cost at rest: it creates b.N empty JSON
+// streams through the protocol view (16 concurrent callers, a real file, synchronous=FULL), then
+// reports the Go heap after a collection per stream (heap-B/stream: the writer's cache of at most
+// DefaultMaxCachedStreams streams and its wake marks, among the rest), the process's resident
+// memory per stream (rss-B/stream, SQLite's own page cache included) and the database file with
+// its WAL per stream (disk-B/stream), then the same after one 200-byte message appended to each
+// stream (…-1msg). Run with
+//
+//	go test -run '^$' -bench StreamFootprint -benchtime 1000000x ./stream
+func BenchmarkStreamFootprint(b *testing.B) {
+	ctx := context.Background()
+	s, path := benchStore(b)
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rss0 := residentBytes()
+	each := func(fn func(i int) error) {
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < b.N; i += 16 {
+					if err := fn(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	report := func(suffix string) {
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		n := float64(b.N)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heap-B/stream"+suffix)
+		b.ReportMetric(float64(residentBytes()-rss0)/n, "rss-B/stream"+suffix)
+		var disk int64
+		for _, f := range []string{path, path + "-wal"} {
+			if fi, err := os.Stat(f); err == nil {
+				disk += fi.Size()
+			}
+		}
+		b.ReportMetric(float64(disk)/n, "disk-B/stream"+suffix)
+	}
+	b.ResetTimer()
+	each(func(i int) error {
+		_, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/f/%d", i), ContentType: "application/json"})
+		return err
+	})
+	b.StopTimer()
+	report("")
+	msg := []byte(fmt.Sprintf(`[{"user":"u-12345","note":%q,"n":42}]`, strings.Repeat("x", 160)))
+	each(func(i int) error {
+		_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/f/%d", i), ContentType: "application/json", Body: msg})
+		return err
+	})
+	report("-1msg")
+}
+
+// residentBytes is the process's resident set size (Linux; 0 elsewhere).
+func residentBytes() int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss int64
+	if _, err := fmt.Sscan(string(data), &size, &rss); err != nil {
+		return 0
+	}
+	return rss * int64(os.Getpagesize())
+}
+
 // BenchmarkPostgresAppendsToSeparateStreams runs 16 writers, each appending single-message
 // protocol batches to its own stream, on PostgreSQL (FOLDSTREAM_TEST_POSTGRES), and reports where
 // a group's time goes: appends per commit, write round trips per commit, the COMMIT's own time
@@ -345,7 +503,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	ctx := context.Background()
 	const k = 16
 	for w := range k {
-		if _, err := s.CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json"}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -374,7 +532,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 			defer wg.Done()
 			req := AppendRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json", Body: []byte(`{"n":1}`)}
 			for range share {
-				if _, err := s.AppendRecord(ctx, req); err != nil {
+				if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
 					b.Error(err)
 					return
 				}

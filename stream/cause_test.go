@@ -20,15 +20,14 @@ func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 	}
 	defer s.Close()
 	given := &foldtype.Source{Grant: "g"}
-	got, err := s.Append(ctx, "/o", foldtype.EventInput{Type: "a", Source: given},
-		foldtype.EventInput{Type: "b", Source: &foldtype.Source{Origin: "/upstream"}}, foldtype.EventInput{Type: "c"})
+	got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "a", Source: given}, foldtype.EventInput{Type: "b", Source: &foldtype.Source{Origin: "/upstream"}}, foldtype.EventInput{Type: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if given.Origin != "" {
 		t.Fatal("the caller's source was changed")
 	}
-	page, err := s.Read(ctx, "/o", 0, 0, stream.ReadOptions{})
+	page, err := s.Events().Stream("/o").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

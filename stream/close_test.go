@@ -34,7 +34,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
-					_, err := s.Append(context.Background(), "/s", foldtype.EventInput{Type: "t"})
+					_, err := s.Events().Stream("/s").Append(context.Background(), foldtype.EventInput{Type: "t"})
 					if err != nil {
 						if foldtype.CodeOf(err) != foldtype.CodeClosed {
 							t.Errorf("round %d writer %d: append failed with %v, want CLOSED", round, w, err)
@@ -60,7 +60,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 		}
 		n, after := 0, int64(0)
 		for {
-			page := mustRead(t, s, "/s", after, 1000, ReadOptions{})
+			page := mustRead(t, s, "/s", after, 1000, readOptions{})
 			n += len(page.Events)
 			if len(page.Events) == 0 || page.AtHead {
 				break
@@ -103,7 +103,7 @@ func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "/f", ev("a"))
-	mustRead(t, s, "/f", 0, 10, ReadOptions{})
+	mustRead(t, s, "/f", 0, 10, readOptions{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -85,16 +85,16 @@ func offsets(evs []foldtype.Event) []int64 {
 
 func mustAppend(t testing.TB, s *Store, path string, in ...foldtype.EventInput) []foldtype.Event {
 	t.Helper()
-	out, err := s.Append(context.Background(), path, in...)
+	out, err := s.Events().Stream(path).Append(context.Background(), in...)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	return out
 }
 
-func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts ReadOptions) foldtype.ReadPage {
+func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts readOptions) foldtype.ReadPage {
 	t.Helper()
-	p, err := s.Read(context.Background(), path, after, limit, opts)
+	p, err := s.readEvents(context.Background(), path, after, limit, opts)
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}

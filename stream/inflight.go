@@ -35,7 +35,8 @@ type arrivals struct {
 // ProducerArriving notes that a producer request for seq of producer id (epoch) on the stream at
 // path is arriving: its headers were read, its body and its append are to come. Call the returned
 // function once it was answered. The HTTP server calls it before reading a producer POST's body.
-func (s *Store) ProducerArriving(path, id string, epoch, seq int64) (done func()) {
+func (p *Protocol) ProducerArriving(path, id string, epoch, seq int64) (done func()) {
+	s := p.s
 	k := arrivingKey{path, id, epoch, seq}
 	a := &s.arriving
 	a.mu.Lock()

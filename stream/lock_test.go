@@ -42,7 +42,7 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 		t.Fatalf("Open after Close: %v", err)
 	}
 	defer again.Close()
-	if page := mustRead(t, again, "/a", 0, 10, ReadOptions{}); len(page.Events) != 2 {
+	if page := mustRead(t, again, "/a", 0, 10, readOptions{}); len(page.Events) != 2 {
 		t.Fatalf("events after reopen: got %d, want 2", len(page.Events))
 	}
 }
@@ -74,7 +74,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 		t.Fatalf("Open after the other process exited: %v", err)
 	}
 	defer st.Close()
-	if page := mustRead(t, st, "/held", 0, 10, ReadOptions{}); len(page.Events) != 1 {
+	if page := mustRead(t, st, "/held", 0, 10, readOptions{}); len(page.Events) != 1 {
 		t.Fatalf("events written by the other process: got %d, want 1", len(page.Events))
 	}
 }

@@ -49,7 +49,7 @@ func TestPanickingSubscriberIsRecovered(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var ranges []foldtype.ScannedRange
-	sub, err := s.Subscribe("/p", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/p", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		mu.Lock()
 		ranges = append(ranges, r)
 		mu.Unlock()

@@ -22,11 +22,11 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	appendSeq := func(seq int64) (AppendResult, error) {
-		return s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+		return s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
 	}
 	before := s.savepoints()
@@ -46,7 +46,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	if err := <-early; err != nil {
 		t.Fatalf("seq 1 after its predecessor landed: got %v, want accepted", err)
 	}
-	info, err := s.HeadStream(ctx, "/p")
+	info, err := s.Protocol().HeadStream(ctx, "/p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +66,12 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+		_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
 		done <- err
 	}()
@@ -105,13 +105,13 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 			}
 			defer s.Close()
 			ctx := context.Background()
-			if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+			if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 				t.Fatal(err)
 			}
-			arriving := s.ProducerArriving("/p", "p", 0, 0)
+			arriving := s.Protocol().ProducerArriving("/p", "p", 0, 0)
 			done := make(chan error, 1)
 			go func() {
-				_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+				_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 					Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 1}})
 				done <- err
 			}()
@@ -134,7 +134,7 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 				}
 				return
 			}
-			if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+			if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 				Body: []byte(`{"n":0}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}}); err != nil {
 				t.Fatal(err)
 			}

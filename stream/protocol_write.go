@@ -188,7 +188,8 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 }
 
 // CreateStream creates a stream, or confirms an identical existing one.
-func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+	s := p.s
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -450,7 +451,8 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 
 // AppendRecord appends a record and/or closes the stream, running the checks and the producer
 // decision table (docs/store.md#idempotent-producers) in one transaction with the data.
-func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+	s := p.s
 	if req.Producer != nil {
 		if err := validateProducerID(req.Producer.ID); err != nil {
 			return AppendResult{}, err
@@ -553,7 +555,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 	var st driver.Producer
 	known := false
 	if p != nil {
-		st, known, err = t.db.Producer(t.ctx, r.ID, p.ID)
+		st, known, err = t.producer(m, p.ID)
 		if err != nil {
 			return AppendResult{}, err
 		}
@@ -629,7 +631,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
 	if p != nil {
-		if err := t.db.PutProducer(t.ctx, r.ID, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
+		if err := t.putProducer(m, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
 			return AppendResult{}, err
 		}
 		res.Epoch, res.Seq = p.Epoch, p.Seq

@@ -142,7 +142,7 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 	if p := r.producer; p != nil {
 		// Only the plain next seq takes the sliced path: a duplicate, a gap or a new epoch are
 		// answered by the usual path without writing the record.
-		st, known, err := t.db.Producer(t.ctx, m.Row.ID, p.ID)
+		st, known, err := t.producer(m, p.ID)
 		if err != nil || !known || p.Epoch != st.Epoch || p.Seq != st.LastSeq+1 {
 			return errNotSliced
 		}
@@ -176,7 +176,7 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 
 // writeSlice inserts the reservation's next slice (hidden).
 func (s *Store) writeSlice(t *tx, r *reservation) error {
-	if m, ok := t.s.ws.streams[r.path]; !ok || m.Row.ID != r.id {
+	if m, ok := t.s.ws.streams.get(r.path); !ok || m.Row.ID != r.id {
 		return notLive(streamMissing, r.path) // deleted meanwhile (expiry collection)
 	}
 	if err := t.ctx.Err(); err != nil {

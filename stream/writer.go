@@ -40,12 +40,13 @@ type writeReq struct {
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
 // writer's transaction). Changes are staged per write function and applied after the commit.
 type writerState struct {
-	// streams caches stream rows and offset state by path. On an exclusive driver an entry is
-	// authoritative (every change to a stream goes through this writer); on a shared database
-	// it is re-read under the stream's lock in every transaction (see tx.stream).
-	streams map[string]*streamMem
+	// streams caches stream rows and offset state by path, at most Options.MaxCachedStreams of
+	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
+	// stream goes through this writer) and an evicted one is read again from its row; on a shared
+	// database it is re-read under the stream's lock in every transaction (see tx.stream).
+	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
-	woken map[int64]bool
+	woken wokenSet
 	// collectAfter is where CollectExpired resumes.
 	collectAfter int64
 	// reserved holds the streams taking a huge record in slices (sliced.go); parked holds the
@@ -66,6 +67,58 @@ type streamMem struct {
 	// epoch is the group transaction's lock epoch when Row was read or written under the
 	// stream's lock (shared databases; see driver.LockKeeper).
 	epoch int
+	// producers caches, on an exclusive driver, the state of the stream's idempotent producers
+	// looked up or written since the entry was loaded (a zero Producer: none stored). The map is
+	// never changed in place: copies of the entry share it (see tx.stream), so setProducer
+	// replaces it.
+	producers map[string]driver.Producer
+}
+
+// maxCachedProducers caps the producers cached per stream; the others are looked up each time.
+const maxCachedProducers = 8
+
+// producer returns the state of producer id on the stream: from the writer's cache on an
+// exclusive driver (every write of a producer's state goes through this writer), else from the
+// database.
+func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
+	if t.s.exclusive {
+		if p, ok := m.producers[id]; ok {
+			return p, p.ID != "", nil
+		}
+	}
+	p, known, err := t.db.Producer(t.ctx, m.Row.ID, id)
+	if err != nil {
+		return driver.Producer{}, false, err
+	}
+	m.setProducer(t.s.exclusive, id, p)
+	return p, known, nil
+}
+
+// putProducer stores the producer's state on the stream and caches it.
+func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
+	if err := t.db.PutProducer(t.ctx, m.Row.ID, p); err != nil {
+		return err
+	}
+	m.setProducer(t.s.exclusive, p.ID, p)
+	return nil
+}
+
+// setProducer caches p as the state of producer id (zero: none stored) when the driver is
+// exclusive and the cap allows, in a fresh map: the old one may be shared with the committed
+// entry, which a rolled-back write must leave as it was.
+func (m *streamMem) setProducer(exclusive bool, id string, p driver.Producer) {
+	if !exclusive {
+		return
+	}
+	if _, ok := m.producers[id]; !ok && len(m.producers) >= maxCachedProducers {
+		return
+	}
+	next := make(map[string]driver.Producer, len(m.producers)+1)
+	for k, v := range m.producers {
+		next[k] = v
+	}
+	next[id] = p
+	m.producers = next
 }
 
 // tx is the handle a write function gets. It is valid only during the function's call.
@@ -453,14 +506,14 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		}
 		for p, m := range t.staged {
 			if m == nil {
-				delete(ws.streams, p)
+				ws.streams.remove(p)
 				continue
 			}
-			ws.streams[p] = m
+			ws.streams.put(p, m)
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
 		for id := range t.woken {
-			ws.woken[id] = true
+			ws.woken.add(id)
 		}
 		if r := t.reserve; r != nil {
 			if ws.reserved == nil {
@@ -619,7 +672,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			t.staged[path] = &c
 			return &c, nil
 		}
-	} else if m, ok := t.s.ws.streams[path]; ok && t.s.exclusive {
+	} else if m, ok := t.s.ws.streams.get(path); ok && t.s.exclusive {
 		c := *m
 		t.staged[path] = &c
 		return &c, nil
@@ -643,7 +696,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			return nil, err
 		}
 		m = &streamMem{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
-		if old, ok := t.s.ws.streams[path]; ok && old.Row.ID == row.ID {
+		if old, ok := t.s.ws.streams.get(path); ok && old.Row.ID == row.ID {
 			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
 		}
 		if old := t.g.staged[path]; old != nil && old.Row.ID == row.ID {
@@ -682,7 +735,7 @@ func (t *tx) forget(path string, id int64) {
 // isWoken reports whether the stream got its wake record in this incarnation: committed, or
 // staged earlier in this function or by a successful function earlier in the group.
 func (t *tx) isWoken(id int64) bool {
-	return t.woken[id] || t.g.woken[id] || t.s.ws.woken[id]
+	return t.woken[id] || t.g.woken[id] || t.s.ws.woken.has(id)
 }
 
 // markWoken stages the stream's wake mark. It takes effect only if this function and the group

@@ -64,7 +64,7 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	bad, err := st.Append(ctx, "/c/x", foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "bad"})
+	bad, err := st.Events().Stream("/c/x").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,7 @@ func collectLoop(ctx context.Context, st *stream.Store, every time.Duration, log
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := st.CollectExpired(ctx)
+			n, err := st.Protocol().CollectExpired(ctx)
 			if err != nil && ctx.Err() == nil {
 				log.Warn("collect expired streams", "err", err)
 			} else if n > 0 {

@@ -79,6 +79,8 @@ type Driver struct {
 	leases        leaseTable // in memory: see leases.go
 	leaseWatchers driver.LeaseWatchers
 	lock          *os.File // the exclusive lock on the database file, held until Close (lock.go)
+
+	reads readStmts // the read connections' prepared statements
 }
 
 var (
@@ -238,10 +240,12 @@ func (d *Driver) Close() error {
 		errs = append(errs, w.conn.Close())
 	}
 	d.writers = nil
+	errs = append(errs, d.reads.close())
 	lock := d.lock
 	d.lock = nil
 	d.writerMu.Unlock()
 	errs = append(errs, d.rdb.Close(), d.wdb.Close())
+	d.reads.preparing.Wait() // the pool is closed: a preparation waiting for a connection ends
 	return errors.Join(append(errs, unlockStore(lock))...)
 }
 
@@ -257,7 +261,7 @@ func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
-	return fn(&readTx{q: sqlTxQuerier{tx}})
+	return fn(&readTx{q: readQuerier{tx: tx, stmts: &d.reads, db: d.rdb}})
 }
 
 // QueryRaw runs a one-row query on a read connection (tests and tools).
@@ -296,15 +300,108 @@ type querier interface {
 	queryRow(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-type sqlTxQuerier struct{ tx *sql.Tx }
-
-func (q sqlTxQuerier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return q.tx.ExecContext(ctx, query, args...)
+// readStmts keeps the read connections' prepared statements. A read transaction is short (an
+// engine's open reads a stream row and a checkpoint, each its own transaction), so parsing its
+// SQL anew each time was most of its cost: a statement is prepared once on the read pool and
+// database/sql reuses it on each connection it was prepared on (Tx.StmtContext prepares it on a
+// transaction's connection the first time, on that connection).
+//
+// A statement not prepared yet is prepared in the background while the query that asked for it
+// runs unprepared: preparing on the pool needs a free connection, and a transaction holding one
+// while it waits for another would deadlock once every connection is in such a transaction.
+type readStmts struct {
+	mu      sync.RWMutex
+	stmts   map[string]*sql.Stmt
+	pending map[string]bool
+	closed  bool
+	// preparing counts the background preparations; Close waits for them once the pool is
+	// closed, so none holds a connection (an open file) after Close returns.
+	preparing sync.WaitGroup
 }
-func (q sqlTxQuerier) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+
+// get returns the pool's prepared statement for query, or nil when there is none yet (it is then
+// being prepared) or it cannot be cached (the cache is full or closed, or preparing failed): the
+// caller then runs the query directly.
+func (c *readStmts) get(db *sql.DB, query string) *sql.Stmt {
+	c.mu.RLock()
+	st := c.stmts[query]
+	c.mu.RUnlock()
+	if st != nil {
+		return st
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.stmts[query]; st != nil {
+		return st
+	}
+	if c.closed || c.pending[query] || len(c.stmts)+len(c.pending) >= maxCachedStmts {
+		return nil
+	}
+	if c.pending == nil {
+		c.pending = make(map[string]bool)
+	}
+	c.pending[query] = true
+	c.preparing.Add(1)
+	go c.prepare(db, query)
+	return nil
+}
+
+// prepare prepares query on the pool and caches it. It waits for a free connection; closing the
+// pool ends the wait.
+func (c *readStmts) prepare(db *sql.DB, query string) {
+	defer c.preparing.Done()
+	st, err := db.PrepareContext(context.Background(), query)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, query)
+	if err != nil {
+		return
+	}
+	if c.closed {
+		st.Close()
+		return
+	}
+	if c.stmts == nil {
+		c.stmts = make(map[string]*sql.Stmt)
+	}
+	c.stmts[query] = st
+}
+
+// close closes every cached statement; none is cached after it.
+func (c *readStmts) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var errs []error
+	for _, st := range c.stmts {
+		errs = append(errs, st.Close())
+	}
+	c.stmts = nil
+	return errors.Join(errs...)
+}
+
+// readQuerier runs a read transaction's queries through the read pool's prepared statements.
+type readQuerier struct {
+	tx    *sql.Tx
+	stmts *readStmts
+	db    *sql.DB
+}
+
+func (q readQuerier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return q.tx.ExecContext(ctx, query, args...) // a read transaction writes nothing
+}
+
+func (q readQuerier) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := q.stmts.get(q.db, query); st != nil {
+		return q.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
 	return q.tx.QueryContext(ctx, query, args...)
 }
-func (q sqlTxQuerier) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+
+func (q readQuerier) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := q.stmts.get(q.db, query); st != nil {
+		return q.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
 	return q.tx.QueryRowContext(ctx, query, args...)
 }
 
