@@ -40,7 +40,7 @@ type writeReq struct {
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
 // writer's transaction). Changes are staged per write function and applied after the commit.
 type writerState struct {
-	// streams caches stream rows and offset state by path, at most Options.MaxCachedStreams of
+	// streams caches stream rows and offset state by path, at most Config.MaxCachedStreams of
 	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
 	// stream goes through this writer) and an evicted one is read again from its row; on a shared
 	// database it is re-read under the stream's lock in every transaction (see tx.stream).

@@ -14,13 +14,13 @@ import (
 	"github.com/foldstream/foldstream/stream"
 )
 
-// The writer keeps at most Options.MaxCachedStreams streams in memory; a stream evicted from it
+// The writer keeps at most Config.MaxCachedStreams streams in memory; a stream evicted from it
 // is read again from its row. These run many streams through a cache of two, concurrently, on both
 // drivers, and check that offsets, producer dedup and wake records stay exact.
 
 func openCached(t *testing.T, target string, max int) *stream.Store {
 	t.Helper()
-	s, err := storeopen.Open(context.Background(), target, storeopen.Config{Store: stream.Options{Logger: quiet, MaxCachedStreams: max, ProducerReorderWait: -1}})
+	s, err := storeopen.Open(context.Background(), target, storeopen.Config{Store: stream.Config{Logger: quiet, MaxCachedStreams: max, ProducerReorderWait: -1}})
 	if err != nil {
 		t.Fatalf("open %s: %v", target, err)
 	}
