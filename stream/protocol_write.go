@@ -194,7 +194,8 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 }
 
 // CreateStream creates a stream, or confirms an identical existing one.
-func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+	s := p.s
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -456,7 +457,8 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 
 // AppendRecord appends a record and/or closes the stream, running the checks and the producer
 // decision table (docs/store.md#idempotent-producers) in one transaction with the data.
-func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+	s := p.s
 	if req.Producer != nil {
 		if err := validateProducerID(req.Producer.ID); err != nil {
 			return AppendResult{}, err
@@ -477,7 +479,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
 	// resend), the later request waits for commits to the stream and tries again: as long as a
-	// missing seq is arriving (inflight.go), else up to Options.ProducerReorderWait; a gap that is
+	// missing seq is arriving (inflight.go), else up to Config.ProducerReorderWait; a gap that is
 	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	if r := s.planSliced(req, msgs, msgErr); r != nil {
 		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
@@ -533,7 +535,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	}
 }
 
-// DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
+// DefaultProducerReorderWait is the default of Config.ProducerReorderWait: long enough for a
 // pipelined request that overtook its predecessor on loopback or a LAN even on a loaded machine
 // (where the predecessor's connection may not be served for tens of milliseconds), short enough
 // that a real gap — a lost request, which its producer resends anyway — is still answered promptly.
