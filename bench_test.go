@@ -137,7 +137,7 @@ func BenchmarkLiveStateDiff(b *testing.B) {
 		}
 	})
 	b.Run("set", func(b *testing.B) {
-		l := foldstream.NewLiveState(discardSink{}, "k", d, foldstream.LiveStateOptions{})
+		l := foldstream.NewLiveState(discardSink{}, "k", d, foldstream.LiveStateConfig{})
 		b.SetBytes(int64(len(after)))
 		for i := range b.N {
 			d.Counter = i + 2

@@ -18,8 +18,8 @@ type DBTX interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// CheckpointTableOptions configures [NewCheckpointTable].
-type CheckpointTableOptions struct {
+// CheckpointTableConfig configures [NewCheckpointTable].
+type CheckpointTableConfig struct {
 	// Table is the table name. Defaults to "reduce_checkpoints".
 	Table string
 	// Scope partitions rows so one SQLite file can hold many streams' checkpoints (a host scopes
@@ -50,7 +50,7 @@ var _ CheckpointStorage = (*CheckpointTable)(nil)
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // NewCheckpointTable returns the table, creating it unless opts.SkipCreate.
-func NewCheckpointTable(ctx context.Context, db DBTX, opts CheckpointTableOptions) (*CheckpointTable, error) {
+func NewCheckpointTable(ctx context.Context, db DBTX, opts CheckpointTableConfig) (*CheckpointTable, error) {
 	table := opts.Table
 	if table == "" {
 		table = "reduce_checkpoints"

@@ -35,13 +35,13 @@ func TestCheckpointTable_ScopesAndOptions(t *testing.T) {
 	t.Parallel()
 	db := testsupport.MemoryCheckpoints().DB()
 	ctx := context.Background()
-	a := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Scope: "/a"}))
-	b := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Scope: "/b", SkipCreate: true}))
+	a := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Scope: "/a"}))
+	b := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Scope: "/b", SkipCreate: true}))
 	mustDo(t, a.WriteCheckpoint(ctx, "p", foldstream.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false))
 	if _, ok, _ := b.ReadCheckpoint(ctx, "p"); ok {
 		t.Error("scope /b sees scope /a's row")
 	}
-	if _, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{Table: "x; DROP TABLE y"}); err == nil {
+	if _, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Table: "x; DROP TABLE y"}); err == nil {
 		t.Error("an unsafe table name was accepted")
 	}
 }
@@ -147,7 +147,8 @@ func (f *flakyCheckpoints) WriteCheckpoint(ctx context.Context, slug string, cp 
 	return f.Checkpoints.WriteCheckpoint(ctx, slug, cp, changed)
 }
 
-func TestP23_CheckpointAcrossIncarnations(t *testing.T) {
+// Acceptance case P-23 (docs/engine.md#acceptance-cases).
+func TestCheckpointAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	eng := newEngine[ledgerState](t, newLedger(t), mem, cps, fed)
@@ -174,7 +175,8 @@ func TestP23_CheckpointAcrossIncarnations(t *testing.T) {
 	eq(t, "checkpoint", []any{cp.ReducerVersion, cp.ReducedThroughOffset, string(cp.State)}, []any{"1", int64(6), `{"counted":[2,4,6]}`})
 }
 
-func TestP41_EffectOnlyNeverReplaysAfterEviction(t *testing.T) {
+// Acceptance case P-41 (docs/engine.md#acceptance-cases).
+func TestEffectOnlyNeverReplaysAfterEviction(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p, effects := newEffectOnly(t)
@@ -194,7 +196,8 @@ func TestP41_EffectOnlyNeverReplaysAfterEviction(t *testing.T) {
 	eq(t, "new engine effects", effects2.get(), []int64(nil))
 }
 
-func TestP42_StateChangingProcessorNeverReplays(t *testing.T) {
+// Acceptance case P-42 (docs/engine.md#acceptance-cases).
+func TestStateChangingProcessorNeverReplays(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p, effects := newCount(t, "1.0.0")

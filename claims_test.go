@@ -11,7 +11,8 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-func TestP60_OneClaimWhileAttemptsAreInFlight(t *testing.T) {
+// Acceptance case P-60 (docs/engine.md#acceptance-cases).
+func TestOneClaimWhileAttemptsAreInFlight(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, claimTrace := setupAttempts(t)
 	appendT(t, mem, ev("e"), ev("e"))
@@ -29,7 +30,8 @@ func TestP60_OneClaimWhileAttemptsAreInFlight(t *testing.T) {
 	eq(t, "claims", mem.Claims(), []time.Time{testsupport.T.Add(20 * time.Second), {}})
 }
 
-func TestP61_ReviveWhileBusyDoublesTheClaim(t *testing.T) {
+// Acceptance case P-61 (docs/engine.md#acceptance-cases).
+func TestReviveWhileBusyDoublesTheClaim(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, _ := setupAttempts(t)
 	ctx := ctxFor(t)
@@ -54,7 +56,8 @@ func TestP61_ReviveWhileBusyDoublesTheClaim(t *testing.T) {
 	eq(t, "idle revive claims nothing", mem.Claims(), cl)
 }
 
-func TestP62_ClaimsAreSerialized(t *testing.T) {
+// Acceptance case P-62 (docs/engine.md#acceptance-cases).
+func TestClaimsAreSerialized(t *testing.T) {
 	t.Parallel()
 	a, mem, eng, _ := setupAttempts(t)
 	landed := &rec[string]{}

@@ -14,7 +14,8 @@ import (
 	invopop "github.com/invopop/jsonschema"
 )
 
-func TestP01_StateSchemaMustParseEmptyObject(t *testing.T) {
+// Acceptance case P-01 (docs/engine.md#acceptance-cases).
+func TestStateSchemaMustParseEmptyObject(t *testing.T) {
 	t.Parallel()
 	type st struct {
 		Name string `json:"name"`
@@ -58,7 +59,8 @@ func depContract(t *testing.T, slug string, defs ...foldstream.EventDefinition) 
 		Slug: slug, Version: "1", Events: defs}))
 }
 
-func TestP02_EventDeclaredByTwoDeps(t *testing.T) {
+// Acceptance case P-02 (docs/engine.md#acceptance-cases).
+func TestEventDeclaredByTwoDeps(t *testing.T) {
 	t.Parallel()
 	a := depContract(t, "a", foldstream.DefineEvent[sharedPayload]("demo/shared", "shared"))
 	b := depContract(t, "b", foldstream.DefineEvent[sharedPayload]("demo/shared", "shared"))
@@ -108,7 +110,8 @@ func checkConsumes(t *testing.T, cases []consumesCase) {
 	}
 }
 
-func TestP03_StarSweepsDurablesNotEphemerals(t *testing.T) {
+// Acceptance case P-03 (docs/engine.md#acceptance-cases).
+func TestStarSweepsDurablesNotEphemerals(t *testing.T) {
 	t.Parallel()
 	checkConsumes(t, []consumesCase{
 		{"durable a", []string{"*"}, durableEv("a"), true},
@@ -117,7 +120,8 @@ func TestP03_StarSweepsDurablesNotEphemerals(t *testing.T) {
 	})
 }
 
-func TestP04_NilConsumesEveryDurable(t *testing.T) {
+// Acceptance case P-04 (docs/engine.md#acceptance-cases).
+func TestNilConsumesEveryDurable(t *testing.T) {
 	t.Parallel()
 	checkConsumes(t, []consumesCase{
 		{"durable", nil, durableEv("a"), true},
@@ -127,7 +131,8 @@ func TestP04_NilConsumesEveryDurable(t *testing.T) {
 	})
 }
 
-func TestP05_WakeRecordIsAnOrdinaryDurable(t *testing.T) {
+// Acceptance case P-05 (docs/engine.md#acceptance-cases).
+func TestWakeRecordIsAnOrdinaryDurable(t *testing.T) {
 	t.Parallel()
 	checkConsumes(t, []consumesCase{
 		{"nil", nil, durableEv(foldtype.WokenType), true},
@@ -136,7 +141,8 @@ func TestP05_WakeRecordIsAnOrdinaryDurable(t *testing.T) {
 	})
 }
 
-func TestP06_NamedTypes(t *testing.T) {
+// Acceptance case P-06 (docs/engine.md#acceptance-cases).
+func TestANamedTypeConsumesExactlyThatType(t *testing.T) {
 	t.Parallel()
 	checkConsumes(t, []consumesCase{
 		{"named ephemeral", []string{"eph"}, ephemeralEv("eph"), true},
@@ -146,7 +152,8 @@ func TestP06_NamedTypes(t *testing.T) {
 	})
 }
 
-func TestP07_LiveStateDeltaOnlyWhenNamed(t *testing.T) {
+// Acceptance case P-07 (docs/engine.md#acceptance-cases).
+func TestLiveStateDeltaOnlyWhenNamed(t *testing.T) {
 	t.Parallel()
 	delta := ephemeralEv(foldtype.LiveStateChangedType)
 	checkConsumes(t, []consumesCase{
@@ -160,7 +167,8 @@ func TestP07_LiveStateDeltaOnlyWhenNamed(t *testing.T) {
 	}
 }
 
-func TestP37_BareCounter(t *testing.T) {
+// Acceptance case P-37 (docs/engine.md#acceptance-cases).
+func TestBareContractReducesAndKeysItsEffects(t *testing.T) {
 	t.Parallel()
 	c := newCounter(t)
 	next, changed, err := c.Reduce(foldstream.ReduceArgs[counterState]{Event: foldstream.Event{Type: tickType, Offset: 1}, State: counterState{}})
@@ -178,7 +186,8 @@ func TestP37_BareCounter(t *testing.T) {
 	eq(t, "fold", testsupport.ReduceProcessor[counterState](c, []foldstream.EventInput{ev(tickType), ev("x"), ev(tickType)}), counterState{Ticks: 2})
 }
 
-func TestP47_SamePayloadInAnotherKeyOrder(t *testing.T) {
+// Acceptance case P-47 (docs/engine.md#acceptance-cases).
+func TestSamePayloadInAnotherKeyOrder(t *testing.T) {
 	t.Parallel()
 	base := foldstream.Event{Type: "t", Payload: json.RawMessage(`{"a":1,"b":{"c":2,"d":3}}`)}
 	if !foldtype.SameIdempotentEvent(base, foldstream.EventInput{Type: "t", Payload: json.RawMessage(`{"b":{"d":3,"c":2},"a":1}`)}) {
@@ -189,7 +198,8 @@ func TestP47_SamePayloadInAnotherKeyOrder(t *testing.T) {
 	}
 }
 
-func TestP48_DifferentMetadata(t *testing.T) {
+// Acceptance case P-48 (docs/engine.md#acceptance-cases).
+func TestDifferentMetadataMakesDifferentEvents(t *testing.T) {
 	t.Parallel()
 	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
 	if foldtype.SameIdempotentEvent(m, foldstream.EventInput{Type: "t", Metadata: json.RawMessage(`{"trace":"b"}`)}) {
@@ -200,7 +210,8 @@ func TestP48_DifferentMetadata(t *testing.T) {
 	}
 }
 
-func TestP49_MetadataOnOneSideOnly(t *testing.T) {
+// Acceptance case P-49 (docs/engine.md#acceptance-cases).
+func TestMetadataOnOneSideOnly(t *testing.T) {
 	t.Parallel()
 	m := foldstream.Event{Type: "t", Metadata: json.RawMessage(`{"trace":"a"}`)}
 	if foldtype.SameIdempotentEvent(m, foldstream.EventInput{Type: "t"}) {
@@ -219,7 +230,8 @@ type lastState struct {
 	Last float64 `json:"last"`
 }
 
-func TestP50_MalformedPayloadIsSkipped(t *testing.T) {
+// Acceptance case P-50 (docs/engine.md#acceptance-cases).
+func TestMalformedPayloadIsSkipped(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[lastState]](t)(foldstream.DefineContract(foldstream.ContractConfig[lastState]{
 		Slug: "guarded-payload", Version: "1", Consumes: []string{"demo/set"},
@@ -297,7 +309,8 @@ func newAdder(t *testing.T, version string, seen *rec[string]) *fn[sumState] {
 		}}
 }
 
-func TestP51_CoercedPayload(t *testing.T) {
+// Acceptance case P-51 (docs/engine.md#acceptance-cases).
+func TestCoercingSchemaNormalizesPayloadsBeforeReduce(t *testing.T) {
 	t.Parallel()
 	seen := &rec[string]{}
 	p := newAdder(t, "1", seen)
@@ -310,7 +323,8 @@ func TestP51_CoercedPayload(t *testing.T) {
 	eq(t, "normalized payloads", seen.get(), []string{`{"n":2}`, `{"n":3}`})
 }
 
-func TestP52_InvalidPayloadSkipsEffects(t *testing.T) {
+// Acceptance case P-52 (docs/engine.md#acceptance-cases).
+func TestInvalidPayloadSkipsEffects(t *testing.T) {
 	t.Parallel()
 	type nsState struct {
 		Seen []float64 `json:"seen"`

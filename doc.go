@@ -72,7 +72,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{})
+//		cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{})
 //		if err != nil {
 //			return err
 //		}

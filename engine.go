@@ -250,7 +250,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if err != nil {
 		seed = nil
 	}
-	e.live = NewLiveState(e.stream, c.Slug(), seed, LiveStateOptions{Clock: e.clock, Reporter: e.rep})
+	e.live = NewLiveState(e.stream, c.Slug(), seed, LiveStateConfig{Clock: e.clock, Reporter: e.rep})
 	return e, nil
 }
 

@@ -122,7 +122,7 @@ func ExampleApplyPatch() {
 
 func ExampleLiveState() {
 	mem := testsupport.NewMemoryStream()
-	live := foldstream.NewLiveState(mem, "greeting", map[string]string{"text": "hi"}, foldstream.LiveStateOptions{Clock: testsupport.NewFakeClock()})
+	live := foldstream.NewLiveState(mem, "greeting", map[string]string{"text": "hi"}, foldstream.LiveStateConfig{Clock: testsupport.NewFakeClock()})
 	seed := live.Snapshot()
 	live.Set(map[string]string{"text": "hello"})
 	_ = live.Wait(context.Background())

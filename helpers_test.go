@@ -634,7 +634,7 @@ func (s *recSink) frames() []foldtype.LiveStateDelta {
 }
 
 func newLive(sink foldstream.LiveStateSink, initial any) (*foldstream.LiveState, int64) {
-	l := foldstream.NewLiveState(sink, "k", initial, foldstream.LiveStateOptions{Clock: testsupport.NewFakeClock(), Reporter: &siteLog{}})
+	l := foldstream.NewLiveState(sink, "k", initial, foldstream.LiveStateConfig{Clock: testsupport.NewFakeClock(), Reporter: &siteLog{}})
 	return l, l.Snapshot().Rev
 }
 

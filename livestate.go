@@ -29,8 +29,8 @@ type LiveStateSnapshot struct {
 	State any
 }
 
-// LiveStateOptions configures [NewLiveState].
-type LiveStateOptions struct {
+// LiveStateConfig configures [NewLiveState].
+type LiveStateConfig struct {
 	// Clock seeds the revision epoch. Defaults to foldtype.SystemClock.
 	Clock Clock
 	// Reporter receives failed delta appends. Defaults to SlogReporter(nil).
@@ -68,7 +68,7 @@ type LiveState struct {
 // NewLiveState returns a holder with key and initial value (docs/engine.md#live-state). The
 // revision starts at the epoch nowMs*4096 + rand[0, 4095], so a reborn holder never continues an
 // old chain.
-func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateOptions) *LiveState {
+func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateConfig) *LiveState {
 	clock := opts.Clock
 	if clock == nil {
 		clock = foldtype.SystemClock{}

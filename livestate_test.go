@@ -17,7 +17,8 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-func TestP32_OneDeltaPerChange(t *testing.T) {
+// Acceptance case P-32 (docs/engine.md#acceptance-cases).
+func TestOneDeltaPerChange(t *testing.T) {
 	t.Parallel()
 	mem, _ := setupTally(t)
 	appendT(t, mem, ev("tick"))
@@ -35,7 +36,8 @@ func TestP32_OneDeltaPerChange(t *testing.T) {
 		`{"key":"tally","patch":[{"op":"replace","path":"/count","value":1}]}`)
 }
 
-func TestP33_DeltaChain(t *testing.T) {
+// Acceptance case P-33 (docs/engine.md#acceptance-cases).
+func TestEachDeltaChainsFromThePreviousOne(t *testing.T) {
 	t.Parallel()
 	mem, _ := setupTally(t)
 	for _, typ := range []string{"tick", "other", "tick"} {
@@ -49,7 +51,8 @@ func TestP33_DeltaChain(t *testing.T) {
 	eq(t, "chain", ds[1].From, ds[0].To)
 }
 
-func TestP34_LiveSnapshotIsTheProjection(t *testing.T) {
+// Acceptance case P-34 (docs/engine.md#acceptance-cases).
+func TestLiveSnapshotIsTheProjection(t *testing.T) {
 	t.Parallel()
 	mem, eng := setupTally(t)
 	appendT(t, mem, ev("other"))
@@ -65,7 +68,8 @@ func TestP34_LiveSnapshotIsTheProjection(t *testing.T) {
 	eq(t, "from", ds[0].From, seed.Rev)
 }
 
-func TestP35_EqualFreshProjectionEmitsNothing(t *testing.T) {
+// Acceptance case P-35 (docs/engine.md#acceptance-cases).
+func TestEqualFreshProjectionEmitsNothing(t *testing.T) {
 	t.Parallel()
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "flat", "1", "tick")), reduce: incN,
 		project: func(nState) (any, error) { return map[string]bool{"steady": true}, nil }}
@@ -78,7 +82,8 @@ func TestP35_EqualFreshProjectionEmitsNothing(t *testing.T) {
 	eq(t, "deltas", len(deltas(mem)), 0)
 }
 
-func TestP36_NoProcessorReducesADelta(t *testing.T) {
+// Acceptance case P-36 (docs/engine.md#acceptance-cases).
+func TestNoProcessorReducesADelta(t *testing.T) {
 	t.Parallel()
 	mem, _ := setupTally(t)
 	sneaky := &fn[nState]{Base: foldstream.NewBase(nContract(t, "sneaky", "1", "*", foldtype.LiveStateChangedType)), reduce: incN, project: projectNull[nState]}
@@ -90,7 +95,8 @@ func TestP36_NoProcessorReducesADelta(t *testing.T) {
 	eq(t, "sneaky", must[foldstream.Snapshot[nState]](t)(s.Snapshot(ctxFor(t))).State, nState{1})
 }
 
-func TestP38_RuntimeFieldInTheProjection(t *testing.T) {
+// Acceptance case P-38 (docs/engine.md#acceptance-cases).
+func TestRuntimeFieldInTheProjection(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
 		Slug: "runtime", Version: "1", Consumes: []string{"tick"}}))
@@ -116,7 +122,8 @@ func TestP38_RuntimeFieldInTheProjection(t *testing.T) {
 	jsonEq(t, "patch", foldstream.JSON(ds[0].Patch), `[{"op":"replace","path":"/lastSeenOffset","value":2}]`)
 }
 
-func TestP39_KeptStateEmitsNothing(t *testing.T) {
+// Acceptance case P-39 (docs/engine.md#acceptance-cases).
+func TestKeptStateEmitsNothing(t *testing.T) {
 	t.Parallel()
 	fired := &rec[int64]{}
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "still", "1", "tick")),
@@ -136,7 +143,8 @@ func TestP39_KeptStateEmitsNothing(t *testing.T) {
 	eq(t, "deltas", len(deltas(mem)), 0)
 }
 
-func TestP40_UnserializableProjection(t *testing.T) {
+// Acceptance case P-40 (docs/engine.md#acceptance-cases).
+func TestUnserializableProjectionEmitsNoDeltaAndKeepsTheState(t *testing.T) {
 	t.Parallel()
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "biggie", "1", "tick")), reduce: incN,
 		project: func(s nState) (any, error) { return map[string]any{"n": s.N, "f": func() {}}, nil }}
@@ -165,7 +173,8 @@ func TestFailingProjectionNeverFailsConstruction(t *testing.T) {
 	eq(t, "reported", len(sites.get()), 2)
 }
 
-func TestP54_DeltasChainAndApply(t *testing.T) {
+// Acceptance case P-54 (docs/engine.md#acceptance-cases).
+func TestDeltasChainAndApply(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{}
 	l, epoch := newLive(sink, map[string]int{"n": 0})
@@ -192,7 +201,8 @@ func TestP54_DeltasChainAndApply(t *testing.T) {
 	eq(t, "snapshot state", s.State, any(map[string]int{"n": 2}))
 }
 
-func TestP55_OneAppendChain(t *testing.T) {
+// Acceptance case P-55 (docs/engine.md#acceptance-cases).
+func TestOneDeltaAppendInFlightAndLaterOnesQueue(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{hold: true, release: make(chan struct{}), notify: make(chan struct{}, 3)}
 	l, base := newLive(sink, map[string]int{"n": 0})
@@ -215,7 +225,8 @@ func TestP55_OneAppendChain(t *testing.T) {
 	}
 }
 
-func TestP56_SameValueAgain(t *testing.T) {
+// Acceptance case P-56 (docs/engine.md#acceptance-cases).
+func TestSettingTheHeldValueAgainEmitsNothing(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{}
 	big := make([]int, 1000)
@@ -227,7 +238,8 @@ func TestP56_SameValueAgain(t *testing.T) {
 	eq(t, "rev", l.Snapshot().Rev, epoch)
 }
 
-func TestP57_EqualFreshValue(t *testing.T) {
+// Acceptance case P-57 (docs/engine.md#acceptance-cases).
+func TestSettingAnEqualFreshValueEmitsNothing(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{}
 	l, epoch := newLive(sink, map[string]int{"n": 1})
@@ -240,7 +252,8 @@ func TestP57_EqualFreshValue(t *testing.T) {
 	eq(t, "rev", l.Snapshot().Rev, epoch)
 }
 
-func TestP58_UnserializableValue(t *testing.T) {
+// Acceptance case P-58 (docs/engine.md#acceptance-cases).
+func TestUnserializableValueIsHeldAndTheNextFrameDiffsFromIt(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{}
 	l, epoch := newLive(sink, map[string]any{"n": 0})
@@ -269,7 +282,8 @@ func TestP58_UnserializableValue(t *testing.T) {
 		[]any{epoch + 3, `[{"op":"replace","path":"/n","value":3}]`})
 }
 
-func TestP59_FailingSinkNeverFailsSet(t *testing.T) {
+// Acceptance case P-59 (docs/engine.md#acceptance-cases).
+func TestFailingSinkNeverFailsSet(t *testing.T) {
 	t.Parallel()
 	for _, sink := range []*recSink{{fail: errors.New("sink down")}, {panics: true}} {
 		l, epoch := newLive(sink, map[string]int{"n": 0})
@@ -403,7 +417,8 @@ func TestCallersSeeAnOffsetOnlyAfterItsLiveStateIsPublished(t *testing.T) {
 	eq(t, "seen before the live state was published", early.get(), []string(nil))
 }
 
-func TestR13_FailingProjectionLosesOnlyThatNotification(t *testing.T) {
+// Acceptance case R-13 (docs/engine.md#acceptance-cases).
+func TestFailingProjectionLosesOnlyThatNotification(t *testing.T) {
 	t.Parallel()
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "r13", "1", "tick")), reduce: incN,
 		project: func(s nState) (any, error) {

@@ -22,7 +22,8 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-func TestP08_SerialChainAndBarrier(t *testing.T) {
+// Acceptance case P-08 (docs/engine.md#acceptance-cases).
+func TestEventsRunOneAtATimeBehindTheirBlockers(t *testing.T) {
 	t.Parallel()
 	c, mem, _, eng := setupCounter(t)
 	mem.Register(eng)
@@ -47,7 +48,8 @@ func TestP08_SerialChainAndBarrier(t *testing.T) {
 	}
 }
 
-func TestP09_BackgroundIsNotAwaited(t *testing.T) {
+// Acceptance case P-09 (docs/engine.md#acceptance-cases).
+func TestBackgroundIsNotAwaited(t *testing.T) {
 	t.Parallel()
 	order := &rec[string]{}
 	release, bg2Done := make(chan struct{}), make(chan struct{})
@@ -81,7 +83,8 @@ func TestP09_BackgroundIsNotAwaited(t *testing.T) {
 	eq(t, "background", order.get()[2:], []string{"bg 2", "bg 1"})
 }
 
-func TestP10_OneCommitPerBatch(t *testing.T) {
+// Acceptance case P-10 (docs/engine.md#acceptance-cases).
+func TestOneCommitPerBatch(t *testing.T) {
 	t.Parallel()
 	_, mem, cps, eng := setupCounter(t)
 	mem.Register(eng)
@@ -91,7 +94,8 @@ func TestP10_OneCommitPerBatch(t *testing.T) {
 	eq(t, "writes", cps.Writes(), 2)
 }
 
-func TestP11_AtHeadPassForUnconsumedEvent(t *testing.T) {
+// Acceptance case P-11 (docs/engine.md#acceptance-cases).
+func TestAtHeadPassForUnconsumedEvent(t *testing.T) {
 	t.Parallel()
 	c, mem, _, eng := setupCounter(t)
 	mem.Register(eng)
@@ -101,7 +105,8 @@ func TestP11_AtHeadPassForUnconsumedEvent(t *testing.T) {
 	eq(t, "trace", c.trace.get(), []string{"at-head ticks=0"})
 }
 
-func TestP12_CatchUpTwiceReducesOnce(t *testing.T) {
+// Acceptance case P-12 (docs/engine.md#acceptance-cases).
+func TestCatchUpTwiceReducesOnce(t *testing.T) {
 	t.Parallel()
 	c, mem, _, eng := setupCounter(t)
 	mem.Register(eng)
@@ -112,7 +117,8 @@ func TestP12_CatchUpTwiceReducesOnce(t *testing.T) {
 	eq(t, "starts", c.starts(), []string{"start 1"})
 }
 
-func TestP13_FailedPushPersistsNothingAndIsRetried(t *testing.T) {
+// Acceptance case P-13 (docs/engine.md#acceptance-cases).
+func TestFailedPushPersistsNothingAndIsRetried(t *testing.T) {
 	t.Parallel()
 	type seen struct {
 		Seen int `json:"seen"`
@@ -147,7 +153,8 @@ func TestP13_FailedPushPersistsNothingAndIsRetried(t *testing.T) {
 	eq(t, "state", must[foldstream.Snapshot[seen]](t)(eng.Snapshot(ctxFor(t))).State, seen{1})
 }
 
-func TestP14_ContiguousPushReadsNothing(t *testing.T) {
+// Acceptance case P-14 (docs/engine.md#acceptance-cases).
+func TestContiguousPushReadsNothing(t *testing.T) {
 	t.Parallel()
 	c, mem, _, eng := setupCounter(t)
 	mem.Register(eng)
@@ -157,7 +164,8 @@ func TestP14_ContiguousPushReadsNothing(t *testing.T) {
 	eq(t, "reads", mem.Reads(), 0)
 }
 
-func TestP15_GappedPushRepairsFromTheLog(t *testing.T) {
+// Acceptance case P-15 (docs/engine.md#acceptance-cases).
+func TestGappedPushRepairsFromTheLog(t *testing.T) {
 	t.Parallel()
 	c := newCounter(t)
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
@@ -172,7 +180,8 @@ func TestP15_GappedPushRepairsFromTheLog(t *testing.T) {
 	}
 }
 
-func TestP16_StalePushReducesNothing(t *testing.T) {
+// Acceptance case P-16 (docs/engine.md#acceptance-cases).
+func TestStalePushReducesNothing(t *testing.T) {
 	t.Parallel()
 	c, mem, _, eng := setupCounter(t)
 	ctx := ctxFor(t)
@@ -182,7 +191,8 @@ func TestP16_StalePushReducesNothing(t *testing.T) {
 	eq(t, "starts", c.starts(), []string{"start 1"})
 }
 
-func TestP17_BackToBackPushesDeliverOneCaughtUp(t *testing.T) {
+// Acceptance case P-17 (docs/engine.md#acceptance-cases).
+func TestBackToBackPushesDeliverOneCaughtUp(t *testing.T) {
 	t.Parallel()
 	p := newProbe(t)
 	// Hold the chain busy in a catch-up read, so both pushes are queued before the first runs
@@ -208,7 +218,8 @@ func TestP17_BackToBackPushesDeliverOneCaughtUp(t *testing.T) {
 	eq(t, "state", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctx)).State, nState{2})
 }
 
-func TestP18_OnePushDeliversCaughtUp(t *testing.T) {
+// Acceptance case P-18 (docs/engine.md#acceptance-cases).
+func TestOnePushDeliversCaughtUp(t *testing.T) {
 	t.Parallel()
 	p := newProbe(t)
 	eng := newEngine[nState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
@@ -216,7 +227,8 @@ func TestP18_OnePushDeliversCaughtUp(t *testing.T) {
 	eq(t, "caughtUps", p.count(), 1)
 }
 
-func TestP19_FedEngineReadsTheLogOnce(t *testing.T) {
+// Acceptance case P-19 (docs/engine.md#acceptance-cases).
+func TestFedEngineReadsTheLogOnce(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
@@ -246,7 +258,8 @@ func TestP19_FedEngineReadsTheLogOnce(t *testing.T) {
 	}
 }
 
-func TestP20_SnapshotBeforeThePushRan(t *testing.T) {
+// Acceptance case P-20 (docs/engine.md#acceptance-cases).
+func TestSnapshotBeforeThePushRan(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	ledger := newLedger(t)
@@ -282,7 +295,8 @@ func TestP20_SnapshotBeforeThePushRan(t *testing.T) {
 	eq(t, "no further read", mem.Reads(), reads)
 }
 
-func TestP21_SnapshotBehindASlowPush(t *testing.T) {
+// Acceptance case P-21 (docs/engine.md#acceptance-cases).
+func TestSnapshotBehindASlowPush(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	eng := newEngine[ledgerState](t, newLedger(t, 1), mem, cps, fed)
@@ -296,7 +310,8 @@ func TestP21_SnapshotBehindASlowPush(t *testing.T) {
 	eq(t, "later", must[foldstream.Snapshot[ledgerState]](t)(eng.Snapshot(ctx)).State, ledgerState{Counted: []int64{1, 2}})
 }
 
-func TestP22_SnapshotsArePrefixesAndComplete(t *testing.T) {
+// Acceptance case P-22 (docs/engine.md#acceptance-cases).
+func TestSnapshotsArePrefixesAndComplete(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	eng := newEngine[ledgerState](t, newLedger(t, 4, 10), mem, cps, fed)
@@ -326,7 +341,8 @@ func TestP22_SnapshotsArePrefixesAndComplete(t *testing.T) {
 	eq(t, "final", must[foldstream.Snapshot[ledgerState]](t)(eng.Snapshot(ctx)).State.Counted, counted)
 }
 
-func TestP24_AtHeadJudgedAgainstPushesOnly(t *testing.T) {
+// Acceptance case P-24 (docs/engine.md#acceptance-cases).
+func TestAtHeadJudgedAgainstPushesOnly(t *testing.T) {
 	t.Parallel()
 	for _, isFed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fed=%v", isFed), func(t *testing.T) {
@@ -348,7 +364,8 @@ func TestP24_AtHeadJudgedAgainstPushesOnly(t *testing.T) {
 	}
 }
 
-func TestP25_EphemeralsOnlyWhenNamed(t *testing.T) {
+// Acceptance case P-25 (docs/engine.md#acceptance-cases).
+func TestEphemeralsOnlyWhenNamed(t *testing.T) {
 	t.Parallel()
 	mem := testsupport.NewMemoryStream()
 	cpsE, cpsS := testsupport.MemoryCheckpoints(), testsupport.MemoryCheckpoints()
@@ -371,7 +388,8 @@ func TestP25_EphemeralsOnlyWhenNamed(t *testing.T) {
 	eq(t, "star", must[foldstream.Snapshot[seenState]](t)(s.Snapshot(ctx)).State.Seen, []string{"loud@1", "loud@4"})
 }
 
-func TestP26_PushBehindTheCursorStillDeliversEphemerals(t *testing.T) {
+// Acceptance case P-26 (docs/engine.md#acceptance-cases).
+func TestPushBehindTheCursorStillDeliversEphemerals(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	e := newEngine[seenState](t, newEph(t, "eph", "loud", "chunk"), mem, cps)
@@ -384,7 +402,8 @@ func TestP26_PushBehindTheCursorStillDeliversEphemerals(t *testing.T) {
 	eq(t, "state", must[foldstream.Snapshot[seenState]](t)(e.Snapshot(ctx)).State.Seen, []string{"loud@1", "loud@2", "chunk@3"})
 }
 
-func TestP27_AppendInsideABlockerDoesNotDeadlock(t *testing.T) {
+// Acceptance case P-27 (docs/engine.md#acceptance-cases).
+func TestAppendInsideABlockerDoesNotDeadlock(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
 		Slug: "echoer", Version: "1", Consumes: []string{"ping"}, Emits: []string{"echoed"}}))
@@ -409,7 +428,8 @@ func TestP27_AppendInsideABlockerDoesNotDeadlock(t *testing.T) {
 	}
 }
 
-func TestP29_MilestoneEmittedOnceWithProvenance(t *testing.T) {
+// Acceptance case P-29 (docs/engine.md#acceptance-cases).
+func TestMilestoneEmittedOnceWithProvenance(t *testing.T) {
 	t.Parallel()
 	_, mem, _, eng := setupCounter(t)
 	mem.Register(eng)
@@ -432,7 +452,8 @@ func TestP29_MilestoneEmittedOnceWithProvenance(t *testing.T) {
 	eq(t, "milestones after a second catch-up", len(mem.EventsOfType(milestoneType)), 1)
 }
 
-func TestP30_UndeclaredEmitFailsTheBatch(t *testing.T) {
+// Acceptance case P-30 (docs/engine.md#acceptance-cases).
+func TestUndeclaredEmitFailsTheBatch(t *testing.T) {
 	t.Parallel()
 	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{Slug: "rogue", Version: "1"}))
 	p := &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
@@ -458,14 +479,16 @@ func TestP30_UndeclaredEmitFailsTheBatch(t *testing.T) {
 	eq(t, "cursor", eng.ReducedThroughOffset(), int64(0))
 }
 
-func TestP31_WaitUntilProcessed(t *testing.T) {
+// Acceptance case P-31 (docs/engine.md#acceptance-cases).
+func TestWaitUntilProcessedSucceedsOnceTheCursorIsThere(t *testing.T) {
 	t.Parallel()
 	_, mem, _, eng := setupCounter(t)
 	appendT(t, mem, ev(tickType))
 	mustDo(t, eng.WaitUntilProcessed(ctxFor(t), 1, time.Second))
 }
 
-func TestP45_WaitTimesOut(t *testing.T) {
+// Acceptance case P-45 (docs/engine.md#acceptance-cases).
+func TestWaitTimesOut(t *testing.T) {
 	t.Parallel()
 	p, _ := newCount(t, "1.0.0")
 	mem := testsupport.NewMemoryStream()
@@ -481,7 +504,8 @@ func TestP45_WaitTimesOut(t *testing.T) {
 	}
 }
 
-func TestP46_WaitFailsPromptlyWithTheCatchUpError(t *testing.T) {
+// Acceptance case P-46 (docs/engine.md#acceptance-cases).
+func TestWaitFailsPromptlyWithTheCatchUpError(t *testing.T) {
 	t.Parallel()
 	st := &stubStream{read: func(int64, int) (foldstream.ReadPage, error) {
 		return foldstream.ReadPage{}, errors.New("self-pull read failed: boom")
@@ -633,7 +657,8 @@ func TestPanickingReporterNeverFailsTheEngine(t *testing.T) {
 	eq(t, "cursor", eng.ReducedThroughOffset(), int64(1))
 }
 
-func TestR01_BlockerFinishesBeforeNextEvent(t *testing.T) {
+// Acceptance case R-01 (docs/engine.md#acceptance-cases).
+func TestBlockerFinishesBeforeNextEvent(t *testing.T) {
 	t.Parallel()
 	type span struct{ start, done time.Time }
 	spans := &rec[span]{}
@@ -667,7 +692,8 @@ func TestR01_BlockerFinishesBeforeNextEvent(t *testing.T) {
 	}
 }
 
-func TestR02_NestedBlockerHoldsTheEvent(t *testing.T) {
+// Acceptance case R-02 (docs/engine.md#acceptance-cases).
+func TestNestedBlockerHoldsTheEvent(t *testing.T) {
 	t.Parallel()
 	tr := &rec[string]{}
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "r02", "1", "e")), reduce: incN, project: projectNull[nState],
@@ -694,7 +720,8 @@ func TestR02_NestedBlockerHoldsTheEvent(t *testing.T) {
 	eq(t, "trace", tr.get(), []string{"start 1", "nested-done 1", "start 2", "nested-done 2"})
 }
 
-func TestR03_BackgroundFailureDoesNotFailTheBatch(t *testing.T) {
+// Acceptance case R-03 (docs/engine.md#acceptance-cases).
+func TestBackgroundFailureDoesNotFailTheBatch(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var bgDone atomic.Bool
@@ -731,7 +758,8 @@ func TestR03_BackgroundFailureDoesNotFailTheBatch(t *testing.T) {
 	eq(t, "offset", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctx)).Offset, int64(2))
 }
 
-func TestR04_FailingReduceIsContained(t *testing.T) {
+// Acceptance case R-04 (docs/engine.md#acceptance-cases).
+func TestFailingReduceIsContained(t *testing.T) {
 	t.Parallel()
 	effects := &rec[int64]{}
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "r04", "1", "e")), project: projectNull[nState],
@@ -759,7 +787,8 @@ func TestR04_FailingReduceIsContained(t *testing.T) {
 	eq(t, "reported", sites.get(), []string{foldstream.SiteReduce})
 }
 
-func TestR05_FailedBlockerRetriesTheWholeBatch(t *testing.T) {
+// Acceptance case R-05 (docs/engine.md#acceptance-cases).
+func TestFailedBlockerRetriesTheWholeBatch(t *testing.T) {
 	t.Parallel()
 	effects := &rec[int64]{}
 	var failed atomic.Bool
@@ -795,7 +824,8 @@ func TestR05_FailedBlockerRetriesTheWholeBatch(t *testing.T) {
 	eq(t, "state", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctx)).State, nState{3})
 }
 
-func TestR06_CaughtUpOnTheLastConsumedEvent(t *testing.T) {
+// Acceptance case R-06 (docs/engine.md#acceptance-cases).
+func TestCaughtUpOnTheLastConsumedEvent(t *testing.T) {
 	t.Parallel()
 	p, deliveries := newRecorder(t, "rec", "tick")
 	eng := newEngine[nState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
@@ -803,7 +833,8 @@ func TestR06_CaughtUpOnTheLastConsumedEvent(t *testing.T) {
 	eq(t, "deliveries", deliveries.get(), []string{"{1 true}"})
 }
 
-func TestR07_EventlessPassWhenNothingConsumed(t *testing.T) {
+// Acceptance case R-07 (docs/engine.md#acceptance-cases).
+func TestEventlessPassWhenNothingConsumed(t *testing.T) {
 	t.Parallel()
 	p, deliveries := newRecorder(t, "rec", "tick")
 	eng := newEngine[nState](t, p, &stubStream{}, testsupport.MemoryCheckpoints())
@@ -811,7 +842,8 @@ func TestR07_EventlessPassWhenNothingConsumed(t *testing.T) {
 	eq(t, "deliveries", deliveries.get(), []string{"{null true}"})
 }
 
-func TestR08_FullPageCatchUp(t *testing.T) {
+// Acceptance case R-08 (docs/engine.md#acceptance-cases).
+func TestFiveHundredEventsInOneAppendReachTheirOffsetCaughtUp(t *testing.T) {
 	t.Parallel()
 	p, deliveries := newRecorder(t, "rec", "tick")
 	mem := testsupport.NewMemoryStream()
@@ -835,7 +867,8 @@ func TestR08_FullPageCatchUp(t *testing.T) {
 	}
 }
 
-func TestR09_WaitCatchesUpUnpushedEvents(t *testing.T) {
+// Acceptance case R-09 (docs/engine.md#acceptance-cases).
+func TestWaitCatchesUpUnpushedEvents(t *testing.T) {
 	t.Parallel()
 	p, _ := newRecorder(t, "rec", "tick")
 	mem := testsupport.NewMemoryStream()
@@ -846,7 +879,8 @@ func TestR09_WaitCatchesUpUnpushedEvents(t *testing.T) {
 	eq(t, "offset", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctx)).Offset, int64(3))
 }
 
-func TestR10_WaitersTimeOutIndependently(t *testing.T) {
+// Acceptance case R-10 (docs/engine.md#acceptance-cases).
+func TestWaitersTimeOutIndependently(t *testing.T) {
 	t.Parallel()
 	p, _ := newRecorder(t, "rec", "e")
 	p.process = func(a *foldstream.ProcessEventArgs[nState]) error {
@@ -901,7 +935,8 @@ func tickThenTwoChunks(t *testing.T, p foldstream.Processor[nState]) (*testsuppo
 	return mem, cps, eng
 }
 
-func TestR14_EphemeralWindowRidesInMemory(t *testing.T) {
+// Acceptance case R-14 (docs/engine.md#acceptance-cases).
+func TestEphemeralWindowRidesInMemory(t *testing.T) {
 	t.Parallel()
 	p, seen := newEphWindow(t, false)
 	mem, _, eng := tickThenTwoChunks(t, p)
@@ -911,7 +946,8 @@ func TestR14_EphemeralWindowRidesInMemory(t *testing.T) {
 	eq(t, "snapshot", must[foldstream.Snapshot[nState]](t)(eng.Snapshot(ctxFor(t))), foldstream.Snapshot[nState]{Offset: 4, State: nState{4}})
 }
 
-func TestR15_FreshEngineSkipsDeadEphemerals(t *testing.T) {
+// Acceptance case R-15 (docs/engine.md#acceptance-cases).
+func TestFreshEngineSkipsDeadEphemerals(t *testing.T) {
 	t.Parallel()
 	p, _ := newEphWindow(t, false)
 	mem, cps, _ := tickThenTwoChunks(t, p)
@@ -928,7 +964,8 @@ func TestR15_FreshEngineSkipsDeadEphemerals(t *testing.T) {
 	}
 }
 
-func TestR16_RepairAfterAFailedPushKeepsTheEphemeral(t *testing.T) {
+// Acceptance case R-16 (docs/engine.md#acceptance-cases).
+func TestRepairAfterAFailedPushKeepsTheEphemeral(t *testing.T) {
 	t.Parallel()
 	p, seen := newEphWindow(t, true)
 	mem := testsupport.NewMemoryStream()
@@ -948,7 +985,8 @@ func TestR16_RepairAfterAFailedPushKeepsTheEphemeral(t *testing.T) {
 	}
 }
 
-func TestR17_StarPlusNamedEphemeral(t *testing.T) {
+// Acceptance case R-17 (docs/engine.md#acceptance-cases).
+func TestStarProcessorNamingTheDeltaSeesDurablesAndThatTypeOnly(t *testing.T) {
 	t.Parallel()
 	seen := &rec[string]{}
 	p := &fn[nState]{Base: foldstream.NewBase(nContract(t, "r17", "1", "*", "chunk")), reduce: incN,

@@ -12,7 +12,8 @@ import (
 	"github.com/foldstream/foldstream/testsupport"
 )
 
-func TestP53_CoercionSurvivesReReduce(t *testing.T) {
+// Acceptance case P-53 (docs/engine.md#acceptance-cases).
+func TestCoercionSurvivesReReduce(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	ctx := ctxFor(t)
@@ -27,7 +28,8 @@ func TestP53_CoercionSurvivesReReduce(t *testing.T) {
 	eq(t, "v2 checkpoint version", cp.ReducerVersion, "2")
 }
 
-func TestP28_VersionBumpReReducesWithoutEffects(t *testing.T) {
+// Acceptance case P-28 (docs/engine.md#acceptance-cases).
+func TestVersionBumpReReducesWithoutEffects(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	mk := func(version string, effects *rec[int64]) *fn[nState] {
@@ -50,7 +52,8 @@ func TestP28_VersionBumpReReducesWithoutEffects(t *testing.T) {
 	eq(t, "effects", len(effects.get()), 2)
 }
 
-func TestP43_StaleRowWithoutStateAtCursorZero(t *testing.T) {
+// Acceptance case P-43 (docs/engine.md#acceptance-cases).
+func TestStaleRowWithoutStateAtCursorZero(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	mustDo(t, cps.WriteCheckpoint(context.Background(), "count", foldstream.Checkpoint{ReducerVersion: "1.0.0"}, false))
@@ -59,7 +62,8 @@ func TestP43_StaleRowWithoutStateAtCursorZero(t *testing.T) {
 	eq(t, "snapshot", must[foldstream.Snapshot[ticksState]](t)(eng.Snapshot(ctxFor(t))), foldstream.Snapshot[ticksState]{Offset: 0, State: ticksState{0}})
 }
 
-func TestP44_WaitAfterVersionBumpHasNoEffects(t *testing.T) {
+// Acceptance case P-44 (docs/engine.md#acceptance-cases).
+func TestWaitAfterVersionBumpHasNoEffects(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p, _ := newCount(t, "1.0.0")
@@ -102,7 +106,8 @@ func TestVersionBumpWithANewStateShape(t *testing.T) {
 	}
 }
 
-func TestR11_ReReduceStopsAtTheOldCursor(t *testing.T) {
+// Acceptance case R-11 (docs/engine.md#acceptance-cases).
+func TestReReduceStopsAtTheOldCursor(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p1, effects := newVersioned(t, "1.0.0")
@@ -119,7 +124,8 @@ func TestR11_ReReduceStopsAtTheOldCursor(t *testing.T) {
 	eq(t, "effects", effects.get(), []string{"effect 1", "effect 2", "effect 3"})
 }
 
-func TestR12_WaitRunsTheReReduce(t *testing.T) {
+// Acceptance case R-12 (docs/engine.md#acceptance-cases).
+func TestWaitRunsTheReReduce(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p1, effects := newVersioned(t, "1")
@@ -135,7 +141,8 @@ func TestR12_WaitRunsTheReReduce(t *testing.T) {
 	eq(t, "effects", effects.get(), []string{"effect 1", "effect 2"})
 }
 
-func TestR18_ReReduceSkipsAFailingOldEventOnce(t *testing.T) {
+// Acceptance case R-18 (docs/engine.md#acceptance-cases).
+func TestReReduceSkipsAFailingOldEventOnce(t *testing.T) {
 	t.Parallel()
 	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
 	p1, _ := newVersioned(t, "1")

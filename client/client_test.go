@@ -20,7 +20,7 @@ var streamCounter atomic.Int64
 func newStream(t *testing.T, base string) *client.Stream {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano(), streamCounter.Add(1))
-	s, err := client.NewStream(base+"/v1/stream/"+name, client.Options{Retry: client.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}})
+	s, err := client.NewStream(base+"/v1/stream/"+name, client.Config{Retry: client.RetryPolicy{InitialDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,9 +76,9 @@ func TestProducerLingerUsesInjectedClock(t *testing.T) {
 	}))
 	defer srv.Close()
 	clock := &fakeClock{now: time.Unix(0, 0)}
-	s, _ := client.NewStream(srv.URL+"/s", client.Options{Clock: clock})
+	s, _ := client.NewStream(srv.URL+"/s", client.Config{Clock: clock})
 	s.SetContentType("application/json")
-	p, _ := client.NewIdempotentProducer(s, "linger", client.ProducerOptions{Linger: 10 * time.Millisecond})
+	p, _ := client.NewIdempotentProducer(s, "linger", client.ProducerConfig{Linger: 10 * time.Millisecond})
 	p.Append([]byte(`1`))
 	p.Append([]byte(`2`))
 	clock.Advance(9 * time.Millisecond)

@@ -101,7 +101,7 @@ func TestRedactURLShowsNoCredentials(t *testing.T) {
 			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
 		}
 	}
-	s, err := client.NewStream("http://ivan:secret@h/v1/stream/x?token=secret", client.Options{})
+	s, err := client.NewStream("http://ivan:secret@h/v1/stream/x?token=secret", client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

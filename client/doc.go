@@ -7,7 +7,7 @@
 //
 // A [Stream] is a handle to one stream URL; creating it sends nothing:
 //
-//	s, _ := client.NewStream("http://127.0.0.1:4437/v1/stream/orders", client.Options{})
+//	s, _ := client.NewStream("http://127.0.0.1:4437/v1/stream/orders", client.Config{})
 //	s.Create(ctx, client.CreateOptions{ContentType: "application/json", TTL: time.Hour})
 //	s.AppendJSON(ctx, map[string]any{"id": 1})
 //	s.Close(ctx, nil) // readers see EOF
@@ -43,7 +43,7 @@
 //   - A restart never loses new data: by default each producer starts a fresh epoch (the clock's
 //     Unix milliseconds, claimed above the server's), where the TypeScript producer starts at
 //     epoch 0 and a restarted process's new batches are answered as duplicates of the previous
-//     run's and dropped. ProducerOptions.Resume continues an earlier session on purpose.
+//     run's and dropped. ProducerConfig.Resume continues an earlier session on purpose.
 //   - Retries instead of giving up: a network error, a 429 or a 5xx resends the same (epoch, seq)
 //     with backoff. This is safe because the server deduplicates: a batch that was applied but
 //     whose response was lost is acknowledged as a duplicate (204), not written twice.

@@ -26,7 +26,7 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	s, err := client.NewStream(base+"/v1/stream/example-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s, err := client.NewStream(base+"/v1/stream/example-"+fmt.Sprint(time.Now().UnixNano()), client.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -56,13 +56,13 @@ func ExampleIdempotentProducer() {
 	defer stop()
 	ctx := context.Background()
 
-	s, _ := client.NewStream(base+"/v1/stream/producer-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s, _ := client.NewStream(base+"/v1/stream/producer-"+fmt.Sprint(time.Now().UnixNano()), client.Config{})
 	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 		log.Fatal(err)
 	}
 	// Each run of the process starts a fresh session of the stable producer id (an epoch above
 	// the earlier runs'), so a restart neither loses nor repeats data.
-	p, err := client.NewIdempotentProducer(s, "order-service-1", client.ProducerOptions{})
+	p, err := client.NewIdempotentProducer(s, "order-service-1", client.ProducerConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func ExampleStream_Read() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	s, _ := client.NewStream(base+"/v1/stream/read-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s, _ := client.NewStream(base+"/v1/stream/read-"+fmt.Sprint(time.Now().UnixNano()), client.Config{})
 	s.Create(ctx, client.CreateOptions{ContentType: "text/plain", Data: []byte("hello ")})
 	go func() {
 		s.Append(ctx, []byte("world"))
@@ -114,7 +114,7 @@ func ExampleStreamClosedError() {
 	defer stop()
 	ctx := context.Background()
 
-	s, _ := client.NewStream(base+"/v1/stream/closed-"+fmt.Sprint(time.Now().UnixNano()), client.Options{})
+	s, _ := client.NewStream(base+"/v1/stream/closed-"+fmt.Sprint(time.Now().UnixNano()), client.Config{})
 	s.Create(ctx, client.CreateOptions{ContentType: "text/plain", Closed: true})
 	_, err := s.Append(ctx, []byte("too late"))
 	var closed *client.StreamClosedError
@@ -127,15 +127,15 @@ func ExampleSubscriptions_RunWorker() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	wake, _ := client.NewStream(base+"/v1/stream/wake", client.Options{})
+	wake, _ := client.NewStream(base+"/v1/stream/wake", client.Config{})
 	if _, err := wake.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 		log.Fatal(err)
 	}
-	subs, _ := client.NewSubscriptions(base+"/v1/stream/", client.Options{})
+	subs, _ := client.NewSubscriptions(base+"/v1/stream/", client.Config{})
 	if _, _, err := subs.Create(ctx, "jobs", client.SubscriptionSpec{Type: "pull-wake", Pattern: "jobs/*", WakeStream: "wake"}); err != nil {
 		log.Fatal(err)
 	}
-	job, _ := client.NewStream(base+"/v1/stream/jobs/1", client.Options{})
+	job, _ := client.NewStream(base+"/v1/stream/jobs/1", client.Config{})
 	if _, err := job.Create(ctx, client.CreateOptions{ContentType: "application/json", Data: []byte(`{"task":"resize"}`)}); err != nil {
 		log.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestListStreamsPagesInPathOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for _, p := range []string{"/l/c", "/l/a", "/m", "/l/b"} {
-		s, err := client.NewStream(base+"/v1/stream"+p, client.Options{})
+		s, err := client.NewStream(base+"/v1/stream"+p, client.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

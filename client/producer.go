@@ -22,8 +22,8 @@ const (
 	DefaultRequestTimeout   = 30 * time.Second
 )
 
-// ProducerOptions configure an IdempotentProducer. Zero values select the defaults.
-type ProducerOptions struct {
+// ProducerConfig configures an IdempotentProducer. Zero values select the defaults.
+type ProducerConfig struct {
 	// Epoch is the starting epoch. Zero (the default, without Resume) starts a fresh session:
 	// the epoch is the clock's Unix milliseconds, above any earlier run's, and the producer claims
 	// it as AutoClaim does (moving above a higher epoch the server knows for this id), so new data
@@ -73,7 +73,7 @@ type ProducerOptions struct {
 type IdempotentProducer struct {
 	s      *Stream
 	id     string
-	o      ProducerOptions
+	o      ProducerConfig
 	isJSON bool
 	ct     string
 	log    *slog.Logger
@@ -107,7 +107,7 @@ type IdempotentProducer struct {
 	closeBatch   *batch // the close request, reused (same seq) when CloseStream is called again
 }
 
-// BatchOutcome is how the server acknowledged one batch (ProducerOptions.OnBatch).
+// BatchOutcome is how the server acknowledged one batch (ProducerConfig.OnBatch).
 type BatchOutcome struct {
 	// Epoch and Seq identify the batch.
 	Epoch, Seq int64
@@ -143,7 +143,7 @@ type seqState struct {
 
 // NewIdempotentProducer returns a producer writing to s as producerID. The stream's content type
 // must be known (from Create or Head) or it is taken to be application/octet-stream.
-func NewIdempotentProducer(s *Stream, producerID string, o ProducerOptions) (*IdempotentProducer, error) {
+func NewIdempotentProducer(s *Stream, producerID string, o ProducerConfig) (*IdempotentProducer, error) {
 	switch {
 	case producerID == "":
 		return nil, &Error{Code: CodeInvalidArgument, Op: "new producer", Message: "producer id must not be empty"}

@@ -21,12 +21,12 @@ func BenchmarkProducer(b *testing.B) {
 
 func benchmarkProducer(b *testing.B, base string) {
 	ctx := context.Background()
-	s, _ := client.NewStream(fmt.Sprintf("%s/v1/stream/bench-%d", base, time.Now().UnixNano()), client.Options{})
+	s, _ := client.NewStream(fmt.Sprintf("%s/v1/stream/bench-%d", base, time.Now().UnixNano()), client.Config{})
 	if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 		b.Fatal(err)
 	}
 	msg := []byte(`{"id":1,"pad":"` + strings.Repeat("x", 200-len(`{"id":1,"pad":""}`)) + `"}`)
-	p, err := client.NewIdempotentProducer(s, "bench", client.ProducerOptions{})
+	p, err := client.NewIdempotentProducer(s, "bench", client.ProducerConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 		if _, err := direct.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 			t.Fatal(err)
 		}
-		viaProxy, err := client.NewStream(proxy.URL+mustPath(t, direct.URL()), client.Options{
+		viaProxy, err := client.NewStream(proxy.URL+mustPath(t, direct.URL()), client.Config{
 			Retry: client.RetryPolicy{MaxAttempts: 100, InitialDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
 		})
 		if err != nil {
@@ -86,7 +86,7 @@ func TestProducerExactlyOnceThroughFaultProxy(t *testing.T) {
 		}
 		viaProxy.SetContentType("application/json")
 		var onErr, acked, unsentDuplicates atomic.Int64
-		p, err := client.NewIdempotentProducer(viaProxy, "exactly-once", client.ProducerOptions{
+		p, err := client.NewIdempotentProducer(viaProxy, "exactly-once", client.ProducerConfig{
 			MaxBatchBytes: 2 << 10, MaxInFlight: 5, Linger: time.Millisecond,
 			OnError: func(error) { onErr.Add(1) },
 			OnBatch: func(b client.BatchOutcome) {
@@ -165,7 +165,7 @@ func TestProducerZombieIsFenced(t *testing.T) {
 		ctx := ctxT(t)
 		s := newJSONStream(t, ctx, base)
 
-		zombie, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1})
+		zombie, err := client.NewIdempotentProducer(s, "svc", client.ProducerConfig{Epoch: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestProducerZombieIsFenced(t *testing.T) {
 		if err := zombie.Flush(ctx); err != nil {
 			t.Fatalf("zombie flush: %v", err)
 		}
-		successor, err := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 2})
+		successor, err := client.NewIdempotentProducer(s, "svc", client.ProducerConfig{Epoch: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestProducerZombieIsFenced(t *testing.T) {
 			t.Fatalf("successor flush: %v", err)
 		}
 		var reported atomic.Value
-		zombie2, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1, OnError: func(err error) { reported.Store(err) }})
+		zombie2, _ := client.NewIdempotentProducer(s, "svc", client.ProducerConfig{Epoch: 1, OnError: func(err error) { reported.Store(err) }})
 		for _, z := range []*client.IdempotentProducer{zombie, zombie2} {
 			appendRange(t, z, 100, 105)
 			err := z.Flush(ctx)
@@ -214,13 +214,13 @@ func TestProducerAutoClaimFromFreshProducer(t *testing.T) {
 		s := newJSONStream(t, ctx, base)
 
 		// A previous process left the server at epoch 3.
-		old, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 3})
+		old, _ := client.NewIdempotentProducer(s, "svc", client.ProducerConfig{Epoch: 3})
 		appendRange(t, old, 0, 5)
 		if err := old.Close(ctx); err != nil {
 			t.Fatalf("old close: %v", err)
 		}
 		// A process that starts at a lower epoch with auto-claim takes over, pipelining at once.
-		fresh, _ := client.NewIdempotentProducer(s, "svc", client.ProducerOptions{Epoch: 1, AutoClaim: true, MaxBatchBytes: 64, Linger: -1})
+		fresh, _ := client.NewIdempotentProducer(s, "svc", client.ProducerConfig{Epoch: 1, AutoClaim: true, MaxBatchBytes: 64, Linger: -1})
 		appendRange(t, fresh, 5, 200)
 		if err := fresh.Flush(ctx); err != nil {
 			t.Fatalf("fresh flush: %v", err)
@@ -258,7 +258,7 @@ func TestProducerByteStreamConcatenatesAndRestarts(t *testing.T) {
 		if _, err := s.Create(ctx, client.CreateOptions{ContentType: "text/plain"}); err != nil {
 			t.Fatal(err)
 		}
-		p, _ := client.NewIdempotentProducer(s, "bytes", client.ProducerOptions{})
+		p, _ := client.NewIdempotentProducer(s, "bytes", client.ProducerConfig{})
 		first := p.Epoch()
 		for _, w := range []string{"a", "b", "c"} {
 			if err := p.Append([]byte(w)); err != nil {
@@ -317,9 +317,9 @@ func TestProducerBackPressureAndInFlight(t *testing.T) {
 	srv := httptest.NewServer(g)
 	defer srv.Close()
 	ctx := ctxT(t)
-	s, _ := client.NewStream(srv.URL+"/v1/stream/bp", client.Options{})
+	s, _ := client.NewStream(srv.URL+"/v1/stream/bp", client.Config{})
 	s.SetContentType("application/octet-stream")
-	p, _ := client.NewIdempotentProducer(s, "bp", client.ProducerOptions{MaxBatchBytes: 4, MaxBufferedBytes: 8, MaxInFlight: 1, Linger: -1})
+	p, _ := client.NewIdempotentProducer(s, "bp", client.ProducerConfig{MaxBatchBytes: 4, MaxBufferedBytes: 8, MaxInFlight: 1, Linger: -1})
 	if err := p.Append([]byte("1234")); err != nil { // a full batch: sent at once
 		t.Fatal(err)
 	}
@@ -361,9 +361,9 @@ func TestProducerCloseReportsDeliveryError(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := ctxT(t)
-	s, _ := client.NewStream(srv.URL+"/x", client.Options{})
+	s, _ := client.NewStream(srv.URL+"/x", client.Config{})
 	var reported atomic.Int64
-	p, _ := client.NewIdempotentProducer(s, "e", client.ProducerOptions{OnError: func(error) { reported.Add(1) }})
+	p, _ := client.NewIdempotentProducer(s, "e", client.ProducerConfig{OnError: func(error) { reported.Add(1) }})
 	p.Append([]byte("x"))
 	err := p.Close(ctx)
 	if !errors.Is(err, client.ErrBadRequest) {
@@ -395,8 +395,8 @@ func TestProducerRetriesServerErrorsWithSameSeq(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := ctxT(t)
-	s, _ := client.NewStream(srv.URL+"/x", client.Options{Retry: client.RetryPolicy{InitialDelay: time.Millisecond}})
-	p, _ := client.NewIdempotentProducer(s, "r", client.ProducerOptions{MaxInFlight: 1})
+	s, _ := client.NewStream(srv.URL+"/x", client.Config{Retry: client.RetryPolicy{InitialDelay: time.Millisecond}})
+	p, _ := client.NewIdempotentProducer(s, "r", client.ProducerConfig{MaxInFlight: 1})
 	p.Append([]byte("x"))
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
@@ -412,22 +412,22 @@ func TestProducerRetriesServerErrorsWithSameSeq(t *testing.T) {
 
 func TestProducerValidatesOptions(t *testing.T) {
 	t.Parallel()
-	s, _ := client.NewStream("http://127.0.0.1:1/x", client.Options{})
+	s, _ := client.NewStream("http://127.0.0.1:1/x", client.Config{})
 	for name, tc := range map[string]struct {
 		id string
-		o  client.ProducerOptions
+		o  client.ProducerConfig
 	}{
-		"empty id":       {"", client.ProducerOptions{}},
-		"negative epoch": {"p", client.ProducerOptions{Epoch: -1}},
-		"negative batch": {"p", client.ProducerOptions{MaxBatchBytes: -1}},
-		"negative slots": {"p", client.ProducerOptions{MaxInFlight: -1}},
+		"empty id":       {"", client.ProducerConfig{}},
+		"negative epoch": {"p", client.ProducerConfig{Epoch: -1}},
+		"negative batch": {"p", client.ProducerConfig{MaxBatchBytes: -1}},
+		"negative slots": {"p", client.ProducerConfig{MaxInFlight: -1}},
 	} {
 		if _, err := client.NewIdempotentProducer(s, tc.id, tc.o); !errors.Is(err, client.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
 		}
 	}
 	s.SetContentType("application/json")
-	p, _ := client.NewIdempotentProducer(s, "p", client.ProducerOptions{})
+	p, _ := client.NewIdempotentProducer(s, "p", client.ProducerConfig{})
 	if err := p.Append([]byte("{not json")); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("invalid JSON message: got %v, want ErrInvalidArgument", err)
 	}
@@ -438,7 +438,7 @@ func TestProducerConcurrentAppendersKeepTheirOrder(t *testing.T) {
 	eachServer(t, func(t *testing.T, base string) {
 		ctx := ctxT(t)
 		s := newJSONStream(t, ctx, base)
-		p, _ := client.NewIdempotentProducer(s, "concurrent", client.ProducerOptions{MaxBatchBytes: 512})
+		p, _ := client.NewIdempotentProducer(s, "concurrent", client.ProducerConfig{MaxBatchBytes: 512})
 		const writers, each = 4, 2000
 		var wg sync.WaitGroup
 		for w := range writers {
@@ -476,9 +476,9 @@ func TestProducerCloseWithExpiredContextCancelsCleanly(t *testing.T) {
 	srv := httptest.NewServer(g)
 	defer srv.Close()
 	defer close(g.release)
-	s, _ := client.NewStream(srv.URL+"/v1/stream/cancel", client.Options{})
+	s, _ := client.NewStream(srv.URL+"/v1/stream/cancel", client.Config{})
 	var reported atomic.Int64
-	p, _ := client.NewIdempotentProducer(s, "cancel", client.ProducerOptions{Linger: -1, OnError: func(error) { reported.Add(1) }})
+	p, _ := client.NewIdempotentProducer(s, "cancel", client.ProducerConfig{Linger: -1, OnError: func(error) { reported.Add(1) }})
 	if err := p.Append([]byte("stuck")); err != nil {
 		t.Fatal(err)
 	}
@@ -542,9 +542,9 @@ func TestProducerResolvesOutOfOrderConflicts(t *testing.T) {
 	ss := &seqServer{seq1Early: make(chan struct{})}
 	srv := httptest.NewServer(ss)
 	defer srv.Close()
-	s, _ := client.NewStream(srv.URL+"/s", client.Options{})
+	s, _ := client.NewStream(srv.URL+"/s", client.Config{})
 	// An explicit epoch pipelines from the first batch.
-	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerOptions{Epoch: 1, MaxBatchBytes: 1, Linger: -1})
+	p, _ := client.NewIdempotentProducer(s, "ooo", client.ProducerConfig{Epoch: 1, MaxBatchBytes: 1, Linger: -1})
 	p.Append([]byte("a")) // seq 0
 	p.Append([]byte("b")) // seq 1, pipelined
 	if err := p.Close(ctxT(t)); err != nil {
@@ -565,8 +565,8 @@ func TestProducerUnresolvableGapIsSequenceGapError(t *testing.T) {
 		w.WriteHeader(http.StatusConflict)
 	}))
 	defer srv.Close()
-	s, _ := client.NewStream(srv.URL+"/s", client.Options{})
-	p, _ := client.NewIdempotentProducer(s, "gap", client.ProducerOptions{})
+	s, _ := client.NewStream(srv.URL+"/s", client.Config{})
+	p, _ := client.NewIdempotentProducer(s, "gap", client.ProducerConfig{})
 	p.Append([]byte("x"))
 	err := p.Flush(ctxT(t))
 	var gap *client.SequenceGapError
@@ -587,7 +587,7 @@ func TestProducerReportsDuplicateOfAnotherWritersBatch(t *testing.T) {
 	}
 	outcomes := make(chan client.BatchOutcome, 2)
 	for _, msg := range []string{`{"run":1}`, `{"run":2}`} {
-		p, err := client.NewIdempotentProducer(s, "shared", client.ProducerOptions{
+		p, err := client.NewIdempotentProducer(s, "shared", client.ProducerConfig{
 			Epoch: 7, Resume: true, OnBatch: func(b client.BatchOutcome) { outcomes <- b },
 		})
 		if err != nil {
@@ -623,7 +623,7 @@ func TestRestartedProducerWithTheDefaultEpochStoresNewData(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer stop()
-		s, err := client.NewStream(base+"/v1/stream/orders", client.Options{})
+		s, err := client.NewStream(base+"/v1/stream/orders", client.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -631,7 +631,7 @@ func TestRestartedProducerWithTheDefaultEpochStoresNewData(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out client.BatchOutcome
-		p, err := client.NewIdempotentProducer(s, "order-service", client.ProducerOptions{OnBatch: func(b client.BatchOutcome) { out = b }})
+		p, err := client.NewIdempotentProducer(s, "order-service", client.ProducerConfig{OnBatch: func(b client.BatchOutcome) { out = b }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func FuzzSSERead(f *testing.F) {
 			}
 			return &http.Response{StatusCode: http.StatusOK, Header: h, Body: io.NopCloser(bytes.NewReader(body))}, nil
 		})}
-		s, _ := client.NewStream("http://127.0.0.1:1/s", client.Options{HTTPClient: hc, Retry: client.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Microsecond}})
+		s, _ := client.NewStream("http://127.0.0.1:1/s", client.Config{HTTPClient: hc, Retry: client.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Microsecond}})
 		if jsonStream {
 			s.SetContentType("application/json")
 		} else {

@@ -56,7 +56,7 @@ func TestSSEReconnectsFromLastOffsetAndStopsAtClosed(t *testing.T) {
 	}}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	s, _ := client.NewStream(hs.URL+"/v1/stream/b?token=abc", client.Options{Retry: client.RetryPolicy{InitialDelay: time.Millisecond}})
+	s, _ := client.NewStream(hs.URL+"/v1/stream/b?token=abc", client.Config{Retry: client.RetryPolicy{InitialDelay: time.Millisecond}})
 	s.SetContentType("application/octet-stream")
 	var got []byte
 	var chunks []client.Chunk
@@ -92,7 +92,7 @@ func TestSSEJSONEmptyBatchDoesNotStall(t *testing.T) {
 	}}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	s, _ := client.NewStream(hs.URL+"/j", client.Options{})
+	s, _ := client.NewStream(hs.URL+"/j", client.Config{})
 	s.SetContentType("application/json")
 	var got []string
 	for m, err := range s.Messages(t.Context(), client.ReadOptions{Live: client.LiveSSE}) {
@@ -121,7 +121,7 @@ func TestReadRetriesRateLimitHonouringRetryAfter(t *testing.T) {
 		w.Write([]byte("hello"))
 	}))
 	defer hs.Close()
-	s, _ := client.NewStream(hs.URL+"/t", client.Options{Retry: client.RetryPolicy{InitialDelay: time.Millisecond}})
+	s, _ := client.NewStream(hs.URL+"/t", client.Config{Retry: client.RetryPolicy{InitialDelay: time.Millisecond}})
 	var got string
 	for c, err := range s.Read(t.Context(), client.ReadOptions{}) {
 		if err != nil {
@@ -168,7 +168,7 @@ func TestStatusErrors(t *testing.T) {
 			}
 			w.WriteHeader(tc.status)
 		}))
-		s, _ := client.NewStream(hs.URL+"/e", client.Options{})
+		s, _ := client.NewStream(hs.URL+"/e", client.Config{})
 		_, err := s.Append(context.Background(), []byte("x"))
 		if !errors.Is(err, tc.want) {
 			t.Errorf("append answered %d %v: got %v, want %v", tc.status, tc.header, err, tc.want)
@@ -223,7 +223,7 @@ func TestLongPollEchoesCursorAndSortsParams(t *testing.T) {
 		}
 	}))
 	defer hs.Close()
-	s, _ := client.NewStream(hs.URL+"/s?zeta=1", client.Options{})
+	s, _ := client.NewStream(hs.URL+"/s?zeta=1", client.Config{})
 	var got string
 	var last client.Chunk
 	for c, err := range s.Read(t.Context(), client.ReadOptions{Live: client.LiveAuto}) {
@@ -249,7 +249,7 @@ func TestLongPollEchoesCursorAndSortsParams(t *testing.T) {
 func TestReadEndedByItsContextYieldsTheContextsErrorLast(t *testing.T) {
 	eachServer(t, func(t *testing.T, base string) {
 		ctx := t.Context()
-		s, _ := client.NewStream(base+"/v1/stream/ctx-end", client.Options{})
+		s, _ := client.NewStream(base+"/v1/stream/ctx-end", client.Config{})
 		if _, err := s.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 			t.Fatal(err)
 		}

@@ -42,8 +42,8 @@ const (
 
 const maxErrorBody int64 = 4096
 
-// Options configure a Stream handle. The zero value is usable.
-type Options struct {
+// Config configures a Stream handle. The zero value is usable.
+type Config struct {
 	// HTTPClient sends every request. Defaults to a client whose transport keeps up to 64 idle
 	// connections per host, so a pipelining producer does not churn connections.
 	HTTPClient *http.Client
@@ -62,7 +62,7 @@ var (
 	defaultHTTP     *http.Client
 )
 
-// DefaultHTTPClient returns the shared client used when Options.HTTPClient is nil.
+// DefaultHTTPClient returns the shared client used when Config.HTTPClient is nil.
 func DefaultHTTPClient() *http.Client {
 	defaultHTTPOnce.Do(func() {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -89,7 +89,7 @@ type Stream struct {
 
 // NewStream returns a handle for the stream at rawURL (for example
 // "http://127.0.0.1:4437/v1/stream/orders").
-func NewStream(rawURL string, opts Options) (*Stream, error) {
+func NewStream(rawURL string, opts Config) (*Stream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, &Error{Code: CodeInvalidArgument, Op: "new stream", URL: rawURL, Message: "stream URL must be an absolute http(s) URL", Err: err}

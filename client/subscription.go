@@ -21,7 +21,7 @@ type Subscriptions struct {
 
 // NewSubscriptions returns a handle for the subscription APIs under the stream root streamRoot
 // (for example "http://127.0.0.1:4437/v1/stream/"). opts are used as by NewStream.
-func NewSubscriptions(streamRoot string, opts Options) (*Subscriptions, error) {
+func NewSubscriptions(streamRoot string, opts Config) (*Subscriptions, error) {
 	root := strings.TrimRight(streamRoot, "/") + "/"
 	s, err := NewStream(root+"__ds", opts)
 	if err != nil {
@@ -269,7 +269,7 @@ func (c *Subscriptions) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if info.WakeStream == "" {
 		return &Error{Code: CodeInvalidArgument, Op: "run worker", Message: "subscription " + cfg.Subscription + " is not a pull-wake subscription"}
 	}
-	wakes, err := NewStream(c.root+info.WakeStream, Options{HTTPClient: c.s.hc, Header: c.s.header, Retry: c.s.retry, Clock: c.s.clock, Logger: c.s.log})
+	wakes, err := NewStream(c.root+info.WakeStream, Config{HTTPClient: c.s.hc, Header: c.s.header, Retry: c.s.retry, Clock: c.s.clock, Logger: c.s.log})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 
 func streamAt(t *testing.T, u string) *client.Stream {
 	t.Helper()
-	s, err := client.NewStream(u, client.Options{})
+	s, err := client.NewStream(u, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func pullWakeSetup(t *testing.T) (base string, subs *client.Subscriptions) {
 	if _, err := wake.Create(ctx, client.CreateOptions{ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
-	subs, err := client.NewSubscriptions(base+"/v1/stream/", client.Options{})
+	subs, err := client.NewSubscriptions(base+"/v1/stream/", client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

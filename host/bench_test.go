@@ -39,7 +39,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, k := range []int{1, 16} {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "e2e.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "e2e.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for range share {
-						got, err := s.Append(ctx, "/e2e", foldtype.EventInput{Type: "bench/event", Payload: payload})
+						got, err := s.Events().Stream("/e2e").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: payload})
 						if err != nil {
 							b.Error(err)
 							return

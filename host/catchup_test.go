@@ -21,7 +21,7 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	for range 3 {
-		if _, err := s.Append(ctx, "/lag", foldtype.EventInput{Type: "tick"}); err != nil { // 1..3
+		if _, err := s.Events().Stream("/lag").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 1..3
 			t.Fatal(err)
 		}
 	}

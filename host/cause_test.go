@@ -63,14 +63,14 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		}
 		commits := make(chan struct{}, 1)
-		stop := s.WatchCommits(func(path string) {
+		stop := s.Events().WatchCommits(func(path string) {
 			select {
 			case commits <- struct{}{}:
 			default:
 			}
 		})
 		defer stop()
-		got, err := s.Append(ctx, "/loop", foldtype.EventInput{Type: "ping"})
+		got, err := s.Events().Stream("/loop").Append(ctx, foldtype.EventInput{Type: "ping"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 		chain := fmt.Sprintf("/loop@%d", root.Offset)
 		var events []foldtype.Event
 		for {
-			page, err := s.Read(ctx, "/loop", 0, 1000, stream.ReadOptions{})
+			page, err := s.Events().Stream("/loop").Read(ctx, 0, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +99,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 			}
 		}
 		// Settled: read again, nothing more was appended.
-		page, err := s.Read(ctx, "/loop", 0, 1000, stream.ReadOptions{})
+		page, err := s.Events().Stream("/loop").Read(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

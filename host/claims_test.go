@@ -20,12 +20,12 @@ import (
 // pushedTicker is a ticker engine "t" on path, fed by the host's pushes and timed by clk.
 func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldtype.Clock) foldstream.Runner {
 	t.Helper()
-	cps, err := s.Checkpoints(context.Background(), path)
+	cps, err := s.Events().Checkpoints(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng, err := foldstream.NewEngine[countState](newTicker(t, "t"), foldstream.EngineConfig{
-		Stream: s.Stream(path).ForProcessor("t"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog})
+		Stream: s.Events().Stream(path).ForProcessor("t"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestRestartRevivesLeftoverClaimsNow(t *testing.T) {
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	// Left by the previous incarnation's background attempt: due in 20 s, no failure yet.
-	if err := s.Claim(ctx, "/r", "t", testT.Add(20*time.Second)); err != nil {
+	if err := s.Events().Claim(ctx, "/r", "t", testT.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	h := newHost(t, s)
@@ -80,7 +80,7 @@ func TestPatternRevivesLeftoverClaimsNow(t *testing.T) {
 	s := openStore(t, ":memory:", clk)
 	defer s.Close()
 	for _, path := range []string{"/carts/a", "/carts/b"} {
-		if _, err := s.Append(ctx, path, item(1)); err != nil {
+		if _, err := s.Events().Stream(path).Append(ctx, item(1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestPatternRevivesLeftoverClaimsNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/carts/a", "/carts/b"} {
-		if err := s.Claim(ctx, path, "carts", testT.Add(20*time.Minute)); err != nil {
+		if err := s.Events().Claim(ctx, path, "carts", testT.Add(20*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,7 +161,7 @@ func (p *attempts) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error 
 
 func claimsOf(t testing.TB, s *stream.Store) []string {
 	t.Helper()
-	cs, err := s.Claims(context.Background())
+	cs, err := s.Events().Claims(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/a", "attempts"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "e"}); err != nil { // offset 3
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "e"}); err != nil { // offset 3
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, testT.Add(20*time.Second))
@@ -253,7 +253,7 @@ func TestFailedReviveReclaimsWithBackoff(t *testing.T) {
 	if err := h.Add(ctx, "/f", fr); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Claim(ctx, "/f", "t", testT.Add(time.Second)); err != nil {
+	if err := s.Events().Claim(ctx, "/f", "t", testT.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, testT.Add(time.Second))

@@ -174,12 +174,14 @@ func BenchmarkCrossNodePostToSSE(b *testing.B) {
 	put(b, hc, a+"/v1/stream/lat")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := client.NewStream(r+"/v1/stream/lat", client.Options{})
+	s, err := client.NewStream(r+"/v1/stream/lat", client.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	arrived := make(chan int, 1)
+	ready := make(chan struct{}) // closed when the reader saw its first warm-up message (n < 0)
 	go func() {
+		warm := false
 		for m, err := range s.Messages(ctx, client.ReadOptions{Offset: client.OffsetNow, Live: client.LiveSSE}) {
 			if err != nil {
 				return
@@ -187,12 +189,35 @@ func BenchmarkCrossNodePostToSSE(b *testing.B) {
 			var v struct {
 				N int `json:"n"`
 			}
-			if json.Unmarshal(m, &v) == nil {
-				arrived <- v.N
+			if json.Unmarshal(m, &v) != nil {
+				continue
 			}
+			if v.N < 0 {
+				if !warm {
+					warm = true
+					close(ready)
+				}
+				continue
+			}
+			arrived <- v.N
 		}
 	}()
-	time.Sleep(200 * time.Millisecond) // let the SSE connection establish before the first POST
+	// The SSE connection is up once a warm-up message posted after it opened arrives; one posted
+	// before is never seen (the reader starts at the tail), so post another until one is.
+	for w := 1; ; w++ {
+		if err := post(hc, a+"/v1/stream/lat", []byte(fmt.Sprintf(`{"n":%d}`, -w))); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-ready:
+		case <-time.After(time.Second):
+			if w == 30 {
+				b.Fatal("the other node's SSE reader saw no warm-up message in 30 s")
+			}
+			continue
+		}
+		break
+	}
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {

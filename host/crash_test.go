@@ -79,7 +79,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	round := os.Getenv("FOLDSTREAM_CRASH_ROUND")
 	ctx := context.Background()
-	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quietLog}})
+	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quietLog}})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(2)
@@ -127,7 +127,7 @@ func TestCrashChild(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					in = append(in, foldtype.EventInput{Type: "a", Ephemeral: true})
 				}
-				if _, err := s.Append(ctx, path, in...); err != nil {
+				if _, err := s.Events().Stream(path).Append(ctx, in...); err != nil {
 					say("ERR " + err.Error())
 					return
 				}
@@ -227,7 +227,7 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, roundAcks int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quietLog}})
+	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quietLog}})
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}
@@ -236,7 +236,7 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 	for _, path := range crashPaths {
 		var events []foldtype.Event
 		for after := int64(0); ; {
-			p, err := s.Read(ctx, path, after, 1000, stream.ReadOptions{})
+			p, err := s.Events().Stream(path).Read(ctx, after, 1000)
 			if err != nil {
 				t.Fatalf("round %d: read %s: %v", round, path, err)
 			}
@@ -272,7 +272,7 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 				t.Fatalf("round %d: batch %s partly visible: %d of %d events", round, id, b[0], b[1])
 			}
 		}
-		cps, err := s.Checkpoints(ctx, path)
+		cps, err := s.Events().Checkpoints(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,14 +59,14 @@ func TestDatabaseRestartedAndKilledUnderLoadLosesNothing(t *testing.T) {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			s, err := client.NewStream(streamURL("http://lb"), client.Options{HTTPClient: lb,
+			s, err := client.NewStream(streamURL("http://lb"), client.Config{HTTPClient: lb,
 				Retry: client.RetryPolicy{MaxAttempts: 1000, InitialDelay: 20 * time.Millisecond, MaxDelay: 300 * time.Millisecond}})
 			if err != nil {
 				perrs[p] = err
 				return
 			}
 			s.SetContentType("application/json")
-			pr, err := client.NewIdempotentProducer(s, fmt.Sprintf("producer-%d", p), client.ProducerOptions{
+			pr, err := client.NewIdempotentProducer(s, fmt.Sprintf("producer-%d", p), client.ProducerConfig{
 				Linger: 2 * time.Millisecond, MaxInFlight: 2, RequestTimeout: 5 * time.Second})
 			if err != nil {
 				perrs[p] = err

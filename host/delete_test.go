@@ -28,11 +28,11 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Append(ctx, "/d", foldtype.EventInput{Type: "tick"}); err != nil { // 3..6
+		if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 3..6
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Append(ctx, "/carts/x", item(2), item(3)); err != nil { // 1, 2
+	if _, err := s.Events().Stream("/carts/x").Append(ctx, item(2), item(3)); err != nil { // 1, 2
 		t.Fatal(err)
 	}
 	if st := state(t, mustSnapshot(t, h, "/d", "ticker").State); st.Ticks != 4 {
@@ -43,16 +43,16 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 	}
 
 	for _, path := range []string{"/d", "/carts/x"} {
-		if err := s.DeleteStream(ctx, path); err != nil {
+		if err := s.Protocol().DeleteStream(ctx, path); err != nil {
 			t.Fatal(err)
 		}
 	}
 	effectsBefore := len(p.gotEffects())
-	if _, err := s.Append(ctx, "/d", foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "tick"}); err != nil { // 1, 2
+	if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "tick"}); err != nil { // 1, 2
 		t.Fatal(err)
 	}
 	cartDone := c.expect("/carts/x", 3)
-	if _, err := s.Append(ctx, "/carts/x", item(7)); err != nil { // 1
+	if _, err := s.Events().Stream("/carts/x").Append(ctx, item(7)); err != nil { // 1
 		t.Fatal(err)
 	}
 	snap := mustSnapshot(t, h, "/d", "ticker")
@@ -74,7 +74,7 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 	}
 }
 
-func mustSnapshot(t *testing.T, h *host.Host, path, slug string) host.Snapshot {
+func mustSnapshot(t *testing.T, h *host.Host, path, slug string) foldtype.JSONSnapshot {
 	t.Helper()
 	snap, err := h.Snapshot(context.Background(), path, slug)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Append(ctx, "/d", foldtype.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,10 +105,10 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteStream(ctx, "/d"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/d"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/d", foldtype.EventInput{Type: "tick"}); err != nil { // 1
+	if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 1
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

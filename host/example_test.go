@@ -52,7 +52,7 @@ func Example() {
 
 	var last foldtype.Event
 	for range 3 {
-		got, err := s.Append(ctx, "/clock", foldtype.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/clock").Append(ctx, foldtype.EventInput{Type: "tick"})
 		if err != nil {
 			panic(err)
 		}
@@ -98,7 +98,7 @@ func ExampleRegisterPattern() {
 		panic(err)
 	}
 	for _, path := range []string{"/clocks/a", "/clocks/b", "/clocks/a"} {
-		if _, err := s.Append(ctx, path, foldtype.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			panic(err)
 		}
 	}

@@ -99,14 +99,14 @@ func TestFailingProcessorIsVisibleAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := clk.Now()
-	if _, err := s.Append(ctx, "/f", foldtype.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
-	bad, err := s.Append(ctx, "/f", foldtype.EventInput{Type: "bad"})
+	bad, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/f", foldtype.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
@@ -144,7 +144,7 @@ func TestFailingProcessorIsVisibleAndRecovers(t *testing.T) {
 	p.broken.Store(false)
 	clk.Advance(2 * host.FailRetryBase)
 	waitFor(t, func() bool { return statusOf(t, h, "/f", "flaky").State == foldtype.StateRunning })
-	info, err := s.HeadStream(ctx, "/f")
+	info, err := s.Events().HeadStream(ctx, "/f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestSkippedEventsAreCountedAndLoggedOnce(t *testing.T) {
 	var last []foldtype.Event
 	for range 3 {
 		var err error
-		if last, err = s.Append(ctx, "/p", add(2), add(0), foldtype.EventInput{Type: "boom"}); err != nil {
+		if last, err = s.Events().Stream("/p").Append(ctx, add(2), add(0), foldtype.EventInput{Type: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -77,7 +77,7 @@ func (p *ticker) gotEffects() []int64 {
 
 func openStore(t testing.TB, path string, clk foldtype.Clock) *stream.Store {
 	t.Helper()
-	s, err := storeopen.Open(context.Background(), path, storeopen.Config{Store: stream.Options{Clock: clk, Logger: quietLog}})
+	s, err := storeopen.Open(context.Background(), path, storeopen.Config{Store: stream.Config{Clock: clk, Logger: quietLog}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,11 @@
 // [stream.Store]. It is also the worked example of what any host must do, using only public API
 // (docs/store.md#the-default-host states the rules in full):
 //
-//   - build each engine over the store's event view ([stream.Store.Stream]) and the checkpoints kept
-//     in the store's own database ([stream.Store.Checkpoints]), with FedByPushes set;
+//   - build each engine over the store's event view ([stream.Events.Stream]) and the checkpoints kept
+//     in the store's own database ([stream.Events.Checkpoints]), with FedByPushes set;
 //   - wake the stream at most once per host start, only when a processor starts work there and
-//     never a closed stream ([stream.Store.WakeExisting]; docs/store.md#records-nobody-appended),
-//     subscribe the engine to the stream filtered by its consumes ([stream.Store.Subscribe]) and
+//     never a closed stream ([stream.Events.WakeExisting]; docs/store.md#records-nobody-appended),
+//     subscribe the engine to the stream filtered by its consumes ([stream.Events.Subscribe]) and
 //     catch it up from its checkpoint
 //     in the background: registering never waits for a catch-up;
 //   - serve snapshot, live snapshot and wait-until-processed with read-your-writes (a read first
@@ -252,8 +252,8 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 		h.cancel()
 		return nil, err
 	}
-	h.stopWatching = store.WatchCommits(h.committed)
-	h.stopCreated = store.OnStreamCreated(h.created)
+	h.stopWatching = store.Events().WatchCommits(h.committed)
+	h.stopCreated = store.Events().OnStreamCreated(h.created)
 	if !cfg.ManualAlarms {
 		if err := h.StartAlarms(); err != nil {
 			h.stopWatching()
@@ -281,15 +281,12 @@ func (h *Host) StartAlarms() error {
 	if h.alarms {
 		return nil
 	}
-	if err := h.store.StartAlarms(h.revive); err != nil {
+	if err := h.store.Events().StartAlarms(h.revive); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
 	h.alarms = true
 	return nil
 }
-
-// Snapshot is a processor's cursor and reduced state: the root package's one snapshot shape.
-type Snapshot = foldtype.JSONSnapshot
 
 // Shutdown stops the host: no processor is added any more, the alarm loop stops (running revives
 // get their context cancelled and are waited for), every engine stops taking work (the event in
@@ -320,7 +317,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	if alarms {
-		h.store.StopAlarms()
+		h.store.Events().StopAlarms()
 	}
 	// Other nodes stop preferring this one at once; the leases below are handed over as their
 	// engines close (renewals go on meanwhile).

@@ -9,7 +9,6 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // Every snapshot straight after an append reflects it (read-your-writes, docs/store.md#reads), with the
@@ -30,7 +29,7 @@ func TestSnapshotReadsYourWrites(t *testing.T) {
 		if i%4 == 0 {
 			in = append(in, foldtype.EventInput{Type: "noise"})
 		}
-		got, err := s.Append(ctx, "/c", in...)
+		got, err := s.Events().Stream("/c").Append(ctx, in...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +49,7 @@ func TestSnapshotReadsYourWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The birth batch is at 1..2; milestones are emitted once each, idempotently.
-	page, err := s.Read(ctx, "/c", 0, 1000, stream.ReadOptions{})
+	page, err := s.Events().Stream("/c").Read(ctx, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +86,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := s.Append(ctx, "/c", foldtype.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +96,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/c", foldtype.EventInput{Type: "tick"}); err != nil { // while no host runs
+	if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // while no host runs
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -122,7 +121,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	if got, want := p2.gotEffects(), []int64{st.Offsets[4]}; !slices.Equal(got, want) {
 		t.Fatalf("effects in the new incarnation: got %v, want only the new tick %v", got, want)
 	}
-	page, _ := s2.Read(ctx, "/c", 0, 1000, stream.ReadOptions{})
+	page, _ := s2.Events().Stream("/c").Read(ctx, 0, 1000)
 	woken := 0
 	for _, e := range page.Events {
 		if e.Type == foldtype.WokenType {
@@ -137,7 +136,8 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	}
 }
 
-func TestP25EphemeralsOnTheStore(t *testing.T) {
+// Acceptance case P-25 (docs/engine.md#acceptance-cases).
+func TestEphemeralsOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
@@ -158,15 +158,15 @@ func TestP25EphemeralsOnTheStore(t *testing.T) {
 		json.Unmarshal(snap.State, &st)
 		return st.Seen
 	}
-	s.Append(ctx, "/p", foldtype.EventInput{Type: "loud"})                                                                        // 3
-	s.Append(ctx, "/p", foldtype.EventInput{Type: "chunk", Ephemeral: true}, foldtype.EventInput{Type: "chunk", Ephemeral: true}) // 4, 5
+	s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "loud"})                                                                        // 3
+	s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "chunk", Ephemeral: true}, foldtype.EventInput{Type: "chunk", Ephemeral: true}) // 4, 5
 	if got, want := seen("eph"), []string{"loud@3", "chunk@4", "chunk@5"}; !slices.Equal(got, want) {
 		t.Fatalf("eph: got %v, want %v", got, want)
 	}
 	if got, want := seen("star"), []string{"events.iterate.com/itx/created@1", "events.iterate.com/itx/woken@2", "loud@3"}; !slices.Equal(got, want) {
 		t.Fatalf("star: got %v, want %v", got, want)
 	}
-	s.Append(ctx, "/p", foldtype.EventInput{Type: "loud"}) // 6
+	s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "loud"}) // 6
 	if got := seen("star"); got[len(got)-1] != "loud@6" {
 		t.Fatalf("star after loud: got %v", got)
 	}
@@ -189,14 +189,14 @@ func TestOverflowHealsByGapRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []int64
-	got, err := s.Append(ctx, "/o", foldtype.EventInput{Type: "tick"})
+	got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "tick"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = append(want, got[0].Offset)
 	<-p.entered // the first push is held inside the engine
 	for range 10 {
-		got, err := s.Append(ctx, "/o", foldtype.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "tick"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ func TestProcessorStatusNamesItsOwnerNodeAndLeaseGeneration(t *testing.T) {
 	if _, err := host.Register[countState](ctx, h, "/o", newTicker(t, "tick")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/o", foldtype.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
 	sts := h.ProcessorsOn(ctx, "/o")
@@ -41,7 +41,7 @@ func TestSecondHostOnOneStoreAnswersFromTheCheckpointOfTheOwner(t *testing.T) {
 	if err := host.RegisterPattern[countState](ctx, a, "/t/*", pa); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/t/1", foldtype.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/t/1").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Snapshot(ctx, "/t/1", "tick"); err != nil { // a opens and leases it
@@ -51,7 +51,7 @@ func TestSecondHostOnOneStoreAnswersFromTheCheckpointOfTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, err := s.Append(ctx, "/t/1", foldtype.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/t/1").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 	}

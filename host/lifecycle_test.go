@@ -50,7 +50,7 @@ func eachStore(t *testing.T, fn func(t *testing.T, open func() *stream.Store)) {
 // logOf returns the durable records of path as type@offset.
 func logOf(t *testing.T, s *stream.Store, path string) []string {
 	t.Helper()
-	page, err := s.Read(context.Background(), path, 0, 1000, stream.ReadOptions{})
+	page, err := s.Events().Stream(path).Read(context.Background(), 0, 1000)
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
 	}
@@ -66,21 +66,21 @@ func logOf(t *testing.T, s *stream.Store, path string) []string {
 func closeWith(t *testing.T, s *stream.Store, path string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.HeadStream(ctx, path); err != nil {
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: path, ContentType: "application/json",
+	if _, err := s.Events().HeadStream(ctx, path); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: path, ContentType: "application/json",
 			Body: []byte(`[{"type":"tick"}]`), Closed: true}); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: path, ContentType: "application/json",
+	if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: path, ContentType: "application/json",
 		Body: []byte(`{"type":"tick"}`), Close: true}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // ticksOf reads the ticker's snapshot on path.
-func ticksOf(t *testing.T, h *host.Host, path string) host.Snapshot {
+func ticksOf(t *testing.T, h *host.Host, path string) foldtype.JSONSnapshot {
 	t.Helper()
 	snap, err := h.Snapshot(context.Background(), path, "ticker")
 	if err != nil {
@@ -101,7 +101,7 @@ func TestProcessorsRunOnClosedStreams(t *testing.T) {
 		if err := host.RegisterPattern(ctx, h, "/counters/*", newTicker(t, "ticker")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Append(ctx, "/counters/a", foldtype.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/counters/a").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 		closeWith(t, s, "/counters/a") // the second tick closes it
@@ -152,7 +152,7 @@ func TestProcessorsRunOnClosedStreams(t *testing.T) {
 // last record, reporting whether it did within the host's MaxWait.
 func waitTicks(t *testing.T, h *host.Host, path string) bool {
 	t.Helper()
-	info, err := h.Store().HeadStream(context.Background(), path)
+	info, err := h.Store().Events().HeadStream(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestReadsAppendNothing(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func() *stream.Store) {
 		ctx := context.Background()
 		s := open()
-		if _, err := s.Append(ctx, "/counters/r", foldtype.EventInput{Type: "tick"}); err != nil {
+		if _, err := s.Events().Stream("/counters/r").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
 		}
 		h := newHost(t, s)
@@ -252,16 +252,16 @@ func TestDeletedStreamsStayDeleted(t *testing.T) {
 		for round := range 5 {
 			for i := range n {
 				path := fmt.Sprintf("/carts/%02d", i)
-				if _, err := s.Append(ctx, path, item(1), item(2)); err != nil {
+				if _, err := s.Events().Stream(path).Append(ctx, item(1), item(2)); err != nil {
 					t.Fatal(err)
 				}
 				if round%2 == 0 {
 					_ = cartItems(t, h, path) // the engine is open and its deltas on their way
 				}
-				if _, err := s.Append(ctx, path, item(3)); err != nil {
+				if _, err := s.Events().Stream(path).Append(ctx, item(3)); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.DeleteStream(ctx, path); err != nil {
+				if err := s.Protocol().DeleteStream(ctx, path); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -269,7 +269,7 @@ func TestDeletedStreamsStayDeleted(t *testing.T) {
 		if err := h.Shutdown(ctx); err != nil { // every late engine has finished by now
 			t.Fatal(err)
 		}
-		left, err := s.ListStreams(ctx, stream.ListOptions{Prefix: "/carts/"})
+		left, err := s.Events().ListStreams(ctx, stream.ListOptions{Prefix: "/carts/"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,25 +281,25 @@ func TestDeletedStreamsStayDeleted(t *testing.T) {
 			t.Fatalf("deleted streams came back: %v", paths)
 		}
 		// An ephemeral append (a live-state delta) to a missing stream is dropped.
-		if _, err := s.Append(ctx, "/carts/00", foldtype.EventInput{Type: foldtype.LiveStateChangedType, Ephemeral: true,
+		if _, err := s.Events().Stream("/carts/00").Append(ctx, foldtype.EventInput{Type: foldtype.LiveStateChangedType, Ephemeral: true,
 			Payload: foldtype.JSON(map[string]any{"from": 0})}); err != nil {
 			t.Fatalf("ephemeral append to a missing stream: %v, want it dropped", err)
 		}
-		if _, err := s.HeadStream(ctx, "/carts/00"); err == nil {
+		if _, err := s.Events().HeadStream(ctx, "/carts/00"); err == nil {
 			t.Fatal("an ephemeral append created the stream")
 		}
 		// A processor's own append (a late engine) does not create it either.
-		if _, err := s.Stream("/carts/00").ForProcessor("carts").Append(ctx, item(1)); !errors.Is(err, foldtype.ErrStreamNotFound) {
+		if _, err := s.Events().Stream("/carts/00").ForProcessor("carts").Append(ctx, item(1)); !errors.Is(err, foldtype.ErrStreamNotFound) {
 			t.Fatalf("a processor's append to a deleted stream: %v, want STREAM_NOT_FOUND", err)
 		}
-		if _, err := s.WakeExisting(ctx, "/carts/00", stream.WakeRequest); !errors.Is(err, foldtype.ErrStreamNotFound) {
+		if _, err := s.Events().WakeExisting(ctx, "/carts/00", stream.WakeRequest); !errors.Is(err, foldtype.ErrStreamNotFound) {
 			t.Fatalf("waking a deleted stream: %v, want STREAM_NOT_FOUND", err)
 		}
-		if _, err := s.HeadStream(ctx, "/carts/00"); err == nil {
+		if _, err := s.Events().HeadStream(ctx, "/carts/00"); err == nil {
 			t.Fatal("a processor's append or a wake created the stream")
 		}
 		// A writer's append creates it.
-		if _, err := s.Append(ctx, "/carts/00", item(5)); err != nil {
+		if _, err := s.Events().Stream("/carts/00").Append(ctx, item(5)); err != nil {
 			t.Fatal(err)
 		}
 		if got := logOf(t, s, "/carts/00"); !slices.Equal(got, []string{"item@1"}) {
@@ -326,37 +326,37 @@ func TestRefuseInvalidEventsAtAppendTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		bad := foldtype.EventInput{Type: "item", Payload: foldtype.JSON(map[string]any{"n": "three"})}
-		if _, err := s.Append(ctx, "/carts/a", item(1)); err != nil {
+		if _, err := s.Events().Stream("/carts/a").Append(ctx, item(1)); err != nil {
 			t.Fatal(err)
 		}
 		_ = cartItems(t, h, "/carts/a") // the engine opened (and woke the stream)
 		before := logOf(t, s, "/carts/a")
 		var fe *foldtype.Error
-		if _, err := s.Append(ctx, "/carts/a", item(2), bad); !errors.As(err, &fe) || fe.Code != foldtype.CodeInvalidEvent || !strings.Contains(fe.Message, "schema") {
+		if _, err := s.Events().Stream("/carts/a").Append(ctx, item(2), bad); !errors.As(err, &fe) || fe.Code != foldtype.CodeInvalidEvent || !strings.Contains(fe.Message, "schema") {
 			t.Fatalf("append of a bad payload: %v, want INVALID_EVENT with the schema error", err)
 		}
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/carts/a", ContentType: "application/json",
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/carts/a", ContentType: "application/json",
 			Body: []byte(`[{"type":"item","payload":{"n":1}},{"type":"item","payload":{"n":"three"}}]`)}); !errors.Is(err, foldtype.ErrInvalidEvent) {
 			t.Fatalf("protocol append of a bad payload: %v, want INVALID_EVENT", err)
 		}
-		if _, err := s.Append(ctx, "/carts/new", bad); !errors.Is(err, foldtype.ErrInvalidEvent) {
+		if _, err := s.Events().Stream("/carts/new").Append(ctx, bad); !errors.Is(err, foldtype.ErrInvalidEvent) {
 			t.Fatalf("append of a bad payload to a new stream: %v, want INVALID_EVENT", err)
 		}
 		if got := logOf(t, s, "/carts/a"); !slices.Equal(got, before) {
 			t.Fatalf("log after refused appends: %v, want %v", got, before)
 		}
-		if _, err := s.HeadStream(ctx, "/carts/new"); err == nil {
+		if _, err := s.Events().HeadStream(ctx, "/carts/new"); err == nil {
 			t.Fatal("a refused append created its stream")
 		}
 		for _, path := range []string{"/loose/a", "/other/a"} {
-			if _, err := s.Append(ctx, path, bad); err != nil {
+			if _, err := s.Events().Stream(path).Append(ctx, bad); err != nil {
 				t.Fatalf("%s: %v, want the event stored (no refusing registration there)", path, err)
 			}
 		}
 		if err := h.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Append(ctx, "/carts/b", bad); err != nil {
+		if _, err := s.Events().Stream("/carts/b").Append(ctx, bad); err != nil {
 			t.Fatalf("after the host stopped: %v, want no check any more", err)
 		}
 	})

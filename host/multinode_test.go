@@ -35,7 +35,7 @@ func lbClient(nodes []*node) *http.Client {
 // readStream reads a whole stream through hc.
 func readStream(ctx context.Context, t *testing.T, hc *http.Client, url string) []json.RawMessage {
 	t.Helper()
-	s, err := client.NewStream(url, client.Options{HTTPClient: hc,
+	s, err := client.NewStream(url, client.Config{HTTPClient: hc,
 		Retry: client.RetryPolicy{MaxAttempts: 100, MaxDelay: 500 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func streamURL(base string) string { return base + "/v1/stream" + counterStream 
 // readAll reads the whole stream through hc.
 func readAll(ctx context.Context, t *testing.T, hc *http.Client, base string) []json.RawMessage {
 	t.Helper()
-	s, err := client.NewStream(streamURL(base), client.Options{HTTPClient: hc,
+	s, err := client.NewStream(streamURL(base), client.Config{HTTPClient: hc,
 		Retry: client.RetryPolicy{MaxAttempts: 100, MaxDelay: 500 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func (r *liveReader) run(ctx context.Context, nd *node) {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	offset := client.OffsetStart
 	for ctx.Err() == nil {
-		s, _ := client.NewStream(streamURL(nd.url()), client.Options{HTTPClient: hc,
+		s, _ := client.NewStream(streamURL(nd.url()), client.Config{HTTPClient: hc,
 			Retry: client.RetryPolicy{MaxAttempts: 3, MaxDelay: 200 * time.Millisecond}})
 		for c, err := range s.Read(ctx, client.ReadOptions{Offset: offset, Live: client.LiveLongPoll}) {
 			if err != nil {
@@ -214,14 +214,14 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 				}
 				pr := prs[i]
 				if pr == nil {
-					s, err := client.NewStream(url("http://lb", i), client.Options{HTTPClient: lb,
+					s, err := client.NewStream(url("http://lb", i), client.Config{HTTPClient: lb,
 						Retry: client.RetryPolicy{MaxAttempts: 1000, InitialDelay: 20 * time.Millisecond, MaxDelay: 300 * time.Millisecond}})
 					if err != nil {
 						perrs[p] = err
 						return
 					}
 					s.SetContentType("application/json")
-					if pr, err = client.NewIdempotentProducer(s, fmt.Sprintf("producer-%d", i), client.ProducerOptions{
+					if pr, err = client.NewIdempotentProducer(s, fmt.Sprintf("producer-%d", i), client.ProducerConfig{
 						Linger: 2 * time.Millisecond, MaxInFlight: 1, RequestTimeout: 5 * time.Second}); err != nil {
 						perrs[p] = err
 						return

@@ -56,10 +56,10 @@ func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
 	// The birth batch is at 1..2; the squatter takes the key the receipt of the order at 4 will use.
 	squat := foldtype.EventInput{Type: "receipt", Payload: foldtype.JSON(map[string]string{"forged": "yes"}),
 		IdempotencyKey: foldtype.ProcessorKeyPrefix + "receipts/receipt@4"}
-	if got, err := s.Append(ctx, "/o", squat); err != nil || got[0].Offset != 3 {
+	if got, err := s.Events().Stream("/o").Append(ctx, squat); err != nil || got[0].Offset != 3 {
 		t.Fatalf("squat: %v %v", got, err)
 	}
-	if got, err := s.Append(ctx, "/o", foldtype.EventInput{Type: "order"}); err != nil || got[0].Offset != 4 {
+	if got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "order"}); err != nil || got[0].Offset != 4 {
 		t.Fatalf("order: %v %v", got, err)
 	}
 	checkParked := func(h *host.Host) {

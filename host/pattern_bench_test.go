@@ -27,7 +27,7 @@ func BenchmarkPatternFold(b *testing.B) {
 	for _, n := range []int{1, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "fold.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+			s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "fold.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -63,7 +63,7 @@ func BenchmarkPatternFold(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for i := w; i < batches; i += 16 {
-						if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i%n), batch...); err != nil {
+						if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i%n)).Append(ctx, batch...); err != nil {
 							b.Error(err)
 							return
 						}
@@ -93,14 +93,14 @@ func BenchmarkPatternFold(b *testing.B) {
 func BenchmarkOpenEngine(b *testing.B) {
 	ctx := context.Background()
 	b.Run("heap-per-engine", func(b *testing.B) {
-		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "open.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "open.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer s.Close()
 		const n = 1000
 		for i := range n {
-			if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i), item(1)); err != nil {
+			if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i)).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -136,13 +136,13 @@ func BenchmarkOpenEngine(b *testing.B) {
 		}
 	})
 	b.Run("reopen", func(b *testing.B) {
-		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "reopen.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}})
+		s, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "reopen.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer s.Close()
 		for _, path := range []string{"/carts/a", "/carts/b"} {
-			if _, err := s.Append(ctx, path, item(1)); err != nil {
+			if _, err := s.Events().Stream(path).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)
 			}
 		}

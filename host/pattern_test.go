@@ -97,10 +97,10 @@ func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := p.expect("/carts/new", 2)
-	if _, err := s.Append(ctx, "/carts/new", item(1), item(2)); err != nil {
+	if _, err := s.Events().Stream("/carts/new").Append(ctx, item(1), item(2)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/other/new", item(1)); err != nil { // not covered
+	if _, err := s.Events().Stream("/other/new").Append(ctx, item(1)); err != nil { // not covered
 		t.Fatal(err)
 	}
 	<-done
@@ -116,7 +116,7 @@ func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
 	if _, err := h.Snapshot(ctx, "/other/absent", "carts"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("snapshot of an uncovered stream that does not exist: got %v, want STREAM_NOT_FOUND", err)
 	}
-	if _, err := s.HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldtype.ErrStreamNotFound) {
+	if _, err := s.Events().HeadStream(ctx, "/carts/absent"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("a read created the stream: %v", err)
 	}
 	if err := h.Shutdown(ctx); err != nil {
@@ -133,7 +133,7 @@ func TestPatternCatchesUpExistingStreams(t *testing.T) {
 	defer s.Close()
 	paths := []string{"/tenants/acme/a", "/tenants/acme/b/c", "/tenants/other/x"}
 	for _, path := range paths {
-		if _, err := s.Append(ctx, path, item(1), item(2)); err != nil {
+		if _, err := s.Events().Stream(path).Append(ctx, item(1), item(2)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,14 +178,14 @@ func TestEvictedEngineReopensFromCheckpoint(t *testing.T) {
 		t.Fatalf("no status of carts on %s", path)
 		return false
 	}
-	if _, err := s.Append(ctx, "/carts/a", item(1), item(2)); err != nil {
+	if _, err := s.Events().Stream("/carts/a").Append(ctx, item(1), item(2)); err != nil {
 		t.Fatal(err)
 	}
 	if got := cartItems(t, h, "/carts/a"); got != 3 {
 		t.Fatalf("a: got %d items, want 3", got)
 	}
 	// Opening b needs a's room under the cap of one.
-	if _, err := s.Append(ctx, "/carts/b", item(5)); err != nil {
+	if _, err := s.Events().Stream("/carts/b").Append(ctx, item(5)); err != nil {
 		t.Fatal(err)
 	}
 	if got := cartItems(t, h, "/carts/b"); got != 5 {
@@ -195,7 +195,7 @@ func TestEvictedEngineReopensFromCheckpoint(t *testing.T) {
 		t.Fatal("a is still open past the cap of one engine")
 	}
 	done := p.expect("/carts/a", 3)
-	if _, err := s.Append(ctx, "/carts/a", item(4)); err != nil { // reopens a from its checkpoint
+	if _, err := s.Events().Stream("/carts/a").Append(ctx, item(4)); err != nil { // reopens a from its checkpoint
 		t.Fatal(err)
 	}
 	<-done
@@ -242,7 +242,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	ctx := context.Background()
 	// synchronous=NORMAL: this test is about the host's engines, not the disk; 40,000 fsyncs would
 	// only make it slow.
-	s, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "many.db"), storeopen.Config{Store: stream.Options{Logger: quietLog}, SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
+	s, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "many.db"), storeopen.Config{Store: stream.Config{Logger: quietLog}, SQLite: sqlitedriver.Config{Synchronous: sqlitedriver.SyncNormal}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := w; i < n; i += 16 {
-					if _, err := s.Append(ctx, fmt.Sprintf("/carts/%d", i), batch...); err != nil {
+					if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i)).Append(ctx, batch...); err != nil {
 						t.Errorf("round %d: %v", round, err)
 						return
 					}
@@ -304,7 +304,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	}
 	for i := range n {
 		path := fmt.Sprintf("/carts/%d", i)
-		cps, err := s.Checkpoints(ctx, path)
+		cps, err := s.Events().Checkpoints(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,13 +41,12 @@ func TestProcessorsKeepReducingWhatLandedBeforeThePause(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/p", newSeer(t, "running", "tick")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "tick"},
-		foldtype.EventInput{Type: foldtype.TypeStreamPaused, Payload: []byte(`{"reason":"hold"}`)})
+	got, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: foldtype.TypeStreamPaused, Payload: []byte(`{"reason":"hold"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pause := got[2].Offset
-	if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "tick"}); !errors.Is(err, foldtype.ErrStreamPaused) {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "tick"}); !errors.Is(err, foldtype.ErrStreamPaused) {
 		t.Fatalf("append to the paused stream: got %v", err)
 	}
 	want(h, "running", pause)

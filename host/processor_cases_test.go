@@ -48,8 +48,8 @@ func addLedger(t *testing.T, ctx context.Context, s *stream.Store, h *host.Host,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := &countingStream{EventStream: s.Stream(path).ForProcessor("ledger")}
-	cps, err := s.Checkpoints(ctx, path)
+	cs := &countingStream{EventStream: s.Events().Stream(path).ForProcessor("ledger")}
+	cps, err := s.Events().Checkpoints(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,18 +80,18 @@ func ledgerSnapshot(t *testing.T, ctx context.Context, h *host.Host, path string
 // P-19 on the store: a fed-by-pushes engine answers five snapshots, each after an unconsumed
 // append, without reading the log again after its registration's catch-up (which runs in the
 // background; the first snapshot waits for it).
-func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
+func TestFedEngineReadsTheLogOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
-	if _, err := s.Append(ctx, "/l", foldtype.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
+	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
 		t.Fatal(err)
 	}
 	h := newHost(t, s)
 	cs, _ := addLedger(t, ctx, s, h, "/l")
 	for range 5 {
-		if _, err := s.Append(ctx, "/l", foldtype.EventInput{Type: "noise"}); err != nil {
+		if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "noise"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, counted := ledgerSnapshot(t, ctx, h, "/l"); !slices.Equal(counted, []int64{1}) {
@@ -108,20 +108,20 @@ func TestP19FedEngineReadsTheLogOnce(t *testing.T) {
 
 // P-20/P-23 on the store: a snapshot straight after an append reflects it; a range with a consumed
 // event writes the checkpoint once; a new engine on the same file resumes from it with one read.
-func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
+func TestCheckpointAndResumeOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
 	defer s.Close()
 	h := newHost(t, s)
 	addLedger(t, ctx, s, h, "/l")
-	if _, err := s.Append(ctx, "/l", foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 3, 4
+	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 3, 4
 		t.Fatal(err)
 	}
 	if off, counted := ledgerSnapshot(t, ctx, h, "/l"); off != 4 || !slices.Equal(counted, []int64{4}) {
 		t.Fatalf("snapshot: got %d %v, want 4 [4]", off, counted)
 	}
-	cps, _ := s.Checkpoints(ctx, "/l")
+	cps, _ := s.Events().Checkpoints(ctx, "/l")
 	cp, ok, err := cps.ReadCheckpoint(ctx, "ledger")
 	if err != nil || !ok || cp.ReducedThroughOffset != 4 || string(cp.State) != `{"counted":[4]}` || cp.ReducerVersion != "1" {
 		t.Fatalf("checkpoint: got %+v %v %v", cp, ok, err)
@@ -129,7 +129,7 @@ func TestP23CheckpointAndResumeOnTheStore(t *testing.T) {
 	if err := h.Remove(ctx, "/l", "ledger"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/l", foldtype.EventInput{Type: "counted"}, foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 5..7
+	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "counted"}, foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 5..7
 		t.Fatal(err)
 	}
 	cs, _ := addLedger(t, ctx, s, h, "/l")
@@ -161,7 +161,8 @@ func (p *echoer) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
 	return nil
 }
 
-func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
+// Acceptance case P-27 (docs/engine.md#acceptance-cases).
+func TestAppendInsideBlockerOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -176,7 +177,7 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	echoes := make(chan foldtype.Event, 1)
-	sub, err := s.Subscribe("/e", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/e", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		for _, ev := range evs {
 			select {
 			case echoes <- ev:
@@ -189,7 +190,7 @@ func TestP27AppendInsideBlockerOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	ping, err := s.Append(ctx, "/e", foldtype.EventInput{Type: "ping"})
+	ping, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "ping"})
 	if err != nil {
 		t.Fatal(err)
 	}

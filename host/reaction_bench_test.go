@@ -150,7 +150,7 @@ func startReactionCluster(b *testing.B, open func() *stream.Store, n int) *react
 // appendAndWait appends one event to path through node via and returns its first sighting.
 func (c *reactionCluster) appendAndWait(b *testing.B, via int, path string) reaction {
 	b.Helper()
-	evs, err := c.stores[via].Append(context.Background(), path, foldtype.EventInput{Type: "r"})
+	evs, err := c.stores[via].Events().Stream(path).Append(context.Background(), foldtype.EventInput{Type: "r"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func (c *reactionCluster) run(b *testing.B, throughOwner bool) {
 		}
 		ctx := context.Background()
 		start := time.Now()
-		evs, err := c.stores[via].Append(ctx, path, foldtype.EventInput{Type: "r"})
+		evs, err := c.stores[via].Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "r"})
 		acked := time.Now()
 		if err != nil {
 			b.Fatal(err)

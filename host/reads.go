@@ -54,7 +54,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		}
 		if errors.Is(err, ErrNotRegistered) {
 			// A stream that does not exist says so, whatever runs on it.
-			if _, herr := h.store.HeadStream(ctx, path); errors.Is(herr, foldtype.ErrStreamNotFound) || errors.Is(herr, foldtype.ErrStreamGone) {
+			if _, herr := h.store.Events().HeadStream(ctx, path); errors.Is(herr, foldtype.ErrStreamNotFound) || errors.Is(herr, foldtype.ErrStreamGone) {
 				err = herr
 			}
 		}
@@ -161,11 +161,11 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 // processor fails with PROCESSOR_PARKED. Under a pattern it opens the stream's engine when it is
 // closed; a stream that does not exist is NOT_REGISTERED. Do not call it from inside the same
 // processor's batch.
-func (h *Host) Snapshot(ctx context.Context, path, slug string) (Snapshot, error) {
-	var snap Snapshot
+func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSnapshot, error) {
+	var snap foldtype.JSONSnapshot
 	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
 		off, state, err := r.SnapshotJSON(ctx)
-		snap = Snapshot{Offset: off, State: state}
+		snap = foldtype.JSONSnapshot{Offset: off, State: state}
 		return err
 	}, func(ctx context.Context, l driver.Lease) error {
 		var err error
@@ -173,7 +173,7 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (Snapshot, error
 		return err
 	})
 	if err != nil {
-		return Snapshot{}, err
+		return foldtype.JSONSnapshot{}, err
 	}
 	return snap, nil
 }

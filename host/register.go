@@ -132,7 +132,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		}
 		key := procKey{path, reg.slug}
 		return foldstream.NewEngine(p, foldstream.EngineConfig{
-			Stream:      &fencedStream{inner: h.store.Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation},
+			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation},
 			Checkpoints: cps.Fenced(leaseKey(key), l.Generation),
 			FedByPushes: true,
 			Clock:       h.clock,
@@ -149,7 +149,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 
 // checkpoints returns the checkpoint storage of the processors on path.
 func (h *Host) checkpoints(path string) (*stream.Checkpoints, error) {
-	return h.store.Checkpoints(h.ctx, path)
+	return h.store.Events().Checkpoints(h.ctx, path)
 }
 
 // Add hosts a runner the caller built on the stream at path. The runner must run against the
@@ -301,7 +301,7 @@ func (h *Host) addRefusingLocked(reg *registration) {
 	next = append(next, reg)
 	h.refusing.Store(&next)
 	if h.removeCheck == nil {
-		h.removeCheck = h.store.SetAppendCheck(h.checkAppend)
+		h.removeCheck = h.store.Events().SetAppendCheck(h.checkAppend)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -86,7 +85,7 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 		return foldtype.Checkpoint{}, nil, notRegistered(path, slug)
 	}
 	if through < 0 {
-		info, err := h.store.HeadStream(ctx, path)
+		info, err := h.store.Events().HeadStream(ctx, path)
 		if err != nil {
 			if errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone) {
 				if reg.pinned() {
@@ -152,7 +151,7 @@ func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 	if h.store.Driver().Exclusive() {
 		return nil
 	}
-	info, err := h.store.HeadStream(ctx, sl.key.path)
+	info, err := h.store.Events().HeadStream(ctx, sl.key.path)
 	if err != nil {
 		return nil // the read itself reports a missing stream
 	}
@@ -175,7 +174,7 @@ func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 // consumedBetween reports whether a durable event the registration consumes lies in (after, through].
 func (h *Host) consumedBetween(ctx context.Context, consumes []string, path string, after, through int64) (bool, error) {
 	for after < through {
-		page, err := h.store.Read(ctx, path, after, 256, stream.ReadOptions{})
+		page, err := h.store.Events().Stream(path).Read(ctx, after, 256)
 		if err != nil {
 			return false, err
 		}
@@ -193,9 +192,9 @@ func (h *Host) consumedBetween(ctx context.Context, consumes []string, path stri
 }
 
 // remoteSnapshot answers Snapshot for a processor another node runs.
-func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug string) (Snapshot, error) {
+func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.JSONSnapshot, error) {
 	if h.forwardable(l) {
-		var snap Snapshot
+		var snap foldtype.JSONSnapshot
 		err := h.forward(ctx, l.Addr, path, slug, url.Values{}, &snap)
 		if !errors.Is(err, errOwnerUnreachable) {
 			return snap, err
@@ -203,9 +202,9 @@ func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug st
 	}
 	cp, _, err := h.fromCheckpoint(ctx, path, slug, -1)
 	if err != nil {
-		return Snapshot{}, err
+		return foldtype.JSONSnapshot{}, err
 	}
-	return Snapshot{Offset: cp.ReducedThroughOffset, State: cp.State}, nil
+	return foldtype.JSONSnapshot{Offset: cp.ReducedThroughOffset, State: cp.State}, nil
 }
 
 // remoteLiveSnapshot answers LiveSnapshot for a processor another node runs. From the checkpoint
@@ -237,7 +236,7 @@ func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slu
 func (h *Host) remoteWait(ctx context.Context, l driver.Lease, path, slug string, offset int64, timeout time.Duration) error {
 	if h.forwardable(l) {
 		q := url.Values{"waitUntilProcessed": {strconv.FormatInt(offset, 10)}, "timeout": {timeout.String()}}
-		var snap Snapshot
+		var snap foldtype.JSONSnapshot
 		err := h.forward(ctx, l.Addr, path, slug, q, &snap)
 		if !errors.Is(err, errOwnerUnreachable) {
 			return err

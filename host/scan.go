@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -65,7 +66,7 @@ func (h *Host) behind(ctx context.Context, reg *registration, path string) (bool
 	if ok && reg.version != "" && cp.ReducerVersion != reg.version {
 		return true, nil // a re-reduce is due
 	}
-	page, err := h.store.Read(ctx, path, cp.ReducedThroughOffset, 1, stream.ReadOptions{})
+	page, err := h.store.Events().Stream(path).Read(ctx, cp.ReducedThroughOffset, 1)
 	if err != nil {
 		return false, err
 	}
@@ -75,7 +76,7 @@ func (h *Host) behind(ctx context.Context, reg *registration, path string) (bool
 // listStreams returns up to limit live stream paths starting with prefix, after the path after, in
 // path order.
 func (h *Host) listStreams(ctx context.Context, prefix, after string, limit int) ([]string, error) {
-	infos, err := h.store.ListStreams(ctx, stream.ListOptions{Prefix: prefix, After: after, Limit: limit})
+	infos, err := h.store.Events().ListStreams(ctx, stream.ListOptions{Prefix: prefix, After: after, Limit: limit})
 	if err != nil {
 		return nil, err
 	}

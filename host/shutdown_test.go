@@ -82,7 +82,7 @@ func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 	if err := <-added; !errors.Is(err, host.ErrShutdown) {
 		t.Errorf("Add racing Shutdown: got %v, want ErrShutdown", err)
 	}
-	if _, err := s.Append(ctx, "/s", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	// Closing the store waits for every subscription's delivery goroutine: a push still
@@ -159,7 +159,7 @@ func TestShutdownDrainsPushes(t *testing.T) {
 	}
 	var last int64
 	for range 50 {
-		got, err := s.Append(ctx, "/d", foldtype.EventInput{Type: "tick"})
+		got, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestShutdownDrainsPushes(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cps, err := s.Checkpoints(ctx, "/d")
+	cps, err := s.Events().Checkpoints(ctx, "/d")
 	if err != nil {
 		t.Fatal(err)
 	}

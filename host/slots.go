@@ -287,7 +287,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	var info stream.StreamInfo
 	if mode != openForRegister {
 		var err error
-		if info, err = h.store.HeadStream(ctx, sl.key.path); err != nil {
+		if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
 			if sl.force && (errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {
 				// A lease left by an engine of a stream deleted since: settle it as idle.
 				if l, lerr := h.leases.acquire(ctx, sl.key, true); lerr == nil {
@@ -317,12 +317,12 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	}
 	switch mode {
 	case openForRegister:
-		if _, err := h.store.Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
+		if _, err := h.store.Events().Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
 			fail(err)
 			return
 		}
 		var err error
-		if info, err = h.store.HeadStream(ctx, sl.key.path); err != nil {
+		if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
 			fail(err)
 			return
 		}
@@ -336,7 +336,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		sl.needWake.Store(!info.Closed)
 	}
 	sl.streamID = info.ID()
-	sub, err := h.store.Subscribe(sl.key.path, h.deliverTo(sl, runner), stream.SubscribeOptions{
+	sub, err := h.store.Events().Subscribe(sl.key.path, h.deliverTo(sl, runner), stream.SubscribeOptions{
 		Consumes:         runner.Consumes(),
 		MaxPendingEvents: h.cfg.MaxPendingEvents,
 		Name:             runner.Slug(),
@@ -707,16 +707,16 @@ func (h *Host) workFailed(ctx context.Context, c stream.DueClaim, cause error) e
 	ctx = context.WithoutCancel(ctx)
 	rec := foldtype.EventInput{Type: foldstream.WorkFailedType,
 		Payload: foldtype.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
-	if _, err := h.store.Append(ctx, c.Path, rec); err != nil {
+	if _, err := h.store.Events().Stream(c.Path).Append(ctx, rec); err != nil {
 		return err // the claim stays, with backoff: the record is owed
 	}
-	return h.store.Claim(ctx, c.Path, c.Slug, time.Time{})
+	return h.store.Events().Claim(ctx, c.Path, c.Slug, time.Time{})
 }
 
 // leftoverClaims lists the claims of processor slug on the streams pattern covers: the work a
 // previous incarnation left (call it before the new engines start).
 func (h *Host) leftoverClaims(ctx context.Context, p Pattern, slug string) ([]stream.ClaimRow, error) {
-	all, err := h.store.Claims(ctx)
+	all, err := h.store.Events().Claims(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -736,7 +736,7 @@ func (h *Host) reviveNow(ctx context.Context, claims []stream.ClaimRow) error {
 	now := h.clock.Now()
 	for _, c := range claims {
 		if c.At.After(now) {
-			if err := h.store.Claim(ctx, c.Path, c.Slug, now); err != nil {
+			if err := h.store.Events().Claim(ctx, c.Path, c.Slug, now); err != nil {
 				return err
 			}
 		}
@@ -758,7 +758,7 @@ func (h *Host) created(path string) {
 	if len(follow) == 0 {
 		return
 	}
-	info, err := h.store.HeadStream(h.ctx, path)
+	info, err := h.store.Events().HeadStream(h.ctx, path)
 	if err != nil {
 		return // gone again: the next creation's notice resets it
 	}
@@ -826,7 +826,7 @@ func (h *Host) recreated(sl *slot) {
 				h.log.Warn("host: resetting the checkpoint of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
-		if err := h.store.Claim(ctx, sl.key.path, sl.key.slug, time.Time{}); err != nil {
+		if err := h.store.Events().Claim(ctx, sl.key.path, sl.key.slug, time.Time{}); err != nil {
 			h.log.Warn("host: releasing the claim of a deleted stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 		}
 		h.leases.release(sl.key, sl.lease.Generation, false)
@@ -947,11 +947,11 @@ func (h *Host) wakeOnce(ctx context.Context, path string, info stream.StreamInfo
 	if info.ID() != 0 && h.wokenAlready(path, info.ID()) {
 		return nil
 	}
-	if _, err := h.store.WakeExisting(ctx, path, reason); err != nil {
+	if _, err := h.store.Events().WakeExisting(ctx, path, reason); err != nil {
 		return err
 	}
 	if info.ID() == 0 {
-		now, err := h.store.HeadStream(ctx, path)
+		now, err := h.store.Events().HeadStream(ctx, path)
 		if err != nil {
 			return nil // woken; gone again since
 		}

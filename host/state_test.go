@@ -47,7 +47,7 @@ func TestEveryNodeReportsTheOneStateOwnerAndGenerationOfAProcessor(t *testing.T)
 				hosts[i] = h
 			}
 			const path = "/f/1"
-			if _, err := stores[0].Append(ctx, path, foldtype.EventInput{Type: "tick"}); err != nil {
+			if _, err := stores[0].Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 				t.Fatal(err)
 			}
 			// agree waits until both nodes report state with one owner and generation, and
@@ -79,7 +79,7 @@ func TestEveryNodeReportsTheOneStateOwnerAndGenerationOfAProcessor(t *testing.T)
 				owner = 1
 			}
 			procs[owner].broken.Store(true)
-			bad, err := stores[1-owner].Append(ctx, path, foldtype.EventInput{Type: "bad"})
+			bad, err := stores[1-owner].Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "bad"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,13 +109,13 @@ func TestAPatternProcessorThatNeverHadWorkIsIdle(t *testing.T) {
 	if err := host.RegisterPattern[countState](ctx, h, "/u/*", newTicker(t, "tick")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/u/1", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/u/1", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := statusOf(t, h, "/u/1", "tick"); st.State != foldtype.StateIdle || st.Owner != "" || st.Open {
 		t.Fatalf("a processor that never had work: %+v, want idle with no owner", st)
 	}
-	if _, err := s.Append(ctx, "/u/1", foldtype.EventInput{Type: "tick"}); err != nil {
+	if _, err := s.Events().Stream("/u/1").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return statusOf(t, h, "/u/1", "tick").State == foldtype.StateRunning })

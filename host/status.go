@@ -72,7 +72,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 	}
 	h.mu.Unlock()
 	if patterns {
-		if _, err := h.store.HeadStream(ctx, path); err != nil {
+		if _, err := h.store.Events().HeadStream(ctx, path); err != nil {
 			// Patterns cover existing streams only: keep the exact registrations.
 			var kept []foldtype.ProcessorStatus
 			var keptLocal []bool

@@ -77,12 +77,12 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cps, err := s.Checkpoints(ctx, "/p")
+		cps, err := s.Events().Checkpoints(ctx, "/p")
 		if err != nil {
 			t.Fatal(err)
 		}
 		eng, err := foldstream.NewEngine[countState](p, foldstream.EngineConfig{
-			Stream: s.Stream("/p").ForProcessor("dier"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog,
+			Stream: s.Events().Stream("/p").ForProcessor("dier"), Checkpoints: cps, FedByPushes: true, Clock: clk, Logger: quietLog,
 			KeyValue: foldstream.CheckpointKeyValue(cps, "dier"), CodeID: "build-1"})
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +95,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	}
 	claims := func() int {
 		t.Helper()
-		cl, err := s.Claims(ctx)
+		cl, err := s.Events().Claims(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	}
 
 	h, r := start()
-	evs, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "e"})
+	evs, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	for len(p.started) > 0 {
 		<-p.started
 	}
-	if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "e"}); err != nil {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "e"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -172,7 +172,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 // workFailedRecords returns the work-failed records of /p.
 func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []foldtype.Event {
 	t.Helper()
-	page, err := s.Read(ctx, "/p", 0, 0, stream.ReadOptions{})
+	page, err := s.Events().Stream("/p").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []fol
 func waitWorkFailed(t *testing.T, ctx context.Context, s *stream.Store) {
 	t.Helper()
 	commits := make(chan struct{}, 1)
-	stop := s.WatchCommits(func(path string) {
+	stop := s.Events().WatchCommits(func(path string) {
 		if path == "/p" {
 			select {
 			case commits <- struct{}{}:

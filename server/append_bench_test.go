@@ -19,7 +19,7 @@ import (
 // source), anonymous and with a bearer token (so every event gets the principal's source).
 func BenchmarkJSONAppend(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		b.Fatal(err)
 	}

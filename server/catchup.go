@@ -82,7 +82,7 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 	// One page's memory serves every page: sized for a full page (and its last message) once.
 	buf := make([]byte, 0, s.cfg.ReadChunkBytes+64<<10)
 	for cur < target {
-		page, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes, Buf: buf})
+		page, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes, Buf: buf})
 		if err != nil || page.Info.CreatedMs != info.CreatedMs || (page.Count == 0 && page.Next <= cur) {
 			// The client went away, or the stream was deleted or replaced while we answered, or
 			// (never expected) the store made no progress: the status line is sent, so the only
@@ -124,7 +124,7 @@ func (s *Server) cutAt(ctx context.Context, name string, info stream.StreamInfo,
 	}
 	keep := 0
 	for after := cur; after < target; {
-		ev, err := s.st.Read(ctx, name, after, stream.MaxReadLimit, stream.ReadOptions{})
+		ev, err := s.st.Events().Stream(name).Read(ctx, after, stream.MaxReadLimit)
 		if err != nil {
 			return nil, err
 		}

@@ -24,7 +24,7 @@ import (
 func serveFile(t *testing.T, cfg server.Config) (string, *stream.Store) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "catchup.db"), storeopen.Config{Store: stream.Options{Logger: log}})
+	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "catchup.db"), storeopen.Config{Store: stream.Config{Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestCatchUpReadReturnsWholeClosedStreamToGoClient(t *testing.T) {
 	base, _ := serveFile(t, server.Config{})
 	fillJSON(t, base, "long", n, true)
 
-	s, err := client.NewStream(base+"/v1/stream/long", client.Options{})
+	s, err := client.NewStream(base+"/v1/stream/long", client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

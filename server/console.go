@@ -132,7 +132,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	// One more than asked tells whether a next page exists, within the store's page cap.
-	infos, err := s.st.ListStreams(r.Context(), stream.ListOptions{Prefix: prefix, After: q.Get("after"), Limit: min(limit+1, MaxListLimit)})
+	infos, err := s.st.Protocol().ListStreams(r.Context(), stream.ListOptions{Prefix: prefix, After: q.Get("after"), Limit: min(limit+1, MaxListLimit)})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -168,7 +168,7 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r, OpRead, path); !ok {
 		return
 	}
-	info, err := s.st.HeadStream(r.Context(), path)
+	info, err := s.st.Protocol().HeadStream(r.Context(), path)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return

@@ -229,7 +229,7 @@ func TestListedProcessorStatusFollowsAppends(t *testing.T) {
 	if len(before) != 1 {
 		t.Fatalf("ProcessorsOn: %+v", before)
 	}
-	evs, err := h.Store().Append(ctx, "/orders", foldtype.EventInput{Type: "order.placed", Payload: json.RawMessage(`{"amount":1}`)})
+	evs, err := h.Store().Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order.placed", Payload: json.RawMessage(`{"amount":1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // A server with metrics serves them at /metrics; health routes answer load balancers.
 func ExampleNewMetrics() {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -104,16 +104,16 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 	defer release()
-	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
+	if len(body) > 0 { // the store applies the rules if the stream's messages are JSON
 		var ferr *foldtype.Error
-		if req.Provenance, ferr = provenanceOf(body, principal, reservedKeyPrefix); ferr != nil {
+		if req.Provenance, ferr = provenanceOf(principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
 		}
 	}
 	req.Body = body
 
-	res, err := s.st.CreateStream(r.Context(), req)
+	res, err := s.st.Protocol().CreateStream(r.Context(), req)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -201,7 +201,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		req.Producer = &stream.ProducerHeaders{ID: id, Epoch: epoch, Seq: seq}
 		// Known to be arriving before its body is read, so a later seq that overtakes it waits
 		// for it rather than answering a gap (docs/store.md#idempotent-producers).
-		defer s.st.ProducerArriving(name, id, epoch, seq)()
+		defer s.st.Protocol().ProducerArriving(name, id, epoch, seq)()
 	}
 	if v := h.Get(HeaderExpectedOffset); v != "" {
 		pos, now, err := ParseOffset(strings.TrimSpace(v))
@@ -220,9 +220,9 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	defer release()
 	received := len(body)
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
-	if len(body) > 0 && stream.IsJSONContentType(req.ContentType) {
+	if len(body) > 0 { // the store applies the rules if the stream's messages are JSON
 		var ferr *foldtype.Error
-		if req.Provenance, ferr = provenanceOf(body, principal, reservedKeyPrefix); ferr != nil {
+		if req.Provenance, ferr = provenanceOf(principal, reservedKeyPrefix); ferr != nil {
 			writeCoded(w, ferr.Code, ferr.Error(), 0)
 			return
 		}
@@ -237,7 +237,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 
-	res, err := s.st.AppendRecord(r.Context(), req)
+	res, err := s.st.Protocol().AppendRecord(r.Context(), req)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -263,7 +263,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 
 // handleHead serves HEAD (docs/server.md#streams). It never renews a TTL.
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string) {
-	info, err := s.st.HeadStream(r.Context(), name)
+	info, err := s.st.Protocol().HeadStream(r.Context(), name)
 	out := w.Header()
 	out.Set("Cache-Control", "no-store")
 	if err != nil {
@@ -289,7 +289,7 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, name string)
 
 // handleDelete serves DELETE (docs/server.md#streams).
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, name string) {
-	if err := s.st.DeleteStream(r.Context(), name); err != nil {
+	if err := s.st.Protocol().DeleteStream(r.Context(), name); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
@@ -415,7 +415,7 @@ func (s *Server) writeData(w http.ResponseWriter, r *http.Request, after int64, 
 
 // serveCatchUp answers a plain GET (docs/server.md#streams).
 func (s *Server) serveCatchUp(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
-	res, err := s.st.ReadRecords(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
+	res, err := s.st.Protocol().ReadRecords(r.Context(), stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.ReadChunkBytes})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -449,7 +449,7 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 	lw := newLiveWriter(w, s.cfg.WriteTimeout, time.Time{})
 	after, atTail := q.after, q.now
 	for {
-		res, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
+		res, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, AtTail: atTail, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
 		if err != nil {
 			s.writeStoreError(w, r, err)
 			return

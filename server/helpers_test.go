@@ -57,7 +57,7 @@ type secured struct {
 func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), t.TempDir()+"/secured.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/secured.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

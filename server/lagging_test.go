@@ -48,7 +48,7 @@ func (p stuckProcessors) ReducedThroughOffset(_, _ string) (int64, error) { retu
 func serveStuck(t *testing.T, p stuckProcessors) string {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), t.TempDir()+"/stuck.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/stuck.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

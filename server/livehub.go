@@ -66,7 +66,7 @@ func (s *Server) joinLive(path, slug string) (*liveHub, *liveReader, error) {
 		hs.hubs[path] = h
 		h.count++
 		hs.mu.Unlock()
-		h.sub, h.err = s.st.Subscribe(path, h.deliver, stream.SubscribeOptions{
+		h.sub, h.err = s.st.Events().Subscribe(path, h.deliver, stream.SubscribeOptions{
 			Consumes: []string{foldtype.LiveStateChangedType}, Name: "http-live-state " + path})
 		close(h.ready)
 	} else {

@@ -37,7 +37,7 @@ func BenchmarkLiveStateSSEFanout(b *testing.B) {
 func benchLiveFanout(b *testing.B, readers int) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
-	st, err := storeopen.Open(ctx, ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(ctx, ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func benchLiveFanout(b *testing.B, readers int) {
 	b.ResetTimer()
 	runtime.ReadMemStats(&ms0)
 	for i := range b.N {
-		if _, err := st.Append(ctx, "/orders", delta("other", int64(i), i), delta("totals", rev, i)); err != nil {
+		if _, err := st.Events().Stream("/orders").Append(ctx, delta("other", int64(i), i), delta("totals", rev, i)); err != nil {
 			b.Fatal(err)
 		}
 		rev++

@@ -232,7 +232,7 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 		if len(statuses) == 0 {
 			continue
 		}
-		info, err := c.st.HeadStream(ctx, path)
+		info, err := c.st.Protocol().HeadStream(ctx, path)
 		for _, ps := range statuses {
 			ch <- prometheus.MustNewConstMetric(processorOffsetDesc, prometheus.GaugeValue, float64(ps.Offset), ps.Slug, path)
 			if err == nil {
@@ -279,7 +279,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if _, err := s.st.ListStreams(ctx, stream.ListOptions{Limit: 1}); err != nil {
+		if _, err := s.st.Protocol().ListStreams(ctx, stream.ListOptions{Limit: 1}); err != nil {
 			s.log.Warn("not ready: the store does not answer", "err", err)
 			writeCoded(w, foldtype.CodeUnavailable, "not ready: the store does not answer", 1)
 			return

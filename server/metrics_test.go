@@ -25,7 +25,7 @@ import (
 // for a token, and /readyz turns 503 once the store is gone or the server shuts down.
 func TestHealthAndReadinessAnswerWithoutAToken(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), t.TempDir()+"/health.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/health.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestMetricsElsewhereLeaveTheMainAddress(t *testing.T) {
 // metrics, so the difference is the cost of counting one request.
 func BenchmarkMetricsOverhead(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func (stuck) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
 func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, t.TempDir()+"/failing.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(ctx, t.TempDir()+"/failing.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	}
 	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: h, Logger: quiet, Metrics: server.NewMetrics()}))
 	defer ts.Close()
-	if _, err := st.Append(ctx, "/f", foldtype.EventInput{Type: "ok"}, foldtype.EventInput{Type: "bad"}); err != nil {
+	if _, err := st.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "ok"}, foldtype.EventInput{Type: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	var text string

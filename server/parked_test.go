@@ -49,7 +49,7 @@ func serveReceipts(t *testing.T, file string) (string, *stream.Store, func()) {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestParkedProcessorShowsOnItsRoute(t *testing.T) {
 	}
 	squat := foldtype.EventInput{Type: "receipt", Payload: foldtype.JSON(map[string]string{"forged": "yes"}),
 		IdempotencyKey: foldtype.ProcessorKeyPrefix + "receipts/receipt@" + itoa(int(next+2))}
-	if _, err := st.Append(ctx, "/o", squat); err != nil {
+	if _, err := st.Events().Stream("/o").Append(ctx, squat); err != nil {
 		t.Fatal(err)
 	}
 	res, body := request(t, "POST", url+"/v1/stream/o", `{"type":"order"}`, "Content-Type", "application/json")

@@ -19,7 +19,7 @@ import (
 // and a keyed event in the batch; the stored messages carry the rules' outcome.
 func TestJSONPostIsParsedOnce(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), t.TempDir()+"/parses.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/parses.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	t.Parallel()
 	px, via := pgtest.NewProxy(t, pgtest.URL(t))
-	st, err := storeopen.Open(context.Background(), via, storeopen.Config{Store: stream.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
+	st, err := storeopen.Open(context.Background(), via, storeopen.Config{Store: stream.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}

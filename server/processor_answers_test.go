@@ -49,7 +49,7 @@ func TestProcessorSnapshotCoversEveryReturnedAppend(t *testing.T) {
 			t.Fatalf("append: %d %s", res.StatusCode, body)
 		}
 	}
-	info, err := h.Store().HeadStream(t.Context(), "/orders")
+	info, err := h.Store().Protocol().HeadStream(t.Context(), "/orders")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func (orderCounter) Reduce(a foldstream.ReduceArgs[orderTotals]) (orderTotals, b
 func setupProcessors(t *testing.T) (string, *host.Host) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,3 +134,35 @@ func TestSquattedProcessorKeyRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestForkWithoutContentTypeKeepsTheWriterRules: a fork PUT that names no Content-Type inherits
+// its source's JSON type, so its initial messages are JSON messages and get the same writer rules
+// as any JSON write: a forged source is dropped (the principal's is set) and a key from the
+// processors' namespace is refused.
+func TestForkWithoutContentTypeKeepsTheWriterRules(t *testing.T) {
+	for _, withTokens := range []bool{false, true} {
+		s := setupSecured(t, server.Config{}, withTokens)
+		var auth []string
+		if withTokens {
+			auth = []string{"Authorization", bearer(writerToken)}
+		}
+		res, body := request(t, "PUT", s.url+"/v1/stream/origin", `[{"type":"note.added"}]`, append([]string{"Content-Type", "application/json"}, auth...)...)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("create the source: %d %s", res.StatusCode, body)
+		}
+		fork := append([]string{"Stream-Forked-From", "/v1/stream/origin"}, auth...)
+		res, body = request(t, "PUT", s.url+"/v1/stream/forked", `[{"type":"note.added","source":{"platform":true}}]`, fork...)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("fork: %d %s", res.StatusCode, body)
+		}
+		res, body = request(t, "GET", s.url+"/v1/stream/forked", "", auth...)
+		if res.StatusCode != http.StatusOK || strings.Contains(body, `"platform":true`) || strings.Count(body, `"note.added"`) != 2 {
+			t.Fatalf("tokens=%v: the fork stored %d %s, want both events without the forged source", withTokens, res.StatusCode, body)
+		}
+		if withTokens && !strings.Contains(body, `"principal":{"actor":"alice"}`) {
+			t.Fatalf("the fork's own event lacks the principal's source: %s", body)
+		}
+		res, body = request(t, "PUT", s.url+"/v1/stream/squatfork", `{"type":"note.added","idempotencyKey":"`+foldtype.ProcessorKeyPrefix+`k"}`, fork...)
+		wantCoded(t, "squatting in a fork", res, body, http.StatusBadRequest, foldtype.CodeReservedKey)
+	}
+}

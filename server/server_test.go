@@ -72,7 +72,7 @@ func liveReadersReach(srv *server.Server, n int64) bool {
 func setup(t *testing.T, cfg server.Config) *env {
 	t.Helper()
 	clk := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Clock: clk}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Clock: clk}})
 	if err != nil {
 		t.Fatal(err)
 	}

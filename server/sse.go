@@ -61,7 +61,7 @@ func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed boo
 // event and then the end; connections cycled after SSEMaxDuration.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	ctx := r.Context()
-	first, err := s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
+	first, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -172,7 +172,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 		default:
 		}
 		var err error
-		res, err = s.st.ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
+		res, err = s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
 		if err != nil {
 			return // deleted or expired meanwhile: end the connection
 		}

@@ -71,7 +71,7 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest stri
 		case http.MethodGet:
 			s.handleGetSubscription(w, r, id)
 		case http.MethodDelete:
-			if err := s.st.DeleteSubscription(r.Context(), id); err != nil {
+			if err := s.st.Protocol().DeleteSubscription(r.Context(), id); err != nil {
 				s.writeSubError(w, r, err)
 				return
 			}
@@ -87,7 +87,7 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest stri
 		}
 	case strings.HasPrefix(sub, "streams/"):
 		if method(http.MethodDelete) {
-			if err := s.st.RemoveSubscriptionStream(r.Context(), id, strings.TrimPrefix(sub, "streams/")); err != nil {
+			if err := s.st.Protocol().RemoveSubscriptionStream(r.Context(), id, strings.TrimPrefix(sub, "streams/")); err != nil {
 				s.writeSubError(w, r, err)
 				return
 			}
@@ -212,7 +212,7 @@ func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, i
 		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "lease_ttl_ms must be from 1000 to 600000"))
 		return
 	}
-	info, created, err := s.st.PutSubscription(r.Context(), id, cfg)
+	info, created, err := s.st.Protocol().PutSubscription(r.Context(), id, cfg)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -226,7 +226,7 @@ func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, i
 }
 
 func (s *Server) handleGetSubscription(w http.ResponseWriter, r *http.Request, id string) {
-	info, err := s.st.Subscription(r.Context(), id)
+	info, err := s.st.Protocol().Subscription(r.Context(), id)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -260,7 +260,7 @@ func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) m
 	}
 	if in.Config.Type == stream.SubscriptionWebhook {
 		hook := map[string]any{"url": in.Config.WebhookURL}
-		if keys, err := s.st.WebhookKeys(r.Context()); err == nil && len(keys) > 0 {
+		if keys, err := s.st.Protocol().WebhookKeys(r.Context()); err == nil && len(keys) > 0 {
 			hook["signing"] = map[string]any{"alg": "ed25519", "kid": keys[len(keys)-1].KID,
 				"jwks_url": s.baseURL(r) + s.cfg.Prefix + "__ds/jwks.json"}
 		} else if err != nil {
@@ -272,7 +272,7 @@ func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) m
 }
 
 func (s *Server) handleJWKS(w http.ResponseWriter, r *http.Request) {
-	keys, err := s.st.WebhookKeys(r.Context())
+	keys, err := s.st.Protocol().WebhookKeys(r.Context())
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -302,7 +302,7 @@ func (s *Server) handleAddStreams(w http.ResponseWriter, r *http.Request, id str
 		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "give the streams to link in streams"))
 		return
 	}
-	if err := s.st.AddSubscriptionStreams(r.Context(), id, b.Streams); err != nil {
+	if err := s.st.Protocol().AddSubscriptionStreams(r.Context(), id, b.Streams); err != nil {
 		s.writeSubError(w, r, err)
 		return
 	}
@@ -327,7 +327,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, id string) 
 	if !s.readSubBody(w, r, &b) {
 		return
 	}
-	wake, ok, err := s.st.ClaimSubscription(r.Context(), id, b.Worker)
+	wake, ok, err := s.st.Protocol().ClaimSubscription(r.Context(), id, b.Worker)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -379,7 +379,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, id string, ca
 		}
 		req.Acks = append(req.Acks, stream.StreamAck{Stream: a.Stream, Offset: pos})
 	}
-	next, err := s.st.AckSubscription(r.Context(), id, tok, callback, req)
+	next, err := s.st.Protocol().AckSubscription(r.Context(), id, tok, callback, req)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -399,7 +399,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, id string
 	if !s.readSubBody(w, r, &b) {
 		return
 	}
-	if err := s.st.ReleaseSubscription(r.Context(), id, tok, b.WakeID, b.Generation); err != nil {
+	if err := s.st.Protocol().ReleaseSubscription(r.Context(), id, tok, b.WakeID, b.Generation); err != nil {
 		s.writeSubError(w, r, err)
 		return
 	}

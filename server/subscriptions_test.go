@@ -106,7 +106,7 @@ func (n *subNode) close() {
 func startNode(t testing.TB, dsn string, clock foldtype.Clock, cfg server.Config) *subNode {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	opts := stream.Options{Logger: quiet, Clock: clock}
+	opts := stream.Config{Logger: quiet, Clock: clock}
 	st, err := storeopen.Open(context.Background(), dsn, storeopen.Config{Store: opts})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestWebhookSignatureVerifiesAgainstServedJWKS(t *testing.T) {
 // loopback and nothing else.
 func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), t.TempDir()+"/ssrf.db", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/ssrf.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

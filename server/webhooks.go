@@ -202,8 +202,8 @@ func (d *deliverer) start() {
 	d.reload, d.allDue = true, true
 	d.mu.Unlock()
 	st := d.s.st
-	st.WatchSubscriptions(func(id string) { d.markDue(id, nil) })
-	stopWatch := st.WatchChanges(d.changed)
+	st.Protocol().WatchSubscriptions(func(id string) { d.markDue(id, nil) })
+	stopWatch := st.Protocol().WatchChanges(d.changed)
 	go func() {
 		defer stopWatch()
 		d.run()
@@ -287,7 +287,7 @@ func (d *deliverer) run() {
 		d.reload = false
 		d.mu.Unlock()
 		if reload {
-			cfgs, err := d.s.st.SubscriptionConfigs(ctx)
+			cfgs, err := d.s.st.Protocol().SubscriptionConfigs(ctx)
 			if err != nil {
 				if d.stopped() {
 					return
@@ -305,7 +305,7 @@ func (d *deliverer) run() {
 		any := len(d.configs) > 0
 		d.mu.Unlock()
 		if any && !now.Before(leaseAt) {
-			ok, err := d.s.st.TakeSubscriptionLease(ctx, d.holder, d.s.cfg.SubscriptionLeaseTTL)
+			ok, err := d.s.st.Protocol().TakeSubscriptionLease(ctx, d.holder, d.s.cfg.SubscriptionLeaseTTL)
 			if err != nil {
 				if d.stopped() {
 					return
@@ -321,7 +321,7 @@ func (d *deliverer) run() {
 			leader = ok && err == nil
 			leaseAt = now.Add(d.s.cfg.SubscriptionLeaseTTL / 3)
 		} else if !any && leader {
-			if err := d.s.st.ReleaseSubscriptionLease(ctx, d.holder); err != nil && !d.stopped() {
+			if err := d.s.st.Protocol().ReleaseSubscriptionLease(ctx, d.holder); err != nil && !d.stopped() {
 				log.Warn("subscriptions: release the delivery lease", "err", err)
 			}
 			leader = false
@@ -353,7 +353,7 @@ func (d *deliverer) run() {
 		stopTick()
 	}
 	if leader {
-		_ = d.s.st.ReleaseSubscriptionLease(ctx, d.holder)
+		_ = d.s.st.Protocol().ReleaseSubscriptionLease(ctx, d.holder)
 	}
 }
 
@@ -389,7 +389,7 @@ func (d *deliverer) pass(ctx context.Context, id string, hints []string) {
 		}
 		return
 	}
-	step, err := d.s.st.StepSubscription(ctx, id, hints)
+	step, err := d.s.st.Protocol().StepSubscription(ctx, id, hints)
 	if err != nil {
 		if !d.stopped() {
 			d.s.log.Warn("subscriptions: pass", "subscription", id, "err", err)
@@ -444,7 +444,7 @@ func (d *deliverer) send(w stream.Wake) {
 	out := d.attempt(w)
 	<-d.sem
 	ctx := context.Background()
-	if err := d.s.st.RecordWebhookAttempt(ctx, w.SubscriptionID, w.WakeID, w.Generation, out); err != nil && !d.stopped() {
+	if err := d.s.st.Protocol().RecordWebhookAttempt(ctx, w.SubscriptionID, w.WakeID, w.Generation, out); err != nil && !d.stopped() {
 		d.s.log.Warn("subscriptions: record a webhook attempt", "subscription", w.SubscriptionID, "err", err)
 	}
 }
@@ -454,7 +454,7 @@ func (d *deliverer) attempt(w stream.Wake) stream.WebhookOutcome {
 		slog.Int64("generation", w.Generation), slog.Int("attempt", w.Attempt))
 	ctx, cancel := context.WithTimeout(context.Background(), d.s.cfg.WebhookTimeout)
 	defer cancel()
-	keys, err := d.s.st.WebhookKeys(ctx)
+	keys, err := d.s.st.Protocol().WebhookKeys(ctx)
 	if err != nil || len(keys) == 0 {
 		log.Warn("subscriptions: no webhook signing key", "err", err)
 		return stream.WebhookOutcome{}

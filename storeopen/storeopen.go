@@ -10,7 +10,7 @@
 //
 //	d, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: "foldstream.db"})
 //	if err != nil { ... }
-//	st, err := stream.OpenDriver(ctx, d, stream.Options{})
+//	st, err := stream.OpenDriver(ctx, d, stream.Config{})
 //	if err != nil { d.Close(); ... }
 package storeopen
 
@@ -28,7 +28,7 @@ import (
 // Config configures Open. The zero value is valid.
 type Config struct {
 	// Store configures the store itself, whatever its database (clock, logger, group size).
-	Store stream.Options
+	Store stream.Config
 	// SQLite tunes the driver Open uses for a file path (Synchronous, ReadConns). Its Path must be
 	// empty: the path is Open's dsn.
 	SQLite sqlitedriver.Config

@@ -115,7 +115,7 @@ func TestOpenPicksSQLiteForAPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "s.db")
-	st, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestOpenPicksSQLiteForAPath(t *testing.T) {
 	if st.Path() != path {
 		t.Fatalf("Path: got %q, want %q", st.Path(), path)
 	}
-	if _, err := st.Append(ctx, "/a", foldtype.EventInput{Type: "x"}); err != nil {
+	if _, err := st.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if !fileExists(path) {
@@ -149,7 +149,7 @@ func TestOpenPicksPostgresForAURL(t *testing.T) {
 	if withPassword == url {
 		withPassword = url // a URL of another shape: the redaction is checked only for this one
 	}
-	st, err := storeopen.Open(context.Background(), withPassword, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), withPassword, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestOpenPicksPostgresForAURL(t *testing.T) {
 	if strings.Contains(st.Path(), "secret") || !strings.HasPrefix(st.Path(), "postgres://") {
 		t.Fatalf("Path: got %q, want the URL without its password", st.Path())
 	}
-	if _, err := st.Append(context.Background(), "/a", foldtype.EventInput{Type: "x"}); err != nil {
+	if _, err := st.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -171,7 +171,7 @@ func TestOpenRefusesURLsNoDriverOpens(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir) // a dsn taken for a relative path would create its file here
 	for _, dsn := range []string{"mysql://root@localhost/db", "file:///tmp/x.db", "postgres:/localhost/db", "postgresql:db", "Postgres:x"} {
-		st, err := storeopen.Open(context.Background(), dsn, storeopen.Config{Store: stream.Options{Logger: quiet}})
+		st, err := storeopen.Open(context.Background(), dsn, storeopen.Config{Store: stream.Config{Logger: quiet}})
 		if err == nil {
 			st.Close()
 			t.Fatalf("Open(%q): got a store, want INVALID_CONFIG", dsn)
@@ -198,7 +198,7 @@ func TestOpenRefusesSettingsThatMakeNoSense(t *testing.T) {
 		"unknown synchronous mode": {SQLite: sqlitedriver.Config{Synchronous: "OFF"}},
 		"negative read conns":      {SQLite: sqlitedriver.Config{ReadConns: -1}},
 		"path given twice":         {SQLite: sqlitedriver.Config{Path: "other.db"}},
-		"negative max group":       {Store: stream.Options{MaxGroup: -1}},
+		"negative max group":       {Store: stream.Config{MaxGroup: -1}},
 	} {
 		st, err := storeopen.Open(context.Background(), filepath.Join(dir, "s.db"), cfg)
 		if err == nil {

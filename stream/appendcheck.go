@@ -22,7 +22,8 @@ type appendChecks = atomic.Pointer[appendCheckBox]
 // and every JSON protocol append (AppendRecord; each message as the event it becomes), and
 // returns a function that removes it again. One check is installed at a time: the last one set
 // wins. Ephemeral events are not checked.
-func (s *Store) SetAppendCheck(check AppendCheck) (remove func()) {
+func (e *Events) SetAppendCheck(check AppendCheck) (remove func()) {
+	s := e.s
 	box := &appendCheckBox{fn: check}
 	s.check.Store(box)
 	return func() { s.check.CompareAndSwap(box, nil) }

@@ -34,7 +34,7 @@ var benchPayload = foldtype.JSON(map[string]any{"user": "u-12345", "note": strin
 func benchStore(b *testing.B) (*Store, string) {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "bench.db")
-	s, err := openStoreSync(path, sqlitedriver.SyncFull, Options{Logger: quietLog})
+	s, err := openStoreSync(path, sqlitedriver.SyncFull, Config{Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := s.Append(ctx, "/bench", foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				if _, err := s.Events().Stream("/bench").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -95,7 +95,7 @@ type rawInserter struct {
 func newRawInserter(b *testing.B) *rawInserter {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "raw.db")
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -210,11 +210,11 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 			s := open(b)
 			ctx := context.Background()
 			for _, p := range []string{"/small", "/huge-json"} {
-				if _, err := s.CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
+				if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if _, err := s.CreateStream(ctx, CreateRequest{Path: "/huge-bytes", ContentType: "application/octet-stream"}); err != nil {
+			if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/huge-bytes", ContentType: "application/octet-stream"}); err != nil {
 				b.Fatal(err)
 			}
 			stop := make(chan struct{})
@@ -245,7 +245,7 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 						if i%2 == 1 {
 							req = AppendRequest{Path: "/huge-json", ContentType: "application/json", Body: msgs}
 						}
-						if _, err := s.AppendRecord(ctx, req); err != nil {
+						if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
 							b.Error(err)
 							return
 						}
@@ -257,7 +257,7 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"n":1}`)}); err != nil {
+				if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"n":1}`)}); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(start))
@@ -280,7 +280,7 @@ func appendBesideHugeRecords(b *testing.B, open func(b *testing.B) *Store) {
 func BenchmarkCatchUpRead(b *testing.B) {
 	s, _ := benchStore(b)
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
 		b.Fatal(err)
 	}
 	var batch strings.Builder
@@ -295,7 +295,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 	body := []byte(batch.String())
 	const records = 640
 	for range records {
-		if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/big", ContentType: "application/json", Body: body}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/big", ContentType: "application/json", Body: body}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -309,7 +309,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 		base := ms.HeapAlloc
 		after := int64(0)
 		for pages := 0; ; pages++ {
-			r, err := s.ReadRecords(ctx, ReadRequest{Path: "/big", After: after})
+			r, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/big", After: after})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -351,7 +351,7 @@ func BenchmarkManyStreams(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for i := w; i < n; i += 16 {
-					if _, err := s.CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("%s/%d", prefix, i), ContentType: "application/json"}); err != nil {
+					if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("%s/%d", prefix, i), ContentType: "application/json"}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -386,7 +386,7 @@ func BenchmarkManyStreams(b *testing.B) {
 					seqs := make(map[int]int64)
 					k := w
 					for i := w; i < b.N; i += 16 {
-						_, err := s.AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/p/%d", k), ContentType: "application/json",
+						_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/p/%d", k), ContentType: "application/json",
 							Body: batch, Producer: &ProducerHeaders{ID: "p", Seq: seqs[k]}})
 						if err != nil {
 							b.Errorf("/p/%d seq %d: %v", k, seqs[k], err)
@@ -464,14 +464,14 @@ func BenchmarkStreamFootprint(b *testing.B) {
 	}
 	b.ResetTimer()
 	each(func(i int) error {
-		_, err := s.CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/f/%d", i), ContentType: "application/json"})
+		_, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/f/%d", i), ContentType: "application/json"})
 		return err
 	})
 	b.StopTimer()
 	report("")
 	msg := []byte(fmt.Sprintf(`[{"user":"u-12345","note":%q,"n":42}]`, strings.Repeat("x", 160)))
 	each(func(i int) error {
-		_, err := s.AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/f/%d", i), ContentType: "application/json", Body: msg})
+		_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: fmt.Sprintf("/f/%d", i), ContentType: "application/json", Body: msg})
 		return err
 	})
 	report("-1msg")
@@ -503,7 +503,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	ctx := context.Background()
 	const k = 16
 	for w := range k {
-		if _, err := s.CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json"}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -532,7 +532,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 			defer wg.Done()
 			req := AppendRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json", Body: []byte(`{"n":1}`)}
 			for range share {
-				if _, err := s.AppendRecord(ctx, req); err != nil {
+				if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
 					b.Error(err)
 					return
 				}

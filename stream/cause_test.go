@@ -14,21 +14,20 @@ import (
 // none, keeps a given one, and adds no source to an event without one.
 func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 	ctx := context.Background()
-	s, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "s.db"), storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "s.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	given := &foldtype.Source{Grant: "g"}
-	got, err := s.Append(ctx, "/o", foldtype.EventInput{Type: "a", Source: given},
-		foldtype.EventInput{Type: "b", Source: &foldtype.Source{Origin: "/upstream"}}, foldtype.EventInput{Type: "c"})
+	got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "a", Source: given}, foldtype.EventInput{Type: "b", Source: &foldtype.Source{Origin: "/upstream"}}, foldtype.EventInput{Type: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if given.Origin != "" {
 		t.Fatal("the caller's source was changed")
 	}
-	page, err := s.Read(ctx, "/o", 0, 0, stream.ReadOptions{})
+	page, err := s.Events().Stream("/o").Read(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,8 @@ type alarmState struct {
 
 // Claim records that processor slug on the stream at path must be revived by at; the zero time
 // releases the claim. A new claim replaces the previous one of the same processor.
-func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) error {
+func (e *Events) Claim(ctx context.Context, path, slug string, at time.Time) error {
+	s := e.s
 	err := s.write(ctx, func(t *tx) error {
 		if at.IsZero() {
 			return t.db.DeleteClaim(t.ctx, driver.Claim{Path: path, Slug: slug}, false)
@@ -78,7 +79,8 @@ func (s *Store) Claim(ctx context.Context, path, slug string, at time.Time) erro
 }
 
 // Claims lists the stored claims, earliest first.
-func (s *Store) Claims(ctx context.Context) ([]ClaimRow, error) {
+func (e *Events) Claims(ctx context.Context) ([]ClaimRow, error) {
+	s := e.s
 	var out []ClaimRow
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		claims, err := q.Claims(ctx)
@@ -96,7 +98,8 @@ func (s *Store) Claims(ctx context.Context) ([]ClaimRow, error) {
 // StartAlarms starts the alarm loop with handler; claims already due fire at once. Only one loop
 // runs per store; [Store.Close] or StopAlarms stops it. Handlers get a context that ends when the
 // loop stops.
-func (s *Store) StartAlarms(handler AlarmHandler) error {
+func (e *Events) StartAlarms(handler AlarmHandler) error {
+	s := e.s
 	if handler == nil {
 		return errors.New("start alarms: handler is nil")
 	}
@@ -118,7 +121,8 @@ func (s *Store) StartAlarms(handler AlarmHandler) error {
 
 // StopAlarms stops the alarm loop: no new handler starts, handlers already running get their
 // context cancelled, and StopAlarms waits for them to return.
-func (s *Store) StopAlarms() {
+func (e *Events) StopAlarms() {
+	s := e.s
 	a := &s.ev.alarms
 	a.mu.Lock()
 	if a.stop != nil {

@@ -14,14 +14,14 @@ func TestClaimsStoredAndReleased(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	es := s.Stream("/a").ForProcessor("p")
+	es := s.Events().Stream("/a").ForProcessor("p")
 	if err := es.Claim(ctx, testT.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := es.Claim(ctx, testT.Add(40*time.Second)); err != nil { // replaces
 		t.Fatal(err)
 	}
-	got, err := s.Claims(ctx)
+	got, err := s.Events().Claims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +31,10 @@ func TestClaimsStoredAndReleased(t *testing.T) {
 	if err := es.Claim(ctx, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Claims(ctx); len(got) != 0 {
+	if got, _ := s.Events().Claims(ctx); len(got) != 0 {
 		t.Fatalf("after release: got %+v", got)
 	}
-	if err := s.Stream("/a").Claim(ctx, testT); err == nil {
+	if err := s.Events().Stream("/a").Claim(ctx, testT); err == nil {
 		t.Fatal("claim on an unbound view: got nil error")
 	}
 	if n := len(storedMessages(t, s)); n != 0 {
@@ -51,7 +51,7 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	calls := make(chan DueClaim, 10)
 	var fail atomic.Bool
 	fail.Store(true)
-	if err := s.StartAlarms(func(ctx context.Context, c DueClaim) error {
+	if err := s.Events().StartAlarms(func(ctx context.Context, c DueClaim) error {
 		calls <- c
 		if fail.Load() {
 			return errors.New("revive failed")
@@ -60,7 +60,7 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Claim(ctx, "/a", "p", testT.Add(20*time.Second)); err != nil {
+	if err := s.Events().Claim(ctx, "/a", "p", testT.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	clk.WaitArmed(t, testT.Add(20*time.Second))
@@ -89,8 +89,8 @@ func TestAlarmsReviveAndBackOff(t *testing.T) {
 	if c := <-calls; c.Failures != 2 {
 		t.Fatalf("third revive: got %+v, want failures 2", c)
 	}
-	s.StopAlarms() // waits for the handler's re-claim decision
-	if got, _ := s.Claims(ctx); len(got) != 0 {
+	s.Events().StopAlarms() // waits for the handler's re-claim decision
+	if got, _ := s.Events().Claims(ctx); len(got) != 0 {
 		t.Fatalf("claims after a successful revive: got %+v, want none", got)
 	}
 }
@@ -100,7 +100,7 @@ func TestAlarmBackoffIsCapped(t *testing.T) {
 	s, clk := setup(t)
 	ctx := context.Background()
 	done := make(chan struct{}, 1)
-	if err := s.StartAlarms(func(ctx context.Context, c DueClaim) error {
+	if err := s.Events().StartAlarms(func(ctx context.Context, c DueClaim) error {
 		done <- struct{}{}
 		return errors.New("no")
 	}); err != nil {
@@ -116,7 +116,7 @@ func TestAlarmBackoffIsCapped(t *testing.T) {
 	s.rearmAlarms()
 	<-done
 	clk.WaitArmed(t, testT.Add(foldtype.ReviveAfterMax))
-	got, _ := s.Claims(ctx)
+	got, _ := s.Events().Claims(ctx)
 	if len(got) != 1 || got[0].Failures != 11 || !got[0].At.Equal(testT.Add(foldtype.ReviveAfterMax)) {
 		t.Fatalf("capped re-claim: got %+v", got)
 	}
@@ -127,14 +127,14 @@ func TestAlarmsFireOverdueClaimsOnStart(t *testing.T) {
 	t.Parallel()
 	s, clk := setup(t)
 	ctx := context.Background()
-	if err := s.Claim(ctx, "/a", "p", testT.Add(-time.Minute)); err != nil {
+	if err := s.Events().Claim(ctx, "/a", "p", testT.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Claim(ctx, "/b", "q", testT.Add(time.Hour)); err != nil {
+	if err := s.Events().Claim(ctx, "/b", "q", testT.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	calls := make(chan DueClaim, 2)
-	if err := s.StartAlarms(func(ctx context.Context, c DueClaim) error { calls <- c; return nil }); err != nil {
+	if err := s.Events().StartAlarms(func(ctx context.Context, c DueClaim) error { calls <- c; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if c := <-calls; c.Path != "/a" {

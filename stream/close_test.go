@@ -21,7 +21,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	var total int64 // acknowledged over all rounds
 	for round := range 5 {
-		s, err := openStoreSync(path, sqlitedriver.SyncNormal, Options{Logger: quietLog})
+		s, err := openStoreSync(path, sqlitedriver.SyncNormal, Config{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
-					_, err := s.Append(context.Background(), "/s", foldtype.EventInput{Type: "t"})
+					_, err := s.Events().Stream("/s").Append(context.Background(), foldtype.EventInput{Type: "t"})
 					if err != nil {
 						if foldtype.CodeOf(err) != foldtype.CodeClosed {
 							t.Errorf("round %d writer %d: append failed with %v, want CLOSED", round, w, err)
@@ -54,13 +54,13 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 		}
 		wg.Wait()
 
-		s, err = openStore(path, Options{Logger: quietLog})
+		s, err = openStore(path, Config{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
 		n, after := 0, int64(0)
 		for {
-			page := mustRead(t, s, "/s", after, 1000, ReadOptions{})
+			page := mustRead(t, s, "/s", after, 1000, readOptions{})
 			n += len(page.Events)
 			if len(page.Events) == 0 || page.AtHead {
 				break
@@ -98,12 +98,12 @@ func openFilesUnder(t *testing.T, dir string) []string {
 func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := openStore(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "/f", ev("a"))
-	mustRead(t, s, "/f", 0, 10, ReadOptions{})
+	mustRead(t, s, "/f", 0, 10, readOptions{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if how == "soft delete" {
 				mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: path})
 			}
-			cps, err := s.Checkpoints(ctx, path)
+			cps, err := s.Events().Checkpoints(ctx, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,10 +41,10 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 				State: json.RawMessage(`{"n":3}`)}, true); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Claim(ctx, path, "p", clk.Now().Add(time.Hour)); err != nil {
+			if err := s.Events().Claim(ctx, path, "p", clk.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			sub, err := s.Subscribe(path, func(context.Context, []foldtype.Event, foldtype.ScannedRange) error { return nil }, SubscribeOptions{})
+			sub, err := s.Events().Subscribe(path, func(context.Context, []foldtype.Event, foldtype.ScannedRange) error { return nil }, SubscribeOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,12 +52,12 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 
 			switch how {
 			case "hard delete", "soft delete":
-				if err := s.DeleteStream(ctx, path); err != nil {
+				if err := s.Protocol().DeleteStream(ctx, path); err != nil {
 					t.Fatal(err)
 				}
 			case "expiry collection":
 				clk.Advance(11 * time.Second)
-				if _, err := s.CollectExpired(ctx); err != nil {
+				if _, err := s.Protocol().CollectExpired(ctx); err != nil {
 					t.Fatal(err)
 				}
 			case "create over expired":
@@ -84,7 +84,7 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if err := cps.WriteCheckpoint(ctx, "p", late, false); !errors.Is(err, foldtype.ErrStreamDeleted) || foldtype.IsRetryable(err) {
 				t.Fatalf("late checkpoint write: got %v, want STREAM_DELETED, not retryable", err)
 			}
-			claims, err := s.Claims(ctx)
+			claims, err := s.Events().Claims(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if got[0].Offset != 1 {
 				t.Fatalf("first event of the new stream at offset %d, want 1", got[0].Offset)
 			}
-			cps2, err := s.Checkpoints(ctx, path)
+			cps2, err := s.Events().Checkpoints(ctx, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestDeletedStreamTakesItsProcessorStateAlong(t *testing.T) {
 			if cp, ok, err := cps2.ReadCheckpoint(ctx, "p"); err != nil || !ok || cp.ReducedThroughOffset != 1 {
 				t.Fatalf("new stream's checkpoint: got %+v (found %v, err %v), want offset 1", cp, ok, err)
 			}
-			page := mustRead(t, s, path, 0, 100, ReadOptions{IncludeEphemeral: true})
+			page := mustRead(t, s, path, 0, 100, readOptions{IncludeEphemeral: true})
 			if len(page.Events) != 1 || page.Events[0].Type != "new" {
 				t.Fatalf("new stream's events: got %+v, want only \"new\"", page.Events)
 			}

@@ -11,16 +11,16 @@ func TestEscapedIdempotencyKeyNameDeduplicates(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	path := "/escaped-key"
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: path, ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: path, ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	body := []byte(`{"type":"note.added","idempotency\u004bey":"k1","payload":{"n":1}}`)
 	for range 2 {
-		if _, err := s.AppendRecord(ctx, AppendRequest{Path: path, ContentType: "application/json", Body: body}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: path, ContentType: "application/json", Body: body}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	page, err := s.Read(ctx, path, 0, 10, ReadOptions{})
+	page, err := s.Events().Stream(path).Read(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

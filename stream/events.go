@@ -54,43 +54,10 @@ func (s *Store) closeEventView() {
 	s.ev.subsMu.Lock()
 	s.ev.closing = true
 	s.ev.subsMu.Unlock()
-	s.StopAlarms()
+	s.Events().StopAlarms()
 }
 
-// Append commits events to the stream at path, creating the stream (content type
-// application/json) when it does not exist, and returns the committed events in input order
-// (docs/store.md#appending):
-//
-//   - an empty call is a no-op;
-//   - every type must be non-empty after trimming ([foldtype.CodeInvalidEvent]);
-//   - an idempotency key that names an existing event with the same body echoes it without a new
-//     offset; a different body refuses the whole batch with [foldtype.CodeIdempotencyConflict];
-//     a key repeated inside the batch yields one stored event;
-//   - an input's Offset is a precondition; a mismatch refuses the whole batch with
-//     [foldtype.CodeOffsetConflict];
-//   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
-//     writer already knows runs no SQL;
-//   - an ephemeral-only batch never creates a stream: to a missing stream it is dropped —
-//     nothing is written or pushed, and the receipts carry offset 0 (a processor's view also drops
-//     one to a deleted or closed stream, see [EventStream.Append]);
-//   - a body over [MaxEventBytes] refuses the batch with [foldtype.CodeEventTooLarge].
-//
-// The batch commits atomically with whatever else the writer grouped with it; it returns after the
-// commit, by which time every subscriber's push for it is queued.
-func (s *Store) Append(ctx context.Context, path string, inputs ...foldtype.EventInput) ([]foldtype.Event, error) {
-	if len(inputs) == 0 {
-		return nil, nil
-	}
-	// A source without an origin gets the stream's path (docs/engine.md#cause-chains).
-	inputs = foldtype.StampOrigin(path, inputs)
-	prepared, err := prepareInputs(inputs)
-	if err != nil {
-		return nil, err
-	}
-	return s.appendEventsAt(ctx, path, inputs, prepared, true, false)
-}
-
-// appendEventsAt is Append with the choice to create a missing stream for a batch that carries a
+// appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch that carries a
 // durable event (create); an ephemeral-only batch never creates one: to a missing stream it is
 // dropped, and with dropAll to a deleted or closed one too.
 func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldtype.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldtype.Event, error) {
@@ -287,21 +254,16 @@ const (
 	ReadBudgetBytes = 8 << 20
 )
 
-// ReadOptions are per-call knobs of [Store.Read].
-type ReadOptions struct {
+// readOptions are per-call knobs of readEvents.
+type readOptions struct {
 	// IncludeEphemeral merges the ephemeral ring's events into the page: those inside the proven
 	// span, and on an at-head page also those beyond the durable mark. They never count toward the
 	// limit and never move the proof (docs/store.md#reading).
 	IncludeEphemeral bool
 }
 
-// Read returns durable events of the stream at path with offset > after, in offset order
-// (docs/store.md#reading). limit is clamped to [1, MaxReadLimit]; a limit <= 0 means DefaultReadLimit. The page
-// stops before the event that would take it over ReadBudgetBytes. AtHead = not budget-cut and
-// (fewer rows than limit or the last row reached the durable mark); ScannedThroughOffset is the
-// durable mark on an at-head page, else the last row's offset, and never less than after — the
-// proof never passes the durable mark. A missing stream reads as empty and at head.
-func (s *Store) Read(ctx context.Context, path string, after int64, limit int, opts ReadOptions) (foldtype.ReadPage, error) {
+// readEvents is [EventStream.Read] with options, for the stream at path.
+func (s *Store) readEvents(ctx context.Context, path string, after int64, limit int, opts readOptions) (foldtype.ReadPage, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}

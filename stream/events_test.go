@@ -36,7 +36,7 @@ func TestAppendAssignsOffsetsAndCreatesStream(t *testing.T) {
 	if start != 0 {
 		t.Fatalf("record_start: got %d, want 0 (the batch's after)", start)
 	}
-	p := mustRead(t, s, "/a", 0, 0, ReadOptions{})
+	p := mustRead(t, s, "/a", 0, 0, readOptions{})
 	if len(p.Events) != 2 || p.Events[1].Type != "y" || p.Events[1].Offset != 2 || p.Events[1].Path != "/a" {
 		t.Fatalf("read back: got %+v", p.Events)
 	}
@@ -45,7 +45,7 @@ func TestAppendAssignsOffsetsAndCreatesStream(t *testing.T) {
 func TestAppendEmptyTypeRefused(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	_, err := s.Append(context.Background(), "/a", ev("ok"), ev("  "))
+	_, err := s.Events().Stream("/a").Append(context.Background(), ev("ok"), ev("  "))
 	if !errors.Is(err, foldtype.ErrInvalidEvent) || err.Error() != "append: every event needs a non-empty type" {
 		t.Fatalf("got %v, want the empty-type error", err)
 	}
@@ -59,7 +59,7 @@ func TestAppendEventTooLarge(t *testing.T) {
 	s, _ := setup(t)
 	big := foldtype.JSON(map[string]string{"s": strings.Repeat("x", MaxEventBytes)})
 	for _, e := range []bool{false, true} {
-		_, err := s.Append(context.Background(), "/a", foldtype.EventInput{Type: "big", Payload: big, Ephemeral: e})
+		_, err := s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "big", Payload: big, Ephemeral: e})
 		if !errors.Is(err, foldtype.ErrEventTooLarge) {
 			t.Fatalf("ephemeral=%v: got %v, want EVENT_TOO_LARGE", e, err)
 		}
@@ -74,20 +74,20 @@ func TestReadEphemeralMerge(t *testing.T) {
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), eph("e"), ev("d")) // 1 d, 2 e, 3 d
 	mustAppend(t, s, "/a", eph("e"))                   // 4 e (beyond the mark 3)
-	p := mustRead(t, s, "/a", 0, 0, ReadOptions{})
+	p := mustRead(t, s, "/a", 0, 0, readOptions{})
 	if want := []int64{1, 3}; !slices.Equal(offsets(p.Events), want) || p.ScannedThroughOffset != 3 || !p.AtHead {
 		t.Fatalf("default read: got %v scanned %d atHead %v, want %v scanned 3 at head", offsets(p.Events), p.ScannedThroughOffset, p.AtHead, want)
 	}
-	p = mustRead(t, s, "/a", 0, 0, ReadOptions{IncludeEphemeral: true})
+	p = mustRead(t, s, "/a", 0, 0, readOptions{IncludeEphemeral: true})
 	if want := []int64{1, 2, 3, 4}; !slices.Equal(offsets(p.Events), want) || p.ScannedThroughOffset != 3 {
 		t.Fatalf("with ephemerals: got %v scanned %d, want %v scanned 3", offsets(p.Events), p.ScannedThroughOffset, want)
 	}
 	// A page cut by its limit (1 row) proves (0,1]: no ephemeral from outside that span.
-	p = mustRead(t, s, "/a", 0, 1, ReadOptions{IncludeEphemeral: true})
+	p = mustRead(t, s, "/a", 0, 1, readOptions{IncludeEphemeral: true})
 	if want := []int64{1}; !slices.Equal(offsets(p.Events), want) || p.AtHead || p.ScannedThroughOffset != 1 {
 		t.Fatalf("cut page: got %v scanned %d atHead %v, want [1] scanned 1 not at head", offsets(p.Events), p.ScannedThroughOffset, p.AtHead)
 	}
-	p = mustRead(t, s, "/a", 1, 1, ReadOptions{IncludeEphemeral: true})
+	p = mustRead(t, s, "/a", 1, 1, readOptions{IncludeEphemeral: true})
 	if want := []int64{2, 3, 4}; !slices.Equal(offsets(p.Events), want) || !p.AtHead {
 		t.Fatalf("second page: got %v atHead %v, want %v at head", offsets(p.Events), p.AtHead, want)
 	}
@@ -100,11 +100,11 @@ func TestEphemeralRing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d")) // 1
-	_, err := s.Append(context.Background(), "/a", eph("phantom"), foldtype.EventInput{Type: "d", Offset: 99})
+	_, err := s.Events().Stream("/a").Append(context.Background(), eph("phantom"), foldtype.EventInput{Type: "d", Offset: 99})
 	if !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("got %v, want OFFSET_CONFLICT", err)
 	}
-	p := mustRead(t, s, "/a", 0, 0, ReadOptions{IncludeEphemeral: true})
+	p := mustRead(t, s, "/a", 0, 0, readOptions{IncludeEphemeral: true})
 	if want := []int64{1}; !slices.Equal(offsets(p.Events), want) {
 		t.Fatalf("after a refused batch: got %v, want %v (no phantom)", offsets(p.Events), want)
 	}
@@ -144,7 +144,7 @@ func TestEphemeralRing(t *testing.T) {
 func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	got, err := s.Append(context.Background(), "/a")
+	got, err := s.Events().Stream("/a").Append(context.Background())
 	if err != nil || len(got) != 0 {
 		t.Fatalf("empty append: got %v, %v", got, err)
 	}
@@ -154,7 +154,7 @@ func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 	if got := mustAppend(t, s, "/a", ev("x")); got[0].Offset != 1 || got[0].Type != "x" {
 		t.Fatalf("first append: got %+v, want x@1 with no wake record before it", got[0])
 	}
-	p := mustRead(t, s, "/a", 0, 0, ReadOptions{})
+	p := mustRead(t, s, "/a", 0, 0, readOptions{})
 	if len(p.Events) != 1 {
 		t.Fatalf("log: got %d events, want 1", len(p.Events))
 	}
@@ -166,12 +166,12 @@ func TestEmptyAppendAndNoWakeOnAppend(t *testing.T) {
 func TestWakeRecords(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/w.db"
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	birth, err := s.Wake(ctx, "/w", WakeRequest)
+	birth, err := s.Events().Wake(ctx, "/w", WakeRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,19 +191,19 @@ func TestWakeRecords(t *testing.T) {
 	if !slices.Equal(starts, []int64{0, 0}) {
 		t.Fatalf("record starts: got %v, want one batch [0 0]", starts)
 	}
-	again, err := s.Wake(ctx, "/w", WakeRequest)
+	again, err := s.Events().Wake(ctx, "/w", WakeRequest)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second wake in one incarnation: got %v, %v; want nothing", again, err)
 	}
 	mustAppend(t, s, "/w", ev("x")) // 3
 	s.Close()
 
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	woke, err := s2.Wake(ctx, "/w", WakeAlarm)
+	woke, err := s2.Events().Wake(ctx, "/w", WakeAlarm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestEphemeralOnlyRunsNoSQL(t *testing.T) {
 	if n := len(storedMessages(t, s)); n != 1 {
 		t.Fatalf("rows: got %d, want 1", n)
 	}
-	if info, err := s.HeadStream(context.Background(), "/a"); err != nil || info.Tail != 1 {
+	if info, err := s.Protocol().HeadStream(context.Background(), "/a"); err != nil || info.Tail != 1 {
 		t.Fatalf("durable mark: got %d (%v), want 1", info.Tail, err)
 	}
 }
@@ -244,23 +244,23 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/r.db"
 	ctx := context.Background()
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Wake(ctx, "/r", WakeRequest); err != nil { // created@1, woken@2
+	if _, err := s.Events().Wake(ctx, "/r", WakeRequest); err != nil { // created@1, woken@2
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "/r", ev("d"))            // 3
 	mustAppend(t, s, "/r", eph("e"), eph("e")) // 4, 5: memory only
 	s.Close()
 
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	woke, err := s2.Wake(ctx, "/r", WakeRequest)
+	woke, err := s2.Events().Wake(ctx, "/r", WakeRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestReadProofStopsAtDurableMark(t *testing.T) {
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), ev("d")) // 1, 2
 	mustAppend(t, s, "/a", eph("e"))         // 3
-	for _, opts := range []ReadOptions{{}, {IncludeEphemeral: true}} {
+	for _, opts := range []readOptions{{}, {IncludeEphemeral: true}} {
 		p := mustRead(t, s, "/a", 0, 0, opts)
 		if p.ScannedThroughOffset != 2 || !p.AtHead {
 			t.Fatalf("%+v: got scanned %d atHead %v, want 2 at head", opts, p.ScannedThroughOffset, p.AtHead)
@@ -289,15 +289,15 @@ func TestReadProofStopsAtDurableMark(t *testing.T) {
 	}
 	// A mixed batch's through is the mark: durable 4, ephemeral 5 → mark 5.
 	mustAppend(t, s, "/a", ev("d"), eph("e"))
-	if p := mustRead(t, s, "/a", 0, 0, ReadOptions{}); p.ScannedThroughOffset != 5 {
+	if p := mustRead(t, s, "/a", 0, 0, readOptions{}); p.ScannedThroughOffset != 5 {
 		t.Fatalf("after a mixed batch: got scanned %d, want 5", p.ScannedThroughOffset)
 	}
 	// Asking beyond the head never proves less than after.
-	if p := mustRead(t, s, "/a", 9, 0, ReadOptions{}); p.ScannedThroughOffset != 9 || !p.AtHead || len(p.Events) != 0 {
+	if p := mustRead(t, s, "/a", 9, 0, readOptions{}); p.ScannedThroughOffset != 9 || !p.AtHead || len(p.Events) != 0 {
 		t.Fatalf("read after 9: got %+v", p)
 	}
 	// A missing stream reads as empty at head.
-	if p := mustRead(t, s, "/none", 0, 0, ReadOptions{}); p.ScannedThroughOffset != 0 || !p.AtHead || len(p.Events) != 0 {
+	if p := mustRead(t, s, "/none", 0, 0, readOptions{}); p.ScannedThroughOffset != 0 || !p.AtHead || len(p.Events) != 0 {
 		t.Fatalf("missing stream: got %+v", p)
 	}
 }
@@ -314,7 +314,7 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 		limit, want int
 		atHead      bool
 	}{{0, 500, false}, {-3, 500, false}, {1, 1, false}, {5000, 1000, false}} {
-		p := mustRead(t, s, "/a", 0, c.limit, ReadOptions{})
+		p := mustRead(t, s, "/a", 0, c.limit, readOptions{})
 		if len(p.Events) != c.want || p.AtHead != c.atHead || p.ScannedThroughOffset != int64(c.want) {
 			t.Errorf("limit %d: got %d events scanned %d atHead %v, want %d", c.limit, len(p.Events), p.ScannedThroughOffset, p.AtHead, c.want)
 		}
@@ -327,11 +327,11 @@ func TestReadLimitClampAndBudget(t *testing.T) {
 	for range 3 {
 		mustAppend(t, s2, "/b", foldtype.EventInput{Type: "big", Payload: big})
 	}
-	p := mustRead(t, s2, "/b", 0, 10, ReadOptions{})
+	p := mustRead(t, s2, "/b", 0, 10, readOptions{})
 	if len(p.Events) != 2 || p.AtHead || p.ScannedThroughOffset != 2 {
 		t.Fatalf("budget: got %d events scanned %d atHead %v, want 2, 2, false", len(p.Events), p.ScannedThroughOffset, p.AtHead)
 	}
-	p = mustRead(t, s2, "/b", 2, 10, ReadOptions{})
+	p = mustRead(t, s2, "/b", 2, 10, readOptions{})
 	if len(p.Events) != 1 || !p.AtHead || p.ScannedThroughOffset != 3 {
 		t.Fatalf("budget page 2: got %d events scanned %d atHead %v", len(p.Events), p.ScannedThroughOffset, p.AtHead)
 	}
@@ -348,7 +348,7 @@ func TestIdempotency(t *testing.T) {
 	if echo[1].Offset != 1 || echo[1].CreatedAt != first[0].CreatedAt || echo[0].Offset != 2 {
 		t.Fatalf("echo: got %+v", echo)
 	}
-	_, err := s.Append(context.Background(), "/a", ev("fresh"), foldtype.EventInput{Type: "t", Payload: []byte(`{"a":2}`), IdempotencyKey: "k"})
+	_, err := s.Events().Stream("/a").Append(context.Background(), ev("fresh"), foldtype.EventInput{Type: "t", Payload: []byte(`{"a":2}`), IdempotencyKey: "k"})
 	var ce *foldtype.Error
 	if !errors.As(err, &ce) || ce.Code != foldtype.CodeIdempotencyConflict {
 		t.Fatalf("conflict: got %v, want IDEMPOTENCY_CONFLICT", err)
@@ -363,7 +363,7 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("rows: got %d, want 2 (the refused batch wrote nothing)", n)
 	}
 	// Metadata on one side only is a different event.
-	_, err = s.Append(context.Background(), "/a", foldtype.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), Metadata: []byte(`{}`), IdempotencyKey: "k"})
+	_, err = s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "t", Payload: []byte(`{"a":1,"b":{"c":2,"d":3}}`), Metadata: []byte(`{}`), IdempotencyKey: "k"})
 	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("metadata on one side: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
@@ -388,7 +388,7 @@ func TestDuplicateKeyInBatch(t *testing.T) {
 	}
 	other := in
 	other.Payload = []byte(`{"n":2}`)
-	_, err := s.Append(context.Background(), "/b", in, other)
+	_, err := s.Events().Stream("/b").Append(context.Background(), in, other)
 	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("in-batch conflict: got %v", err)
 	}
@@ -400,7 +400,7 @@ func TestExpectedOffset(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	mustAppend(t, s, "/a", ev("d"), ev("d"), ev("d")) // 1..3
-	_, err := s.Append(context.Background(), "/a", foldtype.EventInput{Type: "d", Offset: 2})
+	_, err := s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "d", Offset: 2})
 	var ce *foldtype.Error
 	if !errors.As(err, &ce) || ce.Code != foldtype.CodeOffsetConflict {
 		t.Fatalf("got %v, want OFFSET_CONFLICT", err)
@@ -413,7 +413,7 @@ func TestExpectedOffset(t *testing.T) {
 		t.Fatalf("sequential expectations: got %v, want %v", offsets(got), want)
 	}
 	// A mismatch later in the batch refuses the whole batch.
-	if _, err := s.Append(context.Background(), "/a", foldtype.EventInput{Type: "d", Offset: 6}, foldtype.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldtype.ErrOffsetConflict) {
+	if _, err := s.Events().Stream("/a").Append(context.Background(), foldtype.EventInput{Type: "d", Offset: 6}, foldtype.EventInput{Type: "d", Offset: 8}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("second expectation: got %v", err)
 	}
 	if n := len(storedMessages(t, s)); n != 5 {
@@ -442,7 +442,7 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mustRead(t, s, "/m", 0, 3, ReadOptions{})
+	p := mustRead(t, s, "/m", 0, 3, readOptions{})
 	got := make([]string, len(p.Events))
 	for i, e := range p.Events {
 		got[i] = fmt.Sprintf("%s %s %s", e.Type, e.Payload, e.CreatedAt)
@@ -455,7 +455,7 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("decoded:\n got %q\nwant %q", got, want)
 	}
-	_, err = s.Read(ctx, "/m", 3, 10, ReadOptions{})
+	_, err = s.readEvents(ctx, "/m", 3, 10, readOptions{})
 	var ce *foldtype.Error
 	if !errors.As(err, &ce) || ce.Code != foldtype.CodeEventUnreadable || ce.Data["offset"] != int64(4) {
 		t.Fatalf("unreadable: got %v, want EVENT_UNREADABLE {offset 4}", err)
@@ -472,18 +472,18 @@ func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(context.Background(), "/bytes", ev("x")); !errors.Is(err, foldtype.ErrInvalidEvent) {
+	if _, err := s.Events().Stream("/bytes").Append(context.Background(), ev("x")); !errors.Is(err, foldtype.ErrInvalidEvent) {
 		t.Fatalf("text stream: got %v, want INVALID_EVENT", err)
 	}
-	if _, err := s.Append(context.Background(), "/closed", ev("x")); !errors.Is(err, foldtype.ErrStreamClosed) {
+	if _, err := s.Events().Stream("/closed").Append(context.Background(), ev("x")); !errors.Is(err, foldtype.ErrStreamClosed) {
 		t.Fatalf("closed stream: got %v, want STREAM_CLOSED", err)
 	}
 	// A stream the writer has cached, closed afterwards by the protocol side, refuses too.
 	mustAppend(t, s, "/later", ev("x"))
-	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "/later", Close: true}); err != nil {
+	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "/later", Close: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(context.Background(), "/later", ev("y")); !errors.Is(err, foldtype.ErrStreamClosed) {
+	if _, err := s.Events().Stream("/later").Append(context.Background(), ev("y")); !errors.Is(err, foldtype.ErrStreamClosed) {
 		t.Fatalf("cached stream closed later: got %v, want STREAM_CLOSED", err)
 	}
 	if n := len(storedMessages(t, s)); n != 1 {
@@ -511,7 +511,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 	for i := range chains {
 		c := &chain{through: -1}
 		chains[i] = c
-		sub, err := s.Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
+		sub, err := s.Events().Subscribe(fmt.Sprintf("/s%d", i), func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.through >= 0 && r.After != c.through && c.err == nil {
@@ -544,7 +544,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 				if i%5 == 0 {
 					in = append(in, ev("t"), eph("e"))
 				}
-				if _, err := s.Append(ctx, path, in...); err != nil {
+				if _, err := s.Events().Stream(path).Append(ctx, in...); err != nil {
 					errs <- err
 					return
 				}
@@ -563,7 +563,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := s.Read(ctx, fmt.Sprintf("/s%d", r), 0, 100, ReadOptions{IncludeEphemeral: true}); err != nil {
+				if _, err := s.readEvents(ctx, fmt.Sprintf("/s%d", r), 0, 100, readOptions{IncludeEphemeral: true}); err != nil {
 					errs <- err
 					return
 				}
@@ -581,7 +581,7 @@ func TestConcurrentAppendsAndReads(t *testing.T) {
 		var all []foldtype.Event
 		after := int64(0)
 		for {
-			p := mustRead(t, s, fmt.Sprintf("/s%d", i), after, 1000, ReadOptions{})
+			p := mustRead(t, s, fmt.Sprintf("/s%d", i), after, 1000, readOptions{})
 			all = append(all, p.Events...)
 			if p.AtHead {
 				break
@@ -658,19 +658,19 @@ func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
 	ctx := context.Background()
 	eph := foldtype.EventInput{Type: "e", Ephemeral: true}
 	for _, p := range []string{"/closed", "/deleted"} {
-		if _, err := s.Append(ctx, p, foldtype.EventInput{Type: "d"}, eph); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "d"}, eph); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/closed", Close: true}); err != nil {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/closed", Close: true}); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/deleted"})
-	if err := s.DeleteStream(ctx, "/deleted"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/deleted"); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]error{"/closed": foldtype.ErrStreamClosed, "/deleted": foldtype.ErrStreamGone} {
-		if _, err := s.Append(ctx, p, eph); !errors.Is(err, want) {
+		if _, err := s.Events().Stream(p).Append(ctx, eph); !errors.Is(err, want) {
 			t.Errorf("%s: ephemeral append got %v, want %v", p, err, want)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // Append events to a stream and read them back.
-func ExampleStore_Append() {
+func ExampleEventStream_Append() {
 	ctx := context.Background()
 	s, err := storeopen.Open(ctx, ":memory:", storeopen.Config{})
 	if err != nil {
@@ -20,11 +20,7 @@ func ExampleStore_Append() {
 	}
 	defer s.Close()
 
-	got, err := s.Append(ctx, "/orders",
-		foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"},
-		foldtype.EventInput{Type: "typing", Ephemeral: true}, // takes an offset, is never stored
-		foldtype.EventInput{Type: "order-paid", Payload: foldtype.JSON(map[string]any{"id": 7})},
-	)
+	got, err := s.Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"}, foldtype.EventInput{Type: "typing", Ephemeral: true}, foldtype.EventInput{Type: "order-paid", Payload: foldtype.JSON(map[string]any{"id": 7})})
 	if err != nil {
 		panic(err)
 	}
@@ -32,10 +28,10 @@ func ExampleStore_Append() {
 		fmt.Println(e.Offset, e.Type, e.Ephemeral)
 	}
 	// A retry with the same key and body echoes the stored event.
-	again, _ := s.Append(ctx, "/orders", foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
+	again, _ := s.Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"})
 	fmt.Println("retry landed at", again[0].Offset)
 
-	page, err := s.Read(ctx, "/orders", 0, 100, stream.ReadOptions{})
+	page, err := s.Events().Stream("/orders").Read(ctx, 0, 100)
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +46,7 @@ func ExampleStore_Append() {
 
 // Subscribe to a stream's commits: pushes carry the consumed events and a range that chains to the
 // previous push.
-func ExampleStore_Subscribe() {
+func ExampleEvents_Subscribe() {
 	ctx := context.Background()
 	s, err := storeopen.Open(ctx, ":memory:", storeopen.Config{})
 	if err != nil {
@@ -60,7 +56,7 @@ func ExampleStore_Subscribe() {
 
 	var mu sync.Mutex
 	var lines []string
-	sub, err := s.Subscribe("/chat", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/chat", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -74,7 +70,7 @@ func ExampleStore_Subscribe() {
 	defer sub.Close()
 
 	for _, typ := range []string{"message-sent", "user-joined", "message-sent"} { // user-joined is not consumed: its span rides in the next range
-		if _, err := s.Append(ctx, "/chat", foldtype.EventInput{Type: typ}); err != nil {
+		if _, err := s.Events().Stream("/chat").Append(ctx, foldtype.EventInput{Type: typ}); err != nil {
 			panic(err)
 		}
 		// Wait for the push, so that this example shows one push per commit; pushes queued while
@@ -101,14 +97,14 @@ func ExampleOpenDriver() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := stream.OpenDriver(ctx, d, stream.Options{})
+	s, err := stream.OpenDriver(ctx, d, stream.Config{})
 	if err != nil {
 		d.Close() // the store did not take the driver
 		panic(err)
 	}
 	defer s.Close() // closes the driver and releases the file's lock
 
-	evs, err := s.Append(ctx, "/greetings", foldtype.EventInput{Type: "hello"})
+	evs, err := s.Events().Stream("/greetings").Append(ctx, foldtype.EventInput{Type: "hello"})
 	if err != nil {
 		panic(err)
 	}

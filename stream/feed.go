@@ -138,7 +138,7 @@ func (s *Store) fill(f *feed, upTo int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), feedReadTimeout)
 	defer cancel()
 	for {
-		page, err := s.Read(ctx, f.path, f.mark, MaxReadLimit, ReadOptions{})
+		page, err := s.readEvents(ctx, f.path, f.mark, MaxReadLimit, readOptions{})
 		if err != nil {
 			s.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
 			return

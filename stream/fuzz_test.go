@@ -19,7 +19,7 @@ var (
 
 func sharedFuzzStore(t testing.TB) *Store {
 	fuzzStoreOnce.Do(func() {
-		s, err := openStore(":memory:", Options{Logger: quietLog})
+		s, err := openStore(":memory:", Config{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func FuzzAppend(f *testing.F) {
 			in2 = in1
 			in2.Offset = 0
 		}
-		got, err := s.Append(ctx, path, in1, in2)
+		got, err := s.Events().Stream(path).Append(ctx, in1, in2)
 		if err != nil {
 			var ce *foldtype.Error
 			if !errors.As(err, &ce) {
@@ -58,7 +58,7 @@ func FuzzAppend(f *testing.F) {
 			default:
 				t.Fatalf("unexpected code %s: %v", ce.Code, err)
 			}
-			p, rerr := s.Read(ctx, path, 0, 10, ReadOptions{IncludeEphemeral: true})
+			p, rerr := s.readEvents(ctx, path, 0, 10, readOptions{IncludeEphemeral: true})
 			if rerr != nil || len(p.Events) != 0 {
 				t.Fatalf("a refused batch left %d events (%v)", len(p.Events), rerr)
 			}
@@ -73,7 +73,7 @@ func FuzzAppend(f *testing.F) {
 		if offset != 0 && offset != 1 {
 			t.Fatalf("expected offset %d accepted at 1", offset)
 		}
-		p, err := s.Read(ctx, path, 0, 10, ReadOptions{IncludeEphemeral: true})
+		p, err := s.readEvents(ctx, path, 0, 10, readOptions{IncludeEphemeral: true})
 		if err != nil {
 			t.Fatalf("read back: %v", err)
 		}
@@ -102,7 +102,7 @@ func FuzzRead(f *testing.F) {
 	f.Add(int64(3), 2, true)
 	f.Add(int64(-5), -1, true)
 	f.Add(int64(1<<62), 5000, false)
-	s, err := openStore(":memory:", Options{Logger: quietLog})
+	s, err := openStore(":memory:", Config{Logger: quietLog})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -110,13 +110,13 @@ func FuzzRead(f *testing.F) {
 	ctx := context.Background()
 	// 1..3 durable, 4 ephemeral, 5 durable, 6 ephemeral (mark 6 — a mixed batch), 7 ephemeral.
 	for _, in := range [][]foldtype.EventInput{{ev("d"), ev("d"), ev("d")}, {eph("e")}, {ev("d"), eph("e")}, {eph("e")}} {
-		if _, err := s.Append(ctx, "/r", in...); err != nil {
+		if _, err := s.Events().Stream("/r").Append(ctx, in...); err != nil {
 			f.Fatal(err)
 		}
 	}
 	const mark = 6
 	f.Fuzz(func(t *testing.T, after int64, limit int, includeEph bool) {
-		p, err := s.Read(ctx, "/r", after, limit, ReadOptions{IncludeEphemeral: includeEph})
+		p, err := s.readEvents(ctx, "/r", after, limit, readOptions{IncludeEphemeral: includeEph})
 		if err != nil {
 			t.Fatal(err)
 		}

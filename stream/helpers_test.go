@@ -31,10 +31,10 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // (the reorder wait runs on the store's clock, which only the test moves).
 // openStore opens a store on the SQLite file at path (":memory:" for a private one), as
 // storeopen.Open does for a path.
-func openStore(path string, opts Options) (*Store, error) { return openStoreSync(path, "", opts) }
+func openStore(path string, opts Config) (*Store, error) { return openStoreSync(path, "", opts) }
 
 // openStoreSync is openStore with SQLite's synchronous setting.
-func openStoreSync(path, synchronous string, opts Options) (*Store, error) {
+func openStoreSync(path, synchronous string, opts Config) (*Store, error) {
 	ctx := context.Background()
 	d, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: path, Synchronous: synchronous})
 	if err != nil {
@@ -51,7 +51,7 @@ func openStoreSync(path, synchronous string, opts Options) (*Store, error) {
 func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 	t.Helper()
 	clk := testsupport.NewFakeClock()
-	s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog, ProducerReorderWait: -1})
+	s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog, ProducerReorderWait: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 func setupFile(t testing.TB) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,16 +85,16 @@ func offsets(evs []foldtype.Event) []int64 {
 
 func mustAppend(t testing.TB, s *Store, path string, in ...foldtype.EventInput) []foldtype.Event {
 	t.Helper()
-	out, err := s.Append(context.Background(), path, in...)
+	out, err := s.Events().Stream(path).Append(context.Background(), in...)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	return out
 }
 
-func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts ReadOptions) foldtype.ReadPage {
+func mustRead(t testing.TB, s *Store, path string, after int64, limit int, opts readOptions) foldtype.ReadPage {
 	t.Helper()
-	p, err := s.Read(context.Background(), path, after, limit, opts)
+	p, err := s.readEvents(context.Background(), path, after, limit, opts)
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 // for the missing seqs instead of answering a gap at once. How long is decided here: while a
 // missing seq is known to be arriving — its request's headers were read by this process and it has
 // not been answered yet — the wait goes on (up to maxArrivingWait); once none is, a gap that is
-// still there after Options.ProducerReorderWait is answered. A lost request thus costs the short
+// still there after Config.ProducerReorderWait is answered. A lost request thus costs the short
 // wait, and a slow one (a busy machine, a large body still being read) no 409 at all.
 
 // maxArrivingWait caps how long an append waits for a missing seq that is still arriving.
@@ -35,7 +35,8 @@ type arrivals struct {
 // ProducerArriving notes that a producer request for seq of producer id (epoch) on the stream at
 // path is arriving: its headers were read, its body and its append are to come. Call the returned
 // function once it was answered. The HTTP server calls it before reading a producer POST's body.
-func (s *Store) ProducerArriving(path, id string, epoch, seq int64) (done func()) {
+func (p *Protocol) ProducerArriving(path, id string, epoch, seq int64) (done func()) {
+	s := p.s
 	k := arrivingKey{path, id, epoch, seq}
 	a := &s.arriving
 	a.mu.Lock()

@@ -12,7 +12,7 @@ import (
 // Listing streams and learning of new ones: what a host needs to run a processor on every stream
 // matching a pattern, and what a console needs to show the streams.
 
-// ListOptions selects one page of [Store.ListStreams].
+// ListOptions selects one page of [Protocol.ListStreams].
 type ListOptions struct {
 	// Prefix keeps only paths that start with it (byte-wise). Empty lists every stream.
 	Prefix string
@@ -30,11 +30,8 @@ const (
 	MaxListLimit = 1000
 )
 
-// ListStreams returns the live streams whose path starts with opts.Prefix and sorts after
-// opts.After, in path order (byte-wise), at most opts.Limit of them. Deleted and expired streams are
-// left out. A page shorter than the limit is the last one; otherwise ask again with After set to
-// the last path returned. Listing never renews a TTL.
-func (s *Store) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
+// listStreams is [Protocol.ListStreams] and [Events.ListStreams].
+func (s *Store) listStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = DefaultListLimit
@@ -119,7 +116,8 @@ type createdListener struct {
 // To learn of every stream without a gap, register first, then list existing streams with
 // ListStreams: a stream created in between is then both listed and reported, never missed.
 // The returned stop ends the notices (a call already running finishes); Close ends them too.
-func (s *Store) OnStreamCreated(fn func(path string)) (stop func()) {
+func (e *Events) OnStreamCreated(fn func(path string)) (stop func()) {
+	s := e.s
 	l := &createdListener{fn: fn, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.created.mu.Lock()
 	if s.created.ls == nil {

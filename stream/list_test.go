@@ -9,7 +9,7 @@ import (
 
 func listPaths(t *testing.T, s *Store, opts ListOptions) []string {
 	t.Helper()
-	infos, err := s.ListStreams(context.Background(), opts)
+	infos, err := s.Protocol().ListStreams(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("list %+v: %v", opts, err)
 	}
@@ -34,12 +34,12 @@ func TestListStreamsPagesByPath(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "/orders/1", ContentType: "application/json"})
 	mustCreate(t, s, CreateRequest{Path: "/carts/ttl", ContentType: "text/plain", HasTTL: true, TTLSeconds: 5})
 	mustCreate(t, s, CreateRequest{Path: "/carts/gone", ContentType: "text/plain"})
-	if err := s.DeleteStream(ctx, "/carts/gone"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/carts/gone"); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/carts/soft", ContentType: "text/plain"})
 	mustCreate(t, s, CreateRequest{Path: "/forks/soft", ForkedFrom: "/carts/soft"})
-	if err := s.DeleteStream(ctx, "/carts/soft"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/carts/soft"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -68,7 +68,7 @@ func TestListStreamsPagesByPath(t *testing.T) {
 		t.Fatalf("prefix and after: got %q, want %q", got, want)
 	}
 
-	infos, err := s.ListStreams(ctx, ListOptions{Prefix: "/carts/", Limit: 2})
+	infos, err := s.Protocol().ListStreams(ctx, ListOptions{Prefix: "/carts/", Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestOnStreamCreatedReportsBothViews(t *testing.T) {
 	ctx := context.Background()
 	mustAppend(t, s, "/before", ev("a"))
 	got := make(chan string, 100)
-	stop := s.OnStreamCreated(func(path string) {
+	stop := s.Events().OnStreamCreated(func(path string) {
 		got <- path
 		if path == "/panics" {
 			panic("listener fault")
@@ -106,17 +106,17 @@ func TestOnStreamCreatedReportsBothViews(t *testing.T) {
 
 	mustAppend(t, s, "/ev", ev("a"))
 	mustAppend(t, s, "/ev", ev("b"))
-	if _, err := s.Append(ctx, "/refused", ev("")); err == nil {
+	if _, err := s.Events().Stream("/refused").Append(ctx, ev("")); err == nil {
 		t.Fatal("append with an empty type: got nil error")
 	}
 	mustCreate(t, s, CreateRequest{Path: "/panics", ContentType: "text/plain"})
 	mustCreate(t, s, CreateRequest{Path: "/proto", ContentType: "text/plain"})
 	mustCreate(t, s, CreateRequest{Path: "/proto", ContentType: "text/plain"}) // idempotent: exists
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/proto", ContentType: "application/json"}); err == nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/proto", ContentType: "application/json"}); err == nil {
 		t.Fatal("conflicting create: got nil error")
 	}
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/proto"})
-	if err := s.DeleteStream(ctx, "/ev"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/ev"); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "/ev", ev("again"))

@@ -17,12 +17,12 @@ import (
 func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	first, err := openStore(path, Options{Logger: quietLog})
+	first, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, first, "/a", ev("x"))
-	second, err := openStore(path, Options{Logger: quietLog})
+	second, err := openStore(path, Config{Logger: quietLog})
 	if err == nil {
 		second.Close()
 		t.Fatal("second Open of an open store: got nil error, want STORE_LOCKED")
@@ -37,12 +37,12 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := openStore(path, Options{Logger: quietLog})
+	again, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after Close: %v", err)
 	}
 	defer again.Close()
-	if page := mustRead(t, again, "/a", 0, 10, ReadOptions{}); len(page.Events) != 2 {
+	if page := mustRead(t, again, "/a", 0, 10, readOptions{}); len(page.Events) != 2 {
 		t.Fatalf("events after reopen: got %d, want 2", len(page.Events))
 	}
 }
@@ -54,7 +54,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	cmd, stdin := startChild(t, "TestHelperHoldStoreOpen", "FOLDSTREAM_HOLD_STORE="+path, "open")
 
-	st, err := openStore(path, Options{Logger: quietLog})
+	st, err := openStore(path, Config{Logger: quietLog})
 	if err == nil {
 		st.Close()
 		t.Fatal("Open of a store another process has open: got nil error, want STORE_LOCKED")
@@ -69,12 +69,12 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	st, err = openStore(path, Options{Logger: quietLog})
+	st, err = openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after the other process exited: %v", err)
 	}
 	defer st.Close()
-	if page := mustRead(t, st, "/held", 0, 10, ReadOptions{}); len(page.Events) != 1 {
+	if page := mustRead(t, st, "/held", 0, 10, readOptions{}); len(page.Events) != 1 {
 		t.Fatalf("events written by the other process: got %d, want 1", len(page.Events))
 	}
 }
@@ -87,7 +87,7 @@ func TestHelperHoldStoreOpen(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestSecondOpenInAnotherProcessIsRefused")
 	}
-	st, err := openStore(path, Options{Logger: quietLog})
+	st, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "v1.db")
 	writeV1File(t, path)
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	}
 
 	// The event stream: events, durable mark above the last row (a trailing ephemeral), key.
-	p := mustRead(t, s, "/ev", 0, 0, ReadOptions{})
+	p := mustRead(t, s, "/ev", 0, 0, readOptions{})
 	if got := offsets(p.Events); !slices.Equal(got, []int64{1, 2, 3, 4}) || !p.AtHead || p.ScannedThroughOffset != 5 {
 		t.Fatalf("event read: offsets %v atHead %v scanned %d", got, p.AtHead, p.ScannedThroughOffset)
 	}
@@ -144,7 +144,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	if again[0].Offset != 3 {
 		t.Fatalf("idempotent retry after migration: got offset %d, want 3", again[0].Offset)
 	}
-	if _, err := s.Append(ctx, "/ev", foldtype.EventInput{Type: "paid", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
+	if _, err := s.Events().Stream("/ev").Append(ctx, foldtype.EventInput{Type: "paid", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("conflicting retry: got %v, want IDEMPOTENCY_CONFLICT", err)
 	}
 	if next := mustAppend(t, s, "/ev", ev("e")); next[0].Offset != 6 {
@@ -155,16 +155,16 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	if got, want := readAll(t, s, "/json"), `[{"n":1},{"n":2},[3],"four"]`; got != want {
 		t.Fatalf("json read: got %s, want %s", got, want)
 	}
-	r, err := s.ReadRecords(ctx, ReadRequest{Path: "/json", After: 2})
+	r, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/json", After: 2})
 	if err != nil || string(r.Body) != `[[3],"four"]` || r.Next != 4 {
 		t.Fatalf("json read after 2: got %s next %d (%v)", r.Body, r.Next, err)
 	}
-	dup, err := s.AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: []byte(`{"n":9}`),
+	dup, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: []byte(`{"n":9}`),
 		Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 1}})
 	if err != nil || !dup.Duplicate {
 		t.Fatalf("producer retry: got %+v (%v), want a duplicate", dup, err)
 	}
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/json-fork", ContentType: "application/json",
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/json-fork", ContentType: "application/json",
 		ForkedFrom: "/json", ForkOffset: 1, HasForkOffset: true, ForkSubOffset: 2}); err != nil {
 		t.Fatalf("fork into a migrated record: %v", err)
 	}
@@ -185,10 +185,10 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	}
 
 	// Claims and checkpoints stay.
-	if cl, err := s.Claims(ctx); err != nil || len(cl) != 1 || cl[0].Slug != "proc" {
+	if cl, err := s.Events().Claims(ctx); err != nil || len(cl) != 1 || cl[0].Slug != "proc" {
 		t.Fatalf("claims: got %+v (%v)", cl, err)
 	}
-	cps, err := s.Checkpoints(ctx, "/ev")
+	cps, err := s.Events().Checkpoints(ctx, "/ev")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 
 	// Opening again finds the current version and changes nothing.
 	s.Close()
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestUnknownSchemaIsRefused(t *testing.T) {
 				}
 			}
 			db.Close()
-			s, err := openStore(path, Options{Logger: quietLog})
+			s, err := openStore(path, Config{Logger: quietLog})
 			if err == nil {
 				s.Close()
 				t.Fatal("open: got nil error, want STORE_SCHEMA")

@@ -30,10 +30,10 @@ func TestStreamNamesAreValidatedByBothViews(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	for _, name := range badStreamNames {
-		if _, err := s.Append(ctx, name, ev("x")); !errors.Is(err, foldtype.ErrInvalidStreamName) {
+		if _, err := s.Events().Stream(name).Append(ctx, ev("x")); !errors.Is(err, foldtype.ErrInvalidStreamName) {
 			t.Errorf("Append(%q): got %v, want INVALID_STREAM_NAME", name, err)
 		}
-		if _, err := s.CreateStream(ctx, CreateRequest{Path: name, ContentType: "text/plain"}); !errors.Is(err, foldtype.ErrInvalidStreamName) {
+		if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: name, ContentType: "text/plain"}); !errors.Is(err, foldtype.ErrInvalidStreamName) {
 			t.Errorf("CreateStream(%q): got %v, want INVALID_STREAM_NAME", name, err)
 		}
 	}
@@ -61,7 +61,7 @@ func TestCreateRefusesExpiredOrNonPositiveTTL(t *testing.T) {
 		{Path: "/zero", HasTTL: true, TTLSeconds: 0},
 		{Path: "/negative", HasTTL: true, TTLSeconds: -5},
 	} {
-		if _, err := s.CreateStream(ctx, req); !errors.Is(err, foldtype.ErrBadRequest) {
+		if _, err := s.Protocol().CreateStream(ctx, req); !errors.Is(err, foldtype.ErrBadRequest) {
 			t.Errorf("create %s: got %v, want BAD_REQUEST", req.Path, err)
 		}
 	}
@@ -77,7 +77,7 @@ func TestProducerIDLimits(t *testing.T) {
 	ctx := context.Background()
 	mustCreate(t, s, CreateRequest{Path: "/p", ContentType: "text/plain"})
 	for _, id := range []string{"", strings.Repeat("p", MaxProducerIDBytes+1), "\xff", "a\x00b", "a\tb"} {
-		_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "text/plain", Body: []byte("x"), Producer: &ProducerHeaders{ID: id}})
+		_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "text/plain", Body: []byte("x"), Producer: &ProducerHeaders{ID: id}})
 		if !errors.Is(err, foldtype.ErrBadRequest) {
 			t.Errorf("producer id %q: got %v, want BAD_REQUEST", id, err)
 		}

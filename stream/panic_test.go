@@ -32,7 +32,7 @@ func (l *lockedBuffer) String() string {
 func setupLogged(t *testing.T) (*Store, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
-	s, err := openStore(":memory:", Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	s, err := openStore(":memory:", Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestPanickingSubscriberIsRecovered(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var ranges []foldtype.ScannedRange
-	sub, err := s.Subscribe("/p", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/p", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		mu.Lock()
 		ranges = append(ranges, r)
 		mu.Unlock()

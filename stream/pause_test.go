@@ -23,26 +23,26 @@ func pauseInput(reason string) foldtype.EventInput {
 func TestPauseSurvivesReopeningTheStore(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err := storeopen.Open(ctx, path, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "a"}, pauseInput("disk swap")); err != nil {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "a"}, pauseInput("disk swap")); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "b"}); !errors.Is(err, foldtype.ErrStreamPaused) || err.Error() != "stream paused: disk swap" {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"}); !errors.Is(err, foldtype.ErrStreamPaused) || err.Error() != "stream paused: disk swap" {
 		t.Fatalf("append after reopen: got %v, want STREAM_PAUSED with the reason", err)
 	}
-	if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: foldtype.TypeStreamResumed}); err != nil {
+	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: foldtype.TypeStreamResumed}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "b"}); err != nil || got[0].Offset != 4 {
+	if got, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"}); err != nil || got[0].Offset != 4 {
 		t.Fatalf("append after resume: got %+v %v, want offset 4", got, err)
 	}
 }
@@ -52,19 +52,19 @@ func TestPauseOnOneNodeRefusesAppendsOnAnother(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
-	if _, err := b.Append(ctx, "/p", foldtype.EventInput{Type: "warm"}); err != nil {
+	if _, err := b.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "warm"}); err != nil {
 		t.Fatal(err) // b caches the stream before a pauses it
 	}
-	if _, err := a.Append(ctx, "/p", pauseInput("node a")); err != nil {
+	if _, err := a.Events().Stream("/p").Append(ctx, pauseInput("node a")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Append(ctx, "/p", foldtype.EventInput{Type: "x"}); !errors.Is(err, foldtype.ErrStreamPaused) {
+	if _, err := b.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "x"}); !errors.Is(err, foldtype.ErrStreamPaused) {
 		t.Fatalf("append on the other node: got %v, want STREAM_PAUSED", err)
 	}
-	if _, err := b.Append(ctx, "/p", foldtype.EventInput{Type: foldtype.TypeStreamResumed}); err != nil {
+	if _, err := b.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: foldtype.TypeStreamResumed}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := a.Append(ctx, "/p", foldtype.EventInput{Type: "x"}); err != nil || got[0].Offset != 4 {
+	if got, err := a.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil || got[0].Offset != 4 {
 		t.Fatalf("append after the resume: got %+v %v, want offset 4", got, err)
 	}
 }

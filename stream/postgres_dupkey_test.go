@@ -23,7 +23,7 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 	ctx := context.Background()
 	paths := []string{"/a", "/b", "/c"}
 	for _, p := range paths {
-		if _, err := nodes[0].CreateStream(ctx, stream.CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
+		if _, err := nodes[0].Protocol().CreateStream(ctx, stream.CreateRequest{Path: p, ContentType: "application/json"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +39,7 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 				producer := fmt.Sprintf("p-%d-%d", n, w)
 				cps := make(map[string]*stream.Checkpoints)
 				for _, p := range paths {
-					c, err := s.Checkpoints(ctx, p)
+					c, err := s.Events().Checkpoints(ctx, p)
 					if err != nil {
 						t.Error(err)
 						return
@@ -52,9 +52,9 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 					var err error
 					switch i % 4 {
 					case 0:
-						_, err = s.Append(ctx, p, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)})
+						_, err = s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)})
 					case 1:
-						_, err = s.Stream(p).ForProcessor("proc").Append(ctx, foldtype.EventInput{Type: "v", Payload: foldtype.JSON(i)})
+						_, err = s.Events().Stream(p).ForProcessor("proc").Append(ctx, foldtype.EventInput{Type: "v", Payload: foldtype.JSON(i)})
 					case 2:
 						// A checkpoint write checks its stream's row (under the stream's lock when
 						// that is free), then an append in the same group follows.
@@ -62,9 +62,9 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 						if err = cps[scope].WriteCheckpoint(ctx, producer, foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: int64(i)}, false); err != nil {
 							break
 						}
-						_, err = s.Append(ctx, p, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)})
+						_, err = s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)})
 					default:
-						_, err = s.AppendRecord(ctx, stream.AppendRequest{Path: p, ContentType: "application/json",
+						_, err = s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: p, ContentType: "application/json",
 							Body:     []byte(fmt.Sprintf(`{"n":%d}`, i)),
 							Producer: &stream.ProducerHeaders{ID: producer, Epoch: 0, Seq: seqs[p]}})
 						seqs[p]++
@@ -85,7 +85,7 @@ func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.
 		return
 	}
 	for _, p := range paths {
-		page, err := nodes[1].Read(ctx, p, 0, 10000, stream.ReadOptions{})
+		page, err := nodes[1].Events().Stream(p).Read(ctx, 0, 10000)
 		if err != nil {
 			t.Fatal(err)
 		}

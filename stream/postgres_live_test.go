@@ -43,7 +43,7 @@ type liveReader struct {
 func followLive(ctx context.Context, t *testing.T, s *stream.Store, path string) *liveReader {
 	t.Helper()
 	lr := &liveReader{got: make(chan struct{}, 1)}
-	res, err := s.ReadRecords(ctx, stream.ReadRequest{Path: path, Watch: true})
+	res, err := s.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: path, Watch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func followLive(ctx context.Context, t *testing.T, s *stream.Store, path string)
 				return
 			}
 			before := reads(t, s)
-			next, err := s.ReadRecords(ctx, stream.ReadRequest{Path: path, After: res.Next, Watch: true})
+			next, err := s.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: path, After: res.Next, Watch: true})
 			used := reads(t, s) - before
 			lr.mu.Lock()
 			lr.maxReads = max(lr.maxReads, used)
@@ -128,7 +128,7 @@ func (lr *liveReader) waitFor(t *testing.T, n int) []int {
 func appendN(t *testing.T, s *stream.Store, path string, n int, pad int) {
 	t.Helper()
 	body := fmt.Sprintf(`{"n":%d,"pad":%q}`, n, strings.Repeat("x", pad))
-	if _, err := s.AppendRecord(context.Background(), stream.AppendRequest{Path: path, ContentType: "application/json", Body: []byte(body)}); err != nil {
+	if _, err := s.Protocol().AppendRecord(context.Background(), stream.AppendRequest{Path: path, ContentType: "application/json", Body: []byte(body)}); err != nil {
 		t.Error(err) // also called off the test's goroutine
 	}
 }
@@ -151,7 +151,7 @@ func TestPostgresLiveReadersGetAnotherNodesAppendsWithoutReadingTheDatabase(t *t
 	a, b := openPG(t, url), openPG(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/live", ContentType: "application/json"}); err != nil {
+	if _, err := a.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/live", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	readers := []*liveReader{followLive(ctx, t, b, "/live"), followLive(ctx, t, b, "/live"), followLive(ctx, t, b, "/live")}
@@ -179,7 +179,7 @@ func TestPostgresLiveReadersGetOversizeRecordsAndEveryRecordOnceThroughGaps(t *t
 	a, b := openPG(t, url), openPG(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
+	if _, err := a.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	onB, onA := followLive(ctx, t, b, "/big"), followLive(ctx, t, a, "/big")
@@ -252,7 +252,7 @@ func TestPostgresLiveReadersGetOversizeRecordsAndEveryRecordOnceThroughGaps(t *t
 	wantSequence(t, onA.waitFor(t, next), next)
 
 	// Closing reaches the readers; so does deleting.
-	if _, err := a.AppendRecord(ctx, stream.AppendRequest{Path: "/big", Close: true}); err != nil {
+	if _, err := a.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/big", Close: true}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -276,13 +276,13 @@ func TestPostgresLiveReaderOfAStreamDeletedOnAnotherNodeEnds(t *testing.T) {
 	a, b := openPG(t, url), openPG(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/d", ContentType: "application/json"}); err != nil {
+	if _, err := a.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/d", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	lr := followLive(ctx, t, b, "/d")
 	appendN(t, a, "/d", 0, 10)
 	lr.waitFor(t, 1)
-	if err := a.DeleteStream(ctx, "/d"); err != nil {
+	if err := a.Protocol().DeleteStream(ctx, "/d"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(10 * time.Second)
@@ -303,7 +303,7 @@ func TestPostgresLiveReaderOfAStreamDeletedOnAnotherNodeEnds(t *testing.T) {
 		}
 	}
 	// The stream created again at the path starts over for a new reader on B.
-	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/d", ContentType: "application/json"}); err != nil {
+	if _, err := a.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/d", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	again := followLive(ctx, t, b, "/d")
@@ -317,11 +317,11 @@ func TestPostgresSubscriberGetsAnotherNodesEventsWithoutReadingTheDatabase(t *te
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
-	if _, err := a.Append(ctx, "/ev", foldtype.EventInput{Type: "t", Payload: foldtype.JSON(0)}); err != nil {
+	if _, err := a.Events().Stream("/ev").Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(0)}); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector()
-	sub, err := b.Subscribe("/ev", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/ev", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestPostgresSubscriberGetsAnotherNodesEventsWithoutReadingTheDatabase(t *te
 	before := reads(t, b)
 	const n = 20
 	for i := 1; i <= n; i++ {
-		if _, err := a.Append(ctx, "/ev", foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)}); err != nil {
+		if _, err := a.Events().Stream("/ev").Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

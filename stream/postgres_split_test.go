@@ -21,7 +21,7 @@ func openPGStore(t testing.TB, url string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenDriver(ctx, d, Options{Logger: quietLog})
+	s, err := OpenDriver(ctx, d, Config{Logger: quietLog})
 	if err != nil {
 		d.Close()
 		t.Fatal(err)
@@ -57,13 +57,13 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	other := openPGStore(t, url) // another node, which hears of the commit by notification only
 	ctx := context.Background()
 	for _, p := range []string{"/x", "/y"} {
-		if _, err := s.Append(ctx, p, foldtype.EventInput{Type: "seed"}); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	var pushed, pushedOther []int64
-	subOther, err := other.Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
+	subOther, err := other.Events().Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -75,7 +75,7 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 		t.Fatal(err)
 	}
 	defer subOther.Close()
-	sub, err := s.Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/x", func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
@@ -133,13 +133,16 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	var xOffset int64
 	errs := inOneGroup(t, s,
 		func() error {
-			evs, err := s.Append(ctx, "/x", foldtype.EventInput{Type: "before-split"})
+			evs, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "before-split"})
 			if err == nil {
 				xOffset = evs[0].Offset
 			}
 			return err
 		},
-		func() error { _, err := s.Append(ctx, "/y", foldtype.EventInput{Type: "after-split"}); return err })
+		func() error {
+			_, err := s.Events().Stream("/y").Append(ctx, foldtype.EventInput{Type: "after-split"})
+			return err
+		})
 	if err := <-killed; err != nil {
 		t.Fatalf("terminate the waiting backend: %v", err)
 	}
@@ -175,14 +178,14 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	}
 
 	// The writer's state of /x includes the committed append: the next one follows it.
-	next, err := s.Append(ctx, "/x", foldtype.EventInput{Type: "next"})
+	next, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "next"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if next[0].Offset != 3 {
 		t.Errorf("next append to /x got offset %d, want 3", next[0].Offset)
 	}
-	page, err := s.Read(ctx, "/x", 0, 10, ReadOptions{})
+	page, err := s.readEvents(ctx, "/x", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +196,7 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	if len(types) != 3 || types[0] != "seed" || types[1] != "before-split" || types[2] != "next" {
 		t.Errorf("/x holds %v, want [seed before-split next]", types)
 	}
-	page, err = s.Read(ctx, "/y", 0, 10, ReadOptions{})
+	page, err = s.readEvents(ctx, "/y", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +236,7 @@ func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T)
 	ctx := context.Background()
 	paths := []string{"/a", "/b", "/c", "/d", "/e"}
 	for _, p := range paths {
-		if _, err := s.Append(ctx, p, foldtype.EventInput{Type: "seed"}); err != nil {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,10 +244,10 @@ func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T)
 		var fns []func() error
 		for i, p := range paths {
 			if i%2 == 0 {
-				fns = append(fns, func() error { _, err := s.Append(ctx, p, foldtype.EventInput{Type: "t"}); return err })
+				fns = append(fns, func() error { _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "t"}); return err })
 			} else {
 				fns = append(fns, func() error {
-					_, err := s.AppendRecord(ctx, AppendRequest{Path: p, ContentType: "application/json", Body: []byte(`{"n":1}`)})
+					_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: p, ContentType: "application/json", Body: []byte(`{"n":1}`)})
 					return err
 				})
 			}
@@ -260,7 +263,7 @@ func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T)
 		}
 	}
 	for _, p := range paths {
-		page, err := s.Read(ctx, p, 0, 10, ReadOptions{})
+		page, err := s.readEvents(ctx, p, 0, 10, readOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func openPG(t *testing.T, url string) *stream.Store {
 	t.Helper()
-	s, err := storeopen.Open(context.Background(), url, storeopen.Config{Store: stream.Options{Logger: quiet}})
+	s, err := storeopen.Open(context.Background(), url, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
@@ -87,7 +87,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	ctx := context.Background()
 
 	col := newCollector()
-	sub, err := b.Subscribe("/s", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/s", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				if _, err := s.Append(ctx, "/s", foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)}); err != nil {
+				if _, err := s.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(i)}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -109,7 +109,7 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	page, err := a.Read(ctx, "/s", 0, 1000, stream.ReadOptions{})
+	page, err := a.Events().Stream("/s").Read(ctx, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,39 +130,39 @@ func TestPostgresNodesShareOffsetsSubscriptionsAndProducers(t *testing.T) {
 	}
 
 	// An idempotency key and an offset precondition hold across nodes.
-	e1, err := a.Append(ctx, "/s", foldtype.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e1, err := a.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, err := b.Append(ctx, "/s", foldtype.EventInput{Type: "k", IdempotencyKey: "key-1"})
+	e2, err := b.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "k", IdempotencyKey: "key-1"})
 	if err != nil || e2[0].Offset != e1[0].Offset {
 		t.Fatalf("the same key on another node: %v %v, want the echo of offset %d", e2, err, e1[0].Offset)
 	}
-	if _, err := b.Append(ctx, "/s", foldtype.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldtype.ErrOffsetConflict) {
+	if _, err := b.Events().Stream("/s").Append(ctx, foldtype.EventInput{Type: "x", Offset: e1[0].Offset}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("stale precondition on another node: got %v, want OFFSET_CONFLICT", err)
 	}
 
 	// A producer that moves from node A to node B keeps exactly-once.
-	if _, err := a.CreateStream(ctx, stream.CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+	if _, err := a.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	req := func(seq int64) stream.AppendRequest {
 		return stream.AppendRequest{Path: "/p", ContentType: "application/json", Body: []byte(fmt.Sprintf(`{"n":%d}`, seq)),
 			Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}}
 	}
-	if _, err := a.AppendRecord(ctx, req(0)); err != nil {
+	if _, err := a.Protocol().AppendRecord(ctx, req(0)); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := b.AppendRecord(ctx, req(0)); err != nil || !res.Duplicate {
+	if res, err := b.Protocol().AppendRecord(ctx, req(0)); err != nil || !res.Duplicate {
 		t.Fatalf("a retried batch on another node: %+v %v, want a duplicate", res, err)
 	}
-	if _, err := b.AppendRecord(ctx, req(1)); err != nil {
+	if _, err := b.Protocol().AppendRecord(ctx, req(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AppendRecord(ctx, req(3)); !errors.Is(err, foldtype.ErrSequenceGap) {
+	if _, err := a.Protocol().AppendRecord(ctx, req(3)); !errors.Is(err, foldtype.ErrSequenceGap) {
 		t.Fatalf("a gap seen by the other node: got %v, want a sequence gap", err)
 	}
-	info, err := a.HeadStream(ctx, "/p")
+	info, err := a.Protocol().HeadStream(ctx, "/p")
 	if err != nil || info.Tail != 2 {
 		t.Fatalf("producer stream tail: %+v %v, want 2", info, err)
 	}
@@ -173,11 +173,11 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
-	if _, err := a.Append(ctx, "/e", foldtype.EventInput{Type: "durable"}); err != nil {
+	if _, err := a.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "durable"}); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector()
-	sub, err := b.Subscribe("/e", col.deliver, stream.SubscribeOptions{Consumes: []string{"delta", "durable"}})
+	sub, err := b.Events().Subscribe("/e", col.deliver, stream.SubscribeOptions{Consumes: []string{"delta", "durable"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,16 +186,16 @@ func TestPostgresEphemeralsReachOtherNodesWhateverTheirSize(t *testing.T) {
 	for i := range big {
 		big[i] = 'x'
 	}
-	small, err := a.Append(ctx, "/e", foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON("s")})
+	small, err := a.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON("s")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	large, err := a.Append(ctx, "/e", foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(string(big))})
+	large, err := a.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(string(big))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The next durable event on the other node takes an offset after the ephemerals'.
-	d, err := b.Append(ctx, "/e", foldtype.EventInput{Type: "durable"})
+	d, err := b.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "durable"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	ctx := context.Background()
 
 	col := newCollector()
-	sub, err := b.Subscribe("/load", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/load", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 				default:
 				}
 				key := fmt.Sprintf("w%d-%d", w, i)
-				evs, err := a.Append(ctx, "/load", foldtype.EventInput{Type: "t", IdempotencyKey: key})
+				evs, err := a.Events().Stream("/load").Append(ctx, foldtype.EventInput{Type: "t", IdempotencyKey: key})
 				if err != nil {
 					if foldtype.CodeOf(err) != foldtype.CodeUnavailable {
 						t.Errorf("append during an outage: got %v, want UNAVAILABLE", err)
@@ -262,17 +262,31 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 			}
 		}()
 	}
-	// Three outages under load; node A recovers by itself each time.
-	for range 3 {
-		time.Sleep(300 * time.Millisecond)
+	// Three outages under load; node A recovers by itself each time. Each outage starts once node A
+	// has acknowledged appends again since the last one, and ends once an append met it (or, when
+	// none did within 2 s, they fell between appends).
+	within := func(d time.Duration, cond func() bool) bool {
+		for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range 3 {
+		from := nAcked.Load()
+		if !within(20*time.Second, func() bool { return nAcked.Load() >= from+5 }) {
+			t.Fatalf("before outage %d: node A acknowledged %d appends in 20 s, want 5", i+1, nAcked.Load()-from)
+		}
+		failed := nFailed.Load()
 		px.Cut()
-		time.Sleep(300 * time.Millisecond)
+		within(2*time.Second, func() bool { return nFailed.Load() > failed })
 		px.Restore()
 	}
 	// A write after the last outage succeeds without any restart of the node.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := a.Append(ctx, "/load", foldtype.EventInput{Type: "after"}); err == nil {
+		if _, err := a.Events().Stream("/load").Append(ctx, foldtype.EventInput{Type: "after"}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("node A did not recover after the database came back: %v", err)
@@ -288,7 +302,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// Every acknowledged append is in the log exactly once, at the offset it was given.
 	var all []foldtype.Event
 	for after := int64(0); ; {
-		page, err := b.Read(ctx, "/load", after, 1000, stream.ReadOptions{})
+		page, err := b.Events().Stream("/load").Read(ctx, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +343,7 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 	a, b := openPG(t, url), openPG(t, url)
 	ctx := context.Background()
 	col := newCollector()
-	sub, err := b.Subscribe("/l", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	sub, err := b.Events().Subscribe("/l", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,11 +362,11 @@ func TestPostgresListenerKilledReadersStillSeeEveryCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := a.Append(ctx, "/l", foldtype.EventInput{Type: "t"}); err != nil {
+		if _, err := a.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 			t.Fatal(err)
 		}
 		// A long-poll style wait on node B: a read after the commit sees it at once.
-		page, err := b.Read(ctx, "/l", int64(i), 10, stream.ReadOptions{})
+		page, err := b.Events().Stream("/l").Read(ctx, int64(i), 10)
 		if err != nil || len(page.Events) != 1 {
 			t.Fatalf("node B reads commit %d: %v %v", i+1, page.Events, err)
 		}
@@ -375,7 +389,7 @@ func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
 	ctx := context.Background()
 	heard := func(s *stream.Store) <-chan string {
 		ch := make(chan string, 16)
-		stop := s.WatchCommits(func(path string) {
+		stop := s.Events().WatchCommits(func(path string) {
 			select {
 			case ch <- path:
 			default:
@@ -399,7 +413,7 @@ func TestPostgresCommitWatchersHearEveryNodesCommits(t *testing.T) {
 			}
 		}
 	}
-	if _, err := a.Append(ctx, "/w/1", foldtype.EventInput{Type: "x"}); err != nil {
+	if _, err := a.Events().Stream("/w/1").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	wait(onA, "/w/1", "the committing node")

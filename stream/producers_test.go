@@ -11,22 +11,22 @@ import (
 )
 
 // Pipelined producer requests may reach the writer out of order. A request whose seq is ahead of
-// the next expected one waits (up to Options.ProducerReorderWait) for the earlier seq to commit,
+// the next expected one waits (up to Config.ProducerReorderWait) for the earlier seq to commit,
 // then lands, instead of being refused with a sequence gap the client must resolve by resending.
 func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	t.Parallel()
 	// A generous wait: the test must not depend on how fast a loaded machine sends seq 0.
-	s, err := openStore(":memory:", Options{ProducerReorderWait: 10 * time.Second})
+	s, err := openStore(":memory:", Config{ProducerReorderWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	appendSeq := func(seq int64) (AppendResult, error) {
-		return s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+		return s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
 	}
 	before := s.savepoints()
@@ -46,7 +46,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	if err := <-early; err != nil {
 		t.Fatalf("seq 1 after its predecessor landed: got %v, want accepted", err)
 	}
-	info, err := s.HeadStream(ctx, "/p")
+	info, err := s.Protocol().HeadStream(ctx, "/p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,18 +60,18 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	t.Parallel()
 	clk := testsupport.NewFakeClock()
-	s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog})
+	s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+		_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 3}})
 		done <- err
 	}()
@@ -90,7 +90,7 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 }
 
 // A producer request whose predecessor is still arriving (its headers were read, its append is to
-// come) waits past Options.ProducerReorderWait, however slow the predecessor, and commits after it:
+// come) waits past Config.ProducerReorderWait, however slow the predecessor, and commits after it:
 // no gap is answered. Once the predecessor is gone without committing, the gap is answered at the
 // next expiry.
 func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
@@ -99,19 +99,19 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 		t.Run(map[bool]string{false: "arrives", true: "lost"}[lost], func(t *testing.T) {
 			t.Parallel()
 			clk := testsupport.NewFakeClock()
-			s, err := openStore(":memory:", Options{Clock: clk, Logger: quietLog})
+			s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
 			ctx := context.Background()
-			if _, err := s.CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
+			if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 				t.Fatal(err)
 			}
-			arriving := s.ProducerArriving("/p", "p", 0, 0)
+			arriving := s.Protocol().ProducerArriving("/p", "p", 0, 0)
 			done := make(chan error, 1)
 			go func() {
-				_, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+				_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 					Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 1}})
 				done <- err
 			}()
@@ -134,7 +134,7 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 				}
 				return
 			}
-			if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
+			if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 				Body: []byte(`{"n":0}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: 0}}); err != nil {
 				t.Fatal(err)
 			}

@@ -340,8 +340,8 @@ func (s *Store) endIncarnation(t *tx, id int64, path string) error {
 	return nil
 }
 
-// HeadStream returns a stream's metadata. It never renews a TTL.
-func (s *Store) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
+// headStream is [Protocol.HeadStream] and [Events.HeadStream].
+func (s *Store) headStream(ctx context.Context, path string) (StreamInfo, error) {
 	var info StreamInfo
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		r, err := s.loadLive(ctx, q, path, s.clock.Now())
@@ -356,7 +356,8 @@ func (s *Store) HeadStream(ctx context.Context, path string) (StreamInfo, error)
 
 // DeleteStream deletes a stream: soft while live forks read through it (the path stays reserved and
 // answers "gone"), hard otherwise, collecting soft-deleted ancestors left without forks.
-func (s *Store) DeleteStream(ctx context.Context, path string) error {
+func (p *Protocol) DeleteStream(ctx context.Context, path string) error {
+	s := p.s
 	return s.write(ctx, func(t *tx) error {
 		m, err := s.liveStream(t, path)
 		if err != nil {
@@ -391,7 +392,8 @@ const collectBatch = 500
 // space. It examines at most a few hundred candidates per call and returns how many streams it
 // deleted (descendants and collected ancestors included). Call it periodically; foldstream serve
 // does every minute.
-func (s *Store) CollectExpired(ctx context.Context) (int, error) {
+func (p *Protocol) CollectExpired(ctx context.Context) (int, error) {
+	s := p.s
 	deleted := 0
 	err := s.write(ctx, func(t *tx) error {
 		deleted = 0

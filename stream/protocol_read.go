@@ -52,7 +52,8 @@ const DefaultReadMaxBytes = 1 << 20
 const maxReadMessages = 10000
 
 // ReadRecords returns the data after req.After, renewing a sliding TTL (every GET does, docs/store.md#ttl-and-expiry).
-func (s *Store) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, error) {
+func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, error) {
+	s := p.s
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = DefaultReadMaxBytes
 	}

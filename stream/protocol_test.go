@@ -21,7 +21,7 @@ func setupProto(t *testing.T) (*Store, *testsupport.FakeClock) {
 
 func mustCreate(t *testing.T, s *Store, req CreateRequest) CreateResult {
 	t.Helper()
-	res, err := s.CreateStream(context.Background(), req)
+	res, err := s.Protocol().CreateStream(context.Background(), req)
 	if err != nil {
 		t.Fatalf("create %s: %v", req.Path, err)
 	}
@@ -30,7 +30,7 @@ func mustCreate(t *testing.T, s *Store, req CreateRequest) CreateResult {
 
 func mustAppendRecord(t *testing.T, s *Store, req AppendRequest) AppendResult {
 	t.Helper()
-	res, err := s.AppendRecord(context.Background(), req)
+	res, err := s.Protocol().AppendRecord(context.Background(), req)
 	if err != nil {
 		t.Fatalf("append %s: %v", req.Path, err)
 	}
@@ -39,7 +39,7 @@ func mustAppendRecord(t *testing.T, s *Store, req AppendRequest) AppendResult {
 
 func readAll(t *testing.T, s *Store, path string) string {
 	t.Helper()
-	res, err := s.ReadRecords(context.Background(), ReadRequest{Path: path})
+	res, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: path})
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
 	}
@@ -105,7 +105,7 @@ func TestJSONOffsetsAndRecords(t *testing.T) {
 	if got, want := readAll(t, s, "j"), `[{"n":1},{"n":2},{"n":3}]`; got != want {
 		t.Fatalf("read: got %s, want %s", got, want)
 	}
-	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "j", After: 2})
+	r, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: "j", After: 2})
 	if err != nil || string(r.Body) != `[{"n":3}]` || r.Next != 3 || !r.UpToDate {
 		t.Fatalf("read after 2: got %s next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
 	}
@@ -117,7 +117,7 @@ func TestByteReadsSliceRecordsAndChunk(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "b", ContentType: "text/plain"})
 	mustAppendRecord(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("hello ")})
 	mustAppendRecord(t, s, AppendRequest{Path: "b", ContentType: "text/plain", Body: []byte("world")})
-	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 3, MaxBytes: 4})
+	r, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: "b", After: 3, MaxBytes: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +125,11 @@ func TestByteReadsSliceRecordsAndChunk(t *testing.T) {
 	if string(r.Body) != "lo " || r.Next != 6 || r.UpToDate {
 		t.Fatalf("got %q next %d upToDate %v, want \"lo \" 6 false", r.Body, r.Next, r.UpToDate)
 	}
-	r, err = s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 7, MaxBytes: 3})
+	r, err = s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: "b", After: 7, MaxBytes: 3})
 	if err != nil || string(r.Body) != "orl" || r.Next != 10 || r.UpToDate {
 		t.Fatalf("got %q next %d upToDate %v err %v, want \"orl\" 10", r.Body, r.Next, r.UpToDate, err)
 	}
-	r, err = s.ReadRecords(context.Background(), ReadRequest{Path: "b", After: 10})
+	r, err = s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: "b", After: 10})
 	if err != nil || string(r.Body) != "d" || r.Next != 11 || !r.UpToDate {
 		t.Fatalf("got %q next %d upToDate %v err %v", r.Body, r.Next, r.UpToDate, err)
 	}
@@ -166,7 +166,7 @@ func TestProducerDecisionTable(t *testing.T) {
 	}
 	for _, st := range steps {
 		body := []byte("x")
-		res, err := s.AppendRecord(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
+		res, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "p", ContentType: ct, Body: body, Close: st.close,
 			Producer: &ProducerHeaders{ID: "w", Epoch: st.epoch, Seq: st.seq}})
 		if st.wantKind != "" {
 			if kindOf(err) != st.wantKind {
@@ -201,7 +201,7 @@ func TestRefusedJSONLeavesProducerState(t *testing.T) {
 	ct := "application/json"
 	mustCreate(t, s, CreateRequest{Path: "j", ContentType: ct})
 	p := &ProducerHeaders{ID: "w", Epoch: 0, Seq: 0}
-	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != foldtype.CodeBadRequest {
+	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "j", ContentType: ct, Body: []byte(`{`), Producer: p}); kindOf(err) != foldtype.CodeBadRequest {
 		t.Fatalf("invalid JSON: got %v, want bad request", err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "j", ContentType: ct, Body: []byte(`[1,2]`), Producer: p})
@@ -217,10 +217,10 @@ func TestStreamSeqAndExpectedTail(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "s", ContentType: ct})
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("a"), StreamSeq: "09"})
 	mustAppendRecord(t, s, AppendRequest{Path: "s", ContentType: ct, Body: []byte("b"), StreamSeq: "10"})
-	if _, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != foldtype.CodeConflict {
+	if _, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), StreamSeq: "10"}); kindOf(err) != foldtype.CodeConflict {
 		t.Fatalf("equal Stream-Seq: got %v, want conflict", err)
 	}
-	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
+	_, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "s", ContentType: ct, Body: []byte("c"), HasExpectedTail: true, ExpectedTail: 1})
 	if tail, _ := TailOf(err); !errors.Is(err, foldtype.ErrOffsetConflict) || tail != 2 {
 		t.Fatalf("stale expected tail: got %v, want OFFSET_CONFLICT at 2", err)
 	}
@@ -240,7 +240,7 @@ func TestEventIdempotencyKeys(t *testing.T) {
 	if res.Tail != 3 {
 		t.Fatalf("tail: got %d, want 3", res.Tail)
 	}
-	_, err := s.AppendRecord(context.Background(), AppendRequest{Path: "e", ContentType: ct,
+	_, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "e", ContentType: ct,
 		Body: []byte(`{"type":"order.placed","payload":{"id":2},"idempotencyKey":"k1"}`)})
 	if !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 		t.Fatalf("different event under the same key: got %v, want IDEMPOTENCY_CONFLICT", err)
@@ -264,7 +264,7 @@ func TestForkSubOffsetsCompose(t *testing.T) {
 	if got := readAll(t, s, "f2"); got != `[1]` {
 		t.Fatalf("fork of fork: got %s, want [1]", got)
 	}
-	if _, err := s.CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != foldtype.CodeBadRequest {
+	if _, err := s.Protocol().CreateStream(context.Background(), CreateRequest{Path: "f3", ForkedFrom: "src", HasForkOffset: true, ForkOffset: 0, ForkSubOffset: 5}); kindOf(err) != foldtype.CodeBadRequest {
 		t.Fatalf("overshooting sub-offset: got %v, want bad request", err)
 	}
 
@@ -285,28 +285,28 @@ func TestSoftDeleteCascade(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "a", ContentType: "text/plain", Body: []byte("1")})
 	mustCreate(t, s, CreateRequest{Path: "b", ForkedFrom: "a"})
 	mustCreate(t, s, CreateRequest{Path: "c", ForkedFrom: "b"})
-	if err := s.DeleteStream(ctx, "a"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteStream(ctx, "b"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b"} {
-		if _, err := s.HeadStream(ctx, p); kindOf(err) != foldtype.CodeStreamGone {
+		if _, err := s.Protocol().HeadStream(ctx, p); kindOf(err) != foldtype.CodeStreamGone {
 			t.Fatalf("head %s: got %v, want gone", p, err)
 		}
 	}
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != foldtype.CodeConflict {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "a", ContentType: "text/plain"}); kindOf(err) != foldtype.CodeConflict {
 		t.Fatalf("re-create soft-deleted: got %v, want conflict", err)
 	}
 	if got := readAll(t, s, "c"); got != "1" {
 		t.Fatalf("fork read through deleted ancestors: got %q, want 1", got)
 	}
-	if err := s.DeleteStream(ctx, "c"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"a", "b", "c"} {
-		if _, err := s.HeadStream(ctx, p); kindOf(err) != foldtype.CodeStreamNotFound {
+		if _, err := s.Protocol().HeadStream(ctx, p); kindOf(err) != foldtype.CodeStreamNotFound {
 			t.Fatalf("head %s after cascade: got %v, want not found", p, err)
 		}
 	}
@@ -324,26 +324,26 @@ func TestSlidingTTL(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain", HasTTL: true, TTLSeconds: 10})
 	mustCreate(t, s, CreateRequest{Path: "x", ContentType: "text/plain", ExpiresAt: clk.Now().Add(15 * time.Second)})
 	clk.Advance(8 * time.Second)
-	if _, err := s.ReadRecords(ctx, ReadRequest{Path: "t", AtTail: true}); err != nil {
+	if _, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "t", AtTail: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ReadRecords(ctx, ReadRequest{Path: "x"}); err != nil {
+	if _, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(8 * time.Second) // 16 s: t was read at 8 s, x expired at 15 s
-	if _, err := s.HeadStream(ctx, "t"); err != nil {
+	if _, err := s.Protocol().HeadStream(ctx, "t"); err != nil {
 		t.Fatalf("t after renewal: %v", err)
 	}
-	if _, err := s.HeadStream(ctx, "x"); kindOf(err) != foldtype.CodeStreamNotFound {
+	if _, err := s.Protocol().HeadStream(ctx, "x"); kindOf(err) != foldtype.CodeStreamNotFound {
 		t.Fatalf("x past its expiry: got %v, want not found", err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "t", ContentType: "text/plain", Close: true})
 	clk.Advance(9 * time.Second)
-	if _, err := s.HeadStream(ctx, "t"); err != nil {
+	if _, err := s.Protocol().HeadStream(ctx, "t"); err != nil {
 		t.Fatalf("t after close-only POST renewal: %v", err)
 	}
 	clk.Advance(2 * time.Second)
-	if _, err := s.HeadStream(ctx, "t"); kindOf(err) != foldtype.CodeStreamNotFound {
+	if _, err := s.Protocol().HeadStream(ctx, "t"); kindOf(err) != foldtype.CodeStreamNotFound {
 		t.Fatalf("t expired: got %v, want not found", err)
 	}
 	if r := mustCreate(t, s, CreateRequest{Path: "t", ContentType: "text/plain"}); !r.Created {
@@ -356,7 +356,7 @@ func TestWatchWakesOnAppend(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	mustCreate(t, s, CreateRequest{Path: "w", ContentType: "text/plain"})
-	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "w", Watch: true})
+	r, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: "w", Watch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,23 +378,23 @@ func TestCollectExpired(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "/ttl", ContentType: "text/plain", HasTTL: true, TTLSeconds: 5, Body: []byte("x")})
 	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("x")})
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasTTL: true, TTLSeconds: 60})
-	if err := s.DeleteStream(ctx, "/src"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/src"); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(10 * time.Second)
-	n, err := s.CollectExpired(ctx)
+	n, err := s.Protocol().CollectExpired(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("first sweep: got %d, %v; want 1 (the TTL stream)", n, err)
 	}
-	if _, err := s.HeadStream(ctx, "/src"); kindOf(err) != foldtype.CodeStreamGone {
+	if _, err := s.Protocol().HeadStream(ctx, "/src"); kindOf(err) != foldtype.CodeStreamGone {
 		t.Fatalf("source with a live fork: got %v, want gone", err)
 	}
 	clk.Advance(time.Minute) // the fork expires, releasing the source
-	n, err = s.CollectExpired(ctx)
+	n, err = s.Protocol().CollectExpired(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("second sweep: got %d, %v; want 2 (fork and source)", n, err)
 	}
-	if _, err := s.HeadStream(ctx, "/live"); err != nil {
+	if _, err := s.Protocol().HeadStream(ctx, "/live"); err != nil {
 		t.Fatalf("live stream: %v", err)
 	}
 	var left int
@@ -419,7 +419,7 @@ func TestJSONBatchLimits(t *testing.T) {
 	if res.Tail != n {
 		t.Fatalf("tail: got %d, want %d", res.Tail, n)
 	}
-	r, err := s.ReadRecords(context.Background(), ReadRequest{Path: "/big", After: n - 2})
+	r, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: "/big", After: n - 2})
 	if err != nil || string(r.Body) != "[1,1]" {
 		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
 	}
@@ -439,7 +439,7 @@ func TestRecreatedPathStartsClean(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "/r", ContentType: ct, Body: []byte(`[1,2,3]`)})
 	mustAppendRecord(t, s, AppendRequest{Path: "/r", ContentType: ct, Body: []byte(`4`), StreamSeq: "5",
 		Producer: &ProducerHeaders{ID: "p", Epoch: 3, Seq: 0}})
-	if err := s.DeleteStream(ctx, "/r"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/r"); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/r", ContentType: ct})
@@ -451,7 +451,7 @@ func TestRecreatedPathStartsClean(t *testing.T) {
 	if got := readAll(t, s, "/r"); got != `["a"]` {
 		t.Fatalf("protocol read: got %s, want [\"a\"]", got)
 	}
-	page, err := s.Read(ctx, "/r", 0, 100, ReadOptions{})
+	page, err := s.readEvents(ctx, "/r", 0, 100, readOptions{})
 	if err != nil || len(page.Events) != 1 || page.Events[0].Type != MessageType {
 		t.Fatalf("event read: got %+v, %v; want one message event", page.Events, err)
 	}
@@ -470,7 +470,7 @@ func TestForksInheritNoProducerOrStreamSeq(t *testing.T) {
 			Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: seq}})
 	}
 	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src", HasForkOffset: true, ForkOffset: 2, ForkSubOffset: 1})
-	_, err := s.AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
+	_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/fork", ContentType: ct, Body: []byte(`9`), Producer: &ProducerHeaders{ID: "p", Epoch: 2, Seq: 3}})
 	if exp, _, _ := SequenceGapOf(err); !errors.Is(err, foldtype.ErrSequenceGap) || exp != 0 {
 		t.Fatalf("producer continuing on the fork: got %v, want a gap expecting seq 0", err)
 	}
@@ -490,44 +490,44 @@ func TestEventViewSeesProtocolChanges(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/x", foldtype.EventInput{Type: "a"}); err != nil {
+	if _, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteStream(ctx, "/x"); err != nil {
+	if err := s.Protocol().DeleteStream(ctx, "/x"); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, CreateRequest{Path: "/x", ContentType: "text/plain"})
-	if _, err := s.Append(ctx, "/x", foldtype.EventInput{Type: "b"}); err == nil {
+	if _, err := s.Events().Stream("/x").Append(ctx, foldtype.EventInput{Type: "b"}); err == nil {
 		t.Fatal("event append to a re-created text stream: got nil error")
 	}
-	if _, err := s.Append(ctx, "/y", foldtype.EventInput{Type: "a"}); err != nil {
+	if _, err := s.Events().Stream("/y").Append(ctx, foldtype.EventInput{Type: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendRecord(t, s, AppendRequest{Path: "/y", Close: true})
-	if _, err := s.Append(ctx, "/y", foldtype.EventInput{Type: "b"}); foldtype.CodeOf(err) != foldtype.CodeStreamClosed {
+	if _, err := s.Events().Stream("/y").Append(ctx, foldtype.EventInput{Type: "b"}); foldtype.CodeOf(err) != foldtype.CodeStreamClosed {
 		t.Fatalf("event append after a protocol close: got %v, want STREAM_CLOSED", err)
 	}
 	// Events and HTTP messages share one offset sequence.
-	if _, err := s.Append(ctx, "/z", foldtype.EventInput{Type: "a"}, foldtype.EventInput{Type: "b"}); err != nil {
+	if _, err := s.Events().Stream("/z").Append(ctx, foldtype.EventInput{Type: "a"}, foldtype.EventInput{Type: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	res := mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`{"type":"c"}`)})
 	if res.Tail != 3 {
 		t.Fatalf("tail after two events and one message: got %d, want 3", res.Tail)
 	}
-	evs, err := s.Append(ctx, "/z", foldtype.EventInput{Type: "d"})
+	evs, err := s.Events().Stream("/z").Append(ctx, foldtype.EventInput{Type: "d"})
 	if err != nil || evs[0].Offset != 4 {
 		t.Fatalf("event after a message: got %+v, %v; want offset 4", evs, err)
 	}
 	// An ephemeral takes offset 5 without persisting; the next HTTP message lands after it.
-	if evs, err = s.Append(ctx, "/z", foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
+	if evs, err = s.Events().Stream("/z").Append(ctx, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil || evs[0].Offset != 5 {
 		t.Fatalf("ephemeral: got %+v, %v; want offset 5", evs, err)
 	}
 	res = mustAppendRecord(t, s, AppendRequest{Path: "/z", ContentType: "application/json", Body: []byte(`[7,8]`)})
 	if res.Tail != 7 {
 		t.Fatalf("tail after the ephemeral and two messages: got %d, want 7", res.Tail)
 	}
-	r, err := s.ReadRecords(ctx, ReadRequest{Path: "/z", After: 4})
+	r, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/z", After: 4})
 	if err != nil || string(r.Body) != "[7,8]" || r.Next != 7 || !r.UpToDate {
 		t.Fatalf("read across the ephemeral's gap: got %s next %d upToDate %v, %v", r.Body, r.Next, r.UpToDate, err)
 	}
@@ -548,7 +548,7 @@ func TestEventViewReadsMessageFieldsByExactName(t *testing.T) {
 	} {
 		mustAppendRecord(t, s, AppendRequest{Path: "/m", ContentType: "application/json", Body: []byte(body)})
 	}
-	p, err := s.Read(ctx, "/m", 0, 10, ReadOptions{})
+	p, err := s.readEvents(ctx, "/m", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,11 +575,11 @@ func TestMessageIdempotencyKeyIsTheExactMember(t *testing.T) {
 	mustCreate(t, s, CreateRequest{Path: "/k", ContentType: "application/json"})
 	mustAppendRecord(t, s, AppendRequest{Path: "/k", ContentType: "application/json",
 		Body: []byte(`{"type":"t","idempotencyKey":"a","IDEMPOTENCYKEY":"b"}`)})
-	evs, err := s.Append(ctx, "/k", foldtype.EventInput{Type: "t", IdempotencyKey: "a"})
+	evs, err := s.Events().Stream("/k").Append(ctx, foldtype.EventInput{Type: "t", IdempotencyKey: "a"})
 	if err != nil || evs[0].Offset != 1 {
 		t.Fatalf("retry under key a: got %+v, %v; want the echo of offset 1", evs, err)
 	}
-	evs, err = s.Append(ctx, "/k", foldtype.EventInput{Type: "t", IdempotencyKey: "b"})
+	evs, err = s.Events().Stream("/k").Append(ctx, foldtype.EventInput{Type: "t", IdempotencyKey: "b"})
 	if err != nil || evs[0].Offset != 2 {
 		t.Fatalf("key b: got %+v, %v; want a fresh event at offset 2", evs, err)
 	}
@@ -593,11 +593,11 @@ func TestReadRecordsReachesTailAboveLastEntry(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "src", foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil {
+	if _, err := s.Events().Stream("src").Append(ctx, foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, after := range []int64{0, 1} {
-		res, err := s.ReadRecords(ctx, ReadRequest{Path: "src", After: after})
+		res, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "src", After: after})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -616,7 +616,7 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "src", foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil {
+	if _, err := s.Events().Stream("src").Append(ctx, foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
 	f := mustCreate(t, s, CreateRequest{Path: "f", ForkedFrom: "src"})
@@ -625,10 +625,10 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 	}
 	tail := readRecordsTail(t, s, "src")
 	mustCreate(t, s, CreateRequest{Path: "g", ForkedFrom: "src", HasForkOffset: true, ForkOffset: tail})
-	if _, err := s.Append(ctx, "f", foldtype.EventInput{Type: "x"}); err != nil {
+	if _, err := s.Events().Stream("f").Append(ctx, foldtype.EventInput{Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Read(ctx, "f", 0, 10, ReadOptions{})
+	page, err := s.readEvents(ctx, "f", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,7 +639,7 @@ func TestForkAtTailAfterTrailingEphemeral(t *testing.T) {
 
 func readRecordsTail(t *testing.T, s *Store, path string) int64 {
 	t.Helper()
-	res, err := s.ReadRecords(context.Background(), ReadRequest{Path: path})
+	res, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}

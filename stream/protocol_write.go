@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -99,8 +100,10 @@ type AppendRequest struct {
 //   - an "idempotencyKey" starting with ReservedKeyPrefix (when not empty) refuses the request with
 //     RESERVED_IDEMPOTENCY_KEY, data {prefix, index} (index: the message's in an array).
 //
-// Other messages are stored as they are. A refusal comes where the store refuses a malformed
-// body: after the stream's own checks (closed, producer, content type).
+// Other messages are stored as they are. A body that is not valid UTF-8 is refused with
+// BAD_REQUEST. The rules apply wherever the stream's messages are JSON, also when the request
+// named no content type (a fork inherits its source's). A refusal comes where the store refuses a
+// malformed body: after the stream's own checks (closed, producer, content type).
 type Provenance struct {
 	// Source is the compact JSON of the source to set; nil sets none.
 	Source []byte
@@ -170,6 +173,9 @@ func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
 // message again: a body costs one parse, whoever wrote it.
 func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Message, error) {
 	body = bytes.TrimSpace(body) // Unicode space around the body, as encoding/json allows only ASCII
+	if prov != nil && !utf8.Valid(body) {
+		return nil, perr(foldtype.CodeBadRequest, "the body is not valid UTF-8 (JSON text must be)")
+	}
 	msgs, isArray, n, err := rawjson.Split(body, msgKeys, MaxMessagesPerRecord)
 	switch {
 	case errors.Is(err, rawjson.ErrTooMany):
@@ -188,7 +194,8 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 }
 
 // CreateStream creates a stream, or confirms an identical existing one.
-func (s *Store) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
+	s := p.s
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -450,7 +457,8 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 
 // AppendRecord appends a record and/or closes the stream, running the checks and the producer
 // decision table (docs/store.md#idempotent-producers) in one transaction with the data.
-func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
+	s := p.s
 	if req.Producer != nil {
 		if err := validateProducerID(req.Producer.ID); err != nil {
 			return AppendResult{}, err
@@ -471,7 +479,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	// A producer's pipelined requests may arrive out of order: seq 3 can reach the writer before
 	// seq 2. Rather than answer a sequence gap at once (which costs the client a round trip and a
 	// resend), the later request waits for commits to the stream and tries again: as long as a
-	// missing seq is arriving (inflight.go), else up to Options.ProducerReorderWait; a gap that is
+	// missing seq is arriving (inflight.go), else up to Config.ProducerReorderWait; a gap that is
 	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
 	if r := s.planSliced(req, msgs, msgErr); r != nil {
 		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
@@ -527,7 +535,7 @@ func (s *Store) AppendRecord(ctx context.Context, req AppendRequest) (AppendResu
 	}
 }
 
-// DefaultProducerReorderWait is the default of Options.ProducerReorderWait: long enough for a
+// DefaultProducerReorderWait is the default of Config.ProducerReorderWait: long enough for a
 // pipelined request that overtook its predecessor on loopback or a LAN even on a loaded machine
 // (where the predecessor's connection may not be served for tens of milliseconds), short enough
 // that a real gap — a lost request, which its producer resends anyway — is still answered promptly.

@@ -7,7 +7,7 @@ import (
 )
 
 // EphemeralRingBytes bounds the per-stream ring of recent ephemeral events that reads with
-// [ReadOptions.IncludeEphemeral] merge in (docs/store.md#appending: 1 MiB, oldest dropped first; an
+// readOptions.IncludeEphemeral merge in (docs/store.md#appending: 1 MiB, oldest dropped first; an
 // ephemeral larger than the bound is kept alone).
 const EphemeralRingBytes = 1 << 20
 

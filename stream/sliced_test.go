@@ -33,7 +33,7 @@ func readWhole(t *testing.T, s *Store, path string) (body []byte, count int, tai
 	t.Helper()
 	after := int64(0)
 	for {
-		res, err := s.ReadRecords(context.Background(), ReadRequest{Path: path, After: after})
+		res, err := s.Protocol().ReadRecords(context.Background(), ReadRequest{Path: path, After: after})
 		if err != nil {
 			t.Fatalf("read %s: %v", path, err)
 		}
@@ -69,7 +69,7 @@ func TestHugeAppendCommitsInSlicesAndReadsBackWhole(t *testing.T) {
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16) // 3 MiB: 12 slices
 	before := s.commits.Load()
-	res, err := s.AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: big})
+	res, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: big})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestHugeAppendCommitsInSlicesAndReadsBackWhole(t *testing.T) {
 
 	body, joined := hugeJSON(12_000) // ~2.4 MB
 	before = s.commits.Load()
-	res, err = s.AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: body})
+	res, err = s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: body})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestHugeAppendCommitsInSlicesAndReadsBackWhole(t *testing.T) {
 		t.Fatalf("json stream read back %d messages, want 12000 in order", count)
 	}
 	// A small append after it continues the offsets.
-	if res, err := s.AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: []byte(`{"after":1}`)}); err != nil || res.Tail != 12_001 {
+	if res, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: []byte(`{"after":1}`)}); err != nil || res.Tail != 12_001 {
 		t.Fatalf("append after the huge record: tail %d, %v; want 12001", res.Tail, err)
 	}
 	if n := hiddenMarks(t, s); n != 0 {
@@ -109,7 +109,7 @@ func TestHugeAppendCommitsInSlicesAndReadsBackWhole(t *testing.T) {
 
 func createStream(t *testing.T, s *Store, path, ct string) {
 	t.Helper()
-	if _, err := s.CreateStream(context.Background(), CreateRequest{Path: path, ContentType: ct}); err != nil {
+	if _, err := s.Protocol().CreateStream(context.Background(), CreateRequest{Path: path, ContentType: ct}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -160,7 +160,7 @@ func TestHugeRecordIsInvisibleUntilWholeAndOthersCommitBeside(t *testing.T) {
 	ctx := context.Background()
 	createStream(t, s, "/huge", "application/json")
 	createStream(t, s, "/small", "application/json")
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: []byte(`{"first":1}`)}); err != nil {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: []byte(`{"first":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	body, joined := hugeJSON(10_000)
@@ -173,14 +173,14 @@ func TestHugeRecordIsInvisibleUntilWholeAndOthersCommitBeside(t *testing.T) {
 	if got, count, tail := readWhole(t, s, "/huge"); string(got) != `{"first":1}` || count != 1 || tail != 1 {
 		t.Fatalf("read mid-append: %d messages, tail %d (%.60s); want only the first message, tail 1", count, tail, got)
 	}
-	if res, err := s.AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"s":1}`)}); err != nil || res.Tail != 1 {
+	if res, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/small", ContentType: "application/json", Body: []byte(`{"s":1}`)}); err != nil || res.Tail != 1 {
 		t.Fatalf("append to another stream beside the huge one: %+v, %v", res, err)
 	}
 	sameStream := make(chan error, 1)
 	var sameRes AppendResult
 	go func() {
 		var err error
-		sameRes, err = s.AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: []byte(`{"last":1}`)})
+		sameRes, err = s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: []byte(`{"last":1}`)})
 		sameStream <- err
 	}()
 	waitFor(t, func() bool { return parkedWrites(s) == 1 })
@@ -222,7 +222,7 @@ func TestHugeAppendCancelledMidSlicesLeavesNothing(t *testing.T) {
 	if n := hiddenMarks(t, s); n != 0 {
 		t.Fatalf("%d streams still carry a visibility mark", n)
 	}
-	res, err := s.AppendRecord(context.Background(), AppendRequest{Path: "/huge", ContentType: "application/octet-stream", Body: []byte("abc")})
+	res, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "/huge", ContentType: "application/octet-stream", Body: []byte("abc")})
 	if err != nil || res.Tail != 3 {
 		t.Fatalf("append after: tail %d, %v; want 3", res.Tail, err)
 	}
@@ -233,7 +233,7 @@ func TestHugeAppendCancelledMidSlicesLeavesNothing(t *testing.T) {
 func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 	<-reached
 	parked := make(chan error, 1)
 	go func() {
-		_, err := s.AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/octet-stream", Body: []byte("x")})
+		_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/octet-stream", Body: []byte("x")})
 		parked <- err
 	}()
 	waitFor(t, func() bool { return parkedWrites(s) == 1 })
@@ -258,7 +258,7 @@ func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrStoreClosed) {
 		t.Fatalf("huge append: got %v, want ErrStoreClosed", err)
 	}
-	s2, err := openStore(path, Options{Logger: quietLog})
+	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestCrashMidHugeRecordLeavesNoVisibleHalfRecord(t *testing.T) {
 		t.Fatalf("after the crash: %d record rows and %d marks, want the first record, 3 hidden slices and 1 mark", rows, marks)
 	}
 
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestCrashMidHugeRecordLeavesNoVisibleHalfRecord(t *testing.T) {
 		t.Fatalf("%d marks after reopening", n)
 	}
 	body, joined := hugeJSON(10_000)
-	if res, err := s.AppendRecord(context.Background(), AppendRequest{Path: "/huge", ContentType: "application/json", Body: body}); err != nil || res.Tail != 10_001 {
+	if res, err := s.Protocol().AppendRecord(context.Background(), AppendRequest{Path: "/huge", ContentType: "application/json", Body: body}); err != nil || res.Tail != 10_001 {
 		t.Fatalf("the huge append again: tail %d, %v; want 10001", res.Tail, err)
 	}
 	if got, count, _ := readWhole(t, s, "/huge"); string(got) != `{"first":1},`+joined || count != 10_001 {
@@ -328,13 +328,13 @@ func TestHelperCrashMidHugeRecord(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestCrashMidHugeRecordLeavesNoVisibleHalfRecord")
 	}
-	s, err := openStore(path, Options{Logger: quietLog})
+	s, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	createStream(t, s, "/huge", "application/json")
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: []byte(`{"first":1}`)}); err != nil {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: []byte(`{"first":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	body, _ := hugeJSON(10_000)

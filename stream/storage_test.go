@@ -55,7 +55,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "s.db")
 			if what != "new file in directory" {
-				s, err := openStore(path, Options{Logger: quietLog})
+				s, err := openStore(path, Config{Logger: quietLog})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -69,7 +69,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 			} else {
 				makeReadOnly(t, dir)
 			}
-			s, err := openStore(path, Options{Logger: quietLog})
+			s, err := openStore(path, Config{Logger: quietLog})
 			if err == nil {
 				s.Close()
 				t.Fatal("Open: got nil error, want STORE_READ_ONLY")
@@ -119,7 +119,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 		var fns []func() error
 		for range 4 {
 			fns = append(fns, func() error {
-				_, err := s.Append(ctx, "/ev", foldtype.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
+				_, err := s.Events().Stream("/ev").Append(ctx, foldtype.EventInput{Type: "big", Payload: []byte(`"` + big + `"`)})
 				if err == nil {
 					mu.Lock()
 					acked++
@@ -137,7 +137,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 	if !errors.Is(full, foldtype.ErrInsufficientStorage) {
 		t.Fatalf("append on a full database: got %v, want INSUFFICIENT_STORAGE", full)
 	}
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte(big + big)}); !errors.Is(err, foldtype.ErrInsufficientStorage) {
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte(big + big)}); !errors.Is(err, foldtype.ErrInsufficientStorage) {
 		t.Fatalf("protocol append on a full database: got %v, want INSUFFICIENT_STORAGE", err)
 	}
 
@@ -145,7 +145,7 @@ func TestFullDiskRefusesWithInsufficientStorage(t *testing.T) {
 	mustAppend(t, s, "/ev", ev("after"))
 	mustAppendRecord(t, s, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: []byte("ok")})
 
-	page := mustRead(t, s, "/ev", 0, 1000, ReadOptions{})
+	page := mustRead(t, s, "/ev", 0, 1000, readOptions{})
 	if got, want := len(page.Events), 1+acked+1; got != want {
 		t.Fatalf("events after recovery: got %d, want %d (first, %d acknowledged, after)", got, want, acked)
 	}

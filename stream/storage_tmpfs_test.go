@@ -32,7 +32,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, 256<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openStore(filepath.Join(dir, "s.db"), Options{Logger: quietLog})
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	acked := 0
 	var full error
 	for i := 0; i < 1000 && full == nil; i++ {
-		if _, err := s.Append(ctx, "/f", foldtype.EventInput{Type: "big", Payload: payload}); err != nil {
+		if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "big", Payload: payload}); err != nil {
 			full = err
 			break
 		}
@@ -57,7 +57,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	mustAppend(t, s, "/f", ev("after"))
 	n, after := 0, int64(0)
 	for {
-		page := mustRead(t, s, "/f", after, 1000, ReadOptions{})
+		page := mustRead(t, s, "/f", after, 1000, readOptions{})
 		n += len(page.Events)
 		if len(page.Events) == 0 || page.AtHead {
 			break

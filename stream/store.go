@@ -2,11 +2,13 @@
 // reached through a driver (package driver): an embedded SQLite file written by one process
 // (package sqlitedriver), or a PostgreSQL database shared by any number of processes (package
 // pgdriver). The store never imports a concrete driver: [OpenDriver] takes one, and package
-// storeopen picks one from a file path or a postgres:// URL. It serves two views of the same data:
+// storeopen picks one from a file path or a postgres:// URL. One core ([Store]: the writer, group
+// commit, push feeds) serves the same data through two faces, each a type of its own:
 //
-//   - the event view (Append, Read, subscriptions, claims) that processor engines run against, and
-//   - the Durable Streams protocol view (records, content types, closure, forks, TTL, idempotent
-//     producers) that package server exposes over HTTP.
+//   - [Events], the event view (EventStream's Append and Read, subscriptions, checkpoints, claims,
+//     wake records) that processor engines and package host run against, and
+//   - [Protocol], the Durable Streams protocol view (records, content types, closure, forks, TTL,
+//     idempotent producers, subscriptions and webhooks) that package server exposes over HTTP.
 //
 // # Concurrency
 //
@@ -38,8 +40,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// Options configures a Store. The zero value is valid.
-type Options struct {
+// Config configures a Store. The zero value is valid.
+type Config struct {
 	// Clock is the time source for createdAt stamps, TTLs, claims and alarms. Defaults to
 	// foldtype.SystemClock.
 	Clock foldtype.Clock
@@ -60,29 +62,40 @@ type Options struct {
 }
 
 // Store is an open stream store: many streams by path in one database, behind one driver
-// (docs/store.md). All its methods are safe for concurrent use.
+// (docs/store.md). All its methods, and those of its faces, are safe for concurrent use.
 //
 // Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
 // of your choosing; close it with [Store.Close] after the host and the server on it have shut
-// down. It offers two views of the same streams: the event view that processor engines run
-// against ([Store.Stream], Append, Read, [Store.Subscribe], claims and alarms, [Store.Checkpoints],
-// [Store.Wake]) and the Durable Streams protocol view that package server serves over HTTP
-// (CreateStream, AppendRecord, ReadRecords, HeadStream, DeleteStream, ListStreams, forks, TTLs,
-// idempotent producers).
+// down. A Store is the core — the writer and its group commit, the per-stream push feeds, the
+// ephemeral ring — and offers it through two faces (docs/store.md#the-two-faces):
 //
-// Rules kept in one place (docs/store.md#one-writer, docs/store.md#durability-guarantees-and-their-limits):
-// every write goes through one writer goroutine that group-commits whatever is queued, each write
-// in its own savepoint, so a refused write never fails its neighbours; a write returns only after
-// its transaction committed (durable by the driver's setting), and a refusal is a
-// *foldtype.Error with a code from the catalogue; offsets of a stream are assigned by the writer
-// (on a shared database under the driver's per-stream lock), gapless and increasing; a commit is
-// handed to the stream's subscribers in commit order, and their push ranges chain with no gap;
-// reads see committed data only; a deleted stream's incarnation never passes its events,
-// claims or checkpoints to a stream created again at its path.
+//   - [Store.Events], the event face that processor engines and the host run against: a path's
+//     [EventStream] (Append, Read, a processor's Claim), subscriptions, checkpoints, claims and
+//     alarms, wake records;
+//   - [Store.Protocol], the Durable Streams protocol face that package server serves over HTTP:
+//     create, append and read records, metadata, listing, deletion, TTL expiry, idempotent
+//     producers, subscriptions and webhooks.
+//
+// The Store itself only closes and says what it runs on ([Store.Clock], [Store.Driver],
+// [Store.Path], [Store.ObserveCommits]).
+//
+// Rules kept in one place (docs/store.md#one-writer, docs/store.md#durability-guarantees-and-their-limits),
+// the same through either face: every write goes through one writer goroutine that group-commits
+// whatever is queued, each write in its own savepoint, so a refused write never fails its
+// neighbours; a write returns only after its transaction committed (durable by the driver's
+// setting), and a refusal is a *foldtype.Error with a code from the catalogue; offsets of a
+// stream are assigned by the writer (on a shared database under the driver's per-stream lock),
+// gapless and increasing; a commit is handed to the stream's subscribers in commit order, and
+// their push ranges chain with no gap; reads see committed data only; a deleted stream's
+// incarnation never passes its events, claims or checkpoints to a stream created again at its
+// path.
 type Store struct {
+	events   *Events   // the event face (faces.go)
+	protocol *Protocol // the protocol face (faces.go)
+
 	check      appendChecks // SetAppendCheck
 	path       string
-	opts       Options
+	opts       Config
 	clock      foldtype.Clock
 	log        *slog.Logger
 	drv        driver.Driver
@@ -136,9 +149,9 @@ type Store struct {
 // connections); the store's background work runs until Close.
 //
 // The driver comes from sqlitedriver.Open (a file), pgdriver.Open (a PostgreSQL database), or
-// storeopen.Open, which picks one of them from a file path or a postgres:// URL. Options that
+// storeopen.Open, which picks one of them from a file path or a postgres:// URL. Config values that
 // make no sense (a negative MaxGroup) fail with INVALID_CONFIG.
-func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, error) {
+func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, error) {
 	if d == nil {
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, nil, "open stream store: no driver given; open one with sqlitedriver.Open or pgdriver.Open, or use storeopen.Open")
 	}
@@ -190,6 +203,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Options) (*Store, err
 
 		intakeStopped: make(chan struct{}),
 	}
+	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
 	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)

@@ -3,7 +3,7 @@ package stream
 // The writer's stream cache and wake marks (writer.go), bounded so a store with millions of
 // streams keeps only the recently written ones in memory (docs/store.md#one-writer).
 
-// DefaultMaxCachedStreams is the default of Options.MaxCachedStreams.
+// DefaultMaxCachedStreams is the default of Config.MaxCachedStreams.
 const DefaultMaxCachedStreams = 200_000
 
 // streamCache holds the writer's streamMem by path, at most max of them (see evictable for the

@@ -86,7 +86,8 @@ type pendingPush struct {
 // Subscribe starts pushing every later commit on the stream at path to deliver, filtered by
 // opts.Consumes. The stream need not exist yet. Close the subscription to stop it; [Store.Close]
 // stops every subscription.
-func (s *Store) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptions) (*Subscription, error) {
+func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptions) (*Subscription, error) {
+	s := e.s
 	if s.closed.Load() {
 		return nil, ErrStoreClosed
 	}

@@ -54,7 +54,7 @@ func (r *recorder) got() []string {
 
 func subscribe(t *testing.T, s *Store, path string, r *recorder, opts SubscribeOptions) *Subscription {
 	t.Helper()
-	sub, err := s.Subscribe(path, r.deliver, opts)
+	sub, err := s.Events().Subscribe(path, r.deliver, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +154,13 @@ func TestSubscriptionReentrantAppendAndClose(t *testing.T) {
 	var mu sync.Mutex
 	var seen []int64
 	var sub *Subscription
-	sub, err := s.Subscribe("/a", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/a", func(ctx context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 		for _, e := range evs {
 			mu.Lock()
 			seen = append(seen, e.Offset)
 			mu.Unlock()
 			if e.Type == "ping" {
-				if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "pong", IdempotencyKey: "once"}); err != nil {
+				if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "pong", IdempotencyKey: "once"}); err != nil {
 					return err
 				}
 			}

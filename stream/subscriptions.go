@@ -560,7 +560,8 @@ func infoOfSub(sub *subscription) SubscriptionInfo {
 // exists with the same configuration (created is false then). A different configuration under
 // the id is a CONFLICT. Creation links the explicit streams and every existing stream the pattern
 // matches at its current tail, so history is not replayed.
-func (s *Store) PutSubscription(ctx context.Context, id string, cfg SubscriptionConfig) (info SubscriptionInfo, created bool, err error) {
+func (p *Protocol) PutSubscription(ctx context.Context, id string, cfg SubscriptionConfig) (info SubscriptionInfo, created bool, err error) {
+	s := p.s
 	if id == "" || strings.Contains(id, "/") {
 		return info, false, subErr(foldtype.CodeBadRequest, "subscription id %q: use a non-empty id without slashes", id)
 	}
@@ -641,7 +642,8 @@ func backfill(t *tx, sub *subscription, atTail bool) error {
 }
 
 // Subscription returns subscription id, or SUBSCRIPTION_NOT_FOUND.
-func (s *Store) Subscription(ctx context.Context, id string) (SubscriptionInfo, error) {
+func (p *Protocol) Subscription(ctx context.Context, id string) (SubscriptionInfo, error) {
+	s := p.s
 	var info SubscriptionInfo
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		row, ok, err := q.Subscription(ctx, id)
@@ -665,7 +667,8 @@ func (s *Store) Subscription(ctx context.Context, id string) (SubscriptionInfo, 
 }
 
 // SubscriptionConfigs returns the configuration of every subscription by id.
-func (s *Store) SubscriptionConfigs(ctx context.Context) (map[string]SubscriptionConfig, error) {
+func (p *Protocol) SubscriptionConfigs(ctx context.Context) (map[string]SubscriptionConfig, error) {
+	s := p.s
 	out := make(map[string]SubscriptionConfig)
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		rows, err := q.Subscriptions(ctx)
@@ -686,7 +689,8 @@ func (s *Store) SubscriptionConfigs(ctx context.Context) (map[string]Subscriptio
 
 // DeleteSubscription deletes subscription id (no error when there is none). A callback, ack or
 // release of one of its wakes fails afterwards, changing nothing.
-func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
+func (p *Protocol) DeleteSubscription(ctx context.Context, id string) error {
+	s := p.s
 	return s.write(ctx, func(t *tx) error {
 		if err := t.db.LockSubscription(t.ctx, id); err != nil {
 			return err
@@ -697,7 +701,8 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 
 // AddSubscriptionStreams links the streams explicitly, each new one at its current tail; a
 // stream already linked explicitly is left as it is.
-func (s *Store) AddSubscriptionStreams(ctx context.Context, id string, paths []string) error {
+func (p *Protocol) AddSubscriptionStreams(ctx context.Context, id string, paths []string) error {
+	s := p.s
 	for _, p := range paths {
 		if err := checkSubPath(p); err != nil {
 			return err
@@ -727,7 +732,8 @@ func (s *Store) AddSubscriptionStreams(ctx context.Context, id string, paths []s
 
 // RemoveSubscriptionStream removes the explicit link of path; a glob link the pattern still
 // makes stays. Removing an absent link is no error.
-func (s *Store) RemoveSubscriptionStream(ctx context.Context, id, path string) error {
+func (p *Protocol) RemoveSubscriptionStream(ctx context.Context, id, path string) error {
+	s := p.s
 	return s.write(ctx, func(t *tx) error {
 		sub, err := mustSub(t, id)
 		if err != nil {
@@ -796,7 +802,8 @@ func (s *Store) wakeOf(t *tx, sub *subscription) (Wake, error) {
 // none is in flight and work is pending) to worker, under a lease of the subscription's TTL.
 // ok is false when there is nothing to claim. Another worker's live lease is ALREADY_CLAIMED,
 // naming it.
-func (s *Store) ClaimSubscription(ctx context.Context, id, worker string) (w Wake, ok bool, err error) {
+func (p *Protocol) ClaimSubscription(ctx context.Context, id, worker string) (w Wake, ok bool, err error) {
+	s := p.s
 	if worker == "" {
 		return w, false, subErr(foldtype.CodeBadRequest, "name the claiming worker in worker")
 	}
@@ -859,7 +866,8 @@ type AckRequest struct {
 // wake ends and, when work is still pending, the next wake is issued (nextWake). A wake that is
 // not the current one, or whose lease ran out, is FENCED; a token that is not this wake's is
 // UNAUTHORIZED.
-func (s *Store) AckSubscription(ctx context.Context, id, token string, callback bool, req AckRequest) (nextWake bool, err error) {
+func (p *Protocol) AckSubscription(ctx context.Context, id, token string, callback bool, req AckRequest) (nextWake bool, err error) {
+	s := p.s
 	err = s.write(ctx, func(t *tx) error {
 		nextWake = false
 		sub, err := s.fencedSub(t, id, token, callback, req.WakeID, req.Generation)
@@ -901,7 +909,8 @@ func (s *Store) AckSubscription(ctx context.Context, id, token string, callback 
 
 // ReleaseSubscription gives a claimed pull-wake wake back without acking; when work is still
 // pending the next wake is issued (and its wake event written).
-func (s *Store) ReleaseSubscription(ctx context.Context, id, token, wakeID string, generation int64) error {
+func (p *Protocol) ReleaseSubscription(ctx context.Context, id, token, wakeID string, generation int64) error {
+	s := p.s
 	err := s.write(ctx, func(t *tx) error {
 		sub, err := s.fencedSub(t, id, token, false, wakeID, generation)
 		if err != nil {
@@ -959,7 +968,8 @@ type SubscriptionStep struct {
 // the hint streams the pattern matches (streams that changed), issues a wake when work is
 // pending, and starts a due webhook attempt (recording it before it is sent, so a node that dies
 // mid-attempt leaves a retry behind). A missing subscription is no error (zero step).
-func (s *Store) StepSubscription(ctx context.Context, id string, hints []string) (SubscriptionStep, error) {
+func (p *Protocol) StepSubscription(ctx context.Context, id string, hints []string) (SubscriptionStep, error) {
+	s := p.s
 	var step SubscriptionStep
 	err := s.write(ctx, func(t *tx) error {
 		step = SubscriptionStep{}
@@ -1017,7 +1027,8 @@ type WebhookOutcome struct {
 // accepted one starts the lease the receiver's callbacks extend; a failure schedules the retry
 // with backoff and marks the subscription failed. An attempt whose wake is no longer current
 // changes nothing.
-func (s *Store) RecordWebhookAttempt(ctx context.Context, id, wakeID string, generation int64, out WebhookOutcome) error {
+func (p *Protocol) RecordWebhookAttempt(ctx context.Context, id, wakeID string, generation int64, out WebhookOutcome) error {
+	s := p.s
 	err := s.write(ctx, func(t *tx) error {
 		sub, ok, err := loadSub(t, id)
 		if err != nil || !ok {
@@ -1068,7 +1079,8 @@ func WebhookRetryDelay(attempt int, u float64) time.Duration {
 // TakeSubscriptionLease takes or renews the lease that makes this node the one running
 // subscription delivery, for ttl (the driver's lease, docs/postgres.md#processors-and-leases);
 // ok reports whether holder has it.
-func (s *Store) TakeSubscriptionLease(ctx context.Context, holder string, ttl time.Duration) (ok bool, err error) {
+func (p *Protocol) TakeSubscriptionLease(ctx context.Context, holder string, ttl time.Duration) (ok bool, err error) {
+	s := p.s
 	if s.closed.Load() {
 		return false, ErrStoreClosed
 	}
@@ -1082,7 +1094,8 @@ func (s *Store) TakeSubscriptionLease(ctx context.Context, holder string, ttl ti
 
 // ReleaseSubscriptionLease gives the delivery lease up (a graceful stop), so another node takes
 // it at once.
-func (s *Store) ReleaseSubscriptionLease(ctx context.Context, holder string) error {
+func (p *Protocol) ReleaseSubscriptionLease(ctx context.Context, holder string) error {
+	s := p.s
 	l := s.subLease.Load()
 	if l == nil || l.Holder != holder {
 		return nil
@@ -1098,7 +1111,8 @@ const subscriptionLeaseKey = "__ds/subscriptions"
 // WatchSubscriptions calls kick with a subscription id whenever a call on this store changed its
 // state in a way the delivery loop must act on (a wake issued or ended). One watcher; the last
 // call wins; nil stops. kick must not block.
-func (s *Store) WatchSubscriptions(kick func(id string)) {
+func (p *Protocol) WatchSubscriptions(kick func(id string)) {
+	s := p.s
 	s.subKick.Store(&kick)
 }
 
@@ -1169,7 +1183,8 @@ func keysTx(t *tx) ([]driver.SigningKey, error) {
 
 // WebhookKeys returns the webhook signing keys, oldest first, the active one (the newest not
 // retired) last; the first call on a new store creates it.
-func (s *Store) WebhookKeys(ctx context.Context) ([]WebhookKey, error) {
+func (p *Protocol) WebhookKeys(ctx context.Context) ([]WebhookKey, error) {
+	s := p.s
 	var rows []driver.SigningKey
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		var err error
@@ -1210,7 +1225,8 @@ func (s *Store) WebhookKeys(ctx context.Context) ([]WebhookKey, error) {
 // RotateWebhookKey retires the active signing key and makes a new one active. Retired keys stay
 // published (deliveries signed with them keep verifying) and keep validating the wake tokens
 // they issued.
-func (s *Store) RotateWebhookKey(ctx context.Context) (WebhookKey, error) {
+func (p *Protocol) RotateWebhookKey(ctx context.Context) (WebhookKey, error) {
+	s := p.s
 	var k driver.SigningKey
 	err := s.write(ctx, func(t *tx) error {
 		if err := t.db.LockSubscription(t.ctx, keysLockID); err != nil {

@@ -19,7 +19,7 @@ type EventStream struct {
 }
 
 // Stream returns the event view of the stream at path. The stream is created by its first append.
-func (s *Store) Stream(path string) *EventStream { return &EventStream{s: s, path: path} }
+func (e *Events) Stream(path string) *EventStream { return &EventStream{s: e.s, path: path} }
 
 // ForProcessor returns the view bound to processor slug: its Claim records that processor's claim.
 func (e *EventStream) ForProcessor(slug string) *EventStream {
@@ -31,38 +31,62 @@ func (e *EventStream) ForProcessor(slug string) *EventStream {
 // Path returns the stream path.
 func (e *EventStream) Path() string { return e.path }
 
-// Append appends events to the stream; see [Store.Append]. A view bound with ForProcessor never
-// creates its stream: a processor's appends to a stream that is missing or was deleted fail with
-// STREAM_NOT_FOUND or STREAM_GONE, so an engine still running on a deleted stream cannot bring the
-// path back (docs/store.md#deleting-a-stream); its ephemeral-only batches (live-state deltas) to a
-// missing, deleted or closed stream are dropped (receipts at offset 0), as nobody can follow them.
+// Append commits events to the stream and returns the committed events in input order
+// (docs/store.md#appending). On a view not bound to a processor it creates the stream (content
+// type application/json) when it does not exist:
+//
+//   - an empty call is a no-op;
+//   - every type must be non-empty after trimming ([foldtype.CodeInvalidEvent]);
+//   - an idempotency key that names an existing event with the same body echoes it without a new
+//     offset; a different body refuses the whole batch with [foldtype.CodeIdempotencyConflict];
+//     a key repeated inside the batch yields one stored event;
+//   - an input's Offset is a precondition; a mismatch refuses the whole batch with
+//     [foldtype.CodeOffsetConflict];
+//   - ephemeral events take an offset but write nothing; an ephemeral-only batch on a stream the
+//     writer already knows runs no SQL;
+//   - an ephemeral-only batch never creates a stream: to a missing stream it is dropped —
+//     nothing is written or pushed, and the receipts carry offset 0;
+//   - a body over [MaxEventBytes] refuses the batch with [foldtype.CodeEventTooLarge].
+//
+// A view bound with ForProcessor never creates its stream: a processor's appends to a stream that
+// is missing or was deleted fail with STREAM_NOT_FOUND or STREAM_GONE, so an engine still running
+// on a deleted stream cannot bring the path back (docs/store.md#deleting-a-stream); its
+// ephemeral-only batches (live-state deltas) to a missing, deleted or closed stream are dropped
+// (receipts at offset 0), as nobody can follow them.
+//
+// The batch commits atomically with whatever else the writer grouped with it; Append returns after
+// the commit, by which time every subscriber's push for it is queued.
 func (e *EventStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
-	if e.slug == "" {
-		return e.s.Append(ctx, e.path, events...)
-	}
 	if len(events) == 0 {
 		return nil, nil
 	}
-	events = foldtype.StampOrigin(e.path, events) // docs/engine.md#cause-chains
+	events = foldtype.StampOrigin(e.path, events) // docs/engine.md#cause-chains: a source without an origin gets the path
 	prepared, err := prepareInputs(events)
 	if err != nil {
 		return nil, err
 	}
-	return e.s.appendEventsAt(ctx, e.path, events, prepared, false, true)
+	bound := e.slug != ""
+	return e.s.appendEventsAt(ctx, e.path, events, prepared, !bound, bound)
 }
 
-// Read reads durable events; see [Store.Read].
+// Read returns durable events of the stream with offset > after, in offset order
+// (docs/store.md#reading). limit is clamped to [1, MaxReadLimit]; a limit <= 0 means
+// DefaultReadLimit. The page stops before the event that would take it over ReadBudgetBytes.
+// AtHead = not budget-cut and (fewer rows than limit or the last row reached the durable mark);
+// ScannedThroughOffset is the durable mark on an at-head page, else the last row's offset, and
+// never less than after — the proof never passes the durable mark. A missing stream reads as
+// empty and at head.
 func (e *EventStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
-	return e.s.Read(ctx, e.path, after, limit, ReadOptions{})
+	return e.s.readEvents(ctx, e.path, after, limit, readOptions{})
 }
 
-// Claim records the bound processor's claim (the zero time releases it); see [Store.Claim]. It
+// Claim records the bound processor's claim (the zero time releases it); see [Events.Claim]. It
 // fails on a view not bound with ForProcessor.
 func (e *EventStream) Claim(ctx context.Context, at time.Time) error {
 	if e.slug == "" {
 		return errors.New("claim: the stream view is not bound to a processor (use ForProcessor)")
 	}
-	return e.s.Claim(ctx, e.path, e.slug, at)
+	return e.s.Events().Claim(ctx, e.path, e.slug, at)
 }
 
 var _ foldtype.Stream = (*EventStream)(nil)
@@ -87,7 +111,8 @@ var _ foldtype.CheckpointStorage = (*Checkpoints)(nil)
 // write finds): once that stream is deleted, writes fail with STREAM_DELETED (not retryable) and
 // write nothing, so a processor still running on the deleted stream cannot leave a checkpoint for
 // a stream created at the path again (docs/store.md#deleting-a-stream).
-func (s *Store) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
+func (e *Events) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
+	s := e.s
 	if s.closed.Load() {
 		return nil, ErrStoreClosed
 	}

@@ -42,7 +42,7 @@ func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, reg
 	if len(o.types) > 0 {
 		consumes = o.types
 	}
-	sub, err := s.Subscribe(path, func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe(path, func(_ context.Context, evs []foldtype.Event, _ foldtype.ScannedRange) error {
 		for _, ev := range evs {
 			if matches(ev) {
 				select {
@@ -63,7 +63,7 @@ func waitForEvent(ctx context.Context, s *Store, path string, o waitOptions, reg
 	}
 	if o.after != nil {
 		for from := after; ; {
-			p, err := s.Read(ctx, path, from, MaxReadLimit, ReadOptions{IncludeEphemeral: true})
+			p, err := s.readEvents(ctx, path, from, MaxReadLimit, readOptions{IncludeEphemeral: true})
 			if err != nil {
 				return foldtype.Event{}, err
 			}
@@ -220,7 +220,7 @@ func TestWaiterTimeoutEphemeralAndOrder(t *testing.T) {
 	reply := make(chan error, 1)
 	go func() {
 		r := <-w3.result
-		_, err := s.Append(ctx, "/w", ev("inner"))
+		_, err := s.Events().Stream("/w").Append(ctx, ev("inner"))
 		reply <- errors.Join(r.err, err)
 	}()
 	mustAppend(t, s, "/w", ev("outer"))

@@ -37,14 +37,16 @@ const (
 // does not exist, and returns the records it appended (none when the stream was already woken by
 // this incarnation, or is closed: a closed stream takes no wake record). reason is WakeRequest or
 // WakeAlarm (any non-empty string is stored as given).
-func (s *Store) Wake(ctx context.Context, path, reason string) ([]foldtype.Event, error) {
+func (e *Events) Wake(ctx context.Context, path, reason string) ([]foldtype.Event, error) {
+	s := e.s
 	return s.wake1(ctx, path, reason, true)
 }
 
 // WakeExisting is Wake for a stream that must exist: it never creates one. A missing path fails
 // with STREAM_NOT_FOUND and a deleted one with STREAM_GONE, writing nothing; a closed stream takes
 // no wake record (no error).
-func (s *Store) WakeExisting(ctx context.Context, path, reason string) ([]foldtype.Event, error) {
+func (e *Events) WakeExisting(ctx context.Context, path, reason string) ([]foldtype.Event, error) {
+	s := e.s
 	return s.wake1(ctx, path, reason, false)
 }
 

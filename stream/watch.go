@@ -35,7 +35,7 @@ type commitWatchers = callbacks[string]
 // missed (the listener reconnected): anything may have changed. fn runs on the writer or the
 // listener goroutine: it must return at once, never block and never call the store. The returned
 // function stops the watch (a commit already landing may still call fn once).
-func (s *Store) WatchCommits(fn func(path string)) (stop func()) { return s.ev.watchers.add(fn) }
+func (e *Events) WatchCommits(fn func(path string)) (stop func()) { return e.s.ev.watchers.add(fn) }
 
 // add registers fn and returns the function that removes it.
 func (c *callbacks[T]) add(fn func(T)) (stop func()) {
@@ -86,4 +86,4 @@ func (in StreamInfo) ID() int64 { return in.id }
 // notification channel that recovered). fn runs on the writer goroutine or the notification
 // listener: it must return at once, never block and never call the store. The returned function
 // stops the watch.
-func (s *Store) WatchChanges(fn func(path string)) (stop func()) { return s.changes.add(fn) }
+func (p *Protocol) WatchChanges(fn func(path string)) (stop func()) { return p.s.changes.add(fn) }

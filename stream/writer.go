@@ -16,7 +16,7 @@ import (
 // The writer: the store's one concurrency rule for writes lives here (docs/store.md#one-writer).
 //
 // Every write is a function queued on s.writes. The writer goroutine takes the first queued
-// function, drains whatever else is already queued (up to Options.MaxGroup), and runs the group
+// function, drains whatever else is already queued (up to Config.MaxGroup), and runs the group
 // in one driver transaction: each function inside its own savepoint, so a function that fails (a
 // refused batch, a conflict) rolls back alone and its neighbours still commit. One commit — one
 // fsync with synchronous=FULL — acknowledges the whole group (group commit). After the commit the
@@ -40,7 +40,7 @@ type writeReq struct {
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
 // writer's transaction). Changes are staged per write function and applied after the commit.
 type writerState struct {
-	// streams caches stream rows and offset state by path, at most Options.MaxCachedStreams of
+	// streams caches stream rows and offset state by path, at most Config.MaxCachedStreams of
 	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
 	// stream goes through this writer) and an evicted one is read again from its row; on a shared
 	// database it is re-read under the stream's lock in every transaction (see tx.stream).

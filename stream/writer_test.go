@@ -15,7 +15,7 @@ import (
 // neighbours in the same transaction commit.
 func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Options{})
+	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 // TestWriterPanicIsContained: a panicking write fails alone.
 func TestWriterPanicIsContained(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(":memory:", Options{})
+	s, err := openStore(":memory:", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestWriterPanicIsContained(t *testing.T) {
 
 func TestClosedStoreRefusesWrites(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(":memory:", Options{})
+	s, err := openStore(":memory:", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,23 +103,23 @@ func TestWakeAfterFailedCommitWritesRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/e", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	errs := groupWithFailingCommit(t, s,
-		func() error { _, err := s.Wake(ctx, "/w", WakeRequest); return err },
-		func() error { _, err := s.Wake(ctx, "/e", WakeRequest); return err })
+		func() error { _, err := s.Events().Wake(ctx, "/w", WakeRequest); return err },
+		func() error { _, err := s.Events().Wake(ctx, "/e", WakeRequest); return err })
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("wake %d in a failed group: got nil error", i)
 		}
 	}
 	// The stream row was rolled back; its id goes to the next stream created.
-	if _, err := s.Append(ctx, "/other", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/other").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/w", "/e", "/other"} {
-		got, err := s.Wake(ctx, p, WakeRequest)
+		got, err := s.Events().Wake(ctx, p, WakeRequest)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,11 +135,11 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
 	pushed := make(chan foldtype.ScannedRange, 16)
-	sub, err := s.Subscribe("/known", func(_ context.Context, _ []foldtype.Event, r foldtype.ScannedRange) error {
+	sub, err := s.Events().Subscribe("/known", func(_ context.Context, _ []foldtype.Event, r foldtype.ScannedRange) error {
 		pushed <- r
 		return nil
 	}, SubscribeOptions{Consumes: []string{"*", "e"}})
@@ -149,20 +149,23 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	defer sub.Close()
 	errs := groupWithFailingCommit(t, s,
 		func() error {
-			_, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "d"}, foldtype.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
 		func() error {
-			_, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "e", Ephemeral: true})
+			_, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "e", Ephemeral: true})
 			return err
 		},
-		func() error { _, err := s.Append(ctx, "/new", foldtype.EventInput{Type: "d"}); return err })
+		func() error {
+			_, err := s.Events().Stream("/new").Append(ctx, foldtype.EventInput{Type: "d"})
+			return err
+		})
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("append %d in a failed group: got nil error", i)
 		}
 	}
-	got, err := s.Append(ctx, "/known", foldtype.EventInput{Type: "d"})
+	got, err := s.Events().Stream("/known").Append(ctx, foldtype.EventInput{Type: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,21 +178,21 @@ func TestAppendsInFailedGroupLeaveNoState(t *testing.T) {
 	if r := <-pushed; r.After != 1 || r.Through != 2 {
 		t.Errorf("first push: got %+v, want (1, 2]", r)
 	}
-	page, err := s.Read(ctx, "/known", 0, 10, ReadOptions{IncludeEphemeral: true})
+	page, err := s.readEvents(ctx, "/known", 0, 10, readOptions{IncludeEphemeral: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(page.Events) != 2 {
 		t.Errorf("read: got %d events, want 2", len(page.Events))
 	}
-	if _, err := s.Append(ctx, "/other", foldtype.EventInput{Type: "d"}); err != nil {
+	if _, err := s.Events().Stream("/other").Append(ctx, foldtype.EventInput{Type: "d"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Append(ctx, "/new", foldtype.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
+	if got, err := s.Events().Stream("/new").Append(ctx, foldtype.EventInput{Type: "d"}); err != nil || got[0].Offset != 1 {
 		t.Fatalf("/new after the failed group: got %v, %v; want offset 1", got, err)
 	}
 	for _, p := range []string{"/new", "/other"} {
-		page, err := s.Read(ctx, p, 0, 10, ReadOptions{})
+		page, err := s.readEvents(ctx, p, 0, 10, readOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,13 +209,13 @@ func TestRefusedCreateDoesNotAliasNextStream(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldtype.ErrOffsetConflict) {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t", Offset: 5}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 		t.Fatalf("first append: got %v, want OFFSET_CONFLICT", err)
 	}
-	if _, err := s.Append(ctx, "/b", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/b").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/b")
@@ -228,22 +231,25 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	// Created over the protocol, so the event view has not cached its row yet.
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/a", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/a", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	// An append and a delete of /a in one group, in that order.
 	errs := inOneGroup(t, s,
-		func() error { _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t"}); return err },
-		func() error { return s.DeleteStream(ctx, "/a") })
+		func() error {
+			_, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t"})
+			return err
+		},
+		func() error { return s.Protocol().DeleteStream(ctx, "/a") })
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Append(ctx, "/c", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "/a", foldtype.EventInput{Type: "t"}); err != nil {
+	if _, err := s.Events().Stream("/a").Append(ctx, foldtype.EventInput{Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	wantOneEventEach(t, s, "/a", "/c")
@@ -253,7 +259,7 @@ func TestDeleteInGroupForgetsCachedRow(t *testing.T) {
 func wantOneEventEach(t *testing.T, s *Store, paths ...string) {
 	t.Helper()
 	for _, p := range paths {
-		if got := len(mustRead(t, s, p, 0, 10, ReadOptions{}).Events); got != 1 {
+		if got := len(mustRead(t, s, p, 0, 10, readOptions{}).Events); got != 1 {
 			t.Errorf("%s: got %d events, want 1", p, got)
 		}
 	}
@@ -265,14 +271,14 @@ func TestStoredMessageClaimingEphemeralReadsDurable(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	if _, err := s.CreateStream(ctx, CreateRequest{Path: "/j", ContentType: "application/json"}); err != nil {
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/j", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AppendRecord(ctx, AppendRequest{Path: "/j", ContentType: "application/json",
+	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/j", ContentType: "application/json",
 		Body: []byte(`{"type":"t","ephemeral":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.Read(ctx, "/j", 0, 10, ReadOptions{})
+	page, err := s.readEvents(ctx, "/j", 0, 10, readOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

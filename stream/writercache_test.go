@@ -14,13 +14,13 @@ import (
 	"github.com/foldstream/foldstream/stream"
 )
 
-// The writer keeps at most Options.MaxCachedStreams streams in memory; a stream evicted from it
+// The writer keeps at most Config.MaxCachedStreams streams in memory; a stream evicted from it
 // is read again from its row. These run many streams through a cache of two, concurrently, on both
 // drivers, and check that offsets, producer dedup and wake records stay exact.
 
 func openCached(t *testing.T, target string, max int) *stream.Store {
 	t.Helper()
-	s, err := storeopen.Open(context.Background(), target, storeopen.Config{Store: stream.Options{Logger: quiet, MaxCachedStreams: max, ProducerReorderWait: -1}})
+	s, err := storeopen.Open(context.Background(), target, storeopen.Config{Store: stream.Config{Logger: quiet, MaxCachedStreams: max, ProducerReorderWait: -1}})
 	if err != nil {
 		t.Fatalf("open %s: %v", target, err)
 	}
@@ -42,7 +42,7 @@ func TestEvictedStreamsKeepExactOffsetsAndProducerDedup(t *testing.T) {
 			s := openCached(t, target(t), 2)
 			const streams, seqs = 10, 15
 			for i := range streams {
-				if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: fmt.Sprintf("/c/%d", i), ContentType: "application/json"}); err != nil {
+				if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: fmt.Sprintf("/c/%d", i), ContentType: "application/json"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -58,14 +58,14 @@ func TestEvictedStreamsKeepExactOffsetsAndProducerDedup(t *testing.T) {
 						body := fmt.Sprintf(`[{"s":%d},{"s":%d}]`, seq, seq)
 						req := stream.AppendRequest{Path: path, ContentType: "application/json", Body: []byte(body),
 							Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}}
-						res, err := s.AppendRecord(ctx, req)
+						res, err := s.Protocol().AppendRecord(ctx, req)
 						if err != nil || res.Duplicate || res.Tail != tail+2 {
 							errs <- fmt.Errorf("%s seq %d: got %+v %v, want tail %d, not a duplicate", path, seq, res, err, tail+2)
 							return
 						}
 						tail = res.Tail
 						// The same request again, after other streams pushed this one out of the cache.
-						res, err = s.AppendRecord(ctx, req)
+						res, err = s.Protocol().AppendRecord(ctx, req)
 						if err != nil || !res.Duplicate || res.Tail != tail {
 							errs <- fmt.Errorf("%s seq %d resent: got %+v %v, want a duplicate at tail %d", path, seq, res, err, tail)
 							return
@@ -73,7 +73,7 @@ func TestEvictedStreamsKeepExactOffsetsAndProducerDedup(t *testing.T) {
 						// A gap is still a gap.
 						gap := req
 						gap.Producer = &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq + 2}
-						if _, err := s.AppendRecord(ctx, gap); err == nil {
+						if _, err := s.Protocol().AppendRecord(ctx, gap); err == nil {
 							errs <- fmt.Errorf("%s seq %d: a gap was accepted", path, seq+2)
 							return
 						}
@@ -87,7 +87,7 @@ func TestEvictedStreamsKeepExactOffsetsAndProducerDedup(t *testing.T) {
 			}
 			for i := range streams {
 				path := fmt.Sprintf("/c/%d", i)
-				r, err := s.ReadRecords(ctx, stream.ReadRequest{Path: path})
+				r, err := s.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: path})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,7 +125,7 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 				go func() {
 					defer wg.Done()
 					path := fmt.Sprintf("/e/%d", i)
-					woken, err := s.Wake(ctx, path, stream.WakeRequest)
+					woken, err := s.Events().Wake(ctx, path, stream.WakeRequest)
 					if err != nil || len(woken) != 2 {
 						errs <- fmt.Errorf("%s: first wake appended %d records (%v), want the birth batch", path, len(woken), err)
 						return
@@ -133,13 +133,13 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 					last := woken[len(woken)-1].Offset
 					durable[i] = append(durable[i], woken[0].Offset, woken[1].Offset)
 					for r := range rounds {
-						got, err := s.Append(ctx, path, foldtype.EventInput{Type: "d"})
+						got, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "d"})
 						if err != nil {
 							errs <- err
 							return
 						}
 						// An ephemeral-only batch: its offset lives only in the writer's memory.
-						e, err := s.Append(ctx, path, foldtype.EventInput{Type: "x", Ephemeral: true})
+						e, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "x", Ephemeral: true})
 						if err != nil {
 							errs <- err
 							return
@@ -155,7 +155,7 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 								durable[i] = append(durable[i], e.Offset)
 							}
 						}
-						if again, err := s.Wake(ctx, path, stream.WakeRequest); err != nil || len(again) != 0 {
+						if again, err := s.Events().Wake(ctx, path, stream.WakeRequest); err != nil || len(again) != 0 {
 							errs <- fmt.Errorf("%s round %d: a second wake appended %d records (%v), want none", path, r, len(again), err)
 							return
 						}
@@ -169,7 +169,7 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 			}
 			for i := range streams {
 				path := fmt.Sprintf("/e/%d", i)
-				page, err := s.Read(ctx, path, 0, 1000, stream.ReadOptions{})
+				page, err := s.Events().Stream(path).Read(ctx, 0, 1000)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -184,7 +184,7 @@ func TestEvictedStreamsKeepEphemeralOffsetsAndOneWakePerIncarnation(t *testing.T
 			// Streams whose last offset was ephemeral stay cached; once a durable append follows,
 			// they may go.
 			for i := range streams {
-				if _, err := s.Append(ctx, fmt.Sprintf("/e/%d", i), foldtype.EventInput{Type: "d"}); err != nil {
+				if _, err := s.Events().Stream(fmt.Sprintf("/e/%d", i)).Append(ctx, foldtype.EventInput{Type: "d"}); err != nil {
 					t.Fatal(err)
 				}
 			}

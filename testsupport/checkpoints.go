@@ -29,7 +29,7 @@ func MemoryCheckpoints() *Checkpoints {
 		panic(fmt.Sprintf("testsupport: open in-memory sqlite: %v", err))
 	}
 	db.SetMaxOpenConns(1) // one connection = one in-memory database
-	t, err := foldstream.NewCheckpointTable(context.Background(), db, foldstream.CheckpointTableOptions{})
+	t, err := foldstream.NewCheckpointTable(context.Background(), db, foldstream.CheckpointTableConfig{})
 	if err != nil {
 		panic(fmt.Sprintf("testsupport: create checkpoint table: %v", err))
 	}

@@ -73,7 +73,7 @@ func TestMemoryStreamPausesLikeTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	want := pauseScenario(t, store.Stream("/p").Append)
+	want := pauseScenario(t, store.Events().Stream("/p").Append)
 	if len(got) != len(want) {
 		t.Fatalf("memory stream: %q\nstore: %q", got, want)
 	}

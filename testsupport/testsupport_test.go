@@ -225,7 +225,7 @@ func TestMemoryStreamRefusesWhatTheStoreRefuses(t *testing.T) {
 	} {
 		mem := testsupport.NewMemoryStream()
 		_, memErr := mem.Append(context.Background(), foldtype.EventInput{Type: "ok"}, c.in)
-		_, storeErr := store.Append(context.Background(), "/"+strings.ReplaceAll(c.name, " ", "-"), foldtype.EventInput{Type: "ok"}, c.in)
+		_, storeErr := store.Events().Stream("/"+strings.ReplaceAll(c.name, " ", "-")).Append(context.Background(), foldtype.EventInput{Type: "ok"}, c.in)
 		if !errors.Is(storeErr, c.want) {
 			t.Fatalf("%s: the store says %v, want %s", c.name, storeErr, c.want.Code)
 		}

@@ -128,7 +128,7 @@ func median(rs []result) result {
 }
 
 func newStream(ctx context.Context, server, name string) (*client.Stream, error) {
-	s, err := client.NewStream(fmt.Sprintf("%s/v1/stream/%s-%d", server, name, time.Now().UnixNano()), client.Options{})
+	s, err := client.NewStream(fmt.Sprintf("%s/v1/stream/%s-%d", server, name, time.Now().UnixNano()), client.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func runGo(ctx context.Context, server string, n, size, r int) (result, error) {
 		msgs[i] = message(i, size)
 		total += int64(len(msgs[i]))
 	}
-	p, err := client.NewIdempotentProducer(s, "bench-go", client.ProducerOptions{})
+	p, err := client.NewIdempotentProducer(s, "bench-go", client.ProducerConfig{})
 	if err != nil {
 		return result{}, err
 	}

@@ -127,7 +127,7 @@ const lingerForever = 100 * 365 * 24 * time.Hour
 func appendLines(ctx context.Context, s *client.Stream, id string, resumeEpoch int64, stderr io.Writer) (last string, err error) {
 	resume := resumeEpoch >= 0
 	var stored, present atomic.Int64
-	opts := client.ProducerOptions{
+	opts := client.ProducerConfig{
 		Linger: lingerForever,
 		OnBatch: func(b client.BatchOutcome) {
 			// A duplicate that this run sent only once was written by an earlier run with the

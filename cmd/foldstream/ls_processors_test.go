@@ -42,7 +42,7 @@ func (lsFlaky) ProcessEvent(a *foldstream.ProcessEventArgs[lsCount]) error {
 // next retry.
 func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Options{Logger: quiet}})
+	st, err := storeopen.Open(context.Background(), ":memory:", storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestLsLongShowsAFailingProcessor(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	bad, err := st.Append(ctx, "/c/x", foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "bad"})
+	bad, err := st.Events().Stream("/c/x").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}

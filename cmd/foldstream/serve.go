@@ -129,7 +129,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer mln.Close()
 	}
 	st, ln, err := openWaiting(ctx, func() (*stream.Store, error) {
-		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
+		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Config{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	}, ln, *dbWait, log)
 	if err != nil {
 		if ln != nil {
@@ -216,7 +216,7 @@ func collectLoop(ctx context.Context, st *stream.Store, every time.Duration, log
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := st.CollectExpired(ctx)
+			n, err := st.Protocol().CollectExpired(ctx)
 			if err != nil && ctx.Err() == nil {
 				log.Warn("collect expired streams", "err", err)
 			} else if n > 0 {

@@ -49,7 +49,7 @@ func (f *streamFlags) open(name string) (*client.Stream, error) {
 	if !strings.HasPrefix(name, "http://") && !strings.HasPrefix(name, "https://") {
 		u = strings.TrimRight(f.server, "/") + streamsPrefix + escapePath(strings.TrimPrefix(name, "/"))
 	}
-	return client.NewStream(u, client.Options{Header: h, Retry: client.RetryPolicy{
+	return client.NewStream(u, client.Config{Header: h, Retry: client.RetryPolicy{
 		MaxAttempts: f.retries + 1,
 		OnRetry: func(e client.RetryEvent) {
 			cause := fmt.Sprintf("status %d", e.Status)

@@ -99,7 +99,7 @@ func (a *adapter) benchmark(line []byte) result {
 	case "throughput_append":
 		ct := a.contentTypes[op.Path]
 		s.Create(ctx, client.CreateOptions{ContentType: ct}) // may already exist
-		p, err := client.NewIdempotentProducer(s, "bench-producer", client.ProducerOptions{Linger: -1})
+		p, err := client.NewIdempotentProducer(s, "bench-producer", client.ProducerConfig{Linger: -1})
 		if err != nil {
 			return errResult("benchmark", err)
 		}

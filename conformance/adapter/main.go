@@ -188,7 +188,7 @@ func (a *adapter) do(ctx context.Context, c command) result {
 		}
 		s, _, _ := a.stream(c.Path, c.Headers, false)
 		// The suite names its epochs (0 included): use them as given (Resume).
-		p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batchBytes})
+		p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerConfig{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batchBytes})
 		if err != nil {
 			return errResult(c.Type, err)
 		}
@@ -294,7 +294,7 @@ func (a *adapter) stream(path string, headers map[string]string, dyn bool) (*cli
 	for k, v := range headers {
 		h.Set(k, v)
 	}
-	s, err := client.NewStream(u, client.Options{HTTPClient: a.hc, Header: h, Logger: slog.New(slog.DiscardHandler),
+	s, err := client.NewStream(u, client.Config{HTTPClient: a.hc, Header: h, Logger: slog.New(slog.DiscardHandler),
 		Retry: client.RetryPolicy{MaxAttempts: 5, InitialDelay: 50 * time.Millisecond, MaxDelay: time.Second}})
 	if err != nil {
 		panic(err)
@@ -315,7 +315,7 @@ func (a *adapter) producer(c command, inFlight int, linger time.Duration, batch 
 		return p, nil
 	}
 	s, _, _ := a.stream(c.Path, c.Headers, false)
-	p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerOptions{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batch})
+	p, err := client.NewIdempotentProducer(s, c.ProducerID, client.ProducerConfig{Epoch: c.Epoch, Resume: true, AutoClaim: c.AutoClaim, MaxInFlight: inFlight, Linger: linger, MaxBatchBytes: batch})
 	if err != nil {
 		return nil, err
 	}
@@ -553,8 +553,8 @@ func (a *adapter) validate(c command) result {
 	}
 	switch c.Target.Target {
 	case "idempotent-producer":
-		s, _ := client.NewStream(a.server+"/test-validate", client.Options{})
-		o := client.ProducerOptions{}
+		s, _ := client.NewStream(a.server+"/test-validate", client.Config{})
+		o := client.ProducerConfig{}
 		if c.Target.Epoch != nil {
 			o.Epoch = *c.Target.Epoch
 		}

@@ -1,7 +1,8 @@
 // Command hosted is the program to start from when you run processors in your own service: a
-// durable store in one SQLite file, the default host running a processor on every stream under
-// /counters/ (one pattern registration; each stream gets its own engine, opened on its first
-// append), and the Durable Streams HTTP server with the processor routes, all in one process.
+// durable store (a SQLite file, or with -db postgres://… a PostgreSQL database several nodes
+// share), the default host running a processor on every stream under /counters/ (one pattern
+// registration; each stream gets its own engine, opened on its first append), and the Durable
+// Streams HTTP server with the processor routes, all in one process.
 //
 //	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
 //	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
@@ -127,7 +128,7 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 	if demo {
 		for i, path := range []string{"/counters/a", "/counters/b", "/counters/a"} {
 			ev := foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i + 1})}
-			if _, err := st.Append(ctx, path, ev); err != nil {
+			if _, err := st.Events().Stream(path).Append(ctx, ev); err != nil {
 				return err
 			}
 		}

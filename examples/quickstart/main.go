@@ -99,7 +99,7 @@ func run() error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableOptions{})
+	cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{})
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func run(args []string) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := storeopen.Open(context.Background(), *db, storeopen.Config{Store: stream.Options{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
+	st, err := storeopen.Open(context.Background(), *db, storeopen.Config{Store: stream.Config{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	if err != nil {
 		return err
 	}

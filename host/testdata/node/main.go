@@ -146,7 +146,7 @@ func main() {
 
 func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration, advertise bool) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Options{Logger: logger}})
+	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Config{Logger: logger}})
 	if err != nil {
 		return err
 	}

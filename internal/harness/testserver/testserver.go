@@ -31,7 +31,7 @@ func Start(tb testing.TB) string {
 // Serve serves the store at dbPath (":memory:" for an in-memory one) until stop is called.
 func Serve(dbPath string) (baseURL string, stop func(), err error) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(context.Background(), dbPath, storeopen.Config{Store: stream.Options{Logger: log}})
+	st, err := storeopen.Open(context.Background(), dbPath, storeopen.Config{Store: stream.Config{Logger: log}})
 	if err != nil {
 		return "", nil, err
 	}

@@ -19,7 +19,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	st, err := stream.OpenDriver(ctx, d, stream.Options{})
+	st, err := stream.OpenDriver(ctx, d, stream.Config{})
 	if err != nil {
 		d.Close()
 		fmt.Fprintln(os.Stderr, err)

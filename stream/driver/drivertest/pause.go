@@ -19,7 +19,7 @@ func resumeEv() foldtype.EventInput {
 
 func mustAppend(t *testing.T, s *stream.Store, path string, in ...foldtype.EventInput) []foldtype.Event {
 	t.Helper()
-	got, err := s.Append(context.Background(), path, in...)
+	got, err := s.Events().Stream(path).Append(context.Background(), in...)
 	if err != nil {
 		t.Fatalf("append %v: %v", in, err)
 	}
@@ -40,7 +40,7 @@ func wantPaused(t *testing.T, err error, reason string) {
 
 func durableTypes(t *testing.T, s *stream.Store, path string) []string {
 	t.Helper()
-	page, err := s.Read(context.Background(), path, 0, 0, stream.ReadOptions{})
+	page, err := s.Events().Stream(path).Read(context.Background(), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,14 +53,14 @@ func durableTypes(t *testing.T, s *stream.Store, path string) []string {
 
 func wantState(t *testing.T, s *stream.Store, path string, paused bool, reason string) {
 	t.Helper()
-	info, err := s.HeadStream(context.Background(), path)
+	info, err := s.Protocol().HeadStream(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Paused != paused || info.PauseReason != reason {
 		t.Fatalf("head: paused %v %q, want %v %q", info.Paused, info.PauseReason, paused, reason)
 	}
-	list, err := s.ListStreams(context.Background(), stream.ListOptions{Prefix: path})
+	list, err := s.Protocol().ListStreams(context.Background(), stream.ListOptions{Prefix: path})
 	if err != nil || len(list) != 1 || list[0].Paused != paused || list[0].PauseReason != reason {
 		t.Fatalf("list: got %+v %v, want paused %v %q", list, err, paused, reason)
 	}
@@ -78,7 +78,7 @@ func RunPause(t *testing.T, newDriver Factory) {
 		p := mustAppend(t, s, "/p", pauseEv("maintenance"))[0]
 		wantState(t, s, "/p", true, "maintenance")
 		for range 3 {
-			_, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "b"})
+			_, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"})
 			wantPaused(t, err, "maintenance")
 		}
 		r := mustAppend(t, s, "/p", resumeEv())[0]
@@ -93,7 +93,7 @@ func RunPause(t *testing.T, newDriver Factory) {
 	t.Run("MixedBatchOnPausedStreamIsRefusedWhole", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		mustAppend(t, s, "/p", pauseEv("x"))
-		_, err := s.Append(ctx, "/p", resumeEv(), foldtype.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, resumeEv(), foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "x")
 		if got := durableTypes(t, s, "/p"); len(got) != 1 {
 			t.Fatalf("log after the refused batch: %v, want only the pause", got)
@@ -107,7 +107,7 @@ func RunPause(t *testing.T, newDriver Factory) {
 		mustAppend(t, s, "/p", pauseEv("first"))
 		mustAppend(t, s, "/p", pauseEv("second"))
 		wantState(t, s, "/p", true, "second")
-		_, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "second")
 		// A batch of control events only lands whole; the last one decides.
 		mustAppend(t, s, "/p", resumeEv(), pauseEv("third"), resumeEv())
@@ -128,10 +128,10 @@ func RunPause(t *testing.T, newDriver Factory) {
 			t.Fatalf("replay got offset %d, want the stored %d", again.Offset, first.Offset)
 		}
 		// A replay beside a fresh event is refused with it.
-		_, err := s.Append(ctx, "/p", keyed, foldtype.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, keyed, foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "hold")
 		// A different body under the key is still a conflict, never admitted.
-		if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "order", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
+		if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "order", Payload: []byte(`{"n":2}`), IdempotencyKey: "k1"}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 			t.Fatalf("conflicting replay: got %v, want IDEMPOTENCY_CONFLICT", err)
 		}
 	})
@@ -139,13 +139,13 @@ func RunPause(t *testing.T, newDriver Factory) {
 	t.Run("EphemeralsAndWakeRecordsFlowWhilePaused", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		mustAppend(t, s, "/p", pauseEv("hold"))
-		if _, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "delta", Ephemeral: true}); err != nil {
+		if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true}); err != nil {
 			t.Fatalf("ephemeral on a paused stream: %v", err)
 		}
-		if _, err := s.Wake(ctx, "/p", "request"); err != nil {
+		if _, err := s.Events().Wake(ctx, "/p", "request"); err != nil {
 			t.Fatalf("wake a paused stream: %v", err)
 		}
-		_, err := s.Append(ctx, "/p", foldtype.EventInput{Type: "delta", Ephemeral: true}, foldtype.EventInput{Type: "b"})
+		_, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true}, foldtype.EventInput{Type: "b"})
 		wantPaused(t, err, "hold")
 	})
 
@@ -164,7 +164,7 @@ func RunPause(t *testing.T, newDriver Factory) {
 		mustAppend(t, s, "/p", pauseEv("hold"))
 		// A protocol message carries payloads the event view refuses: a resume whose payload is not
 		// an object lands, and the stream stays paused.
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/p", ContentType: "application/json",
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"type":"events.iterate.com/stream/resumed","payload":7}`)}); err != nil {
 			t.Fatalf("malformed resume: %v", err)
 		}
@@ -178,10 +178,10 @@ func RunPause(t *testing.T, newDriver Factory) {
 	t.Run("ProtocolAppendsObeyThePause", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		post := func(body string) error {
-			_, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/h", ContentType: "application/json", Body: []byte(body)})
+			_, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/h", ContentType: "application/json", Body: []byte(body)})
 			return err
 		}
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/h", ContentType: "application/json"}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/h", ContentType: "application/json"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := post(`[1, {"type":"events.iterate.com/stream/paused","payload":{"reason":"over http"}}]`); err != nil {

@@ -16,7 +16,7 @@ import (
 
 func openStore(t *testing.T, newDriver Factory) *stream.Store {
 	t.Helper()
-	s, err := stream.OpenDriver(context.Background(), newDriver(t), stream.Options{
+	s, err := stream.OpenDriver(context.Background(), newDriver(t), stream.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProducerReorderWait: -1})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
@@ -31,7 +31,7 @@ func readAllRecords(t *testing.T, s *stream.Store, path string, maxBytes int) (b
 	var out bytes.Buffer
 	after := int64(0)
 	for {
-		r, err := s.ReadRecords(context.Background(), stream.ReadRequest{Path: path, After: after, MaxBytes: maxBytes})
+		r, err := s.Protocol().ReadRecords(context.Background(), stream.ReadRequest{Path: path, After: after, MaxBytes: maxBytes})
 		if err != nil {
 			t.Fatalf("read %s after %d: %v", path, after, err)
 		}
@@ -64,21 +64,21 @@ func RunStore(t *testing.T, newDriver Factory) {
 	t.Run("EventAppendIdempotencyAndPreconditions", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		in := []foldtype.EventInput{{Type: "a"}, {Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)}, {Type: "e", Ephemeral: true}}
-		got, err := s.Append(ctx, "/e", in...)
+		got, err := s.Events().Stream("/e").Append(ctx, in...)
 		if err != nil || len(got) != 3 || got[2].Offset != 3 {
 			t.Fatalf("append: got %+v %v", got, err)
 		}
-		again, err := s.Append(ctx, "/e", foldtype.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
+		again, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":1}`)})
 		if err != nil || again[0].Offset != 2 {
 			t.Fatalf("retry: got %+v %v, want the stored event at 2", again, err)
 		}
-		if _, err := s.Append(ctx, "/e", foldtype.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
+		if _, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "b", IdempotencyKey: "k", Payload: []byte(`{"n":2}`)}); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
 			t.Fatalf("different body: got %v, want IDEMPOTENCY_CONFLICT", err)
 		}
-		if _, err := s.Append(ctx, "/e", foldtype.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldtype.ErrOffsetConflict) {
+		if _, err := s.Events().Stream("/e").Append(ctx, foldtype.EventInput{Type: "c", Offset: 9}); !errors.Is(err, foldtype.ErrOffsetConflict) {
 			t.Fatalf("precondition: got %v, want OFFSET_CONFLICT", err)
 		}
-		page, err := s.Read(ctx, "/e", 0, 0, stream.ReadOptions{})
+		page, err := s.Events().Stream("/e").Read(ctx, 0, 0)
 		if err != nil || len(page.Events) != 2 || !page.AtHead || page.ScannedThroughOffset != 3 {
 			t.Fatalf("read: got %+v %v, want 2 durable events, proven through 3", page, err)
 		}
@@ -86,11 +86,11 @@ func RunStore(t *testing.T, newDriver Factory) {
 
 	t.Run("ProtocolRecordsProducersAndClose", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/j", ContentType: "application/json", Body: []byte(`[1,2]`)}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/j", ContentType: "application/json", Body: []byte(`[1,2]`)}); err != nil {
 			t.Fatal(err)
 		}
 		prod := func(seq int64, body string) (stream.AppendResult, error) {
-			return s.AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(body),
+			return s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(body),
 				Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
 		}
 		if r, err := prod(0, `[3,4,5]`); err != nil || r.Tail != 5 {
@@ -102,16 +102,16 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if _, err := prod(2, `[7]`); !errors.Is(err, foldtype.ErrSequenceGap) {
 			t.Fatalf("seq 2: got %v, want SEQUENCE_GAP", err)
 		}
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`6`), Close: true}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`6`), Close: true}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`7`)}); !errors.Is(err, foldtype.ErrStreamClosed) {
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/j", ContentType: "application/json", Body: []byte(`7`)}); !errors.Is(err, foldtype.ErrStreamClosed) {
 			t.Fatalf("append after close: got %v, want STREAM_CLOSED", err)
 		}
 		if body, _ := readAllRecords(t, s, "/j", 1<<20); string(body) != `1,2,3,4,5,6` {
 			t.Fatalf("read: got %s", body)
 		}
-		r, err := s.ReadRecords(ctx, stream.ReadRequest{Path: "/j", After: 3})
+		r, err := s.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: "/j", After: 3})
 		if err != nil || string(r.Body) != `[4,5,6]` || r.Next != 6 || !r.UpToDate {
 			t.Fatalf("read from inside a record: got %s next %d %v", r.Body, r.Next, err)
 		}
@@ -119,7 +119,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 
 	t.Run("LargeRecordsAreSlicedAndReadInPages", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/big", ContentType: "application/json"}); err != nil {
 			t.Fatal(err)
 		}
 		var b strings.Builder
@@ -132,7 +132,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 			fmt.Fprintf(&b, `{"i":%d,"pad":"%s"}`, i, strings.Repeat("x", 180))
 		}
 		b.WriteByte(']')
-		if r, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/big", ContentType: "application/json", Body: []byte(b.String())}); err != nil || r.Tail != n {
+		if r, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/big", ContentType: "application/json", Body: []byte(b.String())}); err != nil || r.Tail != n {
 			t.Fatalf("append: got %+v %v", r, err)
 		}
 		body, pages := readAllRecords(t, s, "/big", 64<<10)
@@ -142,12 +142,12 @@ func RunStore(t *testing.T, newDriver Factory) {
 		if pages < 10 {
 			t.Fatalf("pages: got %d, want the 64 KiB budget to cut the record", pages)
 		}
-		page, err := s.Read(ctx, "/big", 4990, 0, stream.ReadOptions{})
+		page, err := s.Events().Stream("/big").Read(ctx, 4990, 0)
 		if err != nil || len(page.Events) != 10 || page.Events[0].Offset != 4991 || page.Events[0].Type != stream.MessageType {
 			t.Fatalf("event read of the tail: got %d events %v", len(page.Events), err)
 		}
 		bin := bytes.Repeat([]byte("0123456789"), 100_000)
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/bin", ContentType: "application/octet-stream", Body: bin}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/bin", ContentType: "application/octet-stream", Body: bin}); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := readAllRecords(t, s, "/bin", 100_000); !bytes.Equal(got, bin) {
@@ -157,42 +157,42 @@ func RunStore(t *testing.T, newDriver Factory) {
 
 	t.Run("ForksAndDeletes", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("hello ")}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/src", ContentType: "text/plain", Body: []byte("hello ")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/src", ContentType: "text/plain", Body: []byte("world")}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/src", ContentType: "text/plain", Body: []byte("world")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/fork", ForkedFrom: "/src", ForkOffset: 6, HasForkOffset: true, ForkSubOffset: 2}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/fork", ForkedFrom: "/src", ForkOffset: 6, HasForkOffset: true, ForkSubOffset: 2}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/fork", ContentType: "text/plain", Body: []byte("!")}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/fork", ContentType: "text/plain", Body: []byte("!")}); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := readAllRecords(t, s, "/fork", 1<<20); string(got) != "hello wo!" {
 			t.Fatalf("fork: got %q", got)
 		}
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: "/bad", ForkedFrom: "/src", ForkOffset: 3, HasForkOffset: true}); !errors.Is(err, foldtype.ErrBadRequest) {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/bad", ForkedFrom: "/src", ForkOffset: 3, HasForkOffset: true}); !errors.Is(err, foldtype.ErrBadRequest) {
 			t.Fatalf("fork inside a record: got %v, want BAD_REQUEST", err)
 		}
 		// The source is deleted softly while its fork reads through it.
-		if err := s.DeleteStream(ctx, "/src"); err != nil {
+		if err := s.Protocol().DeleteStream(ctx, "/src"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.HeadStream(ctx, "/src"); !errors.Is(err, foldtype.ErrStreamGone) {
+		if _, err := s.Protocol().HeadStream(ctx, "/src"); !errors.Is(err, foldtype.ErrStreamGone) {
 			t.Fatalf("deleted source: got %v, want STREAM_GONE", err)
 		}
 		if got, _ := readAllRecords(t, s, "/fork", 1<<20); string(got) != "hello wo!" {
 			t.Fatalf("fork after the source's delete: got %q", got)
 		}
-		if err := s.DeleteStream(ctx, "/fork"); err != nil {
+		if err := s.Protocol().DeleteStream(ctx, "/fork"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.HeadStream(ctx, "/src"); !errors.Is(err, foldtype.ErrStreamNotFound) {
+		if _, err := s.Protocol().HeadStream(ctx, "/src"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 			t.Fatalf("source after its last fork went: got %v, want STREAM_NOT_FOUND", err)
 		}
 		// A path created again starts empty.
-		got, err := s.Append(ctx, "/fork", foldtype.EventInput{Type: "x"})
+		got, err := s.Events().Stream("/fork").Append(ctx, foldtype.EventInput{Type: "x"})
 		if err != nil || got[0].Offset != 1 {
 			t.Fatalf("recreated path: got %+v %v, want offset 1", got, err)
 		}
@@ -201,7 +201,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 	t.Run("SubscribersSeeBothViews", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		pushed := make(chan foldtype.ScannedRange, 8)
-		sub, err := s.Subscribe("/sub", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
+		sub, err := s.Events().Subscribe("/sub", func(_ context.Context, evs []foldtype.Event, r foldtype.ScannedRange) error {
 			pushed <- r
 			return nil
 		}, stream.SubscribeOptions{})
@@ -209,10 +209,10 @@ func RunStore(t *testing.T, newDriver Factory) {
 			t.Fatal(err)
 		}
 		defer sub.Close()
-		if _, err := s.Append(ctx, "/sub", foldtype.EventInput{Type: "a"}); err != nil {
+		if _, err := s.Events().Stream("/sub").Append(ctx, foldtype.EventInput{Type: "a"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AppendRecord(ctx, stream.AppendRequest{Path: "/sub", ContentType: "application/json", Body: []byte(`[{"type":"b"},{"type":"c"}]`)}); err != nil {
+		if _, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/sub", ContentType: "application/json", Body: []byte(`[{"type":"b"},{"type":"c"}]`)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := sub.WaitDelivered(ctx); err != nil {
@@ -229,7 +229,7 @@ func RunStore(t *testing.T, newDriver Factory) {
 
 	t.Run("Checkpoints", func(t *testing.T) {
 		s := openStore(t, newDriver)
-		cps, err := s.Checkpoints(ctx, "/c")
+		cps, err := s.Events().Checkpoints(ctx, "/c")
 		if err != nil {
 			t.Fatal(err)
 		}

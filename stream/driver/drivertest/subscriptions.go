@@ -88,13 +88,13 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	ctx := context.Background()
 	create := func(t *testing.T, s *stream.Store, path string) {
 		t.Helper()
-		if _, err := s.CreateStream(ctx, stream.CreateRequest{Path: path, ContentType: "application/json"}); err != nil {
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: path, ContentType: "application/json"}); err != nil {
 			t.Fatalf("create %s: %v", path, err)
 		}
 	}
 	appendTo := func(t *testing.T, s *stream.Store, path, body string) int64 {
 		t.Helper()
-		r, err := s.AppendRecord(ctx, stream.AppendRequest{Path: path, ContentType: "application/json", Body: []byte(body)})
+		r, err := s.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: path, ContentType: "application/json", Body: []byte(body)})
 		if err != nil {
 			t.Fatalf("append %s: %v", path, err)
 		}
@@ -106,7 +106,7 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 		create(t, s, "/events/old")
 		appendTo(t, s, "/events/old", `[{"n":1},{"n":2}]`)
 		cfg := stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Pattern: "events/*", Streams: []string{"manual/x", "manual/x"}, WakeStream: "wake"}
-		info, created, err := s.PutSubscription(ctx, "s1", cfg)
+		info, created, err := s.Protocol().PutSubscription(ctx, "s1", cfg)
 		if err != nil || !created {
 			t.Fatalf("create: got %v %v", created, err)
 		}
@@ -114,11 +114,11 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 		if len(info.Links) != 2 || info.Links[0] != want[0] || info.Links[1] != want[1] {
 			t.Errorf("links: got %+v, want %+v", info.Links, want)
 		}
-		if _, created, err := s.PutSubscription(ctx, "s1", cfg); err != nil || created {
+		if _, created, err := s.Protocol().PutSubscription(ctx, "s1", cfg); err != nil || created {
 			t.Errorf("re-confirm: got created=%v %v, want an idempotent 200", created, err)
 		}
 		cfg.LeaseTTLms = 5000
-		if _, _, err := s.PutSubscription(ctx, "s1", cfg); !errors.Is(err, foldtype.ErrConflict) {
+		if _, _, err := s.Protocol().PutSubscription(ctx, "s1", cfg); !errors.Is(err, foldtype.ErrConflict) {
 			t.Errorf("different configuration: got %v, want CONFLICT", err)
 		}
 	})
@@ -126,17 +126,17 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	t.Run("PullWakeClaimAckFencesAndWritesWakeEvents", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		create(t, s, "/wake")
-		if _, _, err := s.PutSubscription(ctx, "p", stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Pattern: "events/*", WakeStream: "wake", LeaseTTLms: 1000}); err != nil {
+		if _, _, err := s.Protocol().PutSubscription(ctx, "p", stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Pattern: "events/*", WakeStream: "wake", LeaseTTLms: 1000}); err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, "/events/a")
 		tail := appendTo(t, s, "/events/a", `{"n":1}`)
-		step, err := s.StepSubscription(ctx, "p", []string{"events/a"})
+		step, err := s.Protocol().StepSubscription(ctx, "p", []string{"events/a"})
 		if err != nil || step.Attempt != nil {
 			t.Fatalf("step: got %+v %v, want a pull-wake wake issued (no webhook attempt)", step, err)
 		}
 		// The wake event is in the wake stream, committed with the wake.
-		r, err := s.ReadRecords(ctx, stream.ReadRequest{Path: "/wake", MaxBytes: 1 << 20})
+		r, err := s.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: "/wake", MaxBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,31 +145,31 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 			evs[0]["subscription_id"] != "p" || evs[0]["stream"] != "events/a" || evs[0]["generation"] != float64(1) {
 			t.Fatalf("wake events: got %s %v", r.Body, err)
 		}
-		w, ok, err := s.ClaimSubscription(ctx, "p", "worker-1")
+		w, ok, err := s.Protocol().ClaimSubscription(ctx, "p", "worker-1")
 		if err != nil || !ok || w.Generation != 1 || len(w.Streams) != 1 || w.Streams[0].Tail != tail || !w.Streams[0].HasPending {
 			t.Fatalf("claim: got %+v %v %v", w, ok, err)
 		}
-		_, _, err = s.ClaimSubscription(ctx, "p", "worker-2")
+		_, _, err = s.Protocol().ClaimSubscription(ctx, "p", "worker-2")
 		var fe *foldtype.Error
 		if !errors.As(err, &fe) || fe.Code != foldtype.CodeAlreadyClaimed || fe.Data["current_holder"] != "worker-1" {
 			t.Fatalf("second claim: got %v, want ALREADY_CLAIMED naming worker-1", err)
 		}
 		ack := stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Acks: []stream.StreamAck{{Stream: "events/a", Offset: tail}}, Done: true}
-		if _, err := s.AckSubscription(ctx, "p", w.Token+"x", false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeUnauthorized}) {
+		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token+"x", false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeUnauthorized}) {
 			t.Errorf("forged token: got %v, want UNAUTHORIZED", err)
 		}
-		next, err := s.AckSubscription(ctx, "p", w.Token, false, ack)
+		next, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack)
 		if err != nil || next {
 			t.Fatalf("ack: got next=%v %v, want done with no next wake", next, err)
 		}
-		if _, err := s.AckSubscription(ctx, "p", w.Token, false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeFenced}) {
+		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeFenced}) {
 			t.Errorf("stale ack: got %v, want FENCED", err)
 		}
-		info, err := s.Subscription(ctx, "p")
+		info, err := s.Protocol().Subscription(ctx, "p")
 		if err != nil || len(info.Links) != 1 || info.Links[0].Acked != tail {
 			t.Errorf("after ack: got %+v %v, want events/a acked at %d", info.Links, err, tail)
 		}
-		if _, ok, err := s.ClaimSubscription(ctx, "p", "worker-1"); ok || err != nil {
+		if _, ok, err := s.Protocol().ClaimSubscription(ctx, "p", "worker-1"); ok || err != nil {
 			t.Errorf("claim with nothing pending: got %v %v, want nothing to claim", ok, err)
 		}
 	})
@@ -177,19 +177,19 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	t.Run("DeletedSubscriptionRefusesItsWakes", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		create(t, s, "/wake")
-		if _, _, err := s.PutSubscription(ctx, "d", stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Streams: []string{"x"}, WakeStream: "wake"}); err != nil {
+		if _, _, err := s.Protocol().PutSubscription(ctx, "d", stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Streams: []string{"x"}, WakeStream: "wake"}); err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, "/x")
 		appendTo(t, s, "/x", `{"n":1}`)
-		w, ok, err := s.ClaimSubscription(ctx, "d", "w")
+		w, ok, err := s.Protocol().ClaimSubscription(ctx, "d", "w")
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
 		}
-		if err := s.DeleteSubscription(ctx, "d"); err != nil {
+		if err := s.Protocol().DeleteSubscription(ctx, "d"); err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.AckSubscription(ctx, "d", w.Token, false, stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Done: true})
+		_, err = s.Protocol().AckSubscription(ctx, "d", w.Token, false, stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Done: true})
 		if !errors.Is(err, &foldtype.Error{Code: foldtype.CodeSubscriptionNotFound}) {
 			t.Errorf("ack after delete: got %v, want SUBSCRIPTION_NOT_FOUND", err)
 		}
@@ -197,24 +197,24 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 
 	t.Run("WebhookKeysPersistAndRotate", func(t *testing.T) {
 		d := newDriver(t)
-		s, err := stream.OpenDriver(ctx, d, stream.Options{ProducerReorderWait: -1})
+		s, err := stream.OpenDriver(ctx, d, stream.Config{ProducerReorderWait: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		k1, err := s.WebhookKeys(ctx)
+		k1, err := s.Protocol().WebhookKeys(ctx)
 		if err != nil || len(k1) != 1 {
 			t.Fatalf("first keys: %+v %v", k1, err)
 		}
-		again, err := s.WebhookKeys(ctx)
+		again, err := s.Protocol().WebhookKeys(ctx)
 		if err != nil || len(again) != 1 || again[0].KID != k1[0].KID || !again[0].Private.Equal(k1[0].Private) {
 			t.Fatalf("keys read again: got %+v %v, want the same key", again, err)
 		}
-		rot, err := s.RotateWebhookKey(ctx)
+		rot, err := s.Protocol().RotateWebhookKey(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, err := s.WebhookKeys(ctx)
+		keys, err := s.Protocol().WebhookKeys(ctx)
 		if err != nil || len(keys) != 2 || keys[0].KID != k1[0].KID || keys[0].Retired.IsZero() || keys[1].KID != rot.KID || !keys[1].Retired.IsZero() {
 			t.Fatalf("after rotation: got %+v %v, want the old key retired first, the new one active last", keys, err)
 		}

@@ -17,18 +17,18 @@ func TestAppendsTakeFewRoundTrips(t *testing.T) {
 	t.Parallel()
 	d := open(t, pgtest.URL(t))
 	ctx := context.Background()
-	st, err := stream.OpenDriver(ctx, d, stream.Options{})
+	st, err := stream.OpenDriver(ctx, d, stream.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.CreateStream(ctx, stream.CreateRequest{Path: "/rt", ContentType: "application/json"}); err != nil {
+	if _, err := st.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/rt", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	measure := func(name string, req stream.AppendRequest, want int64) {
 		t.Helper()
 		before := d.WriteRoundTrips()
-		if _, err := st.AppendRecord(ctx, req); err != nil {
+		if _, err := st.Protocol().AppendRecord(ctx, req); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if got := d.WriteRoundTrips() - before; got > want {
@@ -44,7 +44,7 @@ func TestAppendsTakeFewRoundTrips(t *testing.T) {
 		measure("producer batch", stream.AppendRequest{Path: "/rt", ContentType: "application/json", Body: []byte(`[4,5,6]`),
 			Producer: &stream.ProducerHeaders{ID: "p", Epoch: 0, Seq: int64(i)}}, 3+slack)
 	}
-	res, err := st.ReadRecords(ctx, stream.ReadRequest{Path: "/rt"})
+	res, err := st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: "/rt"})
 	if err != nil {
 		t.Fatal(err)
 	}

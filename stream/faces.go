@@ -1,0 +1,76 @@
+package stream
+
+import (
+	"context"
+)
+
+// Events is the store's event face: what a processor engine and the host that runs engines need
+// (docs/store.md#the-two-faces). Take it with [Store.Events]; it is safe for concurrent use and
+// valid until the store closes.
+//
+// It offers, over the same streams the protocol face serves:
+//
+//   - [Events.Stream]: one path's [EventStream], the [foldtype.Stream] an engine runs against
+//     (Append, Read, and with ForProcessor a processor's Claim);
+//   - [Events.Subscribe]: commit-ordered pushes whose ranges chain with no gap;
+//   - [Events.Checkpoints]: the processors' checkpoints, written through the writer;
+//   - claims and alarms ([Events.Claim], [Events.Claims], [Events.StartAlarms]);
+//   - [Events.Wake] and [Events.WakeExisting]: the store's wake record that starts processors;
+//   - watching ([Events.WatchCommits], [Events.OnStreamCreated]) and the append-time schema check
+//     ([Events.SetAppendCheck]);
+//   - the catalogue ([Events.HeadStream], [Events.ListStreams]), shared with the protocol face.
+//
+// Its rules are the store's (see [Store]): a write returns after its commit, a refusal is a coded
+// *foldtype.Error, and a deleted stream's events, checkpoints and claims never reach a stream
+// created again at its path.
+type Events struct{ s *Store }
+
+// Protocol is the store's protocol face: the Durable Streams operations that package server maps
+// to HTTP (docs/store.md#the-two-faces). Take it with [Store.Protocol]; it is safe for
+// concurrent use and valid until the store closes.
+//
+// It offers, over the same streams the event face serves:
+//
+//   - streams: [Protocol.CreateStream] (content type, TTL, forks), [Protocol.HeadStream],
+//     [Protocol.ListStreams], [Protocol.DeleteStream] and [Protocol.CollectExpired];
+//   - records: [Protocol.AppendRecord] (idempotent producers, Stream-Seq, closure, pausing by
+//     control events) and [Protocol.ReadRecords], with [Protocol.ProducerArriving] to order
+//     pipelined producer requests;
+//   - subscriptions and webhooks: [Protocol.PutSubscription] and the calls around it, the delivery
+//     lease and the webhook signing keys, watched with [Protocol.WatchSubscriptions] and
+//     [Protocol.WatchChanges].
+//
+// A JSON stream's messages are the event face's events: a message the protocol appends is read by
+// engines as an event, and an event appended by an engine is a message to a protocol reader.
+type Protocol struct{ s *Store }
+
+// Events returns the store's event face.
+func (s *Store) Events() *Events { return s.events }
+
+// Protocol returns the store's protocol face.
+func (s *Store) Protocol() *Protocol { return s.protocol }
+
+// HeadStream returns a stream's metadata, as [Protocol.HeadStream] does: whether it is live, its
+// tail, its incarnation (CreatedMs) and its pause state. It never renews a TTL.
+func (e *Events) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
+	return e.s.headStream(ctx, path)
+}
+
+// ListStreams lists live streams by path (the same as [Protocol.ListStreams]).
+func (e *Events) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
+	return e.s.listStreams(ctx, opts)
+}
+
+// HeadStream returns a live stream's metadata; a stream that is missing, expired or deleted is
+// refused with its code (STREAM_NOT_FOUND or STREAM_GONE). It never renews a TTL.
+func (p *Protocol) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
+	return p.s.headStream(ctx, path)
+}
+
+// ListStreams returns the live streams whose path starts with opts.Prefix and sorts after
+// opts.After, in path order (byte-wise), at most opts.Limit of them. Deleted and expired streams are
+// left out. A page shorter than the limit is the last one; otherwise ask again with After set to
+// the last path returned. Listing never renews a TTL.
+func (p *Protocol) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
+	return p.s.listStreams(ctx, opts)
+}
