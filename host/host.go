@@ -323,19 +323,22 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	// engines close (renewals go on meanwhile).
 	h.leases.leaveCluster()
 	defer h.leases.close()
-	// Every engine stops taking work at once (the event in progress finishes and is
-	// checkpointed), then settles, closes and hands its lease over on its own, so another node
-	// takes it as soon as this engine can run no effect any more. Opens in progress see the
+	// On a shared database every engine stops taking work at once (the event in progress
+	// finishes and is checkpointed), then settles, closes and hands its lease over on its own,
+	// so another node takes it as soon as this engine can run no effect any more. Opens in progress see the
 	// shutdown and close what they built; catch-ups and retries on the chains stop after their
 	// event in progress. In-flight work settles for as long as ctx allows (the leases are renewed
 	// meanwhile): cut short after its effects but before its checkpoint, the next owner would
 	// run those effects again.
+	// On an exclusive database (SQLite) no other node takes over: the engines finish the work
+	// already queued instead, so a clean shutdown leaves nothing behind the checkpoints.
+	handOver := !h.store.Driver().Exclusive()
 	h.mu.Lock()
 	var slots []*slot
 	var parked []*slot
 	for _, sl := range h.slots {
 		sl.stopRetryLocked()
-		if sl.state == slotOpen || sl.state == slotClosing {
+		if handOver && (sl.state == slotOpen || sl.state == slotClosing) {
 			if st, ok := sl.runner.(workStopper); ok {
 				st.StopTakingWork()
 			}

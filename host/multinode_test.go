@@ -373,10 +373,12 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 			}
 			for j, c := range cs[:len(cs)-1] {
 				k, killed := killedAt[c.Node]
-				// In flight at the kill: run within the kill's lease window before it. Or in flight
-				// when its node's lease ran out before a renewal (the node logs the loss): the
-				// same lease window, opened by a stall instead of a kill.
-				inKill := killed && !c.at.After(k) && k.Sub(c.at) <= 2*ttl+time.Second
+				// In flight at the kill: run within the kill's lease window before it, or recorded
+				// just after it (a SIGKILLed process sends nothing more, so a call the counter
+				// reads after the kill left the node before it: the request was in flight). Or in
+				// flight when its node's lease ran out before a renewal (the node logs the loss):
+				// the same lease window, opened by a stall instead of a kill.
+				inKill := killed && c.at.Sub(k) <= time.Second && k.Sub(c.at) <= 2*ttl+time.Second
 				if cs[j+1].Node == c.Node {
 					retried++ // the same process retried its own failed block: not a second node
 					continue
