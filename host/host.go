@@ -324,14 +324,14 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	h.leases.leaveCluster()
 	defer h.leases.close()
 	// On a shared database every engine stops taking work at once (the event in progress
-	// finishes and is checkpointed), then settles, closes and hands its lease over on its own,
-	// so another node takes it as soon as this engine can run no effect any more. Opens in progress see the
-	// shutdown and close what they built; catch-ups and retries on the chains stop after their
-	// event in progress. In-flight work settles for as long as ctx allows (the leases are renewed
-	// meanwhile): cut short after its effects but before its checkpoint, the next owner would
-	// run those effects again.
-	// On an exclusive database (SQLite) no other node takes over: the engines finish the work
-	// already queued instead, so a clean shutdown leaves nothing behind the checkpoints.
+	// finishes and is checkpointed), then settles, closes and hands its lease over on its own, so
+	// another node takes it as soon as this engine can run no effect any more; catch-ups and
+	// retries on the chains stop after their event in progress. On an exclusive database (SQLite)
+	// no other node takes over, so the engines finish the work already queued and a clean
+	// shutdown leaves nothing behind the checkpoints. Either way, opens in progress see the
+	// shutdown and close what they built, and in-flight work settles for as long as ctx allows
+	// (the leases are renewed meanwhile): cut short after its effects but before its checkpoint,
+	// the next owner would run those effects again.
 	handOver := !h.store.Driver().Exclusive()
 	h.mu.Lock()
 	var slots []*slot
