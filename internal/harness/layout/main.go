@@ -32,10 +32,10 @@ var floors = map[string]int{
 	"internal/rawjson": 0, "internal/wire": 0,
 	"foldtype": 1, "console": 1, "client": 1,
 	"stream/driver": 2,
-	"stream": 3, "stream/driver/sqlitedriver": 3, "stream/driver/pgdriver": 3,
+	"stream":        3, "stream/driver/sqlitedriver": 3, "stream/driver/pgdriver": 3,
 	".": 3, "sqlcheckpoint": 2,
 	"storeopen": 4, "stream/driver/drivertest": 4, "testsupport": 4,
-	"host": 5,
+	"host":   5,
 	"server": 6,
 }
 
