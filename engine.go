@@ -69,11 +69,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	return c
 }
 
-// Snapshot is an engine's cursor and reduced state.
-type Snapshot[S any] struct {
-	Offset int64
-	State  S
-}
+// Snapshot is an engine's cursor and reduced state, read together ([Engine.Snapshot]); the same
+// shape with the state as JSON is what [Engine.SnapshotJSON] and a host hand out.
+type Snapshot[S any] = foldtype.Snapshot[S]
 
 // Runner is the non-generic view of an engine a host holds.
 type Runner interface {
@@ -91,9 +89,9 @@ type Runner interface {
 	// WaitUntilProcessed waits until the cursor reaches offset (timeout 0 = DefaultWaitTimeout).
 	WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error
 	// SnapshotJSON returns the cursor and the state's JSON after catching up if needed.
-	SnapshotJSON(ctx context.Context) (offset int64, state json.RawMessage, err error)
+	SnapshotJSON(ctx context.Context) (Snapshot[json.RawMessage], error)
 	// LiveSnapshot returns the live state's revision and JSON after catching up if needed.
-	LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot, error)
+	LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot[json.RawMessage], error)
 	// PublishLiveState re-projects the state; call it when a runtime field changed outside a batch.
 	PublishLiveState()
 	// ReducedThroughOffset returns the cursor.
@@ -869,31 +867,28 @@ func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
 	return Snapshot[S]{Offset: e.pubCursor, State: e.pubState}, nil
 }
 
-// SnapshotJSON is Snapshot with the state as JSON.
-func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, error) {
+// SnapshotJSON is Snapshot with the state as JSON, the shape a host hands out. It fails when the
+// state does not serialize.
+func (e *Engine[S]) SnapshotJSON(ctx context.Context) (Snapshot[json.RawMessage], error) {
 	s, err := e.Snapshot(ctx)
 	if err != nil {
-		return 0, nil, err
+		return Snapshot[json.RawMessage]{}, err
 	}
 	var b []byte
 	err = callGuarded(func() (merr error) { b, merr = marshalJSON(s.State); return merr })
 	if err != nil {
-		return 0, nil, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
+		return Snapshot[json.RawMessage]{}, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}
-	return s.Offset, b, nil
+	return Snapshot[json.RawMessage]{Offset: s.Offset, State: b}, nil
 }
 
 // LiveSnapshot returns the live state's {rev, state} after the same gate as Snapshot. It fails when
 // the current projection does not serialize to JSON.
-func (e *Engine[S]) LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot, error) {
+func (e *Engine[S]) LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot[json.RawMessage], error) {
 	if err := e.gate(ctx); err != nil {
-		return foldtype.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, err
 	}
-	rev, st, err := e.live.SnapshotJSON()
-	if err != nil {
-		return foldtype.LiveSnapshot{}, err
-	}
-	return foldtype.LiveSnapshot{Rev: rev, State: st}, nil
+	return e.live.SnapshotJSON()
 }
 
 func (e *Engine[S]) project(state S) (v any, err error) {

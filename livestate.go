@@ -24,12 +24,6 @@ type LiveStateSink interface {
 	Append(ctx context.Context, events ...EventInput) ([]Event, error)
 }
 
-// LiveStateSnapshot is a live state's revision and value, read together.
-type LiveStateSnapshot struct {
-	Rev   int64
-	State any
-}
-
 // LiveStateConfig configures [NewLiveState].
 type LiveStateConfig struct {
 	// Clock seeds the revision epoch. Defaults to foldtype.SystemClock.
@@ -155,22 +149,23 @@ func (l *LiveState) Get() any {
 	return l.held
 }
 
-// Snapshot returns {rev, held value} read together.
-func (l *LiveState) Snapshot() LiveStateSnapshot {
+// Snapshot returns the revision and the held value, read together (the value need not
+// serialize).
+func (l *LiveState) Snapshot() foldtype.LiveSnapshot[any] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LiveStateSnapshot{Rev: l.rev, State: l.held}
+	return foldtype.LiveSnapshot[any]{Rev: l.rev, State: l.held}
 }
 
-// SnapshotJSON returns the revision and the held value's JSON; it fails when the held value did not
-// serialize.
-func (l *LiveState) SnapshotJSON() (int64, json.RawMessage, error) {
+// SnapshotJSON returns the revision and the held value's JSON, read together, the shape a client
+// seeds from; it fails when the held value did not serialize.
+func (l *LiveState) SnapshotJSON() (foldtype.LiveSnapshot[json.RawMessage], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.heldJSON == nil {
-		return l.rev, nil, fmt.Errorf("live state %q: the held value does not serialize to JSON", l.key)
+		return foldtype.LiveSnapshot[json.RawMessage]{Rev: l.rev}, fmt.Errorf("live state %q: the held value does not serialize to JSON", l.key)
 	}
-	return l.rev, append(json.RawMessage(nil), l.heldJSON...), nil
+	return foldtype.LiveSnapshot[json.RawMessage]{Rev: l.rev, State: append(json.RawMessage(nil), l.heldJSON...)}, nil
 }
 
 // Set publishes next (docs/engine.md#live-state): an equal value changes nothing; a value that

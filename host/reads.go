@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -161,11 +162,11 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 // processor fails with PROCESSOR_PARKED. Under a pattern it opens the stream's engine when it is
 // closed; a stream that does not exist is NOT_REGISTERED. Do not call it from inside the same
 // processor's batch.
-func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSnapshot, error) {
-	var snap foldtype.JSONSnapshot
+func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.Snapshot[json.RawMessage], error) {
+	var snap foldtype.Snapshot[json.RawMessage]
 	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
-		off, state, err := r.SnapshotJSON(ctx)
-		snap = foldtype.JSONSnapshot{Offset: off, State: state}
+		var err error
+		snap, err = r.SnapshotJSON(ctx)
 		return err
 	}, func(ctx context.Context, l driver.Lease) error {
 		var err error
@@ -173,7 +174,7 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSn
 		return err
 	})
 	if err != nil {
-		return foldtype.JSONSnapshot{}, err
+		return foldtype.Snapshot[json.RawMessage]{}, err
 	}
 	return snap, nil
 }
@@ -181,8 +182,8 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSn
 // LiveSnapshot returns processor slug's live state {rev, state} on the stream at path, with
 // read-your-writes and the bound of Snapshot. Clients seed from it and apply live-state deltas
 // whose from equals the held rev (docs/engine.md, "Live state").
-func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot, error) {
-	var live foldtype.LiveSnapshot
+func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot[json.RawMessage], error) {
+	var live foldtype.LiveSnapshot[json.RawMessage]
 	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
 		var err error
 		live, err = r.LiveSnapshot(ctx)
@@ -193,7 +194,7 @@ func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.Li
 		return err
 	})
 	if err != nil {
-		return foldtype.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, err
 	}
 	return live, nil
 }

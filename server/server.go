@@ -269,6 +269,7 @@ type Server struct {
 	stopObserving  func()       // ends the store's commit observation of the metrics, or nil
 	subs           *deliverer   // subscription delivery (webhooks.go)
 	live           liveHubs     // live-state delta fan-out to SSE readers (livehub.go)
+	stamps         stamps       // each principal's provenance, marshalled once (provenance.go)
 }
 
 var _ http.Handler = (*Server)(nil)
