@@ -155,9 +155,9 @@ func ExampleLiveState_SetChanged() {
 	var d foldtype.LiveStateDelta
 	_ = json.Unmarshal(mem.PushedEvents()[0].Payload, &d)
 	patch, _ := json.Marshal(d.Patch)
-	_, state, _ := live.SnapshotJSON()
+	held, _ := live.SnapshotJSON()
 	fmt.Println(string(patch))
-	fmt.Println(string(state))
+	fmt.Println(string(held.State))
 	// Output:
 	// [{"op":"replace","path":"/round","value":1},{"op":"replace","path":"/players/ann/score","value":3}]
 	// {"players":{"ann":{"name":"Ann","score":3},"bob":{"name":"Bob","score":0}},"round":1}

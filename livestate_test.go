@@ -616,7 +616,7 @@ func TestSetChangedAppliesTheDeclaredChange(t *testing.T) {
 	sink := &recSink{}
 	d := bigLiveDoc(50)
 	l, _, rep := newLiveChecked(sink, d, 0)
-	seedRev, seed, _ := l.SnapshotJSON()
+	seedRev, seed, _ := heldJSON(l)
 	d.Counter = 7
 	d.Items[3].Name = "renamed"
 	d.Index["k9"] = liveItem{ID: 90}
@@ -642,7 +642,7 @@ func TestSetChangedAppliesTheDeclaredChange(t *testing.T) {
 	if !rawjson.Equal(doc, want) {
 		t.Fatalf("deltas rebuild %s\nwant %s", doc, want)
 	}
-	gotRev, held, err := l.SnapshotJSON()
+	gotRev, held, err := heldJSON(l)
 	if err != nil || string(held) != string(want) || gotRev != rev {
 		t.Fatalf("held %s at %d (%v), want %s at %d", held, gotRev, err, want, rev)
 	}
@@ -658,7 +658,7 @@ func TestSetChangedCatchesAndCorrectsAnUndeclaredChange(t *testing.T) {
 	sink := &recSink{}
 	d := bigLiveDoc(20)
 	l, _, rep := newLiveChecked(sink, d, 0)
-	seedRev, seed, _ := l.SnapshotJSON()
+	seedRev, seed, _ := heldJSON(l)
 	d.Counter = 1
 	it := d.Index["k5"]
 	it.Name = "undeclared" // changed, not declared
@@ -693,7 +693,7 @@ func TestSetChangedCorrectsAnUndeclaredChangeAtTheNextCheck(t *testing.T) {
 	sink := &recSink{}
 	d := bigLiveDoc(10)
 	l, clock, rep := newLiveChecked(sink, d, time.Second)
-	seedRev, seed, _ := l.SnapshotJSON()
+	seedRev, seed, _ := heldJSON(l)
 	d.Counter = 1
 	l.SetChanged(d, "/counter") // checked: the first call of an interval
 	d.Counter = 2
@@ -715,7 +715,7 @@ func TestSetChangedCorrectsAnUndeclaredChangeAtTheNextCheck(t *testing.T) {
 	}
 	sites, _ := rep.get()
 	eq(t, "sites", sites, []string{foldstream.SiteLiveStateUndeclared})
-	_, held, _ := l.SnapshotJSON()
+	_, held, _ := heldJSON(l)
 	eq(t, "held", string(held), string(foldstream.JSON(d)))
 }
 
@@ -727,7 +727,7 @@ func TestSetChangedKeepsTheRevChainIntact(t *testing.T) {
 	d := bigLiveDoc(30)
 	sink := &recSink{}
 	l, _, _ := newLiveChecked(sink, d, 0)
-	rev, doc, _ := l.SnapshotJSON()
+	rev, doc, _ := heldJSON(l)
 	for step := range 300 {
 		i := r.IntN(len(d.Items))
 		it := &d.Items[i]
@@ -775,7 +775,7 @@ func TestSetChangedKeepsTheRevChainIntact(t *testing.T) {
 		if want := foldstream.JSON(d); !rawjson.Equal(doc, want) {
 			t.Fatalf("step %d: deltas rebuild %s\nwant %s", step, doc, want)
 		}
-		gotRev, held, err := l.SnapshotJSON()
+		gotRev, held, err := heldJSON(l)
 		if want, _ := rawjson.Marshal(d); err != nil || string(held) != string(want) || gotRev != rev {
 			t.Fatalf("step %d: held %s at %d (%v), want %s at %d", step, held, gotRev, err, want, rev)
 		}
@@ -843,7 +843,7 @@ func TestSetAndSetChangedConcurrentlyKeepTheChain(t *testing.T) {
 	t.Parallel()
 	sink := &recSink{}
 	l, _, _ := newLiveChecked(sink, bigLiveDoc(20), time.Hour)
-	rev, doc, _ := l.SnapshotJSON()
+	rev, doc, _ := heldJSON(l)
 	var wg sync.WaitGroup
 	for g := range 3 {
 		wg.Add(1)
@@ -870,7 +870,13 @@ func TestSetAndSetChangedConcurrentlyKeepTheChain(t *testing.T) {
 	if !rawjson.Equal(doc, want) {
 		t.Fatalf("deltas rebuild %s\nwant %s", doc, want)
 	}
-	gotRev, held, _ := l.SnapshotJSON()
+	gotRev, held, _ := heldJSON(l)
 	eq(t, "held", string(held), string(want))
 	eq(t, "rev", gotRev, rev)
+}
+
+// heldJSON is l.SnapshotJSON as a revision, the JSON and the error.
+func heldJSON(l *foldstream.LiveState) (int64, json.RawMessage, error) {
+	s, err := l.SnapshotJSON()
+	return s.Rev, s.State, err
 }
