@@ -616,7 +616,7 @@ func TestEventlessEmitProvenance(t *testing.T) {
 func TestRunnerView(t *testing.T) {
 	t.Parallel()
 	mem := testsupport.NewMemoryStream()
-	var r foldstream.Runner = newEngine[tallyState](t, newTally(t), mem, testsupport.MemoryCheckpoints())
+	var r foldtype.Runner = newEngine[tallyState](t, newTally(t), mem, testsupport.MemoryCheckpoints())
 	mem.Register(r)
 	eq(t, "slug", r.Slug(), "tally")
 	eq(t, "consumes", r.Consumes(), []string{"tick"})

@@ -35,7 +35,7 @@ func catchingUp(key procKey, offset int64, cause error) *foldtype.Error {
 // after the opening catch-up finished.
 //
 // When another node runs the processor, remote answers instead (with the lease that node holds).
-func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error,
+func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldtype.Runner) error,
 	remote func(ctx context.Context, l driver.Lease) error) error {
 	key := procKey{path, slug}
 	bctx, cancel := context.WithCancelCause(ctx)
@@ -75,7 +75,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 
 // readOn is one attempt of read on the acquired slot sl. It asks for a retry when sl's stream
 // turned out to be deleted and created again: the slot that replaces it answers.
-func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldstream.Runner) error) (retry bool, err error) {
+func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldtype.Runner) error) (retry bool, err error) {
 	check := func() (bool, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -164,7 +164,7 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 // processor's batch.
 func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.Snapshot[json.RawMessage], error) {
 	var snap foldtype.Snapshot[json.RawMessage]
-	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
+	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldtype.Runner) error {
 		var err error
 		snap, err = r.SnapshotJSON(ctx)
 		return err
@@ -184,7 +184,7 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.Snapsh
 // whose from equals the held rev (docs/engine.md, "Live state").
 func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot[json.RawMessage], error) {
 	var live foldtype.LiveSnapshot[json.RawMessage]
-	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
+	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldtype.Runner) error {
 		var err error
 		live, err = r.LiveSnapshot(ctx)
 		return err
@@ -211,7 +211,7 @@ func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset
 	key := procKey{path, slug}
 	// The engine's own timeout ends the wait; the read's bound is a backstop a little later, for
 	// the time spent opening the engine.
-	err := h.read(ctx, path, slug, timeout+time.Second, false, func(ctx context.Context, r foldstream.Runner) error {
+	err := h.read(ctx, path, slug, timeout+time.Second, false, func(ctx context.Context, r foldtype.Runner) error {
 		err := r.WaitUntilProcessed(ctx, offset, timeout)
 		if errors.Is(err, foldtype.ErrProcessTimeout) {
 			return catchingUp(key, r.ReducedThroughOffset(), err)
