@@ -29,14 +29,22 @@ const module = "github.com/foldstream/foldstream"
 // floors is the module's layering, lowest first: a package imports only packages on lower floors.
 // Commands, examples, benchmarks, conformance and test harnesses stand on the top floor.
 var floors = map[string]int{
-	"internal/rawjson": 0, "internal/wire": 0,
-	"foldtype": 1, "console": 1, "client": 1,
-	"stream/driver": 2,
-	"stream":        3, "stream/driver/sqlitedriver": 3, "stream/driver/pgdriver": 3,
-	".": 3, "sqlcheckpoint": 2,
-	"storeopen": 4, "stream/driver/drivertest": 4, "testsupport": 4,
-	"host":   5,
-	"server": 6,
+	"internal/rawjson":           0,
+	"internal/wire":              0,
+	"foldtype":                   1,
+	"console":                    1,
+	"client":                     1,
+	"stream/driver":              2,
+	"sqlcheckpoint":              2,
+	".":                          3,
+	"stream":                     3,
+	"stream/driver/sqlitedriver": 3,
+	"stream/driver/pgdriver":     3,
+	"storeopen":                  4,
+	"stream/driver/drivertest":   4,
+	"testsupport":                4,
+	"host":                       5,
+	"server":                     6,
 }
 
 const top = 9
