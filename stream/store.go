@@ -122,7 +122,7 @@ type Store struct {
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
-	tails    tailCache               // live reads' cached tails (shared databases; tailcache.go)
+	tails    tailCache               // live reads' cached tails (tailcache.go)
 	// cachedReads counts live reads answered from the tail cache.
 	cachedReads atomic.Int64
 

@@ -315,7 +315,7 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 		commitErr := broken
 		if commitErr == nil {
 			touched, ephs := changesOf(done)
-			if !s.exclusive {
+			if !s.exclusive || s.tails.inUse() {
 				rows, recs = s.rowsAfter(g, touched), recordsOf(done)
 			}
 			if err := notifyAll(ctx, g.dtx, touched, ephs, rows, recs); err != nil {
@@ -631,10 +631,11 @@ func (s *Store) rowsAfter(g *group, touched map[int64]string) map[int64]*driver.
 	return rows
 }
 
-// addRecord notes a durable record this function appended (shared databases: it travels with
-// the commit's notification). rec's memory must not change afterwards.
+// addRecord notes a durable record this function appended: on a shared database it travels with
+// the commit's notification, and it feeds the tail cache (on an exclusive driver only while the
+// cache has entries). rec's memory must not change afterwards.
 func (t *tx) addRecord(rec driver.Record) {
-	if t.s.exclusive {
+	if !t.wantRecords() {
 		return
 	}
 	if t.recs == nil {
@@ -643,6 +644,9 @@ func (t *tx) addRecord(rec driver.Record) {
 	rec.Keys = nil
 	t.recs[rec.StreamID] = append(t.recs[rec.StreamID], rec)
 }
+
+// wantRecords reports whether addRecord keeps what it is given.
+func (t *tx) wantRecords() bool { return !t.s.exclusive || t.s.tails.inUse() }
 
 // touch marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).
