@@ -21,8 +21,9 @@ import (
 // refused batch, a conflict) rolls back alone and its neighbours still commit. One commit — one
 // fsync with synchronous=FULL — acknowledges the whole group (group commit). After the commit the
 // writer applies the functions' staged in-memory changes, runs their after-commit hooks in queue
-// order (fan-out to subscribers, waking readers) and only then answers the callers, so a caller
-// that got its answer can read its own write.
+// order (fan-out to subscribers), brings the tail cache up to the commit and only then answers the
+// callers, so a caller that got its answer can read its own write; last it wakes the touched
+// streams' live readers.
 //
 // The writer goroutine is the only one that touches writerState, so offsets of a stream are
 // assigned without a per-stream lock and two appends to the same stream can share one commit.
@@ -494,9 +495,9 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 }
 
 // applyCommitted applies the committed functions' staged changes to the writer's state in queue
-// order, runs their after-commit hooks, wakes readers, parks the writes that met a reserved
-// stream and answers the rest. done[i] is nil for every function that is not committed. rows and
-// recs (nil: not known) bring the tail cache up to the commit before the readers wake.
+// order, runs their after-commit hooks, parks the writes that met a reserved stream, answers the
+// rest and wakes readers. done[i] is nil for every function that is not committed. rows and recs
+// (nil: not known) bring the tail cache up to the commit before the callers are answered.
 func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
 	ws := &s.ws
 	touched, _ := changesOf(done)
@@ -547,11 +548,14 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 			s.runHook(h)
 		}
 	}
+	// The tail cache reaches the commit before any caller is answered (a caller reads its own
+	// write), but the waiting readers are woken after the answers: the goroutine readied last
+	// runs next on this thread once the writer waits again, so the reader goes first, with no
+	// thread to wake in between, and the callers' answers go to an idle thread.
+	var wakes []chan struct{}
 	for id, p := range touched {
-		if r := rows[id]; r != nil {
-			s.wakeWith(id, r, recs[id])
-		} else {
-			s.wake(id)
+		if ch := s.takeWaiters(id, rows[id], recs[id]); ch != nil {
+			wakes = append(wakes, ch)
 		}
 		s.changes.notify(p)
 	}
@@ -559,6 +563,9 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		if results[i] != errParked {
 			r.done <- results[i]
 		}
+	}
+	for _, ch := range wakes {
+		close(ch)
 	}
 }
 
