@@ -164,3 +164,32 @@ func TestLiveReaderFromTheTailCacheNeverSeesHalfAHugeRecord(t *testing.T) {
 	}
 	tailBytesConsistent(t, s)
 }
+
+// A caller that got its answer reads its own write from the tail cache at once, before any wake
+// of the readers it may have overtaken.
+func TestCallerReadsItsOwnWriteFromTheTailCache(t *testing.T) {
+	t.Parallel()
+	s, _ := setupFile(t)
+	ctx := context.Background()
+	createStream(t, s, "/own", "application/json")
+	res, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/own", Watch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		msg := fmt.Sprintf(`{"i":%d}`, i)
+		before := s.CachedReads()
+		mustAppendRecord(t, s, AppendRequest{Path: "/own", ContentType: "application/json", Body: []byte(msg)})
+		got, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/own", After: res.Next, Watch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Body) != "["+msg+"]" || got.Next != int64(i+1) {
+			t.Fatalf("read right after append %d: %s at %d, want [%s] at %d", i, got.Body, got.Next, msg, i+1)
+		}
+		if s.CachedReads() != before+1 {
+			t.Fatalf("read right after append %d did not come from the tail cache", i)
+		}
+		res = got
+	}
+}
