@@ -719,6 +719,23 @@ func (t *tx) stream(path string) (*streamMem, error) {
 	return m, nil
 }
 
+// unheld reports whether the writer holds nothing of the stream at path in memory — no staged
+// change of this function or its group, no cached row (exclusive drivers only) and no
+// reservation: whether it exists is then for the database to say.
+func (t *tx) unheld(path string) bool {
+	if !t.s.exclusive || t.reservedBy(path) != nil {
+		return false
+	}
+	if _, ok := t.staged[path]; ok {
+		return false
+	}
+	if _, ok := t.g.staged[path]; ok {
+		return false
+	}
+	_, ok := t.s.ws.streams.get(path)
+	return !ok
+}
+
 // lockReleased reports whether m, a row an earlier function of the group read under its stream's
 // lock, lost that lock since (a shared driver committed the earlier functions early, see
 // driver.LockKeeper): then it must be read again under the lock, even if the group took the lock
