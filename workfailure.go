@@ -68,7 +68,12 @@ func CheckpointKeyValue(cps CheckpointStorage, slug string) KeyValue {
 	return checkpointKV{cps: cps, slug: slug}
 }
 
-func (kv checkpointKV) row(key string) string { return "kv:" + kv.slug + ":" + key }
+func (kv checkpointKV) row(key string) string { return KeyValueRow(kv.slug, key) }
+
+// KeyValueRow returns the checkpoint row in which [CheckpointKeyValue] keeps key of processor
+// slug ("kv:<slug>:<key>"), for a host that reads an engine's rows together: its checkpoint and
+// its work-started marker ([WorkStartedKey]) in one read.
+func KeyValueRow(slug, key string) string { return "kv:" + slug + ":" + key }
 
 func (kv checkpointKV) Get(ctx context.Context, key string) (json.RawMessage, bool, error) {
 	cp, ok, err := kv.cps.ReadCheckpoint(ctx, kv.row(key))
