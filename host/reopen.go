@@ -28,7 +28,7 @@ type preloadedRow struct {
 // engineRows are the checkpoint rows an engine of processor slug reads when it is built: its
 // checkpoint and its work-started marker.
 func engineRows(slug string) []string {
-	return []string{slug, foldstream.KeyValueRow(slug, foldstream.WorkStartedKey)}
+	return []string{slug, foldstream.WorkStartedRow(slug)}
 }
 
 // preloaded holds the rows of slugs as read (a slug missing from read: no row).
