@@ -145,6 +145,29 @@ func BenchmarkLiveStateDiff(b *testing.B) {
 		}
 		_ = l.Wait(context.Background())
 	})
+	// SetChanged told which member changed: that member is encoded and spliced into the held text
+	// (one call a second also pays for the check against a full encoding, amortised here).
+	b.Run("set-changed", func(b *testing.B) {
+		l := foldstream.NewLiveState(discardSink{}, "k", d, foldstream.LiveStateConfig{})
+		b.SetBytes(int64(len(after)))
+		for i := range b.N {
+			d.Counter = i + 2
+			l.SetChanged(d, "/counter")
+		}
+		_ = l.Wait(context.Background())
+	})
+	// A member deep inside the 4,400-entry map: the map's text is scanned to find it.
+	b.Run("set-changed-nested", func(b *testing.B) {
+		l := foldstream.NewLiveState(discardSink{}, "k", d, foldstream.LiveStateConfig{})
+		b.SetBytes(int64(len(after)))
+		for i := range b.N {
+			it := d.Index["k002000"]
+			it.Score = float64(i)
+			d.Index["k002000"] = it
+			l.SetChanged(d, "/index/k002000/score")
+		}
+		_ = l.Wait(context.Background())
+	})
 }
 
 type discardSink struct{}

@@ -22,7 +22,8 @@
 // JSON Schema is reflected and enforced, or hand-written schemas ([DefineEventSchema]). A
 // malformed payload of a known type is skipped for both reduce and effects.
 //
-// Checkpoints live in a SQLite table ([CheckpointTable], "reduce_checkpoints"); a contract
+// Checkpoints live wherever a [CheckpointStorage] keeps them: the store's own database under a
+// host, or a table of a database of your own (package sqlcheckpoint, "reduce_checkpoints"); a contract
 // version bump re-reduces the log up to the old cursor without re-running effects. Live state is
 // a [LiveState] that appends ephemeral [foldtype.LiveStateChangedType] deltas to the stream.
 //
@@ -72,7 +73,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{})
+//		cps, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{})
 //		if err != nil {
 //			return err
 //		}

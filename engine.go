@@ -69,53 +69,12 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	return c
 }
 
-// Snapshot is an engine's cursor and reduced state.
-type Snapshot[S any] struct {
-	Offset int64
-	State  S
-}
+// Snapshot is an engine's cursor and reduced state, read together ([Engine.Snapshot]); the same
+// shape with the state as JSON is what [Engine.SnapshotJSON] and a host hand out.
+type Snapshot[S any] = foldtype.Snapshot[S]
 
-// Runner is the non-generic view of an engine a host holds.
-type Runner interface {
-	// Slug returns the processor's slug.
-	Slug() string
-	// Consumes returns the contract's consumes list (nil = every durable event); use it with
-	// [foldtype.ConsumesEvent] for subscription filters.
-	Consumes() []string
-	// ProcessEventBatch is a push: committed events and the range they prove contiguous.
-	ProcessEventBatch(ctx context.Context, events []Event, r ScannedRange) error
-	// CatchUpFromLog reads the log from the cursor to the head.
-	CatchUpFromLog(ctx context.Context) error
-	// Revive is the host's call when a claim fell due.
-	Revive(ctx context.Context) error
-	// WaitUntilProcessed waits until the cursor reaches offset (timeout 0 = DefaultWaitTimeout).
-	WaitUntilProcessed(ctx context.Context, offset int64, timeout time.Duration) error
-	// SnapshotJSON returns the cursor and the state's JSON after catching up if needed.
-	SnapshotJSON(ctx context.Context) (offset int64, state json.RawMessage, err error)
-	// LiveSnapshot returns the live state's revision and JSON after catching up if needed.
-	LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot, error)
-	// PublishLiveState re-projects the state; call it when a runtime field changed outside a batch.
-	PublishLiveState()
-	// ReducedThroughOffset returns the cursor.
-	ReducedThroughOffset() int64
-	// Drain waits until the serial chain is idle and every background attempt settled, or ctx ends.
-	Drain(ctx context.Context) error
-	// Close cancels the engine's running work and background attempts, waits for them, and makes
-	// every later call fail with code CLOSED (see [Engine.Close]).
-	Close(ctx context.Context) error
-}
-
-// BatchQueuer is implemented by *Engine. QueueEventBatch records the push's head and queues it on
-// the serial chain before it returns, and returns a function that waits for its outcome. Stream
-// stand-ins use it to push fire-and-forget while keeping the pushes in commit order.
-type BatchQueuer interface {
-	QueueEventBatch(ctx context.Context, events []Event, r ScannedRange) (wait func(ctx context.Context) error)
-}
-
-var (
-	_ Runner      = (*Engine[struct{}])(nil)
-	_ BatchQueuer = (*Engine[struct{}])(nil)
-)
+// *Engine is the non-generic view of itself a host holds.
+var _ foldtype.Runner = (*Engine[struct{}])(nil)
 
 type staleCheckpoint[S any] struct {
 	cursor int64
@@ -426,8 +385,10 @@ func (e *Engine[S]) ProcessEventBatch(ctx context.Context, events []Event, r Sca
 	return e.QueueEventBatch(ctx, events, r)(ctx)
 }
 
-// QueueEventBatch is ProcessEventBatch split in two: the push is recorded and queued before it
-// returns; the returned function waits for its outcome (see [BatchQueuer]).
+// QueueEventBatch is ProcessEventBatch split in two: the push's head is recorded and the push
+// queued on the serial chain before it returns; the returned function waits for its outcome. A
+// stream stand-in (testsupport's MemoryStream) uses it to push fire-and-forget while keeping the
+// pushes in commit order.
 func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r ScannedRange) func(context.Context) error {
 	e.mu.Lock()
 	if !e.hasPushed || r.Through > e.pushedThrough {
@@ -869,31 +830,28 @@ func (e *Engine[S]) Snapshot(ctx context.Context) (Snapshot[S], error) {
 	return Snapshot[S]{Offset: e.pubCursor, State: e.pubState}, nil
 }
 
-// SnapshotJSON is Snapshot with the state as JSON.
-func (e *Engine[S]) SnapshotJSON(ctx context.Context) (int64, json.RawMessage, error) {
+// SnapshotJSON is Snapshot with the state as JSON, the shape a host hands out. It fails when the
+// state does not serialize.
+func (e *Engine[S]) SnapshotJSON(ctx context.Context) (Snapshot[json.RawMessage], error) {
 	s, err := e.Snapshot(ctx)
 	if err != nil {
-		return 0, nil, err
+		return Snapshot[json.RawMessage]{}, err
 	}
 	var b []byte
 	err = callGuarded(func() (merr error) { b, merr = marshalJSON(s.State); return merr })
 	if err != nil {
-		return 0, nil, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
+		return Snapshot[json.RawMessage]{}, fmt.Errorf("engine %q: marshal state: %w", e.c.Slug(), err)
 	}
-	return s.Offset, b, nil
+	return Snapshot[json.RawMessage]{Offset: s.Offset, State: b}, nil
 }
 
 // LiveSnapshot returns the live state's {rev, state} after the same gate as Snapshot. It fails when
 // the current projection does not serialize to JSON.
-func (e *Engine[S]) LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot, error) {
+func (e *Engine[S]) LiveSnapshot(ctx context.Context) (foldtype.LiveSnapshot[json.RawMessage], error) {
 	if err := e.gate(ctx); err != nil {
-		return foldtype.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, err
 	}
-	rev, st, err := e.live.SnapshotJSON()
-	if err != nil {
-		return foldtype.LiveSnapshot{}, err
-	}
-	return foldtype.LiveSnapshot{Rev: rev, State: st}, nil
+	return e.live.SnapshotJSON()
 }
 
 func (e *Engine[S]) project(state S) (v any, err error) {

@@ -17,3 +17,10 @@ func (e *Engine[S]) Changed() <-chan struct{} {
 	defer e.mu.Unlock()
 	return e.changed
 }
+
+// WorkStarted is the work-started marker's shape and WorkStartedKey its key, for the tests that
+// read the marker from the key-value store.
+type WorkStarted = workStarted
+
+// WorkStartedKey is the marker's key-value key.
+const WorkStartedKey = workStartedKey

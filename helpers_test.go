@@ -272,7 +272,7 @@ func settle(t *testing.T, mem *testsupport.MemoryStream) {
 	}
 }
 
-func drain(t *testing.T, r foldstream.Runner) {
+func drain(t *testing.T, r foldtype.Runner) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -643,7 +643,7 @@ func waitLive(t *testing.T, l *foldstream.LiveState) {
 	mustDo(t, l.Wait(ctxFor(t)))
 }
 
-func pushT(t *testing.T, r foldstream.Runner, evs []foldstream.Event, after, through int64) {
+func pushT(t *testing.T, r foldtype.Runner, evs []foldstream.Event, after, through int64) {
 	t.Helper()
 	mustDo(t, r.ProcessEventBatch(ctxFor(t), evs, foldstream.ScannedRange{After: after, Through: through}))
 }

@@ -290,7 +290,7 @@ func TestSnapshotBeforeThePushRan(t *testing.T) {
 	settle(t, mem)
 	reads = mem.Reads()
 	eq(t, "snapshot", must[foldstream.Snapshot[ledgerState]](t)(eng.Snapshot(ctx)).State, ledgerState{Counted: []int64{2, 4}})
-	live := must[foldtype.LiveSnapshot](t)(eng.LiveSnapshot(ctx))
+	live := must[foldtype.LiveSnapshot[json.RawMessage]](t)(eng.LiveSnapshot(ctx))
 	jsonEq(t, "live", live.State, `{"counted":[2,4]}`)
 	eq(t, "no further read", mem.Reads(), reads)
 }
@@ -616,17 +616,17 @@ func TestEventlessEmitProvenance(t *testing.T) {
 func TestRunnerView(t *testing.T) {
 	t.Parallel()
 	mem := testsupport.NewMemoryStream()
-	var r foldstream.Runner = newEngine[tallyState](t, newTally(t), mem, testsupport.MemoryCheckpoints())
+	var r foldtype.Runner = newEngine[tallyState](t, newTally(t), mem, testsupport.MemoryCheckpoints())
 	mem.Register(r)
 	eq(t, "slug", r.Slug(), "tally")
 	eq(t, "consumes", r.Consumes(), []string{"tick"})
 	appendT(t, mem, ev("tick"))
 	settle(t, mem)
 	ctx := ctxFor(t)
-	off, st, err := r.SnapshotJSON(ctx)
+	snap, err := r.SnapshotJSON(ctx)
 	mustDo(t, err)
-	eq(t, "offset", off, int64(2)) // the delta@2 push moved the in-memory cursor
-	jsonEq(t, "state", st, `{"count":1,"secret":"hidden"}`)
+	eq(t, "offset", snap.Offset, int64(2)) // the delta@2 push moved the in-memory cursor
+	jsonEq(t, "state", snap.State, `{"count":1,"secret":"hidden"}`)
 	live, err := r.LiveSnapshot(ctx)
 	mustDo(t, err)
 	jsonEq(t, "live", live.State, `{"count":1}`)

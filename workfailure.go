@@ -19,12 +19,8 @@ import (
 // code, before Revive fails with code PERMANENT_FAILURE.
 const MaxDeaths = 5
 
-// WorkStartedKey is the key-value key of the work-started marker.
-const WorkStartedKey = "processor-work-started"
-
-// WorkFailedType is the host's record of a processor whose work it stopped reviving: payload
-// {"facet": <slug>, "error": <message>}.
-const WorkFailedType = "events.iterate.com/itx/work-failed"
+// workStartedKey is the key-value key of the work-started marker.
+const workStartedKey = "processor-work-started"
 
 // KeyValue is a processor's small durable key-value store (one per processor and stream). The
 // engine keeps its work-started marker there. Values are JSON.
@@ -37,18 +33,18 @@ type KeyValue interface {
 	Delete(ctx context.Context, key string) error
 }
 
-// WorkStarted is the work-started marker: written when the first background attempt starts,
+// workStarted is the work-started marker: written when the first background attempt starts,
 // deleted when the last one settles. A marker found by a revive with no attempt in flight means
 // the work died with its host.
-type WorkStarted struct {
+type workStarted struct {
 	// Deaths counts the deaths on CodeID so far.
 	Deaths int `json:"deaths"`
 	// CodeID names the code that ran the work (EngineConfig.CodeID).
 	CodeID string `json:"codeId"`
 }
 
-// PermanentFailureError builds the PERMANENT_FAILURE error of slug after deaths deaths.
-func PermanentFailureError(slug string, deaths int) *Error {
+// permanentFailureError builds the PERMANENT_FAILURE error of slug after deaths deaths.
+func permanentFailureError(slug string, deaths int) *Error {
 	return foldtype.NewError(foldtype.CodePermanentFailure, map[string]any{"slug": slug, "deaths": deaths},
 		"processor %q: its work in flight died with its host %d times, so it is not started again until the processor receives an event",
 		slug, deaths)
@@ -87,24 +83,24 @@ func (kv checkpointKV) Delete(ctx context.Context, key string) error {
 }
 
 // readMarker reads the work-started marker.
-func (e *Engine[S]) readMarker(ctx context.Context) (WorkStarted, bool, error) {
-	raw, ok, err := e.kv.Get(ctx, WorkStartedKey)
+func (e *Engine[S]) readMarker(ctx context.Context) (workStarted, bool, error) {
+	raw, ok, err := e.kv.Get(ctx, workStartedKey)
 	if err != nil || !ok {
-		return WorkStarted{}, false, err
+		return workStarted{}, false, err
 	}
-	var m WorkStarted
+	var m workStarted
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return WorkStarted{}, false, fmt.Errorf("engine %q: decode the work-started marker: %w", e.c.Slug(), err)
+		return workStarted{}, false, fmt.Errorf("engine %q: decode the work-started marker: %w", e.c.Slug(), err)
 	}
 	return m, true, nil
 }
 
-func (e *Engine[S]) writeMarker(ctx context.Context, m WorkStarted) error {
+func (e *Engine[S]) writeMarker(ctx context.Context, m workStarted) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return e.kv.Put(ctx, WorkStartedKey, b)
+	return e.kv.Put(ctx, workStartedKey, b)
 }
 
 // queueMarkerLocked queues, on the claim chain, the marker's write (started) or deletion, so it
@@ -122,13 +118,13 @@ func (e *Engine[S]) queueMarkerLocked(started bool) {
 		err := callGuarded(func() error {
 			ctx := context.Background()
 			if !started {
-				return e.kv.Delete(ctx, WorkStartedKey)
+				return e.kv.Delete(ctx, workStartedKey)
 			}
 			m, _, err := e.readMarker(ctx)
 			if err != nil {
 				return err
 			}
-			return e.writeMarker(ctx, WorkStarted{Deaths: m.Deaths, CodeID: e.codeID})
+			return e.writeMarker(ctx, workStarted{Deaths: m.Deaths, CodeID: e.codeID})
 		})
 		if err != nil {
 			report(e.rep, SiteClaim, err, slog.String("slug", e.c.Slug()))
@@ -154,11 +150,11 @@ func (e *Engine[S]) countDeath(ctx context.Context) error {
 	if m.CodeID == e.codeID {
 		deaths = m.Deaths + 1
 	}
-	if err := e.writeMarker(ctx, WorkStarted{Deaths: deaths, CodeID: e.codeID}); err != nil {
+	if err := e.writeMarker(ctx, workStarted{Deaths: deaths, CodeID: e.codeID}); err != nil {
 		return err
 	}
 	if deaths >= MaxDeaths {
-		e.workFailed = PermanentFailureError(e.c.Slug(), deaths)
+		e.workFailed = permanentFailureError(e.c.Slug(), deaths)
 	}
 	return nil
 }

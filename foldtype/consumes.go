@@ -13,6 +13,9 @@ const (
 	WokenType = "events.iterate.com/itx/woken"
 	// CreatedType is the birth record a fresh stream appends at offset 1 (docs/engine.md#events).
 	CreatedType = "events.iterate.com/itx/created"
+	// WorkFailedType is the host's record of a processor whose work it stopped reviving
+	// (docs/engine.md#work-that-keeps-dying): payload {"facet": <slug>, "error": <message>}.
+	WorkFailedType = "events.iterate.com/itx/work-failed"
 )
 
 // ConsumeAll is the consumes entry that sweeps every durable event (never an ephemeral).

@@ -9,7 +9,7 @@
 //   - the one catalogue of error codes ([Code], the Code… constants and their Err… sentinels) and
 //     the coded [Error] they travel in (docs/engine.md#errors-and-reporting);
 //   - checkpoints ([Checkpoint], [CheckpointStorage]), the [Clock], and the status and snapshot
-//     shapes a host reports and a server writes ([ProcessorStatus], [JSONSnapshot], [LiveSnapshot]).
+//     shapes a host reports and a server writes ([ProcessorStatus], [Snapshot], [LiveSnapshot]).
 //
 // It is a leaf: it imports only the standard library and the module's internal JSON scanner, so the
 // store, its drivers and the HTTP server link it without the engine (package foldstream) and its

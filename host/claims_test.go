@@ -18,7 +18,7 @@ import (
 
 // revivedRunner reports each Revive on a channel.
 // pushedTicker is a ticker engine "t" on path, fed by the host's pushes and timed by clk.
-func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldtype.Clock) foldstream.Runner {
+func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldtype.Clock) foldtype.Runner {
 	t.Helper()
 	cps, err := s.Events().Checkpoints(context.Background(), path)
 	if err != nil {
@@ -33,7 +33,7 @@ func pushedTicker(t *testing.T, s *stream.Store, path string, clk foldtype.Clock
 }
 
 type revivedRunner struct {
-	foldstream.Runner
+	foldtype.Runner
 	revives chan struct{}
 }
 
@@ -232,7 +232,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 
 // failingRunner wraps a runner whose Revive fails, to see the host re-claim with backoff.
 type failingRunner struct {
-	foldstream.Runner
+	foldtype.Runner
 	revives chan struct{}
 }
 

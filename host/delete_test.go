@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -74,7 +75,7 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 	}
 }
 
-func mustSnapshot(t *testing.T, h *host.Host, path, slug string) foldtype.JSONSnapshot {
+func mustSnapshot(t *testing.T, h *host.Host, path, slug string) foldtype.Snapshot[json.RawMessage] {
 	t.Helper()
 	snap, err := h.Snapshot(context.Background(), path, slug)
 	if err != nil {

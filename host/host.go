@@ -410,7 +410,7 @@ type workStopper interface{ StopTakingWork() }
 
 // closeRunner closes an engine: its running work and background attempts are cancelled and waited
 // for; a claim they held stays, so the next engine on the stream revives that work.
-func closeRunner(ctx context.Context, r foldstream.Runner) error {
+func closeRunner(ctx context.Context, r foldtype.Runner) error {
 	return r.Close(ctx)
 }
 
@@ -422,7 +422,7 @@ func closeRunner(ctx context.Context, r foldstream.Runner) error {
 // or, after a handoff, another) would run those effects again. Without catchUp (a shutdown) it reads no new events:
 // what was committed after the subscription closed is the next owner's. The lease is renewed
 // meanwhile.
-func settleAndClose(ctx context.Context, r foldstream.Runner, drainFor time.Duration, catchUp bool) error {
+func settleAndClose(ctx context.Context, r foldtype.Runner, drainFor time.Duration, catchUp bool) error {
 	if catchUp {
 		if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
 			_ = r.Close(ctx)

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -80,7 +81,7 @@ func closeWith(t *testing.T, s *stream.Store, path string) {
 }
 
 // ticksOf reads the ticker's snapshot on path.
-func ticksOf(t *testing.T, h *host.Host, path string) foldtype.JSONSnapshot {
+func ticksOf(t *testing.T, h *host.Host, path string) foldtype.Snapshot[json.RawMessage] {
 	t.Helper()
 	snap, err := h.Snapshot(context.Background(), path, "ticker")
 	if err != nil {

@@ -191,9 +191,9 @@ func TestEvictedEngineReopensFromCheckpoint(t *testing.T) {
 	if got := cartItems(t, h, "/carts/b"); got != 5 {
 		t.Fatalf("b: got %d items, want 5", got)
 	}
-	if open("/carts/a") {
-		t.Fatal("a is still open past the cap of one engine")
-	}
+	// a closes once it is idle: an engine still delivering a push when b opened lets b open past
+	// the cap, and is closed as the excess when its use ends (docs/store.md, "Closing").
+	waitFor(t, func() bool { return !open("/carts/a") })
 	done := p.expect("/carts/a", 3)
 	if _, err := s.Events().Stream("/carts/a").Append(ctx, item(4)); err != nil { // reopens a from its checkpoint
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -34,7 +35,7 @@ func catchingUp(key procKey, offset int64, cause error) *foldtype.Error {
 // after the opening catch-up finished.
 //
 // When another node runs the processor, remote answers instead (with the lease that node holds).
-func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldstream.Runner) error,
+func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration, settle bool, fn func(ctx context.Context, r foldtype.Runner) error,
 	remote func(ctx context.Context, l driver.Lease) error) error {
 	key := procKey{path, slug}
 	bctx, cancel := context.WithCancelCause(ctx)
@@ -74,7 +75,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 
 // readOn is one attempt of read on the acquired slot sl. It asks for a retry when sl's stream
 // turned out to be deleted and created again: the slot that replaces it answers.
-func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldstream.Runner) error) (retry bool, err error) {
+func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldtype.Runner) error) (retry bool, err error) {
 	check := func() (bool, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -161,11 +162,11 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 // processor fails with PROCESSOR_PARKED. Under a pattern it opens the stream's engine when it is
 // closed; a stream that does not exist is NOT_REGISTERED. Do not call it from inside the same
 // processor's batch.
-func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSnapshot, error) {
-	var snap foldtype.JSONSnapshot
-	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
-		off, state, err := r.SnapshotJSON(ctx)
-		snap = foldtype.JSONSnapshot{Offset: off, State: state}
+func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.Snapshot[json.RawMessage], error) {
+	var snap foldtype.Snapshot[json.RawMessage]
+	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldtype.Runner) error {
+		var err error
+		snap, err = r.SnapshotJSON(ctx)
 		return err
 	}, func(ctx context.Context, l driver.Lease) error {
 		var err error
@@ -173,7 +174,7 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSn
 		return err
 	})
 	if err != nil {
-		return foldtype.JSONSnapshot{}, err
+		return foldtype.Snapshot[json.RawMessage]{}, err
 	}
 	return snap, nil
 }
@@ -181,9 +182,9 @@ func (h *Host) Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSn
 // LiveSnapshot returns processor slug's live state {rev, state} on the stream at path, with
 // read-your-writes and the bound of Snapshot. Clients seed from it and apply live-state deltas
 // whose from equals the held rev (docs/engine.md, "Live state").
-func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot, error) {
-	var live foldtype.LiveSnapshot
-	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldstream.Runner) error {
+func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot[json.RawMessage], error) {
+	var live foldtype.LiveSnapshot[json.RawMessage]
+	err := h.read(ctx, path, slug, h.cfg.MaxWait, true, func(ctx context.Context, r foldtype.Runner) error {
 		var err error
 		live, err = r.LiveSnapshot(ctx)
 		return err
@@ -193,7 +194,7 @@ func (h *Host) LiveSnapshot(ctx context.Context, path, slug string) (foldtype.Li
 		return err
 	})
 	if err != nil {
-		return foldtype.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, err
 	}
 	return live, nil
 }
@@ -210,7 +211,7 @@ func (h *Host) WaitUntilProcessed(ctx context.Context, path, slug string, offset
 	key := procKey{path, slug}
 	// The engine's own timeout ends the wait; the read's bound is a backstop a little later, for
 	// the time spent opening the engine.
-	err := h.read(ctx, path, slug, timeout+time.Second, false, func(ctx context.Context, r foldstream.Runner) error {
+	err := h.read(ctx, path, slug, timeout+time.Second, false, func(ctx context.Context, r foldtype.Runner) error {
 		err := r.WaitUntilProcessed(ctx, offset, timeout)
 		if errors.Is(err, foldtype.ErrProcessTimeout) {
 			return catchingUp(key, r.ReducedThroughOffset(), err)

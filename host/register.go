@@ -11,8 +11,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// Register builds an engine for processor p over the stream at path — the store's event view, a
-// checkpoint table in the same file scoped by path, FedByPushes — and hosts it: it wakes the
+// Register builds an engine for processor p over the stream at path — the store's event view, its
+// checkpoints in the store's own database scoped by path, FedByPushes — and hosts it: it wakes the
 // stream, subscribes the engine and starts its catch-up in the background (reads wait for it
 // within Config.MaxWait), and revives at once any claim a previous incarnation left for it. It
 // returns the engine, which the caller may also use directly.
@@ -125,7 +125,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		}
 		return json.Marshal(v)
 	}
-	reg.build = func(path string, l driver.Lease) (foldstream.Runner, error) {
+	reg.build = func(path string, l driver.Lease) (foldtype.Runner, error) {
 		cps, err := h.checkpoints(path)
 		if err != nil {
 			return nil, err
@@ -160,7 +160,7 @@ func (h *Host) checkpoints(path string) (*stream.Checkpoints, error) {
 //
 // The host cannot rebuild a runner it did not build: if the stream is deleted, the runner is
 // removed (Register and RegisterPattern keep their registrations instead).
-func (h *Host) Add(ctx context.Context, path string, r foldstream.Runner) error {
+func (h *Host) Add(ctx context.Context, path string, r foldtype.Runner) error {
 	pat, err := exactPattern(path)
 	if err != nil {
 		return err
@@ -171,7 +171,7 @@ func (h *Host) Add(ctx context.Context, path string, r foldstream.Runner) error 
 
 // register records reg and, for an exact path, opens its engine; for a pattern it starts the
 // background scan of existing streams. It returns the exact path's runner.
-func (h *Host) register(ctx context.Context, reg *registration) (foldstream.Runner, error) {
+func (h *Host) register(ctx context.Context, reg *registration) (foldtype.Runner, error) {
 	what := fmt.Sprintf("host: register %q on %q", reg.slug, reg.pattern)
 	// Read before any engine of this registration runs: what is there now was left by a previous
 	// incarnation of the host.
@@ -282,7 +282,7 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 // Runner returns the runner of processor slug on the stream at path, opening it when it runs under
 // a pattern and is closed. A runner of a pattern registration may be closed again at any time
 // afterwards (idle or the cap); use the host's methods to read it.
-func (h *Host) Runner(path, slug string) (foldstream.Runner, bool) {
+func (h *Host) Runner(path, slug string) (foldtype.Runner, bool) {
 	sl, err := h.acquire(context.Background(), path, slug, openForRead)
 	if err != nil {
 		return nil, false

@@ -192,9 +192,9 @@ func (h *Host) consumedBetween(ctx context.Context, consumes []string, path stri
 }
 
 // remoteSnapshot answers Snapshot for a processor another node runs.
-func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.JSONSnapshot, error) {
+func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.Snapshot[json.RawMessage], error) {
 	if h.forwardable(l) {
-		var snap foldtype.JSONSnapshot
+		var snap foldtype.Snapshot[json.RawMessage]
 		err := h.forward(ctx, l.Addr, path, slug, url.Values{}, &snap)
 		if !errors.Is(err, errOwnerUnreachable) {
 			return snap, err
@@ -202,41 +202,38 @@ func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug st
 	}
 	cp, _, err := h.fromCheckpoint(ctx, path, slug, -1)
 	if err != nil {
-		return foldtype.JSONSnapshot{}, err
+		return foldtype.Snapshot[json.RawMessage]{}, err
 	}
-	return foldtype.JSONSnapshot{Offset: cp.ReducedThroughOffset, State: cp.State}, nil
+	return foldtype.Snapshot[json.RawMessage]{Offset: cp.ReducedThroughOffset, State: cp.State}, nil
 }
 
 // remoteLiveSnapshot answers LiveSnapshot for a processor another node runs. From the checkpoint
 // the state is projected here and the revision is 0: no delta continues from it, so a live client
 // re-seeds on the next one.
-func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.LiveSnapshot, error) {
+func (h *Host) remoteLiveSnapshot(ctx context.Context, l driver.Lease, path, slug string) (foldtype.LiveSnapshot[json.RawMessage], error) {
 	if h.forwardable(l) {
-		var seed struct {
-			Rev   int64           `json:"rev"`
-			State json.RawMessage `json:"state"`
-		}
+		var seed foldtype.LiveSnapshot[json.RawMessage]
 		err := h.forward(ctx, l.Addr, path, slug, url.Values{"view": {"live"}}, &seed)
 		if !errors.Is(err, errOwnerUnreachable) {
-			return foldtype.LiveSnapshot{Rev: seed.Rev, State: seed.State}, err
+			return seed, err
 		}
 	}
 	cp, reg, err := h.fromCheckpoint(ctx, path, slug, -1)
 	if err != nil {
-		return foldtype.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, err
 	}
 	st, err := reg.project(cp.State)
 	if err != nil {
-		return foldtype.LiveSnapshot{}, err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, err
 	}
-	return foldtype.LiveSnapshot{State: st}, nil
+	return foldtype.LiveSnapshot[json.RawMessage]{State: st}, nil
 }
 
 // remoteWait answers WaitUntilProcessed for a processor another node runs.
 func (h *Host) remoteWait(ctx context.Context, l driver.Lease, path, slug string, offset int64, timeout time.Duration) error {
 	if h.forwardable(l) {
 		q := url.Values{"waitUntilProcessed": {strconv.FormatInt(offset, 10)}, "timeout": {timeout.String()}}
-		var snap foldtype.JSONSnapshot
+		var snap foldtype.Snapshot[json.RawMessage]
 		err := h.forward(ctx, l.Addr, path, slug, q, &snap)
 		if !errors.Is(err, errOwnerUnreachable) {
 			return err

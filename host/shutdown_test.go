@@ -36,11 +36,11 @@ func (r *gateRunner) Revive(context.Context) error         { return nil }
 func (r *gateRunner) WaitUntilProcessed(context.Context, int64, time.Duration) error {
 	return nil
 }
-func (r *gateRunner) SnapshotJSON(context.Context) (int64, json.RawMessage, error) {
-	return 0, nil, nil
+func (r *gateRunner) SnapshotJSON(context.Context) (foldtype.Snapshot[json.RawMessage], error) {
+	return foldtype.Snapshot[json.RawMessage]{}, nil
 }
-func (r *gateRunner) LiveSnapshot(context.Context) (foldtype.LiveSnapshot, error) {
-	return foldtype.LiveSnapshot{}, nil
+func (r *gateRunner) LiveSnapshot(context.Context) (foldtype.LiveSnapshot[json.RawMessage], error) {
+	return foldtype.LiveSnapshot[json.RawMessage]{}, nil
 }
 func (r *gateRunner) PublishLiveState()           {}
 func (r *gateRunner) Close(context.Context) error { return nil }

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -53,8 +52,8 @@ type registration struct {
 	// project is the processor's live-state projection of a checkpoint state (JSON).
 	project func(state json.RawMessage) (json.RawMessage, error)
 	// build makes a fresh engine for a stream path under lease l; nil for a runner added with Add.
-	build func(path string, l driver.Lease) (foldstream.Runner, error)
-	added foldstream.Runner
+	build func(path string, l driver.Lease) (foldtype.Runner, error)
+	added foldtype.Runner
 	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
 	// schema at append time.
 	validate func(foldtype.Event) error
@@ -71,7 +70,7 @@ type slot struct {
 	openErr   error         // why opening failed (the slot is gone)
 	closed    chan struct{} // closed when a close finished
 	caughtUp  chan struct{} // closed when the opening catch-up ended
-	runner    foldstream.Runner
+	runner    foldtype.Runner
 	sub       *stream.Subscription
 	refs      int
 	lastUsed  time.Time
@@ -398,7 +397,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 // deliverTo is the subscription's push into the slot's engine. A failed push is reported through
 // the host's folded logger (the engine heals it on the next push or read), and a conflict on the
 // processor's own emitted event parks it.
-func (h *Host) deliverTo(sl *slot, r foldstream.Runner) stream.DeliverFunc {
+func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 	return func(ctx context.Context, events []foldtype.Event, rg foldtype.ScannedRange) error {
 		if !sl.reg.pinned() {
 			h.mu.Lock()
@@ -705,7 +704,7 @@ func (h *Host) workFailed(ctx context.Context, c stream.DueClaim, cause error) e
 	// Both writes finish even when a shutdown cancels ctx (it waits for this handler): a record
 	// without its dropped claim would be revived and recorded again by the next host.
 	ctx = context.WithoutCancel(ctx)
-	rec := foldtype.EventInput{Type: foldstream.WorkFailedType,
+	rec := foldtype.EventInput{Type: foldtype.WorkFailedType,
 		Payload: foldtype.JSON(map[string]string{"facet": c.Slug, "error": cause.Error()})}
 	if _, err := h.store.Events().Stream(c.Path).Append(ctx, rec); err != nil {
 		return err // the claim stays, with backoff: the record is owed

@@ -178,7 +178,7 @@ func workFailedRecords(t *testing.T, ctx context.Context, s *stream.Store) []fol
 	}
 	var out []foldtype.Event
 	for _, e := range page.Events {
-		if e.Type == foldstream.WorkFailedType {
+		if e.Type == foldtype.WorkFailedType {
 			out = append(out, e)
 		}
 	}

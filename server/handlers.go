@@ -105,11 +105,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, name strin
 	}
 	defer release()
 	if len(body) > 0 { // the store applies the rules if the stream's messages are JSON
-		var ferr *foldtype.Error
-		if req.Provenance, ferr = provenanceOf(principal, reservedKeyPrefix); ferr != nil {
-			writeCoded(w, ferr.Code, ferr.Error(), 0)
-			return
-		}
+		req.Provenance = s.stamps.provenanceOf(principal)
 	}
 	req.Body = body
 
@@ -221,11 +217,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	received := len(body)
 	req.ContentType = strings.TrimSpace(h.Get("Content-Type"))
 	if len(body) > 0 { // the store applies the rules if the stream's messages are JSON
-		var ferr *foldtype.Error
-		if req.Provenance, ferr = provenanceOf(principal, reservedKeyPrefix); ferr != nil {
-			writeCoded(w, ferr.Code, ferr.Error(), 0)
-			return
-		}
+		req.Provenance = s.stamps.provenanceOf(principal)
 	}
 	req.Body = body
 	if len(body) == 0 && !req.Close {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,20 +24,20 @@ type stuckProcessors struct {
 	reduced int64
 }
 
-func (p stuckProcessors) Snapshot(ctx context.Context, _, _ string) (foldtype.JSONSnapshot, error) {
+func (p stuckProcessors) Snapshot(ctx context.Context, _, _ string) (foldtype.Snapshot[json.RawMessage], error) {
 	if p.err != nil {
-		return foldtype.JSONSnapshot{}, p.err
+		return foldtype.Snapshot[json.RawMessage]{}, p.err
 	}
 	<-ctx.Done()
-	return foldtype.JSONSnapshot{}, ctx.Err()
+	return foldtype.Snapshot[json.RawMessage]{}, ctx.Err()
 }
 
-func (p stuckProcessors) LiveSnapshot(ctx context.Context, _, _ string) (foldtype.LiveSnapshot, error) {
+func (p stuckProcessors) LiveSnapshot(ctx context.Context, _, _ string) (foldtype.LiveSnapshot[json.RawMessage], error) {
 	if p.err != nil {
-		return foldtype.LiveSnapshot{}, p.err
+		return foldtype.LiveSnapshot[json.RawMessage]{}, p.err
 	}
 	<-ctx.Done()
-	return foldtype.LiveSnapshot{}, ctx.Err()
+	return foldtype.LiveSnapshot[json.RawMessage]{}, ctx.Err()
 }
 
 func (p stuckProcessors) WaitUntilProcessed(ctx context.Context, _, _ string, _ int64, _ time.Duration) error {

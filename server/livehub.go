@@ -15,7 +15,7 @@ import (
 // path's one store subscription to LiveStateChangedType (local deltas and, on a shared store, the
 // ones other nodes publish), decodes each delta once, renders its SSE frame once, and hands the
 // frame to the readers of that delta's processor. A reader costs a channel send per delta; a
-// delta of a processor nobody follows costs one decode of its key.
+// delta of a processor nobody follows on this node costs its one decode.
 //
 // A reader joins before it reads its seed, so every delta committed after the seed was read
 // reaches it: the chain from the seed's revision is intact (serveLiveStateSSE skips deltas the
@@ -116,16 +116,15 @@ func (s *Server) leaveLive(path string, h *liveHub, r *liveReader) {
 	}
 }
 
-// deliver is the hub's subscription: each delta is decoded and rendered once, then offered to its
-// processor's readers without blocking (a full reader is told to re-seed).
+// deliver is the hub's subscription: each delta is decoded once (key, revisions and patch in one
+// json.Unmarshal), and, when its processor has readers here, rendered once and offered to them
+// without blocking (a full reader is told to re-seed).
 func (h *liveHub) deliver(_ context.Context, events []foldtype.Event, _ foldtype.ScannedRange) error {
 	for _, ev := range events {
 		if ev.Type != foldtype.LiveStateChangedType {
 			continue
 		}
-		var d struct {
-			Key string `json:"key"`
-		}
+		var d foldtype.LiveStateDelta
 		if json.Unmarshal(ev.Payload, &d) != nil {
 			continue
 		}
@@ -135,10 +134,7 @@ func (h *liveHub) deliver(_ context.Context, events []foldtype.Event, _ foldtype
 		if !followed {
 			continue
 		}
-		f, ok := renderDelta(ev.Payload)
-		if !ok {
-			continue
-		}
+		f := renderDelta(&d)
 		h.mu.RLock()
 		for r := range h.readers[d.Key] {
 			select {
@@ -155,20 +151,16 @@ func (h *liveHub) deliver(_ context.Context, events []foldtype.Event, _ foldtype
 	return nil
 }
 
-// renderDelta decodes a delta payload and renders its SSE frame: "event: delta", data
-// {from, to, patch} with the patch as json.Marshal writes it.
-func renderDelta(payload []byte) (*liveFrame, bool) {
-	var d foldtype.LiveStateDelta
-	if json.Unmarshal(payload, &d) != nil {
-		return nil, false
-	}
+// renderDelta renders a decoded delta's SSE frame: "event: delta", data {from, to, patch} with the
+// patch as json.Marshal writes it.
+func renderDelta(d *foldtype.LiveStateDelta) *liveFrame {
 	f := &liveFrame{from: d.From, to: d.To}
 	if d.Patch == nil {
-		return f, true
+		return f
 	}
 	patch, err := json.Marshal(d.Patch)
 	if err != nil {
-		return f, true // cannot be sent: the reader re-seeds
+		return f // cannot be sent: the reader re-seeds
 	}
 	var b bytes.Buffer
 	b.Grow(len(patch) + 64)
@@ -180,5 +172,5 @@ func renderDelta(payload []byte) (*liveFrame, bool) {
 	b.Write(patch)
 	b.WriteString("}\n\n")
 	f.frame = b.Bytes()
-	return f, true
+	return f
 }

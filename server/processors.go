@@ -20,9 +20,9 @@ import (
 // *host.Host implements it.
 type Processors interface {
 	// Snapshot returns the processor's cursor and reduced state, with read-your-writes.
-	Snapshot(ctx context.Context, path, slug string) (foldtype.JSONSnapshot, error)
+	Snapshot(ctx context.Context, path, slug string) (foldtype.Snapshot[json.RawMessage], error)
 	// LiveSnapshot returns the processor's live state {rev, state}, with read-your-writes.
-	LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot, error)
+	LiveSnapshot(ctx context.Context, path, slug string) (foldtype.LiveSnapshot[json.RawMessage], error)
 	// WaitUntilProcessed waits until the processor reduced through offset.
 	WaitUntilProcessed(ctx context.Context, path, slug string, offset int64, timeout time.Duration) error
 }
@@ -215,7 +215,7 @@ func parseProcessedOffset(v string) (int64, error) {
 	return pos, nil
 }
 
-func liveSeedJSON(live foldtype.LiveSnapshot) []byte {
+func liveSeedJSON(live foldtype.LiveSnapshot[json.RawMessage]) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"rev":`)
 	b.WriteString(strconv.FormatInt(live.Rev, 10))

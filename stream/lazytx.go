@@ -135,6 +135,21 @@ func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error
 	return id, (err)
 }
 
+// insertStreamIfAbsent is InsertStream for a path the writer holds no row of: with a driver that
+// can (driver.FreshStreamInserter) one statement that leaves a taken path alone. It reports false,
+// having written nothing, when the path is taken or the driver cannot insert only if absent.
+func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int64, bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return 0, false, err
+	}
+	f, ok := d.(driver.FreshStreamInserter)
+	if !ok {
+		return 0, false, nil
+	}
+	return f.InsertStreamIfAbsent(ctx, s)
+}
+
 func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
 	d, err := l.t.begin()
 	if err != nil {

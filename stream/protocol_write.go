@@ -212,11 +212,36 @@ func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateR
 }
 
 func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
+	if req.ForkedFrom == "" && t.unheld(req.Path) {
+		// Most creates name a fresh path: insert without reading the path first. Whatever
+		// stops that (a refused request, a taken path) is decided by the reading way below,
+		// which answers exactly as it always did; nothing was written.
+		res, err := s.createAt(t, req, true)
+		if !errors.Is(err, errPathHeld) {
+			return res, err
+		}
+	}
+	return s.createAt(t, req, false)
+}
+
+// errPathHeld stops an unread create (createAt's fresh) before it wrote anything: the path is
+// taken, the driver cannot insert only if absent, or the request is refused — which a stream at
+// the path could change, so the create is decided again after reading it.
+var errPathHeld = errors.New("stream store: create: path to be read")
+
+// createAt creates the stream (or finds the existing one). fresh skips reading the path: any
+// refusal before the insert, and a path the insert finds taken, return errPathHeld with nothing
+// written.
+func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, error) {
 	now := t.now
 	var existing *streamRow
-	em, err := t.stream(req.Path)
-	if err != nil && !errors.Is(err, errNoStream) {
-		return CreateResult{}, err
+	var em *streamMem
+	var err error
+	if !fresh {
+		em, err = t.stream(req.Path)
+		if err != nil && !errors.Is(err, errNoStream) {
+			return CreateResult{}, err
+		}
 	}
 	if em != nil {
 		row := em.Row
@@ -238,8 +263,8 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	}
 
 	if !req.ExpiresAt.IsZero() && !req.ExpiresAt.After(now) {
-		return CreateResult{}, perr(foldtype.CodeBadRequest, "the expiry time %s has already passed",
-			req.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		return CreateResult{}, heldOr(fresh, perr(foldtype.CodeBadRequest, "the expiry time %s has already passed",
+			req.ExpiresAt.UTC().Format(time.RFC3339Nano)))
 	}
 
 	// Resolve the fork source and inherited settings.
@@ -272,7 +297,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	}
 	if existing == nil {
 		if err := ValidateStreamName(req.Path); err != nil {
-			return CreateResult{}, err
+			return CreateResult{}, heldOr(fresh, err)
 		}
 	}
 
@@ -287,7 +312,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	var msgs []rawjson.Message
 	if isJSON && len(bytes.TrimSpace(req.Body)) > 0 {
 		if msgs, err = splitJSON(req.Body, true, req.Provenance); err != nil {
-			return CreateResult{}, err
+			return CreateResult{}, heldOr(fresh, err)
 		}
 	}
 
@@ -320,7 +345,7 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offsets need a fork source")
+		return CreateResult{}, heldOr(fresh, perr(foldtype.CodeBadRequest, "fork offsets need a fork source"))
 	}
 
 	nowMs := now.UnixMilli()
@@ -335,7 +360,16 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	if src != nil {
 		row.ForkedFrom = sql.NullInt64{Int64: src.ID, Valid: true}
 	}
-	id, err := t.db.InsertStream(t.ctx, row)
+	var id int64
+	if fresh {
+		var inserted bool
+		id, inserted, err = t.db.insertStreamIfAbsent(t.ctx, row)
+		if err == nil && !inserted {
+			return CreateResult{}, errPathHeld // taken, or the driver cannot tell: nothing written
+		}
+	} else {
+		id, err = t.db.InsertStream(t.ctx, row)
+	}
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create stream: %w", err)
 	}
@@ -371,6 +405,15 @@ func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
 	info := m.Row
 	info.Tail = m.Tail
 	return CreateResult{Created: true, Info: infoOf(&info)}, nil
+}
+
+// heldOr is err, or errPathHeld for an unread create (a stream at the path could answer
+// otherwise).
+func heldOr(fresh bool, err error) error {
+	if fresh {
+		return errPathHeld
+	}
+	return err
 }
 
 // isBoundary reports whether position off of stream src ends a message (JSON streams) or a record

@@ -21,8 +21,9 @@ import (
 // refused batch, a conflict) rolls back alone and its neighbours still commit. One commit — one
 // fsync with synchronous=FULL — acknowledges the whole group (group commit). After the commit the
 // writer applies the functions' staged in-memory changes, runs their after-commit hooks in queue
-// order (fan-out to subscribers, waking readers) and only then answers the callers, so a caller
-// that got its answer can read its own write.
+// order (fan-out to subscribers), brings the tail cache up to the commit and only then answers the
+// callers, so a caller that got its answer can read its own write; last it wakes the touched
+// streams' live readers.
 //
 // The writer goroutine is the only one that touches writerState, so offsets of a stream are
 // assigned without a per-stream lock and two appends to the same stream can share one commit.
@@ -333,9 +334,9 @@ type building struct {
 	broken error
 	// hinted: every write named its stream, so the group's commit may overlap the next group.
 	hinted bool
-	// rows and recs are, on a shared database, each touched stream's row after the group (nil:
-	// deleted or not known) and the records the group appended to it: sent with its notification
-	// and applied to the tail cache.
+	// rows and recs are each touched stream's row after the group (nil: deleted or not known) and
+	// the records the group appended to it, when the database is shared (they travel with its
+	// notification) or the tail cache is in use: they bring the tail cache up to the commit.
 	rows map[int64]*driver.Stream
 	recs map[int64][]driver.Record
 	// busy are the streams (paths) the group may hold locks on or has staged changes to, set by
@@ -476,7 +477,7 @@ func (b *building) seal() {
 		return
 	}
 	touched, ephs := changesOf(b.done)
-	if !s.exclusive {
+	if !s.exclusive || s.tails.inUse() {
 		b.rows, b.recs = s.rowsAfter(g, touched), recordsOf(b.done)
 	}
 	if err := notifyAll(context.Background(), g.dtx, touched, ephs, b.rows, b.recs); err != nil {
@@ -689,9 +690,9 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 }
 
 // applyCommitted applies the committed functions' staged changes to the writer's state in queue
-// order, runs their after-commit hooks, wakes readers, parks the writes that met a reserved
-// stream and answers the rest. done[i] is nil for every function that is not committed. rows and
-// recs (nil: not known) bring the tail cache up to the commit before the readers wake.
+// order, runs their after-commit hooks, parks the writes that met a reserved stream, answers the
+// rest and wakes readers. done[i] is nil for every function that is not committed. rows and recs
+// (nil: not known) bring the tail cache up to the commit before the callers are answered.
 func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
 	ws := &s.ws
 	touched, _ := changesOf(done)
@@ -746,11 +747,14 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 			s.runHook(h)
 		}
 	}
+	// The tail cache reaches the commit before any caller is answered (a caller reads its own
+	// write), but the waiting readers are woken after the answers: the goroutine readied last
+	// runs next on this thread once the writer waits again, so the reader goes first, with no
+	// thread to wake in between, and the callers' answers go to an idle thread.
+	var wakes []chan struct{}
 	for id, p := range touched {
-		if r := rows[id]; r != nil {
-			s.wakeWith(id, r, recs[id])
-		} else {
-			s.wake(id)
+		if ch := s.takeWaiters(id, rows[id], recs[id]); ch != nil {
+			wakes = append(wakes, ch)
 		}
 		s.changes.notify(p)
 	}
@@ -758,6 +762,9 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		if results[i] != errParked {
 			r.done <- results[i]
 		}
+	}
+	for _, ch := range wakes {
+		close(ch)
 	}
 }
 
@@ -830,10 +837,11 @@ func (s *Store) rowsAfter(g *group, touched map[int64]string) map[int64]*driver.
 	return rows
 }
 
-// addRecord notes a durable record this function appended (shared databases: it travels with
-// the commit's notification). rec's memory must not change afterwards.
+// addRecord notes a durable record this function appended: on a shared database it travels with
+// the commit's notification, and it feeds the tail cache (on an exclusive driver only while the
+// cache has entries). rec's memory must not change afterwards.
 func (t *tx) addRecord(rec driver.Record) {
-	if t.s.exclusive {
+	if !t.wantRecords() {
 		return
 	}
 	if t.recs == nil {
@@ -842,6 +850,9 @@ func (t *tx) addRecord(rec driver.Record) {
 	rec.Keys = nil
 	t.recs[rec.StreamID] = append(t.recs[rec.StreamID], rec)
 }
+
+// wantRecords reports whether addRecord keeps what it is given.
+func (t *tx) wantRecords() bool { return !t.s.exclusive || t.s.tails.inUse() }
 
 // touch marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).
@@ -908,6 +919,23 @@ func (t *tx) stream(path string) (*streamMem, error) {
 	}
 	t.staged[path] = m
 	return m, nil
+}
+
+// unheld reports whether the writer holds nothing of the stream at path in memory — no staged
+// change of this function or its group, no cached row (exclusive drivers only) and no
+// reservation: whether it exists is then for the database to say.
+func (t *tx) unheld(path string) bool {
+	if !t.s.exclusive || t.reservedBy(path) != nil {
+		return false
+	}
+	if _, ok := t.staged[path]; ok {
+		return false
+	}
+	if _, ok := t.g.staged[path]; ok {
+		return false
+	}
+	_, ok := t.s.ws.streams.get(path)
+	return !ok
 }
 
 // lockReleased reports whether m, a row an earlier function of the group read under its stream's

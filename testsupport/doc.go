@@ -4,7 +4,7 @@
 //   - [MemoryStream]: an in-memory stream with idempotency, offset preconditions, a read proof over
 //     its in-memory head, fire-and-forget pushes to registered engines, and counters for reads and
 //     claims. [MemoryStream.WaitIdle] replaces fixed sleeps.
-//   - [MemoryCheckpoints]: the real [foldstream.CheckpointTable] over in-memory SQLite, counting
+//   - [MemoryCheckpoints]: the real [sqlcheckpoint.Table] over in-memory SQLite, counting
 //     writes.
 //   - [ReduceProcessor]: fold inputs through a processor's Reduce alone.
 //   - [FakeClock]: wall-clock time fixed at [T] until advanced.

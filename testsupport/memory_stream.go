@@ -43,10 +43,10 @@ type MemoryStream struct {
 	pushed      []foldtype.Event
 	maxAssigned int64
 	keys        map[string]foldtype.Event
-	engines     []foldstream.Runner
+	engines     []foldtype.Runner
 	hooks       map[int]func([]foldtype.Event, foldtype.ScannedRange)
 	hookSeq     int
-	drainables  map[foldstream.Runner]int
+	drainables  map[foldtype.Runner]int
 	claims      []time.Time
 	claimFunc   func(ctx context.Context, at time.Time) error
 	reads       int
@@ -69,7 +69,7 @@ func NewMemoryStream() *MemoryStream { return NewMemoryStreamAt("/") }
 func NewMemoryStreamAt(path string) *MemoryStream {
 	return &MemoryStream{
 		path: path, keys: map[string]foldtype.Event{},
-		hooks: map[int]func([]foldtype.Event, foldtype.ScannedRange){}, drainables: map[foldstream.Runner]int{},
+		hooks: map[int]func([]foldtype.Event, foldtype.ScannedRange){}, drainables: map[foldtype.Runner]int{},
 		idle: make(chan struct{}), changed: make(chan struct{}),
 	}
 }
@@ -189,11 +189,17 @@ func mapsKeys[V any](mp map[int]V) func(func(int) bool) {
 	}
 }
 
+// batchQueuer is a runner that queues a push before it returns (*foldstream.Engine's
+// QueueEventBatch), so a fire-and-forget push keeps its place in commit order.
+type batchQueuer interface {
+	QueueEventBatch(ctx context.Context, events []foldtype.Event, r foldtype.ScannedRange) (wait func(ctx context.Context) error)
+}
+
 // push queues a fire-and-forget push in commit order.
-func (m *MemoryStream) push(eng foldstream.Runner, events []foldtype.Event, r foldtype.ScannedRange) {
+func (m *MemoryStream) push(eng foldtype.Runner, events []foldtype.Event, r foldtype.ScannedRange) {
 	m.begin()
 	events = slices.Clone(events)
-	if q, ok := eng.(foldstream.BatchQueuer); ok {
+	if q, ok := eng.(batchQueuer); ok {
 		wait := q.QueueEventBatch(context.Background(), events, r)
 		go func() {
 			defer m.end()
@@ -280,7 +286,7 @@ func (m *MemoryStream) SetClaimFunc(f func(ctx context.Context, at time.Time) er
 }
 
 // Register adds an engine to the push list; the returned function removes it.
-func (m *MemoryStream) Register(eng foldstream.Runner) (unregister func()) {
+func (m *MemoryStream) Register(eng foldtype.Runner) (unregister func()) {
 	m.mu.Lock()
 	m.engines = append(m.engines, eng)
 	m.mu.Unlock()
@@ -301,7 +307,7 @@ func (m *MemoryStream) ClearEngines() {
 }
 
 // Engines returns the registered engines.
-func (m *MemoryStream) Engines() []foldstream.Runner {
+func (m *MemoryStream) Engines() []foldtype.Runner {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.engines)
@@ -406,7 +412,7 @@ func (m *MemoryStream) WaitIdle(ctx context.Context) error {
 }
 
 // WaitFor also drains eng (an engine that is neither registered nor row-pushed) in WaitIdle.
-func (m *MemoryStream) WaitFor(eng foldstream.Runner) (stop func()) {
+func (m *MemoryStream) WaitFor(eng foldtype.Runner) (stop func()) {
 	m.mu.Lock()
 	m.drainables[eng]++
 	m.mu.Unlock()

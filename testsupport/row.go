@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 )
 
@@ -17,7 +16,7 @@ import (
 // other on the engine's serial chain. (Holding a later push back until the one in flight finished
 // would let a snapshot taken straight after a commit miss a push the row already owes; handing the
 // push over at once makes the engine see the owed head, as a host does for the pushes it owes.)
-func PushedByARow(mem *MemoryStream, eng foldstream.Runner, consumes []string) (unsubscribe func()) {
+func PushedByARow(mem *MemoryStream, eng foldtype.Runner, consumes []string) (unsubscribe func()) {
 	row := &row{mem: mem, eng: eng, consumes: consumes}
 	stopWait := mem.WaitFor(eng)
 	remove := mem.OnCommit(row.onCommit)
@@ -32,7 +31,7 @@ func PushedByARow(mem *MemoryStream, eng foldstream.Runner, consumes []string) (
 
 type row struct {
 	mem      *MemoryStream
-	eng      foldstream.Runner
+	eng      foldtype.Runner
 	consumes []string
 
 	mu          sync.Mutex
@@ -63,7 +62,7 @@ func (w *row) onCommit(events []foldtype.Event, r foldtype.ScannedRange) {
 	w.lastThrough, w.delivered = rng.Through, true
 	w.mem.begin()
 	var wait func(context.Context) error
-	if q, ok := w.eng.(foldstream.BatchQueuer); ok {
+	if q, ok := w.eng.(batchQueuer); ok {
 		wait = q.QueueEventBatch(context.Background(), mine, rng)
 	} else {
 		wait = func(ctx context.Context) error { return w.eng.ProcessEventBatch(ctx, mine, rng) }

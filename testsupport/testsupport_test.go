@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/testsupport"
@@ -87,7 +86,7 @@ func TestMemoryStream_ReadProof(t *testing.T) {
 }
 
 type countRunner struct {
-	foldstream.Runner
+	foldtype.Runner
 	pushes atomic.Int64
 	block  chan struct{}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/sqlcheckpoint"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -99,7 +100,7 @@ func run() error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{})
+	cps, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{})
 	if err != nil {
 		return err
 	}

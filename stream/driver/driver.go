@@ -259,6 +259,17 @@ type StreamPrefetcher interface {
 	PrefetchStreams(ctx context.Context, paths []string) error
 }
 
+// FreshStreamInserter is implemented by a write transaction that can insert a stream row only
+// when no row holds its path, in one statement. The store uses it to create a stream it has no
+// row of in memory without first reading its path (on an exclusive driver, a fresh path is the
+// common case of a create); when the path is taken it reads the row and decides as usual.
+type FreshStreamInserter interface {
+	// InsertStreamIfAbsent inserts s (ID ignored) unless a stream row, live or soft-deleted,
+	// holds s.Path. It returns the new id and true, or false and writes nothing when the path
+	// is taken. Ids are handed out as by InsertStream.
+	InsertStreamIfAbsent(ctx context.Context, s Stream) (int64, bool, error)
+}
+
 // ErrNoStream is returned by StreamByPath and StreamByID when no row matches.
 var ErrNoStream = errors.New("no such stream")
 

@@ -214,16 +214,38 @@ func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.C
 
 // The write side.
 
-func (t *writeTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error) {
-	res, err := t.q.exec(ctx, `INSERT INTO streams(path, content_type, state, created_ms, ttl_seconds, expires_at_ms,
+const insertStream = `INSERT INTO streams(path, content_type, state, created_ms, ttl_seconds, expires_at_ms,
 		last_access_ms, closed, forked_from, fork_offset, fork_sub_offset, tail, incarnation)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func (t *writeTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error) {
+	res, err := t.q.exec(ctx, insertStream,
 		s.Path, s.ContentType, s.State, s.CreatedMs, s.TTLSeconds, s.ExpiresAtMs, s.LastAccessMs, s.Closed,
 		s.ForkedFrom, s.ForkOffset, s.ForkSubOffset, s.BaseTail, s.Incarnation)
 	if err != nil {
 		return 0, classify(fmt.Errorf("create stream: %w", err))
 	}
 	return res.LastInsertId()
+}
+
+// InsertStreamIfAbsent is InsertStream that leaves a taken path alone (driver.FreshStreamInserter):
+// the UNIQUE index on path turns the insert into nothing, and the change count tells which.
+func (t *writeTx) InsertStreamIfAbsent(ctx context.Context, s driver.Stream) (int64, bool, error) {
+	res, err := t.q.exec(ctx, insertStream+` ON CONFLICT(path) DO NOTHING`,
+		s.Path, s.ContentType, s.State, s.CreatedMs, s.TTLSeconds, s.ExpiresAtMs, s.LastAccessMs, s.Closed,
+		s.ForkedFrom, s.ForkOffset, s.ForkSubOffset, s.BaseTail, s.Incarnation)
+	if err != nil {
+		return 0, false, classify(fmt.Errorf("create stream: %w", err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, false, fmt.Errorf("create stream: %w", err)
+	}
+	if n == 0 {
+		return 0, false, nil
+	}
+	id, err := res.LastInsertId()
+	return id, err == nil, err
 }
 
 func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {

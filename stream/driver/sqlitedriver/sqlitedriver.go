@@ -84,13 +84,14 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver          = (*Driver)(nil)
-	_ driver.ErrorClassifier = (*Driver)(nil)
-	_ driver.Locator         = (*Driver)(nil)
-	_ driver.LeaseWatcher    = (*Driver)(nil)
-	_ driver.WriteTx         = (*writeTx)(nil)
-	_ driver.HidingTx        = (*writeTx)(nil)
-	_ driver.Reader          = (*readTx)(nil)
+	_ driver.Driver              = (*Driver)(nil)
+	_ driver.ErrorClassifier     = (*Driver)(nil)
+	_ driver.Locator             = (*Driver)(nil)
+	_ driver.LeaseWatcher        = (*Driver)(nil)
+	_ driver.WriteTx             = (*writeTx)(nil)
+	_ driver.HidingTx            = (*writeTx)(nil)
+	_ driver.FreshStreamInserter = (*writeTx)(nil)
+	_ driver.Reader              = (*readTx)(nil)
 )
 
 var memCounter atomic.Int64

@@ -1,4 +1,17 @@
-package foldstream
+// Package sqlcheckpoint keeps processor checkpoints in a table of a database/sql database the
+// caller owns: for a program that runs a foldstream.Engine itself (not on the store, whose host
+// keeps checkpoints in the store's own database) and wants its checkpoints beside its other data,
+// for example in the same SQLite file. It imports only the shared vocabulary (package foldtype),
+// not the engine.
+//
+//	db, err := sql.Open("sqlite", "app.db")
+//	...
+//	cps, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{})
+//	...
+//	eng, err := foldstream.NewEngine(p, foldstream.EngineConfig{Stream: s, Checkpoints: cps})
+//
+// Package testsupport's MemoryCheckpoints is this table over in-memory SQLite.
+package sqlcheckpoint
 
 import (
 	"context"
@@ -11,26 +24,27 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// DBTX lets a host route writes through its own single writer (the store does that). *sql.DB,
-// *sql.Tx and *sql.Conn satisfy it.
+// DBTX is what the table needs of its database: *sql.DB, *sql.Tx and *sql.Conn satisfy it, and so
+// does a wrapper that routes the writes through the program's own single writer.
 type DBTX interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// CheckpointTableConfig configures [NewCheckpointTable].
-type CheckpointTableConfig struct {
+// Config configures [New].
+type Config struct {
 	// Table is the table name. Defaults to "reduce_checkpoints".
 	Table string
-	// Scope partitions rows so one SQLite file can hold many streams' checkpoints (a host scopes
-	// by stream path). Defaults to "".
+	// Scope partitions rows so one SQLite file can hold many streams' checkpoints (scope by
+	// stream path, for example). Defaults to "".
 	Scope string
 	// SkipCreate skips CREATE TABLE IF NOT EXISTS, for a table that already exists.
 	SkipCreate bool
 }
 
-// CheckpointTable is the reduce_checkpoints table over database/sql (docs/engine.md#checkpoints),
-// written for modernc.org/sqlite.
+// Table is the reduce_checkpoints table over database/sql (docs/engine.md#checkpoints), a
+// [foldtype.CheckpointStorage] for foldstream.EngineConfig.Checkpoints, written for SQLite
+// (modernc.org/sqlite; the statements use "?" placeholders and ON CONFLICT upserts).
 //
 // The primary key is (scope, slug) rather than slug alone, because one
 // foldstream SQLite file holds many streams:
@@ -38,27 +52,28 @@ type CheckpointTableConfig struct {
 //	reduce_checkpoints(scope TEXT NOT NULL DEFAULT '', slug TEXT NOT NULL,
 //	  reducer_version TEXT NOT NULL, reduced_through_offset INTEGER NOT NULL, state TEXT,
 //	  PRIMARY KEY (scope, slug))
-type CheckpointTable struct {
+type Table struct {
 	db    DBTX
 	scope string
 	read  string
 	write string
 }
 
-var _ CheckpointStorage = (*CheckpointTable)(nil)
+var _ foldtype.CheckpointStorage = (*Table)(nil)
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// NewCheckpointTable returns the table, creating it unless opts.SkipCreate.
-func NewCheckpointTable(ctx context.Context, db DBTX, opts CheckpointTableConfig) (*CheckpointTable, error) {
-	table := opts.Table
+// New returns the table, creating it unless cfg.SkipCreate. It fails when cfg.Table is not a plain
+// SQL identifier or the table cannot be created.
+func New(ctx context.Context, db DBTX, cfg Config) (*Table, error) {
+	table := cfg.Table
 	if table == "" {
 		table = "reduce_checkpoints"
 	}
 	if !identRE.MatchString(table) {
 		return nil, fmt.Errorf("checkpoint table: invalid table name %q", table)
 	}
-	if !opts.SkipCreate {
+	if !cfg.SkipCreate {
 		_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
   scope TEXT NOT NULL DEFAULT '',
   slug TEXT NOT NULL,
@@ -71,9 +86,9 @@ func NewCheckpointTable(ctx context.Context, db DBTX, opts CheckpointTableConfig
 			return nil, fmt.Errorf("create checkpoint table: %w", err)
 		}
 	}
-	return &CheckpointTable{
+	return &Table{
 		db:    db,
-		scope: opts.Scope,
+		scope: cfg.Scope,
 		read:  `SELECT reducer_version, reduced_through_offset, state FROM ` + table + ` WHERE scope = ? AND slug = ?`,
 		write: `INSERT INTO ` + table + ` (scope, slug, reducer_version, reduced_through_offset, state)
 VALUES (?, ?, ?, ?, ?)
@@ -85,15 +100,15 @@ ON CONFLICT (scope, slug) DO UPDATE SET
 }
 
 // ReadCheckpoint reads slug's row; an empty or NULL state column reads as nil.
-func (t *CheckpointTable) ReadCheckpoint(ctx context.Context, slug string) (Checkpoint, bool, error) {
-	var cp Checkpoint
+func (t *Table) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
+	var cp foldtype.Checkpoint
 	var state sql.NullString
 	err := t.db.QueryRowContext(ctx, t.read, t.scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Checkpoint{}, false, nil
+		return foldtype.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return Checkpoint{}, false, fmt.Errorf("read checkpoint %q: %w", slug, err)
+		return foldtype.Checkpoint{}, false, fmt.Errorf("read checkpoint %q: %w", slug, err)
 	}
 	if state.Valid && state.String != "" {
 		cp.State = json.RawMessage(state.String)
@@ -105,7 +120,7 @@ func (t *CheckpointTable) ReadCheckpoint(ctx context.Context, slug string) (Chec
 // stateChanged the state column is set; otherwise NULL is passed and COALESCE keeps the stored
 // state. A state over [foldtype.MaxCheckpointChars] UTF-16 code units is refused before anything is written
 // ([foldtype.CheckpointTooLargeError], not retryable).
-func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp Checkpoint, stateChanged bool) error {
+func (t *Table) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
 	var state any
 	if stateChanged && cp.State != nil {
 		if n := foldtype.UTF16Len(string(cp.State)); n > foldtype.MaxCheckpointChars {

@@ -1,0 +1,104 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+// A create of a path the writer holds nothing of inserts without reading the path first
+// (driver.FreshStreamInserter). When a row holds the path after all — a stream evicted from the
+// writer's cache, a soft-deleted source its forks still read, an expired stream — the create is
+// decided by that row exactly as before: the same answer, the same stream.
+func TestCreateOfAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog, ProducerReorderWait: -1, MaxCachedStreams: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	json := "application/json"
+	// evict pushes every stream made so far out of the writer's cache and checks it did.
+	fillers := 0
+	evict := func(paths ...string) {
+		t.Helper()
+		for range 6 {
+			mustCreate(t, s, CreateRequest{Path: fmt.Sprintf("/filler/%d", fillers), ContentType: json})
+			fillers++
+		}
+		for _, p := range paths {
+			var held bool
+			if err := s.write(ctx, func(t *tx) error { held = !t.unheld(p); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if held {
+				t.Fatalf("%s is still in the writer's memory", p)
+			}
+		}
+	}
+
+	// A fresh path: created; the same create again answers the existing stream.
+	if res := mustCreate(t, s, CreateRequest{Path: "/fresh", ContentType: json}); !res.Created {
+		t.Fatalf("fresh create: %+v, want created", res)
+	}
+	if res := mustCreate(t, s, CreateRequest{Path: "/fresh", ContentType: json}); res.Created {
+		t.Fatalf("second create: %+v, want the existing stream", res)
+	}
+
+	// An existing stream with messages, evicted: the same configuration answers it (not
+	// created, its tail kept), another configuration is a conflict, a refused request is
+	// refused as before.
+	mustCreate(t, s, CreateRequest{Path: "/kept", ContentType: json, HasTTL: true, TTLSeconds: 3600})
+	tail := mustAppendRecord(t, s, AppendRequest{Path: "/kept", ContentType: json, Body: []byte(`[{"a":1},{"a":2}]`)}).Tail
+	id := streamIDOf(t, s, "/kept")
+	evict("/kept")
+	res := mustCreate(t, s, CreateRequest{Path: "/kept", ContentType: json, HasTTL: true, TTLSeconds: 3600})
+	if res.Created || res.Info.Tail != tail {
+		t.Fatalf("create of the evicted stream: %+v, want the existing stream at tail %d", res, tail)
+	}
+	evict("/kept")
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/kept", ContentType: "text/plain"}); kindOf(err) != foldtype.CodeConflict {
+		t.Fatalf("create of the evicted stream with another content type: %v, want CONFLICT", err)
+	}
+	evict("/kept")
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/kept", ContentType: json, ExpiresAt: clk.Now().Add(-time.Second)}); kindOf(err) != foldtype.CodeBadRequest {
+		t.Fatalf("create of the evicted stream with a past expiry: %v, want BAD_REQUEST", err)
+	}
+	if got := streamIDOf(t, s, "/kept"); got != id {
+		t.Fatalf("/kept is stream %d now, was %d", got, id)
+	}
+
+	// A soft-deleted source (its fork still reads it), evicted: the path stays reserved.
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: json})
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src"})
+	if err := s.Protocol().DeleteStream(ctx, "/src"); err != nil {
+		t.Fatal(err)
+	}
+	evict("/src")
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/src", ContentType: json}); kindOf(err) != foldtype.CodeConflict {
+		t.Fatalf("create over a soft-deleted source: %v, want CONFLICT", err)
+	}
+
+	// An expired stream, evicted: replaced by a new, empty stream.
+	mustCreate(t, s, CreateRequest{Path: "/old", ContentType: json, HasTTL: true, TTLSeconds: 10})
+	mustAppendRecord(t, s, AppendRequest{Path: "/old", ContentType: json, Body: []byte(`[{"a":1}]`)})
+	oldID := streamIDOf(t, s, "/old")
+	evict("/old")
+	clk.Advance(11 * time.Second)
+	res = mustCreate(t, s, CreateRequest{Path: "/old", ContentType: json})
+	if !res.Created || res.Info.Tail != 0 {
+		t.Fatalf("create over an expired stream: %+v, want a new empty stream", res)
+	}
+	if got := streamIDOf(t, s, "/old"); got == oldID {
+		t.Fatalf("create over an expired stream kept its id %d", got)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path = '/old'`); n != 1 {
+		t.Fatalf("%d rows hold /old, want 1", n)
+	}
+}
