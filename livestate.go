@@ -121,13 +121,18 @@ func closedChan() chan struct{} {
 // did not change are compared with prev rather than encoded again (rawjson.Reencode), so a
 // one-field change in a large value costs a walk of the value, not a whole marshal.
 func encodeLive(v any, prev []byte, prevType reflect.Type) (b []byte, err error) {
+	r, err := encodeLiveTo(nil, v, prev, prevType)
+	return r.Text, err
+}
+
+// encodeLiveTo is encodeLive writing into buf when it is large enough (rawjson.ReencodeTo).
+func encodeLiveTo(buf []byte, v any, prev []byte, prevType reflect.Type) (r rawjson.Reencoded, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("marshal panicked: %v", p)
+			r, err = rawjson.Reencoded{}, fmt.Errorf("marshal panicked: %v", p)
 		}
 	}()
-	b, _, err = rawjson.Reencode(v, prev, prevType)
-	return b, err
+	return rawjson.ReencodeTo(buf, v, prev, prevType)
 }
 
 func marshalLive(v any) (b []byte, err error) {
@@ -175,13 +180,18 @@ func (l *LiveState) SnapshotJSON() (foldtype.LiveSnapshot[json.RawMessage], erro
 // blocks on the sink.
 func (l *LiveState) Set(next any) {
 	l.mu.Lock()
-	base, baseType := l.base, l.baseType
+	base, baseType, spare := l.base, l.baseType, l.spare
+	l.spare = nil
 	l.encoding++
 	l.mu.Unlock()
-	b, err := encodeLive(next, base, baseType)
+	r, err := encodeLiveTo(spare, next, base, baseType)
+	b := r.Text
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.encoding--
+	if l.spare == nil && cap(spare) > 0 && !sameBuffer(b, spare) {
+		l.spare = spare // not used: the encoding was the old text, or a whole marshal
+	}
 	if err != nil {
 		l.held, l.heldJSON = next, nil
 		l.rev++
@@ -197,7 +207,11 @@ func (l *LiveState) Set(next any) {
 	default:
 		var ok bool
 		if l.indexed {
-			ops, idx, ok = rawjson.DiffIndexed(l.base, l.baseIdx, b)
+			prefix, suffix := r.Prefix, r.Suffix
+			if r.Same || !sameBuffer(l.base, base) { // another call replaced the text r was made against
+				prefix, suffix = -1, -1
+			}
+			ops, idx, ok = rawjson.DiffIndexedWindow(l.base, l.baseIdx, b, prefix, suffix)
 		}
 		if !ok {
 			ops, err = rawjson.Diff(l.base, b)
@@ -209,9 +223,25 @@ func (l *LiveState) Set(next any) {
 			idx, indexed = rawjson.IndexObject(b)
 		}
 	}
+	l.recycle(b)
 	l.held, l.heldJSON, l.base, l.baseType = next, b, b, reflect.TypeOf(next)
 	l.baseIdx, l.indexed = idx, indexed
 	l.publish(ops)
+}
+
+// recycle keeps the base being replaced by next as the spare buffer, when nothing reads it any more:
+// no Set is encoding against it outside the lock, it is not next itself, and the ops of this call
+// refer to next only. The caller holds l.mu.
+func (l *LiveState) recycle(next []byte) {
+	old := l.base
+	if l.encoding == 0 && l.spare == nil && cap(old) > 0 && !sameBuffer(old, next) {
+		l.spare = old[:0]
+	}
+}
+
+// sameBuffer reports whether a and b start at the same byte.
+func sameBuffer(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:1][0] == &b[:1][0]
 }
 
 // publish moves rev by one and queues the delta of ops on the append chain; no ops, no delta. The
@@ -303,9 +333,7 @@ func (l *LiveState) SetChanged(next any, changed ...string) {
 			res.Text, res.Index, res.Indexed = truth, idx, ok
 		}
 	}
-	if old := l.base; l.encoding == 0 && len(old) > 0 && len(res.Text) > 0 && &old[0] != &res.Text[0] {
-		l.spare = old[:0] // no Set reads it, and the ops of this call refer to the new text only
-	}
+	l.recycle(res.Text)
 	l.held, l.heldJSON, l.base, l.baseType = next, res.Text, res.Text, reflect.TypeOf(next)
 	l.baseIdx, l.indexed = res.Index, res.Indexed
 	l.publish(ops)
