@@ -726,6 +726,8 @@ type fencedStream struct {
 	ls         *leaseSet
 	key        procKey
 	generation int64
+	// first is the first page of the opening catch-up, read with the stream (nil: none).
+	first *firstPage
 }
 
 func (f *fencedStream) check() error {
@@ -743,6 +745,9 @@ func (f *fencedStream) Append(ctx context.Context, events ...foldtype.EventInput
 }
 
 func (f *fencedStream) Read(ctx context.Context, after int64, limit int) (foldtype.ReadPage, error) {
+	if p, ok := f.first.take(after, limit); ok {
+		return p, nil
+	}
 	return f.inner.Read(ctx, after, limit)
 }
 

@@ -399,3 +399,59 @@ func TestEnginesReopenedUnderTheCapWakeEachStreamOnceAndWriteNothingToReopen(t *
 		}
 	}
 }
+
+// TestAPatternStreamCreatedAgainGetsItsWakeRecordWhenItsEngineReopens: the host remembers the
+// streams it woke by path and id, so an engine reopening on a stream deleted and created again
+// since wakes the new stream once (its record reaches the engine like any commit), and its
+// effects run once for the new events.
+func TestAPatternStreamCreatedAgainGetsItsWakeRecordWhenItsEngineReopens(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, filepath.Join(t.TempDir(), "again.db"), nil)
+	defer s.Close()
+	h := newHost(t, s)
+	p := newCarts(t, "carts")
+	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+		t.Fatal(err)
+	}
+	woken := func() int {
+		n := 0
+		for _, e := range logOf(t, s, "/carts/x") {
+			if strings.HasPrefix(e, foldtype.WokenType+"@") {
+				n++
+			}
+		}
+		return n
+	}
+	done := p.expect("/carts/x", 2)
+	if _, err := s.Events().Stream("/carts/x").Append(ctx, item(1), item(2)); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if got := cartItems(t, h, "/carts/x"); got != 3 {
+		t.Fatalf("items: got %d, want 3", got)
+	}
+	if n := woken(); n != 1 {
+		t.Fatalf("wake records on the first stream: got %d, want 1", n)
+	}
+	if err := s.Protocol().DeleteStream(ctx, "/carts/x"); err != nil {
+		t.Fatal(err)
+	}
+	done = p.expect("/carts/x", 3)
+	if _, err := s.Events().Stream("/carts/x").Append(ctx, item(5)); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if got := cartItems(t, h, "/carts/x"); got != 5 {
+		t.Fatalf("items on the stream created again: got %d, want 5", got)
+	}
+	if n := woken(); n != 1 {
+		t.Fatalf("wake records on the stream created again: got %d, want 1: %v", n, logOf(t, s, "/carts/x"))
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.effectsOn("/carts/x"); !slices.Equal(got, []int64{1, 2, 1}) {
+		t.Fatalf("effects: got %v, want [1 2 1] (the first stream's two, the new one's one)", got)
+	}
+}

@@ -37,7 +37,7 @@ func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Pro
 	}
 	if r == nil {
 		// Another node runs it: an engine under no lease, whose every write fails LEASE_LOST.
-		if r, err = reg.build(path, stream.StreamInfo{}, nil, driver.Lease{}); err != nil {
+		if r, err = reg.build(path, preread{}, driver.Lease{}); err != nil {
 			return nil, err
 		}
 	}
@@ -125,8 +125,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		}
 		return json.Marshal(v)
 	}
-	reg.build = func(path string, info stream.StreamInfo, read map[string]foldtype.Checkpoint, l driver.Lease) (foldtype.Runner, error) {
-		cps, err := h.checkpointsOf(path, info)
+	reg.build = func(path string, pre preread, l driver.Lease) (foldtype.Runner, error) {
+		cps, err := h.checkpointsOf(path, pre.info)
+		read := pre.rows
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +143,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		defer rows.forgetAll()
 		key := procKey{path, reg.slug}
 		return foldstream.NewEngine(p, foldstream.EngineConfig{
-			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation},
+			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation, first: pre.first},
 			Checkpoints: preloadedCheckpoints{cps.Fenced(leaseKey(key), l.Generation), rows},
 			FedByPushes: true,
 			Clock:       h.clock,

@@ -51,10 +51,9 @@ type registration struct {
 	consumes []string
 	// project is the processor's live-state projection of a checkpoint state (JSON).
 	project func(state json.RawMessage) (json.RawMessage, error)
-	// build makes a fresh engine for a stream path under lease l (info: the stream as just read, or
-	// the zero value; rows: its checkpoint rows read with it, or nil to read them now); nil for a
-	// runner added with Add.
-	build func(path string, info stream.StreamInfo, rows map[string]foldtype.Checkpoint, l driver.Lease) (foldtype.Runner, error)
+	// build makes a fresh engine for a stream path under lease l with what the opening read already
+	// (the zero preread: nothing); nil for a runner added with Add.
+	build func(path string, pre preread, l driver.Lease) (foldtype.Runner, error)
 	added foldtype.Runner
 	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
 	// schema at append time.
@@ -286,19 +285,13 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		h.mu.Unlock()
 	}
 	var info stream.StreamInfo
-	var rows map[string]foldtype.Checkpoint // the engine's checkpoint rows, read with the stream
+	var pre preread
+	var runner foldtype.Runner
+	var sub *stream.Subscription
+	var gate chan struct{} // pushes wait until the slot is published
 	if mode != openForRegister && reg.added == nil && h.store.Driver().Exclusive() {
-		// Leases of an exclusive database live in this process, so taking one first costs no
-		// write; under it the stream and the engine's checkpoint rows are read in one read
-		// (docs/store.md#engines-of-a-pattern). A missing stream releases the lease as idle.
-		l, err := h.leases.acquire(ctx, sl.key, sl.force)
-		if err != nil {
-			fail(err)
-			return
-		}
-		sl.lease, held = l, true
-		if info, rows, err = h.store.Events().HeadStreamWithCheckpoints(ctx, sl.key.path, engineRows(reg.slug)...); err != nil {
-			fail(err)
+		var ok bool
+		if info, pre, runner, sub, gate, ok = h.openExclusive(ctx, sl, mode, fail, &held); !ok {
 			return
 		}
 	} else {
@@ -321,50 +314,50 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 			return
 		}
 		sl.lease, held = l, true
+		runner = reg.added
+		if runner == nil {
+			var err error
+			if runner, err = reg.build(sl.key.path, preread{info: info}, l); err != nil {
+				fail(err)
+				return
+			}
+		}
+		if !reg.pinned() {
+			h.makeRoom(ctx)
+		}
+		switch mode {
+		case openForRegister:
+			if _, err := h.store.Events().Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
+				fail(err)
+				return
+			}
+			var err error
+			if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
+				fail(err)
+				return
+			}
+			h.markWoken(sl.key.path, info.ID())
+		case openForWork:
+			if err := h.wakeOnce(ctx, sl.key.path, info, stream.WakeRequest); err != nil {
+				fail(err)
+				return
+			}
+		default:
+			sl.needWake.Store(!info.Closed)
+		}
+		sl.streamID = info.ID()
+		gate = make(chan struct{})
+		if sub, err = h.store.Events().Subscribe(sl.key.path, gated(gate, h.deliverTo(sl, runner)), stream.SubscribeOptions{
+			Consumes:         runner.Consumes(),
+			MaxPendingEvents: h.cfg.MaxPendingEvents,
+			Name:             runner.Slug(),
+			Logger:           h.log,
+		}); err != nil {
+			fail(err)
+			return
+		}
 	}
 	l := sl.lease
-	runner := reg.added
-	if runner == nil {
-		var err error
-		if runner, err = reg.build(sl.key.path, info, rows, l); err != nil {
-			fail(err)
-			return
-		}
-	}
-	if !reg.pinned() {
-		h.makeRoom(ctx)
-	}
-	switch mode {
-	case openForRegister:
-		if _, err := h.store.Events().Wake(ctx, sl.key.path, stream.WakeRequest); err != nil {
-			fail(err)
-			return
-		}
-		var err error
-		if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
-			fail(err)
-			return
-		}
-		h.markWoken(sl.key.path, info.ID())
-	case openForWork:
-		if err := h.wakeOnce(ctx, sl.key.path, info, stream.WakeRequest); err != nil {
-			fail(err)
-			return
-		}
-	default:
-		sl.needWake.Store(!info.Closed)
-	}
-	sl.streamID = info.ID()
-	sub, err := h.store.Events().Subscribe(sl.key.path, h.deliverTo(sl, runner), stream.SubscribeOptions{
-		Consumes:         runner.Consumes(),
-		MaxPendingEvents: h.cfg.MaxPendingEvents,
-		Name:             runner.Slug(),
-		Logger:           h.log,
-	})
-	if err != nil {
-		fail(err)
-		return
-	}
 	// Published under the lock, and only while the host runs: Shutdown closes exactly the slots it
 	// finds open, so one opened after it would stay subscribed until the store closes.
 	h.mu.Lock()
@@ -396,11 +389,15 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		h.armSweeperLocked()
 	}
 	close(sl.ready)
+	if gate != nil {
+		close(gate)
+	}
 	h.wg.Add(1)
 	h.mu.Unlock()
 	catchUp := func() {
 		defer h.wg.Done()
 		err := runner.CatchUpFromLog(ctx)
+		pre.first.drop() // read by now, or stale: later reads go to the store
 		h.failed(sl, "catch-up", err)
 		// Released before the readers waiting for the catch-up go on, so an engine they are done
 		// with is idle (and may make room under the cap) as soon as they are.
@@ -985,6 +982,14 @@ func (h *Host) wakeOnce(ctx context.Context, path string, info stream.StreamInfo
 	}
 	h.markWoken(path, info.ID())
 	return nil
+}
+
+// idOf returns the id of the stream at path this host woke, if it remembers one.
+func (w *wokenSet) idOf(path string) (int64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	id, ok := w.m[path]
+	return id, ok
 }
 
 // wokenAlready reports whether this host woke the stream with id at path.

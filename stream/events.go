@@ -264,59 +264,12 @@ type readOptions struct {
 
 // readEvents is [EventStream.Read] with options, for the stream at path.
 func (s *Store) readEvents(ctx context.Context, path string, after int64, limit int, opts readOptions) (foldtype.ReadPage, error) {
-	if limit <= 0 {
-		limit = DefaultReadLimit
-	}
-	limit = min(limit, MaxReadLimit)
-	if after < 0 {
-		after = 0
-	}
-	page := foldtype.ReadPage{ScannedThroughOffset: after, AtHead: true}
-	var streamID int64 = -1
-	budget := s.ev.readBudget
+	var page foldtype.ReadPage
+	var streamID int64
 	err := s.readTx(ctx, func(q driver.Reader) error {
-		row, err := loadStreamByPath(ctx, q, path)
-		if errors.Is(err, errNoStream) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		streamID = row.ID
-		page.Events = []foldtype.Event{}
-		var last int64
-		total, cut, n := 0, false, 0
-		var decErr error
-		err = scanMessages(ctx, q, row, after, func(msg message) bool {
-			if n > 0 && total+len(msg.Body) > budget {
-				cut = true
-				return false
-			}
-			ev, err := decodeEvent(path, msg)
-			if err != nil {
-				decErr = err
-				return false
-			}
-			total += len(msg.Body)
-			page.Events = append(page.Events, ev)
-			last = msg.Offset
-			n++
-			return n < limit
-		})
-		if err != nil {
-			return err
-		}
-		if decErr != nil {
-			return decErr
-		}
-		mark := row.Tail
-		page.AtHead = !cut && (n < limit || last >= mark)
-		if page.AtHead {
-			page.ScannedThroughOffset = max(after, mark)
-		} else {
-			page.ScannedThroughOffset = max(after, last)
-		}
-		return nil
+		var err error
+		page, streamID, err = s.readEventsIn(ctx, q, path, after, limit)
+		return err
 	})
 	if err != nil {
 		return foldtype.ReadPage{}, err
@@ -325,4 +278,59 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 		page.Events = s.mergeEphemerals(streamID, page.Events, after, page.ScannedThroughOffset, page.AtHead)
 	}
 	return page, nil
+}
+
+// readEventsIn is readEvents's page of durable events inside the read transaction q; streamID is
+// -1 for a missing stream (an empty page at head).
+func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, after int64, limit int) (foldtype.ReadPage, int64, error) {
+	if limit <= 0 {
+		limit = DefaultReadLimit
+	}
+	limit = min(limit, MaxReadLimit)
+	if after < 0 {
+		after = 0
+	}
+	page := foldtype.ReadPage{ScannedThroughOffset: after, AtHead: true}
+	budget := s.ev.readBudget
+	row, err := loadStreamByPath(ctx, q, path)
+	if errors.Is(err, errNoStream) {
+		return page, -1, nil
+	}
+	if err != nil {
+		return foldtype.ReadPage{}, -1, err
+	}
+	page.Events = []foldtype.Event{}
+	var last int64
+	total, cut, n := 0, false, 0
+	var decErr error
+	err = scanMessages(ctx, q, row, after, func(msg message) bool {
+		if n > 0 && total+len(msg.Body) > budget {
+			cut = true
+			return false
+		}
+		ev, err := decodeEvent(path, msg)
+		if err != nil {
+			decErr = err
+			return false
+		}
+		total += len(msg.Body)
+		page.Events = append(page.Events, ev)
+		last = msg.Offset
+		n++
+		return n < limit
+	})
+	if err != nil {
+		return foldtype.ReadPage{}, -1, err
+	}
+	if decErr != nil {
+		return foldtype.ReadPage{}, -1, decErr
+	}
+	mark := row.Tail
+	page.AtHead = !cut && (n < limit || last >= mark)
+	if page.AtHead {
+		page.ScannedThroughOffset = max(after, mark)
+	} else {
+		page.ScannedThroughOffset = max(after, last)
+	}
+	return page, row.ID, nil
 }

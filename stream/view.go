@@ -150,30 +150,60 @@ func (e *Events) CheckpointsOf(info StreamInfo) (*Checkpoints, error) {
 // of slugs on the stream (the map holds the rows found), for a host reopening an engine where no
 // other process writes checkpoints: the stream and the engine's checkpoint in one read.
 func (e *Events) HeadStreamWithCheckpoints(ctx context.Context, path string, slugs ...string) (StreamInfo, map[string]foldtype.Checkpoint, error) {
+	o, err := e.HeadStreamForEngine(ctx, path, slugs, nil, 0)
+	return o.Info, o.Checkpoints, err
+}
+
+// EngineOpening is what HeadStreamForEngine read, all in one read transaction.
+type EngineOpening struct {
+	// Info is the stream, as HeadStream returns it.
+	Info StreamInfo
+	// Checkpoints holds the checkpoint rows found.
+	Checkpoints map[string]foldtype.Checkpoint
+	// After and Page are the first page of the engine's catch-up: the durable events after After,
+	// as EventStream.Read reads them. HasPage is false when no page was read.
+	After   int64
+	Page    foldtype.ReadPage
+	HasPage bool
+}
+
+// HeadStreamForEngine is HeadStreamWithCheckpoints and, in the same read transaction, the page an
+// engine's catch-up reads first: after the offset after returns for the rows found (negative, or
+// after nil: no page), at most limit events (as EventStream.Read with limit). A host that
+// subscribed the engine first opens it with this one read: the stream, its checkpoint, and the
+// events after it.
+func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
 	s := e.s
-	var info StreamInfo
-	rows := make(map[string]foldtype.Checkpoint, len(slugs))
+	o := EngineOpening{Checkpoints: make(map[string]foldtype.Checkpoint, len(slugs))}
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		r, err := s.loadLive(ctx, q, path, s.clock.Now())
 		if err != nil {
 			return err
 		}
-		info = infoOf(r)
+		o.Info = infoOf(r)
 		for _, slug := range slugs {
 			cp, ok, err := q.Checkpoint(ctx, path, slug)
 			if err != nil {
 				return err
 			}
 			if ok {
-				rows[slug] = cp
+				o.Checkpoints[slug] = cp
 			}
 		}
-		return nil
+		if after == nil {
+			return nil
+		}
+		if o.After = after(o.Checkpoints); o.After < 0 {
+			return nil
+		}
+		o.Page, _, err = s.readEventsIn(ctx, q, path, o.After, limit)
+		o.HasPage = err == nil
+		return err
 	})
 	if err != nil {
-		return StreamInfo{}, nil, err
+		return EngineOpening{}, err
 	}
-	return info, rows, nil
+	return o, nil
 }
 
 // checkIncarnation refuses a checkpoint write once the stream the checkpoints belong to is gone
