@@ -31,7 +31,7 @@ func BenchmarkCreateOverHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	srv := newServer(b, st, server.Config{Logger: quiet})
 	defer srv.Shutdown(context.Background())
 	hs := httptest.NewServer(srv)
