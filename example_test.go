@@ -133,3 +133,32 @@ func ExampleLiveState() {
 	// Output:
 	// greeting true true [{"op":"replace","path":"/text","value":"hello"}]
 }
+
+func ExampleLiveState_SetChanged() {
+	type Player struct {
+		Name  string `json:"name"`
+		Score int    `json:"score"`
+	}
+	type Game struct {
+		Players map[string]Player `json:"players"`
+		Round   int               `json:"round"`
+	}
+	mem := testsupport.NewMemoryStream()
+	g := Game{Players: map[string]Player{"ann": {Name: "Ann"}, "bob": {Name: "Bob"}}}
+	live := foldstream.NewLiveState(mem, "game", g, foldstream.LiveStateConfig{Clock: testsupport.NewFakeClock()})
+	// Ann scores and a round starts: only these two members are encoded, however many players
+	// there are.
+	g.Players["ann"] = Player{Name: "Ann", Score: 3}
+	g.Round++
+	live.SetChanged(g, "/players/ann/score", "/round")
+	_ = live.Wait(context.Background())
+	var d foldtype.LiveStateDelta
+	_ = json.Unmarshal(mem.PushedEvents()[0].Payload, &d)
+	patch, _ := json.Marshal(d.Patch)
+	held, _ := live.SnapshotJSON()
+	fmt.Println(string(patch))
+	fmt.Println(string(held.State))
+	// Output:
+	// [{"op":"replace","path":"/round","value":1},{"op":"replace","path":"/players/ann/score","value":3}]
+	// {"players":{"ann":{"name":"Ann","score":3},"bob":{"name":"Bob","score":0}},"round":1}
+}

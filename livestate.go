@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -31,7 +32,16 @@ type LiveStateConfig struct {
 	Reporter Reporter
 	// Epoch overrides the revision epoch (tests); zero means nowMs*4096 + rand[0, 4095].
 	Epoch int64
+	// VerifyInterval bounds how often [LiveState.SetChanged] checks a declaration against a full
+	// encoding of the value (docs/engine.md#declared-changes): at most one of its calls per
+	// interval, on the Clock, pays for that check. Defaults to LiveStateVerifyIntervalDefault; a
+	// negative value checks every call (tests).
+	VerifyInterval time.Duration
 }
+
+// LiveStateVerifyIntervalDefault is the default [LiveStateConfig.VerifyInterval]: one SetChanged
+// call a second is checked against a full encoding.
+const LiveStateVerifyIntervalDefault = time.Second
 
 // LiveState holds one live value and publishes its changes as RFC 6902 deltas
 // (docs/engine.md#live-state). It is safe for concurrent use.
@@ -42,11 +52,14 @@ type LiveStateConfig struct {
 // differ (common prefix and suffix), and diffs only the members overlapping it; inside them the
 // diff skips byte-identical subtrees without decoding them. A one-field change in a large value
 // therefore costs a walk of the value and a memory comparison, not a marshal and a whole-document
-// diff.
+// diff. A caller who knows which members changed names them to [LiveState.SetChanged], which
+// encodes only those and does not walk the rest.
 type LiveState struct {
 	sink     LiveStateSink
 	key      string
 	reporter Reporter
+	clock    Clock
+	verify   time.Duration // < 0: every SetChanged
 
 	mu       sync.Mutex
 	held     any
@@ -57,6 +70,12 @@ type LiveState struct {
 	indexed  bool // base is an object and baseIdx indexes its members
 	rev      int64
 	tail     chan struct{} // closes when the last queued delta append settled
+	verified time.Time     // when SetChanged last checked a declaration
+	// SetChanged writes the next text into spare, an earlier base nothing refers to any more,
+	// instead of allocating (and clearing) a buffer the size of the value. encoding counts the Sets
+	// reading base outside the lock: while one is, a replaced base is not reused.
+	spare    []byte
+	encoding int
 }
 
 // NewLiveState returns a holder with key and initial value (docs/engine.md#live-state). The
@@ -75,7 +94,11 @@ func NewLiveState(sink LiveStateSink, key string, initial any, opts LiveStateCon
 	if rev == 0 {
 		rev = revisionEpoch(clock)
 	}
-	l := &LiveState{sink: sink, key: key, reporter: rep, held: initial, rev: rev, tail: closedChan()}
+	verify := opts.VerifyInterval
+	if verify == 0 {
+		verify = LiveStateVerifyIntervalDefault
+	}
+	l := &LiveState{sink: sink, key: key, reporter: rep, clock: clock, verify: verify, held: initial, rev: rev, tail: closedChan()}
 	if b, err := marshalLive(initial); err == nil {
 		l.base, l.heldJSON, l.baseType = b, b, reflect.TypeOf(initial)
 		l.baseIdx, l.indexed = rawjson.IndexObject(b)
@@ -98,13 +121,18 @@ func closedChan() chan struct{} {
 // did not change are compared with prev rather than encoded again (rawjson.Reencode), so a
 // one-field change in a large value costs a walk of the value, not a whole marshal.
 func encodeLive(v any, prev []byte, prevType reflect.Type) (b []byte, err error) {
+	r, err := encodeLiveTo(nil, v, prev, prevType)
+	return r.Text, err
+}
+
+// encodeLiveTo is encodeLive writing into buf when it is large enough (rawjson.ReencodeTo).
+func encodeLiveTo(buf []byte, v any, prev []byte, prevType reflect.Type) (r rawjson.Reencoded, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("marshal panicked: %v", p)
+			r, err = rawjson.Reencoded{}, fmt.Errorf("marshal panicked: %v", p)
 		}
 	}()
-	b, _, err = rawjson.Reencode(v, prev, prevType)
-	return b, err
+	return rawjson.ReencodeTo(buf, v, prev, prevType)
 }
 
 func marshalLive(v any) (b []byte, err error) {
@@ -152,11 +180,18 @@ func (l *LiveState) SnapshotJSON() (foldtype.LiveSnapshot[json.RawMessage], erro
 // blocks on the sink.
 func (l *LiveState) Set(next any) {
 	l.mu.Lock()
-	base, baseType := l.base, l.baseType
+	base, baseType, spare := l.base, l.baseType, l.spare
+	l.spare = nil
+	l.encoding++
 	l.mu.Unlock()
-	b, err := encodeLive(next, base, baseType)
+	r, err := encodeLiveTo(spare, next, base, baseType)
+	b := r.Text
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.encoding--
+	if l.spare == nil && cap(spare) > 0 && !sameBuffer(b, spare) {
+		l.spare = spare // not used: the encoding was the old text, or a whole marshal
+	}
 	if err != nil {
 		l.held, l.heldJSON = next, nil
 		l.rev++
@@ -172,7 +207,11 @@ func (l *LiveState) Set(next any) {
 	default:
 		var ok bool
 		if l.indexed {
-			ops, idx, ok = rawjson.DiffIndexed(l.base, l.baseIdx, b)
+			prefix, suffix := r.Prefix, r.Suffix
+			if r.Same || !sameBuffer(l.base, base) { // another call replaced the text r was made against
+				prefix, suffix = -1, -1
+			}
+			ops, idx, ok = rawjson.DiffIndexedWindow(l.base, l.baseIdx, b, prefix, suffix)
 		}
 		if !ok {
 			ops, err = rawjson.Diff(l.base, b)
@@ -184,8 +223,30 @@ func (l *LiveState) Set(next any) {
 			idx, indexed = rawjson.IndexObject(b)
 		}
 	}
+	l.recycle(b)
 	l.held, l.heldJSON, l.base, l.baseType = next, b, b, reflect.TypeOf(next)
 	l.baseIdx, l.indexed = idx, indexed
+	l.publish(ops)
+}
+
+// recycle keeps the base being replaced by next as the spare buffer, when nothing reads it any more:
+// no Set is encoding against it outside the lock, it is not next itself, and the ops of this call
+// refer to next only. The caller holds l.mu.
+func (l *LiveState) recycle(next []byte) {
+	old := l.base
+	if l.encoding == 0 && l.spare == nil && cap(old) > 0 && !sameBuffer(old, next) {
+		l.spare = old[:0]
+	}
+}
+
+// sameBuffer reports whether a and b start at the same byte.
+func sameBuffer(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:1][0] == &b[:1][0]
+}
+
+// publish moves rev by one and queues the delta of ops on the append chain; no ops, no delta. The
+// caller holds l.mu.
+func (l *LiveState) publish(ops []PatchOp) {
 	if len(ops) == 0 {
 		return
 	}
@@ -216,6 +277,78 @@ func (l *LiveState) Set(next any) {
 			report(l.reporter, SiteLiveStateAppend, err, slog.String("key", l.key))
 		}
 	}()
+}
+
+// SetChanged publishes next like [LiveState.Set], given changed: the JSON Pointers (RFC 6901, as
+// in a patch: "/items/3/name") of every member whose JSON may differ from the held value's. Only
+// those members are encoded; each is spliced into the held JSON in place of its old text (or
+// added, or removed), and the patch is made from them alone, so the cost follows the size of the
+// change, not of the value (docs/engine.md#declared-changes). Declaring a member that did not
+// change is harmless; a pointer that cannot be followed exactly in next (no such field, an index
+// out of range, a type with its own MarshalJSON on the way) widens to its parent, and one that
+// widens to the whole value, or a held value that did not serialize, makes the call a Set.
+//
+// A member that changed but was not declared keeps its old JSON. SetChanged finds that by checking
+// one call per [LiveStateConfig.VerifyInterval] against a full encoding of next (every call when
+// the interval is negative); a difference is corrected in that call's delta, so clients hold the
+// right value from it on, and reported under [SiteLiveStateUndeclared] with code
+// UNDECLARED_CHANGE. Like Set, SetChanged never fails and never blocks on the sink; the holder
+// keeps next, which the caller may change in place before its next Set or SetChanged.
+func (l *LiveState) SetChanged(next any, changed ...string) {
+	l.mu.Lock()
+	if l.heldJSON == nil {
+		l.mu.Unlock()
+		l.Set(next)
+		return
+	}
+	spare := l.spare
+	l.spare = nil
+	res, ok := rawjson.EncodeChanged(next, l.base, l.baseType, l.baseIdx, l.indexed, changed, spare)
+	if !ok {
+		l.mu.Unlock()
+		l.Set(next)
+		return
+	}
+	defer l.mu.Unlock()
+	ops := res.Ops
+	if now := l.clock.Now(); l.verify < 0 || now.Sub(l.verified) >= l.verify {
+		l.verified = now
+		truth, err := encodeLive(next, res.Text, l.baseType)
+		if err != nil { // an undeclared member no longer serializes: Set's rule for such a value
+			l.held, l.heldJSON = next, nil
+			l.rev++
+			return
+		}
+		if !bytes.Equal(truth, res.Text) {
+			fix, idx, ok := []PatchOp(nil), []rawjson.MemberSpan(nil), false
+			if res.Indexed {
+				fix, idx, ok = rawjson.DiffIndexed(res.Text, res.Index, truth)
+			}
+			if !ok {
+				fix, _ = rawjson.Diff(res.Text, truth)
+				idx, ok = rawjson.IndexObject(truth)
+			}
+			l.reportUndeclared(fix, changed)
+			ops = append(ops, fix...)
+			res.Text, res.Index, res.Indexed = truth, idx, ok
+		}
+	}
+	l.recycle(res.Text)
+	l.held, l.heldJSON, l.base, l.baseType = next, res.Text, res.Text, reflect.TypeOf(next)
+	l.baseIdx, l.indexed = res.Index, res.Indexed
+	l.publish(ops)
+}
+
+// reportUndeclared reports the members a SetChanged check found changed without a declaration.
+func (l *LiveState) reportUndeclared(fix []PatchOp, declared []string) {
+	paths := make([]string, 0, min(len(fix), 8))
+	for _, op := range fix[:min(len(fix), 8)] {
+		paths = append(paths, op.Path)
+	}
+	err := foldtype.NewError(foldtype.CodeUndeclaredChange,
+		map[string]any{"key": l.key, "paths": paths, "declared": declared},
+		"live state %q changed at %v without SetChanged declaring it (corrected in the next delta); declare every changed member or call Set", l.key, paths)
+	report(l.reporter, SiteLiveStateUndeclared, err, slog.String("key", l.key))
 }
 
 // Wait blocks until every delta queued so far has settled, or ctx ends.

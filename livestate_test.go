@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -551,4 +553,330 @@ func TestLiveStateFollowsInPlaceChanges(t *testing.T) {
 			t.Fatalf("step %d: held JSON %s (%v), want %s", step, held.State, err, want)
 		}
 	}
+}
+
+// errLog records the sites and errors reported to it.
+type errLog struct {
+	mu    sync.Mutex
+	sites []string
+	errs  []error
+}
+
+func (r *errLog) Report(_ context.Context, site string, err error, _ ...slog.Attr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sites, r.errs = append(r.sites, site), append(r.errs, err)
+}
+
+func (r *errLog) get() ([]string, []error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.sites...), append([]error(nil), r.errs...)
+}
+
+// newLiveChecked is newLive with SetChanged checking its declarations at every call, or at most
+// once per interval when interval > 0.
+func newLiveChecked(sink foldstream.LiveStateSink, initial any, interval time.Duration) (*foldstream.LiveState, *testsupport.FakeClock, *errLog) {
+	clock, rep := testsupport.NewFakeClock(), &errLog{}
+	if interval == 0 {
+		interval = -1
+	}
+	l := foldstream.NewLiveState(sink, "k", initial, foldstream.LiveStateConfig{Clock: clock, Reporter: rep, VerifyInterval: interval})
+	return l, clock, rep
+}
+
+// applyFrames applies the frames' patches to doc in order, checking that each starts at the
+// revision the previous one ended at.
+func applyFrames(t *testing.T, doc json.RawMessage, rev int64, fs []foldtype.LiveStateDelta) (json.RawMessage, int64) {
+	t.Helper()
+	for _, f := range fs {
+		if f.From != rev || f.To != rev+1 {
+			t.Fatalf("delta %d→%d after revision %d: the chain is broken", f.From, f.To, rev)
+		}
+		doc = must[json.RawMessage](t)(foldstream.ApplyPatch(doc, foldstream.JSON(f.Patch)))
+		rev = f.To
+	}
+	return doc, rev
+}
+
+func bigLiveDoc(n int) liveDoc {
+	d := liveDoc{Index: map[string]liveItem{}}
+	for i := range n {
+		it := liveItem{ID: i, Name: fmt.Sprint("n", i), Tags: []string{"a", "b"}, Score: float64(i) / 3, Attrs: map[string]string{"k": "v"}}
+		d.Items = append(d.Items, it)
+		d.Index[fmt.Sprint("k", i)] = it
+	}
+	return d
+}
+
+// The members SetChanged is told of are encoded and published; the patch names only them, and the
+// held JSON is exactly the value's.
+func TestSetChangedAppliesTheDeclaredChange(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	d := bigLiveDoc(50)
+	l, _, rep := newLiveChecked(sink, d, 0)
+	seedRev, seed, _ := heldJSON(l)
+	d.Counter = 7
+	d.Items[3].Name = "renamed"
+	d.Index["k9"] = liveItem{ID: 90}
+	delete(d.Index, "k10")
+	d.Index["new"] = liveItem{ID: 1}
+	l.SetChanged(d, "/counter", "/items/3/name", "/index/k9", "/index/k10", "/index/new")
+	waitLive(t, l)
+	fs := sink.frames()
+	if len(fs) != 1 {
+		t.Fatalf("frames: got %d, want 1", len(fs))
+	}
+	// Per container in text order; in each, removes first, then additions and changes (Diff's order).
+	jsonEq(t, "patch", foldstream.JSON(fs[0].Patch), `[`+
+		`{"op":"replace","path":"/counter","value":7},`+
+		`{"op":"replace","path":"/items/3/name","value":"renamed"},`+
+		`{"op":"remove","path":"/index/k10"},`+
+		`{"op":"remove","path":"/index/k9/name"},{"op":"replace","path":"/index/k9/id","value":90},`+
+		`{"op":"replace","path":"/index/k9/tags","value":null},{"op":"replace","path":"/index/k9/score","value":0},`+
+		`{"op":"replace","path":"/index/k9/attrs","value":null},`+
+		`{"op":"add","path":"/index/new","value":{"id":1,"tags":null,"score":0,"attrs":null}}]`)
+	doc, rev := applyFrames(t, seed, seedRev, fs)
+	want, _ := rawjson.Marshal(d)
+	if !rawjson.Equal(doc, want) {
+		t.Fatalf("deltas rebuild %s\nwant %s", doc, want)
+	}
+	gotRev, held, err := heldJSON(l)
+	if err != nil || string(held) != string(want) || gotRev != rev {
+		t.Fatalf("held %s at %d (%v), want %s at %d", held, gotRev, err, want, rev)
+	}
+	if sites, _ := rep.get(); len(sites) != 0 {
+		t.Fatalf("reported %v for a complete declaration", sites)
+	}
+}
+
+// A member that changed without being declared is found by the check, corrected in the same
+// delta, and reported with code UNDECLARED_CHANGE.
+func TestSetChangedCatchesAndCorrectsAnUndeclaredChange(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	d := bigLiveDoc(20)
+	l, _, rep := newLiveChecked(sink, d, 0)
+	seedRev, seed, _ := heldJSON(l)
+	d.Counter = 1
+	it := d.Index["k5"]
+	it.Name = "undeclared" // changed, not declared
+	d.Index["k5"] = it
+	l.SetChanged(d, "/counter")
+	waitLive(t, l)
+	fs := sink.frames()
+	if len(fs) != 1 {
+		t.Fatalf("frames: got %d, want 1", len(fs))
+	}
+	jsonEq(t, "patch", foldstream.JSON(fs[0].Patch),
+		`[{"op":"replace","path":"/counter","value":1},{"op":"replace","path":"/index/k5/name","value":"undeclared"}]`)
+	doc, _ := applyFrames(t, seed, seedRev, fs)
+	if want := foldstream.JSON(d); !rawjson.Equal(doc, want) {
+		t.Fatalf("deltas rebuild %s\nwant %s", doc, want)
+	}
+	sites, errs := rep.get()
+	eq(t, "sites", sites, []string{foldstream.SiteLiveStateUndeclared})
+	if !errors.Is(errs[0], foldtype.ErrUndeclaredChange) {
+		t.Fatalf("reported %v, want code UNDECLARED_CHANGE", errs[0])
+	}
+	var fe *foldtype.Error
+	if !errors.As(errs[0], &fe) || fmt.Sprint(fe.Data["paths"]) != "[/index/k5/name]" {
+		t.Fatalf("reported data %v, want the path /index/k5/name", fe)
+	}
+}
+
+// Between checks an undeclared change stays unpublished; the next check — on a later call, one
+// interval on — corrects it and reports it, even when that call declares nothing.
+func TestSetChangedCorrectsAnUndeclaredChangeAtTheNextCheck(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	d := bigLiveDoc(10)
+	l, clock, rep := newLiveChecked(sink, d, time.Second)
+	seedRev, seed, _ := heldJSON(l)
+	d.Counter = 1
+	l.SetChanged(d, "/counter") // checked: the first call of an interval
+	d.Counter = 2
+	d.Note = "undeclared" // and no check is due
+	l.SetChanged(d, "/counter")
+	waitLive(t, l)
+	if sites, _ := rep.get(); len(sites) != 0 {
+		t.Fatalf("reported %v before a check was due", sites)
+	}
+	clock.Advance(time.Second)
+	l.SetChanged(d)
+	waitLive(t, l)
+	fs := sink.frames()
+	eq(t, "frames", len(fs), 3)
+	jsonEq(t, "correction", foldstream.JSON(fs[2].Patch), `[{"op":"replace","path":"/note","value":"undeclared"}]`)
+	doc, _ := applyFrames(t, seed, seedRev, fs)
+	if want := foldstream.JSON(d); !rawjson.Equal(doc, want) {
+		t.Fatalf("deltas rebuild %s\nwant %s", doc, want)
+	}
+	sites, _ := rep.get()
+	eq(t, "sites", sites, []string{foldstream.SiteLiveStateUndeclared})
+	_, held, _ := heldJSON(l)
+	eq(t, "held", string(held), string(foldstream.JSON(d)))
+}
+
+// Set and SetChanged interleaved, with changes declared exactly, coarsely, or not at all (caught
+// by the check at every call), keep one unbroken chain of revisions that rebuilds the value.
+func TestSetChangedKeepsTheRevChainIntact(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(7, 8))
+	d := bigLiveDoc(30)
+	sink := &recSink{}
+	l, _, _ := newLiveChecked(sink, d, 0)
+	rev, doc, _ := heldJSON(l)
+	for step := range 300 {
+		i := r.IntN(len(d.Items))
+		it := &d.Items[i]
+		var ptrs []string
+		switch r.IntN(8) {
+		case 0:
+			d.Counter++
+			ptrs = []string{"/counter"}
+		case 1:
+			it.Tags = append(it.Tags, "x")
+			ptrs = []string{fmt.Sprintf("/items/%d/tags", i)}
+		case 2:
+			it.Name = ""
+			ptrs = []string{fmt.Sprintf("/items/%d", i)}
+		case 3:
+			k := fmt.Sprint("k", r.IntN(40))
+			d.Index[k] = *it
+			ptrs = []string{"/index/" + k}
+		case 4:
+			k := fmt.Sprint("k", r.IntN(40))
+			delete(d.Index, k)
+			ptrs = []string{"/index/" + k, "/counter"}
+		case 5:
+			it.Next = &liveItem{ID: step}
+			ptrs = []string{fmt.Sprintf("/items/%d/next/id", i)} // a pointer that was nil: widened
+		case 6:
+			d.Note = map[string]any{"x": step % 3}
+			ptrs = []string{"/note/x"}
+		case 7:
+			d.Items = append(d.Items, liveItem{ID: step})
+			ptrs = []string{fmt.Sprintf("/items/%d", len(d.Items)-1)} // beyond the old end: widened
+		}
+		if r.IntN(5) == 0 {
+			l.Set(d)
+		} else if r.IntN(6) == 0 {
+			l.SetChanged(d) // undeclared: the check corrects it
+		} else {
+			l.SetChanged(d, ptrs...)
+		}
+		waitLive(t, l)
+		doc, rev = applyFrames(t, doc, rev, sink.frames())
+		sink.mu.Lock()
+		sink.issued = nil
+		sink.mu.Unlock()
+		if want := foldstream.JSON(d); !rawjson.Equal(doc, want) {
+			t.Fatalf("step %d: deltas rebuild %s\nwant %s", step, doc, want)
+		}
+		gotRev, held, err := heldJSON(l)
+		if want, _ := rawjson.Marshal(d); err != nil || string(held) != string(want) || gotRev != rev {
+			t.Fatalf("step %d: held %s at %d (%v), want %s at %d", step, held, gotRev, err, want, rev)
+		}
+	}
+}
+
+// SetChanged of a value whose declared members did not change emits nothing and keeps the
+// revision, like Set of an equal value.
+func TestSetChangedOfAnEqualValueEmitsNothing(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	d := bigLiveDoc(5)
+	l, _, rep := newLiveChecked(sink, d, 0)
+	epoch := l.Snapshot().Rev
+	l.SetChanged(d, "/counter", "/items/1", "/index/k2/tags")
+	l.SetChanged(d)
+	fresh := bigLiveDoc(5)
+	l.SetChanged(fresh, "/items")
+	waitLive(t, l)
+	eq(t, "frames", len(sink.frames()), 0)
+	eq(t, "rev", l.Snapshot().Rev, epoch)
+	if sites, _ := rep.get(); len(sites) != 0 {
+		t.Fatalf("reported %v", sites)
+	}
+}
+
+// A declared member that does not serialize makes SetChanged a Set: the value is held, the
+// revision moves, no delta is emitted, and the next change diffs from the last good JSON.
+func TestSetChangedOfAnUnserializableMemberIsASet(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	v := map[string]any{"n": 0, "f": 1}
+	l, _, _ := newLiveChecked(sink, v, 0)
+	epoch := l.Snapshot().Rev
+	l.SetChanged(map[string]any{"n": 0, "f": math.NaN()}, "/f")
+	waitLive(t, l)
+	eq(t, "frames", len(sink.frames()), 0)
+	eq(t, "rev", l.Snapshot().Rev, epoch+1)
+	l.SetChanged(map[string]any{"n": 1, "f": 1}, "/n")
+	waitLive(t, l)
+	fs := sink.frames()
+	if len(fs) != 1 {
+		t.Fatalf("frames: got %d, want 1", len(fs))
+	}
+	jsonEq(t, "patch", foldstream.JSON(fs[0].Patch), `[{"op":"replace","path":"/n","value":1}]`)
+	eq(t, "from", fs[0].From, epoch+1)
+}
+
+// A declared change whose patch is longer than MaxPatchChars travels as null, like Set's.
+func TestSetChangedOversizePatchIsNull(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	l, _, _ := newLiveChecked(sink, map[string]string{"s": ""}, 0)
+	l.SetChanged(map[string]string{"s": strings.Repeat("x", foldstream.MaxPatchChars)}, "/s")
+	waitLive(t, l)
+	fs := sink.frames()
+	if len(fs) != 1 || fs[0].Patch != nil {
+		t.Fatalf("got %d frames, patch nil=%v; want one null patch", len(fs), len(fs) == 1 && fs[0].Patch == nil)
+	}
+}
+
+// Set and SetChanged called from several goroutines at once keep one chain that rebuilds the last
+// value (the holder reuses an earlier text's buffer only when no Set is reading it).
+func TestSetAndSetChangedConcurrentlyKeepTheChain(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{}
+	l, _, _ := newLiveChecked(sink, bigLiveDoc(20), time.Hour)
+	rev, doc, _ := heldJSON(l)
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				d := bigLiveDoc(20) // each call its own value: no one changes a value another reads
+				d.Counter = g*1000 + i
+				if g == 0 {
+					l.Set(d)
+				} else {
+					l.SetChanged(d, "/counter")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	final := bigLiveDoc(20)
+	final.Counter = -1
+	l.Set(final)
+	waitLive(t, l)
+	doc, rev = applyFrames(t, doc, rev, sink.frames())
+	want, _ := rawjson.Marshal(final)
+	if !rawjson.Equal(doc, want) {
+		t.Fatalf("deltas rebuild %s\nwant %s", doc, want)
+	}
+	gotRev, held, _ := heldJSON(l)
+	eq(t, "held", string(held), string(want))
+	eq(t, "rev", gotRev, rev)
+}
+
+// heldJSON is l.SnapshotJSON as a revision, the JSON and the error.
+func heldJSON(l *foldstream.LiveState) (int64, json.RawMessage, error) {
+	s, err := l.SnapshotJSON()
+	return s.Rev, s.State, err
 }

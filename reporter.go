@@ -17,6 +17,10 @@ const (
 	SiteCheckpoint = "processor.checkpoint"
 	// SiteLiveStateAppend is a failed delta append (a foldstream addition; attrs: key).
 	SiteLiveStateAppend = "live-state.append"
+	// SiteLiveStateUndeclared is a member a LiveState.SetChanged check found changed without a
+	// declaration; the delta of that call corrected it (a foldstream addition; attrs: key; the
+	// error has code UNDECLARED_CHANGE and the paths in its data).
+	SiteLiveStateUndeclared = "live-state.undeclared-change"
 )
 
 // Reporter receives contained failures: errors the engine swallows after handing them here. A

@@ -66,6 +66,11 @@ func CheckpointKeyValue(cps CheckpointStorage, slug string) KeyValue {
 
 func (kv checkpointKV) row(key string) string { return "kv:" + kv.slug + ":" + key }
 
+// WorkStartedRow returns the checkpoint row in which [CheckpointKeyValue] keeps processor slug's
+// work-started marker, for a host that reads an engine's rows together: its checkpoint and this
+// marker in one read.
+func WorkStartedRow(slug string) string { return checkpointKV{slug: slug}.row(workStartedKey) }
+
 func (kv checkpointKV) Get(ctx context.Context, key string) (json.RawMessage, bool, error) {
 	cp, ok, err := kv.cps.ReadCheckpoint(ctx, kv.row(key))
 	if err != nil || !ok || cp.State == nil {

@@ -25,6 +25,9 @@ const (
 	CodeInvalidEvent Code = "INVALID_EVENT"
 	// CodeUndeclaredEmit: a processor appended a type missing from its contract's emits.
 	CodeUndeclaredEmit Code = "UNDECLARED_EMIT"
+	// CodeUndeclaredChange: LiveState.SetChanged was not told of a member that changed; the
+	// holder corrected the clients' state and reported it.
+	CodeUndeclaredChange Code = "UNDECLARED_CHANGE"
 	// CodeProcessTimeout: WaitUntilProcessed did not see the offset in time.
 	CodeProcessTimeout Code = "PROCESS_TIMEOUT"
 	// CodeInvalidContract: a contract definition was refused.
@@ -170,6 +173,7 @@ var (
 	ErrWaitTimeout              = &Error{Code: CodeWaitTimeout}
 	ErrInvalidEvent             = &Error{Code: CodeInvalidEvent}
 	ErrUndeclaredEmit           = &Error{Code: CodeUndeclaredEmit}
+	ErrUndeclaredChange         = &Error{Code: CodeUndeclaredChange}
 	ErrProcessTimeout           = &Error{Code: CodeProcessTimeout}
 	ErrInvalidContract          = &Error{Code: CodeInvalidContract}
 	ErrClosed                   = &Error{Code: CodeClosed}

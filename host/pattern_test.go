@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -318,5 +319,83 @@ func TestPatternOverManyStreams(t *testing.T) {
 	}
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEnginesReopenedUnderTheCapWakeEachStreamOnceAndWriteNothingToReopen: with room for two
+// engines, rounds of commits over many streams close and reopen every engine many times. Each
+// reopening reads the stream with its checkpoint and catches up from there: every effect runs
+// once, each stream gets one wake record for the host's start, and engines reopened for reads (and
+// closed again, at the head) commit nothing at all.
+func TestEnginesReopenedUnderTheCapWakeEachStreamOnceAndWriteNothingToReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, filepath.Join(t.TempDir(), "reopen.db"), nil)
+	defer s.Close(context.Background())
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newCarts(t, "carts")
+	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
+		t.Fatal(err)
+	}
+	const streams, rounds = 12, 4
+	path := func(i int) string { return fmt.Sprintf("/carts/%d", i) }
+	for r := range rounds {
+		var dones []<-chan struct{}
+		for i := range streams {
+			dones = append(dones, p.expect(path(i), 2*(r+1)))
+			if _, err := s.Events().Stream(path(i)).Append(ctx, item(1), item(2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range dones {
+			<-d
+		}
+	}
+	// Every engine committed its last range (reads wait for it); from here on nothing is owed.
+	for i := range streams {
+		if got, want := cartItems(t, h, path(i)), 3*rounds; got != want {
+			t.Fatalf("%s: got %d items, want %d", path(i), got, want)
+		}
+	}
+	var mu sync.Mutex
+	var during []stream.CommitStats
+	stop := s.ObserveCommits(func(c stream.CommitStats) {
+		mu.Lock()
+		during = append(during, c)
+		mu.Unlock()
+	})
+	for range 2 {
+		for i := range streams {
+			if got, want := cartItems(t, h, path(i)), 3*rounds; got != want {
+				t.Fatalf("%s: got %d items, want %d", path(i), got, want)
+			}
+		}
+	}
+	stop()
+	mu.Lock()
+	if len(during) != 0 {
+		t.Errorf("reopening engines for reads committed %d times (%+v), want none", len(during), during)
+	}
+	mu.Unlock()
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range streams {
+		got := p.effectsOn(path(i))
+		if len(got) != 2*rounds || len(got) != len(slices.Compact(slices.Clone(got))) {
+			t.Fatalf("effects on %s: got %v, want %d, each once", path(i), got, 2*rounds)
+		}
+		woken := 0
+		for _, e := range logOf(t, s, path(i)) {
+			if strings.HasPrefix(e, foldtype.WokenType+"@") {
+				woken++
+			}
+		}
+		if woken != 1 {
+			t.Fatalf("%s: %d wake records, want 1 (one per host start): %v", path(i), woken, logOf(t, s, path(i)))
+		}
 	}
 }

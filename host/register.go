@@ -37,7 +37,7 @@ func Register[S any](ctx context.Context, h *Host, path string, p foldstream.Pro
 	}
 	if r == nil {
 		// Another node runs it: an engine under no lease, whose every write fails LEASE_LOST.
-		if r, err = reg.build(path, driver.Lease{}); err != nil {
+		if r, err = reg.build(path, stream.StreamInfo{}, nil, driver.Lease{}); err != nil {
 			return nil, err
 		}
 	}
@@ -125,21 +125,31 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		}
 		return json.Marshal(v)
 	}
-	reg.build = func(path string, l driver.Lease) (foldtype.Runner, error) {
-		cps, err := h.checkpoints(path)
+	reg.build = func(path string, info stream.StreamInfo, read map[string]foldtype.Checkpoint, l driver.Lease) (foldtype.Runner, error) {
+		cps, err := h.checkpointsOf(path, info)
 		if err != nil {
 			return nil, err
 		}
+		// The engine's checkpoint and its work-started marker, read together (or with the
+		// stream): building the engine reads the database at most once
+		// (docs/store.md#engines-of-a-pattern).
+		if read == nil {
+			if read, err = cps.ReadCheckpoints(h.ctx, engineRows(reg.slug)...); err != nil {
+				return nil, err
+			}
+		}
+		rows := preloaded(read, engineRows(reg.slug))
+		defer rows.forgetAll()
 		key := procKey{path, reg.slug}
 		return foldstream.NewEngine(p, foldstream.EngineConfig{
 			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation},
-			Checkpoints: cps.Fenced(leaseKey(key), l.Generation),
+			Checkpoints: preloadedCheckpoints{cps.Fenced(leaseKey(key), l.Generation), rows},
 			FedByPushes: true,
 			Clock:       h.clock,
 			Reporter:    h.cfg.Reporter,
 			Logger:      h.log,
 			// The work-started marker lives beside the checkpoint (docs/engine.md#work-that-keeps-dying).
-			KeyValue:  foldstream.CheckpointKeyValue(cps, reg.slug),
+			KeyValue:  foldstream.CheckpointKeyValue(preloadedCheckpoints{cps, rows}, reg.slug),
 			CodeID:    h.cfg.CodeID,
 			LoopLimit: h.cfg.LoopLimit,
 		})
@@ -150,6 +160,15 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 // checkpoints returns the checkpoint storage of the processors on path.
 func (h *Host) checkpoints(path string) (*stream.Checkpoints, error) {
 	return h.store.Events().Checkpoints(h.ctx, path)
+}
+
+// checkpointsOf is checkpoints for the stream info describes, as the caller just read it: bound
+// to that stream with no lookup (the zero info: looked up by path).
+func (h *Host) checkpointsOf(path string, info stream.StreamInfo) (*stream.Checkpoints, error) {
+	if info.ID() == 0 || info.Path != path {
+		return h.checkpoints(path)
+	}
+	return h.store.Events().CheckpointsOf(info)
 }
 
 // Add hosts a runner the caller built on the stream at path. The runner must run against the

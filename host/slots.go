@@ -51,8 +51,10 @@ type registration struct {
 	consumes []string
 	// project is the processor's live-state projection of a checkpoint state (JSON).
 	project func(state json.RawMessage) (json.RawMessage, error)
-	// build makes a fresh engine for a stream path under lease l; nil for a runner added with Add.
-	build func(path string, l driver.Lease) (foldtype.Runner, error)
+	// build makes a fresh engine for a stream path under lease l (info: the stream as just read, or
+	// the zero value; rows: its checkpoint rows read with it, or nil to read them now); nil for a
+	// runner added with Add.
+	build func(path string, info stream.StreamInfo, rows map[string]foldtype.Checkpoint, l driver.Lease) (foldtype.Runner, error)
 	added foldtype.Runner
 	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
 	// schema at append time.
@@ -284,29 +286,47 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		h.mu.Unlock()
 	}
 	var info stream.StreamInfo
-	if mode != openForRegister {
-		var err error
-		if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
-			if sl.force && (errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {
-				// A lease left by an engine of a stream deleted since: settle it as idle.
-				if l, lerr := h.leases.acquire(ctx, sl.key, true); lerr == nil {
-					sl.lease, held = l, true
-				}
-			}
+	var rows map[string]foldtype.Checkpoint // the engine's checkpoint rows, read with the stream
+	if mode != openForRegister && reg.added == nil && h.store.Driver().Exclusive() {
+		// Leases of an exclusive database live in this process, so taking one first costs no
+		// write; under it the stream and the engine's checkpoint rows are read in one read
+		// (docs/store.md#engines-of-a-pattern). A missing stream releases the lease as idle.
+		l, err := h.leases.acquire(ctx, sl.key, sl.force)
+		if err != nil {
 			fail(err)
 			return
 		}
+		sl.lease, held = l, true
+		if info, rows, err = h.store.Events().HeadStreamWithCheckpoints(ctx, sl.key.path, engineRows(reg.slug)...); err != nil {
+			fail(err)
+			return
+		}
+	} else {
+		if mode != openForRegister {
+			var err error
+			if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
+				if sl.force && (errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {
+					// A lease left by an engine of a stream deleted since: settle it as idle.
+					if l, lerr := h.leases.acquire(ctx, sl.key, true); lerr == nil {
+						sl.lease, held = l, true
+					}
+				}
+				fail(err)
+				return
+			}
+		}
+		l, err := h.leases.acquire(ctx, sl.key, sl.force)
+		if err != nil {
+			fail(err)
+			return
+		}
+		sl.lease, held = l, true
 	}
-	l, err := h.leases.acquire(ctx, sl.key, sl.force)
-	if err != nil {
-		fail(err)
-		return
-	}
-	sl.lease, held = l, true
+	l := sl.lease
 	runner := reg.added
 	if runner == nil {
 		var err error
-		if runner, err = reg.build(sl.key.path, l); err != nil {
+		if runner, err = reg.build(sl.key.path, info, rows, l); err != nil {
 			fail(err)
 			return
 		}
@@ -528,8 +548,15 @@ func (h *Host) beginCloseLocked(sl *slot) {
 // arrived meanwhile queues it to open again.
 func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	ctx = context.WithoutCancel(ctx)
+	seen := sl.sub.SeenDurableThrough()
 	err := sl.sub.Drain(ctx)
-	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, true); err == nil {
+	// The closing catch-up reads the log only when the engine may be behind it. On an exclusive
+	// database every commit reaches the subscription before the commit watch, so a commit the
+	// subscription had not seen when the slot began closing marks it dirty (it opens again);
+	// an engine whose cursor reached what the subscription saw, with every push delivered and none
+	// failing, is at the head and would read nothing.
+	atHead := err == nil && h.store.Driver().Exclusive() && !h.isFailing(sl) && sl.runner.ReducedThroughOffset() >= seen
+	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, !atHead); err == nil {
 		err = cerr
 	}
 	if err != nil {

@@ -23,7 +23,8 @@ import (
 // HTTP/1.1 keep-alive (httptest.Server, net/http's client) against a store on a real SQLite file
 // with synchronous=FULL, as `foldstream serve` opens it and as dsbench's many-streams creation
 // drives it. It reports streams/s and the process's CPU per stream (cpu-µs/op: server and client
-// together, both in this process) beside the usual allocation counts.
+// together, both in this process), the creates per group commit and a commit's mean duration
+// (its fsync) beside the usual allocation counts. The server has metrics on, as `foldstream serve`.
 func BenchmarkCreateOverHTTP(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := storeopen.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"),
@@ -32,7 +33,13 @@ func BenchmarkCreateOverHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close(context.Background())
-	srv := newServer(b, st, server.Config{Logger: quiet})
+	var commits, commitNs atomic.Int64
+	stop := st.ObserveCommits(func(c stream.CommitStats) {
+		commits.Add(1)
+		commitNs.Add(int64(c.Duration))
+	})
+	defer stop()
+	srv := newServer(b, st, server.Config{Logger: quiet, Metrics: server.NewMetrics()})
 	defer srv.Shutdown(context.Background())
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
@@ -44,6 +51,8 @@ func BenchmarkCreateOverHTTP(b *testing.B) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	commits.Store(0)
+	commitNs.Store(0)
 	start, cpu := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for range creators {
@@ -78,6 +87,10 @@ func BenchmarkCreateOverHTTP(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "streams/s")
 	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	if n := commits.Load(); n > 0 {
+		b.ReportMetric(float64(b.N)/float64(n), "creates/commit")
+		b.ReportMetric(float64(commitNs.Load())/float64(n)/1e3, "commit-µs")
+	}
 }
 
 // processCPU is the user and system CPU time this process used so far.

@@ -52,6 +52,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		writeCoded(w, foldtype.CodeTooLarge, "request body too large", 0)
 		return nil, nil, false
 	}
+	if r.Body == nil || r.Body == http.NoBody {
+		// No body (net/http's server hands a request without one http.NoBody): nothing to
+		// reserve, time or read.
+		return nil, noRelease, true
+	}
 	if s.cfg.BodyReadTimeout > 0 {
 		// Errors mean the connection cannot take deadlines (some test recorders); then the
 		// http.Server's own ReadTimeout is the only bound.
@@ -125,6 +130,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	return buf, release, true
 }
+
+// noRelease is readBody's release of a request without a body.
+func noRelease() {}
 
 // liveWriter writes a live response (long-poll, SSE) with a deadline on every write: the write
 // must finish within WriteTimeout, and never after the connection's end (SSEMaxDuration for

@@ -509,18 +509,40 @@ const allowedMethods = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
 
 // setCommonHeaders sets the CORS and security headers every response carries (docs/server.md#browsers-and-origins).
 func setCommonHeaders(h http.Header) {
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
-	h.Set("Access-Control-Allow-Origin", "*")
-	h.Set("Access-Control-Allow-Methods", allowedMethods)
-	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Stream-Seq, Stream-TTL, Stream-Expires-At, "+
-		"Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, "+
-		"Stream-Fork-Sub-Offset, If-None-Match, "+HeaderExpectedOffset)
-	h.Set("Access-Control-Expose-Headers", "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, "+
-		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, "+
-		"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, Retry-After, "+
-		HeaderErrorCode+", "+HeaderProcessorOffset)
+	// One allocation for the values of all of them (each slice capped at its one value, so an
+	// Add to one of these headers copies instead of overwriting its neighbour); the keys are
+	// already canonical.
+	v := make([]string, len(commonHeaderValues))
+	copy(v, commonHeaderValues[:])
+	for i, k := range commonHeaderKeys {
+		h[k] = v[i : i+1 : i+1]
+	}
 }
+
+// commonHeaderKeys and commonHeaderValues are the headers setCommonHeaders puts on every answer.
+var (
+	commonHeaderKeys = [...]string{
+		"X-Content-Type-Options",
+		"Cross-Origin-Resource-Policy",
+		"Access-Control-Allow-Origin",
+		"Access-Control-Allow-Methods",
+		"Access-Control-Allow-Headers",
+		"Access-Control-Expose-Headers",
+	}
+	commonHeaderValues = [len(commonHeaderKeys)]string{
+		"nosniff",
+		"cross-origin",
+		"*",
+		allowedMethods,
+		"Content-Type, Authorization, Stream-Seq, Stream-TTL, Stream-Expires-At, " +
+			"Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, " +
+			"Stream-Fork-Sub-Offset, If-None-Match, " + HeaderExpectedOffset,
+		"Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
+			"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, " +
+			"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, Retry-After, " +
+			HeaderErrorCode + ", " + HeaderProcessorOffset,
+	}
+)
 
 // writeError answers a plain-text error. Clients must not parse the body. Every error answer
 // carries a code in Foldstream-Error-Code: the one set already (writeCoded, writeStoreError), else

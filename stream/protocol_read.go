@@ -58,8 +58,8 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 		req.MaxBytes = DefaultReadMaxBytes
 	}
 	now := s.clock.Now()
-	if req.Watch && !s.exclusive {
-		// A live read on a shared database: from the tail cache when it holds the position.
+	if req.Watch {
+		// A live read: from the tail cache when it holds the position (tailcache.go).
 		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
 			return res, err
 		}

@@ -196,7 +196,7 @@ func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
 		if err := t.db.InsertRecord(t.ctx, rec); err != nil {
 			return err
 		}
-		if !s.exclusive && n <= tailCacheBytes {
+		if n <= tailCacheBytes && t.wantRecords() {
 			rec.Body = bytes.Clone(rec.Body) // the caller's memory: keep a copy
 			t.addRecord(rec)
 		}

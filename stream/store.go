@@ -124,7 +124,7 @@ type Store struct {
 
 	notifyMu sync.Mutex
 	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
-	tails    tailCache               // live reads' cached tails (shared databases; tailcache.go)
+	tails    tailCache               // live reads' cached tails (tailcache.go)
 	// cachedReads counts live reads answered from the tail cache.
 	cachedReads atomic.Int64
 
@@ -351,16 +351,26 @@ func (s *Store) wake(streamID int64) { s.wakeWith(streamID, nil, nil) }
 // recs the durable records it appended (nil row: unknown). The stream's tail cache entry is
 // brought up to the commit (or dropped) before the waiters are woken.
 func (s *Store) wakeWith(streamID int64, row *driver.Stream, recs []driver.Record) {
-	s.notifyMu.Lock()
-	s.applyCommit(streamID, row, recs)
-	ch, ok := s.notify[streamID]
-	if ok {
-		delete(s.notify, streamID)
-	}
-	s.notifyMu.Unlock()
-	if ok {
+	if ch := s.takeWaiters(streamID, row, recs); ch != nil {
 		close(ch)
 	}
+}
+
+// takeWaiters is wakeWith without the wake: it brings the stream's tail cache entry up to the
+// commit and unregisters the stream's change channel, in one step under notifyMu, and returns the
+// channel (nil: nobody waits) for the caller to close. Between the two, a read sees the commit
+// (it is in the database and the cache) and takes a fresh channel; a reader holding the returned
+// one wakes when it is closed.
+func (s *Store) takeWaiters(streamID int64, row *driver.Stream, recs []driver.Record) chan struct{} {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	s.applyCommit(streamID, row, recs)
+	ch, ok := s.notify[streamID]
+	if !ok {
+		return nil
+	}
+	delete(s.notify, streamID)
+	return ch
 }
 
 // normalizePathForErrors trims a path for messages.

@@ -64,6 +64,8 @@ type Subscription struct {
 	cancel   context.CancelFunc
 
 	seen atomic.Int64 // through of the last commit offered, consumed or not
+	// seenDurable is seen over the commits holding a durable event only.
+	seenDurable atomic.Int64
 
 	mu          sync.Mutex
 	lastThrough int64 // through of the last enqueued push; -1 before the first
@@ -162,20 +164,22 @@ func (s *Store) publishLocal(path string, events []foldtype.Event, after, throug
 
 func (sub *Subscription) offer(events []foldtype.Event, after, through int64) {
 	var consumed []foldtype.Event
+	durable := false
 	for _, ev := range events {
 		if foldtype.ConsumesEvent(sub.consumes, ev) {
 			consumed = append(consumed, ev)
 		}
+		durable = durable || !ev.Ephemeral
 	}
 	if len(consumed) == 0 {
-		sub.see(through)
+		sub.see(through, durable)
 		return // the span rides inside the next delivered range
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	// Seen only once its push is queued: a reader that takes SeenThrough and then WaitDelivered
 	// finds every consumed event up to it delivered.
-	defer sub.see(through)
+	defer sub.see(through, durable)
 	if sub.closed {
 		return
 	}
@@ -293,11 +297,26 @@ func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 // by offset).
 func (sub *Subscription) SeenThrough() int64 { return sub.seen.Load() }
 
-// see raises SeenThrough to through.
-func (sub *Subscription) see(through int64) {
+// SeenDurableThrough is SeenThrough over the commits that hold a durable event: a commit of
+// ephemerals only (a live-state delta) does not raise it. A subscriber whose durable cursor
+// reached it has processed every durable event the subscription saw (after a WaitDelivered, as
+// for SeenThrough).
+func (sub *Subscription) SeenDurableThrough() int64 { return sub.seenDurable.Load() }
+
+// see raises SeenThrough to through, and SeenDurableThrough with it when the commit held a
+// durable event.
+func (sub *Subscription) see(through int64, durable bool) {
+	raise(&sub.seen, through)
+	if durable {
+		raise(&sub.seenDurable, through)
+	}
+}
+
+// raise raises v to through.
+func raise(v *atomic.Int64, through int64) {
 	for {
-		old := sub.seen.Load()
-		if through <= old || sub.seen.CompareAndSwap(old, through) {
+		old := v.Load()
+		if through <= old || v.CompareAndSwap(old, through) {
 			return
 		}
 	}

@@ -3,24 +3,28 @@ package stream
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The tail cache (shared databases only; docs/postgres.md#live-reads).
+// The tail cache (docs/store.md#live-reads, docs/postgres.md#live-reads).
 //
-// A live read (ReadRecords with Watch: SSE and long-poll) on a shared database would otherwise
-// read the database on every wake, once per reader. Instead the store keeps, for the streams live
-// readers watch on this node, the stream's row as of its latest commit this node knows of and its
-// most recent records: an entry covers the positions (lo, row.Tail]. Every commit reaches the
-// entry in commit order before its readers are woken — a local commit from the writer, another
-// node's from its notification, which carries the row and the records when they fit
+// A live read (ReadRecords with Watch: SSE and long-poll) would otherwise read the database on
+// every wake, once per reader, although the writer had the committed bytes at hand a moment
+// before. Instead the store keeps, for the streams live readers watch on this node, the stream's
+// row as of its latest commit this node knows of and its most recent records: an entry covers the
+// positions (lo, row.Tail]. Every commit reaches the entry in commit order before its readers are
+// woken — a local commit from the writer (the only commits there are on an exclusive driver),
+// another node's from its notification, which carries the row and the records when they fit
 // PostgreSQL's NOTIFY payload — and either extends it (its records start at the entry's tail),
 // leaves it (an older commit the entry already covers) or drops it (anything else: records that
-// did not fit, a gap, a deletion, "anything may have changed"). So an entry's tail is never
-// behind a commit whose wake a reader could have missed, and a live read at or after lo is
-// answered from memory, with no read of the database.
+// did not fit, a gap, a deletion, a huge record written in slices, "anything may have changed").
+// So an entry's tail is never behind a commit whose wake a reader could have missed, and a live
+// read at or after lo is answered from memory, with no read of the database. An entry only ever
+// holds committed records: the writer applies a commit to it after the commit returned (with
+// synchronous=FULL, after its fsync).
 //
 // An entry starts from a live read of the database, and only when no wake for the stream came
 // between the reader taking its change channel and finishing the read (the channel is still the
@@ -33,6 +37,10 @@ const tailCacheBytes = 256 << 10
 // tailCacheStreams bounds the number of entries (an arbitrary one goes when a new one needs room).
 const tailCacheStreams = 4096
 
+// tailCacheTotalBytes bounds the record bytes of all entries together: past it, an entry that
+// grows keeps only its last record, and is dropped when even that does not fit.
+const tailCacheTotalBytes = 64 << 20
+
 // tailEntry is one stream's cached tail.
 type tailEntry struct {
 	row   driver.Stream   // the stream's row as of its latest known commit; row.Tail is the entry's tail
@@ -41,10 +49,16 @@ type tailEntry struct {
 	bytes int
 }
 
-// tailCache is the store's tail cache, guarded by Store.notifyMu.
+// tailCache is the store's tail cache, guarded by Store.notifyMu (entries also without it).
 type tailCache struct {
 	byID   map[int64]*tailEntry
 	byPath map[string]int64
+	bytes  int // the record bytes of all entries
+	// entries is len(byID), read without the lock: on an exclusive driver the writer collects a
+	// commit's records for the cache only while it has entries. An entry seeded while a write
+	// that did not collect them was in flight is dropped by that write's commit (its records do
+	// not chain), so a stale read of entries costs a read of the database, never a wrong answer.
+	entries atomic.Int64
 }
 
 func (c *tailCache) drop(id int64) {
@@ -53,10 +67,15 @@ func (c *tailCache) drop(id int64) {
 		return
 	}
 	delete(c.byID, id)
+	c.bytes -= e.bytes
+	c.entries.Store(int64(len(c.byID)))
 	if c.byPath[e.row.Path] == id {
 		delete(c.byPath, e.row.Path)
 	}
 }
+
+// inUse reports whether the cache may have entries (read without notifyMu).
+func (c *tailCache) inUse() bool { return c.entries.Load() > 0 }
 
 // chains reports whether recs cover (from, tail] contiguously.
 func chains(from int64, recs []driver.Record, tail int64) bool {
@@ -102,18 +121,28 @@ func (s *Store) applyCommit(id int64, row *driver.Stream, recs []driver.Record) 
 		return
 	}
 	e.row = *row
+	before := e.bytes
 	for _, r := range recs {
 		r.Keys = nil
 		e.recs = append(e.recs, r)
 		e.bytes += len(r.Body) + len(r.Frames)
 	}
+	budget := tailCacheBytes
+	if c.bytes+e.bytes-before > tailCacheTotalBytes {
+		budget = 0 // the cache is full: keep the last record only
+	}
 	drop := 0
-	for drop < len(e.recs)-1 && e.bytes > tailCacheBytes {
+	for drop < len(e.recs)-1 && e.bytes > budget {
 		e.bytes -= len(e.recs[drop].Body) + len(e.recs[drop].Frames)
 		drop++
 	}
 	if drop > 0 {
 		e.recs = append([]driver.Record(nil), e.recs[drop:]...)
+	}
+	c.bytes += e.bytes - before
+	if c.bytes > tailCacheTotalBytes {
+		c.drop(id)
+		return
 	}
 	if len(e.recs) > 0 {
 		e.lo = e.recs[0].Start
@@ -130,7 +159,7 @@ func sameForReads(a, b *driver.Stream) bool {
 // seedTail starts the stream's entry from a live read's row, when no wake came since the reader
 // took ch (taken before the read).
 func (s *Store) seedTail(row *driver.Stream, ch <-chan struct{}) {
-	if s.exclusive || !cacheable(row) {
+	if !cacheable(row) {
 		return
 	}
 	s.notifyMu.Lock()
@@ -157,18 +186,20 @@ func (s *Store) seedTail(row *driver.Stream, ch <-chan struct{}) {
 	}
 	c.byID[row.ID] = &tailEntry{row: *row, lo: row.Tail}
 	c.byPath[row.Path] = row.ID
+	c.entries.Store(int64(len(c.byID)))
 }
 
 // dropAllTails empties the cache ("anything may have changed"). Called with notifyMu held.
 func (s *Store) dropAllTails() {
-	s.tails.byID, s.tails.byPath = nil, nil
+	s.tails.byID, s.tails.byPath, s.tails.bytes = nil, nil, 0
+	s.tails.entries.Store(0)
 }
 
 // cachedRead answers a live read from the tail cache: ok is false when the cache cannot (no
 // entry, a position before the entry's records, a stream not live by its cached row). The
 // change channel is taken under the same lock as the entry is read, so no commit is missed.
 func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
-	if s.exclusive {
+	if !s.tails.inUse() {
 		return res, false, nil
 	}
 	s.notifyMu.Lock()
@@ -230,7 +261,7 @@ func (m memRecords) Records(_ context.Context, _ int64, after int64, fn func(dri
 }
 
 // CachedReads returns the number of live reads answered from the tail cache without reading the
-// database (shared databases; docs/postgres.md#live-reads).
+// database (docs/store.md#live-reads).
 func (s *Store) CachedReads() int64 { return s.cachedReads.Load() }
 
 // remoteTail returns what another node's commit n did to a stream, for its tail cache entry: the

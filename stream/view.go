@@ -132,6 +132,50 @@ func (e *Events) Checkpoints(ctx context.Context, path string) (*Checkpoints, er
 	return c, nil
 }
 
+// CheckpointsOf is Checkpoints for the stream info describes (as HeadStream returned it), bound
+// to that stream without reading anything: an engine reopening on a stream it just looked up does
+// not look it up again. A zero info (no stream known) gives checkpoints bound by the first write,
+// as Checkpoints does for a missing stream.
+func (e *Events) CheckpointsOf(info StreamInfo) (*Checkpoints, error) {
+	s := e.s
+	if s.closed.Load() {
+		return nil, ErrStoreClosed
+	}
+	c := &Checkpoints{s: s, scope: info.Path, incarnation: new(atomic.Int64)}
+	c.incarnation.Store(info.ID())
+	return c, nil
+}
+
+// HeadStreamWithCheckpoints is HeadStream and, in the same read transaction, the checkpoint rows
+// of slugs on the stream (the map holds the rows found), for a host reopening an engine where no
+// other process writes checkpoints: the stream and the engine's checkpoint in one read.
+func (e *Events) HeadStreamWithCheckpoints(ctx context.Context, path string, slugs ...string) (StreamInfo, map[string]foldtype.Checkpoint, error) {
+	s := e.s
+	var info StreamInfo
+	rows := make(map[string]foldtype.Checkpoint, len(slugs))
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		r, err := s.loadLive(ctx, q, path, s.clock.Now())
+		if err != nil {
+			return err
+		}
+		info = infoOf(r)
+		for _, slug := range slugs {
+			cp, ok, err := q.Checkpoint(ctx, path, slug)
+			if err != nil {
+				return err
+			}
+			if ok {
+				rows[slug] = cp
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return StreamInfo{}, nil, err
+	}
+	return info, rows, nil
+}
+
 // checkIncarnation refuses a checkpoint write once the stream the checkpoints belong to is gone
 // (deleted, or replaced by a stream created at the path again), and binds still-unbound
 // checkpoints to the stream the write finds.
@@ -181,6 +225,29 @@ func (c *Checkpoints) Fenced(key string, generation int64) *Checkpoints {
 // ReadCheckpoint reads slug's row; an empty or NULL state reads as nil.
 func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
 	return driver.ReadCheckpoint(ctx, c.s.readTx, c.scope, slug)
+}
+
+// ReadCheckpoints reads the rows of several slugs in one read transaction (each as ReadCheckpoint
+// reads it): the map holds the rows found. Reopening an engine reads its checkpoint and its
+// work-started marker this way, in one read of the database.
+func (c *Checkpoints) ReadCheckpoints(ctx context.Context, slugs ...string) (map[string]foldtype.Checkpoint, error) {
+	out := make(map[string]foldtype.Checkpoint, len(slugs))
+	err := c.s.readTx(ctx, func(q driver.Reader) error {
+		for _, slug := range slugs {
+			cp, ok, err := q.Checkpoint(ctx, c.scope, slug)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out[slug] = cp
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // WriteCheckpoint upserts slug's row: version and cursor always, the state only when

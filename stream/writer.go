@@ -21,8 +21,9 @@ import (
 // refused batch, a conflict) rolls back alone and its neighbours still commit. One commit — one
 // fsync with synchronous=FULL — acknowledges the whole group (group commit). After the commit the
 // writer applies the functions' staged in-memory changes, runs their after-commit hooks in queue
-// order (fan-out to subscribers, waking readers) and only then answers the callers, so a caller
-// that got its answer can read its own write.
+// order (fan-out to subscribers), brings the tail cache up to the commit and only then answers the
+// callers, so a caller that got its answer can read its own write; last it wakes the touched
+// streams' live readers.
 //
 // The writer goroutine is the only one that touches writerState, so offsets of a stream are
 // assigned without a per-stream lock and two appends to the same stream can share one commit.
@@ -152,6 +153,9 @@ type group struct {
 	staged   map[string]*streamMem
 	woken    map[int64]bool
 	reserved map[string]*reservation
+	// busy are the streams of the group committing while this one is built (shared databases):
+	// a function reaching one of them is refused with errInflight and runs again later.
+	busy map[string]bool
 }
 
 // write queues fn on the writer and waits for its outcome. fn runs at most once; if ctx ends
@@ -195,10 +199,29 @@ func (s *Store) runWriter(w driver.Writer) {
 	defer s.writerWG.Done()
 	batch := make([]*writeReq, 0, s.opts.MaxGroup)
 	lastGroup := 0
+	// inflight is the group whose COMMIT is on its way (shared databases only, see
+	// docs/store.md#one-writer): the next group is built meanwhile, on a connection of its own.
+	var inflight *building
 	for {
 		var first *writeReq
 		if rq := s.ws.requeue; len(rq) > 0 {
 			first, s.ws.requeue = rq[0], rq[1:]
+		} else if inflight != nil {
+			select {
+			case first = <-s.writes:
+			case <-inflight.committed:
+				s.finish(w, inflight)
+				inflight = nil
+				continue
+			case <-s.intakeStopped:
+				select {
+				case first = <-s.writes:
+				default:
+					s.finish(w, inflight)
+					inflight = nil
+					continue
+				}
+			}
 		} else {
 			select {
 			case first = <-s.writes:
@@ -214,59 +237,187 @@ func (s *Store) runWriter(w driver.Writer) {
 				}
 			}
 		}
-		batch = append(batch[:0], first)
 		// When the last group had company, callers it just answered are probably about to queue
 		// again: yield a few times before closing the group so they share its commit (one fsync)
 		// instead of each paying for a nearly empty one.
-		yields := 0
-		if lastGroup > 1 {
-			yields = 8
+		batch = s.drain(append(batch[:0], first), s.opts.MaxGroup, lastGroup > 1 && inflight == nil)
+		if inflight != nil && !allHinted(batch) {
+			// A write that names no stream may touch anything: it waits for the commit.
+			s.finish(w, inflight)
+			inflight = nil
 		}
-	drain:
-		for len(batch) < s.opts.MaxGroup {
-			if rq := s.ws.requeue; len(rq) > 0 {
-				batch, s.ws.requeue = append(batch, rq[0]), rq[1:]
-				continue
-			}
-			select {
-			case r := <-s.writes:
-				batch = append(batch, r)
-			default:
-				if yields == 0 {
-					break drain
+		b := s.newBuilding(w, inflight)
+		b.add(batch)
+		if inflight != nil {
+			s.extend(b, inflight)
+			s.finish(w, inflight)
+			inflight = nil
+			// The callers just answered may queue again at once (in-process ones do): let them
+			// join this group, as they would join a group started after the commit, rather than
+			// leave them a group of their own that waits for this one's commit. The finished
+			// group's streams are free again.
+			b.g.busy = nil
+			if len(b.reqs) < s.opts.MaxGroup && b.broken == nil {
+				more := s.drain(batch[:0], s.opts.MaxGroup-len(b.reqs), true)
+				n := len(more)
+				for i, r := range more {
+					if r.path == "" {
+						s.ws.requeue = append(s.ws.requeue, more[i:]...)
+						n = i
+						break
+					}
 				}
-				yields--
-				runtime.Gosched()
+				b.add(more[:n])
 			}
 		}
-		lastGroup = len(batch)
-		s.runGroup(w, batch)
+		lastGroup = len(b.reqs)
+		if s.exclusive || !b.hinted {
+			b.commit()
+			s.finish(w, b)
+			continue
+		}
+		b.seal()
+		go b.commit()
+		inflight = b
 	}
 }
 
-func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
-	ctx := context.Background()
-	g := &group{w: w, staged: make(map[string]*streamMem)}
-	results := make([]error, len(reqs))
+// drain adds to batch, up to max writes, the requeued writes and whatever is queued; with yield it
+// yields a few times first when nothing is queued, so callers about to queue get in.
+func (s *Store) drain(batch []*writeReq, max int, yield bool) []*writeReq {
+	yields := 0
+	if yield {
+		yields = 8
+	}
+	for len(batch) < max {
+		if rq := s.ws.requeue; len(rq) > 0 {
+			batch, s.ws.requeue = append(batch, rq[0]), rq[1:]
+			continue
+		}
+		select {
+		case r := <-s.writes:
+			batch = append(batch, r)
+		default:
+			if yields == 0 {
+				return batch
+			}
+			yields--
+			runtime.Gosched()
+		}
+	}
+	return batch
+}
+
+// allHinted reports whether every write of reqs names the stream it writes (writeTo).
+func allHinted(reqs []*writeReq) bool {
+	for _, r := range reqs {
+		if r.path == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// building is a group of write functions: run in one transaction, then committed (perhaps while
+// the next group is built), then finished — its staged changes applied and its callers answered.
+type building struct {
+	s       *Store
+	g       *group
+	now     time.Time
+	reqs    []*writeReq
+	results []error
 	// done holds each successful function's tx (its staged changes and hooks), epochs the group
 	// transaction's lock epoch right after the function ran: a function that ran before an early
 	// commit (driver.LockKeeper) is committed whatever becomes of the rest of the group.
-	done := make([]*tx, len(reqs))
-	epochs := make([]int, len(reqs))
-	now := s.clock.Now()
-	broken := s.prefetch(g, reqs)
+	done   []*tx
+	epochs []int
+	broken error
+	// hinted: every write named its stream, so the group's commit may overlap the next group.
+	hinted bool
+	// rows and recs are each touched stream's row after the group (nil: deleted or not known) and
+	// the records the group appended to it, when the database is shared (they travel with its
+	// notification) or the tail cache is in use: they bring the tail cache up to the commit.
+	rows map[int64]*driver.Stream
+	recs map[int64][]driver.Record
+	// busy are the streams (paths) the group may hold locks on or has staged changes to, set by
+	// seal: the next group does not touch them until this one is finished.
+	busy   map[string]bool
+	sealed bool
+	// commitErr is the outcome of commit; committed is closed once it is known.
+	commitErr  error
+	committed  chan struct{}
+	commitTime time.Duration
+	observed   bool
+}
 
-	for i, r := range reqs {
-		epochs[i] = lockEpochOf(g.dtx)
-		if broken != nil {
-			results[i] = broken
+// newBuilding starts a group. When inflight (a group whose commit is on its way) is not nil, the
+// new group's functions leave inflight's streams alone (errInflight).
+func (s *Store) newBuilding(w driver.Writer, inflight *building) *building {
+	b := &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem)}, now: s.clock.Now(),
+		hinted: true, committed: make(chan struct{})}
+	if inflight != nil {
+		b.g.busy = inflight.busy
+	}
+	return b
+}
+
+// extend adds writes to b, which is built while inflight commits, until inflight's commit is
+// known: the writes that arrive meanwhile share b's commit instead of waiting for a group of their
+// own. A write that names no stream ends the extension and runs after both.
+func (s *Store) extend(b *building, inflight *building) {
+	more := make([]*writeReq, 0, s.opts.MaxGroup)
+	for len(b.reqs) < s.opts.MaxGroup && b.broken == nil {
+		select {
+		case <-inflight.committed:
+			return
+		case r := <-s.writes:
+			more = append(more[:0], r)
+		drain:
+			for len(b.reqs)+len(more) < s.opts.MaxGroup {
+				select {
+				case r := <-s.writes:
+					more = append(more, r)
+				default:
+					break drain
+				}
+			}
+			for i, r := range more {
+				if r.path == "" {
+					s.ws.requeue = append(s.ws.requeue, more[i:]...)
+					b.add(more[:i])
+					return
+				}
+			}
+			b.add(more)
+		}
+	}
+}
+
+// add runs reqs in b's transaction, each in its own savepoint.
+func (b *building) add(reqs []*writeReq) {
+	s, g := b.s, b.g
+	ctx := context.Background()
+	if b.broken == nil {
+		b.broken = s.prefetch(g, reqs)
+	}
+	for _, r := range reqs {
+		if r.path == "" {
+			b.hinted = false
+		}
+		b.reqs = append(b.reqs, r)
+		b.done = append(b.done, nil)
+		b.results = append(b.results, nil)
+		b.epochs = append(b.epochs, lockEpochOf(g.dtx))
+		i := len(b.reqs) - 1
+		if b.broken != nil {
+			b.results[i] = b.broken
 			continue
 		}
 		if err := r.ctx.Err(); err != nil {
-			results[i] = err // the caller went away before its turn: do no work for it
+			b.results[i] = err // the caller went away before its turn: do no work for it
 			continue
 		}
-		t := &tx{s: s, g: g, ctx: r.ctx, now: now, res: r.res,
+		t := &tx{s: s, g: g, ctx: r.ctx, now: b.now, res: r.res,
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
 		err := t.run(r.fn)
@@ -275,19 +426,19 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 				if rbErr := g.dtx.RollbackToSavepoint(ctx); rbErr != nil {
 					// SQLite rolls the whole transaction back by itself after some errors (a full
 					// disk): keep that cause beside the rollback's own failure.
-					broken = fmt.Errorf("stream store: roll back a refused write: %w (after: %w)", rbErr, err)
+					b.broken = fmt.Errorf("stream store: roll back a refused write: %w (after: %w)", rbErr, err)
 				}
 			}
-			if relErr := g.dtx.ReleaseSavepoint(ctx); relErr != nil && broken == nil {
-				broken = fmt.Errorf("stream store: release savepoint: %w", relErr)
+			if relErr := g.dtx.ReleaseSavepoint(ctx); relErr != nil && b.broken == nil {
+				b.broken = fmt.Errorf("stream store: release savepoint: %w", relErr)
 			}
 		}
-		epochs[i] = t.lockEpoch()
+		b.epochs[i] = t.lockEpoch()
 		if err != nil {
-			results[i] = err
+			b.results[i] = err
 			continue
 		}
-		done[i] = t
+		b.done[i] = t
 		// Later functions of the group see this one's staged changes.
 		if t.reserve != nil {
 			if g.reserved == nil {
@@ -305,53 +456,88 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			g.woken[id] = true
 		}
 	}
+}
 
-	// rows and recs are, on a shared database, each touched stream's row after the group (nil:
-	// deleted or not known) and the records the group appended to it: sent with its notification
-	// and applied to the tail cache.
-	var rows map[int64]*driver.Stream
-	var recs map[int64][]driver.Record
-	if g.dtx != nil {
-		commitErr := broken
-		if commitErr == nil {
-			touched, ephs := changesOf(done)
-			if !s.exclusive {
-				rows, recs = s.rowsAfter(g, touched), recordsOf(done)
-			}
-			if err := notifyAll(ctx, g.dtx, touched, ephs, rows, recs); err != nil {
-				commitErr = fmt.Errorf("stream store: notify: %w", err)
-			}
+// seal queues the group's notifications and notes the streams the next group must leave alone
+// until this one is finished: every stream a write named (its lock may be held from the group's
+// prefetch) and every stream a write staged.
+func (b *building) seal() {
+	s, g := b.s, b.g
+	b.sealed = true
+	if !s.exclusive {
+		b.busy = make(map[string]bool, len(b.reqs)+len(g.staged))
+		for _, r := range b.reqs {
+			b.busy[r.path] = true
 		}
+		for p := range g.staged {
+			b.busy[p] = true
+		}
+	}
+	if g.dtx == nil || b.broken != nil {
+		return
+	}
+	touched, ephs := changesOf(b.done)
+	if !s.exclusive || s.tails.inUse() {
+		b.rows, b.recs = s.rowsAfter(g, touched), recordsOf(b.done)
+	}
+	if err := notifyAll(context.Background(), g.dtx, touched, ephs, b.rows, b.recs); err != nil {
+		b.broken = fmt.Errorf("stream store: notify: %w", err)
+	}
+}
+
+// commit commits the group's transaction, if any, and closes b.committed. It touches nothing of
+// the writer's state, so it may run on a goroutine of its own while the next group is built.
+func (b *building) commit() {
+	defer close(b.committed)
+	if !b.sealed {
+		b.seal()
+	}
+	if b.g.dtx == nil || b.broken != nil {
+		return
+	}
+	b.observed = b.s.observers.registered()
+	var start time.Time
+	if b.observed {
+		start = b.s.clock.Now()
+	}
+	b.commitErr = b.g.dtx.Commit(context.Background())
+	if b.observed {
+		b.commitTime = b.s.clock.Now().Sub(start)
+	}
+}
+
+// finish waits for b's commit, settles what a failure means for each write (a write committed
+// early by a split stays committed), applies the committed writes and answers the callers.
+func (s *Store) finish(w driver.Writer, b *building) {
+	<-b.committed
+	ctx := context.Background()
+	g, reqs, results, done := b.g, b.reqs, b.results, b.done
+	if g.dtx != nil {
+		commitErr := b.broken
 		if commitErr == nil {
-			observed := s.observers.registered()
-			var start time.Time
-			if observed {
-				start = s.clock.Now()
-			}
-			err := g.dtx.Commit(ctx)
-			if err != nil {
-				commitErr = fmt.Errorf("stream store: commit: %w", err)
+			if b.commitErr != nil {
+				commitErr = fmt.Errorf("stream store: commit: %w", b.commitErr)
 			} else {
 				s.commits.Add(1)
 			}
-			if observed {
+			if b.observed {
 				writes := 0
 				for _, e := range results {
 					if e == nil {
 						writes++
 					}
 				}
-				s.observers.notify(CommitStats{Writes: writes, Duration: s.clock.Now().Sub(start), Failed: err != nil})
+				s.observers.notify(CommitStats{Writes: writes, Duration: b.commitTime, Failed: b.commitErr != nil})
 			}
 		}
 		if commitErr != nil {
-			rows, recs = nil, nil // what is committed is not the whole group
+			b.rows, b.recs = nil, nil // what is committed is not the whole group
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
 			_ = g.dtx.Rollback(ctx)
 			early := false
 			for i := range reqs {
-				if epochs[i] < final {
+				if b.epochs[i] < final {
 					early = early || done[i] != nil
 					continue
 				}
@@ -368,35 +554,45 @@ func (s *Store) runGroup(w driver.Writer, reqs []*writeReq) {
 			}
 		}
 	}
-	s.applyCommitted(reqs, results, done, rows, recs)
+	s.applyCommitted(reqs, results, done, b.rows, b.recs)
 }
+
+// errInflight refuses a write that reached a stream the group committing before its own may
+// still change (docs/store.md#one-writer): the writer runs it again once that commit is known.
+var errInflight = errors.New("stream store: stream in a group whose commit is on its way")
 
 // prefetch begins the group's transaction and reads the rows of the streams its writes are
 // about to write (each under its lock when that is free at once) in one round trip, instead of
 // one round trip per write, when the database is shared and the driver can (see
-// driver.StreamPrefetcher). An error fails the whole group.
+// driver.StreamPrefetcher). A group built while another commits may prefetch several times, once
+// per arrival of writes. An error fails the whole group.
 func (s *Store) prefetch(g *group, reqs []*writeReq) error {
-	if s.exclusive || len(reqs) < 2 {
+	if s.exclusive || (len(reqs) < 2 && g.dtx == nil) {
 		return nil
 	}
 	var paths []string
 	seen := make(map[string]bool, len(reqs))
 	for _, r := range reqs {
-		if r.path != "" && !seen[r.path] && r.ctx.Err() == nil {
+		if r.path != "" && !seen[r.path] && !g.busy[r.path] && r.ctx.Err() == nil {
+			if _, ok := g.staged[r.path]; ok {
+				continue // an earlier function of the group read it
+			}
 			seen[r.path] = true
 			paths = append(paths, r.path)
 		}
 	}
-	if len(paths) < 2 {
+	if len(paths) < 2 && g.dtx == nil || len(paths) == 0 {
 		return nil
 	}
 	ctx := context.Background()
-	dtx, err := g.w.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("stream store: begin: %w", err)
+	if g.dtx == nil {
+		dtx, err := g.w.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("stream store: begin: %w", err)
+		}
+		g.dtx = dtx
 	}
-	g.dtx = dtx
-	if p, ok := dtx.(driver.StreamPrefetcher); ok {
+	if p, ok := g.dtx.(driver.StreamPrefetcher); ok {
 		if err := p.PrefetchStreams(ctx, paths); err != nil {
 			return fmt.Errorf("stream store: read the group's streams: %w", err)
 		}
@@ -494,9 +690,9 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 }
 
 // applyCommitted applies the committed functions' staged changes to the writer's state in queue
-// order, runs their after-commit hooks, wakes readers, parks the writes that met a reserved
-// stream and answers the rest. done[i] is nil for every function that is not committed. rows and
-// recs (nil: not known) bring the tail cache up to the commit before the readers wake.
+// order, runs their after-commit hooks, parks the writes that met a reserved stream, answers the
+// rest and wakes readers. done[i] is nil for every function that is not committed. rows and recs
+// (nil: not known) bring the tail cache up to the commit before the callers are answered.
 func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
 	ws := &s.ws
 	touched, _ := changesOf(done)
@@ -534,6 +730,10 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		if errors.As(results[i], &be) {
 			ws.parked = append(ws.parked, parkedWrite{path: be.path, req: r})
 			results[i] = errParked
+		} else if errors.Is(results[i], errInflight) {
+			// The group it met has finished by now (it finishes before this one).
+			ws.requeue = append(ws.requeue, r)
+			results[i] = errParked
 		}
 	}
 	if len(ws.parked) > 0 {
@@ -547,11 +747,14 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 			s.runHook(h)
 		}
 	}
+	// The tail cache reaches the commit before any caller is answered (a caller reads its own
+	// write), but the waiting readers are woken after the answers: the goroutine readied last
+	// runs next on this thread once the writer waits again, so the reader goes first, with no
+	// thread to wake in between, and the callers' answers go to an idle thread.
+	var wakes []chan struct{}
 	for id, p := range touched {
-		if r := rows[id]; r != nil {
-			s.wakeWith(id, r, recs[id])
-		} else {
-			s.wake(id)
+		if ch := s.takeWaiters(id, rows[id], recs[id]); ch != nil {
+			wakes = append(wakes, ch)
 		}
 		s.changes.notify(p)
 	}
@@ -559,6 +762,9 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		if results[i] != errParked {
 			r.done <- results[i]
 		}
+	}
+	for _, ch := range wakes {
+		close(ch)
 	}
 }
 
@@ -631,10 +837,11 @@ func (s *Store) rowsAfter(g *group, touched map[int64]string) map[int64]*driver.
 	return rows
 }
 
-// addRecord notes a durable record this function appended (shared databases: it travels with
-// the commit's notification). rec's memory must not change afterwards.
+// addRecord notes a durable record this function appended: on a shared database it travels with
+// the commit's notification, and it feeds the tail cache (on an exclusive driver only while the
+// cache has entries). rec's memory must not change afterwards.
 func (t *tx) addRecord(rec driver.Record) {
-	if t.s.exclusive {
+	if !t.wantRecords() {
 		return
 	}
 	if t.recs == nil {
@@ -643,6 +850,9 @@ func (t *tx) addRecord(rec driver.Record) {
 	rec.Keys = nil
 	t.recs[rec.StreamID] = append(t.recs[rec.StreamID], rec)
 }
+
+// wantRecords reports whether addRecord keeps what it is given.
+func (t *tx) wantRecords() bool { return !t.s.exclusive || t.s.tails.inUse() }
 
 // touch marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).
@@ -655,6 +865,9 @@ func (t *tx) touch(id int64, path string) { t.touched[id] = path }
 func (t *tx) stream(path string) (*streamMem, error) {
 	if err := t.checkReserved(path); err != nil {
 		return nil, err
+	}
+	if t.g.busy[path] {
+		return nil, errInflight
 	}
 	if m, ok := t.staged[path]; ok {
 		if m != nil {

@@ -98,14 +98,27 @@ func commonSuffix(a, b []byte) int {
 // and returns b's index. ok is false when the shortcut does not apply (b is not an object, or the
 // changed window does not parse as whole members); the caller then falls back to Diff.
 func DiffIndexed(a []byte, aIdx []MemberSpan, b []byte) (ops []PatchOp, bIdx []MemberSpan, ok bool) {
+	return DiffIndexedWindow(a, aIdx, b, -1, -1)
+}
+
+// DiffIndexedWindow is [DiffIndexed] told a common prefix and a common suffix of a and b (as
+// [ReencodeTo] reports them; any lengths not above the longest do), which then need no scan; a
+// negative length is measured.
+func DiffIndexedWindow(a []byte, aIdx []MemberSpan, b []byte, prefix, suffix int) (ops []PatchOp, bIdx []MemberSpan, ok bool) {
 	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' || len(a) < 2 {
 		return nil, nil, false
 	}
-	p := commonPrefix(a, b)
+	p := prefix
+	if p < 0 {
+		p = commonPrefix(a, b)
+	}
 	if p == len(a) && p == len(b) {
 		return nil, aIdx, true
 	}
-	s := commonSuffix(a[p:], b[p:])
+	s := suffix
+	if s < 0 || s > min(len(a), len(b))-p {
+		s = commonSuffix(a[p:], b[p:])
+	}
 	delta := len(b) - len(a)
 	// Members [0, lo) end inside the common prefix; members [hi, n) start inside the common suffix.
 	lo := sort.Search(len(aIdx), func(i int) bool { return aIdx[i].end > p })

@@ -36,26 +36,45 @@ import (
 // When v has prevType, a float reached without passing through an interface is compared by value:
 // the old token there was written from a float of the same type, so equal values have equal text.
 func Reencode(v any, prev []byte, prevType reflect.Type) (out []byte, same bool, err error) {
+	r, err := ReencodeTo(nil, v, prev, prevType)
+	return r.Text, r.Same, err
+}
+
+// Reencoded is the outcome of [ReencodeTo].
+type Reencoded struct {
+	Text []byte // Marshal(v)
+	Same bool   // Text is prev itself: the two encodings are byte-identical
+	// Prefix and Suffix are lengths of a common prefix and a common suffix of prev and Text (not
+	// necessarily the longest): the bytes outside the spliced parts.
+	Prefix, Suffix int
+}
+
+// ReencodeTo is [Reencode] writing the new text into buf when its capacity suffices (buf must not
+// overlap prev), and telling where the change lies.
+func ReencodeTo(buf []byte, v any, prev []byte, prevType reflect.Type) (Reencoded, error) {
 	if len(prev) == 0 {
 		b, err := Marshal(v)
-		return b, false, err
+		return Reencoded{Text: b}, err
 	}
 	w := walker{prev: prev, static: prevType != nil && prevType == reflect.TypeOf(v)}
 	if werr := w.walkTop(v); werr != nil || w.pos != len(prev) {
 		b, err := Marshal(v) // the authority on errors and on what the walk gave up on
 		if err == nil && bytes.Equal(b, prev) {
-			return prev, true, nil
+			return Reencoded{Text: prev, Same: true, Prefix: len(prev), Suffix: len(prev)}, nil
 		}
-		return b, false, err
+		return Reencoded{Text: b}, err
 	}
 	if len(w.splices) == 0 {
-		return prev, true, nil
+		return Reencoded{Text: prev, Same: true, Prefix: len(prev), Suffix: len(prev)}, nil
 	}
 	n := len(prev)
 	for _, s := range w.splices {
 		n += len(s.text) - (s.to - s.from)
 	}
-	out = make([]byte, 0, n)
+	out := buf[:0]
+	if cap(out) < n {
+		out = make([]byte, 0, n+n/16) // room to grow, for when this buffer comes back
+	}
 	at := 0
 	for _, s := range w.splices {
 		out = append(out, prev[at:s.from]...)
@@ -63,7 +82,7 @@ func Reencode(v any, prev []byte, prevType reflect.Type) (out []byte, same bool,
 		at = s.to
 	}
 	out = append(out, prev[at:]...)
-	return out, false, nil
+	return Reencoded{Text: out, Prefix: w.splices[0].from, Suffix: len(prev) - w.splices[len(w.splices)-1].to}, nil
 }
 
 // errGiveUp ends a walk; Reencode then marshals the whole value.

@@ -95,6 +95,17 @@ func checkReencode(t *testing.T, prev, next any) []byte {
 	if same != (pb != nil && bytes.Equal(pb, want)) {
 		t.Fatalf("same = %v for %s → %s", same, pb, want)
 	}
+	// Into a reused buffer full of other bytes, with the spliced window reported.
+	buf := bytes.Repeat([]byte{'#'}, len(want)+8)
+	r, err := ReencodeTo(buf, next, pb, reflect.TypeOf(prev))
+	if err != nil || !bytes.Equal(r.Text, want) || r.Same != same {
+		t.Fatalf("ReencodeTo gave %s (same %v, %v), want %s", r.Text, r.Same, err, want)
+	}
+	if r.Prefix+r.Suffix > min(len(pb), len(want)) && !r.Same ||
+		!bytes.Equal(pb[:min(r.Prefix, len(pb))], want[:min(r.Prefix, len(want))]) ||
+		!bytes.HasSuffix(pb, want[len(want)-min(r.Suffix, len(want)):]) {
+		t.Fatalf("ReencodeTo window prefix %d suffix %d is not common to %s and %s", r.Prefix, r.Suffix, pb, want)
+	}
 	return got
 }
 

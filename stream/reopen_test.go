@@ -1,0 +1,72 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/foldstream/foldstream/foldtype"
+)
+
+// TestSeenDurableThroughIgnoresEphemeralOnlyCommits: SeenThrough covers every commit the
+// subscription saw, SeenDurableThrough only those holding a durable event, consumed or not.
+func TestSeenDurableThroughIgnoresEphemeralOnlyCommits(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	sub := subscribe(t, s, "/a", &recorder{}, SubscribeOptions{Consumes: []string{"x"}})
+	mustAppend(t, s, "/a", ev("x"), ev("y"))
+	mustAppend(t, s, "/a", ev("y"))
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sub.SeenDurableThrough(), int64(3); got != want {
+		t.Fatalf("SeenDurableThrough after durable commits: got %d, want %d", got, want)
+	}
+	mustAppend(t, s, "/a", eph("delta"))
+	if got, want := sub.SeenThrough(), int64(4); got != want {
+		t.Fatalf("SeenThrough after an ephemeral: got %d, want %d", got, want)
+	}
+	if got, want := sub.SeenDurableThrough(), int64(3); got != want {
+		t.Fatalf("SeenDurableThrough after an ephemeral-only commit: got %d, want %d", got, want)
+	}
+}
+
+// TestCheckpointsOfReadsRowsTogetherAndStaysBoundToItsStream: checkpoints made from a stream's
+// info read several rows in one call and, like Checkpoints, refuse a write once that stream was
+// deleted and another created at the path.
+func TestCheckpointsOfReadsRowsTogetherAndStaysBoundToItsStream(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	mustAppend(t, s, "/a", ev("x"))
+	info, err := s.Events().HeadStream(ctx, "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cps, err := s.Events().CheckpointsOf(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := foldtype.Checkpoint{ReducerVersion: "v1", ReducedThroughOffset: 1, State: []byte(`{"n":1}`)}
+	if err := cps.WriteCheckpoint(ctx, "p", want, true); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := cps.ReadCheckpoints(ctx, "p", "kv:p:marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := rows["p"]; !ok || got.ReducedThroughOffset != 1 || string(got.State) != `{"n":1}` {
+		t.Fatalf("row p: got %+v (found %v), want %+v", got, ok, want)
+	}
+	if _, ok := rows["kv:p:marker"]; ok || len(rows) != 1 {
+		t.Fatalf("rows: got %v, want only p", rows)
+	}
+	if err := s.Protocol().DeleteStream(ctx, "/a"); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "/a", ev("x"))
+	if err := cps.WriteCheckpoint(ctx, "p", want, true); !errors.Is(err, foldtype.ErrStreamDeleted) {
+		t.Fatalf("write for the deleted stream: got %v, want STREAM_DELETED", err)
+	}
+}
