@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -554,5 +556,62 @@ func TestSSETextChunksEndOnCharacterBoundaries(t *testing.T) {
 	}
 	if got.String() != text {
 		t.Fatalf("text: got %q, want %q", got.String(), text)
+	}
+}
+
+// TestSSELiveEventsOfEverySize: a live SSE reader gets each append, byte for byte, whatever the
+// sizes of the events before it (the connection reuses its read memory between events). Each
+// message is appended once the one before it arrived, so each is a live read of its own.
+func TestSSELiveEventsOfEverySize(t *testing.T) {
+	t.Parallel()
+	e := setup(t, server.Config{LongPollTimeout: time.Hour})
+	e.do(t, "PUT", "/v1/stream/sizes", map[string]string{"Content-Type": "application/json"}, "")
+	sizes := []int{10, 3000, 20, 9000, 5, 70000, 1, 4000, 2}
+	var want []string
+	for i, n := range sizes {
+		want = append(want, fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, strings.Repeat(string(rune('a'+i)), n)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/stream/sizes?offset=-1&live=sse", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got []string
+	started := false
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(nil, 1<<20)
+	for len(got) < len(want) && sc.Scan() {
+		line := sc.Text()
+		if !started && strings.HasPrefix(line, "data:{") {
+			// The first control event: the reader is at the tail.
+			started = true
+			e.do(t, "POST", "/v1/stream/sizes", map[string]string{"Content-Type": "application/json"}, want[0])
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data:[")
+		if !ok {
+			continue
+		}
+		var msgs []json.RawMessage
+		if err := json.Unmarshal([]byte("["+data), &msgs); err != nil {
+			t.Fatalf("data line %.80q: %v", data, err)
+		}
+		for _, m := range msgs {
+			got = append(got, string(m))
+		}
+		if len(got) < len(want) {
+			e.do(t, "POST", "/v1/stream/sizes", map[string]string{"Content-Type": "application/json"}, want[len(got)])
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d messages, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("message %d: got %.60q (%d bytes), want %.60q (%d bytes)", i, got[i], len(got[i]), want[i], len(want[i]))
+		}
 	}
 }

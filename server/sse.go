@@ -87,6 +87,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 	keepAlive := time.NewTimer(s.cfg.LongPollTimeout)
 	defer keepAlive.Stop()
 	var buf bytes.Buffer
+	// rbuf is the memory each read's answer is built in: without it a JSON read would start
+	// from a fresh buffer of LiveChunkBytes per event.
+	rbuf := make([]byte, 0, sseReadBufferBytes)
 	send := func() bool {
 		ok := lw.send(buf.Bytes())
 		buf.Reset()
@@ -172,15 +175,24 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 		default:
 		}
 		var err error
-		res, err = s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
+		res, err = s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes, Watch: true, Buf: rbuf})
 		if err != nil {
 			return // deleted or expired meanwhile: end the connection
+		}
+		// The answer is encoded into buf before the next read: its memory serves that read,
+		// unless it grew past what an idle connection keeps.
+		if c := cap(res.Body); c >= cap(rbuf) && c <= idleBufferBytes {
+			rbuf = res.Body[:0]
 		}
 	}
 }
 
 // idleBufferBytes is the largest event buffer a live connection keeps between events.
 const idleBufferBytes = 4 << 10
+
+// sseReadBufferBytes is the read buffer an SSE connection starts with (it keeps one up to
+// idleBufferBytes).
+const sseReadBufferBytes = 1 << 10
 
 // utf8Boundary returns the length of b without a trailing incomplete UTF-8 sequence.
 func utf8Boundary(b []byte) int {

@@ -534,6 +534,22 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 		return n == 1
 	})
 	b := startNode(t, dsn, clock, server.Config{NodeID: "node-b", SubscriptionLeaseTTL: testLeaseTTL})
+	// While both nodes live, node-a renews the lease on the shared fake clock; keep that clock
+	// moving so the lease, which runs out on the database's clock, stays renewed however slowly
+	// this machine runs the deliveries below.
+	renewing := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for {
+			select {
+			case <-renewing:
+				return
+			case <-time.After(20 * time.Millisecond):
+				clock.Advance(testLeaseTTL / 3)
+			}
+		}
+	}()
 	seen := map[string]bool{}
 	for i := range 3 {
 		putStream(t, b.url, fmt.Sprintf("events/%d", i), `{"n":1}`) // appended on node-b
@@ -552,6 +568,8 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 			return false
 		})
 	}
+	close(renewing)
+	<-renewed
 	if h := deliveryHolder(t, b.st); h != "node-a" {
 		t.Fatalf("delivery lease held by %q, want node-a", h)
 	}

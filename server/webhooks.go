@@ -254,7 +254,9 @@ func (d *deliverer) changed(path string) {
 		}
 	}
 	n := len(d.due)
-	all := d.allDue
+	// allDue waits for a pass, which only a node with subscriptions runs: without any, a commit
+	// has nothing to deliver, and poking the loop would cost every commit a wake of its goroutine.
+	all := d.allDue && len(d.configs) > 0
 	d.mu.Unlock()
 	if n > 0 || all {
 		d.poke()

@@ -45,8 +45,10 @@ const tailCacheTotalBytes = 64 << 20
 type tailEntry struct {
 	row   driver.Stream   // the stream's row as of its latest known commit; row.Tail is the entry's tail
 	lo    int64           // recs cover (lo, row.Tail]
-	recs  []driver.Record // contiguous, in position order
+	recs  []driver.Record // contiguous, in position order; appended to, never changed in place
 	bytes int
+	// dropped counts the records dropped from the front of recs' array since it was allocated.
+	dropped int
 }
 
 // tailCache is the store's tail cache, guarded by Store.notifyMu (entries also without it).
@@ -137,7 +139,15 @@ func (s *Store) applyCommit(id int64, row *driver.Stream, recs []driver.Record) 
 		drop++
 	}
 	if drop > 0 {
-		e.recs = append([]driver.Record(nil), e.recs[drop:]...)
+		// Readers may still hold a slice of the records: they are left as they are, and the
+		// entry moves past them; once as many were dropped as are kept, the kept ones move to a
+		// fresh array (a copy per record at most once, however long the stream is followed).
+		e.recs = e.recs[drop:]
+		e.dropped += drop
+		if e.dropped >= len(e.recs) {
+			e.recs = append([]driver.Record(nil), e.recs...)
+			e.dropped = 0
+		}
 	}
 	c.bytes += e.bytes - before
 	if c.bytes > tailCacheTotalBytes {

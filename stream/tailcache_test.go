@@ -193,3 +193,45 @@ func TestCallerReadsItsOwnWriteFromTheTailCache(t *testing.T) {
 		res = got
 	}
 }
+
+// A reader that follows a stream long past what one entry keeps gets every message once, in
+// order, while the entry stays within its bound.
+func TestTailCacheEntryStaysBoundedWhileFollowed(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	createStream(t, s, "/long", "application/json")
+	res, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/long", Watch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := string(bytes.Repeat([]byte("p"), 1000))
+	const n = 800 // ~800 KB: the entry drops its oldest records three times over
+	for i := range n {
+		msg := fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, pad)
+		mustAppendRecord(t, s, AppendRequest{Path: "/long", ContentType: "application/json", Body: []byte(msg)})
+		res = liveStep(t, s, "/long", res)
+		if string(res.Body) != "["+msg+"]" {
+			t.Fatalf("live read %d: %.40s, want message %d", i, res.Body, i)
+		}
+		s.notifyMu.Lock()
+		e := s.tails.byID[s.tails.byPath["/long"]]
+		size, recs := 0, 0
+		if e != nil {
+			size, recs = e.bytes, len(e.recs)
+		}
+		s.notifyMu.Unlock()
+		if e == nil || size > tailCacheBytes || recs == 0 {
+			t.Fatalf("after append %d: entry %v holds %d bytes in %d records, want at most %d", i, e != nil, size, recs, tailCacheBytes)
+		}
+	}
+	tailBytesConsistent(t, s)
+	// A reader at the oldest cached position is answered from the entry, in order.
+	s.notifyMu.Lock()
+	lo := s.tails.byID[s.tails.byPath["/long"]].lo
+	s.notifyMu.Unlock()
+	page, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/long", After: lo, Watch: true})
+	if err != nil || page.Count != int(n-lo) {
+		t.Fatalf("read from the entry's start %d: %d messages, %v; want %d", lo, page.Count, err, n-lo)
+	}
+}

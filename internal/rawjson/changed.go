@@ -87,9 +87,10 @@ func parsePointerTokens(p string) ([]string, error) {
 // container is one object or array of prev that a pointer passes through, with its members.
 type container struct {
 	start, end int          // the value's text, '{' or '[' at start
-	members    []MemberSpan // in text order; for an array, key is empty
-	plan       *plan        // the Go side's plan (kStruct or kMap for an object)
-	static     bool         // the text was written from a value of plan's type
+	members    []MemberSpan // in text order, when scanned; for an array, key is empty
+	scanned    bool
+	plan       *plan // the Go side's plan (kStruct or kMap for an object)
+	static     bool  // the text was written from a value of plan's type
 	edits      []*edit
 }
 
@@ -98,7 +99,8 @@ type edit struct {
 	toks     []string
 	c        *container // nil for the root
 	key      string
-	old      int // index in c.members, -1 when absent from prev
+	old      int        // the member's position in c, -1 when absent from prev
+	span     MemberSpan // where it is in prev, when present
 	nv       reflect.Value
 	present  bool // the member is encoded in v
 	fieldPos int  // a struct field's position among the plan's fields
@@ -139,30 +141,130 @@ func concrete(v reflect.Value, static bool) (reflect.Value, *plan, bool, bool) {
 	}
 }
 
-// containerAt returns the container whose text is prev[start:end], scanning its members once.
+// containerAt returns the container whose text is prev[start:end]. Its members are found by a scan
+// that stops at the one looked for; all of them are listed only for an addition or a removal.
 func (c *changes) containerAt(start, end int, p *plan, static bool) (*container, bool) {
 	if k, ok := c.containers[start]; ok {
 		return k, k.plan == p
 	}
 	k := &container{start: start, end: end, plan: p, static: static}
-	ok := true
 	switch {
 	case c.prev[start] == '{' && (p.kind == kStruct || p.kind == kMap):
 		if start == 0 && c.indexed {
-			k.members = c.idx
-		} else {
-			k.members, ok = scanMembers(c.prev, start+1, end-1)
+			k.members, k.scanned = c.idx, true
 		}
 	case c.prev[start] == '[' && (p.kind == kSlice || p.kind == kArray):
-		k.members, ok = scanElems(c.prev, start+1, end-1)
 	default:
-		ok = false
-	}
-	if !ok {
 		return nil, false
 	}
 	c.containers[start] = k
 	return k, true
+}
+
+// list scans all of k's members, once.
+func (k *container) list(b []byte) bool {
+	if k.scanned {
+		return true
+	}
+	var ok bool
+	if b[k.start] == '{' {
+		k.members, ok = scanMembers(b, k.start+1, k.end-1)
+	} else {
+		k.members, ok = scanElems(b, k.start+1, k.end-1)
+	}
+	k.scanned = ok
+	return ok
+}
+
+// seekKey finds the member of object k named key: its position (-1 when absent) and span. A scan
+// compares keys in place and, in a map's text (sorted), stops at the first key past key; ok is false
+// when the text does not parse.
+func (k *container) seekKey(b []byte, key string, sortedMap bool) (pos int, m MemberSpan, ok bool) {
+	if k.scanned {
+		if i := k.find(key, sortedMap); i >= 0 {
+			return i, k.members[i], true
+		}
+		return -1, MemberSpan{}, true
+	}
+	to := k.end - 1
+	i := k.start + 1
+	for n := 0; ; n++ {
+		for i < to && (b[i] == ',' || b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+		if i >= to {
+			return -1, MemberSpan{}, i == to
+		}
+		if b[i] != '"' {
+			return -1, MemberSpan{}, false
+		}
+		ke, err := stringEnd(b, i)
+		if err != nil || ke > to {
+			return -1, MemberSpan{}, false
+		}
+		raw := b[i+1 : ke-1]
+		var cmp int
+		if bytes.IndexByte(raw, '\\') < 0 { // compared in place (string(raw) in a comparison does not copy)
+			if string(raw) != key {
+				cmp = 1
+				if string(raw) < key {
+					cmp = -1
+				}
+			}
+		} else {
+			s, err := unquoteKey(b[i:ke])
+			if err != nil {
+				return -1, MemberSpan{}, false
+			}
+			cmp = strings.Compare(s, key)
+		}
+		j := skipWS(b, ke)
+		if j >= to || b[j] != ':' {
+			return -1, MemberSpan{}, false
+		}
+		j = skipWS(b, j+1)
+		ve, err := valueEnd(b, j)
+		if err != nil || ve > to {
+			return -1, MemberSpan{}, false
+		}
+		if cmp == 0 {
+			return n, MemberSpan{key: key, start: i, valStart: j, end: ve}, true
+		}
+		if cmp > 0 && sortedMap {
+			return -1, MemberSpan{}, true
+		}
+		i = ve
+	}
+}
+
+// seekIndex finds element n of array k; found is false past its end, ok false when the text does
+// not parse.
+func (k *container) seekIndex(b []byte, n int) (m MemberSpan, found, ok bool) {
+	if k.scanned {
+		if n < len(k.members) {
+			return k.members[n], true, true
+		}
+		return MemberSpan{}, false, true
+	}
+	to := k.end - 1
+	i := skipWS(b, k.start+1)
+	for e := 0; i < to; e++ {
+		if e > 0 {
+			if b[i] != ',' {
+				return MemberSpan{}, false, false
+			}
+			i = skipWS(b, i+1)
+		}
+		end, err := valueEnd(b, i)
+		if err != nil || end > to {
+			return MemberSpan{}, false, false
+		}
+		if e == n {
+			return MemberSpan{start: i, valStart: i, end: end}, true, true
+		}
+		i = skipWS(b, end)
+	}
+	return MemberSpan{}, false, i == to
 }
 
 // scanElems locates the elements of an array's body in b[from:to].
@@ -217,16 +319,24 @@ func (c *changes) follow(toks []string) (*edit, bool) {
 			e.fieldPos = fi
 			e.nv = cv.Field(f.index)
 			e.present = !f.omitEmpty || !isEmpty(e.nv)
-			e.old = k.find(tok, false)
+			if e.old, e.span, ok = k.seekKey(c.prev, tok, false); !ok {
+				return c.widen(toks, i)
+			}
 		case kMap:
 			key := reflect.New(p.key).Elem()
 			key.SetString(tok)
 			e.nv = cv.MapIndex(key)
 			e.present = e.nv.IsValid()
-			e.old = k.find(tok, st)
+			if e.old, e.span, ok = k.seekKey(c.prev, tok, st); !ok {
+				return c.widen(toks, i)
+			}
 		case kSlice, kArray:
-			n, ok := arrayIndex(tok, cv.Len())
-			if !ok || n >= len(k.members) {
+			n, inRange := arrayIndex(tok, cv.Len())
+			var found bool
+			if inRange {
+				e.span, found, ok = k.seekIndex(c.prev, n)
+			}
+			if !inRange || !found || !ok {
 				return c.widen(toks, i) // a change of length: the array is encoded whole
 			}
 			e.nv, e.present, e.old = cv.Index(n), true, n
@@ -241,8 +351,7 @@ func (c *changes) follow(toks []string) (*edit, bool) {
 		if i == len(toks)-1 || e.old < 0 || !e.present {
 			return e, true
 		}
-		m := k.members[e.old]
-		v, static, start, end = e.nv, st, m.valStart, m.end
+		v, static, start, end = e.nv, st, e.span.valStart, e.span.end
 	}
 	return nil, false
 }
@@ -411,7 +520,7 @@ func (c *changes) applyContainer(k *container, ops []PatchOp, sps []changeSplice
 	for _, s := range slots {
 		switch {
 		case s.e.old >= 0 && s.e.present:
-			m := k.members[s.e.old]
+			m := s.e.span
 			ov := c.prev[m.valStart:m.end]
 			if bytes.Equal(ov, s.text) {
 				continue
@@ -426,6 +535,9 @@ func (c *changes) applyContainer(k *container, ops []PatchOp, sps []changeSplice
 	}
 	if !structural {
 		return ops, sps, true
+	}
+	if !k.list(c.prev) {
+		return nil, nil, false
 	}
 	// Rewrite each run of added and removed members between two surviving members (or an end).
 	removed := map[int]bool{}

@@ -424,6 +424,12 @@ func (w *walker) sameFloat(f float64, k kind) bool {
 	if end == w.pos {
 		return false
 	}
+	if is, decided := floatTokenIs(w.prev[w.pos:end], f, k); decided {
+		if is {
+			w.pos = end
+		}
+		return is
+	}
 	bits := 64
 	if k == kFloat32 {
 		bits = 32
