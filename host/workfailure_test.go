@@ -220,13 +220,6 @@ func contains(s, sub string) bool {
 	return false
 }
 
-func mustShutdown(t *testing.T, h *host.Host) {
-	t.Helper()
-	if err := h.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func equalStrings(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

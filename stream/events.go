@@ -249,7 +249,9 @@ const (
 type readOptions struct {
 	// IncludeEphemeral merges the ephemeral ring's events into the page: those inside the proven
 	// span, and on an at-head page also those beyond the durable mark. They never count toward the
-	// limit and never move the proof (docs/store.md#reading).
+	// limit and never move the proof (docs/store.md#reading). The contract's reference stream
+	// has it (acceptance cases S-04, S-05); no exported read sets it, since engines get
+	// ephemerals by push, so only this package's tests read the ring.
 	IncludeEphemeral bool
 }
 

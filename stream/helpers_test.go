@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -209,11 +208,6 @@ func streamIDOf(t testing.TB, s *Store, path string) int64 {
 		t.Fatal(err)
 	}
 	return id
-}
-
-func jsonString(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 // waitFor yields until cond holds, failing t after about 10 s. It never sleeps: cond is a state
