@@ -56,7 +56,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	defer cancel()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, filepath.Join(t.TempDir(), "s.db"), clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	c, err := foldstream.DefineContract(foldstream.ContractConfig[countState]{Slug: "dier", Version: "1", Consumes: []string{"e"}})
 	if err != nil {
 		t.Fatal(err)

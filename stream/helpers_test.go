@@ -55,7 +55,7 @@ func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s, clk
 }
 
@@ -67,7 +67,7 @@ func setupFile(t testing.TB) (*Store, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s, path
 }
 
