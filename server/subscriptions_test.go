@@ -99,7 +99,7 @@ type subNode struct {
 // lease is not given up.
 func (n *subNode) close() {
 	n.ts.Close()
-	n.st.Close()
+	n.st.Close(context.Background())
 	n.srv.Shutdown(context.Background())
 }
 
@@ -240,7 +240,7 @@ func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	strict := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet}))
 	defer strict.Close()
 	dev := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet, AllowLoopbackWebhooks: true}))
@@ -534,6 +534,22 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 		return n == 1
 	})
 	b := startNode(t, dsn, clock, server.Config{NodeID: "node-b", SubscriptionLeaseTTL: testLeaseTTL})
+	// While both nodes live, node-a renews the lease on the shared fake clock; keep that clock
+	// moving so the lease, which runs out on the database's clock, stays renewed however slowly
+	// this machine runs the deliveries below.
+	renewing := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for {
+			select {
+			case <-renewing:
+				return
+			case <-time.After(20 * time.Millisecond):
+				clock.Advance(testLeaseTTL / 3)
+			}
+		}
+	}()
 	seen := map[string]bool{}
 	for i := range 3 {
 		putStream(t, b.url, fmt.Sprintf("events/%d", i), `{"n":1}`) // appended on node-b
@@ -552,6 +568,8 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 			return false
 		})
 	}
+	close(renewing)
+	<-renewed
 	if h := deliveryHolder(t, b.st); h != "node-a" {
 		t.Fatalf("delivery lease held by %q, want node-a", h)
 	}
