@@ -305,6 +305,7 @@ func (l *LiveState) SetChanged(next any, changed ...string) {
 	l.spare = nil
 	res, ok := rawjson.EncodeChanged(next, l.base, l.baseType, l.baseIdx, l.indexed, changed, spare)
 	if !ok {
+		l.spare = spare // only this call wrote to it, if anything did
 		l.mu.Unlock()
 		l.Set(next)
 		return
@@ -328,7 +329,9 @@ func (l *LiveState) SetChanged(next any, changed ...string) {
 				fix, _ = rawjson.Diff(res.Text, truth)
 				idx, ok = rawjson.IndexObject(truth)
 			}
-			l.reportUndeclared(fix, changed)
+			if len(fix) > 0 { // else only the text differed (-0 for 0): nothing for clients to correct
+				l.reportUndeclared(fix, changed)
+			}
 			ops = append(ops, fix...)
 			res.Text, res.Index, res.Indexed = truth, idx, ok
 		}

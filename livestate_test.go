@@ -1,6 +1,7 @@
 package foldstream_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -346,6 +347,38 @@ func FuzzLiveStateChain(f *testing.F) {
 		}
 		if !rawjson.Equal(doc, foldstream.JSON(vals[2])) {
 			t.Fatalf("chain from %s ends at %s, want %s", s0, doc, foldstream.JSON(vals[2]))
+		}
+		// The same chain through SetChanged, declaring the members the diff names, or nothing
+		// (then the check, at every call, corrects it).
+		for _, declare := range []bool{true, false} {
+			sink := &recSink{}
+			l, _, _ := newLiveChecked(sink, vals[0], 0)
+			for i := 1; i < 3; i++ {
+				var ptrs []string
+				if ops, err := rawjson.Diff(foldstream.JSON(vals[i-1]), foldstream.JSON(vals[i])); err == nil && declare {
+					for _, op := range ops {
+						ptrs = append(ptrs, strings.TrimSuffix(op.Path, "/-"))
+					}
+				}
+				l.SetChanged(vals[i], ptrs...)
+			}
+			if err := l.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			doc := foldstream.JSON(vals[0])
+			for _, fr := range sink.frames() {
+				out, err := foldstream.ApplyPatch(doc, foldstream.JSON(fr.Patch))
+				if err != nil {
+					t.Fatalf("SetChanged: apply %s to %s: %v", foldstream.JSON(fr.Patch), doc, err)
+				}
+				doc = out
+			}
+			if !rawjson.Equal(doc, foldstream.JSON(vals[2])) {
+				t.Fatalf("SetChanged chain from %s ends at %s, want %s", s0, doc, foldstream.JSON(vals[2]))
+			}
+			if _, held, _ := heldJSON(l); !bytes.Equal(held, must[[]byte](t)(rawjson.Marshal(vals[2]))) {
+				t.Fatalf("SetChanged chain holds %s, want %s", held, foldstream.JSON(vals[2]))
+			}
 		}
 	})
 }

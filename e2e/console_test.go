@@ -81,7 +81,7 @@ func setupWith(t *testing.T, cfg server.Config, carts ...string) (base string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { st.Close(context.Background()) })
 	h, err := host.New(st, host.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +359,7 @@ func TestConsoleWithoutHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	srv, err := server.New(st, server.Config{})
 	if err != nil {
 		t.Fatal(err)

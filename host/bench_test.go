@@ -43,7 +43,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer s.Close()
+			defer s.Close(context.Background())
 			h := newHost(b, s)
 			c, err := foldstream.DefineContract(foldstream.ContractConfig[benchState]{Slug: "count", Version: "1", Consumes: []string{"bench/event"}})
 			if err != nil {

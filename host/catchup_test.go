@@ -19,7 +19,7 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	for range 3 {
 		if _, err := s.Events().Stream("/lag").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 1..3
 			t.Fatal(err)

@@ -51,7 +51,7 @@ func TestHostedProcessorsThatFeedEachOtherStopAtTheLoopLimit(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		s := open()
-		defer s.Close()
+		defer s.Close(context.Background())
 		h, err := host.New(s, host.Config{Logger: quietLog, LoopLimit: limit})
 		if err != nil {
 			t.Fatal(err)

@@ -50,7 +50,7 @@ func TestRestartRevivesLeftoverClaimsNow(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	// Left by the previous incarnation's background attempt: due in 20 s, no failure yet.
 	if err := s.Events().Claim(ctx, "/r", "t", testT.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestPatternRevivesLeftoverClaimsNow(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	for _, path := range []string{"/carts/a", "/carts/b"} {
 		if _, err := s.Events().Stream(path).Append(ctx, item(1)); err != nil {
 			t.Fatal(err)
@@ -179,7 +179,7 @@ func TestAlarmRevivesClaimedProcessor(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	p := newAttempts(t)
 	eng, err := host.Register(ctx, h, "/a", p)
@@ -246,7 +246,7 @@ func TestFailedReviveReclaimsWithBackoff(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	eng := pushedTicker(t, s, "/f", clk)
 	fr := failingRunner{Runner: eng, revives: make(chan struct{}, 4)}

@@ -231,7 +231,7 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	seen := map[string]int{}
 	for _, path := range crashPaths {
 		var events []foldtype.Event

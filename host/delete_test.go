@@ -18,7 +18,7 @@ func TestDeletedStreamRestartsItsProcessors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	p := newTicker(t, "ticker")
 	if _, err := host.Register(ctx, h, "/d", p); err != nil {
@@ -112,11 +112,11 @@ func TestDeletedStreamRestartsItsProcessorsAfterARestart(t *testing.T) {
 	if _, err := s.Events().Stream("/d").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // 1
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s2 := openStore(t, file, nil)
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	h2 := newHost(t, s2)
 	p := newTicker(t, "ticker")
 	if _, err := host.Register(ctx, h2, "/d", p); err != nil {

@@ -29,7 +29,7 @@ func Example() {
 		panic(err)
 	}
 	defer func() {
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			fmt.Println("close:", err)
 		}
 	}()
@@ -77,7 +77,7 @@ func ExampleRegisterPattern() {
 		panic(err)
 	}
 	defer func() {
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			fmt.Println("close:", err)
 		}
 	}()

@@ -85,7 +85,7 @@ func TestFailingProcessorIsVisibleAndRecovers(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, ":memory:", clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	var logs syncBuffer
 	h, err := host.New(s, host.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ManualAlarms: true})
 	if err != nil {
@@ -210,7 +210,7 @@ func TestSkippedEventsAreCountedAndLoggedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	var logs syncBuffer
 	h, err := host.New(s, host.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

@@ -17,7 +17,7 @@ func TestSnapshotReadsYourWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	p := newTicker(t, "ticker")
 	if _, err := host.Register(ctx, h, "/c", p); err != nil {
@@ -99,12 +99,12 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	if _, err := s.Events().Stream("/c").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil { // while no host runs
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
 	s2 := openStore(t, file, nil)
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	h2 := newHost(t, s2)
 	p2 := newTicker(t, "ticker")
 	if _, err := host.Register(ctx, h2, "/c", p2); err != nil {
@@ -141,7 +141,7 @@ func TestEphemeralsOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	if _, err := host.Register(ctx, h, "/p", newSeer(t, "eph", "loud", "chunk")); err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestOverflowHealsByGapRepair(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h, err := host.New(s, host.Config{Logger: quietLog, MaxPendingEvents: 2})
 	if err != nil {
 		t.Fatal(err)

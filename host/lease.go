@@ -303,13 +303,6 @@ func (ls *leaseSet) release(key procKey, generation int64, idle bool) {
 	}
 }
 
-// noteCommit records a commit on key's stream that this node did not open an engine for.
-func (ls *leaseSet) noteCommit(key procKey) {
-	ls.mu.Lock()
-	ls.pending[key] = true
-	ls.mu.Unlock()
-}
-
 // rescan asks the loop for a scan now (notifications may have been missed).
 func (ls *leaseSet) rescan() {
 	ls.mu.Lock()

@@ -126,12 +126,12 @@ func TestProcessorsRunOnClosedStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantA, wantB := logOf(t, s, "/counters/a"), logOf(t, s, "/counters/b")
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 
 		s = open()
-		defer s.Close()
+		defer s.Close(context.Background())
 		h = newHost(t, s)
 		if err := host.RegisterPattern(ctx, h, "/counters/*", newTicker(t, "ticker")); err != nil {
 			t.Fatal(err)
@@ -185,13 +185,13 @@ func TestReadsAppendNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := logOf(t, s, "/counters/r")
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 
 		clk := testsupport.NewFakeClock()
 		s = openStore(t, s.Path(), clk)
-		defer s.Close()
+		defer s.Close(context.Background())
 		h, err := host.New(s, host.Config{Logger: quietLog, IdleTimeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -243,7 +243,7 @@ func TestDeletedStreamsStayDeleted(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func() *stream.Store) {
 		ctx := context.Background()
 		s := open()
-		defer s.Close()
+		defer s.Close(context.Background())
 		h := newHost(t, s)
 		c := newCarts(t, "carts")
 		if err := host.RegisterPattern(ctx, h, "/carts/*", c); err != nil {
@@ -318,7 +318,7 @@ func TestRefuseInvalidEventsAtAppendTime(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func() *stream.Store) {
 		ctx := context.Background()
 		s := open()
-		defer s.Close()
+		defer s.Close(context.Background())
 		h := newHost(t, s)
 		if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(t, "carts"), host.RefuseInvalidEvents()); err != nil {
 			t.Fatal(err)

@@ -184,15 +184,6 @@ func (n *node) await(ready chan struct{}) {
 	}
 }
 
-func (n *node) signal(sig syscall.Signal) {
-	n.mu.Lock()
-	cmd := n.cmd
-	n.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		_ = cmd.Process.Signal(sig)
-	}
-}
-
 // kill SIGKILLs the process and waits for it to exit.
 func (n *node) kill() {
 	n.mu.Lock()

@@ -93,12 +93,12 @@ func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
 	s2 := openStore(t, file, nil)
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	h2 := newHost(t, s2)
 	if _, err := host.Register(ctx, h2, "/o", newReceipts(t)); err != nil {
 		t.Fatalf("register after a restart: %v", err)

@@ -31,7 +31,7 @@ func BenchmarkPatternFold(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer s.Close()
+			defer s.Close(context.Background())
 			h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 100})
 			if err != nil {
 				b.Fatal(err)
@@ -97,7 +97,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer s.Close()
+		defer s.Close(context.Background())
 		const n = 1000
 		for i := range n {
 			if _, err := s.Events().Stream(fmt.Sprintf("/carts/%d", i)).Append(ctx, item(1)); err != nil {
@@ -140,7 +140,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer s.Close()
+		defer s.Close(context.Background())
 		for _, path := range []string{"/carts/a", "/carts/b"} {
 			if _, err := s.Events().Stream(path).Append(ctx, item(1)); err != nil {
 				b.Fatal(err)

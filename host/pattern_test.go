@@ -60,7 +60,7 @@ func TestOverlappingRegistrationsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	defer h.Shutdown(ctx)
 	if err := host.RegisterPattern(ctx, h, "/carts/*", newCarts(t, "carts")); err != nil {
@@ -91,7 +91,7 @@ func TestPatternPicksUpStreamCreatedLater(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	p := newCarts(t, "carts")
 	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
@@ -131,7 +131,7 @@ func TestPatternCatchesUpExistingStreams(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, filepath.Join(t.TempDir(), "p.db"), nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	paths := []string{"/tenants/acme/a", "/tenants/acme/b/c", "/tenants/other/x"}
 	for _, path := range paths {
 		if _, err := s.Events().Stream(path).Append(ctx, item(1), item(2)); err != nil {
@@ -161,7 +161,7 @@ func TestEvictedEngineReopensFromCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, filepath.Join(t.TempDir(), "e.db"), clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 1, IdleTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestPatternOverManyStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func TestEnginesReopenedUnderTheCapWakeEachStreamOnceAndWriteNothingToReopen(t *
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, filepath.Join(t.TempDir(), "reopen.db"), nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 2})
 	if err != nil {
 		t.Fatal(err)

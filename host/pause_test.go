@@ -18,7 +18,7 @@ func TestProcessorsKeepReducingWhatLandedBeforeThePause(t *testing.T) {
 	ctx := context.Background()
 	dbPath := filepath.Join(t.TempDir(), "s.db")
 	s := openStore(t, dbPath, nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	want := func(h *host.Host, slug string, through int64) {
 		t.Helper()
 		if err := h.WaitUntilProcessed(ctx, "/p", slug, through, 0); err != nil {

@@ -84,7 +84,7 @@ func TestFedEngineReadsTheLogOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "counted"}); err != nil { // before the engine exists: @1
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestCheckpointAndResumeOnTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	addLedger(t, ctx, s, h, "/l")
 	if _, err := s.Events().Stream("/l").Append(ctx, foldtype.EventInput{Type: "noise"}, foldtype.EventInput{Type: "counted"}); err != nil { // 3, 4
@@ -167,7 +167,7 @@ func TestAppendInsideBlockerOnTheStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	c, err := foldstream.DefineContract(foldstream.ContractConfig[struct{}]{Slug: "echoer", Version: "1", Consumes: []string{"ping", "echoed"}, Emits: []string{"echoed"}})
 	if err != nil {

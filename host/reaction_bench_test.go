@@ -108,7 +108,7 @@ func startReactionCluster(b *testing.B, open func() *stream.Store, n int) *react
 		}
 		b.Cleanup(func() {
 			_ = h.Shutdown(context.Background())
-			_ = s.Close()
+			_ = s.Close(context.Background())
 		})
 		if err := host.RegisterPattern[cart](ctx, h, "/r/*", &reactor{Base: foldstream.NewBase(contract), node: i, log: c.log}); err != nil {
 			b.Fatal(err)

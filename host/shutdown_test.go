@@ -55,7 +55,7 @@ func addHeldAtStart(t *testing.T) (s *stream.Store, h *host.Host, r *gateRunner,
 	s = openStore(t, ":memory:", nil)
 	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
 	if err != nil {
-		s.Close()
+		s.Close(context.Background())
 		t.Fatal(err)
 	}
 	r = &gateRunner{entered: make(chan struct{}), release: make(chan struct{})}
@@ -74,7 +74,7 @@ func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, h, r, added := addHeldAtStart(t)
-	defer s.Close()
+	defer s.Close(context.Background())
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestShutdownDuringAddLeavesNoSubscription(t *testing.T) {
 	}
 	// Closing the store waits for every subscription's delivery goroutine: a push still
 	// subscribed would have been delivered by then.
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := r.pushes.Load(); n != 0 {
@@ -101,7 +101,7 @@ func TestRemoveDuringAddDoesNotPanic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, h, r, added := addHeldAtStart(t)
-	defer s.Close()
+	defer s.Close(context.Background())
 	if err := h.Remove(ctx, "/s", "gate"); !errors.Is(err, host.ErrNotRegistered) {
 		t.Errorf("Remove while starting: got %v, want ErrNotRegistered", err)
 	}
@@ -121,7 +121,7 @@ func TestUnknownProcessorAndShutdown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	if _, err := h.Snapshot(ctx, "/x", "nope"); !errors.Is(err, foldtype.ErrStreamNotFound) {
 		t.Fatalf("unknown processor on a missing stream: got %v, want STREAM_NOT_FOUND", err)
@@ -152,7 +152,7 @@ func TestShutdownDrainsPushes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, ":memory:", nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	if _, err := host.Register(ctx, h, "/d", newSeer(t, "seen", "tick")); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func TestHostStopsRevivingWorkThatDiedWithFiveHosts(t *testing.T) {
 	defer cancel()
 	clk := testsupport.NewFakeClock()
 	s := openStore(t, filepath.Join(t.TempDir(), "s.db"), clk)
-	defer s.Close()
+	defer s.Close(context.Background())
 	c, err := foldstream.DefineContract(foldstream.ContractConfig[countState]{Slug: "dier", Version: "1", Consumes: []string{"e"}})
 	if err != nil {
 		t.Fatal(err)
@@ -218,13 +218,6 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
-}
-
-func mustShutdown(t *testing.T, h *host.Host) {
-	t.Helper()
-	if err := h.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func equalStrings(a, b []string) bool {

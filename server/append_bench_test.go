@@ -23,7 +23,7 @@ func BenchmarkJSONAppend(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	var batch bytes.Buffer
 	batch.WriteByte('[')
 	for i := range 10 {

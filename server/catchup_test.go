@@ -33,7 +33,7 @@ func serveFile(t *testing.T, cfg server.Config) (string, *stream.Store) {
 	t.Cleanup(func() {
 		ts.CloseClientConnections()
 		ts.Close()
-		st.Close()
+		st.Close(context.Background())
 	})
 	return ts.URL, st
 }

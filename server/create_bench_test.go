@@ -32,7 +32,7 @@ func BenchmarkCreateOverHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	var commits, commitNs atomic.Int64
 	stop := st.ObserveCommits(func(c stream.CommitStats) {
 		commits.Add(1)

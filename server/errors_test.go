@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/foldstream/foldstream/server"
@@ -37,7 +38,7 @@ func TestErrorAnswersCarryTheirCode(t *testing.T) {
 	wantHeader(t, "closed by its writer", res, "Stream-Closed", "true")
 	wantHeader(t, "closed by its writer", res, "Stream-Next-Offset", off(2))
 
-	e.st.Close()
+	e.st.Close(context.Background())
 	res, _ = e.do(t, "GET", "/v1/stream/c", nil, "")
 	wantStatus(t, "store shut down", res, 503)
 	wantHeader(t, "store shut down", res, server.HeaderErrorCode, "CLOSED")

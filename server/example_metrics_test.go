@@ -22,7 +22,7 @@ func ExampleNewMetrics() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	srv, err := server.New(st, server.Config{Logger: quiet, Metrics: server.NewMetrics()})
 	if err != nil {
 		log.Fatal(err)

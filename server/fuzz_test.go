@@ -1,10 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // Fuzz targets for bad input. Seed corpora live in testdata/fuzz/<FuzzName>/. Run one with e.g.
@@ -61,52 +56,6 @@ func FuzzHeaderParsers(f *testing.F) {
 		_ = isTrue(s)
 		_ = nextCursor(time.Now(), s)
 		_, _ = parseReadQuery(s)
-	})
-}
-
-// FuzzFlattenJSON: JSON-mode bodies either fail with a bad-request error or flatten into valid,
-// compact messages that flatten back to themselves.
-func FuzzFlattenJSON(f *testing.F) {
-	for _, s := range []string{`{"a" : 1}`, `[1,2]`, `[[1,2],[3,4]]`, `[]`, `[`, `"x"`, `null`, `[{"type":"t","idempotencyKey":"k"}]`,
-		"[1e999]", `"\ud800"`, "\xff"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		msgs, err := stream.FlattenJSON(body, false)
-		if err != nil {
-			if !errors.Is(err, foldtype.ErrBadRequest) && !errors.Is(err, foldtype.ErrTooLarge) {
-				t.Fatalf("FlattenJSON(%q): got %v, want a bad-request error", body, err)
-			}
-			return
-		}
-		for _, m := range msgs {
-			if !json.Valid(m) {
-				t.Fatalf("FlattenJSON(%q) produced invalid message %q", body, m)
-			}
-		}
-		// Differential check against encoding/json's own split.
-		var ref []json.RawMessage
-		if tb := bytes.TrimSpace(body); len(tb) > 0 && tb[0] == '[' && json.Unmarshal(body, &ref) == nil {
-			if len(ref) != len(msgs) {
-				t.Fatalf("FlattenJSON(%q): %d messages, encoding/json finds %d", body, len(msgs), len(ref))
-			}
-			for i := range ref {
-				var c bytes.Buffer
-				_ = json.Compact(&c, ref[i])
-				if !bytes.Equal(c.Bytes(), msgs[i]) {
-					t.Fatalf("FlattenJSON(%q) message %d: got %q, want %q", body, i, msgs[i], c.Bytes())
-				}
-			}
-		}
-		again, err := stream.FlattenJSON(append(append([]byte("["), bytes.Join(msgs, []byte(","))...), ']'), false)
-		if err != nil || len(again) != len(msgs) {
-			t.Fatalf("re-flattening %q: got %d messages, err %v; want %d", body, len(again), err, len(msgs))
-		}
-		for i := range msgs {
-			if !bytes.Equal(again[i], msgs[i]) {
-				t.Fatalf("re-flattening changed message %d: %q vs %q", i, again[i], msgs[i])
-			}
-		}
 	})
 }
 

@@ -91,7 +91,7 @@ func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 		srv.Shutdown(context.Background())
 		ts.Close()
 		_ = h.Shutdown(context.Background())
-		st.Close()
+		st.Close(context.Background())
 	})
 	return &secured{url: ts.URL, st: st, h: h, srv: srv}
 }

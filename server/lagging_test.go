@@ -56,7 +56,7 @@ func serveStuck(t *testing.T, p stuckProcessors) string {
 	ts := httptest.NewServer(newServer(t, st, server.Config{Processors: p, Logger: quiet, ProcessorWaitTimeout: 200 * time.Millisecond}))
 	t.Cleanup(func() {
 		ts.Close()
-		st.Close()
+		st.Close(context.Background())
 	})
 	return ts.URL
 }

@@ -122,7 +122,7 @@ func TestLiveStateReadersOfAStreamShareOneDeltaPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	h, err := host.New(st, host.Config{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func benchLiveFanout(b *testing.B, readers int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	h, err := host.New(st, host.Config{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)

@@ -38,7 +38,7 @@ func TestLoadWritersAndSSEReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	ts := httptest.NewServer(newServer(t, st, server.Config{LongPollTimeout: 200 * time.Millisecond, SSEMaxDuration: time.Second}))
 	defer ts.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}

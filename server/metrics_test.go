@@ -48,7 +48,7 @@ func TestHealthAndReadinessAnswerWithoutAToken(t *testing.T) {
 	if res, body := request(t, "GET", ts.URL+"/v1/stream/x", "", "Host", "streams.example.com"); res.StatusCode != 401 {
 		t.Fatalf("a stream without a token: %d %s; the health routes must be the only open ones", res.StatusCode, body)
 	}
-	st.Close()
+	st.Close(context.Background())
 	res, body := request(t, "GET", ts.URL+server.ReadyPath, "")
 	wantCoded(t, "readyz with the store closed", res, body, 503, foldtype.CodeUnavailable)
 	if res, _ := request(t, "GET", ts.URL+server.HealthPath, ""); res.StatusCode != 200 {
@@ -164,7 +164,7 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	for _, bc := range []struct {
 		name string
 		m    *server.Metrics
@@ -218,7 +218,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	h, err := host.New(st, host.Config{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

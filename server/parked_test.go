@@ -69,7 +69,7 @@ func serveReceipts(t *testing.T, file string) (string, *stream.Store, func()) {
 	return ts.URL, st, func() {
 		ts.Close()
 		_ = h.Shutdown(ctx)
-		st.Close()
+		st.Close(context.Background())
 	}
 }
 

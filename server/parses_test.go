@@ -23,7 +23,7 @@ func TestJSONPostIsParsedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	bt, err := server.ParseBearerTokens(testTokens)
 	if err != nil {
 		t.Fatal(err)

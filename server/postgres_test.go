@@ -26,7 +26,7 @@ func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	ts := httptest.NewServer(newServer(t, st, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer ts.Close()
 

@@ -69,7 +69,7 @@ func setupProcessors(t *testing.T) (string, *host.Host) {
 	t.Cleanup(func() {
 		ts.Close()
 		_ = h.Shutdown(context.Background())
-		st.Close()
+		st.Close(context.Background())
 	})
 	return ts.URL, h
 }

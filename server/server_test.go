@@ -85,7 +85,7 @@ func setup(t *testing.T, cfg server.Config) *env {
 	ts := httptest.NewServer(srv) // binds 127.0.0.1
 	t.Cleanup(func() {
 		ts.Close()
-		st.Close()
+		st.Close(context.Background())
 	})
 	return &env{url: ts.URL, st: st, clock: clk, srv: srv}
 }
@@ -497,7 +497,7 @@ func TestShutdownEndsWaitingReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	h := newServer(t, st, server.Config{LongPollTimeout: time.Minute})
 	ts := httptest.NewServer(h)
 	defer ts.Close()

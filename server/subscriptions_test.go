@@ -99,7 +99,7 @@ type subNode struct {
 // lease is not given up.
 func (n *subNode) close() {
 	n.ts.Close()
-	n.st.Close()
+	n.st.Close(context.Background())
 	n.srv.Shutdown(context.Background())
 }
 
@@ -240,7 +240,7 @@ func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	strict := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet}))
 	defer strict.Close()
 	dev := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet, AllowLoopbackWebhooks: true}))

@@ -119,7 +119,7 @@ func TestOpenPicksSQLiteForAPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	if _, ok := st.Driver().(*sqlitedriver.Driver); !ok {
 		t.Fatalf("driver for a path: got %T, want *sqlitedriver.Driver", st.Driver())
 	}
@@ -134,7 +134,7 @@ func TestOpenPicksSQLiteForAPath(t *testing.T) {
 	}
 	if again, err := storeopen.Open(ctx, path, storeopen.Config{}); !errors.Is(err, foldtype.ErrStoreLocked) {
 		if again != nil {
-			again.Close()
+			again.Close(context.Background())
 		}
 		t.Fatalf("second Open of %s: got %v, want STORE_LOCKED", path, err)
 	}
@@ -153,7 +153,7 @@ func TestOpenPicksPostgresForAURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	if _, ok := st.Driver().(*pgdriver.Driver); !ok {
 		t.Fatalf("driver for %s: got %T, want *pgdriver.Driver", url, st.Driver())
 	}
@@ -173,7 +173,7 @@ func TestOpenRefusesURLsNoDriverOpens(t *testing.T) {
 	for _, dsn := range []string{"mysql://root@localhost/db", "file:///tmp/x.db", "postgres:/localhost/db", "postgresql:db", "Postgres:x"} {
 		st, err := storeopen.Open(context.Background(), dsn, storeopen.Config{Store: stream.Config{Logger: quiet}})
 		if err == nil {
-			st.Close()
+			st.Close(context.Background())
 			t.Fatalf("Open(%q): got a store, want INVALID_CONFIG", dsn)
 		}
 		if !errors.Is(err, foldtype.ErrInvalidConfig) {
@@ -202,7 +202,7 @@ func TestOpenRefusesSettingsThatMakeNoSense(t *testing.T) {
 	} {
 		st, err := storeopen.Open(context.Background(), filepath.Join(dir, "s.db"), cfg)
 		if err == nil {
-			st.Close()
+			st.Close(context.Background())
 			t.Fatalf("%s: got a store, want INVALID_CONFIG", name)
 		}
 		if !errors.Is(err, foldtype.ErrInvalidConfig) {
@@ -217,7 +217,7 @@ func TestOpenRefusesSettingsThatMakeNoSense(t *testing.T) {
 	if err != nil {
 		t.Fatalf("synchronous \"normal\": %v", err)
 	}
-	st.Close()
+	st.Close(context.Background())
 }
 
 // The engine and the JSON-Schema libraries it validates payloads with.

@@ -38,7 +38,7 @@ func benchStore(b *testing.B) (*Store, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { s.Close() })
+	b.Cleanup(func() { s.Close(context.Background()) })
 	return s, path
 }
 
@@ -100,7 +100,7 @@ func newRawInserter(b *testing.B) *rawInserter {
 		b.Fatal(err)
 	}
 	mustAppend(b, s, "/bench", ev("warm")) // creates the stream row (id 1) like the store run
-	s.Close()
+	s.Close(context.Background())
 	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

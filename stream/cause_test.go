@@ -18,7 +18,7 @@ func TestStoreStampsOriginOnEventsWithASource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	given := &foldtype.Source{Grant: "g"}
 	got, err := s.Events().Stream("/o").Append(ctx, foldtype.EventInput{Type: "a", Source: given}, foldtype.EventInput{Type: "b", Source: &foldtype.Source{Origin: "/upstream"}}, foldtype.EventInput{Type: "c"})
 	if err != nil {

@@ -122,7 +122,13 @@ func (e *Events) StartAlarms(handler AlarmHandler) error {
 // StopAlarms stops the alarm loop: no new handler starts, handlers already running get their
 // context cancelled, and StopAlarms waits for them to return.
 func (e *Events) StopAlarms() {
-	s := e.s
+	e.s.haltAlarms()
+	e.s.ev.alarms.wg.Wait()
+}
+
+// haltAlarms is StopAlarms without the wait: no handler starts after it, and the running ones have
+// their context cancelled.
+func (s *Store) haltAlarms() {
 	a := &s.ev.alarms
 	a.mu.Lock()
 	if a.stop != nil {
@@ -135,7 +141,6 @@ func (e *Events) StopAlarms() {
 	}
 	a.handler = nil
 	a.mu.Unlock()
-	a.wg.Wait()
 }
 
 // rearmAlarms sets the timer for the earliest claim.

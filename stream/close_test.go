@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			}()
 		}
 		<-started
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		wg.Wait()
@@ -67,7 +68,7 @@ func TestCloseWithWritesInFlight(t *testing.T) {
 			}
 			after = page.Events[len(page.Events)-1].Offset
 		}
-		s.Close()
+		s.Close(context.Background())
 		total += acked.Load()
 		if int64(n) != total {
 			t.Fatalf("round %d: %d events in the file, %d were acknowledged", round, n, total)
@@ -104,10 +105,53 @@ func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 	}
 	mustAppend(t, s, "/f", ev("a"))
 	mustRead(t, s, "/f", 0, 10, readOptions{})
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if open := openFilesUnder(t, dir); len(open) != 0 {
 		t.Fatalf("after Close these files are still open: %q", open)
+	}
+}
+
+// Close bounds its wait with ctx: while a delivery into a subscriber is still running, a Close
+// whose ctx ends returns ctx's error with intake already stopped (an append fails with CLOSED at
+// once), the drain goes on, and a later Close returns once the delivery returned and the
+// database closed.
+func TestCloseReturnsWhenCtxEndsAndTheDrainGoesOn(t *testing.T) {
+	t.Parallel()
+	s, err := openStore(filepath.Join(t.TempDir(), "s.db"), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	sub, err := s.Events().Subscribe("/s", func(context.Context, []foldtype.Event, foldtype.ScannedRange) error {
+		once.Do(func() { close(entered) })
+		<-release
+		return nil
+	}, SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := s.Events().Stream("/s").Append(context.Background(), foldtype.EventInput{Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the delivery is running and holds the drain
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with an ended ctx during a delivery: %v, want context.Canceled", err)
+	}
+	if !s.Closed() {
+		t.Error("Closed() is false after Close returned")
+	}
+	if _, err := s.Events().Stream("/s").Append(context.Background(), foldtype.EventInput{Type: "t"}); foldtype.CodeOf(err) != foldtype.CodeClosed {
+		t.Errorf("append after Close: %v, want CLOSED", err)
+	}
+	close(release)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

@@ -22,7 +22,7 @@ func TestCreateOfAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	json := "application/json"
 	// evict pushes every stream made so far out of the writer's cache and checks it did.
 	fillers := 0

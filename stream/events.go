@@ -31,7 +31,7 @@ type eventView struct {
 
 	subsMu  sync.RWMutex
 	subs    map[string][]*Subscription
-	closing bool // set under subsMu by closeEventView; no subscription starts after it
+	closing bool // set under subsMu by Close; no subscription starts after it
 
 	alarms   alarmState
 	watchers commitWatchers
@@ -46,15 +46,6 @@ func newEventView() *eventView {
 		rings:      make(map[int64]*ephemeralRing),
 		subs:       make(map[string][]*Subscription),
 	}
-}
-
-// closeEventView stops the event view's background work before the store waits for it: no new
-// subscription starts, and the alarm loop stops and waits for its handlers.
-func (s *Store) closeEventView() {
-	s.ev.subsMu.Lock()
-	s.ev.closing = true
-	s.ev.subsMu.Unlock()
-	s.Events().StopAlarms()
 }
 
 // appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch that carries a
@@ -258,7 +249,9 @@ const (
 type readOptions struct {
 	// IncludeEphemeral merges the ephemeral ring's events into the page: those inside the proven
 	// span, and on an at-head page also those beyond the durable mark. They never count toward the
-	// limit and never move the proof (docs/store.md#reading).
+	// limit and never move the proof (docs/store.md#reading). The contract's reference stream
+	// has it (acceptance cases S-04, S-05); no exported read sets it, since engines get
+	// ephemerals by push, so only this package's tests read the ring.
 	IncludeEphemeral bool
 }
 

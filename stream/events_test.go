@@ -196,13 +196,13 @@ func TestWakeRecords(t *testing.T) {
 		t.Fatalf("second wake in one incarnation: got %v, %v; want nothing", again, err)
 	}
 	mustAppend(t, s, "/w", ev("x")) // 3
-	s.Close()
+	s.Close(context.Background())
 
 	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	woke, err := s2.Events().Wake(ctx, "/w", WakeAlarm)
 	if err != nil {
 		t.Fatal(err)
@@ -253,13 +253,13 @@ func TestOffsetsReusedAcrossIncarnations(t *testing.T) {
 	}
 	mustAppend(t, s, "/r", ev("d"))            // 3
 	mustAppend(t, s, "/r", eph("e"), eph("e")) // 4, 5: memory only
-	s.Close()
+	s.Close(context.Background())
 
 	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	woke, err := s2.Events().Wake(ctx, "/r", WakeRequest)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ func ExampleEventStream_Append() {
 	if err != nil {
 		panic(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 
 	got, err := s.Events().Stream("/orders").Append(ctx, foldtype.EventInput{Type: "order-placed", Payload: foldtype.JSON(map[string]any{"id": 7}), IdempotencyKey: "order-7"}, foldtype.EventInput{Type: "typing", Ephemeral: true}, foldtype.EventInput{Type: "order-paid", Payload: foldtype.JSON(map[string]any{"id": 7})})
 	if err != nil {
@@ -52,7 +52,7 @@ func ExampleEvents_Subscribe() {
 	if err != nil {
 		panic(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 
 	var mu sync.Mutex
 	var lines []string
@@ -102,7 +102,7 @@ func ExampleOpenDriver() {
 		d.Close() // the store did not take the driver
 		panic(err)
 	}
-	defer s.Close() // closes the driver and releases the file's lock
+	defer s.Close(context.Background()) // closes the driver and releases the file's lock
 
 	evs, err := s.Events().Stream("/greetings").Append(ctx, foldtype.EventInput{Type: "hello"})
 	if err != nil {

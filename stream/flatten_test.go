@@ -3,12 +3,16 @@ package stream
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
+
+	"github.com/foldstream/foldstream/foldtype"
 )
 
 // flattenReference is the two-pass flattening the one-pass scanner replaced: encoding/json's
-// Valid, then a split at the commas of depth one, then Compact. FlattenJSON must agree with it.
+// Valid, then a split at the commas of depth one, then Compact. The store's split
+// (flattenJSON) must agree with it.
 func flattenReference(body []byte) ([][]byte, bool) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || !json.Valid(trimmed) {
@@ -90,7 +94,7 @@ func FuzzFlattenJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		want, wantOK := flattenReference(body)
-		got, err := FlattenJSON(body, true)
+		got, err := flattenJSON(body, true)
 		if (err == nil) != wantOK {
 			t.Fatalf("%q: accepted %v, encoding/json says %v (%v)", body, err == nil, wantOK, err)
 		}
@@ -104,7 +108,7 @@ func FuzzFlattenJSON(f *testing.F) {
 }
 
 // BenchmarkFlattenJSON flattens a producer batch of 100 messages of about 200 bytes, one pass
-// (FlattenJSON) against the two-pass reference.
+// (the store's split) against the two-pass reference.
 func BenchmarkFlattenJSON(b *testing.B) {
 	var buf bytes.Buffer
 	buf.WriteByte('[')
@@ -119,7 +123,7 @@ func BenchmarkFlattenJSON(b *testing.B) {
 	b.Run("one-pass", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			if _, err := FlattenJSON(body, false); err != nil {
+			if _, err := flattenJSON(body, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -129,6 +133,66 @@ func BenchmarkFlattenJSON(b *testing.B) {
 		for b.Loop() {
 			if _, ok := flattenReference(body); !ok {
 				b.Fatal("invalid")
+			}
+		}
+	})
+}
+
+// flattenJSON is the store's split of a JSON body (splitJSON, no provenance rules) as the compact
+// text of each message.
+func flattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
+	msgs, err := splitJSON(body, allowEmpty, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i].Raw
+	}
+	return out, nil
+}
+
+// FuzzFlattenJSONRoundTrip: JSON-mode bodies either fail with a bad-request error or flatten into
+// valid, compact messages that agree with encoding/json's split and flatten back to themselves.
+func FuzzFlattenJSONRoundTrip(f *testing.F) {
+	for _, s := range []string{`{"a" : 1}`, `[1,2]`, `[[1,2],[3,4]]`, `[]`, `[`, `"x"`, `null`, `[{"type":"t","idempotencyKey":"k"}]`,
+		"[1e999]", `"\ud800"`, "\xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		msgs, err := flattenJSON(body, false)
+		if err != nil {
+			if !errors.Is(err, foldtype.ErrBadRequest) && !errors.Is(err, foldtype.ErrTooLarge) {
+				t.Fatalf("flattenJSON(%q): got %v, want a bad-request error", body, err)
+			}
+			return
+		}
+		for _, m := range msgs {
+			if !json.Valid(m) {
+				t.Fatalf("flattenJSON(%q) produced invalid message %q", body, m)
+			}
+		}
+		// Differential check against encoding/json's own split.
+		var ref []json.RawMessage
+		if tb := bytes.TrimSpace(body); len(tb) > 0 && tb[0] == '[' && json.Unmarshal(body, &ref) == nil {
+			if len(ref) != len(msgs) {
+				t.Fatalf("flattenJSON(%q): %d messages, encoding/json finds %d", body, len(msgs), len(ref))
+			}
+			for i := range ref {
+				var c bytes.Buffer
+				_ = json.Compact(&c, ref[i])
+				if !bytes.Equal(c.Bytes(), msgs[i]) {
+					t.Fatalf("flattenJSON(%q) message %d: got %q, want %q", body, i, msgs[i], c.Bytes())
+				}
+			}
+		}
+		again, err := flattenJSON(append(append([]byte("["), bytes.Join(msgs, []byte(","))...), ']'), false)
+		if err != nil || len(again) != len(msgs) {
+			t.Fatalf("re-flattening %q: got %d messages, err %v; want %d", body, len(again), err, len(msgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(again[i], msgs[i]) {
+				t.Fatalf("re-flattening changed message %d: %q vs %q", i, again[i], msgs[i])
 			}
 		}
 	})

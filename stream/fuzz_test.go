@@ -106,7 +106,7 @@ func FuzzRead(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { s.Close() })
+	f.Cleanup(func() { s.Close(context.Background()) })
 	ctx := context.Background()
 	// 1..3 durable, 4 ephemeral, 5 durable, 6 ephemeral (mark 6 — a mixed batch), 7 ephemeral.
 	for _, in := range [][]foldtype.EventInput{{ev("d"), ev("d"), ev("d")}, {eph("e")}, {ev("d"), eph("e")}, {eph("e")}} {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,7 +54,7 @@ func setup(t testing.TB) (*Store, *testsupport.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s, clk
 }
 
@@ -67,7 +66,7 @@ func setupFile(t testing.TB) (*Store, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s, path
 }
 
@@ -209,11 +208,6 @@ func streamIDOf(t testing.TB, s *Store, path string) int64 {
 		t.Fatal(err)
 	}
 	return id
-}
-
-func jsonString(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 // waitFor yields until cond holds, failing t after about 10 s. It never sleeps: cond is a state

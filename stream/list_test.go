@@ -136,7 +136,7 @@ func TestOnStreamCreatedReportsBothViews(t *testing.T) {
 	mustAppend(t, s, "/after-stop", ev("a"))
 	// Notices are queued before the creating call returns: had the stopped listener still been
 	// registered, the notice would be in the queue by now, and a stopped listener runs none.
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	select {

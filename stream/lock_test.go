@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -24,7 +25,7 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	mustAppend(t, first, "/a", ev("x"))
 	second, err := openStore(path, Config{Logger: quietLog})
 	if err == nil {
-		second.Close()
+		second.Close(context.Background())
 		t.Fatal("second Open of an open store: got nil error, want STORE_LOCKED")
 	}
 	var fe *foldtype.Error
@@ -34,14 +35,14 @@ func TestSecondOpenInThisProcessIsRefused(t *testing.T) {
 	}
 	// The refused opener left the first store working: its SQLite locks are untouched.
 	mustAppend(t, first, "/a", ev("y"))
-	if err := first.Close(); err != nil {
+	if err := first.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	again, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatalf("Open after Close: %v", err)
 	}
-	defer again.Close()
+	defer again.Close(context.Background())
 	if page := mustRead(t, again, "/a", 0, 10, readOptions{}); len(page.Events) != 2 {
 		t.Fatalf("events after reopen: got %d, want 2", len(page.Events))
 	}
@@ -56,7 +57,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 
 	st, err := openStore(path, Config{Logger: quietLog})
 	if err == nil {
-		st.Close()
+		st.Close(context.Background())
 		t.Fatal("Open of a store another process has open: got nil error, want STORE_LOCKED")
 	}
 	var fe *foldtype.Error
@@ -73,7 +74,7 @@ func TestSecondOpenInAnotherProcessIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open after the other process exited: %v", err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	if page := mustRead(t, st, "/held", 0, 10, readOptions{}); len(page.Events) != 1 {
 		t.Fatalf("events written by the other process: got %d, want 1", len(page.Events))
 	}
@@ -94,7 +95,7 @@ func TestHelperHoldStoreOpen(t *testing.T) {
 	mustAppend(t, st, "/held", ev("x"))
 	os.Stdout.WriteString("open\n")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // returns at EOF
-	if err := st.Close(); err != nil {
+	if err := st.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -124,7 +124,7 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	ctx := context.Background()
 
 	var version int
@@ -197,12 +197,12 @@ func TestSchemaV1FileIsMigratedOnOpen(t *testing.T) {
 	}
 
 	// Opening again finds the current version and changes nothing.
-	s.Close()
+	s.Close(context.Background())
 	s2, err := openStore(path, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	if got, want := readAll(t, s2, "/json"), `[{"n":1},{"n":2},[3],"four"]`; got != want {
 		t.Fatalf("json read after reopen: got %s, want %s", got, want)
 	}
@@ -230,7 +230,7 @@ func TestUnknownSchemaIsRefused(t *testing.T) {
 			db.Close()
 			s, err := openStore(path, Config{Logger: quietLog})
 			if err == nil {
-				s.Close()
+				s.Close(context.Background())
 				t.Fatal("open: got nil error, want STORE_SCHEMA")
 			}
 			if !errors.Is(err, foldtype.ErrStoreSchema) {

@@ -36,7 +36,7 @@ func setupLogged(t *testing.T) (*Store, *lockedBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s, logs
 }
 

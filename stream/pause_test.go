@@ -30,12 +30,12 @@ func TestPauseSurvivesReopeningTheStore(t *testing.T) {
 	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "a"}, pauseInput("disk swap")); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	s.Close(context.Background())
 	s, err = storeopen.Open(ctx, path, storeopen.Config{Store: stream.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	if _, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "b"}); !errors.Is(err, foldtype.ErrStreamPaused) || err.Error() != "stream paused: disk swap" {
 		t.Fatalf("append after reopen: got %v, want STREAM_PAUSED with the reason", err)
 	}

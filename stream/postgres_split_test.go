@@ -26,7 +26,7 @@ func openPGStore(t testing.TB, url string) *Store {
 		d.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 

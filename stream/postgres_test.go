@@ -28,7 +28,7 @@ func openPG(t *testing.T, url string) *stream.Store {
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 

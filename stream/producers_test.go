@@ -20,7 +20,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	ctx := context.Background()
 	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestProducerSeqGapStillRefusedAfterTheWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	ctx := context.Background()
 	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestProducerSeqGapWaitsWhileTheMissingSeqIsArriving(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			defer s.Close(context.Background())
 			ctx := context.Background()
 			if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/p", ContentType: "application/json"}); err != nil {
 				t.Fatal(err)

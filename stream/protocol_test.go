@@ -69,15 +69,15 @@ func TestFlattenJSON(t *testing.T) {
 		{in: `[1,]`, bad: true},
 	}
 	for _, c := range cases {
-		got, err := FlattenJSON([]byte(c.in), c.empty)
+		got, err := flattenJSON([]byte(c.in), c.empty)
 		if c.bad {
 			if kindOf(err) != foldtype.CodeBadRequest {
-				t.Errorf("FlattenJSON(%q): got err %v, want bad request", c.in, err)
+				t.Errorf("flattenJSON(%q): got err %v, want bad request", c.in, err)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("FlattenJSON(%q): %v", c.in, err)
+			t.Errorf("flattenJSON(%q): %v", c.in, err)
 			continue
 		}
 		var gs []string
@@ -85,7 +85,7 @@ func TestFlattenJSON(t *testing.T) {
 			gs = append(gs, string(g))
 		}
 		if strings.Join(gs, "|") != strings.Join(c.want, "|") {
-			t.Errorf("FlattenJSON(%q): got %q, want %q", c.in, gs, c.want)
+			t.Errorf("flattenJSON(%q): got %q, want %q", c.in, gs, c.want)
 		}
 	}
 }
@@ -424,7 +424,7 @@ func TestJSONBatchLimits(t *testing.T) {
 		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
 	}
 	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
-	if _, err := FlattenJSON([]byte(over), false); kindOf(err) != foldtype.CodeTooLarge {
+	if _, err := flattenJSON([]byte(over), false); kindOf(err) != foldtype.CodeTooLarge {
 		t.Fatalf("over the cap: got %v, want too large", err)
 	}
 }

@@ -153,22 +153,10 @@ type AppendResult struct {
 // writer for long.
 const MaxMessagesPerRecord = 100000
 
-// FlattenJSON validates a JSON body and flattens a top-level array one level (docs/store.md#appending),
-// returning each message compactly re-serialised. An empty array is refused unless allowEmpty.
-func FlattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
-	msgs, err := splitJSON(body, allowEmpty, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(msgs))
-	for i := range msgs {
-		out[i] = msgs[i].Raw
-	}
-	return out, nil
-}
-
-// splitJSON is FlattenJSON keeping what the one scan found of each message, with the provenance
-// rules (nil: none) applied. The store reads a message's type, idempotency key, payload and the
+// splitJSON validates a JSON body and flattens a top-level array one level
+// (docs/store.md#appending) into its messages, each compact, keeping what the one scan found of
+// each message, with the provenance rules (nil: none) applied. An empty array is refused unless
+// allowEmpty. The store reads a message's type, idempotency key, payload and the
 // rest from what the scan found (eventKeyOf, controlOfMessage, eventOf) and never parses the
 // message again: a body costs one parse, whoever wrote it.
 func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Message, error) {

@@ -248,7 +248,7 @@ func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 		parked <- err
 	}()
 	waitFor(t, func() bool { return parkedWrites(s) == 1 })
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-parked; !errors.Is(err, ErrStoreClosed) {
@@ -262,7 +262,7 @@ func TestCloseDuringHugeAppendRefusesParkedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	defer s2.Close(context.Background())
 	if n := countRows(t, s2, `SELECT count(*) FROM records`); n != 0 {
 		t.Fatalf("%d record rows after reopening, want the hidden slices dropped", n)
 	}
@@ -301,7 +301,7 @@ func TestCrashMidHugeRecordLeavesNoVisibleHalfRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	if got, count, tail := readWhole(t, s, "/huge"); string(got) != `{"first":1}` || count != 1 || tail != 1 {
 		t.Fatalf("read after the crash: %d messages, tail %d; want only the first message", count, tail)
 	}

@@ -60,7 +60,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 					t.Fatal(err)
 				}
 				mustAppend(t, s, "/a", ev("x"))
-				if err := s.Close(); err != nil {
+				if err := s.Close(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -71,7 +71,7 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 			}
 			s, err := openStore(path, Config{Logger: quietLog})
 			if err == nil {
-				s.Close()
+				s.Close(context.Background())
 				t.Fatal("Open: got nil error, want STORE_READ_ONLY")
 			}
 			if !errors.Is(err, foldtype.ErrStoreReadOnly) || !strings.Contains(err.Error(), path) {

@@ -36,7 +36,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() }) // before the unmount (cleanups run last first)
+	t.Cleanup(func() { s.Close(context.Background()) }) // before the unmount (cleanups run last first)
 	ctx := context.Background()
 	payload := []byte(`"` + strings.Repeat("x", 4000) + `"`)
 	acked := 0
@@ -67,7 +67,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	if n != acked+1 {
 		t.Fatalf("events after recovery: got %d, want %d acknowledged + 1", n, acked)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

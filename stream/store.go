@@ -30,6 +30,7 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -110,6 +111,7 @@ type Store struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+	closeDone chan struct{} // closed once Close has closed the database; closeErr is set then
 	closeErr  error
 	writerWG  sync.WaitGroup
 	bgWG      sync.WaitGroup // background goroutines other than the writer
@@ -202,6 +204,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		ev:        newEventView(),
 
 		intakeStopped: make(chan struct{}),
+		closeDone:     make(chan struct{}),
 	}
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
 	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
@@ -268,23 +271,51 @@ func (s *Store) Path() string { return s.path }
 // Clock returns the store's clock.
 func (s *Store) Clock() foldtype.Clock { return s.clock }
 
-// Close stops intake, lets every queued write finish, stops background loops and closes the
-// database. It returns the first error met. Calling it again returns the same result.
-func (s *Store) Close() error {
+// Close closes the store. At once, before it waits for anything: intake stops (every later call
+// fails with code CLOSED, see [ErrStoreClosed]), no subscription starts, and the alarm loop stops
+// taking alarms. Then it drains: running alarm handlers get their context cancelled and are waited
+// for, subscription deliveries in progress finish, every write queued before intake stopped runs
+// and commits, and the database is closed. It returns the driver's close error, or ctx's error
+// when ctx ends first. Calling it again waits again, with its own ctx, for the same result.
+//
+// Close takes a context because it waits: for the writer's queue (each write as long as the
+// database takes, a network round trip away on PostgreSQL) and for deliveries into engines (a
+// batch with blocking work runs to its end). When ctx ends first the drain goes on in the
+// background and the database closes when it is done; nothing acknowledged is lost and nothing
+// new is accepted. A program that exits at that point loses no acknowledged write either: every
+// acknowledged write was committed (durable by the driver's setting) before it was acknowledged.
+func (s *Store) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		// Stop intake: once the write lock is held, no enqueue is between its check and its send.
 		s.intakeMu.Lock()
 		s.closed.Store(true)
 		s.intakeMu.Unlock()
 		close(s.stop)
-		s.closeEventView()
-		s.bgWG.Wait()
-		close(s.intakeStopped) // the writer runs what is queued, then returns
-		s.writerWG.Wait()
-		s.stopListen()
-		s.closeErr = s.drv.Close()
+		s.ev.subsMu.Lock()
+		s.ev.closing = true // no subscription starts after this
+		s.ev.subsMu.Unlock()
+		s.haltAlarms()
+		go func() {
+			s.ev.alarms.wg.Wait() // the running alarm handlers
+			s.bgWG.Wait()
+			close(s.intakeStopped) // the writer runs what is queued, then returns
+			s.writerWG.Wait()
+			s.stopListen()
+			s.closeErr = s.drv.Close()
+			close(s.closeDone)
+		}()
 	})
-	return s.closeErr
+	select {
+	case <-s.closeDone:
+		return s.closeErr
+	default:
+	}
+	select {
+	case <-s.closeDone:
+		return s.closeErr
+	case <-ctx.Done():
+		return fmt.Errorf("stream: close: still draining: %w", ctx.Err())
+	}
 }
 
 // ErrStoreClosed is returned by every operation on a closed store.

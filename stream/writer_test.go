@@ -19,7 +19,7 @@ func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	ctx := context.Background()
 	refused := errors.New("refused")
 	var wg sync.WaitGroup
@@ -70,7 +70,7 @@ func TestWriterPanicIsContained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	err = s.write(context.Background(), func(tx *tx) error { panic("boom") })
 	if err == nil {
 		t.Fatal("got nil error from a panicking write")
@@ -86,7 +86,7 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.write(context.Background(), func(tx *tx) error { return nil }); !errors.Is(err, ErrStoreClosed) {

@@ -24,7 +24,7 @@ func openCached(t *testing.T, target string, max int) *stream.Store {
 	if err != nil {
 		t.Fatalf("open %s: %v", target, err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 

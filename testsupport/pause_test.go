@@ -72,7 +72,7 @@ func TestMemoryStreamPausesLikeTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer store.Close(context.Background())
 	want := pauseScenario(t, store.Events().Stream("/p").Append)
 	if len(got) != len(want) {
 		t.Fatalf("memory stream: %q\nstore: %q", got, want)

@@ -208,7 +208,7 @@ func TestMemoryStreamRefusesWhatTheStoreRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = store.Close() })
+	t.Cleanup(func() { _ = store.Close(context.Background()) })
 	big := json.RawMessage(`{"s":"` + strings.Repeat("x", foldtype.MaxEventBytes) + `"}`)
 	for _, c := range []struct {
 		name string

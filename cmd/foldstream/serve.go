@@ -142,7 +142,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if ln != nil {
 			ln.Close()
 		}
-		st.Close()
+		st.Close(context.Background())
 		return err
 	}
 	srv := h.HTTPServer() // header and idle timeouts; Shutdown ends long-polls and SSE promptly
@@ -175,7 +175,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case err := <-errc:
 		stopCollect()
 		<-collectDone
-		st.Close()
+		st.Close(context.Background())
 		return err
 	case <-ctx.Done():
 	}
@@ -191,7 +191,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		shutErr = errors.Join(shutErr, err)
 	}
-	return errors.Join(shutErr, st.Close())
+	return errors.Join(shutErr, st.Close(context.Background()))
 }
 
 // metricsOnly serves h at server.MetricsPath (GET or HEAD) and answers every other path 404.

@@ -43,7 +43,7 @@ func tokenServer(t *testing.T) string {
 	t.Cleanup(func() {
 		ts.CloseClientConnections()
 		ts.Close()
-		st.Close()
+		st.Close(context.Background())
 	})
 	return ts.URL
 }

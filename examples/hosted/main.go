@@ -102,7 +102,7 @@ func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
 		return err
 	}
 	defer func() {
-		if err := st.Close(); err != nil {
+		if err := st.Close(context.Background()); err != nil {
 			log.Printf("close the store: %v", err)
 		}
 	}()

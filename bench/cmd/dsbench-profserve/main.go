@@ -98,7 +98,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	h, err := server.New(st, server.Config{LongPollTimeout: *longPoll, Logger: log})
 	if err != nil {
 		return err

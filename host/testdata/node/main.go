@@ -151,7 +151,7 @@ func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration,
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer st.Close(context.WithoutCancel(ctx))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -37,13 +37,13 @@ func Serve(dbPath string) (baseURL string, stop func(), err error) {
 	}
 	h, err := server.New(st, server.Config{LongPollTimeout: 500 * time.Millisecond, Logger: log})
 	if err != nil {
-		st.Close()
+		st.Close(context.Background())
 		return "", nil, err
 	}
 	ts := httptest.NewServer(h)
 	return ts.URL, func() {
 		ts.CloseClientConnections()
 		ts.Close()
-		st.Close()
+		st.Close(context.Background())
 	}, nil
 }

@@ -25,5 +25,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	st.Close()
+	st.Close(ctx)
 }

@@ -21,7 +21,7 @@ func openStore(t *testing.T, newDriver Factory) *stream.Store {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 

@@ -201,7 +201,7 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		defer s.Close(context.Background())
 		k1, err := s.Protocol().WebhookKeys(ctx)
 		if err != nil || len(k1) != 1 {
 			t.Fatalf("first keys: %+v %v", k1, err)

@@ -175,21 +175,6 @@ func (p *pipeline) lost(q queued, err error) error {
 	return p.failed
 }
 
-// flush sends the queue (if any) in one round trip.
-func (p *pipeline) flush(ctx context.Context) error {
-	if p.failed != nil {
-		return p.failed
-	}
-	if len(p.queue) == 0 {
-		return nil
-	}
-	br, err := p.send(ctx, "")
-	if err != nil {
-		return err
-	}
-	return br.Close()
-}
-
 // Query sends the queue and the query in one round trip.
 func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if p.failed != nil {

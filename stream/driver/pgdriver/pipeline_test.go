@@ -21,7 +21,7 @@ func TestAppendsTakeFewRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer st.Close(context.Background())
 	if _, err := st.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/rt", ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
