@@ -60,7 +60,7 @@ func openPGCounted(t *testing.T, url string) *stream.Store {
 		d.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 
