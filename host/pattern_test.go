@@ -408,7 +408,7 @@ func TestAPatternStreamCreatedAgainGetsItsWakeRecordWhenItsEngineReopens(t *test
 	t.Parallel()
 	ctx := context.Background()
 	s := openStore(t, filepath.Join(t.TempDir(), "again.db"), nil)
-	defer s.Close()
+	defer s.Close(context.Background())
 	h := newHost(t, s)
 	p := newCarts(t, "carts")
 	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
