@@ -355,13 +355,13 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 	calls := effects.snapshot()
 	byTick := map[string][]effectCall{}
 	byPath := map[string][]effectCall{}
-	unknownGen := 0
+	var unknownGen []effectCall
 	for _, c := range calls {
 		k := fmt.Sprintf("%s#%d", c.Path, c.N)
 		byTick[k] = append(byTick[k], c)
 		byPath[c.Path] = append(byPath[c.Path], c)
 		if c.Generation == 0 {
-			unknownGen++
+			unknownGen = append(unknownGen, c)
 		}
 	}
 	twice, retried := 0, 0
@@ -417,8 +417,13 @@ func TestClusterOfThreeNodesKilledInTurnRunsEveryProcessorOnOneNodeAndEveryEffec
 			maxGen, maxBy = c.Generation, c.Node
 		}
 	}
-	if unknownGen > 0 {
-		t.Fatalf("%d side effects ran under no known lease generation", unknownGen)
+	if len(unknownGen) > 0 {
+		var logs string
+		for _, c := range unknownGen {
+			logs += grepLogs(nodes, c.Path)
+		}
+		t.Fatalf("%d side effects ran under no known lease generation: %+v (kills: %v)\n%s", len(unknownGen), unknownGen, killedAt,
+			logs+grepLogs(nodes, "host shut"))
 	}
 	// Who ran what: each (node incarnation, lease generation) ran a stream's counter from its
 	// first side effect to its last. No two of them overlap in time on one stream unless the

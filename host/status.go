@@ -24,8 +24,10 @@ type statusReporter interface {
 // as the owner reports it here or, from another node, as the owner stored it with its last lease
 // renewal; idle when no node runs it because it has nothing to do; unowned when its lease waits for
 // a node to take it over. The offset is the owner's engine's, or the furthest of the owner's
-// report and the stored checkpoint. It returns an empty slice when the host runs none there or is
-// shut down.
+// report and the stored checkpoint. It returns an empty slice when the host runs none there. While
+// the host shuts down it reports only the processors whose lease this node still holds (their
+// engines finishing the event in progress, whose effects run under that lease), and none once they
+// are all handed over.
 func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.ProcessorStatus {
 	type entry struct {
 		reg   *registration
@@ -33,17 +35,25 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 		exact bool
 	}
 	h.mu.Lock()
-	var entries []entry
-	if !h.shutdown {
-		for key, reg := range h.exact {
-			if key.path == path {
-				entries = append(entries, entry{reg, h.slots[key], true})
-			}
+	// While the host shuts down, an engine finishing its event in progress still runs that
+	// event's effects under its lease: the processors this node still holds the lease of are
+	// reported (as this node's, with the generation) until they are handed over.
+	here := func(key procKey) bool {
+		if !h.shutdown {
+			return true
 		}
-		for _, reg := range h.patterns {
-			if reg.pattern.Match(path) && h.exact[procKey{path, reg.slug}] == nil {
-				entries = append(entries, entry{reg, h.slots[procKey{path, reg.slug}], false})
-			}
+		_, held := h.leases.heldLease(key)
+		return held
+	}
+	var entries []entry
+	for key, reg := range h.exact {
+		if key.path == path && here(key) {
+			entries = append(entries, entry{reg, h.slots[key], true})
+		}
+	}
+	for _, reg := range h.patterns {
+		if key := (procKey{path, reg.slug}); reg.pattern.Match(path) && h.exact[key] == nil && here(key) {
+			entries = append(entries, entry{reg, h.slots[key], false})
 		}
 	}
 	out := make([]foldtype.ProcessorStatus, 0, len(entries))

@@ -102,8 +102,9 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 					gen = st.Generation
 				}
 			}
-			// While the host shuts down it reports nothing: the engine finishing its work is
-			// the one that ran under the generation last reported.
+			// The host reports the processor here for as long as this node holds its lease (while
+			// it shuts down too). An engine finishing an event after its lease ran out is the one
+			// that ran under the generation last reported.
 			c.gens.mu.Lock()
 			if gen != 0 {
 				c.gens.m[ev.Path] = gen
