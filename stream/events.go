@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +27,11 @@ const EventContentType = "application/json"
 
 // eventView is the store's in-memory state for the event view (outside the writer).
 type eventView struct {
-	ringMu sync.Mutex
-	rings  map[int64]*ephemeralRing
+	ringMu    sync.Mutex
+	rings     map[int64]*ephemeralRing
+	ringLRU   *list.List // *ephemeralRing, most recently appended first
+	ringTotal int        // bytes all rings hold
+	ringMax   int        // Config.MaxEphemeralBytes
 
 	subsMu  sync.RWMutex
 	subs    map[string][]*Subscription
@@ -40,10 +44,12 @@ type eventView struct {
 	readBudget int
 }
 
-func newEventView() *eventView {
+func newEventView(maxEphemeralBytes int) *eventView {
 	return &eventView{
 		readBudget: ReadBudgetBytes,
 		rings:      make(map[int64]*ephemeralRing),
+		ringLRU:    list.New(),
+		ringMax:    maxEphemeralBytes,
 		subs:       make(map[string][]*Subscription),
 	}
 }

@@ -675,3 +675,65 @@ func TestEphemeralAppendRefusedAfterProtocolCloseOrSoftDelete(t *testing.T) {
 		}
 	}
 }
+
+// The rings of all streams together hold at most Config.MaxEphemeralBytes: past it, the rings of
+// the streams whose last ephemeral is oldest go whole, and the stream just appended to keeps its
+// ring; a read of a stream whose ring went merges no ephemerals and fails nothing.
+func TestEphemeralRingsOfAllStreamsStayUnderTheStoresCap(t *testing.T) {
+	t.Parallel()
+	const max = 256 << 10
+	s, err := openStore(":memory:", Config{Logger: quietLog, MaxEphemeralBytes: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	chunk := foldtype.JSON(map[string]string{"s": strings.Repeat("x", 10<<10)}) // ~10 KiB each
+	const streams = 100
+	for i := range streams {
+		path := fmt.Sprintf("/r/%d", i)
+		mustAppend(t, s, path, ev("d"))
+		for range 3 {
+			mustAppend(t, s, path, foldtype.EventInput{Type: "chunk", Payload: chunk, Ephemeral: true})
+		}
+	}
+	s.ev.ringMu.Lock()
+	total, held, listed := 0, len(s.ev.rings), s.ev.ringLRU.Len()
+	for _, r := range s.ev.rings {
+		total += r.bytes
+	}
+	accounted := s.ev.ringTotal
+	s.ev.ringMu.Unlock()
+	if total > max || total != accounted {
+		t.Fatalf("rings hold %d bytes (accounted %d), want at most %d and the two equal", total, accounted, max)
+	}
+	if held == streams || held != listed || held < 2 {
+		t.Fatalf("%d rings held (%d listed) of %d streams, want the oldest dropped and the rest listed", held, listed, streams)
+	}
+	// The newest stream kept its whole ring; the oldest lost its own.
+	last := fmt.Sprintf("/r/%d", streams-1)
+	if p := mustRead(t, s, last, 0, 0, readOptions{IncludeEphemeral: true}); len(p.Events) != 4 {
+		t.Fatalf("%s: got %d events, want its durable and its 3 ephemerals", last, len(p.Events))
+	}
+	if p := mustRead(t, s, "/r/0", 0, 0, readOptions{IncludeEphemeral: true}); len(p.Events) != 1 || p.Events[0].Ephemeral {
+		t.Fatalf("/r/0: got %d events, want its durable alone (its ring dropped)", len(p.Events))
+	}
+	// A stream's own ring is bounded on its own, and the one appended to is never the one dropped.
+	big := foldtype.JSON(map[string]string{"s": strings.Repeat("y", 300<<10)})
+	mustAppend(t, s, "/r/big", ev("d"))
+	mustAppend(t, s, "/r/big", foldtype.EventInput{Type: "big", Payload: big, Ephemeral: true})
+	if ring := s.ringSnapshot(streamIDOf(t, s, "/r/big")); len(ring) != 1 {
+		t.Fatalf("/r/big: got %d ring events, want its one ephemeral kept", len(ring))
+	}
+	// Deleting streams gives their bytes back.
+	for i := range streams {
+		if err := s.Protocol().DeleteStream(context.Background(), fmt.Sprintf("/r/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bigID := streamIDOf(t, s, "/r/big")
+	s.ev.ringMu.Lock()
+	defer s.ev.ringMu.Unlock()
+	if r := s.ev.rings[bigID]; r == nil || s.ev.ringTotal != r.bytes || s.ev.ringLRU.Len() != 1 {
+		t.Fatalf("after deleting: %d bytes in %d rings, want only /r/big's", s.ev.ringTotal, s.ev.ringLRU.Len())
+	}
+}

@@ -331,9 +331,7 @@ func (s *Store) endIncarnation(t *tx, id int64, path string) error {
 		return err
 	}
 	t.afterCommit(func() {
-		s.ev.ringMu.Lock()
-		delete(s.ev.rings, id)
-		s.ev.ringMu.Unlock()
+		s.forgetRing(id)
 		s.endSubscriptions(path, foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": path},
 			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
 	})

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"container/list"
 	"sort"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -11,22 +12,68 @@ import (
 // ephemeral larger than the bound is kept alone).
 const EphemeralRingBytes = 1 << 20
 
+// DefaultMaxEphemeralBytes is the default of Config.MaxEphemeralBytes: what all streams' rings
+// hold together.
+const DefaultMaxEphemeralBytes = 64 << 20
+
 // ephemeralRing holds one stream's recent ephemerals in offset order. It lives in memory only: a new
 // incarnation starts empty, and its offsets above the durable mark may be handed out again.
 type ephemeralRing struct {
+	id     int64
 	events []foldtype.Event
 	bytes  int
+	elem   *list.Element // in eventView.ringLRU, most recently appended first
+}
+
+// ringTotal bounds what the rings of all streams hold together (Config.MaxEphemeralBytes): once
+// the total passes max, whole rings of the streams whose last ephemeral is oldest are dropped, so
+// a store with many streams keeps the rings of the recently active ones. A dropped ring is the
+// state a new incarnation starts in: reads merge no ephemerals for that stream until it gets new
+// ones (docs/store.md#appending). ringMu held.
+func (v *eventView) trimRingsLocked(keep *ephemeralRing) {
+	for v.ringTotal > v.ringMax {
+		e := v.ringLRU.Back()
+		if e == nil {
+			return
+		}
+		r := e.Value.(*ephemeralRing)
+		if r == keep {
+			return // the ring just appended to stays, bounded by EphemeralRingBytes itself
+		}
+		v.dropRingLocked(r)
+	}
+}
+
+// dropRingLocked forgets a stream's ring. ringMu held.
+func (v *eventView) dropRingLocked(r *ephemeralRing) {
+	v.ringLRU.Remove(r.elem)
+	v.ringTotal -= r.bytes
+	delete(v.rings, r.id)
+}
+
+// forgetRing drops a stream's ring (its incarnation ended).
+func (s *Store) forgetRing(streamID int64) {
+	s.ev.ringMu.Lock()
+	defer s.ev.ringMu.Unlock()
+	if r := s.ev.rings[streamID]; r != nil {
+		s.ev.dropRingLocked(r)
+	}
 }
 
 // rememberEphemerals adds a landed batch's ephemerals to the stream's ring. Called after commit.
 func (s *Store) rememberEphemerals(streamID int64, evs []foldtype.Event) {
 	s.ev.ringMu.Lock()
 	defer s.ev.ringMu.Unlock()
-	r := s.ev.rings[streamID]
+	v := s.ev
+	r := v.rings[streamID]
 	if r == nil {
-		r = &ephemeralRing{}
-		s.ev.rings[streamID] = r
+		r = &ephemeralRing{id: streamID}
+		r.elem = v.ringLRU.PushFront(r)
+		v.rings[streamID] = r
+	} else {
+		v.ringLRU.MoveToFront(r.elem)
 	}
+	before := r.bytes
 	for _, ev := range evs {
 		r.events = append(r.events, ev)
 		r.bytes += eventBytes(ev)
@@ -40,6 +87,8 @@ func (s *Store) rememberEphemerals(streamID int64, evs []foldtype.Event) {
 	if cap(r.events) > 64 && len(r.events) < cap(r.events)/4 {
 		r.events = append([]foldtype.Event(nil), r.events...)
 	}
+	v.ringTotal += r.bytes - before
+	v.trimRingsLocked(r)
 }
 
 // ringSnapshot returns a copy of the stream's ring.

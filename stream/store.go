@@ -60,6 +60,11 @@ type Config struct {
 	// marks); a write to a stream beyond them reads its row first. Defaults to
 	// DefaultMaxCachedStreams; negative is refused.
 	MaxCachedStreams int
+	// MaxEphemeralBytes caps what the ephemeral rings of all streams hold together (each ring is
+	// bounded by EphemeralRingBytes on its own): past it, the rings of the streams whose last
+	// ephemeral is oldest are dropped whole (docs/store.md#appending). Defaults to
+	// DefaultMaxEphemeralBytes (64 MiB); negative is refused.
+	MaxEphemeralBytes int
 }
 
 // Store is an open stream store: many streams by path in one database, behind one driver
@@ -165,6 +170,13 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxCachedStreams": opts.MaxCachedStreams},
 			"open stream store: MaxCachedStreams is %d; give a positive number of streams, or 0 for the default", opts.MaxCachedStreams)
 	}
+	if opts.MaxEphemeralBytes < 0 {
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxEphemeralBytes": opts.MaxEphemeralBytes},
+			"open stream store: MaxEphemeralBytes is %d; give a positive number of bytes, or 0 for the default", opts.MaxEphemeralBytes)
+	}
+	if opts.MaxEphemeralBytes == 0 {
+		opts.MaxEphemeralBytes = DefaultMaxEphemeralBytes
+	}
 	if opts.MaxCachedStreams == 0 {
 		opts.MaxCachedStreams = DefaultMaxCachedStreams
 	}
@@ -201,7 +213,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		stop:      make(chan struct{}),
 		ws:        writerState{},
 		notify:    make(map[int64]chan struct{}),
-		ev:        newEventView(),
+		ev:        newEventView(opts.MaxEphemeralBytes),
 
 		intakeStopped: make(chan struct{}),
 		closeDone:     make(chan struct{}),
