@@ -267,7 +267,7 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 	var streamID int64
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		var err error
-		page, streamID, err = s.readEventsIn(ctx, q, path, after, limit)
+		page, streamID, err = s.readEventsIn(ctx, q, path, nil, after, limit)
 		return err
 	})
 	if err != nil {
@@ -280,8 +280,9 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 }
 
 // readEventsIn is readEvents's page of durable events inside the read transaction q; streamID is
-// -1 for a missing stream (an empty page at head).
-func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, after int64, limit int) (foldtype.ReadPage, int64, error) {
+// -1 for a missing stream (an empty page at head). row is the stream's row when the caller read it
+// in q already (nil: read here).
+func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, row *streamRow, after int64, limit int) (foldtype.ReadPage, int64, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
@@ -291,18 +292,21 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 	}
 	page := foldtype.ReadPage{ScannedThroughOffset: after, AtHead: true}
 	budget := s.ev.readBudget
-	row, err := loadStreamByPath(ctx, q, path)
-	if errors.Is(err, errNoStream) {
-		return page, -1, nil
-	}
-	if err != nil {
-		return foldtype.ReadPage{}, -1, err
+	if row == nil {
+		var err error
+		row, err = loadStreamByPath(ctx, q, path)
+		if errors.Is(err, errNoStream) {
+			return page, -1, nil
+		}
+		if err != nil {
+			return foldtype.ReadPage{}, -1, err
+		}
 	}
 	page.Events = []foldtype.Event{}
 	var last int64
 	total, cut, n := 0, false, 0
 	var decErr error
-	err = scanMessages(ctx, q, row, after, func(msg message) bool {
+	err := scanMessages(ctx, q, row, after, func(msg message) bool {
 		if n > 0 && total+len(msg.Body) > budget {
 			cut = true
 			return false

@@ -196,7 +196,7 @@ func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []s
 		if o.After = after(o.Checkpoints); o.After < 0 {
 			return nil
 		}
-		o.Page, _, err = s.readEventsIn(ctx, q, path, o.After, limit)
+		o.Page, _, err = s.readEventsIn(ctx, q, path, r, o.After, limit) // the row just judged live
 		o.HasPage = err == nil
 		return err
 	})
