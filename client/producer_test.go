@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,6 +200,12 @@ func TestProducerZombieIsFenced(t *testing.T) {
 			if err := z.Close(ctx); !errors.Is(err, client.ErrStaleEpoch) {
 				t.Errorf("close of a fenced producer: got %v, want the stale-epoch error", err)
 			}
+		}
+		// OnError runs on the producer's background goroutine after the failed batch's waiters are
+		// released (ProducerConfig.OnError), so Flush may return before it has run: wait for it.
+		deadline := time.Now().Add(10 * time.Second)
+		for reported.Load() == nil && time.Now().Before(deadline) {
+			runtime.Gosched()
 		}
 		if err, _ := reported.Load().(error); !errors.Is(err, client.ErrStaleEpoch) {
 			t.Errorf("OnError: got %v, want the stale-epoch error", err)
