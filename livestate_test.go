@@ -337,14 +337,7 @@ func FuzzLiveStateChain(f *testing.F) {
 		if err := l.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		doc := foldstream.JSON(vals[0])
-		for _, fr := range sink.frames() {
-			out, err := foldstream.ApplyPatch(doc, foldstream.JSON(fr.Patch))
-			if err != nil {
-				t.Fatalf("apply %s to %s: %v", foldstream.JSON(fr.Patch), doc, err)
-			}
-			doc = out
-		}
+		doc := applyRecorded(t, foldstream.JSON(vals[0]), sink)
 		if !rawjson.Equal(doc, foldstream.JSON(vals[2])) {
 			t.Fatalf("chain from %s ends at %s, want %s", s0, doc, foldstream.JSON(vals[2]))
 		}
@@ -365,14 +358,7 @@ func FuzzLiveStateChain(f *testing.F) {
 			if err := l.Wait(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			doc := foldstream.JSON(vals[0])
-			for _, fr := range sink.frames() {
-				out, err := foldstream.ApplyPatch(doc, foldstream.JSON(fr.Patch))
-				if err != nil {
-					t.Fatalf("SetChanged: apply %s to %s: %v", foldstream.JSON(fr.Patch), doc, err)
-				}
-				doc = out
-			}
+			doc := applyRecorded(t, foldstream.JSON(vals[0]), sink)
 			if !rawjson.Equal(doc, foldstream.JSON(vals[2])) {
 				t.Fatalf("SetChanged chain from %s ends at %s, want %s", s0, doc, foldstream.JSON(vals[2]))
 			}
@@ -912,4 +898,16 @@ func TestSetAndSetChangedConcurrentlyKeepTheChain(t *testing.T) {
 func heldJSON(l *foldstream.LiveState) (int64, json.RawMessage, error) {
 	s, err := l.SnapshotJSON()
 	return s.Rev, s.State, err
+}
+
+// applyRecorded applies the sink's deltas to doc with applyFrames, their chain starting at the
+// first delta's From.
+func applyRecorded(t *testing.T, doc json.RawMessage, sink *recSink) json.RawMessage {
+	t.Helper()
+	fs := sink.frames()
+	if len(fs) == 0 {
+		return doc
+	}
+	doc, _ = applyFrames(t, doc, fs[0].From, fs)
+	return doc
 }
