@@ -11,7 +11,8 @@ import (
 
 // Reopening an engine (docs/store.md#engines-of-a-pattern) reads what it needs in as few reads of
 // the database as it can: on an exclusive database one read, after subscribing, of the stream's
-// row, the engine's checkpoint and work-started marker and the events after the checkpoint; on a
+// row, the engine's checkpoint and work-started marker and the events after the checkpoint (run
+// in the store's writer, on its warm connection: Events.HeadStreamForEngine); on a
 // shared one the stream's row before the lease, the two checkpoint rows together under it, and the
 // events after the checkpoint in its catch-up.
 
@@ -131,7 +132,7 @@ func (f *firstPage) drop() {
 // live in this process, so it takes the lease first; it wakes the stream when this host has not
 // yet, subscribes the engine (its pushes wait behind the returned gate until the slot is
 // published), and then reads the stream, the engine's checkpoint rows and the events after the
-// checkpoint in one read transaction, from which it builds the engine. A stream this host woke
+// checkpoint in one read (in the store's writer), from which it builds the engine. A stream this host woke
 // under another id (deleted and created again since) is woken after the read: its wake record then
 // comes as a push. On failure it calls fail (releasing what it took) and reports !ok.
 func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail func(error), held *bool) (
