@@ -7,13 +7,33 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint: on SQLite the
-// opening read runs in the writer; it answers the stream, the checkpoint rows found and the page
-// after the offset the rows give, as a read transaction would, and a missing stream is
+// TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint: the opening read,
+// in a read transaction and (for work, on SQLite) in the writer, answers the stream, the
+// checkpoint rows found and the page after the offset the rows give, and a missing stream is
 // STREAM_NOT_FOUND.
 func TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name string
+		head func(*Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error)
+	}{
+		{"read", func(e *Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error) {
+			return e.HeadStreamForEngine
+		}},
+		{"work", func(e *Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error) {
+			return e.HeadStreamForWork
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			testEngineOpening(t, c.head)
+		})
+	}
+}
+
+func testEngineOpening(t *testing.T, headOf func(*Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error)) {
 	s, _ := setupFile(t)
+	head := headOf(s.Events())
 	ctx := context.Background()
 	mustAppend(t, s, "/a", ev("x"), ev("x"), ev("x"))
 	cps, err := s.Events().Checkpoints(ctx, "/a")
@@ -25,7 +45,7 @@ func TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint
 	}
 	mustAppend(t, s, "/a", ev("y"), ev("z"))
 	var gave map[string]foldtype.Checkpoint
-	o, err := s.Events().HeadStreamForEngine(ctx, "/a", []string{"p", "p:marker"}, func(rows map[string]foldtype.Checkpoint) int64 {
+	o, err := head(ctx, "/a", []string{"p", "p:marker"}, func(rows map[string]foldtype.Checkpoint) int64 {
 		gave = rows
 		return rows["p"].ReducedThroughOffset
 	}, 2)
@@ -54,10 +74,10 @@ func TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint
 			types, o.Page.Events[0].Offset, o.Page.AtHead)
 	}
 
-	if o, err := s.Events().HeadStreamForEngine(ctx, "/a", []string{"p"}, func(map[string]foldtype.Checkpoint) int64 { return -1 }, 10); err != nil || o.HasPage {
+	if o, err := head(ctx, "/a", []string{"p"}, func(map[string]foldtype.Checkpoint) int64 { return -1 }, 10); err != nil || o.HasPage {
 		t.Fatalf("after -1: got page %v, err %v; want no page", o.HasPage, err)
 	}
-	if _, err := s.Events().HeadStreamForEngine(ctx, "/missing", []string{"p"}, nil, 0); kindOf(err) != foldtype.CodeStreamNotFound {
+	if _, err := head(ctx, "/missing", []string{"p"}, nil, 0); kindOf(err) != foldtype.CodeStreamNotFound {
 		t.Fatalf("missing stream: got %v, want STREAM_NOT_FOUND", err)
 	}
 }
