@@ -335,39 +335,23 @@ func (s *Store) linger(b *building, want int) {
 	if len(b.reqs) >= want || wait <= 0 || b.broken != nil {
 		return
 	}
+	// The arrivals are run together at the end: their streams' rows are read in one round trip.
+	more := make([]*writeReq, 0, want-len(b.reqs))
+	defer func() { b.add(more) }()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	more := make([]*writeReq, 0, want-len(b.reqs))
-	for len(b.reqs) < want && b.broken == nil {
+	for len(b.reqs)+len(more) < want {
 		select {
 		case <-timer.C:
 			return
 		case r := <-s.writes:
-			more = append(more[:0], r)
-			more = s.drainQueued(more, want-len(b.reqs))
-			for i, r := range more {
-				if r.path == "" {
-					s.ws.requeue = append(s.ws.requeue, more[i:]...)
-					b.add(more[:i])
-					return
-				}
+			if r.path == "" {
+				s.ws.requeue = append(s.ws.requeue, r)
+				return
 			}
-			b.add(more)
+			more = append(more, r)
 		}
 	}
-}
-
-// drainQueued adds to batch, up to max writes, whatever is queued now.
-func (s *Store) drainQueued(batch []*writeReq, max int) []*writeReq {
-	for len(batch) < max {
-		select {
-		case r := <-s.writes:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
 }
 
 // finishCommitted finishes, oldest first, the groups of inflight whose commit is known, up to the
