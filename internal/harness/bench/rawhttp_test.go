@@ -23,9 +23,9 @@ func TestCreateManyCreatesEveryStreamOnFoldstream(t *testing.T) {
 	}
 	defer stop()
 	c := &bench.Client{Base: base, HTTP: bench.NewHTTPClient()}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	name := func(i int) string { return fmt.Sprintf("made-%d", i) }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	made, err := bench.CreateMany(ctx, c, 4, 300, name, time.Time{})
 	if err != nil || made != 300 {
 		t.Fatalf("created %d of 300: %v", made, err)
@@ -41,6 +41,8 @@ func TestCreateManyCreatesEveryStreamOnFoldstream(t *testing.T) {
 		}
 	}
 	// The same streams again: each answers 200 (exists identically), which counts as made.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if made, err := bench.CreateMany(ctx, c, 4, 300, name, time.Time{}); err != nil || made != 300 {
 		t.Fatalf("re-created %d of 300: %v", made, err)
 	}
