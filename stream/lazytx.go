@@ -70,6 +70,16 @@ func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driv
 	return d.Records(ctx, streamID, after, fn)
 }
 
+// RecordsWithin is Records with a budget hint, passed on when the driver's reader takes one
+// (driver.SizedRecordsReader).
+func (l lazyTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return recordsWithin(ctx, d, streamID, after, budget, fn)
+}
+
 func (l lazyTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
 	d, err := l.t.begin()
 	if err != nil {
