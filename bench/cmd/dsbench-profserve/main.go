@@ -54,6 +54,7 @@ func run(args []string) error {
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile (where goroutines wait) to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile to this file")
 	traceFile := fs.String("trace", "", "write an execution trace to this file (go tool trace -pprof=syscall shows time in fsync)")
+	allocsProfile := fs.String("allocsprofile", "", "write an allocation profile (every allocation since start, sampled) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +88,9 @@ func run(args []string) error {
 	if *blockProfile != "" {
 		runtime.SetBlockProfileRate(int(10 * time.Microsecond)) // one sample per 10 µs blocked
 		defer writeProfile("block", *blockProfile)
+	}
+	if *allocsProfile != "" {
+		defer writeProfile("allocs", *allocsProfile)
 	}
 	if *mutexProfile != "" {
 		runtime.SetMutexProfileFraction(5)

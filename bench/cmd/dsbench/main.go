@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,8 +55,23 @@ func run() error {
 		timeout     = flag.Duration("measure-timeout", 0, "hard deadline of one measurement (0: the default 30s)")
 		manyStreams = flag.String("many-streams", "", "comma-separated stream counts (e.g. 100,100000) for the many-streams scenarios: creation rate, and plain and producer appends spread over that many streams")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file")
 	)
 	flag.Parse()
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 
 	cfg := bench.DefaultConfig()
 	if *quick {
