@@ -731,7 +731,8 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 		}
 		batch[i] = pending{body: msg.Raw, scanned: msg}
 		if in, key := eventKeyOf(msg); key != "" {
-			batch[i].key, batch[i].probe = key, &in
+			probe := in // on the heap only for a message with a key
+			batch[i].key, batch[i].probe = key, &probe
 		}
 		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
 	}
