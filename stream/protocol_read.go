@@ -174,13 +174,13 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 				next = last
 				return count < maxReadMessages, nil
 			}
-			if count > 0 && 2*total >= maxBytes && total+len(rec.Body) > maxBytes {
-				// The page is at least half full and the record does not fit whole: it ends
-				// here, and the next page reads the record whole, instead of this page reading
-				// it to take a part and the next reading it again.
-				cut = true
-				return false, nil
-			}
+		}
+		if count > 0 && 2*total >= maxBytes && total+len(rec.Body) > maxBytes && rec.Start >= after && (upper < 0 || rec.End <= upper) {
+			// The page is at least half full and the record does not fit whole: the page ends
+			// here, and the next page reads the record whole, instead of this page reading it to
+			// take a part and the next reading it again.
+			cut = true
+			return false, nil
 		}
 		more := true
 		err := driver.EachFrame(rec, func(off int64, msg []byte) bool {
