@@ -20,6 +20,10 @@ const (
 	EnginePageSize = 500
 	// DefaultWaitTimeout is WaitUntilProcessed's timeout when none is given.
 	DefaultWaitTimeout = 10 * time.Second
+	// RangeCommitAfter is how long a range runs (by the engine's clock) before it commits the
+	// events it processed so far and goes on with the rest (docs/engine.md#committing-a-range):
+	// a crash in the middle of a long catch-up runs at most about this much of its effects again.
+	RangeCommitAfter = time.Second
 )
 
 // EngineConfig holds an engine's dependencies and options. Every option is declared, defaulted and
@@ -100,7 +104,8 @@ type waiter struct {
 // goroutine at a time); within a unit events are processed one at a time and each event's blockers
 // settle before the next event's ProcessEvent; background attempts run on their own goroutines and
 // hold a claim while any is in flight; claims are issued on their own serial chain; a range
-// commits at most once, after all its blocking work settled.
+// commits once, after all its blocking work settled (one running longer than RangeCommitAfter in
+// parts, each after the blocking work of its events settled).
 type Engine[S any] struct {
 	p        Processor[S]
 	c        *Contract[S]
@@ -496,11 +501,22 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 		}
 	}
 	changed, delivered := false, false
+	seg, segStart := 0, e.clock.Now() // the first consumable event not committed yet, and when its part began
 	for i := range consumable {
 		if e.stopping.Load() {
 			// Stopped taking work: the checkpoint covers the events processed so far only.
-			events, r.Through, atHead = processedThrough(events, consumable[:i], before), processedCursor(consumable[:i], before), false
+			events, r.Through, atHead = processedThrough(events, consumable[seg:i], before), processedCursor(consumable[seg:i], before), false
 			break
+		}
+		if i > seg && e.clock.Now().Sub(segStart) >= RangeCommitAfter {
+			// A long range (a catch-up over a backlog of slow effects) commits what it processed
+			// so far, so a crash runs at most about RangeCommitAfter of its effects again.
+			if cur := processedCursor(consumable[seg:i], before); cur > before {
+				if err := e.persist(ctx, processedThrough(events, consumable[seg:i], before), before, cur, state, changed, false); err != nil {
+					return err
+				}
+				before, changed, seg, segStart = cur, false, i, e.clock.Now()
+			}
 		}
 		caughtUp := atHead && i == len(consumable)-1
 		next, ch, processed, err := e.step(ctx, &consumable[i], state, caughtUp)
@@ -519,7 +535,13 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 			return err
 		}
 	}
-	newCursor := max(before, r.Through)
+	return e.persist(ctx, events, before, max(before, r.Through), state, changed, atHead)
+}
+
+// persist writes the checkpoint of a committed range (or of the part of one done so far) through
+// newCursor, then adopts its state and cursor and publishes them
+// (docs/engine.md#committing-a-range).
+func (e *Engine[S]) persist(ctx context.Context, events []Event, before, newCursor int64, state S, changed, atHead bool) error {
 	hasDurable := slices.ContainsFunc(events, func(ev Event) bool { return !ev.Ephemeral })
 	if hasDurable && newCursor > before {
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
