@@ -91,7 +91,7 @@ func TestEngineDeclaredChangesAfterAForeignSetPublishTheWholeView(t *testing.T) 
 	appendT(t, mem, ev("tick")) // declared, not checked
 	settle(t, mem)
 	liveIs(t, eng, `{"count":2,"note":""}`)
-	eng.LiveState().Set(map[string]int{"count": 99})
+	eng.LiveState().Set(noteState{Count: 99, Note: "foreign"})
 	appendT(t, mem, ev("tick"))
 	settle(t, mem)
 	liveIs(t, eng, `{"count":3,"note":""}`)

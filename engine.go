@@ -126,6 +126,9 @@ type Engine[S any] struct {
 	liveChanged []string
 	liveWhole   bool
 	reduceDecl  liveDecl
+	// declaring (under mu): a reduce of this engine declared its changes, so a publish with none
+	// declared and none undeclared has nothing to encode.
+	declaring bool
 	cursor int64
 	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
 	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
@@ -637,6 +640,9 @@ const maxDeclaredChanges = 256
 func (e *Engine[S]) noteLiveChange() {
 	d := &e.reduceDecl
 	e.mu.Lock()
+	if d.declared {
+		e.declaring = true
+	}
 	if !d.declared || e.liveWhole || len(e.liveChanged)+len(d.pointers) > maxDeclaredChanges {
 		e.liveWhole, e.liveChanged = true, e.liveChanged[:0]
 	} else {
@@ -904,7 +910,7 @@ func (e *Engine[S]) PublishLiveState() {
 	defer e.pubMu.Unlock()
 	e.mu.Lock()
 	state, closed := e.state, e.closed
-	changed, whole := e.liveChanged, e.liveWhole
+	changed, whole, declaring := e.liveChanged, e.liveWhole, e.declaring
 	e.liveChanged, e.liveWhole = nil, false
 	e.mu.Unlock()
 	if closed {
@@ -918,7 +924,7 @@ func (e *Engine[S]) PublishLiveState() {
 		e.mu.Unlock()
 		return
 	}
-	if whole || len(changed) == 0 {
+	if whole || !declaring {
 		e.liveGen = e.live.set(v)
 		return
 	}
