@@ -115,9 +115,9 @@ type Engine[S any] struct {
 	// stopping is set by StopTakingWork: a range stops after the event in progress.
 	stopping atomic.Bool
 
-	pubMu  sync.Mutex
-	mu     sync.Mutex
-	state  S
+	pubMu sync.Mutex
+	mu    sync.Mutex
+	state S
 	// liveGen (under pubMu) is the live state's write count after the engine's last publish;
 	// liveChanged (under mu) the members the reduces declared changed since, liveWhole that a
 	// reduce changed the state without declaring (docs/engine.md#declared-changes). reduceDecl is
@@ -129,7 +129,7 @@ type Engine[S any] struct {
 	// declaring (under mu): a reduce of this engine declared its changes, so a publish with none
 	// declared and none undeclared has nothing to encode.
 	declaring bool
-	cursor int64
+	cursor    int64
 	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
 	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
 	// state was published, so a caller who saw offset n never reads an older live state.

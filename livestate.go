@@ -71,7 +71,7 @@ type LiveState struct {
 	rev      int64
 	// writes counts the Set and SetChanged calls that replaced the held value: the engine publishes
 	// through SetChanged only when no other call wrote since its own last one.
-	writes uint64
+	writes   uint64
 	tail     chan struct{} // closes when the last queued delta append settled
 	verified time.Time     // when SetChanged last checked a declaration
 	// SetChanged writes the next text into spare, an earlier base nothing refers to any more,
