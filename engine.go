@@ -120,10 +120,21 @@ type Engine[S any] struct {
 	// stopping is set by StopTakingWork: a range stops after the event in progress.
 	stopping atomic.Bool
 
-	pubMu  sync.Mutex
-	mu     sync.Mutex
-	state  S
-	cursor int64
+	pubMu sync.Mutex
+	mu    sync.Mutex
+	state S
+	// liveGen (under pubMu) is the live state's write count after the engine's last publish;
+	// liveChanged (under mu) the members the reduces declared changed since, liveWhole that a
+	// reduce changed the state without declaring (docs/engine.md#declared-changes). reduceDecl is
+	// the chain's collector for one reduce.
+	liveGen     uint64
+	liveChanged []string
+	liveWhole   bool
+	reduceDecl  liveDecl
+	// declaring (under mu): a reduce of this engine declared its changes, so a publish with none
+	// declared and none undeclared has nothing to encode.
+	declaring bool
+	cursor    int64
 	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
 	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
 	// state was published, so a caller who saw offset n never reads an older live state.
@@ -215,6 +226,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		seed = nil
 	}
 	e.live = NewLiveState(e.stream, c.Slug(), seed, LiveStateConfig{Clock: e.clock, Reporter: e.rep})
+	e.liveWhole = e.stale != nil // the seed is the old version's view until the re-reduce
 	return e, nil
 }
 
@@ -624,9 +636,10 @@ func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool
 	*ev = norm
 	var out S
 	var ch bool
+	e.reduceDecl.declared, e.reduceDecl.pointers = false, e.reduceDecl.pointers[:0]
 	err, _, stack := guardedStack(func() error {
 		var rerr error
-		out, ch, rerr = e.p.Reduce(ReduceArgs[S]{Event: norm, Payload: typed, State: state})
+		out, ch, rerr = e.p.Reduce(ReduceArgs[S]{Event: norm, Payload: typed, State: state, decl: &e.reduceDecl})
 		return rerr
 	})
 	if err != nil {
@@ -636,7 +649,28 @@ func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool
 	if !ch {
 		return state, false, typed, true
 	}
+	e.noteLiveChange()
 	return out, true, typed, true
+}
+
+// maxDeclaredChanges bounds the declarations kept between two publishes: past it the publish
+// compares the whole view, which then costs no more than splicing that many members.
+const maxDeclaredChanges = 256
+
+// noteLiveChange records what the reduce that just changed the state declared, and resets the
+// chain's collector.
+func (e *Engine[S]) noteLiveChange() {
+	d := &e.reduceDecl
+	e.mu.Lock()
+	if d.declared {
+		e.declaring = true
+	}
+	if !d.declared || e.liveWhole || len(e.liveChanged)+len(d.pointers) > maxDeclaredChanges {
+		e.liveWhole, e.liveChanged = true, e.liveChanged[:0]
+	} else {
+		e.liveChanged = append(e.liveChanged, d.pointers...)
+	}
+	e.mu.Unlock()
 }
 
 // step is the per-event primitive (docs/engine.md#blockers); ev nil is the eventless pass.
@@ -712,6 +746,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.state, e.cursor, e.stale = state, target, nil
+	e.liveWhole = true // the live view was seeded from the old version's state
 	e.mu.Unlock()
 	e.publishAndRelease()
 	return nil
@@ -897,15 +932,25 @@ func (e *Engine[S]) PublishLiveState() {
 	defer e.pubMu.Unlock()
 	e.mu.Lock()
 	state, closed := e.state, e.closed
+	changed, whole, declaring := e.liveChanged, e.liveWhole, e.declaring
+	e.liveChanged, e.liveWhole = nil, false
 	e.mu.Unlock()
 	if closed {
 		return
 	}
 	v, err := e.project(state)
 	if err != nil {
+		// The held view stays the last published one: keep what changed since for the next publish.
+		e.mu.Lock()
+		e.liveChanged, e.liveWhole = append(changed, e.liveChanged...), e.liveWhole || whole
+		e.mu.Unlock()
 		return
 	}
-	e.live.Set(v)
+	if whole || !declaring {
+		e.liveGen = e.live.set(v)
+		return
+	}
+	e.liveGen = e.live.setChangedSince(e.liveGen, v, changed)
 }
 
 // WaitUntilProcessed waits until the cursor reaches offset (docs/engine.md#reading-the-state). It

@@ -161,7 +161,8 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 		count += n
 		total += len(body)
 	}
-	err := scanRecords(ctx, q, r, after, func(rec driver.Record, upper int64) (bool, error) {
+	// The page takes at most maxBytes past its first record, which may be read from inside.
+	err := scanRecordsWithin(ctx, q, r, after, maxBytes, func(rec driver.Record, upper int64) (bool, error) {
 		if rec.Start >= after && (upper < 0 || rec.End <= upper) && (count == 0 || total+len(rec.Body) <= maxBytes) {
 			n, last, err := frameSummary(rec)
 			if err != nil {
@@ -217,7 +218,7 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 	b := bytes.NewBuffer(buf[:0])
 	next := after
 	total := 0
-	err := scanMessages(ctx, q, r, after, func(m message) bool {
+	err := scanMessagesWithin(ctx, q, r, after, maxBytes, func(m message) bool {
 		// A slice that does not fit whole is left for the next read, unless it is the first.
 		if res.Count > 0 && total+len(m.Body) > maxBytes {
 			return false

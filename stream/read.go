@@ -81,6 +81,22 @@ func segmentsOf(ctx context.Context, q driver.Reader, r *streamRow) ([]segment, 
 // scanRecords calls fn for each stored record (or slice) visible through stream r with End >
 // after, in position order, with the segment's upper bound (-1: none). fn returns false to stop.
 func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(rec driver.Record, upper int64) (bool, error)) error {
+	return scanRecordsWithin(ctx, q, r, after, 0, fn)
+}
+
+// recordsWithin is q.Records told, when q takes the hint (driver.SizedRecordsReader), that fn
+// will most likely stop after about budget bytes of bodies past the first record (0: no hint).
+func recordsWithin(ctx context.Context, q driver.Reader, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) error {
+	if sr, ok := q.(driver.SizedRecordsReader); ok && budget > 0 {
+		return sr.RecordsWithin(ctx, streamID, after, budget, fn)
+	}
+	return q.Records(ctx, streamID, after, fn)
+}
+
+// scanRecordsWithin is scanRecords for a caller that will most likely stop after about budget
+// bytes of record bodies past the first record (a page of a read; 0: unknown), which lets the
+// driver fetch no more than that ahead (driver.SizedRecordsReader).
+func scanRecordsWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(rec driver.Record, upper int64) (bool, error)) error {
 	segs, err := segmentsOf(ctx, q, r)
 	if err != nil {
 		return err
@@ -90,7 +106,7 @@ func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64
 		if seg.Through >= 0 && seg.Through <= after {
 			continue
 		}
-		err := q.Records(ctx, seg.ID, after, func(rec driver.Record) (bool, error) {
+		err := recordsWithin(ctx, q, seg.ID, after, budget, func(rec driver.Record) (bool, error) {
 			if seg.Through >= 0 && rec.Start >= seg.Through {
 				return false, nil // past the fork point: the next segment continues
 			}
@@ -116,8 +132,13 @@ func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64
 // scanMessages calls fn for each message (JSON) or record slice (bytes) visible through stream r
 // after position after, in order. fn returns false to stop.
 func scanMessages(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(m message) bool) error {
+	return scanMessagesWithin(ctx, q, r, after, 0, fn)
+}
+
+// scanMessagesWithin is scanMessages with a budget hint (see scanRecordsWithin).
+func scanMessagesWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(m message) bool) error {
 	isJSON := IsJSONContentType(r.ContentType)
-	return scanRecords(ctx, q, r, after, func(rec driver.Record, upper int64) (bool, error) {
+	return scanRecordsWithin(ctx, q, r, after, budget, func(rec driver.Record, upper int64) (bool, error) {
 		if !isJSON {
 			m := message{Offset: rec.End, Start: rec.Start, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: rec.Body}
 			if upper >= 0 && m.Offset > upper {

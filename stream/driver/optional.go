@@ -1,6 +1,10 @@
 package driver
 
-import "github.com/foldstream/foldstream/foldtype"
+import (
+	"context"
+
+	"github.com/foldstream/foldstream/foldtype"
+)
 
 // LeaseWatcher is an optional interface of a [Driver] that tells its process when a lease was
 // released for a takeover (ReleaseLease, not idle) — by another process sharing the database, or
@@ -34,4 +38,15 @@ type Locator interface {
 func InsufficientStorageError(cause error) *foldtype.Error {
 	return &foldtype.Error{Code: foldtype.CodeInsufficientStorage, Retryable: true, Err: cause,
 		Message: "stream store: the disk is full; nothing was written, retry once space is free"}
+}
+
+// SizedRecordsReader is an optional interface of a [Reader] that sizes what it reads ahead to
+// what its caller will take. RecordsWithin is Records (same order, same records, fn may stop at
+// any time) for a caller that will most likely stop once it has taken about budget bytes of
+// record bodies after the first record (a page of a read; its first record may be read from
+// inside). A driver that fetches records in chunks uses budget to size the first chunk, so a
+// caller stopping where it said it would leaves little or nothing fetched and unread; fn wanting
+// more than budget still gets every record, at the cost of more fetches.
+type SizedRecordsReader interface {
+	RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(Record) (bool, error)) error
 }

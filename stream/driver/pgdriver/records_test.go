@@ -81,3 +81,125 @@ func TestRecordsStoppedEarlyReadsOnlyWhatItNeeds(t *testing.T) {
 		t.Fatalf("full scan read %d records, want %d", n, records)
 	}
 }
+
+// insertRecords makes a stream of n records of size bytes each and returns its id.
+func insertRecords(t *testing.T, d interface {
+	driver.Driver
+}, exec func(ctx context.Context, sql string, args ...any) error, path string, n, size int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	w, err := d.Writer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := tx.InsertStream(ctx, driver.Stream{Path: path, ContentType: "application/octet-stream"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(ctx, `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, body)
+		SELECT $1, (g-1)*$2, (g-1)*$2, g*$2, 0, convert_to(repeat('x', $2::int), 'UTF8') FROM generate_series(1, $3::int) g`,
+		id, size, n); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestAPageReadFetchesOnlyTheRecordsItTakes checks that a page told its budget
+// (driver.SizedRecordsReader) makes PostgreSQL send the records the page takes and at most one
+// more, not a chunk of rows it then drains: a catch-up page of 1 MiB over 100 KB records used to
+// pull about 2.4 MiB off the connection (docs/postgres.md#reads).
+func TestAPageReadFetchesOnlyTheRecordsItTakes(t *testing.T) {
+	t.Parallel()
+	proxy, url := pgtest.NewProxy(t, pgtest.URL(t))
+	d := open(t, url)
+	ctx := context.Background()
+	const records, size, budget = 100, 100_000, 1 << 20
+	id := insertRecords(t, d, func(ctx context.Context, sql string, args ...any) error {
+		_, err := d.Pool().Exec(ctx, sql, args...)
+		return err
+	}, "/pages", records, size)
+
+	for _, after := range []int64{0, 5*size + size/2, (records - 3) * size} {
+		before := proxy.BytesFromServer()
+		taken := 0
+		var next int64 = after
+		err := d.Read(ctx, func(r driver.Reader) error {
+			return r.(driver.SizedRecordsReader).RecordsWithin(ctx, id, after, budget, func(rec driver.Record) (bool, error) {
+				if rec.Start > next || rec.End <= next {
+					t.Fatalf("record (%d, %d] after position %d", rec.Start, rec.End, next)
+				}
+				// As a page does: the first record counts from inside, the page stops at its budget.
+				taken += int(rec.End - next)
+				next = rec.End
+				return taken < budget, nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Where the page stops: its first record counted from inside, then whole records.
+		want, counted := (after/size+1)*size, int((after/size+1)*size-after)
+		for counted < budget && want < records*size {
+			want, counted = want+size, counted+size
+		}
+		if next != want {
+			t.Fatalf("page after %d ended at %d, want %d", after, next, want)
+		}
+		// What the page took, one record past the budget, and the protocol around them.
+		if n := proxy.BytesFromServer() - before; n > int64(budget+2*size+16<<10) {
+			t.Fatalf("a %d-byte page after %d took %d bytes off the connection; want at most its budget and two records (%d)", budget, after, n, budget+2*size)
+		}
+	}
+}
+
+// TestRecordsWithinSeesWhatRecordsSees checks that the budget is a hint only: whatever the budget
+// and wherever the caller stops, RecordsWithin hands out the records Records does, in order.
+func TestRecordsWithinSeesWhatRecordsSees(t *testing.T) {
+	t.Parallel()
+	d := open(t, pgtest.URL(t))
+	ctx := context.Background()
+	id := insertRecords(t, d, func(ctx context.Context, sql string, args ...any) error {
+		_, err := d.Pool().Exec(ctx, sql, args...)
+		return err
+	}, "/hint", 3000, 10)
+	for _, budget := range []int{1, 10, 95, 1000, 20_000, 29_990, 1 << 20} {
+		for _, after := range []int64{0, 5, 15_000, 29_990, 30_000} {
+			for _, stop := range []int{1, 2, 64, 65, 200, 2000, 5000} {
+				var want, got []int64
+				collect := func(into *[]int64) func(driver.Record) (bool, error) {
+					return func(rec driver.Record) (bool, error) {
+						if len(rec.Body) != int(rec.End-rec.Start) {
+							t.Fatalf("record (%d, %d] has %d bytes", rec.Start, rec.End, len(rec.Body))
+						}
+						*into = append(*into, rec.End)
+						return len(*into) < stop, nil
+					}
+				}
+				err := d.Read(ctx, func(r driver.Reader) error {
+					if err := r.Records(ctx, id, after, collect(&want)); err != nil {
+						return err
+					}
+					return r.(driver.SizedRecordsReader).RecordsWithin(ctx, id, after, budget, collect(&got))
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(want) || (len(got) > 0 && (got[0] != want[0] || got[len(got)-1] != want[len(want)-1])) {
+					t.Fatalf("budget %d after %d stop %d: RecordsWithin gave %d records, Records %d", budget, after, stop, len(got), len(want))
+				}
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("budget %d after %d stop %d: record %d ends at %d, want %d", budget, after, stop, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

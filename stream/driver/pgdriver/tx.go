@@ -287,7 +287,108 @@ const (
 	recordsChunkMin   = 8
 	recordsChunkMax   = 1024
 	recordsChunkBytes = 4 << 20
+	// recordsWithinFirst is the first chunk of RecordsWithin in rows: the budget, not this,
+	// usually ends it.
+	recordsWithinFirst = 64
 )
+
+// RecordsWithin is Records for a caller that will most likely stop after budget bytes of bodies
+// past the first record (driver.SizedRecordsReader): each chunk's query keeps, of its LIMIT rows
+// along the primary key, those whose bodies before them (the chunk's first row aside, in the first
+// chunk) total less than what is left of the budget. Sizes come from octet_length, which reads a
+// TOASTed body's stored length without fetching or decompressing it, so a page of a catch-up read
+// makes PostgreSQL fetch, decompress and send the records the page takes, and at most one more
+// (the one crossing the budget, which a JSON page may take in part) — not the rest of a chunk.
+// When the stream ends inside the first chunk that is the whole read; when fn wants more than the
+// budget, the read goes on as Records does, from a chunk of one row.
+func (t *readTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) error {
+	if budget <= 0 {
+		return t.Records(ctx, streamID, after, fn)
+	}
+	left := int64(budget)
+	limit := recordsWithinFirst
+	first := true
+	for left > 0 {
+		n, size, firstSize, last, more, err := t.recordsChunkWithin(ctx, streamID, after, limit, left, first, fn)
+		if err != nil || !more || n == 0 {
+			return err
+		}
+		counted := size
+		if first {
+			counted -= firstSize
+		}
+		if n < limit && counted < left {
+			return nil // neither the LIMIT nor the budget ended the chunk: the stream did
+		}
+		after, left, first = last, left-counted, false
+		if n == limit && left > 0 {
+			// The LIMIT ended it (small records): size the next chunk to what is left.
+			limit = max(recordsChunkMin, min(recordsChunkMax, int(left/max(1, size/int64(n)))+1))
+		}
+	}
+	// The caller wants more than it said: go on, starting small.
+	limit = 1
+	for {
+		n, bytes, last, more, err := t.recordsChunk(ctx, streamID, after, limit, fn)
+		if err != nil || !more || n < limit {
+			return err
+		}
+		after = last
+		limit = min(2*limit, recordsChunkMax)
+		if avg := bytes / int64(n); avg > 0 {
+			limit = max(1, min(limit, int(recordsChunkBytes/avg)))
+		}
+	}
+}
+
+// recordsWithinQuery reads one chunk of RecordsWithin: the rows of the LIMIT ($3) whose bodies
+// before them in the chunk total less than $4, the chunk's first row not counted when $5.
+const recordsWithinQuery = `SELECT record_start, start_pos, end_pos, created_ms, frames, body FROM (
+	SELECT record_start, start_pos, end_pos, created_ms, frames, body,
+		sum(octet_length(body)) OVER w - octet_length(body)
+			- CASE WHEN $5::boolean THEN first_value(octet_length(body)) OVER w ELSE 0 END AS before
+	FROM records WHERE stream_id = $1 AND end_pos > $2
+	WINDOW w AS (ORDER BY end_pos) ORDER BY end_pos LIMIT $3) c
+	WHERE before < $4 ORDER BY end_pos`
+
+// recordsChunkWithin reads one chunk of RecordsWithin and passes its records to fn. It returns
+// how many it read, the bytes of their bodies (and of the first one's), the last End, and whether
+// fn wants more.
+func (t *readTx) recordsChunkWithin(ctx context.Context, streamID, after int64, limit int, left int64, first bool, fn func(driver.Record) (bool, error)) (n int, size, firstSize, last int64, more bool, err error) {
+	rows, err := t.tx.Query(ctx, recordsWithinQuery, streamID, after, limit, left, first)
+	if err != nil {
+		return 0, 0, 0, 0, false, t.d.classify(fmt.Errorf("read records: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := driver.Record{StreamID: streamID}
+		raw := rows.RawValues()
+		if err := rows.Scan(&r.RecordStart, &r.Start, &r.End, &r.CreatedMs, nil, nil); err != nil {
+			return n, size, firstSize, last, false, t.d.classify(fmt.Errorf("read records: %w", err))
+		}
+		r.Frames, r.Body = raw[4], raw[5] // valid until the next row, as in recordsChunk
+		if r.Body == nil {
+			r.Body = []byte{}
+		}
+		if n == 0 {
+			firstSize = int64(len(r.Body))
+		}
+		n++
+		size += int64(len(r.Body))
+		last = r.End
+		more, err := fn(r)
+		if err != nil {
+			return n, size, firstSize, last, false, err
+		}
+		if !more {
+			return n, size, firstSize, last, false, nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return n, size, firstSize, last, false, t.d.classify(fmt.Errorf("read records: %w", err))
+	}
+	return n, size, firstSize, last, true, nil
+}
 
 // recordsChunk reads up to limit records with End > after and passes them to fn. It returns how
 // many it read, their size, the last End, and whether fn wants more.
