@@ -160,6 +160,26 @@ func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int6
 	return f.InsertStreamIfAbsent(ctx, s)
 }
 
+// insertStreamAlone is insertStreamIfAbsent for a create whose insert is the function's only
+// statement (no body, no close, no fork): it runs without a savepoint when the function has
+// none yet (tx.beginAlone), and without the caller's context, so that a caller going away cannot
+// interrupt a statement that has no savepoint to roll back to.
+func (l lazyTx) insertStreamAlone(s driver.Stream) (int64, bool, error) {
+	d, alone, err := l.t.beginAlone()
+	if err != nil {
+		return 0, false, err
+	}
+	f, ok := d.(driver.FreshStreamInserter)
+	if !ok {
+		return 0, false, nil
+	}
+	id, inserted, err := f.InsertStreamIfAbsent(context.Background(), s)
+	if err != nil && alone {
+		l.t.aloneErr = err
+	}
+	return id, inserted, err
+}
+
 func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
 	d, err := l.t.begin()
 	if err != nil {
