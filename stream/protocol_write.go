@@ -353,7 +353,12 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 	var id int64
 	if fresh {
 		var inserted bool
-		id, inserted, err = t.db.insertStreamIfAbsent(t.ctx, row)
+		if len(req.Body) == 0 && !req.Closed && prefix == nil {
+			// The insert is all this create writes: one statement needs no savepoint.
+			id, inserted, err = t.db.insertStreamAlone(row)
+		} else {
+			id, inserted, err = t.db.insertStreamIfAbsent(t.ctx, row)
+		}
 		if err == nil && !inserted {
 			return CreateResult{}, errPathHeld // taken, or the driver cannot tell: nothing written
 		}

@@ -145,6 +145,9 @@ type tx struct {
 	res       *reservation
 	reserve   *reservation
 	unreserve []*reservation
+	// aloneErr is the error of a statement run without a savepoint (tx.beginAlone): the group's
+	// transaction may be partly written or rolled back by the database, so the group fails.
+	aloneErr error
 }
 
 type group struct {
@@ -421,6 +424,9 @@ func (b *building) add(reqs []*writeReq) {
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
 		err := t.run(r.fn)
+		if t.aloneErr != nil && b.broken == nil {
+			b.broken = fmt.Errorf("stream store: a write's only statement failed: %w", t.aloneErr)
+		}
 		if t.spSet {
 			if err != nil {
 				if rbErr := g.dtx.RollbackToSavepoint(ctx); rbErr != nil {
@@ -799,6 +805,25 @@ func (t *tx) begin() (driver.WriteTx, error) {
 		t.spSet = true
 	}
 	return t.g.dtx, nil
+}
+
+// beginAlone makes sure the group's transaction exists, for a function whose next statement is
+// its only one: that statement runs without a savepoint of its own (one statement is atomic by
+// itself), saving the savepoint and its release. If it fails the function reports it through
+// aloneErr and the whole group fails (the database may have rolled the transaction back). It
+// returns false when the function already has a savepoint: the statement then runs inside it.
+func (t *tx) beginAlone() (driver.WriteTx, bool, error) {
+	if t.spSet {
+		return t.g.dtx, false, nil
+	}
+	if t.g.dtx == nil {
+		dtx, err := t.g.w.Begin(context.Background())
+		if err != nil {
+			return nil, false, fmt.Errorf("stream store: begin: %w", err)
+		}
+		t.g.dtx = dtx
+	}
+	return t.g.dtx, true, nil
 }
 
 // Now is the group's commit time.

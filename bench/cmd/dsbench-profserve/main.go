@@ -53,8 +53,8 @@ func run(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile (where goroutines wait) to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile to this file")
+	memProfile := fs.String("memprofile", "", "write the heap's allocation profile at the end of the run to this file (go tool pprof -sample_index alloc_objects)")
 	traceFile := fs.String("trace", "", "write an execution trace to this file (go tool trace -pprof=syscall shows time in fsync)")
-	allocsProfile := fs.String("allocsprofile", "", "write an allocation profile (every allocation since start, sampled) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,8 +89,9 @@ func run(args []string) error {
 		runtime.SetBlockProfileRate(int(10 * time.Microsecond)) // one sample per 10 µs blocked
 		defer writeProfile("block", *blockProfile)
 	}
-	if *allocsProfile != "" {
-		defer writeProfile("allocs", *allocsProfile)
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096 // finer than the default 512 KiB: small per-request allocations show
+		defer writeProfile("allocs", *memProfile)
 	}
 	if *mutexProfile != "" {
 		runtime.SetMutexProfileFraction(5)

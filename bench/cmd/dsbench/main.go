@@ -54,6 +54,7 @@ func run() error {
 		measureFor  = flag.Duration("measure-for", 0, "how long one throughput measurement may issue requests (0: the default 4s)")
 		timeout     = flag.Duration("measure-timeout", 0, "hard deadline of one measurement (0: the default 30s)")
 		manyStreams = flag.String("many-streams", "", "comma-separated stream counts (e.g. 100,100000) for the many-streams scenarios: creation rate, and plain and producer appends spread over that many streams")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process) to this file, and its heap allocations to FILE.allocs")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file")
 	)
@@ -109,6 +110,14 @@ func run() error {
 			}
 			cfg.ManyStreams = append(cfg.ManyStreams, n)
 		}
+	}
+
+	if *cpuProfile != "" {
+		stop, err := profileSelf(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -278,4 +287,31 @@ func referenceVersion(dir string) string {
 	b, _ := io.ReadAll(f)
 	_ = json.Unmarshal(b, &pkg)
 	return "@durable-streams/server " + pkg.Version + " (file-backed store)"
+}
+
+// profileSelf starts a CPU profile of the load generator into path; the returned function stops
+// it and writes the heap's allocation profile to path+".allocs" (go tool pprof -sample_index
+// alloc_space): the instrument's own cost, next to the server's.
+func profileSelf(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		a, err := os.Create(path + ".allocs")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+			return
+		}
+		defer a.Close()
+		if err := pprof.Lookup("allocs").WriteTo(a, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+		}
+	}, nil
 }
