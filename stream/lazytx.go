@@ -72,10 +72,10 @@ func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driv
 
 // RecordsWithin is Records with a budget hint, passed on when the driver's reader takes one
 // (driver.SizedRecordsReader).
-func (l lazyTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) error {
+func (l lazyTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) (bool, error) {
 	d, err := l.t.begin()
 	if err != nil {
-		return err
+		return false, err
 	}
 	return recordsWithin(ctx, d, streamID, after, budget, fn)
 }

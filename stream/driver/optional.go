@@ -40,13 +40,14 @@ func InsufficientStorageError(cause error) *foldtype.Error {
 		Message: "stream store: the disk is full; nothing was written, retry once space is free"}
 }
 
-// SizedRecordsReader is an optional interface of a [Reader] that sizes what it reads ahead to
-// what its caller will take. RecordsWithin is Records (same order, same records, fn may stop at
-// any time) for a caller that will most likely stop once it has taken about budget bytes of
-// record bodies after the first record (a page of a read; its first record may be read from
-// inside). A driver that fetches records in chunks uses budget to size the first chunk, so a
-// caller stopping where it said it would leaves little or nothing fetched and unread; fn wanting
-// more than budget still gets every record, at the cost of more fetches.
+// SizedRecordsReader is an optional interface of a [Reader] that reads a page of records at a
+// time. RecordsWithin hands fn the records of stream streamID with End > after, in End order, as
+// Records does, until fn returns false, the records end, or the next record is one a page of
+// budget bytes of bodies does not take — then it returns stopped true, and that record and those
+// after it are left for the next page. A page takes its first record, then whole records while
+// they fit in the budget, and ends at the first that does not fit once it is at least half full
+// (while it is less than half full, that record is handed too, for the page to take in part). So
+// a driver that reads in chunks fetches what the page takes, not more.
 type SizedRecordsReader interface {
-	RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(Record) (bool, error)) error
+	RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(Record) (bool, error)) (stopped bool, err error)
 }

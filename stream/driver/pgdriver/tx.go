@@ -292,102 +292,91 @@ const (
 	recordsWithinFirst = 64
 )
 
-// RecordsWithin is Records for a caller that will most likely stop after budget bytes of bodies
-// past the first record (driver.SizedRecordsReader): each chunk's query keeps, of its LIMIT rows
-// along the primary key, those whose bodies before them (the chunk's first row aside, in the first
-// chunk) total less than what is left of the budget. Sizes come from octet_length, which reads a
-// TOASTed body's stored length without fetching or decompressing it, so a page of a catch-up read
-// makes PostgreSQL fetch, decompress and send the records the page takes, and at most one more
-// (the one crossing the budget, which a JSON page may take in part) — not the rest of a chunk.
-// When the stream ends inside the first chunk that is the whole read; when fn wants more than the
-// budget, the read goes on as Records does, from a chunk of one row.
-func (t *readTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) error {
+// RecordsWithin reads one page of records (driver.SizedRecordsReader): each chunk's query marks,
+// of its LIMIT rows along the primary key, those the page takes — the first, those that fit
+// whole, and the one after them while the page is less than half full — from octet_length, which
+// reads a TOASTed body's stored length without fetching or decompressing it, and sends the
+// bodies of those alone. So a page makes PostgreSQL fetch, decompress and send the records it
+// takes, not a chunk it then drains. Chunks start at recordsWithinFirst rows and are sized to
+// what is left of the budget when the LIMIT, not the budget, ends one (small records).
+func (t *readTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) (bool, error) {
 	if budget <= 0 {
-		return t.Records(ctx, streamID, after, fn)
+		return false, t.Records(ctx, streamID, after, fn)
 	}
-	left := int64(budget)
+	// The page's first record is always taken: a half of at least one byte keeps it.
+	left, half := int64(budget), max(1, int64(budget)/2)
 	limit := recordsWithinFirst
-	first := true
-	for left > 0 {
-		n, size, firstSize, last, more, err := t.recordsChunkWithin(ctx, streamID, after, limit, left, first, fn)
-		if err != nil || !more || n == 0 {
-			return err
-		}
-		counted := size
-		if first {
-			counted -= firstSize
-		}
-		if n < limit && counted < left {
-			return nil // neither the LIMIT nor the budget ended the chunk: the stream did
-		}
-		after, left, first = last, left-counted, false
-		if n == limit && left > 0 {
-			// The LIMIT ended it (small records): size the next chunk to what is left.
-			limit = max(recordsChunkMin, min(recordsChunkMax, int(left/max(1, size/int64(n)))+1))
-		}
-	}
-	// The caller wants more than it said: go on, starting small.
-	limit = 1
 	for {
-		n, bytes, last, more, err := t.recordsChunk(ctx, streamID, after, limit, fn)
-		if err != nil || !more || n < limit {
-			return err
+		c, err := t.recordsChunkWithin(ctx, streamID, after, limit, left, half, fn)
+		if err != nil || !c.more || c.stopped {
+			return c.stopped, err
 		}
-		after = last
-		limit = min(2*limit, recordsChunkMax)
-		if avg := bytes / int64(n); avg > 0 {
-			limit = max(1, min(limit, int(recordsChunkBytes/avg)))
+		if c.rows < limit {
+			return false, nil // the stream ended
 		}
+		after, left, half = c.last, left-c.size, half-c.size
+		limit = max(recordsChunkMin, min(recordsChunkMax, int(left/max(1, c.size/int64(c.rows)))+2))
 	}
 }
 
-// recordsWithinQuery reads one chunk of RecordsWithin: the rows of the LIMIT ($3) whose bodies
-// before them in the chunk total less than $4, the chunk's first row not counted when $5.
-const recordsWithinQuery = `SELECT record_start, start_pos, end_pos, created_ms, frames, body FROM (
-	SELECT record_start, start_pos, end_pos, created_ms, frames, body,
-		sum(octet_length(body)) OVER w - octet_length(body)
-			- CASE WHEN $5::boolean THEN first_value(octet_length(body)) OVER w ELSE 0 END AS before
-	FROM records WHERE stream_id = $1 AND end_pos > $2
-	WINDOW w AS (ORDER BY end_pos) ORDER BY end_pos LIMIT $3) c
-	WHERE before < $4 ORDER BY end_pos`
+// recordsWithinQuery reads one chunk of RecordsWithin: the LIMIT ($3) rows, each with whether the
+// page takes it — its bodies through it total at most $4, or before it less than $5 — and its
+// frames and body only when it does.
+const recordsWithinQuery = `SELECT record_start, start_pos, end_pos, created_ms,
+		CASE WHEN take THEN frames END, CASE WHEN take THEN body END, take FROM (
+	SELECT *, (sum(len) OVER w <= $4 OR sum(len) OVER w - len < $5) AS take FROM (
+		SELECT record_start, start_pos, end_pos, created_ms, frames, body, octet_length(body) AS len
+		FROM records WHERE stream_id = $1 AND end_pos > $2 ORDER BY end_pos LIMIT $3) l
+	WINDOW w AS (ORDER BY end_pos)) c
+	ORDER BY end_pos`
 
-// recordsChunkWithin reads one chunk of RecordsWithin and passes its records to fn. It returns
-// how many it read, the bytes of their bodies (and of the first one's), the last End, and whether
-// fn wants more.
-func (t *readTx) recordsChunkWithin(ctx context.Context, streamID, after int64, limit int, left int64, first bool, fn func(driver.Record) (bool, error)) (n int, size, firstSize, last int64, more bool, err error) {
-	rows, err := t.tx.Query(ctx, recordsWithinQuery, streamID, after, limit, left, first)
+// chunkWithin is what one chunk of RecordsWithin read: its rows up to the first the page does not
+// take (stopped: there was one), the bytes of their bodies, the last End, and whether fn wants more.
+type chunkWithin struct {
+	rows          int
+	size, last    int64
+	more, stopped bool
+}
+
+// recordsChunkWithin reads one chunk of RecordsWithin and passes the records the page takes to fn.
+func (t *readTx) recordsChunkWithin(ctx context.Context, streamID, after int64, limit int, left, half int64, fn func(driver.Record) (bool, error)) (c chunkWithin, err error) {
+	rows, err := t.tx.Query(ctx, recordsWithinQuery, streamID, after, limit, left, half)
 	if err != nil {
-		return 0, 0, 0, 0, false, t.d.classify(fmt.Errorf("read records: %w", err))
+		return c, t.d.classify(fmt.Errorf("read records: %w", err))
 	}
+	// Rows after the first one not taken come without bodies: draining them costs little.
 	defer rows.Close()
 	for rows.Next() {
 		r := driver.Record{StreamID: streamID}
 		raw := rows.RawValues()
-		if err := rows.Scan(&r.RecordStart, &r.Start, &r.End, &r.CreatedMs, nil, nil); err != nil {
-			return n, size, firstSize, last, false, t.d.classify(fmt.Errorf("read records: %w", err))
+		var take bool
+		if err := rows.Scan(&r.RecordStart, &r.Start, &r.End, &r.CreatedMs, nil, nil, &take); err != nil {
+			return c, t.d.classify(fmt.Errorf("read records: %w", err))
+		}
+		if !take {
+			c.stopped = true
+			return c, nil
 		}
 		r.Frames, r.Body = raw[4], raw[5] // valid until the next row, as in recordsChunk
 		if r.Body == nil {
 			r.Body = []byte{}
 		}
-		if n == 0 {
-			firstSize = int64(len(r.Body))
-		}
-		n++
-		size += int64(len(r.Body))
-		last = r.End
+		c.rows++
+		c.size += int64(len(r.Body))
+		c.last = r.End
 		more, err := fn(r)
 		if err != nil {
-			return n, size, firstSize, last, false, err
+			return c, err
 		}
 		if !more {
-			return n, size, firstSize, last, false, nil
+			return c, nil
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return n, size, firstSize, last, false, t.d.classify(fmt.Errorf("read records: %w", err))
+		return c, t.d.classify(fmt.Errorf("read records: %w", err))
 	}
-	return n, size, firstSize, last, true, nil
+	c.more = true
+	return c, nil
 }
 
 // recordsChunk reads up to limit records with End > after and passes them to fn. It returns how
