@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
@@ -192,4 +194,65 @@ func TestNullCheckpointStateReadsAsTheInitialState(t *testing.T) {
 	eng := newEngine[tally2State](t, newTally2(t, "1", 1), &stubStream{}, cps)
 	eq(t, "snapshot", must[foldstream.Snapshot[tally2State]](t)(eng.Snapshot(ctxFor(t))),
 		foldstream.Snapshot[tally2State]{Offset: 4, State: tally2State{Secret: "hidden"}})
+}
+
+// A catch-up over a backlog of slow effects commits in parts: once a range has run for
+// RangeCommitAfter, the events it processed so far are checkpointed before the next one runs, so
+// an engine that dies in the middle of the range (its node killed) leaves its successor only the
+// effects of the last part to run again, not the whole page's.
+func TestLongCatchUpCheckpointsWhatItProcessedBeforeItsEnd(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	clk := testsupport.NewFakeClock()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "slow", Version: "1", Consumes: []string{"x"}}))
+	stuck, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var effects []int64
+	newSlow := func(stopAt int64) *fn[emptyState] {
+		return &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
+			if a.Event == nil {
+				return nil
+			}
+			off := a.Event.Offset
+			a.BlockProcessorWhile(func(ctx context.Context) error {
+				if off == stopAt {
+					close(stuck)
+					select { // the node dies here
+					case <-release:
+					case <-ctx.Done():
+					}
+					return errors.New("the node died")
+				}
+				mu.Lock()
+				effects = append(effects, off)
+				mu.Unlock()
+				clk.Advance(400 * time.Millisecond) // a slow effect
+				return nil
+			})
+			return nil
+		}}
+	}
+	for range 10 {
+		appendT(t, mem, ev("x"))
+	}
+	eng := newEngine[emptyState](t, newSlow(8), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	done := make(chan error, 1)
+	go func() { done <- eng.CatchUpFromLog(ctxFor(t)) }()
+	<-stuck
+	// 400 ms per effect: the range committed after the third and the sixth event (1.2 s each).
+	cp, ok := cps.Get("slow")
+	eq(t, "checkpoint while the range runs", []any{ok, cp.ReducedThroughOffset}, []any{true, int64(6)})
+	eq(t, "the engine's cursor", eng.ReducedThroughOffset(), int64(6))
+	close(release)
+	<-done // failed: the blocker of event 8 did not finish
+	mustDo(t, eng.Close(ctxFor(t)))
+	mu.Lock()
+	effects = nil
+	mu.Unlock()
+	next := newEngine[emptyState](t, newSlow(-1), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	mustDo(t, next.CatchUpFromLog(ctxFor(t)))
+	mu.Lock()
+	defer mu.Unlock()
+	eq(t, "effects the next engine runs", effects, []int64{7, 8, 9, 10})
 }

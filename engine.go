@@ -20,6 +20,10 @@ const (
 	EnginePageSize = 500
 	// DefaultWaitTimeout is WaitUntilProcessed's timeout when none is given.
 	DefaultWaitTimeout = 10 * time.Second
+	// RangeCommitAfter is how long a range runs (by the engine's clock) before it commits the
+	// events it processed so far and goes on with the rest (docs/engine.md#committing-a-range):
+	// a crash in the middle of a long catch-up runs at most about this much of its effects again.
+	RangeCommitAfter = time.Second
 )
 
 // EngineConfig holds an engine's dependencies and options. Every option is declared, defaulted and
@@ -100,7 +104,8 @@ type waiter struct {
 // goroutine at a time); within a unit events are processed one at a time and each event's blockers
 // settle before the next event's ProcessEvent; background attempts run on their own goroutines and
 // hold a claim while any is in flight; claims are issued on their own serial chain; a range
-// commits at most once, after all its blocking work settled.
+// commits once, after all its blocking work settled (one running longer than RangeCommitAfter in
+// parts, each after the blocking work of its events settled).
 type Engine[S any] struct {
 	p        Processor[S]
 	c        *Contract[S]
@@ -115,10 +120,21 @@ type Engine[S any] struct {
 	// stopping is set by StopTakingWork: a range stops after the event in progress.
 	stopping atomic.Bool
 
-	pubMu  sync.Mutex
-	mu     sync.Mutex
-	state  S
-	cursor int64
+	pubMu sync.Mutex
+	mu    sync.Mutex
+	state S
+	// liveGen (under pubMu) is the live state's write count after the engine's last publish;
+	// liveChanged (under mu) the members the reduces declared changed since, liveWhole that a
+	// reduce changed the state without declaring (docs/engine.md#declared-changes). reduceDecl is
+	// the chain's collector for one reduce.
+	liveGen     uint64
+	liveChanged []string
+	liveWhole   bool
+	reduceDecl  liveDecl
+	// declaring (under mu): a reduce of this engine declared its changes, so a publish with none
+	// declared and none undeclared has nothing to encode.
+	declaring bool
+	cursor    int64
 	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
 	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
 	// state was published, so a caller who saw offset n never reads an older live state.
@@ -210,6 +226,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		seed = nil
 	}
 	e.live = NewLiveState(e.stream, c.Slug(), seed, LiveStateConfig{Clock: e.clock, Reporter: e.rep})
+	e.liveWhole = e.stale != nil // the seed is the old version's view until the re-reduce
 	return e, nil
 }
 
@@ -496,11 +513,22 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 		}
 	}
 	changed, delivered := false, false
+	seg, segStart := 0, e.clock.Now() // the first consumable event not committed yet, and when its part began
 	for i := range consumable {
 		if e.stopping.Load() {
 			// Stopped taking work: the checkpoint covers the events processed so far only.
-			events, r.Through, atHead = processedThrough(events, consumable[:i], before), processedCursor(consumable[:i], before), false
+			events, r.Through, atHead = processedThrough(events, consumable[seg:i], before), processedCursor(consumable[seg:i], before), false
 			break
+		}
+		if i > seg && e.clock.Now().Sub(segStart) >= RangeCommitAfter {
+			// A long range (a catch-up over a backlog of slow effects) commits what it processed
+			// so far, so a crash runs at most about RangeCommitAfter of its effects again.
+			if cur := processedCursor(consumable[seg:i], before); cur > before {
+				if err := e.persist(ctx, processedThrough(events, consumable[seg:i], before), before, cur, state, changed, false); err != nil {
+					return err
+				}
+				before, changed, seg, segStart = cur, false, i, e.clock.Now()
+			}
 		}
 		caughtUp := atHead && i == len(consumable)-1
 		next, ch, processed, err := e.step(ctx, &consumable[i], state, caughtUp)
@@ -519,7 +547,13 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 			return err
 		}
 	}
-	newCursor := max(before, r.Through)
+	return e.persist(ctx, events, before, max(before, r.Through), state, changed, atHead)
+}
+
+// persist writes the checkpoint of a committed range (or of the part of one done so far) through
+// newCursor, then adopts its state and cursor and publishes them
+// (docs/engine.md#committing-a-range).
+func (e *Engine[S]) persist(ctx context.Context, events []Event, before, newCursor int64, state S, changed, atHead bool) error {
 	hasDurable := slices.ContainsFunc(events, func(ev Event) bool { return !ev.Ephemeral })
 	if hasDurable && newCursor > before {
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
@@ -602,9 +636,10 @@ func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool
 	*ev = norm
 	var out S
 	var ch bool
+	e.reduceDecl.declared, e.reduceDecl.pointers = false, e.reduceDecl.pointers[:0]
 	err, _, stack := guardedStack(func() error {
 		var rerr error
-		out, ch, rerr = e.p.Reduce(ReduceArgs[S]{Event: norm, Payload: typed, State: state})
+		out, ch, rerr = e.p.Reduce(ReduceArgs[S]{Event: norm, Payload: typed, State: state, decl: &e.reduceDecl})
 		return rerr
 	})
 	if err != nil {
@@ -614,7 +649,28 @@ func (e *Engine[S]) normalizeAndReduce(ev *Event, state S) (next S, changed bool
 	if !ch {
 		return state, false, typed, true
 	}
+	e.noteLiveChange()
 	return out, true, typed, true
+}
+
+// maxDeclaredChanges bounds the declarations kept between two publishes: past it the publish
+// compares the whole view, which then costs no more than splicing that many members.
+const maxDeclaredChanges = 256
+
+// noteLiveChange records what the reduce that just changed the state declared, and resets the
+// chain's collector.
+func (e *Engine[S]) noteLiveChange() {
+	d := &e.reduceDecl
+	e.mu.Lock()
+	if d.declared {
+		e.declaring = true
+	}
+	if !d.declared || e.liveWhole || len(e.liveChanged)+len(d.pointers) > maxDeclaredChanges {
+		e.liveWhole, e.liveChanged = true, e.liveChanged[:0]
+	} else {
+		e.liveChanged = append(e.liveChanged, d.pointers...)
+	}
+	e.mu.Unlock()
 }
 
 // step is the per-event primitive (docs/engine.md#blockers); ev nil is the eventless pass.
@@ -690,6 +746,7 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.state, e.cursor, e.stale = state, target, nil
+	e.liveWhole = true // the live view was seeded from the old version's state
 	e.mu.Unlock()
 	e.publishAndRelease()
 	return nil
@@ -875,15 +932,25 @@ func (e *Engine[S]) PublishLiveState() {
 	defer e.pubMu.Unlock()
 	e.mu.Lock()
 	state, closed := e.state, e.closed
+	changed, whole, declaring := e.liveChanged, e.liveWhole, e.declaring
+	e.liveChanged, e.liveWhole = nil, false
 	e.mu.Unlock()
 	if closed {
 		return
 	}
 	v, err := e.project(state)
 	if err != nil {
+		// The held view stays the last published one: keep what changed since for the next publish.
+		e.mu.Lock()
+		e.liveChanged, e.liveWhole = append(changed, e.liveChanged...), e.liveWhole || whole
+		e.mu.Unlock()
 		return
 	}
-	e.live.Set(v)
+	if whole || !declaring {
+		e.liveGen = e.live.set(v)
+		return
+	}
+	e.liveGen = e.live.setChangedSince(e.liveGen, v, changed)
 }
 
 // WaitUntilProcessed waits until the cursor reaches offset (docs/engine.md#reading-the-state). It

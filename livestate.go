@@ -69,6 +69,9 @@ type LiveState struct {
 	baseIdx  []rawjson.MemberSpan
 	indexed  bool // base is an object and baseIdx indexes its members
 	rev      int64
+	// writes counts the Set and SetChanged calls that replaced the held value: the engine publishes
+	// through SetChanged only when no other call wrote since its own last one.
+	writes   uint64
 	tail     chan struct{} // closes when the last queued delta append settled
 	verified time.Time     // when SetChanged last checked a declaration
 	// SetChanged writes the next text into spare, an earlier base nothing refers to any more,
@@ -178,7 +181,10 @@ func (l *LiveState) SnapshotJSON() (foldtype.LiveSnapshot[json.RawMessage], erro
 // gap); otherwise rev moves by one and an ephemeral delta is appended on the holder's one append
 // chain (delta N+1 is issued only after delta N's append settled). Set never fails and never
 // blocks on the sink.
-func (l *LiveState) Set(next any) {
+func (l *LiveState) Set(next any) { l.set(next) }
+
+// set is Set; it returns the write count its own write made.
+func (l *LiveState) set(next any) uint64 {
 	l.mu.Lock()
 	base, baseType, spare := l.base, l.baseType, l.spare
 	l.spare = nil
@@ -189,13 +195,14 @@ func (l *LiveState) Set(next any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.encoding--
+	l.writes++
 	if l.spare == nil && cap(spare) > 0 && !sameBuffer(b, spare) {
 		l.spare = spare // not used: the encoding was the old text, or a whole marshal
 	}
 	if err != nil {
 		l.held, l.heldJSON = next, nil
 		l.rev++
-		return
+		return l.writes
 	}
 	var ops []PatchOp
 	idx, indexed := l.baseIdx, l.indexed
@@ -218,7 +225,7 @@ func (l *LiveState) Set(next any) {
 			if err != nil { // cannot happen for encoding/json output; treat as unserializable
 				l.held, l.heldJSON = next, nil
 				l.rev++
-				return
+				return l.writes
 			}
 			idx, indexed = rawjson.IndexObject(b)
 		}
@@ -227,6 +234,7 @@ func (l *LiveState) Set(next any) {
 	l.held, l.heldJSON, l.base, l.baseType = next, b, b, reflect.TypeOf(next)
 	l.baseIdx, l.indexed = idx, indexed
 	l.publish(ops)
+	return l.writes
 }
 
 // recycle keeps the base being replaced by next as the spare buffer, when nothing reads it any more:
@@ -296,21 +304,41 @@ func (l *LiveState) publish(ops []PatchOp) {
 // keeps next, which the caller may change in place before its next Set or SetChanged.
 func (l *LiveState) SetChanged(next any, changed ...string) {
 	l.mu.Lock()
-	if l.heldJSON == nil {
+	if l.setChangedLocked(next, changed) {
 		l.mu.Unlock()
-		l.Set(next)
 		return
+	}
+	l.mu.Unlock()
+	l.Set(next)
+}
+
+// setChangedSince is SetChanged when no other call replaced the held value since the write count
+// was gen, and Set otherwise (the held value is then not the one the declarations are relative
+// to); it returns the write count its own write made.
+func (l *LiveState) setChangedSince(gen uint64, next any, changed []string) uint64 {
+	l.mu.Lock()
+	if l.writes == gen && l.setChangedLocked(next, changed) {
+		defer l.mu.Unlock()
+		return l.writes
+	}
+	l.mu.Unlock()
+	return l.set(next)
+}
+
+// setChangedLocked is SetChanged with l.mu held. It returns false, having changed nothing, when
+// the call must be a Set instead.
+func (l *LiveState) setChangedLocked(next any, changed []string) bool {
+	if l.heldJSON == nil {
+		return false
 	}
 	spare := l.spare
 	l.spare = nil
 	res, ok := rawjson.EncodeChanged(next, l.base, l.baseType, l.baseIdx, l.indexed, changed, spare)
 	if !ok {
 		l.spare = spare // only this call wrote to it, if anything did
-		l.mu.Unlock()
-		l.Set(next)
-		return
+		return false
 	}
-	defer l.mu.Unlock()
+	l.writes++
 	ops := res.Ops
 	if now := l.clock.Now(); l.verify < 0 || now.Sub(l.verified) >= l.verify {
 		l.verified = now
@@ -318,7 +346,7 @@ func (l *LiveState) SetChanged(next any, changed ...string) {
 		if err != nil { // an undeclared member no longer serializes: Set's rule for such a value
 			l.held, l.heldJSON = next, nil
 			l.rev++
-			return
+			return true
 		}
 		if !bytes.Equal(truth, res.Text) {
 			fix, idx, ok := []PatchOp(nil), []rawjson.MemberSpan(nil), false
@@ -340,6 +368,7 @@ func (l *LiveState) SetChanged(next any, changed ...string) {
 	l.held, l.heldJSON, l.base, l.baseType = next, res.Text, res.Text, reflect.TypeOf(next)
 	l.baseIdx, l.indexed = res.Index, res.Indexed
 	l.publish(ops)
+	return true
 }
 
 // reportUndeclared reports the members a SetChanged check found changed without a declaration.

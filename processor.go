@@ -36,6 +36,31 @@ type ReduceArgs[S any] struct {
 	Payload any
 	// State is the current state. Do not mutate it.
 	State S
+
+	decl *liveDecl
+}
+
+// liveDecl collects one reduce's [ReduceArgs.DeclareLiveChange] calls.
+type liveDecl struct {
+	declared bool
+	pointers []string
+}
+
+// DeclareLiveChange names, as JSON Pointers ("/count", "/items/a1b2"), the members of the live view
+// whose JSON this reduce may have changed; the live view is what ProjectLiveState returns, for
+// [Base] the state itself. When every reduce that changed the state since the last publish declared
+// its changes, the engine publishes only the declared members ([LiveState.SetChanged]), so a
+// publish costs the size of the change instead of the size of the view
+// (docs/engine.md#declared-changes). A reduce that changes the state without declaring makes the
+// next publish compare the whole view, as without declarations. A projection that adds fields of
+// its own (a clock, a count kept outside the state) must not be combined with declarations: those
+// fields would change undeclared. Outside an engine (a processor tested bare) it does nothing.
+func (a ReduceArgs[S]) DeclareLiveChange(pointers ...string) {
+	if a.decl == nil {
+		return
+	}
+	a.decl.declared = true
+	a.decl.pointers = append(a.decl.pointers, pointers...)
 }
 
 // Delivery describes how an event is delivered to ProcessEvent.

@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -75,43 +77,106 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, name stri
 			return
 		}
 	}
+	// The next page is read while this one is written (one page ahead, on its own goroutine), so
+	// the store's time per page — on PostgreSQL a transaction and the database sending the
+	// records — overlaps the socket's instead of adding to it. Two page buffers serve every page.
+	pages, stop := s.prefetchPages(ctx, name, info, first.Next, target)
+	defer stop()
 	if !write(first.Body) {
 		return
 	}
-	cur := first.Next
-	// One page's memory serves every page: sized for a full page (and its last message) once.
-	buf := make([]byte, 0, s.cfg.ReadChunkBytes+64<<10)
-	for cur < target {
-		page, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes, Buf: buf})
-		if err != nil || page.Info.CreatedMs != info.CreatedMs || (page.Count == 0 && page.Next <= cur) {
+	for p := range pages {
+		if p.err != nil {
 			// The client went away, or the stream was deleted or replaced while we answered, or
 			// (never expected) the store made no progress: the status line is sent, so the only
 			// honest signal left is to cut the connection, which a client reports as an error
 			// rather than taking a truncated body as complete.
 			if ctx.Err() == nil {
-				s.log.Warn("catch-up read cut short", "path", name, "offset", FormatOffset(cur), "error", err)
+				s.log.Warn("catch-up read cut short", "path", name, "offset", FormatOffset(p.at), "error", p.err)
 			}
+			stop()
 			panic(http.ErrAbortHandler)
 		}
-		body := page.Body
-		if page.Next > target {
-			// The stream grew since the request started: keep only what lies up to target.
-			body, err = s.cutAt(ctx, name, info, cur, target, page)
-			if err != nil {
-				s.log.Warn("catch-up read cut short", "path", name, "offset", FormatOffset(cur), "error", err)
-				panic(http.ErrAbortHandler)
-			}
-		}
-		if !write(body) {
+		ok := write(p.body)
+		p.done()
+		if !ok {
 			return
 		}
-		buf = page.Body[:0]
-		cur = page.Next
 	}
 	if info.JSON {
 		lw.send([]byte{']'})
 	}
 }
+
+// catchUpPage is one page of a catch-up read taken from the store: its body up to the target, or
+// the error that ended the read at position at. done hands its buffer back for a later page.
+type catchUpPage struct {
+	body []byte
+	at   int64
+	err  error
+	done func()
+}
+
+// errNoProgress reports a store read that returned nothing short of the target.
+var errNoProgress = errors.New("the store returned no data short of the tail")
+
+// prefetchPages reads the pages of a catch-up read after cur up to target on a goroutine of its
+// own, one page ahead of the consumer: the channel holds at most one page, and the goroutine reads
+// into one of two buffers, so a page's memory is reused only after its done was called. A page
+// with err ends the channel. stop ends the reads and waits for the goroutine; call it before
+// returning (it may be called more than once).
+func (s *Server) prefetchPages(ctx context.Context, name string, info stream.StreamInfo, cur, target int64) (<-chan catchUpPage, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	pages := make(chan catchUpPage, 1)
+	free := make(chan []byte, 2)
+	for range 2 {
+		// One page and its last message (a JSON page may end past ReadChunkBytes by one).
+		free <- make([]byte, 0, s.cfg.ReadChunkBytes+64<<10)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(pages)
+		for cur < target {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-ctx.Done():
+				return
+			}
+			page, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: cur, MaxBytes: s.cfg.ReadChunkBytes, Buf: buf})
+			if err == nil && page.Info.CreatedMs != info.CreatedMs {
+				err = errStreamReplaced
+			} else if err == nil && page.Count == 0 && page.Next <= cur {
+				err = errNoProgress
+			}
+			body := page.Body
+			if err == nil && page.Next > target {
+				// The stream grew since the request started: keep only what lies up to target.
+				body, err = s.cutAt(ctx, name, info, cur, target, page)
+			}
+			if err != nil {
+				select {
+				case pages <- catchUpPage{at: cur, err: err, done: func() {}}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			back := page.Body[:0]
+			select {
+			case pages <- catchUpPage{body: body, at: cur, done: func() { free <- back }}:
+			case <-ctx.Done():
+				return
+			}
+			cur = page.Next
+		}
+	}()
+	return pages, func() { cancel(); wg.Wait() }
+}
+
+// errStreamReplaced reports a stream deleted or replaced during a catch-up read.
+var errStreamReplaced = errors.New("the stream was deleted or replaced during the read")
 
 // cutAt returns the part of page (read after cur) that lies at or before target. Byte streams
 // count positions in bytes, so that is a prefix of target-cur bytes. A JSON stream counts

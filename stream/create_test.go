@@ -102,3 +102,48 @@ func TestCreateOfAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
 		t.Fatalf("%d rows hold /old, want 1", n)
 	}
 }
+
+// A plain create of a fresh path (no body, not closed, no fork) is one INSERT: it runs without a
+// savepoint of its own, and the streams it makes are the same as those of a create that needs
+// one. A create that finds its path taken, or that writes more than the row, still opens one.
+func TestPlainCreateRunsItsOneStatementWithoutASavepoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := openStore(":memory:", Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	before := s.savepoints()
+	for i := range 20 {
+		res := mustCreate(t, s, CreateRequest{Path: fmt.Sprintf("/plain/%d", i), ContentType: "application/json", HasTTL: i%2 == 0, TTLSeconds: 60})
+		if !res.Created || res.Info.Tail != 0 || res.Info.ContentType != "application/json" {
+			t.Fatalf("plain create %d: %+v", i, res)
+		}
+	}
+	if got := s.savepoints() - before; got != 0 {
+		t.Fatalf("20 plain creates opened %d savepoints, want 0", got)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path LIKE '/plain/%' AND state = 0 AND closed = 0
+		AND forked_from IS NULL AND fork_offset = 0 AND tail = 0 AND incarnation = 0 AND last_access_ms = created_ms`); n != 20 {
+		t.Fatalf("%d plain rows, want 20", n)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path LIKE '/plain/%' AND ttl_seconds = 60`); n != 10 {
+		t.Fatalf("%d rows with the TTL, want 10", n)
+	}
+
+	// A create with a body, and a closed one, run in a savepoint.
+	before = s.savepoints()
+	mustCreate(t, s, CreateRequest{Path: "/body", ContentType: "application/json", Body: []byte(`[{"a":1}]`)})
+	mustCreate(t, s, CreateRequest{Path: "/closed", ContentType: "application/json", Closed: true})
+	if got := s.savepoints() - before; got != 2 {
+		t.Fatalf("a create with a body and a closed create opened %d savepoints, want 2", got)
+	}
+	if info, err := s.Protocol().HeadStream(ctx, "/closed"); err != nil || !info.Closed {
+		t.Fatalf("closed create: %+v %v", info, err)
+	}
+	// A fresh path another configuration already holds: refused, and the stream kept.
+	if _, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: "/plain/1", ContentType: "text/plain"}); kindOf(err) != foldtype.CodeConflict {
+		t.Fatalf("create over /plain/1 with another content type: %v, want CONFLICT", err)
+	}
+}

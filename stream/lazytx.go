@@ -70,6 +70,16 @@ func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driv
 	return d.Records(ctx, streamID, after, fn)
 }
 
+// RecordsWithin is Records with a budget hint, passed on when the driver's reader takes one
+// (driver.SizedRecordsReader).
+func (l lazyTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) (bool, error) {
+	d, err := l.t.begin()
+	if err != nil {
+		return false, err
+	}
+	return recordsWithin(ctx, d, streamID, after, budget, fn)
+}
+
 func (l lazyTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
 	d, err := l.t.begin()
 	if err != nil {
@@ -148,6 +158,26 @@ func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int6
 		return 0, false, nil
 	}
 	return f.InsertStreamIfAbsent(ctx, s)
+}
+
+// insertStreamAlone is insertStreamIfAbsent for a create whose insert is the function's only
+// statement (no body, no close, no fork): it runs without a savepoint when the function has
+// none yet (tx.beginAlone), and without the caller's context, so that a caller going away cannot
+// interrupt a statement that has no savepoint to roll back to.
+func (l lazyTx) insertStreamAlone(s driver.Stream) (int64, bool, error) {
+	d, alone, err := l.t.beginAlone()
+	if err != nil {
+		return 0, false, err
+	}
+	f, ok := d.(driver.FreshStreamInserter)
+	if !ok {
+		return 0, false, nil
+	}
+	id, inserted, err := f.InsertStreamIfAbsent(context.Background(), s)
+	if err != nil && alone {
+		l.t.aloneErr = err
+	}
+	return id, inserted, err
 }
 
 func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {

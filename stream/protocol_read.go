@@ -144,7 +144,8 @@ func frameSummary(rec driver.Record) (n int, last int64, err error) {
 
 // readJSON answers a JSON read: the messages after position after, as one JSON array, up to
 // maxBytes of message bytes (at least one message) and maxReadMessages messages. A stored record
-// that fits whole is copied as it is stored (its messages already joined by commas).
+// that fits whole is copied as it is stored (its messages already joined by commas); one that
+// does not fit ends a page that is at least half full, and fills one that is not.
 func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, buf []byte, res *ReadResult) error {
 	b := bytes.NewBuffer(buf[:0])
 	if buf == nil {
@@ -161,7 +162,8 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 		count += n
 		total += len(body)
 	}
-	err := scanRecords(ctx, q, r, after, func(rec driver.Record, upper int64) (bool, error) {
+	// The page takes at most maxBytes past its first record, which may be read from inside.
+	stopped, err := scanRecordsWithin(ctx, q, r, after, maxBytes, func(rec driver.Record, upper int64) (bool, error) {
 		if rec.Start >= after && (upper < 0 || rec.End <= upper) && (count == 0 || total+len(rec.Body) <= maxBytes) {
 			n, last, err := frameSummary(rec)
 			if err != nil {
@@ -172,6 +174,13 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 				next = last
 				return count < maxReadMessages, nil
 			}
+		}
+		if count > 0 && 2*total >= maxBytes && total+len(rec.Body) > maxBytes && rec.Start >= after && (upper < 0 || rec.End <= upper) {
+			// The page is at least half full and the record does not fit whole: the page ends
+			// here, and the next page reads the record whole, instead of this page reading it to
+			// take a part and the next reading it again.
+			cut = true
+			return false, nil
 		}
 		more := true
 		err := driver.EachFrame(rec, func(off int64, msg []byte) bool {
@@ -198,6 +207,9 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 	if err != nil {
 		return err
 	}
+	if stopped {
+		cut = true // the driver ended the page at a record it does not take
+	}
 	b.WriteByte(']')
 	res.Body = b.Bytes()
 	res.Count = count
@@ -217,7 +229,7 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 	b := bytes.NewBuffer(buf[:0])
 	next := after
 	total := 0
-	err := scanMessages(ctx, q, r, after, func(m message) bool {
+	_, err := scanMessagesWithin(ctx, q, r, after, maxBytes, func(m message) bool {
 		// A slice that does not fit whole is left for the next read, unless it is the first.
 		if res.Count > 0 && total+len(m.Body) > maxBytes {
 			return false

@@ -81,17 +81,37 @@ func segmentsOf(ctx context.Context, q driver.Reader, r *streamRow) ([]segment, 
 // scanRecords calls fn for each stored record (or slice) visible through stream r with End >
 // after, in position order, with the segment's upper bound (-1: none). fn returns false to stop.
 func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(rec driver.Record, upper int64) (bool, error)) error {
+	_, err := scanRecordsWithin(ctx, q, r, after, 0, fn)
+	return err
+}
+
+// recordsWithin is q.Records for a page of budget bytes: when q reads pages
+// (driver.SizedRecordsReader) it may stop before fn does, at a record the page does not take, and
+// then reports stopped.
+func recordsWithin(ctx context.Context, q driver.Reader, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) (stopped bool, err error) {
+	if sr, ok := q.(driver.SizedRecordsReader); ok && budget > 0 {
+		return sr.RecordsWithin(ctx, streamID, after, budget, fn)
+	}
+	return false, q.Records(ctx, streamID, after, fn)
+}
+
+// scanRecordsWithin is scanRecords for a page of budget bytes (0: no page): the driver may stop
+// before fn does, at a record the page does not take (driver.SizedRecordsReader), which it
+// reports as stopped; the records after it are then left for the next page.
+func scanRecordsWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(rec driver.Record, upper int64) (bool, error)) (stopped bool, err error) {
 	segs, err := segmentsOf(ctx, q, r)
 	if err != nil {
-		return err
+		return false, err
 	}
-	stopped := false
+	fnStopped := false
 	for _, seg := range segs {
 		if seg.Through >= 0 && seg.Through <= after {
 			continue
 		}
-		err := q.Records(ctx, seg.ID, after, func(rec driver.Record) (bool, error) {
+		past := false
+		stopped, err := recordsWithin(ctx, q, seg.ID, after, budget, func(rec driver.Record) (bool, error) {
 			if seg.Through >= 0 && rec.Start >= seg.Through {
+				past = true
 				return false, nil // past the fork point: the next segment continues
 			}
 			more, err := fn(rec, seg.Through)
@@ -99,25 +119,34 @@ func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64
 				return false, err
 			}
 			if !more {
-				stopped = true
+				fnStopped = true
 			}
 			return more, nil
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
-		if stopped {
-			return nil
+		if fnStopped {
+			return false, nil
+		}
+		if stopped && !past {
+			return true, nil
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // scanMessages calls fn for each message (JSON) or record slice (bytes) visible through stream r
 // after position after, in order. fn returns false to stop.
 func scanMessages(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(m message) bool) error {
+	_, err := scanMessagesWithin(ctx, q, r, after, 0, fn)
+	return err
+}
+
+// scanMessagesWithin is scanMessages for a page of budget bytes (see scanRecordsWithin).
+func scanMessagesWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(m message) bool) (stopped bool, err error) {
 	isJSON := IsJSONContentType(r.ContentType)
-	return scanRecords(ctx, q, r, after, func(rec driver.Record, upper int64) (bool, error) {
+	return scanRecordsWithin(ctx, q, r, after, budget, func(rec driver.Record, upper int64) (bool, error) {
 		if !isJSON {
 			m := message{Offset: rec.End, Start: rec.Start, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: rec.Body}
 			if upper >= 0 && m.Offset > upper {

@@ -5,9 +5,11 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -69,5 +71,93 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Concurrent plain creates (one savepointless INSERT each, many per group commit) on a full file
+// system: they fail with INSUFFICIENT_STORAGE, every acknowledged create survives, no refused
+// one left a row, and once space is freed the same store creates again.
+func TestFullFilesystemRefusesCreatesAndKeepsTheAcknowledged(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v)", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 256<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx := context.Background()
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var refused []string
+	var other error
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20000; i++ {
+				p := fmt.Sprintf("/full/%d/%d/%s", g, i, strings.Repeat("p", 200))
+				_, err := s.Protocol().CreateStream(ctx, CreateRequest{Path: p, ContentType: "application/json"})
+				mu.Lock()
+				switch {
+				case err == nil:
+					acked[p] = true
+				case errors.Is(err, foldtype.ErrInsufficientStorage):
+					refused = append(refused, p)
+				default:
+					if other == nil {
+						other = err
+					}
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if other != nil {
+		t.Fatalf("a create failed otherwise than INSUFFICIENT_STORAGE: %v", other)
+	}
+	if len(refused) == 0 {
+		t.Fatalf("%d creates on a 1 MiB file system and none refused", len(acked))
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, CreateRequest{Path: "/after", ContentType: "application/json"})
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err = openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path LIKE '/full/%'`); n != len(acked) {
+		t.Fatalf("%d rows after reopening, want the %d acknowledged creates", n, len(acked))
+	}
+	for p := range acked {
+		if _, err := s.Protocol().HeadStream(ctx, p); err != nil {
+			t.Fatalf("acknowledged %s: %v", p, err)
+		}
+	}
+	for _, p := range refused {
+		if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path = ?`, p); n != 0 {
+			t.Fatalf("refused create %s left a row", p[:12])
+		}
 	}
 }

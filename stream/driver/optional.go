@@ -1,6 +1,10 @@
 package driver
 
-import "github.com/foldstream/foldstream/foldtype"
+import (
+	"context"
+
+	"github.com/foldstream/foldstream/foldtype"
+)
 
 // LeaseWatcher is an optional interface of a [Driver] that tells its process when a lease was
 // released for a takeover (ReleaseLease, not idle) — by another process sharing the database, or
@@ -34,4 +38,16 @@ type Locator interface {
 func InsufficientStorageError(cause error) *foldtype.Error {
 	return &foldtype.Error{Code: foldtype.CodeInsufficientStorage, Retryable: true, Err: cause,
 		Message: "stream store: the disk is full; nothing was written, retry once space is free"}
+}
+
+// SizedRecordsReader is an optional interface of a [Reader] that reads a page of records at a
+// time. RecordsWithin hands fn the records of stream streamID with End > after, in End order, as
+// Records does, until fn returns false, the records end, or the next record is one a page of
+// budget bytes of bodies does not take — then it returns stopped true, and that record and those
+// after it are left for the next page. A page takes its first record, then whole records while
+// they fit in the budget, and ends at the first that does not fit once it is at least half full
+// (while it is less than half full, that record is handed too, for the page to take in part). So
+// a driver that reads in chunks fetches what the page takes, not more.
+type SizedRecordsReader interface {
+	RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(Record) (bool, error)) (stopped bool, err error)
 }

@@ -53,6 +53,7 @@ func run(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile (where goroutines wait) to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile to this file")
+	memProfile := fs.String("memprofile", "", "write the heap's allocation profile at the end of the run to this file (go tool pprof -sample_index alloc_objects)")
 	traceFile := fs.String("trace", "", "write an execution trace to this file (go tool trace -pprof=syscall shows time in fsync)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -87,6 +88,10 @@ func run(args []string) error {
 	if *blockProfile != "" {
 		runtime.SetBlockProfileRate(int(10 * time.Microsecond)) // one sample per 10 µs blocked
 		defer writeProfile("block", *blockProfile)
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096 // finer than the default 512 KiB: small per-request allocations show
+		defer writeProfile("allocs", *memProfile)
 	}
 	if *mutexProfile != "" {
 		runtime.SetMutexProfileFraction(5)

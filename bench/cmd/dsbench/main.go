@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,9 +54,26 @@ func run() error {
 		measureFor  = flag.Duration("measure-for", 0, "how long one throughput measurement may issue requests (0: the default 4s)")
 		timeout     = flag.Duration("measure-timeout", 0, "hard deadline of one measurement (0: the default 30s)")
 		manyStreams = flag.String("many-streams", "", "comma-separated stream counts (e.g. 100,100000) for the many-streams scenarios: creation rate, and plain and producer appends spread over that many streams")
+		noSQLite    = flag.Bool("no-sqlite", false, "with -postgres: measure foldstream on PostgreSQL only, without foldstream on SQLite (e.g. to profile the PostgreSQL node alone)")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process) to this file, and its heap allocations to FILE.allocs")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file")
 	)
 	flag.Parse()
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 
 	cfg := bench.DefaultConfig()
 	if *quick {
@@ -95,6 +113,14 @@ func run() error {
 		}
 	}
 
+	if *cpuProfile != "" {
+		stop, err := profileSelf(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelTimeout := context.WithTimeout(ctx, *maxDuration)
@@ -118,7 +144,7 @@ func run() error {
 			}
 		}
 	}()
-	if *foldBin != "" {
+	if *foldBin != "" && !(*noSQLite && *pgURL != "") {
 		fdir := filepath.Join(dir, "foldstream")
 		if err := os.MkdirAll(fdir, 0o755); err != nil {
 			return err
@@ -262,4 +288,31 @@ func referenceVersion(dir string) string {
 	b, _ := io.ReadAll(f)
 	_ = json.Unmarshal(b, &pkg)
 	return "@durable-streams/server " + pkg.Version + " (file-backed store)"
+}
+
+// profileSelf starts a CPU profile of the load generator into path; the returned function stops
+// it and writes the heap's allocation profile to path+".allocs" (go tool pprof -sample_index
+// alloc_space): the instrument's own cost, next to the server's.
+func profileSelf(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		a, err := os.Create(path + ".allocs")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+			return
+		}
+		defer a.Close()
+		if err := pprof.Lookup("allocs").WriteTo(a, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+		}
+	}, nil
 }

@@ -68,9 +68,12 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s: unexpected status %d: %s", e.Op, e.Status, e.Body)
 }
 
+// streamPath is the path under which every benchmark server serves its streams.
+const streamPath = "/v1/stream/"
+
 // StreamURL is the URL of the stream called name.
 func (c *Client) StreamURL(name string) string {
-	return c.Base + "/v1/stream/" + name
+	return c.Base + streamPath + name
 }
 
 // visibleWait bounds how long Create waits for a new stream to answer HEAD.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -77,10 +78,12 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 					ctr0, _ = t.Counters(ctx)
 				}
 				cpu0, cpuErr := t.CPUTime()
+				self0 := selfCPU()
 				start := time.Now()
 				s, err := sc.Run(ctx, c, r+warmups)
 				wall := time.Since(start)
 				cpu1, cpuErr1 := t.CPUTime()
+				self1 := selfCPU()
 				if ctr0 != nil && err == nil {
 					if ctr1, cerr := t.Counters(ctx); cerr == nil {
 						for _, m := range counterMetrics {
@@ -109,6 +112,7 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 					used := cpu1 - cpu0
 					s[CPUMetric.Name] = float64(used.Microseconds()) / s[MessagesKey]
 					s[coresKey] = used.Seconds() / wall.Seconds()
+					s[loadgenKey] = float64((self1 - self0).Microseconds()) / s[MessagesKey]
 				}
 				label := fmt.Sprintf("round %d", r+1)
 				if r < 0 {
@@ -151,6 +155,20 @@ func (r Result) Median(target, metric string) float64 {
 // (1.0 = one core busy throughout); printed in progress lines only.
 const coresKey = "server cores"
 
+// loadgenKey is the Sample entry holding the load generator's own CPU time (this process: user +
+// system) per message of the measurement; printed in progress lines only. On a machine where both
+// share the cores it says how much of them the instrument itself takes.
+const loadgenKey = "loadgen CPU µs/msg"
+
+// selfCPU is the user and system CPU time this process used so far (0 if unknown).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func formatSample(ms []Metric, s Sample) string {
 	out := ""
 	for i, m := range append(ms, CPUMetric) {
@@ -164,7 +182,11 @@ func formatSample(ms []Metric, s Sample) string {
 		out += formatValue(v) + " " + m.Name
 	}
 	if v, ok := s[coresKey]; ok {
-		out += fmt.Sprintf(" (server busy %.2f cores)", v)
+		out += fmt.Sprintf(" (server busy %.2f cores", v)
+		if g, ok := s[loadgenKey]; ok {
+			out += fmt.Sprintf("; load generator %s µs/msg", formatValue(g))
+		}
+		out += ")"
 	}
 	return out
 }

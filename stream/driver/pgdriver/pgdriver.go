@@ -112,12 +112,13 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver           = (*Driver)(nil)
-	_ driver.WriteTx          = (*writeTx)(nil)
-	_ driver.StreamPrefetcher = (*writeTx)(nil)
-	_ driver.LockKeeper       = (*writeTx)(nil)
-	_ driver.Reader           = (*readTx)(nil)
-	_ driver.LeaseWatcher     = (*Driver)(nil)
+	_ driver.Driver             = (*Driver)(nil)
+	_ driver.WriteTx            = (*writeTx)(nil)
+	_ driver.StreamPrefetcher   = (*writeTx)(nil)
+	_ driver.LockKeeper         = (*writeTx)(nil)
+	_ driver.Reader             = (*readTx)(nil)
+	_ driver.SizedRecordsReader = (*readTx)(nil)
+	_ driver.LeaseWatcher       = (*Driver)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).

@@ -287,7 +287,97 @@ const (
 	recordsChunkMin   = 8
 	recordsChunkMax   = 1024
 	recordsChunkBytes = 4 << 20
+	// recordsWithinFirst is the first chunk of RecordsWithin in rows: the budget, not this,
+	// usually ends it.
+	recordsWithinFirst = 64
 )
+
+// RecordsWithin reads one page of records (driver.SizedRecordsReader): each chunk's query marks,
+// of its LIMIT rows along the primary key, those the page takes — the first, those that fit
+// whole, and the one after them while the page is less than half full — from octet_length, which
+// reads a TOASTed body's stored length without fetching or decompressing it, and sends the
+// bodies of those alone. So a page makes PostgreSQL fetch, decompress and send the records it
+// takes, not a chunk it then drains. Chunks start at recordsWithinFirst rows and are sized to
+// what is left of the budget when the LIMIT, not the budget, ends one (small records).
+func (t *readTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) (bool, error) {
+	if budget <= 0 {
+		return false, t.Records(ctx, streamID, after, fn)
+	}
+	// The page's first record is always taken: a half of at least one byte keeps it.
+	left, half := int64(budget), max(1, int64(budget)/2)
+	limit := recordsWithinFirst
+	for {
+		c, err := t.recordsChunkWithin(ctx, streamID, after, limit, left, half, fn)
+		if err != nil || !c.more || c.stopped {
+			return c.stopped, err
+		}
+		if c.rows < limit {
+			return false, nil // the stream ended
+		}
+		after, left, half = c.last, left-c.size, half-c.size
+		limit = max(recordsChunkMin, min(recordsChunkMax, int(left/max(1, c.size/int64(c.rows)))+2))
+	}
+}
+
+// recordsWithinQuery reads one chunk of RecordsWithin: the LIMIT ($3) rows, each with whether the
+// page takes it — its bodies through it total at most $4, or before it less than $5 — and its
+// frames and body only when it does.
+const recordsWithinQuery = `SELECT record_start, start_pos, end_pos, created_ms,
+		CASE WHEN take THEN frames END, CASE WHEN take THEN body END, take FROM (
+	SELECT *, (sum(len) OVER w <= $4 OR sum(len) OVER w - len < $5) AS take FROM (
+		SELECT record_start, start_pos, end_pos, created_ms, frames, body, octet_length(body) AS len
+		FROM records WHERE stream_id = $1 AND end_pos > $2 ORDER BY end_pos LIMIT $3) l
+	WINDOW w AS (ORDER BY end_pos)) c
+	ORDER BY end_pos`
+
+// chunkWithin is what one chunk of RecordsWithin read: its rows up to the first the page does not
+// take (stopped: there was one), the bytes of their bodies, the last End, and whether fn wants more.
+type chunkWithin struct {
+	rows          int
+	size, last    int64
+	more, stopped bool
+}
+
+// recordsChunkWithin reads one chunk of RecordsWithin and passes the records the page takes to fn.
+func (t *readTx) recordsChunkWithin(ctx context.Context, streamID, after int64, limit int, left, half int64, fn func(driver.Record) (bool, error)) (c chunkWithin, err error) {
+	rows, err := t.tx.Query(ctx, recordsWithinQuery, streamID, after, limit, left, half)
+	if err != nil {
+		return c, t.d.classify(fmt.Errorf("read records: %w", err))
+	}
+	// Rows after the first one not taken come without bodies: draining them costs little.
+	defer rows.Close()
+	for rows.Next() {
+		r := driver.Record{StreamID: streamID}
+		raw := rows.RawValues()
+		var take bool
+		if err := rows.Scan(&r.RecordStart, &r.Start, &r.End, &r.CreatedMs, nil, nil, &take); err != nil {
+			return c, t.d.classify(fmt.Errorf("read records: %w", err))
+		}
+		if !take {
+			c.stopped = true
+			return c, nil
+		}
+		r.Frames, r.Body = raw[4], raw[5] // valid until the next row, as in recordsChunk
+		if r.Body == nil {
+			r.Body = []byte{}
+		}
+		c.rows++
+		c.size += int64(len(r.Body))
+		c.last = r.End
+		more, err := fn(r)
+		if err != nil {
+			return c, err
+		}
+		if !more {
+			return c, nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return c, t.d.classify(fmt.Errorf("read records: %w", err))
+	}
+	c.more = true
+	return c, nil
+}
 
 // recordsChunk reads up to limit records with End > after and passes them to fn. It returns how
 // many it read, their size, the last End, and whether fn wants more.
