@@ -188,8 +188,9 @@ func isJSONContentType(ct string) bool {
 func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldtype.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
 	batch := make([]pending, len(prepared))
-	for i, p := range prepared {
-		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: p.in,
+	for i := range prepared {
+		p := &prepared[i]
+		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: &p.in,
 			ephemeral: p.in.Ephemeral, expect: p.in.Offset}
 		batch[i].ctl, batch[i].reason = foldtype.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
 		batch[i].exempt = exempt
@@ -207,7 +208,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		case adm[i].dupOf >= 0:
 			results[i] = results[adm[i].dupOf]
 		case adm[i].dup:
-			results[i] = adm[i].existing
+			results[i] = *adm[i].existing
 		default:
 			in := p.in
 			results[i] = foldtype.Event{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
@@ -221,7 +222,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 	if len(committed) == 0 {
 		return results, nil // every event deduped: no commit, no fan-out
 	}
-	if err := s.writeRecord(t, m, batch, adm, after, through); err != nil {
+	if err := s.writeRecord(t, m, batch, adm, after, through, nil); err != nil {
 		return nil, err
 	}
 	id := m.Row.ID
@@ -302,7 +303,9 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 			return foldtype.ReadPage{}, -1, err
 		}
 	}
-	page.Events = []foldtype.Event{}
+	// A JSON stream that is not a fork has one offset per message, so its tail bounds the page:
+	// one allocation instead of the slice's doublings (an engine's opening reads such a page).
+	page.Events = make([]foldtype.Event, 0, pageCap(row, after, limit))
 	var last int64
 	total, cut, n := 0, false, 0
 	var decErr error
@@ -336,4 +339,13 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 		page.ScannedThroughOffset = max(after, last)
 	}
 	return page, row.ID, nil
+}
+
+// pageCap is the capacity to give a page of at most limit events after after on row: the events
+// there when that is known from the row (a JSON stream that is not a fork), at most 64.
+func pageCap(row *streamRow, after int64, limit int) int {
+	if !IsJSONContentType(row.ContentType) || row.ForkedFrom.Valid || row.Tail <= after {
+		return 0
+	}
+	return int(min(row.Tail-after, int64(limit), 64))
 }

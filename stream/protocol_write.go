@@ -168,6 +168,8 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 	switch {
 	case errors.Is(err, rawjson.ErrTooMany):
 		return nil, perr(foldtype.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
+	case errors.Is(err, rawjson.ErrTooLong):
+		return nil, perr(foldtype.CodeTooLarge, "a JSON body of %d bytes is over the limit of 4 GiB", len(body))
 	case err != nil:
 		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
 	case isArray && n == 0 && !allowEmpty:
@@ -663,7 +665,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 					return AppendResult{}, err
 				}
 			}
-			if err := s.appendMessages(t, m, msgs); err != nil {
+			if err := s.appendMessagesOf(t, m, msgs, req.Body); err != nil {
 				return AppendResult{}, err
 			}
 		} else if err := s.writeBytes(t, m, req.Body); err != nil {
@@ -716,6 +718,13 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 // event-shaped messages with an idempotency key are checked like event-view appends (a duplicate
 // is dropped, a different body refuses the record), the rest are stored as they are.
 func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) error {
+	return s.appendMessagesOf(t, m, msgs, nil)
+}
+
+// appendMessagesOf is appendMessages for messages split from body (nil: unknown): when msgs are
+// the elements of body's top-level array as they stand, the record is stored from the body's
+// text without joining the messages again.
+func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, body []byte) error {
 	batch := make([]pending, len(msgs))
 	// A huge record written in slices was checked for keys before its first slice (sliced.go).
 	sliced := t.res != nil && !t.res.used && t.res.id == m.Row.ID
@@ -725,8 +734,11 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) erro
 			batch[i] = pending{body: msg.Raw, scanned: msg}
 			continue
 		}
-		in, key := eventKeyOf(msg)
-		batch[i] = pending{body: msg.Raw, key: key, probe: in, scanned: msg}
+		batch[i] = pending{body: msg.Raw, scanned: msg}
+		if in, key := eventKeyOf(msg); key != "" {
+			probe := in // on the heap only for a message with a key
+			batch[i].key, batch[i].probe = key, &probe
+		}
 		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
 	}
 	adm, after, through, err := s.admit(t, m, batch)
@@ -736,7 +748,7 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) erro
 	if through == after {
 		return nil // every message was a duplicate
 	}
-	if err := s.writeRecord(t, m, batch, adm, after, through); err != nil {
+	if err := s.writeRecord(t, m, batch, adm, after, through, arrayText(body)); err != nil {
 		return err
 	}
 	// Hand the messages to the event view's subscribers (processors) once committed, decoded

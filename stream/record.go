@@ -29,9 +29,9 @@ const recordSliceBytes = 256 << 10
 
 // pending is one message of a batch on its way in.
 type pending struct {
-	body      []byte              // the stored JSON (an ephemeral's is never stored)
-	key       string              // idempotency key, "" for none
-	probe     foldtype.EventInput // type, payload and metadata, compared when key names a stored event
+	body      []byte               // the stored JSON (an ephemeral's is never stored)
+	key       string               // idempotency key, "" for none
+	probe     *foldtype.EventInput // type, payload and metadata, compared when key names a stored event (set with key)
 	ephemeral bool
 	expect    int64 // offset precondition, 0 for none
 	// ctl says whether the message is a control event (pause.go); reason is a pause's reason.
@@ -45,10 +45,12 @@ type pending struct {
 
 // admitted is the outcome of admit for one message.
 type admitted struct {
-	offset   int64 // the message's offset (fresh or, for a duplicate, the stored one)
-	dup      bool  // a duplicate of a stored event (or of an earlier message of the batch)
-	dupOf    int   // for an in-batch duplicate: the index of the first message, else -1
-	existing foldtype.Event
+	offset int64 // the message's offset (fresh or, for a duplicate, the stored one)
+	dup    bool  // a duplicate of a stored event (or of an earlier message of the batch)
+	dupOf  int   // for an in-batch duplicate: the index of the first message, else -1
+	// existing is the stored event a duplicate repeats (nil for a fresh message, and for an
+	// in-batch duplicate of a fresh one): a pointer keeps a batch's outcomes small.
+	existing *foldtype.Event
 }
 
 // admit runs the idempotency check and assigns offsets. It changes nothing: the caller writes the
@@ -63,11 +65,14 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 		out[i].dupOf = -1
 		if p.key != "" && !p.ephemeral {
 			if j, ok := byKey[p.key]; ok {
-				prev := out[j].existing
+				var prev foldtype.Event
+				if out[j].existing != nil {
+					prev = *out[j].existing
+				}
 				if !out[j].dup {
 					prev = foldtype.Event{Type: batch[j].probe.Type, Payload: batch[j].probe.Payload, Metadata: batch[j].probe.Metadata}
 				}
-				if !foldtype.SameIdempotentEvent(prev, p.probe) {
+				if !foldtype.SameIdempotentEvent(prev, *p.probe) {
 					return nil, 0, 0, foldtype.IdempotencyConflictError(p.key, out[j].offset)
 				}
 				out[i] = admitted{offset: out[j].offset, dup: true, dupOf: j, existing: out[j].existing}
@@ -82,10 +87,10 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 			}
 			byKey[p.key] = i
 			if found {
-				if !foldtype.SameIdempotentEvent(existing, p.probe) {
+				if !foldtype.SameIdempotentEvent(existing, *p.probe) {
 					return nil, 0, 0, foldtype.IdempotencyConflictError(p.key, existing.Offset)
 				}
-				out[i] = admitted{offset: existing.Offset, dup: true, dupOf: -1, existing: existing}
+				out[i] = admitted{offset: existing.Offset, dup: true, dupOf: -1, existing: &existing}
 				continue
 			}
 		}
@@ -107,10 +112,16 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 // writeRecord stores the fresh durable messages of an admitted batch as one record (sliced when
 // long), moves the writer's marks, and registers the keys. through is the batch's last offset:
 // when the batch carried a durable message, the durable mark moves to it.
-func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted, after, through int64) error {
+//
+// joined, when not nil, is text the batch's bodies may be cut from (a request's top-level array
+// without its brackets): when every message of the batch is fresh and durable and their bodies are
+// exactly joined's elements in order, the record's body is joined itself, not a copy. The record
+// kept for the tail cache is then a copy, as the caller's memory is not the store's to keep.
+func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted, after, through int64, joined []byte) error {
 	if done, err := s.finishSliced(t, m, after, through); done {
 		return err // a huge record written in slices (sliced.go): only its last slices are left
 	}
+	shared := joined != nil && len(joined) <= recordSliceBytes && joinsBatch(joined, batch, adm)
 	recordStart := m.Tail
 	var rec *driver.Record
 	prev := after
@@ -127,6 +138,9 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		rec.End = end
 		err := t.db.InsertRecord(t.ctx, *rec)
 		if err == nil {
+			if shared && t.wantRecords() {
+				rec.Body = bytes.Clone(rec.Body)
+			}
 			t.addRecord(*rec)
 		}
 		rec = nil
@@ -137,7 +151,7 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 			continue
 		}
 		off := adm[i].offset
-		if rec != nil && len(rec.Body)+1+len(p.body) > recordSliceBytes {
+		if !shared && rec != nil && len(rec.Body)+1+len(p.body) > recordSliceBytes {
 			if err := flush(prev); err != nil {
 				return err
 			}
@@ -145,12 +159,20 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		if rec == nil {
 			// A slice starts where the previous one ended (the first at the batch's start).
 			rec = &driver.Record{StreamID: m.Row.ID, RecordStart: recordStart, Start: prev, CreatedMs: t.now.UnixMilli()}
-			rec.Body = make([]byte, 0, min(len(p.body)*len(batch), recordSliceBytes))
-		} else {
+			// About three bytes of frame per message (a one-byte offset step, a two-byte length).
+			rec.Frames = make([]byte, 0, min(3*len(batch), 4096))
+			if shared {
+				rec.Body = joined
+			} else {
+				rec.Body = make([]byte, 0, min(len(p.body)*len(batch), recordSliceBytes))
+			}
+		} else if !shared {
 			rec.Body = append(rec.Body, ',')
 		}
 		rec.Frames = driver.AppendFrame(rec.Frames, off-prev, len(p.body))
-		rec.Body = append(rec.Body, p.body...)
+		if !shared {
+			rec.Body = append(rec.Body, p.body...)
+		}
 		if p.key != "" {
 			rec.Keys = append(rec.Keys, driver.Key{Key: p.key, Offset: off})
 		}
@@ -177,6 +199,31 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 	m.HighestAssigned = through
 	t.touch(m.Row.ID, m.Row.Path)
 	return nil
+}
+
+// joinsBatch reports whether the batch's messages are all fresh and durable and their bodies are
+// the elements of joined, in order, each a slice of joined itself with one separator between them:
+// then joined is byte for byte the record writeRecord would build.
+func joinsBatch(joined []byte, batch []pending, adm []admitted) bool {
+	pos := 0
+	for i, p := range batch {
+		if adm[i].dup || p.ephemeral || len(p.body) == 0 || pos+len(p.body) > len(joined) ||
+			&p.body[0] != &joined[pos] {
+			return false
+		}
+		pos += len(p.body) + 1 // the separator: the next element starts one byte on, after a comma
+	}
+	return pos == len(joined)+1
+}
+
+// arrayText returns a JSON array body's text inside its brackets (nil for any other body). The
+// body must be well-formed JSON.
+func arrayText(body []byte) []byte {
+	body = bytes.TrimSpace(body)
+	if len(body) < 2 || body[0] != '[' {
+		return nil
+	}
+	return body[1 : len(body)-1]
 }
 
 // writeBytes stores a byte record at the stream's tail (sliced when long).

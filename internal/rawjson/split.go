@@ -3,6 +3,7 @@ package rawjson
 import (
 	"bytes"
 	"errors"
+	"math"
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -95,8 +96,10 @@ func (m Member) String() (string, bool) {
 // Span is the position of a whole member ("key":value) in its message's Raw: Raw[Start:End].
 type Span struct{ Start, End int }
 
+// found is where a named member's value is in the message's Raw. 32-bit positions keep a message
+// small (Split refuses bodies of 4 GiB or more, ErrTooLong); a batch holds one Message per element.
 type found struct {
-	start, end int
+	start, end uint32
 	kinds      Kind
 }
 
@@ -170,10 +173,12 @@ func (m *Message) Edit(drop []Span, i int, value []byte) Message {
 		if f.kinds == 0 {
 			continue
 		}
-		var ok bool
-		if f.start, f.end, ok = moved(f.start, f.end); !ok {
+		start, end, ok := moved(int(f.start), int(f.end))
+		if !ok {
 			*f = found{}
+			continue
 		}
+		f.start, f.end = uint32(start), uint32(end)
 	}
 	for _, sp := range m.folded {
 		if start, end, ok := moved(sp.Start, sp.End); ok {
@@ -188,7 +193,7 @@ func (m *Message) Edit(drop []Span, i int, value []byte) Message {
 		raw = append(raw, '"')
 		raw = append(raw, m.keys.names[i]...)
 		raw = append(raw, '"', ':')
-		out.found[i] = found{start: len(raw), end: len(raw) + len(value), kinds: kindOf(value[0])}
+		out.found[i] = found{start: uint32(len(raw)), end: uint32(len(raw) + len(value)), kinds: kindOf(value[0])}
 		raw = append(raw, value...)
 		if m.keys.fold != nil && bytes.EqualFold([]byte(m.keys.names[i]), m.keys.fold) {
 			out.folded = append(out.folded, Span{memberStart, len(raw)})
@@ -200,6 +205,12 @@ func (m *Message) Edit(drop []Span, i int, value []byte) Message {
 
 // ErrTooMany reports a body with more messages than [Split] was allowed to return.
 var ErrTooMany = errors.New("rawjson: too many messages")
+
+// ErrTooLong reports a body of 4 GiB or more, past what a [Message] can note positions in.
+var ErrTooLong = errors.New("rawjson: body too long")
+
+// maxBody is the longest body [Split] and [ScanValue] scan.
+const maxBody = math.MaxUint32
 
 var splits atomic.Int64
 
@@ -216,6 +227,9 @@ func Splits() int64 { return splits.Load() }
 // and count, without the messages.
 func Split(body []byte, keys *Keys, limit int) (msgs []Message, isArray bool, count int, err error) {
 	splits.Add(1)
+	if int64(len(body)) > maxBody {
+		return nil, false, 0, ErrTooLong
+	}
 	s := &splitter{b: body, keys: keys, limit: limit}
 	s.skipWS()
 	if s.i >= len(body) {
@@ -271,6 +285,9 @@ func Split(body []byte, keys *Keys, limit int) (msgs []Message, isArray bool, co
 // and returns it as one message (an array is not split).
 func ScanValue(b []byte, keys *Keys) (Message, error) {
 	splits.Add(1)
+	if int64(len(b)) > maxBody {
+		return Message{}, ErrTooLong
+	}
 	s := &splitter{b: b, keys: keys}
 	s.skipWS()
 	if s.i >= len(b) || !s.message() {
@@ -362,16 +379,26 @@ func (s *splitter) skipWS() {
 	s.i = j
 }
 
-// message scans one message starting at s.i (no leading whitespace) and records it.
+// message scans one message starting at s.i (no leading whitespace) and records it. The message
+// is filled in place in s.msgs (a failed scan fails the whole split), which is sized once from the
+// first message: a batch of like messages takes one allocation for all of them.
 func (s *splitter) message() bool {
 	s.count++
 	record := s.limit <= 0 || s.count <= s.limit
-	var m Message
+	var m *Message
+	if record {
+		if len(s.msgs) == cap(s.msgs) {
+			s.growMsgs()
+		}
+		s.msgs = s.msgs[:len(s.msgs)+1]
+		m = &s.msgs[len(s.msgs)-1]
+		*m = Message{}
+	}
 	s.in, s.copying, s.from, s.outStart = record, false, s.i, len(s.out)
 	start := s.i
 	if record && s.keys != nil && s.i < len(s.b) && s.b[s.i] == '{' {
 		m.keys = s.keys
-		s.cur = &m
+		s.cur = m
 	}
 	ok := s.value()
 	s.cur = nil
@@ -385,8 +412,27 @@ func (s *splitter) message() bool {
 	} else {
 		m.Raw = s.b[start:s.i:s.i]
 	}
-	s.msgs = append(s.msgs, m)
 	return true
+}
+
+// growMsgs makes room for another message: one for the first, then as many as the rest of the
+// body holds if its messages are as long as the first (plus a separator), then doubling.
+func (s *splitter) growMsgs() {
+	n := 1
+	switch len(s.msgs) {
+	case 0:
+	case 1:
+		n = 1 + (len(s.b)-s.i)/(len(s.msgs[0].Raw)+1) + 1
+	default:
+		n = 2 * len(s.msgs)
+	}
+	if s.limit > 0 {
+		n = min(n, s.limit)
+	}
+	n = max(n, len(s.msgs)+1)
+	grown := make([]Message, len(s.msgs), n)
+	copy(grown, s.msgs)
+	s.msgs = grown
 }
 
 // value scans one value starting at s.i (no leading whitespace).
@@ -474,7 +520,7 @@ func (s *splitter) note(m *Message, key []byte, escaped bool, memberStart, valSt
 	for n, name := range s.keys.names {
 		if string(key) == name {
 			f := &m.found[n]
-			f.start, f.end = valStart, valEnd
+			f.start, f.end = uint32(valStart), uint32(valEnd)
 			f.kinds |= kind
 		}
 	}
@@ -529,7 +575,16 @@ func (s *splitter) afterMember(closing byte) (done, ok bool) {
 func (s *splitter) str() (ok, escaped bool) {
 	s.i++ // opening quote
 	for s.i < len(s.b) {
-		c := s.b[s.i]
+		// Plain bytes first, in a loop on locals: most of a message is string text.
+		b, i := s.b, s.i
+		for i < len(b) && plainInString[b[i]] {
+			i++
+		}
+		s.i = i
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
 		switch {
 		case c == '"':
 			s.i++
@@ -564,6 +619,15 @@ func (s *splitter) str() (ok, escaped bool) {
 	}
 	return false, escaped
 }
+
+// plainInString holds the bytes a string may hold as they are: not a quote, a backslash or a
+// control character.
+var plainInString = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')

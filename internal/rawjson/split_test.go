@@ -218,3 +218,27 @@ func TestCutArrayKeepsTheFirstElements(t *testing.T) {
 		t.Error("CutArray(6) of 5 elements: no error")
 	}
 }
+
+// BenchmarkSplitProducerBatch splits a dsbench producer batch (a compact array of 100 messages
+// of about 200 bytes) with the store's member names: the server's scan of one producer POST.
+func BenchmarkSplitProducerBatch(b *testing.B) {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i := range 100 {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(`{"id":"dsbench#0000000042","kind":"bench","pad":"` + strings.Repeat("x", 140) + `"}`)
+	}
+	buf.WriteByte(']')
+	body := buf.Bytes()
+	keys := NewKeys("source", "type", "idempotencyKey", "payload", "metadata", "source", "createdAt", "ephemeral")
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		msgs, _, _, err := Split(body, keys, 100000)
+		if err != nil || len(msgs) != 100 {
+			b.Fatal(err, len(msgs))
+		}
+	}
+}
