@@ -297,7 +297,7 @@ func (e *Engine[S]) enqueue(ctx context.Context, run func(ctx context.Context) e
 	e.signalLocked()
 	if !e.running {
 		e.running = true
-		go e.work()
+		chainWorkers.run(e.work)
 	}
 	e.mu.Unlock()
 	return u.done

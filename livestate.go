@@ -274,7 +274,7 @@ func (l *LiveState) publish(ops []PatchOp) {
 	ev := EventInput{Type: foldtype.LiveStateChangedType, Ephemeral: true, Payload: payload}
 	prev, done := l.tail, make(chan struct{})
 	l.tail = done
-	go func() {
+	chainWorkers.run(func() { // a warm stack (chainworkers.go)
 		defer close(done)
 		<-prev
 		err := callGuarded(func() error {
@@ -284,7 +284,7 @@ func (l *LiveState) publish(ops []PatchOp) {
 		if err != nil {
 			report(l.reporter, SiteLiveStateAppend, err, slog.String("key", l.key))
 		}
-	}()
+	})
 }
 
 // SetChanged publishes next like [LiveState.Set], given changed: the JSON Pointers (RFC 6901, as

@@ -11,8 +11,9 @@ import (
 
 // Reopening an engine (docs/store.md#engines-of-a-pattern) reads what it needs in as few reads of
 // the database as it can: on an exclusive database one read, after subscribing, of the stream's
-// row, the engine's checkpoint and work-started marker and the events after the checkpoint; on a
-// shared one the stream's row before the lease, the two checkpoint rows together under it, and the
+// row, the engine's checkpoint and work-started marker and the events after the checkpoint (for
+// an engine opened to work run in the store's writer, on its warm connection:
+// Events.HeadStreamForWork); on a shared one the stream's row before the lease, the two checkpoint rows together under it, and the
 // events after the checkpoint in its catch-up.
 
 // preloadedRows are checkpoint rows read together for one engine being built: each is answered
@@ -131,7 +132,7 @@ func (f *firstPage) drop() {
 // live in this process, so it takes the lease first; it wakes the stream when this host has not
 // yet, subscribes the engine (its pushes wait behind the returned gate until the slot is
 // published), and then reads the stream, the engine's checkpoint rows and the events after the
-// checkpoint in one read transaction, from which it builds the engine. A stream this host woke
+// checkpoint in one read (for work, in the store's writer), from which it builds the engine. A stream this host woke
 // under another id (deleted and created again since) is woken after the read: its wake record then
 // comes as a push. On failure it calls fail (releasing what it took) and reports !ok.
 func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail func(error), held *bool) (
@@ -173,7 +174,11 @@ func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail 
 		sub.Close()
 		fail(err)
 	}
-	o, err := h.store.Events().HeadStreamForEngine(ctx, sl.key.path, engineRows(reg.slug), func(rows map[string]foldtype.Checkpoint) int64 {
+	head := h.store.Events().HeadStreamForEngine // a read commits nothing
+	if mode == openForWork {
+		head = h.store.Events().HeadStreamForWork // in the writer, on its warm connection
+	}
+	o, err := head(ctx, sl.key.path, engineRows(reg.slug), func(rows map[string]foldtype.Checkpoint) int64 {
 		cp, found := rows[reg.slug]
 		switch {
 		case !found:

@@ -303,7 +303,9 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 			return foldtype.ReadPage{}, -1, err
 		}
 	}
-	page.Events = []foldtype.Event{}
+	// A JSON stream that is not a fork has one offset per message, so its tail bounds the page:
+	// one allocation instead of the slice's doublings (an engine's opening reads such a page).
+	page.Events = make([]foldtype.Event, 0, pageCap(row, after, limit))
 	var last int64
 	total, cut, n := 0, false, 0
 	var decErr error
@@ -337,4 +339,13 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 		page.ScannedThroughOffset = max(after, last)
 	}
 	return page, row.ID, nil
+}
+
+// pageCap is the capacity to give a page of at most limit events after after on row: the events
+// there when that is known from the row (a JSON stream that is not a fork), at most 64.
+func pageCap(row *streamRow, after int64, limit int) int {
+	if !IsJSONContentType(row.ContentType) || row.ForkedFrom.Valid || row.Tail <= after {
+		return 0
+	}
+	return int(min(row.Tail-after, int64(limit), 64))
 }

@@ -51,6 +51,10 @@ type Config struct {
 	// MaxGroup caps how many queued writes share one transaction. Defaults to 256; negative is
 	// refused.
 	MaxGroup int
+	// MaxCommitsInFlight caps, on a shared database, how many groups' COMMITs may be on their way
+	// at once while the writer builds the next group (docs/store.md#one-writer); 1 keeps one
+	// commit at a time. Defaults to DefaultMaxCommitsInFlight; negative is refused.
+	MaxCommitsInFlight int
 	// ProducerReorderWait is how long a protocol append whose producer seq is ahead of the next
 	// expected one waits for the earlier seqs (pipelined requests overtaking each other) before
 	// it is refused with a sequence gap. Defaults to DefaultProducerReorderWait; negative
@@ -162,6 +166,10 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 	if d == nil {
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, nil, "open stream store: no driver given; open one with sqlitedriver.Open or pgdriver.Open, or use storeopen.Open")
 	}
+	if opts.MaxCommitsInFlight < 0 {
+		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxCommitsInFlight": opts.MaxCommitsInFlight},
+			"open stream store: MaxCommitsInFlight is %d; give a positive number of commits, or 0 for the default", opts.MaxCommitsInFlight)
+	}
 	if opts.MaxGroup < 0 {
 		return nil, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"maxGroup": opts.MaxGroup},
 			"open stream store: MaxGroup is %d; give a positive number of writes per transaction, or 0 for the default", opts.MaxGroup)
@@ -188,6 +196,9 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 	}
 	if opts.MaxGroup == 0 {
 		opts.MaxGroup = 256
+	}
+	if opts.MaxCommitsInFlight == 0 {
+		opts.MaxCommitsInFlight = DefaultMaxCommitsInFlight
 	}
 	if opts.ProducerReorderWait == 0 {
 		opts.ProducerReorderWait = DefaultProducerReorderWait

@@ -77,24 +77,19 @@ func TestStreamCacheEvictsUnusedFirstAndKeepsPinnedAndEphemeralTails(t *testing.
 // entry unless the write commits (the copy replaces the entry then).
 func TestProducerStateCachedByAWriteStaysOnItsCopy(t *testing.T) {
 	committed := &streamMem{}
-	committed.setProducer(true, "p", driver.Producer{ID: "p", LastSeq: 1})
+	committed.setProducer("p", driver.Producer{ID: "p", LastSeq: 1})
 	staged := *committed
-	staged.setProducer(true, "p", driver.Producer{ID: "p", LastSeq: 2})
-	staged.setProducer(true, "q", driver.Producer{})
+	staged.setProducer("p", driver.Producer{ID: "p", LastSeq: 2})
+	staged.setProducer("q", driver.Producer{})
 	if got := committed.producers["p"].LastSeq; got != 1 || len(committed.producers) != 1 {
 		t.Fatalf("the committed entry changed with its copy: %+v", committed.producers)
 	}
 	if got := staged.producers["p"].LastSeq; got != 2 {
 		t.Fatalf("the copy holds seq %d, want 2", got)
 	}
-	shared := &streamMem{}
-	shared.setProducer(false, "p", driver.Producer{ID: "p"})
-	if shared.producers != nil {
-		t.Fatal("a shared database's producer state was cached")
-	}
 	full := &streamMem{}
 	for i := range maxCachedProducers + 3 {
-		full.setProducer(true, string(rune('a'+i)), driver.Producer{})
+		full.setProducer(string(rune('a'+i)), driver.Producer{})
 	}
 	if len(full.producers) != maxCachedProducers {
 		t.Fatalf("%d producers cached, want the cap %d", len(full.producers), maxCachedProducers)

@@ -55,6 +55,8 @@ type writerState struct {
 	reserved map[string]*reservation
 	parked   []parkedWrite
 	requeue  []*writeReq
+	// commitEst is a running average of how long a group's COMMIT takes (shared databases).
+	commitEst time.Duration
 }
 
 // streamMem is the writer's view of one stream.
@@ -68,30 +70,32 @@ type streamMem struct {
 	// epoch is the group transaction's lock epoch when Row was read or written under the
 	// stream's lock (shared databases; see driver.LockKeeper).
 	epoch int
-	// producers caches, on an exclusive driver, the state of the stream's idempotent producers
-	// looked up or written since the entry was loaded (a zero Producer: none stored). The map is
-	// never changed in place: copies of the entry share it (see tx.stream), so setProducer
-	// replaces it.
+	// producers caches the state of the stream's idempotent producers looked up or written since
+	// the entry was loaded (a zero Producer: none stored). On an exclusive driver every write of a
+	// producer's state goes through this writer; on a shared database the entry lives only while
+	// its group holds the stream's lock (it is read again under the lock in every group and after
+	// an early commit, see tx.stream), and every write of a stream's producers takes that lock.
+	// The map is never changed in place: copies of the entry share it (see tx.stream), so
+	// setProducer replaces it.
 	producers map[string]driver.Producer
 }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.
 const maxCachedProducers = 8
 
-// producer returns the state of producer id on the stream: from the writer's cache on an
-// exclusive driver (every write of a producer's state goes through this writer), else from the
-// database.
+// producer returns the state of producer id on the stream: from the entry's cache when it has
+// it (on a shared database: looked up or written earlier in the group, under the stream's lock the
+// group still holds), else from the database. A group of several batches of one producer reads
+// its row once.
 func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
-	if t.s.exclusive {
-		if p, ok := m.producers[id]; ok {
-			return p, p.ID != "", nil
-		}
+	if p, ok := m.producers[id]; ok {
+		return p, p.ID != "", nil
 	}
 	p, known, err := t.db.Producer(t.ctx, m.Row.ID, id)
 	if err != nil {
 		return driver.Producer{}, false, err
 	}
-	m.setProducer(t.s.exclusive, id, p)
+	m.setProducer(id, p)
 	return p, known, nil
 }
 
@@ -100,17 +104,14 @@ func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
 	if err := t.db.PutProducer(t.ctx, m.Row.ID, p); err != nil {
 		return err
 	}
-	m.setProducer(t.s.exclusive, p.ID, p)
+	m.setProducer(p.ID, p)
 	return nil
 }
 
-// setProducer caches p as the state of producer id (zero: none stored) when the driver is
-// exclusive and the cap allows, in a fresh map: the old one may be shared with the committed
-// entry, which a rolled-back write must leave as it was.
-func (m *streamMem) setProducer(exclusive bool, id string, p driver.Producer) {
-	if !exclusive {
-		return
-	}
+// setProducer caches p as the state of producer id (zero: none stored) when the cap allows, in a
+// fresh map: the old one may be shared with the committed entry, which a rolled-back write must
+// leave as it was.
+func (m *streamMem) setProducer(id string, p driver.Producer) {
 	if _, ok := m.producers[id]; !ok && len(m.producers) >= maxCachedProducers {
 		return
 	}
@@ -159,6 +160,9 @@ type group struct {
 	// busy are the streams of the group committing while this one is built (shared databases):
 	// a function reaching one of them is refused with errInflight and runs again later.
 	busy map[string]bool
+	// deferred are the streams a function of this group was refused with errInflight: the
+	// group's later functions that reach them are refused too, so none overtakes it.
+	deferred map[string]bool
 }
 
 // write queues fn on the writer and waits for its outcome. fn runs at most once; if ctx ends
@@ -198,30 +202,36 @@ func (s *Store) enqueue(ctx context.Context, r *writeReq) error {
 	}
 }
 
+// DefaultMaxCommitsInFlight is the default of Config.MaxCommitsInFlight.
+const DefaultMaxCommitsInFlight = 1
+
 func (s *Store) runWriter(w driver.Writer) {
 	defer s.writerWG.Done()
 	batch := make([]*writeReq, 0, s.opts.MaxGroup)
 	lastGroup := 0
-	// inflight is the group whose COMMIT is on its way (shared databases only, see
-	// docs/store.md#one-writer): the next group is built meanwhile, on a connection of its own.
-	var inflight *building
+	// inflight are the groups whose COMMIT is on its way, oldest first (shared databases only,
+	// see docs/store.md#one-writer): the next group is built meanwhile, on a connection of its
+	// own, and up to maxInflight commits may be on their way together. They are finished in the
+	// order they were sealed.
+	var inflight []*building
+	maxInflight := s.opts.MaxCommitsInFlight
 	for {
 		var first *writeReq
 		if rq := s.ws.requeue; len(rq) > 0 {
 			first, s.ws.requeue = rq[0], rq[1:]
-		} else if inflight != nil {
+		} else if len(inflight) > 0 {
 			select {
 			case first = <-s.writes:
-			case <-inflight.committed:
-				s.finish(w, inflight)
-				inflight = nil
+			case <-inflight[0].committed:
+				s.finish(w, inflight[0])
+				inflight = inflight[1:]
 				continue
 			case <-s.intakeStopped:
 				select {
 				case first = <-s.writes:
 				default:
-					s.finish(w, inflight)
-					inflight = nil
+					s.finish(w, inflight[0])
+					inflight = inflight[1:]
 					continue
 				}
 			}
@@ -243,23 +253,30 @@ func (s *Store) runWriter(w driver.Writer) {
 		// When the last group had company, callers it just answered are probably about to queue
 		// again: yield a few times before closing the group so they share its commit (one fsync)
 		// instead of each paying for a nearly empty one.
-		batch = s.drain(append(batch[:0], first), s.opts.MaxGroup, lastGroup > 1 && inflight == nil)
-		if inflight != nil && !allHinted(batch) {
-			// A write that names no stream may touch anything: it waits for the commit.
-			s.finish(w, inflight)
-			inflight = nil
+		batch = s.drain(append(batch[:0], first), s.opts.MaxGroup, lastGroup > 1 && len(inflight) == 0)
+		// Groups whose commit is known are finished first: their streams are free again.
+		inflight = s.finishCommitted(w, inflight)
+		if len(inflight) > 0 && !allHinted(batch) {
+			// A write that names no stream may touch anything: it waits for every commit.
+			for _, f := range inflight {
+				s.finish(w, f)
+			}
+			inflight = inflight[:0]
 		}
 		b := s.newBuilding(w, inflight)
 		b.add(batch)
-		if inflight != nil {
-			s.extend(b, inflight)
-			s.finish(w, inflight)
-			inflight = nil
+		for len(inflight) >= maxInflight {
+			// No commit may start before the oldest one is known: build on with the writes that
+			// arrive meanwhile, which share b's commit instead of waiting for a group of their own.
+			s.extend(b, inflight[0])
+			answered := len(inflight[0].reqs)
+			s.finish(w, inflight[0])
+			inflight = s.finishCommitted(w, inflight[1:])
 			// The callers just answered may queue again at once (in-process ones do): let them
 			// join this group, as they would join a group started after the commit, rather than
 			// leave them a group of their own that waits for this one's commit. The finished
-			// group's streams are free again.
-			b.g.busy = nil
+			// groups' streams are free again.
+			b.g.busy = busyOf(inflight)
 			if len(b.reqs) < s.opts.MaxGroup && b.broken == nil {
 				more := s.drain(batch[:0], s.opts.MaxGroup-len(b.reqs), true)
 				n := len(more)
@@ -272,6 +289,12 @@ func (s *Store) runWriter(w driver.Writer) {
 				}
 				b.add(more[:n])
 			}
+			if len(inflight) == 0 {
+				// The callers just answered are about to queue again (over HTTP: their answer
+				// travels, their next request comes back): wait a little for them, so that they
+				// share this commit instead of each waiting for the next one.
+				s.linger(b, len(b.reqs)+answered)
+			}
 		}
 		lastGroup = len(b.reqs)
 		if s.exclusive || !b.hinted {
@@ -281,8 +304,89 @@ func (s *Store) runWriter(w driver.Writer) {
 		}
 		b.seal()
 		go b.commit()
-		inflight = b
+		inflight = append(inflight, b)
 	}
+}
+
+// maxLinger caps how long a group built during a commit waits, after that commit, for the callers
+// it answered to queue again (see linger).
+const maxLinger = 2 * time.Millisecond
+
+// noteCommit folds b's COMMIT time into the writer's running estimate (shared databases).
+func (s *Store) noteCommit(b *building) {
+	if b.took <= 0 || b.commitErr != nil {
+		return
+	}
+	if s.ws.commitEst == 0 {
+		s.ws.commitEst = b.took
+	} else {
+		s.ws.commitEst += (b.took - s.ws.commitEst) / 8
+	}
+}
+
+// linger adds to b, whose COMMIT is next, the writes that arrive until b holds want writes, for at
+// most a quarter of a commit's usual time (maxLinger at most): the callers of the group just
+// finished, which the commit in flight kept waiting, get into this commit instead of the next
+// one. With every caller in each commit a closed loop of W callers (one request at a time each)
+// puts all W into every WAL flush rather than half of them into alternate ones. A write that
+// names no stream ends the wait and runs after b.
+func (s *Store) linger(b *building, want int) {
+	wait := min(s.ws.commitEst/4, maxLinger)
+	if want > s.opts.MaxGroup {
+		want = s.opts.MaxGroup
+	}
+	if len(b.reqs) >= want || wait <= 0 || b.broken != nil {
+		return
+	}
+	// The arrivals are run together at the end: their streams' rows are read in one round trip.
+	more := make([]*writeReq, 0, want-len(b.reqs))
+	defer func() { b.add(more) }()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(b.reqs)+len(more) < want {
+		select {
+		case <-timer.C:
+			return
+		case r := <-s.writes:
+			if r.path == "" {
+				s.ws.requeue = append(s.ws.requeue, r)
+				return
+			}
+			more = append(more, r)
+		}
+	}
+}
+
+// finishCommitted finishes, oldest first, the groups of inflight whose commit is known, up to the
+// first whose commit is still on its way, and returns the rest.
+func (s *Store) finishCommitted(w driver.Writer, inflight []*building) []*building {
+	for len(inflight) > 0 {
+		select {
+		case <-inflight[0].committed:
+			s.finish(w, inflight[0])
+			inflight = inflight[1:]
+		default:
+			return inflight
+		}
+	}
+	return inflight
+}
+
+// busyOf is the union of the streams the groups of inflight keep from the next group (nil: none).
+func busyOf(inflight []*building) map[string]bool {
+	switch len(inflight) {
+	case 0:
+		return nil
+	case 1:
+		return inflight[0].busy
+	}
+	busy := make(map[string]bool)
+	for _, f := range inflight {
+		for p := range f.busy {
+			busy[p] = true
+		}
+	}
+	return busy
 }
 
 // drain adds to batch, up to max writes, the requeued writes and whatever is queued; with yield it
@@ -351,17 +455,15 @@ type building struct {
 	committed  chan struct{}
 	commitTime time.Duration
 	observed   bool
+	// took is how long the COMMIT took on the wall clock (its round trip and the WAL flush).
+	took time.Duration
 }
 
-// newBuilding starts a group. When inflight (a group whose commit is on its way) is not nil, the
-// new group's functions leave inflight's streams alone (errInflight).
-func (s *Store) newBuilding(w driver.Writer, inflight *building) *building {
-	b := &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem)}, now: s.clock.Now(),
-		hinted: true, committed: make(chan struct{})}
-	if inflight != nil {
-		b.g.busy = inflight.busy
-	}
-	return b
+// newBuilding starts a group. Its functions leave alone the streams of the groups of inflight,
+// whose commits are on their way (errInflight).
+func (s *Store) newBuilding(w driver.Writer, inflight []*building) *building {
+	return &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem), busy: busyOf(inflight)},
+		now: s.clock.Now(), hinted: true, committed: make(chan struct{})}
 }
 
 // extend adds writes to b, which is built while inflight commits, until inflight's commit is
@@ -506,7 +608,9 @@ func (b *building) commit() {
 	if b.observed {
 		start = b.s.clock.Now()
 	}
+	sent := time.Now()
 	b.commitErr = b.g.dtx.Commit(context.Background())
+	b.took = time.Since(sent)
 	if b.observed {
 		b.commitTime = b.s.clock.Now().Sub(start)
 	}
@@ -516,6 +620,7 @@ func (b *building) commit() {
 // early by a split stays committed), applies the committed writes and answers the callers.
 func (s *Store) finish(w driver.Writer, b *building) {
 	<-b.committed
+	s.noteCommit(b)
 	ctx := context.Background()
 	g, reqs, results, done := b.g, b.reqs, b.results, b.done
 	if g.dtx != nil {
@@ -579,7 +684,7 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 	var paths []string
 	seen := make(map[string]bool, len(reqs))
 	for _, r := range reqs {
-		if r.path != "" && !seen[r.path] && !g.busy[r.path] && r.ctx.Err() == nil {
+		if r.path != "" && !seen[r.path] && !g.busy[r.path] && !g.deferred[r.path] && r.ctx.Err() == nil {
 			if _, ok := g.staged[r.path]; ok {
 				continue // an earlier function of the group read it
 			}
@@ -891,7 +996,13 @@ func (t *tx) stream(path string) (*streamMem, error) {
 	if err := t.checkReserved(path); err != nil {
 		return nil, err
 	}
-	if t.g.busy[path] {
+	if t.g.busy[path] || t.g.deferred[path] {
+		// Later writes of the group to the stream wait too, even once it is free again: they
+		// must not overtake this one.
+		if t.g.deferred == nil {
+			t.g.deferred = make(map[string]bool)
+		}
+		t.g.deferred[path] = true
 		return nil, errInflight
 	}
 	if m, ok := t.staged[path]; ok {

@@ -54,25 +54,11 @@ func run() error {
 		measureFor  = flag.Duration("measure-for", 0, "how long one throughput measurement may issue requests (0: the default 4s)")
 		timeout     = flag.Duration("measure-timeout", 0, "hard deadline of one measurement (0: the default 30s)")
 		manyStreams = flag.String("many-streams", "", "comma-separated stream counts (e.g. 100,100000) for the many-streams scenarios: creation rate, and plain and producer appends spread over that many streams")
+		noSQLite    = flag.Bool("no-sqlite", false, "with -postgres: measure foldstream on PostgreSQL only, without foldstream on SQLite (e.g. to profile the PostgreSQL node alone)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process) to this file, and its heap allocations to FILE.allocs")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
-		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file")
 	)
 	flag.Parse()
-
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		}()
-	}
 
 	cfg := bench.DefaultConfig()
 	if *quick {
@@ -143,7 +129,7 @@ func run() error {
 			}
 		}
 	}()
-	if *foldBin != "" {
+	if *foldBin != "" && !(*noSQLite && *pgURL != "") {
 		fdir := filepath.Join(dir, "foldstream")
 		if err := os.MkdirAll(fdir, 0o755); err != nil {
 			return err
