@@ -57,23 +57,8 @@ func run() error {
 		noSQLite    = flag.Bool("no-sqlite", false, "with -postgres: measure foldstream on PostgreSQL only, without foldstream on SQLite (e.g. to profile the PostgreSQL node alone)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process) to this file, and its heap allocations to FILE.allocs")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
-		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file")
 	)
 	flag.Parse()
-
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		}()
-	}
 
 	cfg := bench.DefaultConfig()
 	if *quick {
