@@ -256,3 +256,59 @@ func TestLongCatchUpCheckpointsWhatItProcessedBeforeItsEnd(t *testing.T) {
 	defer mu.Unlock()
 	eq(t, "effects the next engine runs", effects, []int64{7, 8, 9, 10})
 }
+
+// A pushed batch is the stream's unit: however long its effects take, it commits once, whole, and
+// a failure late in it persists nothing (engine rule 4), so the next engine runs all its effects
+// again.
+func TestPushedBatchOfSlowEffectsCommitsOnceWhole(t *testing.T) {
+	t.Parallel()
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	clk := testsupport.NewFakeClock()
+	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
+		Slug: "slow", Version: "1", Consumes: []string{"x"}}))
+	var mu sync.Mutex
+	var effects []int64
+	failed := make(chan struct{})
+	newSlow := func(failAt int64) *fn[emptyState] {
+		return &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
+			if a.Event == nil {
+				return nil
+			}
+			off := a.Event.Offset
+			a.BlockProcessorWhile(func(ctx context.Context) error {
+				if off == failAt {
+					close(failed)
+					return errors.New("the effect failed")
+				}
+				mu.Lock()
+				effects = append(effects, off)
+				mu.Unlock()
+				clk.Advance(400 * time.Millisecond) // a slow effect
+				return nil
+			})
+			return nil
+		}}
+	}
+	eng := newEngine[emptyState](t, newSlow(8), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	mem.Register(eng)
+	batch := make([]foldstream.EventInput, 10)
+	for i := range batch {
+		batch[i] = ev("x")
+	}
+	appendT(t, mem, batch...) // one pushed batch of ten
+	<-failed
+	settle(t, mem)
+	if cp, ok := cps.Get("slow"); ok {
+		t.Fatalf("a failed pushed batch persisted a checkpoint at %d", cp.ReducedThroughOffset)
+	}
+	eq(t, "the engine's cursor", eng.ReducedThroughOffset(), int64(0))
+	mustDo(t, eng.Close(ctxFor(t)))
+	mu.Lock()
+	effects = nil
+	mu.Unlock()
+	next := newEngine[emptyState](t, newSlow(-1), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	mustDo(t, next.CatchUpFromLog(ctxFor(t)))
+	mu.Lock()
+	defer mu.Unlock()
+	eq(t, "effects the next engine runs", effects, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+}

@@ -20,9 +20,10 @@ const (
 	EnginePageSize = 500
 	// DefaultWaitTimeout is WaitUntilProcessed's timeout when none is given.
 	DefaultWaitTimeout = 10 * time.Second
-	// RangeCommitAfter is how long a range runs (by the engine's clock) before it commits the
-	// events it processed so far and goes on with the rest (docs/engine.md#committing-a-range):
-	// a crash in the middle of a long catch-up runs at most about this much of its effects again.
+	// RangeCommitAfter is how long a page the engine read itself (catch-up, gap repair) runs, by
+	// the engine's clock, before it commits the events it processed so far and goes on with the
+	// rest (docs/engine.md#committing-a-range): a crash in the middle of a long catch-up runs at
+	// most about this much of its effects again. A pushed batch always commits once, whole.
 	RangeCommitAfter = time.Second
 )
 
@@ -104,8 +105,8 @@ type waiter struct {
 // goroutine at a time); within a unit events are processed one at a time and each event's blockers
 // settle before the next event's ProcessEvent; background attempts run on their own goroutines and
 // hold a claim while any is in flight; claims are issued on their own serial chain; a range
-// commits once, after all its blocking work settled (one running longer than RangeCommitAfter in
-// parts, each after the blocking work of its events settled).
+// commits once, after all its blocking work settled (a page the engine read itself that runs
+// longer than RangeCommitAfter in parts, each after the blocking work of its events settled).
 type Engine[S any] struct {
 	p        Processor[S]
 	c        *Contract[S]
@@ -446,14 +447,14 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 			}
 		}
 		through := min(page.ScannedThroughOffset, r.After)
-		if err := e.commitRange(ctx, evs, ScannedRange{After: cursor, Through: through}, false); err != nil {
+		if err := e.commitRange(ctx, evs, ScannedRange{After: cursor, Through: through}, false, true); err != nil {
 			return err
 		}
 	}
 	e.mu.Lock()
 	atHead := r.Through >= e.pushedThrough
 	e.mu.Unlock()
-	return e.commitRange(ctx, events, r, atHead)
+	return e.commitRange(ctx, events, r, atHead, false)
 }
 
 // CatchUpFromLog reads the log from the cursor in pages of EnginePageSize and reduces and commits
@@ -481,7 +482,7 @@ func (e *Engine[S]) runCatchUp(ctx context.Context) error {
 			}
 			return nil
 		}
-		if err := e.commitRange(ctx, page.Events, ScannedRange{After: cursor, Through: page.ScannedThroughOffset}, page.AtHead); err != nil {
+		if err := e.commitRange(ctx, page.Events, ScannedRange{After: cursor, Through: page.ScannedThroughOffset}, page.AtHead, true); err != nil {
 			return err
 		}
 		if page.AtHead {
@@ -501,8 +502,10 @@ func (e *Engine[S]) recordHeadRead() {
 	e.mu.Unlock()
 }
 
-// commitRange is reduce-and-commit of one range (docs/engine.md#committing-a-range).
-func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRange, atHead bool) error {
+// commitRange is reduce-and-commit of one range (docs/engine.md#committing-a-range). ownPage: the
+// range is a page the engine read itself (catch-up, gap repair), whose end is the engine's choice,
+// so one running past RangeCommitAfter commits in parts; a pushed batch commits once, whole.
+func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRange, atHead, ownPage bool) error {
 	e.mu.Lock()
 	before, state := e.cursor, e.state
 	e.mu.Unlock()
@@ -520,9 +523,10 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 			events, r.Through, atHead = processedThrough(events, consumable[seg:i], before), processedCursor(consumable[seg:i], before), false
 			break
 		}
-		if i > seg && e.clock.Now().Sub(segStart) >= RangeCommitAfter {
-			// A long range (a catch-up over a backlog of slow effects) commits what it processed
-			// so far, so a crash runs at most about RangeCommitAfter of its effects again.
+		if ownPage && i > seg && e.clock.Now().Sub(segStart) >= RangeCommitAfter {
+			// A long page (a catch-up over a backlog of slow effects) commits what it processed
+			// so far, as if the page had ended there, so a crash runs at most about
+			// RangeCommitAfter of its effects again.
 			if cur := processedCursor(consumable[seg:i], before); cur > before {
 				if err := e.persist(ctx, processedThrough(events, consumable[seg:i], before), before, cur, state, changed, false); err != nil {
 					return err
