@@ -27,11 +27,16 @@ var chainWorkers workerPool
 type workerPool struct {
 	mu   sync.Mutex
 	idle []chan func() // parked workers, the most recently parked last
+	// busy counts the workers running a function or about to park or end after one.
+	busy int
+	// idleFor is how long a worker stays parked; zero means chainWorkerIdle.
+	idleFor time.Duration
 }
 
 // run runs f on an idle worker, or on a new goroutine when none is idle.
 func (p *workerPool) run(f func()) {
 	p.mu.Lock()
+	p.busy++
 	if n := len(p.idle); n > 0 {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
@@ -47,10 +52,15 @@ func (p *workerPool) run(f func()) {
 func (p *workerPool) work(f func()) {
 	c := make(chan func(), 1)
 	var t *time.Timer
+	idleFor := p.idleFor
+	if idleFor == 0 {
+		idleFor = chainWorkerIdle
+	}
 	for {
 		f()
 		f = nil
 		p.mu.Lock()
+		p.busy--
 		if len(p.idle) >= maxIdleChainWorkers {
 			p.mu.Unlock()
 			return
@@ -58,9 +68,9 @@ func (p *workerPool) work(f func()) {
 		p.idle = append(p.idle, c)
 		p.mu.Unlock()
 		if t == nil {
-			t = time.NewTimer(chainWorkerIdle)
+			t = time.NewTimer(idleFor)
 		} else {
-			t.Reset(chainWorkerIdle)
+			t.Reset(idleFor)
 		}
 		select {
 		case f = <-c:

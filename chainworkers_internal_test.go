@@ -1,8 +1,10 @@
 package foldstream
 
 import (
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 func idleWorkers(p *workerPool) int {
@@ -11,8 +13,21 @@ func idleWorkers(p *workerPool) int {
 	return len(p.idle)
 }
 
+// settleWorkers waits until every worker has parked or ended after its function.
+func settleWorkers(p *workerPool) {
+	for {
+		p.mu.Lock()
+		busy := p.busy
+		p.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
 func TestChainWorkersParkBoundedAndRunTheNextChain(t *testing.T) {
-	var p workerPool
+	p := workerPool{idleFor: time.Hour} // no worker ends of idleness while the test runs
 	const n = 2 * maxIdleChainWorkers
 	release := make(chan struct{})
 	var started, ended sync.WaitGroup
@@ -28,11 +43,7 @@ func TestChainWorkersParkBoundedAndRunTheNextChain(t *testing.T) {
 	started.Wait() // n chains at once: n goroutines
 	close(release)
 	ended.Wait()
-	for idleWorkers(&p) < maxIdleChainWorkers {
-		ran := make(chan struct{})
-		p.run(func() { close(ran) }) // settles once every worker parked or ended
-		<-ran
-	}
+	settleWorkers(&p) // each of the n parked, up to the cap, or ended
 	if got := idleWorkers(&p); got != maxIdleChainWorkers {
 		t.Fatalf("idle workers = %d, want the cap %d", got, maxIdleChainWorkers)
 	}
