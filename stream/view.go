@@ -180,25 +180,7 @@ func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []s
 		if err != nil {
 			return err
 		}
-		o.Info = infoOf(r)
-		for _, slug := range slugs {
-			cp, ok, err := q.Checkpoint(ctx, path, slug)
-			if err != nil {
-				return err
-			}
-			if ok {
-				o.Checkpoints[slug] = cp
-			}
-		}
-		if after == nil {
-			return nil
-		}
-		if o.After = after(o.Checkpoints); o.After < 0 {
-			return nil
-		}
-		o.Page, _, err = s.readEventsIn(ctx, q, path, r, o.After, limit) // the row just judged live
-		o.HasPage = err == nil
-		return err
+		return s.readOpening(ctx, q, path, r, slugs, after, limit, &o) // the row just judged live
 	})
 	if err != nil {
 		return EngineOpening{}, err
@@ -235,30 +217,37 @@ func (e *Events) HeadStreamForWork(ctx context.Context, path string, slugs []str
 		}
 		row := m.Row
 		row.Tail = m.Tail
-		o.Info = infoOf(&row)
-		for _, slug := range slugs {
-			cp, ok, err := t.db.Checkpoint(t.ctx, path, slug)
-			if err != nil {
-				return err
-			}
-			if ok {
-				o.Checkpoints[slug] = cp
-			}
-		}
-		if after == nil {
-			return nil
-		}
-		if o.After = after(o.Checkpoints); o.After < 0 {
-			return nil
-		}
-		o.Page, _, err = s.readEventsIn(t.ctx, t.db, path, &row, o.After, limit)
-		o.HasPage = err == nil
-		return err
+		return s.readOpening(t.ctx, t.db, path, &row, slugs, after, limit, &o)
 	})
 	if err != nil {
 		return EngineOpening{}, err
 	}
 	return o, nil
+}
+
+// readOpening fills o from the stream's row r, read through q: its info, the slugs' checkpoints
+// and, when after asks for one, the page after the offset it returns.
+func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *streamRow, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) error {
+	o.Info = infoOf(r)
+	for _, slug := range slugs {
+		cp, ok, err := q.Checkpoint(ctx, path, slug)
+		if err != nil {
+			return err
+		}
+		if ok {
+			o.Checkpoints[slug] = cp
+		}
+	}
+	if after == nil {
+		return nil
+	}
+	if o.After = after(o.Checkpoints); o.After < 0 {
+		return nil
+	}
+	var err error
+	o.Page, _, err = s.readEventsIn(ctx, q, path, r, o.After, limit)
+	o.HasPage = err == nil
+	return err
 }
 
 // checkIncarnation refuses a checkpoint write once the stream the checkpoints belong to is gone
