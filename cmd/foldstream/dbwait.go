@@ -36,6 +36,8 @@ func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net
 		ReadHeaderTimeout: server.DefaultHeaderReadTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Logged before the first 503 can leave, so the log says why a node answers 503.
+	log.Warn("the database is unavailable: waiting for it, answering 503 meanwhile", "err", err, "addr", ln.Addr().String(), "wait", wait)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -54,7 +56,6 @@ func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net
 	start := time.Now()
 	deadline := start.Add(wait)
 	backoff := 250 * time.Millisecond
-	log.Warn("the database is unavailable: waiting for it, answering 503 meanwhile", "err", err, "addr", ln.Addr().String(), "wait", wait)
 	for attempt := 2; ; attempt++ {
 		pause := min(backoff, time.Until(deadline))
 		if pause <= 0 {
