@@ -36,37 +36,7 @@ func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *t
 	if err := admin.QueryRow(ctx, `SELECT current_schema(), (SELECT id FROM streams WHERE path = '/c')`).Scan(&schema, &cID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, `CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF position('fail-at-commit'::bytea IN NEW.body) > 0 THEN
-				PERFORM pg_advisory_xact_lock(hashtext(current_schema()), 17);
-				RAISE EXCEPTION 'refused at commit';
-			END IF;
-			RETURN NULL;
-		END $$`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, `CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON records
-		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_at_commit()`); err != nil {
-		t.Fatal(err)
-	}
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1), 17)`, schema); err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(hashtext($1), 17)`, schema); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	release := holdCommitsMarked(t, admin, url, schema)
 	defer release()
 
 	// pollLocks waits until query, counting rows of pg_locks in this database, finds one.
