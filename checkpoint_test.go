@@ -196,47 +196,74 @@ func TestNullCheckpointStateReadsAsTheInitialState(t *testing.T) {
 		foldstream.Snapshot[tally2State]{Offset: 4, State: tally2State{Secret: "hidden"}})
 }
 
+// slowEffects makes processors whose effect (a blocker) of each event takes 400 ms on clk and is
+// recorded, except the effect of event at, which runs instead (a node dying, a failing effect).
+type slowEffects struct {
+	c       *foldstream.Contract[emptyState]
+	clk     *testsupport.FakeClock
+	mu      sync.Mutex
+	effects []int64
+}
+
+func newSlowEffects(t *testing.T) *slowEffects {
+	return &slowEffects{clk: testsupport.NewFakeClock(), c: must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(
+		foldstream.ContractConfig[emptyState]{Slug: "slow", Version: "1", Consumes: []string{"x"}}))}
+}
+
+func (s *slowEffects) processor(at int64, instead func(ctx context.Context) error) *fn[emptyState] {
+	return &fn[emptyState]{Base: foldstream.NewBase(s.c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
+		if a.Event == nil {
+			return nil
+		}
+		off := a.Event.Offset
+		a.BlockProcessorWhile(func(ctx context.Context) error {
+			if off == at {
+				return instead(ctx)
+			}
+			s.mu.Lock()
+			s.effects = append(s.effects, off)
+			s.mu.Unlock()
+			s.clk.Advance(400 * time.Millisecond)
+			return nil
+		})
+		return nil
+	}}
+}
+
+// engine opens an engine of p on mem and cps with s's clock.
+func (s *slowEffects) engine(t *testing.T, p *fn[emptyState], mem foldstream.Stream, cps foldstream.CheckpointStorage) *foldstream.Engine[emptyState] {
+	return newEngine[emptyState](t, p, mem, cps, func(c *foldstream.EngineConfig) { c.Clock = s.clk })
+}
+
+// take returns the effects recorded so far and forgets them.
+func (s *slowEffects) take() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.effects
+	s.effects = nil
+	return e
+}
+
 // A catch-up over a backlog of slow effects commits in parts: once a range has run for
 // RangeCommitAfter, the events it processed so far are checkpointed before the next one runs, so
 // an engine that dies in the middle of the range (its node killed) leaves its successor only the
 // effects of the last part to run again, not the whole page's.
 func TestLongCatchUpCheckpointsWhatItProcessedBeforeItsEnd(t *testing.T) {
 	t.Parallel()
-	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
-	clk := testsupport.NewFakeClock()
-	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
-		Slug: "slow", Version: "1", Consumes: []string{"x"}}))
+	mem, cps, slow := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints(), newSlowEffects(t)
 	stuck, release := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	var effects []int64
-	newSlow := func(stopAt int64) *fn[emptyState] {
-		return &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
-			if a.Event == nil {
-				return nil
-			}
-			off := a.Event.Offset
-			a.BlockProcessorWhile(func(ctx context.Context) error {
-				if off == stopAt {
-					close(stuck)
-					select { // the node dies here
-					case <-release:
-					case <-ctx.Done():
-					}
-					return errors.New("the node died")
-				}
-				mu.Lock()
-				effects = append(effects, off)
-				mu.Unlock()
-				clk.Advance(400 * time.Millisecond) // a slow effect
-				return nil
-			})
-			return nil
-		}}
+	dies := func(ctx context.Context) error {
+		close(stuck)
+		select { // the node dies here
+		case <-release:
+		case <-ctx.Done():
+		}
+		return errors.New("the node died")
 	}
 	for range 10 {
 		appendT(t, mem, ev("x"))
 	}
-	eng := newEngine[emptyState](t, newSlow(8), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	eng := slow.engine(t, slow.processor(8, dies), mem, cps)
 	done := make(chan error, 1)
 	go func() { done <- eng.CatchUpFromLog(ctxFor(t)) }()
 	<-stuck
@@ -247,14 +274,10 @@ func TestLongCatchUpCheckpointsWhatItProcessedBeforeItsEnd(t *testing.T) {
 	close(release)
 	<-done // failed: the blocker of event 8 did not finish
 	mustDo(t, eng.Close(ctxFor(t)))
-	mu.Lock()
-	effects = nil
-	mu.Unlock()
-	next := newEngine[emptyState](t, newSlow(-1), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	slow.take()
+	next := slow.engine(t, slow.processor(-1, nil), mem, cps)
 	mustDo(t, next.CatchUpFromLog(ctxFor(t)))
-	mu.Lock()
-	defer mu.Unlock()
-	eq(t, "effects the next engine runs", effects, []int64{7, 8, 9, 10})
+	eq(t, "effects the next engine runs", slow.take(), []int64{7, 8, 9, 10})
 }
 
 // A pushed batch is the stream's unit: however long its effects take, it commits once, whole, and
@@ -262,34 +285,13 @@ func TestLongCatchUpCheckpointsWhatItProcessedBeforeItsEnd(t *testing.T) {
 // again.
 func TestPushedBatchOfSlowEffectsCommitsOnceWhole(t *testing.T) {
 	t.Parallel()
-	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
-	clk := testsupport.NewFakeClock()
-	c := must[*foldstream.Contract[emptyState]](t)(foldstream.DefineContract(foldstream.ContractConfig[emptyState]{
-		Slug: "slow", Version: "1", Consumes: []string{"x"}}))
-	var mu sync.Mutex
-	var effects []int64
+	mem, cps, slow := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints(), newSlowEffects(t)
 	failed := make(chan struct{})
-	newSlow := func(failAt int64) *fn[emptyState] {
-		return &fn[emptyState]{Base: foldstream.NewBase(c), process: func(a *foldstream.ProcessEventArgs[emptyState]) error {
-			if a.Event == nil {
-				return nil
-			}
-			off := a.Event.Offset
-			a.BlockProcessorWhile(func(ctx context.Context) error {
-				if off == failAt {
-					close(failed)
-					return errors.New("the effect failed")
-				}
-				mu.Lock()
-				effects = append(effects, off)
-				mu.Unlock()
-				clk.Advance(400 * time.Millisecond) // a slow effect
-				return nil
-			})
-			return nil
-		}}
+	fails := func(context.Context) error {
+		close(failed)
+		return errors.New("the effect failed")
 	}
-	eng := newEngine[emptyState](t, newSlow(8), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	eng := slow.engine(t, slow.processor(8, fails), mem, cps)
 	mem.Register(eng)
 	batch := make([]foldstream.EventInput, 10)
 	for i := range batch {
@@ -303,12 +305,8 @@ func TestPushedBatchOfSlowEffectsCommitsOnceWhole(t *testing.T) {
 	}
 	eq(t, "the engine's cursor", eng.ReducedThroughOffset(), int64(0))
 	mustDo(t, eng.Close(ctxFor(t)))
-	mu.Lock()
-	effects = nil
-	mu.Unlock()
-	next := newEngine[emptyState](t, newSlow(-1), mem, cps, func(c *foldstream.EngineConfig) { c.Clock = clk })
+	slow.take()
+	next := slow.engine(t, slow.processor(-1, nil), mem, cps)
 	mustDo(t, next.CatchUpFromLog(ctxFor(t)))
-	mu.Lock()
-	defer mu.Unlock()
-	eq(t, "effects the next engine runs", effects, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	eq(t, "effects the next engine runs", slow.take(), []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
 }
