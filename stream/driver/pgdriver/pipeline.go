@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -168,12 +170,27 @@ func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResul
 // lost records the failure of queued statement q: the current function's own (after its
 // SAVEPOINT) fails that function; any other fails the transaction for good.
 func (p *pipeline) lost(q queued, err error) error {
+	err = staleOf(err)
 	if p.spSeq > 0 && q.n > p.spSeq {
 		return err
 	}
 	p.failed = p.d.classify(fmt.Errorf("write transaction: a queued statement failed, so the whole group is refused: %w", err))
 	return p.failed
 }
+
+// staleOf turns the failure of a StreamExpecter check (foldstream_expect_stream) into a
+// *driver.StaleStreamError; other errors are returned as they are.
+func staleOf(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != staleStreamCode {
+		return err
+	}
+	id, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
+	return &driver.StaleStreamError{StreamID: id, Err: err}
+}
+
+// staleStreamCode is the SQLSTATE foldstream_expect_stream raises.
+const staleStreamCode = "FS001"
 
 // Query sends the queue and the query in one round trip.
 func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
