@@ -44,7 +44,9 @@ type writerState struct {
 	// streams caches stream rows and offset state by path, at most Config.MaxCachedStreams of
 	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
 	// stream goes through this writer) and an evicted one is read again from its row; on a shared
-	// database it is re-read under the stream's lock in every transaction (see tx.stream).
+	// database it is re-read under the stream's lock in every transaction, or, when the driver
+	// checks rows without a round trip, trusted and checked under the lock in the transaction
+	// (see tx.stream and Store.expected).
 	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
 	woken wokenSet

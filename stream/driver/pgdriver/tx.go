@@ -161,23 +161,33 @@ func (t *writeTx) PrefetchStreams(ctx context.Context, paths []string) error {
 // ExpectStream queues the check of driver.StreamExpecter: try-lock the stream, then, in a
 // statement of its own (so that it reads the row after the lock, READ COMMITTED taking a snapshot
 // per statement), compare the row with want. Either failing raises FS001 (foldstream_expect_stream),
-// which aborts the rest of the round trip. The lock counts as held from now on, and the current
-// write function relies on it (split may not release it).
+// which aborts the rest of the round trip. The checks queued until the next flush go together, in
+// two statements for all (pipeline.expect); one queued in a function whose SAVEPOINT was already
+// sent goes in place, as two statements of its own. The lock counts as held from now on, and the
+// current write function relies on it (split may not release it).
 func (t *writeTx) ExpectStream(ctx context.Context, want driver.Stream, highest int64) error {
 	if t.p == nil {
 		return fmt.Errorf("check stream %q: not a write transaction of the store", want.Path)
 	}
 	key := int32(want.ID)
-	if _, err := t.p.Exec(ctx, `SELECT foldstream_expect_stream(pg_try_advisory_xact_lock($1::int4, $2::int4), $3)`,
+	if t.p.failed != nil {
+		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, t.p.failed))
+	}
+	k := lockID{t.d.lockCls, key}
+	if t.p.expect(want, highest) {
+		// Sent with the other checks queued before the next flush, outside every savepoint: a
+		// rollback to the current savepoint keeps the lock.
+		if t.heldAtSp != nil {
+			t.heldAtSp[k] = true
+		}
+	} else if _, err := t.p.Exec(ctx, `SELECT foldstream_expect_stream(pg_try_advisory_xact_lock($1::int4, $2::int4), $3)`,
 		t.d.lockCls, key, want.ID); err != nil {
 		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
-	}
-	if _, err := t.p.Exec(ctx, expectStreamQuery, want.ID, want.ContentType, want.State, want.TTLSeconds, want.ExpiresAtMs,
+	} else if _, err := t.p.Exec(ctx, expectStreamQuery, want.ID, want.ContentType, want.State, want.TTLSeconds, want.ExpiresAtMs,
 		want.Closed, want.ClosedByProducer, want.ClosedByEpoch, want.ClosedBySeq, want.ForkedFrom, want.ForkOffset,
 		want.ForkSubOffset, want.BaseTail, want.StreamSeq, want.Incarnation, want.Paused, want.Tail, highest); err != nil {
 		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
 	}
-	k := lockID{t.d.lockCls, key}
 	t.held[k] = true
 	if t.inSp {
 		if t.usedInSp == nil {
