@@ -22,3 +22,15 @@ func SetGatherWait(s *Store, d time.Duration) {
 		return nil
 	})
 }
+
+// AccessEntries returns how many streams the protocol view holds an in-memory access time for,
+// and, when sweepAt > 0, sets the size at which noteAccess sweeps (and its floor) to sweepAt.
+func AccessEntries(s *Store, sweepAt int) int {
+	p := s.proto()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sweepAt > 0 {
+		p.sweepAt, p.sweepMin = sweepAt, sweepAt
+	}
+	return len(p.access)
+}

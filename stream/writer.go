@@ -65,6 +65,8 @@ type writerState struct {
 	answeredAt time.Time
 	// gatherWait, when set, replaces both of gather's bounds (tests).
 	gatherWait time.Duration
+	// recent is what the cached states of the streams keep of recent events (recent.go).
+	recent recentKept
 }
 
 // streamMem is the writer's view of one stream.
@@ -86,6 +88,9 @@ type streamMem struct {
 	// The map is never changed in place: copies of the entry share it (see tx.stream), so
 	// setProducer replaces it.
 	producers map[string]driver.Producer
+	// recent holds the durable events last appended through the event view, for an engine
+	// opening next (recent.go); nil when none are kept.
+	recent *recentEvents
 }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.
@@ -872,6 +877,7 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 				continue
 			}
 			ws.streams.put(p, m)
+			ws.keptRecent(p, m)
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
 		for id := range t.woken {
