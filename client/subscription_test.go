@@ -136,3 +136,26 @@ func TestPullWakeWorkersProcessEveryJobOnce(t *testing.T) {
 		t.Fatal("no wake was handled")
 	}
 }
+
+// TestSubscriptionDeleteRemovesItAndIsIdempotent: after Delete the subscription is gone (Get and
+// Claim answer ErrSubscriptionNotFound), a second Delete is no error, and the id can be created
+// again afresh.
+func TestSubscriptionDeleteRemovesItAndIsIdempotent(t *testing.T) {
+	_, subs := pullWakeSetup(t)
+	ctx := ctxT(t)
+	if err := subs.Delete(ctx, "pool"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := subs.Get(ctx, "pool"); !errors.Is(err, client.ErrSubscriptionNotFound) {
+		t.Fatalf("get after delete: %v, want ErrSubscriptionNotFound", err)
+	}
+	if _, err := subs.Claim(ctx, "pool", "a"); !errors.Is(err, client.ErrSubscriptionNotFound) {
+		t.Fatalf("claim after delete: %v, want ErrSubscriptionNotFound", err)
+	}
+	if err := subs.Delete(ctx, "pool"); err != nil {
+		t.Fatalf("second delete: %v, want no error", err)
+	}
+	if _, created, err := subs.Create(ctx, "pool", client.SubscriptionSpec{Type: "pull-wake", Pattern: "other/*", WakeStream: "wake"}); err != nil || !created {
+		t.Fatalf("create after delete with another configuration: created=%v %v, want a fresh subscription", created, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/storeopen"
@@ -453,5 +454,138 @@ func TestAPatternStreamCreatedAgainGetsItsWakeRecordWhenItsEngineReopens(t *test
 	}
 	if got := p.effectsOn("/carts/x"); !slices.Equal(got, []int64{1, 2, 1}) {
 		t.Fatalf("effects: got %v, want [1 2 1] (the first stream's two, the new one's one)", got)
+	}
+}
+
+// wakeWatcher records, per stream, every durable event it processes as type@offset, and counts the
+// wake records it reduced into its state.
+type wakeWatcher struct {
+	foldstream.Base[cart]
+	mu      sync.Mutex
+	seen    map[string][]string
+	changed chan struct{} // closed and replaced at every processed event
+}
+
+func newWakeWatcher(c *foldstream.Contract[cart]) *wakeWatcher {
+	return &wakeWatcher{Base: foldstream.NewBase(c), seen: map[string][]string{}, changed: make(chan struct{})}
+}
+
+func (p *wakeWatcher) Reduce(a foldstream.ReduceArgs[cart]) (cart, bool, error) {
+	if a.Event.Type == foldtype.WokenType {
+		return cart{Items: a.State.Items + 1}, true, nil
+	}
+	return a.State, false, nil
+}
+
+func (p *wakeWatcher) ProcessEvent(a *foldstream.ProcessEventArgs[cart]) error {
+	if a.Event == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen[a.Event.Path] = append(p.seen[a.Event.Path], fmt.Sprintf("%s@%d", a.Event.Type, a.Event.Offset))
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return nil
+}
+
+// waitSeen waits until n events were processed on path and returns them.
+func (p *wakeWatcher) waitSeen(t *testing.T, path string, n int) []string {
+	t.Helper()
+	for {
+		p.mu.Lock()
+		got, changed := slices.Clone(p.seen[path]), p.changed
+		p.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		<-changed
+	}
+}
+
+// TestAPatternEngineOpenedByACommitProcessesItsStreamsWakeRecordOnce: the opening of an engine
+// that starts work on a stream appends the stream's wake record in the same write as its opening
+// read (docs/store.md#engines-of-a-pattern), so the record reaches the engine in the opening's page
+// and as a push of its commit: the processor still gets it once, in log order after the batch that
+// opened it, its state holds it once, and the next host start brings one more.
+func TestAPatternEngineOpenedByACommitProcessesItsStreamsWakeRecordOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "woken.db")
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[cart]{
+		Slug: "watch", Version: "1", Consumes: []string{"item", foldtype.WokenType},
+		Events: []foldstream.EventDefinition{foldstream.DefineEvent[itemAdded]("item", "an item was added")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// run starts a host with room for one engine on the store in file, appends the batches (each
+	// of n items to its path, waiting for want events processed there) and returns the wake
+	// records each path's state counted and each path's log.
+	type batch struct {
+		path    string
+		n, want int
+	}
+	run := func(p *wakeWatcher, batches ...batch) (map[string]int, map[string][]string) {
+		s := openStore(t, file, nil)
+		defer s.Close(ctx)
+		h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := host.RegisterPattern(ctx, h, "/w/*", p); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range batches {
+			var in []foldtype.EventInput
+			for i := range b.n {
+				in = append(in, item(i+1))
+			}
+			if _, err := s.Events().Stream(b.path).Append(ctx, in...); err != nil {
+				t.Fatal(err)
+			}
+			p.waitSeen(t, b.path, b.want)
+		}
+		counted, logs := map[string]int{}, map[string][]string{}
+		for _, b := range batches {
+			raw, err := h.Snapshot(ctx, b.path, "watch")
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted[b.path] = cartState(t, raw.State).Items
+			logs[b.path] = logOf(t, s, b.path)
+		}
+		if err := h.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return counted, logs
+	}
+	p := newWakeWatcher(c)
+	// With room for one engine, /w/a's engine opens, closes for /w/b's and opens again.
+	counted, logs := run(p, batch{"/w/a", 2, 3}, batch{"/w/b", 2, 3}, batch{"/w/a", 2, 5})
+	for path, n := range map[string]int{"/w/a": 5, "/w/b": 3} {
+		log := logs[path]
+		if len(log) != n || log[2] != foldtype.WokenType+"@3" {
+			t.Fatalf("%s: log %v, want %d events with the wake record third", path, log, n)
+		}
+		if got := p.waitSeen(t, path, n); !slices.Equal(got, log) {
+			t.Fatalf("%s: processed %v, want the log %v (the wake record once, after the batch that opened the engine)", path, got, log)
+		}
+	}
+	if counted["/w/a"] != 1 || counted["/w/b"] != 1 {
+		t.Fatalf("wake records in the states: got %v, want 1 each", counted)
+	}
+
+	p = newWakeWatcher(c)
+	counted, logs = run(p, batch{"/w/a", 1, 2})
+	log := logs["/w/a"]
+	if len(log) != 7 || !strings.HasPrefix(log[6], foldtype.WokenType+"@") {
+		t.Fatalf("/w/a after the next start: log %v, want one more item and one more wake record", log)
+	}
+	if got := p.waitSeen(t, "/w/a", 2); !slices.Equal(got, log[5:]) {
+		t.Fatalf("/w/a after the next start: processed %v, want %v", got, log[5:])
+	}
+	if counted["/w/a"] != 2 {
+		t.Fatalf("wake records in /w/a's state after the next start: got %d, want 2", counted["/w/a"])
 	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/foldstream/foldstream"
@@ -148,17 +149,18 @@ func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail 
 		h.makeRoom(ctx)
 	}
 	wokeID, remembered := h.woken.idOf(sl.key.path)
-	woke := false
-	if mode == openForWork && !remembered {
-		if _, err := h.store.Events().WakeExisting(ctx, sl.key.path, stream.WakeRequest); err != nil {
-			fail(err)
-			return
-		}
-		woke = true
-	}
+	woke := mode == openForWork && !remembered // the opening read wakes the stream
 	gate = make(chan struct{})
 	var deliver stream.DeliverFunc
+	// covered is the offset through which the opening page, read at head, holds every durable
+	// event: the push of the wake record the opening read appended, and of any commit the page
+	// holds, is already processed and dropped (0: nothing dropped). Set before the gate opens.
+	var covered int64
 	sub, err = h.store.Events().Subscribe(sl.key.path, gated(gate, func(ctx context.Context, events []foldtype.Event, rg foldtype.ScannedRange) error {
+		if rg.After <= rg.Through && rg.Through <= covered &&
+			!slices.ContainsFunc(events, func(ev foldtype.Event) bool { return ev.Ephemeral || ev.Offset <= rg.After }) {
+			return nil // a range running backwards is a stream created again: deliverTo sees to it
+		}
 		return deliver(ctx, events, rg)
 	}), stream.SubscribeOptions{
 		Consumes:         reg.consumes,
@@ -175,7 +177,13 @@ func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail 
 		fail(err)
 	}
 	head := h.store.Events().HeadStreamForEngine // a read commits nothing
-	if mode == openForWork {
+	switch {
+	case woke:
+		// In the writer, on its warm connection, appending the wake record first (one write).
+		head = func(ctx context.Context, path string, slugs []string, after func(map[string]foldtype.Checkpoint) int64, limit int) (stream.EngineOpening, error) {
+			return h.store.Events().WakeAndHeadStreamForWork(ctx, path, stream.WakeRequest, slugs, after, limit)
+		}
+	case mode == openForWork:
 		head = h.store.Events().HeadStreamForWork // in the writer, on its warm connection
 	}
 	o, err := head(ctx, sl.key.path, engineRows(reg.slug), func(rows map[string]foldtype.Checkpoint) int64 {
@@ -197,6 +205,9 @@ func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail 
 	pre = preread{info: info, rows: o.Checkpoints}
 	if o.HasPage {
 		pre.first = &firstPage{page: &o.Page, after: o.After, limit: foldstream.EnginePageSize}
+		if woke && o.Page.AtHead {
+			covered = o.Page.ScannedThroughOffset
+		}
 	}
 	switch {
 	case mode == openForWork && woke:

@@ -222,8 +222,22 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 	if len(committed) == 0 {
 		return results, nil // every event deduped: no commit, no fan-out
 	}
+	prevTail := m.Tail
 	if err := s.writeRecord(t, m, batch, adm, after, through, nil); err != nil {
 		return nil, err
+	}
+	if s.keepsRecent() {
+		durable := make([]foldtype.Event, 0, len(committed))
+		sizes := make([]int, 0, len(committed))
+		for i := range prepared {
+			if adm[i].dupOf < 0 && !adm[i].dup && !prepared[i].in.Ephemeral {
+				durable = append(durable, results[i])
+				sizes = append(sizes, len(batch[i].body))
+			}
+		}
+		if len(durable) > 0 {
+			keepRecent(m, prevTail, durable, sizes)
+		}
 	}
 	id := m.Row.ID
 	if !s.exclusive && len(ephemerals) > 0 {

@@ -128,6 +128,15 @@ func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Ch
 	return d.Checkpoint(ctx, scope, slug)
 }
 
+// CheckpointRows is driver.ReadCheckpointRows on the group's transaction.
+func (l lazyTx) CheckpointRows(ctx context.Context, scope string, slugs []string, fn func(slug string, cp foldtype.Checkpoint)) error {
+	d, err := l.t.begin()
+	if err != nil {
+		return err
+	}
+	return driver.ReadCheckpointRows(ctx, d, scope, slugs, fn)
+}
+
 func (l lazyTx) LockStream(ctx context.Context, id int64) error {
 	d, err := l.t.begin()
 	if err != nil {

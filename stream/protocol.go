@@ -90,18 +90,38 @@ func infoOf(r *streamRow) StreamInfo {
 }
 
 // protoState is the protocol view's in-memory state: last-access times not yet persisted.
+//
+// An entry lives while its stream can still be alive by it. The effective last access is the
+// newer of the entry and the row's persisted time; once the entry's time plus the stream's TTL has
+// passed, dropping the entry changes nothing: either the persisted time is newer (a POST renewed
+// the stream) and decides alone, or it is older and the stream has expired either way. So
+// noteAccess drops such entries whenever the map has doubled since its last sweep. Deleting a
+// stream on this node drops its entry at once; a stream deleted by another node sharing the
+// database expires by its TTL and is swept then. The map so holds at most about twice the
+// streams read within their TTL.
 type protoState struct {
-	mu        sync.Mutex
-	access    map[int64]int64 // stream id -> last access (ms) seen in memory
-	persisted map[int64]int64 // stream id -> last access (ms) last queued for persistence
+	mu       sync.Mutex
+	access   map[int64]accessEntry // stream id -> its reads' last access
+	sweepAt  int                   // sweep when the map reaches this size
+	sweepMin int                   // the size below which it never sweeps (accessSweepMin)
+}
+
+// accessEntry is one stream's last read access as seen in memory.
+type accessEntry struct {
+	seen   int64 // last access (ms) seen in memory
+	queued int64 // last access (ms) last queued for persistence
+	ttlMs  int64 // the stream's sliding TTL, which never changes
 }
 
 // accessPersistEvery bounds how stale streams.last_access_ms may be behind reads.
 const accessPersistEvery = time.Second
 
+// accessSweepMin is the map size below which noteAccess never sweeps.
+const accessSweepMin = 1024
+
 func (s *Store) proto() *protoState {
 	s.protoOnce.Do(func() {
-		s.protoSt = &protoState{access: make(map[int64]int64), persisted: make(map[int64]int64)}
+		s.protoSt = &protoState{access: make(map[int64]accessEntry), sweepAt: accessSweepMin, sweepMin: accessSweepMin}
 	})
 	return s.protoSt
 }
@@ -111,7 +131,7 @@ func (s *Store) proto() *protoState {
 func (s *Store) lastAccess(r *streamRow) int64 {
 	p := s.proto()
 	p.mu.Lock()
-	m := p.access[r.ID]
+	m := p.access[r.ID].seen
 	p.mu.Unlock()
 	return max(m, r.LastAccessMs)
 }
@@ -124,13 +144,19 @@ func (s *Store) noteAccess(r *streamRow, now time.Time) {
 	ms := now.UnixMilli()
 	p := s.proto()
 	p.mu.Lock()
-	if ms > p.access[r.ID] {
-		p.access[r.ID] = ms
+	e, ok := p.access[r.ID]
+	if !ok && len(p.access) >= p.sweepAt {
+		p.sweep(ms)
 	}
-	due := ms-max(p.persisted[r.ID], r.LastAccessMs) >= accessPersistEvery.Milliseconds()
+	e.ttlMs = r.TTLSeconds.Int64 * 1000
+	if ms > e.seen {
+		e.seen = ms
+	}
+	due := ms-max(e.queued, r.LastAccessMs) >= accessPersistEvery.Milliseconds()
 	if due {
-		p.persisted[r.ID] = ms
+		e.queued = ms
 	}
+	p.access[r.ID] = e
 	p.mu.Unlock()
 	if !due || s.closed.Load() {
 		return
@@ -145,12 +171,22 @@ func (s *Store) noteAccess(r *streamRow, now time.Time) {
 	}()
 }
 
+// sweep drops the entries of streams that have expired by their entry at ms (see protoState),
+// and sets the next sweep at twice the size that remains. p.mu is held.
+func (p *protoState) sweep(ms int64) {
+	for id, e := range p.access {
+		if ms >= e.seen+e.ttlMs {
+			delete(p.access, id)
+		}
+	}
+	p.sweepAt = max(p.sweepMin, 2*len(p.access))
+}
+
 // forgetAccess drops in-memory access state of a deleted stream.
 func (s *Store) forgetAccess(id int64) {
 	p := s.proto()
 	p.mu.Lock()
 	delete(p.access, id)
-	delete(p.persisted, id)
 	p.mu.Unlock()
 }
 

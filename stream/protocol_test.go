@@ -351,6 +351,50 @@ func TestSlidingTTL(t *testing.T) {
 	}
 }
 
+// TestAccessTimesOfExpiredStreamsAreSweptAndStillExpire: the in-memory read times of streams
+// whose sliding TTL has passed are dropped once the map has grown past its sweep size, a stream
+// read within its TTL keeps its entry, and a stream whose entry was dropped is still expired.
+func TestAccessTimesOfExpiredStreamsAreSweptAndStillExpire(t *testing.T) {
+	t.Parallel()
+	s, clk := setupProto(t)
+	ctx := context.Background()
+	read := func(path string) {
+		t.Helper()
+		if _, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: path, AtTail: true}); err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+	}
+	mustCreate(t, s, CreateRequest{Path: "/keep", ContentType: "text/plain", HasTTL: true, TTLSeconds: 100})
+	for i := range 10 {
+		p := fmt.Sprintf("/short/%d", i)
+		mustCreate(t, s, CreateRequest{Path: p, ContentType: "text/plain", HasTTL: true, TTLSeconds: 10})
+		clk.Advance(100 * time.Millisecond)
+		read(p)
+	}
+	read("/keep")
+	if n := AccessEntries(s, 0); n != 11 {
+		t.Fatalf("%d access entries after reading 11 streams, want 11", n)
+	}
+	clk.Advance(11 * time.Second) // every /short stream is past its TTL; /keep is not
+	mustCreate(t, s, CreateRequest{Path: "/late", ContentType: "text/plain", HasTTL: true, TTLSeconds: 10})
+	AccessEntries(s, 8)
+	read("/late") // a new entry in a map at its sweep size sweeps it
+	if n := AccessEntries(s, 0); n != 2 {
+		t.Fatalf("%d access entries after the sweep, want 2 (/keep and /late)", n)
+	}
+	read("/keep")
+	if n := AccessEntries(s, 0); n != 2 {
+		t.Fatalf("%d access entries after reading /keep again, want 2", n)
+	}
+	if _, err := s.Protocol().HeadStream(ctx, "/short/3"); kindOf(err) != foldtype.CodeStreamNotFound {
+		t.Fatalf("/short/3 after its entry was swept: got %v, want not found", err)
+	}
+	clk.Advance(95 * time.Second) // /keep was last read 106 s after its creation, so it lives
+	if _, err := s.Protocol().HeadStream(ctx, "/keep"); err != nil {
+		t.Fatalf("/keep within its TTL of its last read: %v", err)
+	}
+}
+
 // TestWatchWakesOnAppend: the Changed channel of a read closes at the next commit.
 func TestWatchWakesOnAppend(t *testing.T) {
 	t.Parallel()

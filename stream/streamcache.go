@@ -42,6 +42,15 @@ func (c *streamCache) get(path string) (*streamMem, bool) {
 	return c.ring[i].m, true
 }
 
+// peek returns the cached state of path without marking it used.
+func (c *streamCache) peek(path string) (*streamMem, bool) {
+	i, ok := c.index[path]
+	if !ok {
+		return nil, false
+	}
+	return c.ring[i].m, true
+}
+
 // len is the number of cached streams.
 func (c *streamCache) len() int { return len(c.ring) }
 

@@ -180,7 +180,7 @@ func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []s
 		if err != nil {
 			return err
 		}
-		return s.readOpening(ctx, q, path, r, slugs, after, limit, &o) // the row just judged live
+		return s.readOpening(ctx, q, path, r, nil, slugs, after, limit, &o) // the row just judged live
 	})
 	if err != nil {
 		return EngineOpening{}, err
@@ -203,21 +203,49 @@ func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []s
 // an engine opened for a read uses HeadStreamForEngine: reads commit nothing
 // (docs/store.md#records-nobody-appended). On a shared database it is HeadStreamForEngine.
 func (e *Events) HeadStreamForWork(ctx context.Context, path string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
+	return e.headForWork(ctx, path, "", slugs, after, limit)
+}
+
+// WakeAndHeadStreamForWork is WakeExisting(ctx, path, reason) and then HeadStreamForWork, for an
+// engine that starts work on a stream its host has not woken yet (docs/store.md#wake-records).
+// On an exclusive database both run in one write of the writer: the wake record (when the stream
+// takes one) is appended and the opening read, in the same transaction, includes it — one write
+// instead of two. An engine subscribed before the call is pushed the record as well, once the
+// write commits; the page already holds it. On a shared database it is the two calls.
+func (e *Events) WakeAndHeadStreamForWork(ctx context.Context, path, reason string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
+	if reason == "" {
+		reason = WakeRequest
+	}
+	return e.headForWork(ctx, path, reason, slugs, after, limit)
+}
+
+// headForWork is HeadStreamForWork, waking the stream first when wake (a reason) is not empty.
+func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
 	s := e.s
 	if !s.exclusive {
+		if wake != "" {
+			if _, err := e.WakeExisting(ctx, path, wake); err != nil {
+				return EngineOpening{}, err
+			}
+		}
 		return e.HeadStreamForEngine(ctx, path, slugs, after, limit)
 	}
 	o := EngineOpening{Checkpoints: make(map[string]foldtype.Checkpoint, len(slugs))}
 	err := s.writeTo(ctx, path, func(t *tx) error {
 		clear(o.Checkpoints) // a function may run again (a write that met a busy stream)
 		o.After, o.Page, o.HasPage = 0, foldtype.ReadPage{}, false
+		if wake != "" {
+			if _, err := s.wakeIn(t, path, wake, false); err != nil {
+				return err
+			}
+		}
 		m, err := s.liveStream(t, path)
 		if err != nil {
 			return err
 		}
 		row := m.Row
 		row.Tail = m.Tail
-		return s.readOpening(t.ctx, t.db, path, &row, slugs, after, limit, &o)
+		return s.readOpening(t.ctx, t.db, path, &row, m.recent, slugs, after, limit, &o)
 	})
 	if err != nil {
 		return EngineOpening{}, err
@@ -226,22 +254,23 @@ func (e *Events) HeadStreamForWork(ctx context.Context, path string, slugs []str
 }
 
 // readOpening fills o from the stream's row r, read through q: its info, the slugs' checkpoints
-// and, when after asks for one, the page after the offset it returns.
-func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *streamRow, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) error {
+// and, when after asks for one, the page after the offset it returns — from recent, the writer's
+// recent events of the stream (nil: none), when they hold the whole page (recent.go).
+func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *streamRow, recent *recentEvents, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) error {
 	o.Info = infoOf(r)
-	for _, slug := range slugs {
-		cp, ok, err := q.Checkpoint(ctx, path, slug)
-		if err != nil {
-			return err
-		}
-		if ok {
-			o.Checkpoints[slug] = cp
-		}
+	if err := driver.ReadCheckpointRows(ctx, q, path, slugs, func(slug string, cp foldtype.Checkpoint) {
+		o.Checkpoints[slug] = cp
+	}); err != nil {
+		return err
 	}
 	if after == nil {
 		return nil
 	}
 	if o.After = after(o.Checkpoints); o.After < 0 {
+		return nil
+	}
+	if page, ok := recent.page(r, o.After, limit, s.ev.readBudget); ok {
+		o.Page, o.HasPage = page, true
 		return nil
 	}
 	var err error

@@ -51,54 +51,62 @@ func (e *Events) WakeExisting(ctx context.Context, path, reason string) ([]foldt
 }
 
 func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]foldtype.Event, error) {
-	if reason == "" {
-		reason = WakeRequest
-	}
 	var out []foldtype.Event
 	err := s.write(ctx, func(t *tx) (err error) {
-		out = nil
-		var m *streamMem
-		if create {
-			m, err = s.eventStream(t, path)
-		} else {
-			m, err = s.existingEventStream(t, path)
-		}
-		if errors.Is(err, foldtype.ErrStreamClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		row := &m.Row
-		if t.isWoken(row.ID) {
-			return nil
-		}
-		// Staged: a second wake later in the group sees it, and it holds only once committed.
-		t.markWoken(row.ID)
-		incarnation := row.Incarnation + 1
-		platform := &foldtype.Source{Platform: true}
-		var inputs []foldtype.EventInput
-		if row.Incarnation == 0 && m.Tail == 0 {
-			inputs = append(inputs, foldtype.EventInput{Type: CreatedType, Source: platform,
-				Payload: foldtype.JSON(map[string]any{"path": path})})
-		}
-		inputs = append(inputs, foldtype.EventInput{Type: WokenType, Source: platform,
-			Payload: foldtype.JSON(map[string]any{"incarnation": incarnation, "reason": reason})})
-		prepared, err := prepareInputs(inputs)
-		if err != nil {
-			return err
-		}
-		if out, err = s.appendEvents(t, m, prepared, true); err != nil {
-			return err
-		}
-		if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {
-			return fmt.Errorf("wake %s: %w", quotePath(path), err)
-		}
-		row.Incarnation = incarnation
-		return nil
+		out, err = s.wakeIn(t, path, reason, create)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// wakeIn appends the stream's wake record inside the write t (see Wake; create as in wake1) and
+// returns the records appended.
+func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Event, error) {
+	if reason == "" {
+		reason = WakeRequest
+	}
+	var m *streamMem
+	var err error
+	if create {
+		m, err = s.eventStream(t, path)
+	} else {
+		m, err = s.existingEventStream(t, path)
+	}
+	if errors.Is(err, foldtype.ErrStreamClosed) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	row := &m.Row
+	if t.isWoken(row.ID) {
+		return nil, nil
+	}
+	// Staged: a second wake later in the group sees it, and it holds only once committed.
+	t.markWoken(row.ID)
+	incarnation := row.Incarnation + 1
+	platform := &foldtype.Source{Platform: true}
+	var inputs []foldtype.EventInput
+	if row.Incarnation == 0 && m.Tail == 0 {
+		inputs = append(inputs, foldtype.EventInput{Type: CreatedType, Source: platform,
+			Payload: foldtype.JSON(map[string]any{"path": path})})
+	}
+	inputs = append(inputs, foldtype.EventInput{Type: WokenType, Source: platform,
+		Payload: foldtype.JSON(map[string]any{"incarnation": incarnation, "reason": reason})})
+	prepared, err := prepareInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.appendEvents(t, m, prepared, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {
+		return nil, fmt.Errorf("wake %s: %w", quotePath(path), err)
+	}
+	row.Incarnation = incarnation
 	return out, nil
 }

@@ -36,6 +36,9 @@ type writeReq struct {
 	// path, when set, is the stream fn is about to write: on a shared database the group reads
 	// the rows of its writes' streams together (driver.StreamPrefetcher).
 	path string
+	// answers is Store.answers when the write was queued: a write queued since the writer last
+	// answered its callers may come from one of them.
+	answers uint64
 }
 
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
@@ -57,7 +60,7 @@ type writerState struct {
 	reserved map[string]*reservation
 	parked   []parkedWrite
 	requeue  []*writeReq
-	// commitEst is a running average of how long a group's COMMIT takes (shared databases).
+	// commitEst is a running average of how long a group's COMMIT takes.
 	commitEst time.Duration
 	// expects: the driver's write transactions check a stream's row without a round trip
 	// (driver.StreamExpecter), learned at the first Begin. contended are the streams whose check
@@ -65,6 +68,13 @@ type writerState struct {
 	// entry of the stream again (see expected).
 	expects   bool
 	contended map[int64]time.Time
+	// answered is how many callers the writer answered last, answeredAt when (see gather).
+	answered   int
+	answeredAt time.Time
+	// gatherWait, when set, replaces both of gather's bounds (tests).
+	gatherWait time.Duration
+	// recent is what the cached states of the streams keep of recent events (recent.go).
+	recent recentKept
 }
 
 // contendedFor is how long a stream whose check failed is read under its lock in every write,
@@ -135,6 +145,9 @@ type streamMem struct {
 	// The map is never changed in place: copies of the entry share it (see tx.stream), so
 	// setProducer replaces it.
 	producers map[string]driver.Producer
+	// recent holds the durable events last appended through the event view, for an engine
+	// opening next (recent.go); nil when none are kept.
+	recent *recentEvents
 }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.
@@ -233,7 +246,7 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 // writeTo is write for a function that writes to the stream at path (a hint: it may touch others
 // or none).
 func (s *Store) writeTo(ctx context.Context, path string, fn func(t *tx) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path}
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path, answers: s.answers.Load()}
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
@@ -322,6 +335,9 @@ func (s *Store) runWriter(w driver.Writer) {
 		}
 		b := s.newBuilding(w, inflight)
 		b.add(batch)
+		if s.exclusive {
+			s.gather(b, batch)
+		}
 		for len(inflight) >= maxInflight {
 			// No commit may start before the oldest one is known: build on with the writes that
 			// arrive meanwhile, which share b's commit instead of waiting for a group of their own.
@@ -413,6 +429,50 @@ func (s *Store) linger(b *building, want int) {
 		}
 	}
 }
+
+// gather adds to b, whose COMMIT is next on an exclusive driver, the writes of the callers the
+// writer answered last that queue again within a commit's usual time (maxLinger at most), each
+// run as it arrives. On one connection nothing overlaps a commit: without the wait the callers
+// answered after one commit miss the group built from the writes that queued during it, and W
+// callers in a closed loop (one request at a time each, as HTTP clients are) settle into two
+// halves taking turns, each paying a commit — its fsync and its CPU — for half of them. A caller
+// alone never waits, nor does a group whose callers have all queued again or were answered
+// longer than maxAnsweredAge ago. buf is scratch space.
+func (s *Store) gather(b *building, buf []*writeReq) {
+	ws := &s.ws
+	wait, age := min(ws.commitEst, maxLinger), maxAnsweredAge
+	if ws.gatherWait > 0 {
+		wait, age = ws.gatherWait, ws.gatherWait
+	}
+	if ws.answered < 2 || b.broken != nil || time.Since(ws.answeredAt) > age {
+		return
+	}
+	cur := s.answers.Load()
+	back := 0
+	for _, r := range b.reqs {
+		if r.answers == cur {
+			back++
+		}
+	}
+	want := min(len(b.reqs)+ws.answered-back, s.opts.MaxGroup)
+	if len(b.reqs) >= want || wait <= 0 {
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(b.reqs) < want && b.broken == nil {
+		select {
+		case <-timer.C:
+			return
+		case r := <-s.writes:
+			b.add(s.drain(append(buf[:0], r), s.opts.MaxGroup-len(b.reqs), false))
+		}
+	}
+}
+
+// maxAnsweredAge bounds how long after answering its callers the writer still expects them to
+// queue again (gather).
+const maxAnsweredAge = 5 * time.Millisecond
 
 // finishCommitted finishes, oldest first, the groups of inflight whose commit is known, up to the
 // first whose commit is still on its way, and returns the rest.
@@ -883,6 +943,7 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 				continue
 			}
 			ws.streams.put(p, m)
+			ws.keptRecent(p, m)
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
 		for id := range t.woken {
@@ -940,6 +1001,15 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		}
 		s.changes.notify(p)
 	}
+	// A caller answered now queues its next write, if any, after this count moved on (gather).
+	answered := 0
+	for i := range reqs {
+		if results[i] != errParked {
+			answered++
+		}
+	}
+	ws.answered, ws.answeredAt = answered, time.Now()
+	s.answers.Add(1)
 	for i, r := range reqs {
 		if results[i] != errParked {
 			r.done <- results[i]

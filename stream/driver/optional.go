@@ -51,3 +51,29 @@ func InsufficientStorageError(cause error) *foldtype.Error {
 type SizedRecordsReader interface {
 	RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(Record) (bool, error)) (stopped bool, err error)
 }
+
+// CheckpointRowsReader is an optional interface of a [Reader] that reads several checkpoint rows
+// of one scope in one query. CheckpointRows calls fn with each row of slugs found (a NULL or empty
+// state reads as nil, as Checkpoint reads it), in no particular order. Opening an engine reads its
+// checkpoint and its work-started marker this way.
+type CheckpointRowsReader interface {
+	CheckpointRows(ctx context.Context, scope string, slugs []string, fn func(slug string, cp foldtype.Checkpoint)) error
+}
+
+// ReadCheckpointRows reads the rows of slugs through q: in one query when q is a
+// CheckpointRowsReader, else one Checkpoint call per slug.
+func ReadCheckpointRows(ctx context.Context, q Reader, scope string, slugs []string, fn func(slug string, cp foldtype.Checkpoint)) error {
+	if r, ok := q.(CheckpointRowsReader); ok && len(slugs) > 1 {
+		return r.CheckpointRows(ctx, scope, slugs, fn)
+	}
+	for _, slug := range slugs {
+		cp, ok, err := q.Checkpoint(ctx, scope, slug)
+		if err != nil {
+			return err
+		}
+		if ok {
+			fn(slug, cp)
+		}
+	}
+	return nil
+}

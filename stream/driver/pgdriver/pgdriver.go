@@ -165,6 +165,10 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "foldstream"
 	pc.HealthCheckPeriod = 5 * time.Second
+	// Large rows are read in bulk, not woken per segment (bulkread.go).
+	pc.ConnConfig.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		return wrapBulkReads(conn), nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

@@ -212,6 +212,53 @@ func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.C
 	return cp, true, nil
 }
 
+// checkpointRowsQuery is the query of CheckpointRows for n slugs.
+func checkpointRowsQuery(n int) string {
+	if n == 2 {
+		return checkpointRows2 // an engine's checkpoint and work-started marker
+	}
+	return checkpointRowsPrefix + strings.Repeat("?, ", n-1) + "?)"
+}
+
+const checkpointRowsPrefix = `SELECT slug, reducer_version, reduced_through_offset, state FROM reduce_checkpoints WHERE scope = ? AND slug IN (`
+
+const checkpointRows2 = checkpointRowsPrefix + `?, ?)`
+
+// CheckpointRows reads the rows of slugs in one query (driver.CheckpointRowsReader).
+func (t *readTx) CheckpointRows(ctx context.Context, scope string, slugs []string, fn func(slug string, cp foldtype.Checkpoint)) error {
+	if len(slugs) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 1+len(slugs))
+	args = append(args, scope)
+	for _, slug := range slugs {
+		args = append(args, slug)
+	}
+	rows, err := t.q.query(ctx, checkpointRowsQuery(len(slugs)), args...)
+	if err != nil {
+		return fmt.Errorf("read checkpoints: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var slug string
+		var cp foldtype.Checkpoint
+		var state sql.NullString
+		if err := rows.Scan(&slug, &cp.ReducerVersion, &cp.ReducedThroughOffset, &state); err != nil {
+			return fmt.Errorf("read checkpoints: %w", err)
+		}
+		if state.Valid && state.String != "" {
+			cp.State = json.RawMessage(state.String)
+		}
+		fn(slug, cp)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read checkpoints: %w", err)
+	}
+	return nil
+}
+
+var _ driver.CheckpointRowsReader = (*readTx)(nil)
+
 // The write side.
 
 const insertStream = `INSERT INTO streams(path, content_type, state, created_ms, ttl_seconds, expires_at_ms,
