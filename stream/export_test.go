@@ -1,6 +1,9 @@
 package stream
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // CachedStreams returns how many streams the writer keeps in memory (read on the writer).
 func CachedStreams(s *Store) int {
@@ -10,6 +13,14 @@ func CachedStreams(s *Store) int {
 		return nil
 	})
 	return n
+}
+
+// SetGatherWait replaces the writer's bounds on waiting for the callers it answered (gather).
+func SetGatherWait(s *Store, d time.Duration) {
+	_ = s.write(context.Background(), func(t *tx) error {
+		t.s.ws.gatherWait = d
+		return nil
+	})
 }
 
 // AccessEntries returns how many streams the protocol view holds an in-memory access time for,

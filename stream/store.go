@@ -112,6 +112,9 @@ type Store struct {
 	exclusive  bool // drv.Exclusive(): the writer's stream cache is authoritative
 	writes     chan *writeReq
 	stopListen func()
+	// answers counts the writer's rounds of answers (writer.go): a write notes the count when it
+	// is queued, so the writer can tell the callers it answered last that have queued again.
+	answers atomic.Uint64
 
 	// intakeMu orders enqueue (read lock) against Close stopping intake (write lock); see
 	// writer.go. intakeStopped is closed once intake has stopped.

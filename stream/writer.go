@@ -36,6 +36,9 @@ type writeReq struct {
 	// path, when set, is the stream fn is about to write: on a shared database the group reads
 	// the rows of its writes' streams together (driver.StreamPrefetcher).
 	path string
+	// answers is Store.answers when the write was queued: a write queued since the writer last
+	// answered its callers may come from one of them.
+	answers uint64
 }
 
 // writerState is the state only the writer may touch, reachable only through a *tx (inside the
@@ -44,7 +47,9 @@ type writerState struct {
 	// streams caches stream rows and offset state by path, at most Config.MaxCachedStreams of
 	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
 	// stream goes through this writer) and an evicted one is read again from its row; on a shared
-	// database it is re-read under the stream's lock in every transaction (see tx.stream).
+	// database it is re-read under the stream's lock in every transaction, or, when the driver
+	// checks rows without a round trip, trusted and checked under the lock in the transaction
+	// (see tx.stream and Store.expected).
 	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
 	woken wokenSet
@@ -55,10 +60,70 @@ type writerState struct {
 	reserved map[string]*reservation
 	parked   []parkedWrite
 	requeue  []*writeReq
-	// commitEst is a running average of how long a group's COMMIT takes (shared databases).
+	// commitEst is a running average of how long a group's COMMIT takes.
 	commitEst time.Duration
+	// expects: the driver's write transactions check a stream's row without a round trip
+	// (driver.StreamExpecter), learned at the first Begin. contended are the streams whose check
+	// failed lately (another process wrote them), by id, with when the writer may rely on its own
+	// entry of the stream again (see expected).
+	expects   bool
+	contended map[int64]time.Time
+	// answered is how many callers the writer answered last, answeredAt when (see gather).
+	answered   int
+	answeredAt time.Time
+	// gatherWait, when set, replaces both of gather's bounds (tests).
+	gatherWait time.Duration
 	// recent is what the cached states of the streams keep of recent events (recent.go).
 	recent recentKept
+}
+
+// contendedFor is how long a stream whose check failed is read under its lock in every write,
+// rather than trusted to the writer's entry: another process is writing it, and a failed check
+// costs the whole group a round trip and a second run.
+const contendedFor = time.Second
+
+// began notes a new group transaction of the writer: whether its driver checks rows without a
+// round trip (driver.StreamExpecter).
+func (s *Store) began(dtx driver.WriteTx) {
+	_, s.ws.expects = dtx.(driver.StreamExpecter)
+}
+
+// expected returns the writer's entry of the stream at path when a write may rely on it instead
+// of reading the row under the stream's lock, sending a check with its statements instead
+// (driver.StreamExpecter, docs/postgres.md#writes): on a shared database whose driver can, for an
+// entry from this node's own last commit of the stream, which is live, keeps no sliding TTL (its
+// last access is persisted by writes the entry does not follow) and met no other process's write
+// lately (contended).
+func (s *Store) expected(path string) (*streamMem, bool) {
+	if s.exclusive || !s.ws.expects {
+		return nil, false
+	}
+	m, ok := s.ws.streams.get(path)
+	if !ok || m.Row.ID == 0 || m.Row.State != 0 || m.Row.TTLSeconds.Valid {
+		return nil, false
+	}
+	if until, ok := s.ws.contended[m.Row.ID]; ok {
+		if s.clock.Now().Before(until) {
+			return nil, false
+		}
+		delete(s.ws.contended, m.Row.ID)
+	}
+	return m, true
+}
+
+// staleRetry reports whether err is the failure of a check of a stream's row (the write relied on
+// the writer's entry and another process changed the stream): the write runs again, reading the
+// row under the lock, and the stream counts as contended for a while.
+func (s *Store) staleRetry(err error) bool {
+	var se *driver.StaleStreamError
+	if !errors.As(err, &se) {
+		return false
+	}
+	if s.ws.contended == nil {
+		s.ws.contended = make(map[int64]time.Time)
+	}
+	s.ws.contended[se.StreamID] = s.clock.Now().Add(contendedFor)
+	return true
 }
 
 // streamMem is the writer's view of one stream.
@@ -181,7 +246,7 @@ func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 // writeTo is write for a function that writes to the stream at path (a hint: it may touch others
 // or none).
 func (s *Store) writeTo(ctx context.Context, path string, fn func(t *tx) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path}
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path, answers: s.answers.Load()}
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
 	}
@@ -270,6 +335,9 @@ func (s *Store) runWriter(w driver.Writer) {
 		}
 		b := s.newBuilding(w, inflight)
 		b.add(batch)
+		if s.exclusive {
+			s.gather(b, batch)
+		}
 		for len(inflight) >= maxInflight {
 			// No commit may start before the oldest one is known: build on with the writes that
 			// arrive meanwhile, which share b's commit instead of waiting for a group of their own.
@@ -361,6 +429,50 @@ func (s *Store) linger(b *building, want int) {
 		}
 	}
 }
+
+// gather adds to b, whose COMMIT is next on an exclusive driver, the writes of the callers the
+// writer answered last that queue again within a commit's usual time (maxLinger at most), each
+// run as it arrives. On one connection nothing overlaps a commit: without the wait the callers
+// answered after one commit miss the group built from the writes that queued during it, and W
+// callers in a closed loop (one request at a time each, as HTTP clients are) settle into two
+// halves taking turns, each paying a commit — its fsync and its CPU — for half of them. A caller
+// alone never waits, nor does a group whose callers have all queued again or were answered
+// longer than maxAnsweredAge ago. buf is scratch space.
+func (s *Store) gather(b *building, buf []*writeReq) {
+	ws := &s.ws
+	wait, age := min(ws.commitEst, maxLinger), maxAnsweredAge
+	if ws.gatherWait > 0 {
+		wait, age = ws.gatherWait, ws.gatherWait
+	}
+	if ws.answered < 2 || b.broken != nil || time.Since(ws.answeredAt) > age {
+		return
+	}
+	cur := s.answers.Load()
+	back := 0
+	for _, r := range b.reqs {
+		if r.answers == cur {
+			back++
+		}
+	}
+	want := min(len(b.reqs)+ws.answered-back, s.opts.MaxGroup)
+	if len(b.reqs) >= want || wait <= 0 {
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(b.reqs) < want && b.broken == nil {
+		select {
+		case <-timer.C:
+			return
+		case r := <-s.writes:
+			b.add(s.drain(append(buf[:0], r), s.opts.MaxGroup-len(b.reqs), false))
+		}
+	}
+}
+
+// maxAnsweredAge bounds how long after answering its callers the writer still expects them to
+// queue again (gather).
+const maxAnsweredAge = 5 * time.Millisecond
 
 // finishCommitted finishes, oldest first, the groups of inflight whose commit is known, up to the
 // first whose commit is still on its way, and returns the rest.
@@ -651,13 +763,18 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
 			_ = g.dtx.Rollback(ctx)
+			// A failed check of a stream's row (another process wrote it): the functions of the
+			// lost transaction decided on rows that were not current, whatever they answered, so
+			// they all run again (applyCommitted requeues them).
+			var se *driver.StaleStreamError
+			stale := errors.As(commitErr, &se)
 			early := false
 			for i := range reqs {
 				if b.epochs[i] < final {
 					early = early || done[i] != nil
 					continue
 				}
-				if results[i] == nil {
+				if results[i] == nil || stale {
 					results[i] = commitErr
 				}
 				done[i] = nil
@@ -693,6 +810,9 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 			if _, ok := g.staged[r.path]; ok {
 				continue // an earlier function of the group read it
 			}
+			if _, ok := s.expected(r.path); ok {
+				continue // its write relies on the writer's entry, checked with the commit
+			}
 			seen[r.path] = true
 			paths = append(paths, r.path)
 		}
@@ -707,6 +827,7 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 			return fmt.Errorf("stream store: begin: %w", err)
 		}
 		g.dtx = dtx
+		s.began(dtx)
 	}
 	if p, ok := g.dtx.(driver.StreamPrefetcher); ok {
 		if err := p.PrefetchStreams(ctx, paths); err != nil {
@@ -851,6 +972,11 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 			// The group it met has finished by now (it finishes before this one).
 			ws.requeue = append(ws.requeue, r)
 			results[i] = errParked
+		} else if s.staleRetry(results[i]) {
+			// It relied on the writer's entry of a stream another process has written since:
+			// it runs again, reading the row under the lock.
+			ws.requeue = append(ws.requeue, r)
+			results[i] = errParked
 		}
 	}
 	if len(ws.parked) > 0 {
@@ -875,6 +1001,15 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		}
 		s.changes.notify(p)
 	}
+	// A caller answered now queues its next write, if any, after this count moved on (gather).
+	answered := 0
+	for i := range reqs {
+		if results[i] != errParked {
+			answered++
+		}
+	}
+	ws.answered, ws.answeredAt = answered, time.Now()
+	s.answers.Add(1)
 	for i, r := range reqs {
 		if results[i] != errParked {
 			r.done <- results[i]
@@ -908,6 +1043,7 @@ func (t *tx) begin() (driver.WriteTx, error) {
 			return nil, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
+		t.s.began(dtx)
 	}
 	if !t.spSet {
 		if err := t.g.dtx.Savepoint(ctx); err != nil {
@@ -933,6 +1069,7 @@ func (t *tx) beginAlone() (driver.WriteTx, bool, error) {
 			return nil, false, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
+		t.s.began(dtx)
 	}
 	return t.g.dtx, true, nil
 }
@@ -1032,6 +1169,9 @@ func (t *tx) stream(path string) (*streamMem, error) {
 		t.staged[path] = &c
 		return &c, nil
 	}
+	if m, ok := t.expected(path); ok {
+		return m, nil
+	}
 	row, err := t.db.StreamByPath(t.ctx, path)
 	if err != nil {
 		if err == driver.ErrNoStream {
@@ -1061,6 +1201,42 @@ func (t *tx) stream(path string) (*streamMem, error) {
 	}
 	t.staged[path] = m
 	return m, nil
+}
+
+// expected stages a copy of the writer's entry of the stream at path when the function may rely
+// on it (Store.expected) and the stream is not in the group yet: the check of its row is queued
+// in the group's transaction instead of a round trip to read the row (docs/postgres.md#writes).
+// The copy caches no producer: their rows are read in the transaction, after the check took the
+// stream's lock.
+func (t *tx) expected(path string) (*streamMem, bool) {
+	if _, ok := t.staged[path]; ok {
+		return nil, false
+	}
+	if _, ok := t.g.staged[path]; ok {
+		return nil, false
+	}
+	m, ok := t.s.expected(path)
+	if !ok {
+		return nil, false
+	}
+	d, err := t.begin()
+	if err != nil {
+		return nil, false // the usual read meets the same failure
+	}
+	e, ok := d.(driver.StreamExpecter)
+	if !ok {
+		return nil, false
+	}
+	want := m.Row
+	want.Tail = m.Tail
+	if err := e.ExpectStream(t.ctx, want, m.HighestAssigned); err != nil {
+		return nil, false
+	}
+	c := *m
+	c.producers = nil
+	c.epoch = t.lockEpoch()
+	t.staged[path] = &c
+	return &c, true
 }
 
 // unheld reports whether the writer holds nothing of the stream at path in memory — no staged

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 )
@@ -284,5 +285,81 @@ func TestStoredMessageClaimingEphemeralReadsDurable(t *testing.T) {
 	}
 	if len(page.Events) != 1 || page.Events[0].Ephemeral {
 		t.Fatalf("got %+v, want one durable event", page.Events)
+	}
+}
+
+// TestWriterGroupWaitsForTheCallersItAnswered: callers answered by one commit that queue again
+// one after the other share the next commit — the writer waits for the ones it answered — instead
+// of settling into two halves that take turns (docs/store.md#one-writer). A caller alone never
+// waits.
+func TestWriterGroupWaitsForTheCallersItAnswered(t *testing.T) {
+	t.Parallel()
+	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	// Bounds no scheduling delay reaches: the test does not depend on how fast goroutines run.
+	SetGatherWait(s, time.Hour)
+	var mu sync.Mutex
+	var groups []int
+	stop := s.ObserveCommits(func(c CommitStats) {
+		mu.Lock()
+		groups = append(groups, c.Writes)
+		mu.Unlock()
+	})
+	defer stop()
+	insert := func(path string, ran chan struct{}) func() error {
+		return func() error {
+			return s.write(ctx, func(tx *tx) error {
+				if ran != nil {
+					close(ran)
+				}
+				_, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, 'x', 0, 0)`, path)
+				return err
+			})
+		}
+	}
+	lastGroup := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return groups[len(groups)-1]
+	}
+
+	// One caller alone: each of its writes commits at once (with the hour-long bounds above, a
+	// wait would never end).
+	for i := range 3 {
+		if err := insert(fmt.Sprintf("/alone%d", i), nil)(); err != nil {
+			t.Fatal(err)
+		}
+		if got := lastGroup(); got != 1 {
+			t.Errorf("lone write %d: got %d writes in its commit, want 1", i, got)
+		}
+	}
+
+	// A and B share a commit; then A queues again at once, and B only once A's write has run.
+	for i, err := range inOneGroup(t, s, insert("/a1", nil), insert("/b1", nil)) {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if got := lastGroup(); got != 2 {
+		t.Fatalf("first commit: got %d writes, want 2", got)
+	}
+	aRan := make(chan struct{})
+	errB := make(chan error, 1)
+	go func() {
+		<-aRan
+		errB <- insert("/b2", nil)()
+	}()
+	if err := insert("/a2", aRan)(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+	if got := lastGroup(); got != 2 {
+		t.Errorf("second commit: got %d writes, want 2 (B answered with A should have joined A's commit)", got)
 	}
 }
