@@ -21,8 +21,16 @@ func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *t
 	url := pgtest.URL(t)
 	s := openPGStore(t, url)
 	ctx := context.Background()
+	// /c and /d are seeded by another node, so this one has no entry of them to rely on: the next
+	// group reads their rows under their locks while the first commits (an entry of its own would
+	// let it queue a check with its commit instead, holding no lock before it).
+	other := openPGStore(t, url)
 	for _, p := range []string{"/a", "/c", "/d"} {
-		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
+		seeder := other
+		if p == "/a" {
+			seeder = s
+		}
+		if _, err := seeder.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,7 +47,9 @@ type writerState struct {
 	// streams caches stream rows and offset state by path, at most Config.MaxCachedStreams of
 	// them (streamcache.go). On an exclusive driver an entry is authoritative (every change to a
 	// stream goes through this writer) and an evicted one is read again from its row; on a shared
-	// database it is re-read under the stream's lock in every transaction (see tx.stream).
+	// database it is re-read under the stream's lock in every transaction, or, when the driver
+	// checks rows without a round trip, trusted and checked under the lock in the transaction
+	// (see tx.stream and Store.expected).
 	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
 	woken wokenSet
@@ -60,6 +62,12 @@ type writerState struct {
 	requeue  []*writeReq
 	// commitEst is a running average of how long a group's COMMIT takes.
 	commitEst time.Duration
+	// expects: the driver's write transactions check a stream's row without a round trip
+	// (driver.StreamExpecter), learned at the first Begin. contended are the streams whose check
+	// failed lately (another process wrote them), by id, with when the writer may rely on its own
+	// entry of the stream again (see expected).
+	expects   bool
+	contended map[int64]time.Time
 	// answered is how many callers the writer answered last, answeredAt when (see gather).
 	answered   int
 	answeredAt time.Time
@@ -67,6 +75,55 @@ type writerState struct {
 	gatherWait time.Duration
 	// recent is what the cached states of the streams keep of recent events (recent.go).
 	recent recentKept
+}
+
+// contendedFor is how long a stream whose check failed is read under its lock in every write,
+// rather than trusted to the writer's entry: another process is writing it, and a failed check
+// costs the whole group a round trip and a second run.
+const contendedFor = time.Second
+
+// began notes a new group transaction of the writer: whether its driver checks rows without a
+// round trip (driver.StreamExpecter).
+func (s *Store) began(dtx driver.WriteTx) {
+	_, s.ws.expects = dtx.(driver.StreamExpecter)
+}
+
+// expected returns the writer's entry of the stream at path when a write may rely on it instead
+// of reading the row under the stream's lock, sending a check with its statements instead
+// (driver.StreamExpecter, docs/postgres.md#writes): on a shared database whose driver can, for an
+// entry from this node's own last commit of the stream, which is live, keeps no sliding TTL (its
+// last access is persisted by writes the entry does not follow) and met no other process's write
+// lately (contended).
+func (s *Store) expected(path string) (*streamMem, bool) {
+	if s.exclusive || !s.ws.expects {
+		return nil, false
+	}
+	m, ok := s.ws.streams.get(path)
+	if !ok || m.Row.ID == 0 || m.Row.State != 0 || m.Row.TTLSeconds.Valid {
+		return nil, false
+	}
+	if until, ok := s.ws.contended[m.Row.ID]; ok {
+		if s.clock.Now().Before(until) {
+			return nil, false
+		}
+		delete(s.ws.contended, m.Row.ID)
+	}
+	return m, true
+}
+
+// staleRetry reports whether err is the failure of a check of a stream's row (the write relied on
+// the writer's entry and another process changed the stream): the write runs again, reading the
+// row under the lock, and the stream counts as contended for a while.
+func (s *Store) staleRetry(err error) bool {
+	var se *driver.StaleStreamError
+	if !errors.As(err, &se) {
+		return false
+	}
+	if s.ws.contended == nil {
+		s.ws.contended = make(map[int64]time.Time)
+	}
+	s.ws.contended[se.StreamID] = s.clock.Now().Add(contendedFor)
+	return true
 }
 
 // streamMem is the writer's view of one stream.
@@ -706,13 +763,18 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
 			_ = g.dtx.Rollback(ctx)
+			// A failed check of a stream's row (another process wrote it): the functions of the
+			// lost transaction decided on rows that were not current, whatever they answered, so
+			// they all run again (applyCommitted requeues them).
+			var se *driver.StaleStreamError
+			stale := errors.As(commitErr, &se)
 			early := false
 			for i := range reqs {
 				if b.epochs[i] < final {
 					early = early || done[i] != nil
 					continue
 				}
-				if results[i] == nil {
+				if results[i] == nil || stale {
 					results[i] = commitErr
 				}
 				done[i] = nil
@@ -748,6 +810,9 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 			if _, ok := g.staged[r.path]; ok {
 				continue // an earlier function of the group read it
 			}
+			if _, ok := s.expected(r.path); ok {
+				continue // its write relies on the writer's entry, checked with the commit
+			}
 			seen[r.path] = true
 			paths = append(paths, r.path)
 		}
@@ -762,6 +827,7 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 			return fmt.Errorf("stream store: begin: %w", err)
 		}
 		g.dtx = dtx
+		s.began(dtx)
 	}
 	if p, ok := g.dtx.(driver.StreamPrefetcher); ok {
 		if err := p.PrefetchStreams(ctx, paths); err != nil {
@@ -906,6 +972,11 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 			// The group it met has finished by now (it finishes before this one).
 			ws.requeue = append(ws.requeue, r)
 			results[i] = errParked
+		} else if s.staleRetry(results[i]) {
+			// It relied on the writer's entry of a stream another process has written since:
+			// it runs again, reading the row under the lock.
+			ws.requeue = append(ws.requeue, r)
+			results[i] = errParked
 		}
 	}
 	if len(ws.parked) > 0 {
@@ -972,6 +1043,7 @@ func (t *tx) begin() (driver.WriteTx, error) {
 			return nil, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
+		t.s.began(dtx)
 	}
 	if !t.spSet {
 		if err := t.g.dtx.Savepoint(ctx); err != nil {
@@ -997,6 +1069,7 @@ func (t *tx) beginAlone() (driver.WriteTx, bool, error) {
 			return nil, false, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
+		t.s.began(dtx)
 	}
 	return t.g.dtx, true, nil
 }
@@ -1096,6 +1169,9 @@ func (t *tx) stream(path string) (*streamMem, error) {
 		t.staged[path] = &c
 		return &c, nil
 	}
+	if m, ok := t.expected(path); ok {
+		return m, nil
+	}
 	row, err := t.db.StreamByPath(t.ctx, path)
 	if err != nil {
 		if err == driver.ErrNoStream {
@@ -1125,6 +1201,42 @@ func (t *tx) stream(path string) (*streamMem, error) {
 	}
 	t.staged[path] = m
 	return m, nil
+}
+
+// expected stages a copy of the writer's entry of the stream at path when the function may rely
+// on it (Store.expected) and the stream is not in the group yet: the check of its row is queued
+// in the group's transaction instead of a round trip to read the row (docs/postgres.md#writes).
+// The copy caches no producer: their rows are read in the transaction, after the check took the
+// stream's lock.
+func (t *tx) expected(path string) (*streamMem, bool) {
+	if _, ok := t.staged[path]; ok {
+		return nil, false
+	}
+	if _, ok := t.g.staged[path]; ok {
+		return nil, false
+	}
+	m, ok := t.s.expected(path)
+	if !ok {
+		return nil, false
+	}
+	d, err := t.begin()
+	if err != nil {
+		return nil, false // the usual read meets the same failure
+	}
+	e, ok := d.(driver.StreamExpecter)
+	if !ok {
+		return nil, false
+	}
+	want := m.Row
+	want.Tail = m.Tail
+	if err := e.ExpectStream(t.ctx, want, m.HighestAssigned); err != nil {
+		return nil, false
+	}
+	c := *m
+	c.producers = nil
+	c.epoch = t.lockEpoch()
+	t.staged[path] = &c
+	return &c, true
 }
 
 // unheld reports whether the writer holds nothing of the stream at path in memory — no staged

@@ -259,6 +259,33 @@ type StreamPrefetcher interface {
 	PrefetchStreams(ctx context.Context, paths []string) error
 }
 
+// StreamExpecter is implemented by a shared driver's write transaction that can check a stream's
+// row without a round trip: ExpectStream queues a check that takes the stream's lock when it is
+// free at once and then finds the row as want has it (every stored column but the last access,
+// want.Tail as the durable tail, and at most highest as the highest offset handed out). The check
+// runs with the transaction's next round trip, in order with the statements queued after it; when
+// it does not hold, that round trip fails with a *StaleStreamError and nothing queued after the
+// check runs. The store uses it for a stream whose row it knows from its own last commit
+// (docs/postgres.md#writes): the write is then sent with the commit, and when another process
+// changed the stream meanwhile the store runs it again, reading the row under the lock.
+type StreamExpecter interface {
+	ExpectStream(ctx context.Context, want Stream, highest int64) error
+}
+
+// StaleStreamError reports that a stream's row was not what a StreamExpecter check expected:
+// another process changed the stream (or held its lock). Whatever the transaction queued after the
+// check did not run.
+type StaleStreamError struct {
+	StreamID int64
+	Err      error
+}
+
+func (e *StaleStreamError) Error() string {
+	return fmt.Sprintf("stream %d changed since this process last wrote it: %v", e.StreamID, e.Err)
+}
+
+func (e *StaleStreamError) Unwrap() error { return e.Err }
+
 // FreshStreamInserter is implemented by a write transaction that can insert a stream row only
 // when no row holds its path, in one statement. The store uses it to create a stream it has no
 // row of in memory without first reading its path (on an exclusive driver, a fresh path is the

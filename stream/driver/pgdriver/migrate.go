@@ -136,6 +136,17 @@ var migrations = []migration{
 	{version: 4, name: "leases.status", stmts: []string{
 		`ALTER TABLE leases ADD COLUMN status text NOT NULL DEFAULT ''`,
 	}},
+	// The check of a write sent with its commit (driver.StreamExpecter, docs/postgres.md#writes):
+	// it fails the statement, and so the rest of the round trip, when ok is not true.
+	{version: 5, name: "foldstream_expect_stream", stmts: []string{
+		`CREATE FUNCTION foldstream_expect_stream(ok boolean, stream_id bigint) RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN
+			IF ok IS NOT TRUE THEN
+				RAISE EXCEPTION 'foldstream: stream % changed since this node last wrote it', stream_id
+					USING ERRCODE = 'FS001', DETAIL = stream_id::text;
+			END IF;
+		END $$`,
+	}},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

@@ -115,6 +115,7 @@ var (
 	_ driver.Driver             = (*Driver)(nil)
 	_ driver.WriteTx            = (*writeTx)(nil)
 	_ driver.StreamPrefetcher   = (*writeTx)(nil)
+	_ driver.StreamExpecter     = (*writeTx)(nil)
 	_ driver.LockKeeper         = (*writeTx)(nil)
 	_ driver.Reader             = (*readTx)(nil)
 	_ driver.SizedRecordsReader = (*readTx)(nil)

@@ -2,10 +2,13 @@ package pgdriver
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +45,19 @@ type pipeline struct {
 	failed error         // set when the transaction lost a statement it must not lose
 	trips  *atomic.Int64 // counts round trips (the driver's write counter for write transactions)
 	ops    int           // statements queued or sent so far, to tell whether anything ran since
+	// spIdx is the index in queue of the current function's SAVEPOINT while it is still queued
+	// (-1: sent, or none open).
+	spIdx int
+	// checks are the StreamExpecter checks queued since the last flush, sent as two statements
+	// for all of them at queue index checkAt, which is outside every savepoint (see expect).
+	checks  []expectation
+	checkAt int
+}
+
+// expectation is one queued check of ExpectStream.
+type expectation struct {
+	want    driver.Stream
+	highest int64
 }
 
 type queued struct {
@@ -65,7 +81,7 @@ func (d *Driver) beginPipelineMode(ctx context.Context, begin string) (*pipeline
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{d: d, conn: conn, trips: new(atomic.Int64)}
+	p := &pipeline{d: d, conn: conn, trips: new(atomic.Int64), spIdx: -1}
 	p.enqueue(begin)
 	return p, nil
 }
@@ -91,8 +107,111 @@ func (p *pipeline) savepoint() error {
 	if p.failed != nil {
 		return p.failed
 	}
+	p.spIdx = len(p.queue)
 	p.spSeq = p.enqueue("SAVEPOINT w")
 	return nil
+}
+
+// expect queues a check of ExpectStream. Checks queued between two flushes are sent together, as
+// two statements (try-lock every stream, then compare every row) at the place of the first,
+// before the SAVEPOINT of the function that queued it (or where it was queued, when no savepoint
+// was open): outside every savepoint, so no function's rollback releases a lock another relies on,
+// and before every statement of the functions that rely on them. It reports false when the
+// current function's SAVEPOINT was already sent: the caller then queues the check in place.
+//
+// A check placed before statements of earlier functions of the group verifies the row as it was
+// before them; the store relies on its entry of a stream only while no earlier function of the
+// group changed that stream (it then has the stream staged and does not check it).
+func (p *pipeline) expect(want driver.Stream, highest int64) bool {
+	at := len(p.queue)
+	if p.spSeq > 0 {
+		if p.spIdx < 0 {
+			return false
+		}
+		at = p.spIdx
+	}
+	if len(p.checks) == 0 {
+		p.checkAt = at
+	}
+	p.ops++
+	p.checks = append(p.checks, expectation{want: want, highest: highest})
+	return true
+}
+
+// checkStatements are the two statements of the queued checks (see expect). Their number is 0: a
+// failure of either fails the whole transaction (they stand outside every savepoint).
+func (p *pipeline) checkStatements() []queued {
+	n := len(p.checks)
+	ids := make([]int64, n)
+	cts := make([]string, n)
+	states := make([]int64, n)
+	ttls := make([]*int64, n)
+	expires := make([]*int64, n)
+	closed := make([]bool, n)
+	byProducer := make([]*string, n)
+	byEpoch := make([]*int64, n)
+	bySeq := make([]*int64, n)
+	forkedFrom := make([]*int64, n)
+	forkOffsets := make([]int64, n)
+	forkSubs := make([]int64, n)
+	baseTails := make([]int64, n)
+	seqs := make([]*string, n)
+	incarnations := make([]int64, n)
+	paused := make([]*string, n)
+	tails := make([]int64, n)
+	highests := make([]int64, n)
+	for i, c := range p.checks {
+		w := c.want
+		ids[i], cts[i], states[i], closed[i] = w.ID, w.ContentType, int64(w.State), w.Closed
+		ttls[i], expires[i] = nullInt(w.TTLSeconds), nullInt(w.ExpiresAtMs)
+		byProducer[i], byEpoch[i], bySeq[i] = nullString(w.ClosedByProducer), nullInt(w.ClosedByEpoch), nullInt(w.ClosedBySeq)
+		forkedFrom[i], forkOffsets[i], forkSubs[i] = nullInt(w.ForkedFrom), w.ForkOffset, w.ForkSubOffset
+		baseTails[i], seqs[i], incarnations[i], paused[i] = w.BaseTail, nullString(w.StreamSeq), w.Incarnation, nullString(w.Paused)
+		tails[i], highests[i] = w.Tail, c.highest
+	}
+	return []queued{
+		{sql: expectLocksQuery, args: []any{p.d.lockCls, ids}},
+		{sql: expectRowsQuery, args: []any{ids, cts, states, ttls, expires, closed, byProducer, byEpoch, bySeq,
+			forkedFrom, forkOffsets, forkSubs, baseTails, seqs, incarnations, paused, tails, highests}},
+	}
+}
+
+// expectLocksQuery try-locks every checked stream, failing at the first lock not free at once.
+const expectLocksQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unnest($2::bigint[]) AS w(id)
+	WHERE NOT pg_try_advisory_xact_lock($1::int4, ((w.id << 32) >> 32)::int4)`
+
+// expectRowsQuery compares every checked stream's row (every stored column the store decides on,
+// the durable tail, and the highest offset handed out at most the expected one), failing at the
+// first that differs. It is a statement of its own after the locks, so that it reads the rows as
+// they are under them (READ COMMITTED takes a snapshot per statement).
+const expectRowsQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unnest($1::bigint[], $2::text[], $3::int8[],
+	$4::int8[], $5::int8[], $6::bool[], $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
+	$13::int8[], $14::text[], $15::int8[], $16::text[], $17::int8[], $18::int8[])
+	AS w(id, content_type, state, ttl_seconds, expires_at_ms, closed, closed_by_producer, closed_by_epoch,
+		closed_by_seq, forked_from, fork_offset, fork_sub_offset, tail, stream_seq, incarnation, paused, durable, highest)
+	WHERE NOT EXISTS (SELECT 1 FROM streams s WHERE s.id = w.id
+		AND s.content_type = w.content_type AND s.state = w.state AND s.ttl_seconds IS NOT DISTINCT FROM w.ttl_seconds
+		AND s.expires_at_ms IS NOT DISTINCT FROM w.expires_at_ms AND s.closed = w.closed
+		AND s.closed_by_producer IS NOT DISTINCT FROM w.closed_by_producer AND s.closed_by_epoch IS NOT DISTINCT FROM w.closed_by_epoch
+		AND s.closed_by_seq IS NOT DISTINCT FROM w.closed_by_seq AND s.forked_from IS NOT DISTINCT FROM w.forked_from
+		AND s.fork_offset = w.fork_offset AND s.fork_sub_offset = w.fork_sub_offset AND s.tail = w.tail
+		AND s.stream_seq IS NOT DISTINCT FROM w.stream_seq AND s.incarnation = w.incarnation AND s.paused IS NOT DISTINCT FROM w.paused
+		AND greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)) = w.durable
+		AND coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0) <= w.highest)
+	LIMIT 1`
+
+func nullInt(v sql.NullInt64) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Int64
+}
+
+func nullString(v sql.NullString) *string {
+	if !v.Valid {
+		return nil
+	}
+	return &v.String
 }
 
 // endSavepoint queues stmt (RELEASE SAVEPOINT w): statements queued from now on belong to no
@@ -102,7 +221,7 @@ func (p *pipeline) endSavepoint(stmt string) error {
 		return p.failed
 	}
 	p.enqueue(stmt)
-	p.spSeq = 0
+	p.spSeq, p.spIdx = 0, -1
 	return nil
 }
 
@@ -114,7 +233,7 @@ func (p *pipeline) rollbackToSavepoint(ctx context.Context) error {
 	if p.failed != nil {
 		return p.failed
 	}
-	if len(p.queue) == 0 && p.conn.Conn().PgConn().TxStatus() == 'E' {
+	if len(p.queue) == 0 && len(p.checks) == 0 && p.conn.Conn().PgConn().TxStatus() == 'E' {
 		p.ops++
 		p.trips.Add(1)
 		if _, err := p.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
@@ -145,6 +264,12 @@ func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResul
 		return nil, p.failed
 	}
 	p.ops++
+	if len(p.checks) > 0 {
+		checks := p.checkStatements()
+		p.queue = append(p.queue[:p.checkAt:p.checkAt], append(checks, p.queue[p.checkAt:]...)...)
+		p.checks = p.checks[:0]
+	}
+	p.spIdx = -1
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(p.queue)+len(stmts))}
 	for _, q := range p.queue {
 		b.Queue(q.sql, q.args...)
@@ -168,6 +293,7 @@ func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResul
 // lost records the failure of queued statement q: the current function's own (after its
 // SAVEPOINT) fails that function; any other fails the transaction for good.
 func (p *pipeline) lost(q queued, err error) error {
+	err = staleOf(err)
 	if p.spSeq > 0 && q.n > p.spSeq {
 		return err
 	}
@@ -175,12 +301,26 @@ func (p *pipeline) lost(q queued, err error) error {
 	return p.failed
 }
 
+// staleOf turns the failure of a StreamExpecter check (foldstream_expect_stream) into a
+// *driver.StaleStreamError; other errors are returned as they are.
+func staleOf(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != staleStreamCode {
+		return err
+	}
+	id, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
+	return &driver.StaleStreamError{StreamID: id, Err: err}
+}
+
+// staleStreamCode is the SQLSTATE foldstream_expect_stream raises.
+const staleStreamCode = "FS001"
+
 // Query sends the queue and the query in one round trip.
 func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if p.failed != nil {
 		return nil, p.failed
 	}
-	if len(p.queue) == 0 {
+	if len(p.queue) == 0 && len(p.checks) == 0 {
 		p.ops++
 		p.trips.Add(1)
 		return p.conn.Query(ctx, sql, args...)
@@ -202,7 +342,7 @@ func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 	if p.failed != nil {
 		return errRow{p.failed}
 	}
-	if len(p.queue) == 0 {
+	if len(p.queue) == 0 && len(p.checks) == 0 {
 		p.ops++
 		p.trips.Add(1)
 		return p.conn.QueryRow(ctx, sql, args...)
@@ -248,7 +388,7 @@ func (p *pipeline) rollback(ctx context.Context) error {
 	if p.conn == nil {
 		return nil
 	}
-	p.queue = nil
+	p.queue, p.checks = nil, nil
 	var err error
 	if p.conn.Conn().PgConn().TxStatus() != 'I' {
 		_, err = p.conn.Exec(ctx, "ROLLBACK")

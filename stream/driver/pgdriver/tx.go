@@ -158,6 +158,58 @@ func (t *writeTx) PrefetchStreams(ctx context.Context, paths []string) error {
 	return nil
 }
 
+// ExpectStream queues the check of driver.StreamExpecter: try-lock the stream, then, in a
+// statement of its own (so that it reads the row after the lock, READ COMMITTED taking a snapshot
+// per statement), compare the row with want. Either failing raises FS001 (foldstream_expect_stream),
+// which aborts the rest of the round trip. The checks queued until the next flush go together, in
+// two statements for all (pipeline.expect); one queued in a function whose SAVEPOINT was already
+// sent goes in place, as two statements of its own. The lock counts as held from now on, and the
+// current write function relies on it (split may not release it).
+func (t *writeTx) ExpectStream(ctx context.Context, want driver.Stream, highest int64) error {
+	if t.p == nil {
+		return fmt.Errorf("check stream %q: not a write transaction of the store", want.Path)
+	}
+	key := int32(want.ID)
+	if t.p.failed != nil {
+		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, t.p.failed))
+	}
+	k := lockID{t.d.lockCls, key}
+	if t.p.expect(want, highest) {
+		// Sent with the other checks queued before the next flush, outside every savepoint: a
+		// rollback to the current savepoint keeps the lock.
+		if t.heldAtSp != nil {
+			t.heldAtSp[k] = true
+		}
+	} else if _, err := t.p.Exec(ctx, `SELECT foldstream_expect_stream(pg_try_advisory_xact_lock($1::int4, $2::int4), $3)`,
+		t.d.lockCls, key, want.ID); err != nil {
+		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
+	} else if _, err := t.p.Exec(ctx, expectStreamQuery, want.ID, want.ContentType, want.State, want.TTLSeconds, want.ExpiresAtMs,
+		want.Closed, want.ClosedByProducer, want.ClosedByEpoch, want.ClosedBySeq, want.ForkedFrom, want.ForkOffset,
+		want.ForkSubOffset, want.BaseTail, want.StreamSeq, want.Incarnation, want.Paused, want.Tail, highest); err != nil {
+		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
+	}
+	t.held[k] = true
+	if t.inSp {
+		if t.usedInSp == nil {
+			t.usedInSp = make(map[lockID]bool)
+		}
+		t.usedInSp[k] = true
+	}
+	return nil
+}
+
+// expectStreamQuery is ExpectStream's check of the row: every stored column the store decides
+// on, the durable tail, and the highest offset handed out at most $18.
+const expectStreamQuery = `SELECT foldstream_expect_stream(EXISTS (SELECT 1 FROM streams s WHERE s.id = $1
+	AND s.content_type = $2 AND s.state = $3 AND s.ttl_seconds IS NOT DISTINCT FROM $4::bigint
+	AND s.expires_at_ms IS NOT DISTINCT FROM $5::bigint AND s.closed = $6
+	AND s.closed_by_producer IS NOT DISTINCT FROM $7::text AND s.closed_by_epoch IS NOT DISTINCT FROM $8::bigint
+	AND s.closed_by_seq IS NOT DISTINCT FROM $9::bigint AND s.forked_from IS NOT DISTINCT FROM $10::bigint
+	AND s.fork_offset = $11 AND s.fork_sub_offset = $12 AND s.tail = $13
+	AND s.stream_seq IS NOT DISTINCT FROM $14::text AND s.incarnation = $15 AND s.paused IS NOT DISTINCT FROM $16::text
+	AND greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)) = $17
+	AND coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0) <= $18), $1)`
+
 // forgetRow drops the prefetched row of stream id: the transaction is writing to the stream.
 func (t *writeTx) forgetRow(id int64) {
 	for p, r := range t.prefetched {

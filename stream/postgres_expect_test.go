@@ -1,0 +1,139 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+)
+
+// A node's write to a stream whose row it knows from its own last commit sends, instead of reading
+// the row under the stream's lock first, a check with its statements (docs/postgres.md#writes).
+// When another node wrote the stream in between — an append, a close, a delete and a new stream at
+// the path — the check fails and the write runs again with the row read under the lock: it takes
+// the offset after the other node's records, is refused on the closed stream, and lands on the new
+// stream. Without the check the node would write at offsets another node already used (or after a
+// close, or into a deleted stream).
+func TestPostgresWriteAfterAnotherNodesWriteRunsAgainUnderTheLock(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := openPGStore(t, url), openPGStore(t, url)
+	ctx := context.Background()
+	add := func(s *Store, path, typ string) (int64, error) {
+		evs, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: typ})
+		if err != nil {
+			return 0, err
+		}
+		return evs[0].Offset, nil
+	}
+	must := func(s *Store, path, typ string, want int64) {
+		t.Helper()
+		got, err := add(s, path, typ)
+		if err != nil {
+			t.Fatalf("append %s to %s: %v", typ, path, err)
+		}
+		if got != want {
+			t.Fatalf("append %s to %s got offset %d, want %d", typ, path, got, want)
+		}
+	}
+	must(a, "/x", "a1", 1)
+	must(a, "/x", "a2", 2)
+	must(b, "/x", "b1", 3)
+	must(a, "/x", "a3", 4)
+
+	// In a group, the stream another node wrote runs again; the group's other write is not lost.
+	must(a, "/y", "y1", 1)
+	must(b, "/x", "b2", 5)
+	var xOff, yOff int64
+	errs := inOneGroup(t, a,
+		func() (err error) { xOff, err = add(a, "/x", "a4"); return err },
+		func() (err error) { yOff, err = add(a, "/y", "y2"); return err })
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if xOff != 6 || yOff != 2 {
+		t.Fatalf("the group's appends got offsets %d (/x) and %d (/y), want 6 and 2", xOff, yOff)
+	}
+	page, err := a.readEvents(ctx, "/x", 0, 20, readOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a1", "a2", "b1", "a3", "b2", "a4"}
+	if len(page.Events) != len(want) {
+		t.Fatalf("/x holds %d events, want %d", len(page.Events), len(want))
+	}
+	for i, e := range page.Events {
+		if e.Type != want[i] || e.Offset != int64(i+1) {
+			t.Errorf("/x event %d: %s at offset %d, want %s at %d", i, e.Type, e.Offset, want[i], i+1)
+		}
+	}
+
+	// Closed by another node.
+	if _, err := b.Protocol().AppendRecord(ctx, AppendRequest{Path: "/x", ContentType: "application/json", Close: true}); err != nil {
+		t.Fatal(err)
+	}
+	var fe *foldtype.Error
+	if _, err := add(a, "/x", "after-close"); !errors.As(err, &fe) || fe.Code != foldtype.CodeStreamClosed {
+		t.Errorf("append to the stream another node closed: %v, want %s", err, foldtype.CodeStreamClosed)
+	}
+
+	// Deleted, and a new stream at its path, by another node.
+	must(a, "/z", "z1", 1)
+	must(a, "/z", "z2", 2)
+	if err := b.Protocol().DeleteStream(ctx, "/z"); err != nil {
+		t.Fatal(err)
+	}
+	must(b, "/z", "new", 1)
+	must(a, "/z", "z3", 2)
+}
+
+// A group of appends to separate streams this node wrote last takes one round trip: BEGIN, each
+// stream's check, the records and the notifications go with COMMIT (docs/postgres.md#writes).
+func TestPostgresGroupOfAppendsToStreamsThisNodeWroteTakesOneRoundTrip(t *testing.T) {
+	url := pgtest.URL(t)
+	s := openPGStore(t, url)
+	d := s.drv.(*pgdriver.Driver)
+	ctx := context.Background()
+	paths := []string{"/a", "/b", "/c", "/d", "/e"}
+	for _, p := range paths {
+		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 3 {
+		var fns []func() error
+		for _, p := range paths {
+			fns = append(fns, func() error {
+				_, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: p, ContentType: "application/json", Body: []byte(`{"n":1}`)})
+				return err
+			})
+		}
+		before := d.WriteRoundTrips()
+		for i, err := range inOneGroup(t, s, fns...) {
+			if err != nil {
+				t.Fatalf("round %d: append to %s: %v", round, paths[i], err)
+			}
+		}
+		if got := d.WriteRoundTrips() - before; got != 1 {
+			t.Errorf("round %d: a group of %d appends to streams this node wrote took %d round trips, want 1", round, len(paths), got)
+		}
+	}
+	for _, p := range paths {
+		page, err := s.readEvents(ctx, p, 0, 10, readOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) != 4 {
+			t.Errorf("%s holds %d events, want 4", p, len(page.Events))
+		}
+		for i, e := range page.Events {
+			if e.Offset != int64(i+1) {
+				t.Errorf("%s: event %d at offset %d", p, i, e.Offset)
+			}
+		}
+	}
+}
