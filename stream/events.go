@@ -227,11 +227,16 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		return nil, err
 	}
 	if s.keepsRecent() {
-		durable := make([]foldtype.Event, 0, len(committed))
+		durable := committed // keepRecent copies the events it keeps
+		if len(ephemerals) > 0 {
+			durable = make([]foldtype.Event, 0, len(committed))
+		}
 		sizes := make([]int, 0, len(committed))
 		for i := range prepared {
 			if adm[i].dupOf < 0 && !adm[i].dup && !prepared[i].in.Ephemeral {
-				durable = append(durable, results[i])
+				if len(ephemerals) > 0 {
+					durable = append(durable, results[i])
+				}
 				sizes = append(sizes, len(batch[i].body))
 			}
 		}

@@ -34,14 +34,24 @@ const (
 )
 
 // recentEvents are a stream's durable events with offsets in (after, through], in offset order.
-// A value is never changed once kept: appending builds a new one.
+//
+// A value is never changed once kept, but the entries one stream's appends derive from one another
+// share the arrays of events and sizes: an append writes only past the length of the entry it
+// extends (in place while the array has room, so a stream written over and over copies nothing).
+// Two entries derived from the same one both live would overwrite each other's slots; that cannot
+// happen, as only the writer touches them and a write derives from the latest entry of the stream
+// it sees (its own, its group's, or the committed one): an entry derived and then dropped with a
+// failed write is the only one whose slots are written again.
 type recentEvents struct {
 	after, through int64
 	events         []foldtype.Event
 	sizes          []int // each event's stored body length
 	bytes          int   // the sum of sizes
-	mem            int   // the memory the events hold, as eventBytes estimates it
+	mem            int   // the memory the events hold, as recentMem estimates it
 }
+
+// recentMem estimates the memory one kept event holds.
+func recentMem(ev *foldtype.Event) int { return eventBytes(*ev) + 8 }
 
 // keepsRecent reports whether the writer keeps recent events: only an opening in the writer
 // (HeadStreamForWork, exclusive databases) reads them, and only a host watching commits opens
@@ -57,19 +67,18 @@ func keepRecent(m *streamMem, prevTail int64, durable []foldtype.Event, sizes []
 	}
 	r := &recentEvents{after: prevTail, through: m.Tail}
 	if old := m.recent; old != nil && old.through == prevTail {
-		r.after = old.after
-		r.events = append(make([]foldtype.Event, 0, len(old.events)+len(durable)), old.events...)
-		r.sizes = append(make([]int, 0, len(old.sizes)+len(durable)), old.sizes...)
-		r.bytes = old.bytes
+		r.after, r.events, r.sizes, r.bytes, r.mem = old.after, old.events, old.sizes, old.bytes, old.mem
 	}
 	r.events = append(r.events, durable...)
 	r.sizes = append(r.sizes, sizes...)
-	for _, n := range sizes {
-		r.bytes += n
+	for i := range durable {
+		r.bytes += sizes[i]
+		r.mem += recentMem(&durable[i])
 	}
 	drop := 0
 	for drop < len(r.events) && (len(r.events)-drop > recentMaxEvents || r.bytes > recentMaxBytes) {
 		r.bytes -= r.sizes[drop]
+		r.mem -= recentMem(&r.events[drop])
 		r.after = r.events[drop].Offset
 		drop++
 	}
@@ -78,9 +87,6 @@ func keepRecent(m *streamMem, prevTail int64, durable []foldtype.Event, sizes []
 		return
 	}
 	r.events, r.sizes = r.events[drop:], r.sizes[drop:]
-	for i := range r.events {
-		r.mem += eventBytes(r.events[i]) + 8
-	}
 	m.recent = r
 }
 

@@ -130,24 +130,34 @@ func TestEngineOpeningForWorkReadsTheLogWhenTheRecentEventsAreNotAllOfIt(t *test
 	}
 	samePage(t, s, "/a", page, 2, 500)
 
-	// A batch whose group fails leaves nothing behind: the protocol append that lands at the
-	// same offsets next is what the opening reads.
-	errs := groupWithFailingCommit(t, s, func() error {
-		_, err := s.Events().Stream("/a").Append(ctx, ev("lost"))
-		return err
-	})
-	if errs[0] == nil {
-		t.Fatal("the append in the failed group succeeded")
+	// A batch whose group fails leaves nothing behind: the event append and then the protocol
+	// append that land at the same offsets next are what the opening reads.
+	failed := func() {
+		t.Helper()
+		errs := groupWithFailingCommit(t, s, func() error {
+			_, err := s.Events().Stream("/a").Append(ctx, ev("lost"), ev("lost"))
+			return err
+		})
+		if errs[0] == nil {
+			t.Fatal("the append in the failed group succeeded")
+		}
 	}
+	failed()
+	mustAppend(t, s, "/a", ev("kept"))
+	if page, served = openingPage(t, s, "/a", 3, 500); !served || len(page.Events) != 2 || page.Events[1].Type != "kept" {
+		t.Fatalf("after the failed group and an event append: got %+v (from the events just appended: %v), want [y kept] from them", page.Events, served)
+	}
+	samePage(t, s, "/a", page, 3, 500)
+	failed()
 	if _, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/a", ContentType: "application/json",
 		Body: []byte(`{"type":"kept"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	page, _ = openingPage(t, s, "/a", 4, 500)
+	page, _ = openingPage(t, s, "/a", 5, 500)
 	if len(page.Events) != 1 || page.Events[0].Type != "kept" {
 		t.Fatalf("after the failed group: got %+v, want the protocol append's event", page.Events)
 	}
-	samePage(t, s, "/a", page, 4, 500)
+	samePage(t, s, "/a", page, 5, 500)
 }
 
 // TestRecentEventsStayWithinTheirBudget: the writer keeps recent events for at most

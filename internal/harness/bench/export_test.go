@@ -38,3 +38,12 @@ func (c *RawConn) Put(ctx context.Context, path, contentType string) (int, strin
 
 // Close closes the connection.
 func (c *RawConn) Close() { c.rc.Close() }
+
+// PGCPUKey exposes pgCPUKey to the external tests.
+const PGCPUKey = pgCPUKey
+
+// ParseStatCPUWithChildren and ParseStatPPID expose the stat parsers of postgresCPU.
+var (
+	ParseStatCPUWithChildren = parseStatCPUWithChildren
+	ParseStatPPID            = parseStatPPID
+)

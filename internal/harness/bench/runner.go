@@ -87,6 +87,14 @@ func Run(ctx context.Context, targets []*Target, scenarios []Scenario, warmups, 
 				if ctr0 != nil && err == nil {
 					if ctr1, cerr := t.Counters(ctx); cerr == nil {
 						for _, m := range counterMetrics {
+							if m == PGCPUMetric {
+								c0, ok0 := ctr0[pgCPUKey]
+								c1, ok1 := ctr1[pgCPUKey]
+								if ok0 && ok1 && s[MessagesKey] > 0 {
+									s[m.Name] = (c1 - c0) * 1e6 / s[MessagesKey]
+								}
+								continue
+							}
 							s[m.Name] = (ctr1[m.Name] - ctr0[m.Name]) / wall.Seconds()
 						}
 					}
@@ -206,6 +214,7 @@ var counterMetrics = []Metric{
 	{"PG commits/s", false},
 	{"PG WAL writes/s", false},
 	{"PG WAL syncs/s", false},
+	PGCPUMetric,
 }
 
 // rssSampler records the peak of a target's resident memory until stopped.
