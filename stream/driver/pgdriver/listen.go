@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/stream/driver"
@@ -282,6 +283,9 @@ type pgconnNotification struct{ Payload string }
 // ephemeral_payloads (when it is gone — past its retention — its streams are still woken, only
 // their ephemerals are lost, as ephemerals may be).
 func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Notification)) {
+	if ownNote(payload, d.node) {
+		return // this process's own commit: nothing to decode (every commit hears itself)
+	}
 	var w wireNote
 	if err := json.Unmarshal([]byte(payload), &w); err != nil {
 		d.log.Warn("postgres: unreadable notification; waking every reader", "err", err)
@@ -322,4 +326,16 @@ func (d *Driver) deliver(ctx context.Context, payload string, fn func(driver.Not
 		}
 		fn(n)
 	}
+}
+
+// ownNote reports whether payload is a notification of node's own, from its first member (the
+// sender's id, which json.Marshal writes first, as wireNote declares it), without decoding it.
+func ownNote(payload, node string) bool {
+	const open = `{"n":"`
+	rest, ok := strings.CutPrefix(payload, open)
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutPrefix(rest, node)
+	return ok && (strings.HasPrefix(rest, `",`) || rest == `"}`)
 }
