@@ -48,6 +48,8 @@ type pipeline struct {
 	// spIdx is the index in queue of the current function's SAVEPOINT while it is still queued
 	// (-1: sent, or none open).
 	spIdx int
+	// spRolled reports a rollback to the current savepoint since it was opened.
+	spRolled bool
 	// checks are the StreamExpecter checks queued since the last flush, sent as two statements
 	// for all of them at queue index checkAt, which is outside every savepoint (see expect).
 	checks  []expectation
@@ -107,7 +109,7 @@ func (p *pipeline) savepoint() error {
 	if p.failed != nil {
 		return p.failed
 	}
-	p.spIdx = len(p.queue)
+	p.spIdx, p.spRolled = len(p.queue), false
 	p.spSeq = p.enqueue("SAVEPOINT w")
 	return nil
 }
@@ -216,12 +218,27 @@ func nullString(v sql.NullString) *string {
 
 // endSavepoint queues stmt (RELEASE SAVEPOINT w): statements queued from now on belong to no
 // function until the next savepoint.
+//
+// A savepoint whose SAVEPOINT is still queued and that was not rolled back is dropped instead,
+// SAVEPOINT and all: its function's statements all go in one batch with the statements after
+// them, and PostgreSQL runs a batch only up to its first error, so a statement of the function
+// that fails fails the whole transaction with or without the savepoint (the rollback to it would
+// be skipped with the rest of the batch); locks it takes are kept either way. That saves two
+// statements (and a subtransaction) per write on PostgreSQL's side of the commit's round trip.
 func (p *pipeline) endSavepoint(stmt string) error {
 	if p.failed != nil {
 		return p.failed
 	}
-	p.enqueue(stmt)
-	p.spSeq, p.spIdx = 0, -1
+	if i := p.spIdx; i >= 0 && !p.spRolled && stmt == "RELEASE SAVEPOINT w" {
+		p.queue = append(p.queue[:i], p.queue[i+1:]...)
+		if len(p.checks) > 0 && p.checkAt > i {
+			p.checkAt--
+		}
+		p.ops++
+	} else {
+		p.enqueue(stmt)
+	}
+	p.spSeq, p.spIdx, p.spRolled = 0, -1, false
 	return nil
 }
 
@@ -242,6 +259,7 @@ func (p *pipeline) rollbackToSavepoint(ctx context.Context) error {
 		}
 		return nil
 	}
+	p.spRolled = true
 	p.enqueue("ROLLBACK TO SAVEPOINT w")
 	return nil
 }
