@@ -530,6 +530,7 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 		var res AppendResult
 		var gapWake <-chan struct{}
 		err := s.writeTo(ctx, req.Path, func(t *tx) error {
+			gapWake = nil // a discarded earlier run may have set it (see Store.write)
 			var err error
 			var gapStream int64
 			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
