@@ -11,7 +11,7 @@ import (
 )
 
 // A node's write to a stream whose row it knows from its own last commit sends, instead of reading
-// the row under the stream's lock first, a check with its statements (docs/postgres.md#writes).
+// the row under the stream's lock first, a check with its statements (docs/postgres.md#writes-round-trips).
 // When another node wrote the stream in between — an append, a close, a delete and a new stream at
 // the path — the check fails and the write runs again with the row read under the lock: it takes
 // the offset after the other node's records, is refused on the closed stream, and lands on the new
@@ -92,7 +92,7 @@ func TestPostgresWriteAfterAnotherNodesWriteRunsAgainUnderTheLock(t *testing.T) 
 }
 
 // A group of appends to separate streams this node wrote last takes one round trip: BEGIN, each
-// stream's check, the records and the notifications go with COMMIT (docs/postgres.md#writes).
+// stream's check, the records and the notifications go with COMMIT (docs/postgres.md#writes-round-trips).
 func TestPostgresGroupOfAppendsToStreamsThisNodeWroteTakesOneRoundTrip(t *testing.T) {
 	url := pgtest.URL(t)
 	s := openPGStore(t, url)

@@ -90,7 +90,7 @@ func (s *Store) began(dtx driver.WriteTx) {
 
 // expected returns the writer's entry of the stream at path when a write may rely on it instead
 // of reading the row under the stream's lock, sending a check with its statements instead
-// (driver.StreamExpecter, docs/postgres.md#writes): on a shared database whose driver can, for an
+// (driver.StreamExpecter, docs/postgres.md#writes-round-trips): on a shared database whose driver can, for an
 // entry from this node's own last commit of the stream, which is live, keeps no sliding TTL (its
 // last access is persisted by writes the entry does not follow) and met no other process's write
 // lately (contended).
@@ -1209,7 +1209,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 
 // expected stages a copy of the writer's entry of the stream at path when the function may rely
 // on it (Store.expected) and the stream is not in the group yet: the check of its row is queued
-// in the group's transaction instead of a round trip to read the row (docs/postgres.md#writes).
+// in the group's transaction instead of a round trip to read the row (docs/postgres.md#writes-round-trips).
 // The copy caches no producer: their rows are read in the transaction, after the check took the
 // stream's lock.
 func (t *tx) expected(path string) (*streamMem, bool) {

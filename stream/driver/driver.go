@@ -231,7 +231,7 @@ type HidingTx interface {
 
 // LockKeeper is implemented by a shared driver's write transaction that may release its stream
 // locks before it ends: pgdriver commits the group's earlier functions early rather than wait for
-// a contended lock while holding theirs (docs/postgres.md#writes). A row read under a lock that
+// a contended lock while holding theirs (docs/postgres.md#writes-round-trips). A row read under a lock that
 // was released since is stale (another process may have appended meanwhile), even if the lock was
 // taken again, so before the store reuses a row an earlier function of the group read, it compares
 // the epoch and otherwise reads the row again under the lock. A function's own locks (taken with
@@ -266,7 +266,7 @@ type StreamPrefetcher interface {
 // runs with the transaction's next round trip, in order with the statements queued after it; when
 // it does not hold, that round trip fails with a *StaleStreamError and nothing queued after the
 // check runs. The store uses it for a stream whose row it knows from its own last commit
-// (docs/postgres.md#writes): the write is then sent with the commit, and when another process
+// (docs/postgres.md#writes-round-trips): the write is then sent with the commit, and when another process
 // changed the stream meanwhile the store runs it again, reading the row under the lock.
 type StreamExpecter interface {
 	ExpectStream(ctx context.Context, want Stream, highest int64) error

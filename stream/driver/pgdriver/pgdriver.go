@@ -231,7 +231,7 @@ func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
 // WriteRoundTrips returns how many round trips the store's write transactions have taken to the
 // database so far: a statement whose result a write needs costs one, together with every
-// statement queued before it (docs/postgres.md#writes).
+// statement queued before it (docs/postgres.md#writes-round-trips).
 func (d *Driver) WriteRoundTrips() int64 { return d.writeRoundTrips.Load() }
 
 // Exclusive reports false: other processes write the same database, so the store locks and

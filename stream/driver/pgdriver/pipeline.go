@@ -23,7 +23,7 @@ type querier interface {
 }
 
 // pipeline is a write transaction that sends its statements in as few round trips as the store's
-// reads allow (docs/postgres.md#writes). A statement whose result the store does not need — BEGIN,
+// reads allow (docs/postgres.md#writes-round-trips). A statement whose result the store does not need — BEGIN,
 // SAVEPOINT, RELEASE, INSERT, UPDATE, the blocking advisory lock, pg_notify — is queued and
 // answered nil at once; the queue goes to the server, in order, in one batch with the next
 // statement whose result is needed (a SELECT) or with COMMIT. PostgreSQL runs a batch's

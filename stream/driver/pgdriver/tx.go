@@ -40,7 +40,7 @@ func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, 
 
 // StreamByPath in a write transaction reads the row, and takes its stream's lock when that is free
 // at once, in one round trip: the store locks the stream and reads the row again right after
-// (docs/postgres.md#writes), and this answers both. When the path has no stream, it takes the
+// (docs/postgres.md#writes-round-trips), and this answers both. When the path has no stream, it takes the
 // path's advisory lock and looks again before answering ErrNoStream, so of two nodes creating the
 // same stream at once the second waits for the first's commit and then finds its row (instead of
 // failing on the unique path).
