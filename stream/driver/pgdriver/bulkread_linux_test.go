@@ -17,21 +17,7 @@ func TestLargeRowsAreReadInBulkAndEveryConnectionEndsAtAOneByteThreshold(t *test
 	t.Parallel()
 	d := open(t, pgtest.URL(t))
 	ctx := context.Background()
-	w, err := d.Writer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := w.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := tx.InsertStream(ctx, driver.Stream{Path: "/large", ContentType: "application/octet-stream"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	id := insertByteStream(t, d, "/large")
 	sizes := []int{100_000, 1 << 20, 10, 100_000, 1 << 20}
 	pos := int64(0)
 	for _, n := range sizes {

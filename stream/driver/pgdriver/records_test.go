@@ -19,21 +19,7 @@ func TestRecordsStoppedEarlyReadsOnlyWhatItNeeds(t *testing.T) {
 	ctx := context.Background()
 
 	const records, size = 4000, 1000 // a 4 MB stream
-	w, err := d.Writer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := w.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := tx.InsertStream(ctx, driver.Stream{Path: "/long", ContentType: "application/octet-stream"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	id := insertByteStream(t, d, "/long")
 	if _, err := d.Pool().Exec(ctx, `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, body)
 		SELECT $1, (g-1)*$2, (g-1)*$2, g*$2, 0, convert_to(repeat('x', $2::int), 'UTF8') FROM generate_series(1, $3::int) g`,
 		id, size, records); err != nil {
@@ -64,7 +50,7 @@ func TestRecordsStoppedEarlyReadsOnlyWhatItNeeds(t *testing.T) {
 
 	// A full scan still sees every record once, in order.
 	n, next := 0, int64(0)
-	err = d.Read(ctx, func(r driver.Reader) error {
+	err := d.Read(ctx, func(r driver.Reader) error {
 		return r.Records(ctx, id, 0, func(rec driver.Record) (bool, error) {
 			if rec.Start != next {
 				t.Fatalf("record %d starts at %d, want %d", n, rec.Start, next)
@@ -88,6 +74,20 @@ func insertRecords(t *testing.T, d interface {
 }, exec func(ctx context.Context, sql string, args ...any) error, path string, n, size int) int64 {
 	t.Helper()
 	ctx := context.Background()
+	id := insertByteStream(t, d, path)
+	if err := exec(ctx, `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, body)
+		SELECT $1, (g-1)*$2, (g-1)*$2, g*$2, 0, convert_to(repeat('x', $2::int), 'UTF8') FROM generate_series(1, $3::int) g`,
+		id, size, n); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// insertByteStream creates an empty byte stream at path in a transaction of its own and returns
+// its id.
+func insertByteStream(t *testing.T, d driver.Driver, path string) int64 {
+	t.Helper()
+	ctx := context.Background()
 	w, err := d.Writer(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -101,11 +101,6 @@ func insertRecords(t *testing.T, d interface {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec(ctx, `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, body)
-		SELECT $1, (g-1)*$2, (g-1)*$2, g*$2, 0, convert_to(repeat('x', $2::int), 'UTF8') FROM generate_series(1, $3::int) g`,
-		id, size, n); err != nil {
 		t.Fatal(err)
 	}
 	return id
