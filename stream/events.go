@@ -73,13 +73,7 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldty
 	dropped := false
 	err := s.writeTo(ctx, path, func(t *tx) error {
 		out, dropped = nil, false
-		var m *streamMem
-		var err error
-		if create {
-			m, err = s.eventStream(t, path)
-		} else {
-			m, err = s.existingEventStream(t, path)
-		}
+		m, err := s.eventStreamFor(t, path, create)
 		if err != nil {
 			if ephemeralOnly && droppable(err, dropAll) {
 				dropped = true
@@ -116,6 +110,14 @@ func droppable(err error, all bool) bool {
 		return all
 	}
 	return false
+}
+
+// eventStreamFor is eventStream when create is set, and existingEventStream otherwise.
+func (s *Store) eventStreamFor(t *tx, path string, create bool) (*streamMem, error) {
+	if create {
+		return s.eventStream(t, path)
+	}
+	return s.existingEventStream(t, path)
 }
 
 // existingEventStream is eventStream for a stream that must exist already: a missing path fails

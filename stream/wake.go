@@ -68,13 +68,7 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	if reason == "" {
 		reason = WakeRequest
 	}
-	var m *streamMem
-	var err error
-	if create {
-		m, err = s.eventStream(t, path)
-	} else {
-		m, err = s.existingEventStream(t, path)
-	}
+	m, err := s.eventStreamFor(t, path, create)
 	if errors.Is(err, foldtype.ErrStreamClosed) {
 		return nil, nil
 	}
