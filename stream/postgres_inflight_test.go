@@ -78,18 +78,7 @@ func TestPostgresCommitsFailingWhileOthersAreInFlightFailOnlyTheirOwnWrites(t *t
 		poll(what, want, `SELECT count(*) FROM records r JOIN streams s ON s.id = r.stream_id WHERE s.path = $1`, path)
 	}
 
-	type answer struct {
-		evs []foldtype.Event
-		err error
-	}
-	appendTo := func(path, typ string) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			evs, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: typ})
-			ch <- answer{evs, err}
-		}()
-		return ch
-	}
+	appendTo := func(path, typ string) chan eventAnswer { return appendEventAsync(ctx, s, path, typ) }
 	failA := appendTo("/a", "fail-at-commit")
 	waiting("the first failing group's COMMIT waiting in the trigger", 1)
 	c := appendTo("/c", "t")
@@ -107,12 +96,12 @@ func TestPostgresCommitsFailingWhileOthersAreInFlightFailOnlyTheirOwnWrites(t *t
 	}
 	release()
 
-	for name, ch := range map[string]chan answer{"/a": failA, "/d": failD} {
+	for name, ch := range map[string]chan eventAnswer{"/a": failA, "/d": failD} {
 		if a := <-ch; a.err == nil {
 			t.Fatalf("%s: the append whose commit failed was answered success at offset %d", name, a.evs[0].Offset)
 		}
 	}
-	for name, ch := range map[string]chan answer{"/c": c, "/e": e, "/a after": after} {
+	for name, ch := range map[string]chan eventAnswer{"/c": c, "/e": e, "/a after": after} {
 		a := <-ch
 		if a.err != nil {
 			t.Fatalf("%s: an append beside the failed commits failed: %v", name, a.err)

@@ -10,6 +10,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// eventAnswer is the outcome of an append started with appendEventAsync.
+type eventAnswer struct {
+	evs []foldtype.Event
+	err error
+}
+
+// appendEventAsync appends one event of type typ to the stream at path on a goroutine of its own
+// and returns the channel its outcome arrives on.
+func appendEventAsync(ctx context.Context, s *Store, path, typ string) chan eventAnswer {
+	ch := make(chan eventAnswer, 1)
+	go func() {
+		evs, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: typ})
+		ch <- eventAnswer{evs, err}
+	}()
+	return ch
+}
+
 // On a shared database the writer builds the next group while the previous group's COMMIT is on
 // its way (docs/store.md#one-writer). Here a group's COMMIT fails — a deferred trigger refuses
 // the append when the transaction commits, after waiting for a lock the test holds — while the
@@ -67,18 +84,7 @@ func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *t
 		}
 	}
 
-	type answer struct {
-		evs []foldtype.Event
-		err error
-	}
-	appendTo := func(path, typ string) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			evs, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: typ})
-			ch <- answer{evs, err}
-		}()
-		return ch
-	}
+	appendTo := func(path, typ string) chan eventAnswer { return appendEventAsync(ctx, s, path, typ) }
 	failing := appendTo("/a", "fail-at-commit")
 	// Its COMMIT runs the deferred trigger, which waits for the test's lock.
 	pollLocks("the failing group's COMMIT waiting in the trigger",
@@ -98,7 +104,7 @@ func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *t
 	if a := <-failing; a.err == nil {
 		t.Fatalf("the append whose commit failed was answered success at offset %d", a.evs[0].Offset)
 	}
-	for _, ch := range []chan answer{c, d} {
+	for _, ch := range []chan eventAnswer{c, d} {
 		a := <-ch
 		if a.err != nil {
 			t.Fatalf("an append of the next group failed with the previous group's commit: %v", a.err)

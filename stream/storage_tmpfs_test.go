@@ -16,12 +16,12 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// TestFullFilesystemRefusesWithInsufficientStorage runs the store on a real, tiny tmpfs (root
-// only; skipped elsewhere): when the file system is full, appends fail with INSUFFICIENT_STORAGE,
-// every acknowledged append survives, and once space is freed the same store takes writes again.
-func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+// nearlyFullTmpfs mounts a 1 MiB tmpfs on a temporary directory (root only; the test is skipped
+// where it cannot mount), unmounted when the test ends, and fills a quarter of it with the file
+// filler, which a test removes to free space.
+func nearlyFullTmpfs(t *testing.T) (dir, filler string) {
+	t.Helper()
+	dir = t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
 		t.Skipf("cannot mount a tmpfs here (%v)", err)
 	}
@@ -30,10 +30,19 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	filler := filepath.Join(dir, "filler")
+	filler = filepath.Join(dir, "filler")
 	if err := os.WriteFile(filler, make([]byte, 256<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir, filler
+}
+
+// TestFullFilesystemRefusesWithInsufficientStorage runs the store on a real, tiny tmpfs (root
+// only; skipped elsewhere): when the file system is full, appends fail with INSUFFICIENT_STORAGE,
+// every acknowledged append survives, and once space is freed the same store takes writes again.
+func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
+	t.Parallel()
+	dir, filler := nearlyFullTmpfs(t)
 	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
@@ -79,19 +88,7 @@ func TestFullFilesystemRefusesWithInsufficientStorage(t *testing.T) {
 // one left a row, and once space is freed the same store creates again.
 func TestFullFilesystemRefusesCreatesAndKeepsTheAcknowledged(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v)", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	filler := filepath.Join(dir, "filler")
-	if err := os.WriteFile(filler, make([]byte, 256<<10), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, filler := nearlyFullTmpfs(t)
 	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
