@@ -88,20 +88,5 @@ func parseStatPPID(stat string) (int, error) {
 // parseStatCPUWithChildren returns utime + stime + cutime + cstime (fields 14–17) of a
 // /proc/PID/stat text.
 func parseStatCPUWithChildren(stat string) (time.Duration, error) {
-	f, err := statFields(stat)
-	if err != nil {
-		return 0, err
-	}
-	if len(f) < 15 {
-		return 0, fmt.Errorf("proc stat: %d fields after the command name", len(f))
-	}
-	var ticks int64
-	for _, s := range f[11:15] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("proc stat: bad CPU time %q", s)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return sumStatTicks(stat, 4)
 }

@@ -301,21 +301,29 @@ func parseStatusRSS(status string) (int64, error) {
 // parseStatCPU returns utime+stime from the text of /proc/PID/stat. The command name (field 2)
 // may hold spaces and parentheses, so fields are counted after its last ')'.
 func parseStatCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("proc stat: no command name")
+	return sumStatTicks(stat, 2) // utime and stime, fields 14 and 15
+}
+
+// sumStatTicks returns the sum of n CPU-time fields of a /proc/PID/stat text starting at field 14
+// (utime, stime, cutime, cstime), as a duration.
+func sumStatTicks(stat string, n int) (time.Duration, error) {
+	f, err := statFields(stat)
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(stat[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
+	// f[0] is field 3 (state), so field 14 is f[11].
+	if len(f) < 11+n {
 		return 0, fmt.Errorf("proc stat: %d fields after the command name", len(f))
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("proc stat: bad utime/stime %q %q", f[11], f[12])
+	var ticks int64
+	for _, s := range f[11 : 11+n] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("proc stat: bad CPU time %q", s)
+		}
+		ticks += v
 	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 // MachineLoad describes how busy the machine is: the 1-minute load average and, where the kernel
