@@ -28,6 +28,9 @@ import (
 // last batch was ten small events.
 
 const (
+	// recentOrderSlack is how many stale places the order of recentKept may hold beyond twice the
+	// streams keeping events before keptRecent compacts it.
+	recentOrderSlack = 64
 	recentMaxEvents  = 64
 	recentMaxBytes   = 64 << 10
 	recentTotalBytes = 16 << 20
@@ -169,6 +172,18 @@ func (ws *writerState) keptRecent(path string, m *streamMem) {
 		k.bytes += m.recent.mem
 		k.by[path] = recentEntry{bytes: m.recent.mem, seq: k.seq}
 		k.order = append(k.order, recentAt{path: path, seq: k.seq})
+	}
+	if len(k.order) > 2*len(k.by)+recentOrderSlack {
+		// Streams that stopped keeping and started again left stale places behind: drop them, so
+		// the order stays proportional to the streams keeping events.
+		live := k.order[:0]
+		for _, at := range k.order {
+			if e, ok := k.by[at.path]; ok && e.seq == at.seq {
+				live = append(live, at)
+			}
+		}
+		clear(k.order[len(live):])
+		k.order = live
 	}
 	for k.bytes > recentTotalBytes && len(k.order) > 0 {
 		at := k.order[0]

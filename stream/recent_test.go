@@ -188,3 +188,26 @@ func TestRecentEventsStayWithinTheirBudget(t *testing.T) {
 		samePage(t, s, "/s/aaa", page, 0, 500)
 	}
 }
+
+// TestRecentEventsOrderStaysBoundedWhenStreamsStopAndStartKeeping: a stream whose recent events
+// are dropped and kept again over and over (event appends between protocol appends, say) leaves
+// no trail in the order of streams that started keeping them, while the total stays far under its
+// budget; the live entry is still the one dropped first when the budget is passed.
+func TestRecentEventsOrderStaysBoundedWhenStreamsStopAndStartKeeping(t *testing.T) {
+	var ws writerState
+	kept := &streamMem{recent: &recentEvents{mem: 100}}
+	for range 10_000 {
+		ws.keptRecent("/toggling", kept)
+		ws.keptRecent("/toggling", &streamMem{})
+	}
+	ws.keptRecent("/toggling", kept)
+	if n := len(ws.recent.order); n > 2*len(ws.recent.by)+recentOrderSlack {
+		t.Fatalf("%d entries in the order for %d streams keeping recent events", n, len(ws.recent.by))
+	}
+	if e, ok := ws.recent.by["/toggling"]; !ok || ws.recent.bytes != 100 || e.bytes != 100 {
+		t.Fatalf("kept %+v (%v), %d bytes in all; want the stream's 100 bytes", e, ok, ws.recent.bytes)
+	}
+	if at := ws.recent.order[len(ws.recent.order)-1]; at.path != "/toggling" || at.seq != ws.recent.by["/toggling"].seq {
+		t.Fatalf("last in the order %+v, want the live entry of /toggling", at)
+	}
+}
