@@ -9,8 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
@@ -153,5 +155,44 @@ func TestCloseReturnsWhenCtxEndsAndTheDrainGoesOn(t *testing.T) {
 	close(release)
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestCloseWaitsForReadsInFlight: Close does not close the database under a read transaction in
+// flight (database/sql's Close does not wait for a connection being opened or used, and such a
+// connection keeps or creates the store's files after Close returned): it reports still draining
+// while the read runs, and once the read ends it returns with no file of the store open.
+func TestCloseWaitsForReadsInFlight(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "/f", ev("a"))
+	entered, release, readDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		readDone <- s.readTx(context.Background(), func(q driver.Reader) error {
+			close(entered)
+			<-release
+			_, err := q.StreamByPath(context.Background(), "/f")
+			return err
+		})
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := s.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close during a read in flight: %v, want it still draining (context.DeadlineExceeded)", err)
+	}
+	close(release)
+	if err := <-readDone; err != nil {
+		t.Fatalf("the read in flight failed: %v", err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if open := openFilesUnder(t, dir); len(open) != 0 {
+		t.Fatalf("after Close these files are still open: %q", open)
 	}
 }

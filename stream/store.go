@@ -127,7 +127,13 @@ type Store struct {
 	closeErr  error
 	writerWG  sync.WaitGroup
 	bgWG      sync.WaitGroup // background goroutines other than the writer
-	stop      chan struct{}  // closed by Close to stop background loops
+	// reads counts the read transactions in flight (readTx); Close waits for them before it
+	// closes the database, since database/sql's Close does not wait for a connection being
+	// opened or used, and such a connection keeps (or creates) the database's files after Close.
+	reads     atomic.Int64
+	readsMu   sync.Mutex
+	readsDone *sync.Cond    // signalled, under readsMu, when the last read after close ends
+	stop      chan struct{} // closed by Close to stop background loops
 
 	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
 	ws writerState
@@ -232,6 +238,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		intakeStopped: make(chan struct{}),
 		closeDone:     make(chan struct{}),
 	}
+	s.readsDone = sync.NewCond(&s.readsMu)
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
 	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
@@ -301,7 +308,8 @@ func (s *Store) Clock() foldtype.Clock { return s.clock }
 // fails with code CLOSED, see [ErrStoreClosed]), no subscription starts, and the alarm loop stops
 // taking alarms. Then it drains: running alarm handlers get their context cancelled and are waited
 // for, subscription deliveries in progress finish, every write queued before intake stopped runs
-// and commits, and the database is closed. It returns the driver's close error, or ctx's error
+// and commits, read transactions in flight end, and the database is closed (no file of it stays
+// open). It returns the driver's close error, or ctx's error
 // when ctx ends first. Calling it again waits again, with its own ctx, for the same result.
 //
 // Close takes a context because it waits: for the writer's queue (each write as long as the
@@ -327,6 +335,7 @@ func (s *Store) Close(ctx context.Context) error {
 			close(s.intakeStopped) // the writer runs what is queued, then returns
 			s.writerWG.Wait()
 			s.stopListen()
+			s.waitReads()
 			s.closeErr = s.drv.Close()
 			close(s.closeDone)
 		}()
@@ -349,10 +358,32 @@ var ErrStoreClosed = &foldtype.Error{Code: foldtype.CodeClosed, Message: "stream
 
 // readTx runs fn in a read-only transaction: a consistent snapshot of committed data.
 func (s *Store) readTx(ctx context.Context, fn func(q driver.Reader) error) error {
+	s.reads.Add(1)
+	defer s.endRead()
 	if s.closed.Load() {
 		return ErrStoreClosed
 	}
 	return s.drv.Read(ctx, fn)
+}
+
+// endRead ends a read counted by readTx, waking Close when it was the last one after close.
+// A read counts itself before it checks closed and Close sets closed before it counts, so a
+// read either sees closed or is waited for.
+func (s *Store) endRead() {
+	if s.reads.Add(-1) == 0 && s.closed.Load() {
+		s.readsMu.Lock()
+		s.readsDone.Broadcast()
+		s.readsMu.Unlock()
+	}
+}
+
+// waitReads waits (in Close, after closed is set) until no read transaction is in flight.
+func (s *Store) waitReads() {
+	s.readsMu.Lock()
+	for s.reads.Load() > 0 {
+		s.readsDone.Wait()
+	}
+	s.readsMu.Unlock()
 }
 
 // changed returns a channel that is closed at the next commit touching the stream with this id.
