@@ -309,8 +309,8 @@ func (s *Store) Clock() foldtype.Clock { return s.clock }
 // taking alarms. Then it drains: running alarm handlers get their context cancelled and are waited
 // for, subscription deliveries in progress finish, every write queued before intake stopped runs
 // and commits, read transactions in flight end, and the database is closed (no file of it stays
-// open). It returns the driver's close error, or ctx's error
-// when ctx ends first. Calling it again waits again, with its own ctx, for the same result.
+// open). It returns the driver's close error, or ctx's error when ctx ends first. Calling it
+// again waits again, with its own ctx, for the same result.
 //
 // Close takes a context because it waits: for the writer's queue (each write as long as the
 // database takes, a network round trip away on PostgreSQL) and for deliveries into engines (a
