@@ -15,8 +15,9 @@ import (
 // then lands, instead of being refused with a sequence gap the client must resolve by resending.
 func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 	t.Parallel()
-	// A generous wait: the test must not depend on how fast a loaded machine sends seq 0.
-	s, err := openStore(":memory:", Config{ProducerReorderWait: 10 * time.Second})
+	// The wait runs on a fake clock that the test never moves: seq 1 waits until seq 0 lands.
+	clk := testsupport.NewFakeClock()
+	s, err := openStore(":memory:", Config{Clock: clk, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 		return s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/p", ContentType: "application/json",
 			Body: []byte(`{"n":1}`), Producer: &ProducerHeaders{ID: "p", Epoch: 0, Seq: seq}})
 	}
-	before := s.savepoints()
+	deadline := clk.Now().Add(DefaultProducerReorderWait)
 	early := make(chan error, 1)
 	go func() {
 		res, err := appendSeq(1)
@@ -38,8 +39,8 @@ func TestProducerSeqArrivingEarlyWaitsForItsPredecessor(t *testing.T) {
 		}
 		early <- err
 	}()
-	// Let seq 1 reach the writer first (its write opened a savepoint and was refused).
-	waitFor(t, func() bool { return s.savepoints() > before })
+	// Let seq 1 reach the writer first: it was refused with a gap and waits on the clock.
+	clk.WaitArmed(t, deadline)
 	if _, err := appendSeq(0); err != nil {
 		t.Fatalf("seq 0: %v", err)
 	}

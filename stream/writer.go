@@ -145,6 +145,13 @@ type streamMem struct {
 	// The map is never changed in place: copies of the entry share it (see tx.stream), so
 	// setProducer replaces it.
 	producers map[string]driver.Producer
+	// producersAll reports that producers holds every producer stored for the stream, so a
+	// producer missing from it has no state and needs no lookup. Only on an exclusive driver, and
+	// only for a stream this writer created in this incarnation (its fresh id has no producer
+	// rows: ids are never reused, and the rows of a deleted stream go with it): every later write
+	// of its producers goes through this entry, which loses the mark when the cap leaves one out.
+	// An entry read from its row (after a restart or an eviction) does not have it.
+	producersAll bool
 	// recent holds the durable events last appended through the event view, for an engine
 	// opening next (recent.go); nil when none are kept.
 	recent *recentEvents
@@ -160,6 +167,9 @@ const maxCachedProducers = 8
 func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
 	if p, ok := m.producers[id]; ok {
 		return p, p.ID != "", nil
+	}
+	if m.producersAll {
+		return driver.Producer{}, false, nil
 	}
 	p, known, err := t.db.Producer(t.ctx, m.Row.ID, id)
 	if err != nil {
@@ -180,9 +190,10 @@ func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
 
 // setProducer caches p as the state of producer id (zero: none stored) when the cap allows, in a
 // fresh map: the old one may be shared with the committed entry, which a rolled-back write must
-// leave as it was.
+// leave as it was. A stored producer the cap leaves out ends producersAll.
 func (m *streamMem) setProducer(id string, p driver.Producer) {
 	if _, ok := m.producers[id]; !ok && len(m.producers) >= maxCachedProducers {
+		m.producersAll = false
 		return
 	}
 	next := make(map[string]driver.Producer, len(m.producers)+1)
@@ -1237,7 +1248,7 @@ func (t *tx) expected(path string) (*streamMem, bool) {
 		return nil, false
 	}
 	c := *m
-	c.producers = nil
+	c.producers, c.producersAll = nil, false
 	c.epoch = t.lockEpoch()
 	t.staged[path] = &c
 	return &c, true
@@ -1271,8 +1282,10 @@ func (t *tx) lockReleased(m *streamMem) bool {
 // lockEpoch is the group transaction's driver.LockKeeper epoch (0 when it has none).
 func (t *tx) lockEpoch() int { return lockEpochOf(t.g.dtx) }
 
-// stage records a stream created by this function.
+// stage records a stream created by this function. On an exclusive driver its entry knows every
+// producer of the stream from the start: none (see streamMem.producersAll).
 func (t *tx) stage(m *streamMem) {
+	m.producersAll = t.s.exclusive
 	m.epoch = t.lockEpoch()
 	t.staged[m.Row.Path] = m
 	t.touch(m.Row.ID, m.Row.Path)
