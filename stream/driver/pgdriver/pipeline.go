@@ -288,14 +288,14 @@ func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResul
 		p.checks = p.checks[:0]
 	}
 	p.spIdx = -1
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(p.queue)+len(stmts))}
-	for _, q := range p.queue {
+	queue := joinRecordInserts(p.queue)
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(queue)+len(stmts))}
+	for _, q := range queue {
 		b.Queue(q.sql, q.args...)
 	}
 	for _, q := range stmts {
 		b.Queue(q.sql, q.args...)
 	}
-	queue := p.queue
 	p.queue = p.queue[:0:0]
 	p.trips.Add(1)
 	br := p.conn.SendBatch(ctx, b)
@@ -306,6 +306,62 @@ func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResul
 		}
 	}
 	return br, nil
+}
+
+// insertRecordSQL inserts one record without keys (writeTx.InsertRecord); insertRecordsSQL inserts
+// several, one per element of its arrays.
+const (
+	insertRecordSQL = `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, frames, body)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	insertRecordsSQL = `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, frames, body)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bytea[], $7::bytea[])`
+)
+
+// joinRecordInserts returns queue with every run of two or more consecutive record inserts
+// (insertRecordSQL) sent as one statement inserting them all (insertRecordsSQL): a group of plain
+// appends queues one per append, back to back (their functions' savepoints are dropped, see
+// endSavepoint), and PostgreSQL and pgx each spend a statement's work on every one. The joined
+// statement takes the number of the first of its run: a run never spans a SAVEPOINT or ROLLBACK
+// TO SAVEPOINT (they stand between), so its statements belong to one function or to none, and its
+// failure is that function's (or the transaction's) as the failure of any one of them was; a run
+// that fails inserts none of its rows, as the batch would have stopped at the failing one and the
+// function or transaction been rolled back. queue itself is left as it is when nothing is joined.
+func joinRecordInserts(queue []queued) []queued {
+	runs := false
+	for i := 1; i < len(queue); i++ {
+		if queue[i].sql == insertRecordSQL && queue[i-1].sql == insertRecordSQL {
+			runs = true
+			break
+		}
+	}
+	if !runs {
+		return queue
+	}
+	out := make([]queued, 0, len(queue))
+	for i := 0; i < len(queue); {
+		j := i + 1
+		for j < len(queue) && queue[i].sql == insertRecordSQL && queue[j].sql == insertRecordSQL {
+			j++
+		}
+		if j-i < 2 {
+			out = append(out, queue[i])
+			i = j
+			continue
+		}
+		n := j - i
+		cols := [5][]int64{make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)}
+		frames, bodies := make([][]byte, n), make([][]byte, n)
+		for k, q := range queue[i:j] {
+			for c := range cols {
+				cols[c][k] = q.args[c].(int64)
+			}
+			frames[k], bodies[k] = q.args[5].([]byte), q.args[6].([]byte)
+		}
+		out = append(out, queued{sql: insertRecordsSQL, n: queue[i].n,
+			args: []any{cols[0], cols[1], cols[2], cols[3], cols[4], frames, bodies}})
+		i = j
+	}
+	return out
 }
 
 // lost records the failure of queued statement q: the current function's own (after its

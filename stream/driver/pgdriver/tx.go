@@ -861,8 +861,7 @@ func (t *writeTx) InsertRecord(ctx context.Context, r driver.Record) error {
 		body = []byte{}
 	}
 	if len(r.Keys) == 0 {
-		return t.exec(ctx, "append", `INSERT INTO records(stream_id, record_start, start_pos, end_pos, created_ms, frames, body)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.StreamID, r.RecordStart, r.Start, r.End, r.CreatedMs, frames, body)
+		return t.exec(ctx, "append", insertRecordSQL, r.StreamID, r.RecordStart, r.Start, r.End, r.CreatedMs, frames, body)
 	}
 	// The record and its keys in one round trip.
 	keys := make([]string, len(r.Keys))
