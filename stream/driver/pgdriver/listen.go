@@ -3,8 +3,10 @@ package pgdriver
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -164,20 +166,80 @@ var minRowJSON = func() int {
 	return len(b)
 }()
 
-// minRowsSize is a lower bound of the bytes w's rows and records take in its JSON: each row at
-// least minRowJSON plus its path and content type, each record's frames and body at least their
-// base64 length.
+// minRowsSize is a lower bound of the length of w's JSON with its rows and records, less the
+// sender and flags: each stream's id and path, the members that carry its row and records, each row as rowJSONLen, each record's members with its frames and body
+// in base64. It is exact when every string of the rows is printable ASCII that JSON does not escape.
 func (w *wireNote) minRowsSize() int {
 	n := 0
 	for _, s := range w.Streams {
+		n += s.minBareSize()
 		if s.Row != nil {
-			n += minRowJSON + len(s.Row.Path) + len(s.Row.ContentType)
+			n += len(`,"w":`) + rowJSONLen(s.Row)
+		}
+		if len(s.Recs) > 0 {
+			n += len(`,"r":[]`) + len(s.Recs) - 1
 		}
 		for _, r := range s.Recs {
-			n += 4*(len(r.Frames)/3) + 4*(len(r.Body)/3)
+			n += len(`{"rs":,"s":,"e":,"c":}`) + intLen(r.RecordStart) + intLen(r.Start) + intLen(r.End) + intLen(r.CreatedMs)
+			if len(r.Frames) > 0 {
+				n += len(`,"f":""`) + base64.StdEncoding.EncodedLen(len(r.Frames))
+			}
+			if len(r.Body) > 0 {
+				n += len(`,"b":""`) + base64.StdEncoding.EncodedLen(len(r.Body))
+			}
 		}
 	}
 	return n
+}
+
+// minBareSize is a lower bound of the bytes s takes in a notification's JSON without its row and
+// records (and its ephemerals, which compacting may shorten): its id, its path, a separating comma.
+func (s *wireStream) minBareSize() int {
+	n := len(`,{"i":}`) + intLen(s.ID)
+	if s.Path != "" {
+		n += len(`,"p":""`) + len(s.Path)
+	}
+	return n
+}
+
+// rowJSONLen is a lower bound of the length of row's JSON: minRowJSON plus each number's digits
+// past the first, each false past true, and each string's bytes (escaping only lengthens them).
+func rowJSONLen(r *driver.Stream) int {
+	n := minRowJSON + len(r.Path) + len(r.ContentType)
+	for _, v := range [...]int64{r.ID, int64(r.State), r.CreatedMs, r.LastAccessMs, r.ForkOffset, r.ForkSubOffset,
+		r.BaseTail, r.Tail, r.Incarnation, r.Highest} {
+		n += intLen(v) - 1
+	}
+	for _, v := range [...]sql.NullInt64{r.TTLSeconds, r.ExpiresAtMs, r.ClosedByEpoch, r.ClosedBySeq, r.ForkedFrom} {
+		n += intLen(v.Int64) - 1 + boolLen(v.Valid) - 4
+	}
+	for _, v := range [...]sql.NullString{r.ClosedByProducer, r.StreamSeq, r.Paused} {
+		n += len(v.String) + boolLen(v.Valid) - 4
+	}
+	return n + boolLen(r.Closed) - 4
+}
+
+// intLen is the length of v in decimal.
+func intLen(v int64) int {
+	n := 1
+	if v < 0 {
+		n++
+		if v == math.MinInt64 {
+			return 20
+		}
+		v = -v
+	}
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
+}
+
+func boolLen(v bool) int {
+	if v {
+		return 4
+	}
+	return 5
 }
 
 func (w *wireNote) hasRows() bool {

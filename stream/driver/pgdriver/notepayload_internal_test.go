@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -26,7 +27,8 @@ func noteOf(n, size int) wireNote {
 // limit, whether or not their size alone already tells they cannot; the payload is the one
 // json.Marshal gives with them, or without them.
 func TestNotificationCarriesRowsExactlyWhenTheyFit(t *testing.T) {
-	for _, c := range []struct{ streams, size int }{{0, 0}, {1, 0}, {1, 200}, {4, 200}, {8, 200}, {9, 200}, {10, 200}, {16, 200}, {1, 5000}, {1, 6000}, {2, 3000}} {
+	for _, c := range []struct{ streams, size int }{{0, 0}, {1, 0}, {1, 200}, {4, 200}, {8, 200}, {9, 200}, {10, 200}, {16, 200},
+		{1, 5000}, {1, 6000}, {1, 7000}, {1, 7300}, {2, 3000}, {2, 2700}} {
 		w := noteOf(c.streams, c.size)
 		with, err := json.Marshal(w)
 		if err != nil {
@@ -40,8 +42,8 @@ func TestNotificationCarriesRowsExactlyWhenTheyFit(t *testing.T) {
 			}
 			want, _ = json.Marshal(bare)
 		}
-		if min := w.minRowsSize(); min > len(with) {
-			t.Errorf("%d streams of %d bytes: lower bound %d over the marshaled size %d", c.streams, c.size, min, len(with))
+		if min := w.minRowsSize(); min > len(with) || min < len(with)-40 {
+			t.Errorf("%d streams of %d bytes: lower bound %d not within 40 bytes under the marshaled size %d", c.streams, c.size, min, len(with))
 		}
 		got, err := notePayload(&w)
 		if err != nil {
@@ -53,13 +55,23 @@ func TestNotificationCarriesRowsExactlyWhenTheyFit(t *testing.T) {
 	}
 }
 
-// The shortest row JSON is no longer than any row's, whichever columns are null.
-func TestMinRowJSONIsALowerBound(t *testing.T) {
+// A row's length as rowJSONLen counts it is its JSON's when its strings need no escaping, and
+// under it when they do, whichever columns are null, negative or large.
+func TestRowJSONLenIsALowerBound(t *testing.T) {
 	for _, row := range []driver.Stream{{}, {Closed: true}, {ID: 1, Path: "/a", ContentType: "text/plain"},
-		{TTLSeconds: sql.NullInt64{Valid: true}, Paused: sql.NullString{String: "why", Valid: true}}} {
+		{TTLSeconds: sql.NullInt64{Valid: true}, Paused: sql.NullString{String: "why", Valid: true}},
+		{ID: math.MaxInt64, State: -1, CreatedMs: 1700000000000, LastAccessMs: math.MinInt64, ForkOffset: 10, ForkSubOffset: 9,
+			BaseTail: 100, Tail: -5, Incarnation: 12, Highest: 99999, ExpiresAtMs: sql.NullInt64{Int64: -77},
+			ClosedByEpoch: sql.NullInt64{Int64: 123, Valid: true}, ClosedBySeq: sql.NullInt64{Int64: 4}, ForkedFrom: sql.NullInt64{Int64: 1 << 40, Valid: true},
+			ClosedByProducer: sql.NullString{String: "p", Valid: true}, StreamSeq: sql.NullString{String: "s"}}} {
 		b, _ := json.Marshal(row)
-		if got := minRowJSON + len(row.Path) + len(row.ContentType); got > len(b) {
-			t.Errorf("bound %d over %d for %s", got, len(b), b)
+		if got := rowJSONLen(&row); got != len(b) {
+			t.Errorf("rowJSONLen = %d, JSON is %d bytes: %s", got, len(b), b)
 		}
+	}
+	escaped := driver.Stream{Path: "/a<b>\"", ContentType: "text/é", Paused: sql.NullString{String: "\n\x00", Valid: true}}
+	b, _ := json.Marshal(escaped)
+	if got := rowJSONLen(&escaped); got > len(b) {
+		t.Errorf("rowJSONLen = %d over the JSON's %d bytes: %s", got, len(b), b)
 	}
 }
