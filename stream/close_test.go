@@ -100,12 +100,7 @@ func openFilesUnder(t *testing.T, dir string) []string {
 // be unmounted.
 func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustAppend(t, s, "/f", ev("a"))
+	s, dir := openStoreWithOneEvent(t)
 	mustRead(t, s, "/f", 0, 10, readOptions{})
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -164,12 +159,7 @@ func TestCloseReturnsWhenCtxEndsAndTheDrainGoesOn(t *testing.T) {
 // while the read runs, and once the read ends it returns with no file of the store open.
 func TestCloseWaitsForReadsInFlight(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustAppend(t, s, "/f", ev("a"))
+	s, dir := openStoreWithOneEvent(t)
 	entered, release, readDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		readDone <- s.readTx(context.Background(), func(q driver.Reader) error {
@@ -195,4 +185,17 @@ func TestCloseWaitsForReadsInFlight(t *testing.T) {
 	if open := openFilesUnder(t, dir); len(open) != 0 {
 		t.Fatalf("after Close these files are still open: %q", open)
 	}
+}
+
+// openStoreWithOneEvent opens a store in a directory of its own, with one event on stream /f, and
+// returns it with the directory (which Close must leave with no file open).
+func openStoreWithOneEvent(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := openStore(filepath.Join(dir, "s.db"), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "/f", ev("a"))
+	return s, dir
 }
