@@ -327,41 +327,42 @@ const (
 // that fails inserts none of its rows, as the batch would have stopped at the failing one and the
 // function or transaction been rolled back. queue itself is left as it is when nothing is joined.
 func joinRecordInserts(queue []queued) []queued {
-	runs := false
-	for i := 1; i < len(queue); i++ {
-		if queue[i].sql == insertRecordSQL && queue[i-1].sql == insertRecordSQL {
-			runs = true
-			break
-		}
-	}
-	if !runs {
-		return queue
-	}
-	out := make([]queued, 0, len(queue))
+	var out []queued // nil until the first run: queue is then returned as it is
 	for i := 0; i < len(queue); {
 		j := i + 1
-		for j < len(queue) && queue[i].sql == insertRecordSQL && queue[j].sql == insertRecordSQL {
+		for queue[i].sql == insertRecordSQL && j < len(queue) && queue[j].sql == insertRecordSQL {
 			j++
 		}
-		if j-i < 2 {
-			out = append(out, queue[i])
-			i = j
-			continue
-		}
-		n := j - i
-		cols := [5][]int64{make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)}
-		frames, bodies := make([][]byte, n), make([][]byte, n)
-		for k, q := range queue[i:j] {
-			for c := range cols {
-				cols[c][k] = q.args[c].(int64)
+		switch {
+		case j-i >= 2:
+			if out == nil {
+				out = append(make([]queued, 0, len(queue)), queue[:i]...)
 			}
-			frames[k], bodies[k] = q.args[5].([]byte), q.args[6].([]byte)
+			out = append(out, insertRecords(queue[i:j]))
+		case out != nil:
+			out = append(out, queue[i])
 		}
-		out = append(out, queued{sql: insertRecordsSQL, n: queue[i].n,
-			args: []any{cols[0], cols[1], cols[2], cols[3], cols[4], frames, bodies}})
 		i = j
 	}
+	if out == nil {
+		return queue
+	}
 	return out
+}
+
+// insertRecords is the one statement inserting the records of run, a run of insertRecordSQL
+// statements, numbered as its first.
+func insertRecords(run []queued) queued {
+	n := len(run)
+	cols := [5][]int64{make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)}
+	frames, bodies := make([][]byte, n), make([][]byte, n)
+	for k, q := range run {
+		for c := range cols {
+			cols[c][k] = q.args[c].(int64)
+		}
+		frames[k], bodies[k] = q.args[5].([]byte), q.args[6].([]byte)
+	}
+	return queued{sql: insertRecordsSQL, n: run[0].n, args: []any{cols[0], cols[1], cols[2], cols[3], cols[4], frames, bodies}}
 }
 
 // lost records the failure of queued statement q: the current function's own (after its
