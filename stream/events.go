@@ -54,9 +54,9 @@ func newEventView(maxEphemeralBytes int) *eventView {
 	}
 }
 
-// appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch that carries a
-// durable event (create); an ephemeral-only batch never creates one: to a missing stream it is
-// dropped, and with dropAll to a deleted or closed one too.
+// appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch
+// that carries a durable event (create); an ephemeral-only batch never creates one: to a missing
+// stream it is dropped, and with dropAll to a deleted or closed one too.
 func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldtype.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldtype.Event, error) {
 	ephemeralOnly := true
 	for _, in := range inputs {

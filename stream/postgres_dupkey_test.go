@@ -14,8 +14,8 @@ import (
 // TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset runs three nodes (stores on one
 // schema) whose writers group appends — plain, producer and processor (event view) appends, and
 // processors' checkpoint writes — to a few shared streams, so a group often meets a stream another
-// node holds and splits its transaction (docs/postgres.md#writes-round-trips). Every write must succeed, and
-// each stream's offsets must stay unique and gapless.
+// node holds and splits its transaction (docs/postgres.md#writes-round-trips). Every write must
+// succeed, and each stream's offsets must stay unique and gapless.
 func TestPostgresNodesAppendingToSharedStreamsNeverCollideOnAnOffset(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)

@@ -11,12 +11,12 @@ import (
 )
 
 // A node's write to a stream whose row it knows from its own last commit sends, instead of reading
-// the row under the stream's lock first, a check with its statements (docs/postgres.md#writes-round-trips).
-// When another node wrote the stream in between — an append, a close, a delete and a new stream at
-// the path — the check fails and the write runs again with the row read under the lock: it takes
-// the offset after the other node's records, is refused on the closed stream, and lands on the new
-// stream. Without the check the node would write at offsets another node already used (or after a
-// close, or into a deleted stream).
+// the row under the stream's lock first, a check with its statements
+// (docs/postgres.md#writes-round-trips). When another node wrote the stream in between — an append,
+// a close, a delete and a new stream at the path — the check fails and the write runs again with
+// the row read under the lock: it takes the offset after the other node's records, is refused on
+// the closed stream, and lands on the new stream. Without the check the node would write at offsets
+// another node already used (or after a close, or into a deleted stream).
 func TestPostgresWriteAfterAnotherNodesWriteRunsAgainUnderTheLock(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := openPGStore(t, url), openPGStore(t, url)
@@ -92,7 +92,8 @@ func TestPostgresWriteAfterAnotherNodesWriteRunsAgainUnderTheLock(t *testing.T) 
 }
 
 // A group of appends to separate streams this node wrote last takes one round trip: BEGIN, each
-// stream's check, the records and the notifications go with COMMIT (docs/postgres.md#writes-round-trips).
+// stream's check, the records and the notifications go with COMMIT
+// (docs/postgres.md#writes-round-trips).
 func TestPostgresGroupOfAppendsToStreamsThisNodeWroteTakesOneRoundTrip(t *testing.T) {
 	url := pgtest.URL(t)
 	s := openPGStore(t, url)

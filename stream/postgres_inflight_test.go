@@ -146,8 +146,9 @@ func TestPostgresCommitsFailingWhileOthersAreInFlightFailOnlyTheirOwnWrites(t *t
 }
 
 // holdCommitsMarked installs a deferred trigger on records that makes the COMMIT of a transaction
-// that appended a record whose body contains "fail-at-commit" wait for an advisory lock (17 in the schema's
-// class) held by a connection of its own, and then fail. release frees the lock (idempotent).
+// that appended a record whose body contains "fail-at-commit" wait for an advisory lock (17 in the
+// schema's class) held by a connection of its own, and then fail. release frees the lock
+// (idempotent).
 func holdCommitsMarked(t *testing.T, admin *pgx.Conn, url, schema string) (release func()) {
 	t.Helper()
 	ctx := context.Background()

@@ -41,11 +41,11 @@ func streamLockClass(schema string) uint32 {
 	return h.Sum32()
 }
 
-// A group that splits commits its earlier functions early (docs/postgres.md#writes-round-trips); when the rest
-// of the group then fails, those functions are committed all the same, so their callers are
-// answered success and the writer keeps their state and runs their hooks. The bug: the store
-// answered every function of the group with the final commit's failure, so a caller retrying its
-// committed plain append stored it twice, and subscribers never heard of it.
+// A group that splits commits its earlier functions early (docs/postgres.md#writes-round-trips);
+// when the rest of the group then fails, those functions are committed all the same, so their
+// callers are answered success and the writer keeps their state and runs their hooks. The bug: the
+// store answered every function of the group with the final commit's failure, so a caller retrying
+// its committed plain append stored it twice, and subscribers never heard of it.
 //
 // Here the group is an append to /x and then one to /y, whose lock another connection holds: the
 // second append finds /y taken, the group commits the /x append and waits for /y in a new

@@ -57,7 +57,8 @@ type CreateResult struct {
 	Info StreamInfo
 }
 
-// ProducerHeaders identify one request of an idempotent producer (docs/store.md#idempotent-producers).
+// ProducerHeaders identify one request of an idempotent producer
+// (docs/store.md#idempotent-producers).
 type ProducerHeaders struct {
 	// ID names the producer; non-empty.
 	ID string
@@ -424,8 +425,8 @@ func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64)
 	return ok, err
 }
 
-// sameConfig compares an existing stream with a create request (docs/store.md#forks): media type, TTL,
-// expiry, closure and, for forks, source and fork point.
+// sameConfig compares an existing stream with a create request (docs/store.md#forks): media type,
+// TTL, expiry, closure and, for forks, source and fork point.
 func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
 	if MediaType(r.ContentType) != MediaType(req.ContentType) {
 		return false

@@ -89,16 +89,16 @@ type Config struct {
 // The Store itself only closes and says what it runs on ([Store.Clock], [Store.Driver],
 // [Store.Path], [Store.ObserveCommits]).
 //
-// Rules kept in one place (docs/store.md#one-writer, docs/store.md#durability-guarantees-and-their-limits),
-// the same through either face: every write goes through one writer goroutine that group-commits
-// whatever is queued, each write in its own savepoint, so a refused write never fails its
-// neighbours; a write returns only after its transaction committed (durable by the driver's
-// setting), and a refusal is a *foldtype.Error with a code from the catalogue; offsets of a
-// stream are assigned by the writer (on a shared database under the driver's per-stream lock),
-// gapless and increasing; a commit is handed to the stream's subscribers in commit order, and
-// their push ranges chain with no gap; reads see committed data only; a deleted stream's
-// incarnation never passes its events, claims or checkpoints to a stream created again at its
-// path.
+// Rules kept in one place (docs/store.md#one-writer,
+// docs/store.md#durability-guarantees-and-their-limits), the same through either face: every write
+// goes through one writer goroutine that group-commits whatever is queued, each write in its own
+// savepoint, so a refused write never fails its neighbours; a write returns only after its
+// transaction committed (durable by the driver's setting), and a refusal is a *foldtype.Error with
+// a code from the catalogue; offsets of a stream are assigned by the writer (on a shared database
+// under the driver's per-stream lock), gapless and increasing; a commit is handed to the stream's
+// subscribers in commit order, and their push ranges chain with no gap; reads see committed data
+// only; a deleted stream's incarnation never passes its events, claims or checkpoints to a stream
+// created again at its path.
 type Store struct {
 	events   *Events   // the event face (faces.go)
 	protocol *Protocol // the protocol face (faces.go)

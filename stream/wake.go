@@ -14,9 +14,10 @@ import (
 // The first time a stream is woken by a store incarnation it gets a wake record: a fresh stream
 // (never woken, nothing committed) gets its birth batch — itx/created {path} at offset 1 and
 // itx/woken {incarnation: 1, reason} at offset 2, in one batch — and a stream woken by an earlier
-// incarnation gets one itx/woken {incarnation, reason}. The incarnation counter is streams.incarnation,
-// bumped in the same transaction. Append never adds a wake record, and streams that only the
-// HTTP protocol uses are never woken, so their contents stay exactly what their writers wrote.
+// incarnation gets one itx/woken {incarnation, reason}. The incarnation counter is
+// streams.incarnation, bumped in the same transaction. Append never adds a wake record, and streams
+// that only the HTTP protocol uses are never woken, so their contents stay exactly what their
+// writers wrote.
 
 const (
 	// CreatedType is the birth record's type (foldtype.CreatedType).

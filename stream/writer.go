@@ -88,12 +88,12 @@ func (s *Store) began(dtx driver.WriteTx) {
 	_, s.ws.expects = dtx.(driver.StreamExpecter)
 }
 
-// expected returns the writer's entry of the stream at path when a write may rely on it instead
-// of reading the row under the stream's lock, sending a check with its statements instead
-// (driver.StreamExpecter, docs/postgres.md#writes-round-trips): on a shared database whose driver can, for an
-// entry from this node's own last commit of the stream, which is live, keeps no sliding TTL (its
-// last access is persisted by writes the entry does not follow) and met no other process's write
-// lately (contended).
+// expected returns the writer's entry of the stream at path when a write may rely on it instead of
+// reading the row under the stream's lock, sending a check with its statements instead
+// (driver.StreamExpecter, docs/postgres.md#writes-round-trips): on a shared database whose driver
+// can, for an entry from this node's own last commit of the stream, which is live, keeps no sliding
+// TTL (its last access is persisted by writes the entry does not follow) and met no other process's
+// write lately (contended).
 func (s *Store) expected(path string) (*streamMem, bool) {
 	if s.exclusive || !s.ws.expects {
 		return nil, false
@@ -1218,11 +1218,11 @@ func (t *tx) stream(path string) (*streamMem, error) {
 	return m, nil
 }
 
-// expected stages a copy of the writer's entry of the stream at path when the function may rely
-// on it (Store.expected) and the stream is not in the group yet: the check of its row is queued
-// in the group's transaction instead of a round trip to read the row (docs/postgres.md#writes-round-trips).
-// The copy caches no producer: their rows are read in the transaction, after the check took the
-// stream's lock.
+// expected stages a copy of the writer's entry of the stream at path when the function may rely on
+// it (Store.expected) and the stream is not in the group yet: the check of its row is queued in the
+// group's transaction instead of a round trip to read the row
+// (docs/postgres.md#writes-round-trips). The copy caches no producer: their rows are read in the
+// transaction, after the check took the stream's lock.
 func (t *tx) expected(path string) (*streamMem, bool) {
 	if _, ok := t.staged[path]; ok {
 		return nil, false

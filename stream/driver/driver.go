@@ -45,13 +45,12 @@ import (
 
 // Driver is a storage backend for the stream store.
 type Driver interface {
-	// Migrate creates the schema or brings it to the version this driver writes. The store calls
-	// it once from OpenDriver, before Writer and before anything else; calling it again before Writer
-	// changes nothing. It must be safe when several processes start at
-	// once (shared databases: apply migrations under a lock), must record each applied version,
-	// and must refuse — with a *foldtype.Error of code STORE_SCHEMA saying what to do — a
-	// database whose schema it does not know (written by a newer version), never misread it. Each
-	// migration is all or nothing.
+	// Migrate creates the schema or brings it to the version this driver writes. The store calls it
+	// once from OpenDriver, before Writer and before anything else; calling it again before Writer
+	// changes nothing. It must be safe when several processes start at once (shared databases:
+	// apply migrations under a lock), must record each applied version, and must refuse — with a
+	// *foldtype.Error of code STORE_SCHEMA saying what to do — a database whose schema it does not
+	// know (written by a newer version), never misread it. Each migration is all or nothing.
 	Migrate(ctx context.Context) error
 
 	// Exclusive reports whether this process is the only writer of the database (SQLite holds an
@@ -230,12 +229,12 @@ type HidingTx interface {
 }
 
 // LockKeeper is implemented by a shared driver's write transaction that may release its stream
-// locks before it ends: pgdriver commits the group's earlier functions early rather than wait for
-// a contended lock while holding theirs (docs/postgres.md#writes-round-trips). A row read under a lock that
-// was released since is stale (another process may have appended meanwhile), even if the lock was
-// taken again, so before the store reuses a row an earlier function of the group read, it compares
-// the epoch and otherwise reads the row again under the lock. A function's own locks (taken with
-// LockStream since its savepoint) are never released while it runs.
+// locks before it ends: pgdriver commits the group's earlier functions early rather than wait for a
+// contended lock while holding theirs (docs/postgres.md#writes-round-trips). A row read under a
+// lock that was released since is stale (another process may have appended meanwhile), even if the
+// lock was taken again, so before the store reuses a row an earlier function of the group read, it
+// compares the epoch and otherwise reads the row again under the lock. A function's own locks
+// (taken with LockStream since its savepoint) are never released while it runs.
 //
 // Releasing the locks commits everything the transaction did so far, and that commit stands
 // whatever becomes of the rest of the transaction: the epoch moves on exactly when such a commit
@@ -266,8 +265,8 @@ type StreamPrefetcher interface {
 // runs with the transaction's next round trip, in order with the statements queued after it; when
 // it does not hold, that round trip fails with a *StaleStreamError and nothing queued after the
 // check runs. The store uses it for a stream whose row it knows from its own last commit
-// (docs/postgres.md#writes-round-trips): the write is then sent with the commit, and when another process
-// changed the stream meanwhile the store runs it again, reading the row under the lock.
+// (docs/postgres.md#writes-round-trips): the write is then sent with the commit, and when another
+// process changed the stream meanwhile the store runs it again, reading the row under the lock.
 type StreamExpecter interface {
 	ExpectStream(ctx context.Context, want Stream, highest int64) error
 }
@@ -425,10 +424,10 @@ type Fence struct {
 	Generation int64
 }
 
-// Lease says that Holder runs the work named by Key until Expires (docs/postgres.md#processors-and-leases).
-// Expiry is judged by the database's clock on shared databases, so the processes' clocks never
-// need to agree; Expires converts it to this process's clock with the start of the round trip,
-// so it errs early.
+// Lease says that Holder runs the work named by Key until Expires
+// (docs/postgres.md#processors-and-leases). Expiry is judged by the database's clock on shared
+// databases, so the processes' clocks never need to agree; Expires converts it to this process's
+// clock with the start of the round trip, so it errs early.
 type Lease struct {
 	// Key names the work.
 	Key string

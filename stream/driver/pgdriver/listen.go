@@ -166,9 +166,10 @@ var minRowJSON = func() int {
 	return len(b)
 }()
 
-// minRowsSize is a lower bound of the length of w's JSON with its rows and records, less the
-// sender and flags: each stream's id and path, the members that carry its row and records, each row as rowJSONLen, each record's members with its frames and body
-// in base64. It is exact when every string of the rows is printable ASCII that JSON does not escape.
+// minRowsSize is a lower bound of the length of w's JSON with its rows and records, less the sender
+// and flags: each stream's id and path, the members that carry its row and records, each row as
+// rowJSONLen, each record's members with its frames and body in base64. It is exact when every
+// string of the rows is printable ASCII that JSON does not escape.
 func (w *wireNote) minRowsSize() int {
 	n := 0
 	for _, s := range w.Streams {

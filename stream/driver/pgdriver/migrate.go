@@ -136,8 +136,9 @@ var migrations = []migration{
 	{version: 4, name: "leases.status", stmts: []string{
 		`ALTER TABLE leases ADD COLUMN status text NOT NULL DEFAULT ''`,
 	}},
-	// The check of a write sent with its commit (driver.StreamExpecter, docs/postgres.md#writes-round-trips):
-	// it fails the statement, and so the rest of the round trip, when ok is not true.
+	// The check of a write sent with its commit (driver.StreamExpecter,
+	// docs/postgres.md#writes-round-trips): it fails the statement, and so the rest of the round
+	// trip, when ok is not true.
 	{version: 5, name: "foldstream_expect_stream", stmts: []string{
 		`CREATE FUNCTION foldstream_expect_stream(ok boolean, stream_id bigint) RETURNS void LANGUAGE plpgsql AS $$
 		BEGIN

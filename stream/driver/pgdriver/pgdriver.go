@@ -45,7 +45,8 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultMaxConns is the pool size: the writer, the listener's reconnects, and concurrent reads.
+	// DefaultMaxConns is the pool size: the writer, the listener's reconnects, and concurrent
+	// reads.
 	DefaultMaxConns = 16
 	// DefaultStatementTimeout bounds every statement, so a stuck database fails requests instead
 	// of holding them.

@@ -23,10 +23,10 @@ type querier interface {
 }
 
 // pipeline is a write transaction that sends its statements in as few round trips as the store's
-// reads allow (docs/postgres.md#writes-round-trips). A statement whose result the store does not need — BEGIN,
-// SAVEPOINT, RELEASE, INSERT, UPDATE, the blocking advisory lock, pg_notify — is queued and
-// answered nil at once; the queue goes to the server, in order, in one batch with the next
-// statement whose result is needed (a SELECT) or with COMMIT. PostgreSQL runs a batch's
+// reads allow (docs/postgres.md#writes-round-trips). A statement whose result the store does not
+// need — BEGIN, SAVEPOINT, RELEASE, INSERT, UPDATE, the blocking advisory lock, pg_notify — is
+// queued and answered nil at once; the queue goes to the server, in order, in one batch with the
+// next statement whose result is needed (a SELECT) or with COMMIT. PostgreSQL runs a batch's
 // statements one after the other, so every read still sees the writes queued before it.
 //
 // A queued statement that fails is reported by the flush that sent it. When it was queued after

@@ -9,10 +9,11 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// TestAppendsTakeFewRoundTrips pins the write path's round trips (docs/postgres.md#writes-round-trips): a
-// plain append alone in its group costs 2 (BEGIN, SAVEPOINT, the stream's lock and row; the
-// record, RELEASE, pg_notify and COMMIT), an idempotent producer's batch 3 (its producer row is
-// read under the lock), where sending each statement by itself cost 11–12.
+// TestAppendsTakeFewRoundTrips pins the write path's round trips
+// (docs/postgres.md#writes-round-trips): a plain append alone in its group costs 2 (BEGIN,
+// SAVEPOINT, the stream's lock and row; the record, RELEASE, pg_notify and COMMIT), an idempotent
+// producer's batch 3 (its producer row is read under the lock), where sending each statement by
+// itself cost 11–12.
 func TestAppendsTakeFewRoundTrips(t *testing.T) {
 	t.Parallel()
 	d := open(t, pgtest.URL(t))

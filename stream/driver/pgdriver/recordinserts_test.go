@@ -74,7 +74,8 @@ func TestRecordsOfAGroupAreStoredAsWrittenOrNotAtAll(t *testing.T) {
 			t.Errorf("record %d stored as %+v, want %+v", i, g, r)
 		}
 	}
-	// The second of three collides with a stored record: the group fails, its new records are not stored.
+	// The second of three collides with a stored record: the group fails, its new records are not
+	// stored.
 	err := write([]driver.Record{
 		{StreamID: id, RecordStart: 8, Start: 8, End: 9, Body: []byte("h")},
 		{StreamID: id, RecordStart: 3, Start: 3, End: 5, Body: []byte("xx")},

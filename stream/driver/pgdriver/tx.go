@@ -40,10 +40,10 @@ func (t *readTx) StreamByPath(ctx context.Context, path string) (driver.Stream, 
 
 // StreamByPath in a write transaction reads the row, and takes its stream's lock when that is free
 // at once, in one round trip: the store locks the stream and reads the row again right after
-// (docs/postgres.md#writes-round-trips), and this answers both. When the path has no stream, it takes the
-// path's advisory lock and looks again before answering ErrNoStream, so of two nodes creating the
-// same stream at once the second waits for the first's commit and then finds its row (instead of
-// failing on the unique path).
+// (docs/postgres.md#writes-round-trips), and this answers both. When the path has no stream, it
+// takes the path's advisory lock and looks again before answering ErrNoStream, so of two nodes
+// creating the same stream at once the second waits for the first's commit and then finds its row
+// (instead of failing on the unique path).
 func (t *writeTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
 	var r driver.Stream
 	var err error
@@ -158,9 +158,9 @@ func (t *writeTx) PrefetchStreams(ctx context.Context, paths []string) error {
 	return nil
 }
 
-// ExpectStream queues the check of driver.StreamExpecter: try-lock the stream, then, in a
-// statement of its own (so that it reads the row after the lock, READ COMMITTED taking a snapshot
-// per statement), compare the row with want. Either failing raises FS001 (foldstream_expect_stream),
+// ExpectStream queues the check of driver.StreamExpecter: try-lock the stream, then, in a statement
+// of its own (so that it reads the row after the lock, READ COMMITTED taking a snapshot per
+// statement), compare the row with want. Either failing raises FS001 (foldstream_expect_stream),
 // which aborts the rest of the round trip. The checks queued until the next flush go together, in
 // two statements for all (pipeline.expect); one queued in a function whose SAVEPOINT was already
 // sent goes in place, as two statements of its own. The lock counts as held from now on, and the
@@ -383,7 +383,8 @@ const recordsWithinQuery = `SELECT record_start, start_pos, end_pos, created_ms,
 	ORDER BY end_pos`
 
 // chunkWithin is what one chunk of RecordsWithin read: its rows up to the first the page does not
-// take (stopped: there was one), the bytes of their bodies, the last End, and whether fn wants more.
+// take (stopped: there was one), the bytes of their bodies, the last End, and whether fn wants
+// more.
 type chunkWithin struct {
 	rows          int
 	size, last    int64
