@@ -251,9 +251,8 @@ type group struct {
 // again when it met a stream of the group still committing (errInflight) or when its group's
 // transaction was lost to a failed check of a row it relied on (staleRetry, shared databases), so
 // fn must reset whatever it sets outside tx at its start. If ctx ends before the writer reaches it,
-// it does not run and ctx's error is returned. Once fn has run, write
-// waits for the commit even if ctx ends meanwhile, so the caller never mistakes a committed write
-// for a failed one.
+// it does not run and ctx's error is returned. Once fn has run, write waits for the commit even if
+// ctx ends meanwhile, so the caller never mistakes a committed write for a failed one.
 func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
 	return s.writeTo(ctx, "", fn)
 }
