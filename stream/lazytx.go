@@ -19,7 +19,7 @@ func (l lazyTx) StreamByPath(ctx context.Context, path string) (driver.Stream, e
 	if err != nil {
 		return driver.Stream{}, err
 	}
-	return d.StreamByPath(ctx, path)
+	return d.StreamByPath(l.t.stmtCtx(ctx), path)
 }
 
 func (l lazyTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error) {
@@ -27,7 +27,7 @@ func (l lazyTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error)
 	if err != nil {
 		return driver.Stream{}, err
 	}
-	return d.StreamByID(ctx, id)
+	return d.StreamByID(l.t.stmtCtx(ctx), id)
 }
 
 func (l lazyTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, error) {
@@ -35,7 +35,7 @@ func (l lazyTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, er
 	if err != nil {
 		return nil, err
 	}
-	return d.ChildStreams(ctx, id)
+	return d.ChildStreams(l.t.stmtCtx(ctx), id)
 }
 
 func (l lazyTx) ListStreams(ctx context.Context, q driver.ListQuery) ([]driver.Stream, error) {
@@ -43,7 +43,7 @@ func (l lazyTx) ListStreams(ctx context.Context, q driver.ListQuery) ([]driver.S
 	if err != nil {
 		return nil, err
 	}
-	return d.ListStreams(ctx, q)
+	return d.ListStreams(l.t.stmtCtx(ctx), q)
 }
 
 func (l lazyTx) CountStreams(ctx context.Context) (int, error) {
@@ -51,7 +51,7 @@ func (l lazyTx) CountStreams(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return d.CountStreams(ctx)
+	return d.CountStreams(l.t.stmtCtx(ctx))
 }
 
 func (l lazyTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, limit int) ([]driver.Stream, error) {
@@ -59,7 +59,7 @@ func (l lazyTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, lim
 	if err != nil {
 		return nil, err
 	}
-	return d.CollectCandidates(ctx, afterID, nowMs, limit)
+	return d.CollectCandidates(l.t.stmtCtx(ctx), afterID, nowMs, limit)
 }
 
 func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
@@ -67,7 +67,7 @@ func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driv
 	if err != nil {
 		return err
 	}
-	return d.Records(ctx, streamID, after, fn)
+	return d.Records(l.t.stmtCtx(ctx), streamID, after, fn)
 }
 
 // RecordsWithin is Records with a budget hint, passed on when the driver's reader takes one
@@ -77,7 +77,7 @@ func (l lazyTx) RecordsWithin(ctx context.Context, streamID, after int64, budget
 	if err != nil {
 		return false, err
 	}
-	return recordsWithin(ctx, d, streamID, after, budget, fn)
+	return recordsWithin(l.t.stmtCtx(ctx), d, streamID, after, budget, fn)
 }
 
 func (l lazyTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
@@ -85,7 +85,7 @@ func (l lazyTx) KeyOffset(ctx context.Context, streamID int64, key string) (int6
 	if err != nil {
 		return 0, false, err
 	}
-	return d.KeyOffset(ctx, streamID, key)
+	return d.KeyOffset(l.t.stmtCtx(ctx), streamID, key)
 }
 
 func (l lazyTx) Producer(ctx context.Context, streamID int64, id string) (driver.Producer, bool, error) {
@@ -93,7 +93,7 @@ func (l lazyTx) Producer(ctx context.Context, streamID int64, id string) (driver
 	if err != nil {
 		return driver.Producer{}, false, err
 	}
-	return d.Producer(ctx, streamID, id)
+	return d.Producer(l.t.stmtCtx(ctx), streamID, id)
 }
 
 func (l lazyTx) Claims(ctx context.Context) ([]driver.Claim, error) {
@@ -101,7 +101,7 @@ func (l lazyTx) Claims(ctx context.Context) ([]driver.Claim, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.Claims(ctx)
+	return d.Claims(l.t.stmtCtx(ctx))
 }
 
 func (l lazyTx) DueClaims(ctx context.Context, nowMs int64) ([]driver.Claim, error) {
@@ -109,7 +109,7 @@ func (l lazyTx) DueClaims(ctx context.Context, nowMs int64) ([]driver.Claim, err
 	if err != nil {
 		return nil, err
 	}
-	return d.DueClaims(ctx, nowMs)
+	return d.DueClaims(l.t.stmtCtx(ctx), nowMs)
 }
 
 func (l lazyTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
@@ -117,7 +117,7 @@ func (l lazyTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	return d.NextClaimAt(ctx)
+	return d.NextClaimAt(l.t.stmtCtx(ctx))
 }
 
 func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error) {
@@ -125,7 +125,7 @@ func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Ch
 	if err != nil {
 		return foldtype.Checkpoint{}, false, err
 	}
-	return d.Checkpoint(ctx, scope, slug)
+	return d.Checkpoint(l.t.stmtCtx(ctx), scope, slug)
 }
 
 // CheckpointRows is driver.ReadCheckpointRows on the group's transaction.
@@ -134,7 +134,7 @@ func (l lazyTx) CheckpointRows(ctx context.Context, scope string, slugs []string
 	if err != nil {
 		return err
 	}
-	return driver.ReadCheckpointRows(ctx, d, scope, slugs, fn)
+	return driver.ReadCheckpointRows(l.t.stmtCtx(ctx), d, scope, slugs, fn)
 }
 
 func (l lazyTx) LockStream(ctx context.Context, id int64) error {
@@ -142,7 +142,7 @@ func (l lazyTx) LockStream(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	return d.LockStream(ctx, id)
+	return d.LockStream(l.t.stmtCtx(ctx), id)
 }
 
 func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error) {
@@ -150,7 +150,7 @@ func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error
 	if err != nil {
 		return 0, err
 	}
-	id, err := d.InsertStream(ctx, s)
+	id, err := d.InsertStream(l.t.stmtCtx(ctx), s)
 	return id, (err)
 }
 
@@ -166,7 +166,7 @@ func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int6
 	if !ok {
 		return 0, false, nil
 	}
-	return f.InsertStreamIfAbsent(ctx, s)
+	return f.InsertStreamIfAbsent(l.t.stmtCtx(ctx), s)
 }
 
 // insertStreamAlone is insertStreamIfAbsent for a create whose insert is the function's only
@@ -194,7 +194,7 @@ func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdat
 	if err != nil {
 		return err
 	}
-	return (d.UpdateStream(ctx, id, u))
+	return (d.UpdateStream(l.t.stmtCtx(ctx), id, u))
 }
 
 func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
@@ -202,7 +202,7 @@ func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	return (d.DeleteStream(ctx, id))
+	return (d.DeleteStream(l.t.stmtCtx(ctx), id))
 }
 
 func (l lazyTx) DeleteProcessorState(ctx context.Context, path string) error {
@@ -210,7 +210,7 @@ func (l lazyTx) DeleteProcessorState(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	return d.DeleteProcessorState(ctx, path)
+	return d.DeleteProcessorState(l.t.stmtCtx(ctx), path)
 }
 
 func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
@@ -218,7 +218,7 @@ func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
 	if err != nil {
 		return err
 	}
-	return (d.InsertRecord(ctx, r))
+	return (d.InsertRecord(l.t.stmtCtx(ctx), r))
 }
 
 func (l lazyTx) PutProducer(ctx context.Context, streamID int64, p driver.Producer) error {
@@ -226,7 +226,7 @@ func (l lazyTx) PutProducer(ctx context.Context, streamID int64, p driver.Produc
 	if err != nil {
 		return err
 	}
-	return (d.PutProducer(ctx, streamID, p))
+	return (d.PutProducer(l.t.stmtCtx(ctx), streamID, p))
 }
 
 func (l lazyTx) PutClaim(ctx context.Context, c driver.Claim) error {
@@ -234,7 +234,7 @@ func (l lazyTx) PutClaim(ctx context.Context, c driver.Claim) error {
 	if err != nil {
 		return err
 	}
-	return (d.PutClaim(ctx, c))
+	return (d.PutClaim(l.t.stmtCtx(ctx), c))
 }
 
 func (l lazyTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) error {
@@ -242,7 +242,7 @@ func (l lazyTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) err
 	if err != nil {
 		return err
 	}
-	return (d.DeleteClaim(ctx, c, exact))
+	return (d.DeleteClaim(l.t.stmtCtx(ctx), c, exact))
 }
 
 func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
@@ -250,7 +250,7 @@ func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) e
 	if err != nil {
 		return err
 	}
-	return (d.WriteCheckpoint(ctx, w))
+	return (d.WriteCheckpoint(l.t.stmtCtx(ctx), w))
 }
 
 func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {
@@ -258,5 +258,5 @@ func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {
 	if err != nil {
 		return err
 	}
-	return d.Notify(ctx, n)
+	return d.Notify(l.t.stmtCtx(ctx), n)
 }

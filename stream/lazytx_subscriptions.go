@@ -11,7 +11,7 @@ func (l lazyTx) Subscription(ctx context.Context, id string) (driver.Subscriptio
 	if err != nil {
 		return driver.SubscriptionRow{}, false, err
 	}
-	return d.Subscription(ctx, id)
+	return d.Subscription(l.t.stmtCtx(ctx), id)
 }
 
 func (l lazyTx) Subscriptions(ctx context.Context) ([]driver.SubscriptionRow, error) {
@@ -19,7 +19,7 @@ func (l lazyTx) Subscriptions(ctx context.Context) ([]driver.SubscriptionRow, er
 	if err != nil {
 		return nil, err
 	}
-	return d.Subscriptions(ctx)
+	return d.Subscriptions(l.t.stmtCtx(ctx))
 }
 
 func (l lazyTx) SigningKeys(ctx context.Context) ([]driver.SigningKey, error) {
@@ -27,7 +27,7 @@ func (l lazyTx) SigningKeys(ctx context.Context) ([]driver.SigningKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.SigningKeys(ctx)
+	return d.SigningKeys(l.t.stmtCtx(ctx))
 }
 
 func (l lazyTx) LockSubscription(ctx context.Context, id string) error {
@@ -35,7 +35,7 @@ func (l lazyTx) LockSubscription(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return d.LockSubscription(ctx, id)
+	return d.LockSubscription(l.t.stmtCtx(ctx), id)
 }
 
 func (l lazyTx) PutSubscription(ctx context.Context, r driver.SubscriptionRow) error {
@@ -43,7 +43,7 @@ func (l lazyTx) PutSubscription(ctx context.Context, r driver.SubscriptionRow) e
 	if err != nil {
 		return err
 	}
-	return d.PutSubscription(ctx, r)
+	return d.PutSubscription(l.t.stmtCtx(ctx), r)
 }
 
 func (l lazyTx) DeleteSubscription(ctx context.Context, id string) error {
@@ -51,7 +51,7 @@ func (l lazyTx) DeleteSubscription(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return d.DeleteSubscription(ctx, id)
+	return d.DeleteSubscription(l.t.stmtCtx(ctx), id)
 }
 
 func (l lazyTx) PutSigningKey(ctx context.Context, k driver.SigningKey) error {
@@ -59,5 +59,5 @@ func (l lazyTx) PutSigningKey(ctx context.Context, k driver.SigningKey) error {
 	if err != nil {
 		return err
 	}
-	return d.PutSigningKey(ctx, k)
+	return d.PutSigningKey(l.t.stmtCtx(ctx), k)
 }

@@ -230,6 +230,28 @@ type tx struct {
 	// aloneErr is the error of a statement run without a savepoint (tx.beginAlone): the group's
 	// transaction may be partly written or rolled back by the database, so the group fails.
 	aloneErr error
+	// quiet is ctx without its cancellation (see stmtCtx), made on first use.
+	quiet context.Context
+}
+
+// stmtCtx is the context a statement of the function runs with, given the one its caller passed:
+// on an exclusive database (SQLite) the function's context without its cancellation. A caller
+// that goes away is noticed before its function starts (building.add) and between the statements
+// of a long one (the record loops check t.ctx), but never interrupts a statement: SQLite may roll
+// the whole group's transaction back after an interrupted write, failing the group's other
+// writes with it, and the driver watches a cancellable context with a goroutine per statement
+// (database/sql one more per query). On a shared database the statement keeps ctx.
+func (t *tx) stmtCtx(ctx context.Context) context.Context {
+	if !t.s.exclusive || ctx.Done() == nil {
+		return ctx
+	}
+	if ctx != t.ctx {
+		return context.WithoutCancel(ctx)
+	}
+	if t.quiet == nil {
+		t.quiet = context.WithoutCancel(ctx)
+	}
+	return t.quiet
 }
 
 type group struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // TestWriterGroupIsolatesRefusedWrites: a write that fails inside a group rolls back alone; its
@@ -361,5 +362,39 @@ func TestWriterGroupWaitsForTheCallersItAnswered(t *testing.T) {
 	}
 	if got := lastGroup(); got != 2 {
 		t.Errorf("second commit: got %d writes, want 2 (B answered with A should have joined A's commit)", got)
+	}
+}
+
+// TestAWriteWhoseCallerGoesAwayMidFunctionKeepsItsStatements: on SQLite a caller that goes away
+// once its function started does not stop the function's statements (an interrupted write may
+// roll back the whole group's transaction): the statement after the cancellation runs, and the
+// write commits.
+func TestAWriteWhoseCallerGoesAwayMidFunctionKeepsItsStatements(t *testing.T) {
+	t.Parallel()
+	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stmtErr error
+	err = s.write(ctx, func(tx *tx) error {
+		cancel()
+		_, stmtErr = tx.db.InsertStream(tx.ctx, driver.Stream{Path: "/after-cancel", ContentType: EventContentType})
+		return stmtErr
+	})
+	if stmtErr != nil {
+		t.Fatalf("statement after the caller went away: %v", stmtErr)
+	}
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	var n int
+	if err := s.rawQueryRow(`SELECT count(*) FROM streams WHERE path = '/after-cancel'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("rows at /after-cancel: %d, want 1", n)
 	}
 }
