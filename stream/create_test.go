@@ -147,3 +147,78 @@ func TestPlainCreateRunsItsOneStatementWithoutASavepoint(t *testing.T) {
 		t.Fatalf("create over /plain/1 with another content type: %v, want CONFLICT", err)
 	}
 }
+
+// An event append to a path the writer holds nothing of inserts the stream without reading the
+// path first. When a row holds the path after all — an event stream evicted from the writer's
+// cache, a stream of another content type, a soft-deleted source its forks still read — nothing
+// is inserted and the append is decided by that row exactly as before.
+func TestEventAppendToAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := openStore(":memory:", Config{Logger: quietLog, ProducerReorderWait: -1, MaxCachedStreams: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	fillers := 0
+	evict := func(paths ...string) {
+		t.Helper()
+		for range 6 {
+			mustCreate(t, s, CreateRequest{Path: fmt.Sprintf("/filler/%d", fillers), ContentType: "application/json"})
+			fillers++
+		}
+		for _, p := range paths {
+			var held bool
+			if err := s.write(ctx, func(t *tx) error { held = !t.unheld(p); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if held {
+				t.Fatalf("%s is still in the writer's memory", p)
+			}
+		}
+	}
+	ev := func(n int) foldtype.EventInput {
+		return foldtype.EventInput{Type: "t", Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))}
+	}
+
+	// A fresh path: created, the batch at offsets 1 and 2.
+	got, err := s.Events().Stream("/fresh").Append(ctx, ev(1), ev(2))
+	if err != nil || len(got) != 2 || got[0].Offset != 1 || got[1].Offset != 2 {
+		t.Fatalf("append to a fresh path: %v, %v; want offsets 1, 2", got, err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path = '/fresh'`); n != 1 {
+		t.Fatalf("%d rows hold /fresh, want 1", n)
+	}
+
+	// The same stream, evicted: the append lands on it after its tail.
+	id := streamIDOf(t, s, "/fresh")
+	evict("/fresh")
+	got, err = s.Events().Stream("/fresh").Append(ctx, ev(3))
+	if err != nil || len(got) != 1 || got[0].Offset != 3 {
+		t.Fatalf("append to the evicted stream: %v, %v; want offset 3", got, err)
+	}
+	if got := streamIDOf(t, s, "/fresh"); got != id {
+		t.Fatalf("/fresh is stream %d now, was %d", got, id)
+	}
+
+	// A stream of bytes, evicted: refused, as before.
+	mustCreate(t, s, CreateRequest{Path: "/bytes", ContentType: "text/plain"})
+	evict("/bytes")
+	if _, err := s.Events().Stream("/bytes").Append(ctx, ev(1)); kindOf(err) != foldtype.CodeInvalidEvent {
+		t.Fatalf("event append to a byte stream: %v, want INVALID_EVENT", err)
+	}
+
+	// A soft-deleted source (its fork still reads it), evicted: STREAM_GONE, nothing created.
+	mustCreate(t, s, CreateRequest{Path: "/src", ContentType: "application/json"})
+	mustCreate(t, s, CreateRequest{Path: "/fork", ForkedFrom: "/src"})
+	if err := s.Protocol().DeleteStream(ctx, "/src"); err != nil {
+		t.Fatal(err)
+	}
+	evict("/src")
+	if _, err := s.Events().Stream("/src").Append(ctx, ev(1)); kindOf(err) != foldtype.CodeStreamGone {
+		t.Fatalf("event append to a soft-deleted source: %v, want STREAM_GONE", err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path = '/src'`); n != 1 {
+		t.Fatalf("%d rows hold /src, want 1", n)
+	}
+}
