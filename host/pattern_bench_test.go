@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ import (
 // stream: b.N events appended in batches of 10 by 16 appenders to a real file, batch i to stream
 // i mod N (so b.N/10 batches touch min(N, b.N/10) streams). cpu-µs/event is the process's user +
 // system time over the same span, per event (with -cpu 1 the work done, on a loaded machine the
-// figure to compare). Run with
+// figure to compare); commits/batch and writes/batch are the store's group commits and the writes
+// they made durable over the span, per batch appended. Run with
 //
 //	go test -run '^$' -bench PatternFold -benchtime 100000x -count 3 ./host
 //
@@ -58,6 +60,11 @@ func BenchmarkPatternFold(b *testing.B) {
 			for i := range batch {
 				batch[i] = item(1)
 			}
+			var commits, writes atomic.Int64
+			stop := s.ObserveCommits(func(c stream.CommitStats) {
+				commits.Add(1)
+				writes.Add(int64(c.Writes))
+			})
 			b.ResetTimer()
 			start, cpu := time.Now(), processCPU(b)
 			var wg sync.WaitGroup
@@ -79,8 +86,11 @@ func BenchmarkPatternFold(b *testing.B) {
 			}
 			d, used := time.Since(start), processCPU(b)-cpu
 			b.StopTimer()
+			stop()
 			b.ReportMetric(float64(batches*10)/d.Seconds(), "events/s")
 			b.ReportMetric(float64(used.Microseconds())/float64(batches*10), "cpu-µs/event")
+			b.ReportMetric(float64(commits.Load())/float64(batches), "commits/batch")
+			b.ReportMetric(float64(writes.Load())/float64(batches), "writes/batch")
 			if err := h.Shutdown(ctx); err != nil {
 				b.Fatal(err)
 			}
