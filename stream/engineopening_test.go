@@ -81,3 +81,74 @@ func testEngineOpening(t *testing.T, headOf func(*Events) func(context.Context, 
 		t.Fatalf("missing stream: got %v, want STREAM_NOT_FOUND", err)
 	}
 }
+
+// TestEngineOpeningInTheWriterFindsEveryCheckpointOfAStreamItCreated: on SQLite, while a host
+// watches commits, the opening in the writer of a stream the writer created skips the checkpoint
+// query only when the stream can have no rows; it still finds a row written to the path after
+// the creation, one written while no stream held the path (in this process, or before the store
+// was opened), and none after the stream was deleted and created again.
+func TestEngineOpeningInTheWriterFindsEveryCheckpointOfAStreamItCreated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, file := setupFile(t)
+	stop := s.Events().WatchCommits(func(string) {})
+	defer stop()
+	slugs := []string{"p", "p:marker"}
+	atCheckpoint := func(rows map[string]foldtype.Checkpoint) int64 { return rows["p"].ReducedThroughOffset }
+	write := func(s *Store, path string, through int64) {
+		t.Helper()
+		cps, err := s.Events().Checkpoints(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: through}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(s *Store, path string, through int64, found bool) {
+		t.Helper()
+		o, err := s.Events().HeadStreamForWork(ctx, path, slugs, atCheckpoint, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, ok := o.Checkpoints["p"]
+		if ok != found || (found && cp.ReducedThroughOffset != through) {
+			t.Fatalf("%s: checkpoints %+v, want found %v at %d", path, o.Checkpoints, found, through)
+		}
+	}
+
+	// Created here, no row: none found; a row written since: found.
+	mustAppend(t, s, "/fresh", ev("x"), ev("x"))
+	expect(s, "/fresh", 0, false)
+	write(s, "/fresh", 1)
+	expect(s, "/fresh", 1, true)
+
+	// A row written while no stream held the path, then the stream created: found.
+	write(s, "/early", 0)
+	mustAppend(t, s, "/early", ev("x"))
+	expect(s, "/early", 0, true)
+
+	// Deleted (its rows go with it) and created again: none found.
+	if err := s.Protocol().DeleteStream(ctx, "/fresh"); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "/fresh", ev("x"))
+	expect(s, "/fresh", 0, false)
+
+	// A row written while no stream held the path, before the store was opened again: found.
+	write(s, "/before", 2)
+	stop()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := openStore(file, Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close(ctx)
+	defer s2.Events().WatchCommits(func(string) {})()
+	mustAppend(t, s2, "/before", ev("x"), ev("x"), ev("x"))
+	expect(s2, "/before", 2, true)
+	mustAppend(t, s2, "/other", ev("x"))
+	expect(s2, "/other", 0, false)
+}

@@ -148,12 +148,13 @@ func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
 func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 	if t.unheld(path) && ValidateStreamName(path) == nil {
 		row := s.newEventStreamRow(t, path)
+		none := s.createsWithoutCheckpoints(t, path)
 		id, inserted, err := t.db.insertStreamIfAbsent(t.ctx, row)
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", quotePath(path), err)
 		}
 		if inserted {
-			return s.createdEventStream(t, row, id), nil
+			return s.createdEventStream(t, row, id, none), nil
 		}
 	}
 	m, err := t.stream(path)
@@ -162,11 +163,12 @@ func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 			return nil, err
 		}
 		row := s.newEventStreamRow(t, path)
+		none := s.createsWithoutCheckpoints(t, path)
 		id, err := t.db.InsertStream(t.ctx, row)
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", quotePath(path), err)
 		}
-		m = s.createdEventStream(t, row, id)
+		m = s.createdEventStream(t, row, id, none)
 	} else if err != nil {
 		return nil, err
 	}
@@ -182,10 +184,11 @@ func (s *Store) newEventStreamRow(t *tx, path string) driver.Stream {
 	return driver.Stream{Path: path, ContentType: EventContentType, CreatedMs: ms, LastAccessMs: ms}
 }
 
-// createdEventStream stages the event stream t just inserted as row, with id.
-func (s *Store) createdEventStream(t *tx, row driver.Stream, id int64) *streamMem {
+// createdEventStream stages the event stream t just inserted as row, with id; noCheckpoints: no
+// checkpoint row has its path as scope (Store.createsWithoutCheckpoints).
+func (s *Store) createdEventStream(t *tx, row driver.Stream, id int64, noCheckpoints bool) *streamMem {
 	row.ID = id
-	m := &streamMem{Row: row}
+	m := &streamMem{Row: row, noCheckpoints: noCheckpoints}
 	t.stage(m)
 	s.streamCreated(t, row.Path)
 	return m

@@ -245,7 +245,11 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 		}
 		row := m.Row
 		row.Tail = m.Tail
-		return s.readOpening(t.ctx, t.db, path, &row, m.recent, slugs, after, limit, &o)
+		read := slugs
+		if m.noCheckpoints {
+			read = nil // the stream has no checkpoint rows (checkpointsknown.go)
+		}
+		return s.readOpening(t.ctx, t.db, path, &row, m.recent, read, after, limit, &o)
 	})
 	if err != nil {
 		return EngineOpening{}, err
@@ -292,6 +296,9 @@ func (c *Checkpoints) checkIncarnation(t *tx, slug string) error {
 		}
 		if m != nil {
 			row, found = m.Row, true
+			m.noCheckpoints = false // staged: lost with the write if it fails
+		} else {
+			t.s.ws.wroteStreamless(c.scope)
 		}
 	} else {
 		r, err := t.db.StreamByPath(t.ctx, c.scope)

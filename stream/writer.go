@@ -75,6 +75,9 @@ type writerState struct {
 	gatherWait time.Duration
 	// recent is what the cached states of the streams keep of recent events (recent.go).
 	recent recentKept
+	// checkpoints is what the writer knows of checkpoint rows whose scope no stream holds
+	// (checkpointsknown.go).
+	checkpoints streamlessCheckpoints
 }
 
 // contendedFor is how long a stream whose check failed is read under its lock in every write,
@@ -155,6 +158,10 @@ type streamMem struct {
 	// recent holds the durable events last appended through the event view, for an engine
 	// opening next (recent.go); nil when none are kept.
 	recent *recentEvents
+	// noCheckpoints reports that no checkpoint row has the stream's path as its scope, so an
+	// engine opening in the writer reads none (checkpointsknown.go). Only on an exclusive
+	// driver, for a stream this writer created; a checkpoint write to the path clears it.
+	noCheckpoints bool
 }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.

@@ -259,6 +259,23 @@ func (t *readTx) CheckpointRows(ctx context.Context, scope string, slugs []strin
 
 var _ driver.CheckpointRowsReader = (*readTx)(nil)
 
+// HasStreamlessCheckpoints reports whether a checkpoint row's scope is a path no stream row holds
+// (driver.StreamlessCheckpointFinder): one probe of the streams' path index per distinct scope.
+func (t *readTx) HasStreamlessCheckpoints(ctx context.Context) (bool, error) {
+	var one int
+	err := t.q.queryRow(ctx, `SELECT 1 FROM (SELECT DISTINCT scope FROM reduce_checkpoints) c
+		WHERE NOT EXISTS (SELECT 1 FROM streams s WHERE s.path = c.scope) LIMIT 1`).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read checkpoints: %w", err)
+	}
+	return true, nil
+}
+
+var _ driver.StreamlessCheckpointFinder = (*readTx)(nil)
+
 // The write side.
 
 const insertStream = `INSERT INTO streams(path, content_type, state, created_ms, ttl_seconds, expires_at_ms,
