@@ -174,9 +174,11 @@ type Host struct {
 	opening  map[procKey]bool
 	openQ    []procKey
 	openers  int
-	sweeper  func() bool
-	shutdown bool
-	alarms   bool
+	// maxOpeners is how many goroutines open queued engines at once (openWorkers).
+	maxOpeners int
+	sweeper    func() bool
+	shutdown   bool
+	alarms     bool
 }
 
 type procKey struct{ path, slug string }
@@ -242,7 +244,7 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	h := &Host{
 		store: store, cfg: cfg, log: slog.New(folder), fold: folder.st, clock: clock,
 		exact: map[procKey]*registration{}, slots: map[procKey]*slot{}, lru: list.New(),
-		opening: map[procKey]bool{},
+		opening: map[procKey]bool{}, maxOpeners: openWorkers(store.Driver().Exclusive()),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	lctx, lcancel := context.WithTimeout(h.ctx, cfg.LeaseTTL)

@@ -651,8 +651,23 @@ func (h *Host) committed(path string) {
 	}
 }
 
-// openWorkers is how many goroutines open queued engines at once.
-const openWorkers = 8
+// openWorkers is how many goroutines open queued engines at once, on an exclusive database
+// (SQLite) or a shared one.
+//
+// On SQLite an engine opened to work makes one write through the store's writer (the stream's
+// wake record and the opening read, Events.WakeAndHeadStreamForWork) and waits for its group's
+// commit: an opening's time is mostly that wait, and any number of openings share one commit and
+// its fsync. With 8 workers, 8 openings shared each commit round: folding over 100,000 streams,
+// where every batch opens an engine, the openings bounded the rate (the process used about two
+// thirds of one core of two) and each cold batch paid a quarter of a commit; with 32, a group
+// carries the openings queued meanwhile (docs/bench.md, the pattern fold). On a shared database an
+// opening reads and takes its lease over its own connection, so the workers stay few.
+func openWorkers(exclusive bool) int {
+	if exclusive {
+		return 32
+	}
+	return 8
+}
 
 // queueOpenLocked queues key to be opened by a worker. h.mu held.
 func (h *Host) queueOpenLocked(key procKey) {
@@ -661,7 +676,7 @@ func (h *Host) queueOpenLocked(key procKey) {
 	}
 	h.opening[key] = true
 	h.openQ = append(h.openQ, key)
-	if h.openers < openWorkers {
+	if h.openers < h.maxOpeners {
 		h.openers++
 		h.wg.Add(1)
 		go h.runOpener()
