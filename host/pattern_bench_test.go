@@ -23,7 +23,8 @@ import (
 // i mod N (so b.N/10 batches touch min(N, b.N/10) streams). cpu-µs/event is the process's user +
 // system time over the same span, per event (with -cpu 1 the work done, on a loaded machine the
 // figure to compare); commits/batch and writes/batch are the store's group commits and the writes
-// they made durable over the span, per batch appended. Run with
+// they made durable over the span, per batch appended, and µs/commit their mean duration (the
+// COMMIT itself: its WAL writes and fsync). Run with
 //
 //	go test -run '^$' -bench PatternFold -benchtime 100000x -count 3 ./host
 //
@@ -60,10 +61,11 @@ func BenchmarkPatternFold(b *testing.B) {
 			for i := range batch {
 				batch[i] = item(1)
 			}
-			var commits, writes atomic.Int64
+			var commits, writes, commitNs atomic.Int64
 			stop := s.ObserveCommits(func(c stream.CommitStats) {
 				commits.Add(1)
 				writes.Add(int64(c.Writes))
+				commitNs.Add(int64(c.Duration))
 			})
 			b.ResetTimer()
 			start, cpu := time.Now(), processCPU(b)
@@ -91,6 +93,7 @@ func BenchmarkPatternFold(b *testing.B) {
 			b.ReportMetric(float64(used.Microseconds())/float64(batches*10), "cpu-µs/event")
 			b.ReportMetric(float64(commits.Load())/float64(batches), "commits/batch")
 			b.ReportMetric(float64(writes.Load())/float64(batches), "writes/batch")
+			b.ReportMetric(float64(commitNs.Load())/1e3/float64(max(commits.Load(), 1)), "µs/commit")
 			if err := h.Shutdown(ctx); err != nil {
 				b.Fatal(err)
 			}
