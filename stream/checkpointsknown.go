@@ -1,5 +1,12 @@
 package stream
 
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
 // Streams known to have no checkpoint rows (docs/store.md#engines-of-a-pattern).
 //
 // An engine opening in the writer (Events.HeadStreamForWork) reads the stream's checkpoint rows —
@@ -7,20 +14,36 @@ package stream
 // checkpoint write goes through this writer, and deleting a stream deletes the rows of its path in
 // the same transaction; the only rows a stream the writer creates can find are those written while
 // no stream row held its path (a Checkpoints handle made before the stream existed may write). So
-// the writer notes the paths it wrote such rows for, and asks the database once, before the first
-// event stream it creates while a host watches commits, whether any such rows are older than that
-// (driver.StreamlessCheckpointFinder). When none are, a stream it creates at a path not noted
-// has no checkpoint rows, and its entry says so until a checkpoint is written to the path: the
+// the writer notes the paths it wrote such rows for, and asks the database once, when it first
+// creates an event stream while a host watches commits, whether any such rows exist
+// (driver.StreamlessCheckpointFinder). When none do, a stream it creates at a path not noted has
+// no checkpoint rows, and its entry says so until a checkpoint is written to the path: the
 // opening skips the query. An entry read from its row (after a restart or an eviction) never says
 // so.
+//
+// The question reads every distinct checkpoint scope (about 0.6 s at a million of them), so it is
+// asked in a read transaction of its own, not on the writer: the streams created before its
+// answer arrives read their checkpoint rows as before. Its snapshot is taken after the writer
+// started noting, so a row it cannot see was written through this writer: noted when no stream
+// held its path, or deleted with the stream that held it.
 
 // streamlessCheckpoints is what the writer knows of checkpoint rows whose scope no stream row holds.
 type streamlessCheckpoints struct {
-	// asked: the database was asked; none: it had none then.
-	asked, none bool
+	// asked: the question was started (only the writer reads and sets it).
+	asked bool
+	// answer is the database's answer, stored by the question's goroutine: streamlessNone when no
+	// checkpoint row's scope is a path without a stream row, streamlessUnknown when some is or
+	// the question failed; zero until it arrives.
+	answer atomic.Int32
 	// written are the paths this writer wrote a checkpoint row for while no stream row held them.
 	written map[string]bool
 }
+
+// The answers of the question (streamlessCheckpoints.answer).
+const (
+	streamlessNone    = 1
+	streamlessUnknown = 2
+)
 
 // wroteStreamless notes a checkpoint write to path while no stream row held it.
 func (ws *writerState) wroteStreamless(path string) {
@@ -32,17 +55,52 @@ func (ws *writerState) wroteStreamless(path string) {
 }
 
 // createsWithoutCheckpoints reports whether an event stream t is about to create at path has no
-// checkpoint rows, asking the database first when it was not asked yet (before the stream row is
-// inserted: a row at the path would hide the rows the question is about). It says false while no
-// host watches commits (no engine opens in the writer) and when the database cannot tell.
+// checkpoint rows. It says false while no host watches commits (no engine opens in the writer),
+// until the database's answer arrived (the first call starts the question), and when the
+// database cannot tell. Writer only.
 func (s *Store) createsWithoutCheckpoints(t *tx, path string) bool {
 	if !s.keepsRecent() {
 		return false
 	}
 	k := &s.ws.checkpoints
 	if !k.asked {
-		has, known, err := t.db.hasStreamlessCheckpoints(t.ctx)
-		k.asked, k.none = true, err == nil && known && !has // a failed question: not known
+		k.asked = true
+		go s.askStreamlessCheckpoints(&k.answer)
+		return false
 	}
-	return k.none && !k.written[path]
+	return k.answer.Load() == streamlessNone && !k.written[path]
+}
+
+// askStreamlessCheckpoints asks the database whether any checkpoint row's scope is a path no
+// stream row holds, and stores the answer. Close interrupts it; a store already closed answers
+// nothing (readTx fails), which leaves the question unanswered.
+func (s *Store) askStreamlessCheckpoints(answer *atomic.Int32) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	known, has := false, false
+	err := s.readTx(ctx, func(q driver.Reader) error {
+		f, ok := q.(driver.StreamlessCheckpointFinder)
+		if !ok {
+			return nil
+		}
+		var err error
+		has, err = f.HasStreamlessCheckpoints(ctx)
+		known = err == nil
+		return err
+	})
+	if err == nil && known && !has {
+		answer.Store(streamlessNone)
+		return
+	}
+	if err != nil && !s.closed.Load() {
+		s.log.Warn("stream store: could not tell whether checkpoint rows without a stream exist; engine openings read their checkpoints", "err", err)
+	}
+	answer.Store(streamlessUnknown)
 }

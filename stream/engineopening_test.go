@@ -2,9 +2,13 @@ package stream
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
 // TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint: the opening read,
@@ -151,4 +155,100 @@ func TestEngineOpeningInTheWriterFindsEveryCheckpointOfAStreamItCreated(t *testi
 	expect(s2, "/before", 2, true)
 	mustAppend(t, s2, "/other", ev("x"))
 	expect(s2, "/other", 0, false)
+}
+
+// questionDriver is the SQLite driver whose read transactions hold the question about checkpoint
+// rows without a stream (driver.StreamlessCheckpointFinder) until release is closed, and say
+// when it was asked.
+type questionDriver struct {
+	*sqlitedriver.Driver
+	asked, release chan struct{}
+}
+
+func (d questionDriver) Read(ctx context.Context, fn func(driver.Reader) error) error {
+	return d.Driver.Read(ctx, func(q driver.Reader) error { return fn(heldQuestion{q, d}) })
+}
+
+type heldQuestion struct {
+	driver.Reader
+	d questionDriver
+}
+
+func (q heldQuestion) HasStreamlessCheckpoints(ctx context.Context) (bool, error) {
+	close(q.d.asked)
+	select {
+	case <-q.d.release:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return q.Reader.(driver.StreamlessCheckpointFinder).HasStreamlessCheckpoints(ctx)
+}
+
+// The question whether checkpoint rows without a stream exist reads every checkpoint scope (long
+// on a large database): it is asked in a read of its own, so appends that create streams commit
+// while it runs, and the streams created before its answer read their checkpoint rows. Once the
+// answer (none) is in, a stream created at a fresh path is known to have none.
+func TestTheQuestionAboutCheckpointsWithoutAStreamNeverHoldsUpTheWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := questionDriver{Driver: sd, asked: make(chan struct{}), release: make(chan struct{})}
+	s, err := OpenDriver(ctx, d, Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	defer s.Events().WatchCommits(func(string) {})()
+
+	mustAppend(t, s, "/first", ev("x")) // starts the question
+	select {
+	case <-d.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the question about checkpoint rows without a stream was never asked in a read")
+	}
+	// The question is held: the writer creates streams meanwhile, none of them known to have no rows.
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Events().Stream("/second").Append(ctx, ev("x"))
+		appended <- err
+	}()
+	select {
+	case err := <-appended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an append waited for the question about checkpoint rows")
+	}
+	for _, p := range []string{"/first", "/second"} {
+		if knowsNoCheckpoints(s, p) {
+			t.Errorf("%s, created before the answer: known to have no checkpoint rows", p)
+		}
+	}
+	close(d.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.ws.checkpoints.answer.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no answer after the question was released")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mustAppend(t, s, "/third", ev("x"))
+	if !knowsNoCheckpoints(s, "/third") {
+		t.Error("/third, created after the answer (none): not known to have no checkpoint rows")
+	}
+}
+
+// knowsNoCheckpoints reports the writer's mark that the stream at path has no checkpoint rows.
+func knowsNoCheckpoints(s *Store, path string) bool {
+	known := false
+	_ = s.write(context.Background(), func(t *tx) error {
+		m, err := t.stream(path)
+		known = err == nil && m.noCheckpoints
+		return nil
+	})
+	return known
 }

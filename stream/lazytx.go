@@ -137,21 +137,6 @@ func (l lazyTx) CheckpointRows(ctx context.Context, scope string, slugs []string
 	return driver.ReadCheckpointRows(l.t.stmtCtx(ctx), d, scope, slugs, fn)
 }
 
-// hasStreamlessCheckpoints is driver.StreamlessCheckpointFinder's question, asked in the group's
-// transaction; known is false when the driver cannot tell.
-func (l lazyTx) hasStreamlessCheckpoints(ctx context.Context) (has, known bool, err error) {
-	d, err := l.t.begin()
-	if err != nil {
-		return false, false, err
-	}
-	f, ok := d.(driver.StreamlessCheckpointFinder)
-	if !ok {
-		return false, false, nil
-	}
-	has, err = f.HasStreamlessCheckpoints(l.t.stmtCtx(ctx))
-	return has, err == nil, err
-}
-
 func (l lazyTx) LockStream(ctx context.Context, id int64) error {
 	d, err := l.t.begin()
 	if err != nil {

@@ -78,12 +78,12 @@ func ReadCheckpointRows(ctx context.Context, q Reader, scope string, slugs []str
 	return nil
 }
 
-// StreamlessCheckpointFinder is an optional interface of a transaction of an exclusive [Driver]
-// (one process owns the database, every write goes through its store): it tells whether any
-// checkpoint row's scope names a path no stream row holds. The store asks once, before the
-// first stream it creates for a host to open engines on; when none does, the checkpoint rows of a
-// stream it creates later can only be those written after the creation, all through its writer
-// (docs/store.md#engines-of-a-pattern).
+// StreamlessCheckpointFinder is an optional interface of a read transaction ([Reader]) of an
+// exclusive [Driver] (one process owns the database, every write goes through its store): it
+// tells whether any checkpoint row's scope names a path no stream row holds. The store asks once,
+// in a read of its own, when it first creates a stream for a host to open engines on; when none
+// does, the checkpoint rows of a stream it creates after the answer can only be those written
+// through its writer (docs/store.md#engines-of-a-pattern).
 type StreamlessCheckpointFinder interface {
 	HasStreamlessCheckpoints(ctx context.Context) (bool, error)
 }
