@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/heapfloor"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -54,6 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	loopHooks := fs.Bool("allow-loopback-webhooks", false, "let webhook subscriptions target loopback addresses (localhost, 127.0.0.0/8, ::1), over http too: development and tests only")
 	webhookTimeout := fs.Duration("webhook-timeout", server.DefaultWebhookTimeout, "one webhook delivery attempt must finish within this")
 	nodeID := fs.String("node-id", "", "this node's name as holder of the subscription-delivery lease (default: random)")
+	heapFloor := fs.Int("gc-heap-floor-mib", heapfloor.DefaultFloor>>20, "the garbage collector lets the heap grow to this many MiB before a cycle while the live heap is smaller (GOGC applies above it; 0: GOGC alone, as Go does)")
 	dbWait := fs.Duration("db-wait", DefaultDBWait, "how long to wait for an unavailable database (down, restarting, starting up) at start, answering 503 with Retry-After meanwhile; 0 exits at once")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a stream store until interrupted: a SQLite file,\n"+
@@ -68,6 +70,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if *heapFloor < 0 {
+		return fmt.Errorf("bad --gc-heap-floor-mib %d: 0 or more", *heapFloor)
+	}
+	defer heapfloor.Start(uint64(*heapFloor) << 20)()
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("bad --log-level %q: use debug, info, warn or error", *level)

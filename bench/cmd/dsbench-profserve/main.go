@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/foldstream/foldstream/internal/heapfloor"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -54,6 +55,7 @@ func run(args []string) error {
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile (where goroutines wait) to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile to this file")
 	memProfile := fs.String("memprofile", "", "write the heap's allocation profile at the end of the run to this file (go tool pprof -sample_index alloc_objects)")
+	heapFloor := fs.Int("gc-heap-floor-mib", heapfloor.DefaultFloor>>20, "as foldstream serve's --gc-heap-floor-mib")
 	traceFile := fs.String("trace", "", "write an execution trace to this file (go tool trace -pprof=syscall shows time in fsync)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -98,6 +100,7 @@ func run(args []string) error {
 		defer writeProfile("mutex", *mutexProfile)
 	}
 
+	defer heapfloor.Start(uint64(max(*heapFloor, 0)) << 20)()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := storeopen.Open(context.Background(), *db, storeopen.Config{Store: stream.Config{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
 	if err != nil {

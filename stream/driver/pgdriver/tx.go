@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -85,7 +86,7 @@ func (t *writeTx) lockingStreamByPath(ctx context.Context, path string) (driver.
 		return driver.Stream{}, t.d.classify(fmt.Errorf("lock stream %q: %w", path, err))
 	}
 	if locked {
-		t.held[lockID{t.d.lockCls, int32(id)}] = true
+		t.take(lockID{t.d.lockCls, int32(id)})
 	}
 	r, err := scanStream(br.QueryRow())
 	if isNoRows(err) {
@@ -133,7 +134,7 @@ func (t *writeTx) PrefetchStreams(ctx context.Context, paths []string) error {
 		return t.d.classify(fmt.Errorf("lock streams: %w", err))
 	}
 	for id := range locked {
-		t.held[lockID{t.d.lockCls, int32(id)}] = true
+		t.take(lockID{t.d.lockCls, int32(id)})
 	}
 	rows, err = br.Query()
 	if err != nil {
@@ -177,9 +178,7 @@ func (t *writeTx) ExpectStream(ctx context.Context, want driver.Stream, highest 
 	if t.p.expect(want, highest) {
 		// Sent with the other checks queued before the next flush, outside every savepoint: a
 		// rollback to the current savepoint keeps the lock.
-		if t.heldAtSp != nil {
-			t.heldAtSp[k] = true
-		}
+		t.takenInSp = slices.DeleteFunc(t.takenInSp, func(l lockID) bool { return l == k })
 	} else if _, err := t.p.Exec(ctx, `SELECT foldstream_expect_stream(pg_try_advisory_xact_lock($1::int4, $2::int4), $3)`,
 		t.d.lockCls, key, want.ID); err != nil {
 		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
@@ -187,6 +186,8 @@ func (t *writeTx) ExpectStream(ctx context.Context, want driver.Stream, highest 
 		want.Closed, want.ClosedByProducer, want.ClosedByEpoch, want.ClosedBySeq, want.ForkedFrom, want.ForkOffset,
 		want.ForkSubOffset, want.BaseTail, want.StreamSeq, want.Incarnation, want.Paused, want.Tail, highest); err != nil {
 		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
+	} else {
+		t.take(k)
 	}
 	t.held[k] = true
 	if t.inSp {
@@ -574,10 +575,12 @@ type writeTx struct {
 	// savepoint opened, so a rollback to it drops the ones it queued.
 	notes  []driver.Notification
 	spMark int
-	// held are the streams whose lock this transaction holds; heldAtSp those held when the
-	// savepoint opened (a rollback to the savepoint releases the ones taken after it).
-	held     map[lockID]bool
-	heldAtSp map[lockID]bool
+	// held are the streams whose lock this transaction holds; takenInSp those of them taken
+	// inside the current savepoint (since it opened or was last rolled back to), which a rollback
+	// to it releases. Kept apart rather than as a copy of held at each savepoint, which cost a
+	// group of n writes n copies of up to n locks.
+	held      map[lockID]bool
+	takenInSp []lockID
 	// usedInSp are the stream locks the current write function (the one inside the open
 	// savepoint) asked for with LockStream: it
 	// relies on rows read under them, so split may not release them (see split).
@@ -609,10 +612,7 @@ func (t *writeTx) Savepoint(ctx context.Context) error {
 		return t.d.classify(fmt.Errorf("savepoint: %w", err))
 	}
 	t.spMark = len(t.notes)
-	t.heldAtSp = make(map[lockID]bool, len(t.held))
-	for id := range t.held {
-		t.heldAtSp[id] = true
-	}
+	t.takenInSp = t.takenInSp[:0]
 	clear(t.usedInSp)
 	t.wroteInSp, t.inSp = false, true
 	return nil
@@ -624,13 +624,10 @@ func (t *writeTx) RollbackToSavepoint(ctx context.Context) error {
 	}
 	t.notes = t.notes[:t.spMark]
 	// Locks taken inside a rolled-back subtransaction are released with it.
-	if t.heldAtSp != nil {
-		t.held = t.heldAtSp
-		t.heldAtSp = make(map[lockID]bool, len(t.held))
-		for id := range t.held {
-			t.heldAtSp[id] = true
-		}
+	for _, k := range t.takenInSp {
+		delete(t.held, k)
 	}
+	t.takenInSp = t.takenInSp[:0]
 	clear(t.usedInSp)
 	t.wroteInSp = false
 	return nil
@@ -694,7 +691,7 @@ func (t *writeTx) lock(ctx context.Context, cls, key int32) error {
 			return t.d.classify(fmt.Errorf("lock stream: %w", err))
 		}
 		if ok {
-			t.held[k] = true
+			t.take(k)
 			return nil
 		}
 		if err := t.split(ctx); err != nil {
@@ -704,8 +701,20 @@ func (t *writeTx) lock(ctx context.Context, cls, key int32) error {
 	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, cls, key); err != nil {
 		return t.d.classify(fmt.Errorf("lock stream: %w", err))
 	}
-	t.held[k] = true
+	t.take(k)
 	return nil
+}
+
+// take counts the lock k, just taken where the transaction stands now, as held: inside the
+// current savepoint when one is open, so that a rollback to it releases k again.
+func (t *writeTx) take(k lockID) {
+	if t.held[k] {
+		return
+	}
+	t.held[k] = true
+	if t.inSp {
+		t.takenInSp = append(t.takenInSp, k)
+	}
 }
 
 // lockID names an advisory lock: a class (per schema and purpose) and a key.
@@ -743,7 +752,7 @@ func (t *writeTx) split(ctx context.Context) error {
 	t.notes = t.notes[:0]
 	t.spMark = 0
 	t.held = make(map[lockID]bool)
-	t.heldAtSp = make(map[lockID]bool)
+	t.takenInSp = t.takenInSp[:0]
 	// A row read under a released lock is stale (and the new pipeline's op count means nothing
 	// for it).
 	t.fresh, t.freshOps = driver.Stream{}, 0
