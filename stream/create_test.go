@@ -24,24 +24,7 @@ func TestCreateOfAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
 	json := "application/json"
-	// evict pushes every stream made so far out of the writer's cache and checks it did.
-	fillers := 0
-	evict := func(paths ...string) {
-		t.Helper()
-		for range 6 {
-			mustCreate(t, s, CreateRequest{Path: fmt.Sprintf("/filler/%d", fillers), ContentType: json})
-			fillers++
-		}
-		for _, p := range paths {
-			var held bool
-			if err := s.write(ctx, func(t *tx) error { held = !t.unheld(p); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if held {
-				t.Fatalf("%s is still in the writer's memory", p)
-			}
-		}
-	}
+	evict := evictor(t, s)
 
 	// A fresh path: created; the same create again answers the existing stream.
 	if res := mustCreate(t, s, CreateRequest{Path: "/fresh", ContentType: json}); !res.Created {
@@ -160,23 +143,7 @@ func TestEventAppendToAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	fillers := 0
-	evict := func(paths ...string) {
-		t.Helper()
-		for range 6 {
-			mustCreate(t, s, CreateRequest{Path: fmt.Sprintf("/filler/%d", fillers), ContentType: "application/json"})
-			fillers++
-		}
-		for _, p := range paths {
-			var held bool
-			if err := s.write(ctx, func(t *tx) error { held = !t.unheld(p); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if held {
-				t.Fatalf("%s is still in the writer's memory", p)
-			}
-		}
-	}
+	evict := evictor(t, s)
 	ev := func(n int) foldtype.EventInput {
 		return foldtype.EventInput{Type: "t", Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))}
 	}
@@ -220,5 +187,27 @@ func TestEventAppendToAPathNotInMemoryIsDecidedByItsRow(t *testing.T) {
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM streams WHERE path = '/src'`); n != 1 {
 		t.Fatalf("%d rows hold /src, want 1", n)
+	}
+}
+
+// evictor returns a function that pushes every stream made so far out of the writer's cache of s
+// (opened with room for a few streams) by creating fillers, and checks it did.
+func evictor(t *testing.T, s *Store) func(paths ...string) {
+	fillers := 0
+	return func(paths ...string) {
+		t.Helper()
+		for range 6 {
+			mustCreate(t, s, CreateRequest{Path: fmt.Sprintf("/filler/%d", fillers), ContentType: "application/json"})
+			fillers++
+		}
+		for _, p := range paths {
+			var held bool
+			if err := s.write(context.Background(), func(t *tx) error { held = !t.unheld(p); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if held {
+				t.Fatalf("%s is still in the writer's memory", p)
+			}
+		}
 	}
 }
