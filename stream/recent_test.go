@@ -211,3 +211,53 @@ func TestRecentEventsOrderStaysBoundedWhenStreamsStopAndStartKeeping(t *testing.
 		t.Fatalf("last in the order %+v, want the live entry of /toggling", at)
 	}
 }
+
+// TestRecentEventsAnOpeningReadAreDroppedFirst: events an opening took its page from count against
+// recentReadBytes, dropped in the order they were read, while the unread ones stay within their
+// own budget; an append to a stream whose events were read makes them unread again.
+func TestRecentEventsAnOpeningReadAreDroppedFirst(t *testing.T) {
+	t.Parallel()
+	s, _ := setupFile(t)
+	defer s.Events().WatchCommits(func(string) {})()
+	body := json.RawMessage(`{"s":"` + strings.Repeat("a", 30<<10) + `"}`)
+	n := 2*recentReadBytes/len(body) + 1 // all of them far within recentTotalBytes
+	path := func(i int) string { return "/s/" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) }
+	for i := range n {
+		mustAppend(t, s, path(i), foldtype.EventInput{Type: "big", Payload: body})
+	}
+	for i := range n {
+		if page, served := openingPage(t, s, path(i), 0, 500); !served {
+			t.Fatalf("stream %d: the opening page was read from the log, want it from the events just appended", i)
+		} else {
+			samePage(t, s, path(i), page, 0, 500)
+		}
+	}
+	recent := func() recentKept {
+		var k recentKept
+		if err := s.write(context.Background(), func(tx *tx) error {
+			k = s.ws.recent
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	k := recent()
+	if k.readBytes > recentReadBytes || k.bytes != 0 || len(k.by) == 0 || len(k.by) >= n {
+		t.Fatalf("after %d openings: %d streams keep %d bytes read and %d unread; want some of them, within %d bytes read and none unread",
+			n, len(k.by), k.readBytes, k.bytes, recentReadBytes)
+	}
+	if page, served := openingPage(t, s, path(0), 0, 500); served {
+		t.Fatal("the stream read first still keeps its events past the budget of read events")
+	} else {
+		samePage(t, s, path(0), page, 0, 500)
+	}
+	last := path(n - 1)
+	mustAppend(t, s, last, ev("x"))
+	if e := recent().by[last]; e.read || e.bytes == 0 {
+		t.Fatalf("after an append the stream's entry is %+v, want its events unread", e)
+	}
+	if page, served := openingPage(t, s, last, 0, 500); !served || len(page.Events) != 2 {
+		t.Fatalf("after an append: %d events (from the events just appended: %v), want both from them", len(page.Events), served)
+	}
+}

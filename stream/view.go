@@ -180,7 +180,8 @@ func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []s
 		if err != nil {
 			return err
 		}
-		return s.readOpening(ctx, q, path, r, nil, slugs, after, limit, &o) // the row just judged live
+		_, err = s.readOpening(ctx, q, path, r, nil, slugs, after, limit, &o) // the row just judged live
+		return err
 	})
 	if err != nil {
 		return EngineOpening{}, err
@@ -249,7 +250,11 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 		if m.noCheckpoints {
 			read = nil // the stream has no checkpoint rows (checkpointsknown.go)
 		}
-		return s.readOpening(t.ctx, t.db, path, &row, m.recent, read, after, limit, &o)
+		fromRecent, err := s.readOpening(t.ctx, t.db, path, &row, m.recent, read, after, limit, &o)
+		if fromRecent {
+			m.recent = m.recent.markedRead() // staged, as m is: dropped sooner (recent.go)
+		}
+		return err
 	})
 	if err != nil {
 		return EngineOpening{}, err
@@ -259,28 +264,28 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 
 // readOpening fills o from the stream's row r, read through q: its info, the slugs' checkpoints
 // and, when after asks for one, the page after the offset it returns — from recent, the writer's
-// recent events of the stream (nil: none), when they hold the whole page (recent.go).
-func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *streamRow, recent *recentEvents, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) error {
+// recent events of the stream (nil: none), when they hold the whole page (recent.go); fromRecent
+// reports whether they did.
+func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *streamRow, recent *recentEvents, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) (fromRecent bool, err error) {
 	o.Info = infoOf(r)
 	if err := driver.ReadCheckpointRows(ctx, q, path, slugs, func(slug string, cp foldtype.Checkpoint) {
 		o.Checkpoints[slug] = cp
 	}); err != nil {
-		return err
+		return false, err
 	}
 	if after == nil {
-		return nil
+		return false, nil
 	}
 	if o.After = after(o.Checkpoints); o.After < 0 {
-		return nil
+		return false, nil
 	}
 	if page, ok := recent.page(r, o.After, limit, s.ev.readBudget); ok {
 		o.Page, o.HasPage = page, true
-		return nil
+		return true, nil
 	}
-	var err error
 	o.Page, _, err = s.readEventsIn(ctx, q, path, r, o.After, limit)
 	o.HasPage = err == nil
-	return err
+	return false, err
 }
 
 // checkIncarnation refuses a checkpoint write once the stream the checkpoints belong to is gone
