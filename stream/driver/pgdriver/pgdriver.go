@@ -187,8 +187,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 			pool.Close()
 			return nil, fmt.Errorf("postgres: no schema to use: the search_path names no existing schema")
 		}
+		name := searchPathSchema(sp)
 		for attempt := 0; attempt < 2; attempt++ {
-			if _, err = pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{strings.Trim(sp, `"`)}.Sanitize()); err == nil {
+			if _, err = pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{name}.Sanitize()); err == nil {
 				break
 			}
 		}
@@ -196,9 +197,13 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 			pool.Close()
 			return nil, d.classify(fmt.Errorf("postgres: create schema %s: %w", sp, err))
 		}
-		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&d.schema); err != nil || d.schema == "" {
+		if err := pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&d.schema); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("postgres: no schema to use after creating %s: %v", sp, err)
+			return nil, d.classify(fmt.Errorf("postgres: connect: %w", err))
+		}
+		if d.schema == "" {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: no schema to use: schema %q was created, but the URL's search_path %q does not name it", name, sp)
 		}
 	}
 	d.channel = "foldstream_" + d.schema
@@ -356,4 +361,21 @@ func Redacted(rawURL string) string {
 		return "postgres://…"
 	}
 	return u.Redacted()
+}
+
+// searchPathSchema is the schema a search_path of one element names, as PostgreSQL reads it: a
+// quoted name as written (a doubled quote inside stands for one), an unquoted one folded to lower
+// case. CREATE SCHEMA must use that name, or the schema it creates is not the one the search_path
+// finds (search_path=MyApp names schema myapp).
+func searchPathSchema(sp string) string {
+	if len(sp) >= 2 && sp[0] == '"' && sp[len(sp)-1] == '"' {
+		return strings.ReplaceAll(sp[1:len(sp)-1], `""`, `"`)
+	}
+	b := []byte(sp)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + ('a' - 'A')
+		}
+	}
+	return string(b)
 }

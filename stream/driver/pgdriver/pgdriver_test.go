@@ -301,6 +301,24 @@ func TestOpenCreatesTheSchemaItsURLNames(t *testing.T) {
 	}
 }
 
+// A search_path names a schema as PostgreSQL reads identifiers: unquoted in any case, it names the
+// lower-case schema; quoted, exactly what is written. Open creates that schema and uses it.
+func TestOpenCreatesTheSchemaItsURLNamesInAnyCase(t *testing.T) {
+	t.Parallel()
+	base := pgtest.ServerURL(t)
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	for _, c := range []struct{ searchPath, want string }{
+		{"Fs_Mixed_" + suffix, "fs_mixed_" + suffix},
+		{`"Fs_Quoted_` + suffix + `"`, "Fs_Quoted_" + suffix},
+	} {
+		t.Cleanup(func() { pgtest.DropSchema(t, base, c.searchPath) })
+		d := open(t, pgtest.WithSchema(t, base, c.searchPath))
+		if d.Schema() != c.want {
+			t.Errorf("search_path %s: schema %q, want %q", c.searchPath, d.Schema(), c.want)
+		}
+	}
+}
+
 func TestEphemeralPayloadsOfAnySizeReachOtherNodes(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
