@@ -1,12 +1,9 @@
 package stream
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -86,18 +83,19 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	// Staged: a second wake later in the group sees it, and it holds only once committed.
 	t.markWoken(row.ID)
 	incarnation := row.Incarnation + 1
-	var prepared []preparedInput
+	platform := &foldtype.Source{Platform: true}
+	var inputs []foldtype.EventInput
 	if row.Incarnation == 0 && m.Tail == 0 {
-		prepared, err = prepareInputs([]foldtype.EventInput{createdInput(path)})
-		if err != nil {
-			return nil, err
-		}
+		inputs = append(inputs, foldtype.EventInput{Type: CreatedType, Source: platform,
+			Payload: foldtype.JSON(map[string]any{"path": path})})
 	}
-	woken, err := preparedWoken(incarnation, reason)
+	inputs = append(inputs, foldtype.EventInput{Type: WokenType, Source: platform,
+		Payload: foldtype.JSON(map[string]any{"incarnation": incarnation, "reason": reason})})
+	prepared, err := prepareInputs(inputs)
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.appendEvents(t, m, append(prepared, woken), true)
+	out, err := s.appendEvents(t, m, prepared, true)
 	if err != nil {
 		return nil, err
 	}
@@ -106,61 +104,4 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	}
 	row.Incarnation = incarnation
 	return out, nil
-}
-
-// createdInput is a fresh stream's birth record.
-func createdInput(path string) foldtype.EventInput {
-	return foldtype.EventInput{Type: CreatedType, Source: &foldtype.Source{Platform: true},
-		Payload: foldtype.JSON(map[string]any{"path": path})}
-}
-
-// wokenInput is a stream's wake record.
-func wokenInput(incarnation int64, reason string) foldtype.EventInput {
-	return foldtype.EventInput{Type: WokenType, Source: &foldtype.Source{Platform: true},
-		Payload: foldtype.JSON(map[string]any{"incarnation": incarnation, "reason": reason})}
-}
-
-// wokenBefore and wokenAfter are the stored body prefix of a wake record before and after its
-// payload; wokenReasons end the payloads of the store's own reasons.
-var (
-	wokenBefore, wokenAfter = func() ([]byte, []byte) {
-		const mark = `"payload-of-the-wake-record"`
-		in := foldtype.EventInput{Type: WokenType, Source: &foldtype.Source{Platform: true}, Payload: json.RawMessage(mark)}
-		_, b, err := foldtype.PrepareEventInput(0, in)
-		if err != nil {
-			panic(err)
-		}
-		b = b[:len(b)-1] // a prefix, as prepareInputs cuts it
-		i := bytes.Index(b, []byte(mark))
-		if i < 0 || bytes.Contains(b[i+len(mark):], []byte(mark)) {
-			panic("stream: the wake record's payload is not found once in its body")
-		}
-		return b[:i:i], b[i+len(mark):]
-	}()
-	wokenReasons = map[string]string{
-		WakeRequest: `,"reason":"` + WakeRequest + `"}`,
-		WakeAlarm:   `,"reason":"` + WakeAlarm + `"}`,
-	}
-)
-
-// preparedWoken is prepareInputs of wokenInput(incarnation, reason), built without encoding the
-// record through reflection for the store's own reasons (an engine opening over many streams
-// appends one per stream it starts work on): the same input, the same body bytes
-// (TestAWakeRecordIsPreparedAsItsInputWouldBe).
-func preparedWoken(incarnation int64, reason string) (preparedInput, error) {
-	tail, ok := wokenReasons[reason]
-	if !ok {
-		p, err := prepareInputs([]foldtype.EventInput{wokenInput(incarnation, reason)})
-		if err != nil {
-			return preparedInput{}, err
-		}
-		return p[0], nil
-	}
-	payload := make([]byte, 0, len(`{"incarnation":`)+20+len(tail))
-	payload = append(payload, `{"incarnation":`...)
-	payload = strconv.AppendInt(payload, incarnation, 10)
-	payload = append(payload, tail...)
-	prefix := make([]byte, 0, len(wokenBefore)+len(payload)+len(wokenAfter))
-	prefix = append(append(append(prefix, wokenBefore...), payload...), wokenAfter...)
-	return preparedInput{in: foldtype.EventInput{Type: WokenType, Source: &foldtype.Source{Platform: true}, Payload: payload}, prefix: prefix}, nil
 }
