@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"context"
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream/stream/driver"
@@ -75,15 +74,8 @@ func (s *Store) createsWithoutCheckpoints(t *tx, path string) bool {
 // stream row holds, and stores the answer. Close interrupts it; a store already closed answers
 // nothing (readTx fails), which leaves the question unanswered.
 func (s *Store) askStreamlessCheckpoints(answer *atomic.Int32) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := s.untilClose()
 	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	known, has := false, false
 	err := s.readTx(ctx, func(q driver.Reader) error {
 		f, ok := q.(driver.StreamlessCheckpointFinder)

@@ -353,6 +353,20 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 }
 
+// untilClose returns a context that Close cancels when it stops intake, and its cancel, which the
+// caller calls once done with it.
+func (s *Store) untilClose() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // ErrStoreClosed is returned by every operation on a closed store.
 var ErrStoreClosed = &foldtype.Error{Code: foldtype.CodeClosed, Message: "stream store is closed"}
 

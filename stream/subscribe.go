@@ -107,7 +107,7 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := s.untilClose() // a closing store cancels in-flight deliveries
 	sub := &Subscription{
 		s: s, path: path, opts: opts, deliver: deliver, ctx: ctx, cancel: cancel,
 		lastThrough: -1, settledCh: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
@@ -125,14 +125,6 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 	s.bgWG.Add(1) // under subsMu before closing is set, so Close waits for this goroutine
 	s.ev.subsMu.Unlock()
 	go sub.run()
-	go func() {
-		// A closing store cancels in-flight deliveries.
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	return sub, nil
 }
 
