@@ -178,18 +178,20 @@ func (t *writeTx) ExpectStream(ctx context.Context, want driver.Stream, highest 
 	if t.p.expect(want, highest) {
 		// Sent with the other checks queued before the next flush, outside every savepoint: a
 		// rollback to the current savepoint keeps the lock.
+		t.held[k] = true
 		t.takenInSp = slices.DeleteFunc(t.takenInSp, func(l lockID) bool { return l == k })
-	} else if _, err := t.p.Exec(ctx, `SELECT foldstream_expect_stream(pg_try_advisory_xact_lock($1::int4, $2::int4), $3)`,
-		t.d.lockCls, key, want.ID); err != nil {
-		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
-	} else if _, err := t.p.Exec(ctx, expectStreamQuery, want.ID, want.ContentType, want.State, want.TTLSeconds, want.ExpiresAtMs,
-		want.Closed, want.ClosedByProducer, want.ClosedByEpoch, want.ClosedBySeq, want.ForkedFrom, want.ForkOffset,
-		want.ForkSubOffset, want.BaseTail, want.StreamSeq, want.Incarnation, want.Paused, want.Tail, highest); err != nil {
-		return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
 	} else {
+		if _, err := t.p.Exec(ctx, `SELECT foldstream_expect_stream(pg_try_advisory_xact_lock($1::int4, $2::int4), $3)`,
+			t.d.lockCls, key, want.ID); err != nil {
+			return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
+		}
+		if _, err := t.p.Exec(ctx, expectStreamQuery, want.ID, want.ContentType, want.State, want.TTLSeconds, want.ExpiresAtMs,
+			want.Closed, want.ClosedByProducer, want.ClosedByEpoch, want.ClosedBySeq, want.ForkedFrom, want.ForkOffset,
+			want.ForkSubOffset, want.BaseTail, want.StreamSeq, want.Incarnation, want.Paused, want.Tail, highest); err != nil {
+			return t.d.classify(fmt.Errorf("check stream %q: %w", want.Path, err))
+		}
 		t.take(k)
 	}
-	t.held[k] = true
 	if t.inSp {
 		if t.usedInSp == nil {
 			t.usedInSp = make(map[lockID]bool)
