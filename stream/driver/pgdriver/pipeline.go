@@ -191,6 +191,9 @@ const expectLocksQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unne
 // unnest over all 18 arrays runs 18 set-returning functions, each materialised apart, which made
 // the statement cost PostgreSQL about 1.6 times the CPU it costs now for a dozen streams
 // (docs/postgres.md#writes-round-trips).
+//
+// The durable tail and the highest offset are checked as in expectStreamQuery, without finding the
+// last record's end.
 const expectRowsQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unnest($1::bigint[]) WITH ORDINALITY AS w(id, i)
 	WHERE NOT EXISTS (SELECT 1 FROM streams s WHERE s.id = w.id
 		AND s.content_type = ($2::text[])[w.i] AND s.state = ($3::int8[])[w.i]
@@ -201,8 +204,10 @@ const expectRowsQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unnes
 		AND s.fork_sub_offset = ($12::int8[])[w.i] AND s.tail = ($13::int8[])[w.i]
 		AND s.stream_seq IS NOT DISTINCT FROM ($14::text[])[w.i] AND s.incarnation = ($15::int8[])[w.i]
 		AND s.paused IS NOT DISTINCT FROM ($16::text[])[w.i]
-		AND greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)) = ($17::int8[])[w.i]
-		AND coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0) <= ($18::int8[])[w.i])
+		AND s.tail <= ($17::int8[])[w.i]
+		AND NOT EXISTS (SELECT 1 FROM records r WHERE r.stream_id = s.id AND r.end_pos > ($17::int8[])[w.i])
+		AND (s.tail = ($17::int8[])[w.i] OR (SELECT true FROM records r WHERE r.stream_id = s.id AND r.end_pos = ($17::int8[])[w.i]))
+		AND NOT EXISTS (SELECT 1 FROM stream_heads h WHERE h.stream_id = s.id AND h.highest > ($18::int8[])[w.i]))
 	LIMIT 1`
 
 func nullInt(v sql.NullInt64) *int64 {
