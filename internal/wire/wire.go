@@ -67,7 +67,22 @@ const BeyondTail = math.MaxInt64
 // FormatOffset renders a position (a byte count for byte streams, a message count for JSON
 // streams) as a wire offset: two runs of 16 decimal digits joined by "_", the first always zero.
 // Offsets of one stream sort as strings in position order.
-func FormatOffset(pos int64) string { return fmt.Sprintf("%016d_%016d", 0, pos) }
+func FormatOffset(pos int64) string {
+	if pos < 0 || pos > 9_999_999_999_999_999 {
+		// Not an offset the server hands out (BeyondTail is one): written as "%016d" writes it.
+		return fmt.Sprintf("%016d_%016d", 0, pos)
+	}
+	// Every answer carries an offset or two: formatted into one buffer, one allocation.
+	b := [33]byte{16: '_'}
+	for i := range 16 {
+		b[i] = '0'
+	}
+	for i := 32; i > 16; i-- {
+		b[i] = byte('0' + pos%10)
+		pos /= 10
+	}
+	return string(b[:])
+}
 
 // ParseOffset parses a wire offset strictly: OffsetStart (position 0), OffsetNow (now=true) or
 // exactly two runs of 16 decimal digits joined by "_". Anything else is an error.

@@ -1,6 +1,8 @@
 package wire_test
 
 import (
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/foldstream/foldstream/internal/wire"
@@ -30,5 +32,23 @@ func TestOffsetFormat(t *testing.T) {
 		if _, _, err := wire.ParseOffset(bad); err == nil {
 			t.Errorf("ParseOffset(%q): no error", bad)
 		}
+	}
+}
+
+// An offset is the position in 16 digits, zero-padded, after 16 zeros and "_"; a position of more
+// digits is written whole and a negative one with its sign, as "%016d" writes them.
+func TestFormatOffsetPadsThePositionToSixteenDigits(t *testing.T) {
+	for _, pos := range []int64{0, 1, 9, 10, 42, 1 << 40, 999_999_999_999_999, 1_000_000_000_000_000,
+		9_999_999_999_999_999, 10_000_000_000_000_000, math.MaxInt64, -1, -42, math.MinInt64} {
+		if got, want := wire.FormatOffset(pos), fmt.Sprintf("%016d_%016d", 0, pos); got != want {
+			t.Errorf("FormatOffset(%d) = %q, want %q", pos, got, want)
+		}
+	}
+}
+
+func BenchmarkFormatOffset(b *testing.B) {
+	b.ReportAllocs()
+	for i := range b.N {
+		_ = wire.FormatOffset(int64(i))
 	}
 }
