@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -18,11 +17,7 @@ import (
 func TestExpectStreamHoldsExactlyWhenTheDurableTailAndHighestAreAsExpected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t, pgtest.URL(t))
-	w, err := d.Writer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, w := openWriter(t)
 	step := func(err error) {
 		t.Helper()
 		if err != nil {

@@ -29,6 +29,17 @@ func open(t *testing.T, url string) *pgdriver.Driver {
 	return d
 }
 
+// openWriter opens a driver on a fresh schema, as open does, and its writer.
+func openWriter(t *testing.T) (*pgdriver.Driver, driver.Writer) {
+	t.Helper()
+	d := open(t, pgtest.URL(t))
+	w, err := d.Writer(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, w
+}
+
 func TestMigrateConcurrentNodesApplyEachVersionOnce(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -364,11 +375,7 @@ func TestEphemeralPayloadsOfAnySizeReachOtherNodes(t *testing.T) {
 func TestTwoRecordsAtOneOffsetAreARetryableCollision(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t, pgtest.URL(t))
-	w, err := d.Writer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, w := openWriter(t)
 	tx, err := w.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
