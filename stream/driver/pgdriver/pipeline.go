@@ -205,8 +205,9 @@ const expectRowsQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unnes
 		AND s.stream_seq IS NOT DISTINCT FROM ($14::text[])[w.i] AND s.incarnation = ($15::int8[])[w.i]
 		AND s.paused IS NOT DISTINCT FROM ($16::text[])[w.i]
 		AND s.tail <= ($17::int8[])[w.i]
-		AND NOT EXISTS (SELECT 1 FROM records r WHERE r.stream_id = s.id AND r.end_pos > ($17::int8[])[w.i])
-		AND (s.tail = ($17::int8[])[w.i] OR (SELECT true FROM records r WHERE r.stream_id = s.id AND r.end_pos = ($17::int8[])[w.i]))
+		AND (SELECT true FROM records r WHERE r.stream_id = s.id AND r.end_pos > ($17::int8[])[w.i] ORDER BY r.end_pos LIMIT 1) IS NULL
+		AND (s.tail = ($17::int8[])[w.i]
+			OR (SELECT r.end_pos FROM records r WHERE r.stream_id = s.id AND r.end_pos >= ($17::int8[])[w.i] ORDER BY r.end_pos LIMIT 1) = ($17::int8[])[w.i])
 		AND NOT EXISTS (SELECT 1 FROM stream_heads h WHERE h.stream_id = s.id AND h.highest > ($18::int8[])[w.i]))
 	LIMIT 1`
 
