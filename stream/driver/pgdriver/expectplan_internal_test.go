@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
 // The checks of ExpectStream probe the records primary key whatever the statistics say. Prepared,
@@ -23,14 +21,7 @@ func TestStreamChecksProbeTheRecordsKeyWhateverTheStatistics(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d, err := Open(ctx, Config{URL: pgtest.URL(t), PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := openInternal(t)
 	conn, err := d.Pool().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

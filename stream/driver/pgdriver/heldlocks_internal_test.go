@@ -19,14 +19,7 @@ import (
 func TestRollbackToSavepointForgetsExactlyTheLocksTakenInsideIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: pgtest.URL(t), PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := openInternal(t)
 	w, err := d.Writer(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -100,4 +93,20 @@ func TestRollbackToSavepointForgetsExactlyTheLocksTakenInsideIt(t *testing.T) {
 	step(tx.ExpectStream(ctx, want, want.Highest))
 	step(tx.RollbackToSavepoint(ctx))
 	held(101, 103, id)
+}
+
+// openInternal opens a driver on a fresh schema of the test server, migrated, closed when the test
+// ends (the internal tests' open).
+func openInternal(t *testing.T) *Driver {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{URL: pgtest.URL(t), PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
