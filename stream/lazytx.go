@@ -14,151 +14,158 @@ type lazyTx struct{ t *tx }
 
 var _ driver.Tx = lazyTx{}
 
-func (l lazyTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+// begin makes sure the group's transaction and the function's savepoint exist (tx.begin) and
+// returns the context the call's statement runs with (tx.stmtCtx): every call of a write function
+// into the database passes here.
+func (l lazyTx) begin(ctx context.Context) (driver.WriteTx, context.Context, error) {
 	d, err := l.t.begin()
+	return d, l.t.stmtCtx(ctx), err
+}
+
+func (l lazyTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return driver.Stream{}, err
 	}
-	return d.StreamByPath(l.t.stmtCtx(ctx), path)
+	return d.StreamByPath(ctx, path)
 }
 
 func (l lazyTx) StreamByID(ctx context.Context, id int64) (driver.Stream, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return driver.Stream{}, err
 	}
-	return d.StreamByID(l.t.stmtCtx(ctx), id)
+	return d.StreamByID(ctx, id)
 }
 
 func (l lazyTx) ChildStreams(ctx context.Context, id int64) ([]driver.Stream, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return d.ChildStreams(l.t.stmtCtx(ctx), id)
+	return d.ChildStreams(ctx, id)
 }
 
 func (l lazyTx) ListStreams(ctx context.Context, q driver.ListQuery) ([]driver.Stream, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return d.ListStreams(l.t.stmtCtx(ctx), q)
+	return d.ListStreams(ctx, q)
 }
 
 func (l lazyTx) CountStreams(ctx context.Context) (int, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return d.CountStreams(l.t.stmtCtx(ctx))
+	return d.CountStreams(ctx)
 }
 
 func (l lazyTx) CollectCandidates(ctx context.Context, afterID, nowMs int64, limit int) ([]driver.Stream, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return d.CollectCandidates(l.t.stmtCtx(ctx), afterID, nowMs, limit)
+	return d.CollectCandidates(ctx, afterID, nowMs, limit)
 }
 
 func (l lazyTx) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return d.Records(l.t.stmtCtx(ctx), streamID, after, fn)
+	return d.Records(ctx, streamID, after, fn)
 }
 
 // RecordsWithin is Records with a budget hint, passed on when the driver's reader takes one
 // (driver.SizedRecordsReader).
 func (l lazyTx) RecordsWithin(ctx context.Context, streamID, after int64, budget int, fn func(driver.Record) (bool, error)) (bool, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return false, err
 	}
-	return recordsWithin(l.t.stmtCtx(ctx), d, streamID, after, budget, fn)
+	return recordsWithin(ctx, d, streamID, after, budget, fn)
 }
 
 func (l lazyTx) KeyOffset(ctx context.Context, streamID int64, key string) (int64, bool, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return 0, false, err
 	}
-	return d.KeyOffset(l.t.stmtCtx(ctx), streamID, key)
+	return d.KeyOffset(ctx, streamID, key)
 }
 
 func (l lazyTx) Producer(ctx context.Context, streamID int64, id string) (driver.Producer, bool, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return driver.Producer{}, false, err
 	}
-	return d.Producer(l.t.stmtCtx(ctx), streamID, id)
+	return d.Producer(ctx, streamID, id)
 }
 
 func (l lazyTx) Claims(ctx context.Context) ([]driver.Claim, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return d.Claims(l.t.stmtCtx(ctx))
+	return d.Claims(ctx)
 }
 
 func (l lazyTx) DueClaims(ctx context.Context, nowMs int64) ([]driver.Claim, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return d.DueClaims(l.t.stmtCtx(ctx), nowMs)
+	return d.DueClaims(ctx, nowMs)
 }
 
 func (l lazyTx) NextClaimAt(ctx context.Context) (int64, bool, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return 0, false, err
 	}
-	return d.NextClaimAt(l.t.stmtCtx(ctx))
+	return d.NextClaimAt(ctx)
 }
 
 func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return foldtype.Checkpoint{}, false, err
 	}
-	return d.Checkpoint(l.t.stmtCtx(ctx), scope, slug)
+	return d.Checkpoint(ctx, scope, slug)
 }
 
 // CheckpointRows is driver.ReadCheckpointRows on the group's transaction.
 func (l lazyTx) CheckpointRows(ctx context.Context, scope string, slugs []string, fn func(slug string, cp foldtype.Checkpoint)) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return driver.ReadCheckpointRows(l.t.stmtCtx(ctx), d, scope, slugs, fn)
+	return driver.ReadCheckpointRows(ctx, d, scope, slugs, fn)
 }
 
 func (l lazyTx) LockStream(ctx context.Context, id int64) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return d.LockStream(l.t.stmtCtx(ctx), id)
+	return d.LockStream(ctx, id)
 }
 
 func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return 0, err
 	}
-	id, err := d.InsertStream(l.t.stmtCtx(ctx), s)
-	return id, (err)
+	return d.InsertStream(ctx, s)
 }
 
 // insertStreamIfAbsent is InsertStream for a path the writer holds no row of: with a driver that
 // can (driver.FreshStreamInserter) one statement that leaves a taken path alone. It reports false,
 // having written nothing, when the path is taken or the driver cannot insert only if absent.
 func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int64, bool, error) {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return 0, false, err
 	}
@@ -166,7 +173,7 @@ func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int6
 	if !ok {
 		return 0, false, nil
 	}
-	return f.InsertStreamIfAbsent(l.t.stmtCtx(ctx), s)
+	return f.InsertStreamIfAbsent(ctx, s)
 }
 
 // insertStreamAlone is insertStreamIfAbsent for a create whose insert is the function's only
@@ -190,73 +197,73 @@ func (l lazyTx) insertStreamAlone(s driver.Stream) (int64, bool, error) {
 }
 
 func (l lazyTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpdate) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.UpdateStream(l.t.stmtCtx(ctx), id, u))
+	return d.UpdateStream(ctx, id, u)
 }
 
 func (l lazyTx) DeleteStream(ctx context.Context, id int64) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.DeleteStream(l.t.stmtCtx(ctx), id))
+	return d.DeleteStream(ctx, id)
 }
 
 func (l lazyTx) DeleteProcessorState(ctx context.Context, path string) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return d.DeleteProcessorState(l.t.stmtCtx(ctx), path)
+	return d.DeleteProcessorState(ctx, path)
 }
 
 func (l lazyTx) InsertRecord(ctx context.Context, r driver.Record) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.InsertRecord(l.t.stmtCtx(ctx), r))
+	return d.InsertRecord(ctx, r)
 }
 
 func (l lazyTx) PutProducer(ctx context.Context, streamID int64, p driver.Producer) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.PutProducer(l.t.stmtCtx(ctx), streamID, p))
+	return d.PutProducer(ctx, streamID, p)
 }
 
 func (l lazyTx) PutClaim(ctx context.Context, c driver.Claim) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.PutClaim(l.t.stmtCtx(ctx), c))
+	return d.PutClaim(ctx, c)
 }
 
 func (l lazyTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.DeleteClaim(l.t.stmtCtx(ctx), c, exact))
+	return d.DeleteClaim(ctx, c, exact)
 }
 
 func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return (d.WriteCheckpoint(l.t.stmtCtx(ctx), w))
+	return d.WriteCheckpoint(ctx, w)
 }
 
 func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {
-	d, err := l.t.begin()
+	d, ctx, err := l.begin(ctx)
 	if err != nil {
 		return err
 	}
-	return d.Notify(l.t.stmtCtx(ctx), n)
+	return d.Notify(ctx, n)
 }
