@@ -371,15 +371,11 @@ func TestWriterGroupWaitsForTheCallersItAnswered(t *testing.T) {
 // write commits.
 func TestAWriteWhoseCallerGoesAwayMidFunctionKeepsItsStatements(t *testing.T) {
 	t.Parallel()
-	s, err := openStore(filepath.Join(t.TempDir(), "w.db"), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s, _ := setupFile(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stmtErr error
-	err = s.write(ctx, func(tx *tx) error {
+	err := s.write(ctx, func(tx *tx) error {
 		cancel()
 		_, stmtErr = tx.db.InsertStream(tx.ctx, driver.Stream{Path: "/after-cancel", ContentType: EventContentType})
 		return stmtErr
