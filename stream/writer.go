@@ -242,14 +242,16 @@ type tx struct {
 }
 
 // stmtCtx is the context a statement of the function runs with, given the one its caller passed:
-// on an exclusive database (SQLite) the function's context without its cancellation. A caller
-// that goes away is noticed before its function starts (building.add) and between the statements
-// of a long one (the record loops check t.ctx), but never interrupts a statement: SQLite may roll
-// the whole group's transaction back after an interrupted write, failing the group's other
-// writes with it, and the driver watches a cancellable context with a goroutine per statement
-// (database/sql one more per query). On a shared database the statement keeps ctx.
+// the function's context without its cancellation. A caller that goes away is noticed before its
+// function starts (building.add) and between the statements of a long one (the record loops check
+// t.ctx), but never interrupts a statement, because a statement belongs to its whole group: SQLite
+// may roll the group's transaction back after an interrupted write, and on PostgreSQL the group's
+// statements are queued on one connection, where one cancelled statement refuses the whole group —
+// either way the group's other writes would fail with it. (The driver also watches a cancellable
+// context with a goroutine per statement.) How long a statement may take is the driver's write
+// deadline, never the caller's.
 func (t *tx) stmtCtx(ctx context.Context) context.Context {
-	if !t.s.exclusive || ctx.Done() == nil {
+	if ctx.Done() == nil {
 		return ctx
 	}
 	if ctx != t.ctx {
