@@ -23,7 +23,7 @@
 // malformed payload of a known type is skipped for both reduce and effects.
 //
 // Checkpoints live wherever a [CheckpointStorage] keeps them: the store's own database under a
-// host, or a table of a database of your own (package sqlcheckpoint, "reduce_checkpoints"); a contract
+// host, or a table of a database of your own ([CheckpointTable], "reduce_checkpoints"); a contract
 // version bump re-reduces the log up to the old cursor without re-running effects. Live state is
 // a [LiveState] that appends ephemeral [foldtype.LiveStateChangedType] deltas to the stream.
 //
@@ -73,7 +73,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		cps, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{})
+//		cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{})
 //		if err != nil {
 //			return err
 //		}

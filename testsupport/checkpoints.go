@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/sqlcheckpoint"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// Checkpoints is the real [sqlcheckpoint.Table] over an in-memory SQLite database, counting
+// Checkpoints is the real [foldstream.CheckpointTable] over an in-memory SQLite database, counting
 // successful writes (docs/engine.md#test-support memoryStorage).
 type Checkpoints struct {
-	*sqlcheckpoint.Table
+	*foldstream.CheckpointTable
 	db     *sql.DB
 	writes atomic.Int64
 }
@@ -29,16 +29,16 @@ func MemoryCheckpoints() *Checkpoints {
 		panic(fmt.Sprintf("testsupport: open in-memory sqlite: %v", err))
 	}
 	db.SetMaxOpenConns(1) // one connection = one in-memory database
-	t, err := sqlcheckpoint.New(context.Background(), db, sqlcheckpoint.Config{})
+	t, err := foldstream.NewCheckpointTable(context.Background(), db, foldstream.CheckpointTableConfig{})
 	if err != nil {
 		panic(fmt.Sprintf("testsupport: create checkpoint table: %v", err))
 	}
-	return &Checkpoints{Table: t, db: db}
+	return &Checkpoints{CheckpointTable: t, db: db}
 }
 
 // WriteCheckpoint writes through the table and counts the write when it succeeded.
 func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
-	if err := c.Table.WriteCheckpoint(ctx, slug, cp, stateChanged); err != nil {
+	if err := c.CheckpointTable.WriteCheckpoint(ctx, slug, cp, stateChanged); err != nil {
 		return err
 	}
 	c.writes.Add(1)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/sqlcheckpoint"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -100,7 +99,7 @@ func run() error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	cps, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{})
+	cps, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{})
 	if err != nil {
 		return err
 	}

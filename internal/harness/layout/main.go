@@ -31,11 +31,11 @@ const module = "github.com/foldstream/foldstream"
 var floors = map[string]int{
 	"internal/rawjson":           0,
 	"internal/wire":              0,
+	"internal/heapfloor":         0,
 	"foldtype":                   1,
 	"console":                    1,
 	"client":                     1,
 	"stream/driver":              2,
-	"sqlcheckpoint":              2,
 	".":                          3,
 	"stream":                     3,
 	"stream/driver/sqlitedriver": 3,

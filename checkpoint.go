@@ -1,17 +1,4 @@
-// Package sqlcheckpoint keeps processor checkpoints in a table of a database/sql database the
-// caller owns: for a program that runs a foldstream.Engine itself (not on the store, whose host
-// keeps checkpoints in the store's own database) and wants its checkpoints beside its other data,
-// for example in the same SQLite file. It imports only the shared vocabulary (package foldtype),
-// not the engine.
-//
-//	db, err := sql.Open("sqlite", "app.db")
-//	...
-//	cps, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{})
-//	...
-//	eng, err := foldstream.NewEngine(p, foldstream.EngineConfig{Stream: s, Checkpoints: cps})
-//
-// Package testsupport's MemoryCheckpoints is this table over in-memory SQLite.
-package sqlcheckpoint
+package foldstream
 
 import (
 	"context"
@@ -24,15 +11,15 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// DBTX is what the table needs of its database: *sql.DB, *sql.Tx and *sql.Conn satisfy it, and so
+// CheckpointDB is what the table needs of its database: *sql.DB, *sql.Tx and *sql.Conn satisfy it, and so
 // does a wrapper that routes the writes through the program's own single writer.
-type DBTX interface {
+type CheckpointDB interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Config configures [New].
-type Config struct {
+// CheckpointTableConfig configures [NewCheckpointTable].
+type CheckpointTableConfig struct {
 	// Table is the table name. Defaults to "reduce_checkpoints".
 	Table string
 	// Scope partitions rows so one SQLite file can hold many streams' checkpoints (scope by
@@ -42,8 +29,11 @@ type Config struct {
 	SkipCreate bool
 }
 
-// Table is the reduce_checkpoints table over database/sql (docs/engine.md#checkpoints), a
-// [foldtype.CheckpointStorage] for foldstream.EngineConfig.Checkpoints, written for SQLite
+// CheckpointTable is the reduce_checkpoints table over a database/sql database the caller owns
+// (docs/engine.md#checkpoints), a [foldtype.CheckpointStorage] for [EngineConfig.Checkpoints]: for a
+// program that runs an [Engine] itself (not on the store, whose host keeps checkpoints in the
+// store's own database) and wants its checkpoints beside its other data, for example in the same
+// SQLite file. It is written for SQLite
 // (modernc.org/sqlite; the statements use "?" placeholders and ON CONFLICT upserts).
 //
 // The primary key is (scope, slug) rather than slug alone, because one
@@ -52,25 +42,25 @@ type Config struct {
 //	reduce_checkpoints(scope TEXT NOT NULL DEFAULT '', slug TEXT NOT NULL,
 //	  reducer_version TEXT NOT NULL, reduced_through_offset INTEGER NOT NULL, state TEXT,
 //	  PRIMARY KEY (scope, slug))
-type Table struct {
-	db    DBTX
+type CheckpointTable struct {
+	db    CheckpointDB
 	scope string
 	read  string
 	write string
 }
 
-var _ foldtype.CheckpointStorage = (*Table)(nil)
+var _ foldtype.CheckpointStorage = (*CheckpointTable)(nil)
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var checkpointTableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// New returns the table, creating it unless cfg.SkipCreate. It fails when cfg.Table is not a plain
+// NewCheckpointTable returns the table, creating it unless cfg.SkipCreate. It fails when cfg.Table is not a plain
 // SQL identifier or the table cannot be created.
-func New(ctx context.Context, db DBTX, cfg Config) (*Table, error) {
+func NewCheckpointTable(ctx context.Context, db CheckpointDB, cfg CheckpointTableConfig) (*CheckpointTable, error) {
 	table := cfg.Table
 	if table == "" {
 		table = "reduce_checkpoints"
 	}
-	if !identRE.MatchString(table) {
+	if !checkpointTableName.MatchString(table) {
 		return nil, fmt.Errorf("checkpoint table: invalid table name %q", table)
 	}
 	if !cfg.SkipCreate {
@@ -86,7 +76,7 @@ func New(ctx context.Context, db DBTX, cfg Config) (*Table, error) {
 			return nil, fmt.Errorf("create checkpoint table: %w", err)
 		}
 	}
-	return &Table{
+	return &CheckpointTable{
 		db:    db,
 		scope: cfg.Scope,
 		read:  `SELECT reducer_version, reduced_through_offset, state FROM ` + table + ` WHERE scope = ? AND slug = ?`,
@@ -100,7 +90,7 @@ ON CONFLICT (scope, slug) DO UPDATE SET
 }
 
 // ReadCheckpoint reads slug's row; an empty or NULL state column reads as nil.
-func (t *Table) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
+func (t *CheckpointTable) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
 	var cp foldtype.Checkpoint
 	var state sql.NullString
 	err := t.db.QueryRowContext(ctx, t.read, t.scope, slug).Scan(&cp.ReducerVersion, &cp.ReducedThroughOffset, &state)
@@ -120,7 +110,7 @@ func (t *Table) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Check
 // stateChanged the state column is set; otherwise NULL is passed and COALESCE keeps the stored
 // state. A state over [foldtype.MaxCheckpointChars] UTF-16 code units is refused before anything is written
 // ([foldtype.CheckpointTooLargeError], not retryable).
-func (t *Table) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
+func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, stateChanged bool) error {
 	var state any
 	if stateChanged && cp.State != nil {
 		if n := foldtype.UTF16Len(string(cp.State)); n > foldtype.MaxCheckpointChars {

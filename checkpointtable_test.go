@@ -1,15 +1,14 @@
-package sqlcheckpoint_test
+package foldstream_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/sqlcheckpoint"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -36,13 +35,13 @@ func TestScopesAndOptions(t *testing.T) {
 	t.Parallel()
 	db := testsupport.MemoryCheckpoints().DB()
 	ctx := context.Background()
-	a := must[*sqlcheckpoint.Table](t)(sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{Scope: "/a"}))
-	b := must[*sqlcheckpoint.Table](t)(sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{Scope: "/b", SkipCreate: true}))
+	a := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Scope: "/a"}))
+	b := must[*foldstream.CheckpointTable](t)(foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Scope: "/b", SkipCreate: true}))
 	mustDo(t, a.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, false))
 	if _, ok, _ := b.ReadCheckpoint(ctx, "p"); ok {
 		t.Error("scope /b sees scope /a's row")
 	}
-	if _, err := sqlcheckpoint.New(ctx, db, sqlcheckpoint.Config{Table: "x; DROP TABLE y"}); err == nil {
+	if _, err := foldstream.NewCheckpointTable(ctx, db, foldstream.CheckpointTableConfig{Table: "x; DROP TABLE y"}); err == nil {
 		t.Error("an unsafe table name was accepted")
 	}
 }
@@ -68,28 +67,4 @@ func TestCeilingRefusesBeforeWriting(t *testing.T) {
 	// Exactly at the ceiling is accepted.
 	at := foldtype.JSON(strings.Repeat("x", foldtype.MaxCheckpointChars-2))
 	mustDo(t, cps.WriteCheckpoint(context.Background(), "edge", foldtype.Checkpoint{ReducerVersion: "1", State: at}, true))
-}
-
-func must[T any](t *testing.T) func(T, error) T {
-	return func(v T, err error) T {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("unexpected error: %v", err)
-		}
-		return v
-	}
-}
-
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("unexpected error: %v", err)
-	}
-}
-
-func eq[T any](t *testing.T, what string, got, want T) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("%s: got %#v, want %#v", what, got, want)
-	}
 }
