@@ -2,6 +2,7 @@
 // and registers itself in commands from an init function.
 //
 //	foldstream serve [flags]     run the Durable Streams HTTP server
+//	foldstream create|info|delete STREAM, append, read, tail, ls, pause|resume, version
 //	foldstream help              list the sub-commands
 package main
 
