@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -138,6 +139,53 @@ func TestMetricsNeedAReadTokenAndReportRequestsCommitsAndProcessors(t *testing.T
 	}
 	if !regexp.MustCompile(`(?m)^go_goroutines \d+`).MatchString(text) {
 		t.Error("no Go runtime metrics")
+	}
+	// Every answered request but the live reads has its duration observed.
+	if got := metricValue(text, `foldstream_http_request_duration_seconds_count{method="POST",route="stream"}`); got != n {
+		t.Errorf("POST durations observed: %v, want %d", got, n)
+	}
+	if !regexp.MustCompile(`(?m)^foldstream_build_info\{goversion="go1\.[^"]+",revision="[^"]+",version="[^"]+"\} 1$`).MatchString(text) {
+		t.Errorf("no foldstream_build_info with version, goversion and revision:\n%s", grepLines(text, "foldstream_build_info"))
+	}
+}
+
+// A live read (long-poll) is counted but its wait is not a duration: it would swamp every
+// percentile of the route with the long-poll timeout.
+func TestLiveReadsAreCountedWithoutTheirDuration(t *testing.T) {
+	s := setupSecured(t, server.Config{Metrics: server.NewMetrics(), LongPollTimeout: 50 * time.Millisecond}, true)
+	w := []string{"Authorization", bearer(writerToken), "Content-Type", "application/json"}
+	request(t, "PUT", s.url+"/v1/stream/quiet", "", w...)
+	head, _ := request(t, "HEAD", s.url+"/v1/stream/quiet", "", w...)
+	if res, body := request(t, "GET", s.url+"/v1/stream/quiet?live=long-poll&offset="+head.Header.Get("Stream-Next-Offset"), "", w...); res.StatusCode != 204 {
+		t.Fatalf("long-poll at the tail: %d %s, want 204 after the timeout", res.StatusCode, body)
+	}
+	_, text := request(t, "GET", s.url+server.MetricsPath, "", "Authorization", bearer(readerToken))
+	if got := metricValue(text, `foldstream_http_requests_total{code="204",method="GET",route="stream"}`); got != 1 {
+		t.Errorf("long-polls counted: %v, want 1", got)
+	}
+	if got := metricValue(text, `foldstream_http_request_duration_seconds_count{method="GET",route="stream"}`); got > 0 {
+		t.Errorf("GET durations observed: %v, want none (the only GET was a long-poll)", got)
+	}
+	if got := metricValue(text, `foldstream_http_request_duration_seconds_count{method="HEAD",route="stream"}`); got != 1 {
+		t.Errorf("HEAD durations observed: %v, want 1", got)
+	}
+}
+
+// Every metric the server exposes passes Prometheus' own lint (names, units, help, types).
+func TestMetricsPassPromlint(t *testing.T) {
+	s := setupSecured(t, server.Config{Metrics: server.NewMetrics()}, true)
+	w := []string{"Authorization", bearer(writerToken), "Content-Type", "application/json"}
+	request(t, "PUT", s.url+"/v1/stream/lint", "", w...)
+	request(t, "POST", s.url+"/v1/stream/lint", `{"type":"note.added","payload":{"i":1}}`, w...)
+	_, text := request(t, "GET", s.url+server.MetricsPath, "", "Authorization", bearer(readerToken))
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "foldstream_") {
+			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
 	}
 }
 

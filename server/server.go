@@ -423,7 +423,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rec, http.StatusInternalServerError, "internal error")
 			}
 		}
-		s.metrics.request(s.routeOf(r.URL.Path), r.Method, rec.status, rec.bytes)
+		if s.metrics != nil {
+			live := r.Method == http.MethodGet && r.URL.Query().Has("live")
+			s.metrics.request(s.routeOf(r.URL.Path), r.Method, rec.status, rec.bytes, time.Since(start), live)
+		}
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "duration", time.Since(start))
