@@ -40,6 +40,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sync := fs.String("sync", "FULL", "SQLite synchronous mode: FULL (durable against power loss) or NORMAL (against process crashes only)")
 	collect := fs.Duration("collect-every", time.Minute, "how often expired and deleted streams are reclaimed from the file (0 disables)")
 	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text (key=value lines) or json (one JSON object per line, for a log pipeline)")
 	tokensFile := fs.String("tokens-file", "", "file of bearer tokens, one \"<name> <read|read-write> <token>\" per line; requests must then authenticate (also read from $"+tokensEnv+")")
 	allowUnauth := fs.Bool("allow-unauthenticated-public", false, "serve a non-loopback address without tokens: anyone who can reach it may read, write and delete")
 	origins := fs.String("allowed-origins", "", "comma-separated browser origins whose pages may write (https://app.example.com, or *); any origin may read")
@@ -78,7 +79,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("bad --log-level %q: use debug, info, warn or error", *level)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	var log *slog.Logger
+	switch *logFormat {
+	case "text":
+		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	default:
+		return fmt.Errorf("bad --log-format %q: use text or json", *logFormat)
+	}
 
 	tokens, err := loadTokens(*tokensFile)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -31,30 +32,55 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestServeRoundTripAndGracefulShutdown starts "foldstream serve" on a free loopback port,
-// creates and reads a stream over HTTP, then cancels the context (as SIGINT does) and expects a
-// clean exit.
-func TestServeRoundTripAndGracefulShutdown(t *testing.T) {
+// servingCmd is a "foldstream serve" running in the test's process.
+type servingCmd struct {
+	base           string // http://127.0.0.1:PORT
+	stdout, stderr *lockedBuffer
+	stop           context.CancelFunc // as SIGINT does
+	done           chan error
+}
+
+// startServeCmd runs "foldstream serve" with args (an --addr of 127.0.0.1:0 is added) and waits
+// until it serves.
+func startServeCmd(t *testing.T, args ...string) *servingCmd {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr lockedBuffer
-	done := make(chan error, 1)
-	db := filepath.Join(t.TempDir(), "serve.db")
+	t.Cleanup(cancel)
+	sc := &servingCmd{stdout: new(lockedBuffer), stderr: new(lockedBuffer), stop: cancel, done: make(chan error, 1)}
 	go func() {
-		done <- commands["serve"].run(ctx, []string{"--addr", "127.0.0.1:0", "--db", db, "--long-poll-timeout", "100ms", "--log-level", "debug"}, &stdout, &stderr)
+		sc.done <- commands["serve"].run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), sc.stdout, sc.stderr)
 	}()
-	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == ""; {
-		if out := stdout.String(); strings.Contains(out, "serving http://") {
-			base = strings.TrimSpace(strings.TrimPrefix(out, "foldstream: serving "))
-			base = strings.TrimSuffix(base, "/v1/stream/")
+	for deadline := time.Now().Add(10 * time.Second); sc.base == ""; {
+		if out := sc.stdout.String(); strings.Contains(out, "serving http://") {
+			sc.base = strings.TrimSpace(strings.TrimPrefix(out, "foldstream: serving "))
+			sc.base = strings.TrimSuffix(sc.base, "/v1/stream/")
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", stderr.String())
+			t.Fatalf("server did not start: %s", sc.stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	req, _ := http.NewRequest("PUT", base+"/v1/stream/hello", strings.NewReader("hi"))
+	return sc
+}
+
+// shutdown stops the server as SIGINT does and waits for a clean exit.
+func (sc *servingCmd) shutdown(t *testing.T) {
+	t.Helper()
+	sc.stop()
+	select {
+	case err := <-sc.done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not shut down")
+	}
+}
+
+// createText creates a text/plain stream holding "hi" over HTTP.
+func createText(t *testing.T, base, name string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", base+"/v1/stream/"+name, strings.NewReader("hi"))
 	req.Header.Set("Content-Type", "text/plain")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -64,20 +90,46 @@ func TestServeRoundTripAndGracefulShutdown(t *testing.T) {
 	if res.StatusCode != 201 {
 		t.Fatalf("create: status %d, want 201", res.StatusCode)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not shut down")
-	}
-	if !strings.Contains(stderr.String(), "msg=request") || !strings.Contains(stderr.String(), "status=201") {
-		t.Fatalf("debug log lacks the request line: %s", stderr.String())
+}
+
+// TestServeRoundTripAndGracefulShutdown starts "foldstream serve" on a free loopback port,
+// creates and reads a stream over HTTP, then cancels the context (as SIGINT does) and expects a
+// clean exit.
+func TestServeRoundTripAndGracefulShutdown(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "serve.db")
+	sc := startServeCmd(t, "--db", db, "--long-poll-timeout", "100ms", "--log-level", "debug")
+	createText(t, sc.base, "hello")
+	sc.shutdown(t)
+	if !strings.Contains(sc.stderr.String(), "msg=request") || !strings.Contains(sc.stderr.String(), "status=201") {
+		t.Fatalf("debug log lacks the request line: %s", sc.stderr.String())
 	}
 	if _, err := os.Stat(db + "-lock"); !os.IsNotExist(err) {
 		t.Errorf("after a clean shutdown the store's lock file remains: %v", err)
+	}
+}
+
+// With --log-format json every line serve logs is one JSON object a log pipeline can parse,
+// the request lines included; an unknown format is refused before anything starts.
+func TestServeLogsJSONLinesWithLogFormatJSON(t *testing.T) {
+	sc := startServeCmd(t, "--db", filepath.Join(t.TempDir(), "serve.db"), "--log-level", "debug", "--log-format", "json")
+	createText(t, sc.base, "hello")
+	sc.shutdown(t)
+	sawRequest := false
+	for _, line := range strings.Split(strings.TrimSpace(sc.stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("a log line is not JSON: %q: %v", line, err)
+		}
+		if rec["msg"] == "request" && rec["status"] == float64(201) {
+			sawRequest = true
+		}
+	}
+	if !sawRequest {
+		t.Errorf("no request line with status 201 in:\n%s", sc.stderr.String())
+	}
+	var stderr bytes.Buffer
+	if err := commands["serve"].run(t.Context(), []string{"--log-format", "yaml"}, io.Discard, &stderr); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format yaml: %v, want it refused", err)
 	}
 }
 
