@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"slices"
 	"sync"
@@ -58,6 +59,11 @@ type EngineConfig struct {
 	// emit deeper than it is not appended; the loop-limit fact is recorded instead. Defaults to
 	// DefaultLoopLimit (32).
 	LoopLimit int
+	// TracerProvider, when set, traces every ProcessEvent call with a span of its own
+	// (docs/engine.md#tracing), the child of the W3C trace context in the event's metadata when it
+	// carries one; ProcessEventArgs.Context is the span's context, for the effects' own spans.
+	// Defaults to nil: no spans and no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -118,6 +124,7 @@ type Engine[S any] struct {
 	consumes []string
 	emits    []string
 	live     *LiveState
+	tracer   trace.Tracer // nil: no spans (EngineConfig.TracerProvider)
 	// stopping is set by StopTakingWork: a range stops after the event in progress.
 	stopping atomic.Bool
 
@@ -187,6 +194,9 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
 		clock: cfg.Clock, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
+	}
+	if cfg.TracerProvider != nil {
+		e.tracer = cfg.TracerProvider.Tracer(TracerName)
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
@@ -695,7 +705,8 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		}
 		state, changed, payload = next, ch, typed
 	}
-	run := &eventRun{ctx: ctx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
+	runCtx, span := startProcessEventSpan(ctx, e.tracer, e.c.Slug(), ev)
+	run := &eventRun{ctx: runCtx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
 		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
@@ -703,11 +714,14 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		run.mu.Lock()
 		run.settled = true
 		run.mu.Unlock()
+		endSpan(span, err)
 		return prev, false, false, e.noteProcessFailure(ev, err, panicked, stack)
 	}
 	if err := run.drain(); err != nil {
+		endSpan(span, err)
 		return prev, false, false, e.noteProcessFailure(ev, err, false, nil)
 	}
+	endSpan(span, nil)
 	return state, changed, true, nil
 }
 

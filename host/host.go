@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -60,6 +61,9 @@ type Config struct {
 	// Reporter receives contained processor failures of engines built by [Register] and
 	// [RegisterPattern]. Defaults to the engine's default (a reporter logging to Logger).
 	Reporter foldstream.Reporter
+	// TracerProvider, when set, traces every ProcessEvent of the engines the host builds
+	// ([foldstream.EngineConfig.TracerProvider]). Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 	// MaxPendingEvents bounds the events queued for one processor's push chain; see
 	// [stream.SubscribeOptions]. Defaults to stream.DefaultMaxPendingEvents.
 	MaxPendingEvents int

@@ -150,9 +150,10 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			Reporter:    h.cfg.Reporter,
 			Logger:      h.log,
 			// The work-started marker lives beside the checkpoint (docs/engine.md#work-that-keeps-dying).
-			KeyValue:  foldstream.CheckpointKeyValue(preloadedCheckpoints{cps, rows}, reg.slug),
-			CodeID:    h.cfg.CodeID,
-			LoopLimit: h.cfg.LoopLimit,
+			KeyValue:       foldstream.CheckpointKeyValue(preloadedCheckpoints{cps, rows}, reg.slug),
+			CodeID:         h.cfg.CodeID,
+			LoopLimit:      h.cfg.LoopLimit,
+			TracerProvider: h.cfg.TracerProvider,
 		})
 	}
 	return reg

@@ -229,7 +229,9 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 
-	res, err := s.st.Protocol().AppendRecord(r.Context(), req)
+	ctx, span := s.startAppendSpan(r.Context(), name, received)
+	res, err := s.st.Protocol().AppendRecord(ctx, req)
+	endAppendSpan(span, res.Tail, err)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return

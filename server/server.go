@@ -20,6 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,6 +89,10 @@ const (
 // zero value is also the safe posture: no origin but the server's own may write from a browser,
 // and on a loopback connection only loopback host names are answered (docs/server.md#security).
 type Config struct {
+	// TracerProvider, when set, traces every request (docs/server.md#tracing): one server span per
+	// request, the child of the W3C trace context the request carries (traceparent), and a child
+	// span per append covering the store's commit. Defaults to nil: no spans and no cost.
+	TracerProvider trace.TracerProvider
 	// Prefix is the URL path streams are served under; it must start and end with "/".
 	// Defaults to DefaultPrefix ("/v1/stream/").
 	Prefix string
@@ -251,9 +257,10 @@ func validOrigin(o string) bool {
 // and Config.Authorize decides who may read and write. [Server.Shutdown] makes long-polls and SSE
 // connections end at once during a graceful http.Server shutdown; the store stays open.
 type Server struct {
-	st  *stream.Store
-	cfg Config
-	log *slog.Logger
+	st     *stream.Store
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer // nil: no spans (Config.TracerProvider)
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed by Shutdown
@@ -353,6 +360,9 @@ func New(st *stream.Store, cfg Config) (*Server, error) {
 		cfg.MaxWebhookConcurrency = DefaultMaxWebhookConcurrency
 	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	if cfg.TracerProvider != nil {
+		srv.tracer = cfg.TracerProvider.Tracer(foldstream.TracerName)
+	}
 	srv.subs = newDeliverer(srv)
 	srv.subs.start()
 	if !cfg.DisableConsole {
@@ -413,6 +423,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
+	var span trace.Span
+	if s.tracer != nil {
+		r, span = s.startRequestSpan(r)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -422,6 +436,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !rec.wrote {
 				writeError(rec, http.StatusInternalServerError, "internal error")
 			}
+		}
+		if span != nil {
+			endRequestSpan(span, rec.status)
 		}
 		if s.metrics != nil {
 			live := r.Method == http.MethodGet && r.URL.Query().Has("live")
