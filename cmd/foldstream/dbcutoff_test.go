@@ -121,13 +121,14 @@ func TestServeWhileTheDatabaseIsCutOffAnswersAndTheCLIPrintsCleanErrors(t *testi
 		}
 	}
 
-	cli := exec.Command(bin, "append", "--server", base, "--retries", "0", "orders/a", `{"n":2}`)
+	cli := exec.Command(bin, "append", "--server", base, "--retries", "0", "--content-type", "application/json", "orders/a", `{"n":2}`)
 	out, err := cli.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
 		t.Fatalf("append with the database cut off: %v, want a failing exit\n%s", err, out)
 	}
 	msg := string(out)
+	t.Logf("foldstream append printed: %s", msg)
 	if named := leaks(msg); named != nil {
 		t.Errorf("foldstream append printed %q:\n%s", named, msg)
 	}
