@@ -139,8 +139,13 @@ var (
 // maxRequestIDBytes bounds a request id taken from a request.
 const maxRequestIDBytes = 64
 
-// requestID returns the id of r: its own X-Request-Id when that is sane (1 to 64 ASCII letters,
-// digits and ".-_:"), so a caller's id follows the request into the log, else a new one.
+// RequestID returns the X-Request-Id the server gives r's answer: r's own when that is sane (1 to
+// 64 ASCII letters, digits and ".-_:"), so a caller's id follows the request into the log, else a
+// new one. A program that answers requests in front of the server (while its store opens, say)
+// uses it so that its answers carry an id like the server's.
+func RequestID(r *http.Request) string { return requestID(r) }
+
+// requestID is RequestID.
 func requestID(r *http.Request) string {
 	if v := r.Header[HeaderRequestID]; len(v) == 1 && saneRequestID(v[0]) {
 		return v[0]
