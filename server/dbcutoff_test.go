@@ -49,7 +49,8 @@ type cutOffCount struct {
 // driver, the connection attempt and the Go packages behind the answer.
 var leakWords = []string{"postgres", "pgx", "pgconn", "pgdriver", "sqlitedriver", "dial", "failed to connect",
 	"connection refused", "user=", "search_path", "github.com/", "foldstream/", "stream store", "host: ", "stream: ",
-	"goroutine", ".go:"}
+	"goroutine", ".go:", "preprocessing", "unexpected eof", "queued statement", "write transaction", "broken pipe",
+	"connection reset", "eof"}
 
 // cutOffRequest is one request of the cut-off test; headers are name, value pairs.
 type cutOffRequest struct {
@@ -118,6 +119,14 @@ func TestAnswersWhileTheDatabaseIsCutOffNeverNameIt(t *testing.T) {
 	if err := host.RegisterPattern(context.Background(), h, "/orders/*", cutOffCounter{foldstream.NewBase(c)}); err != nil {
 		t.Fatal(err)
 	}
+	// A processor whose emit fails while the database is cut off, so that it is failing with the
+	// driver's error as its cause.
+	em := &cutOffEmitter{entered: make(chan struct{}), release: make(chan struct{})}
+	em.Base = foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[cutOffCount]{
+		Slug: "emitter", Version: "1", Consumes: []string{"emit"}, Emits: []string{"emitted"}}))
+	if err := host.RegisterPattern(context.Background(), h, "/emits/*", em); err != nil {
+		t.Fatal(err)
+	}
 	srv := newServer(t, st, server.Config{Logger: logger, Processors: h, LongPollTimeout: 100 * time.Millisecond,
 		ProcessorWaitTimeout: 500 * time.Millisecond, Metrics: server.NewMetrics()})
 	ts := httptest.NewServer(srv)
@@ -144,10 +153,20 @@ func TestAnswersWhileTheDatabaseIsCutOffNeverNameIt(t *testing.T) {
 		words = append(words, u.Host, ":"+port, u.Query().Get("search_path"))
 	}
 
+	if _, err := st.Events().Stream("/emits/e").Append(context.Background(), foldstream.EventInput{Type: "emit"}); err != nil {
+		t.Fatal(err)
+	}
+	<-em.entered
+
 	px.Cut()
+	close(em.release)
 	unavailable := 0
-	for _, rq := range cutOffRequests(ts.URL) {
+	failing := false
+	check := func(rq cutOffRequest) {
 		res, body := request(t, rq.method, rq.url, rq.body, rq.headers...)
+		if res.Header.Get(server.HeaderErrorCode) == "PROCESSOR_FAILING" {
+			failing = true
+		}
 		answer := strings.ToLower(body)
 		for k, vs := range res.Header {
 			answer += "\n" + strings.ToLower(k) + ": " + strings.ToLower(strings.Join(vs, ", "))
@@ -176,6 +195,17 @@ func TestAnswersWhileTheDatabaseIsCutOffNeverNameIt(t *testing.T) {
 			}
 		}
 	}
+	for _, rq := range cutOffRequests(ts.URL) {
+		check(rq)
+	}
+	// The emitter's route answers PROCESSOR_FAILING once the host noted the failed emit: its
+	// message says what fails where, not the driver's words.
+	for deadline := time.Now().Add(30 * time.Second); !failing && !t.Failed(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the emitter never answered PROCESSOR_FAILING while its emit failed")
+		}
+		check(cutOffRequest{name: "failing processor", method: "GET", url: ts.URL + "/v1/processor/emitter/emits/e"})
+	}
 	if unavailable < 10 {
 		t.Errorf("only %d answers were UNAVAILABLE: the cut did not reach the routes", unavailable)
 	}
@@ -193,6 +223,27 @@ func logLineWith(logs, id string) string {
 }
 
 type cutOffCounter struct{ foldstream.Base[cutOffCount] }
+
+// cutOffEmitter emits one event per "emit" it reduces, once released.
+type cutOffEmitter struct {
+	foldstream.Base[cutOffCount]
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (p *cutOffEmitter) ProcessEvent(a *foldstream.ProcessEventArgs[cutOffCount]) error {
+	if a.Event == nil {
+		return nil
+	}
+	ev := a.Event
+	a.BlockProcessorWhile(func(ctx context.Context) error {
+		p.once.Do(func() { close(p.entered) })
+		<-p.release
+		_, err := a.Append(ctx, foldstream.EventInput{Type: "emitted", IdempotencyKey: p.IdempotencyKey("emitted", ev)})
+		return err
+	})
+	return nil
+}
 
 func (cutOffCounter) Reduce(a foldstream.ReduceArgs[cutOffCount]) (cutOffCount, bool, error) {
 	return cutOffCount{N: a.State.N + 1}, true, nil
