@@ -77,7 +77,7 @@ func TestServeWhileTheDatabaseIsCutOffAnswersAndTheCLIPrintsCleanErrors(t *testi
 	}
 
 	words := []string{"postgres", "pgx", "pgconn", "pgdriver", "dial", "failed to connect", "user=", "search_path",
-		"github.com/", "stream store"}
+		"github.com/", "stream store", "preprocessing", "unexpected eof", "queued statement", "write transaction", "connection reset"}
 	for _, raw := range []string{direct, via} {
 		u, err := url.Parse(raw)
 		if err != nil {
