@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -390,12 +391,36 @@ func (c *Contract[S]) Normalize(ev Event) (Event, any, error) {
 }
 
 // IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil
-// (docs/engine.md#processors).
+// (docs/engine.md#processors). It is unique within one stream only: use it for the
+// IdempotencyKey of an event the processor appends to its own stream, never for a service
+// outside the store, where two streams (and a stream created again at the same path) would hand
+// over the same key. For those, use [Contract.EffectKey] (docs/engine.md#effect-keys).
 func (c *Contract[S]) IdempotencyKey(key string, ev *Event) string {
 	if ev == nil {
 		return c.cfg.Slug + "/" + key
 	}
 	return fmt.Sprintf("%s/%s@%d", c.cfg.Slug, key, ev.Offset)
+}
+
+// EffectKey returns the key to hand a service outside the store (a payment provider's
+// Idempotency-Key, a mail sender's message id) for the effect name of event ev:
+//
+//	<stream path>#<slug>/<name>@<offset>@<createdAt>
+//
+// for example "/carts/c1#checkout/charge@3@2026-12-04T20:13:18.123Z" (docs/engine.md#effect-keys).
+// A retried unit runs the effect again with the same key, so the service can dedupe it; the
+// path keeps two streams apart, and the event's commit time keeps a stream deleted and created
+// again at the same path (whose offsets restart at 1) from repeating an old key. The key is the
+// same on every node and after every restart, because it is made of the event alone.
+//
+// ev must be the event being processed (ProcessEventArgs.Event, non-nil: the eventless at-head
+// pass has no event to key an effect by; an effect decided there is keyed by the event that
+// decided it). For nil it returns "", which no service should accept as a key.
+func (c *Contract[S]) EffectKey(name string, ev *Event) string {
+	if ev == nil {
+		return ""
+	}
+	return ev.Path + "#" + c.cfg.Slug + "/" + name + "@" + strconv.FormatInt(ev.Offset, 10) + "@" + ev.CreatedAt
 }
 
 func cloneStrings(s []string) []string {

@@ -186,6 +186,25 @@ func TestBareContractReducesAndKeysItsEffects(t *testing.T) {
 	eq(t, "fold", testsupport.ReduceProcessor[counterState](c, []foldstream.EventInput{ev(tickType), ev("x"), ev(tickType)}), counterState{Ticks: 2})
 }
 
+// An effect key names the stream, the contract, the effect, the offset and the commit time, so
+// two streams, or one stream created again at its path, never share one (docs/engine.md#effect-keys).
+func TestEffectKeysNameTheStreamAndTheEventsCommitTime(t *testing.T) {
+	t.Parallel()
+	c := newCounter(t)
+	c1 := foldstream.Event{Type: tickType, Offset: 3, Path: "/carts/c1", CreatedAt: "2026-12-04T20:13:18.123Z"}
+	eq(t, "effect key", c.EffectKey("charge", &c1), "/carts/c1#counter/charge@3@2026-12-04T20:13:18.123Z")
+	c2 := c1
+	c2.Path = "/carts/c2"
+	again := c1
+	again.CreatedAt = "2026-12-04T20:13:19.001Z"
+	keys := map[string]bool{c.EffectKey("charge", &c1): true, c.EffectKey("charge", &c2): true, c.EffectKey("charge", &again): true}
+	if len(keys) != 3 {
+		t.Errorf("effect keys %v: two of three events share one", keys)
+	}
+	eq(t, "no event", c.EffectKey("charge", nil), "")
+	eq(t, "contract", c.Contract().EffectKey("charge", &c1), c.EffectKey("charge", &c1))
+}
+
 // Acceptance case P-47 (docs/engine.md#acceptance-cases).
 func TestSamePayloadInAnotherKeyOrder(t *testing.T) {
 	t.Parallel()

@@ -13,8 +13,9 @@
 //   - RunInBackground work is not awaited, may overtake later events, and holds a claim on the
 //     host's alarm (20 s, doubling to 30 min on busy revives) while any attempt is in flight;
 //   - at most one durable commit per range, after all blocking work settled; a failed batch
-//     persists nothing and is retried whole, so effects must be idempotent (emit with an
-//     idempotency key);
+//     persists nothing and is retried whole, so effects must be idempotent (emit with
+//     Base.IdempotencyKey; call a service outside the store with Base.EffectKey, which is
+//     unique across streams);
 //   - the at-head pass: when a batch reaches the head, its last consumed event is delivered with
 //     Delivery.CaughtUp, or one eventless call is made.
 //

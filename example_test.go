@@ -94,6 +94,22 @@ func ExampleDefineEvent() {
 	// invalid payload, skipped
 }
 
+// A call to a service outside the store takes the effect key: the same on every retry of the
+// event, different on every other stream (docs/engine.md#effect-keys). An event the processor
+// appends to its own stream takes IdempotencyKey.
+func ExampleContract_EffectKey() {
+	contract := foldstream.MustDefineContract(foldstream.ContractConfig[struct{}]{
+		Slug: "checkout", Version: "1", Consumes: []string{"checked-out"},
+	})
+	for _, path := range []string{"/carts/c1", "/carts/c2"} {
+		ev := foldstream.Event{Type: "checked-out", Offset: 1, Path: path, CreatedAt: "2026-12-04T20:13:18.123Z"}
+		fmt.Println(contract.EffectKey("charge", &ev), "|", contract.IdempotencyKey("charge", &ev))
+	}
+	// Output:
+	// /carts/c1#checkout/charge@1@2026-12-04T20:13:18.123Z | checkout/charge@1
+	// /carts/c2#checkout/charge@1@2026-12-04T20:13:18.123Z | checkout/charge@1
+}
+
 func ExampleConsumesEvent() {
 	durable := foldstream.Event{Type: "chunk"}
 	ephemeral := foldstream.Event{Type: "chunk", Ephemeral: true}

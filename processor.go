@@ -159,7 +159,16 @@ func (b Base[S]) ProcessEvent(*ProcessEventArgs[S]) error { return nil }
 // ProjectLiveState returns the state itself.
 func (b Base[S]) ProjectLiveState(state S) (any, error) { return state, nil }
 
-// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil.
+// IdempotencyKey returns "<slug>/<key>", or "<slug>/<key>@<offset>" when ev is non-nil: the key
+// of an event the processor appends to its own stream ([Contract.IdempotencyKey]). It is unique
+// within one stream only; a service outside the store gets [Base.EffectKey].
 func (b Base[S]) IdempotencyKey(key string, ev *Event) string {
 	return b.contract.IdempotencyKey(key, ev)
+}
+
+// EffectKey returns "<stream path>#<slug>/<name>@<offset>@<createdAt>", the key of effect name
+// of ev for a service outside the store, unique across streams and across a stream created again
+// at the same path ([Contract.EffectKey], docs/engine.md#effect-keys).
+func (b Base[S]) EffectKey(name string, ev *Event) string {
+	return b.contract.EffectKey(name, ev)
 }

@@ -93,6 +93,9 @@ type Error struct {
 	URL string
 	// Message is the human-readable text.
 	Message string
+	// RequestID is the answer's X-Request-Id: a foldstream server logs what it withheld from the
+	// message (a database's own words, for example) under this id.
+	RequestID string
 	// Err is the cause, if any (for example the transport error).
 	Err error
 }
@@ -111,6 +114,9 @@ func (e *Error) Error() string {
 	}
 	if e.Message != "" {
 		s += ": " + e.Message
+	}
+	if e.RequestID != "" {
+		s += " (request id " + e.RequestID + ")"
 	}
 	if e.Err != nil {
 		cause := e.Err
@@ -320,7 +326,21 @@ func statusError(op, url string, resp *http.Response, body []byte) error {
 			return &StaleEpochError{CurrentEpoch: n}
 		}
 	}
-	return &Error{Code: code, Op: op, URL: url, Status: resp.StatusCode, Message: msg}
+	return &Error{Code: code, Op: op, URL: url, Status: resp.StatusCode, Message: msg, RequestID: requestIDOf(resp)}
+}
+
+// requestIDOf returns resp's X-Request-Id when it is short and printable (it goes into messages).
+func requestIDOf(resp *http.Response) string {
+	id := resp.Header.Get(HeaderRequestID)
+	if len(id) > 64 {
+		return ""
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return ""
+		}
+	}
+	return id
 }
 
 // codeOfStatus is the code of an answer without Foldstream-Error-Code (see Code).

@@ -35,6 +35,7 @@ const (
 	HeaderProducerExpectedSeq = wire.HeaderProducerExpectedSeq
 	HeaderProducerReceivedSeq = wire.HeaderProducerReceivedSeq
 	HeaderErrorCode           = wire.HeaderErrorCode // a foldstream server's error code (see Code)
+	HeaderRequestID           = wire.HeaderRequestID // a foldstream server's id of the request (see Error.RequestID)
 	DefaultContentType        = "application/octet-stream"
 	OffsetStart               = wire.OffsetStart
 	OffsetNow                 = wire.OffsetNow

@@ -257,8 +257,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, op Operation,
 		writeCoded(w, fe.Code, fe.Error(), 0)
 		return nil, false
 	}
-	s.log.Error("authorization failed", "method", r.Method, "path", r.URL.Path, "op", op, "err", err)
-	writeError(w, http.StatusInternalServerError, "internal error")
+	s.log.Error("authorization failed", "requestId", w.Header().Get(HeaderRequestID), "method", r.Method, "path", r.URL.Path, "op", op, "err", err)
+	writeError(w, http.StatusInternalServerError, withheldMessages[foldtype.CodeInternal])
 	return nil, false
 }
 

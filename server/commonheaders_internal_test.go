@@ -14,7 +14,7 @@ func TestCommonHeadersAreCanonicalAndApart(t *testing.T) {
 		}
 	}
 	h := http.Header{}
-	setCommonHeaders(h)
+	setCommonHeaders(h, "r-1")
 	for i, k := range commonHeaderKeys {
 		if got := h.Values(k); len(got) != 1 || got[0] != commonHeaderValues[i] {
 			t.Errorf("%s: %q, want %q", k, got, commonHeaderValues[i])

@@ -176,7 +176,7 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) {
 	out := StreamDetail{StreamEntry: entryOf(info)}
 	if s.cfg.Processors != nil {
 		if pl, ok := s.cfg.Processors.(ProcessorLister); ok {
-			out.Processors = pl.ProcessorsOn(r.Context(), path)
+			out.Processors = clientStatuses(pl.ProcessorsOn(r.Context(), path))
 		}
 		if out.Processors == nil {
 			out.Processors = []foldtype.ProcessorStatus{}

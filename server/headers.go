@@ -23,6 +23,10 @@ const (
 	// HeaderErrorCode carries the foldstream error code of an error answer (OFFSET_CONFLICT,
 	// IDEMPOTENCY_CONFLICT, STREAM_NOT_FOUND, ...; see foldtype.Code).
 	HeaderErrorCode = wire.HeaderErrorCode
+	// HeaderRequestID is on every answer: the id of the request, taken from the request's own
+	// X-Request-Id when it is sane (1 to 64 letters, digits and ".-_:"), else made by the server.
+	// The server logs what it withholds from an answer (docs/server.md#errors) under this id.
+	HeaderRequestID = wire.HeaderRequestID
 	// HeaderProcessorOffset carries, on a processor route's 503 CATCHING_UP or 504 timeout, the
 	// offset the processor has reduced through (in the wire offset format).
 	HeaderProcessorOffset = wire.HeaderProcessorOffset

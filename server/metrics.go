@@ -316,7 +316,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if _, err := s.st.Protocol().ListStreams(ctx, stream.ListOptions{Limit: 1}); err != nil {
-			s.log.Warn("not ready: the store does not answer", "err", err)
+			s.log.Warn("not ready: the store does not answer", "requestId", w.Header().Get(HeaderRequestID), "err", err)
 			writeCoded(w, foldtype.CodeUnavailable, "not ready: the store does not answer", 1)
 			return
 		}

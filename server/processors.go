@@ -244,8 +244,8 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 		}
 	}
 	if fe == nil || statusByCode[fe.Code] == 0 {
-		s.log.Error("processor request failed", "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, "internal error")
+		s.logWithheld(w, r, foldtype.CodeInternal, err)
+		writeError(w, http.StatusInternalServerError, withheldMessages[foldtype.CodeInternal])
 		return
 	}
 	if off, ok := dataOffset(fe.Data); ok && fe.Code == foldtype.CodeCatchingUp {
@@ -267,7 +267,11 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 			}
 		}
 	}
-	writeCoded(w, fe.Code, fe.Error(), retry)
+	msg, held := clientMessage(fe.Code, err)
+	if held {
+		s.logWithheld(w, r, fe.Code, err)
+	}
+	writeCoded(w, fe.Code, msg, retry)
 }
 
 // parkedRetryAfter is the Retry-After (seconds) of a parked processor's 503: it stays parked

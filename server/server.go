@@ -423,16 +423,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
+	id := requestID(r)
 	var span trace.Span
 	if s.tracer != nil {
-		r, span = s.startRequestSpan(r)
+		r, span = s.startRequestSpan(r, id)
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.log.Error("request panicked", "method", r.Method, "path", r.URL.Path, "panic", p)
+			s.log.Error("request panicked", "requestId", id, "method", r.Method, "path", r.URL.Path, "panic", p)
 			if !rec.wrote {
 				writeError(rec, http.StatusInternalServerError, "internal error")
 			}
@@ -445,11 +446,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.metrics.request(s.routeOf(r.URL.Path), r.Method, rec.status, rec.bytes, time.Since(start), live)
 		}
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+			s.log.Debug("request", "requestId", id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "duration", time.Since(start))
 		}
 	}()
-	setCommonHeaders(rec.Header())
+	setCommonHeaders(rec.Header(), id)
 	s.route(rec, r)
 }
 
@@ -527,16 +528,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 
 const allowedMethods = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
 
-// setCommonHeaders sets the CORS and security headers every response carries (docs/server.md#browsers-and-origins).
-func setCommonHeaders(h http.Header) {
+// setCommonHeaders sets the CORS and security headers every response carries
+// (docs/server.md#browsers-and-origins), and its X-Request-Id, id.
+func setCommonHeaders(h http.Header, id string) {
 	// One allocation for the values of all of them (each slice capped at its one value, so an
 	// Add to one of these headers copies instead of overwriting its neighbour); the keys are
 	// already canonical.
-	v := make([]string, len(commonHeaderValues))
+	const n = len(commonHeaderValues)
+	v := make([]string, n+1)
 	copy(v, commonHeaderValues[:])
 	for i, k := range commonHeaderKeys {
 		h[k] = v[i : i+1 : i+1]
 	}
+	v[n] = id
+	h[HeaderRequestID] = v[n : n+1 : n+1]
 }
 
 // commonHeaderKeys and commonHeaderValues are the headers setCommonHeaders puts on every answer.
@@ -560,7 +565,7 @@ var (
 		"Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
 			"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, " +
 			"Content-Encoding, Vary, Location, Stream-TTL, Stream-Expires-At, stream-sse-data-encoding, Retry-After, " +
-			HeaderErrorCode + ", " + HeaderProcessorOffset,
+			HeaderErrorCode + ", " + HeaderProcessorOffset + ", " + HeaderRequestID,
 	}
 )
 
@@ -578,20 +583,25 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	_, _ = w.Write([]byte(msg + "\n"))
 }
 
-// writeStoreError maps a store error to its HTTP answer (statuses from the table in errors.go).
+// writeStoreError maps a store error to its HTTP answer (statuses from the table in errors.go,
+// the message from clientMessage: what the server's own condition's errors say is logged under
+// the request id, never sent).
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	code, status, ok := statusOf(err)
 	if !ok {
 		if (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && r.Context().Err() != nil {
 			return // the client is gone
 		}
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, "internal error")
+		s.logWithheld(w, r, foldtype.CodeInternal, err)
+		writeError(w, http.StatusInternalServerError, withheldMessages[foldtype.CodeInternal])
 		return
 	}
 	h := w.Header()
 	h.Set(HeaderErrorCode, string(code))
-	msg := err.Error()
+	msg, held := clientMessage(code, err)
+	if held {
+		s.logWithheld(w, r, code, err)
+	}
 	switch code {
 	case foldtype.CodeStreamClosed:
 		h.Set(wire.HeaderStreamClosed, "true")
@@ -617,8 +627,6 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 			h.Set(wire.HeaderProducerExpectedSeq, itoa(expected))
 			h.Set(wire.HeaderProducerReceivedSeq, itoa(received))
 		}
-	case foldtype.CodeClosed:
-		msg = "server is shutting down"
 	}
 	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")

@@ -118,9 +118,12 @@ func (s *Server) writeSubError(w http.ResponseWriter, r *http.Request, err error
 		s.writeStoreError(w, r, err)
 		return
 	}
-	body := map[string]any{"code": string(code), "message": err.Error()}
+	msg, held := clientMessage(code, err)
+	body := map[string]any{"code": string(code), "message": msg}
 	var fe *foldtype.Error
-	if errors.As(err, &fe) {
+	if held {
+		s.logWithheld(w, r, code, err)
+	} else if errors.As(err, &fe) {
 		for k, v := range fe.Data {
 			body[k] = v
 		}

@@ -11,13 +11,14 @@ import (
 )
 
 // startRequestSpan starts the server span of r (docs/server.md#tracing), the child of the W3C
-// trace context r carries, and returns r with the span's context.
-func (s *Server) startRequestSpan(r *http.Request) (*http.Request, trace.Span) {
+// trace context r carries, and returns r with the span's context. The span carries the request's
+// X-Request-Id, which the server's log lines of the request carry too.
+func (s *Server) startRequestSpan(r *http.Request, id string) (*http.Request, trace.Span) {
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	route := s.routeOf(r.URL.Path)
 	ctx, span := s.tracer.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route),
-			attribute.String("url.path", r.URL.Path)))
+			attribute.String("url.path", r.URL.Path), attribute.String("foldstream.request_id", id)))
 	return r.WithContext(ctx), span
 }
 

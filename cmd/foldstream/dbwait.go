@@ -89,6 +89,7 @@ func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net
 // answerWaiting answers every request while the node waits for its database.
 func answerWaiting(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
+	h.Set(server.HeaderRequestID, server.RequestID(r))
 	if r.URL.Path == server.HealthPath {
 		// The process is up (only not ready: /readyz answers 503 like every other route).
 		h.Set("Content-Type", "text/plain; charset=utf-8")

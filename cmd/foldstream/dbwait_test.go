@@ -64,9 +64,10 @@ func TestServeStartedWhileTheDatabaseIsDownWaitsAnswering503(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the node's listener opens in another goroutine
 	}
 	res.Body.Close()
-	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Header.Get("Foldstream-Error-Code") != "UNAVAILABLE" {
-		t.Fatalf("while the database is down: %d, Retry-After %q, code %q; want 503 UNAVAILABLE with Retry-After",
-			res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("Foldstream-Error-Code"))
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Header.Get("Foldstream-Error-Code") != "UNAVAILABLE" ||
+		res.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("while the database is down: %d, Retry-After %q, code %q, id %q; want 503 UNAVAILABLE with Retry-After and an X-Request-Id",
+			res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("Foldstream-Error-Code"), res.Header.Get("X-Request-Id"))
 	}
 	if !strings.Contains(stderr.String(), "waiting for") {
 		t.Fatalf("the node does not log that it waits for the database:\n%s", stderr.String())

@@ -36,6 +36,9 @@ const (
 	HeaderExpectedOffset = "Foldstream-Expected-Offset"
 	// HeaderErrorCode carries the foldstream error code of an error answer.
 	HeaderErrorCode = "Foldstream-Error-Code"
+	// HeaderRequestID names one request and its answer: the server's log lines about the request
+	// carry the same id.
+	HeaderRequestID = "X-Request-Id"
 	// HeaderProcessorOffset carries the offset a processor has reduced through.
 	HeaderProcessorOffset = "Foldstream-Processor-Offset"
 	// HeaderPaused is "true" on a HEAD of a paused stream and on a 423 STREAM_PAUSED refusal.

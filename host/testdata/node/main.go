@@ -117,6 +117,9 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 			if err != nil {
 				return err
 			}
+			// A service outside the store gets the effect key, unique across streams
+			// (docs/engine.md#effect-keys); IdempotencyKey below keys the emit within the stream.
+			req.Header.Set("Idempotency-Key", c.EffectKey("effect", ev))
 			resp, err := c.hc.Do(req)
 			if err != nil {
 				return err
