@@ -93,6 +93,9 @@ type Config struct {
 	// request, the child of the W3C trace context the request carries (traceparent), and a child
 	// span per append covering the store's commit. Defaults to nil: no spans and no cost.
 	TracerProvider trace.TracerProvider
+	// AccessLog logs one line per answered request at Info (method, path, query, status, bytes,
+	// duration and X-Request-Id) instead of at Debug. Defaults to false.
+	AccessLog bool
 	// Prefix is the URL path streams are served under; it must start and end with "/".
 	// Defaults to DefaultPrefix ("/v1/stream/").
 	Prefix string
@@ -261,6 +264,9 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	tracer trace.Tracer // nil: no spans (Config.TracerProvider)
+	// accessLevel is the level of the one line logged per request: Info with Config.AccessLog,
+	// else Debug.
+	accessLevel slog.Level
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed by Shutdown
@@ -363,6 +369,10 @@ func New(st *stream.Store, cfg Config) (*Server, error) {
 	if cfg.TracerProvider != nil {
 		srv.tracer = cfg.TracerProvider.Tracer(foldstream.TracerName)
 	}
+	srv.accessLevel = slog.LevelDebug
+	if cfg.AccessLog {
+		srv.accessLevel = slog.LevelInfo
+	}
 	srv.subs = newDeliverer(srv)
 	srv.subs.start()
 	if !cfg.DisableConsole {
@@ -445,8 +455,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			live := r.Method == http.MethodGet && r.URL.Query().Has("live")
 			s.metrics.request(s.routeOf(r.URL.Path), r.Method, rec.status, rec.bytes, time.Since(start), live)
 		}
-		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.Debug("request", "requestId", id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+		if lvl := s.accessLevel; s.log.Enabled(r.Context(), lvl) {
+			s.log.Log(r.Context(), lvl, "request", "requestId", id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "duration", time.Since(start))
 		}
 	}()

@@ -40,6 +40,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sync := fs.String("sync", "FULL", "SQLite synchronous mode: FULL (durable against power loss) or NORMAL (against process crashes only)")
 	collect := fs.Duration("collect-every", time.Minute, "how often expired and deleted streams are reclaimed from the file (0 disables)")
 	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
+	accessLog := fs.Bool("access-log", false, "log one line per request (method, path, status, bytes, duration, request id) at info level, without turning on the rest of debug")
 	logFormat := fs.String("log-format", "text", "log format: text (key=value lines) or json (one JSON object per line, for a log pipeline)")
 	tokensFile := fs.String("tokens-file", "", "file of bearer tokens, one \"<name> <read|read-write> <token>\" per line; requests must then authenticate (also read from $"+tokensEnv+")")
 	allowUnauth := fs.Bool("allow-unauthenticated-public", false, "serve a non-loopback address without tokens: anyone who can reach it may read, write and delete")
@@ -94,6 +95,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg := server.Config{
+		AccessLog:             *accessLog,
 		Prefix:                *prefix,
 		LongPollTimeout:       *longPoll,
 		SSEMaxDuration:        *sseMax,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -268,5 +269,20 @@ func TestServeHealthRoutesAndMetricsAddress(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v", err)
+	}
+}
+
+// --access-log logs each request at info level, with its request id, while --log-level stays
+// info (no other debug line).
+func TestServeAccessLogLogsEachRequestAtInfo(t *testing.T) {
+	sc := startServeCmd(t, "--db", filepath.Join(t.TempDir(), "serve.db"), "--access-log")
+	createText(t, sc.base, "hello")
+	sc.shutdown(t)
+	log := sc.stderr.String()
+	if !regexp.MustCompile(`level=INFO msg=request requestId=\S+ method=PUT path=/v1/stream/hello .*status=201`).MatchString(log) {
+		t.Errorf("no info-level request line with its request id:\n%s", log)
+	}
+	if strings.Contains(log, "level=DEBUG") {
+		t.Errorf("--access-log turned on debug lines:\n%s", log)
 	}
 }
