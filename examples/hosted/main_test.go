@@ -285,7 +285,7 @@ func TestHostedCountsHTTPTicksWithNobodyReadingAndARestartWritesNothing(t *testi
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			var after []struct {
-				Type    string `json:"type"`
+				Type    string           `json:"type"`
 				Payload struct{ By int } `json:"payload"`
 			}
 			if err := json.Unmarshal(body, &after); err != nil || len(after) == 0 || after[0].Type != "ticked" || after[0].Payload.By != 4 {
