@@ -91,6 +91,7 @@ type slot struct {
 	lease     driver.Lease
 	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
 	handoff   bool // closing to hand the lease to another node
+	settling  bool // a takeover settling a caught-up processor idle (h.mu; host/settle.go)
 }
 
 func newSlot(key procKey, reg *registration) *slot {
@@ -179,6 +180,9 @@ func (h *Host) acquire(ctx context.Context, path, slug string, mode openMode) (*
 		}
 		h.mu.Lock()
 		if err := sl.openErr; err != nil {
+			if errors.Is(err, errSettledIdle) && h.slots[sl.key] != sl {
+				continue // a takeover found nothing to do and opened nothing: open it for this caller
+			}
 			if errors.Is(err, errNotPreferred) && h.slots[sl.key] != sl {
 				// A commit's opening that left the lease to the node preferred for it: this
 				// caller needs an answer now, so it opens (or asks the owner) itself.
@@ -645,7 +649,7 @@ func (h *Host) committed(path string) {
 		switch {
 		case sl == nil:
 			h.queueOpenLocked(key)
-		case sl.state == slotClosing:
+		case sl.state == slotClosing || sl.settling:
 			sl.dirty = true
 		}
 	}
@@ -913,6 +917,8 @@ func (h *Host) takeOver(key procKey) {
 		mode := openForWork
 		if reg.pinned() {
 			mode = openForRegister
+		} else if h.settleCaughtUp(sl) {
+			return // nothing to do: settled idle, no engine, nothing written
 		}
 		h.open(sl, mode, false)
 		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) && !errors.Is(err, foldtype.ErrNotRegistered) &&

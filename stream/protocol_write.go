@@ -381,6 +381,14 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		}
 		m.Tail, m.HighestAssigned = prefix.End, prefix.End
 	}
+	if src != nil && m.Tail > 0 && isJSON && len(msgs) == 0 {
+		// A fork lands the source's messages up to its fork point (and a split record's prefix)
+		// on a new path: the commit watchers hear of it as of any append (a body's append below
+		// tells them itself). Other nodes hear of it through the notification of the staged
+		// stream.
+		path := req.Path
+		t.afterCommit(func() { s.ev.watchers.notify(path) })
+	}
 	if isJSON {
 		if len(msgs) > 0 {
 			if err := s.appendMessages(t, m, msgs); err != nil {
@@ -754,7 +762,8 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 		return err
 	}
 	// Hand the messages to the event view's subscribers (processors) once committed, decoded
-	// exactly as the event view reads them — only when someone listens.
+	// exactly as the event view reads them — decoded only when someone on this node subscribes.
+	// The commit watchers hear of every such commit either way (docs/store.md#commit-watchers).
 	path := m.Row.Path
 	createdMs := t.now.UnixMilli()
 	if r := t.res; r != nil && r.used && r.id == m.Row.ID {
@@ -765,6 +774,9 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 		listening := len(s.ev.subs[path]) > 0
 		s.ev.subsMu.RUnlock()
 		if !listening {
+			// Nobody here takes the events: they are not decoded, but the commit watchers (a
+			// host opening pattern processors' engines) need only the path.
+			s.ev.watchers.notify(path)
 			return
 		}
 		events := make([]foldtype.Event, 0, len(batch))

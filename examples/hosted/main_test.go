@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
+)
+
+// The example runs as a real process and is driven the way its doc comment says, with HTTP only.
+
+var (
+	buildOnce sync.Once
+	hostedBin string
+	buildErr  error
+)
+
+func buildHosted(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "foldstream-hosted-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		hostedBin = filepath.Join(dir, "hosted")
+		if out, err := exec.Command("go", "build", "-o", hostedBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build examples/hosted: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return hostedBin
+}
+
+// hostedProc is one run of the example.
+type hostedProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	logs strings.Builder
+}
+
+// startHosted starts the example on db and addr and waits until it serves.
+func startHosted(t *testing.T, db, addr string) *hostedProc {
+	t.Helper()
+	p := &hostedProc{cmd: exec.Command(buildHosted(t), "-db", db, "-addr", addr), done: make(chan struct{})}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill() // by its own PID; a no-op once it exited
+		<-p.done
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.HasPrefix(sc.Text(), "serving ") {
+				ready <- true
+				signalled = true
+			}
+		}
+		if !signalled {
+			ready <- false
+		}
+	}()
+	go func() {
+		b, _ := io.ReadAll(stderr)
+		p.mu.Lock()
+		p.logs.Write(b)
+		p.mu.Unlock()
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			<-p.done
+			t.Fatalf("the example exited before serving:\n%s", p.log())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the example did not serve within 60 s:\n%s", p.log())
+	}
+	return p
+}
+
+func (p *hostedProc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// stop ends the process as Ctrl-C would (SIGTERM: a clean shutdown) and waits for it.
+func (p *hostedProc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the example did not stop within 60 s of SIGTERM:\n%s", p.log())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("the example exited with %d:\n%s", code, p.log())
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// offsetOf reads a protocol offset ("<read seq>_<offset>") as the stream position it names.
+func offsetOf(t *testing.T, s string) int64 {
+	t.Helper()
+	i := strings.LastIndexByte(s, '_')
+	n, err := strconv.ParseInt(s[i+1:], 10, 64)
+	if err != nil {
+		t.Fatalf("offset %q: %v", s, err)
+	}
+	return n
+}
+
+type streamInfo struct {
+	Tail       string `json:"tail"`
+	Processors []struct {
+		Slug   string `json:"slug"`
+		Offset int64  `json:"offset"`
+		Open   bool   `json:"open"`
+		State  string `json:"state"`
+	} `json:"processors"`
+}
+
+// info asks /v1/streams/info for the stream, which never opens an engine.
+func info(t *testing.T, base, path string) streamInfo {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/streams/info?path=" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/streams/info?path=%s: %d %s", path, resp.StatusCode, body)
+	}
+	var in streamInfo
+	if err := json.Unmarshal(body, &in); err != nil {
+		t.Fatalf("info %s: %v", body, err)
+	}
+	if len(in.Processors) != 1 || in.Processors[0].Slug != "counter" {
+		t.Fatalf("info: processors %s; want the counter", body)
+	}
+	return in
+}
+
+func send(t *testing.T, method, url, body string, want int) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s; want %d", method, url, resp.StatusCode, b, want)
+	}
+	return resp
+}
+
+// tick POSTs a ticked event and returns the stream position after it.
+func tick(t *testing.T, base string, by int) int64 {
+	t.Helper()
+	resp := send(t, http.MethodPost, base+"/v1/stream/counters/a", fmt.Sprintf(`{"type":"ticked","payload":{"by":%d}}`, by), http.StatusNoContent)
+	return offsetOf(t, resp.Header.Get("Stream-Next-Offset"))
+}
+
+// until polls cond (an HTTP question) until it holds, failing past a deadline generous for a
+// loaded machine.
+func until(t *testing.T, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for !cond() {
+		select {
+		case <-poll.C:
+		case <-deadline.C:
+			t.Fatalf("%s: not within 30 s", what)
+		}
+	}
+	return time.Since(start)
+}
+
+// The README's program counts ticks written over HTTP on a stream nobody reads: the processor
+// reacts to every append by itself (its state is asked for only through /v1/streams/info, which
+// opens no engine), and a clean restart writes nothing to the stream — the caught-up processor is
+// not caught up again, so no wake record lands. On SQLite and on one PostgreSQL node.
+func TestHostedCountsHTTPTicksWithNobodyReadingAndARestartWritesNothing(t *testing.T) {
+	dbs := []struct {
+		name string
+		db   func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "hosted.db") }},
+		{"postgres", func(t *testing.T) string { return pgtest.URL(t) }},
+	}
+	for _, d := range dbs {
+		t.Run(d.name, func(t *testing.T) {
+			db, addr := d.db(t), freeAddr(t)
+			base := "http://" + addr
+			p := startHosted(t, db, addr)
+			send(t, http.MethodPut, base+"/v1/stream/counters/a", "", http.StatusCreated)
+			reduced := func(through int64) func() bool {
+				return func() bool { return info(t, base, "/counters/a").Processors[0].Offset >= through }
+			}
+			first := tick(t, base, 2)
+			took := until(t, "the counter reduces the first tick with nobody reading", reduced(first))
+			t.Logf("first tick reduced %v after its append was acknowledged", took)
+			second := tick(t, base, 3)
+			took = until(t, "the counter reduces the second tick with nobody reading", reduced(second))
+			t.Logf("second tick reduced %v after its append was acknowledged", took)
+			in := info(t, base, "/counters/a")
+			tail := offsetOf(t, in.Tail)
+			until(t, "the counter reduces through the tail", reduced(tail))
+			p.stop(t)
+
+			p = startHosted(t, db, addr)
+			// On PostgreSQL the stopped node handed its processor's lease over: the restarted
+			// node takes it back and settles it (idle: nothing to do), or opens it. Wait until
+			// it did either, then until an opened engine caught up with what it wrote.
+			until(t, "the restarted node takes the processor back", func() bool {
+				return info(t, base, "/counters/a").Processors[0].State != "unowned"
+			})
+			until(t, "an engine opened at restart catches up", func() bool {
+				in := info(t, base, "/counters/a")
+				return !in.Processors[0].Open || in.Processors[0].Offset >= offsetOf(t, in.Tail)
+			})
+			if got := offsetOf(t, info(t, base, "/counters/a").Tail); got != tail {
+				t.Fatalf("the restart moved the stream's tail %d → %d with no append", tail, got)
+			}
+			// The next append is the first record after the restart (nothing was written before
+			// it), and the counter reduces it with nobody reading.
+			third := tick(t, base, 4)
+			until(t, "the counter reduces a tick after the restart with nobody reading", reduced(third))
+			resp, err := http.Get(base + "/v1/stream/counters/a?offset=" + in.Tail)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var after []struct {
+				Type    string           `json:"type"`
+				Payload struct{ By int } `json:"payload"`
+			}
+			if err := json.Unmarshal(body, &after); err != nil || len(after) == 0 || after[0].Type != "ticked" || after[0].Payload.By != 4 {
+				t.Fatalf("the records after the tail before the restart are %s (%v); want the tick appended after it first", body, err)
+			}
+			resp, err = http.Get(base + "/v1/processor/counter/counters/a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var snap struct {
+				State struct{ Ticks int } `json:"state"`
+			}
+			if err := json.Unmarshal(body, &snap); err != nil || snap.State.Ticks != 9 {
+				t.Fatalf("counter state %s (%v); want 9 ticks", body, err)
+			}
+			p.stop(t)
+		})
+	}
+}
