@@ -1,0 +1,365 @@
+// Package history records what clients of a Durable Streams server asked and were answered, and
+// checks with Porcupine that the whole history is linearizable against a model of a stream as a
+// log: no acknowledged append lost or duplicated, offsets strictly increasing, no read that goes
+// backwards, skips or sees a message nobody appended, and every idempotent-producer seq applied at
+// most once.
+//
+// An operation whose answer was lost (a timeout, a cut connection, a 5xx) is recorded with no
+// return: Porcupine then lets it take effect at any time after its call, or never.
+package history
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// ZeroOffset is the tail of an empty stream (protocol §4).
+const ZeroOffset = "0000000000000000_0000000000000000"
+
+// Kind is what an operation does.
+type Kind uint8
+
+const (
+	// Append posts one JSON message; with Producer set it is an idempotent-producer append.
+	Append Kind = iota
+	// Read reads from an offset (catch-up or long-poll).
+	Read
+)
+
+// Input is one operation as the client asked it.
+type Input struct {
+	Stream string
+	Kind   Kind
+	// Msg is the appended message (Append). Plain appends carry a message no other operation
+	// carries; a producer's retries of one seq carry the same one.
+	Msg string
+	// Producer, Epoch and Seq are the idempotent-producer headers (Append; Producer "" = none).
+	Producer string
+	Epoch    int64
+	Seq      int64
+	// From is the offset a Read starts at: "-1" or an offset the client was given.
+	From string
+}
+
+// Outcome is what the client learned.
+type Outcome uint8
+
+const (
+	// Unknown: no answer (timeout, connection cut, 5xx): the operation may or may not have
+	// taken effect. Recorded with no return.
+	Unknown Outcome = iota
+	// OK: an append accepted (204, or 200 under producer headers) or a read answered.
+	OK
+	// Failed: a definite refusal that changed nothing (a 4xx the model has no rule for, a
+	// connection refused before the request was sent).
+	Failed
+	// Duplicate: a producer append answered 204 as a duplicate of an accepted seq.
+	Duplicate
+	// Fenced: a producer append refused 403 for a stale epoch.
+	Fenced
+	// Gap: a producer append refused 409 for a sequence gap.
+	Gap
+)
+
+var outcomeNames = [...]string{"unknown", "ok", "failed", "duplicate", "fenced", "gap"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Output is the answer.
+type Output struct {
+	Outcome Outcome
+	// Offset is Stream-Next-Offset: the tail after an accepted append, where to read next after
+	// a read.
+	Offset string
+	// Msgs are the messages a read returned, in order.
+	Msgs []string
+	// UpToDate is Stream-Up-To-Date on a read: the answer reached the tail.
+	UpToDate bool
+	// ExpectedSeq is Producer-Expected-Seq on a Gap.
+	ExpectedSeq int64
+}
+
+// logState is the model's state of one stream: its messages in order, the offset after each
+// prefix where known, and the producers' last accepted (epoch, seq). It is never changed once
+// made; key identifies it for Porcupine's cache.
+type logState struct {
+	msgs []string
+	// tails[i] is the offset after msgs[:i] ("" while no answer has named it); tails[0] is
+	// ZeroOffset. len(tails) == len(msgs)+1.
+	tails []string
+	prods map[string]producer
+	key   string
+}
+
+type producer struct{ epoch, seq int64 }
+
+func newLogState(msgs, tails []string, prods map[string]producer) *logState {
+	s := &logState{msgs: msgs, tails: tails, prods: prods}
+	var b strings.Builder
+	for i, m := range msgs {
+		b.WriteString(m)
+		b.WriteByte('@')
+		b.WriteString(tails[i+1])
+		b.WriteByte(',')
+	}
+	b.WriteByte('|')
+	ids := make([]string, 0, len(prods))
+	for id := range prods {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		fmt.Fprintf(&b, "%s:%d:%d,", id, prods[id].epoch, prods[id].seq)
+	}
+	s.key = b.String()
+	return s
+}
+
+// lastKnownTail returns the greatest offset the state knows (offsets grow with the index).
+func (s *logState) lastKnownTail() string {
+	for i := len(s.tails) - 1; i >= 0; i-- {
+		if s.tails[i] != "" {
+			return s.tails[i]
+		}
+	}
+	return ""
+}
+
+// appended returns s with msg appended at offset tail ("" unknown) and the producer's state.
+func (s *logState) appended(msg, tail, prodID string, p producer) *logState {
+	msgs := append(slices.Clip(s.msgs), msg)
+	tails := append(slices.Clip(s.tails), tail)
+	prods := s.prods
+	if prodID != "" {
+		prods = make(map[string]producer, len(s.prods)+1)
+		for k, v := range s.prods {
+			prods[k] = v
+		}
+		prods[prodID] = p
+	}
+	return newLogState(msgs, tails, prods)
+}
+
+// decision is what the server must answer a producer append in a state (protocol §20.2).
+type decision struct {
+	outcome  Outcome // OK (accept), Duplicate, Fenced, Gap or Failed (400: new epoch not at 0)
+	expected int64   // Gap
+}
+
+func (s *logState) decide(in Input) decision {
+	p, ok := s.prods[in.Producer]
+	switch {
+	case !ok && in.Seq == 0:
+		return decision{outcome: OK}
+	case !ok:
+		return decision{outcome: Gap, expected: 0}
+	case in.Epoch < p.epoch:
+		return decision{outcome: Fenced}
+	case in.Epoch > p.epoch && in.Seq != 0:
+		return decision{outcome: Failed}
+	case in.Epoch > p.epoch:
+		return decision{outcome: OK}
+	case in.Seq <= p.seq:
+		return decision{outcome: Duplicate}
+	case in.Seq == p.seq+1:
+		return decision{outcome: OK}
+	default:
+		return decision{outcome: Gap, expected: p.seq + 1}
+	}
+}
+
+// step returns the states s may move to when in is answered out (none: the answer is impossible).
+func step(s *logState, in Input, out Output) []*logState {
+	switch in.Kind {
+	case Append:
+		return stepAppend(s, in, out)
+	case Read:
+		if n := stepRead(s, in, out); n != nil {
+			return []*logState{n}
+		}
+	}
+	return nil
+}
+
+func stepAppend(s *logState, in Input, out Output) []*logState {
+	accept := func(tail string) *logState {
+		return s.appended(in.Msg, tail, in.Producer, producer{epoch: in.Epoch, seq: in.Seq})
+	}
+	okTail := func() bool {
+		last := s.lastKnownTail()
+		return out.Offset != "" && out.Offset > last
+	}
+	if in.Producer == "" {
+		switch out.Outcome {
+		case Unknown:
+			return []*logState{s, accept("")}
+		case OK:
+			if !okTail() {
+				return nil
+			}
+			return []*logState{accept(out.Offset)}
+		default:
+			return []*logState{s}
+		}
+	}
+	d := s.decide(in)
+	switch out.Outcome {
+	case Unknown:
+		if d.outcome == OK {
+			return []*logState{s, accept("")}
+		}
+		return []*logState{s}
+	case OK:
+		if d.outcome != OK || !okTail() {
+			return nil
+		}
+		return []*logState{accept(out.Offset)}
+	case Failed:
+		// A refusal the model has no rule for changes nothing, but an accepted append is never
+		// refused: an append the state must take cannot fail definitely.
+		if d.outcome == OK || d.outcome == Failed {
+			return []*logState{s}
+		}
+		return nil
+	case Gap:
+		if d.outcome == Gap && d.expected == out.ExpectedSeq {
+			return []*logState{s}
+		}
+		return nil
+	default: // Duplicate, Fenced
+		if d.outcome == out.Outcome {
+			return []*logState{s}
+		}
+		return nil
+	}
+}
+
+// stepRead checks a read against s and returns s with the offsets the read named learned, or nil.
+func stepRead(s *logState, in Input, out Output) *logState {
+	if out.Outcome != OK {
+		return s // a read that was not answered says nothing
+	}
+	i := -1
+	if in.From == "-1" {
+		i = 0
+	} else {
+		i = slices.Index(s.tails, in.From)
+	}
+	if i < 0 {
+		return nil // the read starts at an offset this stream's history never named
+	}
+	k := i + len(out.Msgs)
+	if k > len(s.msgs) || !slices.Equal(out.Msgs, s.msgs[i:k]) {
+		return nil
+	}
+	if out.UpToDate && k != len(s.msgs) {
+		return nil
+	}
+	if s.tails[k] != "" {
+		if out.Offset != s.tails[k] {
+			return nil
+		}
+		return s
+	}
+	// Learn the offset after msgs[:k]: it lies strictly between its known neighbours.
+	for j := k - 1; j >= 0; j-- {
+		if s.tails[j] != "" {
+			if out.Offset <= s.tails[j] {
+				return nil
+			}
+			break
+		}
+	}
+	for j := k + 1; j < len(s.tails); j++ {
+		if s.tails[j] != "" {
+			if out.Offset >= s.tails[j] {
+				return nil
+			}
+			break
+		}
+	}
+	tails := slices.Clone(s.tails)
+	tails[k] = out.Offset
+	return newLogState(s.msgs, tails, s.prods)
+}
+
+// Model is the Porcupine model of Durable Streams streams as logs, one partition per stream.
+func Model() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			by := map[string][]porcupine.Operation{}
+			var names []string
+			for _, op := range h {
+				st := op.Input.(Input).Stream
+				if _, ok := by[st]; !ok {
+					names = append(names, st)
+				}
+				by[st] = append(by[st], op)
+			}
+			out := make([][]porcupine.Operation, 0, len(names))
+			for _, n := range names {
+				out = append(out, by[n])
+			}
+			return out
+		},
+		Init: func() []interface{} {
+			return []interface{}{newLogState(nil, []string{ZeroOffset}, nil)}
+		},
+		Step: func(state, input, output interface{}) []interface{} {
+			next := step(state.(*logState), input.(Input), output.(Output))
+			out := make([]interface{}, len(next))
+			for i, n := range next {
+				out[i] = n
+			}
+			return out
+		},
+		Equal: func(a, b interface{}) bool { return a.(*logState).key == b.(*logState).key },
+		DescribeOperation: func(input, output interface{}) string {
+			return Describe(input.(Input), output.(Output))
+		},
+		DescribeState: func(state interface{}) string {
+			s := state.(*logState)
+			return fmt.Sprintf("%d msgs %v, tails %v, producers %v", len(s.msgs), s.msgs, s.tails, s.prods)
+		},
+	}
+	m := nm.ToModel()
+	return m
+}
+
+// Describe renders one operation for a person reading a history.
+func Describe(in Input, out Output) string {
+	switch in.Kind {
+	case Append:
+		prod := ""
+		if in.Producer != "" {
+			prod = fmt.Sprintf(" [%s e%d s%d]", in.Producer, in.Epoch, in.Seq)
+		}
+		res := out.Outcome.String()
+		if out.Outcome == OK {
+			res = out.Offset
+		}
+		if out.Outcome == Gap {
+			res = fmt.Sprintf("gap, expected %d", out.ExpectedSeq)
+		}
+		return fmt.Sprintf("%s: append(%s)%s -> %s", in.Stream, in.Msg, prod, res)
+	default:
+		if out.Outcome != OK {
+			return fmt.Sprintf("%s: read(%s) -> %s", in.Stream, in.From, out.Outcome)
+		}
+		utd := ""
+		if out.UpToDate {
+			utd = " up-to-date"
+		}
+		return fmt.Sprintf("%s: read(%s) -> %v next %s%s", in.Stream, in.From, out.Msgs, out.Offset, utd)
+	}
+}
