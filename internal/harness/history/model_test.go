@@ -36,7 +36,7 @@ func prodOp(msg string, seq int64) history.Input {
 	return history.Input{Kind: history.Append, Msg: msg, Producer: "p", Seq: seq}
 }
 func readOp(from string) history.Input { return history.Input{Kind: history.Read, From: from} }
-func acked(o string) history.Output     { return history.Output{Outcome: history.OK, Offset: o} }
+func acked(o string) history.Output    { return history.Output{Outcome: history.OK, Offset: o} }
 func read(next string, utd bool, msgs ...string) history.Output {
 	if msgs == nil {
 		msgs = []string{}
