@@ -5,7 +5,8 @@
 // most once.
 //
 // An operation whose answer was lost (a timeout, a cut connection, a 5xx) is recorded with no
-// return: Porcupine then lets it take effect at any time after its call, or never.
+// return. The model lets it take effect where Porcupine places it; as it never returned it may be
+// placed after every other operation, which is how one that never took effect is explained.
 package history
 
 import (
@@ -178,11 +179,77 @@ func (s *logState) decide(in Input) decision {
 	}
 }
 
+// positions gives where each message of a stream stands in the longest read of it from the
+// start (the run's final read): an append can take effect only when the log is that long. It
+// makes the search's choices deterministic without loosening any check: every read is still
+// compared with the log, and an acknowledged append no read shows has no place at all.
+type positions map[string]map[string]int
+
+// positionsOf finds, per stream, the longest answered read from the start.
+func positionsOf(ops []porcupine.Operation) positions {
+	longest := map[string][]string{}
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if in.Kind == Read && in.From == "-1" && out.Outcome == OK && len(out.Msgs) >= len(longest[in.Stream]) {
+			longest[in.Stream] = out.Msgs
+		}
+	}
+	p := positions{}
+	for st, msgs := range longest {
+		p[st] = map[string]int{}
+		for i, m := range msgs {
+			if _, seen := p[st][m]; !seen {
+				p[st][m] = i
+			}
+		}
+	}
+	return p
+}
+
+// prune drops the appends with lost answers that cannot matter, which Porcupine would otherwise
+// try at every point of the search (each such subset a new cache key): an append no read shows,
+// and every attempt of a producer's seq but the first with a lost answer. Neither hides a
+// fault: an append no read shows took effect after the final read or never, where nothing
+// observes it; and the first attempt of a seq can take effect wherever a later one could, as it
+// was called before them and never returned.
+func prune(ops []porcupine.Operation, pos positions) []porcupine.Operation {
+	type seqKey struct {
+		stream, producer string
+		epoch, seq       int64
+	}
+	first := map[seqKey]int{}
+	for i, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if in.Kind != Append || in.Producer == "" || out.Outcome != Unknown {
+			continue
+		}
+		k := seqKey{in.Stream, in.Producer, in.Epoch, in.Seq}
+		if j, ok := first[k]; !ok || op.Call < ops[j].Call {
+			first[k] = i
+		}
+	}
+	out := make([]porcupine.Operation, 0, len(ops))
+	for i, op := range ops {
+		in, o := op.Input.(Input), op.Output.(Output)
+		if in.Kind == Append && o.Outcome == Unknown {
+			if _, shown := pos[in.Stream][in.Msg]; !shown {
+				continue
+			}
+			if in.Producer != "" && first[seqKey{in.Stream, in.Producer, in.Epoch, in.Seq}] != i {
+				continue
+			}
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
 // step returns the states s may move to when in is answered out (none: the answer is impossible).
-func step(s *logState, in Input, out Output) []*logState {
+func step(pos positions, s *logState, in Input, out Output) []*logState {
 	switch in.Kind {
 	case Append:
-		return stepAppend(s, in, out)
+		at, known := pos[in.Stream][in.Msg]
+		return stepAppend(s, in, out, known, known && at == len(s.msgs))
 	case Read:
 		if n := stepRead(s, in, out); n != nil {
 			return []*logState{n}
@@ -191,7 +258,9 @@ func step(s *logState, in Input, out Output) []*logState {
 	return nil
 }
 
-func stepAppend(s *logState, in Input, out Output) []*logState {
+// stepAppend steps an append whose message some read shows (known), here at the log's end (here)
+// or elsewhere.
+func stepAppend(s *logState, in Input, out Output, known, here bool) []*logState {
 	accept := func(tail string) *logState {
 		return s.appended(in.Msg, tail, in.Producer, producer{epoch: in.Epoch, seq: in.Seq})
 	}
@@ -202,9 +271,16 @@ func stepAppend(s *logState, in Input, out Output) []*logState {
 	if in.Producer == "" {
 		switch out.Outcome {
 		case Unknown:
-			return []*logState{s, accept("")}
+			// An append with no answer took effect where the reads show it, or never.
+			switch {
+			case !known:
+				return []*logState{s}
+			case here:
+				return []*logState{accept("")}
+			}
+			return nil
 		case OK:
-			if !okTail() {
+			if !here || !okTail() {
 				return nil
 			}
 			return []*logState{accept(out.Offset)}
@@ -215,12 +291,17 @@ func stepAppend(s *logState, in Input, out Output) []*logState {
 	d := s.decide(in)
 	switch out.Outcome {
 	case Unknown:
-		if d.outcome == OK {
-			return []*logState{s, accept("")}
+		// As for plain appends; an attempt of a seq that another attempt applied is linearized
+		// after it, where it is a duplicate.
+		switch {
+		case d.outcome != OK || !known:
+			return []*logState{s}
+		case here:
+			return []*logState{accept("")}
 		}
-		return []*logState{s}
+		return nil
 	case OK:
-		if d.outcome != OK || !okTail() {
+		if d.outcome != OK || !here || !okTail() {
 			return nil
 		}
 		return []*logState{accept(out.Offset)}
@@ -293,8 +374,11 @@ func stepRead(s *logState, in Input, out Output) *logState {
 	return newLogState(s.msgs, tails, s.prods)
 }
 
-// Model is the Porcupine model of Durable Streams streams as logs, one partition per stream.
-func Model() porcupine.Model {
+// Model is the Porcupine model of Durable Streams streams as logs, one partition per stream, for
+// the history ops (whose reads place its messages), and the operations of ops worth checking.
+func Model(ops []porcupine.Operation) (porcupine.Model, []porcupine.Operation) {
+	pos := positionsOf(ops)
+	ops = prune(ops, pos)
 	nm := porcupine.NondeterministicModel{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 			by := map[string][]porcupine.Operation{}
@@ -316,7 +400,7 @@ func Model() porcupine.Model {
 			return []interface{}{newLogState(nil, []string{ZeroOffset}, nil)}
 		},
 		Step: func(state, input, output interface{}) []interface{} {
-			next := step(state.(*logState), input.(Input), output.(Output))
+			next := step(pos, state.(*logState), input.(Input), output.(Output))
 			out := make([]interface{}, len(next))
 			for i, n := range next {
 				out[i] = n
@@ -332,8 +416,7 @@ func Model() porcupine.Model {
 			return fmt.Sprintf("%d msgs %v, tails %v, producers %v", len(s.msgs), s.msgs, s.tails, s.prods)
 		},
 	}
-	m := nm.ToModel()
-	return m
+	return nm.ToModel(), ops
 }
 
 // Describe renders one operation for a person reading a history.

@@ -151,7 +151,8 @@ func TestCheckerRejectsAReadThatGoesBackwardsOrSkips(t *testing.T) {
 	partial := (&h{}).
 		op(0, 0, 5, appendOp("a1"), acked(off(1))).
 		op(0, 6, 10, appendOp("a2"), acked(off(2))).
-		op(1, 20, 25, readOp("-1"), read(off(1), false, "a1"))
+		op(1, 20, 25, readOp("-1"), read(off(1), false, "a1")).
+		op(1, 30, 35, readOp("-1"), read(off(2), true, "a1", "a2"))
 	wantVerdict(t, "a partial chunk", partial, porcupine.Ok)
 }
 

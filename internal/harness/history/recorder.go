@@ -66,11 +66,13 @@ func (r *Recorder) Operations() []porcupine.Operation {
 // Counts summarises a history.
 type Counts struct {
 	Ops, Appends, Acknowledged, Unknown, Failed, Reads int
+	// TookEffect counts the appends with lost answers that the final reads show (set by Check).
+	TookEffect int
 }
 
 func (c Counts) String() string {
-	return fmt.Sprintf("%d ops: %d appends (%d acknowledged, %d unknown, %d refused), %d reads",
-		c.Ops, c.Appends, c.Acknowledged, c.Unknown, c.Failed, c.Reads)
+	return fmt.Sprintf("%d ops: %d appends (%d acknowledged, %d unknown of which %d took effect, %d refused), %d reads",
+		c.Ops, c.Appends, c.Acknowledged, c.Unknown, c.TookEffect, c.Failed, c.Reads)
 }
 
 // CountOf counts the operations of a history by kind and outcome.
@@ -109,12 +111,21 @@ type Result struct {
 	Visualization string
 }
 
-// Check decides whether ops is linearizable, giving up after timeout (Verdict Unknown). When vizDir
+// Check decides whether ops is linearizable, giving up after timeout (Verdict Unknown). The
+// history must end with a read of each stream from the start, after every other operation
+// returned (Workload.FinalReads): the model places appends where that read shows them, so an
+// acknowledged append it does not show is lost. When vizDir
 // is not "", an Illegal history is also rendered there as HTML (Result.Visualization).
 func Check(ops []porcupine.Operation, timeout time.Duration, vizDir string) Result {
-	m := Model()
+	counts := CountOf(ops)
+	m, ops := Model(ops)
+	for _, op := range ops {
+		if op.Input.(Input).Kind == Append && op.Output.(Output).Outcome == Unknown {
+			counts.TookEffect++
+		}
+	}
 	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
-	r := Result{Verdict: res, Counts: CountOf(ops)}
+	r := Result{Verdict: res, Counts: counts}
 	if res != porcupine.Illegal {
 		return r
 	}

@@ -135,7 +135,7 @@ func (w *Workload) FinalReads(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return fmt.Errorf("final read of %s: %w", name, ctx.Err())
 			}
-			pause(ctx)
+			pause(ctx, 3)
 		}
 	}
 	return nil
@@ -156,32 +156,40 @@ func (w *Workload) newClient(stream string) *client {
 		rnd: rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))}
 }
 
-// pause waits a little after a failed request, so clients do not spin while a server is down.
-func pause(ctx context.Context) {
+// pause waits after a failed request, longer after each failure in a row (20 ms doubling to
+// 640 ms), so clients neither spin while a server is down nor pile up appends with lost answers.
+func pause(ctx context.Context, fails int) {
 	select {
 	case <-ctx.Done():
-	case <-time.After(20 * time.Millisecond):
+	case <-time.After(20 * time.Millisecond << min(fails, 5)):
 	}
 }
 
 func (c *client) write(ctx context.Context) {
+	fails := 0
 	for n := 0; ctx.Err() == nil; n++ {
 		in := Input{Stream: c.stream, Kind: Append, Msg: fmt.Sprintf("w%d-%d", c.id, n)}
 		if out := c.append(ctx, in); out.Outcome != OK {
-			pause(ctx)
+			pause(ctx, fails)
+			fails++
+		} else {
+			fails = 0
 		}
 	}
 }
 
 func (c *client) produce(ctx context.Context) {
 	id := fmt.Sprintf("p%d", c.id)
+	fails := 0
 	for seq := int64(0); ctx.Err() == nil; {
 		in := Input{Stream: c.stream, Kind: Append, Msg: fmt.Sprintf("%s-%d", id, seq), Producer: id, Seq: seq}
 		switch out := c.append(ctx, in); out.Outcome {
 		case OK, Duplicate:
 			seq++
+			fails = 0
 		case Unknown, Failed:
-			pause(ctx) // retry the same seq: the server decides whether it already has it
+			pause(ctx, fails) // retry the same seq: the server decides whether it already has it
+			fails++
 		default:
 			return // fenced or a gap: the checker judges it; this producer cannot go on
 		}
@@ -189,7 +197,7 @@ func (c *client) produce(ctx context.Context) {
 }
 
 func (c *client) read(ctx context.Context) {
-	from := "-1"
+	from, fails := "-1", 0
 	for ctx.Err() == nil {
 		start, live := from, ""
 		switch r := c.rnd.IntN(4); {
@@ -200,10 +208,11 @@ func (c *client) read(ctx context.Context) {
 		}
 		out := c.readOnce(ctx, start, live)
 		if out.Outcome != OK {
-			pause(ctx)
+			pause(ctx, fails)
+			fails++
 			continue
 		}
-		from = out.Offset
+		from, fails = out.Offset, 0
 	}
 }
 
