@@ -208,22 +208,30 @@ func positionsOf(ops []porcupine.Operation) positions {
 
 // prune drops the appends with lost answers that cannot matter, which Porcupine would otherwise
 // try at every point of the search (each such subset a new cache key): an append no read shows,
-// and every attempt of a producer's seq but the first with a lost answer. Neither hides a
-// fault: an append no read shows took effect after the final read or never, where nothing
-// observes it; and the first attempt of a seq can take effect wherever a later one could, as it
-// was called before them and never returned.
+// every attempt of a producer's seq but the first with a lost answer, and all of them when one
+// was accepted. None hides a fault: an append no read shows took effect after the final read or
+// never, where nothing observes it; the first attempt of a seq can take effect wherever a later
+// one could, as it was called before them and never returned; and beside an accepted attempt the
+// others can only be duplicates, which change nothing.
 func prune(ops []porcupine.Operation, pos positions) []porcupine.Operation {
 	type seqKey struct {
 		stream, producer string
 		epoch, seq       int64
 	}
 	first := map[seqKey]int{}
+	accepted := map[seqKey]bool{}
 	for i, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if in.Kind != Append || in.Producer == "" || out.Outcome != Unknown {
+		if in.Kind != Append || in.Producer == "" {
 			continue
 		}
 		k := seqKey{in.Stream, in.Producer, in.Epoch, in.Seq}
+		if out.Outcome == OK {
+			accepted[k] = true
+		}
+		if out.Outcome != Unknown {
+			continue
+		}
 		if j, ok := first[k]; !ok || op.Call < ops[j].Call {
 			first[k] = i
 		}
@@ -235,7 +243,8 @@ func prune(ops []porcupine.Operation, pos positions) []porcupine.Operation {
 			if _, shown := pos[in.Stream][in.Msg]; !shown {
 				continue
 			}
-			if in.Producer != "" && first[seqKey{in.Stream, in.Producer, in.Epoch, in.Seq}] != i {
+			k := seqKey{in.Stream, in.Producer, in.Epoch, in.Seq}
+			if in.Producer != "" && (accepted[k] || first[k] != i) {
 				continue
 			}
 		}
