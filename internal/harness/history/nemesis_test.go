@@ -85,7 +85,13 @@ type load struct {
 // startLoad creates a few streams through targets and starts clients on them.
 func startLoad(t *testing.T, targets ...string) *load {
 	t.Helper()
-	w := &history.Workload{Targets: targets, Prefix: "h", Streams: 3, Writers: 2, Producers: 1, Readers: 2,
+	return startLoadNamed(t, "h", targets...)
+}
+
+// startLoadNamed is startLoad on streams named prefix0, prefix1, ...
+func startLoadNamed(t *testing.T, prefix string, targets ...string) *load {
+	t.Helper()
+	w := &history.Workload{Targets: targets, Prefix: prefix, Streams: 3, Writers: 2, Producers: 1, Readers: 2,
 		Timeout: 3 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
