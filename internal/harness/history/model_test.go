@@ -143,6 +143,13 @@ func TestCheckerRejectsAReadThatGoesBackwardsOrSkips(t *testing.T) {
 		op(0, 0, 5, appendOp("a1"), acked(off(1))).
 		op(1, 20, 25, readOp("-1"), read(off(2), true, "a1", "zz"))
 	wantVerdict(t, "a read sees a message nobody appended", phantom, porcupine.Illegal)
+	reordered := (&h{}).
+		op(0, 0, 5, appendOp("a1"), acked(off(1))).
+		op(0, 6, 10, appendOp("a2"), acked(off(2))).
+		op(1, 20, 25, readOp("-1"), read(off(2), true, "a2", "a1")).
+		op(0, 30, 35, appendOp("a3"), acked(off(3))).
+		op(1, 40, 45, readOp("-1"), read(off(3), true, "a1", "a2", "a3"))
+	wantVerdict(t, "a read shows the messages in another order", reordered, porcupine.Illegal)
 	notUpToDate := (&h{}).
 		op(0, 0, 5, appendOp("a1"), acked(off(1))).
 		op(0, 6, 10, appendOp("a2"), acked(off(2))).
