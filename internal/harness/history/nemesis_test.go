@@ -261,13 +261,26 @@ func TestHistoryStaysLinearizableWhenClientsLoseTheirNode(t *testing.T) {
 func TestHistoryStaysLinearizableWhenANodeIsKilledAndRestarted(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, t.TempDir()+"/h.db")
-	l := startLoad(t, n.URL())
+	killAndRestart(t, startLoad(t, n.URL()), n, 0)
+}
+
+func TestHistoryStaysLinearizableWhenANodeOfTwoOnPostgresIsKilledAndRestarted(t *testing.T) {
+	t.Parallel()
+	db := pgtest.URL(t)
+	a, b := startNode(t, db), startNode(t, db)
+	killAndRestart(t, startLoad(t, a.URL(), b.URL()), a, 0)
+}
+
+// killAndRestart SIGKILLs node n (the load's target i) twice under load, starting it again after
+// each kill, and checks the history.
+func killAndRestart(t *testing.T, l *load, n *history.Node, i int) {
+	t.Helper()
 	l.progress("appends before the kill", 30)
-	for i := range 2 {
+	for k := range 2 {
 		if !n.Kill() {
-			t.Fatalf("positive control: kill %d did not end the node with SIGKILL", i+1)
+			t.Fatalf("positive control: kill %d did not end the node with SIGKILL", k+1)
 		}
-		l.errorsGrow("requests to fail while the node is down", 0, 1)
+		l.errorsGrow("requests to fail while the node is down", i, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), history.StartTimeout)
 		err := n.Start(ctx)
 		cancel()
