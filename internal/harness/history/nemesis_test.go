@@ -91,8 +91,15 @@ func startLoad(t *testing.T, targets ...string) *load {
 // startLoadNamed is startLoad on streams named prefix0, prefix1, ...
 func startLoadNamed(t *testing.T, prefix string, targets ...string) *load {
 	t.Helper()
-	w := &history.Workload{Targets: targets, Prefix: prefix, Streams: 3, Writers: 2, Producers: 1, Readers: 2,
+	return startLoadWith(t, func(w *history.Workload) { w.Prefix = prefix }, targets...)
+}
+
+// startLoadWith is startLoad with the workload changed by set.
+func startLoadWith(t *testing.T, set func(*history.Workload), targets ...string) *load {
+	t.Helper()
+	w := &history.Workload{Targets: targets, Prefix: "h", Streams: 3, Writers: 2, Producers: 1, Readers: 2,
 		Timeout: 3 * time.Second}
+	set(w)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.Create(ctx); err != nil {
@@ -218,7 +225,11 @@ func TestHistoryStaysLinearizableWhenANodeLosesPostgres(t *testing.T) {
 	viaProxy := *u
 	viaProxy.Host = p.Addr()
 	a, b := startNode(t, viaProxy.String()), startNode(t, db)
-	l := startLoad(t, a.URL(), b.URL())
+	// No long-polls: while its database's answers are lost, node 0 answers a long-poll that
+	// times out "up to date" at a stale tail, the open fault that
+	// TestALongPollOnANodeWhoseDatabaseAnswersAreLostClaimsNoStaleTail reproduces; with them this
+	// test would fail now and then until that is fixed.
+	l := startLoadWith(t, func(w *history.Workload) { w.NoLongPoll = true }, a.URL(), b.URL())
 	l.progress("appends before the cut", 30)
 
 	// Connections closed and refused.

@@ -28,6 +28,8 @@ type Workload struct {
 	Prefix string
 	// Streams is how many streams; Writers, Producers and Readers how many clients of each.
 	Streams, Writers, Producers, Readers int
+	// NoLongPoll leaves long-polls out of the readers' mix (catch-up reads only).
+	NoLongPoll bool
 	// Timeout bounds one request (an append that runs out is Unknown). Defaults to 5 s.
 	Timeout time.Duration
 	Rec     *Recorder
@@ -203,7 +205,7 @@ func (c *client) read(ctx context.Context) {
 		switch r := c.rnd.IntN(4); {
 		case r == 0:
 			start = "-1"
-		case r == 1 && from != "-1":
+		case r == 1 && from != "-1" && !c.w.NoLongPoll:
 			live = "long-poll"
 		}
 		out := c.readOnce(ctx, start, live)
