@@ -45,6 +45,10 @@ type Input struct {
 	Seq      int64
 	// From is the offset a Read starts at: "-1" or an offset the client was given.
 	From string
+	// Live is "long-poll" for a long-poll read ("" catch-up), and Via the index of the server
+	// the request went to: neither changes what is checked, both help read a rejected history.
+	Live string
+	Via  int
 }
 
 // Outcome is what the client learned.
@@ -443,15 +447,19 @@ func Describe(in Input, out Output) string {
 		if out.Outcome == Gap {
 			res = fmt.Sprintf("gap, expected %d", out.ExpectedSeq)
 		}
-		return fmt.Sprintf("%s: append(%s)%s -> %s", in.Stream, in.Msg, prod, res)
+		return fmt.Sprintf("%s: append(%s)%s via %d -> %s", in.Stream, in.Msg, prod, in.Via, res)
 	default:
+		how := fmt.Sprintf(" via %d", in.Via)
+		if in.Live != "" {
+			how = " " + in.Live + how
+		}
 		if out.Outcome != OK {
-			return fmt.Sprintf("%s: read(%s) -> %s", in.Stream, in.From, out.Outcome)
+			return fmt.Sprintf("%s: read(%s)%s -> %s", in.Stream, in.From, how, out.Outcome)
 		}
 		utd := ""
 		if out.UpToDate {
 			utd = " up-to-date"
 		}
-		return fmt.Sprintf("%s: read(%s) -> %v next %s%s", in.Stream, in.From, out.Msgs, out.Offset, utd)
+		return fmt.Sprintf("%s: read(%s)%s -> %v next %s%s", in.Stream, in.From, how, out.Msgs, out.Offset, utd)
 	}
 }

@@ -227,6 +227,7 @@ func (c *client) target() (int, string) {
 // append posts in and records it.
 func (c *client) append(ctx context.Context, in Input) Output {
 	ti, url := c.target()
+	in.Via = ti
 	body, _ := json.Marshal(in.Msg)
 	call := c.w.Rec.Begin(c.id, in)
 	out := func() Output {
@@ -273,7 +274,7 @@ func (c *client) append(ctx context.Context, in Input) Output {
 // readOnce reads from offset (live "" for catch-up, "long-poll") and records it.
 func (c *client) readOnce(ctx context.Context, from, live string) Output {
 	ti, url := c.target()
-	in := Input{Stream: c.stream, Kind: Read, From: from}
+	in := Input{Stream: c.stream, Kind: Read, From: from, Live: live, Via: ti}
 	call := c.w.Rec.Begin(c.id, in)
 	out := func() Output {
 		q := "?offset=" + from
