@@ -77,6 +77,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 // turned out to be deleted and created again: the slot that replaces it answers.
 func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldtype.Runner) error) (retry bool, err error) {
 	check := func() (bool, error) {
+		h.followEngine(sl) // a failure the engine got past (this read's own catch-up, say) is over
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if sl.stale {
@@ -153,6 +154,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	if err := fn(ctx, sl.runner); err != nil {
 		return fail(err)
 	}
+	// fn may have run the failing event again (WaitUntilProcessed's catch-up): the answer it gave
+	// holds for the next read too.
+	h.followEngine(sl)
 	return false, nil
 }
 

@@ -435,7 +435,7 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 				h.log.Warn("host: waking a stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
-		if h.isFailing(sl) {
+		if h.followEngine(sl) {
 			// Its retry reads these events from the log; pushing them now would only run the
 			// failing event again, outside the backoff.
 			return nil
