@@ -44,7 +44,11 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		stop()
 		cancel(nil)
 	}()
-	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
+	// Past its bound the read answers CATCHING_UP, also when the caller's own deadline fires just
+	// after (the server's bound is as long as the host's by default): the bound's cause is bctx's
+	// for good once it fired first, so the answer does not depend on which the read sees last. A
+	// caller whose context ended first gets its own error.
+	atBound := func() bool { return errors.Is(context.Cause(bctx), errBound) }
 	for {
 		sl, err := h.acquire(bctx, path, slug, openForRead)
 		var ee *elsewhereError
