@@ -588,7 +588,7 @@ func (e *Engine[S]) persist(ctx context.Context, events []Event, before, newCurs
 	}
 	e.cursor = newCursor
 	e.lastBatchAtHead = atHead
-	e.failure = nil
+	e.clearPassedFailureLocked(newCursor, atHead)
 	e.mu.Unlock()
 	e.publishAndRelease()
 	return nil

@@ -141,9 +141,25 @@ func (e *Engine[S]) noteProcessFailure(ev *Event, err error, panicked bool, stac
 	return err
 }
 
+// clearPassedFailureLocked drops the recorded failure once a commit got past it: a commit through
+// the failing event's offset, or, for a failure of the eventless pass, a commit at head (which ran
+// the pass again or delivered its last event caught up). A commit short of the failing event — the
+// part of a gap repair below it, say — leaves it standing: the processor still fails there, and a
+// host that follows ProcessFailure must not see it healed. e.mu held.
+func (e *Engine[S]) clearPassedFailureLocked(newCursor int64, atHead bool) {
+	f := e.failure
+	if f == nil {
+		return
+	}
+	if (f.Offset > 0 && newCursor >= f.Offset) || (f.Offset == 0 && atHead) {
+		e.failure = nil
+	}
+}
+
 // ProcessFailure returns the last failure of ProcessEvent (or of the blocking work it started)
-// since the engine last committed a range, or nil: what a host reports about a failing processor
-// (offset, cause, a panic's stack).
+// until a commit got past it, or nil: what a host reports about a failing processor (offset,
+// cause, a panic's stack). Nil after a failure means the engine ran the failing event again and
+// succeeded, on whatever path (a push, a read's catch-up, a retry).
 func (e *Engine[S]) ProcessFailure() *ProcessEventError {
 	e.mu.Lock()
 	defer e.mu.Unlock()

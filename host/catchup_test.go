@@ -70,3 +70,75 @@ func TestRegisterServesWhileCatchingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// endsAt is a caller's context whose deadline, on the fake clock, is at: from then on Err says
+// DeadlineExceeded. Its Done stays open, so the read's own bound is what wakes the read, and the
+// caller's deadline has passed by the time the read looks: a caller whose deadline fires just
+// after the host's bound, the server's bound being as long as the host's by default.
+type endsAt struct {
+	context.Context
+	clk *testsupport.FakeClock
+	at  time.Time
+}
+
+func (c endsAt) Err() error {
+	if !c.clk.Now().Before(c.at) {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
+}
+
+// A snapshot that passed its bound (MaxWait) while the processor catches up answers CATCHING_UP
+// with the processor's offset even when the caller's deadline fires just after the bound — never
+// the bound's internal cause (which the server answered 500 INTERNAL, "host: read bound passed").
+func TestASnapshotPastItsBoundAnswersCatchingUpWhenTheCallerEndsJustAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clk)
+	defer s.Close(context.Background())
+	for range 3 {
+		if _, err := s.Events().Stream("/long").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldTicker{ticker: newTicker(t, "held"), entered: make(chan struct{}), release: make(chan struct{})}
+	if _, err := host.Register(ctx, h, "/long", p); err != nil { // returns with the first tick held
+		t.Fatal(err)
+	}
+	<-p.entered
+	for _, view := range []string{"snapshot", "live"} {
+		caller := endsAt{Context: ctx, clk: clk, at: clk.Now().Add(time.Second + time.Millisecond)}
+		read := make(chan error, 1)
+		go func() {
+			var err error
+			if view == "snapshot" {
+				_, err = h.Snapshot(caller, "/long", "held")
+			} else {
+				_, err = h.LiveSnapshot(caller, "/long", "held")
+			}
+			read <- err
+		}()
+		clk.WaitArmed(t, clk.Now().Add(time.Second))
+		clk.Advance(time.Second + time.Millisecond) // the bound, then the caller's deadline
+		err := <-read
+		var fe *foldtype.Error
+		if !errors.Is(err, host.ErrCatchingUp) || !errors.As(err, &fe) {
+			t.Fatalf("%s past its bound, the caller ending just after: got %v, want CATCHING_UP", view, err)
+		}
+		if off, ok := fe.Data["offset"].(int64); !ok || off != 0 {
+			t.Fatalf("%s: CATCHING_UP offset %#v, want int64 0", view, fe.Data["offset"])
+		}
+	}
+	close(p.release)
+	if _, err := h.Snapshot(ctx, "/long", "held"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

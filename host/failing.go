@@ -38,11 +38,24 @@ type processFailer interface {
 	ProcessFailure() *foldstream.ProcessEventError
 }
 
+// The host's failing record follows the engine: the engine clears its failure when it commits a
+// range (the failing event ran again and succeeded, whoever asked: a push, a read's catch-up, a
+// WaitUntilProcessed, the timed retry), and the host drops its record as soon as it looks — on
+// every read, every push and every status — rather than at its next timed retry. So a processor
+// that healed answers at once.
+
 // failing marks sl failing after its engine's ProcessEvent failed (f) and arms the next retry. The
-// stack is logged once per distinct failure (code, message and offset).
+// stack is logged once per distinct failure (code, message and offset). A failure the engine got
+// past meanwhile (its ProcessFailure no longer f) is not recorded.
 func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	h.mu.Lock()
 	if sl.state != slotOpen || h.slots[sl.key] != sl || h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	if pf, ok := sl.runner.(processFailer); ok && pf.ProcessFailure() != f {
+		// The engine ran the event again meanwhile (a read's catch-up): healed, or failing
+		// anew, which that run's own caller records.
 		h.mu.Unlock()
 		return
 	}
@@ -115,17 +128,52 @@ func (h *Host) retryFailing(sl *slot) {
 // recovered clears sl's failure after an attempt that succeeded.
 func (h *Host) recovered(sl *slot) {
 	h.mu.Lock()
+	f := h.clearFailingLocked(sl)
+	h.mu.Unlock()
+	h.logRecovered(sl, f)
+}
+
+// clearFailingLocked drops sl's failing record and its armed retry, returning the record. h.mu held.
+func (h *Host) clearFailingLocked(sl *slot) *foldtype.ProcessorFailure {
 	f := sl.failing
 	sl.failing, sl.failKey = nil, ""
 	sl.isFailing.Store(false)
-	if sl.retryStop != nil {
-		sl.retryStop()
-		sl.retryStop = nil
-	}
-	h.mu.Unlock()
+	sl.stopRetryLocked()
+	return f
+}
+
+func (h *Host) logRecovered(sl *slot, f *foldtype.ProcessorFailure) {
 	if f != nil {
 		h.log.Info("host: processor recovered", "path", sl.key.path, "slug", sl.key.slug, "offset", f.Offset, "attempts", f.Attempts)
 	}
+}
+
+// healedLocked reports whether sl is recorded failing while its engine has no failure any more: the
+// engine ran the failing event again, successfully, on a path other than the timed retry. h.mu held.
+func healedLocked(sl *slot) bool {
+	if sl.failing == nil || sl.runner == nil {
+		return false
+	}
+	pf, ok := sl.runner.(processFailer)
+	return ok && pf.ProcessFailure() == nil
+}
+
+// followEngine drops sl's failing record when its engine healed, and reports whether sl is still
+// failing.
+func (h *Host) followEngine(sl *slot) (failing bool) {
+	if !h.isFailing(sl) {
+		return false
+	}
+	h.mu.Lock()
+	if !healedLocked(sl) {
+		failing = sl.failing != nil
+		h.mu.Unlock()
+		return failing
+	}
+	f := h.clearFailingLocked(sl)
+	h.mu.Unlock()
+	h.logRecovered(sl, f)
+	return false
 }
 
 // isFailing reports whether sl is failing (its pushes wait for the retry), without the host's lock:

@@ -259,3 +259,101 @@ func TestSkippedEventsAreCountedAndLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// failsOnce is a ticker whose ProcessEvent, on its first event, waits for release and fails; on
+// its second run of an event it says so on again and waits for healing before it succeeds.
+type failsOnce struct {
+	*ticker
+	entered, release chan struct{} // the failing run
+	again, heal      chan struct{} // the run after it
+	runs             atomic.Int32
+}
+
+func newFailsOnce(t testing.TB, slug string) *failsOnce {
+	return &failsOnce{ticker: newTicker(t, slug), entered: make(chan struct{}), release: make(chan struct{}),
+		again: make(chan struct{}), heal: make(chan struct{})}
+}
+
+func (p *failsOnce) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error {
+	if a.Event == nil {
+		return nil
+	}
+	switch p.runs.Add(1) {
+	case 1:
+		close(p.entered)
+		<-p.release
+		return errors.New("the first run fails")
+	case 2:
+		close(p.again)
+		<-p.heal
+	}
+	return nil
+}
+
+// When a path other than the timed retry runs a failed event again successfully — here the
+// catch-up of a WaitUntilProcessed that began before the failure was noted — the host drops its
+// failing record at once: the wait returns, the next snapshot answers with the state and the
+// status says running, with the fake clock never moved (the retry never fired).
+func TestAHealedProcessorAnswersAtOnceAfterAReadsCatchUpRanItsEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clk)
+	defer s.Close(context.Background())
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newFailsOnce(t, "once")
+	if _, err := host.Register(ctx, h, "/heal", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Snapshot(ctx, "/heal", "once"); err != nil { // the opening catch-up is done
+		t.Fatal(err)
+	}
+	got, err := s.Events().Stream("/heal").Append(ctx, foldtype.EventInput{Type: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.entered // the push runs the event
+
+	// The wait finds the processor healthy and queues its catch-up behind the push: its own
+	// timeout, armed after the catch-up is queued, says so.
+	const timeout = 5 * time.Second
+	waited := make(chan error, 1)
+	go func() { waited <- h.WaitUntilProcessed(ctx, "/heal", "once", got[0].Offset, timeout) }()
+	clk.WaitArmed(t, testT.Add(timeout))
+
+	close(p.release) // the push fails ...
+	<-p.again        // ... and the wait's catch-up runs the event again, held until the host noted the failure
+	waitFor(t, func() bool { return statusOf(t, h, "/heal", "once").State == foldtype.StateFailing })
+	close(p.heal)
+	if err := <-waited; err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+
+	snap, err := h.Snapshot(ctx, "/heal", "once")
+	if err != nil {
+		t.Fatalf("snapshot after the healing read: %v, want the state at once", err)
+	}
+	if snap.Offset < got[0].Offset || state(t, snap.State).Ticks != 1 {
+		t.Fatalf("snapshot: offset %d %s, want 1 tick through %d", snap.Offset, snap.State, got[0].Offset)
+	}
+	if st := statusOf(t, h, "/heal", "once"); st.State != foldtype.StateRunning || st.Failing != nil {
+		t.Fatalf("status after healing: %+v, want running", st)
+	}
+	// The next event processes as usual.
+	next, err := s.Events().Stream("/heal").Append(ctx, foldtype.EventInput{Type: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.WaitUntilProcessed(ctx, "/heal", "once", next[0].Offset, timeout); err != nil {
+		t.Fatalf("wait for the next event: %v", err)
+	}
+	if n := p.runs.Load(); n != 3 {
+		t.Fatalf("ProcessEvent runs: %d, want 3 (the failure, its healing run, the next event)", n)
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

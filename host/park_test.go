@@ -2,9 +2,12 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
@@ -108,6 +111,72 @@ func TestOwnKeyConflictParksOnlyThatProcessor(t *testing.T) {
 	}
 	checkParked(h2)
 	if err := h2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type hoardState struct {
+	Blob string `json:"blob"`
+}
+
+// hoard keeps every "hoard" event's "n" bytes in its state.
+type hoard struct{ foldstream.Base[hoardState] }
+
+func newHoard(t testing.TB) *hoard {
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[hoardState]{Slug: "hoard", Version: "1", Consumes: []string{"hoard"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &hoard{Base: foldstream.NewBase(c)}
+}
+
+func (hoard) Reduce(a foldstream.ReduceArgs[hoardState]) (hoardState, bool, error) {
+	var p struct {
+		N int `json:"n"`
+	}
+	if err := json.Unmarshal(a.Event.Payload, &p); err != nil {
+		return a.State, false, err
+	}
+	return hoardState{Blob: a.State.Blob + strings.Repeat("x", p.N)}, true, nil
+}
+
+// A reduced state too large to checkpoint (REDUCE_CHECKPOINT_TOO_LARGE, which the engine latches)
+// parks that one processor, as a conflict on its own emitted event does: its reads answer
+// PROCESSOR_PARKED naming the cause and what to do, its status says parked, and the other
+// processor on the stream keeps going — instead of every read failing with the latched refusal
+// (which the server answered 500 INTERNAL).
+func TestAStateTooLargeToCheckpointParksItsProcessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, ":memory:", nil)
+	defer s.Close(context.Background())
+	h := newHost(t, s)
+	if _, err := host.Register(ctx, h, "/big", newHoard(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Register(ctx, h, "/big", newSeer(t, "seen", "hoard")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Events().Stream("/big").Append(ctx, foldtype.EventInput{Type: "hoard",
+		Payload: foldtype.JSON(map[string]int{"n": foldtype.MaxCheckpointChars + 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.Snapshot(ctx, "/big", "hoard")
+	var fe *foldtype.Error
+	if !errors.Is(err, foldtype.ErrProcessorParked) || !errors.Is(err, foldtype.ErrReduceCheckpointTooLarge) || !errors.As(err, &fe) {
+		t.Fatalf("snapshot: got %v, want PROCESSOR_PARKED caused by REDUCE_CHECKPOINT_TOO_LARGE", err)
+	}
+	if !strings.Contains(fe.Message, "too large to checkpoint") {
+		t.Fatalf("message %q does not say what to do", fe.Message)
+	}
+	if st := statusOf(t, h, "/big", "hoard"); st.State != foldtype.StateParked || st.Parked == nil {
+		t.Fatalf("status: %+v, want parked", st)
+	}
+	if err := h.WaitUntilProcessed(ctx, "/big", "seen", got[0].Offset, 5*time.Second); err != nil {
+		t.Fatalf("the other processor: %v", err)
+	}
+	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

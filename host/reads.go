@@ -44,7 +44,11 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 		stop()
 		cancel(nil)
 	}()
-	atBound := func() bool { return ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) }
+	// Past its bound the read answers CATCHING_UP, also when the caller's own deadline fires just
+	// after (the server's bound is as long as the host's by default): the bound's cause is bctx's
+	// for good once it fired first, so the answer does not depend on which the read sees last. A
+	// caller whose context ended first gets its own error.
+	atBound := func() bool { return errors.Is(context.Cause(bctx), errBound) }
 	for {
 		sl, err := h.acquire(bctx, path, slug, openForRead)
 		var ee *elsewhereError
@@ -77,6 +81,7 @@ func (h *Host) read(ctx context.Context, path, slug string, bound time.Duration,
 // turned out to be deleted and created again: the slot that replaces it answers.
 func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func() bool, fn func(ctx context.Context, r foldtype.Runner) error) (retry bool, err error) {
 	check := func() (bool, error) {
+		h.followEngine(sl) // a failure the engine got past (this read's own catch-up, say) is over
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if sl.stale {
@@ -153,6 +158,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 	if err := fn(ctx, sl.runner); err != nil {
 		return fail(err)
 	}
+	// fn may have run the failing event again (WaitUntilProcessed's catch-up): the answer it gave
+	// holds for the next read too.
+	h.followEngine(sl)
 	return false, nil
 }
 

@@ -439,7 +439,7 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 				h.log.Warn("host: waking a stream failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			}
 		}
-		if h.isFailing(sl) {
+		if h.followEngine(sl) {
 			// Its retry reads these events from the log; pushing them now would only run the
 			// failing event again, outside the backoff.
 			return nil
@@ -452,14 +452,14 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 	}
 }
 
-// failed looks at an error one of sl's engine verbs returned: a conflict on the processor's own
-// emitted event parks the slot; anything else is logged (folded) and healed by the next push,
-// read or revive.
+// failed looks at an error one of sl's engine verbs returned: a failure no retry gets past parks
+// the slot (see parks); anything else is logged (folded) and healed by the next push, read or
+// revive.
 func (h *Host) failed(sl *slot, what string, err error) {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, foldtype.ErrClosed) {
 		return
 	}
-	if errors.Is(err, foldtype.ErrIdempotencyConflict) {
+	if parks(err) {
 		h.park(sl, err)
 		return
 	}
@@ -472,12 +472,28 @@ func (h *Host) failed(sl *slot, what string, err error) {
 	h.log.Warn("host: processor "+what+" failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 }
 
+// parks reports whether err is a failure no retry of this engine gets past, which parks the
+// processor (docs/store.md#parked-processors): a conflict on one of its own emitted events (every
+// retry would emit it again), or a reduced state too large to checkpoint (the engine latched the
+// refusal, docs/engine.md#the-latch).
+func parks(err error) bool {
+	return errors.Is(err, foldtype.ErrIdempotencyConflict) || errors.Is(err, foldtype.ErrReduceCheckpointTooLarge)
+}
+
+// parkRemedy says what an operator does about a parked processor's cause.
+func parkRemedy(cause error) string {
+	if errors.Is(cause, foldtype.ErrReduceCheckpointTooLarge) {
+		return "its reduced state is too large to checkpoint: keep less in it (a new version of the processor), then restart the host"
+	}
+	return "fix the conflicting event, then restart the host"
+}
+
 // parkedError is the PROCESSOR_PARKED error of sl with its cause.
 func parkedError(key procKey, cause error) *foldtype.Error {
 	return &foldtype.Error{
 		Code: foldtype.CodeProcessorParked,
-		Message: fmt.Sprintf("host: processor %q on %q is parked: %v (fix the conflicting event, then restart the host)",
-			key.slug, key.path, cause),
+		Message: fmt.Sprintf("host: processor %q on %q is parked: %v (%s)",
+			key.slug, key.path, cause, parkRemedy(cause)),
 		Data: map[string]any{"slug": key.slug, "path": key.path, "cause": cause.Error()},
 		Err:  cause,
 	}
@@ -502,8 +518,8 @@ func (h *Host) park(sl *slot, cause error) {
 	sl.closed = make(chan struct{}) // closed once the engine is closed; Shutdown waits for it
 	done := sl.closed
 	h.mu.Unlock()
-	h.log.Error("host: processor parked after a conflict on its own emitted event", "path", sl.key.path,
-		"slug", sl.key.slug, "code", foldtype.CodeProcessorParked, "err", cause)
+	h.log.Error("host: processor parked: "+parkRemedy(cause), "path", sl.key.path,
+		"slug", sl.key.slug, "code", foldtype.CodeProcessorParked, "cause", foldtype.CodeOf(cause), "err", cause)
 	go func() {
 		defer close(done)
 		sub.Close()

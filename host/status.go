@@ -175,7 +175,7 @@ func (h *Host) localStatusLocked(sl *slot) leaseStatus {
 		default:
 			st.State = foldtype.StateCatchingUp
 		}
-		if f := sl.failing; f != nil {
+		if f := sl.failing; f != nil && !healedLocked(sl) {
 			cp := *f
 			st.State, st.Failing = foldtype.StateFailing, &cp
 		}

@@ -15,28 +15,31 @@ var statusByCode = map[foldtype.Code]int{
 	foldtype.CodeStreamClosed:   http.StatusConflict,
 	// 423, not 409: a client reads a 409 as a sequence conflict (the TypeScript producer waits
 	// for earlier sequences and resends), which would resend forever (docs/server.md#paused-streams).
-	foldtype.CodeStreamPaused:         http.StatusLocked,
-	foldtype.CodeConflict:             http.StatusConflict,
-	foldtype.CodeIdempotencyConflict:  http.StatusConflict,
-	foldtype.CodeOffsetConflict:       http.StatusConflict,
-	foldtype.CodeSequenceGap:          http.StatusConflict,
-	foldtype.CodeBadRequest:           http.StatusBadRequest,
-	foldtype.CodeInvalidStreamName:    http.StatusBadRequest,
-	foldtype.CodeInvalidEvent:         http.StatusBadRequest,
-	foldtype.CodeReservedKey:          http.StatusBadRequest,
-	foldtype.CodeTooLarge:             http.StatusRequestEntityTooLarge,
-	foldtype.CodeEventTooLarge:        http.StatusRequestEntityTooLarge,
-	foldtype.CodeStaleEpoch:           http.StatusForbidden,
-	foldtype.CodeUnauthorized:         http.StatusUnauthorized,
-	foldtype.CodeForbidden:            http.StatusForbidden,
-	foldtype.CodeNotRegistered:        http.StatusNotFound,
-	foldtype.CodeInsufficientStorage:  http.StatusInsufficientStorage,
-	foldtype.CodeClosed:               http.StatusServiceUnavailable,
-	foldtype.CodeUnavailable:          http.StatusServiceUnavailable,
-	foldtype.CodeOverloaded:           http.StatusServiceUnavailable,
-	foldtype.CodeCatchingUp:           http.StatusServiceUnavailable,
-	foldtype.CodeProcessorParked:      http.StatusServiceUnavailable,
-	foldtype.CodeProcessorFailing:     http.StatusServiceUnavailable,
+	foldtype.CodeStreamPaused:        http.StatusLocked,
+	foldtype.CodeConflict:            http.StatusConflict,
+	foldtype.CodeIdempotencyConflict: http.StatusConflict,
+	foldtype.CodeOffsetConflict:      http.StatusConflict,
+	foldtype.CodeSequenceGap:         http.StatusConflict,
+	foldtype.CodeBadRequest:          http.StatusBadRequest,
+	foldtype.CodeInvalidStreamName:   http.StatusBadRequest,
+	foldtype.CodeInvalidEvent:        http.StatusBadRequest,
+	foldtype.CodeReservedKey:         http.StatusBadRequest,
+	foldtype.CodeTooLarge:            http.StatusRequestEntityTooLarge,
+	foldtype.CodeEventTooLarge:       http.StatusRequestEntityTooLarge,
+	foldtype.CodeStaleEpoch:          http.StatusForbidden,
+	foldtype.CodeUnauthorized:        http.StatusUnauthorized,
+	foldtype.CodeForbidden:           http.StatusForbidden,
+	foldtype.CodeNotRegistered:       http.StatusNotFound,
+	foldtype.CodeInsufficientStorage: http.StatusInsufficientStorage,
+	foldtype.CodeClosed:              http.StatusServiceUnavailable,
+	foldtype.CodeUnavailable:         http.StatusServiceUnavailable,
+	foldtype.CodeOverloaded:          http.StatusServiceUnavailable,
+	foldtype.CodeCatchingUp:          http.StatusServiceUnavailable,
+	foldtype.CodeProcessorParked:     http.StatusServiceUnavailable,
+	foldtype.CodeProcessorFailing:    http.StatusServiceUnavailable,
+	// A node that lost a processor's lease while a read ran on it: the node that holds it now
+	// answers the next try.
+	foldtype.CodeLeaseLost:            http.StatusServiceUnavailable,
 	foldtype.CodeProcessTimeout:       http.StatusGatewayTimeout,
 	foldtype.CodeWaitTimeout:          http.StatusGatewayTimeout,
 	foldtype.CodeNoRoute:              http.StatusNotFound,
@@ -47,6 +50,25 @@ var statusByCode = map[foldtype.Code]int{
 	foldtype.CodeFenced:               http.StatusConflict,
 	foldtype.CodeAlreadyClaimed:       http.StatusConflict,
 	foldtype.CodeWebhookURLRejected:   http.StatusBadRequest,
+}
+
+// serverFaults are the catalogue's codes that no request is answered with, each for its reason: an
+// error carrying one that reaches a handler is a fault of the server, answered 500 INTERNAL and
+// logged. Every other code of the catalogue has its status in statusByCode
+// (TestEveryCatalogueCodeHasAnAnswer), so a new code cannot become a 500 unnoticed.
+var serverFaults = map[foldtype.Code]string{
+	foldtype.CodeReduceCheckpointTooLarge: "the host parks the processor: its reads answer PROCESSOR_PARKED",
+	foldtype.CodeProcessEventFailed:       "the host marks the processor failing: its reads answer PROCESSOR_FAILING",
+	foldtype.CodeUndeclaredEmit:           "a ProcessEvent failure: its reads answer PROCESSOR_FAILING",
+	foldtype.CodePermanentFailure:         "a revive's failure, shown in the processor's status (workFailed)",
+	foldtype.CodeLoopLimit:                "recorded as a fact on the stream, not an answer",
+	foldtype.CodeUndeclaredChange:         "reported by the live state, which corrects the clients itself",
+	foldtype.CodeEventUnreadable:          "a stored event that does not decode: the store's data is damaged",
+	foldtype.CodeInvalidContract:          "refused when a processor is defined, before any request",
+	foldtype.CodeInvalidConfig:            "refused when the store, host or server is built",
+	foldtype.CodeStoreLocked:              "opening the store fails",
+	foldtype.CodeStoreReadOnly:            "opening the store fails",
+	foldtype.CodeStoreSchema:              "opening the store fails",
 }
 
 // codeByStatus is the code of an error answer written without one (writeError): the catalogue's

@@ -96,3 +96,19 @@ func TestFailingProcessorRouteAnswers503WithTheReason(t *testing.T) {
 		t.Fatalf("body %q does not say what fails where", body)
 	}
 }
+
+// A read on a node that lost the processor's lease meanwhile answers 503 LEASE_LOST with a
+// Retry-After (the node that holds the lease now answers the next try), not 500 INTERNAL.
+func TestALostLeaseAnswers503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	lost := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": "p\x00/orders", "generation": 3},
+		"host: the lease of processor \"p\" on \"/orders\" moved on: retry")
+	url := serveStuck(t, stuckProcessors{err: lost})
+	for _, route := range []string{"/v1/processor/p/orders", "/v1/processor/p/orders?view=live", "/v1/processor/p/orders?waitUntilProcessed=1"} {
+		res, body := request(t, "GET", url+route, "")
+		wantCoded(t, route, res, body, http.StatusServiceUnavailable, foldtype.CodeLeaseLost)
+		if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Fatalf("%s: Retry-After %q, want whole seconds", route, res.Header.Get("Retry-After"))
+		}
+	}
+}
