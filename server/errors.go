@@ -33,6 +33,7 @@ var statusByCode = map[foldtype.Code]int{
 	foldtype.CodeInsufficientStorage:  http.StatusInsufficientStorage,
 	foldtype.CodeClosed:               http.StatusServiceUnavailable,
 	foldtype.CodeUnavailable:          http.StatusServiceUnavailable,
+	foldtype.CodeCommitOutcomeUnknown: http.StatusServiceUnavailable,
 	foldtype.CodeOverloaded:           http.StatusServiceUnavailable,
 	foldtype.CodeCatchingUp:           http.StatusServiceUnavailable,
 	foldtype.CodeProcessorParked:      http.StatusServiceUnavailable,

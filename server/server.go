@@ -599,6 +599,14 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		}
 	case foldtype.CodeClosed:
 		msg = "server is shutting down"
+	case foldtype.CodeUnavailable:
+		// The cause names the database and its address: logged, never answered.
+		s.log.Warn("request failed: the database is unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "the database is unavailable; retry later"
+	case foldtype.CodeCommitOutcomeUnknown:
+		s.log.Warn("request failed: its commit was not confirmed", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "the database did not confirm the write's commit in time: it may or may not be written; " +
+			"retry it only if it is idempotent (a producer's batch, an idempotency key)"
 	}
 	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")

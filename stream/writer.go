@@ -242,14 +242,15 @@ type tx struct {
 }
 
 // stmtCtx is the context a statement of the function runs with, given the one its caller passed:
-// on an exclusive database (SQLite) the function's context without its cancellation. A caller
-// that goes away is noticed before its function starts (building.add) and between the statements
-// of a long one (the record loops check t.ctx), but never interrupts a statement: SQLite may roll
-// the whole group's transaction back after an interrupted write, failing the group's other
-// writes with it, and the driver watches a cancellable context with a goroutine per statement
-// (database/sql one more per query). On a shared database the statement keeps ctx.
+// the function's context without its cancellation. A caller that goes away is noticed before its
+// function starts (building.add) and between the statements of a long one (the record loops check
+// t.ctx), but never interrupts a statement: an interrupted statement rolls back (SQLite) or
+// breaks (PostgreSQL: pgx closes the connection) the whole group's transaction, failing the
+// group's other writes with it, and the driver watches a cancellable context with a goroutine per
+// statement. How long a statement may take is the writer's to bound, not the caller's: on
+// PostgreSQL every round trip has the driver's write deadline (docs/postgres.md#bounded-waits).
 func (t *tx) stmtCtx(ctx context.Context) context.Context {
-	if !t.s.exclusive || ctx.Done() == nil {
+	if ctx.Done() == nil {
 		return ctx
 	}
 	if ctx != t.ctx {
@@ -769,8 +770,10 @@ func (b *building) commit() {
 		start = b.s.clock.Now()
 	}
 	sent := time.Now()
+	b.s.commitSent(b, sent)
 	b.commitErr = b.g.dtx.Commit(context.Background())
 	b.took = time.Since(sent)
+	b.s.commitDone(b, b.commitErr)
 	if b.observed {
 		b.commitTime = b.s.clock.Now().Sub(start)
 	}
@@ -802,6 +805,9 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			}
 		}
 		if commitErr != nil {
+			if foldtype.CodeOf(commitErr) == foldtype.CodeCommitOutcomeUnknown {
+				s.forgetUnknown(reqs, done)
+			}
 			b.rows, b.recs = nil, nil // what is committed is not the whole group
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
@@ -831,6 +837,30 @@ func (s *Store) finish(w driver.Writer, b *building) {
 		}
 	}
 	s.applyCommitted(reqs, results, done, b.rows, b.recs)
+}
+
+// forgetUnknown drops what the writer holds of the streams of a group whose COMMIT outcome is not
+// known (COMMIT_OUTCOME_UNKNOWN: it may be written or not): their cached rows, tails and producer
+// states may be behind the database, so the next write of each reads its row (and producers)
+// again, and their readers are woken to read what the database has. The writer then goes on.
+func (s *Store) forgetUnknown(reqs []*writeReq, done []*tx) {
+	for _, r := range reqs {
+		if r.path != "" {
+			s.ws.streams.remove(r.path)
+		}
+	}
+	for _, t := range done {
+		if t == nil {
+			continue
+		}
+		for p := range t.staged {
+			s.ws.streams.remove(p)
+		}
+		for id, p := range t.touched {
+			s.wake(id)
+			s.changes.notify(p)
+		}
+	}
 }
 
 // errInflight refuses a write that reached a stream the group committing before its own may
