@@ -55,8 +55,16 @@ func (s *Store) commitDone(b *building, err error) {
 // stallError reports a commit failure that says the database cannot take commits now (as opposed
 // to a refused write).
 func stallError(err error) bool {
-	switch foldtype.CodeOf(err) {
-	case foldtype.CodeUnavailable, foldtype.CodeCommitOutcomeUnknown:
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) {
+		return false
+	}
+	switch fe.Code {
+	case foldtype.CodeUnavailable:
+		// A write that collided with another node's is refused for a retry: the database
+		// answered, so nothing stalls.
+		return fe.Data["reason"] != driver.ReasonCollision
+	case foldtype.CodeCommitOutcomeUnknown:
 		return true
 	}
 	return false

@@ -836,6 +836,14 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			}
 		}
 	}
+	// A group that could not reach the database (taking a connection, a statement, its COMMIT)
+	// says the commits stall as a failed COMMIT does (health.go).
+	for _, e := range results {
+		if e != nil && stallError(e) {
+			s.commitsStall("a write failed: " + e.Error())
+			break
+		}
+	}
 	s.applyCommitted(reqs, results, done, b.rows, b.recs)
 }
 

@@ -553,3 +553,8 @@ func CheckCheckpointSize(slug string, cp foldtype.Checkpoint, stateChanged bool)
 type CommitProber interface {
 	ProbeCommit(ctx context.Context) error
 }
+
+// ReasonCollision is the "reason" in the data of an UNAVAILABLE error that refuses a write for
+// colliding with another process's concurrent one: the database answered, a retry may succeed
+// at once. Other UNAVAILABLE errors say the database cannot be reached.
+const ReasonCollision = "collision"

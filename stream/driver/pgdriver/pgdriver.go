@@ -361,7 +361,7 @@ func (d *Driver) classify(err error) error {
 		return err
 	}
 	if collided {
-		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true,
+		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true, Data: map[string]any{"reason": driver.ReasonCollision},
 			Message: "the write collided with another node's concurrent write and was refused; retry it: " + err.Error(), Err: err}
 	}
 	return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true,
