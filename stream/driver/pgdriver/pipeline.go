@@ -536,6 +536,12 @@ func commitUnconfirmed(err error) bool {
 	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
 		return false
 	}
+	// pgx prepares the batch's statements it has not cached yet in a round trip of their own,
+	// before it sends the batch: a failure there sent no COMMIT.
+	var pre pgx.ErrPreprocessingBatch
+	if errors.As(err, &pre) {
+		return false
+	}
 	return isUnavailable(err)
 }
 
