@@ -63,8 +63,10 @@ func waitReady(t *testing.T, base string, limit time.Duration, log func() string
 // acknowledged before the kill is lost (the standby had them before they were acknowledged), and
 // none retried across it is written twice.
 func TestAFailoverToASynchronousStandbyLosesAndDuplicatesNothing(t *testing.T) {
+	began := time.Now()
 	primary := pgtest.StartServer(t)
 	standby := primary.StartStandby(true)
+	t.Logf("primary and synchronous standby up in %v", time.Since(began).Round(time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := freeLoopbackAddr(t)
@@ -84,6 +86,7 @@ func TestAFailoverToASynchronousStandbyLosesAndDuplicatesNothing(t *testing.T) {
 	}()
 	base := "http://" + addr
 	waitReady(t, base, 30*time.Second, stderr.String)
+	t.Logf("node ready at %v", time.Since(began).Round(time.Millisecond))
 
 	const producers = 4
 	cfg := client.Config{Retry: client.RetryPolicy{MaxAttempts: 40, MaxDelay: time.Second}}
@@ -154,6 +157,7 @@ func TestAFailoverToASynchronousStandbyLosesAndDuplicatesNothing(t *testing.T) {
 			t.Fatalf("producer %d: %v\n%s", i, err, stderr.String())
 		}
 	}
+	t.Logf("producers flushed at %v", time.Since(began).Round(time.Millisecond))
 	total := 0
 	for i := range ps {
 		_, body := haDo(t, http.MethodGet, fmt.Sprintf("%s/v1/stream/ha-%d?offset=-1", base, i), "")
@@ -183,12 +187,15 @@ func waitTickFor(d time.Duration) { <-time.After(d) }
 // the write timeout, /readyz 503, and SIGTERM — sent while an append waits on its commit — must
 // end the process within --shutdown-grace.
 func TestWhenCommitsStallAppendsAnswer503InTimeAndSIGTERMEndsWithinTheGrace(t *testing.T) {
+	began := time.Now()
 	primary := pgtest.StartServer(t)
 	standby := primary.StartStandby(true)
+	t.Logf("primary and synchronous standby up in %v", time.Since(began).Round(time.Millisecond))
 	bin := filepath.Join(t.TempDir(), "foldstream")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	t.Logf("foldstream built at %v", time.Since(began).Round(time.Millisecond))
 	const writeTimeout, grace = 4 * time.Second, 2 * time.Second
 	addr := freeLoopbackAddr(t)
 	var stderr lockedBuffer

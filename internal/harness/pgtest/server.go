@@ -138,7 +138,7 @@ func (s *Server) appendConf(name, text string) {
 func (s *Server) StartStandby(synchronous bool) *Server {
 	s.t.Helper()
 	sb := newServer(s.t)
-	s.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres", "-D", sb.data(), "-R", "-X", "stream", "--no-sync")
+	s.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres", "-D", sb.data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
 	sb.appendConf("postgresql.auto.conf", "port = "+strconv.Itoa(sb.port)+"\nunix_socket_directories = '"+sb.dir+"'\n"+
 		"primary_conninfo = 'host=127.0.0.1 port="+strconv.Itoa(s.port)+" user=postgres application_name=standby'\n")
 	sb.Start()
