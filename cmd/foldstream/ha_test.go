@@ -188,12 +188,20 @@ func waitTickFor(d time.Duration) { <-time.After(d) }
 // end the process within --shutdown-grace.
 func TestWhenCommitsStallAppendsAnswer503InTimeAndSIGTERMEndsWithinTheGrace(t *testing.T) {
 	began := time.Now()
+	bin := filepath.Join(t.TempDir(), "foldstream")
+	built := make(chan error, 1)
+	go func() { // while the servers start
+		out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("build: %w\n%s", err, out)
+		}
+		built <- err
+	}()
 	primary := pgtest.StartServer(t)
 	standby := primary.StartStandby(true)
 	t.Logf("primary and synchronous standby up in %v", time.Since(began).Round(time.Millisecond))
-	bin := filepath.Join(t.TempDir(), "foldstream")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	if err := <-built; err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("foldstream built at %v", time.Since(began).Round(time.Millisecond))
 	const writeTimeout, grace = 4 * time.Second, 2 * time.Second
