@@ -125,3 +125,71 @@ func scrape(t *testing.T, m *server.Metrics, sample string) float64 {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, server.MetricsPath, nil))
 	return metricValue(rec.Body.String(), sample)
 }
+
+// TestAReaderAtTheTailSeesAWriteWhoseCommitLandedUnconfirmed: the database writes an append's
+// COMMIT but its answer never comes back (the node answers COMMIT_OUTCOME_UNKNOWN). A long-poll
+// reader of the stream on the same node must be woken and get the message from the database (the
+// writer forgot what it held of the stream), not wait for its long-poll timeout: the node hears
+// no notification of its own commits.
+func TestAReaderAtTheTailSeesAWriteWhoseCommitLandedUnconfirmed(t *testing.T) {
+	t.Parallel()
+	px, via := pgtest.NewProxy(t, pgtest.URL(t))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(context.Background(), via+"&write_timeout=1s", storeopen.Config{Store: stream.Config{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	ts := httptest.NewServer(newServer(t, st, server.Config{Logger: quiet, LongPollTimeout: 25 * time.Second}))
+	defer ts.Close()
+	hc := &http.Client{Timeout: 40 * time.Second}
+	do := func(method, path, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", method, path, err)
+			return nil, ""
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	if r, _ := do(http.MethodPut, "/v1/stream/landed", ""); r == nil || r.StatusCode != http.StatusCreated {
+		t.Fatal("create failed")
+	}
+	if r, _ := do(http.MethodPost, "/v1/stream/landed", `{"n":1}`); r == nil || r.StatusCode/100 != 2 {
+		t.Fatal("first append failed")
+	}
+	r, _ := do(http.MethodGet, "/v1/stream/landed?offset=-1", "")
+	tail := r.Header.Get("Stream-Next-Offset")
+	type answer struct {
+		body string
+		took time.Duration
+	}
+	got := make(chan answer, 1)
+	go func() {
+		start := time.Now()
+		_, b := do(http.MethodGet, "/v1/stream/landed?live=long-poll&offset="+tail, "")
+		got <- answer{b, time.Since(start)}
+	}()
+	// The reader waits in the node (give it a moment to get there; it answers at once either way).
+	waitFor := time.NewTimer(300 * time.Millisecond)
+	<-waitFor.C
+	px.StallReplies()
+	r, _ = do(http.MethodPost, "/v1/stream/landed", `{"n":2}`)
+	if r == nil || r.Header.Get(server.HeaderErrorCode) != "COMMIT_OUTCOME_UNKNOWN" {
+		px.Resume()
+		t.Fatalf("append whose answer is held: %v, want 503 COMMIT_OUTCOME_UNKNOWN", r)
+	}
+	px.Resume()
+	select {
+	case a := <-got:
+		if a.body != `[{"n":2}]` {
+			t.Fatalf("the reader at the tail got %q after %v, want the message whose commit landed", a.body, a.took)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the reader at the tail was not woken by the write whose commit landed unconfirmed")
+	}
+}

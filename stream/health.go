@@ -86,7 +86,8 @@ func (s *Store) commitsStall(cause string) {
 		s.log.Warn("commits stall: the node reports itself not ready until a commit succeeds", "cause", cause)
 	}
 	if probe {
-		s.bgWG.Add(1)
+		// Not counted in bgWG: it may start while Close waits there. It ends at s.stop, and a
+		// probe on a closed driver fails at once.
 		go s.probeCommits()
 	}
 }
@@ -134,7 +135,6 @@ func (s *Store) CommitsStalled() (bool, string) {
 
 // probeCommits commits nothing, once a second, until a commit succeeds or the store closes.
 func (s *Store) probeCommits() {
-	defer s.bgWG.Done()
 	defer func() {
 		s.health.mu.Lock()
 		s.health.probing = false

@@ -21,7 +21,9 @@ type Proxy struct {
 	// stalled holds every byte in both directions (Stall) until Resume; gate is signalled on
 	// Resume.
 	stalled bool
-	gate    *sync.Cond
+	// repliesStalled holds the server's bytes only (StallReplies): what the client sends arrives.
+	repliesStalled bool
+	gate           *sync.Cond
 	// fromServer counts the bytes the server sent through the proxy.
 	fromServer atomic.Int64
 }
@@ -64,8 +66,8 @@ func (p *Proxy) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go func() { p.pipe(s, c); s.Close() }()
-		go func() { p.pipe(countingWriter{c, &p.fromServer}, s); c.Close() }()
+		go func() { p.pipe(s, c, false); s.Close() }()
+		go func() { p.pipe(countingWriter{c, &p.fromServer}, s, true); c.Close() }()
 	}
 }
 
@@ -82,13 +84,13 @@ func (p *Proxy) Cut() {
 
 // pipe copies src to dst, holding what it reads while the proxy is stalled. It returns when src
 // ends (bytes held then are dropped) or dst fails.
-func (p *Proxy) pipe(dst io.Writer, src io.Reader) {
+func (p *Proxy) pipe(dst io.Writer, src io.Reader, replies bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			for p.stalled {
+			for p.stalled || (replies && p.repliesStalled) {
 				p.gate.Wait()
 			}
 			p.mu.Unlock()
@@ -112,10 +114,18 @@ func (p *Proxy) Stall() {
 	p.mu.Unlock()
 }
 
-// Resume lets the bytes held since Stall through, and every later one.
+// StallReplies holds what the server sends until Resume, and lets what clients send through: a
+// COMMIT reaches the server and is written, and its answer does not come back.
+func (p *Proxy) StallReplies() {
+	p.mu.Lock()
+	p.repliesStalled = true
+	p.mu.Unlock()
+}
+
+// Resume lets the bytes held since Stall or StallReplies through, and every later one.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
-	p.stalled = false
+	p.stalled, p.repliesStalled = false, false
 	p.gate.Broadcast()
 	p.mu.Unlock()
 }
