@@ -443,7 +443,7 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 			resp.Body.Close()
 			if rerr != nil {
 				err = rerr
-			} else if attempt < attempts && retryableStatus(resp.StatusCode) {
+			} else if attempt < attempts && retryableStatus(resp.StatusCode) && !outcomeUnknown(resp, mode) {
 				d := s.retry.delay(attempt, parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()))
 				s.log.DebugContext(ctx, "retrying", "op", op, "status", resp.StatusCode, "attempt", attempt, "delay", d)
 				s.retry.report(op, attempt, d, resp.StatusCode, nil)
@@ -468,6 +468,14 @@ func (s *Stream) do(ctx context.Context, op, method, u string, h http.Header, bo
 			return nil, nil, err
 		}
 	}
+}
+
+// outcomeUnknown reports an answer that a request of mode retryStatus (a plain append or close,
+// which the server cannot tell from a new one) must not resend: the server's COMMIT of it was not
+// confirmed, so it may be written already and a resend could write it twice. The caller gets
+// COMMIT_OUTCOME_UNKNOWN and decides; an IdempotentProducer resends and the server settles it.
+func outcomeUnknown(resp *http.Response, mode retryMode) bool {
+	return mode == retryStatus && resp.Header.Get(HeaderErrorCode) == string(CodeCommitOutcomeUnknown)
 }
 
 func (s *Stream) send(ctx context.Context, method, u string, h http.Header, body []byte) (*http.Response, error) {

@@ -77,6 +77,11 @@ const (
 	CodeInsufficientStorage Code = "INSUFFICIENT_STORAGE"
 	// CodeUnavailable: the store's database cannot be reached right now; retry later (503).
 	CodeUnavailable Code = "UNAVAILABLE"
+	// CodeCommitOutcomeUnknown: the write's COMMIT was sent but the database did not confirm it
+	// within the write deadline (the connection stalled or broke), so whether it was written is
+	// not known. Retry an idempotent write (a producer's batch, an idempotency key) to settle it;
+	// a plain append retried blindly may be written twice (503).
+	CodeCommitOutcomeUnknown Code = "COMMIT_OUTCOME_UNKNOWN"
 	// CodeOverloaded: a server limit (live readers, connections, bytes in flight) is reached;
 	// retry after the Retry-After delay (503).
 	CodeOverloaded Code = "OVERLOADED"
@@ -178,30 +183,31 @@ var (
 	ErrInvalidContract          = &Error{Code: CodeInvalidContract}
 	ErrClosed                   = &Error{Code: CodeClosed}
 
-	ErrStreamNotFound      = &Error{Code: CodeStreamNotFound}
-	ErrStreamGone          = &Error{Code: CodeStreamGone}
-	ErrStreamDeleted       = &Error{Code: CodeStreamDeleted}
-	ErrStreamClosed        = &Error{Code: CodeStreamClosed}
-	ErrConflict            = &Error{Code: CodeConflict}
-	ErrBadRequest          = &Error{Code: CodeBadRequest}
-	ErrInvalidStreamName   = &Error{Code: CodeInvalidStreamName}
-	ErrTooLarge            = &Error{Code: CodeTooLarge}
-	ErrStaleEpoch          = &Error{Code: CodeStaleEpoch}
-	ErrSequenceGap         = &Error{Code: CodeSequenceGap}
-	ErrReservedKey         = &Error{Code: CodeReservedKey}
-	ErrStoreLocked         = &Error{Code: CodeStoreLocked}
-	ErrStoreReadOnly       = &Error{Code: CodeStoreReadOnly}
-	ErrInvalidConfig       = &Error{Code: CodeInvalidConfig}
-	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage}
-	ErrUnavailable         = &Error{Code: CodeUnavailable}
-	ErrOverloaded          = &Error{Code: CodeOverloaded}
-	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
-	ErrForbidden           = &Error{Code: CodeForbidden}
-	ErrNotRegistered       = &Error{Code: CodeNotRegistered}
-	ErrCatchingUp          = &Error{Code: CodeCatchingUp}
-	ErrProcessorParked     = &Error{Code: CodeProcessorParked}
-	ErrLeaseLost           = &Error{Code: CodeLeaseLost}
-	ErrStoreSchema         = &Error{Code: CodeStoreSchema}
+	ErrStreamNotFound       = &Error{Code: CodeStreamNotFound}
+	ErrStreamGone           = &Error{Code: CodeStreamGone}
+	ErrStreamDeleted        = &Error{Code: CodeStreamDeleted}
+	ErrStreamClosed         = &Error{Code: CodeStreamClosed}
+	ErrConflict             = &Error{Code: CodeConflict}
+	ErrBadRequest           = &Error{Code: CodeBadRequest}
+	ErrInvalidStreamName    = &Error{Code: CodeInvalidStreamName}
+	ErrTooLarge             = &Error{Code: CodeTooLarge}
+	ErrStaleEpoch           = &Error{Code: CodeStaleEpoch}
+	ErrSequenceGap          = &Error{Code: CodeSequenceGap}
+	ErrReservedKey          = &Error{Code: CodeReservedKey}
+	ErrStoreLocked          = &Error{Code: CodeStoreLocked}
+	ErrStoreReadOnly        = &Error{Code: CodeStoreReadOnly}
+	ErrInvalidConfig        = &Error{Code: CodeInvalidConfig}
+	ErrInsufficientStorage  = &Error{Code: CodeInsufficientStorage}
+	ErrUnavailable          = &Error{Code: CodeUnavailable}
+	ErrCommitOutcomeUnknown = &Error{Code: CodeCommitOutcomeUnknown}
+	ErrOverloaded           = &Error{Code: CodeOverloaded}
+	ErrUnauthorized         = &Error{Code: CodeUnauthorized}
+	ErrForbidden            = &Error{Code: CodeForbidden}
+	ErrNotRegistered        = &Error{Code: CodeNotRegistered}
+	ErrCatchingUp           = &Error{Code: CodeCatchingUp}
+	ErrProcessorParked      = &Error{Code: CodeProcessorParked}
+	ErrLeaseLost            = &Error{Code: CodeLeaseLost}
+	ErrStoreSchema          = &Error{Code: CodeStoreSchema}
 
 	ErrNoRoute          = &Error{Code: CodeNoRoute}
 	ErrMethodNotAllowed = &Error{Code: CodeMethodNotAllowed}

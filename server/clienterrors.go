@@ -29,6 +29,8 @@ var withheldMessages = map[foldtype.Code]string{
 	foldtype.CodeInsufficientStorage: "the store is out of space: nothing was written; retry later",
 	foldtype.CodeInternal:            "internal error",
 	foldtype.CodeClosed:              "server is shutting down",
+	foldtype.CodeCommitOutcomeUnknown: "the database did not confirm the write's commit in time: it may or may not be written; " +
+		"retry it only if it is idempotent (a producer's batch, an idempotency key)",
 }
 
 // withheld reports whether errors with code are answered with a generic message.

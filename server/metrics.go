@@ -23,8 +23,8 @@ import (
 const (
 	// HealthPath answers 200 while the process serves requests, without credentials.
 	HealthPath = "/healthz"
-	// ReadyPath answers 200 while the store answers too, and 503 UNAVAILABLE otherwise (or
-	// while the server shuts down), without credentials.
+	// ReadyPath answers 200 while the store answers too and its commits flow, and 503
+	// UNAVAILABLE otherwise (or while the server shuts down), without credentials.
 	ReadyPath = "/readyz"
 	// MetricsPath serves the Prometheus metrics of Config.Metrics: a read (OpMetrics) like any
 	// route, unless Config.MetricsElsewhere moves them to an address of their own.
@@ -152,6 +152,13 @@ func (m *Metrics) bind(s *Server) {
 			Name: "foldstream_live_readers",
 			Help: "Long-poll and SSE readers connected now.",
 		}, func() float64 { return float64(s.liveReaders.Load()) }))
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "foldstream_store_commits_stalled",
+			Help: "1 while the store's commits stall (the database cannot be reached, or a COMMIT waits longer than the store's CommitStallAfter) and /readyz answers 503, else 0.",
+		}, func() float64 {
+			stalled, _ := s.st.CommitsStalled()
+			return boolGauge(stalled)
+		}))
 		s.stopObserving = s.st.ObserveCommits(func(c stream.CommitStats) {
 			if c.Failed {
 				m.commitFails.Inc()
@@ -312,6 +319,11 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 			writeCoded(w, foldtype.CodeUnavailable, "not ready: the server is shutting down", 1)
 			return
 		default:
+		}
+		if stalled, _ := s.st.CommitsStalled(); stalled {
+			// The store logged the cause once when they began to stall.
+			writeCoded(w, foldtype.CodeUnavailable, "not ready: the store's commits stall", 1)
+			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

@@ -55,6 +55,10 @@ type Config struct {
 	// at once while the writer builds the next group (docs/store.md#one-writer); 1 keeps one
 	// commit at a time. Defaults to DefaultMaxCommitsInFlight; negative is refused.
 	MaxCommitsInFlight int
+	// CommitStallAfter is how long a COMMIT may be on its way before the store reports its
+	// commits stalled (CommitsStalled; /readyz answers 503). Defaults to
+	// DefaultCommitStallAfter.
+	CommitStallAfter time.Duration
 	// ProducerReorderWait is how long a protocol append whose producer seq is ahead of the next
 	// expected one waits for the earlier seqs (pipelined requests overtaking each other) before
 	// it is refused with a sequence gap. Defaults to DefaultProducerReorderWait; negative
@@ -109,6 +113,7 @@ type Store struct {
 	clock      foldtype.Clock
 	log        *slog.Logger
 	drv        driver.Driver
+	health     commitHealth
 	exclusive  bool // drv.Exclusive(): the writer's stream cache is authoritative
 	writes     chan *writeReq
 	stopListen func()
@@ -208,6 +213,9 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 	}
 	if opts.MaxCommitsInFlight == 0 {
 		opts.MaxCommitsInFlight = DefaultMaxCommitsInFlight
+	}
+	if opts.CommitStallAfter <= 0 {
+		opts.CommitStallAfter = DefaultCommitStallAfter
 	}
 	if opts.ProducerReorderWait == 0 {
 		opts.ProducerReorderWait = DefaultProducerReorderWait

@@ -249,7 +249,7 @@ type tx struct {
 // statements are queued on one connection, where one cancelled statement refuses the whole group —
 // either way the group's other writes would fail with it. (The driver also watches a cancellable
 // context with a goroutine per statement.) How long a statement may take is the driver's write
-// deadline, never the caller's.
+// deadline (docs/postgres.md#bounded-waits), never the caller's.
 func (t *tx) stmtCtx(ctx context.Context) context.Context {
 	if ctx.Done() == nil {
 		return ctx
@@ -771,8 +771,10 @@ func (b *building) commit() {
 		start = b.s.clock.Now()
 	}
 	sent := time.Now()
+	b.s.commitSent(b, sent)
 	b.commitErr = b.g.dtx.Commit(context.Background())
 	b.took = time.Since(sent)
+	b.s.commitDone(b, b.commitErr)
 	if b.observed {
 		b.commitTime = b.s.clock.Now().Sub(start)
 	}
@@ -804,6 +806,9 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			}
 		}
 		if commitErr != nil {
+			if foldtype.CodeOf(commitErr) == foldtype.CodeCommitOutcomeUnknown {
+				s.forgetUnknown(reqs, done)
+			}
 			b.rows, b.recs = nil, nil // what is committed is not the whole group
 			// The group's last transaction is lost; the functions before its start are not.
 			final := lockEpochOf(g.dtx)
@@ -832,7 +837,39 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			}
 		}
 	}
+	// A group that could not reach the database (taking a connection, a statement, its COMMIT)
+	// says the commits stall as a failed COMMIT does (health.go).
+	for _, e := range results {
+		if e != nil && stallError(e) {
+			s.commitsStall("a write failed: " + e.Error())
+			break
+		}
+	}
 	s.applyCommitted(reqs, results, done, b.rows, b.recs)
+}
+
+// forgetUnknown drops what the writer holds of the streams of a group whose COMMIT outcome is not
+// known (COMMIT_OUTCOME_UNKNOWN: it may be written or not): their cached rows, tails and producer
+// states may be behind the database, so the next write of each reads its row (and producers)
+// again, and their readers are woken to read what the database has. The writer then goes on.
+func (s *Store) forgetUnknown(reqs []*writeReq, done []*tx) {
+	for _, r := range reqs {
+		if r.path != "" {
+			s.ws.streams.remove(r.path)
+		}
+	}
+	for _, t := range done {
+		if t == nil {
+			continue
+		}
+		for p := range t.staged {
+			s.ws.streams.remove(p)
+		}
+		for id, p := range t.touched {
+			s.wake(id)
+			s.changes.notify(p)
+		}
+	}
 }
 
 // errInflight refuses a write that reached a stream the group committing before its own may

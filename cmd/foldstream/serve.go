@@ -58,6 +58,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	webhookTimeout := fs.Duration("webhook-timeout", server.DefaultWebhookTimeout, "one webhook delivery attempt must finish within this")
 	nodeID := fs.String("node-id", "", "this node's name as holder of the subscription-delivery lease (default: random)")
 	heapFloor := fs.Int("gc-heap-floor-mib", heapfloor.DefaultFloor>>20, "the garbage collector lets the heap grow to this many MiB before a cycle while the live heap is smaller (GOGC applies above it; 0: GOGC alone, as Go does)")
+	grace := fs.Duration("shutdown-grace", DefaultShutdownGrace, "SIGINT or SIGTERM end the process within this, whatever the database does: requests in progress get most of it, the store's drain the rest (nothing acknowledged is lost; leases not released in time expire)")
 	dbWait := fs.Duration("db-wait", DefaultDBWait, "how long to wait for an unavailable database (down, restarting, starting up) at start, answering 503 with Retry-After meanwhile; 0 exits at once")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream serve [flags]\n\nRuns the Durable Streams HTTP server over a stream store until interrupted: a SQLite file,\n"+
@@ -197,18 +198,44 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 	}
 	<-collectDone
-	log.Info("shutting down")
-	// Waiting reads end at once (Shutdown above); give the rest a few seconds.
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return shutdown(srv, errc, st, *grace, log)
+}
+
+// DefaultShutdownGrace is how long serve takes at most to end after SIGINT or SIGTERM.
+const DefaultShutdownGrace = 15 * time.Second
+
+// shutdown ends the server within grace, whatever the database does. Waiting reads end at once
+// (the server's Shutdown hook); requests in progress get three quarters of grace to finish, and
+// then their connections are closed; the store's drain (queued writes, leases released) gets the
+// rest. A drain that does not finish in time is abandoned: every write acknowledged was committed
+// before its answer, so nothing acknowledged is lost, and a lease not released expires by itself.
+func shutdown(srv *http.Server, errc <-chan error, st *stream.Store, grace time.Duration, log *slog.Logger) error {
+	if grace <= 0 {
+		grace = DefaultShutdownGrace
+	}
+	start := time.Now()
+	log.Info("shutting down", "grace", grace)
+	deadline := start.Add(grace)
+	sctx, cancel := context.WithDeadline(context.Background(), start.Add(grace*3/4))
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)
 	if errors.Is(shutErr, context.DeadlineExceeded) {
+		log.Warn("shutting down: requests still in progress at the grace's three quarters; closing their connections")
 		shutErr = srv.Close()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		shutErr = errors.Join(shutErr, err)
 	}
-	return errors.Join(shutErr, st.Close(context.Background()))
+	cctx, ccancel := context.WithDeadline(context.Background(), deadline)
+	defer ccancel()
+	closeErr := st.Close(cctx)
+	if closeErr != nil && cctx.Err() != nil {
+		// Not an error of the process: the database did not let the drain finish in time.
+		log.Warn("shutting down: the store's drain did not finish within the grace; leaving it (nothing acknowledged is lost, leases expire)", "err", closeErr)
+		closeErr = nil
+	}
+	log.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
+	return errors.Join(shutErr, closeErr)
 }
 
 // metricsOnly serves h at server.MetricsPath (GET or HEAD) and answers every other path 404.

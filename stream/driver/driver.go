@@ -545,3 +545,16 @@ func CheckCheckpointSize(slug string, cp foldtype.Checkpoint, stateChanged bool)
 	}
 	return nil
 }
+
+// CommitProber is a driver that can check whether commits go through: ProbeCommit commits a
+// transaction that writes nothing of the store's but is a real commit to the database (on
+// PostgreSQL it takes a transaction id, so it waits for a synchronous standby as writes do). The
+// store probes while its commits stall, to find out by itself when they flow again.
+type CommitProber interface {
+	ProbeCommit(ctx context.Context) error
+}
+
+// ReasonCollision is the "reason" in the data of an UNAVAILABLE error that refuses a write for
+// colliding with another process's concurrent one: the database answered, a retry may succeed
+// at once. Other UNAVAILABLE errors say the database cannot be reached.
+const ReasonCollision = "collision"

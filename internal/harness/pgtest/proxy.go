@@ -18,6 +18,12 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	down   atomic.Bool
+	// stalled holds every byte in both directions (Stall) until Resume; gate is signalled on
+	// Resume.
+	stalled bool
+	// repliesStalled holds the server's bytes only (StallReplies): what the client sends arrives.
+	repliesStalled bool
+	gate           *sync.Cond
 	// fromServer counts the bytes the server sent through the proxy.
 	fromServer atomic.Int64
 }
@@ -35,8 +41,9 @@ func NewProxy(t testing.TB, raw string) (*Proxy, string) {
 		t.Fatal(err)
 	}
 	p := &Proxy{ln: ln, target: u.Host}
+	p.gate = sync.NewCond(&p.mu)
 	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.Cut() })
+	t.Cleanup(func() { ln.Close(); p.Resume(); p.Cut() })
 	u.Host = ln.Addr().String()
 	return p, u.String()
 }
@@ -59,8 +66,8 @@ func (p *Proxy) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(countingWriter{c, &p.fromServer}, s); c.Close() }()
+		go func() { p.pipe(s, c, false); s.Close() }()
+		go func() { p.pipe(countingWriter{c, &p.fromServer}, s, true); c.Close() }()
 	}
 }
 
@@ -72,6 +79,54 @@ func (p *Proxy) Cut() {
 		c.Close()
 	}
 	p.conns = nil
+	p.mu.Unlock()
+}
+
+// pipe copies src to dst, holding what it reads while the proxy is stalled. It returns when src
+// ends (bytes held then are dropped) or dst fails.
+func (p *Proxy) pipe(dst io.Writer, src io.Reader, replies bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.stalled || (replies && p.repliesStalled) {
+				p.gate.Wait()
+			}
+			p.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Stall black-holes the connections through the proxy: they stay open, and new ones are accepted,
+// but no byte passes in either direction until Resume, as on a network that went dark without
+// a reset. The client's kernel sees its data acknowledged (by the proxy), so only the client's
+// own deadlines end its waits.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+// StallReplies holds what the server sends until Resume, and lets what clients send through: a
+// COMMIT reaches the server and is written, and its answer does not come back.
+func (p *Proxy) StallReplies() {
+	p.mu.Lock()
+	p.repliesStalled = true
+	p.mu.Unlock()
+}
+
+// Resume lets the bytes held since Stall or StallReplies through, and every later one.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	p.stalled, p.repliesStalled = false, false
+	p.gate.Broadcast()
 	p.mu.Unlock()
 }
 

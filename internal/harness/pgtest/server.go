@@ -59,6 +59,30 @@ func version(binDir string) int {
 // skips the test, or fails it under CI.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
+	s := newServer(t)
+	// Small and quick to create; fsync stays on, as the durability the tests check needs.
+	s.run("initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions", "--no-sync")
+	s.appendConf("postgresql.conf", "listen_addresses = '127.0.0.1'\nport = "+strconv.Itoa(s.port)+"\nunix_socket_directories = '"+s.dir+"'\n"+
+		"shared_buffers = 16MB\nmax_connections = 60\nfsync = on\nsynchronous_commit = on\nlog_min_messages = warning\n")
+	s.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.baseURL("postgres"))
+	if err != nil {
+		t.Fatalf("connect to the test's own PostgreSQL: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE test"); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	return s
+}
+
+// newServer makes the directory of a server of the test's own (owned by the user postgres when
+// the test runs as root) and picks its port; the server is killed and the directory removed when
+// the test ends. Without PostgreSQL's binaries it skips the test, or fails it under CI.
+func newServer(t testing.TB) *Server {
+	t.Helper()
 	bin := Binaries()
 	if bin == "" {
 		if InCI() {
@@ -89,30 +113,100 @@ func StartServer(t testing.TB) *Server {
 		s.Kill()
 		os.RemoveAll(dir)
 	})
-	// Small and quick to create; fsync stays on, as the durability the tests check needs.
-	s.run("initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions", "--no-sync")
-	conf := "listen_addresses = '127.0.0.1'\nport = " + strconv.Itoa(s.port) + "\nunix_socket_directories = '" + dir + "'\n" +
-		"shared_buffers = 16MB\nmax_connections = 60\nfsync = on\nsynchronous_commit = on\nlog_min_messages = warning\n"
-	f, err := os.OpenFile(filepath.Join(s.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	return s
+}
+
+// appendConf appends text to the configuration file name of the server's data directory.
+func (s *Server) appendConf(name, text string) {
+	s.t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.data(), name), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	if _, err := f.WriteString(conf); err != nil {
-		t.Fatal(err)
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		s.t.Fatal(err)
 	}
-	f.Close()
-	s.Start()
+}
+
+// StartStandby makes a streaming standby of s, a server of the test's own: pg_basebackup copies
+// s's data directory to a new one (standby.signal and primary_conninfo written, the WAL streamed
+// along), the standby gets its own port and connects to s as application_name "standby", and it
+// is started and waited for until s sees it streaming. With synchronous, s then requires it as its
+// synchronous standby (synchronous_standby_names = 'standby'): every COMMIT on s waits until the
+// standby has its WAL, so a commit s acknowledged survives s's death once the standby is promoted.
+func (s *Server) StartStandby(synchronous bool) *Server {
+	s.t.Helper()
+	sb := newServer(s.t)
+	s.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres", "-D", sb.data(), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	sb.appendConf("postgresql.auto.conf", "port = "+strconv.Itoa(sb.port)+"\nunix_socket_directories = '"+sb.dir+"'\n"+
+		"primary_conninfo = 'host=127.0.0.1 port="+strconv.Itoa(s.port)+" user=postgres application_name=standby'\n")
+	sb.Start()
+	if synchronous {
+		s.Exec("ALTER SYSTEM SET synchronous_standby_names = 'standby'")
+		s.Exec("SELECT pg_reload_conf()")
+	}
+	want := "async"
+	if synchronous {
+		want = "sync"
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var state string
+		err := s.queryRow(`SELECT coalesce(max(sync_state), '') FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'`, &state)
+		if err == nil && state == want {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the standby is not streaming as %s after 30 s (%q, %v)\nstandby log:\n%s", want, state, err, sb.Log())
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for another process to connect and catch up
+	}
+}
+
+// Promote promotes the standby to a primary and waits until it accepts writes.
+func (s *Server) Promote() {
+	s.t.Helper()
+	s.run("pg_ctl", "promote", "-D", s.data(), "-w", "-t", "60")
+}
+
+// Exec runs a statement on the server's postgres database (configuration, inspection).
+func (s *Server) Exec(sql string) {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.baseURL("postgres"))
 	if err != nil {
-		t.Fatalf("connect to the test's own PostgreSQL: %v", err)
+		s.t.Fatalf("connect to the test's own PostgreSQL: %v", err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE test"); err != nil {
-		t.Fatalf("create database: %v", err)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		s.t.Fatalf("%s: %v", sql, err)
 	}
-	return s
+}
+
+func (s *Server) queryRow(sql string, dest ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.baseURL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.QueryRow(ctx, sql).Scan(dest...)
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// MultiHostURL is the test database on any of servers, the one that takes writes first: what a
+// node is given to follow a failover (target_session_attrs=read-write).
+func MultiHostURL(servers ...*Server) string {
+	hosts := make([]string, len(servers))
+	for i, s := range servers {
+		hosts[i] = s.Addr()
+	}
+	return "postgres://postgres@" + strings.Join(hosts, ",") + "/test?sslmode=disable&target_session_attrs=read-write"
 }
 
 func freePort(t testing.TB) int {

@@ -61,7 +61,14 @@ const (
 	DefaultIdleInTransactionTimeout = 5 * time.Second
 	// DefaultConnectTimeout bounds one connection attempt.
 	DefaultConnectTimeout = 5 * time.Second
+	// DefaultWriteTimeout bounds every wait of a transaction on the database: taking a
+	// connection, each round trip and the COMMIT (docs/postgres.md#bounded-waits).
+	DefaultWriteTimeout = 10 * time.Second
 )
+
+// WriteTimeoutParam is the URL query parameter that sets Config.WriteTimeout
+// (write_timeout=5s); the driver takes it out of the URL before connecting.
+const WriteTimeoutParam = "write_timeout"
 
 // Config configures a Driver. Only URL is required.
 type Config struct {
@@ -78,6 +85,14 @@ type Config struct {
 	IdleInTransactionTimeout time.Duration
 	// ConnectTimeout bounds one connection attempt. Defaults to DefaultConnectTimeout.
 	ConnectTimeout time.Duration
+	// WriteTimeout bounds every wait of a transaction on the database, client side: taking a
+	// connection, each round trip of a write (its COMMIT included) and each round trip of a read
+	// until its first answer. A connection that misses it is closed; a COMMIT that misses it
+	// fails with COMMIT_OUTCOME_UNKNOWN, anything else with UNAVAILABLE. It is also the
+	// connections' TCP_USER_TIMEOUT, and keepalives probe idle connections well within it, so a
+	// long result on a dead network fails too. Defaults to DefaultWriteTimeout; the URL
+	// parameter write_timeout (a Go duration) sets it when this is zero; negative disables it.
+	WriteTimeout time.Duration
 	// PollInterval is how often waiters are woken while notifications are not flowing. Defaults
 	// to DefaultPollInterval.
 	PollInterval time.Duration
@@ -121,6 +136,7 @@ var (
 	_ driver.Reader             = (*readTx)(nil)
 	_ driver.SizedRecordsReader = (*readTx)(nil)
 	_ driver.LeaseWatcher       = (*Driver)(nil)
+	_ driver.CommitProber       = (*Driver)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
@@ -148,7 +164,17 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.EphemeralRetention <= 0 {
 		cfg.EphemeralRetention = DefaultEphemeralRetention
 	}
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	rawURL, wt, err := takeWriteTimeout(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = wt
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	pc, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse the database URL: %w", err)
 	}
@@ -158,6 +184,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		pc.MaxConns = DefaultMaxConns
 	}
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	pc.ConnConfig.DialFunc = dialer(cfg.WriteTimeout).DialContext
 	if cfg.StatementTimeout > 0 {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
 	}
@@ -218,6 +245,49 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	return d, nil
 }
 
+// takeWriteTimeout returns rawURL without its write_timeout parameter (PostgreSQL would refuse
+// it as an unknown setting) and the duration that parameter gives (0 when none).
+func takeWriteTimeout(rawURL string) (string, time.Duration, error) {
+	base, query, ok := strings.Cut(rawURL, "?")
+	if !ok {
+		return rawURL, 0, nil
+	}
+	var kept []string
+	var d time.Duration
+	for _, kv := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if k != WriteTimeoutParam {
+			kept = append(kept, kv)
+			continue
+		}
+		v, _ = url.QueryUnescape(v)
+		parsed, err := time.ParseDuration(v)
+		if err != nil || parsed <= 0 {
+			return "", 0, foldtype.NewError(foldtype.CodeInvalidConfig, map[string]any{"write_timeout": v},
+				"postgres: %s=%q is not a positive duration; write it as 10s or 500ms", WriteTimeoutParam, v)
+		}
+		d = parsed
+	}
+	if len(kept) == 0 {
+		return base, d, nil
+	}
+	return base + "?" + strings.Join(kept, "&"), d, nil
+}
+
+// dialer is the connections' dialer: TCP keepalives probe an idle connection after a second and
+// give it up after about writeTimeout of silence, and TCP_USER_TIMEOUT (Linux) drops a connection
+// whose sent data stays unacknowledged for writeTimeout, so a read streaming a long result over a
+// network that went dark fails instead of waiting for ever (no deadline cuts the result itself).
+func dialer(writeTimeout time.Duration) *net.Dialer {
+	d := &net.Dialer{KeepAlive: 5 * time.Minute}
+	if writeTimeout > 0 {
+		interval := max(writeTimeout/5, 100*time.Millisecond)
+		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: time.Second, Interval: interval, Count: 4}
+		d.Control = userTimeout(writeTimeout)
+	}
+	return d
+}
+
 func newNodeID() string {
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
@@ -259,7 +329,7 @@ func (d *Driver) Close() error {
 // per statement plus the closing ROLLBACK.
 func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 	d.reads.Add(1)
-	p, err := d.beginPipelineMode(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	p, err := d.beginPipelineMode(ctx, readBegin)
 	if err != nil {
 		return d.classify(fmt.Errorf("begin read: %w", err))
 	}
@@ -291,7 +361,7 @@ func (d *Driver) classify(err error) error {
 		return err
 	}
 	if collided {
-		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true,
+		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true, Data: map[string]any{"reason": driver.ReasonCollision},
 			Message: "the write collided with another node's concurrent write and was refused; retry it: " + err.Error(), Err: err}
 	}
 	return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true,

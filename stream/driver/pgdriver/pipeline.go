@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -54,6 +56,11 @@ type pipeline struct {
 	// for all of them at queue index checkAt, which is outside every savepoint (see expect).
 	checks  []expectation
 	checkAt int
+	// timeout bounds each round trip (Config.WriteTimeout; 0: unbounded). A write's deadline
+	// covers its round trip's answers to their end; a read's ends at its first answer (read),
+	// so a long result is bounded by the connection's keepalives instead.
+	timeout time.Duration
+	read    bool
 }
 
 // expectation is one queued check of ExpectStream.
@@ -77,15 +84,50 @@ func (d *Driver) beginPipeline(ctx context.Context) (*pipeline, error) {
 	return p, err
 }
 
-// beginPipelineMode acquires a connection and queues begin.
+// beginPipelineMode acquires a connection, within the write timeout, and queues begin.
 func (d *Driver) beginPipelineMode(ctx context.Context, begin string) (*pipeline, error) {
-	conn, err := d.pool.Acquire(ctx)
+	actx := ctx
+	if t := d.cfg.WriteTimeout; t > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	conn, err := d.pool.Acquire(actx)
 	if err != nil {
+		if ctx.Err() == nil && actx.Err() != nil {
+			err = fmt.Errorf("no connection to the database within %v: %w", d.cfg.WriteTimeout, err)
+		}
 		return nil, err
 	}
-	p := &pipeline{d: d, conn: conn, trips: new(atomic.Int64), spIdx: -1}
+	p := &pipeline{d: d, conn: conn, trips: new(atomic.Int64), spIdx: -1, timeout: d.cfg.WriteTimeout, read: begin == readBegin}
 	p.enqueue(begin)
 	return p, nil
+}
+
+// readBegin begins a read transaction (Driver.Read).
+const readBegin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+// arm bounds the round trip about to start: the connection fails when the database has not
+// answered within the timeout (pgx then closes it, and the pool replaces it).
+func (p *pipeline) arm() {
+	if p.timeout > 0 && p.conn != nil {
+		_ = p.conn.Conn().PgConn().Conn().SetDeadline(time.Now().Add(p.timeout))
+	}
+}
+
+// answered lifts a read's deadline once its round trip has its first answer: what follows is a
+// result arriving, which no deadline cuts (the keepalives watch it).
+func (p *pipeline) answered() {
+	if p.read {
+		p.disarm()
+	}
+}
+
+// disarm lifts the deadline.
+func (p *pipeline) disarm() {
+	if p.timeout > 0 && p.conn != nil {
+		_ = p.conn.Conn().PgConn().Conn().SetDeadline(time.Time{})
+	}
 }
 
 func (p *pipeline) enqueue(sql string, args ...any) int {
@@ -262,6 +304,7 @@ func (p *pipeline) rollbackToSavepoint(ctx context.Context) error {
 	if len(p.queue) == 0 && len(p.checks) == 0 && p.conn.Conn().PgConn().TxStatus() == 'E' {
 		p.ops++
 		p.trips.Add(1)
+		p.arm()
 		if _, err := p.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
 			p.failed = p.d.classify(fmt.Errorf("write transaction: %w", err))
 			return p.failed
@@ -307,12 +350,16 @@ func (p *pipeline) sendAll(ctx context.Context, stmts ...queued) (pgx.BatchResul
 	}
 	p.queue = p.queue[:0:0]
 	p.trips.Add(1)
+	p.arm()
 	br := p.conn.SendBatch(ctx, b)
 	for _, q := range queue {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, p.lost(q, err)
 		}
+	}
+	if len(queue) > 0 {
+		p.answered()
 	}
 	return br, nil
 }
@@ -407,13 +454,17 @@ func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	if len(p.queue) == 0 && len(p.checks) == 0 {
 		p.ops++
 		p.trips.Add(1)
-		return p.conn.Query(ctx, sql, args...)
+		p.arm()
+		rows, err := p.conn.Query(ctx, sql, args...)
+		p.answered()
+		return rows, err
 	}
 	br, err := p.send(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	rows, err := br.Query()
+	p.answered()
 	if err != nil {
 		br.Close()
 		return nil, err
@@ -429,6 +480,7 @@ func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 	if len(p.queue) == 0 && len(p.checks) == 0 {
 		p.ops++
 		p.trips.Add(1)
+		p.arm()
 		return p.conn.QueryRow(ctx, sql, args...)
 	}
 	br, err := p.send(ctx, sql, args...)
@@ -444,18 +496,28 @@ func (p *pipeline) commit(ctx context.Context) error {
 		return p.failed
 	}
 	br, err := p.send(ctx, "COMMIT")
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && tag.String() != "COMMIT" {
+			// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
+			err = errors.New("the transaction was rolled back by the database")
+		}
+	}
 	if err != nil {
-		return err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && tag.String() != "COMMIT" {
-		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
-		err = errors.New("the transaction was rolled back by the database")
-	}
-	if err != nil {
+		if commitUnconfirmed(err) {
+			// The COMMIT went out and no answer came: it may have been written or not. The
+			// connection is of no further use (what it would answer next is not known), so it
+			// is closed; the store forgets what it assumed of the group's streams.
+			p.closeConn()
+			err = &foldtype.Error{Code: foldtype.CodeCommitOutcomeUnknown, Retryable: true,
+				Message: "the database did not confirm the commit in time; the write may or may not be stored: " + err.Error(), Err: err}
+			p.failed = err
+			return err
+		}
 		// Whatever the state of the transaction now, none of it may be counted as written.
 		if p.failed == nil {
 			p.failed = p.d.classify(err)
@@ -466,6 +528,36 @@ func (p *pipeline) commit(ctx context.Context) error {
 	return nil
 }
 
+// commitUnconfirmed reports a failure of the COMMIT's round trip that leaves its outcome unknown:
+// the connection timed out or broke after the batch may have reached the server. An answer of
+// the server (a PostgreSQL error) or a failure before anything was sent is a known outcome.
+func commitUnconfirmed(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		return false
+	}
+	// pgx prepares the batch's statements it has not cached yet in a round trip of their own,
+	// before it sends the batch: a failure there sent no COMMIT.
+	var pre pgx.ErrPreprocessingBatch
+	if errors.As(err, &pre) {
+		return false
+	}
+	return isUnavailable(err)
+}
+
+// closeConn closes the transaction's connection at once (without a goodbye to a server that may
+// not answer); the pool drops it when it is released.
+func (p *pipeline) closeConn() {
+	if p.conn == nil {
+		return
+	}
+	pc := p.conn.Conn().PgConn()
+	_ = pc.Conn().Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a closed context: Close marks the connection closed without waiting for the server
+	_ = pc.Close(ctx)
+}
+
 // rollback abandons the transaction and releases the connection (a connection left inside a
 // transaction is closed by the pool rather than reused).
 func (p *pipeline) rollback(ctx context.Context) error {
@@ -474,7 +566,8 @@ func (p *pipeline) rollback(ctx context.Context) error {
 	}
 	p.queue, p.checks = nil, nil
 	var err error
-	if p.conn.Conn().PgConn().TxStatus() != 'I' {
+	if pc := p.conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		p.arm()
 		_, err = p.conn.Exec(ctx, "ROLLBACK")
 	}
 	p.release()
@@ -483,6 +576,7 @@ func (p *pipeline) rollback(ctx context.Context) error {
 
 func (p *pipeline) release() {
 	if p.conn != nil {
+		p.disarm()
 		p.conn.Release()
 		p.conn = nil
 	}
@@ -516,3 +610,18 @@ func (r batchRow) Scan(dest ...any) error {
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// ProbeCommit commits a transaction that takes a transaction id and writes nothing, within the
+// write timeout (driver.CommitProber): it goes through when a write's COMMIT would.
+func (d *Driver) ProbeCommit(ctx context.Context) error {
+	p, err := d.beginPipelineMode(ctx, "BEGIN")
+	if err != nil {
+		return d.classify(fmt.Errorf("probe commit: %w", err))
+	}
+	defer p.rollback(context.Background()) //nolint:errcheck // after a failed commit only
+	p.enqueue("SELECT txid_current()")
+	if err := p.commit(ctx); err != nil {
+		return d.classify(fmt.Errorf("probe commit: %w", err))
+	}
+	return nil
+}
