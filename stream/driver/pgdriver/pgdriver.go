@@ -121,6 +121,7 @@ var (
 	_ driver.Reader             = (*readTx)(nil)
 	_ driver.SizedRecordsReader = (*readTx)(nil)
 	_ driver.LeaseWatcher       = (*Driver)(nil)
+	_ driver.LeaseBatchReleaser = (*Driver)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
