@@ -242,17 +242,14 @@ type tx struct {
 }
 
 // stmtCtx is the context a statement of the function runs with, given the one its caller passed:
-// the function's context without its cancellation. A caller that goes away is noticed before its
-// function starts (building.add) and between the statements of a long one (the record loops check
-// t.ctx), but never interrupts a statement: on SQLite an interrupted write may roll the whole
-// group's transaction back, failing the group's other writes with it, and the driver watches a
-// cancellable context with a goroutine per statement (database/sql one more per query); on
-// PostgreSQL a statement that needs its answer flushes the pipeline with the statements the
-// group's earlier writes queued, so one caller's cancellation refused the whole group — under
-// load, callers timing out made every write of their groups fail and come back as retries. A
-// statement still ends: the server's statement timeout bounds it (docs/postgres.md).
+// on an exclusive database (SQLite) the function's context without its cancellation. A caller
+// that goes away is noticed before its function starts (building.add) and between the statements
+// of a long one (the record loops check t.ctx), but never interrupts a statement: SQLite may roll
+// the whole group's transaction back after an interrupted write, failing the group's other
+// writes with it, and the driver watches a cancellable context with a goroutine per statement
+// (database/sql one more per query). On a shared database the statement keeps ctx.
 func (t *tx) stmtCtx(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
+	if !t.s.exclusive || ctx.Done() == nil {
 		return ctx
 	}
 	if ctx != t.ctx {
