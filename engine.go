@@ -371,9 +371,16 @@ func (e *Engine[S]) isClosed() bool {
 // another node: the event in progress finishes with its effects, the checkpoint is written
 // through it, and every later range (a queued push, the rest of a catch-up) processes nothing,
 // so a [Engine.Drain] that follows returns as soon as that event settled. The events not
-// processed stay behind the checkpoint for the next engine on the stream. It cannot be undone;
-// call Close after the Drain.
-func (e *Engine[S]) StopTakingWork() { e.stopping.Store(true) }
+// processed stay behind the checkpoint for the next engine on the stream. Live-state deltas not
+// yet appended are dropped, and none is published any more: the next engine's live state starts
+// a new revision chain, which its readers re-seed from, so the Drain waits for no delta appends
+// behind a busy writer. It cannot be undone; call Close after the Drain.
+func (e *Engine[S]) StopTakingWork() {
+	e.stopping.Store(true)
+	if e.live != nil {
+		e.live.stopPublishing()
+	}
+}
 
 // Close stops the engine: later calls fail with code CLOSED (foldtype.ErrClosed), queued units fail with it
 // without running, waiters of WaitUntilProcessed are released with it, and the contexts of the

@@ -24,3 +24,6 @@ type WorkStarted = workStarted
 
 // WorkStartedKey is the marker's key-value key.
 const WorkStartedKey = workStartedKey
+
+// StopLivePublishing is what Engine.StopTakingWork does to the engine's live state.
+func StopLivePublishing(l *LiveState) { l.stopPublishing() }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -71,9 +72,13 @@ type LiveState struct {
 	rev      int64
 	// writes counts the Set and SetChanged calls that replaced the held value: the engine publishes
 	// through SetChanged only when no other call wrote since its own last one.
-	writes   uint64
-	tail     chan struct{} // closes when the last queued delta append settled
-	verified time.Time     // when SetChanged last checked a declaration
+	writes uint64
+	tail   chan struct{} // closes when the last queued delta append settled
+	// stopped is set once the holder's engine stopped taking work before a hand-over: deltas not
+	// yet appended are dropped (the next owner's live state starts a new revision chain, which
+	// its readers re-seed from), so a closing engine waits for no more appends.
+	stopped  atomic.Bool
+	verified time.Time // when SetChanged last checked a declaration
 	// SetChanged writes the next text into spare, an earlier base nothing refers to any more,
 	// instead of allocating (and clearing) a buffer the size of the value. encoding counts the Sets
 	// reading base outside the lock: while one is, a replaced base is not reused.
@@ -277,6 +282,9 @@ func (l *LiveState) publish(ops []PatchOp) {
 	chainWorkers.run(func() { // a warm stack (chainworkers.go)
 		defer close(done)
 		<-prev
+		if l.stopped.Load() {
+			return
+		}
 		err := callGuarded(func() error {
 			_, err := l.sink.Append(context.Background(), ev)
 			return err
@@ -395,6 +403,9 @@ func (l *LiveState) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// stopPublishing drops the deltas not yet appended and every later one (see stopped).
+func (l *LiveState) stopPublishing() { l.stopped.Store(true) }
 
 func (l *LiveState) idle() bool {
 	l.mu.Lock()

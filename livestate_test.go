@@ -911,3 +911,25 @@ func applyRecorded(t *testing.T, doc json.RawMessage, sink *recSink) json.RawMes
 	doc, _ = applyFrames(t, doc, fs[0].From, fs)
 	return doc
 }
+
+// TestALiveStateStoppedForAHandOverAppendsNoQueuedDelta: once its engine stopped taking work
+// before a hand-over (Engine.StopTakingWork), a live state appends neither the deltas still queued
+// behind the one in flight nor later ones, so the closing engine waits for one append at most,
+// not for a queue of them behind a busy writer. The next owner's live state starts a new chain.
+func TestALiveStateStoppedForAHandOverAppendsNoQueuedDelta(t *testing.T) {
+	t.Parallel()
+	sink := &recSink{hold: true, release: make(chan struct{}), notify: make(chan struct{}, 3)}
+	l, base := newLive(sink, map[string]int{"n": 0})
+	for n := 1; n <= 3; n++ {
+		l.Set(map[string]int{"n": n})
+	}
+	<-sink.notify // the first delta's append is in flight; two more are queued
+	foldstream.StopLivePublishing(l)
+	l.Set(map[string]int{"n": 4})
+	sink.release <- struct{}{}
+	waitLive(t, l)
+	got := sink.frames()
+	if len(got) != 1 || got[0].To != base+1 {
+		t.Fatalf("deltas appended: %+v, want only the one in flight when publishing stopped (to %d)", got, base+1)
+	}
+}

@@ -265,7 +265,7 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 			h.stopWatching()
 			h.stopCreated()
 			h.leases.close()
-			h.leases.leaveCluster()
+			h.leases.leave().close()
 			h.cancel()
 			return nil, err
 		}
@@ -326,8 +326,8 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.store.Events().StopAlarms()
 	}
 	// Other nodes stop preferring this one at once; the leases below are handed over as their
-	// engines close (renewals go on meanwhile).
-	h.leases.leaveCluster()
+	// engines close, in groups (renewals go on meanwhile).
+	lv := h.leases.leave()
 	defer h.leases.close()
 	// On a shared database every engine stops taking work at once (the event in progress
 	// finishes and is checkpointed), then settles, closes and hands its lease over on its own, so
@@ -372,7 +372,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			defer cwg.Done()
 			select {
 			case <-sl.closed:
-				h.leases.release(sl.key, sl.lease.Generation, false)
+				lv.release(sl.key, sl.lease.Generation)
 			case <-ctx.Done():
 				addErr(fmt.Errorf("host: close parked engines: %w", ctx.Err()))
 			}
@@ -388,10 +388,11 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			if err := settleAndClose(ctx, sl.runner, 0, false); err != nil {
 				addErr(fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
 			}
-			h.leases.release(sl.key, sl.lease.Generation, false)
+			lv.release(sl.key, sl.lease.Generation)
 		}()
 	}
 	cwg.Wait()
+	lv.close()
 	// Opens, catch-ups and closes still in progress finish (cancelled only when ctx ends).
 	idle := make(chan struct{})
 	go func() {

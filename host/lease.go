@@ -285,22 +285,31 @@ func (ls *leaseSet) drop(key procKey, generation int64) {
 
 // release gives key's lease up (idle: nothing left to do) after its engine closed.
 func (ls *leaseSet) release(key procKey, generation int64, idle bool) {
-	ls.mu.Lock()
-	l, ok := ls.held[key]
-	if !ok || l.Generation != generation {
-		ls.mu.Unlock()
+	l, ok := ls.forget(key, generation, idle)
+	if !ok {
 		return
 	}
-	delete(ls.held, key)
-	v := l
-	v.Live, v.Idle = false, idle
-	ls.view[key] = v
-	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
 	defer cancel()
 	if err := ls.drv.ReleaseLease(ctx, l, idle); err != nil {
 		ls.h.log.Warn("host: release a processor lease", "path", key.path, "slug", key.slug, "err", err)
 	}
+}
+
+// forget drops key's lease at generation from what this node holds, as released, and returns it
+// for the driver to release (false: not held at that generation).
+func (ls *leaseSet) forget(key procKey, generation int64, idle bool) (driver.Lease, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.held[key]
+	if !ok || l.Generation != generation {
+		return driver.Lease{}, false
+	}
+	delete(ls.held, key)
+	v := l
+	v.Live, v.Idle = false, idle
+	ls.view[key] = v
+	return l, true
 }
 
 // rescan asks the loop for a scan now (notifications may have been missed).
@@ -330,7 +339,15 @@ func (ls *leaseSet) releasedElsewhere(key, holder string) {
 	if holder == ls.node {
 		return
 	}
-	if strings.HasPrefix(key, nodePrefix) {
+	if id, ok := strings.CutPrefix(key, nodePrefix); ok {
+		// The member left: it is preferred for nothing from now on, so the leases it releases
+		// with or after its node lease are taken by their next preferred node at once, before
+		// the scan that lists the members again.
+		ls.mu.Lock()
+		if i := slices.Index(ls.nodes, id); i >= 0 && id != ls.node {
+			ls.nodes = slices.Delete(slices.Clone(ls.nodes), i, i+1)
+		}
+		ls.mu.Unlock()
 		ls.rescan()
 		return
 	}
@@ -691,17 +708,81 @@ func (ls *leaseSet) close() {
 	<-ls.renewed
 }
 
-// leaveCluster gives the node lease up, so other nodes stop preferring this one at once.
-func (ls *leaseSet) leaveCluster() {
-	ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
-	defer cancel()
+// leaver releases a departing node's leases for a takeover, in groups (group commit): the node
+// lease first, so other nodes stop preferring this one at once, with the engines' leases that
+// were handed to it by then; each lease handed to it while a group's statement is in flight goes
+// in the next group (driver.ReleaseLeases: one statement and one announcement per group on
+// PostgreSQL). A node with many engines leaves in a few round trips instead of one per engine,
+// and each engine's lease follows as soon as that engine closed (docs/postgres.md#graceful-hand-over).
+type leaver struct {
+	ls      *leaseSet
+	mu      sync.Mutex
+	pending []driver.Lease
+	closed  bool
+	kick    chan struct{}
+	done    chan struct{}
+}
+
+// leave gives the node lease up and returns the leaver that gives up the engines' leases as they
+// close; close it to wait for the last group.
+func (ls *leaseSet) leave() *leaver {
 	ls.mu.Lock()
 	me := ls.me
 	ls.left = true
 	ls.mu.Unlock()
-	if err := ls.drv.ReleaseLease(ctx, me, false); err != nil {
-		ls.h.log.Warn("host: leave the cluster", "err", err)
+	lv := &leaver{ls: ls, pending: []driver.Lease{me}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go lv.run()
+	return lv
+}
+
+// release hands key's lease at generation to the next group (its engine closed).
+func (lv *leaver) release(key procKey, generation int64) {
+	l, ok := lv.ls.forget(key, generation, false)
+	if !ok {
+		return
 	}
+	lv.mu.Lock()
+	lv.pending = append(lv.pending, l)
+	lv.mu.Unlock()
+	lv.wake()
+}
+
+func (lv *leaver) wake() {
+	select {
+	case lv.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (lv *leaver) run() {
+	defer close(lv.done)
+	for {
+		lv.mu.Lock()
+		group, closed := lv.pending, lv.closed
+		lv.pending = nil
+		lv.mu.Unlock()
+		if len(group) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), lv.ls.ttl)
+			if err := driver.ReleaseLeases(ctx, lv.ls.drv, group, false); err != nil {
+				lv.ls.h.log.Warn("host: release leases when leaving the cluster", "leases", len(group), "err", err)
+			}
+			cancel()
+			continue
+		}
+		if closed {
+			return
+		}
+		<-lv.kick
+	}
+}
+
+// close waits until every lease handed to the leaver is released.
+func (lv *leaver) close() {
+	lv.mu.Lock()
+	lv.closed = true
+	lv.mu.Unlock()
+	lv.wake()
+	<-lv.done
 }
 
 // leaseLostError is the LEASE_LOST error of an append or claim refused after the lease ran out.

@@ -18,6 +18,33 @@ type LeaseWatcher interface {
 	WatchLeases(fn func(key, holder string)) (stop func())
 }
 
+// LeaseBatchReleaser is an optional interface of a [Driver] that gives several leases up in one
+// transaction (one round trip on a shared database): a node shutting down releases its node lease
+// and the leases of the engines that closed meanwhile together (docs/postgres.md#graceful-hand-over).
+// ReleaseLeases does for each of ls what ReleaseLease does — leases their holder no longer holds
+// at their generation are left as they are — and announces the released ones together.
+type LeaseBatchReleaser interface {
+	ReleaseLeases(ctx context.Context, ls []Lease, idle bool) error
+}
+
+// ReleaseLeases gives ls up through d: in one call when d is a [LeaseBatchReleaser], else one
+// ReleaseLease per lease (the first error is returned, after trying every lease).
+func ReleaseLeases(ctx context.Context, d Driver, ls []Lease, idle bool) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	if b, ok := d.(LeaseBatchReleaser); ok {
+		return b.ReleaseLeases(ctx, ls, idle)
+	}
+	var first error
+	for _, l := range ls {
+		if err := d.ReleaseLease(ctx, l, idle); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // ErrorClassifier is an optional interface of a [Driver] whose database reports, in error values
 // of its own, conditions the store gives a code from the catalogue: a full disk
 // (INSUFFICIENT_STORAGE, see [InsufficientStorageError]) or a database that cannot be written

@@ -145,6 +145,65 @@ func (d *Driver) ReleaseLease(ctx context.Context, l driver.Lease, idle bool) er
 	return nil
 }
 
+// ReleaseLeases gives up, in one statement, every lease of ls its holder still holds at its
+// generation (driver.LeaseBatchReleaser), as ReleaseLease does each. Released for a takeover, the
+// same statement announces them: their keys go in as few notifications as fit under NOTIFY's
+// payload limit (a key too long to announce is found by the next scans).
+func (d *Driver) ReleaseLeases(ctx context.Context, ls []driver.Lease, idle bool) error {
+	byHolder := map[string][]driver.Lease{}
+	var holders []string
+	for _, l := range ls {
+		if _, ok := byHolder[l.Holder]; !ok {
+			holders = append(holders, l.Holder)
+		}
+		byHolder[l.Holder] = append(byHolder[l.Holder], l)
+	}
+	for _, h := range holders {
+		if err := d.releaseLeasesOf(ctx, h, byHolder[h], idle); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseNoteBytes is the most key text one release notification carries (NOTIFY's limit is
+// 8,000 bytes; the rest of the payload is the node id and the holder).
+const releaseNoteBytes = 6000
+
+func (d *Driver) releaseLeasesOf(ctx context.Context, holder string, ls []driver.Lease, idle bool) error {
+	keys := make([]string, len(ls))
+	gens := make([]int64, len(ls))
+	for i, l := range ls {
+		keys[i], gens[i] = l.Key, l.Generation
+	}
+	var released []string
+	var notes int64
+	err := d.pool.QueryRow(ctx, `WITH u AS (
+		  UPDATE leases AS l SET expires_at = CASE WHEN $4 THEN 'epoch'::timestamptz
+		    ELSE 'epoch'::timestamptz + interval '1 second' END
+		  FROM unnest($1::text[], $2::bigint[]) AS r(key, generation)
+		  WHERE l.key = r.key AND l.holder = $3 AND l.generation = r.generation
+		    AND l.expires_at >= '1970-01-02'::timestamptz
+		  RETURNING l.key),
+		c AS (
+		  SELECT key, sum(octet_length(to_json(key)::text) + 1) OVER (ORDER BY key) / $7 AS chunk FROM u
+		  WHERE NOT $4 AND octet_length(to_json(key)::text) < $7),
+		n AS (
+		  SELECT pg_notify($5, json_build_object('n', $6::text, 'r', array_agg(key ORDER BY key), 'h', $3::text)::text)
+		  FROM c GROUP BY chunk)
+		SELECT (SELECT count(*) FROM n), array_agg(key) FROM u`,
+		keys, gens, holder, idle, d.channel, d.node, int64(releaseNoteBytes)).Scan(&notes, &released)
+	if err != nil {
+		return d.classify(fmt.Errorf("release leases: %w", err))
+	}
+	if !idle {
+		for _, k := range released {
+			d.leaseWatchers.Released(k, holder)
+		}
+	}
+	return nil
+}
+
 // WatchLeases calls fn for every lease released by this process or announced by another node.
 func (d *Driver) WatchLeases(fn func(key, holder string)) (stop func()) {
 	return d.leaseWatchers.WatchLeases(fn)

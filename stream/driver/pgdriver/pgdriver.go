@@ -137,6 +137,7 @@ var (
 	_ driver.SizedRecordsReader = (*readTx)(nil)
 	_ driver.LeaseWatcher       = (*Driver)(nil)
 	_ driver.CommitProber       = (*Driver)(nil)
+	_ driver.LeaseBatchReleaser = (*Driver)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL database (postgres:// or postgresql://).
