@@ -3,6 +3,7 @@ package foldstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -58,6 +59,15 @@ type EngineConfig struct {
 	// emit deeper than it is not appended; the loop-limit fact is recorded instead. Defaults to
 	// DefaultLoopLimit (32).
 	LoopLimit int
+	// MayWork, when set, is asked before every unit of work that can start an effect: each
+	// ProcessEvent (the eventless pass too), each blocker, each background attempt and each
+	// checkpoint write (docs/reliability.md#a-node-that-freezes). A non-nil answer stops that
+	// work before it starts: the range in progress ends with that error and nothing of it is
+	// checkpointed. A host sets it to its lease's check, so an engine whose node froze past its
+	// lease runs nothing once it wakes until the lease is confirmed still its own. It may block
+	// (a host confirms a lease whose local deadline passed with the database) and must honour
+	// ctx. Nil (the default) lets every unit run.
+	MayWork func(ctx context.Context) error
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -114,6 +124,7 @@ type Engine[S any] struct {
 	cps      CheckpointStorage
 	fed      bool
 	clock    Clock
+	mayWork  func(ctx context.Context) error
 	rep      Reporter
 	consumes []string
 	emits    []string
@@ -185,7 +196,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
+		clock: cfg.Clock, mayWork: cfg.MayWork, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
@@ -560,6 +571,9 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 func (e *Engine[S]) persist(ctx context.Context, events []Event, before, newCursor int64, state S, changed, atHead bool) error {
 	hasDurable := slices.ContainsFunc(events, func(ev Event) bool { return !ev.Ephemeral })
 	if hasDurable && newCursor > before {
+		if err := e.checkMayWork(ctx); err != nil {
+			return err
+		}
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
 		if changed {
 			b, err := marshalJSON(state)
@@ -695,8 +709,11 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		}
 		state, changed, payload = next, ch, typed
 	}
+	if err := e.checkMayWork(ctx); err != nil {
+		return prev, false, false, err // not this engine's work any more, or not yet known to be
+	}
 	run := &eventRun{ctx: ctx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground}
+		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
 	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
@@ -706,6 +723,9 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		return prev, false, false, e.noteProcessFailure(ev, err, panicked, stack)
 	}
 	if err := run.drain(); err != nil {
+		if _, refused := errors.AsType[*mayNotWorkError](err); refused {
+			return prev, false, false, err // the blockers did not fail: they were not allowed to run
+		}
 		return prev, false, false, e.noteProcessFailure(ev, err, false, nil)
 	}
 	return state, changed, true, nil
@@ -767,7 +787,10 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 	e.mu.Unlock()
 	wctx, stop := e.bindToClose(context.WithoutCancel(ctx))
 	go func() {
-		err := callGuarded(func() error { return work(wctx) })
+		err := e.checkMayWork(wctx)
+		if err == nil {
+			err = callGuarded(func() error { return work(wctx) })
+		}
 		stop()
 		if err != nil {
 			report(e.rep, SiteBackground, err, slog.String("slug", e.c.Slug()))
@@ -1059,6 +1082,7 @@ type eventRun struct {
 	event      *Event
 	loopLimit  int
 	background func(ctx context.Context, work func(context.Context) error)
+	mayWork    func(ctx context.Context) error
 
 	mu       sync.Mutex
 	blockers []func(context.Context) error
@@ -1129,6 +1153,14 @@ func (r *eventRun) drain() error {
 		}
 		work := r.blockers[i]
 		r.mu.Unlock()
+		if r.mayWork != nil {
+			if err := r.mayWork(r.ctx); err != nil {
+				r.mu.Lock()
+				r.settled = true
+				r.mu.Unlock()
+				return err
+			}
+		}
 		if err := callGuarded(func() error { return work(r.ctx) }); err != nil && !isRecordedLoopLimit(err) {
 			r.mu.Lock()
 			r.settled = true
@@ -1136,6 +1168,24 @@ func (r *eventRun) drain() error {
 			return err
 		}
 	}
+}
+
+// mayNotWorkError is MayWork's refusal, as the engine passes it on: the work it was asked about
+// did not start. It unwraps to MayWork's answer.
+type mayNotWorkError struct{ err error }
+
+func (e *mayNotWorkError) Error() string { return e.err.Error() }
+func (e *mayNotWorkError) Unwrap() error { return e.err }
+
+// checkMayWork asks MayWork whether a unit of work may start (nil when none is set).
+func (e *Engine[S]) checkMayWork(ctx context.Context) error {
+	if e.mayWork == nil {
+		return nil
+	}
+	if err := e.mayWork(ctx); err != nil {
+		return &mayNotWorkError{err}
+	}
+	return nil
 }
 
 // callGuarded calls f and turns a panic into an error.
