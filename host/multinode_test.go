@@ -121,7 +121,18 @@ type effectCall struct {
 	Offset     int64  `json:"offset"`
 	N          int    `json:"n"`
 	Generation int64  `json:"generation"`
-	at         time.Time
+	// Start is when the node began the effect's work (Unix nanoseconds, on the machine's clock).
+	Start int64 `json:"start"`
+	at    time.Time
+}
+
+// run is the call as the effect checker judges it.
+func (c effectCall) run() effectRun {
+	start := c.at
+	if c.Start != 0 {
+		start = time.Unix(0, c.Start)
+	}
+	return effectRun{Key: fmt.Sprintf("%s#%d", c.Path, c.N), Path: c.Path, Node: c.Node, Gen: c.Generation, Start: start, End: c.at}
 }
 
 // effectLog is the external side effect: it records every call.
