@@ -321,14 +321,27 @@ func (ls *leaseSet) mayWork(ctx context.Context, key procKey, generation int64) 
 	}
 	ls.h.log.Warn("host: processor lease past its local deadline; no more work under it until it is renewed",
 		"path", key.path, "slug", key.slug, "generation", generation)
-	if err := ls.confirm(ctx, seq); err != nil {
-		return err
-	}
-	if _, ok, _ := ls.workable(key, generation); ok {
-		return nil
+	// A renewal that failed, or whose answer came too late to count, leaves the lease neither
+	// confirmed nor lost: ask again, a few times, before refusing the work (the engine's range
+	// then fails, and the next push, read or revive runs it).
+	for range confirmAttempts {
+		if err := ls.confirm(ctx, seq); err != nil {
+			return err
+		}
+		held, ok, next := ls.workable(key, generation)
+		if ok {
+			return nil
+		}
+		if !held {
+			break
+		}
+		seq = next
 	}
 	return leaseLostError(key, generation)
 }
+
+// confirmAttempts bounds the renewals one mayWork asks for.
+const confirmAttempts = 3
 
 // workable reports whether this node holds key's lease at generation (held), whether work may
 // start under it now (ok: before its local deadline less the margin), and how many renewals had
