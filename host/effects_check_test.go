@@ -61,8 +61,8 @@ type effectReport struct {
 //
 //   - A repeat: the runs of one key are ordered by Start; every run after the first must be
 //     explained by an earlier run of that key on another incarnation that was in flight at a
-//     fault of its incarnation — it began no later than the fault and no more than bound before
-//     it — and the repeat began after that fault. A node's own fault never explains its own
+//     fault of its incarnation — it began before the fault ended and no more than bound before
+//     it began — and the repeat began after the fault began. A node's own fault never explains its own
 //     repeat after another node ran the effect, and nothing explains a repeat no fault came
 //     before.
 //   - A retry in place: a repeat on the incarnation and under the lease generation of every
@@ -87,12 +87,13 @@ func checkEffects(runs []effectRun, faults []injectedFault, bound time.Duration)
 		byNode[f.Node] = append(byNode[f.Node], f)
 	}
 	// inFlight reports whether work begun at start on the incarnation hit by f was in flight at
-	// f: begun no later than f, and no more than bound before it, not counting the time other
-	// injected faults lasted meanwhile (a frozen node holds its streams' locks until the
-	// database ends its session, and other nodes' writes to those streams wait: their work since
-	// the last checkpoint stays in flight for as long).
+	// f: begun before the fault ended (a killed or frozen process begins nothing meanwhile; a
+	// stopping one finishes the event in progress), and no more than bound before it began, not
+	// counting the time other injected faults lasted meanwhile (a frozen node holds its streams'
+	// locks until the database ends its session, and other nodes' writes to those streams wait:
+	// their work since the last checkpoint stays in flight for as long).
 	inFlight := func(start time.Time, f injectedFault) bool {
-		if start.After(f.At) {
+		if start.After(f.Until) {
 			return false
 		}
 		return f.At.Sub(start)-stalledBy(faults, f, start, f.At) <= bound
@@ -376,6 +377,12 @@ func TestEffectCheckerRejectsEveryHistoryNoInjectedFaultExplains(t *testing.T) {
 		{"a retry by the same node under the same lease near a freeze of another", []effectRun{
 			run("a#1", 1, 1, 900, 910), run("a#1", 1, 1, 9000, 9010),
 		}, []injectedFault{{Node: "c#1", Kind: faultFreeze, At: at(500), Until: at(6500)}}, true},
+		{"a graceful stop explains the repeat of the event it was finishing", []effectRun{
+			run("a#1", 1, 1, 1005, 1010), run("b#1", 2, 1, 3000, 3010),
+		}, []injectedFault{{Node: "a#1", Kind: faultTerm, At: at(1000), Until: at(1500)}}, true},
+		{"a run begun after a graceful stop ended", []effectRun{
+			run("a#1", 1, 1, 1505, 1510), run("b#1", 2, 1, 3000, 3010),
+		}, []injectedFault{{Node: "a#1", Kind: faultTerm, At: at(1000), Until: at(1500)}}, false},
 		{"a lower generation after a higher one", []effectRun{
 			run("b#1", 2, 1, 0, 10), run("a#1", 1, 2, 100, 110),
 		}, nil, false},
