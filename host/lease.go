@@ -322,8 +322,10 @@ func (ls *leaseSet) mayWork(ctx context.Context, key procKey, generation int64) 
 	ls.h.log.Warn("host: processor lease past its local deadline; no more work under it until it is renewed",
 		"path", key.path, "slug", key.slug, "generation", generation)
 	// A renewal that failed, or whose answer came too late to count, leaves the lease neither
-	// confirmed nor lost: ask again, a few times, before refusing the work (the engine's range
-	// then fails, and the next push, read or revive runs it).
+	// confirmed nor lost: ask again, a few times. Still unconfirmed, the node gives the engine
+	// up as if the lease were lost (without releasing it): once the lease ran out in the database
+	// a scan takes it over — this node's or another's — and a new engine catches up from the
+	// checkpoint, so no work waits for a push that may never come.
 	for range confirmAttempts {
 		if err := ls.confirm(ctx, seq); err != nil {
 			return err
@@ -336,6 +338,12 @@ func (ls *leaseSet) mayWork(ctx context.Context, key procKey, generation int64) 
 			break
 		}
 		seq = next
+	}
+	if held, _, _ := ls.workable(key, generation); held {
+		ls.h.log.Warn("host: processor lease not confirmed; stopping its engine until the lease is taken again",
+			"path", key.path, "slug", key.slug, "generation", generation)
+		ls.drop(key, generation)
+		ls.h.leaseLost(key)
 	}
 	return leaseLostError(key, generation)
 }
