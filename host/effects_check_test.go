@@ -60,11 +60,16 @@ type effectReport struct {
 // checkpoint, which a successor runs again).
 //
 //   - A repeat: the runs of one key are ordered by Start; every run after the first must be
-//     explained by an earlier run of that key on another incarnation that was in flight at a
-//     fault of its incarnation — it began before the fault ended and no more than bound before
-//     it began — and the repeat began after the fault began. A node's own fault never explains its own
-//     repeat after another node ran the effect, and nothing explains a repeat no fault came
-//     before.
+//     explained by an earlier run of that key that was in flight at a fault of its incarnation
+//     — it began before the fault ended and no more than bound before it began — and the
+//     repeat began after the fault began, on another incarnation or under a newer lease
+//     generation (the lease moved, and the next holder caught up from the checkpoint). A node's
+//     own fault never explains its own repeat under the generation it ran before the fault, and
+//     nothing explains a repeat no fault came before.
+//   - Or by an earlier run begun while another node was frozen (from bound before the freeze to
+//     its end), repeated under a newer generation: the frozen node held its streams' locks
+//     until the database ended its session, the first runner's writes waited on them and failed,
+//     and its lease moved on.
 //   - A retry in place: a repeat on the incarnation and under the lease generation of every
 //     earlier run of its key (nobody else ran it: the lease never moved) is the retry of work
 //     whose write failed. It is accepted only near an injected fault, of any node (a frozen
@@ -98,7 +103,7 @@ func checkEffects(runs []effectRun, faults []injectedFault, bound time.Duration)
 		}
 		return f.At.Sub(start)-stalledBy(faults, f, start, f.At) <= bound
 	}
-	// inFlightAt returns whether r was in flight at a fault of its incarnation that came before t.
+	// inFlightAt returns whether r was in flight at a fault of its incarnation that began by t.
 	inFlightAt := func(r effectRun, t time.Time) bool {
 		for _, f := range byNode[r.Node] {
 			if inFlight(r.Start, f) && !t.Before(f.At) {
@@ -124,10 +129,11 @@ func checkEffects(runs []effectRun, faults []injectedFault, bound time.Duration)
 		for j := 1; j < len(rs); j++ {
 			explained := false
 			for _, r := range rs[:j] {
-				if r.Node == rs[j].Node {
-					continue
+				if (r.Node != rs[j].Node || rs[j].Gen > r.Gen) && inFlightAt(r, rs[j].Start) {
+					explained = true
+					break
 				}
-				if inFlightAt(r, rs[j].Start) {
+				if rs[j].Gen > r.Gen && stalledAtFreeze(r, rs[j].Start, faults, bound) {
 					explained = true
 					break
 				}
@@ -180,6 +186,17 @@ func checkEffects(runs []effectRun, faults []injectedFault, bound time.Duration)
 		}
 	}
 	return rep
+}
+
+// stalledAtFreeze reports whether r began while another incarnation was frozen by the test (from
+// bound before the freeze to its end), the freeze having begun by t.
+func stalledAtFreeze(r effectRun, t time.Time, faults []injectedFault, bound time.Duration) bool {
+	for _, f := range faults {
+		if f.Kind == faultFreeze && f.Node != r.Node && !r.Start.Before(f.At.Add(-bound)) && !r.Start.After(f.Until) && !t.Before(f.At) {
+			return true
+		}
+	}
+	return false
 }
 
 // retryInPlace reports whether the last of rs (one key's runs, by Start) is a retry in place
@@ -368,11 +385,11 @@ func TestEffectCheckerRejectsEveryHistoryNoInjectedFaultExplains(t *testing.T) {
 		}, []injectedFault{freezeA}, false},
 		{"a repeat whose first run began more than the bound before the fault, less another fault's length", []effectRun{
 			run("a#1", 1, 1, 0, 10), run("b#1", 2, 1, 9000, 9010),
-		}, []injectedFault{{Node: "c#1", Kind: faultFreeze, At: at(1000), Until: at(2000)},
+		}, []injectedFault{{Node: "c#1", Kind: faultKill, At: at(1000), Until: at(2000)},
 			{Node: "a#1", Kind: faultKill, At: at(int(bound/time.Millisecond) + 1000), Until: at(8000)}}, true},
 		{"a repeat whose first run began more than the bound before the fault, even less another fault's length", []effectRun{
 			run("a#1", 1, 1, 0, 10), run("b#1", 2, 1, 9000, 9010),
-		}, []injectedFault{{Node: "c#1", Kind: faultFreeze, At: at(1000), Until: at(2000)},
+		}, []injectedFault{{Node: "c#1", Kind: faultKill, At: at(1000), Until: at(2000)},
 			{Node: "a#1", Kind: faultKill, At: at(int(bound/time.Millisecond) + 1001), Until: at(8000)}}, false},
 		{"a retry by the same node under the same lease near a freeze of another", []effectRun{
 			run("a#1", 1, 1, 900, 910), run("a#1", 1, 1, 9000, 9010),
@@ -383,6 +400,18 @@ func TestEffectCheckerRejectsEveryHistoryNoInjectedFaultExplains(t *testing.T) {
 		{"a run begun after a graceful stop ended", []effectRun{
 			run("a#1", 1, 1, 1505, 1510), run("b#1", 2, 1, 3000, 3010),
 		}, []injectedFault{{Node: "a#1", Kind: faultTerm, At: at(1000), Until: at(1500)}}, false},
+		{"a node taking its stream back after its freeze runs the work in flight at it again", []effectRun{
+			run("a#1", 1, 1, 900, 910), run("a#1", 3, 1, 9005, 9010),
+		}, []injectedFault{freezeA}, true},
+		{"a run stalled by another node's freeze, repeated by the next holder", []effectRun{
+			run("a#1", 1, 1, 900, 910), run("b#1", 2, 1, 9000, 9010),
+		}, []injectedFault{{Node: "c#1", Kind: faultFreeze, At: at(1000), Until: at(7000)}}, true},
+		{"a run near another node's kill, repeated by the next holder", []effectRun{
+			run("a#1", 1, 1, 900, 910), run("b#1", 2, 1, 9000, 9010),
+		}, []injectedFault{{Node: "c#1", Kind: faultKill, At: at(1000), Until: at(1010)}}, false},
+		{"a run begun after another node's freeze ended, repeated by the next holder", []effectRun{
+			run("a#1", 1, 1, 7100, 7110), run("b#1", 2, 1, 9000, 9010),
+		}, []injectedFault{{Node: "c#1", Kind: faultFreeze, At: at(1000), Until: at(7000)}}, false},
 		{"a lower generation after a higher one", []effectRun{
 			run("b#1", 2, 1, 0, 10), run("a#1", 1, 2, 100, 110),
 		}, nil, false},
