@@ -177,7 +177,19 @@ func TestANodeWokenFromAFreezePastItsLeaseRunsNoEffectForTheStreamsItLost(t *tes
 		t.Fatalf("only %d ticks were acknowledged; the test needs load", total)
 	}
 
-	// Every acknowledged tick's effect runs (on some node) once the writes stop.
+	// Every processor reaches its stream's head (a read through any node, as the cluster test
+	// reads: it also heals an engine whose last push failed), and every acknowledged tick's effect
+	// runs, on some node.
+	for i := range streams {
+		log := readStream(ctx, t, lb, url("http://lb", i))
+		var snap struct {
+			Offset int64 `json:"offset"`
+		}
+		u := fmt.Sprintf("http://lb/v1/processor/counter%s?waitUntilProcessed=%d&timeout=20s", path(i), len(log))
+		if err := getJSON(ctx, lb, u, &snap); err != nil {
+			t.Fatalf("%s: processor: %v", path(i), err)
+		}
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ran := map[string]bool{}
