@@ -412,6 +412,10 @@ func TestEffectCheckerRejectsEveryHistoryNoInjectedFaultExplains(t *testing.T) {
 		{"a run begun after another node's freeze ended, repeated by the next holder", []effectRun{
 			run("a#1", 1, 1, 7100, 7110), run("b#1", 2, 1, 9000, 9010),
 		}, []injectedFault{{Node: "c#1", Kind: faultFreeze, At: at(1000), Until: at(7000)}}, false},
+		{"the history of a woken node before the fix (two freezes, times as recorded)", []effectRun{
+			run("n1#1", 2, 24, 9164, 9178), run("n0#1", 3, 24, 13954, 13956), run("n1#1", 2, 24, 18511, 18521),
+		}, []injectedFault{{Node: "n0#1", Kind: faultFreeze, At: at(1930), Until: at(7935)},
+			{Node: "n1#1", Kind: faultFreeze, At: at(11936), Until: at(17941)}}, false},
 		{"a lower generation after a higher one", []effectRun{
 			run("b#1", 2, 1, 0, 10), run("a#1", 1, 2, 100, 110),
 		}, nil, false},
