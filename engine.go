@@ -3,6 +3,7 @@ package foldstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
@@ -64,6 +65,15 @@ type EngineConfig struct {
 	// carries one; ProcessEventArgs.Context is the span's context, for the effects' own spans.
 	// Defaults to nil: no spans and no cost.
 	TracerProvider trace.TracerProvider
+	// MayWork, when set, is asked before every unit of work that can start an effect: each
+	// ProcessEvent (the eventless pass too), each blocker, each background attempt and each
+	// checkpoint write (docs/reliability.md#a-node-that-freezes). A non-nil answer stops that
+	// work before it starts: the range in progress ends with that error and nothing of it is
+	// checkpointed. A host sets it to its lease's check, so an engine whose node froze past its
+	// lease runs nothing once it wakes until the lease is confirmed still its own. It may block
+	// (a host confirms a lease whose local deadline passed with the database) and must honour
+	// ctx. Nil (the default) lets every unit run.
+	MayWork func(ctx context.Context) error
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -120,6 +130,7 @@ type Engine[S any] struct {
 	cps      CheckpointStorage
 	fed      bool
 	clock    Clock
+	mayWork  func(ctx context.Context) error
 	rep      Reporter
 	consumes []string
 	emits    []string
@@ -192,7 +203,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
+		clock: cfg.Clock, mayWork: cfg.MayWork, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	if cfg.TracerProvider != nil {
@@ -577,6 +588,9 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 func (e *Engine[S]) persist(ctx context.Context, events []Event, before, newCursor int64, state S, changed, atHead bool) error {
 	hasDurable := slices.ContainsFunc(events, func(ev Event) bool { return !ev.Ephemeral })
 	if hasDurable && newCursor > before {
+		if err := e.checkMayWork(ctx); err != nil {
+			return err
+		}
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
 		if changed {
 			b, err := marshalJSON(state)
@@ -712,9 +726,12 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		}
 		state, changed, payload = next, ch, typed
 	}
+	if err := e.checkMayWork(ctx); err != nil {
+		return prev, false, false, err // not this engine's work any more, or not yet known to be
+	}
 	runCtx, span := startProcessEventSpan(ctx, e.tracer, e.c.Slug(), ev)
 	run := &eventRun{ctx: runCtx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground}
+		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
 	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
@@ -726,6 +743,9 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	}
 	if err := run.drain(); err != nil {
 		endSpan(span, err)
+		if _, refused := errors.AsType[*mayNotWorkError](err); refused {
+			return prev, false, false, err // the blockers did not fail: they were not allowed to run
+		}
 		return prev, false, false, e.noteProcessFailure(ev, err, false, nil)
 	}
 	endSpan(span, nil)
@@ -788,7 +808,10 @@ func (e *Engine[S]) runInBackground(ctx context.Context, work func(context.Conte
 	e.mu.Unlock()
 	wctx, stop := e.bindToClose(context.WithoutCancel(ctx))
 	go func() {
-		err := callGuarded(func() error { return work(wctx) })
+		err := e.checkMayWork(wctx)
+		if err == nil {
+			err = callGuarded(func() error { return work(wctx) })
+		}
 		stop()
 		if err != nil {
 			report(e.rep, SiteBackground, err, slog.String("slug", e.c.Slug()))
@@ -1080,6 +1103,7 @@ type eventRun struct {
 	event      *Event
 	loopLimit  int
 	background func(ctx context.Context, work func(context.Context) error)
+	mayWork    func(ctx context.Context) error
 
 	mu       sync.Mutex
 	blockers []func(context.Context) error
@@ -1150,6 +1174,14 @@ func (r *eventRun) drain() error {
 		}
 		work := r.blockers[i]
 		r.mu.Unlock()
+		if r.mayWork != nil {
+			if err := r.mayWork(r.ctx); err != nil {
+				r.mu.Lock()
+				r.settled = true
+				r.mu.Unlock()
+				return err
+			}
+		}
 		if err := callGuarded(func() error { return work(r.ctx) }); err != nil && !isRecordedLoopLimit(err) {
 			r.mu.Lock()
 			r.settled = true
@@ -1157,6 +1189,24 @@ func (r *eventRun) drain() error {
 			return err
 		}
 	}
+}
+
+// mayNotWorkError is MayWork's refusal, as the engine passes it on: the work it was asked about
+// did not start. It unwraps to MayWork's answer.
+type mayNotWorkError struct{ err error }
+
+func (e *mayNotWorkError) Error() string { return e.err.Error() }
+func (e *mayNotWorkError) Unwrap() error { return e.err }
+
+// checkMayWork asks MayWork whether a unit of work may start (nil when none is set).
+func (e *Engine[S]) checkMayWork(ctx context.Context) error {
+	if e.mayWork == nil {
+		return nil
+	}
+	if err := e.mayWork(ctx); err != nil {
+		return &mayNotWorkError{err}
+	}
+	return nil
 }
 
 // callGuarded calls f and turns a panic into an error.

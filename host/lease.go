@@ -94,6 +94,9 @@ type leaseSet struct {
 	addr  string
 	ttl   time.Duration
 	every time.Duration
+	// margin is how long before a held lease's local deadline this node stops starting work
+	// under it (docs/reliability.md#a-node-that-freezes).
+	margin time.Duration
 
 	mu        sync.Mutex
 	held      map[procKey]driver.Lease
@@ -111,6 +114,10 @@ type leaseSet struct {
 	scanNow   bool      // a full scan is asked for (members changed, notifications missed)
 	joinScan  sync.Once // the scan at joinUntil is asked for
 	stopWatch func()
+	// renewing admits one renewal at a time (the loop's, or one an engine asked for when its
+	// lease's local deadline passed); renewals counts those begun, under mu.
+	renewing chan struct{}
+	renewals uint64
 
 	kick    chan struct{}
 	stop    chan struct{}
@@ -132,8 +139,11 @@ func (h *Host) startLeases(ctx context.Context) error {
 		held: map[procKey]driver.Lease{}, view: map[procKey]driver.Lease{}, firstSeen: map[string]time.Time{},
 		pending: map[procKey]bool{}, candSince: map[procKey]time.Time{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), renewed: make(chan struct{}),
+		renewing: make(chan struct{}, 1),
 	}
 	ls.every = min(ls.ttl/6, 500*time.Millisecond)
+	ls.margin = leaseMargin(ls.ttl)
+	start := time.Now()
 	me, ok, err := ls.drv.AcquireLease(ctx, nodePrefix+ls.node, ls.node, ls.addr, ls.ttl)
 	if err != nil {
 		return fmt.Errorf("host: join the cluster: %w", err)
@@ -141,7 +151,7 @@ func (h *Host) startLeases(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("host: node id %q is in use by a live node", ls.node)
 	}
-	ls.me, ls.lastRenew = me, time.Now()
+	ls.me, ls.lastRenew = localDeadline(me, start, ls.ttl), time.Now()
 	// Nodes started together each see only the ones that joined before their first listing: a node
 	// takes leases by preference only once it listed the members again, so the first one up does
 	// not take everything (and hand it over again). Reads, due claims and exact registrations take
@@ -208,10 +218,12 @@ func (ls *leaseSet) acquire(ctx context.Context, key procKey, force bool) (drive
 		return driver.Lease{}, errNotPreferred
 	}
 	ls.mu.Unlock()
+	start := time.Now()
 	l, ok, err := ls.drv.AcquireLease(ctx, leaseKey(key), ls.node, ls.addr, ls.ttl)
 	if err != nil {
 		return driver.Lease{}, err
 	}
+	l = localDeadline(l, start, ls.ttl)
 	if !ok {
 		cur, err := ls.lookup(ctx, key)
 		if err != nil {
@@ -272,6 +284,103 @@ func (ls *leaseSet) valid(key procKey, generation int64) bool {
 	defer ls.mu.Unlock()
 	l, ok := ls.held[key]
 	return ok && l.Generation == generation && time.Now().Before(l.Expires)
+}
+
+// leaseMargin is how long before a lease's local deadline its holder stops starting work under it:
+// a tenth of the lease time, at most a second. It covers the database's clock running faster
+// than this node's between two renewals.
+func leaseMargin(ttl time.Duration) time.Duration { return min(ttl/10, time.Second) }
+
+// localDeadline sets l.Expires to this node's deadline for l: the driver's expiry, but never
+// later than ttl after start, when the statement that acquired or renewed l was sent, on this
+// process's monotonic clock. A reply that arrives late (the node froze, the network stalled)
+// so extends nothing past what the database could have granted when it was asked: another node
+// may take the lease over as soon as that ran out.
+func localDeadline(l driver.Lease, start time.Time, ttl time.Duration) driver.Lease {
+	left := ttl
+	if d := l.Expires.Sub(start); d < left {
+		left = d
+	}
+	l.Expires = start.Add(left) // start carries the monotonic reading, so Expires does too
+	return l
+}
+
+// mayWork is the MayWork of an engine under key's lease at generation
+// (docs/reliability.md#a-node-that-freezes): nil while this node holds the lease and its local
+// deadline (less the margin) has not passed on the monotonic clock. A node that froze, or whose
+// renewals stalled, past that deadline starts nothing more under the lease until a renewal
+// confirmed it: the renewal renews it (nobody took it over meanwhile) or finds it lost, and then
+// the engine stops. The answer is LEASE_LOST unless the lease is confirmed.
+func (ls *leaseSet) mayWork(ctx context.Context, key procKey, generation int64) error {
+	held, ok, seq := ls.workable(key, generation)
+	if ok {
+		return nil
+	}
+	if !held {
+		return leaseLostError(key, generation)
+	}
+	ls.h.log.Warn("host: processor lease past its local deadline; no more work under it until it is renewed",
+		"path", key.path, "slug", key.slug, "generation", generation)
+	// A renewal that failed, or whose answer came too late to count, leaves the lease neither
+	// confirmed nor lost: ask again, a few times. Still unconfirmed, the node gives the engine
+	// up as if the lease were lost (without releasing it): once the lease ran out in the database
+	// a scan takes it over — this node's or another's — and a new engine catches up from the
+	// checkpoint, so no work waits for a push that may never come.
+	for range confirmAttempts {
+		if err := ls.confirm(ctx, seq); err != nil {
+			return err
+		}
+		held, ok, next := ls.workable(key, generation)
+		if ok {
+			return nil
+		}
+		if !held {
+			break
+		}
+		seq = next
+	}
+	if held, _, _ := ls.workable(key, generation); held {
+		ls.h.log.Warn("host: processor lease not confirmed; stopping its engine until the lease is taken again",
+			"path", key.path, "slug", key.slug, "generation", generation)
+		ls.drop(key, generation)
+		ls.h.leaseLost(key)
+	}
+	return leaseLostError(key, generation)
+}
+
+// confirmAttempts bounds the renewals one mayWork asks for.
+const confirmAttempts = 3
+
+// workable reports whether this node holds key's lease at generation (held), whether work may
+// start under it now (ok: before its local deadline less the margin), and how many renewals had
+// begun.
+func (ls *leaseSet) workable(key procKey, generation int64) (held, ok bool, seq uint64) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, found := ls.held[key]
+	held = found && l.Generation == generation
+	return held, held && time.Now().Before(l.Expires.Add(-ls.margin)), ls.renewals
+}
+
+// confirm renews the node's leases now, unless a renewal begun after seq has ended meanwhile
+// (its answer is as fresh as this one's would be).
+func (ls *leaseSet) confirm(ctx context.Context, seq uint64) error {
+	select {
+	case ls.renewing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-ls.renewing }()
+	ls.mu.Lock()
+	fresh := ls.renewals != seq
+	ls.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, ls.ttl)
+	defer cancel()
+	ls.renewLocked(rctx)
+	return nil
 }
 
 // drop forgets key's lease at generation without releasing it (it ran out).
@@ -406,9 +515,15 @@ func (ls *leaseSet) renewLoop() {
 			return
 		case <-t.C:
 		}
+		select {
+		case ls.renewing <- struct{}{}:
+		case <-ls.stop:
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), ls.ttl)
-		ls.renew(ctx)
+		ls.renewLocked(ctx)
 		cancel()
+		<-ls.renewing
 	}
 }
 
@@ -564,11 +679,14 @@ func (ls *leaseSet) tick(ctx context.Context) {
 	}
 }
 
-// renew extends the node's leases, storing each processor's status with its lease, and stops
-// the engines whose lease changed hands or ran out.
-func (ls *leaseSet) renew(ctx context.Context) {
+// renewLocked extends the node's leases, storing each processor's status with its lease, and
+// stops the engines whose lease changed hands or ran out. The caller holds ls.renewing: one
+// renewal at a time. A renewed lease's local deadline counts from when the renewal was sent
+// (localDeadline), never from when its answer came.
+func (ls *leaseSet) renewLocked(ctx context.Context) {
 	statuses := ls.h.leaseStatuses()
 	ls.mu.Lock()
+	ls.renewals++
 	held := make([]driver.Lease, 0, len(ls.held)+1)
 	held = append(held, ls.me)
 	for k, l := range ls.held {
@@ -595,11 +713,12 @@ func (ls *leaseSet) renew(ctx context.Context) {
 			got[l.Key] = l
 		}
 		if l, ok := got[ls.me.Key]; ok {
-			ls.me = l
+			ls.me = localDeadline(l, start, ls.ttl)
 		} else if !ls.left {
 			// The node lease lapsed and was not renewed: take it again (nobody else takes it).
+			again := time.Now()
 			if me, ok, err := ls.drv.AcquireLease(ctx, nodePrefix+ls.node, ls.node, ls.addr, ls.ttl); err == nil && ok {
-				ls.me = me
+				ls.me = localDeadline(me, again, ls.ttl)
 			}
 		}
 		for _, h := range held[1:] {
@@ -609,7 +728,7 @@ func (ls *leaseSet) renew(ctx context.Context) {
 				continue // released or re-acquired meanwhile
 			}
 			if l, ok := got[h.Key]; ok {
-				ls.held[k] = l
+				ls.held[k] = localDeadline(l, start, ls.ttl)
 			} else {
 				lost = append(lost, k)
 				delete(ls.held, k)
@@ -804,15 +923,12 @@ type fencedStream struct {
 	first *firstPage
 }
 
-func (f *fencedStream) check() error {
-	if !f.ls.valid(f.key, f.generation) {
-		return leaseLostError(f.key, f.generation)
-	}
-	return nil
+func (f *fencedStream) check(ctx context.Context) error {
+	return f.ls.mayWork(ctx, f.key, f.generation)
 }
 
 func (f *fencedStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
 	return f.inner.Append(ctx, events...)
@@ -826,7 +942,7 @@ func (f *fencedStream) Read(ctx context.Context, after int64, limit int) (foldty
 }
 
 func (f *fencedStream) Claim(ctx context.Context, at time.Time) error {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return err
 	}
 	return f.inner.Claim(ctx, at)

@@ -154,6 +154,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			CodeID:         h.cfg.CodeID,
 			LoopLimit:      h.cfg.LoopLimit,
 			TracerProvider: h.cfg.TracerProvider,
+			// Nothing that can start an effect runs once the lease's local deadline passed, until
+			// a renewal confirmed the lease (docs/reliability.md#a-node-that-freezes).
+			MayWork: func(ctx context.Context) error { return h.leases.mayWork(ctx, key, l.Generation) },
 		})
 	}
 	return reg

@@ -94,6 +94,9 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 	var tick Ticked
 	_ = json.Unmarshal(ev.Payload, &tick)
 	a.BlockProcessorWhile(func(ctx context.Context) error {
+		// When the work of the effect began, on this machine's clock: the test judges a run by
+		// when it began (a run begun before a fault was in flight at it).
+		start := time.Now()
 		if c.effects != "" {
 			// The lease generation this node runs the processor under, as the host reports it.
 			var gen int64
@@ -112,7 +115,8 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 				gen = c.gens.m[ev.Path]
 			}
 			c.gens.mu.Unlock()
-			body, _ := json.Marshal(map[string]any{"node": c.node, "path": ev.Path, "offset": ev.Offset, "n": tick.N, "generation": gen})
+			body, _ := json.Marshal(map[string]any{"node": c.node, "path": ev.Path, "offset": ev.Offset, "n": tick.N, "generation": gen,
+				"start": start.UnixNano()})
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.effects, bytes.NewReader(body))
 			if err != nil {
 				return err
