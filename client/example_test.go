@@ -93,20 +93,27 @@ func ExampleStream_Read() {
 
 	s, _ := client.NewStream(base+"/v1/stream/read-"+fmt.Sprint(time.Now().UnixNano()), client.Config{})
 	s.Create(ctx, client.CreateOptions{ContentType: "text/plain", Data: []byte("hello ")})
-	go func() {
-		s.Append(ctx, []byte("world"))
-		s.Close(ctx, nil)
-	}()
-	// A live read ends when the stream is closed.
+	// A live read waits for what comes next and ends when the stream is closed. (Here the loop
+	// itself writes, after each chunk, so the chunks are the same on every run.)
 	for c, err := range s.Read(ctx, client.ReadOptions{Live: client.LiveLongPoll}) {
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Printf("%q closed=%v\n", c.Data, c.Closed)
+		switch string(c.Data) {
+		case "hello ":
+			s.Append(ctx, []byte("world"))
+		case "world":
+			s.Close(ctx, nil)
+		}
 		if c.Closed {
 			break
 		}
 	}
+	// Output:
+	// "hello " closed=false
+	// "world" closed=false
+	// "" closed=true
 }
 
 func ExampleStreamClosedError() {

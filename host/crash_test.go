@@ -30,9 +30,13 @@ import (
 //   - every acknowledged append (the child prints "ACK <keys>" only after Append returned) is in the
 //     log exactly once;
 //   - no batch is partly visible (each event carries its batch's id and size);
-//   - each processor's checkpoint is consistent with the log: its count equals the number of
-//     consumed durable events up to its cursor (nothing skipped, nothing reduced twice), and the
-//     next incarnation resumes from it.
+//   - each processor's checkpoint, when one was written, is consistent with the log: its count
+//     equals the number of consumed durable events up to its cursor (nothing skipped, nothing
+//     reduced twice);
+//
+// and, after the last round, that rounds acknowledged appends at all and that the next
+// incarnation resumes from the checkpoints: it catches up to the head and leaves a checkpoint
+// there that counts every consumed event once.
 
 const crashChildEnv = "FOLDSTREAM_CRASH_CHILD"
 
@@ -152,21 +156,109 @@ func TestCrashRecovery(t *testing.T) {
 		budget = 20 * time.Second
 	}
 	start := time.Now()
-	rounds := 0
+	rounds, ackedRounds := 0, 0
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for time.Since(start) < budget && rounds < 80 {
 		rounds++
 		killAfter := rng.IntN(400) // acks to wait for before the kill; 0 kills right after READY
-		n := runCrashChild(t, file, rounds, killAfter, rng, acked)
-		verifyCrashFile(t, file, acked, rounds, n)
+		roundAcked := runCrashChild(t, file, rounds, killAfter, rng, acked)
+		if len(roundAcked) > 0 {
+			ackedRounds++
+		}
+		verifyCrashFile(t, file, acked, rounds, roundAcked)
 	}
-	t.Logf("crash test: %d rounds, %d acknowledged events, %s", rounds, len(acked), time.Since(start).Round(time.Millisecond))
+	t.Logf("crash test: %d rounds (%d with acknowledged appends), %d acknowledged events, %s", rounds, ackedRounds, len(acked), time.Since(start).Round(time.Millisecond))
 	if rounds < 5 {
 		t.Fatalf("only %d rounds ran", rounds)
 	}
+	// The checks above are about acknowledged appends: a run in which the child was always killed
+	// before its first acknowledgement would have checked none.
+	if ackedRounds < 2 {
+		t.Fatalf("only %d of %d rounds acknowledged an append before the kill, want at least 2", ackedRounds, rounds)
+	}
+	verifyFinalCheckpoints(t, file, acked)
 }
 
-func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Rand, acked map[string]string) int {
+// verifyFinalCheckpoints opens the file once more, as the next incarnation after the last kill:
+// each processor catches up to the head of its stream and, once the host has shut down, its
+// checkpoint exists, is at the head, and counts every consumed event of the log once.
+func verifyFinalCheckpoints(t *testing.T, file string, acked map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := storeopen.Open(ctx, file, storeopen.Config{Store: stream.Config{Logger: quietLog}})
+	if err != nil {
+		t.Fatalf("final reopen: %v", err)
+	}
+	defer s.Close(context.Background())
+	h, err := host.New(s, host.Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range crashPaths {
+		if _, err := host.Register(ctx, h, p, newCrashCounter(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heads := map[string]int64{}
+	for _, p := range crashPaths {
+		events := readAllCrash(t, s, p, "final")
+		heads[p] = events[len(events)-1].Offset
+		if err := h.WaitUntilProcessed(ctx, p, "count", heads[p], time.Minute); err != nil {
+			t.Fatalf("final incarnation: %s not processed through %d: %v", p, heads[p], err)
+		}
+	}
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range crashPaths {
+		events := readAllCrash(t, s, p, "final")
+		as := 0
+		for _, e := range events {
+			if e.Type == "a" {
+				as++
+			}
+		}
+		cps, err := s.Events().Checkpoints(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, ok, err := cps.ReadCheckpoint(ctx, "count")
+		if err != nil || !ok || cp.State == nil {
+			t.Fatalf("final incarnation: %s has no checkpoint of count (%v, %v) after processing through %d", p, ok, err, heads[p])
+		}
+		var st crashState
+		if err := json.Unmarshal(cp.State, &st); err != nil {
+			t.Fatal(err)
+		}
+		if cp.ReducedThroughOffset < heads[p] || st.Count != as {
+			t.Fatalf("final incarnation: %s checkpoint at %d counts %d, want at least %d counting the log's %d consumed events", p, cp.ReducedThroughOffset, st.Count, heads[p], as)
+		}
+	}
+	if len(acked) == 0 {
+		t.Fatal("no append was acknowledged in any round")
+	}
+}
+
+// readAllCrash reads every event of the stream at path.
+func readAllCrash(t *testing.T, s *stream.Store, path, round string) []foldtype.Event {
+	t.Helper()
+	var events []foldtype.Event
+	for after := int64(0); ; {
+		p, err := s.Events().Stream(path).Read(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatalf("round %s: read %s: %v", round, path, err)
+		}
+		events = append(events, p.Events...)
+		if p.AtHead {
+			return events
+		}
+		after = p.ScannedThroughOffset
+	}
+}
+
+// runCrashChild runs one round: a child appending until it is killed. It returns the keys the child
+// acknowledged in this round (also added to acked, key → path).
+func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Rand, acked map[string]string) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.timeout=5m")
 	cmd.Env = append(os.Environ(), crashChildEnv+"="+file, "FOLDSTREAM_CRASH_ROUND="+strconv.Itoa(round))
@@ -182,6 +274,7 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	ready := false
 	n := 0
+	var roundAcked []string
 	var once sync.Once
 	kill := func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL) }) }
 	hang := time.AfterFunc(time.Minute, kill) // a child that never gets ready
@@ -206,6 +299,7 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 			f := strings.Fields(line)
 			for _, k := range f[2:] {
 				acked[k] = f[1]
+				roundAcked = append(roundAcked, k)
 			}
 			n++
 			if n >= killAfter {
@@ -221,10 +315,10 @@ func runCrashChild(t *testing.T, file string, round, killAfter int, rng *rand.Ra
 	if !ready {
 		t.Fatalf("round %d: the child never got ready", round)
 	}
-	return n
+	return roundAcked
 }
 
-func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, roundAcks int) {
+func verifyCrashFile(t *testing.T, file string, acked map[string]string, round int, roundAcked []string) {
 	t.Helper()
 	ctx := context.Background()
 	s, err := storeopen.Open(context.Background(), file, storeopen.Config{Store: stream.Config{Logger: quietLog}})
@@ -234,21 +328,8 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 	defer s.Close(context.Background())
 	seen := map[string]int{}
 	for _, path := range crashPaths {
-		var events []foldtype.Event
-		for after := int64(0); ; {
-			p, err := s.Events().Stream(path).Read(ctx, after, 1000)
-			if err != nil {
-				t.Fatalf("round %d: read %s: %v", round, path, err)
-			}
-			events = append(events, p.Events...)
-			if p.AtHead {
-				break
-			}
-			after = p.ScannedThroughOffset
-		}
+		events := readAllCrash(t, s, path, strconv.Itoa(round))
 		batches := map[string][2]int{} // batch → {seen, size}
-		count := map[int64]int{}       // cumulative "a" count by offset
-		as := 0
 		for _, e := range events {
 			if e.IdempotencyKey != "" {
 				seen[e.IdempotencyKey]++
@@ -262,10 +343,6 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 				b := batches[pl.Batch]
 				batches[pl.Batch] = [2]int{b[0] + 1, pl.Size}
 			}
-			if e.Type == "a" {
-				as++
-			}
-			count[e.Offset] = as
 		}
 		for id, b := range batches {
 			if b[0] != b[1] {
@@ -295,6 +372,12 @@ func verifyCrashFile(t *testing.T, file string, acked map[string]string, round, 
 			if st.Count != want {
 				t.Fatalf("round %d: %s checkpoint at %d counts %d, the log has %d consumed events up to it", round, path, cp.ReducedThroughOffset, st.Count, want)
 			}
+		}
+	}
+	// This round's acknowledged appends, then every earlier round's, are each in the log once.
+	for _, k := range roundAcked {
+		if seen[k] != 1 {
+			t.Fatalf("round %d: key %s, acknowledged in this round, present %d times, want 1", round, k, seen[k])
 		}
 	}
 	for k := range acked {

@@ -170,6 +170,8 @@ type carts struct {
 	effects map[string][]int64
 	waits   map[string]cartWait
 	heads   chan struct{} // when set, gets one send per eventless at-head pass
+	// onEffect, when set before the first event, is called after each effect is recorded.
+	onEffect func()
 }
 
 type cartWait struct {
@@ -201,6 +203,9 @@ func (p *carts) ProcessEvent(a *foldstream.ProcessEventArgs[cart]) error {
 			}
 		}
 		return nil
+	}
+	if p.onEffect != nil {
+		defer p.onEffect()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -248,4 +253,38 @@ func cartItems(t testing.TB, h *host.Host, path string) int {
 		t.Fatalf("snapshot of %s: %v", path, err)
 	}
 	return cartState(t, snap.State).Items
+}
+
+// itemOffsets returns the offsets of the "item" events in the stream at path, in order: the
+// events a carts processor runs one effect for each.
+func itemOffsets(t testing.TB, s *stream.Store, path string) []int64 {
+	t.Helper()
+	var out []int64
+	for after := int64(0); ; {
+		page, err := s.Events().Stream(path).Read(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		for _, e := range page.Events {
+			if e.Type == "item" {
+				out = append(out, e.Offset)
+			}
+		}
+		if page.AtHead {
+			return out
+		}
+		after = page.ScannedThroughOffset
+	}
+}
+
+// wantEachOnce fails unless got (the offsets effects ran for, in any order) holds every offset of
+// want exactly once and nothing else: a repeat, a miss or a stray all show, wherever they fall.
+func wantEachOnce(t testing.TB, what string, got, want []int64) {
+	t.Helper()
+	g, w := slices.Clone(got), slices.Clone(want)
+	slices.Sort(g)
+	slices.Sort(w)
+	if !slices.Equal(g, w) {
+		t.Fatalf("%s: effects ran for offsets %v (sorted %v), want each of %v once", what, got, g, w)
+	}
 }

@@ -87,7 +87,7 @@ func (s *Server) servesExtra(p string) bool {
 // stream information go through the origin check and Config.Authorize like every read (OpList on
 // the prefix, OpRead on the stream); the console's files hold no data and need no credentials.
 func (s *Server) serveExtra(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if !readOnly(r.Method) {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, "this route only reads: use GET")
 		return

@@ -9,3 +9,20 @@ func (s *Server) LiveHubs() int {
 	defer s.live.mu.Unlock()
 	return len(s.live.hubs)
 }
+
+// Route is one route the server serves: a method, a path pattern ({stream}, {slug}, {id}, {name}
+// stand for path segments) and the operation Config.Authorize sees ("" for a route that needs no
+// credentials).
+type Route struct {
+	Method, Pattern string
+	Op              Operation
+}
+
+// Routes returns every route s serves, from the server's own routing tables (routes.go).
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.routes() {
+		out = append(out, Route{r.method, r.pattern, r.op})
+	}
+	return out
+}

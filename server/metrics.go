@@ -307,7 +307,7 @@ func boolGauge(b bool) float64 {
 // serveHealth answers HealthPath and ReadyPath: GET or HEAD, no credentials, no Host check (load
 // balancers probe by address). They reveal nothing but whether the server (and its store) answer.
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if !readOnly(r.Method) {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeCoded(w, foldtype.CodeMethodNotAllowed, "health routes only read: use GET", 0)
 		return
@@ -342,7 +342,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 
 // serveMetrics answers MetricsPath: a read like any route (OpMetrics on "/").
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if !readOnly(r.Method) {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeCoded(w, foldtype.CodeMethodNotAllowed, "metrics only read: use GET", 0)
 		return

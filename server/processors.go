@@ -55,7 +55,7 @@ type ProcessorProgress interface {
 // which the answer is always 504 with Foldstream-Error-Code PROCESS_TIMEOUT and the processor's
 // offset in Foldstream-Processor-Offset.
 func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest string) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if !readOnly(r.Method) {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, "processors are read-only: use GET")
 		return

@@ -26,13 +26,8 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest stri
 	// that names no route.
 	op, authPath := OpRead, "/__ds/"+rest
 	switch {
-	case isSub && id != "" && (sub == "callback" || sub == "ack" || sub == "release"):
-		op, authPath = OpWake, "/__ds/subscriptions/"+id
 	case isSub && id != "":
-		authPath = "/__ds/subscriptions/" + id
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			op = OpSubscribe
-		}
+		op, authPath = subscriptionOp(sub, r.Method), "/__ds/subscriptions/"+id
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		op = OpSubscribe
 	}
@@ -43,7 +38,7 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest stri
 		return
 	}
 	if rest == "jwks.json" {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if !readOnly(r.Method) {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed: GET the key set")
 			return
@@ -55,59 +50,110 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request, rest stri
 		writeError(w, http.StatusNotFound, "reserved path: the subscription APIs are "+s.cfg.Prefix+"__ds/subscriptions/<id> and "+s.cfg.Prefix+"__ds/jwks.json")
 		return
 	}
-	method := func(m string) bool {
-		if r.Method != m {
-			w.Header().Set("Allow", m)
-			writeError(w, http.StatusMethodNotAllowed, "method not allowed: use "+m)
-			return false
+	// The route table decides: a path it has no route for is 404, a method it has no route for is
+	// 405 with the methods it has.
+	var allowed []string
+	for _, rt := range subscriptionRoutes {
+		rest, ok := rt.match(sub)
+		if !ok {
+			continue
 		}
-		return true
+		if rt.method == r.Method {
+			rt.serve(s, w, r, id, rest)
+			return
+		}
+		allowed = append(allowed, rt.method)
+	}
+	if len(allowed) == 0 {
+		writeError(w, http.StatusNotFound, "no subscription route "+quoteHeader(sub))
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	writeError(w, http.StatusMethodNotAllowed, "method not allowed: use "+strings.Join(allowed, " or "))
+}
+
+// subscriptionOp is the operation Config.Authorize sees for a request to the path sub after a
+// subscription id: its route's; for a method the path has no route for, a wake's when the path is
+// a wake's (callback, ack, release), else a read (GET, HEAD) or a change of the subscription.
+func subscriptionOp(sub, method string) Operation {
+	wake := false
+	for _, rt := range subscriptionRoutes {
+		if _, ok := rt.match(sub); ok {
+			if rt.method == method {
+				return rt.op
+			}
+			wake = wake || rt.op == OpWake
+		}
 	}
 	switch {
-	case sub == "":
-		switch r.Method {
-		case http.MethodPut:
-			s.handlePutSubscription(w, r, id)
-		case http.MethodGet:
-			s.handleGetSubscription(w, r, id)
-		case http.MethodDelete:
-			if err := s.st.Protocol().DeleteSubscription(r.Context(), id); err != nil {
-				s.writeSubError(w, r, err)
-				return
-			}
-			s.subs.forget(id)
-			w.WriteHeader(http.StatusNoContent)
-		default:
-			w.Header().Set("Allow", "GET, PUT, DELETE")
-			writeError(w, http.StatusMethodNotAllowed, "method not allowed: GET, PUT or DELETE a subscription")
-		}
-	case sub == "streams":
-		if method(http.MethodPost) {
-			s.handleAddStreams(w, r, id)
-		}
-	case strings.HasPrefix(sub, "streams/"):
-		if method(http.MethodDelete) {
-			if err := s.st.Protocol().RemoveSubscriptionStream(r.Context(), id, strings.TrimPrefix(sub, "streams/")); err != nil {
-				s.writeSubError(w, r, err)
-				return
-			}
-			w.WriteHeader(http.StatusNoContent)
-		}
-	case sub == "claim":
-		if method(http.MethodPost) {
-			s.handleClaim(w, r, id)
-		}
-	case sub == "callback" || sub == "ack":
-		if method(http.MethodPost) {
-			s.handleAck(w, r, id, sub == "callback")
-		}
-	case sub == "release":
-		if method(http.MethodPost) {
-			s.handleRelease(w, r, id)
-		}
-	default:
-		writeError(w, http.StatusNotFound, "no subscription route "+quoteHeader(sub))
+	case wake:
+		return OpWake
+	case method == http.MethodGet || method == http.MethodHead:
+		return OpRead
 	}
+	return OpSubscribe
+}
+
+// subscriptionRoute is one route under {prefix}__ds/subscriptions/<id>: sub is the path after the
+// id ("" for the subscription itself; one ending in "/" takes one name after it, passed to serve
+// as rest), method its method, op the operation Config.Authorize sees (serveReserved).
+type subscriptionRoute struct {
+	sub    string
+	method string
+	op     Operation
+	serve  func(s *Server, w http.ResponseWriter, r *http.Request, id, rest string)
+}
+
+// match reports whether the route serves the path sub after the subscription id, and what
+// follows the route's own path.
+func (rt subscriptionRoute) match(sub string) (rest string, ok bool) {
+	if prefix, takesName := strings.CutSuffix(rt.sub, "/"); takesName {
+		rest, ok = strings.CutPrefix(sub, prefix+"/")
+		return rest, ok && rest != ""
+	}
+	return "", sub == rt.sub
+}
+
+// subscriptionRoutes are every route of the subscription APIs, in the order their methods are
+// offered in an Allow header. A route is served only when it is listed here, and the tests walk
+// this list (export_test.go), so a route added here is one the auth tests must cover.
+var subscriptionRoutes = []subscriptionRoute{
+	{sub: "", method: http.MethodGet, op: OpRead, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handleGetSubscription(w, r, id)
+	}},
+	{sub: "", method: http.MethodPut, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handlePutSubscription(w, r, id)
+	}},
+	{sub: "", method: http.MethodDelete, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		if err := s.st.Protocol().DeleteSubscription(r.Context(), id); err != nil {
+			s.writeSubError(w, r, err)
+			return
+		}
+		s.subs.forget(id)
+		w.WriteHeader(http.StatusNoContent)
+	}},
+	{sub: "streams", method: http.MethodPost, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handleAddStreams(w, r, id)
+	}},
+	{sub: "streams/", method: http.MethodDelete, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, stream string) {
+		if err := s.st.Protocol().RemoveSubscriptionStream(r.Context(), id, stream); err != nil {
+			s.writeSubError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}},
+	{sub: "claim", method: http.MethodPost, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handleClaim(w, r, id)
+	}},
+	{sub: "callback", method: http.MethodPost, op: OpWake, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handleAck(w, r, id, true)
+	}},
+	{sub: "ack", method: http.MethodPost, op: OpWake, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handleAck(w, r, id, false)
+	}},
+	{sub: "release", method: http.MethodPost, op: OpWake, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
+		s.handleRelease(w, r, id)
+	}},
 }
 
 // writeSubError answers a refusal in the subscription APIs' JSON shape:

@@ -49,6 +49,9 @@ type hookRequest struct {
 type receiver struct {
 	url string
 	got chan hookRequest
+	// close stops the receiver once every request it is serving has been answered (what it got
+	// is on got by then); later deliveries fail to connect.
+	close func()
 }
 
 func newReceiver(t testing.TB, answer func(n int, w http.ResponseWriter)) *receiver {
@@ -69,7 +72,9 @@ func newReceiver(t testing.TB, answer func(n int, w http.ResponseWriter)) *recei
 		rc.got <- h
 		answer(k, w)
 	}))
-	t.Cleanup(ts.Close)
+	var once sync.Once
+	rc.close = func() { once.Do(ts.Close) }
+	t.Cleanup(rc.close)
 	rc.url = ts.URL + "/hook"
 	return rc
 }
@@ -587,6 +592,32 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 	}
 	if holder := deliveryHolder(t, b.st); holder != "node-b" {
 		t.Fatalf("delivery lease held by %q after node-a died, want node-b", holder)
+	}
+	// Each wake once, judged when nothing more can arrive: the subscription's deliveries are sent
+	// one at a time, so once a later wake (a sentinel's) is delivered, the deliverer is done with
+	// every earlier one; then both nodes are stopped, and the receiver, closed, has answered every
+	// request it got (what it got is on rc.got by then).
+	seen[h.payload.WakeID] = true
+	putStream(t, b.url, "events/sentinel", `{"n":1}`)
+	for {
+		h := driveUntilDelivered(t, clock, rc)
+		if seen[h.payload.WakeID] {
+			t.Fatalf("wake %s delivered again (%s) after it was delivered and acked", h.payload.WakeID, h.raw)
+		}
+		seen[h.payload.WakeID] = true
+		if strings.Contains(string(h.raw), `"events/sentinel"`) {
+			break
+		}
+	}
+	b.close()
+	rc.close()
+	for {
+		select {
+		case h := <-rc.got:
+			t.Fatalf("wake %s delivered again (%s) after it was delivered and acked", h.payload.WakeID, h.raw)
+		default:
+			return
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,6 +103,11 @@ func TestCloseReleasesTheDatabaseFiles(t *testing.T) {
 	t.Parallel()
 	s, dir := openStoreWithOneEvent(t)
 	mustRead(t, s, "/f", 0, 10, readOptions{})
+	// The positive control: while the store is open, the detector sees its database file open
+	// (else an empty answer after Close would prove nothing).
+	if open := openFilesUnder(t, dir); !slices.Contains(open, filepath.Join(dir, "s.db")) {
+		t.Fatalf("while the store is open, the files open under %s are %q, want s.db among them", dir, open)
+	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -71,15 +71,19 @@ func (p *Proxy) serve() {
 	}
 }
 
-// Cut drops every connection through the proxy and refuses new ones until Restore.
-func (p *Proxy) Cut() {
+// Cut drops every connection through the proxy and refuses new ones until Restore. It returns how
+// many client connections the proxy had let through since the last Cut (the ones it dropped, and
+// any that had ended by themselves).
+func (p *Proxy) Cut() (cut int) {
 	p.down.Store(true)
 	p.mu.Lock()
 	for _, c := range p.conns {
 		c.Close()
 	}
+	cut = len(p.conns) / 2 // each connection is the client's side and the server's
 	p.conns = nil
 	p.mu.Unlock()
+	return cut
 }
 
 // pipe copies src to dst, holding what it reads while the proxy is stalled. It returns when src

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -40,17 +41,22 @@ func openWriter(t *testing.T) (*pgdriver.Driver, driver.Writer) {
 	return d, w
 }
 
+// TestMigrateConcurrentNodesApplyEachVersionOnce: four nodes migrating one fresh schema at once
+// apply each version once between them. The applications are counted as they happen (each node
+// logs every version it applied), not from the migrations table, whose primary key would hide a
+// second application that did not fail.
 func TestMigrateConcurrentNodesApplyEachVersionOnce(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	ctx := context.Background()
+	applied := &appliedVersions{}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url})
+			d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: slog.New(applied)})
 			if err != nil {
 				errs <- err
 				return
@@ -74,6 +80,43 @@ func TestMigrateConcurrentNodesApplyEachVersionOnce(t *testing.T) {
 	if n != latest || latest < 1 {
 		t.Fatalf("migrations recorded: got %d rows for versions up to %d, want each version once", n, latest)
 	}
+	applied.mu.Lock()
+	defer applied.mu.Unlock()
+	for v := 1; v <= latest; v++ {
+		if applied.n[int64(v)] != 1 {
+			t.Errorf("version %d applied %d times by the four nodes, want once (applications: %v)", v, applied.n[int64(v)], applied.n)
+		}
+	}
+	if len(applied.n) != latest {
+		t.Errorf("applications %v, want versions 1..%d", applied.n, latest)
+	}
+}
+
+// appliedVersions is a slog handler counting the "applied schema migration" records by version.
+type appliedVersions struct {
+	mu sync.Mutex
+	n  map[int64]int
+}
+
+func (a *appliedVersions) Enabled(context.Context, slog.Level) bool { return true }
+func (a *appliedVersions) WithAttrs([]slog.Attr) slog.Handler       { return a }
+func (a *appliedVersions) WithGroup(string) slog.Handler            { return a }
+func (a *appliedVersions) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "applied schema migration") {
+		return nil
+	}
+	r.Attrs(func(at slog.Attr) bool {
+		if at.Key == "version" {
+			a.mu.Lock()
+			if a.n == nil {
+				a.n = map[int64]int{}
+			}
+			a.n[at.Value.Int64()]++
+			a.mu.Unlock()
+		}
+		return true
+	})
+	return nil
 }
 
 func TestMigrateRefusesNewerSchema(t *testing.T) {
