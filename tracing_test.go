@@ -19,7 +19,9 @@ type traced struct {
 	tracer trace.Tracer
 }
 
-func (traced) Reduce(a foldstream.ReduceArgs[struct{}]) (struct{}, bool, error) { return a.State, false, nil }
+func (traced) Reduce(a foldstream.ReduceArgs[struct{}]) (struct{}, bool, error) {
+	return a.State, false, nil
+}
 
 func (p traced) ProcessEvent(a *foldstream.ProcessEventArgs[struct{}]) error {
 	if a.Event == nil {

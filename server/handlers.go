@@ -472,6 +472,23 @@ func (s *Server) serveLongPoll(w http.ResponseWriter, r *http.Request, name stri
 		case <-s.stopping: // shutting down: answer as a timeout, the client polls again
 		case <-timer.C:
 		}
+		if !s.st.Driver().Exclusive() {
+			// On a shared database this node hears of other nodes' commits by notification, which
+			// may still be on its way (or lost with a connection the node does not yet know is
+			// dead): before claiming Stream-Up-To-Date, confirm the tail with the database itself,
+			// so a client never stops reading short of an append another node acknowledged
+			// (docs/postgres.md#live-reads). One read per long-poll that ran out.
+			res, err = s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes})
+			if err != nil {
+				s.writeStoreError(w, r, err)
+				return
+			}
+			if res.Count > 0 || res.Next > after {
+				lw.deadline()
+				s.writeData(w, r, after, res, nextCursor(s.cfg.Clock.Now(), q.cursor))
+				return
+			}
+		}
 		out.Set(wire.HeaderStreamNextOffset, FormatOffset(res.Next))
 		out.Set(wire.HeaderStreamUpToDate, "true")
 		out.Set(wire.HeaderStreamCursor, nextCursor(s.cfg.Clock.Now(), q.cursor))

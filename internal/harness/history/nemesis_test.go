@@ -94,15 +94,6 @@ func startLoadNamed(t *testing.T, prefix string, targets ...string) *load {
 	return startLoadWith(t, func(w *history.Workload) { w.Prefix = prefix }, targets...)
 }
 
-// noLongPolls leaves long-polls out of a load on several nodes: a node answers them from its tail
-// cache, which follows other nodes' commits by notification, so a long-poll can claim
-// Stream-Up-To-Date short of an append another node has acknowledged — for milliseconds
-// normally, for seconds while the node's database answers are lost (the open fault that
-// TestALongPollOnANodeWhoseDatabaseAnswersAreLostClaimsNoStaleTail reproduces and
-// docs/reliability.md describes). With them these tests would fail now and then until that is
-// decided; the soak keeps them.
-func noLongPolls(w *history.Workload) { w.NoLongPoll = true }
-
 // startLoadWith is startLoad with the workload changed by set.
 func startLoadWith(t *testing.T, set func(*history.Workload), targets ...string) *load {
 	t.Helper()
@@ -211,7 +202,7 @@ func TestHistoryStaysLinearizableWhenPostgresRestartsImmediatelyUnderLoad(t *tes
 	t.Parallel()
 	srv := pgtest.StartServer(t)
 	a, b := startNode(t, srv.URL()), startNode(t, srv.URL())
-	l := startLoadWith(t, noLongPolls, a.URL(), b.URL())
+	l := startLoad(t, a.URL(), b.URL())
 	l.progress("appends before the restart", 30)
 	before, errs := postmasterStart(t, srv.URL()), l.w.TotalErrors()
 	srv.Restart("immediate")
@@ -234,7 +225,7 @@ func TestHistoryStaysLinearizableWhenANodeLosesPostgres(t *testing.T) {
 	viaProxy := *u
 	viaProxy.Host = p.Addr()
 	a, b := startNode(t, viaProxy.String()), startNode(t, db)
-	l := startLoadWith(t, noLongPolls, a.URL(), b.URL())
+	l := startLoad(t, a.URL(), b.URL())
 	l.progress("appends before the cut", 30)
 
 	// Connections closed and refused.
@@ -284,7 +275,7 @@ func TestHistoryStaysLinearizableWhenANodeOfTwoOnPostgresIsKilledAndRestarted(t 
 	t.Parallel()
 	db := pgtest.URL(t)
 	a, b := startNode(t, db), startNode(t, db)
-	killAndRestart(t, startLoadWith(t, noLongPolls, a.URL(), b.URL()), a, 0)
+	killAndRestart(t, startLoad(t, a.URL(), b.URL()), a, 0)
 }
 
 // killAndRestart SIGKILLs node n (the load's target i) twice under load, starting it again after
