@@ -61,7 +61,10 @@ func sseControl(b *bytes.Buffer, next int64, cursor string, upToDate, closed boo
 // event and then the end; connections cycled after SSEMaxDuration.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q readQuery) {
 	ctx := r.Context()
-	first, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.LiveChunkBytes, Watch: true})
+	// The first answer may claim upToDate: on a shared database it reads the database, not the
+	// tail cache, which follows other nodes' commits by notification (docs/postgres.md#live-reads).
+	shared := !s.st.Driver().Exclusive()
+	first, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: q.after, AtTail: q.now, MaxBytes: s.cfg.LiveChunkBytes, Watch: true, Fresh: shared})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -102,6 +105,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 	after := q.after
 	res := first
 	sentAny := false
+	haveFresh := false // res is a confirming read's data, not a watched read's
 	if q.now {
 		after = res.Next
 	}
@@ -160,6 +164,19 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 				case <-s.stopping:
 					return
 				case <-keepAlive.C:
+					if shared {
+						// Before claiming upToDate again, confirm the tail with the database: a
+						// notification may be late, or lost with a connection this node does not
+						// yet know is dead.
+						fresh, err := s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes})
+						if err != nil {
+							return // the database does not answer: end the connection, the client reconnects
+						}
+						if fresh.Count > 0 || fresh.Next > after {
+							res, haveFresh = fresh, true
+							break wait
+						}
+					}
 					cursor = nextCursor(s.cfg.Clock.Now(), cursor)
 					sseControl(&buf, res.Next, cursor, true, false)
 					if !send() {
@@ -173,6 +190,10 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, name string, q
 		case <-deadline.C:
 			return
 		default:
+		}
+		if haveFresh {
+			haveFresh = false // the confirming read's data: send it, then watch again
+			continue
 		}
 		var err error
 		res, err = s.st.Protocol().ReadRecords(ctx, stream.ReadRequest{Path: name, After: after, MaxBytes: s.cfg.LiveChunkBytes, Watch: true, Buf: rbuf})

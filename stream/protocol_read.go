@@ -23,6 +23,10 @@ type ReadRequest struct {
 	// Watch asks for a channel closed at the next commit touching the stream, taken before the
 	// read so no commit is missed.
 	Watch bool
+	// Fresh reads the database even when the tail cache holds the position (with Watch too): for
+	// a claim that the answer is the tail, which on a shared database the cache can make a few
+	// milliseconds late (it follows other nodes' commits by notification).
+	Fresh bool
 	// Buf, when not nil, is the memory the answer's Body is built in (from its start; it grows
 	// when too small): a caller reading page after page passes the last page's Body[:0] and
 	// allocates once. The Body of an earlier read that used the same memory is overwritten.
@@ -58,7 +62,7 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 		req.MaxBytes = DefaultReadMaxBytes
 	}
 	now := s.clock.Now()
-	if req.Watch {
+	if req.Watch && !req.Fresh {
 		// A live read: from the tail cache when it holds the position (tailcache.go).
 		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
 			return res, err
