@@ -31,6 +31,7 @@ func TestPostgresCommitsFailingWhileOthersAreInFlightFailOnlyTheirOwnWrites(t *t
 		d.Close()
 		t.Fatal(err)
 	}
+	heldA := heldBackOn(s, "/a") // set before any write: the writer reads it after
 	t.Cleanup(func() { s.Close(context.Background()) })
 	for _, p := range []string{"/a", "/c", "/d", "/e"} {
 		if _, err := s.Events().Stream(p).Append(ctx, foldtype.EventInput{Type: "seed"}); err != nil {
@@ -88,7 +89,10 @@ func TestPostgresCommitsFailingWhileOthersAreInFlightFailOnlyTheirOwnWrites(t *t
 	e := appendTo("/e", "t")
 	committed("a group after both committing while theirs are on their way", "/e", 2)
 	after := appendTo("/a", "after")
-	time.Sleep(50 * time.Millisecond)
+	// Proof that the append reached the writer and was held back behind /a's group (it runs again
+	// only once that group's commit is known): an append answered early is never held back, and
+	// the wait fails.
+	heldBack(t, heldA)
 	select {
 	case a := <-after:
 		t.Fatalf("the append to /a was answered (%v, %v) before the commit of the group it follows was known", a.evs, a.err)
@@ -182,5 +186,30 @@ func holdCommitsMarked(t *testing.T, admin *pgx.Conn, url, schema string) (relea
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// heldBackOn returns a channel told each time a write to path is held back behind a group whose
+// commit is on its way (Store.heldBack).
+func heldBackOn(s *Store, path string) chan struct{} {
+	ch := make(chan struct{}, 64)
+	s.heldBack = func(p string) {
+		if p == path {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return ch
+}
+
+// heldBack waits until held was told, within a deadline wide enough for a loaded machine.
+func heldBack(t *testing.T, held chan struct{}) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the append was not held back behind the group whose commit is on its way")
 	}
 }

@@ -37,6 +37,7 @@ func appendEventAsync(ctx context.Context, s *Store, path, typ string) chan even
 func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *testing.T) {
 	url := pgtest.URL(t)
 	s := openPGStore(t, url)
+	heldA := heldBackOn(s, "/a") // set before any write: the writer reads it after
 	ctx := context.Background()
 	// /c and /d are seeded by another node, so this one has no entry of them to rely on: the next
 	// group reads their rows under their locks while the first commits (an entry of its own would
@@ -94,6 +95,9 @@ func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *t
 	// The next group is built meanwhile: it holds /c's stream lock before the commit is known.
 	pollLocks("the next group holding /c's lock while the first group commits",
 		`granted AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = 2`, int64(streamLockClass(schema)), int64(uint32(int32(cID))))
+	// Proof that the append to /a reached the writer and was held back behind the committing
+	// group (it runs again only once that commit is known): one answered early is never held back.
+	heldBack(t, heldA)
 	select {
 	case a := <-after:
 		t.Fatalf("the append to /a was answered (%v, %v) before the commit of the group it follows was known", a.evs, a.err)

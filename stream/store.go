@@ -107,14 +107,17 @@ type Store struct {
 	events   *Events   // the event face (faces.go)
 	protocol *Protocol // the protocol face (faces.go)
 
-	check      appendChecks // SetAppendCheck
-	path       string
-	opts       Config
-	clock      foldtype.Clock
-	log        *slog.Logger
-	drv        driver.Driver
-	health     commitHealth
-	exclusive  bool // drv.Exclusive(): the writer's stream cache is authoritative
+	check     appendChecks // SetAppendCheck
+	path      string
+	opts      Config
+	clock     foldtype.Clock
+	log       *slog.Logger
+	drv       driver.Driver
+	health    commitHealth
+	exclusive bool // drv.Exclusive(): the writer's stream cache is authoritative
+	// heldBack, when set (by this package's tests only), is told the path of every write held
+	// back because its stream is in a group whose commit is on its way (errInflight).
+	heldBack   func(path string)
 	writes     chan *writeReq
 	stopListen func()
 	// answers counts the writer's rounds of answers (writer.go): a write notes the count when it

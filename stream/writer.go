@@ -1228,6 +1228,9 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			t.g.deferred = make(map[string]bool)
 		}
 		t.g.deferred[path] = true
+		if h := t.s.heldBack; h != nil {
+			h(path)
+		}
 		return nil, errInflight
 	}
 	if m, ok := t.staged[path]; ok {
