@@ -55,8 +55,12 @@ type ProcessorProgress interface {
 // which the answer is always 504 with Foldstream-Error-Code PROCESS_TIMEOUT and the processor's
 // offset in Foldstream-Processor-Offset.
 func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest string) {
+	if r.Method == http.MethodPost {
+		s.serveProcessorOp(w, r, rest) // server/ops.go
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
+		w.Header().Set("Allow", "GET, HEAD, POST, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, "processors are read-only: use GET")
 		return
 	}
