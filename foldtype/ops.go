@@ -2,18 +2,25 @@ package foldtype
 
 import "context"
 
-type operatorAuthKey struct{}
-
-// WithOperatorAuthorization returns ctx carrying the Authorization header of an operator's
-// request (docs/operations.md). A host that runs the verb on another node passes it on, so that
-// node authorizes the same token.
-func WithOperatorAuthorization(ctx context.Context, authorization string) context.Context {
-	return context.WithValue(ctx, operatorAuthKey{}, authorization)
+// OperatorRequest is what a node keeps of an operator's request (docs/operations.md) to pass it
+// on when the verb runs on another node: that node authorizes the same credentials and audits
+// the same reason.
+type OperatorRequest struct {
+	// Authorization is the request's Authorization header.
+	Authorization string
+	// Reason is the operator's reason, as given.
+	Reason string
 }
 
-// OperatorAuthorization returns the Authorization header WithOperatorAuthorization put in ctx,
-// or "".
-func OperatorAuthorization(ctx context.Context) string {
-	a, _ := ctx.Value(operatorAuthKey{}).(string)
-	return a
+type operatorRequestKey struct{}
+
+// WithOperatorRequest returns ctx carrying r.
+func WithOperatorRequest(ctx context.Context, r OperatorRequest) context.Context {
+	return context.WithValue(ctx, operatorRequestKey{}, r)
+}
+
+// OperatorRequestOf returns the OperatorRequest WithOperatorRequest put in ctx, or the zero value.
+func OperatorRequestOf(ctx context.Context) OperatorRequest {
+	r, _ := ctx.Value(operatorRequestKey{}).(OperatorRequest)
+	return r
 }

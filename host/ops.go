@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Operator verbs (docs/operations.md): transitions of a processor's failure state that an
@@ -20,10 +21,11 @@ import (
 // next retry with the backoff that attempt count gives. RetryNow returns once the attempt is
 // started, not when it ends; the processor's status tells how it went.
 //
-// A processor that is not failing fails with CONFLICT. A processor another node runs is asked of
-// that node when its lease names an address (with the caller's Authorization header, which the
-// server puts in ctx with foldtype.WithOperatorAuthorization); otherwise RetryNow fails with CONFLICT
-// naming the node.
+// A processor that is not failing fails with CONFLICT. A processor another node runs — also one
+// this node has no registration for — is asked of that node when its lease names an address, with
+// the caller's Authorization header and reason (which the server puts in ctx with
+// foldtype.WithOperatorRequest); when it names none, RetryNow fails with CONFLICT naming
+// the node.
 func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 	key := procKey{path, slug}
 	h.mu.Lock()
@@ -31,10 +33,7 @@ func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 		h.mu.Unlock()
 		return ErrShutdown
 	}
-	if reg := h.registrationFor(path, slug); reg == nil {
-		h.mu.Unlock()
-		return notRegistered(path, slug)
-	}
+	reg := h.registrationFor(path, slug)
 	sl := h.slots[key]
 	if sl != nil && sl.state == slotOpen && h.slots[key] == sl {
 		if sl.failing == nil {
@@ -54,14 +53,39 @@ func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 		return nil
 	}
 	h.mu.Unlock()
-	if l, ok := h.leases.owner(key); ok && l.Live && l.Holder != h.leases.node && time.Now().Before(l.Expires) {
+	l, ok, err := h.ownerOf(ctx, key)
+	if err != nil {
+		return err
+	}
+	if ok && l.Live && l.Holder != h.leases.node && time.Now().Before(l.Expires) {
 		if !h.forwardable(l) {
 			return foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": path, "slug": slug, "node": l.Holder},
 				"host: processor %q on %q runs on node %s, which gives no address to ask: retry it there", slug, path, l.Holder)
 		}
 		return h.forwardOp(ctx, l.Addr, path, slug, "retry")
 	}
+	if reg == nil {
+		return notRegistered(path, slug)
+	}
 	return notFailing(path, slug)
+}
+
+// ownerOf returns the live lease of key: from this node's view of the leases, or, for a processor
+// it does not follow (not registered here), from the database.
+func (h *Host) ownerOf(ctx context.Context, key procKey) (driver.Lease, bool, error) {
+	if l, ok := h.leases.owner(key); ok {
+		return l, true, nil
+	}
+	ls, err := h.leases.drv.Leases(ctx, driver.LeaseQuery{Prefix: leasePrefix, Keys: []string{leaseKey(key)}, Live: true})
+	if err != nil {
+		return driver.Lease{}, false, err
+	}
+	for _, l := range ls {
+		if l.Key == leaseKey(key) {
+			return l, true, nil
+		}
+	}
+	return driver.Lease{}, false, nil
 }
 
 // notFailing is the CONFLICT of a verb that needs a failing processor.
@@ -71,16 +95,20 @@ func notFailing(path, slug string) error {
 }
 
 // forwardOp asks the owner at addr to run verb op on the processor: POST on its processor route
-// with ?op=op.
+// with ?op=op, passing on the operator's Authorization and reason.
 func (h *Host) forwardOp(ctx context.Context, addr, path, slug, op string) error {
-	u := addr + (&url.URL{Path: strings.TrimRight(h.cfg.ProcessorPrefix, "/") + "/" + slug + path}).EscapedPath() +
-		"?" + url.Values{"op": {op}}.Encode()
+	or := foldtype.OperatorRequestOf(ctx)
+	q := url.Values{"op": {op}}
+	if or.Reason != "" {
+		q.Set("reason", or.Reason)
+	}
+	u := addr + (&url.URL{Path: strings.TrimRight(h.cfg.ProcessorPrefix, "/") + "/" + slug + path}).EscapedPath() + "?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
 		return fmt.Errorf("host: ask the owner: %w", err)
 	}
-	if a := foldtype.OperatorAuthorization(ctx); a != "" {
-		req.Header.Set("Authorization", a)
+	if or.Authorization != "" {
+		req.Header.Set("Authorization", or.Authorization)
 	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {

@@ -67,9 +67,7 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
 	defer cancel()
-	if a := r.Header.Get("Authorization"); a != "" {
-		ctx = foldtype.WithOperatorAuthorization(ctx, a)
-	}
+	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason})
 	err = run(ctx)
 	actor := ""
 	if who != nil {
