@@ -45,7 +45,14 @@ func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 			h.mu.Unlock()
 			return nil
 		}
-		sl.stopRetryLocked()
+		stopped := sl.retryStop()
+		sl.retryStop = nil
+		if !stopped {
+			// The armed retry fired already and its attempt is about to run: that is the one
+			// asked for. Starting another would run two attempts at once.
+			h.mu.Unlock()
+			return nil
+		}
 		// The record says now: the status shows the attempt as due at once.
 		sl.failing.NextRetry = h.clock.Now()
 		h.mu.Unlock()
