@@ -95,7 +95,12 @@ func ListStreams(ctx context.Context, baseURL string, o ListOptions) (StreamPage
 // into out; any other answer is the server's coded error (parseMsg names a body that does not
 // decode). It does not retry.
 func getJSON(ctx context.Context, op, u string, o ListOptions, out any, parseMsg string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	return sendJSON(ctx, http.MethodGet, op, u, o, out, parseMsg)
+}
+
+// sendJSON is getJSON with another method (a POST without a body).
+func sendJSON(ctx context.Context, method, op, u string, o ListOptions, out any, parseMsg string) error {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return &Error{Code: CodeInvalidArgument, Op: op, URL: u, Err: err}
 	}

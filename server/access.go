@@ -299,6 +299,8 @@ func opVerb(op Operation) string {
 		return "delete streams"
 	case OpRead, OpProcessorRead, OpList:
 		return "read"
+	case OpProcessorOps:
+		return "operate processors"
 	}
 	return "use this method"
 }

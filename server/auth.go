@@ -38,11 +38,15 @@ const (
 	// OpWake is a wake's callback, ack or release: the request's bearer token is the wake's own
 	// token, which the subscription checks; the path is "/__ds/subscriptions/<id>".
 	OpWake Operation = "wake"
+	// OpProcessorOps runs an operator's verb on a processor (POST under Config.ProcessorPrefix with
+	// ?op=, docs/operations.md); the path is the stream the processor runs on. Of BearerTokens,
+	// only an ops-scoped token may.
+	OpProcessorOps Operation = "processor-ops"
 )
 
 // Writes reports whether op changes data (append, create, delete).
 func (op Operation) Writes() bool {
-	return op == OpAppend || op == OpCreate || op == OpDelete || op == OpSubscribe || op == OpWake
+	return op == OpAppend || op == OpCreate || op == OpDelete || op == OpSubscribe || op == OpWake || op == OpProcessorOps
 }
 
 // AuthorizeFunc decides whether request r may perform op on the stream at path (the store path,
@@ -63,8 +67,11 @@ type Scope string
 const (
 	// ScopeRead allows OpRead, OpProcessorRead, OpList and OpMetrics.
 	ScopeRead Scope = "read"
-	// ScopeReadWrite allows every operation.
+	// ScopeReadWrite allows every operation but OpProcessorOps.
 	ScopeReadWrite Scope = "read-write"
+	// ScopeOps allows what ScopeRead allows and OpProcessorOps: an operator's token, which may
+	// pause, retry or skip a processor but not write to streams.
+	ScopeOps Scope = "ops"
 )
 
 // MinTokenLength is the shortest bearer token BearerTokens accepts (16 characters).
@@ -86,7 +93,7 @@ type bearerToken struct {
 }
 
 // ParseBearerTokens reads tokens, one per line: a name (letters, digits, '.', '_', '-', '@'),
-// a scope ("read" or "read-write") and the token itself (at least MinTokenLength characters of
+// a scope ("read", "read-write" or "ops") and the token itself (at least MinTokenLength characters of
 // A–Z, a–z, 0–9, '-', '.', '_', '~', '+', '/', optionally ending in '='), separated by spaces or
 // tabs. Blank lines and lines starting with '#' are ignored; ';' also separates entries, so the
 // whole list fits in one environment variable. The name becomes the principal's actor.
@@ -112,8 +119,8 @@ func ParseBearerTokens(text string) (*BearerTokens, error) {
 			if !validActor(name) {
 				return nil, fmt.Errorf("tokens line %d: name %q: use letters, digits, '.', '_', '-' or '@'", line, name)
 			}
-			if scope != ScopeRead && scope != ScopeReadWrite {
-				return nil, fmt.Errorf("tokens line %d: scope %q: use read or read-write", line, f[1])
+			if scope != ScopeRead && scope != ScopeReadWrite && scope != ScopeOps {
+				return nil, fmt.Errorf("tokens line %d: scope %q: use read, read-write or ops", line, f[1])
 			}
 			if len(tok) < MinTokenLength || !isToken68(tok) {
 				return nil, fmt.Errorf("tokens line %d (%s): a token needs at least %d characters of A-Z a-z 0-9 - . _ ~ + / (then optional '=')", line, name, MinTokenLength)
@@ -141,7 +148,8 @@ func ParseBearerTokens(text string) (*BearerTokens, error) {
 func (t *BearerTokens) Len() int { return len(t.tokens) }
 
 // Authorize is an AuthorizeFunc: a request without a known bearer token is UNAUTHORIZED; a
-// read-scoped token asking for a write is FORBIDDEN.
+// read-scoped token asking for a write is FORBIDDEN, and so is any token but an ops-scoped one asking
+// for OpProcessorOps, and an ops-scoped one asking for any other write.
 func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*foldtype.Principal, error) {
 	if op == OpWake {
 		return nil, nil // the bearer is the wake's token, checked by the subscription itself
@@ -161,7 +169,12 @@ func (t *BearerTokens) Authorize(r *http.Request, op Operation, _ string) (*fold
 		return nil, errUnauthorized
 	}
 	bt := &t.tokens[found]
-	if op.Writes() && bt.scope != ScopeReadWrite {
+	switch {
+	case op == OpProcessorOps:
+		if bt.scope != ScopeOps {
+			return nil, errNotOpsToken
+		}
+	case op.Writes() && bt.scope != ScopeReadWrite:
 		return nil, errReadOnlyToken
 	}
 	return bt.principal, nil
@@ -172,6 +185,8 @@ var (
 		Message: `authentication required: send "Authorization: Bearer <token>" with a valid token`}
 	errReadOnlyToken = &foldtype.Error{Code: foldtype.CodeForbidden,
 		Message: "this token may only read"}
+	errNotOpsToken = &foldtype.Error{Code: foldtype.CodeForbidden,
+		Message: "processor operations need a token of the ops scope"}
 )
 
 // parseBearer extracts the token of an "Authorization: Bearer <token>" header: one header, the

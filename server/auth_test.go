@@ -26,6 +26,9 @@ type route struct {
 	// wake marks a wake's callback, ack or release: its bearer is the wake's own token, so every
 	// API token, of either scope, is refused 401 there.
 	wake bool
+	// ops marks an operator's verb: only an ops token may send it, so the read and the read-write
+	// tokens are both refused 403.
+	ops bool
 }
 
 // everyRoute lists every route of a server with processors and metrics that touches data, in an
@@ -66,6 +69,7 @@ func everyRoute() []route {
 		{name: "live view", method: "GET", pattern: proc, path: "/v1/processor/sources/events?view=live"},
 		{name: "wait", method: "GET", pattern: proc, path: "/v1/processor/sources/events?waitUntilProcessed=0"},
 		{name: "live-state sse", method: "GET", pattern: proc, path: "/v1/processor/sources/events?live=sse"},
+		{name: "operator verb", method: "POST", pattern: proc + "?op={op}", path: "/v1/processor/sources/events?op=retry", write: true, ops: true},
 		{name: "stream list", method: "GET", pattern: server.ListPath, path: server.ListPath},
 		{name: "stream list head", method: "HEAD", pattern: server.ListPath, path: server.ListPath},
 		{name: "stream info", method: "GET", pattern: server.InfoPath, path: server.InfoPath + "?path=/events"},
@@ -132,7 +136,7 @@ func TestEveryRouteIsInTheAuthTestsList(t *testing.T) {
 			continue
 		}
 		for _, rt := range rts {
-			if rt.wake != (r.Op == server.OpWake) || (!rt.wake && rt.write != r.Op.Writes()) {
+			if rt.wake != (r.Op == server.OpWake) || rt.ops != (r.Op == server.OpProcessorOps) || (!rt.wake && rt.write != r.Op.Writes()) {
 				t.Errorf("everyRoute's %q (write %v, wake %v) does not match the server's operation %s for %s", rt.name, rt.write, rt.wake, r.Op, key)
 			}
 		}
@@ -200,6 +204,10 @@ func TestEveryRouteRefusesUnauthenticatedAndWrongScope(t *testing.T) {
 		res, body := request(t, rt.method, s.url+rt.path, rt.body, append(append([]string{}, rt.headers...), "Authorization", "bEaReR "+writerToken)...)
 		if rt.wake {
 			wantCoded(t, rt.name+" with the read-write token", res, body, http.StatusUnauthorized, foldtype.CodeUnauthorized)
+			continue
+		}
+		if rt.ops {
+			wantCoded(t, rt.name+" with the read-write token", res, body, http.StatusForbidden, foldtype.CodeForbidden)
 			continue
 		}
 		if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden || res.StatusCode >= 500 {

@@ -93,6 +93,7 @@ func TestEveryErrorAnswerCarriesItsCode(t *testing.T) {
 		{name: "missing console file", method: "GET", path: "/console/nothing.js", status: 404, code: foldtype.CodeNoRoute},
 		// Processor routes.
 		{name: "processor by POST", method: "POST", path: "/v1/processor/sources/events", status: 405, code: foldtype.CodeMethodNotAllowed},
+		{name: "processor verb for a read-write token", method: "POST", path: "/v1/processor/sources/events?op=retry", status: 403, code: foldtype.CodeForbidden},
 		{name: "processor without stream", method: "GET", path: "/v1/processor/sources", status: 404, code: foldtype.CodeNoRoute},
 		{name: "processor with a malformed query", method: "GET", path: "/v1/processor/sources/events?view=%zz", status: 400, code: foldtype.CodeBadRequest},
 		{name: "processor with a malformed offset", method: "GET", path: "/v1/processor/sources/events?waitUntilProcessed=soon", status: 400, code: foldtype.CodeBadRequest},

@@ -47,6 +47,7 @@ type ProcessorProgress interface {
 //	GET /v1/processor/<slug>/<stream>?view=live       → 200 {"rev": r, "state": …}
 //	GET /v1/processor/<slug>/<stream>?live=sse        → SSE: "seed" {rev, state}, then "delta"
 //	                                                     {from, to, patch} events
+//	POST /v1/processor/<slug>/<stream>?op=retry        → an operator's verb (server/ops.go)
 //
 // <stream> is the stream's name as under /v1/stream/ (the store path without its leading slash).
 // waitUntilProcessed=<offset> (a Stream-Next-Offset value or a plain integer) makes the first two
@@ -55,9 +56,13 @@ type ProcessorProgress interface {
 // which the answer is always 504 with Foldstream-Error-Code PROCESS_TIMEOUT and the processor's
 // offset in Foldstream-Processor-Offset.
 func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest string) {
+	if r.Method == http.MethodPost && r.URL.Query().Has("op") {
+		s.serveProcessorOp(w, r, rest) // an operator's verb: server/ops.go
+		return
+	}
 	if !readOnly(r.Method) {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
-		writeError(w, http.StatusMethodNotAllowed, "processors are read-only: use GET")
+		writeError(w, http.StatusMethodNotAllowed, "processors are read with GET; an operator's verb is a POST with ?op=")
 		return
 	}
 	slug, name, ok := strings.Cut(rest, "/")

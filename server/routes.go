@@ -44,6 +44,10 @@ func (s *Server) routes() []routeInfo {
 		out = append(out, routeInfo{m, ListPath, OpList}, routeInfo{m, InfoPath, OpRead},
 			routeInfo{m, s.cfg.Prefix + "__ds/jwks.json", OpRead})
 	}
+	if s.cfg.Processors != nil {
+		// An operator's verb on one processor (server/ops.go).
+		out = append(out, routeInfo{http.MethodPost, s.cfg.ProcessorPrefix + "{slug}/{stream}?op={op}", OpProcessorOps})
+	}
 	for _, m := range standardMethods {
 		if op := methodOp(m); op != "" {
 			out = append(out, routeInfo{m, s.cfg.Prefix + "{stream}", op})

@@ -42,7 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
 	accessLog := fs.Bool("access-log", false, "log one line per request (method, path, status, bytes, duration, request id) at info level, without turning on the rest of debug")
 	logFormat := fs.String("log-format", "text", "log format: text (key=value lines) or json (one JSON object per line, for a log pipeline)")
-	tokensFile := fs.String("tokens-file", "", "file of bearer tokens, one \"<name> <read|read-write> <token>\" per line; requests must then authenticate (also read from $"+tokensEnv+")")
+	tokensFile := fs.String("tokens-file", "", "file of bearer tokens, one \"<name> <read|read-write|ops> <token>\" per line; requests must then authenticate (also read from $"+tokensEnv+")")
 	allowUnauth := fs.Bool("allow-unauthenticated-public", false, "serve a non-loopback address without tokens: anyone who can reach it may read, write and delete")
 	origins := fs.String("allowed-origins", "", "comma-separated browser origins whose pages may write (https://app.example.com, or *); any origin may read")
 	restrictReads := fs.Bool("restrict-read-origins", false, "let only --allowed-origins (and the server's own origin) read from browsers too")

@@ -1,0 +1,47 @@
+package client
+
+import (
+	"context"
+	"net/url"
+	"strings"
+)
+
+// ProcessorPrefix is where a foldstream server serves its processors (server.DefaultProcessorPrefix).
+const ProcessorPrefix = "/v1/processor/"
+
+// ProcessorOpResult is a server's answer to an operator's verb on a processor.
+type ProcessorOpResult struct {
+	// Op is the verb done ("retry").
+	Op string `json:"op"`
+	// Slug is the processor's slug.
+	Slug string `json:"slug"`
+	// Stream is the stream's name (its path without the leading slash).
+	Stream string `json:"stream"`
+}
+
+// ProcessorOp asks the foldstream server at baseURL to run an operator's verb (docs/operations.md)
+// on processor slug of the stream at path (a store path, "/orders"): "retry" runs a failing
+// processor's next attempt now. reason, when not empty, goes to the server's audit line. The
+// request needs a token of the ops scope (o.Header's Authorization). It sends one request and does
+// not retry: a verb is an operator's decision, made again by the operator.
+func ProcessorOp(ctx context.Context, baseURL, path, slug, op, reason string, o ListOptions) (ProcessorOpResult, error) {
+	const what = "processor op"
+	b, err := url.Parse(baseURL)
+	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" {
+		return ProcessorOpResult{}, &Error{Code: CodeInvalidArgument, Op: what, URL: baseURL, Message: "server URL must be an absolute http(s) URL", Err: err}
+	}
+	if slug == "" || strings.Contains(slug, "/") || strings.Trim(path, "/") == "" {
+		return ProcessorOpResult{}, &Error{Code: CodeInvalidArgument, Op: what, Message: "need a processor slug and a stream path"}
+	}
+	q := url.Values{"op": {op}}
+	if reason != "" {
+		q.Set("reason", reason)
+	}
+	u := strings.TrimRight(baseURL, "/") + (&url.URL{Path: ProcessorPrefix + slug + "/" + strings.TrimPrefix(path, "/")}).EscapedPath() +
+		"?" + q.Encode()
+	var res ProcessorOpResult
+	if err := sendJSON(ctx, "POST", what, u, o, &res, "the answer is not the expected JSON"); err != nil {
+		return ProcessorOpResult{}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/storeopen"
+	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+// opsPoisoned counts events; its ProcessEvent fails on "poison" while broken is set.
+type opsPoisoned struct {
+	foldstream.Base[lsCount]
+	broken atomic.Bool
+}
+
+func (*opsPoisoned) Reduce(a foldstream.ReduceArgs[lsCount]) (lsCount, bool, error) {
+	return lsCount{N: a.State.N + 1}, true, nil
+}
+
+func (p *opsPoisoned) ProcessEvent(a *foldstream.ProcessEventArgs[lsCount]) error {
+	if a.Event != nil && a.Event.Type == "poison" && p.broken.Load() {
+		return foldtype.NewError(foldtype.CodeUnavailable, nil, "downstream says no")
+	}
+	return nil
+}
+
+// `foldstream processors retry STREAM SLUG` over a real server: a read-write token is refused with
+// FORBIDDEN (exit 1, the code on stderr); a running processor is a CONFLICT; with an ops token a
+// failing, fixed processor recovers at once (the store's clock never moves), and --json prints the
+// server's answer.
+func TestProcessorsRetryFromTheCLINeedsAnOpsToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	clk := testsupport.NewFakeClock()
+	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "ops.db"), storeopen.Config{Store: stream.Config{Logger: quiet, Clock: clk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	h, err := host.New(st, host.Config{Logger: quiet, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p := &opsPoisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{
+		Slug: "jobs", Version: "1", Consumes: []string{"job", "poison"}}))}
+	p.broken.Store(true)
+	if _, err := host.Register(ctx, h, "/q/work", p); err != nil {
+		t.Fatal(err)
+	}
+	const writer, ops = "writer-token-0123456789abcdef", "opsman-token-0123456789abcdef"
+	bt, err := server.ParseBearerTokens("app read-write " + writer + "\ndave ops " + ops + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"processors"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	if code, _, stderr := cli("retry", "--server", ts.URL, "--token", writer, "q/work", "jobs"); code != 1 || !strings.Contains(stderr, "FORBIDDEN") {
+		t.Fatalf("retry with a read-write token: exit %d, stderr %q; want 1 and FORBIDDEN", code, stderr)
+	}
+	if code, _, stderr := cli("retry", "--server", ts.URL, "--token", ops, "q/work", "jobs"); code != 1 || !strings.Contains(stderr, "CONFLICT") {
+		t.Fatalf("retry of a running processor: exit %d, stderr %q; want 1 and CONFLICT", code, stderr)
+	}
+	start := clk.Now()
+	got, err := st.Events().Stream("/q/work").Append(ctx, foldtype.EventInput{Type: "job"}, foldtype.EventInput{Type: "poison"},
+		foldtype.EventInput{Type: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	p.broken.Store(false)
+	code, stdout, stderr := cli("retry", "--server", ts.URL, "--token", ops, "--reason", "downstream fixed", "--json", "q/work", "jobs")
+	if code != 0 {
+		t.Fatalf("retry with the ops token: exit %d, stderr %q", code, stderr)
+	}
+	var res struct{ Op, Slug, Stream string }
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Op != "retry" || res.Slug != "jobs" || res.Stream != "q/work" {
+		t.Fatalf("--json: %q (%v)", stdout, err)
+	}
+	for {
+		if sts := h.ProcessorsOn(ctx, "/q/work"); len(sts) == 1 && sts[0].Failing == nil && sts[0].Offset >= got[2].Offset {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the processor did not recover after the retry: %+v", h.ProcessorsOn(context.Background(), "/q/work"))
+		}
+		runtime.Gosched()
+	}
+	if !clk.Now().Equal(start) {
+		t.Fatalf("the clock moved: %v", clk.Now().Sub(start))
+	}
+}
