@@ -320,8 +320,10 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 			return
 		default:
 		}
-		if stalled, _ := s.st.CommitsStalled(); stalled {
-			// The store logged the cause once when they began to stall.
+		if stalled, cause := s.st.CommitsStalled(); stalled {
+			// The store logged the cause once when they began to stall; this answer's own line
+			// carries its request id, as every withheld detail's does.
+			s.log.Warn("not ready: the store's commits stall", "requestId", w.Header().Get(HeaderRequestID), "err", cause)
 			writeCoded(w, foldtype.CodeUnavailable, "not ready: the store's commits stall", 1)
 			return
 		}

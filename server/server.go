@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
@@ -367,7 +366,7 @@ func New(st *stream.Store, cfg Config) (*Server, error) {
 	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
 	if cfg.TracerProvider != nil {
-		srv.tracer = cfg.TracerProvider.Tracer(foldstream.TracerName)
+		srv.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	srv.accessLevel = slog.LevelDebug
 	if cfg.AccessLog {

@@ -10,6 +10,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// tracerName is the instrumentation name of the server's spans: the module's, as the engine's
+// (foldstream.TracerName; the server does not link the engine).
+const tracerName = "github.com/foldstream/foldstream"
+
 // startRequestSpan starts the server span of r (docs/server.md#tracing), the child of the W3C
 // trace context r carries, and returns r with the span's context. The span carries the request's
 // X-Request-Id, which the server's log lines of the request carry too.
