@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/node"
 )
 
 // The example runs as a real process and is driven the way its doc comment says, with HTTP only.
@@ -156,6 +157,7 @@ type streamInfo struct {
 	Processors []struct {
 		Slug   string `json:"slug"`
 		Offset int64  `json:"offset"`
+		Owner  string `json:"owner"`
 		Open   bool   `json:"open"`
 		State  string `json:"state"`
 	} `json:"processors"`
@@ -258,7 +260,7 @@ func TestHostedCountsHTTPTicksWithNobodyReadingAndARestartWritesNothing(t *testi
 			in := info(t, base, "/counters/a")
 			tail := offsetOf(t, in.Tail)
 			until(t, "the counter reduces through the tail", reduced(tail))
-			p.stop(t)
+			t.Logf("SIGTERM ended the example in %v", p.stopTimed(t))
 
 			p = startHosted(t, db, addr)
 			// On PostgreSQL the stopped node handed its processor's lease over: the restarted
@@ -291,19 +293,89 @@ func TestHostedCountsHTTPTicksWithNobodyReadingAndARestartWritesNothing(t *testi
 			if err := json.Unmarshal(body, &after); err != nil || len(after) == 0 || after[0].Type != "ticked" || after[0].Payload.By != 4 {
 				t.Fatalf("the records after the tail before the restart are %s (%v); want the tick appended after it first", body, err)
 			}
-			resp, err = http.Get(base + "/v1/processor/counter/counters/a")
-			if err != nil {
-				t.Fatal(err)
+			if got := ticks(t, base); got != 9 {
+				t.Fatalf("counter state %d ticks; want 9", got)
 			}
-			body, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var snap struct {
-				State struct{ Ticks int } `json:"state"`
-			}
-			if err := json.Unmarshal(body, &snap); err != nil || snap.State.Ticks != 9 {
-				t.Fatalf("counter state %s (%v); want 9 ticks", body, err)
-			}
-			p.stop(t)
+			p.stopTimed(t)
 		})
 	}
+}
+
+// stopTimed is stop, returning how long the process took from SIGTERM to its exit; it fails the
+// test when the process does not exit cleanly within the node's shutdown grace (a margin added
+// for the process to start exiting on a loaded machine).
+func (p *hostedProc) stopTimed(t *testing.T) time.Duration {
+	t.Helper()
+	start := time.Now()
+	p.stop(t)
+	took := time.Since(start)
+	if took > node.DefaultShutdownGrace+5*time.Second {
+		t.Fatalf("SIGTERM ended the example after %v; want within the grace (%v)\n%s", took, node.DefaultShutdownGrace, p.log())
+	}
+	if log := p.log(); !strings.Contains(log, "shut down") || strings.Contains(log, "did not finish") {
+		t.Fatalf("the example's shutdown did not finish every phase in time:\n%s", log)
+	}
+	return took
+}
+
+// Two nodes of the example share one PostgreSQL database; the node running the counter is
+// SIGTERMed. It must exit cleanly within its grace having handed the counter over: the moment it
+// has exited, the other node sees no live lease of it (a node that closed its store before its
+// host, or died, leaves its lease live until it expires, LeaseTTL later), and the other node
+// reduces the next tick at once, from the checkpoint the stopped node wrote.
+func TestHostedSIGTERMHandsTheCounterToTheOtherNodeAtOnce(t *testing.T) {
+	db := pgtest.URL(t)
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	procs := map[string]*hostedProc{"http://" + addrA: startHosted(t, db, addrA), "http://" + addrB: startHosted(t, db, addrB)}
+	baseA := "http://" + addrA
+	send(t, http.MethodPut, baseA+"/v1/stream/counters/a", "", http.StatusCreated)
+	first := tick(t, baseA, 2)
+	var owner string
+	until(t, "a node runs the counter and reduced the first tick", func() bool {
+		p := info(t, baseA, "/counters/a").Processors[0]
+		owner = p.Owner
+		return p.Offset >= first && p.Owner != ""
+	})
+	var ownerBase, otherBase string
+	for base, p := range procs {
+		if strings.Contains(owner, fmt.Sprintf("-%d-", p.cmd.Process.Pid)) {
+			ownerBase = base
+		} else {
+			otherBase = base
+		}
+	}
+	if ownerBase == "" {
+		t.Fatalf("the counter's owner %q is neither node", owner)
+	}
+	took := procs[ownerBase].stopTimed(t)
+	t.Logf("SIGTERM ended the counter's node in %v", took)
+	if p := info(t, otherBase, "/counters/a").Processors[0]; p.Owner == owner {
+		t.Fatalf("after the counter's node exited its lease is still live (state %s): it did not hand the counter over", p.State)
+	}
+	start := time.Now()
+	second := tick(t, otherBase, 3)
+	until(t, "the other node reduces the next tick", func() bool { return info(t, otherBase, "/counters/a").Processors[0].Offset >= second })
+	t.Logf("the other node reduced the next tick %v after its append", time.Since(start))
+	if got := ticks(t, otherBase); got != 5 {
+		t.Fatalf("the counter after the hand-over holds %d ticks; want 5", got)
+	}
+	procs[otherBase].stopTimed(t)
+}
+
+// ticks reads the counter of /counters/a through base's processor route.
+func ticks(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/processor/counter/counters/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var snap struct {
+		State struct{ Ticks int } `json:"state"`
+	}
+	if err := json.Unmarshal(body, &snap); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("counter: %d %s (%v)", resp.StatusCode, body, err)
+	}
+	return snap.State.Ticks
 }
