@@ -337,6 +337,9 @@ func (cfg Config) withDefaults() (Config, *server.BearerTokens, error) {
 	}
 	tokens, err := LoadTokens(cfg.TokensFile, cfg.TokensEnv)
 	if err != nil {
+		if foldtype.CodeOf(err) == "" {
+			err = &foldtype.Error{Code: foldtype.CodeInvalidConfig, Message: err.Error(), Err: err}
+		}
 		return cfg, nil, err
 	}
 	if tokens != nil {
@@ -346,7 +349,7 @@ func (cfg Config) withDefaults() (Config, *server.BearerTokens, error) {
 		s.Authorize = tokens.Authorize
 	}
 	if err := s.Check(); err != nil {
-		return cfg, nil, err
+		return cfg, nil, &foldtype.Error{Code: foldtype.CodeInvalidConfig, Message: err.Error(), Err: err}
 	}
 	return cfg, tokens, nil
 }
