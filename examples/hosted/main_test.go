@@ -50,16 +50,25 @@ func buildHosted(t *testing.T) string {
 
 // hostedProc is one run of the example.
 type hostedProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	logs strings.Builder
+	cmd   *exec.Cmd
+	done  chan struct{}
+	ready chan bool // true once it printed that it serves; false when it exited before
+	mu    sync.Mutex
+	logs  strings.Builder
 }
 
 // startHosted starts the example on db and addr and waits until it serves.
 func startHosted(t *testing.T, db, addr string) *hostedProc {
 	t.Helper()
-	p := &hostedProc{cmd: exec.Command(buildHosted(t), "-db", db, "-addr", addr), done: make(chan struct{})}
+	p := launchHosted(t, db, addr)
+	p.waitServing(t)
+	return p
+}
+
+// launchHosted starts the example on db and addr.
+func launchHosted(t *testing.T, db, addr string) *hostedProc {
+	t.Helper()
+	p := &hostedProc{cmd: exec.Command(buildHosted(t), "-db", db, "-addr", addr), done: make(chan struct{}), ready: make(chan bool, 1)}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -75,18 +84,17 @@ func startHosted(t *testing.T, db, addr string) *hostedProc {
 		_ = p.cmd.Process.Kill() // by its own PID; a no-op once it exited
 		<-p.done
 	})
-	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		signalled := false
 		for sc.Scan() {
 			if !signalled && strings.HasPrefix(sc.Text(), "serving ") {
-				ready <- true
+				p.ready <- true
 				signalled = true
 			}
 		}
 		if !signalled {
-			ready <- false
+			p.ready <- false
 		}
 	}()
 	go func() {
@@ -97,8 +105,14 @@ func startHosted(t *testing.T, db, addr string) *hostedProc {
 		_ = p.cmd.Wait()
 		close(p.done)
 	}()
+	return p
+}
+
+// waitServing waits until the example prints that it serves.
+func (p *hostedProc) waitServing(t *testing.T) {
+	t.Helper()
 	select {
-	case ok := <-ready:
+	case ok := <-p.ready:
 		if !ok {
 			<-p.done
 			t.Fatalf("the example exited before serving:\n%s", p.log())
@@ -106,7 +120,6 @@ func startHosted(t *testing.T, db, addr string) *hostedProc {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the example did not serve within 60 s:\n%s", p.log())
 	}
-	return p
 }
 
 func (p *hostedProc) log() string {
@@ -378,4 +391,32 @@ func ticks(t *testing.T, base string) int {
 		t.Fatalf("counter: %d %s (%v)", resp.StatusCode, body, err)
 	}
 	return snap.State.Ticks
+}
+
+// The example started before its PostgreSQL (a server of the test's own, down) does not exit: it
+// answers 503 UNAVAILABLE with Retry-After while it waits, then serves and counts once the
+// database is up.
+func TestHostedStartedBeforeItsDatabaseWaitsAnswering503ThenServes(t *testing.T) {
+	pg := pgtest.StartServer(t)
+	pg.Stop("fast")
+	addr := freeAddr(t)
+	base := "http://" + addr
+	p := launchHosted(t, pg.URL(), addr)
+	var res *http.Response
+	until(t, "the waiting node answers", func() bool {
+		var err error
+		res, err = http.Get(base + "/v1/stream/counters/a")
+		return err == nil
+	})
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Header.Get("Foldstream-Error-Code") != "UNAVAILABLE" {
+		t.Fatalf("while the database is down: %d, Retry-After %q, code %q; want 503 UNAVAILABLE with Retry-After",
+			res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("Foldstream-Error-Code"))
+	}
+	pg.StartAsync()
+	p.waitServing(t)
+	send(t, http.MethodPut, base+"/v1/stream/counters/a", "", http.StatusCreated)
+	first := tick(t, base, 2)
+	until(t, "the counter reduces a tick once the database is up", func() bool { return info(t, base, "/counters/a").Processors[0].Offset >= first })
+	p.stopTimed(t)
 }
