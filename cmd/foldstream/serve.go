@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/heapfloor"
+	"github.com/foldstream/foldstream/node"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
@@ -91,223 +87,75 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bad --log-format %q: use text or json", *logFormat)
 	}
 
-	tokens, err := loadTokens(*tokensFile)
-	if err != nil {
-		return err
+	cfg := node.Config{
+		DB:                         *db,
+		Store:                      storeopen.Config{SQLite: sqlitedriver.Config{Synchronous: *sync}},
+		DBWait:                     orNever(*dbWait),
+		Addr:                       *addr,
+		MetricsAddr:                *metricsAddr,
+		TokensFile:                 *tokensFile,
+		TokensEnv:                  tokensEnv,
+		AllowUnauthenticatedPublic: *allowUnauth,
+		NodeID:                     *nodeID,
+		CollectEvery:               orNever(*collect),
+		ShutdownGrace:              *grace,
+		Logger:                     log,
+		Server: server.Config{
+			AccessLog:             *accessLog,
+			Prefix:                *prefix,
+			LongPollTimeout:       *longPoll,
+			SSEMaxDuration:        *sseMax,
+			MaxBodyBytes:          *maxBody,
+			AllowedOrigins:        splitList(*origins),
+			RestrictReadOrigins:   *restrictReads,
+			AllowedHosts:          splitList(*hosts),
+			PublicBaseURL:         *publicURL,
+			WriteTimeout:          *writeTimeout,
+			BodyReadTimeout:       *bodyTimeout,
+			MaxLiveReaders:        *maxLive,
+			MaxBodyBytesInFlight:  *maxInFlight,
+			MaxConnections:        *maxConns,
+			AllowLoopbackWebhooks: *loopHooks,
+			WebhookTimeout:        *webhookTimeout,
+		},
 	}
-	cfg := server.Config{
-		AccessLog:             *accessLog,
-		Prefix:                *prefix,
-		LongPollTimeout:       *longPoll,
-		SSEMaxDuration:        *sseMax,
-		MaxBodyBytes:          *maxBody,
-		Logger:                log,
-		AllowedOrigins:        splitList(*origins),
-		RestrictReadOrigins:   *restrictReads,
-		AllowedHosts:          splitList(*hosts),
-		PublicBaseURL:         *publicURL,
-		WriteTimeout:          *writeTimeout,
-		BodyReadTimeout:       *bodyTimeout,
-		MaxLiveReaders:        *maxLive,
-		MaxBodyBytesInFlight:  *maxInFlight,
-		MaxConnections:        *maxConns,
-		AllowLoopbackWebhooks: *loopHooks,
-		WebhookTimeout:        *webhookTimeout,
-		NodeID:                *nodeID,
-		Metrics:               server.NewMetrics(),
-		MetricsElsewhere:      *metricsAddr != "",
-	}
-	if tokens != nil {
-		cfg.Authorize = tokens.Authorize
-	}
-	if err := cfg.Check(); err != nil {
-		return err
-	}
-	if tokens == nil && !*allowUnauth && !loopbackAddr(*addr) {
+	n, err := node.Start(ctx, cfg)
+	switch {
+	case errors.Is(err, node.ErrUnauthenticatedPublic):
 		return fmt.Errorf("refusing to serve %s without authentication: anyone who can reach it could read, write and delete every stream. "+
 			"Give tokens (--tokens-file or $%s), listen on 127.0.0.1, or pass --allow-unauthenticated-public if a proxy in front authenticates", *addr, tokensEnv)
-	}
-
-	if tokens == nil && !loopbackAddr(*addr) {
-		log.Warn("serving a non-loopback address without authentication (--allow-unauthenticated-public): whoever reaches it may read, write and delete", "addr", *addr)
-	}
-
-	// Listen first, so that while the database is unavailable the node answers 503 with
-	// Retry-After (and a load balancer sees it alive but not ready) instead of refusing.
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
+	case errors.Is(err, node.ErrGaveUpWaiting):
+		return fmt.Errorf("--db-wait %s ran out: %w", *dbWait, err)
+	case err != nil:
 		return err
 	}
-	var mln net.Listener
-	if *metricsAddr != "" {
-		if mln, err = net.Listen("tcp", *metricsAddr); err != nil {
-			ln.Close()
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		defer mln.Close()
+	fmt.Fprintf(stdout, "foldstream: serving http://%s%s\n", n.Addr(), *prefix)
+	if a := n.MetricsAddr(); a != nil {
+		fmt.Fprintf(stdout, "foldstream: metrics at http://%s%s\n", a, server.MetricsPath)
 	}
-	st, ln, err := openWaiting(ctx, func() (*stream.Store, error) {
-		return storeopen.Open(ctx, *db, storeopen.Config{Store: stream.Config{Logger: log}, SQLite: sqlitedriver.Config{Synchronous: *sync}})
-	}, ln, *dbWait, log)
-	if err != nil {
-		if ln != nil {
-			ln.Close()
-		}
-		return err
-	}
-	h, err := server.New(st, cfg)
-	if err != nil {
-		if ln != nil {
-			ln.Close()
-		}
-		st.Close(context.Background())
-		return err
-	}
-	srv := h.HTTPServer() // header and idle timeouts; Shutdown ends long-polls and SSE promptly
-	auth := "none"
-	if tokens != nil {
-		auth = fmt.Sprintf("%d bearer tokens", tokens.Len())
-	}
-	log.Info("serving", "addr", ln.Addr().String(), "prefix", *prefix, "db", st.Path(), "long_poll_timeout", *longPoll, "auth", auth)
-	fmt.Fprintf(stdout, "foldstream: serving http://%s%s\n", ln.Addr(), *prefix)
-	ln = h.LimitListener(ln)
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	if mln != nil {
-		msrv := &http.Server{Handler: metricsOnly(cfg.Metrics.Handler()), ReadHeaderTimeout: server.DefaultHeaderReadTimeout}
-		fmt.Fprintf(stdout, "foldstream: metrics at http://%s%s\n", mln.Addr(), server.MetricsPath)
-		go func() { _ = msrv.Serve(mln) }()
-		defer msrv.Close()
-	}
-	collectDone := make(chan struct{})
-	collectCtx, stopCollect := context.WithCancel(ctx)
-	defer stopCollect()
-	go func() {
-		defer close(collectDone)
-		if *collect > 0 {
-			collectLoop(collectCtx, st, *collect, log)
-		}
-	}()
-	select {
-	case err := <-errc:
-		stopCollect()
-		<-collectDone
-		st.Close(context.Background())
-		return err
-	case <-ctx.Done():
-	}
-	<-collectDone
-	return shutdown(srv, errc, st, *grace, log)
+	return n.Wait(ctx)
 }
 
 // DefaultShutdownGrace is how long serve takes at most to end after SIGINT or SIGTERM.
-const DefaultShutdownGrace = 15 * time.Second
+const DefaultShutdownGrace = node.DefaultShutdownGrace
 
-// shutdown ends the server within grace, whatever the database does. Waiting reads end at once
-// (the server's Shutdown hook); requests in progress get three quarters of grace to finish, and
-// then their connections are closed; the store's drain (queued writes, leases released) gets the
-// rest. A drain that does not finish in time is abandoned: every write acknowledged was committed
-// before its answer, so nothing acknowledged is lost, and a lease not released expires by itself.
-func shutdown(srv *http.Server, errc <-chan error, st *stream.Store, grace time.Duration, log *slog.Logger) error {
-	if grace <= 0 {
-		grace = DefaultShutdownGrace
-	}
-	start := time.Now()
-	log.Info("shutting down", "grace", grace)
-	deadline := start.Add(grace)
-	sctx, cancel := context.WithDeadline(context.Background(), start.Add(grace*3/4))
-	defer cancel()
-	shutErr := srv.Shutdown(sctx)
-	if errors.Is(shutErr, context.DeadlineExceeded) {
-		log.Warn("shutting down: requests still in progress at the grace's three quarters; closing their connections")
-		shutErr = srv.Close()
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		shutErr = errors.Join(shutErr, err)
-	}
-	cctx, ccancel := context.WithDeadline(context.Background(), deadline)
-	defer ccancel()
-	closeErr := st.Close(cctx)
-	if closeErr != nil && cctx.Err() != nil {
-		// Not an error of the process: the database did not let the drain finish in time.
-		log.Warn("shutting down: the store's drain did not finish within the grace; leaving it (nothing acknowledged is lost, leases expire)", "err", closeErr)
-		closeErr = nil
-	}
-	log.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
-	return errors.Join(shutErr, closeErr)
-}
+// DefaultDBWait is how long serve waits for an unavailable database before giving up.
+const DefaultDBWait = node.DefaultDBWait
 
-// metricsOnly serves h at server.MetricsPath (GET or HEAD) and answers every other path 404.
-func metricsOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != server.MetricsPath {
-			w.Header().Set(server.HeaderErrorCode, string(foldtype.CodeNoRoute))
-			http.Error(w, "this address serves "+server.MetricsPath+" only", http.StatusNotFound)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// collectLoop reclaims expired and deleted streams every interval until ctx ends. Expiry is
-// enforced on access regardless; this only frees space.
-func collectLoop(ctx context.Context, st *stream.Store, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n, err := st.Protocol().CollectExpired(ctx)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("collect expired streams", "err", err)
-			} else if n > 0 {
-				log.Debug("collected expired streams", "streams", n)
-			}
-		}
+// orNever maps a flag's 0 ("not at all") onto node.Config's negative (its 0 is the default).
+func orNever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
 	}
+	return d
 }
 
 // loadTokens reads bearer tokens from file (when given) and from $FOLDSTREAM_TOKENS (when set);
 // nil when neither gives any.
-func loadTokens(file string) (*server.BearerTokens, error) {
-	var parts []string
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("--tokens-file: %w", err)
-		}
-		if _, err := server.ParseBearerTokens(string(b)); err != nil {
-			return nil, fmt.Errorf("--tokens-file %s: %w", file, err)
-		}
-		parts = append(parts, string(b))
-	}
-	if env := os.Getenv(tokensEnv); strings.TrimSpace(env) != "" {
-		if _, err := server.ParseBearerTokens(env); err != nil {
-			return nil, fmt.Errorf("$%s: %w", tokensEnv, err)
-		}
-		parts = append(parts, env)
-	}
-	if len(parts) == 0 {
-		return nil, nil
-	}
-	return server.ParseBearerTokens(strings.Join(parts, "\n")) // also refuses a name or token given in both
-}
+func loadTokens(file string) (*server.BearerTokens, error) { return node.LoadTokens(file, tokensEnv) }
 
 // loopbackAddr reports whether a listen address only accepts connections from this machine.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func loopbackAddr(addr string) bool { return node.LoopbackAddr(addr) }
 
 // splitList splits a comma-separated flag value, dropping blanks.
 func splitList(v string) []string {

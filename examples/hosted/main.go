@@ -1,8 +1,11 @@
-// Command hosted is the program to start from when you run processors in your own service: a
-// durable store (a SQLite file, or with -db postgres://… a PostgreSQL database several nodes
-// share), the default host running a processor on every stream under /counters/ (one pattern
-// registration; each stream gets its own engine, opened on its first append), and the Durable
-// Streams HTTP server with the processor routes, all in one process.
+// Command hosted is the program to start from when you run processors in your own service: one
+// node.Run (package node, what `foldstream serve` runs) with a durable store (a SQLite file, or
+// with -db postgres://… a PostgreSQL database several nodes share; a database not up yet is
+// waited for, answering 503 meanwhile), the default host running a processor on every stream
+// under /counters/ (one pattern registration; each stream gets its own engine, opened on its first
+// append), and the Durable Streams HTTP server with the processor routes, health and metrics, all
+// in one process. SIGINT or SIGTERM shut it down in order: requests end, the processors are
+// checkpointed and handed over, the store closes.
 //
 //	go run ./examples/hosted            # serves on 127.0.0.1:4438 until Ctrl-C
 //	go run ./examples/hosted -demo      # appends a few events itself, prints the state, exits
@@ -24,23 +27,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
+	"github.com/foldstream/foldstream/node"
 )
 
 // Ticked is the payload of a "ticked" event.
@@ -73,6 +73,13 @@ func (Counter) Reduce(a foldstream.ReduceArgs[State]) (State, bool, error) {
 const pattern = "/counters/*"
 
 func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run is the whole wiring: flags, a signal context, one node with one registration.
+func run() error {
 	addr := flag.String("addr", "127.0.0.1:4438", "listen address")
 	db := flag.String("db", "", "SQLite file (default: a temporary directory), or a postgres:// URL shared by several nodes")
 	advertise := flag.String("advertise", "", "this node's URL as the other nodes of a cluster reach it (default http://ADDR)")
@@ -80,88 +87,44 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *advertise == "" {
-		*advertise = "http://" + *addr
-	}
-	if err := run(ctx, *addr, *db, *advertise, *demo); err != nil {
-		log.Fatal(err)
-	}
-}
-
-func run(ctx context.Context, addr, dbPath, advertise string, demo bool) error {
-	if dbPath == "" {
+	if *db == "" {
 		dir, err := os.MkdirTemp("", "foldstream-hosted")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		dbPath = filepath.Join(dir, "foldstream.db")
+		*db = filepath.Join(dir, "foldstream.db")
 	}
-	st, err := storeopen.Open(context.Background(), dbPath, storeopen.Config{})
+	n, err := node.Start(ctx, node.Config{DB: *db, Addr: *addr,
+		Host: host.Config{Addr: cmp.Or(*advertise, "http://"+*addr)}, // where the other nodes ask for the processors this one runs
+		Register: func(ctx context.Context, h *host.Host) error {
+			return host.RegisterPattern[State](ctx, h, pattern, Counter{foldstream.NewBase(contract)})
+		},
+	})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := st.Close(context.Background()); err != nil {
-			log.Printf("close the store: %v", err)
-		}
-	}()
+	if *demo {
+		return errors.Join(runDemo(ctx, n), n.Shutdown(ctx))
+	}
+	fmt.Printf("serving http://%s/v1/stream/ and /v1/processor/ (Ctrl-C to stop)\n", n.Addr())
+	return n.Wait(ctx) // until SIGINT or SIGTERM, then the shutdown in order
+}
 
-	// advertise is where the other nodes of a cluster ask this node for the processors it runs.
-	h, err := host.New(st, host.Config{Addr: advertise})
-	if err != nil {
-		return err
-	}
-	// One registration for every stream under /counters/: each gets its own engine, opened on
-	// its first append (host.Pattern has the syntax).
-	if err := host.RegisterPattern[State](ctx, h, pattern, Counter{foldstream.NewBase(contract)}); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := h.Shutdown(sctx); err != nil {
-			log.Printf("host shutdown: %v", err)
+// runDemo appends a few ticks through the node's store and prints the counters' states.
+func runDemo(ctx context.Context, n *node.Node) error {
+	for i, path := range []string{"/counters/a", "/counters/b", "/counters/a"} {
+		ev := foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i + 1})}
+		if _, err := n.Store().Events().Stream(path).Append(ctx, ev); err != nil {
+			return err
 		}
-	}()
-
-	if demo {
-		for i, path := range []string{"/counters/a", "/counters/b", "/counters/a"} {
-			ev := foldstream.EventInput{Type: "ticked", Payload: foldstream.JSON(Ticked{By: i + 1})}
-			if _, err := st.Events().Stream(path).Append(ctx, ev); err != nil {
-				return err
-			}
-		}
-		for _, path := range []string{"/counters/a", "/counters/b"} {
-			snap, err := h.Snapshot(ctx, path, contract.Slug())
-			if err != nil {
-				return err
-			}
-			fmt.Printf("counter on %s through offset %d: %s\n", path, snap.Offset, snap.State)
-		}
-		return nil
 	}
-
-	handler, err := server.New(st, server.Config{Processors: h})
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("serving http://%s/v1/stream/ and /v1/processor/ (Ctrl-C to stop)\n", ln.Addr())
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			log.Printf("server shutdown: %v", err)
+	for _, path := range []string{"/counters/a", "/counters/b"} {
+		snap, err := n.Host().Snapshot(ctx, path, contract.Slug())
+		if err != nil {
+			return err
 		}
-	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+		fmt.Printf("counter on %s through offset %d: %s\n", path, snap.Offset, snap.State)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/node"
 )
 
 // The example runs as a real process and is driven the way its doc comment says, with HTTP only.
@@ -49,16 +50,25 @@ func buildHosted(t *testing.T) string {
 
 // hostedProc is one run of the example.
 type hostedProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	logs strings.Builder
+	cmd   *exec.Cmd
+	done  chan struct{}
+	ready chan bool // true once it printed that it serves; false when it exited before
+	mu    sync.Mutex
+	logs  strings.Builder
 }
 
 // startHosted starts the example on db and addr and waits until it serves.
 func startHosted(t *testing.T, db, addr string) *hostedProc {
 	t.Helper()
-	p := &hostedProc{cmd: exec.Command(buildHosted(t), "-db", db, "-addr", addr), done: make(chan struct{})}
+	p := launchHosted(t, db, addr)
+	p.waitServing(t)
+	return p
+}
+
+// launchHosted starts the example on db and addr.
+func launchHosted(t *testing.T, db, addr string) *hostedProc {
+	t.Helper()
+	p := &hostedProc{cmd: exec.Command(buildHosted(t), "-db", db, "-addr", addr), done: make(chan struct{}), ready: make(chan bool, 1)}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -74,18 +84,17 @@ func startHosted(t *testing.T, db, addr string) *hostedProc {
 		_ = p.cmd.Process.Kill() // by its own PID; a no-op once it exited
 		<-p.done
 	})
-	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		signalled := false
 		for sc.Scan() {
 			if !signalled && strings.HasPrefix(sc.Text(), "serving ") {
-				ready <- true
+				p.ready <- true
 				signalled = true
 			}
 		}
 		if !signalled {
-			ready <- false
+			p.ready <- false
 		}
 	}()
 	go func() {
@@ -96,8 +105,14 @@ func startHosted(t *testing.T, db, addr string) *hostedProc {
 		_ = p.cmd.Wait()
 		close(p.done)
 	}()
+	return p
+}
+
+// waitServing waits until the example prints that it serves.
+func (p *hostedProc) waitServing(t *testing.T) {
+	t.Helper()
 	select {
-	case ok := <-ready:
+	case ok := <-p.ready:
 		if !ok {
 			<-p.done
 			t.Fatalf("the example exited before serving:\n%s", p.log())
@@ -105,7 +120,6 @@ func startHosted(t *testing.T, db, addr string) *hostedProc {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the example did not serve within 60 s:\n%s", p.log())
 	}
-	return p
 }
 
 func (p *hostedProc) log() string {
@@ -156,6 +170,7 @@ type streamInfo struct {
 	Processors []struct {
 		Slug   string `json:"slug"`
 		Offset int64  `json:"offset"`
+		Owner  string `json:"owner"`
 		Open   bool   `json:"open"`
 		State  string `json:"state"`
 	} `json:"processors"`
@@ -258,7 +273,7 @@ func TestHostedCountsHTTPTicksWithNobodyReadingAndARestartWritesNothing(t *testi
 			in := info(t, base, "/counters/a")
 			tail := offsetOf(t, in.Tail)
 			until(t, "the counter reduces through the tail", reduced(tail))
-			p.stop(t)
+			t.Logf("SIGTERM ended the example in %v", p.stopTimed(t))
 
 			p = startHosted(t, db, addr)
 			// On PostgreSQL the stopped node handed its processor's lease over: the restarted
@@ -291,19 +306,117 @@ func TestHostedCountsHTTPTicksWithNobodyReadingAndARestartWritesNothing(t *testi
 			if err := json.Unmarshal(body, &after); err != nil || len(after) == 0 || after[0].Type != "ticked" || after[0].Payload.By != 4 {
 				t.Fatalf("the records after the tail before the restart are %s (%v); want the tick appended after it first", body, err)
 			}
-			resp, err = http.Get(base + "/v1/processor/counter/counters/a")
-			if err != nil {
-				t.Fatal(err)
+			if got := ticks(t, base); got != 9 {
+				t.Fatalf("counter state %d ticks; want 9", got)
 			}
-			body, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var snap struct {
-				State struct{ Ticks int } `json:"state"`
-			}
-			if err := json.Unmarshal(body, &snap); err != nil || snap.State.Ticks != 9 {
-				t.Fatalf("counter state %s (%v); want 9 ticks", body, err)
-			}
-			p.stop(t)
+			p.stopTimed(t)
 		})
 	}
+}
+
+// stopTimed is stop, returning how long the process took from SIGTERM to its exit; it fails the
+// test when the process does not exit cleanly within the node's shutdown grace (a margin added
+// for the process to start exiting on a loaded machine).
+func (p *hostedProc) stopTimed(t *testing.T) time.Duration {
+	t.Helper()
+	start := time.Now()
+	p.stop(t)
+	took := time.Since(start)
+	if took > node.DefaultShutdownGrace+5*time.Second {
+		t.Fatalf("SIGTERM ended the example after %v; want within the grace (%v)\n%s", took, node.DefaultShutdownGrace, p.log())
+	}
+	if log := p.log(); !strings.Contains(log, "shut down") || strings.Contains(log, "did not finish") {
+		t.Fatalf("the example's shutdown did not finish every phase in time:\n%s", log)
+	}
+	return took
+}
+
+// Two nodes of the example share one PostgreSQL database; the node running the counter is
+// SIGTERMed. It must exit cleanly within its grace having handed the counter over: the moment it
+// has exited, the other node sees no live lease of it (a node that closed its store before its
+// host, or died, leaves its lease live until it expires, LeaseTTL later), and the other node
+// reduces the next tick at once, from the checkpoint the stopped node wrote.
+func TestHostedSIGTERMHandsTheCounterToTheOtherNodeAtOnce(t *testing.T) {
+	db := pgtest.URL(t)
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	procs := map[string]*hostedProc{"http://" + addrA: startHosted(t, db, addrA), "http://" + addrB: startHosted(t, db, addrB)}
+	baseA := "http://" + addrA
+	send(t, http.MethodPut, baseA+"/v1/stream/counters/a", "", http.StatusCreated)
+	first := tick(t, baseA, 2)
+	var owner string
+	until(t, "a node runs the counter and reduced the first tick", func() bool {
+		p := info(t, baseA, "/counters/a").Processors[0]
+		owner = p.Owner
+		return p.Offset >= first && p.Owner != ""
+	})
+	var ownerBase, otherBase string
+	for base, p := range procs {
+		if strings.Contains(owner, fmt.Sprintf("-%d-", p.cmd.Process.Pid)) {
+			ownerBase = base
+		} else {
+			otherBase = base
+		}
+	}
+	if ownerBase == "" {
+		t.Fatalf("the counter's owner %q is neither node", owner)
+	}
+	took := procs[ownerBase].stopTimed(t)
+	t.Logf("SIGTERM ended the counter's node in %v", took)
+	if p := info(t, otherBase, "/counters/a").Processors[0]; p.Owner == owner {
+		t.Fatalf("after the counter's node exited its lease is still live (state %s): it did not hand the counter over", p.State)
+	}
+	start := time.Now()
+	second := tick(t, otherBase, 3)
+	until(t, "the other node reduces the next tick", func() bool { return info(t, otherBase, "/counters/a").Processors[0].Offset >= second })
+	t.Logf("the other node reduced the next tick %v after its append", time.Since(start))
+	if got := ticks(t, otherBase); got != 5 {
+		t.Fatalf("the counter after the hand-over holds %d ticks; want 5", got)
+	}
+	procs[otherBase].stopTimed(t)
+}
+
+// ticks reads the counter of /counters/a through base's processor route.
+func ticks(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/processor/counter/counters/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var snap struct {
+		State struct{ Ticks int } `json:"state"`
+	}
+	if err := json.Unmarshal(body, &snap); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("counter: %d %s (%v)", resp.StatusCode, body, err)
+	}
+	return snap.State.Ticks
+}
+
+// The example started before its PostgreSQL (a server of the test's own, down) does not exit: it
+// answers 503 UNAVAILABLE with Retry-After while it waits, then serves and counts once the
+// database is up.
+func TestHostedStartedBeforeItsDatabaseWaitsAnswering503ThenServes(t *testing.T) {
+	pg := pgtest.StartServer(t)
+	pg.Stop("fast")
+	addr := freeAddr(t)
+	base := "http://" + addr
+	p := launchHosted(t, pg.URL(), addr)
+	var res *http.Response
+	until(t, "the waiting node answers", func() bool {
+		var err error
+		res, err = http.Get(base + "/v1/stream/counters/a")
+		return err == nil
+	})
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Header.Get("Foldstream-Error-Code") != "UNAVAILABLE" {
+		t.Fatalf("while the database is down: %d, Retry-After %q, code %q; want 503 UNAVAILABLE with Retry-After",
+			res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("Foldstream-Error-Code"))
+	}
+	pg.StartAsync()
+	p.waitServing(t)
+	send(t, http.MethodPut, base+"/v1/stream/counters/a", "", http.StatusCreated)
+	first := tick(t, base, 2)
+	until(t, "the counter reduces a tick once the database is up", func() bool { return info(t, base, "/counters/a").Processors[0].Offset >= first })
+	p.stopTimed(t)
 }

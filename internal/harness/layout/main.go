@@ -45,6 +45,7 @@ var floors = map[string]int{
 	"testsupport":                4,
 	"host":                       5,
 	"server":                     6,
+	"node":                       7,
 }
 
 const top = 9

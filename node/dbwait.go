@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -14,9 +14,6 @@ import (
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/stream"
 )
-
-// DefaultDBWait is how long serve waits for an unavailable database before giving up.
-const DefaultDBWait = 5 * time.Minute
 
 // openWaiting opens the store, waiting up to wait for a database that is unavailable (down,
 // restarting, or "the database system is starting up"): a node and its database started together
@@ -61,7 +58,7 @@ func openWaiting(ctx context.Context, open func() (*stream.Store, error), ln net
 		if pause <= 0 {
 			stopWaiting()
 			ln.Close()
-			return nil, nil, fmt.Errorf("gave up after waiting %s for the database (--db-wait): %w", wait.Round(time.Second), err)
+			return nil, nil, fmt.Errorf("%w after %s: %w", ErrGaveUpWaiting, wait.Round(time.Millisecond), err)
 		}
 		select {
 		case <-ctx.Done():
