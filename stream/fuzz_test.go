@@ -67,6 +67,16 @@ func FuzzAppend(f *testing.F) {
 		if len(got) != 2 {
 			t.Fatalf("receipts: got %d, want 2", len(got))
 		}
+		if in1.Ephemeral && in2.Ephemeral {
+			// An ephemeral-only batch never creates its stream: to the fresh path it is dropped,
+			// its receipts at offset 0, and nothing is stored (docs/store.md).
+			p, err := s.readEvents(ctx, path, 0, 10, readOptions{IncludeEphemeral: true})
+			if got[0].Offset != 0 || got[1].Offset != 0 || err == nil && len(p.Events) != 0 {
+				t.Fatalf("an ephemeral-only batch to a fresh path: receipts at %d, %d, %d events stored (%v); want it dropped",
+					got[0].Offset, got[1].Offset, len(p.Events), err)
+			}
+			return
+		}
 		if got[0].Offset != 1 {
 			t.Fatalf("first offset: got %d, want 1", got[0].Offset)
 		}
