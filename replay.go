@@ -18,7 +18,9 @@ import (
 // req.From and writes that state as the checkpoint at req.From-1: the next unit of the chain (the
 // catch-up Replay does not wait for, a push's gap repair, a read's catch-up) runs ProcessEvent
 // again, with its effects and emits, for every event from req.From on. Either way the checkpoint
-// is written in one fenced write, so a crash leaves the old one or the new one.
+// is written in one fenced write, so a crash leaves the old one or the new one; it is then
+// published (with effects again the cursor callers see goes back to req.From-1, so
+// WaitUntilProcessed waits for the replayed range to run again).
 //
 // A req.From below 0 or an unknown Effects fails with BAD_REQUEST; a req.From after the offset
 // the processor has processed fails with CONFLICT (nothing there was processed yet).
@@ -61,11 +63,9 @@ func (e *Engine[S]) Replay(ctx context.Context, req foldtype.ReplayRequest) (fol
 		e.state, e.cursor = state, target
 		e.liveWhole = true // the live view is the old state's until the rebuilt one is published
 		e.mu.Unlock()
-		if target == through {
-			e.publishAndRelease()
-		}
-		// With effects again the rebuilt state is published by the first commit of the replayed
-		// range: until then reads answer the state they answered before.
+		// With effects again the cursor goes back to req.From-1: reads and waits see the
+		// processor catching up again through the replayed range.
+		e.publishAndRelease()
 		res = foldtype.ReplayResult{From: from, Through: through, Effects: effects, Reduced: n}
 		return nil
 	}))
