@@ -34,7 +34,9 @@ func TestAReplayedCheckpointOutlivesItsEngine(t *testing.T) {
 	from, last := evs[2].Offset, evs[3].Offset
 	res, err := e1.Replay(ctx, foldtype.ReplayRequest{From: from, Effects: foldtype.ReplayEffectsAgain})
 	mustDo(t, err)
-	eq(t, "the answer", res, foldtype.ReplayResult{From: from, Through: last, Effects: foldtype.ReplayEffectsAgain, Reduced: 2})
+	if res.From != from || res.Through < last || res.Effects != foldtype.ReplayEffectsAgain || res.Reduced != 2 {
+		t.Fatalf("the answer: %+v, want from %d through %d or later, effects again, 2 reduced", res, from, last)
+	}
 	cp, _ := cps.Get("replayed")
 	eq(t, "the checkpoint's cursor", cp.ReducedThroughOffset, from-1)
 	jsonEq(t, "the checkpoint's state", cp.State, `{"n":2}`)
