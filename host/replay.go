@@ -65,19 +65,22 @@ func (h *Host) Replay(ctx context.Context, path, slug string, req foldtype.Repla
 			"host: processor %q on %q is not an engine this host can replay", slug, path)
 	}
 	res, err := rp.Replay(ctx, req)
-	if err != nil {
-		h.release(sl)
+	if err != nil && ctx.Err() == nil {
+		h.release(sl) // refused: nothing was written
 		return foldtype.ReplayResult{}, err
 	}
-	h.log.Info("host: processor replayed", "path", path, "slug", slug, "from", res.From, "through", res.Through,
-		"effects", string(res.Effects), "reduced", res.Reduced)
+	if err == nil {
+		h.log.Info("host: processor replayed", "path", path, "slug", slug, "from", res.From, "through", res.Through,
+			"effects", string(res.Effects), "reduced", res.Reduced)
+	}
 	// The rest runs now: the replayed range (effects again) and what waited behind the old
-	// offset (also a failing processor's event, which then fails or heals as a retry would).
+	// offset (also a failing processor's event, which then fails or heals as a retry would). It
+	// runs also when the caller stopped waiting: the replay may have been written all the same.
 	h.mu.Lock()
 	if h.shutdown {
 		h.mu.Unlock()
 		h.release(sl)
-		return res, nil
+		return res, err
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
@@ -95,7 +98,7 @@ func (h *Host) Replay(ctx context.Context, path, slug string, req foldtype.Repla
 			h.recovered(sl)
 		}
 	}()
-	return res, nil
+	return res, err
 }
 
 // replayOn asks the node that holds l to replay the processor.

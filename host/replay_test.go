@@ -17,6 +17,7 @@ import (
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/testsupport"
 )
 
 // weighState is the weigher's fold: how many ticks and the sum of their offsets times the weight.
@@ -260,6 +261,8 @@ func TestAReplayWithEffectsAgainRunsEachEffectOfTheRangeOnceMore(t *testing.T) {
 		if res.From != from || res.Effects != foldtype.ReplayEffectsAgain || res.Reduced != 5 {
 			t.Fatalf("replay answered %+v, want from %d, effects again, 5 reduced", res, from)
 		}
+		// Nothing but the replay's catch-up runs the range again: no read, no wait.
+		waitFor(t, func() bool { return p.effectCounts()[ticks[len(ticks)-1]] == 2 })
 		waitSettled(t, s, h, p)
 		wantEffects(t, p, ticks, func(off int64) int {
 			if off >= from {
@@ -352,4 +355,57 @@ func TestAReplayWhileAppendsContinueLosesNothing(t *testing.T) {
 		}
 		t.Logf("%d ticks, replays with effects again: %+v", len(ticks), again)
 	})
+}
+
+// A replay of a failing processor runs its failing event again in the catch-up that follows, as a
+// retry would: still broken, the processor stays failing and its reads answer PROCESSOR_FAILING;
+// fixed, the next replay heals it and it processes what waited behind the event — the store's
+// clock never moved, so no armed retry did it.
+func TestAReplayOfAFailingProcessorHealsItOnceFixed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, filepath.Join(t.TempDir(), "replay-failing.db"), clk)
+	defer s.Close(context.Background())
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p := newFlaky(t)
+	if _, err := host.Register(ctx, h, "/f", p); err != nil {
+		t.Fatal(err)
+	}
+	start := clk.Now()
+	got, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}, foldtype.EventInput{Type: "bad"},
+		foldtype.EventInput{Type: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	res, err := h.Replay(ctx, "/f", "flaky", foldtype.ReplayRequest{})
+	if err != nil || res.Through >= got[1].Offset {
+		t.Fatalf("replay of the failing processor: %+v %v, want through before %d", res, err, got[1].Offset)
+	}
+	if st := statusOf(t, h, "/f", "flaky"); st.Failing == nil {
+		t.Fatalf("status after a replay still broken: %+v, want failing", st)
+	}
+	p.broken.Store(false)
+	if _, err := h.Replay(ctx, "/f", "flaky", foldtype.ReplayRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing but the replay's catch-up runs the processor now: no read, no wait, no retry.
+	waitFor(t, func() bool {
+		st := statusOf(t, h, "/f", "flaky")
+		return st.State == foldtype.StateRunning && st.Offset >= got[2].Offset
+	})
+	if err := h.WaitUntilProcessed(ctx, "/f", "flaky", got[2].Offset, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := h.Snapshot(ctx, "/f", "flaky"); err != nil || state(t, snap.State).Ticks != 3 {
+		t.Fatalf("after the replay: %v %v, want 3 events reduced", snap.State, err)
+	}
+	if !clk.Now().Equal(start) {
+		t.Fatalf("the clock moved: %v", clk.Now().Sub(start))
+	}
 }
