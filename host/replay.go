@@ -109,16 +109,16 @@ func (h *Host) replayOn(ctx context.Context, l driver.Lease, path, slug string, 
 	}
 	q := url.Values{"op": {"replay"}, "from": {strconv.FormatInt(req.From, 10)}, "effects": {string(req.Effects)}}
 	var res foldtype.ReplayResult
-	if err := h.askOwner(ctx, l.Addr, path, slug, q, &res); err != nil {
+	if err := h.postToOwner(ctx, l.Addr, path, slug, q, &res); err != nil {
 		return foldtype.ReplayResult{}, err
 	}
 	return res, nil
 }
 
-// askOwner POSTs an operator's verb (q holds op and its parameters) to the owner at addr, passing
+// postToOwner POSTs an operator's verb (q holds op and its parameters) to the owner at addr, passing
 // on the operator's Authorization and reason, and decodes its JSON answer into out (nil: none
 // wanted). A coded refusal comes back with its code; no answer is UNAVAILABLE.
-func (h *Host) askOwner(ctx context.Context, addr, path, slug string, q url.Values, out any) error {
+func (h *Host) postToOwner(ctx context.Context, addr, path, slug string, q url.Values, out any) error {
 	or := foldtype.OperatorRequestOf(ctx)
 	if or.Reason != "" {
 		q.Set("reason", or.Reason)
