@@ -2,7 +2,6 @@ package powercut_test
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +43,7 @@ func syncDir(t *testing.T, dir string) {
 func cut(t *testing.T, pfs *powercut.FS, mode powercut.Mode, seed uint64) (string, powercut.CutReport) {
 	t.Helper()
 	dst := t.TempDir()
-	rep, err := pfs.Cut(dst, mode, rand.New(rand.NewPCG(seed, 1)))
+	rep, err := pfs.Cut(dst, mode, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +85,9 @@ func TestACutKeepsFsyncedBytesAndDropsTheRest(t *testing.T) {
 	}
 	if rep.DroppedPages != 2 { // page 0 (offset 10) and page 2 (offset 9000)
 		t.Fatalf("dropped pages: got %d, want 2", rep.DroppedPages)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a")); err != nil || len(b) != 9004 {
+		t.Fatalf("a read after the cut: %d bytes, %v; want the program's last view", len(b), err)
 	}
 	if _, err := f.WriteAt([]byte("x"), 0); err == nil {
 		t.Fatal("a write after the cut succeeded; want EIO")
