@@ -135,7 +135,8 @@ func Mount(mountpoint, backing string, opts Options) (*FS, error) {
 	}
 	one := time.Second
 	server, err := fs.Mount(mountpoint, pfs.root, &fs.Options{
-		MountOptions: fuse.MountOptions{FsName: "powercut", Name: "powercut", DisableXAttrs: true},
+		// DirectMount mounts with mount(2) when allowed (as root), without starting fusermount3.
+		MountOptions: fuse.MountOptions{FsName: "powercut", Name: "powercut", DisableXAttrs: true, DirectMount: true},
 		EntryTimeout: &one,
 		AttrTimeout:  &one,
 		OnAdd: func(ctx context.Context) {

@@ -62,6 +62,7 @@ type cutResult struct {
 	fsyncs      powercut.Stats
 	kept        int // unsynced pages a cut kept
 	dropped     int // unsynced pages a cut dropped
+	phases      map[string]time.Duration
 }
 
 // history is every append the writers sent and every one the store acknowledged.
@@ -141,8 +142,18 @@ func runPowerCuts(t *testing.T, cfg cutRun) cutResult {
 	h := &history{sent: map[string]bool{}, acked: map[string]map[int64]string{}}
 	var res cutResult
 	res.fsyncs.Synced = map[string]int64{}
+	res.phases = map[string]time.Duration{}
 	base := t.TempDir()
 	survivors := ""
+	srv, err := powercut.StartServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("the file system's process: %v", err)
+		}
+	})
 	for i := range cfg.cuts {
 		dir := filepath.Join(base, strconv.Itoa(i))
 		mnt, backing, dst := filepath.Join(dir, "mnt"), filepath.Join(dir, "backing"), filepath.Join(dir, "survivors")
@@ -151,7 +162,12 @@ func runPowerCuts(t *testing.T, cfg cutRun) cutResult {
 				t.Fatal(err)
 			}
 		}
-		pfs, err := powercut.StartRemote(mnt, backing, powercut.Options{Initial: survivors, LieAboutFsync: cfg.lie != nil && cfg.lie(i)})
+		phase := time.Now()
+		lap := func(name string) {
+			res.phases[name] += time.Since(phase)
+			phase = time.Now()
+		}
+		pfs, err := srv.Mount(mnt, backing, powercut.Options{Initial: survivors, LieAboutFsync: cfg.lie != nil && cfg.lie(i)})
 		if err != nil {
 			msg := "FUSE is not usable on this machine (needs /dev/fuse, fusermount3 from Debian's fuse3 or root): " + err.Error()
 			if os.Getenv("CI") != "" {
@@ -170,11 +186,14 @@ func runPowerCuts(t *testing.T, cfg cutRun) cutResult {
 		}
 		t.Cleanup(unmount)
 
+		lap("mount")
 		path := filepath.Join(mnt, dbName)
 		s := openStore(t, path, cfg.synchronous)
+		lap("open")
 		if i > 0 {
 			res.checkRound(t, ctx, s, path, h, i)
 		}
+		lap("check")
 		target := 5 + rng.IntN(max(1, cfg.maxAcks-4))
 		mode := cfg.mode(i)
 		cutSeed := rng.Uint64()
@@ -193,7 +212,9 @@ func runPowerCuts(t *testing.T, cfg cutRun) cutResult {
 		for k, v := range st.Synced {
 			res.fsyncs.Synced[k] += v
 		}
+		lap("append+cut+close")
 		unmount()
+		lap("unmount")
 		survivors = dst
 	}
 	// The last cut's survivors, opened on an ordinary directory.
@@ -411,19 +432,21 @@ func logResult(t *testing.T, cfg cutRun, res cutResult, took time.Duration) {
 		"%d writes, %d file fsyncs (%v), %d directory fsyncs; unsynced pages at the cuts: %d dropped, %d kept",
 		cfg.cuts, cfg.synchronous, took.Round(time.Millisecond), res.acked, res.lost, res.corrupt,
 		res.fsyncs.Writes, res.fsyncs.FileSyncs, res.fsyncs.Synced, res.fsyncs.DirSyncs, res.dropped, res.kept)
+	t.Logf("time by phase: %v", res.phases)
 }
 
 // TestNoAcknowledgedAppendIsLostAtAPowerCut: at synchronous=FULL, every append the store
 // acknowledged is there after a power cut, at its offset with its payload, with no gap, and the
 // file passes SQLite's integrity check — whether the cut keeps only fsynced bytes or also a random
-// half of the pages written since. FOLDSTREAM_POWER_CUTS sets the number of cuts (20 by default).
+// half of the pages written since. FOLDSTREAM_POWER_CUTS sets the number of cuts (20 by default),
+// FOLDSTREAM_POWER_CUT_ACKS the most appends acknowledged in a round before its cut (150).
 func TestNoAcknowledgedAppendIsLostAtAPowerCut(t *testing.T) {
 	cfg := cutRun{
 		cuts:        envInt(t, "FOLDSTREAM_POWER_CUTS", 20),
 		synchronous: sqlitedriver.SyncFull,
 		mode:        alternate,
 		seed:        seed(t),
-		maxAcks:     150,
+		maxAcks:     envInt(t, "FOLDSTREAM_POWER_CUT_ACKS", 150),
 	}
 	start := time.Now()
 	res := runPowerCuts(t, cfg)
@@ -467,7 +490,7 @@ func TestSynchronousNormalLosesAcknowledgedAppendsAtAPowerCut(t *testing.T) {
 		synchronous: sqlitedriver.SyncNormal,
 		mode:        func(int) powercut.Mode { return powercut.KeepSynced },
 		seed:        seed(t),
-		maxAcks:     150,
+		maxAcks:     envInt(t, "FOLDSTREAM_POWER_CUT_ACKS", 150),
 	}
 	start := time.Now()
 	res := runPowerCuts(t, cfg)
