@@ -59,6 +59,7 @@ const (
 	KeepSyncedAndSomeUnsynced
 )
 
+// String names the mode, for logs.
 func (m Mode) String() string {
 	switch m {
 	case KeepSynced:
@@ -314,6 +315,7 @@ var (
 	_ fs.NodeSetattrer = (*dirNode)(nil)
 )
 
+// Getattr answers the directory's attributes.
 func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = fuse.S_IFDIR | 0o755
 	out.Ino = 1
@@ -321,10 +323,12 @@ func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 	return 0
 }
 
+// Setattr accepts and ignores changes of the directory's mode and times.
 func (d *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	return d.Getattr(ctx, fh, out)
 }
 
+// Create creates an empty file; its name is durable only after a directory fsync.
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	if errno := d.pfs.enter(); errno != 0 {
 		return nil, nil, 0, errno
@@ -340,6 +344,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	return ch, nil, 0, 0
 }
 
+// Unlink removes a name; the removal is durable only after a directory fsync.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno := d.pfs.enter(); errno != 0 {
 		return errno
@@ -349,6 +354,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	return 0 // the bridge removes the child; its durable entry stays until a directory fsync
 }
 
+// Rename renames within the directory; the rename is durable only after a directory fsync.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if errno := d.pfs.enter(); errno != 0 {
 		return errno
@@ -421,15 +427,18 @@ func (f *fileNode) attr(out *fuse.Attr) {
 	out.Blksize = PageSize
 }
 
+// Getattr answers the file's current attributes.
 func (f *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	f.attr(&out.Attr)
 	return 0
 }
 
+// Open opens the file; the node serves reads and writes itself.
 func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	return nil, 0, 0
 }
 
+// Flush (a close) makes nothing durable.
 func (f *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
 
 // Read answers from the current content, also after the cut: the program that outlives its disk
@@ -449,6 +458,7 @@ func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
+// Write writes through to the backing file and marks the pages written as unsynced.
 func (f *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	if errno := f.pfs.enter(); errno != 0 {
 		return 0, errno
@@ -473,6 +483,7 @@ func (f *fileNode) markDirty(from, to int64) {
 	}
 }
 
+// Setattr truncates or extends the file (unsynced until its next fsync); other changes are ignored.
 func (f *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok {
 		if errno := f.pfs.enter(); errno != 0 {
@@ -516,6 +527,7 @@ func (f *fileNode) resize(sz int64) syscall.Errno {
 	return 0
 }
 
+// Allocate extends the file as fallocate does (unsynced until its next fsync).
 func (f *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	if mode&^uint32(0x01) != 0 { // only plain allocation and FALLOC_FL_KEEP_SIZE
 		return syscall.EOPNOTSUPP
