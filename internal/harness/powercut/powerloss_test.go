@@ -33,7 +33,11 @@ import (
 // TestMain serves the power-cut file system when the test binary is started as its process.
 func TestMain(m *testing.M) {
 	powercut.ServeIfChild()
-	os.Exit(m.Run())
+	code := m.Run()
+	if serverBin != "" {
+		os.RemoveAll(filepath.Dir(serverBin)) // the foldstream binary the server tests built
+	}
+	os.Exit(code)
 }
 
 const (
