@@ -39,6 +39,9 @@ type Config struct {
 	ListPath string
 	// InfoPath is the stream information route, e.g. "/v1/streams/info".
 	InfoPath string
+	// ProcessorsPath is the processor listing route, e.g. "/v1/processors"; empty when the
+	// server has no processor host.
+	ProcessorsPath string
 }
 
 type file struct {
@@ -78,7 +81,8 @@ func New(cfg Config) *Handler {
 		ProcessorPrefix string `json:"processorPrefix,omitempty"`
 		ListPath        string `json:"listPath"`
 		InfoPath        string `json:"infoPath"`
-	}{cfg.StreamPrefix, cfg.ProcessorPrefix, cfg.ListPath, cfg.InfoPath})
+		ProcessorsPath  string `json:"processorsPath,omitempty"`
+	}{cfg.StreamPrefix, cfg.ProcessorPrefix, cfg.ListPath, cfg.InfoPath, cfg.ProcessorsPath})
 	h.add("config.json", conf)
 	return h
 }
