@@ -1,10 +1,13 @@
-// Package console is foldstream's read-only web console: plain HTML, CSS and JavaScript modules
-// embedded in the binary (no build step, nothing fetched at run time). Package server serves it at
-// "/" with its files under "/console/"; see docs/console.md.
+// Package console is foldstream's web console: plain HTML, CSS and JavaScript modules embedded in
+// the binary (no build step, nothing fetched at run time). Package server serves it at "/" with
+// its files under "/console/"; see docs/console.md.
 //
-// The console only reads: it lists streams, follows a stream's messages over SSE and follows each
-// processor's live state with the module livestate.js, which is also meant for applications'
-// own pages (served at /console/livestate.js).
+// The console lists streams, follows a stream's messages over SSE (the platform's own records
+// behind a toggle), follows each processor's live state with the module livestate.js, which is
+// also meant for applications' own pages (served at /console/livestate.js), and lists the
+// processors of every stream by state. Its one write is an operator's retry of a failing
+// processor, after a confirmation, through the server's processor route; its own files are only
+// read (GET and HEAD).
 package console
 
 import (
