@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/client"
-	"github.com/foldstream/foldstream/internal/wire"
+	"github.com/foldstream/foldstream/server"
 )
 
 // Client sub-command defaults.
@@ -177,9 +177,9 @@ func offsetFlag(name, v string, sentinels bool) (string, error) {
 	if v != "" && strings.Trim(v, "0123456789") == "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err == nil && n <= 9_999_999_999_999_999 {
-			return wire.FormatOffset(n), nil
+			return server.FormatOffset(n), nil
 		}
-	} else if _, _, err := wire.ParseOffset(v); err == nil && v != client.OffsetStart && v != client.OffsetNow {
+	} else if _, _, err := server.ParseOffset(v); err == nil && v != client.OffsetStart && v != client.OffsetNow {
 		return v, nil
 	}
 	want := "an integer or an offset a server printed"
