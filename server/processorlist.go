@@ -31,6 +31,15 @@ const StateLagging = "lagging"
 var processorListStates = []string{foldtype.StateRunning, foldtype.StateCatchingUp, foldtype.StateFailing,
 	foldtype.StateParked, "paused", foldtype.StateIdle, foldtype.StateUnowned, StateLagging}
 
+// ProcessorConsumes is optionally implemented by a Processors: the event types a processor
+// consumes (nil: every durable event), so that ProcessorsPath counts its lag in the events it has
+// left to process. *host.Host implements it. Without it every durable event counts.
+type ProcessorConsumes interface {
+	// ConsumesOf returns the types processor slug consumes on the stream at path, and whether it
+	// runs there.
+	ConsumesOf(path, slug string) ([]string, bool)
+}
+
 // ProcessorEntry is one processor on one stream in the answer of ProcessorsPath: its status as
 // InfoPath reports it, with the stream and how far behind the stream's tail it is.
 type ProcessorEntry struct {
@@ -119,7 +128,11 @@ func (s *Server) serveProcessorList(w http.ResponseWriter, r *http.Request) {
 		for _, st := range durableStatuses(clientStatuses(pl.ProcessorsOn(r.Context(), info.Path)), info.Tail) {
 			e := ProcessorEntry{Stream: info.Path, Tail: FormatOffset(info.Tail), ProcessorStatus: st}
 			if st.Offset < info.Tail {
-				e.Lag, e.LagAtLeast = s.durableLag(r.Context(), info.Path, st.Offset, info.Tail)
+				var consumes []string
+				if pc, ok := s.cfg.Processors.(ProcessorConsumes); ok {
+					consumes, _ = pc.ConsumesOf(info.Path, st.Slug)
+				}
+				e.Lag, e.LagAtLeast = s.durableLag(r.Context(), info.Path, consumes, st.Offset, info.Tail)
 			}
 			if matchesStates(e, states) {
 				out.Processors = append(out.Processors, e)
@@ -154,13 +167,14 @@ func durableStatuses(sts []foldtype.ProcessorStatus, tail int64) []foldtype.Proc
 	return sts
 }
 
-// durableLag counts the durable events of the stream at path with an offset in (after, tail], up
-// to MaxLagCount (atLeast then reports that the count stopped there). A read that fails counts
-// the offsets between instead, which may include ephemeral ones.
-func (s *Server) durableLag(ctx context.Context, path string, after, tail int64) (n int, atLeast bool) {
+// durableLag counts the durable events of the stream at path with an offset in (after, tail] that
+// a processor consuming consumes would process (foldtype.ConsumesEvent), reading at most
+// MaxLagCount events (atLeast then reports that the count stopped there). A read that fails
+// counts the offsets between instead, which may include ephemeral ones.
+func (s *Server) durableLag(ctx context.Context, path string, consumes []string, after, tail int64) (n int, atLeast bool) {
 	es := s.st.Events().Stream(path)
-	for n < MaxLagCount {
-		page, err := es.Read(ctx, after, min(MaxLagCount-n, stream.MaxReadLimit))
+	for read := 0; read < MaxLagCount; {
+		page, err := es.Read(ctx, after, min(MaxLagCount-read, stream.MaxReadLimit))
 		if err != nil {
 			return int(min(tail-after, MaxLagCount)), tail-after > MaxLagCount
 		}
@@ -168,8 +182,11 @@ func (s *Server) durableLag(ctx context.Context, path string, after, tail int64)
 			if ev.Offset > tail {
 				return n, false
 			}
-			n++
+			read++
 			after = ev.Offset
+			if foldtype.ConsumesEvent(consumes, ev) {
+				n++
+			}
 		}
 		if page.AtHead || len(page.Events) == 0 {
 			return n, false

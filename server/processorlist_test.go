@@ -173,6 +173,14 @@ func TestProcessorListingFiltersByStateAcrossStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An event the processor does not consume is no lag: its offset may stay before it (such an
+	// event reaches it only inside its next push), with nothing left to do.
+	if _, err := st.Events().Stream("/carts/a").Append(ctx, foldtype.EventInput{Type: "note", Payload: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if l := processorList(t, ts.URL, "prefix=/carts/a&state=lagging"); len(l.Processors) != 0 {
+		t.Errorf("after an event it does not consume, /carts/a's processor is listed lagging: %+v", l.Processors)
+	}
 	first := tick("/jobs/bad")
 	tick("/jobs/bad")
 	badTail := tick("/jobs/bad")
@@ -196,8 +204,8 @@ func TestProcessorListingFiltersByStateAcrossStreams(t *testing.T) {
 	var got []string
 	for _, p := range all.Processors {
 		got = append(got, p.Stream+" "+p.Slug)
-		if p.Slug == "ticks" && (p.State != foldtype.StateRunning || p.Lag != 0 || p.Offset != position(t, p.Tail)) {
-			t.Errorf("the healthy %s on %s: %+v; want running at its tail with no lag", p.Slug, p.Stream, p)
+		if p.Slug == "ticks" && (p.State != foldtype.StateRunning || p.Lag != 0 || p.Offset > position(t, p.Tail)) {
+			t.Errorf("the healthy %s on %s: %+v; want running, not past its tail, with no lag", p.Slug, p.Stream, p)
 		}
 	}
 	if want := []string{"/carts/a ticks", "/carts/b ticks", "/jobs/bad worker"}; !equalStrings(got, want) || all.Next != "" {
