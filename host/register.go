@@ -96,6 +96,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 	}
 	if c != nil {
 		reg.slug, reg.version, reg.consumes = c.Slug(), c.Version(), c.Consumes()
+		h.countersFor(reg.slug) // its series exist from its registration on, engine open or not
 		if b, err := json.Marshal(c.InitialState()); err == nil {
 			reg.initial = b
 		}
@@ -157,6 +158,8 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			// Nothing that can start an effect runs once the lease's local deadline passed, until
 			// a renewal confirmed the lease (docs/reliability.md#a-node-that-freezes).
 			MayWork: func(ctx context.Context) error { return h.leases.mayWork(ctx, key, l.Generation) },
+			// Counted per slug in the host, beyond this engine's life (metrics.go).
+			Metrics: h.countersFor(reg.slug),
 		})
 	}
 	return reg
