@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream"
 )
 
 // The host's running totals for metrics (docs/server.md#metrics). They live in the host, per
@@ -141,3 +143,16 @@ func (h *Host) noteTakeover(prev string, seen bool, node string) {
 
 // noteHandover counts a lease given up for another node to take.
 func (h *Host) noteHandover() { h.metrics.handovers.Add(1) }
+
+// ProcessorLag returns what processor slug on the stream at path has yet to process after offset
+// after: the durable events it consumes and the commit time of the first ([stream.Events.Lag]).
+// The server's metrics read it at scrape time for the lag in events and in seconds.
+func (h *Host) ProcessorLag(ctx context.Context, path, slug string, after int64) (stream.Lag, error) {
+	h.mu.Lock()
+	reg := h.registrationFor(path, slug)
+	h.mu.Unlock()
+	if reg == nil {
+		return stream.Lag{}, notRegistered(path, slug)
+	}
+	return h.store.Events().Lag(ctx, path, after, reg.consumes)
+}

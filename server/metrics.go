@@ -180,7 +180,8 @@ func (m *Metrics) bind(s *Server) {
 		pp, okP := s.cfg.Processors.(ProcessorPather)
 		if okL && okP {
 			pc, _ := s.cfg.Processors.(ProcessorCounter)
-			m.reg.MustRegister(&processorCollector{st: s.st, lister: pl, paths: pp, counter: pc})
+			lg, _ := s.cfg.Processors.(ProcessorLagger)
+			m.reg.MustRegister(&processorCollector{st: s.st, lister: pl, paths: pp, counter: pc, lagger: lg})
 		}
 		if lc, ok := s.cfg.Processors.(LeaseCounter); ok {
 			m.reg.MustRegister(leaseCollector{lc})
@@ -249,6 +250,14 @@ type ProcessorCounter interface {
 	ProcessorTotals() []foldtype.ProcessorTotals
 }
 
+// ProcessorLagger is implemented by a Processors that knows which events each processor consumes
+// (*host.Host does): a processor's lag counts the durable events it consumes after its offset.
+// Without it the lag counts every durable event after the offset.
+type ProcessorLagger interface {
+	// ProcessorLag returns what processor slug on path has yet to process after offset after.
+	ProcessorLag(ctx context.Context, path, slug string, after int64) (stream.Lag, error)
+}
+
 // LeaseCounter is implemented by a Processors that runs processors under leases (*host.Host
 // does): the leases it holds, and its takeovers and hand-overs.
 type LeaseCounter interface {
@@ -314,6 +323,7 @@ type processorCollector struct {
 	lister  ProcessorLister
 	paths   ProcessorPather
 	counter ProcessorCounter // nil: no totals
+	lagger  ProcessorLagger  // nil: lag counts every durable event
 }
 
 func (c *processorCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -375,7 +385,12 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			lagKnown := headErr == nil
 			if lagKnown && ps.Offset < info.Tail {
 				var err error
-				if lag, err = c.st.Events().Lag(ctx, path, ps.Offset); err != nil {
+				if c.lagger != nil {
+					lag, err = c.lagger.ProcessorLag(ctx, path, ps.Slug, ps.Offset)
+				} else {
+					lag, err = c.st.Events().Lag(ctx, path, ps.Offset, nil)
+				}
+				if err != nil {
 					lagKnown = false
 				}
 			}
