@@ -41,11 +41,13 @@ type ProcessorPather interface {
 
 // Metrics are a server's Prometheus metrics (docs/server.md#metrics): requests by route, method
 // and status, response bytes, appends and their bytes, live readers, the store's group commits
-// (size, duration, failures) and, with a host, every running processor's offset, lag behind its
-// stream's tail, whether it is failing (and its attempts), parked or its work failed, and the
-// events it skipped; plus the Go runtime's and the process's own. Create
-// one with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or,
-// with Handler, on an address of its own.
+// (size, duration, failures) and writer queue, the database pool on PostgreSQL and, with a host,
+// its leases (held, taken over, handed over) and per processor slug the lag in durable events
+// and in seconds, the streams by state, and counters of the events processed, skipped and
+// emitted, the failures by code and a ProcessEvent duration histogram (series per stream only for
+// exact-path registrations); plus the build, the Go runtime's and the process's own. Create one
+// with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or, with
+// Handler, on an address of its own.
 type Metrics struct {
 	reg *prometheus.Registry
 
@@ -443,7 +445,9 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		buckets := make(map[float64]uint64, len(foldtype.ProcessEventBuckets))
 		for i, le := range foldtype.ProcessEventBuckets {
-			buckets[le] = t.DurationBuckets[i]
+			if i < len(t.DurationBuckets) {
+				buckets[le] = t.DurationBuckets[i]
+			}
 		}
 		ch <- prometheus.MustNewConstHistogram(processorDurationDesc, t.DurationCount, t.DurationSum, buckets, t.Slug)
 	}
