@@ -96,7 +96,6 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 	}
 	if c != nil {
 		reg.slug, reg.version, reg.consumes = c.Slug(), c.Version(), c.Consumes()
-		h.countersFor(reg.slug) // its series exist from its registration on, engine open or not
 		if b, err := json.Marshal(c.InitialState()); err == nil {
 			reg.initial = b
 		}
@@ -218,6 +217,9 @@ func (h *Host) register(ctx context.Context, reg *registration) (foldtype.Runner
 	}
 	if reg.validate != nil {
 		h.addRefusingLocked(reg)
+	}
+	if reg.build != nil {
+		h.countersFor(reg.slug) // its metrics exist from its registration on, engine open or not (metrics.go)
 	}
 	if !reg.pinned() {
 		h.patterns = append(h.patterns, reg)
