@@ -17,6 +17,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -63,17 +64,11 @@ func scrapeText(t *testing.T, url string) string {
 	return text
 }
 
-// eventually checks cond every few milliseconds until it holds, failing t after 15 s.
+// eventually waits until cond holds (internal/harness/wait), failing t after 15 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
+	if !wait.For(15*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 

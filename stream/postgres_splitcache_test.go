@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -82,20 +83,15 @@ func TestPostgresALiveReadDuringASplitGroupSeesItsEarlyCommit(t *testing.T) {
 	go func() {
 		group <- inOneGroup(t, s, func() error { return appendJSON("/x", `{"n":3}`) }, func() error { return appendJSON("/y", `{"n":1}`) })
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !wait.Every(20*time.Second, 5*time.Millisecond, func() bool { // polling another process's lock table
 		var waiting int
 		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND classid::int8 = $1 AND objid::int8 = $2`, int64(cls), int64(uint32(int32(yID)))).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the group's append to /y never waited for its lock")
-		}
-		time.Sleep(5 * time.Millisecond) // polling another process's lock table
+		return waiting > 0
+	}) {
+		t.Fatal("the group's append to /y never waited for its lock")
 	}
 	var inDB int
 	if err := admin.QueryRow(ctx, `SELECT count(*) FROM records r JOIN streams s ON s.id = r.stream_id WHERE s.path = '/x'`).Scan(&inDB); err != nil {
