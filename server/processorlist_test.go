@@ -20,7 +20,6 @@ import (
 	"github.com/foldstream/foldstream/stream"
 )
 
-
 func processorList(t *testing.T, base, query string) server.ProcessorList {
 	t.Helper()
 	res, body := request(t, http.MethodGet, base+server.ProcessorsPath+"?"+query, "")
