@@ -55,7 +55,7 @@ func TestAGracefulHandOverUnderCPULoadMovesEveryLeaseToTheOtherNode(t *testing.T
 	es := httptest.NewServer(effects)
 	defer es.Close()
 	const ttl = 5 * time.Second // the default lease: a hand-over must not wait for it
-	nodes := startNodes(t, db, 2, ttl, "--effects", es.URL)
+	nodes := startNodes(t, db, 2, ttl, "--effects", es.URL, "--debug")
 	lb := lbClient(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -286,6 +286,18 @@ func TestAGracefulHandOverUnderCPULoadMovesEveryLeaseToTheOtherNode(t *testing.T
 	p50, most := waits[len(waits)/2], waits[len(waits)-1]
 	t.Logf("%d ticks on %d streams; %d leases moved on SIGTERM, all live on the other node %v after the signal; the other node's first effect on each moved stream came p50 %v, max %v after the signal (or the tick's append) — worst %s; the stopped node exited after %v; load average %s",
 		total, streams, len(held), leasesMoved.Round(time.Millisecond), p50.Round(time.Millisecond), most.Round(time.Millisecond), worst, exitedAfter.Round(time.Millisecond), load)
+	// The hand-over's steps as the nodes logged them (debug level): the stopped node's engines
+	// stopping and its leases' release, the other node's opening of each stream it took over.
+	if os.Getenv("FOLDSTREAM_HANDOVER_LOGS") != "" {
+		other.term() // its log is read when it exits
+	}
+	t.Logf("hand-over steps:\n%s%s%s%s", grepLogs(nodes, "handed the processors over"), grepLogs(nodes, "released leases when leaving"),
+		grepLogs(nodes, "took a processor over"), grepLogs(nodes, "opened a processor taken over"))
+	t.Logf("effects per 500 ms in the 5 s before the signal (stopped node, other node): %s", effectTimeline(calls, termAt.Add(-5*time.Second), inc, otherInc))
+	t.Logf("effects per 500 ms after the signal (stopped node, other node): %s", effectTimeline(calls, termAt, inc, otherInc))
+	if dir := os.Getenv("FOLDSTREAM_HANDOVER_LOGS"); dir != "" {
+		_ = os.WriteFile(dir+"/nodes.log", []byte(fmt.Sprintf("signal at %s\n%s", termAt.UTC().Format(time.RFC3339Nano), allLogs(nodes))), 0o644)
+	}
 	if leasesMoved > handOverBound {
 		t.Fatalf("the stopped node's leases were all live on the other node %v after the signal, more than %v\n%s",
 			leasesMoved.Round(time.Millisecond), handOverBound, grepLogs(nodes, "host shut"))
@@ -338,4 +350,27 @@ func (n *node) pid() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cmd.Process.Pid
+}
+
+// effectTimeline counts the effect calls of nodes a and b in each half second of the ten after
+// from.
+func effectTimeline(calls []effectCall, from time.Time, a, b string) string {
+	var na, nb [20]int
+	for _, c := range calls {
+		i := int(c.at.Sub(from) / (500 * time.Millisecond))
+		if i < 0 || i >= len(na) {
+			continue
+		}
+		switch c.Node {
+		case a:
+			na[i]++
+		case b:
+			nb[i]++
+		}
+	}
+	var s strings.Builder
+	for i := range na {
+		fmt.Fprintf(&s, " %d/%d", na[i], nb[i])
+	}
+	return s.String()
 }
