@@ -149,6 +149,8 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// FOLDSTREAM_NODE_STACKS=dir: SIGUSR1 writes every goroutine's stack to a file in dir (where a
+	// stalled node waits; the test goes on).
 	if dir := os.Getenv("FOLDSTREAM_NODE_STACKS"); dir != "" {
 		usr1 := make(chan os.Signal, 1)
 		signal.Notify(usr1, syscall.SIGUSR1)
