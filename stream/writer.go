@@ -105,6 +105,7 @@ func (s *Store) expected(path string) (*streamMem, bool) {
 	if !ok || m.Row.ID == 0 || m.Row.State != 0 || m.Row.TTLSeconds.Valid {
 		return nil, false
 	}
+	s.foldRemoteWrites()
 	if until, ok := s.ws.contended[m.Row.ID]; ok {
 		if s.clock.Now().Before(until) {
 			return nil, false
