@@ -21,8 +21,8 @@ import (
 // handOverBound is what TestAGracefulHandOver… asserts twice: from SIGTERM until every lease the
 // stopped node held is live on the other node, and until the other node's first effect on each
 // stream it took over (from the tick's append when that came after the signal). The goal is under
-// a second. On the 2-core machine shared with other builds (load average 20–29 before the test's
-// burners) the first effect came after p50 0.3–0.8 s, max 0.5–1.4 s in four runs; before the new owner's writer
+// a second. On the 2-core machine shared with other builds (load average 18–29 before the test's
+// burners) the first effect came after p50 0.3–0.9 s, max 0.5–1.4 s in six runs; before the new owner's writer
 // stopped running a group once per stream the stopped node wrote last, after 10–71 s. What is left
 // is group commits — the stopping engine's event in progress, the new owner's wake record, effect
 // append and checkpoint — and a writer starved of CPU has committed one group every 1.5–2.5 s, the
