@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"unicode/utf8"
 )
 
 // This file holds a small scanner over raw JSON text. The diff uses it to split objects and arrays
@@ -147,7 +148,9 @@ func objectMembers(b []byte) ([]rawMember, error) {
 }
 
 func unquoteKey(q []byte) (string, error) {
-	if bytes.IndexByte(q, '\\') < 0 {
+	// Without escapes and with valid UTF-8 the key is its bytes; otherwise it is decoded as
+	// encoding/json decodes it (invalid UTF-8 becomes U+FFFD), as string values are in Equal.
+	if bytes.IndexByte(q, '\\') < 0 && utf8.Valid(q) {
 		return string(q[1 : len(q)-1]), nil
 	}
 	var s string
