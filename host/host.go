@@ -387,8 +387,13 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			if err := sl.sub.Drain(ctx); err != nil {
 				addErr(fmt.Errorf("host: drain pushes to %q on %q: %w", sl.key.slug, sl.key.path, err))
 			}
-			if err := settleAndClose(ctx, sl.runner, 0, false); err != nil {
+			settled, err := settleAndClose(ctx, sl.runner, 0, false)
+			if err != nil {
 				addErr(fmt.Errorf("host: close %q on %q: %w", sl.key.slug, sl.key.path, err))
+			}
+			if !settled && handOver {
+				h.leaveToRunOut(sl)
+				return
 			}
 			lv.release(sl.key, sl.lease.Generation)
 		}()
@@ -434,18 +439,34 @@ func closeRunner(ctx context.Context, r foldtype.Runner) error {
 // or, after a handoff, another) would run those effects again. Without catchUp (a shutdown) it reads no new events:
 // what was committed after the subscription closed is the next owner's. The lease is renewed
 // meanwhile.
-func settleAndClose(ctx context.Context, r foldtype.Runner, drainFor time.Duration, catchUp bool) error {
+//
+// settled reports whether the in-flight work finished before the engine closed. When it did not,
+// Close cut a unit short — perhaps after its effects, with its checkpoint still on its way to the
+// database — and a caller on a shared database lets the lease run out instead of handing it over
+// (leaveToRunOut), so that checkpoint can land before another node reads it.
+func settleAndClose(ctx context.Context, r foldtype.Runner, drainFor time.Duration, catchUp bool) (settled bool, err error) {
 	if catchUp {
 		if err := r.CatchUpFromLog(ctx); err != nil && ctx.Err() != nil {
 			_ = r.Close(ctx)
-			return err
+			return false, err
 		}
 	}
 	dctx, cancel := ctx, context.CancelFunc(func() {})
 	if drainFor > 0 {
 		dctx, cancel = context.WithTimeout(ctx, drainFor)
 	}
-	_ = r.Drain(dctx)
+	derr := r.Drain(dctx)
 	cancel()
-	return r.Close(ctx)
+	return derr == nil, r.Close(ctx)
+}
+
+// leaveToRunOut forgets sl's lease without releasing it: its engine closed before its work
+// settled (settleAndClose), so the lease runs out on the database's clock — one lease time at
+// most — before another node takes the stream, instead of at once. A checkpoint the cut-short
+// unit had sent meanwhile lands first (a write is not withdrawn when its caller goes), and the
+// next owner does not run that unit's effects again.
+func (h *Host) leaveToRunOut(sl *slot) {
+	h.log.Warn("host: a processor's work did not settle before its engine closed; its lease is left to run out instead of handed over",
+		"path", sl.key.path, "slug", sl.key.slug)
+	h.leases.drop(sl.key, sl.lease.Generation)
 }

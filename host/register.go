@@ -301,8 +301,13 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 		return nil
 	}
 	err := sl.sub.Drain(ctx)
-	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, true); err == nil {
+	settled, cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, true)
+	if err == nil {
 		err = cerr
+	}
+	if !settled && !h.store.Driver().Exclusive() {
+		h.leaveToRunOut(sl)
+		return err
 	}
 	h.leases.release(key, sl.lease.Generation, false)
 	return err

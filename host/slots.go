@@ -583,7 +583,8 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	// an engine whose cursor reached what the subscription saw, with every push delivered and none
 	// failing, is at the head and would read nothing.
 	atHead := err == nil && h.store.Driver().Exclusive() && !h.isFailing(sl) && sl.runner.ReducedThroughOffset() >= seen
-	if cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, !atHead); err == nil {
+	settled, cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, !atHead)
+	if err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -595,7 +596,11 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	h.mu.Lock()
 	stopped := h.shutdown
 	h.mu.Unlock()
-	h.leases.release(sl.key, sl.lease.Generation, !sl.handoff && !stopped && err == nil)
+	if !settled && !h.store.Driver().Exclusive() {
+		h.leaveToRunOut(sl)
+	} else {
+		h.leases.release(sl.key, sl.lease.Generation, !sl.handoff && !stopped && err == nil)
+	}
 	h.mu.Lock()
 	if h.slots[sl.key] == sl {
 		delete(h.slots, sl.key)
