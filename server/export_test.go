@@ -26,3 +26,12 @@ func (s *Server) Routes() []Route {
 	}
 	return out
 }
+
+// AnsweredCodes returns every code the server answers a request with, and its status (tests only).
+func AnsweredCodes() map[string]int {
+	out := map[string]int{}
+	for c, s := range statusByCode {
+		out[string(c)] = s
+	}
+	return out
+}
