@@ -1,7 +1,7 @@
 // The foldstream console: a read-only view of a server's streams and processors. Plain ES module,
 // no dependencies; it talks to the server only through its public HTTP routes (see
 // docs/console.md), with the reader's token when one is set.
-import { followLiveState, readEventStream, HTTPError } from "./livestate.js";
+import { followLiveState, readEventStream, HTTPError, errorText } from "./livestate.js";
 
 const TOKEN_KEY = "foldstream.console.token";
 const POLL_MS = 2000;
@@ -152,7 +152,7 @@ $("token-clear").addEventListener("click", () => {
 async function getJSON(url, signal) {
   const res = await fetch(url, { headers: authHeaders(), signal, cache: "no-store" });
   if (!res.ok) {
-    const text = (await res.text().catch(() => "")).trim();
+    const text = await errorText(res);
     throw new HTTPError(res.status, text || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
   }
   setConn(true, "connected");
@@ -558,7 +558,7 @@ async function followMessages(p, info, list, note, signal) {
         cache: "no-store",
       });
       if (!res.ok) {
-        const msg = (await res.text().catch(() => "")).trim();
+        const msg = await errorText(res);
         throw new HTTPError(res.status, msg || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
       }
       let closed = false;
