@@ -41,7 +41,7 @@ type problemBody struct {
 
 // goPackageWords are what a message must never show a client: Go package names and the decoder's
 // own prefixes (docs/server.md#errors).
-var goPackageWords = []string{"host:", "append:", "stream:", "stream store:", "server:", "engine:", "processor:",
+var goPackageWords = []string{"host:", "append:", "stream:", "stream store:", "server:", "engine:",
 	"contract:", "foldstream:", "foldtype:", "jsonschema:", "json:", "sqlitedriver", "pgdriver", "pgx", "sqlite3",
 	"mem://", "runtime.", "goroutine"}
 
