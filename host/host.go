@@ -161,7 +161,8 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // goroutines the host started
 
-	leases *leaseSet
+	leases  *leaseSet
+	metrics hostMetrics // running totals for metrics (metrics.go)
 
 	hasPatterns  atomic.Bool
 	woken        wokenSet                        // the streams this host woke, at most maxWokenRemembered (wakeOnce)

@@ -12,7 +12,7 @@ import (
 
 func init() {
 	commands["processors"] = command{
-		summary: "operate one processor of a stream: retry (needs a token of the ops scope)",
+		summary: "operate one processor of a stream: retry, replay (needs a token of the ops scope)",
 		run:     runProcessors,
 	}
 }
@@ -20,7 +20,8 @@ func init() {
 // processorVerbs are the sub-commands of `foldstream processors`, each an operator's verb on
 // one processor (docs/operations.md).
 var processorVerbs = map[string]string{
-	"retry": "run a failing processor's next attempt now instead of at its backoff time",
+	"retry":  "run a failing processor's next attempt now instead of at its backoff time",
+	"replay": "rebuild a processor's state from the log from --from N; --effects again runs ProcessEvent again",
 }
 
 // runProcessors runs `foldstream processors VERB [flags] STREAM SLUG`: POST ?op=VERB on the
@@ -46,6 +47,10 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cf.register(fs)
 	reason := fs.String("reason", "", "why, for the server's audit line")
 	asJSON := fs.Bool("json", false, "print the server's answer as JSON")
+	var replay replayCall // replay's own flags (cmd/foldstream/replay.go)
+	if verb == "replay" {
+		replay = replayVerb(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: foldstream processors %s [flags] STREAM SLUG\n\n%s.\n", verb, processorVerbs[verb])
 		fs.PrintDefaults()
@@ -61,6 +66,9 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	h, err := cf.header()
 	if err != nil {
 		return err
+	}
+	if replay != nil {
+		return replay(ctx, stdout, cf.server, "/"+pos[0], pos[1], *reason, *asJSON, client.ListOptions{Header: h})
 	}
 	res, err := client.ProcessorOp(ctx, cf.server, "/"+pos[0], pos[1], verb, *reason, client.ListOptions{Header: h})
 	if err != nil {
