@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Code is a stable, machine-readable error code. Classify errors with errors.Is against the
@@ -100,6 +102,33 @@ type Error struct {
 	RequestID string
 	// Err is the cause, if any (for example the transport error).
 	Err error
+
+	// The members of the answer's RFC 9457 problem body (docs/server.md#errors), when the server
+	// sent one (a foldstream server always does); empty otherwise.
+
+	// Type is the problem's type: a URI naming the code.
+	Type string
+	// Title is the code in words.
+	Title string
+	// Detail is what this answer says; Message holds it too.
+	Detail string
+	// RetryAfter is how long the server asked the client to wait (retryAfter, else Retry-After),
+	// or 0.
+	RetryAfter time.Duration
+	// Limit is the limit a 413 went over, in LimitUnit ("bytes" or "messages"), or 0.
+	Limit int64
+	// LimitUnit is Limit's unit.
+	LimitUnit string
+	// Violations lists the schema violations of a refused batch (at most the server's cap: 100
+	// for foldstream), each with its message's index and the value's JSON pointer.
+	Violations []Violation
+	// ViolationsTotal counts the violations found, also those the list leaves out.
+	ViolationsTotal int
+	// Failure is a failing processor's failure (PROCESSOR_FAILING), or nil.
+	Failure *Failure
+	// Members holds every member of the problem body as sent, for members this client does not
+	// name.
+	Members map[string]json.RawMessage
 }
 
 // Error returns a lowercase, single-line description.
@@ -308,11 +337,16 @@ func (e *SequenceGapError) Error() string {
 func (e *SequenceGapError) Is(target error) bool { return target == ErrSequenceGap }
 
 // statusError maps a non-success response to a coded error. body is the (already read, bounded)
-// response body used as the message. The code is the server's Foldstream-Error-Code when it sent
-// one, else derived from the status (see Code).
+// response body: a problem body (application/problem+json) is decoded into the error's members,
+// any other body is the message. The code is the server's Foldstream-Error-Code when it sent one,
+// else the problem's code, else derived from the status (see Code).
 func statusError(op, url string, resp *http.Response, body []byte) error {
-	msg := string(trimBody(body))
-	code := Code(strings.TrimSpace(resp.Header.Get(HeaderErrorCode)))
+	e := &Error{Code: Code(strings.TrimSpace(resp.Header.Get(HeaderErrorCode))), Op: op, URL: url, Status: resp.StatusCode,
+		RequestID: requestIDOf(resp)}
+	if !decodeProblem(e, resp.Header, body) {
+		e.Message = string(trimBody(body))
+	}
+	code := e.Code
 	if code == "" {
 		code = codeOfStatus(resp.StatusCode)
 		switch {
@@ -330,7 +364,8 @@ func statusError(op, url string, resp *http.Response, body []byte) error {
 			return &StaleEpochError{CurrentEpoch: n}
 		}
 	}
-	return &Error{Code: code, Op: op, URL: url, Status: resp.StatusCode, Message: msg, RequestID: requestIDOf(resp)}
+	e.Code = code
+	return e
 }
 
 // requestIDOf returns resp's X-Request-Id when it is short and printable (it goes into messages).

@@ -41,7 +41,9 @@ const (
 	OffsetNow                 = wire.OffsetNow
 )
 
-const maxErrorBody int64 = 4096
+// maxErrorBody bounds the error body the client reads: a refusal listing 100 schema violations
+// fits.
+const maxErrorBody int64 = 64 << 10
 
 // Config configures a Stream handle. The zero value is usable.
 type Config struct {

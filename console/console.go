@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/foldstream/foldstream/internal/wire"
+	"github.com/foldstream/foldstream/internal/problem"
 )
 
 //go:embed static
@@ -124,8 +124,7 @@ func Serves(urlPath string) bool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
-		w.Header().Set(wire.HeaderErrorCode, "METHOD_NOT_ALLOWED") // foldtype.CodeMethodNotAllowed
-		http.Error(w, "the console is read-only: use GET", http.StatusMethodNotAllowed)
+		problem.Write(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "the console is read-only: use GET", nil) // foldtype.CodeMethodNotAllowed
 		return
 	}
 	name := "index.html"
@@ -134,8 +133,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := h.files[name]
 	if !ok {
-		w.Header().Set(wire.HeaderErrorCode, "NO_ROUTE") // foldtype.CodeNoRoute
-		http.Error(w, "no such console file", http.StatusNotFound)
+		problem.Write(w, http.StatusNotFound, "NO_ROUTE", "no such console file", nil) // foldtype.CodeNoRoute
 		return
 	}
 	hd := w.Header()

@@ -35,27 +35,27 @@ func PrepareEventInput(index int, in EventInput) (EventInput, []byte, error) {
 	}
 	if !utf8.ValidString(in.Type) || !utf8.ValidString(in.IdempotencyKey) {
 		return in, nil, NewError(CodeInvalidEvent, map[string]any{"index": index},
-			"append: event %d has a type or idempotency key that is not valid UTF-8", index)
+			"event %d has a type or idempotency key that is not valid UTF-8", index)
 	}
 	var err error
 	if in.Payload, err = compactOptional(in.Payload); err != nil {
 		return in, nil, NewError(CodeInvalidEvent, map[string]any{"index": index},
-			"append: event %d has a payload that is not valid JSON: %v", index, err)
+			"event %d has a payload that is not valid JSON: %v", index, err)
 	}
 	if in.Metadata, err = compactOptional(in.Metadata); err != nil {
 		return in, nil, NewError(CodeInvalidEvent, map[string]any{"index": index},
-			"append: event %d has metadata that is not valid JSON: %v", index, err)
+			"event %d has metadata that is not valid JSON: %v", index, err)
 	}
 	// The stored body is the input's own JSON: its tags leave out the offset precondition.
 	b, err := json.Marshal(in)
 	if err != nil {
 		return in, nil, NewError(CodeInvalidEvent, map[string]any{"index": index},
-			"append: event %d cannot be encoded: %v", index, err)
+			"event %d cannot be encoded: %v", index, err)
 	}
 	if n := len(b) + createdAtOverhead; n > MaxEventBytes {
 		return in, nil, NewError(CodeEventTooLarge,
 			map[string]any{"index": index, "bytes": n, "maxBytes": MaxEventBytes},
-			"append: event %d serializes to %d bytes, over the %d-byte ceiling of one event", index, n, MaxEventBytes)
+			"event %d serializes to %d bytes, over the %d-byte ceiling of one event", index, n, MaxEventBytes)
 	}
 	return in, b, nil
 }

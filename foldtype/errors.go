@@ -251,5 +251,5 @@ func OffsetConflictError(expected, actual int64) *Error {
 // EmptyTypeError returns the INVALID_EVENT error for an event without a type
 // (docs/engine.md#appending-events); [PrepareEventInput] returns it.
 func EmptyTypeError() *Error {
-	return NewError(CodeInvalidEvent, nil, "append: every event needs a non-empty type")
+	return NewError(CodeInvalidEvent, nil, "every event needs a non-empty type")
 }

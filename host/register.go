@@ -340,24 +340,52 @@ func (h *Host) addRefusingLocked(reg *registration) {
 }
 
 // checkAppend is the store's append check: an event that breaks the payload schema of a
-// processor registered with RefuseInvalidEvents on path refuses the append.
+// processor registered with RefuseInvalidEvents on path refuses the append. The refusal lists
+// every violation of the batch (up to foldtype.MaxViolations), each with the event's index and
+// the value's JSON pointer, so a writer fixes all of them at once.
 func (h *Host) checkAppend(path string, events []foldtype.Event) error {
 	regs := h.refusing.Load()
 	if regs == nil {
 		return nil
 	}
+	var (
+		violations []foldtype.Violation
+		total      int
+		first      string // the first violation's processor and event type
+		slug, typ  string
+	)
 	for _, reg := range *regs {
 		if !reg.pattern.Match(path) {
 			continue
 		}
-		for _, ev := range events {
-			if err := reg.validate(ev); err != nil {
-				return foldtype.NewError(foldtype.CodeInvalidEvent,
-					map[string]any{"path": path, "type": ev.Type, "slug": reg.slug, "error": err.Error()},
-					"append: event %q breaks the payload schema of processor %q on %q: %v (fix the payload; nothing was written)",
-					ev.Type, reg.slug, path, err)
+		for i, ev := range events {
+			err := reg.validate(ev)
+			if err == nil {
+				continue
+			}
+			vs := foldstream.SchemaViolations(err)
+			if total == 0 {
+				first = fmt.Sprintf("processor %q (event type %q)", reg.slug, ev.Type)
+				slug, typ = reg.slug, ev.Type
+			}
+			total += len(vs)
+			for _, v := range vs {
+				if len(violations) < foldtype.MaxViolations {
+					v.Index = i
+					violations = append(violations, v)
+				}
 			}
 		}
 	}
-	return nil
+	if total == 0 {
+		return nil
+	}
+	v := violations[0]
+	msg := fmt.Sprintf("%d schema violation(s) in the batch, the first in the payload schema of %s at %s: %s "+
+		"(fix the payloads; nothing was written)", total, first, v.Pointer, v.Message)
+	if total > len(violations) {
+		msg += fmt.Sprintf("; the first %d are listed", len(violations))
+	}
+	return &foldtype.Error{Code: foldtype.CodeInvalidEvent, Message: msg, Retryable: true,
+		Data: map[string]any{"path": path, "slug": slug, "type": typ, foldtype.DataViolations: violations, foldtype.DataViolationsTotal: total}}
 }

@@ -74,15 +74,26 @@ func failingMessage(data map[string]any, cause foldtype.Code) string {
 	return msg
 }
 
-// trimPackage drops the Go package names coded messages start with ("host: processor …").
+// trimPackage drops the Go package names (and the operations named like them) coded messages
+// start with ("host: processor …", "append: event 2 …"), however many: a client is told what
+// happened, not where in the server's code (docs/server.md#errors).
 func trimPackage(msg string) string {
-	for _, p := range [...]string{"host: ", "stream store: ", "stream: ", "server: "} {
-		if rest, ok := strings.CutPrefix(msg, p); ok {
-			return rest
+	for {
+		cut := false
+		for _, p := range packagePrefixes {
+			if rest, ok := strings.CutPrefix(msg, p); ok {
+				msg, cut = rest, true
+			}
+		}
+		if !cut {
+			return msg
 		}
 	}
-	return msg
 }
+
+// packagePrefixes are the prefixes trimPackage drops.
+var packagePrefixes = [...]string{"host: ", "stream store: ", "stream: ", "server: ", "append: ", "engine: ",
+	"processor: ", "contract: ", "foldstream: "}
 
 // clientStatuses returns the processor statuses as a client sees them: a failure or a stop whose
 // code reports the server's own condition carries the code's generic message. The statuses are
@@ -152,6 +163,11 @@ func requestID(r *http.Request) string {
 	if v := r.Header[HeaderRequestID]; len(v) == 1 && saneRequestID(v[0]) {
 		return v[0]
 	}
+	return newRequestID()
+}
+
+// newRequestID makes a request id: this process's prefix and the next number.
+func newRequestID() string {
 	var buf [32]byte
 	b := append(buf[:0], requestIDPrefix...)
 	b = append(b, '-')

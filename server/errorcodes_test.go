@@ -8,9 +8,10 @@ import (
 	"github.com/foldstream/foldstream/server"
 )
 
-// Every error answer of every route carries its code in Foldstream-Error-Code: the protocol's
-// stream routes, catch-up and SSE reads, the listing and stream information, the console's files,
-// the processor routes and the server's own refusals (docs/server.md#errors).
+// Every error answer of every route carries its code in Foldstream-Error-Code and an RFC 9457
+// problem body (wantProblem): the protocol's stream routes, catch-up and SSE reads, the listing
+// and stream information, the console's files, the processor routes and the server's own
+// refusals (docs/server.md#errors).
 func TestEveryErrorAnswerCarriesItsCode(t *testing.T) {
 	s := setupSecured(t, server.Config{}, true)
 	base := s.url
@@ -121,6 +122,7 @@ func TestEveryErrorAnswerCarriesItsCode(t *testing.T) {
 			if c.code != "" && got != string(c.code) {
 				t.Errorf("%s %s: code %q (%s), want %s", c.method, c.path, got, strings.TrimSpace(body), c.code)
 			}
+			wantProblem(t, c.method+" "+c.path, res, body)
 		})
 	}
 }

@@ -110,11 +110,16 @@ func statusOf(err error) (foldtype.Code, int, bool) {
 	return code, status, ok
 }
 
-// writeCoded answers a refusal with code in the protocol's error shape: the status from
-// statusByCode, the code in Foldstream-Error-Code, a plain-text message; 503s carry Retry-After
+// writeCoded answers a refusal with code in the error shape: the status from statusByCode, the
+// code in Foldstream-Error-Code, a problem body with msg as its detail; 503s carry Retry-After
 // (retryAfter seconds, at least 1) and 401s a Bearer challenge. It returns false, writing
 // nothing, when the table has no status for code.
 func writeCoded(w http.ResponseWriter, code foldtype.Code, msg string, retryAfter int) bool {
+	return writeCodedProblem(w, code, msg, retryAfter, nil)
+}
+
+// writeCodedProblem is writeCoded with the extension members ext (problemMembers).
+func writeCodedProblem(w http.ResponseWriter, code foldtype.Code, msg string, retryAfter int, ext map[string]any) bool {
 	status, ok := statusByCode[code]
 	if !ok {
 		return false
@@ -127,6 +132,6 @@ func writeCoded(w http.ResponseWriter, code foldtype.Code, msg string, retryAfte
 	case http.StatusUnauthorized:
 		h.Set("WWW-Authenticate", `Bearer realm="foldstream"`)
 	}
-	writeError(w, status, msg)
+	writeProblem(w, status, msg, ext)
 	return true
 }

@@ -29,6 +29,15 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
+// AnsweredCodes returns every code the server answers a request with, and its status (tests only).
+func AnsweredCodes() map[string]int {
+	out := map[string]int{}
+	for c, s := range statusByCode {
+		out[string(c)] = s
+	}
+	return out
+}
+
 // ShiftDeliveryClock moves the monotonic clock the subscription deliverer checks its lease's
 // local deadline against by d, as a freeze of the process for d would (tests only).
 func (s *Server) ShiftDeliveryClock(d time.Duration) {

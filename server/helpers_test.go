@@ -125,12 +125,14 @@ func request(t testing.TB, method, url, body string, headers ...string) (*http.R
 	return res, string(b)
 }
 
-// wantCoded checks a refusal's status and Foldstream-Error-Code.
+// wantCoded checks a refusal's status and Foldstream-Error-Code, and its problem body
+// (wantProblem).
 func wantCoded(t *testing.T, what string, res *http.Response, body string, status int, code foldtype.Code) {
 	t.Helper()
 	if res.StatusCode != status || res.Header.Get(server.HeaderErrorCode) != string(code) {
 		t.Fatalf("%s: got %d %q (%s), want %d %s", what, res.StatusCode, res.Header.Get(server.HeaderErrorCode), strings.TrimSpace(body), status, code)
 	}
+	wantProblem(t, what, res, body)
 }
 
 func bearer(tok string) string { return "Bearer " + tok }

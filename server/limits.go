@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -40,6 +41,15 @@ func (s *Server) releaseLiveReader() {
 // overloadRetryAfter is the Retry-After (seconds) of OVERLOADED answers.
 const overloadRetryAfter = 2
 
+// refuseTooLarge answers a body over MaxBodyBytes: 413 TOO_LARGE stating the limit, in the
+// detail and in the limit member (bytes).
+func (s *Server) refuseTooLarge(w http.ResponseWriter) {
+	limit := s.cfg.MaxBodyBytes
+	writeCodedProblem(w, foldtype.CodeTooLarge,
+		"request body too large: this server takes at most "+itoa(limit)+" bytes per request; send less in one request",
+		0, map[string]any{"limit": limit, "limitUnit": "bytes"})
+}
+
 // bodyChunk is the step in which bodies of unknown length are read and their bytes reserved.
 const bodyChunk = 32 << 10
 
@@ -49,7 +59,7 @@ const bodyChunk = 32 << 10
 // otherwise the caller must call release once the body is no longer needed.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		writeCoded(w, foldtype.CodeTooLarge, "request body too large", 0)
+		s.refuseTooLarge(w)
 		return nil, nil, false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
@@ -115,7 +125,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 			var ne net.Error
 			switch {
 			case errors.As(err, &mbe):
-				writeCoded(w, foldtype.CodeTooLarge, "request body too large", 0)
+				s.refuseTooLarge(w)
 			case errors.As(err, &ne) && ne.Timeout():
 				w.Header().Set("Connection", "close")
 				writeError(w, http.StatusRequestTimeout, "request body too slow: it must arrive within "+s.cfg.BodyReadTimeout.String())
@@ -193,13 +203,19 @@ type limitListener struct {
 	refused atomic.Int64 // refused since the last warning
 }
 
-// overloadResponse is what a connection past the limit reads before it is closed.
-var overloadResponse = func() string {
-	const body = "too many connections: retry later\n"
-	return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" +
-		"Retry-After: " + itoa(overloadRetryAfter) + "\r\n" + HeaderErrorCode + ": " + string(foldtype.CodeOverloaded) + "\r\n" +
-		"Connection: close\r\nContent-Length: " + itoa(int64(len(body))) + "\r\n\r\n" + body
-}()
+// overloadResponse is what a connection past the limit reads before it is closed: a 503
+// OVERLOADED problem, with a request id of its own (no request was read).
+func overloadResponse() string {
+	id := newRequestID()
+	code := string(foldtype.CodeOverloaded)
+	body, _ := json.Marshal(map[string]any{"type": ProblemTypePrefix + code, "title": problemTitle(foldtype.CodeOverloaded),
+		"status": http.StatusServiceUnavailable, "detail": "too many connections: retry later", "code": code,
+		"requestId": id, "retryAfter": overloadRetryAfter})
+	return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + ProblemContentType + "\r\n" +
+		"Retry-After: " + itoa(overloadRetryAfter) + "\r\n" + HeaderErrorCode + ": " + code + "\r\n" +
+		HeaderRequestID + ": " + id + "\r\n" +
+		"Connection: close\r\nContent-Length: " + itoa(int64(len(body)+1)) + "\r\n\r\n" + string(body) + "\n"
+}
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
@@ -225,7 +241,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // discard the answer before the client reads it.
 func refuseConn(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	_, _ = io.WriteString(c, overloadResponse)
+	_, _ = io.WriteString(c, overloadResponse())
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))

@@ -30,7 +30,7 @@ func TestPausedStreamAnswers423AndShowsItsState(t *testing.T) {
 	}
 	res, body = request(t, "POST", u, `{"n":1}`, w...)
 	wantCoded(t, "append to a paused stream", res, body, 423, foldtype.CodeStreamPaused)
-	if strings.TrimSpace(body) != "stream paused: disk swap, 10 min" || res.Header.Get(server.HeaderPaused) != "true" {
+	if wantProblem(t, "append to a paused stream", res, body).Detail != "stream paused: disk swap, 10 min" || res.Header.Get(server.HeaderPaused) != "true" {
 		t.Fatalf("refusal: %q, headers %v", body, res.Header)
 	}
 	res, _ = request(t, "HEAD", u, "", "Authorization", bearer(readerToken))

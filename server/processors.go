@@ -276,7 +276,7 @@ func (s *Server) writeProcessorError(w http.ResponseWriter, r *http.Request, pat
 	if held {
 		s.logWithheld(w, r, fe.Code, err)
 	}
-	writeCoded(w, fe.Code, msg, retry)
+	writeCodedProblem(w, fe.Code, msg, retry, problemMembers(fe, held))
 }
 
 // parkedRetryAfter is the Retry-After (seconds) of a parked processor's 503: it stays parked

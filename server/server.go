@@ -579,18 +579,11 @@ var (
 	}
 )
 
-// writeError answers a plain-text error. Clients must not parse the body. Every error answer
-// carries a code in Foldstream-Error-Code: the one set already (writeCoded, writeStoreError), else
-// the status's general code (defaultCode).
+// writeError answers an error in the problem shape (problem.go) with msg as its detail. Every
+// error answer carries a code in Foldstream-Error-Code: the one set already (writeCoded,
+// writeStoreError), else the status's general code (defaultCode).
 func writeError(w http.ResponseWriter, status int, msg string) {
-	h := w.Header()
-	if h.Get(HeaderErrorCode) == "" {
-		h.Set(HeaderErrorCode, string(defaultCode(status)))
-	}
-	h.Del("Content-Length")
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(msg + "\n"))
+	writeProblem(w, status, msg, nil)
 }
 
 // writeStoreError maps a store error to its HTTP answer (statuses from the table in errors.go,
@@ -641,7 +634,9 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	if status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
-	writeError(w, status, msg)
+	var fe *foldtype.Error
+	errors.As(err, &fe)
+	writeProblem(w, status, msg, problemMembers(fe, held))
 }
 
 // statusRecorder records the status and size of a response for the request log.

@@ -156,8 +156,10 @@ var subscriptionRoutes = []subscriptionRoute{
 	}},
 }
 
-// writeSubError answers a refusal in the subscription APIs' JSON shape:
-// {"error": {"code": ..., "message": ..., <data>}} with the code also in Foldstream-Error-Code.
+// writeSubError answers a refusal of the subscription APIs: the problem shape (problem.go) with
+// the protocol's own member beside it, "error": {"code": ..., "message": ..., <data>} (the
+// conformance suite reads error.code and error.current_holder), and the code in
+// Foldstream-Error-Code.
 func (s *Server) writeSubError(w http.ResponseWriter, r *http.Request, err error) {
 	code, status, ok := statusOf(err)
 	if !ok {
@@ -176,10 +178,20 @@ func (s *Server) writeSubError(w http.ResponseWriter, r *http.Request, err error
 	}
 	h := w.Header()
 	h.Set(HeaderErrorCode, string(code))
-	if status == http.StatusUnauthorized {
+	switch status {
+	case http.StatusUnauthorized:
 		h.Set("WWW-Authenticate", `Bearer realm="foldstream"`)
+	case http.StatusServiceUnavailable:
+		if h.Get("Retry-After") == "" {
+			h.Set("Retry-After", "1")
+		}
 	}
-	writeSubJSON(w, status, map[string]any{"error": body})
+	ext := problemMembers(fe, held)
+	if ext == nil {
+		ext = map[string]any{}
+	}
+	ext["error"] = body
+	writeProblem(w, status, msg, ext)
 }
 
 func writeSubJSON(w http.ResponseWriter, status int, v any) {
@@ -199,7 +211,9 @@ func (s *Server) readSubBody(w http.ResponseWriter, r *http.Request, v any) bool
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			s.writeSubError(w, r, foldtype.NewError(foldtype.CodeTooLarge, nil, "the request body is over %d bytes", maxSubscriptionBody))
+			s.writeSubError(w, r, foldtype.NewError(foldtype.CodeTooLarge,
+				map[string]any{foldtype.DataLimit: int64(maxSubscriptionBody), foldtype.DataLimitUnit: "bytes"},
+				"the request body is over the limit of %d bytes", maxSubscriptionBody))
 			return false
 		}
 		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "read the request body: %v", err))

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -29,22 +30,52 @@ func (e *Events) SetAppendCheck(check AppendCheck) (remove func()) {
 	return func() { s.check.CompareAndSwap(box, nil) }
 }
 
-// checkInputs runs the installed check on the durable events among inputs.
+// checkInputs runs the installed check on the durable events among inputs. The check sees only
+// those; the violations its refusal lists are renumbered to the inputs' own places in the batch
+// (foldtype.Violation.Index), so a writer finds each event where it put it.
 func (s *Store) checkInputs(path string, inputs []foldtype.EventInput) error {
 	box := s.check.Load()
 	if box == nil || box.fn == nil {
 		return nil
 	}
-	var evs []foldtype.Event
-	for _, in := range inputs {
+	var (
+		evs   []foldtype.Event
+		place []int // place[i] is the index in inputs of evs[i]
+	)
+	for i, in := range inputs {
 		if !in.Ephemeral {
 			evs = append(evs, foldtype.Event{Path: path, Type: in.Type, Payload: in.Payload, Metadata: in.Metadata})
+			place = append(place, i)
 		}
 	}
 	if len(evs) == 0 {
 		return nil
 	}
-	return box.fn(path, evs)
+	err := box.fn(path, evs)
+	if len(evs) < len(inputs) {
+		renumberViolations(err, place)
+	}
+	return err
+}
+
+// renumberViolations maps the violation indices of err (a check's refusal) through place.
+func renumberViolations(err error, place []int) {
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) {
+		return
+	}
+	vs, ok := fe.Data[foldtype.DataViolations].([]foldtype.Violation)
+	if !ok {
+		return
+	}
+	out := make([]foldtype.Violation, len(vs))
+	for i, v := range vs {
+		if v.Index >= 0 && v.Index < len(place) {
+			v.Index = place[v.Index]
+		}
+		out[i] = v
+	}
+	fe.Data[foldtype.DataViolations] = out
 }
 
 // checkMessages runs the installed check on JSON protocol messages, each as the event it becomes.

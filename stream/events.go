@@ -126,7 +126,7 @@ func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
 	m, err := t.stream(path)
 	if errors.Is(err, errNoStream) {
 		return nil, foldtype.NewError(foldtype.CodeStreamNotFound, map[string]any{"path": path},
-			"append: stream %s not found", quotePath(path))
+			"stream %s not found", quotePath(path))
 	}
 	if err != nil {
 		return nil, err
@@ -198,14 +198,14 @@ func (s *Store) createdEventStream(t *tx, row driver.Stream, id int64, noCheckpo
 func checkEventStream(row *streamRow, tail int64) error {
 	if row.State != 0 {
 		return foldtype.NewError(foldtype.CodeStreamGone, map[string]any{"path": row.Path},
-			"append: stream %s was deleted", quotePath(row.Path))
+			"stream %s was deleted", quotePath(row.Path))
 	}
 	if row.Closed {
 		return streamClosedError(row.Path, tail)
 	}
 	if !isJSONContentType(row.ContentType) {
 		return foldtype.NewError(foldtype.CodeInvalidEvent, map[string]any{"path": row.Path, "contentType": row.ContentType},
-			"append: stream %s holds %s, not JSON events", quotePath(row.Path), row.ContentType)
+			"stream %s holds %s, not JSON events", quotePath(row.Path), row.ContentType)
 	}
 	return nil
 }

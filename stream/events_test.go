@@ -46,7 +46,7 @@ func TestAppendEmptyTypeRefused(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	_, err := s.Events().Stream("/a").Append(context.Background(), ev("ok"), ev("  "))
-	if !errors.Is(err, foldtype.ErrInvalidEvent) || err.Error() != "append: every event needs a non-empty type" {
+	if !errors.Is(err, foldtype.ErrInvalidEvent) || err.Error() != "every event needs a non-empty type" {
 		t.Fatalf("got %v, want the empty-type error", err)
 	}
 	if n := len(storedMessages(t, s)); n != 0 {

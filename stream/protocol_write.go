@@ -168,9 +168,13 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 	msgs, isArray, n, err := rawjson.Split(body, msgKeys, MaxMessagesPerRecord)
 	switch {
 	case errors.Is(err, rawjson.ErrTooMany):
-		return nil, perr(foldtype.CodeTooLarge, "a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
+		return nil, foldtype.NewError(foldtype.CodeTooLarge,
+			map[string]any{foldtype.DataLimit: int64(MaxMessagesPerRecord), foldtype.DataLimitUnit: "messages"},
+			"a JSON array of %d messages is over the limit of %d per request; split it", n, MaxMessagesPerRecord)
 	case errors.Is(err, rawjson.ErrTooLong):
-		return nil, perr(foldtype.CodeTooLarge, "a JSON body of %d bytes is over the limit of 4 GiB", len(body))
+		return nil, foldtype.NewError(foldtype.CodeTooLarge,
+			map[string]any{foldtype.DataLimit: int64(4 << 30), foldtype.DataLimitUnit: "bytes"},
+			"a JSON body of %d bytes is over the limit of %d bytes (4 GiB)", len(body), int64(4<<30))
 	case err != nil:
 		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
 	case isArray && n == 0 && !allowEmpty:

@@ -55,7 +55,7 @@ func TestMemoryStream_OffsetPreconditionAndTypes(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Code != foldtype.CodeOffsetConflict || !reflect.DeepEqual(fe.Data, map[string]any{"expected": int64(2), "actual": int64(3)}) {
 		t.Fatalf("got %#v", err)
 	}
-	if _, err := mem.Append(ctx, in("  ")); err == nil || err.Error() != "append: every event needs a non-empty type" {
+	if _, err := mem.Append(ctx, in("  ")); err == nil || err.Error() != "every event needs a non-empty type" {
 		t.Errorf("blank type: got %v", err)
 	}
 	if evs, err := mem.Append(ctx); err != nil || evs != nil || mem.Head() != 2 {

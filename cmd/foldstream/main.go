@@ -15,7 +15,10 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+
+	"github.com/foldstream/foldstream/client"
 )
 
 // command is one sub-command.
@@ -59,10 +62,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2 // the flag package printed the error and the usage
 		}
 		fmt.Fprint(stderr, redact(fmt.Sprintf("foldstream %s: %v\n", args[0], err)))
+		printProblem(stderr, err)
 		return 1
 	}
 	return 0
 }
+
+// printProblem prints what a server's problem answer holds beyond its one-line message, one item a
+// line under it: each schema violation of a refused batch (with the message's index and the
+// value's JSON pointer), how many more there were, and the limit a 413 went over.
+func printProblem(w io.Writer, err error) {
+	ce, ok := errors.AsType[*client.Error](err)
+	if !ok {
+		return
+	}
+	for _, v := range ce.Violations {
+		fmt.Fprintf(w, "  message %d at %s: %s\n", v.Index, v.Pointer, oneLine(v.Message))
+	}
+	if more := ce.ViolationsTotal - len(ce.Violations); more > 0 {
+		fmt.Fprintf(w, "  … and %d more violation(s)\n", more)
+	}
+	if ce.Limit > 0 {
+		fmt.Fprintf(w, "  limit: %d %s\n", ce.Limit, ce.LimitUnit)
+	}
+}
+
+// oneLine replaces the line breaks in s, so that one item prints on one line.
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: foldstream <command> [flags]")

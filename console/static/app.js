@@ -2,7 +2,7 @@
 // (retry a failing processor, after a confirmation). Plain ES module, no dependencies; it talks to
 // the server only through its public HTTP routes (see docs/console.md), with the token when one is
 // set.
-import { followLiveState, readEventStream, HTTPError } from "./livestate.js";
+import { followLiveState, readEventStream, HTTPError, errorText as answerText } from "./livestate.js";
 
 const TOKEN_KEY = "foldstream.console.token";
 const PLATFORM_KEY = "foldstream.console.platform";
@@ -157,7 +157,7 @@ $("token-clear").addEventListener("click", () => {
 async function getJSON(url, signal) {
   const res = await fetch(url, { headers: authHeaders(), signal, cache: "no-store" });
   if (!res.ok) {
-    const text = (await res.text().catch(() => "")).trim();
+    const text = await answerText(res);
     throw new HTTPError(res.status, text || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
   }
   setConn(true, "connected");
@@ -773,7 +773,7 @@ async function followMessages(p, info, list, note, signal) {
         cache: "no-store",
       });
       if (!res.ok) {
-        const msg = (await res.text().catch(() => "")).trim();
+        const msg = await answerText(res);
         throw new HTTPError(res.status, msg || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
       }
       let closed = false;

@@ -311,14 +311,29 @@ export class HTTPError extends Error {
   }
 }
 
-async function checkResponse(res) {
-  if (res.ok) return res;
+// errorText is an error answer's message: the detail of a problem body (application/problem+json,
+// what a foldstream server answers), else the body's text.
+export async function errorText(res) {
   let text = "";
   try {
     text = (await res.text()).trim();
   } catch {
-    // the body is only for the message
+    return "";
   }
+  if ((res.headers.get("Content-Type") || "").startsWith("application/problem+json")) {
+    try {
+      const p = JSON.parse(text);
+      if (p && typeof p.detail === "string" && p.detail) return p.detail;
+    } catch {
+      // not JSON after all: show the text
+    }
+  }
+  return text;
+}
+
+async function checkResponse(res) {
+  if (res.ok) return res;
+  const text = await errorText(res);
   throw new HTTPError(res.status, text || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
 }
 

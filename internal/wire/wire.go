@@ -48,6 +48,10 @@ const (
 	HeaderPauseReason = "Foldstream-Pause-Reason"
 )
 
+// ProblemContentType is the Content-Type of every error answer's body: an RFC 9457 problem
+// details object (docs/server.md#errors).
+const ProblemContentType = "application/problem+json"
+
 // Query parameters of a read, and the values of live.
 const (
 	QueryOffset  = "offset"
