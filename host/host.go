@@ -162,6 +162,7 @@ type Host struct {
 	wg     sync.WaitGroup // goroutines the host started
 
 	leases *leaseSet
+	rows   rowCache // the processor state rows, on an exclusive database (host/pause.go)
 
 	hasPatterns  atomic.Bool
 	woken        wokenSet                        // the streams this host woke, at most maxWokenRemembered (wakeOnce)
@@ -252,7 +253,12 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	lctx, lcancel := context.WithTimeout(h.ctx, cfg.LeaseTTL)
-	err := h.startLeases(lctx)
+	// The state rows are read before any engine can open (on an exclusive database they are
+	// cached: this process is their only writer).
+	err := h.loadRows(lctx)
+	if err == nil {
+		err = h.startLeases(lctx)
+	}
 	lcancel()
 	if err != nil {
 		h.cancel()

@@ -18,6 +18,80 @@ type ProcessorOps interface {
 	RetryNow(ctx context.Context, path, slug string) error
 }
 
+// ProcessorPauser is optionally implemented by a Processors: pause and resume one processor
+// (docs/operations.md#pause-and-resume). *host.Host implements it.
+type ProcessorPauser interface {
+	// Pause stops the processor taking work, durably, until Resume.
+	Pause(ctx context.Context, path, slug, reason string) error
+	// Resume lets a paused processor catch up and go on.
+	Resume(ctx context.Context, path, slug string) error
+}
+
+// ProcessorAudit is optionally implemented by a Processors: the operators' verbs, stored in the
+// database (docs/operations.md#audit). *host.Host implements it.
+type ProcessorAudit interface {
+	// RecordOp stores one verb: who, what, on which processor, why, and how it ended.
+	RecordOp(ctx context.Context, rec foldtype.AuditEntry) error
+	// Audit returns the verbs on the processor (every processor when path and slug are empty),
+	// newest first, at most limit.
+	Audit(ctx context.Context, path, slug string, limit int) ([]foldtype.AuditEntry, error)
+}
+
+// LastGoodStates is optionally implemented by a Processors: the last good state of a failing or
+// paused processor (its stored checkpoint), which a plain snapshot read answers marked with
+// Foldstream-Processor-State instead of a 503 (docs/operations.md#last-good-state).
+type LastGoodStates interface {
+	LastGoodState(ctx context.Context, path, slug string) (foldtype.Snapshot[json.RawMessage], error)
+}
+
+// serveProcessorAudit answers the audit of one processor (the ops scope):
+//
+//	GET /v1/processor/<slug>/<stream>?audit=1[&limit=N] → 200 {"audit": [{id, at, actor, op, path, slug, reason, outcome, node}, …]}
+//
+// newest first, at most limit (default 100, at most 1000).
+func (s *Server) serveProcessorAudit(w http.ResponseWriter, r *http.Request, rest string) {
+	slug, name, ok := strings.Cut(rest, "/")
+	if !ok || slug == "" || name == "" {
+		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>?audit=1")
+		return
+	}
+	path := "/" + name
+	if !s.checkOrigin(w, r, OpProcessorOps) {
+		return
+	}
+	if _, ok := s.authorize(w, r, OpProcessorOps, path); !ok {
+		return
+	}
+	au, ok := s.cfg.Processors.(ProcessorAudit)
+	if !ok {
+		writeCoded(w, foldtype.CodeNoRoute, "this server's processors keep no audit", 0)
+		return
+	}
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, ok := parseDigits(v, 1000)
+		if !ok || n <= 0 {
+			writeCoded(w, foldtype.CodeBadRequest, "limit must be a whole number from 1 to 1000", 0)
+			return
+		}
+		limit = int(n)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
+	defer cancel()
+	recs, err := au.Audit(ctx, path, slug, limit)
+	if err != nil {
+		s.writeProcessorError(w, r, path, slug, err)
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"audit": recs})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(append(b, '\n'))
+	}
+}
+
 // maxReasonLength bounds an operator's reason, which goes to the log as given.
 const maxReasonLength = 1024
 
@@ -57,22 +131,32 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		writeCoded(w, foldtype.CodeNoRoute, "this server's processors take no operator verbs", 0)
 		return
 	}
+	pauser, canPause := s.cfg.Processors.(ProcessorPauser)
 	var run func(ctx context.Context) error
 	switch op {
 	case "retry":
 		run = func(ctx context.Context) error { return ops.RetryNow(ctx, path, slug) }
-	default:
-		writeCoded(w, foldtype.CodeBadRequest, "op must be retry", 0)
+	case "pause":
+		if canPause {
+			run = func(ctx context.Context) error { return pauser.Pause(ctx, path, slug, reason) }
+		}
+	case "resume":
+		if canPause {
+			run = func(ctx context.Context) error { return pauser.Resume(ctx, path, slug) }
+		}
+	}
+	if run == nil {
+		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause or resume", 0)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
-	defer cancel()
-	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason})
-	err = run(ctx)
 	actor := ""
 	if who != nil {
 		actor = who.Actor
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
+	defer cancel()
+	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor})
+	err = run(ctx)
 	outcome := "done"
 	if err != nil {
 		outcome = "refused"
@@ -83,6 +167,16 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	s.log.Info("audit: processor "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome)
+	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
+		// Stored once, by the node that took the verb from the operator: a node that asked the
+		// owner for it records it, not the owner too (its request carries the forwarded mark).
+		if r.Header.Get(foldtype.HeaderForwardedOp) == "" {
+			if aerr := au.RecordOp(context.WithoutCancel(ctx), foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug,
+				Reason: reason, Outcome: outcome}); aerr != nil {
+				s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", aerr)
+			}
+		}
+	}
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
 		return
