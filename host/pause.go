@@ -349,11 +349,16 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 			if f != nil && f.Offset > 0 {
 				r.EventType = h.eventType(ctx, path, f.Offset)
 			}
-			// Durable first: a node that dies after this line leaves the processor paused.
+			// Durable first: a node that dies after this line leaves the processor paused. Under
+			// the slot's row lock, so a failure row being written is not written over it.
+			sl.rowMu.Lock()
 			if err := h.putRow(ctx, r); err != nil {
+				sl.rowMu.Unlock()
 				return err
 			}
-			if !h.pauseSlot(sl, r) {
+			paused := h.pauseSlot(sl, r)
+			sl.rowMu.Unlock()
+			if !paused {
 				continue // the slot changed meanwhile: look again (the row stands)
 			}
 			return nil
