@@ -337,7 +337,10 @@ func TestAPausedProcessorStaysPausedOnTheNodeThatTakesOver(t *testing.T) {
 		t.Fatalf("resume: %d %s", code, body)
 	}
 	until("the second tick's effect", func() bool { return len(effects.snapshot()) == 2 })
-	until("running", func() bool { st := status(other); return st.State == foldtype.StateRunning || st.State == foldtype.StateIdle })
+	until("running", func() bool {
+		st := status(other)
+		return st.State == foldtype.StateRunning || st.State == foldtype.StateIdle
+	})
 	calls := effects.snapshot()
 	if calls[0].N == calls[1].N {
 		t.Fatalf("an effect ran twice: %+v", calls)
