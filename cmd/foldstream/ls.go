@@ -7,8 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 	"text/tabwriter"
+	"time"
 
 	"github.com/foldstream/foldstream/client"
 )
