@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,8 @@ import (
 // Workload drives concurrent clients over HTTP against one or more servers of the same streams
 // and records every operation in Rec. Each stream gets Writers plain appenders, Producers
 // idempotent producers (each retrying a seq whose answer was lost until it learns the outcome)
-// and Readers (catch-up reads from the start or from the offset last read, and long-polls).
+// and Readers (catch-up reads from the start or from the offset last read, long-polls and SSE
+// sessions).
 type Workload struct {
 	// Targets are the servers' stream prefixes (http://host:port/v1/stream); every request goes
 	// to one chosen at random.
@@ -28,8 +30,8 @@ type Workload struct {
 	Prefix string
 	// Streams is how many streams; Writers, Producers and Readers how many clients of each.
 	Streams, Writers, Producers, Readers int
-	// NoLongPoll leaves long-polls out of the readers' mix (catch-up reads only).
-	NoLongPoll bool
+	// NoLongPoll leaves long-polls out of the readers' mix, NoSSE SSE sessions.
+	NoLongPoll, NoSSE bool
 	// Timeout bounds one request (an append that runs out is Unknown). Defaults to 5 s.
 	Timeout time.Duration
 	Rec     *Recorder
@@ -207,6 +209,14 @@ func (c *client) read(ctx context.Context) {
 			start = "-1"
 		case r == 1 && from != "-1" && !c.w.NoLongPoll:
 			live = "long-poll"
+		case r == 2 && from != "-1" && !c.w.NoSSE:
+			if next, ok := c.sseSession(ctx, from); ok {
+				from, fails = next, 0
+			} else {
+				pause(ctx, fails)
+				fails++
+			}
+			continue
 		}
 		out := c.readOnce(ctx, start, live)
 		if out.Outcome != OK {
@@ -325,4 +335,75 @@ func transportOutcome(err error) Outcome {
 		return Failed
 	}
 	return Unknown
+}
+
+// sseSession follows the stream from offset over SSE for a random 0.5–2.5 s and returns the
+// offset it reached (ok false when the session did not start). Each control event closes one
+// read, recorded from the previous control event (or the request) to its arrival: from the
+// offset the session had reached, the messages of the data events between the two, the control's
+// streamNextOffset and its upToDate. A read the session's end cuts short is not recorded.
+func (c *client) sseSession(ctx context.Context, from string) (string, bool) {
+	ti, url := c.target()
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond+time.Duration(c.rnd.IntN(2000))*time.Millisecond)
+	defer cancel()
+	in := Input{Stream: c.stream, Kind: Read, From: from, Live: "sse", Via: ti}
+	call := c.w.Rec.Begin(c.id, in)
+	req, err := http.NewRequestWithContext(sctx, http.MethodGet, url+"?offset="+from+"&live=sse", nil)
+	if err != nil {
+		return from, false
+	}
+	hc := &http.Client{Transport: c.hc.Transport} // no overall timeout: the context ends the session
+	res, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() == nil && sctx.Err() == nil {
+			c.w.errs[ti].Add(1)
+		}
+		return from, false
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, res.Body)
+		if res.StatusCode >= 500 {
+			c.w.errs[ti].Add(1)
+		}
+		return from, false
+	}
+	msgs := []string{}
+	event, data := "", []string{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		case line == "":
+			body := strings.Join(data, "\n")
+			switch event {
+			case "data":
+				var got []string
+				if err := json.Unmarshal([]byte(body), &got); err != nil {
+					got = []string{"<undecodable: " + body + ">"}
+				}
+				msgs = append(msgs, got...)
+			case "control":
+				var ctl struct {
+					Next     string `json:"streamNextOffset"`
+					UpToDate bool   `json:"upToDate"`
+				}
+				if err := json.Unmarshal([]byte(body), &ctl); err != nil || ctl.Next == "" {
+					// Not a control event of the protocol: record it so the checker rejects it.
+					ctl.Next = "<undecodable control: " + body + ">"
+				}
+				call.End(Output{Outcome: OK, Offset: ctl.Next, UpToDate: ctl.UpToDate, Msgs: msgs})
+				from, msgs = ctl.Next, []string{}
+				in.From = from
+				call = c.w.Rec.Begin(c.id, in)
+			}
+			event, data = "", data[:0]
+		}
+	}
+	return from, true
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The OpenTelemetry environment variables serve honours besides its flags: with either endpoint
+// set, spans are exported over OTLP/HTTP as when --otlp-endpoint is given.
+const (
+	envOTLPEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	envOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+)
+
+// otlpTracing returns the tracer provider serve gives its node, exporting spans in batches over
+// OTLP/HTTP to endpoint (a base URL such as http://127.0.0.1:4318; the exporter posts to its
+// /v1/traces), or, when endpoint is empty, to what the OTEL_EXPORTER_OTLP_* variables name. It
+// returns nil (tracing off, no cost) when neither names an endpoint. ratio is the share of new
+// traces sampled; a request that carries a sampled traceparent is traced whatever the ratio.
+// shutdown flushes the spans still batched.
+func otlpTracing(ctx context.Context, endpoint string, ratio float64, nodeID string) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
+	if ratio < 0 || ratio > 1 {
+		return nil, nil, fmt.Errorf("bad --trace-sample-ratio %v: between 0 and 1", ratio)
+	}
+	if endpoint == "" && os.Getenv(envOTLPEndpoint) == "" && os.Getenv(envOTLPTracesEndpoint) == "" {
+		return nil, func(context.Context) error { return nil }, nil
+	}
+	var opts []otlptracehttp.Option
+	if endpoint != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(endpoint+"/v1/traces"))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	// The resource names the service by OpenTelemetry's semantic conventions.
+	kv := []attribute.KeyValue{attribute.String("service.name", "foldstream"), attribute.String("service.version", buildVersion())}
+	if nodeID != "" {
+		kv = append(kv, attribute.String("service.instance.id", nodeID))
+	}
+	res, err := resource.New(ctx, resource.WithAttributes(kv...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTLP trace resource: %w", err)
+	}
+	p := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+	)
+	return p, p.Shutdown, nil
+}
