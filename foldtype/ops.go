@@ -56,3 +56,18 @@ func OperatorRequestOf(ctx context.Context) OperatorRequest {
 	r, _ := ctx.Value(operatorRequestKey{}).(OperatorRequest)
 	return r
 }
+
+// BulkResult is the outcome of a bulk verb over the streams a path pattern matches
+// (docs/operations.md#bulk-verbs).
+type BulkResult struct {
+	// Matched counts the streams the pattern matched where slug is registered.
+	Matched int `json:"matched"`
+	// Changed counts those the verb changed (a dry run: would change): paused ones for resume,
+	// the others for pause.
+	Changed int `json:"changed"`
+	// Failed counts those where the verb failed; FirstError is the first failure's message.
+	Failed     int    `json:"failed"`
+	FirstError string `json:"firstError,omitempty"`
+	// DryRun reports that nothing was changed.
+	DryRun bool `json:"dryRun"`
+}

@@ -70,6 +70,7 @@ func everyRoute() []route {
 		{name: "wait", method: "GET", pattern: proc, path: "/v1/processor/sources/events?waitUntilProcessed=0"},
 		{name: "live-state sse", method: "GET", pattern: proc, path: "/v1/processor/sources/events?live=sse"},
 		{name: "operator verb", method: "POST", pattern: proc + "?op={op}", path: "/v1/processor/sources/events?op=retry", write: true, ops: true},
+		{name: "bulk verb", method: "POST", pattern: "/v1/processor/{slug}/?op={op}&pattern={pattern}", path: "/v1/processor/sources/?op=pause&pattern=/events&dryRun=1", write: true, ops: true},
 		{name: "processor audit", method: "GET", pattern: proc + "?audit=1", path: "/v1/processor/sources/events?audit=1", write: true, ops: true},
 		{name: "processor audit head", method: "HEAD", pattern: proc + "?audit=1", path: "/v1/processor/sources/events?audit=1", write: true, ops: true},
 		{name: "stream list", method: "GET", pattern: server.ListPath, path: server.ListPath},

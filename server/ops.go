@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -35,6 +36,14 @@ type ProcessorAudit interface {
 	// Audit returns the verbs on the processor (every processor when path and slug are empty),
 	// newest first, at most limit.
 	Audit(ctx context.Context, path, slug string, limit int) ([]foldtype.AuditEntry, error)
+}
+
+// ProcessorBulk is optionally implemented by a Processors: pause or resume one processor on
+// every stream a path pattern matches, or count them (docs/operations.md#bulk-verbs). *host.Host
+// implements it.
+type ProcessorBulk interface {
+	PauseMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (foldtype.BulkResult, error)
+	ResumeMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error)
 }
 
 // LastGoodStates is optionally implemented by a Processors: the last good state of a failing or
@@ -92,6 +101,91 @@ func (s *Server) serveProcessorAudit(w http.ResponseWriter, r *http.Request, res
 	}
 }
 
+// serveProcessorBulk answers a bulk verb over the streams a path pattern matches:
+//
+//	POST /v1/processor/<slug>/?op=pause|resume&pattern=/carts/*[&reason=…][&dryRun=1]
+//	  → 200 {"op", "slug", "pattern", "matched", "changed", "failed", "firstError", "dryRun"}
+//
+// With dryRun=1 nothing changes and changed counts what would. One audit record names the pattern.
+func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest string) {
+	slug, name, _ := strings.Cut(rest, "/")
+	if slug == "" || name != "" {
+		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/?op=pause&pattern=/carts/*")
+		return
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeCoded(w, foldtype.CodeBadRequest, "malformed query string", 0)
+		return
+	}
+	op, reason, pattern := q.Get("op"), q.Get("reason"), q.Get("pattern")
+	if !s.checkOrigin(w, r, OpProcessorOps) {
+		return
+	}
+	who, ok := s.authorize(w, r, OpProcessorOps, pattern)
+	if !ok {
+		return
+	}
+	if len(reason) > maxReasonLength {
+		writeCoded(w, foldtype.CodeBadRequest, "reason is longer than 1024 bytes", 0)
+		return
+	}
+	bulk, ok := s.cfg.Processors.(ProcessorBulk)
+	if !ok {
+		writeCoded(w, foldtype.CodeNoRoute, "this server's processors take no bulk verbs", 0)
+		return
+	}
+	dryRun := q.Get("dryRun") == "1" || q.Get("dryRun") == "true"
+	actor := ""
+	if who != nil {
+		actor = who.Actor
+	}
+	ctx := foldtype.WithOperatorRequest(r.Context(), foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor})
+	var res foldtype.BulkResult
+	switch op {
+	case "pause":
+		res, err = bulk.PauseMatching(ctx, pattern, slug, reason, dryRun)
+	case "resume":
+		res, err = bulk.ResumeMatching(ctx, pattern, slug, dryRun)
+	default:
+		writeCoded(w, foldtype.CodeBadRequest, "a bulk op must be pause or resume", 0)
+		return
+	}
+	outcome := fmt.Sprintf("done: %d of %d changed, %d failed", res.Changed, res.Matched, res.Failed)
+	if dryRun {
+		outcome = fmt.Sprintf("dry run: %d of %d would change", res.Changed, res.Matched)
+	}
+	if err != nil {
+		outcome = "refused"
+		var fe *foldtype.Error
+		if errors.As(err, &fe) {
+			outcome = "refused: " + string(fe.Code)
+		}
+	}
+	s.log.Info("audit: processor bulk "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
+		"op", op, "pattern", pattern, "slug", slug, "reason", reason, "outcome", outcome)
+	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
+		if aerr := au.RecordOp(context.WithoutCancel(ctx), foldtype.AuditEntry{Actor: actor, Op: op, Path: pattern, Slug: slug,
+			Reason: reason, Outcome: outcome}); aerr != nil {
+			s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", aerr)
+		}
+	}
+	if err != nil {
+		s.writeProcessorError(w, r, pattern, slug, err)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Op      string `json:"op"`
+		Slug    string `json:"slug"`
+		Pattern string `json:"pattern"`
+		foldtype.BulkResult
+	}{op, slug, pattern, res})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
 // maxReasonLength bounds an operator's reason, which goes to the log as given.
 const maxReasonLength = 1024
 
@@ -103,6 +197,10 @@ const maxReasonLength = 1024
 // the processor, leaves one audit line at info in the server's log: who, what, on which processor,
 // why, and how it ended, under the request's id.
 func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest string) {
+	if r.URL.Query().Has("pattern") {
+		s.serveProcessorBulk(w, r, rest)
+		return
+	}
 	slug, name, ok := strings.Cut(rest, "/")
 	if !ok || slug == "" || name == "" {
 		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>")
