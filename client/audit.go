@@ -46,3 +46,42 @@ func ProcessorAudit(ctx context.Context, baseURL, path, slug string, limit int, 
 	}
 	return res.Audit, nil
 }
+
+// ProcessorBulkResult is a server's answer to a bulk verb over a path pattern.
+type ProcessorBulkResult struct {
+	Op         string `json:"op"`
+	Slug       string `json:"slug"`
+	Pattern    string `json:"pattern"`
+	Matched    int    `json:"matched"`
+	Changed    int    `json:"changed"`
+	Failed     int    `json:"failed"`
+	FirstError string `json:"firstError,omitempty"`
+	DryRun     bool   `json:"dryRun"`
+}
+
+// ProcessorBulkOp asks the server at baseURL to run op ("pause" or "resume") on processor slug of
+// every stream pattern matches ("/orders/*"); with dryRun it only counts what op would change.
+// It needs a token of the ops scope and does not retry.
+func ProcessorBulkOp(ctx context.Context, baseURL, pattern, slug, op, reason string, dryRun bool, o ListOptions) (ProcessorBulkResult, error) {
+	const what = "processor bulk op"
+	b, err := url.Parse(baseURL)
+	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" {
+		return ProcessorBulkResult{}, &Error{Code: CodeInvalidArgument, Op: what, URL: baseURL, Message: "server URL must be an absolute http(s) URL", Err: err}
+	}
+	if slug == "" || strings.Contains(slug, "/") || pattern == "" {
+		return ProcessorBulkResult{}, &Error{Code: CodeInvalidArgument, Op: what, Message: "need a processor slug and a path pattern"}
+	}
+	q := url.Values{"op": {op}, "pattern": {pattern}}
+	if reason != "" {
+		q.Set("reason", reason)
+	}
+	if dryRun {
+		q.Set("dryRun", "1")
+	}
+	u := strings.TrimRight(baseURL, "/") + (&url.URL{Path: ProcessorPrefix + slug + "/"}).EscapedPath() + "?" + q.Encode()
+	var res ProcessorBulkResult
+	if err := sendJSON(ctx, "POST", what, u, o, &res, "the answer is not the expected JSON"); err != nil {
+		return ProcessorBulkResult{}, err
+	}
+	return res, nil
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/client"
@@ -57,14 +58,29 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	reason := fs.String("reason", "", "why, for the audit")
 	limit := fs.Int("limit", 0, "audit: at most this many records (default 100)")
 	asJSON := fs.Bool("json", false, "print the server's answer as JSON")
-	wantArgs := 2
-	if verb == "ls" {
-		wantArgs = 1
+	pattern := fs.String("pattern", "", "pause, resume: every stream this path pattern matches (/orders/*) instead of one STREAM")
+	dryRun := fs.Bool("dry-run", false, "with --pattern: count what the verb would change, change nothing")
+	// Flags may come after the positional arguments: look for --pattern among them first.
+	for _, a := range args[1:] {
+		if a == "--pattern" || a == "-pattern" || strings.HasPrefix(a, "--pattern=") || strings.HasPrefix(a, "-pattern=") {
+			*pattern = "set"
+		}
 	}
+	wantArgs := 2
+	switch {
+	case verb == "ls":
+		wantArgs = 1
+	case *pattern != "" && (verb == "pause" || verb == "resume"):
+		wantArgs = 1 // SLUG only
+	}
+	*pattern = ""
 	fs.Usage = func() {
 		what := "STREAM SLUG"
 		if wantArgs == 1 {
 			what = "STREAM"
+		}
+		if verb == "pause" || verb == "resume" {
+			what += "\n       foldstream processors " + verb + " --pattern PATTERN [--dry-run] [flags] SLUG"
 		}
 		fmt.Fprintf(stderr, "usage: foldstream processors %s [flags] %s\n\n%s.\n", verb, what, processorVerbs[verb])
 		fs.PrintDefaults()
@@ -75,10 +91,16 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if len(pos) != wantArgs {
 		fs.Usage()
-		if wantArgs == 1 {
+		switch {
+		case *pattern != "":
+			return errors.New("with --pattern, need a SLUG only")
+		case wantArgs == 1:
 			return errors.New("need a STREAM")
 		}
 		return errors.New("need a STREAM and a SLUG")
+	}
+	if *pattern == "" && *dryRun {
+		return errors.New("--dry-run needs --pattern")
 	}
 	h, err := cf.header()
 	if err != nil {
@@ -110,6 +132,28 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 			fmt.Fprintf(stdout, "%s  %-6s %-8s %s on %s  by %q  reason %q  on node %s\n", r.At.Format(time.RFC3339), r.Op, r.Outcome,
 				r.Slug, r.Path, r.Actor, r.Reason, r.Node)
 		}
+		return nil
+	}
+	if *pattern != "" {
+		if verb != "pause" && verb != "resume" {
+			return errors.New("--pattern goes with pause and resume")
+		}
+		res, err := client.ProcessorBulkOp(ctx, cf.server, *pattern, pos[0], verb, *reason, *dryRun, o)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(res)
+		}
+		if res.DryRun {
+			fmt.Fprintf(stdout, "%s (dry run): would change %d of %d streams matching %s\n", res.Op, res.Changed, res.Matched, res.Pattern)
+			return nil
+		}
+		fmt.Fprintf(stdout, "%s done: %s changed on %d of %d streams matching %s", res.Op, res.Slug, res.Changed, res.Matched, res.Pattern)
+		if res.Failed > 0 {
+			fmt.Fprintf(stdout, "; %d failed (first: %s)", res.Failed, res.FirstError)
+		}
+		fmt.Fprintln(stdout)
 		return nil
 	}
 	res, err := client.ProcessorOp(ctx, cf.server, "/"+pos[0], pos[1], verb, *reason, o)

@@ -193,4 +193,19 @@ func TestProcessorsPauseLsResumeAndAuditFromTheCLI(t *testing.T) {
 		!strings.Contains(lines[1], `by "dave"`) || !strings.Contains(lines[1], `reason "bad deploy"`) {
 		t.Fatalf("audit: exit %d, stdout %q, stderr %q; want resume then pause by dave", code, stdout, stderr)
 	}
+	// In bulk over a pattern: the dry run counts, the pause pauses.
+	code, stdout, stderr = cli("pause", "--server", ts.URL, "--token", ops, "--pattern", "/q/*", "--dry-run", "jobs")
+	if code != 0 || stdout != "pause (dry run): would change 1 of 1 streams matching /q/*\n" {
+		t.Fatalf("bulk dry run: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if sts := h.ProcessorsOn(ctx, "/q/work"); len(sts) != 1 || sts[0].State == foldtype.StatePaused {
+		t.Fatalf("paused by a dry run: %+v", sts)
+	}
+	code, stdout, stderr = cli("pause", "--server", ts.URL, "--token", ops, "--pattern", "/q/*", "--reason", "all of q", "jobs")
+	if code != 0 || stdout != "pause done: jobs changed on 1 of 1 streams matching /q/*\n" {
+		t.Fatalf("bulk pause: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if sts := h.ProcessorsOn(ctx, "/q/work"); len(sts) != 1 || sts[0].State != foldtype.StatePaused {
+		t.Fatalf("after the bulk pause: %+v", sts)
+	}
 }
