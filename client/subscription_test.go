@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/harness/testserver"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 func streamAt(t *testing.T, u string) *client.Stream {
@@ -103,10 +104,10 @@ func TestPullWakeWorkersProcessEveryJobOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		info, err := subs.Get(ctx, "pool")
-		if err != nil {
+	var info client.SubscriptionInfo
+	if !wait.Every(15*time.Second, 20*time.Millisecond, func() bool {
+		var err error
+		if info, err = subs.Get(ctx, "pool"); err != nil {
 			t.Fatal(err)
 		}
 		acked := 0
@@ -115,13 +116,9 @@ func TestPullWakeWorkersProcessEveryJobOnce(t *testing.T) {
 				acked++
 			}
 		}
-		if acked == jobs {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs not all acked: %+v", info.Streams)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return acked == jobs
+	}) {
+		t.Fatalf("jobs not all acked: %+v", info.Streams)
 	}
 	cancel()
 	wg.Wait()

@@ -1,10 +1,13 @@
-// Package console is foldstream's read-only web console: plain HTML, CSS and JavaScript modules
-// embedded in the binary (no build step, nothing fetched at run time). Package server serves it at
-// "/" with its files under "/console/"; see docs/console.md.
+// Package console is foldstream's web console: plain HTML, CSS and JavaScript modules embedded in
+// the binary (no build step, nothing fetched at run time). Package server serves it at "/" with
+// its files under "/console/"; see docs/console.md.
 //
-// The console only reads: it lists streams, follows a stream's messages over SSE and follows each
-// processor's live state with the module livestate.js, which is also meant for applications'
-// own pages (served at /console/livestate.js).
+// The console lists streams, follows a stream's messages over SSE (the platform's own records
+// behind a toggle), follows each processor's live state with the module livestate.js, which is
+// also meant for applications' own pages (served at /console/livestate.js), and lists the
+// processors of every stream by state. Its one write is an operator's retry of a failing
+// processor, after a confirmation, through the server's processor route; its own files are only
+// read (GET and HEAD).
 package console
 
 import (
@@ -39,6 +42,9 @@ type Config struct {
 	ListPath string
 	// InfoPath is the stream information route, e.g. "/v1/streams/info".
 	InfoPath string
+	// ProcessorsPath is the processor listing route, e.g. "/v1/processors"; empty when the
+	// server has no processor host.
+	ProcessorsPath string
 }
 
 type file struct {
@@ -78,7 +84,8 @@ func New(cfg Config) *Handler {
 		ProcessorPrefix string `json:"processorPrefix,omitempty"`
 		ListPath        string `json:"listPath"`
 		InfoPath        string `json:"infoPath"`
-	}{cfg.StreamPrefix, cfg.ProcessorPrefix, cfg.ListPath, cfg.InfoPath})
+		ProcessorsPath  string `json:"processorsPath,omitempty"`
+	}{cfg.StreamPrefix, cfg.ProcessorPrefix, cfg.ListPath, cfg.InfoPath, cfg.ProcessorsPath})
 	h.add("config.json", conf)
 	return h
 }

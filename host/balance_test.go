@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -130,28 +131,28 @@ func TestPatternProcessorsSpreadOverNodesStartedTogetherAndAJoiningNodeTakesItsS
 	settled := func(want int) map[string]int {
 		t.Helper()
 		start := time.Now()
-		deadline := start.Add(time.Minute)
 		var owners map[string]int
-		for {
+		var total, most, least int
+		var fair float64
+		// Polling other processes' leases.
+		if wait.Every(time.Minute, 200*time.Millisecond, func() bool {
 			if err, _ := perr.Load().(error); err != nil {
 				t.Fatalf("producer: %v", err)
 			}
 			owners = liveOwners(ctx, t, db)
-			total, most, least := 0, 0, streams
+			total, most, least = 0, 0, streams
 			for _, n := range owners {
 				total += n
 				most, least = max(most, n), min(least, n)
 			}
-			fair := float64(streams) / float64(want)
-			if total == streams && len(owners) == want && float64(most) <= 1.5*fair && float64(least) >= fair/2 {
-				t.Logf("settled on %d nodes after %v: %v", want, time.Since(start).Round(time.Millisecond), owners)
-				return owners
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not settled within a minute on %d nodes: %v (total %d of %d, fair share %.0f)\n%s", want, owners, total, streams, fair, allLogs(all))
-			}
-			time.Sleep(200 * time.Millisecond) // polling other processes' leases
+			fair = float64(streams) / float64(want)
+			return total == streams && len(owners) == want && float64(most) <= 1.5*fair && float64(least) >= fair/2
+		}) {
+			t.Logf("settled on %d nodes after %v: %v", want, time.Since(start).Round(time.Millisecond), owners)
+			return owners
 		}
+		t.Fatalf("not settled within a minute on %d nodes: %v (total %d of %d, fair share %.0f)\n%s", want, owners, total, streams, fair, allLogs(all))
+		return nil
 	}
 	settled(3)
 	joiner := &node{t: t, bin: bin, db: db, addr: freeAddr(t), ttl: ttl, logs: &strings.Builder{}, name: "n3"}

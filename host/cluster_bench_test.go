@@ -19,6 +19,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // Benchmarks of several nodes on one PostgreSQL database (docs/postgres.md#figures). They start
@@ -89,17 +90,14 @@ func serveNodes(b *testing.B, url string, n int) []*exec.Cmd {
 var benchAddrs []string
 
 func waitHTTP(b *testing.B, base string) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !wait.Every(30*time.Second, 20*time.Millisecond, func() bool { // polling a port another process opens
 		resp, err := http.Get(base + "/v1/stream/__ready")
 		if err == nil {
 			resp.Body.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s does not answer", base)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a port another process opens
+		return err == nil
+	}) {
+		b.Fatalf("%s does not answer", base)
 	}
 }
 
@@ -271,32 +269,36 @@ func benchFailover(b *testing.B, sig string) {
 	var durs []time.Duration
 	tick := 0
 	postTick := func(nd *node) int64 {
-		for {
+		var pos int64
+		if !wait.Every(time.Minute, 20*time.Millisecond, func() bool { // the node may be restarting
 			tick++
 			req, _ := http.NewRequest(http.MethodPost, nd.url()+"/v1/stream"+counterStream,
 				bytes.NewReader([]byte(fmt.Sprintf(`{"type":"ticked","payload":{"by":1,"n":%d}}`, tick))))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := hc.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode/100 == 2 {
-					// Stream-Next-Offset is "<0 padded>_<position>": the tick's offset.
-					var hi, pos int64
-					if _, err := fmt.Sscanf(resp.Header.Get("Stream-Next-Offset"), "%d_%d", &hi, &pos); err == nil {
-						return pos
-					}
-				}
+			if err != nil {
+				return false
 			}
-			time.Sleep(20 * time.Millisecond) // the node is restarting
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				return false
+			}
+			// Stream-Next-Offset is "<0 padded>_<position>": the tick's offset.
+			var hi int64
+			_, err = fmt.Sscanf(resp.Header.Get("Stream-Next-Offset"), "%d_%d", &hi, &pos)
+			return err == nil
+		}) {
+			b.Fatalf("no node took tick %d within a minute", tick)
 		}
+		return pos
 	}
 	waitCP := func(min int64) {
-		for {
+		if !wait.Every(time.Minute, 5*time.Millisecond, func() bool { // polling another process's commit
 			var off int64
-			if err := pgQueryRow(ctx, url, `SELECT reduced_through_offset FROM reduce_checkpoints WHERE slug = 'counter' AND scope = '`+counterStream+`'`, &off); err == nil && off >= min {
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // polling another process's commit
+			err := pgQueryRow(ctx, url, `SELECT reduced_through_offset FROM reduce_checkpoints WHERE slug = 'counter' AND scope = '`+counterStream+`'`, &off)
+			return err == nil && off >= min
+		}) {
+			b.Fatalf("the checkpoint did not reach %d within a minute", min)
 		}
 	}
 	b.ResetTimer()

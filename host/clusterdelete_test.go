@@ -11,13 +11,14 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // owner returns the node whose /v1/streams/info lists the counter on path as running there.
 func owner(ctx context.Context, t *testing.T, nodes []*node, path string) *node {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var found *node
+	if !wait.Every(30*time.Second, 50*time.Millisecond, func() bool { // polling other processes
 		for _, nd := range nodes {
 			var d struct {
 				Processors []foldtype.ProcessorStatus `json:"processors"`
@@ -27,15 +28,16 @@ func owner(ctx context.Context, t *testing.T, nodes []*node, path string) *node 
 			}
 			for _, p := range d.Processors {
 				if p.Slug == "counter" && p.Local && p.Owner != "" {
-					return nd
+					found = nd
+					return true
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no node runs the counter on %s", path)
-		}
-		time.Sleep(50 * time.Millisecond) // polling other processes
+		return false
+	}) {
+		t.Fatalf("no node runs the counter on %s", path)
 	}
+	return found
 }
 
 func send(ctx context.Context, t *testing.T, method, u string, body string) {
@@ -81,16 +83,13 @@ func TestClusterStreamDeletedAndCreatedAgainThroughAnotherNodeRestartsItsProcess
 	send(ctx, t, http.MethodPut, other.url()+"/v1/stream"+path, "")
 	send(ctx, t, http.MethodPost, other.url()+"/v1/stream"+path, `{"type":"ticked","payload":{"by":1,"n":0}}`)
 	for _, nd := range []*node{own, other} {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := getJSON(ctx, http.DefaultClient, nd.url()+"/v1/processor/counter"+path, &snap)
-			if err == nil && snap.State.Ticks == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after the stream was created again, through %s: %+v %v, want 1 tick from the initial state\n%s", nd.addr, snap, err, allLogs(nodes))
-			}
-			time.Sleep(50 * time.Millisecond) // the new stream's first commit reaches the owner by notification
+		// The new stream's first commit reaches the owner by notification.
+		var err error
+		if !wait.Every(30*time.Second, 50*time.Millisecond, func() bool {
+			err = getJSON(ctx, http.DefaultClient, nd.url()+"/v1/processor/counter"+path, &snap)
+			return err == nil && snap.State.Ticks == 1
+		}) {
+			t.Fatalf("after the stream was created again, through %s: %+v %v, want 1 tick from the initial state\n%s", nd.addr, snap, err, allLogs(nodes))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // TestDatabaseRestartedAndKilledUnderLoadLosesNothing restarts the database itself under two
@@ -187,9 +188,10 @@ func TestDatabaseRestartedAndKilledUnderLoadLosesNothing(t *testing.T) {
 		t.Fatalf("processor folded %d ticks, want %d", snap.State.Ticks, total)
 	}
 	var final []json.RawMessage
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	var effects map[int64]int
+	if !wait.Every(30*time.Second, 200*time.Millisecond, func() bool { // effects land asynchronously, after their ticks
 		final = readAll(ctx, t, lb, "http://lb")
-		effects := map[int64]int{}
+		effects = map[int64]int{}
 		for _, raw := range final {
 			var m message
 			if json.Unmarshal(raw, &m) == nil && m.Type == "effect" {
@@ -201,21 +203,15 @@ func TestDatabaseRestartedAndKilledUnderLoadLosesNothing(t *testing.T) {
 				t.Fatalf("effect of the tick at %d landed %d times, want once", off, n)
 			}
 		}
-		if len(effects) == total {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d effects for %d ticks", len(effects), total)
-		}
-		time.Sleep(200 * time.Millisecond) // effects land asynchronously, after their ticks
+		return len(effects) == total
+	}) {
+		t.Fatalf("%d effects for %d ticks", len(effects), total)
 	}
 
 	// Readers on both nodes resumed and saw the log exactly.
 	for i, r := range readers {
-		deadline := time.Now().Add(30 * time.Second)
-		for len(r.snapshot()) < len(final) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond) // the reader long-polls another process
-		}
+		// The reader long-polls another process; the check below judges what it saw by then.
+		wait.Every(30*time.Second, 50*time.Millisecond, func() bool { return len(r.snapshot()) >= len(final) })
 		got := r.snapshot()
 		if len(got) < len(final) {
 			t.Fatalf("reader on node %d saw %d messages, the log has %d", i, len(got), len(final))

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // The multi-node tests run real `node` processes (testdata/node: a store opened from the
@@ -165,22 +167,24 @@ func (n *node) await(ready chan struct{}) {
 		n.t.Fatalf("node %s did not start", n.addr)
 	}
 	// The port answers once the process printed its address.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	exited := false
+	if !wait.For(10*time.Second, func() bool { // polling a port another process opens
 		c, err := net.Dial("tcp", n.addr)
 		if err == nil {
 			c.Close()
-			return
+			return true
 		}
 		select {
 		case <-done:
-			n.t.Fatalf("node %s exited at start:\n%s", n.addr, n.logText())
+			exited = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("node %s does not answer", n.addr)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a port another process opens
+		return exited
+	}) {
+		n.t.Fatalf("node %s does not answer", n.addr)
+	}
+	if exited {
+		n.t.Fatalf("node %s exited at start:\n%s", n.addr, n.logText())
 	}
 }
 

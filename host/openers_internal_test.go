@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -39,17 +40,13 @@ func TestAHostOnSQLiteOpensUpTo32QueuedEnginesAtOnce(t *testing.T) {
 	if started != 32 {
 		t.Fatalf("%d goroutines opening 40 queued engines, want 32", started)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var left, queued int
+	if !wait.Every(10*time.Second, time.Millisecond, func() bool {
 		h.mu.Lock()
-		left, queued := h.openers, len(h.openQ)
+		left, queued = h.openers, len(h.openQ)
 		h.mu.Unlock()
-		if left == 0 && queued == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines still opening, %d engines queued", left, queued)
-		}
-		time.Sleep(time.Millisecond)
+		return left == 0 && queued == 0
+	}) {
+		t.Fatalf("%d goroutines still opening, %d engines queued", left, queued)
 	}
 }

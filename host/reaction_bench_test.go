@@ -12,6 +12,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -125,11 +126,8 @@ func startReactionCluster(b *testing.B, open func() *stream.Store, n int) *react
 	// Nodes that started together see each other only at their lease scans: until then a node
 	// may take streams another is preferred for, and hands them over afterwards (a join,
 	// docs/postgres.md#processors-and-leases). Measure once nothing moved for 2 s (four scans).
-	deadline := time.Now().Add(30 * time.Second)
-	for quiet := time.Now(); n > 1 && time.Since(quiet) < 2*time.Second; {
-		if time.Now().After(deadline) {
-			b.Fatalf("processors still moving between nodes after 30 s")
-		}
+	quiet := time.Now()
+	if n > 1 && !wait.Every(30*time.Second, 100*time.Millisecond, func() bool { // let the lease scans run
 		for k := range reactionStreams {
 			path := fmt.Sprintf("/r/%d", k)
 			if re := c.appendAndWait(b, k%n, path); re.node != c.owner[path] {
@@ -137,7 +135,9 @@ func startReactionCluster(b *testing.B, open func() *stream.Store, n int) *react
 				quiet = time.Now()
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // let the lease scans run; bounded by the deadline
+		return time.Since(quiet) >= 2*time.Second
+	}) {
+		b.Fatalf("processors still moving between nodes after 30 s")
 	}
 	per := make([]int, n)
 	for _, o := range c.owner {

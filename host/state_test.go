@@ -9,6 +9,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -54,21 +55,19 @@ func TestEveryNodeReportsTheOneStateOwnerAndGenerationOfAProcessor(t *testing.T)
 			// returns the owner's status.
 			agree := func(state string) foldtype.ProcessorStatus {
 				t.Helper()
-				deadline := time.Now().Add(20 * time.Second)
-				for {
-					a, b := statusOf(t, hosts[0], path, "flaky"), statusOf(t, hosts[1], path, "flaky")
-					if a.State == state && b.State == state && a.Owner == b.Owner && a.Generation == b.Generation &&
-						(state == foldtype.StateIdle || (a.Owner != "" && a.Local != b.Local)) {
-						if a.Local {
-							return a
-						}
-						return b
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("the nodes do not agree on %s:\n n0: %+v\n n1: %+v", state, a, b)
-					}
-					time.Sleep(20 * time.Millisecond) // the other node learns it from the owner's next renewal
+				// The other node learns it from the owner's next renewal.
+				var a, b foldtype.ProcessorStatus
+				if !wait.Every(20*time.Second, 20*time.Millisecond, func() bool {
+					a, b = statusOf(t, hosts[0], path, "flaky"), statusOf(t, hosts[1], path, "flaky")
+					return a.State == state && b.State == state && a.Owner == b.Owner && a.Generation == b.Generation &&
+						(state == foldtype.StateIdle || (a.Owner != "" && a.Local != b.Local))
+				}) {
+					t.Fatalf("the nodes do not agree on %s:\n n0: %+v\n n1: %+v", state, a, b)
 				}
+				if a.Local {
+					return a
+				}
+				return b
 			}
 			st := agree(foldtype.StateRunning)
 			if st.Generation < 1 || st.Offset < 1 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // TestSubscriptionDeliveryMovesWhenItsNodeProcessIsKilled: two node processes on one database
@@ -84,11 +85,8 @@ func TestSubscriptionDeliveryMovesWhenItsNodeProcessIsKilled(t *testing.T) {
 		_ = json.NewDecoder(res.Body).Decode(&s)
 		return len(s.Streams) == 1 && s.Streams[0].AckedOffset == "0000000000000000_0000000000000001"
 	}
-	for deadline := time.Now().Add(10 * time.Second); !acked(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the first wake was not acked within 10 s")
-		}
-		time.Sleep(20 * time.Millisecond) // polling another process's state
+	if !wait.Every(10*time.Second, 20*time.Millisecond, acked) { // polling another process's state
+		t.Fatal("the first wake was not acked within 10 s")
 	}
 	var holder string
 	if err := pgQueryRow(ctx, db, `SELECT holder FROM leases WHERE key = '__ds/subscriptions'`, &holder); err != nil {

@@ -75,6 +75,8 @@ func everyRoute() []route {
 		{name: "processor audit head", method: "HEAD", pattern: proc + "?audit=1", path: "/v1/processor/sources/events?audit=1", write: true, ops: true},
 		{name: "stream list", method: "GET", pattern: server.ListPath, path: server.ListPath},
 		{name: "stream list head", method: "HEAD", pattern: server.ListPath, path: server.ListPath},
+		{name: "processor list", method: "GET", pattern: server.ProcessorsPath, path: server.ProcessorsPath + "?state=failing"},
+		{name: "processor list head", method: "HEAD", pattern: server.ProcessorsPath, path: server.ProcessorsPath},
 		{name: "stream info", method: "GET", pattern: server.InfoPath, path: server.InfoPath + "?path=/events"},
 		{name: "stream info head", method: "HEAD", pattern: server.InfoPath, path: server.InfoPath + "?path=/events"},
 		{name: "metrics", method: "GET", pattern: server.MetricsPath, path: server.MetricsPath},

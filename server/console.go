@@ -75,12 +75,14 @@ func entryOf(info stream.StreamInfo) StreamEntry {
 }
 
 // servesExtra reports whether p is one of the routes of this file (the console, the listing, the
-// stream information) and not a stream or processor path.
+// stream information) or the processor listing (processorlist.go), and not a stream or processor
+// path.
 func (s *Server) servesExtra(p string) bool {
 	if strings.HasPrefix(p, s.cfg.Prefix) || (s.cfg.Processors != nil && strings.HasPrefix(p, s.cfg.ProcessorPrefix)) {
 		return false
 	}
-	return p == ListPath || p == InfoPath || (!s.cfg.DisableConsole && console.Serves(p))
+	return p == ListPath || p == InfoPath || (p == ProcessorsPath && s.cfg.Processors != nil) ||
+		(!s.cfg.DisableConsole && console.Serves(p))
 }
 
 // serveExtra serves the routes servesExtra accepts. All of them only read. The listing and the
@@ -97,6 +99,8 @@ func (s *Server) serveExtra(w http.ResponseWriter, r *http.Request) {
 		s.serveList(w, r)
 	case InfoPath:
 		s.serveInfo(w, r)
+	case ProcessorsPath:
+		s.serveProcessorList(w, r) // processorlist.go
 	default:
 		// The console's files hold no data: every request the page makes goes through the
 		// routes above and the protocol's, with the reader's credentials.
@@ -176,7 +180,8 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) {
 	out := StreamDetail{StreamEntry: entryOf(info)}
 	if s.cfg.Processors != nil {
 		if pl, ok := s.cfg.Processors.(ProcessorLister); ok {
-			out.Processors = clientStatuses(pl.ProcessorsOn(r.Context(), path))
+			// Offsets read beside the tail they are compared with: never past it.
+			out.Processors = durableStatuses(clientStatuses(pl.ProcessorsOn(r.Context(), path)), info.Tail)
 		}
 		if out.Processors == nil {
 			out.Processors = []foldtype.ProcessorStatus{}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -166,10 +167,7 @@ func TestLiveStateReadersOfAStreamShareOneDeltaPath(t *testing.T) {
 		}
 	}
 	stopReading()
-	for deadline := time.Now().Add(10 * time.Second); srv.LiveHubs() != 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("delta hubs after every reader left: %d, want 0", srv.LiveHubs())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.For(10*time.Second, func() bool { return srv.LiveHubs() == 0 }) {
+		t.Fatalf("delta hubs after every reader left: %d, want 0", srv.LiveHubs())
 	}
 }

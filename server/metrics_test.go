@@ -17,6 +17,7 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -286,16 +287,12 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var text string
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	if !wait.Every(15*time.Second, 20*time.Millisecond, func() bool {
 		_, text = request(t, "GET", ts.URL+server.MetricsPath, "")
-		if metricValue(text, `foldstream_processor_failing{slug="stuck",stream="/f"}`) == 1 &&
-			metricValue(text, `foldstream_processor_skipped_events{reason="processor.reduce",slug="fragile",stream="/f"}`) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics never showed the failing and the skipping processor:\n%s", grepLines(text, "foldstream_processor_"))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return metricValue(text, `foldstream_processor_failing{slug="stuck",stream="/f"}`) == 1 &&
+			metricValue(text, `foldstream_processor_skipped_events{reason="processor.reduce",slug="fragile",stream="/f"}`) == 1
+	}) {
+		t.Fatalf("metrics never showed the failing and the skipping processor:\n%s", grepLines(text, "foldstream_processor_"))
 	}
 	if got := metricValue(text, `foldstream_processor_failed_attempts{slug="stuck",stream="/f"}`); got < 1 {
 		t.Errorf("failed attempts %v, want at least 1", got)

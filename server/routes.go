@@ -39,7 +39,8 @@ func (s *Server) routes() []routeInfo {
 			out = append(out, routeInfo{m, MetricsPath, OpMetrics})
 		}
 		if s.cfg.Processors != nil {
-			out = append(out, routeInfo{m, s.cfg.ProcessorPrefix + "{slug}/{stream}", OpProcessorRead})
+			out = append(out, routeInfo{m, s.cfg.ProcessorPrefix + "{slug}/{stream}", OpProcessorRead},
+				routeInfo{m, ProcessorsPath, OpList}) // the processor listing (processorlist.go)
 		}
 		out = append(out, routeInfo{m, ListPath, OpList}, routeInfo{m, InfoPath, OpRead},
 			routeInfo{m, s.cfg.Prefix + "__ds/jwks.json", OpRead})

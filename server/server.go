@@ -378,6 +378,7 @@ func New(st *stream.Store, cfg Config) (*Server, error) {
 		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
 		if cfg.Processors != nil {
 			cc.ProcessorPrefix = cfg.ProcessorPrefix
+			cc.ProcessorsPath = ProcessorsPath
 		}
 		srv.console = console.New(cc)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -349,12 +350,8 @@ func TestFailedWebhookIsRetriedWithBackoffOnTheClock(t *testing.T) {
 // waitFor polls cond (a condition on the server's state) until it holds, failing after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.For(10*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -526,10 +523,18 @@ func deliveryHolder(t *testing.T, st *stream.Store) string {
 // (separate stores and connection pools, one shared clock) deliver each wake once, from the node
 // holding the delivery lease, whichever node took the append; when that node dies without giving
 // the lease up, the other takes it over once it runs out and delivers what is pending.
+//
+// The lease runs out on the database's clock, which the test cannot hold still, while the nodes
+// time their renewals on the fake clock. So the lease is long (node-a keeps it while it lives,
+// however slowly this machine runs), and the test makes it run out itself once node-a is dead.
+// A short lease renewed by moving the fake clock every few milliseconds made this test fail now
+// and then on a loaded machine: a stall of the lease's length (300 ms) anywhere between the clock
+// and node-a's renewal let node-b take the lease from a live node-a, as a lease should.
 func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 	dsn := pgtest.URL(t)
 	clock := testsupport.NewFakeClock()
-	a := startNode(t, dsn, clock, server.Config{NodeID: "node-a", SubscriptionLeaseTTL: testLeaseTTL})
+	const ttl = 10 * time.Minute
+	a := startNode(t, dsn, clock, server.Config{NodeID: "node-a", SubscriptionLeaseTTL: ttl})
 	rc := newReceiver(t, answerDone)
 	putSub(t, a.url, "shared", `{"type":"webhook","pattern":"events/*","webhook":{"url":"`+rc.url+`"}}`)
 	waitFor(t, "node-a to take the delivery lease", func() bool {
@@ -538,23 +543,7 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 			`SELECT count(*) FROM leases WHERE key = '__ds/subscriptions' AND holder = 'node-a'`).Scan(&n)
 		return n == 1
 	})
-	b := startNode(t, dsn, clock, server.Config{NodeID: "node-b", SubscriptionLeaseTTL: testLeaseTTL})
-	// While both nodes live, node-a renews the lease on the shared fake clock; keep that clock
-	// moving so the lease, which runs out on the database's clock, stays renewed however slowly
-	// this machine runs the deliveries below.
-	renewing := make(chan struct{})
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		for {
-			select {
-			case <-renewing:
-				return
-			case <-time.After(20 * time.Millisecond):
-				clock.Advance(testLeaseTTL / 3)
-			}
-		}
-	}()
+	b := startNode(t, dsn, clock, server.Config{NodeID: "node-b", SubscriptionLeaseTTL: ttl})
 	seen := map[string]bool{}
 	for i := range 3 {
 		putStream(t, b.url, fmt.Sprintf("events/%d", i), `{"n":1}`) // appended on node-b
@@ -573,8 +562,6 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 			return false
 		})
 	}
-	close(renewing)
-	<-renewed
 	if h := deliveryHolder(t, b.st); h != "node-a" {
 		t.Fatalf("delivery lease held by %q, want node-a", h)
 	}
@@ -586,6 +573,13 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 
 	a.close() // dies holding the lease
 	putStream(t, b.url, "events/after", `{"n":1}`)
+	// The database's clock passes the dead node's lease; then node-b's next try for it falls due.
+	tag, err := b.st.Driver().(*pgdriver.Driver).Pool().Exec(context.Background(),
+		`UPDATE leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE key = '__ds/subscriptions' AND holder = 'node-a'`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("run node-a's delivery lease out: %v (%d rows), want its one lease", err, tag.RowsAffected())
+	}
+	clock.Advance(ttl / 3)
 	h := driveUntilDelivered(t, clock, rc)
 	if seen[h.payload.WakeID] || !strings.Contains(string(h.raw), `"events/after"`) {
 		t.Fatalf("after node-a died: got wake %s (%s), want a new wake for events/after", h.payload.WakeID, h.raw)

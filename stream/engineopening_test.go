@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
@@ -229,12 +230,8 @@ func TestTheQuestionAboutCheckpointsWithoutAStreamNeverHoldsUpTheWriter(t *testi
 		}
 	}
 	close(d.release)
-	deadline := time.Now().Add(10 * time.Second)
-	for s.ws.checkpoints.answer.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no answer after the question was released")
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.Every(10*time.Second, time.Millisecond, func() bool { return s.ws.checkpoints.answer.Load() != 0 }) {
+		t.Fatal("no answer after the question was released")
 	}
 	mustAppend(t, s, "/third", ev("x"))
 	if !knowsNoCheckpoints(s, "/third") {

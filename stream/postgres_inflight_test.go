@@ -7,6 +7,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/jackc/pgx/v5"
 )
@@ -53,19 +54,14 @@ func TestPostgresCommitsFailingWhileOthersAreInFlightFailOnlyTheirOwnWrites(t *t
 	// poll waits until query, on the admin connection, counts at least want.
 	poll := func(what string, want int, query string, args ...any) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			var n int
+		var n int
+		if !wait.Every(20*time.Second, 5*time.Millisecond, func() bool {
 			if err := admin.QueryRow(ctx, query, args...).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			if n >= want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not reached (%d of %d)", what, n, want)
-			}
-			time.Sleep(5 * time.Millisecond)
+			return n >= want
+		}) {
+			t.Fatalf("%s: not reached (%d of %d)", what, n, want)
 		}
 	}
 	waiting := func(what string, want int) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
@@ -304,18 +305,12 @@ func TestPostgresLiveReadersGetOversizeRecordsAndEveryRecordOnceThroughGaps(t *t
 	if _, err := a.Protocol().AppendRecord(ctx, stream.AppendRequest{Path: "/big", Close: true}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !wait.Every(10*time.Second, 5*time.Millisecond, func() bool { // polling the reader goroutine's state
 		onB.mu.Lock()
-		closed := onB.closed
-		onB.mu.Unlock()
-		if closed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node B's live reader never saw the stream closed on node A")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the reader goroutine's state
+		defer onB.mu.Unlock()
+		return onB.closed
+	}) {
+		t.Fatal("node B's live reader never saw the stream closed on node A")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -68,20 +69,15 @@ func TestPostgresCommitFailingWhileTheNextGroupIsBuiltFailsOnlyItsOwnWrites(t *t
 	// pollLocks waits until query, counting rows of pg_locks in this database, finds one.
 	pollLocks := func(what, query string, args ...any) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		if !wait.Every(20*time.Second, 5*time.Millisecond, func() bool {
 			var n int
 			if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
 				AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND `+query, args...).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			if n > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not reached", what)
-			}
-			time.Sleep(5 * time.Millisecond)
+			return n > 0
+		}) {
+			t.Fatalf("%s: not reached", what)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/jackc/pgx/v5"
 )
@@ -117,19 +118,17 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	// Terminate the backend that waits for /y's lock (the group's transaction after its split).
 	killed := make(chan error, 1)
 	go func() {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
+		var err error
+		if !wait.Every(20*time.Second, 5*time.Millisecond, func() bool {
 			var n int
-			err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+			err = admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
 				WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 				AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = 2`, int64(cls), int64(uint32(int32(yID)))).Scan(&n)
-			if err != nil || n > 0 {
-				killed <- err
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+			return err != nil || n > 0
+		}) {
+			err = context.DeadlineExceeded
 		}
-		killed <- context.DeadlineExceeded
+		killed <- err
 	}()
 	var xOffset int64
 	errs := inOneGroup(t, s,
@@ -161,21 +160,17 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	}
 
 	// The other node is notified of the committed append, without any later write to /x.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got []int64
+	if !wait.Every(10*time.Second, 5*time.Millisecond, func() bool {
 		mu.Lock()
-		got := append([]int64(nil), pushedOther...)
+		got = append([]int64(nil), pushedOther...)
 		mu.Unlock()
-		if len(got) > 0 {
-			if got[0] != 2 {
-				t.Fatalf("the other node's subscriber got offsets %v, want [2]", got)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the other node never heard of the append committed by the split")
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(got) > 0
+	}) {
+		t.Fatal("the other node never heard of the append committed by the split")
+	}
+	if got[0] != 2 {
+		t.Fatalf("the other node's subscriber got offsets %v, want [2]", got)
 	}
 
 	// The writer's state of /x includes the committed append: the next one follows it.
@@ -209,21 +204,14 @@ func TestPostgresWritesCommittedBySplitAreAnsweredSuccessWhenTheRestOfTheGroupFa
 	if err := sub.WaitDelivered(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	wait.Every(10*time.Second, 5*time.Millisecond, func() bool {
 		mu.Lock()
-		got := append([]int64(nil), pushed...)
+		got = append([]int64(nil), pushed...)
 		mu.Unlock()
-		if len(got) >= 2 {
-			if got[0] != 2 || got[1] != 3 || len(got) != 2 {
-				t.Fatalf("subscriber got offsets %v, want [2 3]", got)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("subscriber got offsets %v, want [2 3]", got)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(got) >= 2
+	})
+	if len(got) != 2 || got[0] != 2 || got[1] != 3 {
+		t.Fatalf("subscriber got offsets %v, want [2 3]", got)
 	}
 }
 

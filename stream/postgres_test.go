@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/jackc/pgx/v5"
@@ -267,12 +268,7 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// Three outages under load; node A recovers by itself each time. Each outage starts once node A
 	// has acknowledged appends again since the last one, and ends once an append met it.
 	within := func(d time.Duration, cond func() bool) bool {
-		for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				return false
-			}
-		}
-		return true
+		return wait.Every(d, 5*time.Millisecond, cond)
 	}
 	// Each outage must be one: it cuts node A's open connections and an append meets it (the
 	// writers append without pause, so one does within the bound unless the outage never reached
@@ -292,14 +288,11 @@ func TestPostgresDatabaseOutageUnderLoadLosesNothingAcknowledged(t *testing.T) {
 		px.Restore()
 	}
 	// A write after the last outage succeeds without any restart of the node.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := a.Events().Stream("/load").Append(ctx, foldtype.EventInput{Type: "after"}); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("node A did not recover after the database came back: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !wait.Every(20*time.Second, 50*time.Millisecond, func() bool {
+		_, err = a.Events().Stream("/load").Append(ctx, foldtype.EventInput{Type: "after"})
+		return err == nil
+	}) {
+		t.Fatalf("node A did not recover after the database came back: %v", err)
 	}
 	close(stop)
 	wg.Wait()

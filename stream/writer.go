@@ -87,8 +87,15 @@ const contendedFor = time.Second
 
 // began notes a new group transaction of the writer: whether its driver checks rows without a
 // round trip (driver.StreamExpecter).
-func (s *Store) began(dtx driver.WriteTx) {
+func (s *Store) began(g *group, dtx driver.WriteTx) {
 	_, s.ws.expects = dtx.(driver.StreamExpecter)
+	if w, ok := dtx.(driver.EarlyCommitWatcher); ok {
+		w.OnEarlyCommit(func() {
+			if g.early != nil {
+				g.early()
+			}
+		})
+	}
 }
 
 // expected returns the writer's entry of the stream at path when a write may rely on it instead of
@@ -275,6 +282,9 @@ type group struct {
 	// deferred are the streams a function of this group was refused with errInflight: the
 	// group's later functions that reach them are refused too, so none overtakes it.
 	deferred map[string]bool
+	// early is called when the group's transaction commits early (driver.EarlyCommitWatcher),
+	// in the writer's goroutine, while the function that caused it still runs.
+	early func()
 }
 
 // write queues fn on the writer and waits for its outcome. fn may run more than once, but only
@@ -600,7 +610,10 @@ type building struct {
 	// commit (driver.LockKeeper) is committed whatever becomes of the rest of the group.
 	done   []*tx
 	epochs []int
-	broken error
+	// earlyWoken: the functions before it had their streams' readers woken after an early
+	// commit (earlyCommitted).
+	earlyWoken int
+	broken     error
 	// hinted: every write named its stream, so the group's commit may overlap the next group.
 	hinted bool
 	// rows and recs are each touched stream's row after the group (nil: deleted or not known) and
@@ -660,6 +673,25 @@ func (s *Store) extend(b *building, inflight *building) {
 	}
 }
 
+// earlyCommitted is called when the group's transaction committed early (driver.LockKeeper,
+// driver.EarlyCommitWatcher) while its function i runs: the functions before i are durable now, before the group ends. This
+// node hears no notification of its own commits, so the tail cache entries of their streams would
+// stay at the tails before them until the group is finished — and a live read served from such an
+// entry would claim "up to date" at a tail the database has passed. The entries are dropped and
+// the streams' readers woken; they read the database until an entry is seeded again. The
+// callers are still answered when the group is finished (applyCommitted).
+func (b *building) earlyCommitted(i int) {
+	for j := b.earlyWoken; j < i; j++ {
+		if t := b.done[j]; t != nil {
+			for id, p := range t.touched {
+				b.s.wake(id)
+				b.s.changes.notify(p)
+			}
+		}
+	}
+	b.earlyWoken = i
+}
+
 // add runs reqs in b's transaction, each in its own savepoint.
 func (b *building) add(reqs []*writeReq) {
 	s, g := b.s, b.g
@@ -687,7 +719,9 @@ func (b *building) add(reqs []*writeReq) {
 		t := &tx{s: s, g: g, ctx: r.ctx, now: b.now, res: r.res,
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
+		g.early = func() { b.earlyCommitted(i) }
 		err := t.run(r.fn)
+		g.early = nil
 		if t.aloneErr != nil && b.broken == nil {
 			b.broken = fmt.Errorf("stream store: a write's only statement failed: %w", t.aloneErr)
 		}
@@ -909,7 +943,7 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 			return fmt.Errorf("stream store: begin: %w", err)
 		}
 		g.dtx = dtx
-		s.began(dtx)
+		s.began(g, dtx)
 	}
 	if p, ok := g.dtx.(driver.StreamPrefetcher); ok {
 		if err := p.PrefetchStreams(ctx, paths); err != nil {
@@ -1125,7 +1159,7 @@ func (t *tx) begin() (driver.WriteTx, error) {
 			return nil, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
-		t.s.began(dtx)
+		t.s.began(t.g, dtx)
 	}
 	if !t.spSet {
 		if err := t.g.dtx.Savepoint(ctx); err != nil {
@@ -1151,7 +1185,7 @@ func (t *tx) beginAlone() (driver.WriteTx, bool, error) {
 			return nil, false, fmt.Errorf("stream store: begin: %w", err)
 		}
 		t.g.dtx = dtx
-		t.s.began(dtx)
+		t.s.began(t.g, dtx)
 	}
 	return t.g.dtx, true, nil
 }

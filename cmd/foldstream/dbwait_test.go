@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 func freeLoopbackAddr(t *testing.T) string {
@@ -48,20 +49,25 @@ func TestServeStartedWhileTheDatabaseIsDownWaitsAnswering503(t *testing.T) {
 	}()
 	base := "http://" + addr + "/v1/stream/waiting"
 	var res *http.Response
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		res, err = http.Get(base)
-		if err == nil {
-			break
+	var exited error
+	exitedEarly := false
+	// The node's listener opens in another goroutine.
+	if !wait.For(20*time.Second, func() bool {
+		if res, err = http.Get(base); err == nil {
+			return true
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("serve exited while the database was down: %v\n%s", err, stderr.String())
+		case exited = <-done:
+			exitedEarly = true
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node never answered while waiting: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond) // the node's listener opens in another goroutine
+	}) {
+		t.Fatalf("the node never answered while waiting: %v\n%s", err, stderr.String())
+	}
+	if exitedEarly {
+		t.Fatalf("serve exited while the database was down: %v\n%s", exited, stderr.String())
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Header.Get("Foldstream-Error-Code") != "UNAVAILABLE" ||
@@ -74,23 +80,25 @@ func TestServeStartedWhileTheDatabaseIsDownWaitsAnswering503(t *testing.T) {
 	}
 
 	pg.StartAsync() // the node may well see "the database system is starting up"
-	for deadline := time.Now().Add(60 * time.Second); ; {
+	// Retrying as a client told Retry-After would, faster.
+	var wrong *http.Response
+	if !wait.Every(60*time.Second, 50*time.Millisecond, func() bool {
 		req, _ := http.NewRequest(http.MethodPut, base, strings.NewReader("hi"))
 		req.Header.Set("Content-Type", "text/plain")
-		res, err := http.DefaultClient.Do(req)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusCreated {
-				break
-			}
-			if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
-				t.Fatalf("while the database starts: %d, want 201 or 503 with Retry-After", res.StatusCode)
-			}
+		var res *http.Response
+		if res, err = http.DefaultClient.Do(req); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node never served after the database came back: %v\n%s\nserver log:\n%s", err, stderr.String(), pg.Log())
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated && (res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "") {
+			wrong = res
 		}
-		time.Sleep(50 * time.Millisecond) // retrying as a client told Retry-After would, faster
+		return res.StatusCode == http.StatusCreated || wrong != nil
+	}) {
+		t.Fatalf("the node never served after the database came back: %v\n%s\nserver log:\n%s", err, stderr.String(), pg.Log())
+	}
+	if wrong != nil {
+		t.Fatalf("while the database starts: %d, want 201 or 503 with Retry-After", wrong.StatusCode)
 	}
 	if !strings.Contains(stderr.String(), "the database is back") {
 		t.Fatalf("the node does not log that the database came back:\n%s", stderr.String())

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // gcPercent is the GC percent in force.
@@ -35,19 +37,17 @@ func TestServeKeepsAHeapFloorUnlessTurnedOff(t *testing.T) {
 		done := make(chan error, 1)
 		args := append([]string{"--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "serve.db")}, c.args...)
 		go func() { done <- commands["serve"].run(ctx, args, &stdout, &stderr) }()
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stdout.String(), "serving http://"); {
-			if time.Now().After(deadline) {
-				cancel()
-				t.Fatalf("%v: server did not start: %s", c.args, stderr.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !wait.For(10*time.Second, func() bool { return strings.Contains(stdout.String(), "serving http://") }) {
+			cancel()
+			t.Fatalf("%v: server did not start: %s", c.args, stderr.String())
 		}
-		raised := false
-		for deadline := time.Now().Add(2 * time.Second); !raised && time.Now().Before(deadline); {
+		// The floor is raised from a GC's finalizer, after the collection: collect, then look on the
+		// next tick.
+		raised := wait.For(2*time.Second, func() bool {
+			r := gcPercent() > 100
 			runtime.GC()
-			time.Sleep(10 * time.Millisecond)
-			raised = gcPercent() > 100
-		}
+			return r
+		})
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("%v: serve: %v", c.args, err)

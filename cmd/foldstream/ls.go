@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cf.register(fs)
 	long := fs.Bool("l", false, "long format: content type, tail offset, closed, creation time, processors (state, failure, skipped events), pause reason")
 	limit := fs.Int("limit", 0, "list at most this many streams (0: all)")
+	asJSON := fs.Bool("json", false, "print a JSON array: each stream as the server lists it, with -l its processors too")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: foldstream ls [flags] [PREFIX]\n\nLists the server's streams in path order, those whose path starts with PREFIX (e.g. /carts/) when given.")
 		fs.PrintDefaults()
@@ -50,6 +52,9 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	h, err := cf.header()
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return lsJSON(ctx, cf.server, prefix, *limit, *long, h, stdout)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if *long {
@@ -87,6 +92,65 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if page.Next == "" {
 			return tw.Flush()
+		}
+		after = page.Next
+	}
+}
+
+// lsJSON prints ls --json: one JSON array of the streams as the server lists them (path,
+// contentType, tail, closed, createdAt, paused, pauseReason), each with its processors under
+// "processors" with -l. The array is written as the pages arrive.
+func lsJSON(ctx context.Context, server, prefix string, limit int, long bool, h http.Header, stdout io.Writer) error {
+	if _, err := io.WriteString(stdout, "["); err != nil {
+		return err
+	}
+	n := 0
+	after := ""
+	for {
+		page, err := client.ListStreams(ctx, server, client.ListOptions{Prefix: prefix, After: after, Limit: client.MaxListLimit, Header: h})
+		if err != nil {
+			return err
+		}
+		for _, s := range page.Streams {
+			if limit > 0 && n == limit {
+				_, err := io.WriteString(stdout, "\n]\n")
+				return err
+			}
+			var v any = s
+			if long {
+				d, err := client.StreamInfo(ctx, server, s.Path, client.ListOptions{Header: h})
+				if err != nil {
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.Code == client.CodeStreamNotFound {
+						continue // deleted since the listing
+					}
+					return err
+				}
+				if d.Processors == nil {
+					d.Processors = []client.ProcessorStatus{}
+				}
+				v = d
+			}
+			b, err := json.Marshal(v)
+			if err != nil {
+				return err
+			}
+			sep := ",\n"
+			if n == 0 {
+				sep = "\n"
+			}
+			n++
+			if _, err := fmt.Fprintf(stdout, "%s%s", sep, b); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" {
+			end := "\n]\n"
+			if n == 0 {
+				end = "]\n"
+			}
+			_, err := io.WriteString(stdout, end)
+			return err
 		}
 		after = page.Next
 	}

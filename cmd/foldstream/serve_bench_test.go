@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // BenchmarkServeIdleSSEReaders measures the resident memory of a "foldstream serve" process
@@ -72,8 +74,12 @@ func BenchmarkServeIdleSSEReaders(b *testing.B) {
 			}
 			conns = append(conns, c)
 		}
-		// Let every handler reach its blocked write (well within the 10 s write timeout).
-		time.Sleep(3 * time.Second)
+		// Every handler reaches its blocked write (well within the 10 s write timeout): the
+		// server's end of each reader's connection holds bytes the reader does not take.
+		port := base[strings.LastIndexByte(base, ':')+1:]
+		if !wait.Every(30*time.Second, 50*time.Millisecond, func() bool { return sendersBlocked(b, port) >= readers }) {
+			b.Fatalf("%d of %d handlers blocked in their write after 30 s", sendersBlocked(b, port), readers)
+		}
 		rss, peak := rssMB(b, cmd.Process.Pid, "VmRSS"), rssMB(b, cmd.Process.Pid, "VmHWM")
 		b.ReportMetric(before, "MB-rss-before")
 		b.ReportMetric(rss, "MB-rss")
@@ -84,6 +90,33 @@ func BenchmarkServeIdleSSEReaders(b *testing.B) {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 	}
+}
+
+// sendersBlocked counts the established IPv4 connections whose local port is port (hexadecimal in
+// /proc/net/tcp) with bytes queued to send: the server's ends of the connections whose reader
+// stopped reading.
+func sendersBlocked(b *testing.B, port string) int {
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		b.Fatalf("server port %q: %v", port, err)
+	}
+	raw, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		b.Fatal(err)
+	}
+	suffix := fmt.Sprintf(":%04X", p)
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n")[1:] {
+		// sl local_address rem_address st tx_queue:rx_queue ...
+		f := strings.Fields(line)
+		if len(f) < 5 || !strings.HasSuffix(f[1], suffix) || f[3] != "01" {
+			continue
+		}
+		if tx, _, ok := strings.Cut(f[4], ":"); ok && strings.TrimLeft(tx, "0") != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // rssMB reads a memory field of /proc/<pid>/status in MB.

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the server goroutine and the polling test.
@@ -51,15 +53,14 @@ func startServeCmd(t *testing.T, args ...string) *servingCmd {
 	go func() {
 		sc.done <- commands["serve"].run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), sc.stdout, sc.stderr)
 	}()
-	for deadline := time.Now().Add(10 * time.Second); sc.base == ""; {
+	if !wait.For(10*time.Second, func() bool {
 		if out := sc.stdout.String(); strings.Contains(out, "serving http://") {
 			sc.base = strings.TrimSpace(strings.TrimPrefix(out, "foldstream: serving "))
 			sc.base = strings.TrimSuffix(sc.base, "/v1/stream/")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", sc.stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return sc.base != ""
+	}) {
+		t.Fatalf("server did not start: %s", sc.stderr.String())
 	}
 	return sc
 }
@@ -231,7 +232,7 @@ func TestServeHealthRoutesAndMetricsAddress(t *testing.T) {
 		done <- commands["serve"].run(ctx, []string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--db", db}, &stdout, &stderr)
 	}()
 	var base, metrics string
-	for deadline := time.Now().Add(10 * time.Second); base == "" || metrics == ""; {
+	if !wait.For(10*time.Second, func() bool {
 		for _, line := range strings.Split(stdout.String(), "\n") {
 			if u, ok := strings.CutPrefix(line, "foldstream: serving "); ok {
 				base = strings.TrimSuffix(u, "/v1/stream/")
@@ -240,10 +241,9 @@ func TestServeHealthRoutesAndMetricsAddress(t *testing.T) {
 				metrics = u
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s %s", stdout.String(), stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return base != "" && metrics != ""
+	}) {
+		t.Fatalf("server did not start: %s %s", stdout.String(), stderr.String())
 	}
 	get := func(u string) (int, string) {
 		t.Helper()

@@ -88,11 +88,16 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	closed := fs.Bool("closed", false, "create the stream closed (--data is then its whole content)")
 	data := fs.String("data", "", "initial content (for a JSON stream a JSON value or an array of values)")
 	forkOf := fs.String("fork-of", "", "make the stream a fork of this stream (name or URL) on the same server")
-	forkOffset := fs.String("fork-offset", "", "where the fork diverges (data strictly before it is inherited); defaults to the source's tail")
+	forkOffset := fs.String("fork-offset", "", "where the fork diverges (data strictly before it is inherited): an integer N or an offset a server printed; defaults to the source's tail")
 	asJSON := fs.Bool("json", false, "print the stream's metadata as one JSON object")
 	name, err := oneStream(fs, "create", "Create a stream; an existing stream with the same configuration is not an error.", args, stderr)
 	if err != nil {
 		return err
+	}
+	if *forkOffset != "" {
+		if *forkOffset, err = offsetFlag("fork-offset", *forkOffset, false); err != nil {
+			return err
+		}
 	}
 	o := client.CreateOptions{ContentType: *contentType, TTL: *ttl, Closed: *closed, ForkOf: *forkOf, ForkOffset: *forkOffset}
 	if o.ForkOf != "" && !strings.HasPrefix(o.ForkOf, "http://") && !strings.HasPrefix(o.ForkOf, "https://") {

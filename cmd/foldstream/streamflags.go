@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/client"
+	"github.com/foldstream/foldstream/server"
 )
 
 // Client sub-command defaults.
@@ -22,11 +25,19 @@ const (
 // (100 ms, then 200 ms, each with jitter) a refused connection fails in well under 2 s.
 const defaultRetries = 2
 
+// untilInterrupted is the --retries value of read and tail by default: a request that failed on
+// the network, 429 or 5xx is retried until the command is interrupted, each wait as long as the
+// server's Retry-After asks (at most the client's 10 s cap), so an outage of the server or its
+// database does not end them.
+const untilInterrupted = -1
+
 // streamFlags are the flags every sub-command that reads or writes one stream shares.
 type streamFlags struct {
 	clientFlags
 	retries int
-	stderr  io.Writer
+	// following allows --retries -1 (untilInterrupted): the commands that follow a stream.
+	following bool
+	stderr    io.Writer
 }
 
 func (f *streamFlags) register(fs *flag.FlagSet) {
@@ -35,10 +46,25 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 	f.stderr = fs.Output()
 }
 
+// registerFollowing is register for the commands that follow a stream (read, tail): their
+// requests are retried until interrupted unless --retries says how often.
+func (f *streamFlags) registerFollowing(fs *flag.FlagSet) {
+	f.clientFlags.register(fs)
+	fs.IntVar(&f.retries, "retries", untilInterrupted, "retries of a request that failed on the network, 429 or 5xx, each after the server's Retry-After and printed on stderr; -1: until interrupted")
+	f.following = true
+	f.stderr = fs.Output()
+}
+
 // open returns a handle for name: a full http(s) URL is used as is, anything else names a stream
 // under the server's /v1/stream/. Each retry prints one line on stderr.
 func (f *streamFlags) open(name string) (*client.Stream, error) {
-	if f.retries < 0 {
+	attempts := f.retries + 1
+	switch {
+	case f.following && f.retries == untilInterrupted:
+		attempts = math.MaxInt
+	case f.retries < 0 && f.following:
+		return nil, fmt.Errorf("--retries must be -1 (until interrupted) or more, not %d", f.retries)
+	case f.retries < 0:
 		return nil, fmt.Errorf("--retries must be 0 or more, not %d", f.retries)
 	}
 	h, err := f.header()
@@ -50,7 +76,7 @@ func (f *streamFlags) open(name string) (*client.Stream, error) {
 		u = strings.TrimRight(f.server, "/") + streamsPrefix + escapePath(strings.TrimPrefix(name, "/"))
 	}
 	return client.NewStream(u, client.Config{Header: h, Retry: client.RetryPolicy{
-		MaxAttempts: f.retries + 1,
+		MaxAttempts: attempts,
 		OnRetry: func(e client.RetryEvent) {
 			cause := fmt.Sprintf("status %d", e.Status)
 			if e.Err != nil {
@@ -60,8 +86,12 @@ func (f *streamFlags) open(name string) (*client.Stream, error) {
 					cause = ue.Err.Error()
 				}
 			}
-			fmt.Fprint(f.stderr, redact(fmt.Sprintf("foldstream: %s failed (%s); retry %d of %d in %v (--retries)\n",
-				e.Op, cause, e.Attempt, e.MaxAttempts-1, e.Delay.Round(time.Millisecond))))
+			of := fmt.Sprintf("of %d", e.MaxAttempts-1)
+			if e.MaxAttempts == math.MaxInt {
+				of = "until interrupted"
+			}
+			fmt.Fprint(f.stderr, redact(fmt.Sprintf("foldstream: %s failed (%s); retry %d %s in %v (--retries)\n",
+				e.Op, cause, e.Attempt, of, e.Delay.Round(time.Millisecond))))
 		},
 	}})
 }
@@ -132,4 +162,29 @@ func parseLiveMode(mode string) (client.LiveMode, error) {
 		return lm, nil
 	}
 	return "", fmt.Errorf("unknown --mode %q: use auto, sse or long-poll", mode)
+}
+
+// offsetFlag checks the value of an offset flag and returns it as the protocol takes it. The one
+// rule of the CLI (docs/server.md#offsets): wherever it takes an offset it accepts "-1" (the
+// start), "now" (the tail) where the protocol does, an offset a server printed
+// (0000000000000000_0000000000000005), or a plain non-negative integer N, which is that same
+// offset written short: position N, after the N-th message of a JSON stream or the N-th byte of
+// another. On the wire the stream routes take only the protocol's form, so the CLI converts.
+func offsetFlag(name, v string, sentinels bool) (string, error) {
+	if sentinels && (v == client.OffsetStart || v == client.OffsetNow) {
+		return v, nil
+	}
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err == nil && n <= 9_999_999_999_999_999 {
+			return server.FormatOffset(n), nil
+		}
+	} else if _, _, err := server.ParseOffset(v); err == nil && v != client.OffsetStart && v != client.OffsetNow {
+		return v, nil
+	}
+	want := "an integer or an offset a server printed"
+	if sentinels {
+		want = `"-1" (the start), "now" (the tail), ` + want
+	}
+	return "", fmt.Errorf("--%s %q: use %s", name, v, want)
 }

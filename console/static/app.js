@@ -1,9 +1,14 @@
-// The foldstream console: a read-only view of a server's streams and processors. Plain ES module,
-// no dependencies; it talks to the server only through its public HTTP routes (see
-// docs/console.md), with the reader's token when one is set.
+// The foldstream console: a view of a server's streams and processors, with one operator action
+// (retry a failing processor, after a confirmation). Plain ES module, no dependencies; it talks to
+// the server only through its public HTTP routes (see docs/console.md), with the token when one is
+// set.
 import { followLiveState, readEventStream, HTTPError } from "./livestate.js";
 
 const TOKEN_KEY = "foldstream.console.token";
+const PLATFORM_KEY = "foldstream.console.platform";
+// PLATFORM_PREFIX starts the type of every record the platform writes itself (the contract's
+// birth and wake records, work failures, loop limits, pause and resume); hidden unless asked for.
+const PLATFORM_PREFIX = "events.iterate.com/";
 const POLL_MS = 2000;
 const KEEP_MESSAGES = 500;
 const FIRST_MESSAGES = 200;
@@ -239,18 +244,22 @@ function route() {
   const h = location.hash.replace(/^#/, "");
   const main = $("main");
   main.replaceChildren();
+  $("nav-processors").hidden = !cfg.processorsPath;
+  $("nav-processors").classList.toggle("here", h.startsWith("/processors"));
   if (h.startsWith("/stream/")) {
     const p = "/" + h.slice("/stream/".length).split("/").map(decodeURIComponent).join("/");
     streamView(main, p, cleanup.signal);
+  } else if (h.startsWith("/processors") && cfg.processorsPath) {
+    processorsView(main, new URLSearchParams(h.split("?")[1] || "").get("state") || "", cleanup.signal);
   } else {
     listView(main, new URLSearchParams(h.split("?")[1] || "").get("prefix") || "", cleanup.signal);
   }
 }
 
-function crumbs(p) {
+function crumbs(p, root) {
   const c = $("crumbs");
   c.replaceChildren();
-  c.append(el("a", { href: "#/", text: "streams" }));
+  c.append(root === "processors" ? el("a", { href: "#/processors", text: "processors" }) : el("a", { href: "#/", text: "streams" }));
   if (p) c.append(el("span", { class: "sep", text: "/" }), el("span", { class: "here", text: p }));
 }
 
@@ -365,6 +374,190 @@ function listView(main, prefix, signal) {
   poll(load, signal);
 }
 
+// ---- the processors across streams --------------------------------------------------------------
+
+// PROCESSOR_FILTERS are the processors page's filters: the states a host reports, and lagging
+// (durable events left to reduce, whatever the state). "paused" shows when the server reports it.
+const PROCESSOR_FILTERS = ["failing", "paused", "parked", "catching_up", "lagging", "unowned", "idle", "running"];
+// MAX_PROCESSOR_PAGES bounds the pages of streams one refresh walks (of 100 streams each).
+const MAX_PROCESSOR_PAGES = 10;
+
+function processorsView(main, state, signal) {
+  crumbs("", "processors");
+  document.title = "Processors · foldstream";
+  const filters = el("div", { class: "filters", role: "group", "aria-label": "filter by state" });
+  const setFilter = (v) => {
+    history.replaceState(null, "", v ? "#/processors?state=" + encodeURIComponent(v) : "#/processors");
+    state = v;
+    for (const b of filters.children) b.classList.toggle("on", b.dataset.state === v);
+    load().catch(noteError);
+  };
+  for (const f of ["", ...PROCESSOR_FILTERS]) {
+    filters.append(
+      el("button", { type: "button", class: "ghost filter-chip" + (f === state ? " on" : ""), "data-state": f, text: f ? f.replace("_", " ") : "all", onclick: () => setFilter(f) }),
+    );
+  }
+  const count = el("span", { class: "muted count" });
+  const body = el("tbody");
+  const table = el(
+    "table",
+    { class: "streams processors" },
+    el(
+      "thead",
+      {},
+      el(
+        "tr",
+        {},
+        el("th", { text: "Stream" }),
+        el("th", { text: "Processor" }),
+        el("th", { text: "State" }),
+        el("th", { class: "num through", text: "Through", title: "the offset it reduced through" }),
+        el("th", { class: "num", text: "Lag", title: "durable events of the stream it has not reduced yet" }),
+        el("th", { class: "when", text: "Owner" }),
+        el("th", { text: "" }),
+      ),
+    ),
+    body,
+  );
+  const empty = el("div", { class: "empty", hidden: true });
+  main.append(el("section", { class: "card" }, el("div", { class: "toolbar" }, filters, count), table, empty));
+
+  const rows = new Map(); // stream + slug → tr
+  const render = (list, more) => {
+    const seen = new Set();
+    let before = null;
+    for (let i = list.length - 1; i >= 0; i--) {
+      const ps = list[i];
+      const key = ps.stream + "\u0000" + ps.slug;
+      seen.add(key);
+      let tr = rows.get(key);
+      if (!tr) {
+        tr = el(
+          "tr",
+          { "data-stream": ps.stream, "data-slug": ps.slug },
+          el("td", { class: "path" }, el("a", { href: streamHash(ps.stream), text: ps.stream })),
+          el("td", { class: "slug" }),
+          el("td", { class: "pstate-cell" }),
+          el("td", { class: "num through" }),
+          el("td", { class: "num lag" }),
+          el("td", { class: "when owner" }),
+          el("td", { class: "actions" }),
+        );
+        rows.set(key, tr);
+      }
+      const [, slugTd, stateTd, offTd, lagTd, ownerTd, actTd] = tr.children;
+      slugTd.textContent = ps.slug + (ps.version ? " v" + ps.version : "");
+      const st = ps.state || "running";
+      const problem = ps.failing ? failingText(ps.failing) : ps.parked ? `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim() : "";
+      stateTd.replaceChildren(
+        el("span", { class: "chip pstate " + st, title: STATE_TITLES[st] || "", text: st.replace("_", " ") }),
+        problem ? el("div", { class: "problem small", text: problem }) : "",
+      );
+      offTd.textContent = String(ps.offset);
+      offTd.title = "tail " + offsetPosition(ps.tail);
+      lagTd.textContent = (ps.lagAtLeast ? "≥ " : "") + Number(ps.lag || 0).toLocaleString();
+      lagTd.title = plural(ps.lag || 0, "durable event") + (ps.lagAtLeast ? " or more" : "") + " behind the tail";
+      ownerTd.textContent = ps.owner ? ps.owner + (ps.local ? " (this node)" : "") : "—";
+      // Only the verbs the server has: retry, for a failing processor.
+      const canRetry = st === "failing";
+      if (canRetry !== !!actTd.firstChild) {
+        actTd.replaceChildren(canRetry ? el("button", { type: "button", class: "retry", text: "Retry", onclick: () => confirmRetry(ps.stream, ps.slug, load) }) : "");
+      }
+      body.insertBefore(tr, before);
+      before = tr;
+    }
+    for (const [k, tr] of rows) {
+      if (!seen.has(k)) {
+        tr.remove();
+        rows.delete(k);
+      }
+    }
+    count.textContent = list.length ? plural(list.length, "processor") + (more ? "+" : "") : "";
+    table.hidden = list.length === 0;
+    empty.hidden = list.length !== 0;
+    if (list.length === 0) {
+      empty.replaceChildren(el("p", { text: state ? `No processor is ${state.replace("_", " ")} now.` : "No processor runs on any stream." }));
+    }
+  };
+  const load = async () => {
+    const list = [];
+    let after = "";
+    let pages = 0;
+    do {
+      const q = new URLSearchParams({ limit: "100" });
+      if (state) q.set("state", state);
+      if (after) q.set("after", after);
+      const page = await getJSON(cfg.processorsPath + "?" + q, signal);
+      list.push(...(page.processors || []));
+      after = page.next || "";
+    } while (after && ++pages < MAX_PROCESSOR_PAGES);
+    render(list, !!after);
+  };
+  poll(load, signal);
+}
+
+// confirmRetry asks for a confirmation (and an optional reason for the audit line), then asks the
+// server to run the failing processor's next attempt now. It needs a token of the ops scope.
+function confirmRetry(stream, slug, then) {
+  const dlg = $("confirm");
+  $("confirm-title").textContent = "Retry " + slug + " now?";
+  $("confirm-text").textContent = `The processor ${slug} on ${stream} runs its failing event again at once, instead of at its next retry time. Its effects may run again.`;
+  $("confirm-reason").value = "";
+  $("confirm-error").textContent = "";
+  const ok = $("confirm-ok");
+  const cancel = $("confirm-cancel");
+  const done = () => {
+    ok.onclick = null;
+    cancel.onclick = null;
+    dlg.close();
+  };
+  cancel.onclick = done;
+  ok.onclick = async () => {
+    ok.disabled = true;
+    try {
+      const q = new URLSearchParams({ op: "retry" });
+      const reason = $("confirm-reason").value.trim();
+      if (reason) q.set("reason", reason);
+      const res = await fetch(processorURL(slug, stream) + "?" + q, { method: "POST", headers: authHeaders(), cache: "no-store" });
+      if (!res.ok) {
+        const text = (await res.text().catch(() => "")).trim();
+        const err = new HTTPError(res.status, text || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
+        $("confirm-error").textContent =
+          res.status === 401 || res.status === 403 ? "Your token does not allow operator actions: use a token of the ops scope." : "Refused: " + (err.code ? err.code + ": " : "") + errorText(text);
+        return;
+      }
+      done();
+      showNote(`Retry asked of ${slug} on ${stream}.`);
+      then().catch(noteError);
+    } catch (err) {
+      $("confirm-error").textContent = String(err.message || err);
+    } finally {
+      ok.disabled = false;
+    }
+  };
+  dlg.showModal();
+}
+
+// errorText is the message of an error answer: the detail of a JSON problem body, or the text.
+function errorText(text) {
+  try {
+    const p = JSON.parse(text);
+    if (p && typeof p === "object") return p.detail || p.title || text;
+  } catch {
+    // plain text
+  }
+  return text;
+}
+
+// showNote shows a short confirmation under the bar for a few seconds.
+function showNote(text) {
+  const n = $("note");
+  n.textContent = text;
+  n.hidden = false;
+  clearTimeout(showNote.timer);
+  showNote.timer = setTimeout(() => (n.hidden = true), 4000);
+}
+
 // ---- one stream ---------------------------------------------------------------------------------
 
 function streamView(main, p, signal) {
@@ -374,6 +567,28 @@ function streamView(main, p, signal) {
   const procs = el("div", { class: "procs" });
   const msgs = el("ol", { class: "messages", reversed: true });
   const msgNote = el("p", { class: "muted small" });
+  // The platform's own records are hidden unless the toggle shows them (kept for the tab).
+  const showPlatform = el("input", { type: "checkbox", id: "show-platform" });
+  showPlatform.checked = sessionStorage.getItem(PLATFORM_KEY) === "1";
+  const hiddenCount = el("span", { class: "muted small platform-count" });
+  const applyPlatform = () => {
+    msgs.classList.toggle("hide-platform", !showPlatform.checked);
+    const n = msgs.querySelectorAll("li.platform").length;
+    hiddenCount.textContent = !showPlatform.checked && n ? `(${plural(n, "platform record")} hidden)` : "";
+  };
+  showPlatform.addEventListener("change", () => {
+    sessionStorage.setItem(PLATFORM_KEY, showPlatform.checked ? "1" : "0");
+    applyPlatform();
+  });
+  msgs.addEventListener("messages", applyPlatform);
+  applyPlatform();
+  const platformToggle = el(
+    "label",
+    { class: "platform-toggle small", title: "records the platform writes itself: " + PLATFORM_PREFIX + "*" },
+    showPlatform,
+    " platform records ",
+    hiddenCount,
+  );
   const header = el("section", { class: "card head" }, el("h1", { class: "path", text: p }), meta);
   main.append(
     header,
@@ -381,7 +596,7 @@ function streamView(main, p, signal) {
       "div",
       { class: "grid" },
       el("section", { class: "card col-procs" }, el("h2", { text: "Processors" }), procs),
-      el("section", { class: "card col-msgs" }, el("h2", {}, "Messages ", el("span", { class: "live-dot", title: "following live" })), msgNote, msgs),
+      el("section", { class: "card col-msgs" }, el("h2", {}, "Messages ", el("span", { class: "live-dot", title: "following live" }), platformToggle), msgNote, msgs),
     ),
   );
 
@@ -575,7 +790,12 @@ async function followMessages(p, info, list, note, signal) {
             }
             // No per-message offsets: the processors' ephemeral events take offsets too, so
             // counting messages would mislabel them.
-            for (const m of Array.isArray(arr) ? arr : [arr]) fresh.push(add("", messageNode(m)));
+            for (const m of Array.isArray(arr) ? arr : [arr]) {
+              const li = add("", messageNode(m));
+              if (isPlatformRecord(m)) li.classList.add("platform");
+              fresh.push(li);
+            }
+            list.dispatchEvent(new Event("messages"));
           } else if (text) {
             fresh.push(add("@" + pos, el("code", { class: "text", text: ev.data })));
           } else {
@@ -603,6 +823,11 @@ async function followMessages(p, info, list, note, signal) {
       backoff = Math.min(backoff * 2, 30000);
     }
   }
+}
+
+// isPlatformRecord reports whether a JSON message is an event the platform wrote itself.
+function isPlatformRecord(m) {
+  return m !== null && typeof m === "object" && typeof m.type === "string" && m.type.startsWith(PLATFORM_PREFIX);
 }
 
 function messageNode(m) {

@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 
 // A live heap below the floor gets the percent that lets it grow to the floor (never under
@@ -41,22 +43,18 @@ func TestStartRaisesTheGCPercentAfterACollectionAndStopRestoresIt(t *testing.T) 
 	base := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(base)
 	stop := Start(1 << 30)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var p int
+	if !wait.For(10*time.Second, func() bool {
 		runtime.GC()
-		p := debug.SetGCPercent(-1)
+		p = debug.SetGCPercent(-1)
 		debug.SetGCPercent(p)
-		if p > 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("GC percent still %d after collections with a 1 GiB floor", p)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return p > 100
+	}) {
+		stop()
+		t.Fatalf("GC percent still %d after collections with a 1 GiB floor", p)
 	}
 	stop()
-	p := debug.SetGCPercent(100)
+	p = debug.SetGCPercent(100)
 	if p != 100 {
 		t.Fatalf("GC percent %d after stop, want GOGC's 100", p)
 	}

@@ -247,6 +247,16 @@ type LockKeeper interface {
 	LockEpoch() int
 }
 
+// EarlyCommitWatcher is implemented by a LockKeeper transaction that tells the store the moment
+// an early commit succeeded, while the function that caused it still waits for its lock: the
+// earlier functions are durable from then on, and the store lets this process's readers of their
+// streams see them at once instead of when the whole group ends (another process hears of them
+// by the early commit's notification). fn runs in the goroutine that called into the
+// transaction; it must not call the transaction.
+type EarlyCommitWatcher interface {
+	OnEarlyCommit(fn func())
+}
+
 // StreamPrefetcher is implemented by a shared driver's write transaction that can read the rows
 // of several streams at once, each under its lock when that lock is free at once, in one round
 // trip. The store calls it right after Begin with the paths its group's writes are about to write;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -106,6 +107,12 @@ func TestRawConnSendsAgainWhenTheServerClosedAnIdleConnection(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	ts.Config.IdleTimeout = 20 * time.Millisecond
+	closed := make(chan struct{}, 8)
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
 	ts.Start()
 	defer ts.Close()
 	c, err := bench.NewRawConn(ts.URL)
@@ -119,7 +126,11 @@ func TestRawConnSendsAgainWhenTheServerClosedAnIdleConnection(t *testing.T) {
 		if st, _, err := c.Put(ctx, "/v1/stream/idle", "application/json"); err != nil || st != http.StatusCreated {
 			t.Fatalf("request %d: %d %v", i, st, err)
 		}
-		time.Sleep(200 * time.Millisecond) // the server closes the idle connection meanwhile
+		select { // the server closes the idle connection meanwhile
+		case <-closed:
+		case <-ctx.Done():
+			t.Fatalf("request %d: the server never closed the idle connection", i)
+		}
 	}
 	if got := n.Load(); got != 3 {
 		t.Fatalf("server saw %d requests, want 3", got)

@@ -607,6 +607,8 @@ type writeTx struct {
 	usedInSp map[lockID]bool
 	// epoch counts the splits, each of which released every lock (driver.LockKeeper).
 	epoch int
+	// onEarly is called after each split's commit (OnEarlyCommit).
+	onEarly func()
 	// fresh is the stream row StreamByPath read under the stream's lock, valid while the
 	// pipeline's ops still equal freshOps (nothing ran since).
 	fresh    driver.Stream
@@ -699,6 +701,9 @@ func (t *writeTx) LockStream(ctx context.Context, id int64) error {
 // LockEpoch counts the splits so far (see split): each released every lock the transaction held.
 func (t *writeTx) LockEpoch() int { return t.epoch }
 
+// OnEarlyCommit has fn called right after each split's commit succeeded (driver.EarlyCommitWatcher).
+func (t *writeTx) OnEarlyCommit(fn func()) { t.onEarly = fn }
+
 // lock takes the advisory lock (cls, key) until the transaction ends.
 func (t *writeTx) lock(ctx context.Context, cls, key int32) error {
 	k := lockID{cls, key}
@@ -769,6 +774,9 @@ func (t *writeTx) split(ctx context.Context) error {
 		return t.d.classify(fmt.Errorf("commit: %w", err))
 	}
 	t.epoch++
+	if t.onEarly != nil {
+		t.onEarly()
+	}
 	t.notes = t.notes[:0]
 	t.spMark = 0
 	t.held = make(map[lockID]bool)
