@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/wI2L/jsondiff"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -248,6 +250,68 @@ func BenchmarkEngineLiveStateOneChangedField(b *testing.B) {
 			if err != nil || snap.State.Counter != b.N {
 				b.Fatalf("counter %d after %d events (%v)", snap.State.Counter, b.N, err)
 			}
+		})
+	}
+}
+
+// countingMetrics is an EngineMetrics that counts as cheaply as the host's: atomic adds.
+type countingMetrics struct{ processed, emitted, nanos atomic.Int64 }
+
+func (m *countingMetrics) EventProcessed(d time.Duration)   { m.processed.Add(1); m.nanos.Add(int64(d)) }
+func (m *countingMetrics) EventSkipped(string)              {}
+func (m *countingMetrics) EventsEmitted(n int)              { m.emitted.Add(int64(n)) }
+func (m *countingMetrics) ProcessEventFailed(foldtype.Code) {}
+func (m *countingMetrics) count() int64                     { return m.processed.Load() }
+
+var _ foldstream.EngineMetrics = (*countingMetrics)(nil)
+
+// BenchmarkEngineMetricsOverhead is the catch-up of a trivial counter over 20k in-memory events
+// without and with EngineConfig.Metrics: the difference is what counting costs per event (two
+// clock reads and the counter's adds).
+//
+//	go test -run '^$' -bench EngineMetricsOverhead -count 5 .
+func BenchmarkEngineMetricsOverhead(b *testing.B) {
+	const n = 20_000
+	mem := testsupport.NewMemoryStream()
+	batch := make([]foldstream.EventInput, 1000)
+	for i := range batch {
+		batch[i] = foldstream.EventInput{Type: "tick"}
+	}
+	for range n / len(batch) {
+		if _, err := mem.Append(context.Background(), batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := foldstream.MustDefineContract(foldstream.ContractConfig[ticksState]{Slug: "count", Version: "1", Consumes: []string{"tick"}})
+	p := &fn[ticksState]{Base: foldstream.NewBase(c),
+		reduce: func(a foldstream.ReduceArgs[ticksState]) (ticksState, bool, error) {
+			return ticksState{Ticks: a.State.Ticks + 1}, true, nil
+		}}
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			m := &countingMetrics{}
+			for b.Loop() {
+				b.StopTimer()
+				cfg := foldstream.EngineConfig{Stream: mem, Checkpoints: testsupport.MemoryCheckpoints()}
+				if on {
+					cfg.Metrics = m
+				}
+				eng, err := foldstream.NewEngine[ticksState](p, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := eng.CatchUpFromLog(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				_ = eng.Drain(context.Background())
+				b.StartTimer()
+			}
+			if on && m.count() != int64(n)*int64(b.N) {
+				b.Fatalf("counted %d events, want %d", m.count(), n*b.N)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n)/float64(b.N), "ns/event")
 		})
 	}
 }

@@ -74,6 +74,10 @@ type EngineConfig struct {
 	// (a host confirms a lease whose local deadline passed with the database) and must honour
 	// ctx. Nil (the default) lets every unit run.
 	MayWork func(ctx context.Context) error
+	// Metrics, when set, receives the counts of the engine's work: events processed (with the
+	// duration of each ProcessEvent), skipped and emitted, and ProcessEvent failures by code. A
+	// host keeps them per processor, beyond this engine's life. Defaults to nil: nothing counted.
+	Metrics EngineMetrics
 }
 
 // withDefaults returns c with every unset option at its default.
@@ -136,6 +140,7 @@ type Engine[S any] struct {
 	emits    []string
 	live     *LiveState
 	tracer   trace.Tracer // nil: no spans (EngineConfig.TracerProvider)
+	metrics  EngineMetrics
 	// stopping is set by StopTakingWork: a range stops after the event in progress.
 	stopping atomic.Bool
 
@@ -209,6 +214,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	if cfg.TracerProvider != nil {
 		e.tracer = cfg.TracerProvider.Tracer(TracerName)
 	}
+	e.metrics = cfg.Metrics
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
 	if err != nil {
@@ -730,8 +736,12 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		return prev, false, false, err // not this engine's work any more, or not yet known to be
 	}
 	runCtx, span := startProcessEventSpan(ctx, e.tracer, e.c.Slug(), ev)
+	var began time.Time
+	if e.metrics != nil && ev != nil {
+		began = e.clock.Now()
+	}
 	run := &eventRun{ctx: runCtx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork}
+		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork, metrics: e.metrics}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
 	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
@@ -749,6 +759,9 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		return prev, false, false, e.noteProcessFailure(ev, err, false, nil)
 	}
 	endSpan(span, nil)
+	if e.metrics != nil && ev != nil {
+		e.metrics.EventProcessed(e.clock.Now().Sub(began))
+	}
 	return state, changed, true, nil
 }
 
@@ -1104,6 +1117,7 @@ type eventRun struct {
 	loopLimit  int
 	background func(ctx context.Context, work func(context.Context) error)
 	mayWork    func(ctx context.Context) error
+	metrics    EngineMetrics // nil: nothing counted
 
 	mu       sync.Mutex
 	blockers []func(context.Context) error
@@ -1131,7 +1145,11 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
 		stamped[i] = ev
 	}
-	return r.stream.Append(ctx, stamped...)
+	out, err := r.stream.Append(ctx, stamped...)
+	if err == nil && r.metrics != nil && len(stamped) > 0 {
+		r.metrics.EventsEmitted(len(stamped))
+	}
+	return out, err
 }
 
 // recordLoopLimit appends the loop-limit fact of cause's chain — once per chain: its idempotency

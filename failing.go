@@ -101,6 +101,9 @@ func (e *Engine[S]) noteSkip(site string, ev *Event, err error, stack []byte) {
 		e.logger().LogAttrs(e.closing, slog.LevelWarn, "foldstream: processor "+e.c.Slug()+" skipped an event ("+site+"): "+msg, all...)
 	}
 	report(e.rep, site, err, attrs...)
+	if e.metrics != nil {
+		e.metrics.EventSkipped(site)
+	}
 }
 
 // skipped returns the skipped-event counts, by reason. e.mu held.
@@ -138,6 +141,9 @@ func (e *Engine[S]) noteProcessFailure(ev *Event, err error, panicked bool, stac
 	e.mu.Lock()
 	e.failure = f
 	e.mu.Unlock()
+	if e.metrics != nil {
+		e.metrics.ProcessEventFailed(f.Code())
+	}
 	return err
 }
 

@@ -161,8 +161,9 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // goroutines the host started
 
-	leases *leaseSet
-	rows   rowCache // the processor state rows, on an exclusive database (host/pause.go)
+	leases  *leaseSet
+	rows    rowCache    // the processor state rows, on an exclusive database (host/pause.go)
+	metrics hostMetrics // running totals for metrics (metrics.go)
 
 	hasPatterns  atomic.Bool
 	woken        wokenSet                        // the streams this host woke, at most maxWokenRemembered (wakeOnce)

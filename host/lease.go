@@ -235,7 +235,9 @@ func (ls *leaseSet) acquire(ctx context.Context, key procKey, force bool) (drive
 		return driver.Lease{}, &elsewhereError{cur}
 	}
 	ls.mu.Lock()
+	prev, seen := ls.view[key]
 	ls.held[key], ls.view[key] = l, l
+	ls.h.noteTakeover(prev.Holder, seen, ls.node)
 	delete(ls.pending, key)
 	delete(ls.candSince, key)
 	ls.mu.Unlock()
@@ -415,6 +417,9 @@ func (ls *leaseSet) forget(key procKey, generation int64, idle bool) (driver.Lea
 		return driver.Lease{}, false
 	}
 	delete(ls.held, key)
+	if !idle && !ls.drv.Exclusive() {
+		ls.h.noteHandover()
+	}
 	v := l
 	v.Live, v.Idle = false, idle
 	ls.view[key] = v

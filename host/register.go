@@ -159,6 +159,8 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			// Nothing that can start an effect runs once the lease's local deadline passed, until
 			// a renewal confirmed the lease (docs/reliability.md#a-node-that-freezes).
 			MayWork: func(ctx context.Context) error { return h.leases.mayWork(ctx, key, l.Generation) },
+			// Counted per slug in the host, beyond this engine's life (metrics.go).
+			Metrics: h.countersFor(reg.slug),
 		})
 	}
 	return reg
@@ -217,6 +219,9 @@ func (h *Host) register(ctx context.Context, reg *registration) (foldtype.Runner
 	}
 	if reg.validate != nil {
 		h.addRefusingLocked(reg)
+	}
+	if reg.build != nil {
+		h.countersFor(reg.slug) // its metrics exist from its registration on, engine open or not (metrics.go)
 	}
 	if !reg.pinned() {
 		h.patterns = append(h.patterns, reg)

@@ -85,9 +85,17 @@ func TestANodeServesItsProcessorsAndShutdownClosesTheStoreLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics: %d; want the metrics on by default", res.StatusCode)
+	}
+	// The node's host feeds the processor and lease metrics (docs/server.md#metrics).
+	for _, line := range []string{`foldstream_processor_processed_events_total{slug="counter"} 1`,
+		`foldstream_processor_lag_events{slug="counter"} 0`, `foldstream_leases_held 1`} {
+		if !strings.Contains(string(metrics), "\n"+line+"\n") {
+			t.Errorf("/metrics has no %q", line)
+		}
 	}
 	if err := n.Shutdown(t.Context()); err != nil {
 		t.Fatalf("shutdown: %v", err)

@@ -1,5 +1,7 @@
 package server
 
+import "time"
+
 // LiveReaders returns how many live reads (long-poll, SSE) the server is serving now (tests only).
 func (s *Server) LiveReaders() int64 { return s.liveReaders.Load() }
 
@@ -25,4 +27,12 @@ func (s *Server) Routes() []Route {
 		out = append(out, Route{r.method, r.pattern, r.op})
 	}
 	return out
+}
+
+// ShiftDeliveryClock moves the monotonic clock the subscription deliverer checks its lease's
+// local deadline against by d, as a freeze of the process for d would (tests only).
+func (s *Server) ShiftDeliveryClock(d time.Duration) {
+	s.subs.mu.Lock()
+	defer s.subs.mu.Unlock()
+	s.subs.monoNow = func() time.Time { return time.Now().Add(d) }
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/foldstream/foldstream/console"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Operations routes (docs/server.md#operations).
@@ -40,11 +41,13 @@ type ProcessorPather interface {
 
 // Metrics are a server's Prometheus metrics (docs/server.md#metrics): requests by route, method
 // and status, response bytes, appends and their bytes, live readers, the store's group commits
-// (size, duration, failures) and, with a host, every running processor's offset, lag behind its
-// stream's tail, whether it is failing (and its attempts), parked or its work failed, and the
-// events it skipped; plus the Go runtime's and the process's own. Create
-// one with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or,
-// with Handler, on an address of its own.
+// (size, duration, failures) and writer queue, the database pool on PostgreSQL and, with a host,
+// its leases (held, taken over, handed over) and per processor slug the lag in durable events
+// and in seconds, the streams by state, and counters of the events processed, skipped and
+// emitted, the failures by code and a ProcessEvent duration histogram (series per stream only for
+// exact-path registrations); plus the build, the Go runtime's and the process's own. Create one
+// with NewMetrics, give it to one Server in Config.Metrics, and serve it at MetricsPath or, with
+// Handler, on an address of its own.
 type Metrics struct {
 	reg *prometheus.Registry
 
@@ -168,10 +171,22 @@ func (m *Metrics) bind(s *Server) {
 			m.commitWrites.Observe(float64(c.Writes))
 			m.commitSeconds.Observe(c.Duration.Seconds())
 		})
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "foldstream_store_writer_queue",
+			Help: "Writes queued for the store's writer now, not yet taken into a group commit.",
+		}, func() float64 { return float64(s.st.WriterQueue()) }))
+		if ps, ok := s.st.Driver().(driver.PoolStatser); ok {
+			m.reg.MustRegister(poolCollector{ps})
+		}
 		pl, okL := s.cfg.Processors.(ProcessorLister)
 		pp, okP := s.cfg.Processors.(ProcessorPather)
 		if okL && okP {
-			m.reg.MustRegister(&processorCollector{st: s.st, lister: pl, paths: pp})
+			pc, _ := s.cfg.Processors.(ProcessorCounter)
+			lg, _ := s.cfg.Processors.(ProcessorLagger)
+			m.reg.MustRegister(&processorCollector{st: s.st, lister: pl, paths: pp, counter: pc, lagger: lg})
+		}
+		if lc, ok := s.cfg.Processors.(LeaseCounter); ok {
+			m.reg.MustRegister(leaseCollector{lc})
 		}
 	})
 }
@@ -229,57 +244,177 @@ func (s *Server) routeOf(p string) string {
 	return "other"
 }
 
+// ProcessorCounter is implemented by a Processors that keeps running totals per processor slug
+// (*host.Host does): the counters and the ProcessEvent duration histogram of the metrics, and a
+// slug's lag series while it is registered, come from it.
+type ProcessorCounter interface {
+	// ProcessorTotals returns the totals of every registered processor slug.
+	ProcessorTotals() []foldtype.ProcessorTotals
+}
+
+// ProcessorLagger is implemented by a Processors that knows which events each processor consumes
+// (*host.Host does): a processor's lag counts the durable events it consumes after its offset.
+// Without it the lag counts every durable event after the offset.
+type ProcessorLagger interface {
+	// ProcessorLag returns what processor slug on path has yet to process after offset after.
+	ProcessorLag(ctx context.Context, path, slug string, after int64) (stream.Lag, error)
+}
+
+// LeaseCounter is implemented by a Processors that runs processors under leases (*host.Host
+// does): the leases it holds, and its takeovers and hand-overs.
+type LeaseCounter interface {
+	// LeaseTotals returns the leases held now and the takeovers and hand-overs so far.
+	LeaseTotals() foldtype.LeaseTotals
+}
+
 var (
 	processorOffsetDesc = prometheus.NewDesc("foldstream_processor_offset",
-		"Offset the processor reduced through, by processor slug and stream path.", []string{"slug", "stream"}, nil)
-	processorLagDesc = prometheus.NewDesc("foldstream_processor_lag",
-		"Messages between the processor's offset and its stream's tail.", []string{"slug", "stream"}, nil)
+		"Offset the processor reduced through, by processor slug and stream path (exact-path registrations only).", []string{"slug", "stream"}, nil)
+	processorStreamLagEventsDesc = prometheus.NewDesc("foldstream_processor_stream_lag_events",
+		"Durable events after the processor's offset on its stream, live-state deltas not counted (exact-path registrations only).", []string{"slug", "stream"}, nil)
+	processorStreamLagSecondsDesc = prometheus.NewDesc("foldstream_processor_stream_lag_seconds",
+		"Age of the oldest durable event the processor has not processed on its stream (its commit time to now), 0 when caught up (exact-path registrations only).", []string{"slug", "stream"}, nil)
 	processorParkedDesc = prometheus.NewDesc("foldstream_processor_parked",
-		"1 while the processor is parked on an error it cannot retry past (docs/server.md#processors-over-http), else 0.", []string{"slug", "stream"}, nil)
+		"1 while the processor is parked on an error it cannot retry past (docs/server.md#processors-over-http), else 0 (exact-path registrations only).", []string{"slug", "stream"}, nil)
 	processorWorkFailedDesc = prometheus.NewDesc("foldstream_processor_work_failed",
-		"1 while the processor's background work failed for good (PERMANENT_FAILURE; docs/engine.md#work-that-keeps-dying), else 0.", []string{"slug", "stream"}, nil)
+		"1 while the processor's background work failed for good (PERMANENT_FAILURE; docs/engine.md#work-that-keeps-dying), else 0 (exact-path registrations only).", []string{"slug", "stream"}, nil)
 	processorFailingDesc = prometheus.NewDesc("foldstream_processor_failing",
-		"1 while the processor's ProcessEvent keeps failing on one event and the host retries it with backoff (PROCESSOR_FAILING), else 0.", []string{"slug", "stream"}, nil)
+		"1 while the processor's ProcessEvent keeps failing on one event and the host retries it with backoff (PROCESSOR_FAILING), else 0 (exact-path registrations only).", []string{"slug", "stream"}, nil)
 	processorAttemptsDesc = prometheus.NewDesc("foldstream_processor_failed_attempts",
-		"Failed attempts in a row of a failing processor on its event; 0 while it runs.", []string{"slug", "stream"}, nil)
-	processorSkippedDesc = prometheus.NewDesc("foldstream_processor_skipped_events",
-		"Events the processor skipped since its engine opened, by reason (processor.reduce.payload: the payload breaks the schema; processor.reduce: Reduce failed or panicked).", []string{"slug", "stream", "reason"}, nil)
+		"Failed attempts in a row of a failing processor on its event; 0 while it runs (exact-path registrations only).", []string{"slug", "stream"}, nil)
 	processorOpenDesc = prometheus.NewDesc("foldstream_processor_open",
-		"1 while the host holds the processor's engine open, else 0.", []string{"slug", "stream"}, nil)
+		"1 while the host holds the processor's engine open, else 0 (exact-path registrations only).", []string{"slug", "stream"}, nil)
+
+	processorLagEventsDesc = prometheus.NewDesc("foldstream_processor_lag_events",
+		"Durable events the processor has not processed yet, summed over the streams this node runs it on (live-state deltas not counted).", []string{"slug"}, nil)
+	processorLagSecondsDesc = prometheus.NewDesc("foldstream_processor_lag_seconds",
+		"Age of the oldest durable event the processor has not processed on any stream this node runs it on (its commit time to now), 0 when caught up.", []string{"slug"}, nil)
+	processorStreamsDesc = prometheus.NewDesc("foldstream_processor_streams",
+		"Streams this node reports the processor on, by state (running, catching_up, failing, parked, idle, unowned).", []string{"slug", "state"}, nil)
+	processorProcessedDesc = prometheus.NewDesc("foldstream_processor_processed_events_total",
+		"Events whose ProcessEvent returned without error and whose blockers settled (an event processed again after a retried range counts again).", []string{"slug"}, nil)
+	processorEmittedDesc = prometheus.NewDesc("foldstream_processor_emitted_events_total",
+		"Events the processor's ProcessEvent calls and blockers appended.", []string{"slug"}, nil)
+	processorSkippedDesc = prometheus.NewDesc("foldstream_processor_skipped_events_total",
+		"Events the processor skipped, by reason (processor.reduce.payload: the payload breaks the schema; processor.reduce: Reduce failed or panicked).", []string{"slug", "reason"}, nil)
+	processorFailuresDesc = prometheus.NewDesc("foldstream_processor_process_event_failures_total",
+		"Failed ProcessEvent calls (or their blockers), by the failure's code (PROCESS_EVENT_FAILED: an error without a code, or a panic).", []string{"slug", "code"}, nil)
+	processorDurationDesc = prometheus.NewDesc("foldstream_processor_process_event_duration_seconds",
+		"Duration of one ProcessEvent call that succeeded, its blockers included.", []string{"slug"}, nil)
+
+	leasesHeldDesc = prometheus.NewDesc("foldstream_leases_held",
+		"Processor leases this node holds now (the processors it runs).", nil, nil)
+	leaseTakeoversDesc = prometheus.NewDesc("foldstream_lease_takeovers_total",
+		"Processor leases this node acquired that another node held last, as this node last saw the lease table.", nil, nil)
+	leaseHandoversDesc = prometheus.NewDesc("foldstream_lease_handovers_total",
+		"Processor leases this node gave up for another node to take (to the node preferred for it, at shutdown, at removal); none on an exclusive SQLite store.", nil, nil)
 )
 
-// processorCollector reports every running processor at scrape time, through the host's
-// read-only status (ProcessorPaths, ProcessorsOn) and the streams' tails.
+// processorStates are the states foldstream_processor_streams reports, each slug with all of them.
+var processorStates = []string{foldtype.StateRunning, foldtype.StateCatchingUp, foldtype.StateFailing,
+	foldtype.StateParked, foldtype.StateIdle, foldtype.StateUnowned}
+
+// processorCollector reports the processors at scrape time, through the host's read-only status
+// (ProcessorPaths, ProcessorsOn), its running totals (ProcessorTotals) and the streams' heads.
+//
+// Its cardinality is bounded by the registrations, never by the streams a pattern matches
+// (docs/server.md#metrics): series per (slug, stream) only for exact-path registrations; a
+// pattern's streams add to its slug's aggregates alone.
 type processorCollector struct {
-	st     *stream.Store
-	lister ProcessorLister
-	paths  ProcessorPather
+	st      *stream.Store
+	lister  ProcessorLister
+	paths   ProcessorPather
+	counter ProcessorCounter // nil: no totals
+	lagger  ProcessorLagger  // nil: lag counts every durable event
 }
 
 func (c *processorCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- processorOffsetDesc
-	ch <- processorLagDesc
-	ch <- processorParkedDesc
-	ch <- processorWorkFailedDesc
-	ch <- processorFailingDesc
-	ch <- processorAttemptsDesc
-	ch <- processorSkippedDesc
-	ch <- processorOpenDesc
+	for _, d := range []*prometheus.Desc{processorOffsetDesc, processorStreamLagEventsDesc, processorStreamLagSecondsDesc,
+		processorParkedDesc, processorWorkFailedDesc, processorFailingDesc, processorAttemptsDesc, processorOpenDesc,
+		processorLagEventsDesc, processorLagSecondsDesc, processorStreamsDesc} {
+		ch <- d
+	}
+	if c.counter != nil {
+		for _, d := range []*prometheus.Desc{processorProcessedDesc, processorEmittedDesc, processorSkippedDesc,
+			processorFailuresDesc, processorDurationDesc} {
+			ch <- d
+		}
+	}
+}
+
+// slugLag is one slug's aggregates over the streams this node reports it on.
+type slugLag struct {
+	events  int64
+	seconds float64
+	states  map[string]int
 }
 
 func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	now := c.st.Clock().Now()
+	slugs := map[string]*slugLag{}
+	slugOf := func(slug string) *slugLag {
+		a := slugs[slug]
+		if a == nil {
+			a = &slugLag{states: map[string]int{}}
+			slugs[slug] = a
+		}
+		return a
+	}
+	var totals []foldtype.ProcessorTotals
+	if c.counter != nil {
+		totals = c.counter.ProcessorTotals()
+		for _, t := range totals {
+			slugOf(t.Slug) // a registered slug has its series, streams or not
+		}
+	}
 	for _, path := range c.paths.ProcessorPaths() {
 		statuses := c.lister.ProcessorsOn(ctx, path)
 		if len(statuses) == 0 {
 			continue
 		}
-		info, err := c.st.Protocol().HeadStream(ctx, path)
+		info, headErr := c.st.Protocol().HeadStream(ctx, path)
 		for _, ps := range statuses {
+			exact := ps.Pattern == "" || ps.Pattern == path
+			// Each node counts in its slug aggregates the streams it runs; a stream no node runs
+			// now is counted by every node that reports it, so that its lag shows somewhere.
+			mine := ps.Local || ps.Owner == ""
+			if !exact && !mine {
+				continue
+			}
+			var lag stream.Lag
+			lagKnown := headErr == nil
+			if lagKnown && ps.Offset < info.Tail {
+				var err error
+				if c.lagger != nil {
+					lag, err = c.lagger.ProcessorLag(ctx, path, ps.Slug, ps.Offset)
+				} else {
+					lag, err = c.st.Events().Lag(ctx, path, ps.Offset, nil)
+				}
+				if err != nil {
+					lagKnown = false
+				}
+			}
+			lagSeconds := 0.0
+			if !lag.Oldest.IsZero() {
+				lagSeconds = max(0, now.Sub(lag.Oldest).Seconds())
+			}
+			if mine {
+				a := slugOf(ps.Slug)
+				a.events += lag.Events
+				a.seconds = max(a.seconds, lagSeconds)
+				if ps.State != "" {
+					a.states[ps.State]++
+				}
+			}
+			if !exact {
+				continue
+			}
 			ch <- prometheus.MustNewConstMetric(processorOffsetDesc, prometheus.GaugeValue, float64(ps.Offset), ps.Slug, path)
-			if err == nil {
-				ch <- prometheus.MustNewConstMetric(processorLagDesc, prometheus.GaugeValue, float64(max(0, info.Tail-ps.Offset)), ps.Slug, path)
+			if lagKnown {
+				ch <- prometheus.MustNewConstMetric(processorStreamLagEventsDesc, prometheus.GaugeValue, float64(lag.Events), ps.Slug, path)
+				ch <- prometheus.MustNewConstMetric(processorStreamLagSecondsDesc, prometheus.GaugeValue, lagSeconds, ps.Slug, path)
 			}
 			ch <- prometheus.MustNewConstMetric(processorParkedDesc, prometheus.GaugeValue, boolGauge(ps.Parked != nil), ps.Slug, path)
 			ch <- prometheus.MustNewConstMetric(processorWorkFailedDesc, prometheus.GaugeValue, boolGauge(ps.WorkFailed != nil), ps.Slug, path)
@@ -289,12 +424,86 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(processorFailingDesc, prometheus.GaugeValue, boolGauge(ps.Failing != nil), ps.Slug, path)
 			ch <- prometheus.MustNewConstMetric(processorAttemptsDesc, prometheus.GaugeValue, float64(attempts), ps.Slug, path)
-			for _, sk := range ps.Skipped {
-				ch <- prometheus.MustNewConstMetric(processorSkippedDesc, prometheus.GaugeValue, float64(sk.Count), ps.Slug, path, sk.Reason)
-			}
 			ch <- prometheus.MustNewConstMetric(processorOpenDesc, prometheus.GaugeValue, boolGauge(ps.Open), ps.Slug, path)
 		}
 	}
+	for slug, a := range slugs {
+		ch <- prometheus.MustNewConstMetric(processorLagEventsDesc, prometheus.GaugeValue, float64(a.events), slug)
+		ch <- prometheus.MustNewConstMetric(processorLagSecondsDesc, prometheus.GaugeValue, a.seconds, slug)
+		for _, state := range processorStates {
+			ch <- prometheus.MustNewConstMetric(processorStreamsDesc, prometheus.GaugeValue, float64(a.states[state]), slug, state)
+		}
+	}
+	for _, t := range totals {
+		ch <- prometheus.MustNewConstMetric(processorProcessedDesc, prometheus.CounterValue, float64(t.Processed), t.Slug)
+		ch <- prometheus.MustNewConstMetric(processorEmittedDesc, prometheus.CounterValue, float64(t.Emitted), t.Slug)
+		for reason, n := range t.Skipped {
+			ch <- prometheus.MustNewConstMetric(processorSkippedDesc, prometheus.CounterValue, float64(n), t.Slug, reason)
+		}
+		for code, n := range t.Failures {
+			ch <- prometheus.MustNewConstMetric(processorFailuresDesc, prometheus.CounterValue, float64(n), t.Slug, string(code))
+		}
+		buckets := make(map[float64]uint64, len(foldtype.ProcessEventBuckets))
+		for i, le := range foldtype.ProcessEventBuckets {
+			if i < len(t.DurationBuckets) {
+				buckets[le] = t.DurationBuckets[i]
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(processorDurationDesc, t.DurationCount, t.DurationSum, buckets, t.Slug)
+	}
+}
+
+// leaseCollector reports the host's leases at scrape time.
+type leaseCollector struct{ lc LeaseCounter }
+
+func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leasesHeldDesc
+	ch <- leaseTakeoversDesc
+	ch <- leaseHandoversDesc
+}
+
+func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.lc.LeaseTotals()
+	ch <- prometheus.MustNewConstMetric(leasesHeldDesc, prometheus.GaugeValue, float64(t.Held))
+	ch <- prometheus.MustNewConstMetric(leaseTakeoversDesc, prometheus.CounterValue, float64(t.Takeovers))
+	ch <- prometheus.MustNewConstMetric(leaseHandoversDesc, prometheus.CounterValue, float64(t.Handovers))
+}
+
+var (
+	poolAcquiredDesc = prometheus.NewDesc("foldstream_db_pool_acquired_connections",
+		"Connections of the database pool in use now.", nil, nil)
+	poolIdleDesc = prometheus.NewDesc("foldstream_db_pool_idle_connections",
+		"Idle connections of the database pool now.", nil, nil)
+	poolTotalDesc = prometheus.NewDesc("foldstream_db_pool_connections",
+		"Connections of the database pool now, in use, idle or being opened.", nil, nil)
+	poolMaxDesc = prometheus.NewDesc("foldstream_db_pool_max_connections",
+		"The most connections the database pool opens.", nil, nil)
+	poolAcquiresDesc = prometheus.NewDesc("foldstream_db_pool_acquires_total",
+		"Connections handed out by the database pool.", nil, nil)
+	poolWaitsDesc = prometheus.NewDesc("foldstream_db_pool_acquire_waits_total",
+		"Connections handed out by the database pool after a wait (none was idle).", nil, nil)
+	poolWaitSecondsDesc = prometheus.NewDesc("foldstream_db_pool_acquire_wait_seconds_total",
+		"Time spent waiting for a connection of the database pool, in all.", nil, nil)
+)
+
+// poolCollector reports a shared database's connection pool at scrape time.
+type poolCollector struct{ ps driver.PoolStatser }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolAcquiredDesc, poolIdleDesc, poolTotalDesc, poolMaxDesc, poolAcquiresDesc, poolWaitsDesc, poolWaitSecondsDesc} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.ps.PoolStats()
+	ch <- prometheus.MustNewConstMetric(poolAcquiredDesc, prometheus.GaugeValue, float64(st.Acquired))
+	ch <- prometheus.MustNewConstMetric(poolIdleDesc, prometheus.GaugeValue, float64(st.Idle))
+	ch <- prometheus.MustNewConstMetric(poolTotalDesc, prometheus.GaugeValue, float64(st.Total))
+	ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(st.Max))
+	ch <- prometheus.MustNewConstMetric(poolAcquiresDesc, prometheus.CounterValue, float64(st.Acquires))
+	ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(st.Waits))
+	ch <- prometheus.MustNewConstMetric(poolWaitSecondsDesc, prometheus.CounterValue, st.WaitTime.Seconds())
 }
 
 func boolGauge(b bool) float64 {

@@ -117,11 +117,12 @@ func TestMetricsNeedAReadTokenAndReportRequestsCommitsAndProcessors(t *testing.T
 		`foldstream_http_requests_total{code="200",method="PUT",route="stream"}`:  1,
 		`foldstream_http_requests_total{code="404",method="GET",route="stream"}`:  1,
 		`foldstream_http_requests_total{code="401",method="GET",route="metrics"}`: 1,
-		`foldstream_appends_total`:                                     n,
-		`foldstream_append_bytes_total`:                                float64(sent),
-		`foldstream_live_readers`:                                      0,
-		`foldstream_processor_lag{slug="sources",stream="/events"}`:    0,
-		`foldstream_processor_parked{slug="sources",stream="/events"}`: 0,
+		`foldstream_appends_total`:      n,
+		`foldstream_append_bytes_total`: float64(sent),
+		`foldstream_live_readers`:       0,
+		`foldstream_processor_stream_lag_events{slug="sources",stream="/events"}`:  0,
+		`foldstream_processor_stream_lag_seconds{slug="sources",stream="/events"}`: 0,
+		`foldstream_processor_parked{slug="sources",stream="/events"}`:             0,
 	} {
 		if got := metricValue(text, sample); got != want {
 			t.Errorf("%s = %v, want %v", sample, got, want)
@@ -290,7 +291,7 @@ func TestMetricsReportFailingProcessorsAndSkippedEvents(t *testing.T) {
 	if !wait.Every(15*time.Second, 20*time.Millisecond, func() bool {
 		_, text = request(t, "GET", ts.URL+server.MetricsPath, "")
 		return metricValue(text, `foldstream_processor_failing{slug="stuck",stream="/f"}`) == 1 &&
-			metricValue(text, `foldstream_processor_skipped_events{reason="processor.reduce",slug="fragile",stream="/f"}`) == 1
+			metricValue(text, `foldstream_processor_skipped_events_total{reason="processor.reduce",slug="fragile"}`) == 1
 	}) {
 		t.Fatalf("metrics never showed the failing and the skipping processor:\n%s", grepLines(text, "foldstream_processor_"))
 	}

@@ -20,20 +20,6 @@ import (
 	"github.com/foldstream/foldstream/stream"
 )
 
-// eventually polls cond every 20 ms until it holds, failing the test after 15 s with what.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 15 s for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 func processorList(t *testing.T, base, query string) server.ProcessorList {
 	t.Helper()
 	res, body := request(t, http.MethodGet, base+server.ProcessorsPath+"?"+query, "")

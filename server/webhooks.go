@@ -163,6 +163,18 @@ type deliverer struct {
 	sending map[string]bool    // a webhook attempt in flight per subscription
 	reload  bool
 	signal  chan struct{}
+	// deadline is when the delivery lease this node holds runs out by its own monotonic clock,
+	// counted from the moment the take or renewal was sent (zero: not held). Passes and webhook
+	// attempts run only before it: a node woken from a freeze (a GC pause, a stopped VM) past it
+	// sends nothing more until it renewed the lease, although another node may have taken
+	// delivery over meanwhile. monoNow reads that clock (time.Now; tests shift it).
+	deadline time.Time
+	monoNow  func() time.Time
+	// lapsed: the deadline passed and was logged (once per lapse).
+	lapsed bool
+	// exclusive: the store is a file only this process opens, so no other node can take the
+	// lease over and the deadline is not checked.
+	exclusive bool
 }
 
 type timerAt struct {
@@ -174,11 +186,14 @@ func newDeliverer(s *Server) *deliverer {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	d := &deliverer{s: s, holder: s.cfg.NodeID, configs: map[string]stream.SubscriptionConfig{},
-		due: map[string][]string{}, timers: map[string]timerAt{}, sending: map[string]bool{}, signal: make(chan struct{}, 1)}
+		due: map[string][]string{}, timers: map[string]timerAt{}, sending: map[string]bool{}, signal: make(chan struct{}, 1), monoNow: time.Now}
 	if d.holder == "" {
 		d.holder = "node-" + hex.EncodeToString(b[:])
 	}
 	d.sem = make(chan struct{}, s.cfg.MaxWebhookConcurrency)
+	if s.st != nil {
+		d.exclusive = s.st.Driver().Exclusive()
+	}
 	d.client = s.webhookClient()
 	return d
 }
@@ -307,7 +322,15 @@ func (d *deliverer) run() {
 		any := len(d.configs) > 0
 		d.mu.Unlock()
 		if any && !now.Before(leaseAt) {
+			sent := d.monoNow()
 			ok, err := d.s.st.Protocol().TakeSubscriptionLease(ctx, d.holder, d.s.cfg.SubscriptionLeaseTTL)
+			d.mu.Lock()
+			if ok && err == nil {
+				d.deadline, d.lapsed = sent.Add(d.s.cfg.SubscriptionLeaseTTL), false
+			} else {
+				d.deadline = time.Time{}
+			}
+			d.mu.Unlock()
 			if err != nil {
 				if d.stopped() {
 					return
@@ -323,6 +346,9 @@ func (d *deliverer) run() {
 			leader = ok && err == nil
 			leaseAt = now.Add(d.s.cfg.SubscriptionLeaseTTL / 3)
 		} else if !any && leader {
+			d.mu.Lock()
+			d.deadline = time.Time{}
+			d.mu.Unlock()
 			if err := d.s.st.Protocol().ReleaseSubscriptionLease(ctx, d.holder); err != nil && !d.stopped() {
 				log.Warn("subscriptions: release the delivery lease", "err", err)
 			}
@@ -359,8 +385,27 @@ func (d *deliverer) run() {
 	}
 }
 
+// holdsLease reports whether the delivery lease is still this node's by its local deadline, and
+// logs the first time it is not (see deliverer.deadline).
+func (d *deliverer) holdsLease() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.exclusive || d.monoNow().Before(d.deadline) {
+		return true
+	}
+	if !d.lapsed && !d.deadline.IsZero() {
+		d.lapsed = true
+		d.s.log.Warn("subscriptions: the delivery lease is past its local deadline; no pass or webhook attempt until it is renewed",
+			"node", d.holder)
+	}
+	return false
+}
+
 // passes runs one pass for each subscription that needs one.
 func (d *deliverer) passes(ctx context.Context) {
+	if !d.holdsLease() {
+		return // the passes owed stay due for after the renewal
+	}
 	d.mu.Lock()
 	due := d.due
 	d.due = map[string][]string{}
@@ -389,6 +434,10 @@ func (d *deliverer) pass(ctx context.Context, id string, hints []string) {
 			d.due[id] = append(d.due[id], hints...)
 			d.mu.Unlock()
 		}
+		return
+	}
+	if !d.holdsLease() {
+		d.markDue(id, hints) // for after the renewal
 		return
 	}
 	step, err := d.s.st.Protocol().StepSubscription(ctx, id, hints)
@@ -443,6 +492,12 @@ func (d *deliverer) send(w stream.Wake) {
 		d.markDue(w.SubscriptionID, nil)
 	}()
 	d.sem <- struct{}{}
+	if !d.holdsLease() {
+		// Woken past the lease (or it was lost): the attempt is not sent and not recorded, as if
+		// this node had died; the lease's holder sends it once the attempt's guard lapses.
+		<-d.sem
+		return
+	}
 	out := d.attempt(w)
 	<-d.sem
 	ctx := context.Background()

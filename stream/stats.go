@@ -21,3 +21,8 @@ type commitObservers = callbacks[CommitStats]
 // fn runs on the writer goroutine: it must return at once, never block and never call the store.
 // The returned function stops the observation (a commit already landing may still call fn once).
 func (s *Store) ObserveCommits(fn func(CommitStats)) (stop func()) { return s.observers.add(fn) }
+
+// WriterQueue returns how many writes wait for the store's writer now, queued and not yet taken
+// into a group commit: a backlog that grows says the database commits slower than writes arrive.
+// It reads a channel's length: no lock, for metrics at scrape time.
+func (s *Store) WriterQueue() int { return len(s.writes) }

@@ -265,6 +265,11 @@ func TestServeHealthRoutesAndMetricsAddress(t *testing.T) {
 	}
 	if code, body := get(metrics); code != 200 || !strings.Contains(body, `foldstream_http_requests_total{code="200",method="GET",route="health"} 2`) {
 		t.Errorf("metrics address: %d\n%s", code, body)
+	} else {
+		// The store reports its writer's queue (docs/server.md#metrics).
+		if !regexp.MustCompile(`(?m)^foldstream_store_writer_queue \d+$`).MatchString(body) {
+			t.Errorf("metrics address: no foldstream_store_writer_queue")
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

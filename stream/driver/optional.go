@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 )
@@ -113,4 +114,21 @@ func ReadCheckpointRows(ctx context.Context, q Reader, scope string, slugs []str
 // through its writer (docs/store.md#engines-of-a-pattern).
 type StreamlessCheckpointFinder interface {
 	HasStreamlessCheckpoints(ctx context.Context) (bool, error)
+}
+
+// PoolStats are the figures of a driver's connection pool at one moment ([PoolStatser]).
+type PoolStats struct {
+	// Acquired, Idle and Total are the pool's connections in use, idle, and all of them (those
+	// being opened included); Max is the most it opens.
+	Acquired, Idle, Total, Max int
+	// Acquires counts the connections handed out so far; Waits those of them that had to wait
+	// for one (none was idle), and WaitTime the time they waited in all.
+	Acquires, Waits int64
+	WaitTime        time.Duration
+}
+
+// PoolStatser is an optional interface of a [Driver] with a pool of connections to a shared
+// database (PostgreSQL): the server's metrics read it at scrape time.
+type PoolStatser interface {
+	PoolStats() PoolStats
 }
