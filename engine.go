@@ -775,25 +775,9 @@ func (e *Engine[S]) rereduceIfStale(ctx context.Context) error {
 		return nil
 	}
 	target := st.cursor
-	state := e.c.InitialState()
-	var pos int64
-	for pos < target {
-		page, err := e.stream.Read(ctx, pos, EnginePageSize)
-		if err != nil {
-			return err
-		}
-		for _, ev := range page.Events {
-			if ev.Offset > target || !reducesEvent(e.consumes, ev) {
-				continue
-			}
-			if next, ch, _, ok := e.normalizeAndReduce(&ev, state); ok && ch {
-				state = next
-			}
-		}
-		if page.ScannedThroughOffset <= pos {
-			break
-		}
-		pos = min(page.ScannedThroughOffset, target)
+	state, _, err := e.foldThrough(ctx, target)
+	if err != nil {
+		return err
 	}
 	b, err := marshalJSON(state)
 	if err != nil {

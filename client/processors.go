@@ -25,23 +25,29 @@ type ProcessorOpResult struct {
 // request needs a token of the ops scope (o.Header's Authorization). It sends one request and does
 // not retry: a verb is an operator's decision, made again by the operator.
 func ProcessorOp(ctx context.Context, baseURL, path, slug, op, reason string, o ListOptions) (ProcessorOpResult, error) {
+	q := url.Values{"op": {op}}
+	var res ProcessorOpResult
+	if err := processorVerb(ctx, baseURL, path, slug, q, reason, o, &res); err != nil {
+		return ProcessorOpResult{}, err
+	}
+	return res, nil
+}
+
+// processorVerb POSTs an operator's verb (q: op and its parameters) to the processor route and
+// decodes the server's JSON answer into out.
+func processorVerb(ctx context.Context, baseURL, path, slug string, q url.Values, reason string, o ListOptions, out any) error {
 	const what = "processor op"
 	b, err := url.Parse(baseURL)
 	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" {
-		return ProcessorOpResult{}, &Error{Code: CodeInvalidArgument, Op: what, URL: baseURL, Message: "server URL must be an absolute http(s) URL", Err: err}
+		return &Error{Code: CodeInvalidArgument, Op: what, URL: baseURL, Message: "server URL must be an absolute http(s) URL", Err: err}
 	}
 	if slug == "" || strings.Contains(slug, "/") || strings.Trim(path, "/") == "" {
-		return ProcessorOpResult{}, &Error{Code: CodeInvalidArgument, Op: what, Message: "need a processor slug and a stream path"}
+		return &Error{Code: CodeInvalidArgument, Op: what, Message: "need a processor slug and a stream path"}
 	}
-	q := url.Values{"op": {op}}
 	if reason != "" {
 		q.Set("reason", reason)
 	}
 	u := strings.TrimRight(baseURL, "/") + (&url.URL{Path: ProcessorPrefix + slug + "/" + strings.TrimPrefix(path, "/")}).EscapedPath() +
 		"?" + q.Encode()
-	var res ProcessorOpResult
-	if err := sendJSON(ctx, "POST", what, u, o, &res, "the answer is not the expected JSON"); err != nil {
-		return ProcessorOpResult{}, err
-	}
-	return res, nil
+	return sendJSON(ctx, "POST", what, u, o, out, "the answer is not the expected JSON")
 }

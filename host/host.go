@@ -314,6 +314,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	h.shutdown = true
+	begun := time.Now()
 	alarms := h.alarms
 	if h.sweeper != nil {
 		h.sweeper()
@@ -399,7 +400,10 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		}()
 	}
 	cwg.Wait()
+	stopped := time.Since(begun)
 	lv.close()
+	h.log.Debug("host: handed the processors over", "engines", len(slots), "stopped", stopped,
+		"released", time.Since(begun)-stopped)
 	// Opens, catch-ups and closes still in progress finish (cancelled only when ctx ends).
 	idle := make(chan struct{})
 	go func() {

@@ -887,9 +887,11 @@ func (lv *leaver) run() {
 		lv.mu.Unlock()
 		if len(group) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), lv.ls.ttl)
+			start := time.Now()
 			if err := driver.ReleaseLeases(ctx, lv.ls.drv, group, false); err != nil {
 				lv.ls.h.log.Warn("host: release leases when leaving the cluster", "leases", len(group), "err", err)
 			}
+			lv.ls.h.log.Debug("host: released leases when leaving the cluster", "leases", len(group), "took", time.Since(start))
 			cancel()
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -282,6 +283,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	h.mu.Unlock()
 	ctx := h.ctx
 	reg := sl.reg
+	ph := openPhases{start: time.Now()}
 	var held bool // the lease is this open's: released when it fails
 	fail := func(err error) {
 		if held {
@@ -319,7 +321,9 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	} else {
 		if mode != openForRegister {
 			var err error
-			if info, err = h.store.Events().HeadStream(ctx, sl.key.path); err != nil {
+			info, err = h.store.Events().HeadStream(ctx, sl.key.path)
+			ph.mark("head")
+			if err != nil {
 				if sl.force && (errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {
 					// A lease left by an engine of a stream deleted since: settle it as idle.
 					if l, lerr := h.leases.acquire(ctx, sl.key, true); lerr == nil {
@@ -331,6 +335,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 			}
 		}
 		l, err := h.leases.acquire(ctx, sl.key, sl.force)
+		ph.mark("lease")
 		if err != nil {
 			fail(err)
 			return
@@ -360,6 +365,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 				return
 			}
 		}
+		ph.mark("build")
 		if !reg.pinned() {
 			h.makeRoom(ctx)
 		}
@@ -383,6 +389,7 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		default:
 			sl.needWake.Store(!info.Closed)
 		}
+		ph.mark("wake")
 		sl.streamID = info.ID()
 		gate = make(chan struct{})
 		if sub, err = h.store.Events().Subscribe(sl.key.path, gated(gate, h.deliverTo(sl, runner)), stream.SubscribeOptions{
@@ -432,9 +439,12 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
+	ph.mark("subscribe")
 	catchUp := func() {
 		defer h.wg.Done()
 		err := runner.CatchUpFromLog(ctx)
+		ph.mark("catchUp")
+		ph.log(h, sl)
 		pre.first.drop() // read by now, or stale: later reads go to the store
 		h.failed(sl, "catch-up", err)
 		if hadRow {
@@ -972,13 +982,19 @@ func (h *Host) takeOver(key procKey) {
 	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
+		start := time.Now()
 		mode := openForWork
 		if reg.pinned() {
 			mode = openForRegister
 		} else if h.settleCaughtUp(sl) {
+			h.log.Debug("host: took a processor over and settled it idle", "path", key.path, "slug", key.slug,
+				"after", time.Since(start))
 			return // nothing to do: settled idle, no engine, nothing written
 		}
+		settled := time.Since(start)
 		h.open(sl, mode, false)
+		h.log.Debug("host: took a processor over", "path", key.path, "slug", key.slug, "settleCheck", settled,
+			"open", time.Since(start)-settled, "err", sl.openErr)
 		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) && !errors.Is(err, foldtype.ErrNotRegistered) &&
 			!errors.Is(err, foldtype.ErrStreamNotFound) && !errors.Is(err, foldtype.ErrStreamGone) {
 			h.log.Warn("host: taking a processor over failed", "path", key.path, "slug", key.slug, "err", err)
@@ -1124,4 +1140,30 @@ func (sl *slot) stopRetryLocked() {
 		sl.retryStop()
 		sl.retryStop = nil
 	}
+}
+
+// openPhases times the steps of an engine's opening on a shared database, logged at debug level
+// for a takeover (docs/postgres.md#graceful-hand-over breaks a hand-over down by them).
+type openPhases struct {
+	start, last time.Time
+	steps       []any
+}
+
+// mark ends the step named what.
+func (p *openPhases) mark(what string) {
+	now := time.Now()
+	if p.last.IsZero() {
+		p.last = p.start
+	}
+	p.steps = append(p.steps, what, now.Sub(p.last))
+	p.last = now
+}
+
+// log logs the steps of a takeover's opening.
+func (p *openPhases) log(h *Host, sl *slot) {
+	if !sl.force || !h.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	h.log.Debug("host: opened a processor taken over", append([]any{"path", sl.key.path, "slug", sl.key.slug,
+		"total", time.Since(p.start)}, p.steps...)...)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -192,6 +193,7 @@ const maxReasonLength = 1024
 // serveProcessorOp answers an operator's verb on a processor:
 //
 //	POST /v1/processor/<slug>/<stream>?op=retry[&reason=…] → 200 {"op": "retry", "slug": …, "stream": …}
+//	POST …?op=replay&from=N&effects=none|again[&reason=…] (server/replay.go)
 //
 // It needs OpProcessorOps (of BearerTokens, an ops-scoped token). Every verb, done or refused by
 // the processor, leaves one audit line at info in the server's log: who, what, on which processor,
@@ -231,6 +233,8 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	pauser, canPause := s.cfg.Processors.(ProcessorPauser)
 	var run func(ctx context.Context) error
+	var answer map[string]any // more of the answer, set by run
+	var params []any          // the verb's parameters, for the audit line
 	switch op {
 	case "retry":
 		run = func(ctx context.Context) error { return ops.RetryNow(ctx, path, slug) }
@@ -242,9 +246,13 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		if canPause {
 			run = func(ctx context.Context) error { return pauser.Resume(ctx, path, slug) }
 		}
+	case "replay":
+		if run, params = replayOp(w, s.cfg.Processors, q, path, slug, &answer); run == nil {
+			return
+		}
 	}
 	if run == nil {
-		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause or resume", 0)
+		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume or replay", 0)
 		return
 	}
 	actor := ""
@@ -263,8 +271,8 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 			outcome = "refused: " + string(fe.Code)
 		}
 	}
-	s.log.Info("audit: processor "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
-		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome)
+	s.log.Info("audit: processor "+op, append([]any{"requestId", w.Header().Get(HeaderRequestID), "actor", actor,
+		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome}, params...)...)
 	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
 		// Stored once, by the node that took the verb from the operator: a node that asked the
 		// owner for it records it, not the owner too (its request carries the forwarded mark).
@@ -282,6 +290,8 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	b, _ := json.Marshal(map[string]string{"op": op, "slug": slug, "stream": name})
+	ans := map[string]any{"op": op, "slug": slug, "stream": name}
+	maps.Copy(ans, answer)
+	b, _ := json.Marshal(ans)
 	_, _ = w.Write(append(b, '\n'))
 }

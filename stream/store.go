@@ -115,6 +115,8 @@ type Store struct {
 	drv       driver.Driver
 	health    commitHealth
 	exclusive bool // drv.Exclusive(): the writer's stream cache is authoritative
+	// remote collects the streams other processes committed to, for the writer (remotewrites.go).
+	remote remoteWrites
 	// heldBack, when set (by this package's tests only), is told the path of every write held
 	// back because its stream is in a group whose commit is on its way (errInflight).
 	heldBack   func(path string)
@@ -266,6 +268,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 // remoteChange wakes the readers of a stream another process changed (StreamID 0: every stream).
 func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
+		s.remote.note(n.StreamID, n.Path)
 		s.remoteEphemerals(n)
 		s.restartFeed(n.Path, n.StreamID)
 		if !s.publishRemoteRecords(n) {

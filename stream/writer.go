@@ -112,6 +112,7 @@ func (s *Store) expected(path string) (*streamMem, bool) {
 	if !ok || m.Row.ID == 0 || m.Row.State != 0 || m.Row.TTLSeconds.Valid {
 		return nil, false
 	}
+	s.foldRemoteWrites()
 	if until, ok := s.ws.contended[m.Row.ID]; ok {
 		if s.clock.Now().Before(until) {
 			return nil, false
@@ -134,6 +135,40 @@ func (s *Store) staleRetry(err error) bool {
 	}
 	s.ws.contended[se.StreamID] = s.clock.Now().Add(contendedFor)
 	return true
+}
+
+// staleGroup notes, after a group's transaction was lost to a failed check of one stream's row
+// (the StaleStreamError names only the first that failed), every stream the lost writes reached as
+// contended: their writes run again reading each row under its lock (one round trip for all, see
+// prefetch) instead of relying on the writer's entry once more. A failed check is the mark of
+// another process writing the streams this node writes — a node that stopped and handed its
+// processors over wrote many of them last — and without this each of those streams would cost the
+// whole group another run: a group of a hundred writes over two dozen such streams ran two dozen
+// times, holding every write of the node back for seconds on a busy machine
+// (docs/postgres.md#graceful-hand-over).
+func (s *Store) staleGroup(reqs []*writeReq, done []*tx, epochs []int, final int) {
+	if s.ws.contended == nil {
+		s.ws.contended = make(map[int64]time.Time)
+	}
+	until := s.clock.Now().Add(contendedFor)
+	mark := func(path string) {
+		if m, ok := s.ws.streams.peek(path); ok && m.Row.ID != 0 {
+			s.ws.contended[m.Row.ID] = until
+		}
+	}
+	for i, r := range reqs {
+		if epochs[i] < final {
+			continue // committed early: not lost
+		}
+		if r.path != "" {
+			mark(r.path)
+		}
+		if t := done[i]; t != nil {
+			for p := range t.staged {
+				mark(p)
+			}
+		}
+	}
 }
 
 // streamMem is the writer's view of one stream.
@@ -852,6 +887,9 @@ func (s *Store) finish(w driver.Writer, b *building) {
 			// they all run again (applyCommitted requeues them).
 			var se *driver.StaleStreamError
 			stale := errors.As(commitErr, &se)
+			if stale {
+				s.staleGroup(reqs, done, b.epochs, final)
+			}
 			early := false
 			for i := range reqs {
 				if b.epochs[i] < final {

@@ -14,7 +14,7 @@ import (
 
 func init() {
 	commands["processors"] = command{
-		summary: "see and operate the processors of a stream: ls, pause, resume, retry, audit (verbs need a token of the ops scope)",
+		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, audit (verbs need a token of the ops scope)",
 		run:     runProcessors,
 	}
 }
@@ -27,10 +27,11 @@ var processorVerbs = map[string]string{
 	"pause":  "stop a processor taking work, on whatever node runs it, until resumed (give a --reason)",
 	"resume": "let a paused processor catch up and go on",
 	"audit":  "list the operators' verbs on a processor, newest first",
+	"replay": "rebuild a processor's state from the log from --from N; --effects again runs ProcessEvent again",
 }
 
 // processorVerbOrder is the order usage lists the verbs in.
-var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "audit"}
+var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "audit"}
 
 // runProcessors runs `foldstream processors VERB [flags] STREAM [SLUG]`. ls prints one line per
 // processor of STREAM; audit one line per verb on SLUG; the others POST ?op=VERB on the
@@ -74,6 +75,10 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 		wantArgs = 1 // SLUG only
 	}
 	*pattern = ""
+	var replay replayCall // replay's own flags (cmd/foldstream/replay.go)
+	if verb == "replay" {
+		replay = replayVerb(fs)
+	}
 	fs.Usage = func() {
 		what := "STREAM SLUG"
 		if wantArgs == 1 {
@@ -155,6 +160,9 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		fmt.Fprintln(stdout)
 		return nil
+	}
+	if replay != nil {
+		return replay(ctx, stdout, cf.server, "/"+pos[0], pos[1], *reason, *asJSON, o)
 	}
 	res, err := client.ProcessorOp(ctx, cf.server, "/"+pos[0], pos[1], verb, *reason, o)
 	if err != nil {

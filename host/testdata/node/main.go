@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -144,16 +145,36 @@ func main() {
 	advertise := flag.Bool("advertise", false, "set host.Config.Addr (reads are asked of the owner)")
 	effects := flag.String("effects", "", "URL the side effect posts to")
 	name := flag.String("name", "", "node name in the effect calls")
+	debug := flag.Bool("debug", false, "log at debug level (the hand-over's steps)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, *db, *addr, *name, *effects, *ttl, *advertise); err != nil {
+	// FOLDSTREAM_NODE_STACKS=dir: SIGUSR1 writes every goroutine's stack to a file in dir (where a
+	// stalled node waits; the test goes on).
+	if dir := os.Getenv("FOLDSTREAM_NODE_STACKS"); dir != "" {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		go func() {
+			for range usr1 {
+				f, err := os.Create(fmt.Sprintf("%s/stacks-%d-%d.txt", dir, os.Getpid(), time.Now().UnixMilli()))
+				if err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+					f.Close()
+				}
+			}
+		}()
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	if err := run(ctx, *db, *addr, *name, *effects, *ttl, *advertise, level); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration, advertise bool) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration, advertise bool, level slog.Level) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Config{Logger: logger}})
 	if err != nil {
 		return err
