@@ -51,6 +51,7 @@ const (
 	CodeCatchingUp           Code = "CATCHING_UP"              // 503: the processor has not reached the offset yet
 	CodeProcessorParked      Code = "PROCESSOR_PARKED"         // 503: the processor stopped after an error
 	CodeProcessorFailing     Code = "PROCESSOR_FAILING"        // 503: the processor's ProcessEvent keeps failing; the host retries it
+	CodeProcessorPaused      Code = "PROCESSOR_PAUSED"         // 503: an operator (or the failure policy) paused the processor
 	CodeLeaseLost            Code = "LEASE_LOST"               // 503: the node lost the processor's lease mid-read; retry
 	CodeProcessTimeout       Code = "PROCESS_TIMEOUT"          // 504: the processor did not reach the offset in time
 	CodeWaitTimeout          Code = "WAIT_TIMEOUT"             // 504: a wait ran out of time
@@ -239,6 +240,7 @@ var (
 	ErrCatchingUp           = &Error{Code: CodeCatchingUp}
 	ErrProcessorParked      = &Error{Code: CodeProcessorParked}
 	ErrProcessorFailing     = &Error{Code: CodeProcessorFailing}
+	ErrProcessorPaused      = &Error{Code: CodeProcessorPaused}
 	ErrLeaseLost            = &Error{Code: CodeLeaseLost}
 	ErrProcessTimeout       = &Error{Code: CodeProcessTimeout}
 	ErrWaitTimeout          = &Error{Code: CodeWaitTimeout}

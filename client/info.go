@@ -28,6 +28,8 @@ type ProcessorStatus struct {
 	Failing *ProcessorFailure `json:"failing,omitempty"`
 	// Parked is why a parked processor stopped; nil unless parked.
 	Parked *ProcessorError `json:"parked,omitempty"`
+	// Paused says who paused the processor, when and why; nil unless paused.
+	Paused *ProcessorPause `json:"paused,omitempty"`
 	// Skipped counts the events it skipped, by reason.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
 	// Owner is the node that runs the processor now (its lease holder), empty when no node
@@ -43,6 +45,15 @@ type ProcessorFailure struct {
 	Offset    int64     `json:"offset"`
 	Attempts  int       `json:"attempts"`
 	NextRetry time.Time `json:"nextRetry"`
+	EventType string    `json:"eventType,omitempty"`
+}
+
+// ProcessorPause is a paused processor's pause: why, by whom, on which node, since when.
+type ProcessorPause struct {
+	Reason string    `json:"reason"`
+	By     string    `json:"by,omitempty"`
+	Node   string    `json:"node,omitempty"`
+	Since  time.Time `json:"since"`
 }
 
 // ProcessorError is a coded reason in a ProcessorStatus.

@@ -25,8 +25,14 @@ type ProcessorFailure struct {
 	Offset int64 `json:"offset"`
 	// Attempts counts the failed attempts in a row.
 	Attempts int `json:"attempts"`
-	// NextRetry is when the host tries again.
+	// NextRetry is when the host tries again (zero while the processor is paused).
 	NextRetry time.Time `json:"nextRetry"`
+	// EventType is the type of the event that fails, when known.
+	EventType string `json:"eventType,omitempty"`
+	// Since is when the processor started failing on this event, when known.
+	Since time.Time `json:"since,omitzero"`
+	// Node is the node that ran the failing attempts, when known.
+	Node string `json:"node,omitempty"`
 }
 
 // SkippedEvents counts the events one processor skipped for one reason: a payload that breaks

@@ -1,6 +1,35 @@
 package foldtype
 
-import "context"
+import (
+	"context"
+	"time"
+)
+
+// HeaderForwardedOp marks an operator's verb one node passes on to the node that runs the
+// processor: the node that took it from the operator stores its audit record, the owner does not
+// store it again.
+const HeaderForwardedOp = "Foldstream-Forwarded-Op"
+
+// AuditEntry is one operator's verb on a processor, as the audit stores it (docs/operations.md#audit).
+type AuditEntry struct {
+	// ID orders the records (larger is later).
+	ID int64 `json:"id"`
+	// At is when the verb was taken.
+	At time.Time `json:"at"`
+	// Actor is who asked (a token's name; empty when the server has no names for callers).
+	Actor string `json:"actor"`
+	// Op is the verb: retry, pause, resume.
+	Op string `json:"op"`
+	// Path and Slug name the processor.
+	Path string `json:"path"`
+	Slug string `json:"slug"`
+	// Reason is the operator's reason, as given.
+	Reason string `json:"reason,omitempty"`
+	// Outcome is "done" or "refused: CODE".
+	Outcome string `json:"outcome"`
+	// Node is the node that took the verb.
+	Node string `json:"node,omitempty"`
+}
 
 // OperatorRequest is what a node keeps of an operator's request (docs/operations.md) to pass it
 // on when the verb runs on another node: that node authorizes the same credentials and audits
@@ -10,6 +39,9 @@ type OperatorRequest struct {
 	Authorization string
 	// Reason is the operator's reason, as given.
 	Reason string
+	// Actor names the operator (a token's name) for the state rows and the audit; empty when
+	// unknown.
+	Actor string
 }
 
 type operatorRequestKey struct{}
@@ -23,4 +55,19 @@ func WithOperatorRequest(ctx context.Context, r OperatorRequest) context.Context
 func OperatorRequestOf(ctx context.Context) OperatorRequest {
 	r, _ := ctx.Value(operatorRequestKey{}).(OperatorRequest)
 	return r
+}
+
+// BulkResult is the outcome of a bulk verb over the streams a path pattern matches
+// (docs/operations.md#bulk-verbs).
+type BulkResult struct {
+	// Matched counts the streams the pattern matched where slug is registered.
+	Matched int `json:"matched"`
+	// Changed counts those the verb changed (a dry run: would change): paused ones for resume,
+	// the others for pause.
+	Changed int `json:"changed"`
+	// Failed counts those where the verb failed; FirstError is the first failure's message.
+	Failed     int    `json:"failed"`
+	FirstError string `json:"firstError,omitempty"`
+	// DryRun reports that nothing was changed.
+	DryRun bool `json:"dryRun"`
 }

@@ -39,6 +39,9 @@ type ProcessorStatus struct {
 	// Failing, when set, is why the processor's ProcessEvent keeps failing on one event and when
 	// the host tries again (code PROCESSOR_FAILING on its routes); nil while it runs.
 	Failing *ProcessorFailure `json:"failing,omitempty"`
+	// Paused, when set, says who paused the processor, when and why (State is then paused; code
+	// PROCESSOR_PAUSED on its waits). A pause by the failure policy keeps the failure in Failing.
+	Paused *ProcessorPause `json:"paused,omitempty"`
 	// Skipped counts the events the processor skipped, by reason (a payload that breaks its
 	// schema, a Reduce that failed or panicked); empty when none.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`

@@ -80,7 +80,11 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	key := fmt.Sprintf("%s\x00%s\x00%d", code, f.Err, f.Offset)
 	first := key != sl.failKey
 	sl.failKey = key
+	rec := *sl.failing
 	h.mu.Unlock()
+	// Stored where every node reads it (host/pause.go), and paused when the policy says so.
+	h.syncFailureRow(sl)
+	h.policyPause(sl, rec)
 	if first {
 		args := []any{"path", sl.key.path, "slug", sl.key.slug, "code", code, "offset", f.Offset,
 			"attempts", attempts, "next_retry_in", delay, "err", f.Err}
@@ -131,6 +135,7 @@ func (h *Host) recovered(sl *slot) {
 	f := h.clearFailingLocked(sl)
 	h.mu.Unlock()
 	h.logRecovered(sl, f)
+	h.syncFailureRow(sl)
 }
 
 // clearFailingLocked drops sl's failing record and its armed retry, returning the record. h.mu held.
@@ -173,6 +178,7 @@ func (h *Host) followEngine(sl *slot) (failing bool) {
 	f := h.clearFailingLocked(sl)
 	h.mu.Unlock()
 	h.logRecovered(sl, f)
+	h.syncFailureRow(sl)
 	return false
 }
 

@@ -162,6 +162,7 @@ type Host struct {
 	wg     sync.WaitGroup // goroutines the host started
 
 	leases  *leaseSet
+	rows    rowCache    // the processor state rows, on an exclusive database (host/pause.go)
 	metrics hostMetrics // running totals for metrics (metrics.go)
 
 	hasPatterns  atomic.Bool
@@ -253,7 +254,12 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	lctx, lcancel := context.WithTimeout(h.ctx, cfg.LeaseTTL)
-	err := h.startLeases(lctx)
+	// The state rows are read before any engine can open (on an exclusive database they are
+	// cached: this process is their only writer).
+	err := h.loadRows(lctx)
+	if err == nil {
+		err = h.startLeases(lctx)
+	}
 	lcancel()
 	if err != nil {
 		h.cancel()

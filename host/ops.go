@@ -117,6 +117,7 @@ func (h *Host) forwardOp(ctx context.Context, addr, path, slug, op string) error
 	if or.Authorization != "" {
 		req.Header.Set("Authorization", or.Authorization)
 	}
+	req.Header.Set(foldtype.HeaderForwardedOp, h.leases.node)
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -76,6 +76,7 @@ type RegisterOption func(*registerOptions)
 
 type registerOptions struct {
 	refuseInvalid bool
+	policy        FailurePolicy
 }
 
 // RefuseInvalidEvents makes the store refuse, at append time, an event on a stream this
@@ -94,6 +95,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 	for _, opt := range opts {
 		opt(&o)
 	}
+	reg.policy = o.policy
 	if c != nil {
 		reg.slug, reg.version, reg.consumes = c.Slug(), c.Version(), c.Consumes()
 		if b, err := json.Marshal(c.InitialState()); err == nil {

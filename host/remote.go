@@ -57,6 +57,16 @@ func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Value
 		return errOwnerUnreachable
 	}
 	if resp.StatusCode == http.StatusOK {
+		// The owner answered a paused or failing processor's last good state (marked): this node
+		// answers the same, from the same checkpoint.
+		switch resp.Header.Get("Foldstream-Processor-State") {
+		case foldtype.StatePaused:
+			return foldtype.NewError(foldtype.CodeProcessorPaused, map[string]any{"path": path, "slug": slug},
+				"host: processor %q on %q is paused", slug, path)
+		case foldtype.StateFailing:
+			return foldtype.NewError(foldtype.CodeProcessorFailing, map[string]any{"path": path, "slug": slug},
+				"host: processor %q on %q is failing", slug, path)
+		}
 		if err := json.Unmarshal(body, out); err != nil {
 			return fmt.Errorf("host: decode the owner's answer: %w", err)
 		}
@@ -199,6 +209,10 @@ func (h *Host) remoteSnapshot(ctx context.Context, l driver.Lease, path, slug st
 		if !errors.Is(err, errOwnerUnreachable) {
 			return snap, err
 		}
+	}
+	// A paused or failing processor's checkpoint does not move: its stored state answers.
+	if err := h.storedStateError(ctx, procKey{path, slug}); err != nil {
+		return foldtype.Snapshot[json.RawMessage]{}, err
 	}
 	cp, _, err := h.fromCheckpoint(ctx, path, slug, -1)
 	if err != nil {

@@ -59,6 +59,8 @@ type registration struct {
 	// validate, set with RefuseInvalidEvents, checks an event's payload against the processor's
 	// schema at append time.
 	validate func(foldtype.Event) error
+	// policy is the failure policy (WithFailurePolicy).
+	policy FailurePolicy
 }
 
 func (r *registration) pinned() bool { return r.pattern.exact }
@@ -93,6 +95,12 @@ type slot struct {
 	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
 	handoff   bool // closing to hand the lease to another node
 	settling  bool // a takeover settling a caught-up processor idle (h.mu; host/settle.go)
+	// paused is set on a paused slot (state parked, no engine; host/pause.go).
+	paused *pauseRecord
+	// rowMu orders the writes of the slot's state row; lastRow is the row last written or found
+	// at opening (nil: none), under rowMu.
+	rowMu   sync.Mutex
+	lastRow *driver.ProcessorStateRow
 }
 
 func newSlot(key procKey, reg *registration) *slot {
@@ -295,7 +303,17 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	var runner foldtype.Runner
 	var sub *stream.Subscription
 	var gate chan struct{} // pushes wait until the slot is published
+	hadRow := false        // a state row was found: the first sync after the catch-up clears or keeps it
 	if mode != openForRegister && reg.added == nil && h.store.Driver().Exclusive() {
+		// The state row comes from memory here (host/pause.go): a paused processor takes its
+		// lease and opens no engine.
+		if r, ok, _ := h.stateRow(ctx, sl.key); ok {
+			if r.State == rowPaused {
+				h.openPaused(ctx, sl, r, fail, &held)
+				return
+			}
+			sl.lastRow, hadRow = &r, true
+		}
 		var ok bool
 		if info, pre, runner, sub, gate, ok = h.openExclusive(ctx, sl, mode, fail, &held); !ok {
 			return
@@ -323,6 +341,22 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 			return
 		}
 		sl.lease, held = l, true
+		if reg.added == nil {
+			// Read after the lease is taken: a pause written before is seen here, and one
+			// written after finds this node's lease and asks it (host/pause.go).
+			r, ok, err := h.stateRow(ctx, sl.key)
+			if err != nil {
+				fail(err)
+				return
+			}
+			if ok && r.State == rowPaused {
+				h.openPaused(ctx, sl, r, fail, &held)
+				return
+			}
+			if ok {
+				sl.lastRow, hadRow = &r, true
+			}
+		}
 		runner = reg.added
 		if runner == nil {
 			var err error
@@ -413,6 +447,9 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		ph.log(h, sl)
 		pre.first.drop() // read by now, or stale: later reads go to the store
 		h.failed(sl, "catch-up", err)
+		if hadRow {
+			h.syncFailureRow(sl) // a failure row left by an earlier owner: kept or cleared
+		}
 		// Released before the readers waiting for the catch-up go on, so an engine they are done
 		// with is idle (and may make room under the cap) as soon as they are.
 		h.release(sl)
@@ -828,6 +865,7 @@ func (h *Host) created(path string) {
 		}
 	}
 	h.mu.Unlock()
+	h.refreshRowsOf(path)
 	if len(follow) == 0 {
 		return
 	}
@@ -884,8 +922,12 @@ func (h *Host) recreated(sl *slot) {
 	go func() {
 		defer h.wg.Done()
 		ctx := context.WithoutCancel(h.ctx)
-		sl.sub.Close()
-		_ = closeRunner(ctx, sl.runner)
+		if sl.sub != nil { // a paused slot has no engine
+			sl.sub.Close()
+		}
+		if sl.runner != nil {
+			_ = closeRunner(ctx, sl.runner)
+		}
 		if sl.reg.added == nil && sl.reg.initial != nil {
 			// The contract's initial state at offset 0: what a missing row gives, over a row the
 			// old stream left (or the old engine wrote after the delete).

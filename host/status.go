@@ -72,7 +72,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 				}
 				st.Open = true
 			}
-			st.State, st.Offset, st.Failing, st.Parked = ls.State, max(st.Offset, ls.Offset), ls.Failing, ls.Parked
+			st.State, st.Offset, st.Failing, st.Parked, st.Paused = ls.State, max(st.Offset, ls.Offset), ls.Failing, ls.Parked, ls.Paused
 		}
 		if !e.exact {
 			patterns = true
@@ -116,6 +116,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 		}
 	}
 	var cps *stream.Checkpoints
+	var rows map[string]driver.ProcessorStateRow
 	for i := range out {
 		st := &out[i]
 		l, ok := leases[leaseKey(procKey{path, st.Slug})]
@@ -133,11 +134,26 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 			if l.Status == "" || json.Unmarshal([]byte(l.Status), &rep) != nil || rep.State == "" {
 				rep = leaseStatus{State: foldtype.StateCatchingUp} // just taken: no report yet
 			}
-			st.State, st.Offset, st.Failing, st.Parked = rep.State, rep.Offset, rep.Failing, rep.Parked
+			st.State, st.Offset, st.Failing, st.Parked, st.Paused = rep.State, rep.Offset, rep.Failing, rep.Parked, rep.Paused
 		case ok && !l.Idle:
 			st.State = foldtype.StateUnowned
 		default:
 			st.State = foldtype.StateIdle
+		}
+		if !(ok && l.Live) {
+			// No node runs it: its stored row says whether it is paused, or was failing when its
+			// owner died (host/pause.go).
+			if rows == nil {
+				rows, _ = h.stateRowsOn(ctx, path)
+			}
+			if r, found := rows[st.Slug]; found {
+				st.Failing = failureOfRow(r)
+				if r.State == rowPaused {
+					st.State, st.Paused = foldtype.StatePaused, (&pauseRecord{row: r}).status()
+				} else {
+					st.State = foldtype.StateFailing
+				}
+			}
 		}
 		if cps == nil {
 			c, err := h.checkpoints(path)
@@ -161,12 +177,16 @@ type leaseStatus struct {
 	Offset  int64                      `json:"offset,omitempty"`
 	Failing *foldtype.ProcessorFailure `json:"failing,omitempty"`
 	Parked  *foldtype.ProcessorError   `json:"parked,omitempty"`
+	Paused  *foldtype.ProcessorPause   `json:"paused,omitempty"`
 }
 
 // localStatusLocked is the state of sl on this node. h.mu held.
 func (h *Host) localStatusLocked(sl *slot) leaseStatus {
 	switch sl.state {
 	case slotParked:
+		if p := sl.paused; p != nil {
+			return leaseStatus{State: foldtype.StatePaused, Paused: p.status(), Failing: failureOfRow(p.row)}
+		}
 		return leaseStatus{State: foldtype.StateParked, Parked: parkedStatus(sl.parked)}
 	case slotOpen:
 		st := leaseStatus{State: foldtype.StateRunning, Offset: sl.runner.ReducedThroughOffset()}

@@ -38,6 +38,7 @@ var statusByCode = map[foldtype.Code]int{
 	foldtype.CodeCatchingUp:           http.StatusServiceUnavailable,
 	foldtype.CodeProcessorParked:      http.StatusServiceUnavailable,
 	foldtype.CodeProcessorFailing:     http.StatusServiceUnavailable,
+	foldtype.CodeProcessorPaused:      http.StatusServiceUnavailable,
 	// A node that lost a processor's lease while a read ran on it: the node that holds it now
 	// answers the next try.
 	foldtype.CodeLeaseLost:            http.StatusServiceUnavailable,

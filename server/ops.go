@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -19,6 +20,173 @@ type ProcessorOps interface {
 	RetryNow(ctx context.Context, path, slug string) error
 }
 
+// ProcessorPauser is optionally implemented by a Processors: pause and resume one processor
+// (docs/operations.md#pause-and-resume). *host.Host implements it.
+type ProcessorPauser interface {
+	// Pause stops the processor taking work, durably, until Resume.
+	Pause(ctx context.Context, path, slug, reason string) error
+	// Resume lets a paused processor catch up and go on.
+	Resume(ctx context.Context, path, slug string) error
+}
+
+// ProcessorAudit is optionally implemented by a Processors: the operators' verbs, stored in the
+// database (docs/operations.md#audit). *host.Host implements it.
+type ProcessorAudit interface {
+	// RecordOp stores one verb: who, what, on which processor, why, and how it ended.
+	RecordOp(ctx context.Context, rec foldtype.AuditEntry) error
+	// Audit returns the verbs on the processor (every processor when path and slug are empty),
+	// newest first, at most limit.
+	Audit(ctx context.Context, path, slug string, limit int) ([]foldtype.AuditEntry, error)
+}
+
+// ProcessorBulk is optionally implemented by a Processors: pause or resume one processor on
+// every stream a path pattern matches, or count them (docs/operations.md#bulk-verbs). *host.Host
+// implements it.
+type ProcessorBulk interface {
+	PauseMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (foldtype.BulkResult, error)
+	ResumeMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error)
+}
+
+// LastGoodStates is optionally implemented by a Processors: the last good state of a failing or
+// paused processor (its stored checkpoint), which a plain snapshot read answers marked with
+// Foldstream-Processor-State instead of a 503 (docs/operations.md#last-good-state).
+type LastGoodStates interface {
+	LastGoodState(ctx context.Context, path, slug string) (foldtype.Snapshot[json.RawMessage], error)
+}
+
+// serveProcessorAudit answers the audit of one processor (the ops scope):
+//
+//	GET /v1/processor/<slug>/<stream>?audit=1[&limit=N] → 200 {"audit": [{id, at, actor, op, path, slug, reason, outcome, node}, …]}
+//
+// newest first, at most limit (default 100, at most 1000).
+func (s *Server) serveProcessorAudit(w http.ResponseWriter, r *http.Request, rest string) {
+	slug, name, ok := strings.Cut(rest, "/")
+	if !ok || slug == "" || name == "" {
+		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>?audit=1")
+		return
+	}
+	path := "/" + name
+	if !s.checkOrigin(w, r, OpProcessorOps) {
+		return
+	}
+	if _, ok := s.authorize(w, r, OpProcessorOps, path); !ok {
+		return
+	}
+	au, ok := s.cfg.Processors.(ProcessorAudit)
+	if !ok {
+		writeCoded(w, foldtype.CodeNoRoute, "this server's processors keep no audit", 0)
+		return
+	}
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, ok := parseDigits(v, 1000)
+		if !ok || n <= 0 {
+			writeCoded(w, foldtype.CodeBadRequest, "limit must be a whole number from 1 to 1000", 0)
+			return
+		}
+		limit = int(n)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
+	defer cancel()
+	recs, err := au.Audit(ctx, path, slug, limit)
+	if err != nil {
+		s.writeProcessorError(w, r, path, slug, err)
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"audit": recs})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(append(b, '\n'))
+	}
+}
+
+// serveProcessorBulk answers a bulk verb over the streams a path pattern matches:
+//
+//	POST /v1/processor/<slug>/?op=pause|resume&pattern=/carts/*[&reason=…][&dryRun=1]
+//	  → 200 {"op", "slug", "pattern", "matched", "changed", "failed", "firstError", "dryRun"}
+//
+// With dryRun=1 nothing changes and changed counts what would. One audit record names the pattern.
+func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest string) {
+	slug, name, _ := strings.Cut(rest, "/")
+	if slug == "" || name != "" {
+		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/?op=pause&pattern=/carts/*")
+		return
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeCoded(w, foldtype.CodeBadRequest, "malformed query string", 0)
+		return
+	}
+	op, reason, pattern := q.Get("op"), q.Get("reason"), q.Get("pattern")
+	if !s.checkOrigin(w, r, OpProcessorOps) {
+		return
+	}
+	who, ok := s.authorize(w, r, OpProcessorOps, pattern)
+	if !ok {
+		return
+	}
+	if len(reason) > maxReasonLength {
+		writeCoded(w, foldtype.CodeBadRequest, "reason is longer than 1024 bytes", 0)
+		return
+	}
+	bulk, ok := s.cfg.Processors.(ProcessorBulk)
+	if !ok {
+		writeCoded(w, foldtype.CodeNoRoute, "this server's processors take no bulk verbs", 0)
+		return
+	}
+	dryRun := q.Get("dryRun") == "1" || q.Get("dryRun") == "true"
+	actor := ""
+	if who != nil {
+		actor = who.Actor
+	}
+	ctx := foldtype.WithOperatorRequest(r.Context(), foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor})
+	var res foldtype.BulkResult
+	switch op {
+	case "pause":
+		res, err = bulk.PauseMatching(ctx, pattern, slug, reason, dryRun)
+	case "resume":
+		res, err = bulk.ResumeMatching(ctx, pattern, slug, dryRun)
+	default:
+		writeCoded(w, foldtype.CodeBadRequest, "a bulk op must be pause or resume", 0)
+		return
+	}
+	outcome := fmt.Sprintf("done: %d of %d changed, %d failed", res.Changed, res.Matched, res.Failed)
+	if dryRun {
+		outcome = fmt.Sprintf("dry run: %d of %d would change", res.Changed, res.Matched)
+	}
+	if err != nil {
+		outcome = "refused"
+		var fe *foldtype.Error
+		if errors.As(err, &fe) {
+			outcome = "refused: " + string(fe.Code)
+		}
+	}
+	s.log.Info("audit: processor bulk "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
+		"op", op, "pattern", pattern, "slug", slug, "reason", reason, "outcome", outcome)
+	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
+		if aerr := au.RecordOp(context.WithoutCancel(ctx), foldtype.AuditEntry{Actor: actor, Op: op, Path: pattern, Slug: slug,
+			Reason: reason, Outcome: outcome}); aerr != nil {
+			s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", aerr)
+		}
+	}
+	if err != nil {
+		s.writeProcessorError(w, r, pattern, slug, err)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Op      string `json:"op"`
+		Slug    string `json:"slug"`
+		Pattern string `json:"pattern"`
+		foldtype.BulkResult
+	}{op, slug, pattern, res})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
 // maxReasonLength bounds an operator's reason, which goes to the log as given.
 const maxReasonLength = 1024
 
@@ -31,6 +199,10 @@ const maxReasonLength = 1024
 // the processor, leaves one audit line at info in the server's log: who, what, on which processor,
 // why, and how it ended, under the request's id.
 func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest string) {
+	if r.URL.Query().Has("pattern") {
+		s.serveProcessorBulk(w, r, rest)
+		return
+	}
 	slug, name, ok := strings.Cut(rest, "/")
 	if !ok || slug == "" || name == "" {
 		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>")
@@ -59,28 +231,38 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		writeCoded(w, foldtype.CodeNoRoute, "this server's processors take no operator verbs", 0)
 		return
 	}
+	pauser, canPause := s.cfg.Processors.(ProcessorPauser)
 	var run func(ctx context.Context) error
 	var answer map[string]any // more of the answer, set by run
 	var params []any          // the verb's parameters, for the audit line
 	switch op {
 	case "retry":
 		run = func(ctx context.Context) error { return ops.RetryNow(ctx, path, slug) }
+	case "pause":
+		if canPause {
+			run = func(ctx context.Context) error { return pauser.Pause(ctx, path, slug, reason) }
+		}
+	case "resume":
+		if canPause {
+			run = func(ctx context.Context) error { return pauser.Resume(ctx, path, slug) }
+		}
 	case "replay":
 		if run, params = replayOp(w, s.cfg.Processors, q, path, slug, &answer); run == nil {
 			return
 		}
-	default:
-		writeCoded(w, foldtype.CodeBadRequest, "op must be retry or replay", 0)
+	}
+	if run == nil {
+		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume or replay", 0)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
-	defer cancel()
-	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason})
-	err = run(ctx)
 	actor := ""
 	if who != nil {
 		actor = who.Actor
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
+	defer cancel()
+	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor})
+	err = run(ctx)
 	outcome := "done"
 	if err != nil {
 		outcome = "refused"
@@ -91,6 +273,16 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	s.log.Info("audit: processor "+op, append([]any{"requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome}, params...)...)
+	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
+		// Stored once, by the node that took the verb from the operator: a node that asked the
+		// owner for it records it, not the owner too (its request carries the forwarded mark).
+		if r.Header.Get(foldtype.HeaderForwardedOp) == "" {
+			if aerr := au.RecordOp(context.WithoutCancel(ctx), foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug,
+				Reason: reason, Outcome: outcome}); aerr != nil {
+				s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", aerr)
+			}
+		}
+	}
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
 		return

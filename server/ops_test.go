@@ -105,8 +105,14 @@ func TestOpsTokenRetriesAFailingProcessorOverHTTP(t *testing.T) {
 		}
 	}
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	// A plain read answers the last good state, marked; a wait answers the failure.
 	res, body = request(t, "GET", ts.URL+"/v1/processor/jobs/work", "", "Authorization", bearer(opsToken))
-	wantCoded(t, "read of the failing processor", res, body, http.StatusServiceUnavailable, foldtype.CodeProcessorFailing)
+	if res.StatusCode != http.StatusOK || res.Header.Get(server.HeaderProcessorState) != foldtype.StateFailing || !strings.Contains(body, `"n":1`) {
+		t.Fatalf("read of the failing processor: %d %q %s, want 200 marked failing with the last good state (n 1)",
+			res.StatusCode, res.Header.Get(server.HeaderProcessorState), body)
+	}
+	res, body = request(t, "GET", ts.URL+"/v1/processor/jobs/work?waitUntilProcessed=5&timeout=1s", "", "Authorization", bearer(opsToken))
+	wantCoded(t, "wait on the failing processor", res, body, http.StatusServiceUnavailable, foldtype.CodeProcessorFailing)
 
 	p.broken.Store(false)
 	res, body = request(t, "POST", retry, "", "Authorization", bearer(opsToken))

@@ -60,6 +60,10 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 		s.serveProcessorOp(w, r, rest) // an operator's verb: server/ops.go
 		return
 	}
+	if readOnly(r.Method) && r.URL.Query().Has("audit") {
+		s.serveProcessorAudit(w, r, rest) // the operators' verbs on it: server/ops.go
+		return
+	}
 	if !readOnly(r.Method) {
 		w.Header().Set("Allow", "GET, HEAD, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, "processors are read with GET; an operator's verb is a POST with ?op=")
@@ -127,9 +131,19 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 		defer cancel()
 	}
 	var body []byte
+	marked := "" // the processor's state when the answer is its last good state
 	switch q.Get("view") {
 	case "", "snapshot":
 		snap, err := s.cfg.Processors.Snapshot(ctx, path, slug)
+		if state := lastGoodFor(err); state != "" {
+			// A failing or paused processor's plain snapshot is its last good state, marked
+			// (docs/operations.md#last-good-state); waits and live views keep the 503.
+			if lg, ok := s.cfg.Processors.(LastGoodStates); ok {
+				if good, gerr := lg.LastGoodState(ctx, path, slug); gerr == nil {
+					snap, err, marked = good, nil, state
+				}
+			}
+		}
 		if err != nil {
 			s.writeProcessorError(w, r, path, slug, err)
 			return
@@ -153,10 +167,31 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	if marked != "" {
+		h.Set(HeaderProcessorState, marked)
+	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
+}
+
+// HeaderProcessorState marks a processor snapshot that is the processor's last good state: its
+// value is the processor's state, failing or paused (docs/operations.md#last-good-state).
+const HeaderProcessorState = "Foldstream-Processor-State"
+
+// lastGoodFor returns the state a snapshot read's error says the processor is in when its last
+// good state answers instead (failing or paused), or "".
+func lastGoodFor(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, foldtype.ErrProcessorFailing):
+		return foldtype.StateFailing
+	case errors.Is(err, foldtype.ErrProcessorPaused):
+		return foldtype.StatePaused
+	}
+	return ""
 }
 
 // waitProcessed waits until the processor reduced through off, for the whole timeout: a host that

@@ -48,6 +48,12 @@ func (s *Server) routes() []routeInfo {
 	if s.cfg.Processors != nil {
 		// An operator's verb on one processor (server/ops.go).
 		out = append(out, routeInfo{http.MethodPost, s.cfg.ProcessorPrefix + "{slug}/{stream}?op={op}", OpProcessorOps})
+		// A bulk verb over the streams a pattern matches (server/ops.go).
+		out = append(out, routeInfo{http.MethodPost, s.cfg.ProcessorPrefix + "{slug}/?op={op}&pattern={pattern}", OpProcessorOps})
+		// The operators' verbs on one processor, from the audit (server/ops.go).
+		for _, m := range readOnlyMethods {
+			out = append(out, routeInfo{m, s.cfg.ProcessorPrefix + "{slug}/{stream}?audit=1", OpProcessorOps})
+		}
 	}
 	for _, m := range standardMethods {
 		if op := methodOp(m); op != "" {

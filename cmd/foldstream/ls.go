@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/foldstream/foldstream/client"
 )
@@ -179,6 +180,8 @@ func processorsColumn(ctx context.Context, server, path string, h http.Header) (
 			cell += fmt.Sprintf(" on %s gen %d", p.Owner, p.Generation)
 		}
 		switch {
+		case p.Paused != nil:
+			cell += fmt.Sprintf(" (paused by %q since %s: %s)", p.Paused.By, p.Paused.Since.UTC().Format(time.RFC3339), p.Paused.Reason)
 		case p.Failing != nil:
 			f := p.Failing
 			cell += fmt.Sprintf(" (failing at offset %d: %s %s; attempt %d, next retry %s)", f.Offset, f.Code, f.Message,

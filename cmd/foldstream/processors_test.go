@@ -117,3 +117,95 @@ func TestProcessorsRetryFromTheCLINeedsAnOpsToken(t *testing.T) {
 		t.Fatalf("the clock moved: %v", clk.Now().Sub(start))
 	}
 }
+
+// `foldstream processors pause|ls|resume|audit` over a real server: with an ops token the pause
+// takes its reason, ls shows the processor paused with who and why (and --json its state), a
+// read-write token may not pause, resume lets it catch up, and audit lists both verbs with the
+// operator's name, newest first.
+func TestProcessorsPauseLsResumeAndAuditFromTheCLI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "pause.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	h, err := host.New(st, host.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p := &opsPoisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{
+		Slug: "jobs", Version: "1", Consumes: []string{"job"}}))}
+	if _, err := host.Register(ctx, h, "/q/work", p); err != nil {
+		t.Fatal(err)
+	}
+	const writer, ops = "writer-token-0123456789abcdef", "opsman-token-0123456789abcdef"
+	bt, err := server.ParseBearerTokens("app read-write " + writer + "\ndave ops " + ops + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"processors"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, stderr := cli("pause", "--server", ts.URL, "--token", writer, "q/work", "jobs"); code != 1 || !strings.Contains(stderr, "FORBIDDEN") {
+		t.Fatalf("pause with a read-write token: exit %d, stderr %q; want 1 and FORBIDDEN", code, stderr)
+	}
+	if code, stdout, stderr := cli("pause", "--server", ts.URL, "--token", ops, "--reason", "bad deploy", "q/work", "jobs"); code != 0 || stdout != "pause done: jobs on q/work\n" {
+		t.Fatalf("pause: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, err := st.Events().Stream("/q/work").Append(ctx, foldtype.EventInput{Type: "job"}); err != nil {
+		t.Fatalf("an append to the paused processor's stream: %v", err)
+	}
+	code, stdout, stderr := cli("ls", "--server", ts.URL, "--token", ops, "q/work")
+	if code != 0 || !strings.Contains(stdout, "jobs") || !strings.Contains(stdout, "paused") || !strings.Contains(stdout, `by "dave": bad deploy`) {
+		t.Fatalf("ls: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = cli("ls", "--server", ts.URL, "--token", ops, "--json", "q/work")
+	var sts []struct {
+		Slug, State string
+	}
+	if err := json.Unmarshal([]byte(stdout), &sts); code != 0 || err != nil || len(sts) != 1 || sts[0].State != "paused" {
+		t.Fatalf("ls --json: exit %d, %q (%v)", code, stdout, err)
+	}
+	if code, _, stderr := cli("resume", "--server", ts.URL, "--token", ops, "--reason", "rolled back", "q/work", "jobs"); code != 0 {
+		t.Fatalf("resume: exit %d, stderr %q", code, stderr)
+	}
+	info, err := st.Events().HeadStream(ctx, "/q/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.WaitUntilProcessed(ctx, "/q/work", "jobs", info.Tail, 10*time.Second); err != nil {
+		t.Fatalf("after the resume: %v", err)
+	}
+	code, stdout, stderr = cli("audit", "--server", ts.URL, "--token", ops, "q/work", "jobs")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != 2 || !strings.Contains(lines[0], "resume") || !strings.Contains(lines[1], "pause") ||
+		!strings.Contains(lines[1], `by "dave"`) || !strings.Contains(lines[1], `reason "bad deploy"`) {
+		t.Fatalf("audit: exit %d, stdout %q, stderr %q; want resume then pause by dave", code, stdout, stderr)
+	}
+	// In bulk over a pattern: the dry run counts, the pause pauses.
+	code, stdout, stderr = cli("pause", "--server", ts.URL, "--token", ops, "--pattern", "/q/*", "--dry-run", "jobs")
+	if code != 0 || stdout != "pause (dry run): would change 1 of 1 streams matching /q/*\n" {
+		t.Fatalf("bulk dry run: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if sts := h.ProcessorsOn(ctx, "/q/work"); len(sts) != 1 || sts[0].State == foldtype.StatePaused {
+		t.Fatalf("paused by a dry run: %+v", sts)
+	}
+	code, stdout, stderr = cli("pause", "--server", ts.URL, "--token", ops, "--pattern", "/q/*", "--reason", "all of q", "jobs")
+	if code != 0 || stdout != "pause done: jobs changed on 1 of 1 streams matching /q/*\n" {
+		t.Fatalf("bulk pause: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if sts := h.ProcessorsOn(ctx, "/q/work"); len(sts) != 1 || sts[0].State != foldtype.StatePaused {
+		t.Fatalf("after the bulk pause: %+v", sts)
+	}
+}

@@ -148,6 +148,9 @@ var migrations = []migration{
 			END IF;
 		END $$`,
 	}},
+	// A processor's failure and pause state and the operators' audit (docs/operations.md),
+	// readable from every node also when the one that ran the processor is dead.
+	{version: 6, name: "processor states and audit", stmts: processorOpsSchema},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

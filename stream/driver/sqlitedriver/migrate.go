@@ -23,10 +23,12 @@ import (
 //     (NULL: every record is visible; see [writeTx.HideFrom]).
 //   - 4: streams.paused, a paused stream's reason (NULL: not paused).
 //   - 5: subscriptions and signing_keys (the protocol's subscriptions, docs/server.md#subscriptions).
+//   - 6: processor_states and processor_audit (the host's failure and pause state and the
+//     operators' audit, docs/operations.md).
 //
 // Migrate moves an older file to SchemaVersion in one transaction (all or nothing), and refuses a
 // file whose recorded version is newer than SchemaVersion.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // RecordSliceBytes is the body size at which the migration slices a long JSON record into
 // several rows (the store does the same for new appends).
@@ -201,6 +203,11 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 	for _, stmt := range schemaV5 {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("migrate schema 4 to 5: %w", err)
+		}
+	}
+	for _, stmt := range processorOpsSchema {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate schema 5 to 6: %w", err)
 		}
 	}
 	now := time.Now().UnixMilli()

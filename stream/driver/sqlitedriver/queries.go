@@ -397,6 +397,7 @@ func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
 	for _, q := range []string{
 		`DELETE FROM reduce_checkpoints WHERE scope = ?`,
 		`DELETE FROM claims WHERE path = ?`,
+		`DELETE FROM processor_states WHERE path = ?`,
 	} {
 		if _, err := t.q.exec(ctx, q, path); err != nil {
 			return classify(fmt.Errorf("delete processor state: %w", err))

@@ -1,0 +1,79 @@
+package driver
+
+import "context"
+
+// Processor operations state (docs/operations.md): what the host's state machine stores where
+// every node reads it, also when the node that ran the processor is dead. One row per processor
+// on a stream that is not simply running (a running processor has no row), and an append-only
+// audit of the operators' verbs. Both drivers keep them in tables of their schema.
+
+// ProcessorOpsReader is optionally implemented by a [Reader]: the processor state rows and the
+// audit records.
+type ProcessorOpsReader interface {
+	// ProcessorStates returns the state rows q selects, ordered by path then slug.
+	ProcessorStates(ctx context.Context, q ProcessorStateQuery) ([]ProcessorStateRow, error)
+	// AuditRecords returns the audit records q selects, newest first.
+	AuditRecords(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+}
+
+// ProcessorOpsTx is optionally implemented by a [Tx]: the write side of ProcessorOpsReader.
+type ProcessorOpsTx interface {
+	// PutProcessorState inserts or replaces the row of (r.Path, r.Slug).
+	PutProcessorState(ctx context.Context, r ProcessorStateRow) error
+	// DeleteProcessorStateRow removes the row of (path, slug) (no error when there is none).
+	DeleteProcessorStateRow(ctx context.Context, path, slug string) error
+	// InsertAuditRecord appends r (its ID is assigned by the database).
+	InsertAuditRecord(ctx context.Context, r AuditRecord) error
+}
+
+// ProcessorStateRow is the stored state of one processor on one stream.
+type ProcessorStateRow struct {
+	Path, Slug string
+	// State is "failing" or "paused" (a running processor has no row).
+	State string
+	// Reason is the operator's (or the failure policy's) reason for a pause.
+	Reason string
+	// Code, Message, Offset, EventType and Attempts describe the failure the processor is
+	// failing on, or was failing on when it was paused (Code empty: none).
+	Code      string
+	Message   string
+	Offset    int64
+	EventType string
+	Attempts  int
+	// Node is the node that wrote the row; By who asked (an operator's name, "policy", "host").
+	Node string
+	By   string
+	// SinceMs is when the processor entered State (Unix milliseconds).
+	SinceMs int64
+}
+
+// ProcessorStateQuery selects state rows: every row when both fields are empty.
+type ProcessorStateQuery struct {
+	// Path selects one stream's rows; Prefix the rows of streams whose path starts with it.
+	Path   string
+	Prefix string
+	// Slug selects one processor.
+	Slug string
+	// State selects one state ("paused", "failing").
+	State string
+}
+
+// AuditRecord is one operator's verb on a processor: who, what, when, why, and how it ended.
+type AuditRecord struct {
+	ID      int64
+	AtMs    int64
+	Actor   string
+	Op      string
+	Path    string
+	Slug    string
+	Reason  string
+	Outcome string
+	Node    string
+}
+
+// AuditQuery selects audit records: the newest Limit (0: 100) of path and slug when set.
+type AuditQuery struct {
+	Path  string
+	Slug  string
+	Limit int
+}

@@ -1,0 +1,135 @@
+package sqlitedriver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// Processor state rows and the operators' audit (docs/operations.md): schema version 6.
+
+var (
+	_ driver.ProcessorOpsReader = (*readTx)(nil)
+	_ driver.ProcessorOpsTx     = (*writeTx)(nil)
+)
+
+// processorOpsSchema creates the tables of schema version 6.
+var processorOpsSchema = []string{
+	`CREATE TABLE IF NOT EXISTS processor_states (
+		path TEXT NOT NULL,
+		slug TEXT NOT NULL,
+		state TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		code TEXT NOT NULL DEFAULT '',
+		message TEXT NOT NULL DEFAULT '',
+		event_offset INTEGER NOT NULL DEFAULT 0,
+		event_type TEXT NOT NULL DEFAULT '',
+		attempts INTEGER NOT NULL DEFAULT 0,
+		node TEXT NOT NULL DEFAULT '',
+		by_whom TEXT NOT NULL DEFAULT '',
+		since_ms INTEGER NOT NULL,
+		PRIMARY KEY (path, slug)
+	) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS processor_audit (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		at_ms INTEGER NOT NULL,
+		actor TEXT NOT NULL,
+		op TEXT NOT NULL,
+		path TEXT NOT NULL,
+		slug TEXT NOT NULL,
+		reason TEXT NOT NULL,
+		outcome TEXT NOT NULL,
+		node TEXT NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS processor_audit_by_path ON processor_audit(path, slug, id)`,
+}
+
+const processorStateCols = `path, slug, state, reason, code, message, event_offset, event_type, attempts, node, by_whom, since_ms`
+
+func (t *readTx) ProcessorStates(ctx context.Context, q driver.ProcessorStateQuery) ([]driver.ProcessorStateRow, error) {
+	var where []string
+	var args []any
+	if q.Path != "" {
+		where, args = append(where, "path = ?"), append(args, q.Path)
+	}
+	if q.Prefix != "" {
+		where, args = append(where, "substr(path, 1, ?) = ?"), append(args, len(q.Prefix), q.Prefix)
+	}
+	if q.Slug != "" {
+		where, args = append(where, "slug = ?"), append(args, q.Slug)
+	}
+	if q.State != "" {
+		where, args = append(where, "state = ?"), append(args, q.State)
+	}
+	query := `SELECT ` + processorStateCols + ` FROM processor_states`
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := t.q.query(ctx, query+" ORDER BY path, slug", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read processor states: %w", err)
+	}
+	defer rows.Close()
+	var out []driver.ProcessorStateRow
+	for rows.Next() {
+		var r driver.ProcessorStateRow
+		if err := rows.Scan(&r.Path, &r.Slug, &r.State, &r.Reason, &r.Code, &r.Message, &r.Offset, &r.EventType,
+			&r.Attempts, &r.Node, &r.By, &r.SinceMs); err != nil {
+			return nil, fmt.Errorf("read processor states: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *readTx) AuditRecords(ctx context.Context, q driver.AuditQuery) ([]driver.AuditRecord, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := t.q.query(ctx, `SELECT id, at_ms, actor, op, path, slug, reason, outcome, node FROM processor_audit
+		WHERE (?1 = '' OR path = ?1) AND (?2 = '' OR slug = ?2) ORDER BY id DESC LIMIT ?3`, q.Path, q.Slug, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit: %w", err)
+	}
+	defer rows.Close()
+	var out []driver.AuditRecord
+	for rows.Next() {
+		var r driver.AuditRecord
+		if err := rows.Scan(&r.ID, &r.AtMs, &r.Actor, &r.Op, &r.Path, &r.Slug, &r.Reason, &r.Outcome, &r.Node); err != nil {
+			return nil, fmt.Errorf("read the audit: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow) error {
+	_, err := t.q.exec(ctx, `INSERT INTO processor_states(`+processorStateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(path, slug) DO UPDATE SET state = excluded.state, reason = excluded.reason, code = excluded.code,
+			message = excluded.message, event_offset = excluded.event_offset, event_type = excluded.event_type,
+			attempts = excluded.attempts, node = excluded.node, by_whom = excluded.by_whom, since_ms = excluded.since_ms`,
+		r.Path, r.Slug, r.State, r.Reason, r.Code, r.Message, r.Offset, r.EventType, r.Attempts, r.Node, r.By, r.SinceMs)
+	if err != nil {
+		return classify(fmt.Errorf("store processor state: %w", err))
+	}
+	return nil
+}
+
+func (t *writeTx) DeleteProcessorStateRow(ctx context.Context, path, slug string) error {
+	if _, err := t.q.exec(ctx, `DELETE FROM processor_states WHERE path = ? AND slug = ?`, path, slug); err != nil {
+		return classify(fmt.Errorf("delete processor state: %w", err))
+	}
+	return nil
+}
+
+func (t *writeTx) InsertAuditRecord(ctx context.Context, r driver.AuditRecord) error {
+	_, err := t.q.exec(ctx, `INSERT INTO processor_audit(at_ms, actor, op, path, slug, reason, outcome, node)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, r.AtMs, r.Actor, r.Op, r.Path, r.Slug, r.Reason, r.Outcome, r.Node)
+	if err != nil {
+		return classify(fmt.Errorf("append to the audit: %w", err))
+	}
+	return nil
+}

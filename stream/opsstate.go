@@ -1,0 +1,110 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// Processor state rows and the operators' audit (docs/operations.md): the host's failure and
+// pause state of each processor, stored where every node reads it, also when the node that ran
+// the processor is dead. A running processor has no row. The rows of a stream go with its
+// processor state when the stream is deleted.
+
+// errNoProcessorOps is the answer of a driver without the processor state tables.
+var errNoProcessorOps = foldtype.NewError(foldtype.CodeNoRoute, nil, "stream store: this database driver keeps no processor state")
+
+// PutProcessorState stores the state row of (r.Path, r.Slug), replacing the one there.
+func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow) error {
+	err := e.s.write(ctx, func(t *tx) error {
+		d, dctx, err := t.db.begin(t.ctx)
+		if err != nil {
+			return err
+		}
+		ot, ok := d.(driver.ProcessorOpsTx)
+		if !ok {
+			return errNoProcessorOps
+		}
+		return ot.PutProcessorState(dctx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("store the state of %q on %s: %w", r.Slug, quotePath(r.Path), err)
+	}
+	return nil
+}
+
+// ClearProcessorState removes the state row of processor slug on path: it runs.
+func (e *Events) ClearProcessorState(ctx context.Context, path, slug string) error {
+	err := e.s.write(ctx, func(t *tx) error {
+		d, dctx, err := t.db.begin(t.ctx)
+		if err != nil {
+			return err
+		}
+		ot, ok := d.(driver.ProcessorOpsTx)
+		if !ok {
+			return errNoProcessorOps
+		}
+		return ot.DeleteProcessorStateRow(dctx, path, slug)
+	})
+	if err != nil {
+		return fmt.Errorf("clear the state of %q on %s: %w", slug, quotePath(path), err)
+	}
+	return nil
+}
+
+// ProcessorStates returns the state rows q selects, by path then slug.
+func (e *Events) ProcessorStates(ctx context.Context, q driver.ProcessorStateQuery) ([]driver.ProcessorStateRow, error) {
+	var out []driver.ProcessorStateRow
+	err := e.s.readTx(ctx, func(r driver.Reader) error {
+		or, ok := r.(driver.ProcessorOpsReader)
+		if !ok {
+			return nil // no table: nothing stored
+		}
+		var err error
+		out, err = or.ProcessorStates(ctx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read processor states: %w", err)
+	}
+	return out, nil
+}
+
+// AppendAudit appends an operator's verb to the audit.
+func (e *Events) AppendAudit(ctx context.Context, r driver.AuditRecord) error {
+	err := e.s.write(ctx, func(t *tx) error {
+		d, dctx, err := t.db.begin(t.ctx)
+		if err != nil {
+			return err
+		}
+		ot, ok := d.(driver.ProcessorOpsTx)
+		if !ok {
+			return errNoProcessorOps
+		}
+		return ot.InsertAuditRecord(dctx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("append to the audit: %w", err)
+	}
+	return nil
+}
+
+// Audit returns the audit records q selects, newest first.
+func (e *Events) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.AuditRecord, error) {
+	var out []driver.AuditRecord
+	err := e.s.readTx(ctx, func(r driver.Reader) error {
+		or, ok := r.(driver.ProcessorOpsReader)
+		if !ok {
+			return nil
+		}
+		var err error
+		out, err = or.AuditRecords(ctx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the audit: %w", err)
+	}
+	return out, nil
+}
