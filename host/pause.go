@@ -445,7 +445,7 @@ func (h *Host) pauseSlot(sl *slot, r driver.ProcessorStateRow) bool {
 			st.StopTakingWork()
 		}
 		sub.Close()
-		if err := settleAndClose(context.WithoutCancel(h.ctx), runner, h.cfg.LeaseTTL, false); err != nil && !errors.Is(err, foldtype.ErrClosed) {
+		if _, err := settleAndClose(context.WithoutCancel(h.ctx), runner, h.cfg.LeaseTTL, false); err != nil && !errors.Is(err, foldtype.ErrClosed) {
 			h.log.Warn("host: closing a paused processor's engine failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 		}
 	}()

@@ -131,6 +131,7 @@ func (h *Host) postToOwner(ctx context.Context, addr, path, slug string, q url.V
 	if or.Authorization != "" {
 		req.Header.Set("Authorization", or.Authorization)
 	}
+	req.Header.Set(foldtype.HeaderForwardedOp, h.leases.node) // the owner audits it; this node did not
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
