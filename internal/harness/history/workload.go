@@ -339,9 +339,13 @@ func transportOutcome(err error) Outcome {
 
 // sseSession follows the stream from offset over SSE for a random 0.5–2.5 s and returns the
 // offset it reached (ok false when the session did not start). Each control event closes one
-// read, recorded from the previous control event (or the request) to its arrival: from the
-// offset the session had reached, the messages of the data events between the two, the control's
-// streamNextOffset and its upToDate. A read the session's end cuts short is not recorded.
+// read: from the offset the session had reached, the messages of the data events since the
+// previous control event, the control's streamNextOffset and its upToDate. Its interval runs
+// from the request to the moment the client read the control event: the server may have sent it
+// any time after the request, and a client that reads a backlog of buffered events cannot tell
+// when (the previous event's arrival is no bound: a busy client reads both late, and a stale
+// "up to date" claim would be pinned after appends that came later). A read the session's end
+// cuts short is not recorded.
 func (c *client) sseSession(ctx context.Context, from string) (string, bool) {
 	ti, url := c.target()
 	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond+time.Duration(c.rnd.IntN(2000))*time.Millisecond)
@@ -400,7 +404,9 @@ func (c *client) sseSession(ctx context.Context, from string) (string, bool) {
 				call.End(Output{Outcome: OK, Offset: ctl.Next, UpToDate: ctl.UpToDate, Msgs: msgs})
 				from, msgs = ctl.Next, []string{}
 				in.From = from
+				at := call.at
 				call = c.w.Rec.Begin(c.id, in)
+				call.at = at // the session's request (see above)
 			}
 			event, data = "", data[:0]
 		}
