@@ -60,8 +60,8 @@ const (
 	Unknown Outcome = iota
 	// OK: an append accepted (204, or 200 under producer headers) or a read answered.
 	OK
-	// Failed: a definite refusal that changed nothing (a 4xx the model has no rule for, a
-	// connection refused before the request was sent).
+	// Failed: a definite refusal by the server that changed nothing (a 4xx the model has no
+	// rule for).
 	Failed
 	// Duplicate: a producer append answered 204 as a duplicate of an accepted seq.
 	Duplicate
@@ -69,9 +69,13 @@ const (
 	Fenced
 	// Gap: a producer append refused 409 for a sequence gap.
 	Gap
+	// NotSent: the request never reached a server (its connection was refused): it changed
+	// nothing and says nothing of the state. Unlike Failed it is no server's answer, so a retry
+	// of a seq another attempt applied may meet it while its node is down.
+	NotSent
 )
 
-var outcomeNames = [...]string{"unknown", "ok", "failed", "duplicate", "fenced", "gap"}
+var outcomeNames = [...]string{"unknown", "ok", "failed", "duplicate", "fenced", "gap", "not sent"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -259,6 +263,9 @@ func prune(ops []porcupine.Operation, pos positions) []porcupine.Operation {
 
 // step returns the states s may move to when in is answered out (none: the answer is impossible).
 func step(pos positions, s *logState, in Input, out Output) []*logState {
+	if out.Outcome == NotSent {
+		return []*logState{s}
+	}
 	switch in.Kind {
 	case Append:
 		at, known := pos[in.Stream][in.Msg]

@@ -118,6 +118,19 @@ func TestCheckerRejectsAProducerSeqAppliedTwice(t *testing.T) {
 		op(0, 10, 20, prodOp("p0", 0), acked(off(2))).
 		op(1, 30, 40, readOp("-1"), read(off(2), true, "p0"))
 	wantVerdict(t, "a retried seq stored once", once, porcupine.Ok)
+	// A retry of a seq an unanswered attempt applied, refused by a dead node's port, then
+	// answered duplicate: nothing wrong. The same retry answered with a server's refusal is.
+	notSent := (&h{}).
+		op(0, 0, -1, prodOp("p0", 0), unknown).
+		op(1, 5, 8, readOp("-1"), read(off(1), true, "p0")).
+		op(0, 10, 20, prodOp("p0", 0), history.Output{Outcome: history.NotSent}).
+		op(0, 30, 40, prodOp("p0", 0), history.Output{Outcome: history.Duplicate})
+	wantVerdict(t, "a retry that never reached a server", notSent, porcupine.Ok)
+	refused := (&h{}).
+		op(0, 0, -1, prodOp("p0", 0), unknown).
+		op(1, 5, 8, readOp("-1"), read(off(1), true, "p0")).
+		op(0, 10, 20, prodOp("p0", 0), history.Output{Outcome: history.Failed})
+	wantVerdict(t, "an applied seq refused by a server", refused, porcupine.Illegal)
 }
 
 func TestCheckerRejectsAReadThatGoesBackwardsOrSkips(t *testing.T) {

@@ -191,7 +191,7 @@ func (c *client) produce(ctx context.Context) {
 		case OK, Duplicate:
 			seq++
 			fails = 0
-		case Unknown, Failed:
+		case Unknown, Failed, NotSent:
 			pause(ctx, fails) // retry the same seq: the server decides whether it already has it
 			fails++
 		default:
@@ -328,11 +328,11 @@ func (c *client) readOnce(ctx context.Context, from, live string) Output {
 }
 
 // transportOutcome classifies a request that got no HTTP answer: a connection that was refused
-// carried nothing (Failed); any other error may have come after the server took the request.
+// carried nothing (NotSent); any other error may have come after the server took the request.
 func transportOutcome(err error) Outcome {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return Failed
+		return NotSent
 	}
 	return Unknown
 }
