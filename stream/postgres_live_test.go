@@ -39,7 +39,26 @@ type readCounter struct{}
 // countingDriver is the PostgreSQL driver, which also counts each read transaction in the
 // counter its context carries: the reads one reader's calls begin, apart from those of the
 // store's other goroutines (other readers, the listener's reads of records that did not travel).
-type countingDriver struct{ *pgdriver.Driver }
+//
+// It also counts the "anything may have changed" notifications it delivers (StreamID 0: the
+// listener's connection was lost or came back), after which every reader of the node reads the
+// database once, rightly: a busy machine can miss the listener's ping.
+type countingDriver struct {
+	*pgdriver.Driver
+	resyncs *atomic.Int64
+}
+
+func (d countingDriver) Listen(ctx context.Context, fn func(driver.Notification)) (func(), error) {
+	return d.Driver.Listen(ctx, func(n driver.Notification) {
+		if n.StreamID == 0 {
+			d.resyncs.Add(1)
+		}
+		fn(n)
+	})
+}
+
+// resyncs is how many "anything may have changed" notifications s's listener delivered.
+func resyncs(s *stream.Store) int64 { return s.Driver().(countingDriver).resyncs.Load() }
 
 func (d countingDriver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 	if n, ok := ctx.Value(readCounter{}).(*atomic.Int64); ok {
@@ -56,7 +75,7 @@ func openPGCounted(t *testing.T, url string) *stream.Store {
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
-	s, err := stream.OpenDriver(ctx, countingDriver{d}, stream.Config{Logger: quiet})
+	s, err := stream.OpenDriver(ctx, countingDriver{d, new(atomic.Int64)}, stream.Config{Logger: quiet})
 	if err != nil {
 		d.Close()
 		t.Fatal(err)
@@ -210,9 +229,12 @@ func TestPostgresLiveReadersGetAnotherNodesAppendsWithoutReadingTheDatabase(t *t
 	}
 	for i, lr := range readers {
 		wantSequence(t, lr.waitFor(t, n), n)
-		if lr.maxReads != 0 {
+		if lr.maxReads != 0 && resyncs(b) == 0 {
 			t.Errorf("reader %d: a wake's read took %d read transactions on the database, want 0 (from the notification)", i, lr.maxReads)
 		}
+	}
+	if r := resyncs(b); r > 0 {
+		t.Logf("node B's listener resynchronised %d times (its connection was lost or came back); its readers read the database then", r)
 	}
 	if b.CachedReads() < n*int64(len(readers))/2 {
 		t.Errorf("%d live reads answered from the tail cache, want most of %d", b.CachedReads(), n*len(readers))
