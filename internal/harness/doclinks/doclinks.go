@@ -6,6 +6,7 @@ package doclinks
 
 import (
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -115,27 +116,36 @@ type link struct {
 	line   int
 }
 
+// proseLines yields the lines of a Markdown text outside fenced code blocks, with their numbers
+// (from 1).
+func proseLines(text string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		inFence := false
+		for i, line := range strings.Split(text, "\n") {
+			t := strings.TrimSpace(line)
+			if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+				inFence = !inFence
+				continue
+			}
+			if !inFence && !yield(i+1, line) {
+				return
+			}
+		}
+	}
+}
+
 // links returns the inline links of a Markdown text outside fenced code blocks and code spans.
 func links(text string) []link {
 	var out []link
-	inFence := false
-	for i, line := range strings.Split(text, "\n") {
-		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			inFence = !inFence
-			continue
-		}
-		if inFence {
-			continue
-		}
+	for n, line := range proseLines(text) {
 		for _, m := range linkRE.FindAllStringSubmatch(stripCodeSpans(line), -1) {
-			out = append(out, link{target: m[1], line: i + 1})
+			out = append(out, link{target: m[1], line: n})
 		}
 	}
 	return out
 }
 
-// stripCodeSpans blanks `code spans`, whose brackets are not links.
+// stripCodeSpans drops `code spans`, whose brackets are not links.
 func stripCodeSpans(line string) string {
 	var b strings.Builder
 	in := false
@@ -158,17 +168,7 @@ func stripCodeSpans(line string) string {
 func Anchors(text string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	inFence := false
-	idRE := regexp.MustCompile(`<a\s+(?:id|name)="([^"]+)"`)
-	for _, line := range strings.Split(text, "\n") {
-		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			inFence = !inFence
-			continue
-		}
-		if inFence {
-			continue
-		}
+	for _, line := range proseLines(text) {
 		for _, m := range idRE.FindAllStringSubmatch(line, -1) {
 			out[m[1]] = true
 		}
@@ -190,6 +190,9 @@ func Anchors(text string) map[string]bool {
 	}
 	return out
 }
+
+// idRE matches an explicit HTML anchor.
+var idRE = regexp.MustCompile(`<a\s+(?:id|name)="([^"]+)"`)
 
 // mdLinkRE matches a link inside a heading, whose text alone counts for the anchor.
 var mdLinkRE = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
