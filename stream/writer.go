@@ -89,12 +89,8 @@ const contendedFor = time.Second
 // round trip (driver.StreamExpecter).
 func (s *Store) began(g *group, dtx driver.WriteTx) {
 	_, s.ws.expects = dtx.(driver.StreamExpecter)
-	if w, ok := dtx.(driver.EarlyCommitWatcher); ok {
-		w.OnEarlyCommit(func() {
-			if g.early != nil {
-				g.early()
-			}
-		})
+	if w, ok := dtx.(driver.EarlyCommitWatcher); ok && g.early != nil {
+		w.OnEarlyCommit(g.early)
 	}
 }
 
@@ -318,7 +314,8 @@ type group struct {
 	// group's later functions that reach them are refused too, so none overtakes it.
 	deferred map[string]bool
 	// early is called when the group's transaction commits early (driver.EarlyCommitWatcher),
-	// in the writer's goroutine, while the function that caused it still runs.
+	// in the writer's goroutine, while the function that caused it still runs (set on a shared
+	// database only).
 	early func()
 }
 
@@ -672,8 +669,12 @@ type building struct {
 // newBuilding starts a group. Its functions leave alone the streams of the groups of inflight,
 // whose commits are on their way (errInflight).
 func (s *Store) newBuilding(w driver.Writer, inflight []*building) *building {
-	return &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem), busy: busyOf(inflight)},
+	b := &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem), busy: busyOf(inflight)},
 		now: s.clock.Now(), hinted: true, committed: make(chan struct{})}
+	if !s.exclusive {
+		b.g.early = b.earlyCommitted // only a shared database's transaction commits early
+	}
+	return b
 }
 
 // extend adds writes to b, which is built while inflight commits, until inflight's commit is
@@ -709,13 +710,16 @@ func (s *Store) extend(b *building, inflight *building) {
 }
 
 // earlyCommitted is called when the group's transaction committed early (driver.LockKeeper,
-// driver.EarlyCommitWatcher) while its function i runs: the functions before i are durable now, before the group ends. This
+// driver.EarlyCommitWatcher), while one of its functions runs: every function that finished
+// before it is durable now, before the group ends (the running one changed nothing yet: a split
+// happens only then, and its done entry is still nil). This
 // node hears no notification of its own commits, so the tail cache entries of their streams would
 // stay at the tails before them until the group is finished — and a live read served from such an
 // entry would claim "up to date" at a tail the database has passed. The entries are dropped and
 // the streams' readers woken; they read the database until an entry is seeded again. The
 // callers are still answered when the group is finished (applyCommitted).
-func (b *building) earlyCommitted(i int) {
+func (b *building) earlyCommitted() {
+	i := len(b.done)
 	for j := b.earlyWoken; j < i; j++ {
 		if t := b.done[j]; t != nil {
 			for id, p := range t.touched {
@@ -754,9 +758,7 @@ func (b *building) add(reqs []*writeReq) {
 		t := &tx{s: s, g: g, ctx: r.ctx, now: b.now, res: r.res,
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
-		g.early = func() { b.earlyCommitted(i) }
 		err := t.run(r.fn)
-		g.early = nil
 		if t.aloneErr != nil && b.broken == nil {
 			b.broken = fmt.Errorf("stream store: a write's only statement failed: %w", t.aloneErr)
 		}
