@@ -466,6 +466,16 @@ func settleAndClose(ctx context.Context, r foldtype.Runner, drainFor time.Durati
 	return derr == nil, r.Close(ctx)
 }
 
+// releaseAfterClose gives sl's lease up once its engine closed (idle as for leaseSet.release), or,
+// on a shared database when its work did not settle, leaves it to run out (leaveToRunOut).
+func (h *Host) releaseAfterClose(sl *slot, settled, idle bool) {
+	if !settled && !h.store.Driver().Exclusive() {
+		h.leaveToRunOut(sl)
+		return
+	}
+	h.leases.release(sl.key, sl.lease.Generation, idle)
+}
+
 // leaveToRunOut forgets sl's lease without releasing it: its engine closed before its work
 // settled (settleAndClose), so the lease runs out on the database's clock — one lease time at
 // most — before another node takes the stream, instead of at once. A checkpoint the cut-short

@@ -307,11 +307,7 @@ func (h *Host) Remove(ctx context.Context, path, slug string) error {
 	if err == nil {
 		err = cerr
 	}
-	if !settled && !h.store.Driver().Exclusive() {
-		h.leaveToRunOut(sl)
-		return err
-	}
-	h.leases.release(key, sl.lease.Generation, false)
+	h.releaseAfterClose(sl, settled, false)
 	return err
 }
 

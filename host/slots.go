@@ -633,11 +633,7 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	h.mu.Lock()
 	stopped := h.shutdown
 	h.mu.Unlock()
-	if !settled && !h.store.Driver().Exclusive() {
-		h.leaveToRunOut(sl)
-	} else {
-		h.leases.release(sl.key, sl.lease.Generation, !sl.handoff && !stopped && err == nil)
-	}
+	h.releaseAfterClose(sl, settled, !sl.handoff && !stopped && err == nil)
 	h.mu.Lock()
 	if h.slots[sl.key] == sl {
 		delete(h.slots, sl.key)
