@@ -48,6 +48,8 @@ const (
 	DefaultAddr = "127.0.0.1:4437"
 	// DefaultDBWait is how long a node waits for an unavailable database at start.
 	DefaultDBWait = 5 * time.Minute
+	// spanFlushTimeout bounds the export of the last spans at Shutdown.
+	spanFlushTimeout = 5 * time.Second
 	// DefaultShutdownGrace is how long a node takes at most to shut down.
 	DefaultShutdownGrace = 15 * time.Second
 	// DefaultCollectEvery is how often a node reclaims expired and deleted streams.
@@ -108,8 +110,18 @@ type Config struct {
 	Server server.Config
 
 	// TracerProvider, when set, traces every request and every ProcessEvent
-	// (docs/server.md#tracing). Defaults to nil: no spans and no cost.
+	// (docs/server.md#tracing). Defaults to nil: no spans and no cost — unless the node is told
+	// where to export spans (OTLPEndpoint, or OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), when it makes a provider that exports them over
+	// OTLP/HTTP in batches and flushes them at Shutdown.
 	TracerProvider trace.TracerProvider
+	// OTLPEndpoint is the base URL of an OTLP/HTTP collector (http://collector:4318; spans go to
+	// its /v1/traces) the node exports spans to when TracerProvider is nil. Defaults to empty:
+	// the OTEL_EXPORTER_OTLP_* variables decide.
+	OTLPEndpoint string
+	// TraceSampleRatio is the share of new traces an exporting node records (0 to 1); a request
+	// whose traceparent is sampled is always traced. Defaults to nil: every trace.
+	TraceSampleRatio *float64
 	// NodeID names this node in its leases (processors, subscription delivery); two live nodes
 	// must never share one. Defaults to a random id.
 	NodeID string
@@ -154,6 +166,8 @@ type Node struct {
 
 	stopCollect context.CancelFunc
 	collectDone chan struct{}
+
+	flushSpans func(context.Context) error // the OTLP exporter's flush (nil: not exporting)
 
 	shutOnce sync.Once
 	shutDone chan struct{}
@@ -223,7 +237,31 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if n.st != nil {
 			_ = n.st.Close(sctx)
 		}
+		if n.flushSpans != nil {
+			_ = n.flushSpans(sctx)
+		}
 		return nil, err
+	}
+	if cfg.TracerProvider == nil {
+		ratio := 1.0
+		if cfg.TraceSampleRatio != nil {
+			ratio = *cfg.TraceSampleRatio
+		}
+		tp, flush, err := otlpTracing(ctx, cfg.OTLPEndpoint, ratio, cfg.NodeID)
+		if err != nil {
+			return fail(err)
+		}
+		if tp != nil {
+			n.flushSpans = flush
+			cfg.TracerProvider = tp
+			if cfg.Server.TracerProvider == nil {
+				cfg.Server.TracerProvider = tp
+			}
+			if cfg.Host.TracerProvider == nil {
+				cfg.Host.TracerProvider = tp
+			}
+			n.cfg = cfg
+		}
 	}
 	n.st, n.ln, err = openWaiting(ctx, func() (*stream.Store, error) { return storeopen.Open(ctx, cfg.DB, cfg.Store) }, ln, cfg.DBWait, log)
 	if err != nil {
@@ -329,6 +367,9 @@ func (cfg Config) withDefaults() (Config, *server.BearerTokens, error) {
 	invalid := func(format string, args ...any) error {
 		return foldtype.NewError(foldtype.CodeInvalidConfig, nil, format, args...)
 	}
+	if r := cfg.TraceSampleRatio; r != nil && (*r < 0 || *r > 1) {
+		return cfg, nil, invalid("a trace sample ratio of %v: between 0 and 1", *r)
+	}
 	if cfg.MetricsAddr != "" && s.Metrics == nil {
 		return cfg, nil, invalid("a metrics address with the metrics disabled: set one of MetricsAddr and DisableMetrics")
 	}
@@ -407,6 +448,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			steps.handOver = n.host.Shutdown
 		}
 		n.shutErr = steps.run(ctx, n.cfg.ShutdownGrace, n.log)
+		if n.flushSpans != nil {
+			// The last spans, the shutdown's own included, go out after everything stopped.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spanFlushTimeout)
+			if err := n.flushSpans(fctx); err != nil {
+				n.log.Warn("exporting the last spans failed", "err", err)
+			}
+			cancel()
+		}
 	})
 	<-n.shutDone
 	return n.shutErr

@@ -55,7 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	nodeID := fs.String("node-id", "", "this node's name as holder of the subscription-delivery lease (default: random)")
 	heapFloor := fs.Int("gc-heap-floor-mib", heapfloor.DefaultFloor>>20, "the garbage collector lets the heap grow to this many MiB before a cycle while the live heap is smaller (GOGC applies above it; 0: GOGC alone, as Go does)")
 	grace := fs.Duration("shutdown-grace", DefaultShutdownGrace, "SIGINT or SIGTERM end the process within this, whatever the database does: requests in progress get most of it, the store's drain the rest (nothing acknowledged is lost; leases not released in time expire)")
-	otlpEndpoint := fs.String("otlp-endpoint", "", "export OpenTelemetry spans over OTLP/HTTP to this base URL (http://collector:4318); also turned on by $"+envOTLPEndpoint+" or $"+envOTLPTracesEndpoint+" (and their OTEL_EXPORTER_OTLP_* companions); off by default")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "export OpenTelemetry spans over OTLP/HTTP to this base URL (http://collector:4318); also turned on by $"+node.EnvOTLPEndpoint+" or $"+node.EnvOTLPTracesEndpoint+" (and their OTEL_EXPORTER_OTLP_* companions); off by default")
 	sampleRatio := fs.Float64("trace-sample-ratio", 1, "share of new traces recorded when spans are exported (0 to 1); a request with a sampled traceparent is always traced")
 	dbWait := fs.Duration("db-wait", DefaultDBWait, "how long to wait for an unavailable database (down, restarting, starting up) at start, answering 503 with Retry-After meanwhile; 0 exits at once")
 	fs.Usage = func() {
@@ -70,6 +70,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *sampleRatio < 0 || *sampleRatio > 1 {
+		return fmt.Errorf("bad --trace-sample-ratio %v: between 0 and 1", *sampleRatio)
 	}
 	if *heapFloor < 0 {
 		return fmt.Errorf("bad --gc-heap-floor-mib %d: 0 or more", *heapFloor)
@@ -89,20 +92,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bad --log-format %q: use text or json", *logFormat)
 	}
 
-	tp, flushSpans, err := otlpTracing(ctx, *otlpEndpoint, *sampleRatio, *nodeID)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := flushSpans(fctx); err != nil {
-			log.Warn("exporting the last spans failed", "err", err)
-		}
-	}()
-
 	cfg := node.Config{
-		TracerProvider:             tp,
+		OTLPEndpoint:               *otlpEndpoint,
+		TraceSampleRatio:           sampleRatio,
 		DB:                         *db,
 		Store:                      storeopen.Config{SQLite: sqlitedriver.Config{Synchronous: *sync}},
 		DBWait:                     orNever(*dbWait),

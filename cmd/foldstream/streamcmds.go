@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/foldstream/foldstream/node"
 	"io"
 	"runtime/debug"
 	"strings"
@@ -177,14 +178,6 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return printInfo(stdout, infoOf(s, m, false), *asJSON)
 }
 
-// buildVersion is the module's version as the go command stamped it, "(devel)" when it did not.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
-
 // runVersion prints the module's version (as the go command stamped it) and the build's Go
 // version and VCS revision when known.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -216,7 +209,7 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(v)
 	}
-	line := "foldstream " + buildVersion() + " " + v.Go
+	line := "foldstream " + node.Version() + " " + v.Go
 	if v.Revision != "" {
 		line += " " + v.Revision
 		if v.Modified {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/foldstream/foldstream/node"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -134,7 +136,7 @@ func TestServeExportsSpansOverOTLPWithOTLPEndpoint(t *testing.T) {
 // export on without a flag, as OpenTelemetry's conventions say.
 func TestServeExportsSpansToTheEndpointTheOTelEnvironmentNames(t *testing.T) {
 	col := newCollector(t)
-	t.Setenv(envOTLPEndpoint, col.srv.URL)
+	t.Setenv(node.EnvOTLPEndpoint, col.srv.URL)
 	sc := startServeCmd(t, "--db", filepath.Join(t.TempDir(), "serve.db"))
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
 	createJSON(t, sc.base, "traced")
@@ -145,19 +147,12 @@ func TestServeExportsSpansToTheEndpointTheOTelEnvironmentNames(t *testing.T) {
 	}
 }
 
-// TestServeTracesNothingWithoutAnEndpoint: with no flag and no OTEL variable the node gets no
-// tracer provider (tracing off costs nothing), and a bad sample ratio is refused.
-func TestServeTracesNothingWithoutAnEndpoint(t *testing.T) {
-	t.Setenv(envOTLPEndpoint, "")
-	t.Setenv(envOTLPTracesEndpoint, "")
-	tp, shutdown, err := otlpTracing(t.Context(), "", 1, "")
-	if err != nil || tp != nil {
-		t.Fatalf("otlpTracing with no endpoint = %v, %v; want no provider", tp, err)
-	}
-	if err := shutdown(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := otlpTracing(t.Context(), "http://127.0.0.1:1", 2, ""); err == nil {
-		t.Error("a sample ratio of 2 was accepted")
+// TestServeRefusesABadTraceSampleRatio: a ratio outside 0..1 is refused before serve starts.
+func TestServeRefusesABadTraceSampleRatio(t *testing.T) {
+	var stderr bytes.Buffer
+	err := commands["serve"].run(t.Context(), []string{"--db", filepath.Join(t.TempDir(), "serve.db"), "--addr", "127.0.0.1:0",
+		"--otlp-endpoint", "http://127.0.0.1:1", "--trace-sample-ratio", "2"}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "trace-sample-ratio") {
+		t.Errorf("--trace-sample-ratio 2: %v, want it refused", err)
 	}
 }

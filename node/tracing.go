@@ -1,9 +1,10 @@
-package main
+package node
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -13,24 +14,22 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The OpenTelemetry environment variables serve honours besides its flags: with either endpoint
-// set, spans are exported over OTLP/HTTP as when --otlp-endpoint is given.
+// The OpenTelemetry environment variables a node honours when Config.OTLPEndpoint is empty: with
+// either set, spans are exported over OTLP/HTTP as when OTLPEndpoint is given (their companions —
+// headers, timeout, compression — are read by the exporter).
 const (
-	envOTLPEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	envOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvOTLPEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 )
 
-// otlpTracing returns the tracer provider serve gives its node, exporting spans in batches over
+// otlpTracing returns the tracer provider a node uses when it was given none, exporting spans in batches over
 // OTLP/HTTP to endpoint (a base URL such as http://127.0.0.1:4318; the exporter posts to its
 // /v1/traces), or, when endpoint is empty, to what the OTEL_EXPORTER_OTLP_* variables name. It
 // returns nil (tracing off, no cost) when neither names an endpoint. ratio is the share of new
 // traces sampled; a request that carries a sampled traceparent is traced whatever the ratio.
 // shutdown flushes the spans still batched.
 func otlpTracing(ctx context.Context, endpoint string, ratio float64, nodeID string) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
-	if ratio < 0 || ratio > 1 {
-		return nil, nil, fmt.Errorf("bad --trace-sample-ratio %v: between 0 and 1", ratio)
-	}
-	if endpoint == "" && os.Getenv(envOTLPEndpoint) == "" && os.Getenv(envOTLPTracesEndpoint) == "" {
+	if endpoint == "" && os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(EnvOTLPTracesEndpoint) == "" {
 		return nil, func(context.Context) error { return nil }, nil
 	}
 	var opts []otlptracehttp.Option
@@ -42,7 +41,7 @@ func otlpTracing(ctx context.Context, endpoint string, ratio float64, nodeID str
 		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	// The resource names the service by OpenTelemetry's semantic conventions.
-	kv := []attribute.KeyValue{attribute.String("service.name", "foldstream"), attribute.String("service.version", buildVersion())}
+	kv := []attribute.KeyValue{attribute.String("service.name", "foldstream"), attribute.String("service.version", Version())}
 	if nodeID != "" {
 		kv = append(kv, attribute.String("service.instance.id", nodeID))
 	}
@@ -56,4 +55,13 @@ func otlpTracing(ctx context.Context, endpoint string, ratio float64, nodeID str
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
 	)
 	return p, p.Shutdown, nil
+}
+
+// Version is the foldstream module's version as the go command stamped it into the program,
+// "(devel)" when it did not (a build from a checkout).
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
