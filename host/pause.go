@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 
@@ -364,7 +365,7 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 			return nil
 		}
 		h.mu.Unlock()
-		if done, err := h.askOwner(ctx, key, "pause"); done || err != nil {
+		if done, err := h.askOwner(ctx, key, url.Values{"op": {"pause"}}, nil); done || err != nil {
 			return err
 		}
 		if reg == nil {
@@ -381,7 +382,7 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 		if sl != nil {
 			continue
 		}
-		if _, err := h.askOwner(ctx, key, "pause"); err != nil {
+		if _, err := h.askOwner(ctx, key, url.Values{"op": {"pause"}}, nil); err != nil {
 			return err
 		}
 		return nil
@@ -396,23 +397,6 @@ func (h *Host) pauseRow(key procKey, reason, by string, f *foldtype.ProcessorFai
 		r.Code, r.Message, r.Offset, r.Attempts, r.EventType = string(f.Code), f.Message, f.Offset, f.Attempts, f.EventType
 	}
 	return r
-}
-
-// askOwner asks the node that holds key's lease, when another node does, to run op: done says
-// it was asked (err is its answer). With no live owner elsewhere, done is false.
-func (h *Host) askOwner(ctx context.Context, key procKey, op string) (done bool, err error) {
-	l, ok, err := h.ownerOf(ctx, key)
-	if err != nil {
-		return true, err
-	}
-	if !ok || !l.Live || l.Holder == h.leases.node || !time.Now().Before(l.Expires) {
-		return false, nil
-	}
-	if !h.forwardable(l) {
-		return true, foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": key.path, "slug": key.slug, "node": l.Holder},
-			"host: processor %q on %q runs on node %s, which gives no address to ask: %s it there", key.slug, key.path, l.Holder, op)
-	}
-	return true, h.forwardOp(ctx, l.Addr, key.path, key.slug, op)
 }
 
 // pauseSlot stops the engine of the open slot sl and keeps the slot paused (r): it reports false
@@ -486,7 +470,7 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 	}
 	h.mu.Unlock()
 	if sl == nil {
-		if done, err := h.askOwner(ctx, key, "resume"); done || err != nil {
+		if done, err := h.askOwner(ctx, key, url.Values{"op": {"resume"}}, nil); done || err != nil {
 			return err
 		}
 	}
