@@ -120,8 +120,16 @@ func (h *Host) askOwner(ctx context.Context, key procKey, q url.Values, out any)
 }
 
 // askHolder asks the node that holds l to run the verb q names (postToOwner); when l names no
-// address to ask, it fails with CONFLICT naming the node.
+// address to ask, it fails with CONFLICT naming the node. A verb another node forwarded here is
+// not passed on again: it fails with UNAVAILABLE (retryable).
 func (h *Host) askHolder(ctx context.Context, l driver.Lease, key procKey, q url.Values, out any) error {
+	if by := foldtype.OperatorRequestOf(ctx).ForwardedBy; by != "" {
+		// Asked by a node that believes this one runs it: the two nodes' views of the lease
+		// disagree (one is behind a move). Passing it on could send it round between them.
+		return foldtype.NewError(foldtype.CodeUnavailable, map[string]any{"path": key.path, "slug": key.slug, "node": l.Holder},
+			"host: processor %q on %q runs on node %s, not here, where node %s sent the verb; the nodes' views of its lease disagree: try again",
+			key.slug, key.path, l.Holder, by)
+	}
 	if !h.forwardable(l) {
 		op := q.Get("op")
 		return foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": key.path, "slug": key.slug, "node": l.Holder},

@@ -261,7 +261,8 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
 	defer cancel()
-	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor})
+	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor,
+		ForwardedBy: r.Header.Get(foldtype.HeaderForwardedOp)})
 	err = run(ctx)
 	outcome := "done"
 	if err != nil {
