@@ -109,6 +109,24 @@ func TestRetrySentToAnotherNodeRunsOnTheOwner(t *testing.T) {
 			t.Fatalf("the audit lines of a node:\n%s", a)
 		}
 	}
+	// The audit in the database holds the verb once: the other node stored it, the owner did not
+	// store the forwarded request again.
+	recs, err := owner.h.Audit(ctx, "/work", "jobs", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := 0
+	for _, a := range recs {
+		if a.Op == "retry" && a.Outcome == "done" {
+			done++
+			if a.Actor != "carol" || a.Reason != "fixed downstream" {
+				t.Fatalf("the retry's audit record: %+v", a)
+			}
+		}
+	}
+	if done != 1 {
+		t.Fatalf("%d audit records of the retry done, want 1: %+v", done, recs)
+	}
 	// Fixed: retried on the owner until an attempt that started after the fix has run.
 	p.broken.Store(false)
 	for {
