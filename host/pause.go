@@ -172,9 +172,11 @@ func (h *Host) stateRowsOn(ctx context.Context, path string) (map[string]driver.
 	return out, err
 }
 
-// putRow stores r (and caches it on an exclusive database).
-func (h *Host) putRow(ctx context.Context, r driver.ProcessorStateRow) error {
-	if err := h.store.Events().PutProcessorState(ctx, r); err != nil {
+// putRow stores r (and caches it on an exclusive database). With fence (the writing slot's
+// lease, rowFence) the write is fenced as a checkpoint is: a node that froze past its lease
+// writes nothing (LEASE_LOST) over the rows of the node that took the processor over.
+func (h *Host) putRow(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
+	if err := h.store.Events().PutProcessorState(ctx, r, fence); err != nil {
 		return err
 	}
 	if h.store.Driver().Exclusive() {
@@ -188,9 +190,9 @@ func (h *Host) putRow(ctx context.Context, r driver.ProcessorStateRow) error {
 	return nil
 }
 
-// clearRow removes key's row: the processor runs.
-func (h *Host) clearRow(ctx context.Context, key procKey) error {
-	if err := h.store.Events().ClearProcessorState(ctx, key.path, key.slug); err != nil {
+// clearRow removes key's row: the processor runs. fence as putRow.
+func (h *Host) clearRow(ctx context.Context, key procKey, fence *driver.Fence) error {
+	if err := h.store.Events().ClearProcessorState(ctx, key.path, key.slug, fence); err != nil {
 		return err
 	}
 	if h.store.Driver().Exclusive() {
@@ -199,6 +201,21 @@ func (h *Host) clearRow(ctx context.Context, key procKey) error {
 		h.rows.mu.Unlock()
 	}
 	return nil
+}
+
+// rowFence is the fence of the rows sl's node writes: the lease sl was opened under.
+func rowFence(sl *slot) *driver.Fence {
+	return &driver.Fence{Key: leaseKey(sl.key), Generation: sl.lease.Generation}
+}
+
+// lostLeaseOf drops sl's lease and stops sl: a fenced write found that the lease moved on (this
+// node froze past it). It returns the UNAVAILABLE a verb that met it answers: asked again, the
+// verb goes to the node that holds the lease now.
+func (h *Host) lostLeaseOf(sl *slot) error {
+	h.leases.drop(sl.key, sl.lease.Generation)
+	h.leaseLost(sl.key)
+	return foldtype.NewError(foldtype.CodeUnavailable, map[string]any{"path": sl.key.path, "slug": sl.key.slug},
+		"host: this node's lease of processor %q on %q ran out and another node holds it now; try again", sl.key.slug, sl.key.path)
 }
 
 // forgetRowsOf drops the cached rows of path (its stream was deleted, and its rows with it).
@@ -244,7 +261,11 @@ func (h *Host) syncFailureRow(sl *slot) {
 			if sl.lastRow == nil {
 				return
 			}
-			if err := h.clearRow(ctx, sl.key); err != nil {
+			if err := h.clearRow(ctx, sl.key, rowFence(sl)); err != nil {
+				if errors.Is(err, foldtype.ErrLeaseLost) {
+					_ = h.lostLeaseOf(sl) // the row is the new owner's now
+					return
+				}
 				h.log.Warn("host: clearing a processor's failure row failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 				return
 			}
@@ -262,7 +283,11 @@ func (h *Host) syncFailureRow(sl *slot) {
 			r.SinceMs = h.clock.Now().UnixMilli()
 			r.EventType = h.eventType(ctx, sl.key.path, f.Offset)
 		}
-		if err := h.putRow(ctx, r); err != nil {
+		if err := h.putRow(ctx, r, rowFence(sl)); err != nil {
+			if errors.Is(err, foldtype.ErrLeaseLost) {
+				_ = h.lostLeaseOf(sl) // the row is the new owner's now
+				return
+			}
 			h.log.Warn("host: storing a processor's failure failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			return
 		}
@@ -353,8 +378,13 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 			// Durable first: a node that dies after this line leaves the processor paused. Under
 			// the slot's row lock, so a failure row being written is not written over it.
 			sl.rowMu.Lock()
-			if err := h.putRow(ctx, r); err != nil {
+			if err := h.putRow(ctx, r, rowFence(sl)); err != nil {
 				sl.rowMu.Unlock()
+				if errors.Is(err, foldtype.ErrLeaseLost) {
+					// Nothing written. The failure policy's pause ends here: the node that took
+					// the processor over runs its own policy.
+					return h.lostLeaseOf(sl)
+				}
 				return err
 			}
 			paused := h.pauseSlot(sl, r)
@@ -373,7 +403,7 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 		}
 		// No node runs it: the row is enough; whoever opens it next reads it after taking the
 		// lease. One that took the lease before the row was written is asked now.
-		if err := h.putRow(ctx, h.pauseRow(key, reason, by, onFailure)); err != nil {
+		if err := h.putRow(ctx, h.pauseRow(key, reason, by, onFailure), nil); err != nil {
 			return err
 		}
 		h.mu.Lock()
@@ -451,7 +481,10 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 	sl := h.slots[key]
 	if sl != nil && sl.paused != nil {
 		h.mu.Unlock()
-		if err := h.clearRow(ctx, key); err != nil {
+		if err := h.clearRow(ctx, key, rowFence(sl)); err != nil {
+			if errors.Is(err, foldtype.ErrLeaseLost) {
+				return h.lostLeaseOf(sl)
+			}
 			return err
 		}
 		h.mu.Lock()
@@ -486,7 +519,7 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 			"host: processor %q on %q is not paused: there is nothing to resume", slug, path)
 	}
 	// Paused, and no node holds it: the row goes, and this node opens it to catch up.
-	if err := h.clearRow(ctx, key); err != nil {
+	if err := h.clearRow(ctx, key, nil); err != nil {
 		return err
 	}
 	if reg != nil {

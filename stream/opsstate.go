@@ -16,10 +16,11 @@ import (
 // errNoProcessorOps is the answer of a driver without the processor state tables.
 var errNoProcessorOps = foldtype.NewError(foldtype.CodeNoRoute, nil, "stream store: this database driver keeps no processor state")
 
-// PutProcessorState stores the state row of (r.Path, r.Slug), replacing the one there.
-func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow) error {
+// PutProcessorState stores the state row of (r.Path, r.Slug), replacing the one there. With fence
+// set, only while that lease is held at its generation: else LEASE_LOST, nothing written.
+func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
 	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
-		return ot.PutProcessorState(ctx, r)
+		return ot.PutProcessorState(ctx, r, fence)
 	})
 	if err != nil {
 		return fmt.Errorf("store the state of %q on %s: %w", r.Slug, quotePath(r.Path), err)
@@ -27,10 +28,11 @@ func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateR
 	return nil
 }
 
-// ClearProcessorState removes the state row of processor slug on path: it runs.
-func (e *Events) ClearProcessorState(ctx context.Context, path, slug string) error {
+// ClearProcessorState removes the state row of processor slug on path: it runs. fence as
+// PutProcessorState.
+func (e *Events) ClearProcessorState(ctx context.Context, path, slug string, fence *driver.Fence) error {
 	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
-		return ot.DeleteProcessorStateRow(ctx, path, slug)
+		return ot.DeleteProcessorStateRow(ctx, path, slug, fence)
 	})
 	if err != nil {
 		return fmt.Errorf("clear the state of %q on %s: %w", slug, quotePath(path), err)
