@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -146,8 +145,7 @@ func (h *Host) postToOwner(ctx context.Context, addr, path, slug string, q url.V
 	if or.Reason != "" {
 		q.Set("reason", or.Reason)
 	}
-	u := addr + (&url.URL{Path: strings.TrimRight(h.cfg.ProcessorPrefix, "/") + "/" + slug + path}).EscapedPath() + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.ownerURL(addr, path, slug, q), nil)
 	if err != nil {
 		return fmt.Errorf("host: ask the owner: %w", err)
 	}
