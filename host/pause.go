@@ -234,15 +234,7 @@ func (h *Host) forgetRowsOf(path string) {
 // its code, message, offset, event type and attempts; a healed processor's row is removed. A
 // paused slot's row is the pause verb's, written before the engine stopped.
 func (h *Host) syncFailureRow(sl *slot) {
-	h.mu.Lock()
-	if h.shutdown {
-		h.mu.Unlock()
-		return
-	}
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
+	h.background(func() {
 		sl.rowMu.Lock()
 		defer sl.rowMu.Unlock()
 		h.mu.Lock()
@@ -292,6 +284,21 @@ func (h *Host) syncFailureRow(sl *slot) {
 			return
 		}
 		sl.lastRow = &r
+	})
+}
+
+// background runs fn on a goroutine Shutdown waits for; once Shutdown began it runs nothing.
+func (h *Host) background(fn func()) {
+	h.mu.Lock()
+	if h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		fn()
 	}()
 }
 
@@ -535,22 +542,14 @@ func (h *Host) policyPause(sl *slot, f foldtype.ProcessorFailure) {
 	if at == 0 || f.Attempts < at {
 		return
 	}
-	h.mu.Lock()
-	if h.shutdown {
-		h.mu.Unlock()
-		return
-	}
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
+	h.background(func() {
 		reason := fmt.Sprintf("failure policy: %d failed attempts in a row at offset %d (%s)", f.Attempts, f.Offset, f.Code)
 		h.log.Warn("host: pausing a failing processor (its failure policy)", "path", sl.key.path, "slug", sl.key.slug,
 			"attempts", f.Attempts, "offset", f.Offset, "code", f.Code)
 		if err := h.pause(h.ctx, sl.key.path, sl.key.slug, reason, "policy", &f); err != nil && !errors.Is(err, ErrShutdown) {
 			h.log.Warn("host: the failure policy's pause failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 		}
-	}()
+	})
 }
 
 // openPaused ends the opening of sl as a paused slot: the lease is taken (a pause keeps its
