@@ -49,7 +49,7 @@ type ProcessorStateRow struct {
 	SinceMs int64
 }
 
-// ProcessorStateQuery selects state rows: every row when both fields are empty.
+// ProcessorStateQuery selects state rows: every row when all its fields are empty.
 type ProcessorStateQuery struct {
 	// Path selects one stream's rows; Prefix the rows of streams whose path starts with it.
 	Path   string
