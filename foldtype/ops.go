@@ -42,6 +42,9 @@ type OperatorRequest struct {
 	// Actor names the operator (a token's name) for the state rows and the audit; empty when
 	// unknown.
 	Actor string
+	// ForwardedBy names the node that passed the verb on (its HeaderForwardedOp); empty when the
+	// operator sent it here. A forwarded verb is not passed on again.
+	ForwardedBy string
 }
 
 type operatorRequestKey struct{}

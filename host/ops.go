@@ -2,11 +2,7 @@ package host
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -60,16 +56,8 @@ func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 		return nil
 	}
 	h.mu.Unlock()
-	l, ok, err := h.ownerOf(ctx, key)
-	if err != nil {
+	if done, err := h.askOwner(ctx, key, url.Values{"op": {"retry"}}, nil); done || err != nil {
 		return err
-	}
-	if ok && l.Live && l.Holder != h.leases.node && time.Now().Before(l.Expires) {
-		if !h.forwardable(l) {
-			return foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": path, "slug": slug, "node": l.Holder},
-				"host: processor %q on %q runs on node %s, which gives no address to ask: retry it there", slug, path, l.Holder)
-		}
-		return h.forwardOp(ctx, l.Addr, path, slug, "retry")
 	}
 	if reg == nil {
 		return notRegistered(path, slug)
@@ -99,41 +87,6 @@ func (h *Host) ownerOf(ctx context.Context, key procKey) (driver.Lease, bool, er
 func notFailing(path, slug string) error {
 	return foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": path, "slug": slug},
 		"host: processor %q on %q is not failing: there is nothing to retry", slug, path)
-}
-
-// forwardOp asks the owner at addr to run verb op on the processor: POST on its processor route
-// with ?op=op, passing on the operator's Authorization and reason.
-func (h *Host) forwardOp(ctx context.Context, addr, path, slug, op string) error {
-	or := foldtype.OperatorRequestOf(ctx)
-	q := url.Values{"op": {op}}
-	if or.Reason != "" {
-		q.Set("reason", or.Reason)
-	}
-	u := addr + (&url.URL{Path: strings.TrimRight(h.cfg.ProcessorPrefix, "/") + "/" + slug + path}).EscapedPath() + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-	if err != nil {
-		return fmt.Errorf("host: ask the owner: %w", err)
-	}
-	if or.Authorization != "" {
-		req.Header.Set("Authorization", or.Authorization)
-	}
-	req.Header.Set(foldtype.HeaderForwardedOp, h.leases.node)
-	resp, err := h.cfg.Client.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return ownerUnreachable(path, slug)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		return nil
-	}
-	if code := foldtype.Code(resp.Header.Get("Foldstream-Error-Code")); code != "" {
-		return foldtype.NewError(code, map[string]any{"path": path, "slug": slug},
-			"host: the node that runs processor %q on %q answered %s", slug, path, code)
-	}
-	return ownerUnreachable(path, slug)
 }
 
 func ownerUnreachable(path, slug string) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 
@@ -171,9 +172,11 @@ func (h *Host) stateRowsOn(ctx context.Context, path string) (map[string]driver.
 	return out, err
 }
 
-// putRow stores r (and caches it on an exclusive database).
-func (h *Host) putRow(ctx context.Context, r driver.ProcessorStateRow) error {
-	if err := h.store.Events().PutProcessorState(ctx, r); err != nil {
+// putRow stores r (and caches it on an exclusive database). With fence (the writing slot's
+// lease, rowFence) the write is fenced as a checkpoint is: a node that froze past its lease
+// writes nothing (LEASE_LOST) over the rows of the node that took the processor over.
+func (h *Host) putRow(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
+	if err := h.store.Events().PutProcessorState(ctx, r, fence); err != nil {
 		return err
 	}
 	if h.store.Driver().Exclusive() {
@@ -187,9 +190,9 @@ func (h *Host) putRow(ctx context.Context, r driver.ProcessorStateRow) error {
 	return nil
 }
 
-// clearRow removes key's row: the processor runs.
-func (h *Host) clearRow(ctx context.Context, key procKey) error {
-	if err := h.store.Events().ClearProcessorState(ctx, key.path, key.slug); err != nil {
+// clearRow removes key's row: the processor runs. fence as putRow.
+func (h *Host) clearRow(ctx context.Context, key procKey, fence *driver.Fence) error {
+	if err := h.store.Events().ClearProcessorState(ctx, key.path, key.slug, fence); err != nil {
 		return err
 	}
 	if h.store.Driver().Exclusive() {
@@ -198,6 +201,21 @@ func (h *Host) clearRow(ctx context.Context, key procKey) error {
 		h.rows.mu.Unlock()
 	}
 	return nil
+}
+
+// rowFence is the fence of the rows sl's node writes: the lease sl was opened under.
+func rowFence(sl *slot) *driver.Fence {
+	return &driver.Fence{Key: leaseKey(sl.key), Generation: sl.lease.Generation}
+}
+
+// lostLeaseOf drops sl's lease and stops sl: a fenced write found that the lease moved on (this
+// node froze past it). It returns the UNAVAILABLE a verb that met it answers: asked again, the
+// verb goes to the node that holds the lease now.
+func (h *Host) lostLeaseOf(sl *slot) error {
+	h.leases.drop(sl.key, sl.lease.Generation)
+	h.leaseLost(sl.key)
+	return foldtype.NewError(foldtype.CodeUnavailable, map[string]any{"path": sl.key.path, "slug": sl.key.slug},
+		"host: this node's lease of processor %q on %q ran out and another node holds it now; try again", sl.key.slug, sl.key.path)
 }
 
 // forgetRowsOf drops the cached rows of path (its stream was deleted, and its rows with it).
@@ -216,15 +234,7 @@ func (h *Host) forgetRowsOf(path string) {
 // its code, message, offset, event type and attempts; a healed processor's row is removed. A
 // paused slot's row is the pause verb's, written before the engine stopped.
 func (h *Host) syncFailureRow(sl *slot) {
-	h.mu.Lock()
-	if h.shutdown {
-		h.mu.Unlock()
-		return
-	}
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
+	h.background(func() {
 		sl.rowMu.Lock()
 		defer sl.rowMu.Unlock()
 		h.mu.Lock()
@@ -243,7 +253,11 @@ func (h *Host) syncFailureRow(sl *slot) {
 			if sl.lastRow == nil {
 				return
 			}
-			if err := h.clearRow(ctx, sl.key); err != nil {
+			if err := h.clearRow(ctx, sl.key, rowFence(sl)); err != nil {
+				if errors.Is(err, foldtype.ErrLeaseLost) {
+					_ = h.lostLeaseOf(sl) // the row is the new owner's now
+					return
+				}
 				h.log.Warn("host: clearing a processor's failure row failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 				return
 			}
@@ -261,11 +275,30 @@ func (h *Host) syncFailureRow(sl *slot) {
 			r.SinceMs = h.clock.Now().UnixMilli()
 			r.EventType = h.eventType(ctx, sl.key.path, f.Offset)
 		}
-		if err := h.putRow(ctx, r); err != nil {
+		if err := h.putRow(ctx, r, rowFence(sl)); err != nil {
+			if errors.Is(err, foldtype.ErrLeaseLost) {
+				_ = h.lostLeaseOf(sl) // the row is the new owner's now
+				return
+			}
 			h.log.Warn("host: storing a processor's failure failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 			return
 		}
 		sl.lastRow = &r
+	})
+}
+
+// background runs fn on a goroutine Shutdown waits for; once Shutdown began it runs nothing.
+func (h *Host) background(fn func()) {
+	h.mu.Lock()
+	if h.shutdown {
+		h.mu.Unlock()
+		return
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		fn()
 	}()
 }
 
@@ -352,8 +385,13 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 			// Durable first: a node that dies after this line leaves the processor paused. Under
 			// the slot's row lock, so a failure row being written is not written over it.
 			sl.rowMu.Lock()
-			if err := h.putRow(ctx, r); err != nil {
+			if err := h.putRow(ctx, r, rowFence(sl)); err != nil {
 				sl.rowMu.Unlock()
+				if errors.Is(err, foldtype.ErrLeaseLost) {
+					// Nothing written. The failure policy's pause ends here: the node that took
+					// the processor over runs its own policy.
+					return h.lostLeaseOf(sl)
+				}
 				return err
 			}
 			paused := h.pauseSlot(sl, r)
@@ -364,7 +402,7 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 			return nil
 		}
 		h.mu.Unlock()
-		if done, err := h.askOwner(ctx, key, "pause"); done || err != nil {
+		if done, err := h.askOwner(ctx, key, url.Values{"op": {"pause"}}, nil); done || err != nil {
 			return err
 		}
 		if reg == nil {
@@ -372,7 +410,7 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 		}
 		// No node runs it: the row is enough; whoever opens it next reads it after taking the
 		// lease. One that took the lease before the row was written is asked now.
-		if err := h.putRow(ctx, h.pauseRow(key, reason, by, onFailure)); err != nil {
+		if err := h.putRow(ctx, h.pauseRow(key, reason, by, onFailure), nil); err != nil {
 			return err
 		}
 		h.mu.Lock()
@@ -381,7 +419,7 @@ func (h *Host) pause(ctx context.Context, path, slug, reason, by string, onFailu
 		if sl != nil {
 			continue
 		}
-		if _, err := h.askOwner(ctx, key, "pause"); err != nil {
+		if _, err := h.askOwner(ctx, key, url.Values{"op": {"pause"}}, nil); err != nil {
 			return err
 		}
 		return nil
@@ -396,23 +434,6 @@ func (h *Host) pauseRow(key procKey, reason, by string, f *foldtype.ProcessorFai
 		r.Code, r.Message, r.Offset, r.Attempts, r.EventType = string(f.Code), f.Message, f.Offset, f.Attempts, f.EventType
 	}
 	return r
-}
-
-// askOwner asks the node that holds key's lease, when another node does, to run op: done says
-// it was asked (err is its answer). With no live owner elsewhere, done is false.
-func (h *Host) askOwner(ctx context.Context, key procKey, op string) (done bool, err error) {
-	l, ok, err := h.ownerOf(ctx, key)
-	if err != nil {
-		return true, err
-	}
-	if !ok || !l.Live || l.Holder == h.leases.node || !time.Now().Before(l.Expires) {
-		return false, nil
-	}
-	if !h.forwardable(l) {
-		return true, foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": key.path, "slug": key.slug, "node": l.Holder},
-			"host: processor %q on %q runs on node %s, which gives no address to ask: %s it there", key.slug, key.path, l.Holder, op)
-	}
-	return true, h.forwardOp(ctx, l.Addr, key.path, key.slug, op)
 }
 
 // pauseSlot stops the engine of the open slot sl and keeps the slot paused (r): it reports false
@@ -467,7 +488,10 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 	sl := h.slots[key]
 	if sl != nil && sl.paused != nil {
 		h.mu.Unlock()
-		if err := h.clearRow(ctx, key); err != nil {
+		if err := h.clearRow(ctx, key, rowFence(sl)); err != nil {
+			if errors.Is(err, foldtype.ErrLeaseLost) {
+				return h.lostLeaseOf(sl)
+			}
 			return err
 		}
 		h.mu.Lock()
@@ -486,7 +510,7 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 	}
 	h.mu.Unlock()
 	if sl == nil {
-		if done, err := h.askOwner(ctx, key, "resume"); done || err != nil {
+		if done, err := h.askOwner(ctx, key, url.Values{"op": {"resume"}}, nil); done || err != nil {
 			return err
 		}
 	}
@@ -502,7 +526,7 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 			"host: processor %q on %q is not paused: there is nothing to resume", slug, path)
 	}
 	// Paused, and no node holds it: the row goes, and this node opens it to catch up.
-	if err := h.clearRow(ctx, key); err != nil {
+	if err := h.clearRow(ctx, key, nil); err != nil {
 		return err
 	}
 	if reg != nil {
@@ -518,22 +542,14 @@ func (h *Host) policyPause(sl *slot, f foldtype.ProcessorFailure) {
 	if at == 0 || f.Attempts < at {
 		return
 	}
-	h.mu.Lock()
-	if h.shutdown {
-		h.mu.Unlock()
-		return
-	}
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
+	h.background(func() {
 		reason := fmt.Sprintf("failure policy: %d failed attempts in a row at offset %d (%s)", f.Attempts, f.Offset, f.Code)
 		h.log.Warn("host: pausing a failing processor (its failure policy)", "path", sl.key.path, "slug", sl.key.slug,
 			"attempts", f.Attempts, "offset", f.Offset, "code", f.Code)
 		if err := h.pause(h.ctx, sl.key.path, sl.key.slug, reason, "policy", &f); err != nil && !errors.Is(err, ErrShutdown) {
 			h.log.Warn("host: the failure policy's pause failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
 		}
-	}()
+	})
 }
 
 // openPaused ends the opening of sl as a paused slot: the lease is taken (a pause keeps its

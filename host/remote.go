@@ -34,13 +34,18 @@ func (h *Host) forwardable(l driver.Lease) bool {
 	return l.Addr != "" && l.Addr != h.leases.addr
 }
 
-// forward asks the owner at addr for the processor route and decodes its JSON answer into out.
-func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Values, out any) error {
+// ownerURL is the processor route of slug on path at the node serving at addr, with q.
+func (h *Host) ownerURL(addr, path, slug string, q url.Values) string {
 	u := addr + (&url.URL{Path: strings.TrimRight(h.cfg.ProcessorPrefix, "/") + "/" + slug + path}).EscapedPath()
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	return u
+}
+
+// forward asks the owner at addr for the processor route and decodes its JSON answer into out.
+func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Values, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.ownerURL(addr, path, slug, q), nil)
 	if err != nil {
 		return fmt.Errorf("host: ask the owner: %w", err)
 	}

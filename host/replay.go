@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -45,14 +44,13 @@ func (h *Host) Replay(ctx context.Context, path, slug string, req foldtype.Repla
 	var ee *elsewhereError
 	switch {
 	case errors.As(err, &ee):
-		return h.replayOn(ctx, ee.lease, path, slug, req)
+		var res foldtype.ReplayResult
+		err := h.askHolder(ctx, ee.lease, procKey{path, slug}, replayQuery(req), &res)
+		return res, err
 	case errors.Is(err, foldtype.ErrNotRegistered):
-		l, ok, oerr := h.ownerOf(ctx, procKey{path, slug})
-		if oerr != nil {
-			return foldtype.ReplayResult{}, oerr
-		}
-		if ok && l.Live && l.Holder != h.leases.node && time.Now().Before(l.Expires) {
-			return h.replayOn(ctx, l, path, slug, req)
+		var res foldtype.ReplayResult
+		if done, oerr := h.askOwner(ctx, procKey{path, slug}, replayQuery(req), &res); done || oerr != nil {
+			return res, oerr
 		}
 		return foldtype.ReplayResult{}, err
 	case err != nil:
@@ -101,18 +99,42 @@ func (h *Host) Replay(ctx context.Context, path, slug string, req foldtype.Repla
 	return res, err
 }
 
-// replayOn asks the node that holds l to replay the processor.
-func (h *Host) replayOn(ctx context.Context, l driver.Lease, path, slug string, req foldtype.ReplayRequest) (foldtype.ReplayResult, error) {
+// replayQuery is the query of a replay asked of the owner.
+func replayQuery(req foldtype.ReplayRequest) url.Values {
+	return url.Values{"op": {"replay"}, "from": {strconv.FormatInt(req.From, 10)}, "effects": {string(req.Effects)}}
+}
+
+// askOwner asks the node that holds key's lease, when another node does, to run the verb q names
+// (postToOwner): done says it was asked (err is its answer). With no live owner elsewhere, done
+// is false.
+func (h *Host) askOwner(ctx context.Context, key procKey, q url.Values, out any) (done bool, err error) {
+	l, ok, err := h.ownerOf(ctx, key)
+	if err != nil {
+		return true, err
+	}
+	if !ok || !l.Live || l.Holder == h.leases.node || !time.Now().Before(l.Expires) {
+		return false, nil
+	}
+	return true, h.askHolder(ctx, l, key, q, out)
+}
+
+// askHolder asks the node that holds l to run the verb q names (postToOwner); when l names no
+// address to ask, it fails with CONFLICT naming the node. A verb another node forwarded here is
+// not passed on again: it fails with UNAVAILABLE (retryable).
+func (h *Host) askHolder(ctx context.Context, l driver.Lease, key procKey, q url.Values, out any) error {
+	if by := foldtype.OperatorRequestOf(ctx).ForwardedBy; by != "" {
+		// Asked by a node that believes this one runs it: the two nodes' views of the lease
+		// disagree (one is behind a move). Passing it on could send it round between them.
+		return foldtype.NewError(foldtype.CodeUnavailable, map[string]any{"path": key.path, "slug": key.slug, "node": l.Holder},
+			"host: processor %q on %q runs on node %s, not here, where node %s sent the verb; the nodes' views of its lease disagree: try again",
+			key.slug, key.path, l.Holder, by)
+	}
 	if !h.forwardable(l) {
-		return foldtype.ReplayResult{}, foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": path, "slug": slug, "node": l.Holder},
-			"host: processor %q on %q runs on node %s, which gives no address to ask: replay it there", slug, path, l.Holder)
+		op := q.Get("op")
+		return foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": key.path, "slug": key.slug, "node": l.Holder},
+			"host: processor %q on %q runs on node %s, which gives no address to ask: %s it there", key.slug, key.path, l.Holder, op)
 	}
-	q := url.Values{"op": {"replay"}, "from": {strconv.FormatInt(req.From, 10)}, "effects": {string(req.Effects)}}
-	var res foldtype.ReplayResult
-	if err := h.postToOwner(ctx, l.Addr, path, slug, q, &res); err != nil {
-		return foldtype.ReplayResult{}, err
-	}
-	return res, nil
+	return h.postToOwner(ctx, l.Addr, key.path, key.slug, q, out)
 }
 
 // postToOwner POSTs an operator's verb (q holds op and its parameters) to the owner at addr, passing
@@ -123,8 +145,7 @@ func (h *Host) postToOwner(ctx context.Context, addr, path, slug string, q url.V
 	if or.Reason != "" {
 		q.Set("reason", or.Reason)
 	}
-	u := addr + (&url.URL{Path: strings.TrimRight(h.cfg.ProcessorPrefix, "/") + "/" + slug + path}).EscapedPath() + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.ownerURL(addr, path, slug, q), nil)
 	if err != nil {
 		return fmt.Errorf("host: ask the owner: %w", err)
 	}

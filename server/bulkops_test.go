@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,5 +127,24 @@ func TestABulkPauseOverAPatternCountsFirstThenPausesOnlyTheMatchingStreams(t *te
 		if err := h.WaitUntilProcessed(ctx, path, "jobs", info.Tail, 10*time.Second); err != nil {
 			t.Fatalf("%s after the resume: %v", path, err)
 		}
+	}
+	// One audit record per bulk verb, naming the pattern, newest first (the refused token's
+	// request was not authorized, so it is not a verb).
+	res, body = request(t, "GET", ts.URL+"/v1/processor/jobs/carts/*?audit=1", "", "Authorization", bearer(opsToken))
+	var audit struct{ Audit []foldtype.AuditEntry }
+	if res.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &audit) != nil {
+		t.Fatalf("the audit of the pattern: %d %s", res.StatusCode, body)
+	}
+	want := []string{"resume done: 3 of 3 changed, 0 failed", "pause dry run: 0 of 3 would change",
+		"pause done: 3 of 3 changed, 0 failed", "pause dry run: 3 of 3 would change"}
+	var got []string
+	for _, a := range audit.Audit {
+		if a.Path != "/carts/*" || a.Slug != "jobs" || a.Reason != "bulk" {
+			t.Fatalf("an audit record of the bulk verbs: %+v", a)
+		}
+		got = append(got, a.Op+" "+a.Outcome)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the audit of the bulk verbs: %q, want %q", got, want)
 	}
 }

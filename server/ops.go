@@ -93,13 +93,7 @@ func (s *Server) serveProcessorAudit(w http.ResponseWriter, r *http.Request, res
 		s.writeProcessorError(w, r, path, slug, err)
 		return
 	}
-	b, _ := json.Marshal(map[string]any{"audit": recs})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(append(b, '\n'))
-	}
+	writeJSON(w, r, map[string]any{"audit": recs})
 }
 
 // serveProcessorBulk answers a bulk verb over the streams a path pattern matches:
@@ -157,20 +151,11 @@ func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest
 		outcome = fmt.Sprintf("dry run: %d of %d would change", res.Changed, res.Matched)
 	}
 	if err != nil {
-		outcome = "refused"
-		var fe *foldtype.Error
-		if errors.As(err, &fe) {
-			outcome = "refused: " + string(fe.Code)
-		}
+		outcome = refusedOutcome(err)
 	}
 	s.log.Info("audit: processor bulk "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "pattern", pattern, "slug", slug, "reason", reason, "outcome", outcome)
-	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
-		if aerr := au.RecordOp(context.WithoutCancel(ctx), foldtype.AuditEntry{Actor: actor, Op: op, Path: pattern, Slug: slug,
-			Reason: reason, Outcome: outcome}); aerr != nil {
-			s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", aerr)
-		}
-	}
+	s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: pattern, Slug: slug, Reason: reason, Outcome: outcome})
 	if err != nil {
 		s.writeProcessorError(w, r, pattern, slug, err)
 		return
@@ -181,10 +166,7 @@ func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest
 		Pattern string `json:"pattern"`
 		foldtype.BulkResult
 	}{op, slug, pattern, res})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(b, '\n'))
+	writeOpAnswer(w, b)
 }
 
 // maxReasonLength bounds an operator's reason, which goes to the log as given.
@@ -261,37 +243,56 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
 	defer cancel()
-	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor})
+	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor,
+		ForwardedBy: r.Header.Get(foldtype.HeaderForwardedOp)})
 	err = run(ctx)
 	outcome := "done"
 	if err != nil {
-		outcome = "refused"
-		var fe *foldtype.Error
-		if errors.As(err, &fe) {
-			outcome = "refused: " + string(fe.Code)
-		}
+		outcome = refusedOutcome(err)
 	}
 	s.log.Info("audit: processor "+op, append([]any{"requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome}, params...)...)
-	if au, ok := s.cfg.Processors.(ProcessorAudit); ok {
-		// Stored once, by the node that took the verb from the operator: a node that asked the
-		// owner for it records it, not the owner too (its request carries the forwarded mark).
-		if r.Header.Get(foldtype.HeaderForwardedOp) == "" {
-			if aerr := au.RecordOp(context.WithoutCancel(ctx), foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug,
-				Reason: reason, Outcome: outcome}); aerr != nil {
-				s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", aerr)
-			}
-		}
+	// Stored once, by the node that took the verb from the operator: a node that asked the owner
+	// for it records it, not the owner too (its request carries the forwarded mark).
+	if r.Header.Get(foldtype.HeaderForwardedOp) == "" {
+		s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug, Reason: reason, Outcome: outcome})
 	}
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
 	ans := map[string]any{"op": op, "slug": slug, "stream": name}
 	maps.Copy(ans, answer)
 	b, _ := json.Marshal(ans)
+	writeOpAnswer(w, b)
+}
+
+// refusedOutcome is the audit's outcome of a verb that failed with err: "refused", with err's
+// code when it has one.
+func refusedOutcome(err error) string {
+	var fe *foldtype.Error
+	if errors.As(err, &fe) {
+		return "refused: " + string(fe.Code)
+	}
+	return "refused"
+}
+
+// recordOp stores the audit record of a verb when the processors keep an audit (ProcessorAudit),
+// also when the caller has gone; a failure to store it is logged.
+func (s *Server) recordOp(ctx context.Context, w http.ResponseWriter, e foldtype.AuditEntry) {
+	au, ok := s.cfg.Processors.(ProcessorAudit)
+	if !ok {
+		return
+	}
+	if err := au.RecordOp(context.WithoutCancel(ctx), e); err != nil {
+		s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", err)
+	}
+}
+
+// writeOpAnswer writes a verb's 200 answer, the JSON b.
+func writeOpAnswer(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(b, '\n'))
 }

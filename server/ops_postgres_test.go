@@ -109,6 +109,24 @@ func TestRetrySentToAnotherNodeRunsOnTheOwner(t *testing.T) {
 			t.Fatalf("the audit lines of a node:\n%s", a)
 		}
 	}
+	// The audit in the database holds the verb once: the other node stored it, the owner did not
+	// store the forwarded request again.
+	recs, err := owner.h.Audit(ctx, "/work", "jobs", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := 0
+	for _, a := range recs {
+		if a.Op == "retry" && a.Outcome == "done" {
+			done++
+			if a.Actor != "carol" || a.Reason != "fixed downstream" {
+				t.Fatalf("the retry's audit record: %+v", a)
+			}
+		}
+	}
+	if done != 1 {
+		t.Fatalf("%d audit records of the retry done, want 1: %+v", done, recs)
+	}
 	// Fixed: retried on the owner until an attempt that started after the fix has run.
 	p.broken.Store(false)
 	for {
@@ -121,5 +139,53 @@ func TestRetrySentToAnotherNodeRunsOnTheOwner(t *testing.T) {
 		}
 		_ = owner.h.RetryNow(ctx, "/work", "jobs")
 		runtime.Gosched()
+	}
+}
+
+// A verb one node forwarded reaches a node that does not run the processor either (their views of
+// the lease disagree, one behind a move): that node answers 503 UNAVAILABLE, to be tried again,
+// rather than pass it on — two nodes each naming the other would send it round between them. The
+// owner is not asked and nothing is paused.
+func TestAForwardedVerbIsNotPassedOnAgain(t *testing.T) {
+	db := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bt, err := server.ParseBearerTokens(testTokens + "carol ops " + opsToken + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := startOpsNode(t, db, "owner", bt)
+	other := startOpsNode(t, db, "other", bt)
+	p := &poisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[poisonTally]{
+		Slug: "jobs", Version: "1", Consumes: []string{"job", "poison"},
+	}))}
+	if _, err := host.Register(ctx, owner.h, "/work", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.st.Events().Stream("/work").Append(ctx, foldtype.EventInput{Type: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.h.Snapshot(ctx, "/work", "jobs"); err != nil { // opened: the owner holds the lease
+		t.Fatal(err)
+	}
+	pause := other.url + "/v1/processor/jobs/work?op=pause&reason=loop"
+	for {
+		// As if the owner had forwarded it, believing the other node runs the processor.
+		res, body := request(t, "POST", pause, "", "Authorization", bearer(opsToken), foldtype.HeaderForwardedOp, "owner")
+		if res.StatusCode == http.StatusNotFound && ctx.Err() == nil {
+			runtime.Gosched() // the other node has not read the owner's lease yet
+			continue
+		}
+		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Foldstream-Error-Code") != string(foldtype.CodeUnavailable) {
+			t.Fatalf("a forwarded pause on a node that does not run the processor: %d %s %s", res.StatusCode,
+				res.Header.Get("Foldstream-Error-Code"), body)
+		}
+		break
+	}
+	if a := owner.logs.String(); strings.Contains(a, "audit: processor pause") {
+		t.Fatalf("the owner was asked:\n%s", a)
+	}
+	if sts := owner.h.ProcessorsOn(ctx, "/work"); len(sts) != 1 || sts[0].Paused != nil {
+		t.Fatalf("the owner's processor: %+v", sts)
 	}
 }

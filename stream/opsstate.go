@@ -16,18 +16,11 @@ import (
 // errNoProcessorOps is the answer of a driver without the processor state tables.
 var errNoProcessorOps = foldtype.NewError(foldtype.CodeNoRoute, nil, "stream store: this database driver keeps no processor state")
 
-// PutProcessorState stores the state row of (r.Path, r.Slug), replacing the one there.
-func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow) error {
-	err := e.s.write(ctx, func(t *tx) error {
-		d, dctx, err := t.db.begin(t.ctx)
-		if err != nil {
-			return err
-		}
-		ot, ok := d.(driver.ProcessorOpsTx)
-		if !ok {
-			return errNoProcessorOps
-		}
-		return ot.PutProcessorState(dctx, r)
+// PutProcessorState stores the state row of (r.Path, r.Slug), replacing the one there. With fence
+// set, only while that lease is held at its generation: else LEASE_LOST, nothing written.
+func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
+	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
+		return ot.PutProcessorState(ctx, r, fence)
 	})
 	if err != nil {
 		return fmt.Errorf("store the state of %q on %s: %w", r.Slug, quotePath(r.Path), err)
@@ -35,18 +28,11 @@ func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateR
 	return nil
 }
 
-// ClearProcessorState removes the state row of processor slug on path: it runs.
-func (e *Events) ClearProcessorState(ctx context.Context, path, slug string) error {
-	err := e.s.write(ctx, func(t *tx) error {
-		d, dctx, err := t.db.begin(t.ctx)
-		if err != nil {
-			return err
-		}
-		ot, ok := d.(driver.ProcessorOpsTx)
-		if !ok {
-			return errNoProcessorOps
-		}
-		return ot.DeleteProcessorStateRow(dctx, path, slug)
+// ClearProcessorState removes the state row of processor slug on path: it runs. fence as
+// PutProcessorState.
+func (e *Events) ClearProcessorState(ctx context.Context, path, slug string, fence *driver.Fence) error {
+	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
+		return ot.DeleteProcessorStateRow(ctx, path, slug, fence)
 	})
 	if err != nil {
 		return fmt.Errorf("clear the state of %q on %s: %w", slug, quotePath(path), err)
@@ -57,11 +43,7 @@ func (e *Events) ClearProcessorState(ctx context.Context, path, slug string) err
 // ProcessorStates returns the state rows q selects, by path then slug.
 func (e *Events) ProcessorStates(ctx context.Context, q driver.ProcessorStateQuery) ([]driver.ProcessorStateRow, error) {
 	var out []driver.ProcessorStateRow
-	err := e.s.readTx(ctx, func(r driver.Reader) error {
-		or, ok := r.(driver.ProcessorOpsReader)
-		if !ok {
-			return nil // no table: nothing stored
-		}
+	err := e.opsRead(ctx, func(or driver.ProcessorOpsReader) error {
 		var err error
 		out, err = or.ProcessorStates(ctx, q)
 		return err
@@ -74,16 +56,8 @@ func (e *Events) ProcessorStates(ctx context.Context, q driver.ProcessorStateQue
 
 // AppendAudit appends an operator's verb to the audit.
 func (e *Events) AppendAudit(ctx context.Context, r driver.AuditRecord) error {
-	err := e.s.write(ctx, func(t *tx) error {
-		d, dctx, err := t.db.begin(t.ctx)
-		if err != nil {
-			return err
-		}
-		ot, ok := d.(driver.ProcessorOpsTx)
-		if !ok {
-			return errNoProcessorOps
-		}
-		return ot.InsertAuditRecord(dctx, r)
+	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
+		return ot.InsertAuditRecord(ctx, r)
 	})
 	if err != nil {
 		return fmt.Errorf("append to the audit: %w", err)
@@ -94,11 +68,7 @@ func (e *Events) AppendAudit(ctx context.Context, r driver.AuditRecord) error {
 // Audit returns the audit records q selects, newest first.
 func (e *Events) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.AuditRecord, error) {
 	var out []driver.AuditRecord
-	err := e.s.readTx(ctx, func(r driver.Reader) error {
-		or, ok := r.(driver.ProcessorOpsReader)
-		if !ok {
-			return nil
-		}
+	err := e.opsRead(ctx, func(or driver.ProcessorOpsReader) error {
 		var err error
 		out, err = or.AuditRecords(ctx, q)
 		return err
@@ -107,4 +77,32 @@ func (e *Events) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.Audit
 		return nil, fmt.Errorf("read the audit: %w", err)
 	}
 	return out, nil
+}
+
+// opsWrite runs fn in a write transaction on the driver's processor state tables; a driver
+// without them fails with errNoProcessorOps.
+func (e *Events) opsWrite(ctx context.Context, fn func(context.Context, driver.ProcessorOpsTx) error) error {
+	return e.s.write(ctx, func(t *tx) error {
+		d, dctx, err := t.db.begin(t.ctx)
+		if err != nil {
+			return err
+		}
+		ot, ok := d.(driver.ProcessorOpsTx)
+		if !ok {
+			return errNoProcessorOps
+		}
+		return fn(dctx, ot)
+	})
+}
+
+// opsRead runs fn in a read transaction on the driver's processor state tables; with a driver
+// without them nothing is stored, and fn does not run.
+func (e *Events) opsRead(ctx context.Context, fn func(driver.ProcessorOpsReader) error) error {
+	return e.s.readTx(ctx, func(r driver.Reader) error {
+		or, ok := r.(driver.ProcessorOpsReader)
+		if !ok {
+			return nil
+		}
+		return fn(or)
+	})
 }

@@ -18,10 +18,12 @@ type ProcessorOpsReader interface {
 
 // ProcessorOpsTx is optionally implemented by a [Tx]: the write side of ProcessorOpsReader.
 type ProcessorOpsTx interface {
-	// PutProcessorState inserts or replaces the row of (r.Path, r.Slug).
-	PutProcessorState(ctx context.Context, r ProcessorStateRow) error
-	// DeleteProcessorStateRow removes the row of (path, slug) (no error when there is none).
-	DeleteProcessorStateRow(ctx context.Context, path, slug string) error
+	// PutProcessorState inserts or replaces the row of (r.Path, r.Slug). With fence set it is
+	// fenced as WriteCheckpoint is: LEASE_LOST, nothing written, when the lease moved on.
+	PutProcessorState(ctx context.Context, r ProcessorStateRow, fence *Fence) error
+	// DeleteProcessorStateRow removes the row of (path, slug) (no error when there is none),
+	// fenced as PutProcessorState.
+	DeleteProcessorStateRow(ctx context.Context, path, slug string, fence *Fence) error
 	// InsertAuditRecord appends r (its ID is assigned by the database).
 	InsertAuditRecord(ctx context.Context, r AuditRecord) error
 }
@@ -47,7 +49,7 @@ type ProcessorStateRow struct {
 	SinceMs int64
 }
 
-// ProcessorStateQuery selects state rows: every row when both fields are empty.
+// ProcessorStateQuery selects state rows: every row when all its fields are empty.
 type ProcessorStateQuery struct {
 	// Path selects one stream's rows; Prefix the rows of streams whose path starts with it.
 	Path   string

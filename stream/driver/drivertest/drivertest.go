@@ -543,6 +543,52 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		}
 	})
 
+	t.Run("ProcessorStateFencedByLease", func(t *testing.T) {
+		h := open(t, newDriver)
+		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		fence := &driver.Fence{Key: "lease", Generation: l.Generation}
+		row := func(state string) driver.ProcessorStateRow {
+			return driver.ProcessorStateRow{Path: "/s", Slug: "p", State: state, Node: "node-a", SinceMs: 1}
+		}
+		opsTx := func(tx driver.Tx) driver.ProcessorOpsTx {
+			ot, ok := tx.(driver.ProcessorOpsTx)
+			if !ok {
+				t.Skip("the driver keeps no processor state")
+			}
+			return ot
+		}
+		h.write(func(tx driver.Tx) error { return opsTx(tx).PutProcessorState(ctx, row("failing"), fence) })
+		if err := h.d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := h.d.AcquireLease(ctx, "lease", "node-b", "", time.Minute); err != nil || !ok {
+			t.Fatalf("takeover: %v %v", ok, err)
+		}
+		// node-a, past its lease, neither writes nor removes the row.
+		h.write(func(tx driver.Tx) error {
+			if err := opsTx(tx).PutProcessorState(ctx, row("paused"), fence); !errors.Is(err, foldtype.ErrLeaseLost) {
+				t.Errorf("put with a stale fence: got %v, want LEASE_LOST", err)
+			}
+			return nil
+		})
+		h.write(func(tx driver.Tx) error {
+			if err := opsTx(tx).DeleteProcessorStateRow(ctx, "/s", "p", fence); !errors.Is(err, foldtype.ErrLeaseLost) {
+				t.Errorf("delete with a stale fence: got %v, want LEASE_LOST", err)
+			}
+			return nil
+		})
+		h.read(func(q driver.Reader) error {
+			rows, err := q.(driver.ProcessorOpsReader).ProcessorStates(ctx, driver.ProcessorStateQuery{Path: "/s"})
+			if err != nil || len(rows) != 1 || rows[0].State != "failing" {
+				t.Errorf("rows: got %+v %v, want the fenced write only", rows, err)
+			}
+			return nil
+		})
+	})
+
 	t.Run("CheckpointFencedByLease", func(t *testing.T) {
 		h := open(t, newDriver)
 		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)

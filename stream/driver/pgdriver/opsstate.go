@@ -116,7 +116,10 @@ func (t *readTx) AuditRecords(ctx context.Context, q driver.AuditQuery) ([]drive
 	return out, nil
 }
 
-func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow) error {
+func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
+	if err := t.checkFence(ctx, fence, "store processor state"); err != nil {
+		return err
+	}
 	return t.exec(ctx, "store processor state", `INSERT INTO processor_states(`+processorStateCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (path, slug) DO UPDATE SET state = excluded.state, reason = excluded.reason, code = excluded.code,
@@ -125,7 +128,10 @@ func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorState
 		r.Path, r.Slug, r.State, r.Reason, r.Code, r.Message, r.Offset, r.EventType, r.Attempts, r.Node, r.By, r.SinceMs)
 }
 
-func (t *writeTx) DeleteProcessorStateRow(ctx context.Context, path, slug string) error {
+func (t *writeTx) DeleteProcessorStateRow(ctx context.Context, path, slug string, fence *driver.Fence) error {
+	if err := t.checkFence(ctx, fence, "delete processor state"); err != nil {
+		return err
+	}
 	return t.exec(ctx, "delete processor state", `DELETE FROM processor_states WHERE path = $1 AND slug = $2`, path, slug)
 }
 

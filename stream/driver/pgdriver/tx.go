@@ -939,15 +939,8 @@ func (t *writeTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) e
 // a node taking the lease over must update that row, so it waits for this transaction, and this
 // transaction sees a generation that moved on and writes nothing (LEASE_LOST).
 func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
-	if f := w.Fence; f != nil {
-		var gen int64
-		err := t.tx.QueryRow(ctx, `SELECT generation FROM leases WHERE key = $1 FOR SHARE`, f.Key).Scan(&gen)
-		if err != nil && !isNoRows(err) {
-			return t.d.classify(fmt.Errorf("write checkpoint %q: check lease: %w", w.Slug, err))
-		}
-		if isNoRows(err) || gen != f.Generation {
-			return leaseLost(w.Slug, f)
-		}
+	if err := t.checkFence(ctx, w.Fence, fmt.Sprintf("write checkpoint %q", w.Slug)); err != nil {
+		return err
 	}
 	var state *string
 	if w.StateChanged && w.Checkpoint.State != nil {
@@ -963,9 +956,27 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 		w.Scope, w.Slug, w.Checkpoint.ReducerVersion, w.Checkpoint.ReducedThroughOffset, state)
 }
 
-func leaseLost(slug string, f *driver.Fence) error {
+// checkFence fails with LEASE_LOST when f is set and its lease is no longer held at its
+// generation. It reads the lease row FOR SHARE: a node taking the lease over must update that row,
+// so it waits for this transaction, and this transaction sees a generation that moved on.
+func (t *writeTx) checkFence(ctx context.Context, f *driver.Fence, what string) error {
+	if f == nil {
+		return nil
+	}
+	var gen int64
+	err := t.tx.QueryRow(ctx, `SELECT generation FROM leases WHERE key = $1 FOR SHARE`, f.Key).Scan(&gen)
+	if err != nil && !isNoRows(err) {
+		return t.d.classify(fmt.Errorf("%s: check lease: %w", what, err))
+	}
+	if isNoRows(err) || gen != f.Generation {
+		return leaseLost(what, f)
+	}
+	return nil
+}
+
+func leaseLost(what string, f *driver.Fence) error {
 	e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
-		"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", slug, f.Key, f.Generation)
+		"%s: lease %q is no longer held at generation %d; nothing was written", what, f.Key, f.Generation)
 	e.Retryable = false
 	return e
 }

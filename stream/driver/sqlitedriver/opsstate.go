@@ -106,7 +106,10 @@ func (t *readTx) AuditRecords(ctx context.Context, q driver.AuditQuery) ([]drive
 	return out, rows.Err()
 }
 
-func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow) error {
+func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
+	if err := t.checkFence(fence, "store processor state"); err != nil {
+		return err
+	}
 	_, err := t.q.exec(ctx, `INSERT INTO processor_states(`+processorStateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(path, slug) DO UPDATE SET state = excluded.state, reason = excluded.reason, code = excluded.code,
 			message = excluded.message, event_offset = excluded.event_offset, event_type = excluded.event_type,
@@ -118,7 +121,10 @@ func (t *writeTx) PutProcessorState(ctx context.Context, r driver.ProcessorState
 	return nil
 }
 
-func (t *writeTx) DeleteProcessorStateRow(ctx context.Context, path, slug string) error {
+func (t *writeTx) DeleteProcessorStateRow(ctx context.Context, path, slug string, fence *driver.Fence) error {
+	if err := t.checkFence(fence, "delete processor state"); err != nil {
+		return err
+	}
 	if _, err := t.q.exec(ctx, `DELETE FROM processor_states WHERE path = ? AND slug = ?`, path, slug); err != nil {
 		return classify(fmt.Errorf("delete processor state: %w", err))
 	}

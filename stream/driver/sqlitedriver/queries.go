@@ -492,12 +492,21 @@ func (t *writeTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) e
 	return classify(err)
 }
 
+// checkFence fails with LEASE_LOST when f is set and its lease is no longer held at its
+// generation.
+func (t *writeTx) checkFence(f *driver.Fence, what string) error {
+	if f == nil || t.w.d.leases.generation(f.Key) == f.Generation {
+		return nil
+	}
+	e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
+		"%s: lease %q is no longer held at generation %d; nothing was written", what, f.Key, f.Generation)
+	e.Retryable = false
+	return e
+}
+
 func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
-	if f := w.Fence; f != nil && t.w.d.leases.generation(f.Key) != f.Generation {
-		e := foldtype.NewError(foldtype.CodeLeaseLost, map[string]any{"lease": f.Key, "generation": f.Generation},
-			"write checkpoint %q: lease %q is no longer held at generation %d; nothing was written", w.Slug, f.Key, f.Generation)
-		e.Retryable = false
-		return e
+	if err := t.checkFence(w.Fence, fmt.Sprintf("write checkpoint %q", w.Slug)); err != nil {
+		return err
 	}
 	var state any
 	if w.StateChanged && w.Checkpoint.State != nil {
