@@ -84,6 +84,41 @@ func RunStore(t *testing.T, newDriver Factory) {
 		}
 	})
 
+	t.Run("ARetriedEmissionWithAnotherTraceContextIsTheSameEvent", func(t *testing.T) {
+		// A retried ProcessEvent emits under a new span: its trace context differs from the first
+		// emission's, and the store still takes it as that emission (docs/engine.md#tracing).
+		s := openStore(t, newDriver)
+		first := foldtype.EventInput{Type: "shipped", IdempotencyKey: "processor:ship/1", Payload: []byte(`{"n":1}`),
+			Metadata: []byte(`{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","who":"x"}`)}
+		got, err := s.Events().Stream("/t").Append(ctx, foldtype.EventInput{Type: "a"}, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry := first
+		retry.Metadata = []byte(`{"who":"x","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"k=v"}`)
+		again, err := s.Events().Stream("/t").Append(ctx, retry)
+		if err != nil || len(again) != 1 || again[0].Offset != got[1].Offset {
+			t.Fatalf("retry with another trace context: got %+v %v, want the event stored at %d", again, err, got[1].Offset)
+		}
+		if string(again[0].Metadata) != string(first.Metadata) {
+			t.Errorf("the retry answered metadata %s, want the stored %s", again[0].Metadata, first.Metadata)
+		}
+		untraced := first
+		untraced.Metadata = []byte(`{"who":"x"}`)
+		if again, err := s.Events().Stream("/t").Append(ctx, untraced); err != nil || again[0].Offset != got[1].Offset {
+			t.Fatalf("untraced retry: got %+v %v, want the event stored at %d", again, err, got[1].Offset)
+		}
+		other := first
+		other.Metadata = []byte(`{"who":"y","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)
+		if _, err := s.Events().Stream("/t").Append(ctx, other); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
+			t.Fatalf("other metadata besides the trace: got %v, want IDEMPOTENCY_CONFLICT", err)
+		}
+		page, err := s.Events().Stream("/t").Read(ctx, 0, 0)
+		if err != nil || len(page.Events) != 2 {
+			t.Fatalf("read: got %+v %v, want the two events appended first", page, err)
+		}
+	})
+
 	t.Run("ProtocolRecordsProducersAndClose", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/j", ContentType: "application/json", Body: []byte(`[1,2]`)}); err != nil {
