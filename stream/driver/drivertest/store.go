@@ -119,6 +119,29 @@ func RunStore(t *testing.T, newDriver Factory) {
 		}
 	})
 
+	t.Run("AStreamCreatedByItsWriterGetsNoBirthRecord", func(t *testing.T) {
+		// Only a wake that creates the stream writes itx/created (docs/store.md#records-nobody-appended):
+		// an empty stream created over the protocol (an HTTP PUT) gets itx/woken alone.
+		s := openStore(t, newDriver)
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/carts/1", ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Events().WakeExisting(ctx, "/carts/1", stream.WakeRequest)
+		if err != nil || len(got) != 1 || got[0].Type != foldtype.WokenType || got[0].Offset != 1 {
+			t.Fatalf("wake of an empty stream created over the protocol: got %+v %v, want itx/woken alone at 1", got, err)
+		}
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/carts/2", ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Events().Wake(ctx, "/carts/2", stream.WakeRequest); err != nil || len(got) != 1 || got[0].Type != foldtype.WokenType {
+			t.Fatalf("Wake of an existing empty stream: got %+v %v, want itx/woken alone", got, err)
+		}
+		born, err := s.Events().Wake(ctx, "/carts/3", stream.WakeRequest)
+		if err != nil || len(born) != 2 || born[0].Type != foldtype.CreatedType || born[1].Type != foldtype.WokenType {
+			t.Fatalf("Wake that creates the stream: got %+v %v, want the birth batch", born, err)
+		}
+	})
+
 	t.Run("ProtocolRecordsProducersAndClose", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/j", ContentType: "application/json", Body: []byte(`[1,2]`)}); err != nil {
