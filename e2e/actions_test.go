@@ -314,7 +314,8 @@ func TestConsoleRefusedActionsShowTheirProblem(t *testing.T) {
 
 // TestConsoleProcessorsPageShowsLagInSeconds: the lag of a failing cart is shown in durable
 // events and in seconds (how long its oldest unprocessed event has waited), which grows while it
-// fails; a cart with nothing to do shows 0 and 0s.
+// fails; a cart with nothing to do shows 0 and 0s. At phone width the page does not scroll
+// sideways.
 func TestConsoleProcessorsPageShowsLagInSeconds(t *testing.T) {
 	base := setup(t, "/carts/alice", "/carts/eve")
 	addItem(t, base, "/carts/alice", "espresso", 1, 320)
@@ -335,4 +336,13 @@ func TestConsoleProcessorsPageShowsLagInSeconds(t *testing.T) {
 	if title, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+js(eve+" td.lag-seconds")+`).title`)); err != nil || !strings.Contains(title, "committed at 20") {
 		t.Errorf("eve's lag title %q (%v): want the commit time of its oldest unprocessed event", title, err)
 	}
+
+	// Phone width: the page does not scroll sideways, with a processor's details open too.
+	click(t, ctx, eve+" button.details-btn")
+	waitFor(t, ctx, "eve's details", `!!document.querySelector(".audit")?.textContent`)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "no horizontal scrolling at 390 px", `document.documentElement.scrollWidth <= window.innerWidth`)
+	screenshot(t, ctx, "console-processors-phone.png")
 }

@@ -431,7 +431,8 @@ function processorsView(main, state, signal) {
     body,
   );
   const empty = el("div", { class: "empty", hidden: true });
-  main.append(el("section", { class: "card" }, el("div", { class: "toolbar" }, filters, count), table, empty), bulkForm(() => load().catch(noteError)));
+  // The table scrolls sideways inside its card at phone width; the page never does.
+  main.append(el("section", { class: "card" }, el("div", { class: "toolbar" }, filters, count), el("div", { class: "table-scroll" }, table), empty), bulkForm(() => load().catch(noteError)));
 
   const rows = new Map(); // stream + slug → {tr, detail, verbs, details}
   const render = (list, more) => {
