@@ -481,10 +481,7 @@ function processorsView(main, state, signal) {
       const verbs = VERBS_BY_STATE[st] || VERBS_BY_STATE.running;
       if (row.verbs !== verbs.join()) {
         row.verbs = verbs.join();
-        const reload = () => {
-          load().catch(noteError);
-          if (row.details) row.details.load();
-        };
+        const reload = () => load().catch(noteError); // the row and its open details
         const toggle = (e) => {
           if (row.detail) {
             row.detail.remove();
