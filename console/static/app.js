@@ -717,7 +717,10 @@ function confirmVerb(verb, stream, slug, then) {
         text: `The processor ${slug} on ${stream} goes on past the event it fails on, which is kept in its parked events: redrive it there once the cause is fixed, or discard it.`,
         okText: "Skip",
         run: send({ op: "skip" }),
-        done: (a) => finish(`Skipped ${a && a.offset !== undefined ? "the event at offset " + a.offset : "the failing event"} of ${slug} on ${stream}: it is parked.`),
+        done: (a) => {
+          const off = a?.parked?.offset;
+          finish(`Skipped ${off !== undefined ? "the event at offset " + off : "the failing event"} of ${slug} on ${stream}: it is parked.`);
+        },
       });
       return;
     case "replay": {
@@ -800,10 +803,13 @@ function processorDetails(stream, slug, then) {
   const redrive = (offset) =>
     confirmAction({
       title: offset === undefined ? `Redrive every parked event of ${slug}?` : `Redrive the event at offset ${offset}?`,
-      text: `The processor ${slug} on ${stream} processes ${offset === undefined ? "its parked events" : "the parked event"} again, effects included; ${offset === undefined ? "those that succeed leave" : "if it succeeds it leaves"} the list.`,
+      text: `The processor ${slug} on ${stream} processes ${offset === undefined ? "its parked events, in offset order," : "the parked event"} again at the state it has reached, effects included; ${offset === undefined ? "each that succeeds leaves the list, and the first that fails again stays with the ones after it" : "if it succeeds it leaves the list, if it fails again it stays"}.`,
       okText: "Redrive",
       run: (reason) => operate(url, { op: "redrive", ...(offset === undefined ? {} : { offset: String(offset) }), ...(reason ? { reason } : {}) }),
-      done: () => finish(offset === undefined ? `Redrive asked of every parked event of ${slug} on ${stream}.` : `Redrive asked of the event at offset ${offset} of ${slug} on ${stream}.`),
+      done: (a) => {
+        const done = (a && a.redriven) || [];
+        finish(`Redrove ${done.length === 1 ? "the event at offset " + done[0] : plural(done.length, "parked event") + (done.length ? " (offsets " + done.join(", ") + ")" : "")} of ${slug} on ${stream}: processed, off the list.`);
+      },
     });
   const discard = (offset) =>
     confirmAction({
