@@ -79,6 +79,9 @@ type BulkResult struct {
 	// Failed counts those where the verb failed; FirstError is the first failure's message.
 	Failed     int    `json:"failed"`
 	FirstError string `json:"firstError,omitempty"`
+	// FirstErr is that first failure itself. It is not serialised: a server tells its client only
+	// what the error's code lets it tell (its full text may name the database or the code path).
+	FirstErr error `json:"-"`
 	// DryRun reports that nothing was changed.
 	DryRun bool `json:"dryRun"`
 }

@@ -154,6 +154,18 @@ func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest
 	if err != nil {
 		outcome = refusedOutcome(err)
 	}
+	if res.FirstErr != nil {
+		// The client is told the first failure as any error answer tells it: a failure of the
+		// server's own condition by its code's generic message, with the detail in the log.
+		code := foldtype.CodeOf(res.FirstErr)
+		if code == "" {
+			code = foldtype.CodeInternal
+		}
+		var held bool
+		if res.FirstError, held = clientMessage(code, res.FirstErr); held {
+			s.logWithheld(w, r, code, res.FirstErr)
+		}
+	}
 	s.log.Info("audit: processor bulk "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "pattern", pattern, "slug", slug, "reason", reason, "outcome", outcome)
 	s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: pattern, Slug: slug, Reason: reason, Outcome: outcome})
