@@ -23,8 +23,7 @@ import (
 // every lease the stopped node held is live on the other node, and until the other node's first
 // effect on each stream it took over (from the tick's append when that came after the signal). It
 // is the project's goal for a graceful hand-over (docs/postgres.md#graceful-hand-over): over within
-// a second. What a move
-// waits for is a chain of round trips and group commits — the stopping engine's event in progress
+// a second. What a move waits for is a chain of round trips and group commits — the stopping engine's event in progress
 // (its effect, its append's and its checkpoint's group commits), the release and its
 // notification, the new owner's settle check (one read with the head), lease, state row and
 // checkpoint reads, its wake record's group commit, its catch-up's read and first event. On the
