@@ -23,15 +23,16 @@ import (
 // every lease the stopped node held is live on the other node, and until the other node's first
 // effect on each stream it took over (from the tick's append when that came after the signal). It
 // is the project's goal for a graceful hand-over (docs/postgres.md#graceful-hand-over): over within
-// a second. What a move waits for is a chain of round trips and group commits — the stopping engine's event in progress
-// (its effect, its append's and its checkpoint's group commits), the release and its
-// notification, the new owner's settle check (one read with the head), lease, state row and
-// checkpoint reads, its wake record's group commit, its catch-up's read and first event. On the
-// 2-core machine with the test's busy loops beside other work, every step waits for the scheduler:
-// a process gets about a tenth of a core at load 20, and the first effect came max 0.5–1.4 s
-// after the signal at load 18–29, 4.3–14 s at load 34–41 (docs/bench/postgres.md#hand-over-figures),
-// the move's length following the node's share of the CPU. So the second is asserted while the
-// load average per core is at most handOverBusyLoad, and handOverBusyBound above it.
+// a second. What a move waits for is a chain of round trips and group commits — the stopping
+// engine's event in progress (its effect, its append's and its checkpoint's group commits), the
+// release and its notification, the new owner's settle check (one read with the head), lease, state
+// row and checkpoint reads, its wake record's group commit, its catch-up's read and first event. On
+// the 2-core machine with the test's busy loops beside other work, every step waits for the
+// scheduler: a process gets about a tenth of a core at load 20, and the first effect came max
+// 0.5–1.4 s after the signal at load 18–29, 4.3–14 s at load 34–41
+// (docs/bench/postgres.md#hand-over-figures), the move's length following the node's share of the
+// CPU. So the second is asserted while the load average per core is at most handOverBusyLoad, and
+// handOverBusyBound above it.
 const handOverBound = time.Second
 
 // handOverBusyLoad is the load average per core up to which handOverBound is asserted.
