@@ -59,6 +59,8 @@ type rebuildRun struct {
 //
 // It fails with NOT_REGISTERED when no registration of next's slug is on pathOrPattern, and with
 // CONFLICT when next's version is the registered one or a next version is registered already.
+// A rebuild of next that an earlier owner of a processor left (its side row) is resumed on this
+// node where it runs the processor: a lease move or a restart does not lose the folding done.
 func RegisterNextVersion[S any](ctx context.Context, h *Host, pathOrPattern string, next foldstream.Processor[S]) error {
 	if next == nil || next.Contract() == nil {
 		return foldtype.NewError(foldtype.CodeInvalidContract, nil, "host: the next version has no contract")
@@ -110,6 +112,23 @@ func RegisterNextVersion[S any](ctx context.Context, h *Host, pathOrPattern stri
 			"host: processor %q has a next version registered already (%q)", c.Slug(), reg.next.Load().version)
 	}
 	nreg.policy = reg.policy
+	// A rebuild an earlier owner left goes on where the registration's engines are open already
+	// (an opening after this point resumes it itself).
+	var open []*slot
+	for _, sl := range h.slots {
+		if sl.reg == reg && sl.state == slotOpen {
+			open = append(open, sl)
+		}
+	}
+	if len(open) > 0 && !h.shutdown {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			for _, sl := range open {
+				h.resumeRebuild(sl)
+			}
+		}()
+	}
 	return nil
 }
 
@@ -320,7 +339,10 @@ func (h *Host) resumeRebuild(sl *slot) {
 	if n == nil {
 		return
 	}
-	if sr, ok := sl.runner.(statusReporter); ok && sr.Status().Version == n.version {
+	h.mu.Lock()
+	runner := sl.runner
+	h.mu.Unlock()
+	if sr, ok := runner.(statusReporter); ok && sr.Status().Version == n.version {
 		return
 	}
 	cps, err := h.checkpoints(sl.key.path)
