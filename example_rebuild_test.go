@@ -67,8 +67,7 @@ func ExampleRebuild() {
 	if err := rb.CatchUp(ctx); err != nil { // Reduce only: no receipts
 		panic(err)
 	}
-	at, err := rb.Switch(ctx, v1)
-	if err != nil {
+	if _, err := rb.Switch(ctx, v1); err != nil { // at v1's cursor: the offset v1 ran effects through
 		panic(err)
 	}
 	_ = v1.Close(ctx)
@@ -83,13 +82,13 @@ func ExampleRebuild() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("switched at offset", at)
+	fmt.Println("switched:", rb.Switched())
 	fmt.Println("total", snap.State.Total)
 	for _, e := range effects {
 		fmt.Println(e)
 	}
 	// Output:
-	// switched at offset 2
+	// switched: true
 	// total 30
 	// v1 receipt, total 1
 	// v1 receipt, total 2

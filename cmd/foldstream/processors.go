@@ -14,7 +14,7 @@ import (
 
 func init() {
 	commands["processors"] = command{
-		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, rebuild, audit (verbs need a token of the ops scope)",
+		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, skip, parked, redrive, discard, rebuild, audit (verbs need a token of the ops scope)",
 		run:     runProcessors,
 	}
 }
@@ -28,11 +28,15 @@ var processorVerbs = map[string]string{
 	"resume":  "let a paused processor catch up and go on",
 	"audit":   "list the operators' verbs on a processor, newest first",
 	"replay":  "rebuild a processor's state from the log from --from N; --effects again runs ProcessEvent again",
+	"skip":    "move a failing processor past the event it fails on, parking it (give a --reason)",
+	"parked":  "list a processor's parked events with the failure each met",
+	"redrive": "run a processor's parked events again (--offset N: that one only); one that succeeds leaves the list",
+	"discard": "drop the parked event at --offset N without running it",
 	"rebuild": "rebuild the processor's registered next version beside the running one and switch to it (or report how far it is)",
 }
 
 // processorVerbOrder is the order usage lists the verbs in.
-var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "rebuild", "audit"}
+var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "skip", "parked", "redrive", "discard", "rebuild", "audit"}
 
 // runProcessors runs `foldstream processors VERB [flags] STREAM [SLUG]`. ls prints one line per
 // processor of STREAM; audit one line per verb on SLUG; the others POST ?op=VERB on the
@@ -79,6 +83,11 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var replay replayCall // replay's own flags (cmd/foldstream/replay.go)
 	if verb == "replay" {
 		replay = replayVerb(fs)
+	}
+	var parked parkedCall // the parked-events verbs' own flags (cmd/foldstream/parked.go)
+	switch verb {
+	case "skip", "parked", "redrive", "discard":
+		parked = parkedVerb(verb, fs)
 	}
 	fs.Usage = func() {
 		what := "STREAM SLUG"
@@ -164,6 +173,9 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if replay != nil {
 		return replay(ctx, stdout, cf.server, "/"+pos[0], pos[1], *reason, *asJSON, o)
+	}
+	if parked != nil {
+		return parked(ctx, stdout, cf.server, "/"+pos[0], pos[1], *reason, *asJSON, o)
 	}
 	res, err := client.ProcessorOp(ctx, cf.server, "/"+pos[0], pos[1], verb, *reason, o)
 	if err != nil {
