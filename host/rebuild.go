@@ -145,6 +145,19 @@ func (r *registration) nextFor(rows map[string]foldtype.Checkpoint) *nextVersion
 	return nil
 }
 
+// atVersion returns the registration whose engine runs a checkpoint row of version: r itself, or
+// its next version's once the processor switched to it; nil for any other version (a re-reduce
+// is due).
+func (r *registration) atVersion(version string) *registration {
+	if r.version == "" || version == r.version {
+		return r
+	}
+	if n := r.next.Load(); n != nil && n.version == version {
+		return n.reg
+	}
+	return nil
+}
+
 // noNextVersion is the CONFLICT of a rebuild asked for a processor with no next version.
 func noNextVersion(path, slug string) error {
 	return foldtype.NewError(foldtype.CodeConflict, map[string]any{"path": path, "slug": slug},
@@ -416,6 +429,9 @@ func (h *Host) VersionSnapshot(ctx context.Context, path, slug, version string) 
 		h.mu.Lock()
 		reg := h.registrationFor(path, slug)
 		h.mu.Unlock()
+		if reg == nil {
+			break
+		}
 		if n := reg.next.Load(); n != nil && n.version == version {
 			off := int64(0)
 			if st.Rebuilding != nil {
