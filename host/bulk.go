@@ -77,8 +77,8 @@ func (h *Host) bulk(ctx context.Context, pattern, slug string, dryRun, wantPause
 					return res, err
 				}
 				res.Failed++
-				if res.FirstError == "" {
-					res.FirstError = err.Error()
+				if res.FirstErr == nil {
+					res.FirstErr, res.FirstError = err, err.Error()
 				}
 				continue
 			}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,19 +19,29 @@ import (
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 )
 
-// handOverBound is what TestAGracefulHandOver… asserts twice: from SIGTERM until every lease the
-// stopped node held is live on the other node, and until the other node's first effect on each
-// stream it took over (from the tick's append when that came after the signal). The goal is under
-// a second. On the 2-core machine shared with other builds (load average 18–29 before the test's
-// burners) the first effect came after p50 0.3–0.9 s, max 0.5–1.4 s in six runs; before the new owner's writer
-// stopped running a group once per stream the stopped node wrote last, after 10–71 s. What is left
-// is group commits — the stopping engine's event in progress, the new owner's wake record, effect
-// append and checkpoint — and a writer starved of CPU has committed one group every 1.5–2.5 s, the
-// stopping node's engines then taking up to 7.6 s to finish their event. So the bound is the
-// node's shutdown timeout (15 s in testdata/node, after which in-flight work is cut short and the
-// leases are released) plus the takeover, and the test logs the figures and each step
-// (docs/bench/postgres.md#hand-over-figures).
-const handOverBound = 20 * time.Second
+// handOverBound is what TestAGracefulHandOver… asserts twice, on every move: from SIGTERM until
+// every lease the stopped node held is live on the other node, and until the other node's first
+// effect on each stream it took over (from the tick's append when that came after the signal). It
+// is the goal of issues 31, 33 and 34: a graceful hand-over is over within a second. What a move
+// waits for is a chain of round trips and group commits — the stopping engine's event in progress
+// (its effect, its append's and its checkpoint's group commits), the release and its
+// notification, the new owner's settle check (one read with the head), lease, state row and
+// checkpoint reads, its wake record's group commit, its catch-up's read and first event. On the
+// 2-core machine with the test's busy loops beside other work, every step waits for the scheduler:
+// a process gets about a tenth of a core at load 20, and the first effect came max 0.5–1.4 s
+// after the signal at load 18–29, 4.3–14 s at load 34–41 (docs/bench/postgres.md#hand-over-figures),
+// the move's length following the node's share of the CPU. So the second is asserted while the
+// load average per core is at most handOverBusyLoad, and handOverBusyBound above it.
+const handOverBound = time.Second
+
+// handOverBusyLoad is the load average per core up to which handOverBound is asserted.
+const handOverBusyLoad = 5.0
+
+// handOverBusyBound is the bound asserted on a machine busier than handOverBusyLoad: the node's
+// shutdown timeout (15 s in testdata/node, after which in-flight work is cut short and the leases
+// are released) plus the takeover; at load 34–41 the stopping engines took up to 7.6 s to finish
+// their event in progress, their writer committing one group every few seconds.
+const handOverBusyBound = 20 * time.Second
 
 // burnCPU starts one busy-looping process per core, the other build beside CI, and stops each by
 // its PID when the test ends.
@@ -305,13 +316,19 @@ func TestAGracefulHandOverUnderCPULoadMovesEveryLeaseToTheOtherNode(t *testing.T
 	if dir := os.Getenv("FOLDSTREAM_HANDOVER_LOGS"); dir != "" {
 		_ = os.WriteFile(dir+"/nodes.log", []byte(fmt.Sprintf("signal at %s\n%s", termAt.UTC().Format(time.RFC3339Nano), allLogs(nodes))), 0o644)
 	}
-	if leasesMoved > handOverBound {
-		t.Fatalf("the stopped node's leases were all live on the other node %v after the signal, more than %v\n%s",
-			leasesMoved.Round(time.Millisecond), handOverBound, grepLogs(nodes, "host shut"))
+	bound := handOverBound
+	if perCore := loadPerCore(load); perCore > handOverBusyLoad {
+		bound = handOverBusyBound
+		t.Logf("load average %.1f per core at the signal, over %.0f: the bound asserted is %v, not the goal of %v (see handOverBound)",
+			perCore, handOverBusyLoad, bound, handOverBound)
 	}
-	if most > handOverBound {
+	if leasesMoved > bound {
+		t.Fatalf("the stopped node's leases were all live on the other node %v after the signal, more than %v\n%s",
+			leasesMoved.Round(time.Millisecond), bound, grepLogs(nodes, "host shut"))
+	}
+	if most > bound {
 		t.Fatalf("the other node's first effect on a stream it took over came %v after the signal (%s), more than %v",
-			most.Round(time.Millisecond), worst, handOverBound)
+			most.Round(time.Millisecond), worst, bound)
 	}
 }
 
@@ -354,6 +371,15 @@ func loadAverage() string {
 		return ""
 	}
 	return string(b[:14])
+}
+
+// loadPerCore is the first figure of a loadAverage answer divided by the cores (0 when unknown).
+func loadPerCore(load string) float64 {
+	f, err := strconv.ParseFloat(strings.Fields(load + " 0")[0], 64)
+	if err != nil {
+		return 0
+	}
+	return f / float64(runtime.NumCPU())
 }
 
 // pid is the running process's id (its node id holds it: host name, pid, random).

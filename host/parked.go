@@ -187,6 +187,23 @@ func (h *Host) ParkedEvents(ctx context.Context, path, slug string) ([]foldtype.
 	return out, nil
 }
 
+// ParkedEventCounts returns how many events are parked, by processor slug, over every stream and
+// so over the cluster (read from the database): every slug registered here has its count, zero
+// included. It feeds the foldstream_processor_parked_events gauge.
+func (h *Host) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
+	out, err := h.store.Events().ParkedEventCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.metrics.slugs.Range(func(k, _ any) bool {
+		if _, ok := out[k.(string)]; !ok {
+			out[k.(string)] = 0
+		}
+		return true
+	})
+	return out, nil
+}
+
 // Redrive runs parked events of processor slug on path again (docs/operations.md#redrive), on
 // the node that runs it, in offset order: each through its Reduce, at the state the processor has
 // reached, and its ProcessEvent (foldstream.Engine.RedriveEvent). One that succeeds leaves the

@@ -266,3 +266,35 @@ func countOf(s []int64, v int64) int {
 	}
 	return n
 }
+
+// A paused processor is not skipped, redriven or discarded through its engine: skip and redrive
+// answer CONFLICT naming the remedy (resume first), and nothing is parked.
+func TestSkipAndRedriveOfAPausedProcessorAreConflicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, filepath.Join(t.TempDir(), "pausedskip.db"), testsupport.NewFakeClock())
+	defer s.Close(context.Background())
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(ctx)
+	p := newPoison(t)
+	if _, err := host.Register(ctx, h, "/p", p); err != nil {
+		t.Fatal(err)
+	}
+	appendTypes(t, s, "/p", "tick", "bad")
+	waitFor(t, func() bool { return statusOf(t, h, "/p", "poison").State == foldtype.StateFailing })
+	if err := h.Pause(ctx, "/p", "poison", "looking into it"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Skip(ctx, "/p", "poison", ""); !errors.Is(err, foldtype.ErrConflict) {
+		t.Fatalf("skip of a paused processor: %v, want CONFLICT", err)
+	}
+	if _, err := h.Redrive(ctx, "/p", "poison", 0); !errors.Is(err, foldtype.ErrConflict) {
+		t.Fatalf("redrive of a paused processor: %v, want CONFLICT", err)
+	}
+	if list, err := h.ParkedEvents(ctx, "/p", "poison"); err != nil || len(list) != 0 {
+		t.Fatalf("parked: %+v %v, want none", list, err)
+	}
+}

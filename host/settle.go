@@ -1,6 +1,11 @@
 package host
 
-import "errors"
+import (
+	"context"
+	"errors"
+
+	"github.com/foldstream/foldstream/stream"
+)
 
 // errSettledIdle ends a takeover's slot that settled its processor idle instead of opening it
 // (settleCaughtUp): a read waiting for that slot opens the engine itself.
@@ -25,8 +30,14 @@ func (h *Host) settleCaughtUp(sl *slot) bool {
 		h.mu.Unlock()
 		return false
 	}
-	behind, err := h.behind(h.ctx, sl.reg, sl.key.path)
-	if err != nil || behind {
+	info, behind, err := h.behindHead(h.ctx, sl.reg, sl.key.path)
+	if err != nil {
+		return unsettle()
+	}
+	if behind {
+		// The opening reads the stream's head before the lease as this read did: it takes this
+		// one instead of a round trip of its own.
+		sl.head = &info
 		return unsettle()
 	}
 	l, err := h.leases.acquire(h.ctx, sl.key, true)
@@ -47,4 +58,22 @@ func (h *Host) settleCaughtUp(sl *slot) bool {
 	}
 	close(sl.ready)
 	return true
+}
+
+// behindHead is behind for a takeover's settle check, in one read of the database instead of two:
+// the stream's row and the processor's checkpoint together (a hand-over on a busy machine waits
+// for each round trip, docs/postgres.md#graceful-hand-over). The processor is behind when its
+// contract version changed or the stream's tail lies after its checkpoint — exactly when behind's
+// read of the events after the checkpoint finds one, as the tail is the offset of the stream's last
+// record. It returns the stream as read.
+func (h *Host) behindHead(ctx context.Context, reg *registration, path string) (stream.StreamInfo, bool, error) {
+	info, rows, err := h.store.Events().HeadStreamWithCheckpoints(ctx, path, reg.slug)
+	if err != nil {
+		return stream.StreamInfo{}, false, err
+	}
+	cp, ok := rows[reg.slug]
+	if ok && reg.version != "" && cp.ReducerVersion != reg.version {
+		return info, true, nil // a re-reduce is due
+	}
+	return info, info.Tail > cp.ReducedThroughOffset, nil
 }

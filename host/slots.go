@@ -96,7 +96,10 @@ type slot struct {
 	lease     driver.Lease
 	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
 	handoff   bool // closing to hand the lease to another node
-	settling  bool // a takeover settling a caught-up processor idle (h.mu; host/settle.go)
+	// head is the stream as a takeover's settle check read it, before the lease: the opening
+	// takes it instead of reading the head again (nil: the opening reads it).
+	head     *stream.StreamInfo
+	settling bool // a takeover settling a caught-up processor idle (h.mu; host/settle.go)
 	// paused is set on a paused slot (state parked, no engine; host/pause.go).
 	paused *pauseRecord
 	// rowMu orders the writes of the slot's state row; lastRow is the row last written or found
@@ -325,7 +328,11 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 	} else {
 		if mode != openForRegister {
 			var err error
-			info, err = h.store.Events().HeadStream(ctx, sl.key.path)
+			if sl.head != nil {
+				info, sl.head = *sl.head, nil
+			} else {
+				info, err = h.store.Events().HeadStream(ctx, sl.key.path)
+			}
 			ph.mark("head")
 			if err != nil {
 				if sl.force && (errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)) {

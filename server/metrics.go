@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -187,6 +188,9 @@ func (m *Metrics) bind(s *Server) {
 		}
 		if lc, ok := s.cfg.Processors.(LeaseCounter); ok {
 			m.reg.MustRegister(leaseCollector{lc})
+		}
+		if pc, ok := s.cfg.Processors.(ParkedCounter); ok {
+			m.reg.MustRegister(parkedCollector{pc, s.log})
 		}
 	})
 }
@@ -387,23 +391,15 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			lagKnown := headErr == nil
 			if lagKnown && ps.Offset < info.Tail {
 				var err error
-				if c.lagger != nil {
-					lag, err = c.lagger.ProcessorLag(ctx, path, ps.Slug, ps.Offset)
-				} else {
-					lag, err = c.st.Events().Lag(ctx, path, ps.Offset, nil)
-				}
-				if err != nil {
+				if lag, err = processorLag(ctx, c.st, c.lagger, path, ps.Slug, ps.Offset); err != nil {
 					lagKnown = false
 				}
 			}
-			lagSeconds := 0.0
-			if !lag.Oldest.IsZero() {
-				lagSeconds = max(0, now.Sub(lag.Oldest).Seconds())
-			}
+			secs := lagSeconds(lag, now)
 			if mine {
 				a := slugOf(ps.Slug)
 				a.events += lag.Events
-				a.seconds = max(a.seconds, lagSeconds)
+				a.seconds = max(a.seconds, secs)
 				if ps.State != "" {
 					a.states[ps.State]++
 				}
@@ -414,7 +410,7 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(processorOffsetDesc, prometheus.GaugeValue, float64(ps.Offset), ps.Slug, path)
 			if lagKnown {
 				ch <- prometheus.MustNewConstMetric(processorStreamLagEventsDesc, prometheus.GaugeValue, float64(lag.Events), ps.Slug, path)
-				ch <- prometheus.MustNewConstMetric(processorStreamLagSecondsDesc, prometheus.GaugeValue, lagSeconds, ps.Slug, path)
+				ch <- prometheus.MustNewConstMetric(processorStreamLagSecondsDesc, prometheus.GaugeValue, secs, ps.Slug, path)
 			}
 			ch <- prometheus.MustNewConstMetric(processorParkedDesc, prometheus.GaugeValue, boolGauge(ps.Parked != nil), ps.Slug, path)
 			ch <- prometheus.MustNewConstMetric(processorWorkFailedDesc, prometheus.GaugeValue, boolGauge(ps.WorkFailed != nil), ps.Slug, path)
@@ -450,6 +446,36 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		ch <- prometheus.MustNewConstHistogram(processorDurationDesc, t.DurationCount, t.DurationSum, buckets, t.Slug)
+	}
+}
+
+// ParkedCounter is implemented by a Processors that keeps parked events (*host.Host does): how
+// many are parked, by slug, read from the database at scrape time.
+type ParkedCounter interface {
+	ParkedEventCounts(ctx context.Context) (map[string]int, error)
+}
+
+var processorParkedEventsDesc = prometheus.NewDesc("foldstream_processor_parked_events",
+	"Events set aside by a skip and not yet redriven or discarded, by processor slug, over the whole cluster (the same on every node: aggregate with max, not sum).", []string{"slug"}, nil)
+
+// parkedCollector reports the parked events at scrape time: one grouped count of a small table.
+type parkedCollector struct {
+	pc  ParkedCounter
+	log *slog.Logger
+}
+
+func (c parkedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- processorParkedEventsDesc }
+
+func (c parkedCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.pc.ParkedEventCounts(ctx)
+	if err != nil {
+		c.log.Warn("metrics: counting parked events failed", "err", err)
+		return
+	}
+	for slug, n := range counts {
+		ch <- prometheus.MustNewConstMetric(processorParkedEventsDesc, prometheus.GaugeValue, float64(n), slug)
 	}
 }
 

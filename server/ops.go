@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/foldstream/foldstream/foldtype"
 )
@@ -153,6 +154,18 @@ func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest
 	if err != nil {
 		outcome = refusedOutcome(err)
 	}
+	if res.FirstErr != nil {
+		// The client is told the first failure as any error answer tells it: a failure of the
+		// server's own condition by its code's generic message, with the detail in the log.
+		code := foldtype.CodeOf(res.FirstErr)
+		if code == "" {
+			code = foldtype.CodeInternal
+		}
+		var held bool
+		if res.FirstError, held = clientMessage(code, res.FirstErr); held {
+			s.logWithheld(w, r, code, res.FirstErr)
+		}
+	}
 	s.log.Info("audit: processor bulk "+op, "requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "pattern", pattern, "slug", slug, "reason", reason, "outcome", outcome)
 	s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: pattern, Slug: slug, Reason: reason, Outcome: outcome})
@@ -253,8 +266,10 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
 	defer cancel()
+	forwardedBy := r.Header.Get(foldtype.HeaderForwardedOp)
+	var recordedThere atomic.Bool // the owner this node passed the verb on to stored its record
 	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor,
-		ForwardedBy: r.Header.Get(foldtype.HeaderForwardedOp)})
+		ForwardedBy: forwardedBy, Recorded: func() { recordedThere.Store(true) }})
 	err = run(ctx)
 	outcome := "done"
 	if err != nil {
@@ -262,10 +277,13 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	s.log.Info("audit: processor "+op, append([]any{"requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome}, params...)...)
-	// Stored once, by the node that took the verb from the operator: a node that asked the owner
-	// for it records it, not the owner too (its request carries the forwarded mark).
-	if r.Header.Get(foldtype.HeaderForwardedOp) == "" {
-		s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug, Reason: reason, Outcome: outcome})
+	// Stored once, by the node that took the verb, whoever sent it: a node that passed it on to
+	// the owner stores it only when the owner did not answer that it stored it (a request's
+	// forwarded mark is not trusted to skip the audit: any caller can send the header).
+	if !recordedThere.Load() {
+		if s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug, Reason: reason, Outcome: outcome}) && forwardedBy != "" {
+			w.Header().Set(foldtype.HeaderOpRecorded, "1")
+		}
 	}
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
@@ -288,15 +306,18 @@ func refusedOutcome(err error) string {
 }
 
 // recordOp stores the audit record of a verb when the processors keep an audit (ProcessorAudit),
-// also when the caller has gone; a failure to store it is logged.
-func (s *Server) recordOp(ctx context.Context, w http.ResponseWriter, e foldtype.AuditEntry) {
+// also when the caller has gone, and reports whether it was stored; a failure to store it is
+// logged.
+func (s *Server) recordOp(ctx context.Context, w http.ResponseWriter, e foldtype.AuditEntry) bool {
 	au, ok := s.cfg.Processors.(ProcessorAudit)
 	if !ok {
-		return
+		return false
 	}
 	if err := au.RecordOp(context.WithoutCancel(ctx), e); err != nil {
 		s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", err)
+		return false
 	}
+	return true
 }
 
 // writeOpAnswer writes a verb's 200 answer, the JSON b.

@@ -50,7 +50,7 @@ func TestSkipParkedRedriveAndDiscardOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize, Logger: quiet})
+	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize, Logger: quiet, Metrics: server.NewMetrics()})
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		srv.Shutdown(context.Background())
@@ -120,6 +120,9 @@ func TestSkipParkedRedriveAndDiscardOverHTTP(t *testing.T) {
 		t.Fatalf("at is not RFC 3339: %s", at)
 	}
 
+	if _, text := ops("GET", ts.URL+server.MetricsPath); !strings.Contains(text, `foldstream_processor_parked_events{slug="jobs"} 1`) {
+		t.Fatalf("metrics with one event parked lack the gauge at 1:\n%s", text)
+	}
 	res, body = ops("POST", base+"?op=redrive")
 	wantCoded(t, "redrive while the cause stands", res, body, http.StatusServiceUnavailable, foldtype.CodeProcessorFailing)
 	if _, body = ops("GET", base+"?parked=1"); !strings.Contains(body, `"attempts":2`) {
@@ -132,6 +135,9 @@ func TestSkipParkedRedriveAndDiscardOverHTTP(t *testing.T) {
 	}
 	if _, body = ops("GET", base+"?parked=1"); strings.TrimSpace(body) != `{"parked":[]}` {
 		t.Fatalf("after the redrive: %s", body)
+	}
+	if _, text := ops("GET", ts.URL+server.MetricsPath); !strings.Contains(text, `foldstream_processor_parked_events{slug="jobs"} 0`) {
+		t.Fatalf("metrics after the redrive lack the gauge at 0:\n%s", text)
 	}
 	res, body = ops("GET", base)
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"n":3`) {

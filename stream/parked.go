@@ -57,6 +57,24 @@ func (e *Events) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([
 	return out, nil
 }
 
+// ParkedEventCounts returns how many events are parked, by processor slug, over every stream.
+func (e *Events) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	err := e.s.readTx(ctx, func(r driver.Reader) error {
+		pr, ok := r.(driver.ParkedEventsReader)
+		if !ok {
+			return nil // nothing is stored
+		}
+		var err error
+		out, err = pr.ParkedEventCounts(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count parked events: %w", err)
+	}
+	return out, nil
+}
+
 // parkedWrite runs fn in a write transaction on the driver's parked events table; a driver
 // without it fails with errNoProcessorOps.
 func (e *Events) parkedWrite(ctx context.Context, fn func(context.Context, driver.ParkedEventsTx) error) error {

@@ -85,6 +85,8 @@ type AuditQuery struct {
 type ParkedEventsReader interface {
 	// ParkedEvents returns the parked events q selects, ordered by path, slug, then offset.
 	ParkedEvents(ctx context.Context, q ParkedEventQuery) ([]ParkedEventRow, error)
+	// ParkedEventCounts returns how many events are parked, by processor slug (every stream).
+	ParkedEventCounts(ctx context.Context) (map[string]int, error)
 }
 
 // ParkedEventsTx is optionally implemented by a [Tx]: the write side of ParkedEventsReader.

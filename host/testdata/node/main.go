@@ -5,7 +5,9 @@
 //
 // The counter reduces "ticked" events on every stream under /counters/ and, for each one, calls
 // an external side effect (an HTTP POST to -effects naming the node, stream and offset, which the
-// test counts) and emits an "effect" event keyed by the ticked event (an idempotency key).
+// test counts) and emits an "effect" event keyed by the ticked event (an idempotency key). With
+// -poison-file, a ticked event marked poison fails its ProcessEvent while that file exists (the
+// cause an operator fixes by removing it).
 package main
 
 import (
@@ -36,8 +38,9 @@ import (
 
 // Ticked is the payload of a "ticked" event.
 type Ticked struct {
-	By int `json:"by"`
-	N  int `json:"n"`
+	By     int  `json:"by"`
+	N      int  `json:"n"`
+	Poison bool `json:"poison,omitempty"`
 }
 
 // Effect is the payload of the "effect" event emitted once per ticked event.
@@ -72,6 +75,7 @@ type Counter struct {
 	hc      *http.Client
 	h       **host.Host
 	gens    *generations
+	poison  string // a file whose existence makes poison ticks fail
 }
 
 // generations is the lease generation each stream's counter last ran under on this node.
@@ -94,6 +98,11 @@ func (c Counter) ProcessEvent(a *foldstream.ProcessEventArgs[State]) error {
 	ev := a.Event
 	var tick Ticked
 	_ = json.Unmarshal(ev.Payload, &tick)
+	if tick.Poison && c.poison != "" {
+		if _, err := os.Stat(c.poison); err == nil {
+			return fmt.Errorf("tick %d of %s is poison while %s exists", tick.N, ev.Path, c.poison)
+		}
+	}
 	a.BlockProcessorWhile(func(ctx context.Context) error {
 		// When the work of the effect began, on this machine's clock: the test judges a run by
 		// when it began (a run begun before a fault was in flight at it).
@@ -146,6 +155,7 @@ func main() {
 	effects := flag.String("effects", "", "URL the side effect posts to")
 	name := flag.String("name", "", "node name in the effect calls")
 	debug := flag.Bool("debug", false, "log at debug level (the hand-over's steps)")
+	poison := flag.String("poison-file", "", "poison ticks fail while this file exists")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -168,12 +178,12 @@ func main() {
 	if *debug {
 		level = slog.LevelDebug
 	}
-	if err := run(ctx, *db, *addr, *name, *effects, *ttl, *advertise, level); err != nil {
+	if err := run(ctx, *db, *addr, *name, *effects, *poison, *ttl, *advertise, level); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration, advertise bool, level slog.Level) error {
+func run(ctx context.Context, db, addr, name, effects, poison string, ttl time.Duration, advertise bool, level slog.Level) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Config{Logger: logger}})
 	if err != nil {
@@ -193,7 +203,7 @@ func run(ctx context.Context, db, addr, name, effects string, ttl time.Duration,
 		return err
 	}
 	c := Counter{Base: foldstream.NewBase(contract), node: name, effects: effects, hc: &http.Client{Timeout: 10 * time.Second}, h: &h,
-		gens: &generations{m: map[string]int64{}}}
+		gens: &generations{m: map[string]int64{}}, poison: poison}
 	if err := host.RegisterPattern[State](ctx, h, "/counters/*", c); err != nil {
 		return err
 	}

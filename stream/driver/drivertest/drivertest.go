@@ -635,6 +635,13 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		if got := list(driver.ParkedEventQuery{}); len(got) != 3 {
 			t.Fatalf("every parked event: got %d, want 3", len(got))
 		}
+		h.read(func(r driver.Reader) error {
+			n, err := r.(driver.ParkedEventsReader).ParkedEventCounts(ctx)
+			if err != nil || len(n) != 1 || n["p"] != 3 {
+				t.Errorf("counts: got %v %v, want p: 3", n, err)
+			}
+			return nil
+		})
 		if got := list(driver.ParkedEventQuery{Path: "/s", Slug: "p", Offset: 4}); len(got) != 1 || got[0].Offset != 4 {
 			t.Fatalf("parked at 4: got %+v", got)
 		}

@@ -190,6 +190,27 @@ func (t *readTx) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([
 	return out, nil
 }
 
+func (t *readTx) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := t.tx.Query(ctx, `SELECT slug, count(*) FROM processor_parked GROUP BY slug`)
+	if err != nil {
+		return nil, t.d.classify(fmt.Errorf("count parked events: %w", err))
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var slug string
+		var n int64
+		if err := rows.Scan(&slug, &n); err != nil {
+			return nil, t.d.classify(fmt.Errorf("count parked events: %w", err))
+		}
+		out[slug] = int(n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.d.classify(fmt.Errorf("count parked events: %w", err))
+	}
+	return out, nil
+}
+
 func (t *writeTx) PutParkedEvent(ctx context.Context, r driver.ParkedEventRow, fence *driver.Fence) error {
 	if err := t.checkFence(ctx, fence, "park an event"); err != nil {
 		return err

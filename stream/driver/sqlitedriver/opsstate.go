@@ -187,6 +187,24 @@ func (t *readTx) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([
 	return out, rows.Err()
 }
 
+func (t *readTx) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := t.q.query(ctx, `SELECT slug, count(*) FROM processor_parked GROUP BY slug`)
+	if err != nil {
+		return nil, fmt.Errorf("count parked events: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var slug string
+		var n int
+		if err := rows.Scan(&slug, &n); err != nil {
+			return nil, fmt.Errorf("count parked events: %w", err)
+		}
+		out[slug] = n
+	}
+	return out, rows.Err()
+}
+
 func (t *writeTx) PutParkedEvent(ctx context.Context, r driver.ParkedEventRow, fence *driver.Fence) error {
 	if err := t.checkFence(fence, "park an event"); err != nil {
 		return err
