@@ -302,4 +302,40 @@ func RunStore(t *testing.T, newDriver Factory) {
 			t.Fatalf("fenced write without the lease: got %v, want LEASE_LOST", err)
 		}
 	})
+
+	t.Run("SwitchCheckpointReplacesTheRowAndDeletesTheSideRowInOneWrite", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		if _, err := s.Events().Stream("/sw").Append(ctx, foldtype.EventInput{Type: "t", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		cps, err := s.Events().Checkpoints(ctx, "/sw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1, State: []byte(`{"v":1}`)}, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.WriteCheckpoint(ctx, "p@2", foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 1, State: []byte(`{"w":1}`)}, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.Fenced("no-such-lease", 1).SwitchCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 1, State: []byte(`{"w":1}`)}, "p@2"); !errors.Is(err, foldtype.ErrLeaseLost) {
+			t.Fatalf("fenced switch without the lease: got %v, want LEASE_LOST", err)
+		}
+		if cp, ok, _ := cps.ReadCheckpoint(ctx, "p@2"); !ok || cp.ReducerVersion != "2" {
+			t.Fatalf("side row after a refused switch: got %+v %v, want it kept", cp, ok)
+		}
+		if err := cps.SwitchCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 1, State: []byte(`{"w":1}`)}, "p@2"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cps.ReadCheckpoints(ctx, "p", "p@2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp := got["p"]; cp.ReducerVersion != "2" || string(cp.State) != `{"w":1}` {
+			t.Fatalf("processor row after the switch: got %+v, want version 2 with the rebuilt state", cp)
+		}
+		if cp, ok := got["p@2"]; ok {
+			t.Fatalf("side row after the switch: got %+v, want none", cp)
+		}
+	})
 }
