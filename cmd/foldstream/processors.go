@@ -35,6 +35,10 @@ var processorVerbs = map[string]string{
 	"rebuild": "rebuild the processor's registered next version beside the running one and switch to it (or report how far it is)",
 }
 
+// bulkVerbs are the verbs that take --pattern: the verb on every stream a path pattern matches
+// (docs/operations.md#bulk-verbs).
+var bulkVerbs = map[string]bool{"pause": true, "resume": true, "retry": true, "skip": true, "rebuild": true}
+
 // processorVerbOrder is the order usage lists the verbs in.
 var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "skip", "parked", "redrive", "discard", "rebuild", "audit"}
 
@@ -64,7 +68,7 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	reason := fs.String("reason", "", "why, for the audit")
 	limit := fs.Int("limit", 0, "audit: at most this many records (default 100)")
 	asJSON := fs.Bool("json", false, "print the server's answer as JSON")
-	pattern := fs.String("pattern", "", "pause, resume: every stream this path pattern matches (/orders/*) instead of one STREAM")
+	pattern := fs.String("pattern", "", "pause, resume, retry, skip, rebuild: every stream this path pattern matches (/orders/*) instead of one STREAM")
 	dryRun := fs.Bool("dry-run", false, "with --pattern: count what the verb would change, change nothing")
 	// Flags may come after the positional arguments: look for --pattern among them first.
 	for _, a := range args[1:] {
@@ -76,7 +80,7 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	switch {
 	case verb == "ls":
 		wantArgs = 1
-	case *pattern != "" && (verb == "pause" || verb == "resume"):
+	case *pattern != "" && bulkVerbs[verb]:
 		wantArgs = 1 // SLUG only
 	}
 	*pattern = ""
@@ -94,7 +98,7 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if wantArgs == 1 {
 			what = "STREAM"
 		}
-		if verb == "pause" || verb == "resume" {
+		if bulkVerbs[verb] {
 			what += "\n       foldstream processors " + verb + " --pattern PATTERN [--dry-run] [flags] SLUG"
 		}
 		fmt.Fprintf(stderr, "usage: foldstream processors %s [flags] %s\n\n%s.\n", verb, what, processorVerbs[verb])
@@ -150,8 +154,8 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return nil
 	}
 	if *pattern != "" {
-		if verb != "pause" && verb != "resume" {
-			return errors.New("--pattern goes with pause and resume")
+		if !bulkVerbs[verb] {
+			return errors.New("--pattern goes with pause, resume, retry, skip and rebuild")
 		}
 		res, err := client.ProcessorBulkOp(ctx, cf.server, *pattern, pos[0], verb, *reason, *dryRun, o)
 		if err != nil {

@@ -111,3 +111,74 @@ func TestProcessorsRebuildFromTheCLISwitchesToTheNextVersion(t *testing.T) {
 }
 
 func stdoutOf(_ int, stdout, _ string) string { return stdout }
+
+// `foldstream processors rebuild --pattern PATTERN [--dry-run] SLUG` over a real server: the dry
+// run counts the streams whose processor has a next version not switched in and changes nothing,
+// the bulk rebuild starts each, and a dry run after the switches counts none; --json prints the
+// server's answer.
+func TestProcessorsRebuildOverAPatternFromTheCLICountsThenSwitchesEachStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "bulkrebuild.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	h, err := host.New(st, host.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	contract := func(version string) *foldstream.Contract[lsCount] {
+		return foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{Slug: "jobs", Version: version, Consumes: []string{"job"}})
+	}
+	if err := host.RegisterPattern(ctx, h, "/q/*", &replayJobs{Base: foldstream.NewBase(contract("1")), runs: map[int64]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	const ops = "opsman-token-0123456789abcdef"
+	bt, err := server.ParseBearerTokens("dave ops " + ops + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"processors"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	for _, path := range []string{"/q/a", "/q/b"} {
+		if _, err := st.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "job"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := host.RegisterNextVersion(ctx, h, "/q/*", tenfold{foldstream.NewBase(contract("2"))}); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := cli("rebuild", "--pattern", "/q/*", "--dry-run", "jobs", "--server", ts.URL, "--token", ops)
+	if code != 0 || stdout != "rebuild (dry run): would change 2 of 2 streams matching /q/*\n" {
+		t.Fatalf("dry run: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = cli("rebuild", "--pattern", "/q/*", "--reason", "count by ten", "jobs", "--server", ts.URL, "--token", ops)
+	if code != 0 || stdout != "rebuild done: jobs changed on 2 of 2 streams matching /q/*\n" {
+		t.Fatalf("bulk rebuild: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if !wait.For(20*time.Second, func() bool {
+		_, out, _ := cli("rebuild", "--pattern", "/q/*", "--dry-run", "--json", "jobs", "--server", ts.URL, "--token", ops)
+		var res struct {
+			Matched, Changed int
+			DryRun           bool
+		}
+		return json.Unmarshal([]byte(out), &res) == nil && res.DryRun && res.Matched == 2 && res.Changed == 0
+	}) {
+		t.Fatal("a dry run still counted streams to rebuild 20s after the bulk rebuild")
+	}
+	if code, _, stderr := cli("parked", "--pattern", "/q/*", "jobs", "--server", ts.URL, "--token", ops); code == 0 || !strings.Contains(stderr, "SLUG") && !strings.Contains(stderr, "--pattern") {
+		t.Fatalf("parked with --pattern: exit %d, stderr %q; want refused", code, stderr)
+	}
+}
