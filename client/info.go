@@ -39,6 +39,9 @@ type ProcessorStatus struct {
 	// Rebuilding is the next version being rebuilt beside this one, with its lag; nil when none
 	// is (docs/operations.md#rebuild-beside-the-running-version).
 	Rebuilding *ProcessorRebuild `json:"rebuilding,omitempty"`
+	// NextVersion is the next version registered for the processor and not switched to yet (the
+	// rebuild verb switches to it); empty when none is.
+	NextVersion string `json:"nextVersion,omitempty"`
 }
 
 // ProcessorRebuild is a processor's next version being rebuilt beside the running one.

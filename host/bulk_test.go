@@ -140,8 +140,8 @@ func TestBulkRebuildStartsTheNextVersionWhereItIsNotSwitchedIn(t *testing.T) {
 		t.Fatalf("dry run: %+v %v, want 2 of 2", res, err)
 	}
 	for _, path := range paths {
-		if v := statusOf(t, h, path, "ticks"); v.Version != "1" || v.Rebuilding != nil {
-			t.Fatalf("%s after a dry run: %+v, want version 1 and no rebuild", path, v)
+		if v := statusOf(t, h, path, "ticks"); v.Version != "1" || v.Rebuilding != nil || v.NextVersion != "2" {
+			t.Fatalf("%s after a dry run: %+v, want version 1, next version 2 and no rebuild", path, v)
 		}
 	}
 	if res, err := h.RebuildMatching(ctx, "/t/*", "ticks", false); err != nil || res.Changed != 2 || res.Failed != 0 {
@@ -154,6 +154,9 @@ func TestBulkRebuildStartsTheNextVersionWhereItIsNotSwitchedIn(t *testing.T) {
 		snap, err := h.Snapshot(ctx, path, "ticks")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if v := statusOf(t, h, path, "ticks"); v.NextVersion != "" {
+			t.Fatalf("%s after the switch: %+v, want no next version", path, v)
 		}
 		if st := state(t, snap.State); st.Ticks != 20 {
 			t.Fatalf("%s after the rebuild: %+v, want 20 ticks (2 by ten)", path, st)

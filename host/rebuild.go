@@ -370,9 +370,10 @@ func (h *Host) resumeRebuild(sl *slot) {
 	}
 }
 
-// addRebuilds sets the Rebuilding of the statuses out (of processors on path) whose registration
-// has a next version: this node's rebuild when it runs one, else the side row as stored (one
-// read); a processor whose row holds the next version reports that version.
+// addRebuilds sets the NextVersion and Rebuilding of the statuses out (of processors on path)
+// whose registration has a next version not switched in: this node's rebuild when it runs one,
+// else the side row as stored (one read); a processor whose row holds the next version reports
+// that version.
 func (h *Host) addRebuilds(ctx context.Context, path string, out []foldtype.ProcessorStatus) {
 	for i := range out {
 		st := &out[i]
@@ -387,6 +388,7 @@ func (h *Host) addRebuilds(ctx context.Context, path string, out []foldtype.Proc
 		if n == nil || st.Version == n.version {
 			continue
 		}
+		st.NextVersion = n.version
 		if run != nil {
 			rs := h.rebuildStatus(run)
 			st.Rebuilding = &rs
@@ -403,6 +405,7 @@ func (h *Host) addRebuilds(ctx context.Context, path string, out []foldtype.Proc
 		}
 		if cp, ok := rows[st.Slug]; ok && cp.ReducerVersion == n.version {
 			st.Version = n.version // switched; this node's view of it was the old registration's
+			st.NextVersion = ""
 			continue
 		}
 		if cp, ok := rows[side]; ok {
