@@ -63,9 +63,11 @@ func setToken(t *testing.T, ctx context.Context, tok string) {
 
 func click(t *testing.T, ctx context.Context, sel string) {
 	t.Helper()
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
-		t.Fatalf("click %s: %v", sel, err)
-	}
+	// Found and clicked in one turn of the page's event loop: the page redraws its rows when the
+	// listing refreshes, and a node looked up first and clicked in a second call can be gone by
+	// then ("Could not find node with given id"), which a person's click never meets.
+	waitFor(t, ctx, "a click on "+sel, `(() => { const e = document.querySelector(`+js(sel)+`);
+		if (!e || e.offsetParent === null) return false; e.click(); return true })()`)
 }
 
 // procRow is the selector of the processors page's row of the cart processor on stream.

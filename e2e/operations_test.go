@@ -152,9 +152,7 @@ func TestConsoleRetryAsksForConfirmationAndAnOpsToken(t *testing.T) {
 
 	open := func() {
 		t.Helper()
-		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(eve+" button.retry"))); err != nil {
-			t.Fatal(err)
-		}
+		click(t, ctx, eve+" button.retry") // the row is redrawn as the listing refreshes
 		waitFor(t, ctx, "the confirmation", `document.getElementById("confirm").open && document.getElementById("confirm-title").textContent.includes("cart")`)
 	}
 	audit := `msg="audit: processor retry"`
