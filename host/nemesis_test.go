@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,8 +35,10 @@ import (
 // NemesisRoundsEnv names the environment variable that runs the long form of the soak: that
 // many rounds of faults chosen at random (FOLDSTREAM_NEMESIS_MAX bounds its duration, a Go
 // duration; FOLDSTREAM_NEMESIS_REPORT names a file the figures are written to). Without it the
-// short form runs: one round of each fault.
+// short form runs: one round of each fault. FOLDSTREAM_NEMESIS_KINDS (fault names, comma-separated:
+// kill,freeze,term,db cut,db restart) draws the faults from those only, to reproduce one.
 const (
+	nemesisKindsEnv  = "FOLDSTREAM_NEMESIS_KINDS"
 	nemesisRoundsEnv = "FOLDSTREAM_NEMESIS_ROUNDS"
 	nemesisMaxEnv    = "FOLDSTREAM_NEMESIS_MAX"
 	nemesisReportEnv = "FOLDSTREAM_NEMESIS_REPORT"
@@ -89,6 +92,17 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 		}
 		maxDur = d
 	}
+	kinds := nemesisKinds
+	if v := os.Getenv(nemesisKindsEnv); v != "" {
+		kinds = nil
+		for name := range strings.SplitSeq(v, ",") {
+			k := faultKind(strings.TrimSpace(name))
+			if !slices.Contains(nemesisKinds, k) {
+				t.Fatalf("%s: %q is none of %v", nemesisKindsEnv, k, nemesisKinds)
+			}
+			kinds = append(kinds, k)
+		}
+	}
 	const ttl = 2 * time.Second
 	const streams = 100
 	srv := pgtest.StartServer(t)
@@ -141,9 +155,9 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 	start := time.Now()
 	done := 0
 	for r := 0; r < rounds && time.Since(start) < maxDur; r++ {
-		kind := nemesisKinds[r%len(nemesisKinds)]
+		kind := kinds[r%len(kinds)]
 		if long {
-			kind = nemesisKinds[rand.IntN(len(nemesisKinds))]
+			kind = kinds[rand.IntN(len(kinds))]
 		}
 		i := rand.IntN(len(nodes))
 		nd := nodes[i]
@@ -201,8 +215,14 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 		})
 		owed := tp.ackedCounts()
 		if !wait.Every(livenessBound(ttl)+30*time.Second, 50*time.Millisecond, func() bool { return sink.coveredAll(path, owed) }) {
-			t.Fatalf("round %d (%s of %s): ticks acknowledged by the heal still have no effect %v later: %s\n%s",
-				r, kind, inc, time.Since(healed).Round(time.Millisecond), sink.missing(path, owed, 10), allLogs(nodes))
+			missing := sink.missing(path, owed, 10)
+			status := processorStatus(lb, missing)
+			for _, nd := range nodes {
+				nd.kill() // a node's log is read once it exited
+			}
+			first, _, _ := strings.Cut(strings.Join(missing, ","), "#")
+			t.Fatalf("round %d (%s of %s): ticks acknowledged by the heal still have no effect %v later: %s\nprocessors:\n%s\nthe nodes' lines on %s:\n%s",
+				r, kind, inc, time.Since(healed).Round(time.Millisecond), strings.Join(missing, ", "), status, first, grepLogs(nodes, first))
 		}
 		plain := w.finish(t)
 
@@ -247,6 +267,7 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 		t.Fatal(err)
 	}
 	final := logs.check(t, tp.ackedCounts(), sink.snapshot())
+	final = append(final, logs.checkFinalFolds(t, lb)...)
 	if len(final) > 0 {
 		violations += len(final)
 		t.Errorf("final read: %s", joinLines(final, 20))
@@ -263,8 +284,8 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 			t.Error(err)
 		}
 	}
-	if done < len(nemesisKinds) && !long {
-		t.Errorf("positive control: %d rounds ran, want one of each of %d faults", done, len(nemesisKinds))
+	if done < len(kinds) && !long {
+		t.Errorf("positive control: %d rounds ran, want one of each of %d faults", done, len(kinds))
 	}
 }
 
@@ -515,6 +536,44 @@ func (l *streamLogs) check(t *testing.T, acked []int, calls []effectCall) []stri
 	return bad
 }
 
+// checkFinalFolds, once the ticks stopped, waits until every tick's effect event landed, then
+// asks each stream's processor for its state through the log's tail: it must be the fold of the
+// whole log (a tick the processor passed over stays out of every later state).
+func (l *streamLogs) checkFinalFolds(t *testing.T, hc *http.Client) []string {
+	t.Helper()
+	waitUntil(t, 60*time.Second, "every tick's effect event", func() bool {
+		l.check(t, make([]int, len(l.logs)), nil)
+		for i := range l.tickAt {
+			for _, at := range l.tickAt[i] {
+				if at == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	var bad []string
+	for i := range l.logs {
+		var snap sampledSnapshot
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err := getJSON(ctx, hc, fmt.Sprintf("http://lb/v1/processor/counter%s?waitUntilProcessed=%s&timeout=20s", l.path(i), l.next[i]), &snap)
+		cancel()
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s: no final state: %v", l.path(i), err))
+			continue
+		}
+		at := l.tickAt[i]
+		var last int64
+		if len(at) > 0 {
+			last = at[len(at)-1]
+		}
+		if snap.State.Ticks != len(at) || snap.State.Events != len(at) || snap.State.Last != last {
+			bad = append(bad, fmt.Sprintf("%s: the final state through offset %d is %+v; the log holds %d ticks, the last at %d", l.path(i), snap.Offset, snap.State, len(at), last))
+		}
+	}
+	return bad
+}
+
 // ---- the snapshots --------------------------------------------------------------------------
 
 // snapshotSampler reads processor states through every node, one chosen at random for each read,
@@ -669,7 +728,7 @@ func (e *effectSink) coveredAll(path func(int) string, owed []int) bool {
 	return true
 }
 
-func (e *effectSink) missing(path func(int) string, owed []int, most int) string {
+func (e *effectSink) missing(path func(int) string, owed []int, most int) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []string
@@ -680,7 +739,26 @@ func (e *effectSink) missing(path func(int) string, owed []int, most int) string
 			}
 		}
 	}
-	return strings.Join(out, ", ")
+	return out
+}
+
+// processorStatus returns what the nodes say of the processors of the streams of keys
+// (path#tick), one line each.
+func processorStatus(hc *http.Client, keys []string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		p, _, _ := strings.Cut(k, "#")
+		req, _ := http.NewRequest(http.MethodGet, "http://lb/v1/streams/info?path="+p, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", p, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Fprintf(&b, "%s: %s\n", p, body)
+	}
+	return b.String()
 }
 
 func (e *effectSink) snapshot() []effectCall {
