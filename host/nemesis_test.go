@@ -32,11 +32,12 @@ import (
 // it, waits until every tick acknowledged by then has had its effect, and hands the records to
 // the checkers — none of them reads what the nodes log.
 
-// NemesisRoundsEnv names the environment variable that runs the long form of the soak: that
-// many rounds of faults chosen at random (FOLDSTREAM_NEMESIS_MAX bounds its duration, a Go
-// duration; FOLDSTREAM_NEMESIS_REPORT names a file the figures are written to). Without it the
-// short form runs: one round of each fault. FOLDSTREAM_NEMESIS_KINDS (fault names, comma-separated:
-// kill,freeze,term,db cut,db restart) draws the faults from those only, to reproduce one.
+// The soak's knobs. FOLDSTREAM_NEMESIS_ROUNDS runs the long form: that many rounds of faults
+// drawn at random from all five; FOLDSTREAM_NEMESIS_MAX (a Go duration) bounds its time and
+// FOLDSTREAM_NEMESIS_REPORT names a file its figures are written to. FOLDSTREAM_NEMESIS_KINDS
+// (fault names, comma-separated: kill,freeze,term,db cut,db restart) draws the faults from those
+// only, to reproduce one. Without them the short forms run: one round of each fault, the
+// database's restart in a test of its own.
 const (
 	nemesisKindsEnv  = "FOLDSTREAM_NEMESIS_KINDS"
 	nemesisRoundsEnv = "FOLDSTREAM_NEMESIS_ROUNDS"
@@ -76,13 +77,15 @@ var nemesisKinds = []faultKind{faultKill, faultFreeze, faultTerm, faultDBCut, fa
 // first effect run by its new owner (another node incarnation, or the same under a new lease
 // generation).
 func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *testing.T) {
-	rounds, long := len(nemesisKinds), false
+	// The short form: one round of each fault but the database's restart, which has a test of
+	// its own below.
+	kinds, rounds, long := []faultKind{faultKill, faultFreeze, faultTerm, faultDBCut}, 4, false
 	if v := os.Getenv(nemesisRoundsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
 			t.Fatalf("%s=%q: want a number of rounds", nemesisRoundsEnv, v)
 		}
-		rounds, long = n, true
+		kinds, rounds, long = nemesisKinds, n, true
 	}
 	maxDur := 24 * time.Hour
 	if v := os.Getenv(nemesisMaxEnv); v != "" {
@@ -92,7 +95,6 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 		}
 		maxDur = d
 	}
-	kinds := nemesisKinds
 	if v := os.Getenv(nemesisKindsEnv); v != "" {
 		kinds = nil
 		for name := range strings.SplitSeq(v, ",") {
@@ -103,6 +105,23 @@ func TestThreeNodesUnderMixedNemesesLoseNoTickRunNoZombieEffectAndFailOver(t *te
 			kinds = append(kinds, k)
 		}
 	}
+	soakUnderNemeses(t, kinds, rounds, long, maxDur)
+}
+
+// TestThreeNodesUnderDatabaseRestartsLoseNoTickAndKeepRunningEffects is the soak's short form of
+// the database's restart (pg_ctl restart -m immediate), twice: after each, every tick
+// acknowledged by then must have its effect, and every snapshot be a prefix fold. The long form
+// draws it among the others.
+func TestThreeNodesUnderDatabaseRestartsLoseNoTickAndKeepRunningEffects(t *testing.T) {
+	if os.Getenv(nemesisRoundsEnv) != "" {
+		t.Skip("the long form of the soak draws the database's restart among its faults")
+	}
+	soakUnderNemeses(t, []faultKind{faultDBRestart}, 2, false, 24*time.Hour)
+}
+
+// soakUnderNemeses runs rounds of faults drawn from kinds (in turn; at random when long, which
+// also goes on after a round's violations) for at most maxDur.
+func soakUnderNemeses(t *testing.T, kinds []faultKind, rounds int, long bool, maxDur time.Duration) {
 	const ttl = 2 * time.Second
 	const streams = 100
 	srv := pgtest.StartServer(t)
