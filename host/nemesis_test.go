@@ -620,7 +620,8 @@ type sampledSnapshot struct {
 	stream int
 	node   string // the node incarnation that answered
 	at     time.Time
-	Offset int64 `json:"offset"`
+	marked string // the Foldstream-Processor-State header: "failing" or "paused" for a last good state
+	Offset int64  `json:"offset"`
 	State  struct {
 		Ticks  int   `json:"ticks"`
 		Events int   `json:"events"`
@@ -628,35 +629,41 @@ type sampledSnapshot struct {
 	} `json:"state"`
 }
 
+// run samples until ctx ends, one reader per node (a node that does not answer holds up only its
+// own reader).
 func (s *snapshotSampler) run(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			i, nd := rand.IntN(s.streams), s.nodes[rand.IntN(len(s.nodes))]
-			inc, at := nd.incarnation(), time.Now()
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			req, _ := http.NewRequestWithContext(rctx, http.MethodGet, nd.url()+"/v1/processor/counter"+s.path(i), nil)
-			if resp, err := s.hc.Do(req); err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				// A failing or paused processor's answer is marked; the counter never fails, so
-				// every 200 is a snapshot of its state.
-				var snap sampledSnapshot
-				if resp.StatusCode == http.StatusOK && json.Unmarshal(b, &snap) == nil {
-					snap.stream, snap.node, snap.at = i, inc, at
-					s.mu.Lock()
-					s.snaps = append(s.snaps, snap)
-					s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, nd := range s.nodes {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := rand.IntN(s.streams)
+				inc, at := nd.incarnation(), time.Now()
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				req, _ := http.NewRequestWithContext(rctx, http.MethodGet, nd.url()+"/v1/processor/counter"+s.path(i), nil)
+				if resp, err := s.hc.Do(req); err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					var snap sampledSnapshot
+					if resp.StatusCode == http.StatusOK && json.Unmarshal(b, &snap) == nil {
+						// A failing or paused processor answers its last good state, marked
+						// (docs/operations.md#last-good-state): a prefix fold all the same.
+						snap.stream, snap.node, snap.at = i, inc, at
+						snap.marked = resp.Header.Get("Foldstream-Processor-State")
+						s.mu.Lock()
+						s.snaps = append(s.snaps, snap)
+						s.mu.Unlock()
+					}
+				}
+				cancel()
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
 				}
 			}
-			cancel()
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
 	return done
 }
 
@@ -700,8 +707,12 @@ func (s *snapshotSampler) check(from, to int, l *streamLogs) []string {
 			if k < len(at) {
 				next = strconv.FormatInt(at[k], 10)
 			}
-			bad = append(bad, fmt.Sprintf("%s: the snapshot through offset %d read from %s at %s is %+v; the fold through that offset: ticks 0..%d, the last at %d (the next tick at %s)",
-				l.path(sn.stream), sn.Offset, sn.node, stamp(sn.at), sn.State, k-1, last, next))
+			marked := ""
+			if sn.marked != "" {
+				marked = " (marked " + sn.marked + ": its last good state)"
+			}
+			bad = append(bad, fmt.Sprintf("%s: the snapshot through offset %d read from %s at %s is %+v%s; the fold through that offset: ticks 0..%d, the last at %d (the next tick at %s)",
+				l.path(sn.stream), sn.Offset, sn.node, stamp(sn.at), sn.State, marked, k-1, last, next))
 		}
 		checked++
 	}
