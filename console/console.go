@@ -5,9 +5,10 @@
 // The console lists streams, follows a stream's messages over SSE (the platform's own records
 // behind a toggle), follows each processor's live state with the module livestate.js, which is
 // also meant for applications' own pages (served at /console/livestate.js), and lists the
-// processors of every stream by state. Its one write is an operator's retry of a failing
-// processor, after a confirmation, through the server's processor route; its own files are only
-// read (GET and HEAD).
+// processors of every stream by state with their lag in events and in seconds. Its writes are the
+// operator's verbs (pause, resume, retry, replay, skip, bulk pause and resume, redrive and discard
+// of parked events), each after a confirmation, through the server's processor routes; its own
+// files are only read (GET and HEAD).
 package console
 
 import (

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,9 +61,13 @@ func (cartProcessor) Reduce(a foldstream.ReduceArgs[cart]) (cart, bool, error) {
 	return next, true, nil
 }
 
-// ProcessEvent panics on an item whose SKU is "poison": the failing-processor test's fault.
+// poisonCured, when set, makes the poison harmless: the fault fixed before a redrive.
+var poisonCured atomic.Bool
+
+// ProcessEvent panics on an item whose SKU is "poison" (unless poisonCured): the
+// failing-processor tests' fault.
 func (cartProcessor) ProcessEvent(a *foldstream.ProcessEventArgs[cart]) error {
-	if it, ok := a.Payload.(itemAdded); ok && it.SKU == "poison" {
+	if it, ok := a.Payload.(itemAdded); ok && it.SKU == "poison" && !poisonCured.Load() {
 		panic("poisoned item")
 	}
 	return nil

@@ -6,9 +6,14 @@ import (
 )
 
 // HeaderForwardedOp marks an operator's verb one node passes on to the node that runs the
-// processor: the node that took it from the operator stores its audit record, the owner does not
-// store it again.
+// processor, naming the node that passed it on. A node does not pass such a verb on again. It
+// changes nothing about the audit: the node that takes the verb stores its record, whoever sent it
+// (docs/operations.md#audit).
 const HeaderForwardedOp = "Foldstream-Forwarded-Op"
+
+// HeaderOpRecorded, on the answer to a verb one node passed on, says that the node which took it
+// stored its audit record, so the node that passed it on stores none.
+const HeaderOpRecorded = "Foldstream-Op-Recorded"
 
 // AuditEntry is one operator's verb on a processor, as the audit stores it (docs/operations.md#audit).
 type AuditEntry struct {
@@ -45,6 +50,9 @@ type OperatorRequest struct {
 	// ForwardedBy names the node that passed the verb on (its HeaderForwardedOp); empty when the
 	// operator sent it here. A forwarded verb is not passed on again.
 	ForwardedBy string
+	// Recorded, when set, is called when the node the verb was passed on to answers that it
+	// stored the verb's audit record (HeaderOpRecorded): this node then stores none.
+	Recorded func()
 }
 
 type operatorRequestKey struct{}

@@ -84,7 +84,7 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	h.mu.Unlock()
 	// Stored where every node reads it (host/pause.go), and paused when the policy says so.
 	h.syncFailureRow(sl)
-	h.policyPause(sl, rec)
+	h.applyPolicy(sl, rec)
 	if first {
 		args := []any{"path", sl.key.path, "slug", sl.key.slug, "code", code, "offset", f.Offset,
 			"attempts", attempts, "next_retry_in", delay, "err", f.Err}

@@ -45,11 +45,16 @@ const (
 	PauseProcessor FailureAction = iota
 	// KeepRetrying retries with backoff for ever (capped at FailRetryMax), as before policies.
 	KeepRetrying
+	// SkipEvent skips the event the processor fails on, as an operator's skip does
+	// (docs/operations.md#skip): it is parked with its failure (By "policy") and the processor
+	// goes on with the events behind it. For processors whose events are independent of each
+	// other, where one poison event must not hold the rest.
+	SkipEvent
 )
 
 // FailurePolicy says what the host does with a processor whose ProcessEvent keeps failing on one
 // event (docs/operations.md#the-failure-policy). The zero value is the default: pause after
-// DefaultFailureMaxAttempts attempts.
+// DefaultFailureMaxAttempts attempts. Then: SkipEvent parks the event instead.
 type FailurePolicy struct {
 	// MaxAttempts is how many failed attempts in a row trigger Then. Defaults to
 	// DefaultFailureMaxAttempts.
@@ -64,8 +69,8 @@ func WithFailurePolicy(p FailurePolicy) RegisterOption {
 	return func(o *registerOptions) { o.policy = p }
 }
 
-// pausesAt returns the attempt count at which p pauses, or 0 when it never does.
-func (p FailurePolicy) pausesAt() int {
+// actsAt returns the attempt count at which p acts (pauses or skips), or 0 when it never does.
+func (p FailurePolicy) actsAt() int {
 	if p.Then == KeepRetrying {
 		return 0
 	}
@@ -535,11 +540,16 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 	return nil
 }
 
-// policyPause pauses sl on its failure f when its registration's failure policy says so after
-// f.Attempts attempts (in the background: failing runs inside a push).
-func (h *Host) policyPause(sl *slot, f foldtype.ProcessorFailure) {
-	at := sl.reg.policy.pausesAt()
+// applyPolicy pauses sl on its failure f, or skips the event it fails on, when its
+// registration's failure policy says so after f.Attempts attempts (in the background: failing
+// runs inside a push).
+func (h *Host) applyPolicy(sl *slot, f foldtype.ProcessorFailure) {
+	at := sl.reg.policy.actsAt()
 	if at == 0 || f.Attempts < at {
+		return
+	}
+	if sl.reg.policy.Then == SkipEvent {
+		h.background(func() { h.policySkip(sl, f) })
 		return
 	}
 	h.background(func() {

@@ -152,7 +152,7 @@ func (h *Host) postToOwner(ctx context.Context, addr, path, slug string, q url.V
 	if or.Authorization != "" {
 		req.Header.Set("Authorization", or.Authorization)
 	}
-	req.Header.Set(foldtype.HeaderForwardedOp, h.leases.node) // the owner audits it; this node did not
+	req.Header.Set(foldtype.HeaderForwardedOp, h.leases.node)
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -161,6 +161,9 @@ func (h *Host) postToOwner(ctx context.Context, addr, path, slug string, q url.V
 		return ownerUnreachable(path, slug)
 	}
 	defer resp.Body.Close()
+	if resp.Header.Get(foldtype.HeaderOpRecorded) != "" && or.Recorded != nil {
+		or.Recorded() // the owner stored the audit record of the verb it took
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return ownerUnreachable(path, slug)

@@ -101,6 +101,8 @@ type slot struct {
 	// at opening (nil: none), under rowMu.
 	rowMu   sync.Mutex
 	lastRow *driver.ProcessorStateRow
+	// parkMu orders the redrives and discards of the slot's parked events (host/parked.go).
+	parkMu sync.Mutex
 }
 
 func newSlot(key procKey, reg *registration) *slot {

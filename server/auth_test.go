@@ -73,6 +73,8 @@ func everyRoute() []route {
 		{name: "bulk verb", method: "POST", pattern: "/v1/processor/{slug}/?op={op}&pattern={pattern}", path: "/v1/processor/sources/?op=pause&pattern=/events&dryRun=1", write: true, ops: true},
 		{name: "processor audit", method: "GET", pattern: proc + "?audit=1", path: "/v1/processor/sources/events?audit=1", write: true, ops: true},
 		{name: "processor audit head", method: "HEAD", pattern: proc + "?audit=1", path: "/v1/processor/sources/events?audit=1", write: true, ops: true},
+		{name: "parked events", method: "GET", pattern: proc + "?parked=1", path: "/v1/processor/sources/events?parked=1", write: true, ops: true},
+		{name: "parked events head", method: "HEAD", pattern: proc + "?parked=1", path: "/v1/processor/sources/events?parked=1", write: true, ops: true},
 		{name: "stream list", method: "GET", pattern: server.ListPath, path: server.ListPath},
 		{name: "stream list head", method: "HEAD", pattern: server.ListPath, path: server.ListPath},
 		{name: "processor list", method: "GET", pattern: server.ProcessorsPath, path: server.ProcessorsPath + "?state=failing"},

@@ -387,23 +387,15 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			lagKnown := headErr == nil
 			if lagKnown && ps.Offset < info.Tail {
 				var err error
-				if c.lagger != nil {
-					lag, err = c.lagger.ProcessorLag(ctx, path, ps.Slug, ps.Offset)
-				} else {
-					lag, err = c.st.Events().Lag(ctx, path, ps.Offset, nil)
-				}
-				if err != nil {
+				if lag, err = processorLag(ctx, c.st, c.lagger, path, ps.Slug, ps.Offset); err != nil {
 					lagKnown = false
 				}
 			}
-			lagSeconds := 0.0
-			if !lag.Oldest.IsZero() {
-				lagSeconds = max(0, now.Sub(lag.Oldest).Seconds())
-			}
+			secs := lagSeconds(lag, now)
 			if mine {
 				a := slugOf(ps.Slug)
 				a.events += lag.Events
-				a.seconds = max(a.seconds, lagSeconds)
+				a.seconds = max(a.seconds, secs)
 				if ps.State != "" {
 					a.states[ps.State]++
 				}
@@ -414,7 +406,7 @@ func (c *processorCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(processorOffsetDesc, prometheus.GaugeValue, float64(ps.Offset), ps.Slug, path)
 			if lagKnown {
 				ch <- prometheus.MustNewConstMetric(processorStreamLagEventsDesc, prometheus.GaugeValue, float64(lag.Events), ps.Slug, path)
-				ch <- prometheus.MustNewConstMetric(processorStreamLagSecondsDesc, prometheus.GaugeValue, lagSeconds, ps.Slug, path)
+				ch <- prometheus.MustNewConstMetric(processorStreamLagSecondsDesc, prometheus.GaugeValue, secs, ps.Slug, path)
 			}
 			ch <- prometheus.MustNewConstMetric(processorParkedDesc, prometheus.GaugeValue, boolGauge(ps.Parked != nil), ps.Slug, path)
 			ch <- prometheus.MustNewConstMetric(processorWorkFailedDesc, prometheus.GaugeValue, boolGauge(ps.WorkFailed != nil), ps.Slug, path)

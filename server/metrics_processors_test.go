@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -183,7 +184,8 @@ func (p flakyProc) ProcessEvent(a *foldstream.ProcessEventArgs[tally]) error {
 
 // While a processor fails on an event its lag in seconds is the age of that event, so it rises as
 // the (injected) clock runs, and its lag in events counts the durable events from it on; healed,
-// both return to 0. The failures are counted by code.
+// both return to 0. The failures are counted by code. The processor listing (GET /v1/processors)
+// reports the same lag as the metrics at every step, in events and in seconds.
 func TestLagSecondsRisesWhileAProcessorFailsAndReturnsToZeroWhenHealed(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -243,6 +245,7 @@ func TestLagSecondsRisesWhileAProcessorFailsAndReturnsToZeroWhenHealed(t *testin
 		if s <= prev {
 			t.Fatalf("lag seconds %v after %v, not more than before", s, prev)
 		}
+		listedLagIs(t, ts.URL, "/f", "flaky", 2, want, start)
 		prev = s
 		if got := metricValue(text, `foldstream_processor_process_event_failures_total{code="PROCESS_EVENT_FAILED",slug="flaky"}`); got != float64(i+1) {
 			t.Errorf("failures after %d attempts: %v", i+1, got)
@@ -273,6 +276,7 @@ func TestLagSecondsRisesWhileAProcessorFailsAndReturnsToZeroWhenHealed(t *testin
 	if e, s, se, ss := lagOf(text); e != 0 || s != 0 || se != 0 || ss != 0 {
 		t.Fatalf("healed: lag %v events %v s (stream: %v, %v), want 0\n%s", e, s, se, ss, grepLines(text, "foldstream_processor_"))
 	}
+	listedLagIs(t, ts.URL, "/f", "flaky", 0, 0, time.Time{})
 	// The same through the registry, as client_golang's own test helpers read it.
 	want := `# HELP foldstream_processor_lag_seconds Age of the oldest durable event the processor has not processed on any stream this node runs it on (its commit time to now), 0 when caught up.
 # TYPE foldstream_processor_lag_seconds gauge
@@ -406,4 +410,25 @@ func TestPoolAndLeaseMetricsOnPostgreSQL(t *testing.T) {
 	if got := metricValue(scrapeText(t, b.ts.URL), `foldstream_processor_processed_events_total{slug="echo"}`); got != 1 {
 		t.Errorf("node b processed %v events, want 1 (the one after its takeover)", got)
 	}
+}
+
+// listedLagIs checks the processor listing's lag of slug on path: events, seconds and the commit
+// time of the oldest event it owes (the zero time: none).
+func listedLagIs(t *testing.T, base, path, slug string, events int64, seconds float64, oldest time.Time) {
+	t.Helper()
+	for _, e := range processorList(t, base, "prefix="+url.QueryEscape(path)).Processors {
+		if e.Stream != path || e.Slug != slug {
+			continue
+		}
+		gotOldest := time.Time{}
+		if e.OldestUnprocessed != nil {
+			gotOldest = *e.OldestUnprocessed
+		}
+		if e.Lag != events || e.LagSeconds != seconds || !gotOldest.Equal(oldest.Truncate(time.Millisecond)) || e.LagEstimated || e.LagUnknown {
+			t.Fatalf("listed %s on %s: lag %d events, %v s, oldest %v (estimated %v, unknown %v); want %d events, %v s, oldest %v",
+				slug, path, e.Lag, e.LagSeconds, gotOldest, e.LagEstimated, e.LagUnknown, events, seconds, oldest)
+		}
+		return
+	}
+	t.Fatalf("%s on %s is not listed", slug, path)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/foldstream/foldstream/foldtype"
 )
@@ -176,6 +177,7 @@ const maxReasonLength = 1024
 //
 //	POST /v1/processor/<slug>/<stream>?op=retry[&reason=…] → 200 {"op": "retry", "slug": …, "stream": …}
 //	POST …?op=replay&from=N&effects=none|again[&reason=…] (server/replay.go)
+//	POST …?op=skip|redrive|discard[&offset=N][&reason=…] (server/parked.go)
 //
 // It needs OpProcessorOps (of BearerTokens, an ops-scoped token). Every verb, done or refused by
 // the processor, leaves one audit line at info in the server's log: who, what, on which processor,
@@ -232,9 +234,13 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		if run, params = replayOp(w, s.cfg.Processors, q, path, slug, &answer); run == nil {
 			return
 		}
+	case "skip", "redrive", "discard":
+		if run, params = parkOp(w, s.cfg.Processors, q, op, path, slug, &answer); run == nil {
+			return
+		}
 	}
 	if run == nil {
-		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume or replay", 0)
+		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume, replay, skip, redrive or discard", 0)
 		return
 	}
 	actor := ""
@@ -243,8 +249,10 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
 	defer cancel()
+	forwardedBy := r.Header.Get(foldtype.HeaderForwardedOp)
+	var recordedThere atomic.Bool // the owner this node passed the verb on to stored its record
 	ctx = foldtype.WithOperatorRequest(ctx, foldtype.OperatorRequest{Authorization: r.Header.Get("Authorization"), Reason: reason, Actor: actor,
-		ForwardedBy: r.Header.Get(foldtype.HeaderForwardedOp)})
+		ForwardedBy: forwardedBy, Recorded: func() { recordedThere.Store(true) }})
 	err = run(ctx)
 	outcome := "done"
 	if err != nil {
@@ -252,10 +260,13 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 	}
 	s.log.Info("audit: processor "+op, append([]any{"requestId", w.Header().Get(HeaderRequestID), "actor", actor,
 		"op", op, "path", path, "slug", slug, "reason", reason, "outcome", outcome}, params...)...)
-	// Stored once, by the node that took the verb from the operator: a node that asked the owner
-	// for it records it, not the owner too (its request carries the forwarded mark).
-	if r.Header.Get(foldtype.HeaderForwardedOp) == "" {
-		s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug, Reason: reason, Outcome: outcome})
+	// Stored once, by the node that took the verb, whoever sent it: a node that passed it on to
+	// the owner stores it only when the owner did not answer that it stored it (a request's
+	// forwarded mark is not trusted to skip the audit: any caller can send the header).
+	if !recordedThere.Load() {
+		if s.recordOp(ctx, w, foldtype.AuditEntry{Actor: actor, Op: op, Path: path, Slug: slug, Reason: reason, Outcome: outcome}) && forwardedBy != "" {
+			w.Header().Set(foldtype.HeaderOpRecorded, "1")
+		}
 	}
 	if err != nil {
 		s.writeProcessorError(w, r, path, slug, err)
@@ -278,15 +289,18 @@ func refusedOutcome(err error) string {
 }
 
 // recordOp stores the audit record of a verb when the processors keep an audit (ProcessorAudit),
-// also when the caller has gone; a failure to store it is logged.
-func (s *Server) recordOp(ctx context.Context, w http.ResponseWriter, e foldtype.AuditEntry) {
+// also when the caller has gone, and reports whether it was stored; a failure to store it is
+// logged.
+func (s *Server) recordOp(ctx context.Context, w http.ResponseWriter, e foldtype.AuditEntry) bool {
 	au, ok := s.cfg.Processors.(ProcessorAudit)
 	if !ok {
-		return
+		return false
 	}
 	if err := au.RecordOp(context.WithoutCancel(ctx), e); err != nil {
 		s.log.Warn("audit: storing the record failed", "requestId", w.Header().Get(HeaderRequestID), "err", err)
+		return false
 	}
+	return true
 }
 
 // writeOpAnswer writes a verb's 200 answer, the JSON b.

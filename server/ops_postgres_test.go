@@ -109,8 +109,8 @@ func TestRetrySentToAnotherNodeRunsOnTheOwner(t *testing.T) {
 			t.Fatalf("the audit lines of a node:\n%s", a)
 		}
 	}
-	// The audit in the database holds the verb once: the other node stored it, the owner did not
-	// store the forwarded request again.
+	// The audit in the database holds the verb once: the owner that took it stored it, and the
+	// other node, told so by the owner's answer, did not store it again.
 	recs, err := owner.h.Audit(ctx, "/work", "jobs", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestRetrySentToAnotherNodeRunsOnTheOwner(t *testing.T) {
 	for _, a := range recs {
 		if a.Op == "retry" && a.Outcome == "done" {
 			done++
-			if a.Actor != "carol" || a.Reason != "fixed downstream" {
+			if a.Actor != "carol" || a.Reason != "fixed downstream" || a.Node != "owner" {
 				t.Fatalf("the retry's audit record: %+v", a)
 			}
 		}
@@ -187,5 +187,14 @@ func TestAForwardedVerbIsNotPassedOnAgain(t *testing.T) {
 	}
 	if sts := owner.h.ProcessorsOn(ctx, "/work"); len(sts) != 1 || sts[0].Paused != nil {
 		t.Fatalf("the owner's processor: %+v", sts)
+	}
+	// The node that refused it recorded it, forwarded mark or not: a caller cannot keep a verb out
+	// of the audit by sending the mark.
+	recs, err := owner.h.Audit(ctx, "/work", "jobs", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Op != "pause" || recs[0].Node != "other" || recs[0].Outcome != "refused: "+string(foldtype.CodeUnavailable) {
+		t.Fatalf("the audit of the refused forwarded pause: %+v", recs)
 	}
 }

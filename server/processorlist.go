@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
@@ -16,10 +17,6 @@ import (
 // GET ProcessorsPath?state=…&prefix=…&after=…&limit=… (docs/server.md#processor-listing). It is
 // served when the server has a processor host (Config.Processors).
 const ProcessorsPath = "/v1/processors"
-
-// MaxLagCount bounds the durable events counted for one processor's lag in the answers of
-// ProcessorsPath: past it the lag is reported as at least MaxLagCount.
-const MaxLagCount = 1000
 
 // StateLagging is the filter of ProcessorsPath that keeps the processors with durable events
 // left to reduce (a lag above zero), whatever their state.
@@ -31,15 +28,6 @@ const StateLagging = "lagging"
 var processorListStates = []string{foldtype.StateRunning, foldtype.StateCatchingUp, foldtype.StateFailing,
 	foldtype.StateParked, "paused", foldtype.StateIdle, foldtype.StateUnowned, StateLagging}
 
-// ProcessorConsumes is optionally implemented by a Processors: the event types a processor
-// consumes (nil: every durable event), so that ProcessorsPath counts its lag in the events it has
-// left to process. *host.Host implements it. Without it every durable event counts.
-type ProcessorConsumes interface {
-	// ConsumesOf returns the types processor slug consumes on the stream at path, and whether it
-	// runs there.
-	ConsumesOf(path, slug string) ([]string, bool)
-}
-
 // ProcessorEntry is one processor on one stream in the answer of ProcessorsPath: its status as
 // InfoPath reports it, with the stream and how far behind the stream's tail it is.
 type ProcessorEntry struct {
@@ -48,11 +36,22 @@ type ProcessorEntry struct {
 	// Tail is the stream's tail (a protocol offset): after its last durable event.
 	Tail string `json:"tail"`
 	foldtype.ProcessorStatus
-	// Lag is the number of the stream's durable events after Offset: what the processor has
-	// left to reduce. Ephemeral events (live-state deltas) take offsets but are not counted.
-	// It is counted up to MaxLagCount; LagAtLeast reports that there are more.
-	Lag        int  `json:"lag"`
-	LagAtLeast bool `json:"lagAtLeast,omitempty"`
+	// Lag is the number of the stream's durable events after Offset that the processor
+	// consumes: what it has left to process. Ephemeral events (live-state deltas) take offsets
+	// but are not counted, nor are events of types it does not consume. It is the lag the
+	// metrics report (ProcessorLagger, [stream.Events.Lag]).
+	Lag int64 `json:"lag"`
+	// LagEstimated reports that Lag passed [stream.LagCountLimit] messages and counts the
+	// positions after them as events: an upper bound.
+	LagEstimated bool `json:"lagEstimated,omitempty"`
+	// LagSeconds is how long the oldest of those events has waited: the store's clock now less
+	// its commit time; 0 without lag.
+	LagSeconds float64 `json:"lagSeconds"`
+	// OldestUnprocessed is the commit time of that event; absent without lag.
+	OldestUnprocessed *time.Time `json:"oldestUnprocessed,omitempty"`
+	// LagUnknown reports that the lag could not be read (the stream went while it was listed):
+	// Lag then counts the offsets between Offset and Tail.
+	LagUnknown bool `json:"lagUnknown,omitempty"`
 }
 
 // ProcessorList is the answer of ProcessorsPath: the processors of one page of streams, in path
@@ -121,6 +120,8 @@ func (s *Server) serveProcessorList(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, out)
 		return
 	}
+	lagger, _ := s.cfg.Processors.(ProcessorLagger)
+	now := s.st.Clock().Now()
 	for _, info := range infos {
 		if r.Context().Err() != nil {
 			return // the client is gone
@@ -128,11 +129,16 @@ func (s *Server) serveProcessorList(w http.ResponseWriter, r *http.Request) {
 		for _, st := range durableStatuses(clientStatuses(pl.ProcessorsOn(r.Context(), info.Path)), info.Tail) {
 			e := ProcessorEntry{Stream: info.Path, Tail: FormatOffset(info.Tail), ProcessorStatus: st}
 			if st.Offset < info.Tail {
-				var consumes []string
-				if pc, ok := s.cfg.Processors.(ProcessorConsumes); ok {
-					consumes, _ = pc.ConsumesOf(info.Path, st.Slug)
+				lag, err := processorLag(r.Context(), s.st, lagger, info.Path, st.Slug, st.Offset)
+				if err != nil {
+					e.Lag, e.LagUnknown = info.Tail-st.Offset, true
+				} else {
+					e.Lag, e.LagEstimated, e.LagSeconds = lag.Events, lag.Estimated, lagSeconds(lag, now)
+					if !lag.Oldest.IsZero() {
+						at := lag.Oldest.UTC()
+						e.OldestUnprocessed = &at
+					}
 				}
-				e.Lag, e.LagAtLeast = s.durableLag(r.Context(), info.Path, consumes, st.Offset, info.Tail)
 			}
 			if matchesStates(e, states) {
 				out.Processors = append(out.Processors, e)
@@ -167,30 +173,20 @@ func durableStatuses(sts []foldtype.ProcessorStatus, tail int64) []foldtype.Proc
 	return sts
 }
 
-// durableLag counts the durable events of the stream at path with an offset in (after, tail] that
-// a processor consuming consumes would process (foldtype.ConsumesEvent), reading at most
-// MaxLagCount events (atLeast then reports that the count stopped there). A read that fails
-// counts the offsets between instead, which may include ephemeral ones.
-func (s *Server) durableLag(ctx context.Context, path string, consumes []string, after, tail int64) (n int, atLeast bool) {
-	es := s.st.Events().Stream(path)
-	for read := 0; read < MaxLagCount; {
-		page, err := es.Read(ctx, after, min(MaxLagCount-read, stream.MaxReadLimit))
-		if err != nil {
-			return int(min(tail-after, MaxLagCount)), tail-after > MaxLagCount
-		}
-		for _, ev := range page.Events {
-			if ev.Offset > tail {
-				return n, false
-			}
-			read++
-			after = ev.Offset
-			if foldtype.ConsumesEvent(consumes, ev) {
-				n++
-			}
-		}
-		if page.AtHead || len(page.Events) == 0 {
-			return n, false
-		}
+// processorLag is what processor slug on the stream at path has yet to process after offset
+// after, for the listing and the metrics alike: from the host (lagger), which knows the events the
+// processor consumes, or, without one, every durable event after the offset.
+func processorLag(ctx context.Context, st *stream.Store, lagger ProcessorLagger, path, slug string, after int64) (stream.Lag, error) {
+	if lagger != nil {
+		return lagger.ProcessorLag(ctx, path, slug, after)
 	}
-	return n, after < tail
+	return st.Events().Lag(ctx, path, after, nil)
+}
+
+// lagSeconds is how long the oldest event of lag has waited at now (0 without one).
+func lagSeconds(lag stream.Lag, now time.Time) float64 {
+	if lag.Oldest.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(lag.Oldest).Seconds())
 }

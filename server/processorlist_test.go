@@ -108,7 +108,7 @@ func TestAProcessorPastLiveStateDeltasIsShownAtTheDurableTail(t *testing.T) {
 	if len(l.Processors) != 1 {
 		t.Fatalf("listing: %+v, want the one watcher", l.Processors)
 	}
-	if p := l.Processors[0]; p.Stream != "/ticks" || p.Slug != "watcher" || p.Offset != tail || p.Tail != off(tail) || p.Lag != 0 || p.LagAtLeast {
+	if p := l.Processors[0]; p.Stream != "/ticks" || p.Slug != "watcher" || p.Offset != tail || p.Tail != off(tail) || p.Lag != 0 || p.LagEstimated || p.LagSeconds != 0 || p.OldestUnprocessed != nil {
 		t.Errorf("listed %+v: want the watcher on /ticks through %d, the tail, with no lag", p, tail)
 	}
 }
@@ -182,7 +182,7 @@ func TestProcessorListingFiltersByStateAcrossStreams(t *testing.T) {
 		}
 		return false
 	})
-	if bad.Stream != "/jobs/bad" || bad.Offset >= first || bad.Tail != off(badTail) || bad.Lag != 3 || bad.LagAtLeast {
+	if bad.Stream != "/jobs/bad" || bad.Offset >= first || bad.Tail != off(badTail) || bad.Lag != 3 || bad.LagEstimated || bad.LagUnknown || bad.OldestUnprocessed == nil {
 		t.Errorf("the failing worker: %+v; want it on /jobs/bad before offset %d, tail %s, 3 durable events behind", bad, first, off(badTail))
 	}
 

@@ -48,6 +48,7 @@ type ProcessorProgress interface {
 //	GET /v1/processor/<slug>/<stream>?live=sse        → SSE: "seed" {rev, state}, then "delta"
 //	                                                     {from, to, patch} events
 //	POST /v1/processor/<slug>/<stream>?op=retry        → an operator's verb (server/ops.go)
+//	GET /v1/processor/<slug>/<stream>?parked=1        → its parked events (server/parked.go)
 //
 // <stream> is the stream's name as under /v1/stream/ (the store path without its leading slash).
 // waitUntilProcessed=<offset> (a Stream-Next-Offset value or a plain integer) makes the first two
@@ -62,6 +63,10 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 	}
 	if readOnly(r.Method) && r.URL.Query().Has("audit") {
 		s.serveProcessorAudit(w, r, rest) // the operators' verbs on it: server/ops.go
+		return
+	}
+	if readOnly(r.Method) && r.URL.Query().Has("parked") {
+		s.serveProcessorParked(w, r, rest) // its parked events: server/parked.go
 		return
 	}
 	if !readOnly(r.Method) {

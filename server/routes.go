@@ -53,6 +53,8 @@ func (s *Server) routes() []routeInfo {
 		// The operators' verbs on one processor, from the audit (server/ops.go).
 		for _, m := range readOnlyMethods {
 			out = append(out, routeInfo{m, s.cfg.ProcessorPrefix + "{slug}/{stream}?audit=1", OpProcessorOps})
+			// Its parked events (server/parked.go).
+			out = append(out, routeInfo{m, s.cfg.ProcessorPrefix + "{slug}/{stream}?parked=1", OpProcessorOps})
 		}
 	}
 	for _, m := range standardMethods {

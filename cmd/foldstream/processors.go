@@ -14,7 +14,7 @@ import (
 
 func init() {
 	commands["processors"] = command{
-		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, audit (verbs need a token of the ops scope)",
+		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, skip, parked, redrive, discard, audit (verbs need a token of the ops scope)",
 		run:     runProcessors,
 	}
 }
@@ -22,16 +22,20 @@ func init() {
 // processorVerbs are the sub-commands of `foldstream processors`: ls and audit read, the others
 // are operator's verbs on one processor (docs/operations.md).
 var processorVerbs = map[string]string{
-	"ls":     "list the processors of a stream with their state (running, failing, paused, …)",
-	"retry":  "run a failing processor's next attempt now instead of at its backoff time",
-	"pause":  "stop a processor taking work, on whatever node runs it, until resumed (give a --reason)",
-	"resume": "let a paused processor catch up and go on",
-	"audit":  "list the operators' verbs on a processor, newest first",
-	"replay": "rebuild a processor's state from the log from --from N; --effects again runs ProcessEvent again",
+	"ls":      "list the processors of a stream with their state (running, failing, paused, …)",
+	"retry":   "run a failing processor's next attempt now instead of at its backoff time",
+	"pause":   "stop a processor taking work, on whatever node runs it, until resumed (give a --reason)",
+	"resume":  "let a paused processor catch up and go on",
+	"audit":   "list the operators' verbs on a processor, newest first",
+	"replay":  "rebuild a processor's state from the log from --from N; --effects again runs ProcessEvent again",
+	"skip":    "move a failing processor past the event it fails on, parking it (give a --reason)",
+	"parked":  "list a processor's parked events with the failure each met",
+	"redrive": "run a processor's parked events again (--offset N: that one only); one that succeeds leaves the list",
+	"discard": "drop the parked event at --offset N without running it",
 }
 
 // processorVerbOrder is the order usage lists the verbs in.
-var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "audit"}
+var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "skip", "parked", "redrive", "discard", "audit"}
 
 // runProcessors runs `foldstream processors VERB [flags] STREAM [SLUG]`. ls prints one line per
 // processor of STREAM; audit one line per verb on SLUG; the others POST ?op=VERB on the
@@ -78,6 +82,11 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var replay replayCall // replay's own flags (cmd/foldstream/replay.go)
 	if verb == "replay" {
 		replay = replayVerb(fs)
+	}
+	var parked parkedCall // the parked-events verbs' own flags (cmd/foldstream/parked.go)
+	switch verb {
+	case "skip", "parked", "redrive", "discard":
+		parked = parkedVerb(verb, fs)
 	}
 	fs.Usage = func() {
 		what := "STREAM SLUG"
@@ -163,6 +172,9 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if replay != nil {
 		return replay(ctx, stdout, cf.server, "/"+pos[0], pos[1], *reason, *asJSON, o)
+	}
+	if parked != nil {
+		return parked(ctx, stdout, cf.server, "/"+pos[0], pos[1], *reason, *asJSON, o)
 	}
 	res, err := client.ProcessorOp(ctx, cf.server, "/"+pos[0], pos[1], verb, *reason, o)
 	if err != nil {

@@ -1,7 +1,8 @@
-// The foldstream console: a view of a server's streams and processors, with one operator action
-// (retry a failing processor, after a confirmation). Plain ES module, no dependencies; it talks to
-// the server only through its public HTTP routes (see docs/console.md), with the token when one is
-// set.
+// The foldstream console: a view of a server's streams and processors, with the operator's verbs
+// on processors (pause, resume, retry, replay, skip, and pause or resume in bulk over a path
+// pattern; parked events redriven or discarded), each after a confirmation, and their audit. Plain
+// ES module, no dependencies; it talks to the server only through its public HTTP routes (see
+// docs/console.md), with the token when one is set.
 import { followLiveState, readEventStream, HTTPError, errorText as answerText } from "./livestate.js";
 
 const TOKEN_KEY = "foldstream.console.token";
@@ -67,6 +68,15 @@ function ago(iso) {
   if (s < 3600) return `${Math.floor(s / 60)}m ago`;
   if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
   return `${Math.floor(s / 86400)}d ago`;
+}
+
+// waited says a lag in seconds briefly: "0s", "42s", "3m 20s", "5h 2m", "2d 4h".
+function waited(sec) {
+  const s = Math.floor(sec);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
 }
 
 function plural(n, word) {
@@ -412,17 +422,19 @@ function processorsView(main, state, signal) {
         el("th", { text: "Processor" }),
         el("th", { text: "State" }),
         el("th", { class: "num through", text: "Through", title: "the offset it reduced through" }),
-        el("th", { class: "num", text: "Lag", title: "durable events of the stream it has not reduced yet" }),
+        el("th", { class: "num", text: "Lag", title: "durable events of the stream it consumes and has not processed yet" }),
+        el("th", { class: "num", text: "Waiting", title: "how long the oldest event it has not processed has waited" }),
         el("th", { class: "when", text: "Owner" }),
-        el("th", { text: "" }),
+        el("th", { class: "actions", text: "Actions" }),
       ),
     ),
     body,
   );
   const empty = el("div", { class: "empty", hidden: true });
-  main.append(el("section", { class: "card" }, el("div", { class: "toolbar" }, filters, count), table, empty));
+  // The table scrolls sideways inside its card at phone width; the page never does.
+  main.append(el("section", { class: "card" }, el("div", { class: "toolbar" }, filters, count), el("div", { class: "table-scroll" }, table), empty), bulkForm(() => load().catch(noteError)));
 
-  const rows = new Map(); // stream + slug → tr
+  const rows = new Map(); // stream + slug → {tr, detail, verbs, details}
   const render = (list, more) => {
     const seen = new Set();
     let before = null;
@@ -430,9 +442,9 @@ function processorsView(main, state, signal) {
       const ps = list[i];
       const key = ps.stream + "\u0000" + ps.slug;
       seen.add(key);
-      let tr = rows.get(key);
-      if (!tr) {
-        tr = el(
+      let row = rows.get(key);
+      if (!row) {
+        const tr = el(
           "tr",
           { "data-stream": ps.stream, "data-slug": ps.slug },
           el("td", { class: "path" }, el("a", { href: streamHash(ps.stream), text: ps.stream })),
@@ -440,35 +452,68 @@ function processorsView(main, state, signal) {
           el("td", { class: "pstate-cell" }),
           el("td", { class: "num through" }),
           el("td", { class: "num lag" }),
+          el("td", { class: "num lag-seconds" }),
           el("td", { class: "when owner" }),
           el("td", { class: "actions" }),
         );
-        rows.set(key, tr);
+        row = { tr, detail: null, verbs: null, details: null };
+        rows.set(key, row);
       }
-      const [, slugTd, stateTd, offTd, lagTd, ownerTd, actTd] = tr.children;
+      const { tr } = row;
+      const [, slugTd, stateTd, offTd, lagTd, lagSecTd, ownerTd, actTd] = tr.children;
       slugTd.textContent = ps.slug + (ps.version ? " v" + ps.version : "");
       const st = ps.state || "running";
-      const problem = ps.failing ? failingText(ps.failing) : ps.parked ? `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim() : "";
+      const problem = statusProblem(ps);
       stateTd.replaceChildren(
         el("span", { class: "chip pstate " + st, title: STATE_TITLES[st] || "", text: st.replace("_", " ") }),
         problem ? el("div", { class: "problem small", text: problem }) : "",
       );
       offTd.textContent = String(ps.offset);
       offTd.title = "tail " + offsetPosition(ps.tail);
-      lagTd.textContent = (ps.lagAtLeast ? "≥ " : "") + Number(ps.lag || 0).toLocaleString();
-      lagTd.title = plural(ps.lag || 0, "durable event") + (ps.lagAtLeast ? " or more" : "") + " behind the tail";
+      // The lag the metrics report (docs/server.md#processor-listing): events and seconds.
+      const approx = ps.lagEstimated || ps.lagUnknown;
+      lagTd.textContent = (approx ? "≤ " : "") + Number(ps.lag || 0).toLocaleString();
+      lagTd.title = plural(ps.lag || 0, "durable event") + (approx ? " at most" : "") + " to process";
+      lagSecTd.textContent = ps.lagUnknown ? "?" : waited(ps.lagSeconds || 0);
+      lagSecTd.title = ps.oldestUnprocessed ? "the oldest event it has not processed was committed at " + ps.oldestUnprocessed : "nothing to process";
       ownerTd.textContent = ps.owner ? ps.owner + (ps.local ? " (this node)" : "") : "—";
-      // Only the verbs the server has: retry, for a failing processor.
-      const canRetry = st === "failing";
-      if (canRetry !== !!actTd.firstChild) {
-        actTd.replaceChildren(canRetry ? el("button", { type: "button", class: "retry", text: "Retry", onclick: () => confirmRetry(ps.stream, ps.slug, load) }) : "");
+      // The verbs that apply in its state, and the details (audit, parked events) of any.
+      const verbs = VERBS_BY_STATE[st] || VERBS_BY_STATE.running;
+      if (row.verbs !== verbs.join()) {
+        row.verbs = verbs.join();
+        const reload = () => load().catch(noteError); // the row and its open details
+        const toggle = (e) => {
+          if (row.detail) {
+            row.detail.remove();
+            row.detail = null;
+            row.details = null;
+            e.target.setAttribute("aria-expanded", "false");
+            e.target.textContent = "Details";
+            return;
+          }
+          row.details = processorDetails(ps.stream, ps.slug, reload);
+          row.detail = el("tr", { class: "detail", "data-detail-of": ps.stream + " " + ps.slug }, el("td", { colspan: "8" }, row.details.node));
+          tr.after(row.detail);
+          e.target.setAttribute("aria-expanded", "true");
+          e.target.textContent = "Hide";
+        };
+        actTd.replaceChildren(
+          ...verbs.map((v) => el("button", { type: "button", class: "verb " + v, "data-verb": v, text: VERB_LABELS[v], onclick: () => confirmVerb(v, ps.stream, ps.slug, reload) })),
+          el("button", { type: "button", class: "ghost details-btn", text: row.detail ? "Hide" : "Details", "aria-expanded": row.detail ? "true" : "false", onclick: toggle }),
+        );
+      }
+      if (row.detail) {
+        row.details.load(); // redrawn only when an answer changed
+        body.insertBefore(row.detail, before);
+        before = row.detail;
       }
       body.insertBefore(tr, before);
       before = tr;
     }
-    for (const [k, tr] of rows) {
+    for (const [k, row] of rows) {
       if (!seen.has(k)) {
-        tr.remove();
+        row.tr.remove();
+        if (row.detail) row.detail.remove();
         rows.delete(k);
       }
     }
@@ -496,57 +541,384 @@ function processorsView(main, state, signal) {
   poll(load, signal);
 }
 
-// confirmRetry asks for a confirmation (and an optional reason for the audit line), then asks the
-// server to run the failing processor's next attempt now. It needs a token of the ops scope.
-function confirmRetry(stream, slug, then) {
+// ---- operator actions ---------------------------------------------------------------------------
+
+// VERBS_BY_STATE are the verbs the processors page offers for a processor in each state
+// (docs/operations.md#the-state-machine); the server refuses one that does not apply, and the
+// confirmation shows its problem.
+const VERBS_BY_STATE = {
+  running: ["pause", "replay"],
+  catching_up: ["pause", "replay"],
+  idle: ["pause", "replay"],
+  unowned: ["pause", "replay"],
+  failing: ["retry", "skip", "pause", "replay"],
+  paused: ["resume", "replay"],
+  parked: ["replay"],
+};
+
+const VERB_LABELS = { pause: "Pause", resume: "Resume", retry: "Retry", replay: "Replay", skip: "Skip" };
+
+// statusProblem is what a processor's status says is wrong, or "".
+function statusProblem(ps) {
+  if (ps.failing) return failingText(ps.failing);
+  if (ps.parked) return `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim();
+  if (ps.paused) return `paused${ps.paused.by ? " by " + ps.paused.by : ""}${ps.paused.reason ? ": " + ps.paused.reason : ""}`;
+  return "";
+}
+
+// Refusal is a refused request: its status and its RFC 9457 problem's title, detail and code.
+class Refusal extends Error {
+  constructor(status, title, detail, code) {
+    super(detail || title);
+    this.status = status;
+    this.title = title;
+    this.detail = detail;
+    this.code = code;
+  }
+}
+
+// refusal reads a refused answer's problem body (or its text when it is not one).
+async function refusal(res) {
+  const text = (await res.text().catch(() => "")).trim();
+  let p = {};
+  try {
+    const v = JSON.parse(text);
+    if (v && typeof v === "object") p = v;
+  } catch {
+    p = { detail: text };
+  }
+  return new Refusal(res.status, p.title || `HTTP ${res.status}`, p.detail || "", p.code || res.headers.get("Foldstream-Error-Code") || "");
+}
+
+// problemNode shows a refusal: the problem's title and code, its detail, and for a token that may
+// not act, what token it takes.
+function problemNode(err) {
+  if (!(err instanceof Refusal)) return el("div", { class: "problem-box" }, el("div", { class: "p-detail", text: String(err.message || err) }));
+  return el(
+    "div",
+    { class: "problem-box" },
+    el("b", { class: "p-title", text: err.title }),
+    err.code ? el("code", { class: "p-code", text: err.code }) : "",
+    err.detail ? el("div", { class: "p-detail", text: err.detail }) : "",
+    err.status === 401 || err.status === 403 ? el("div", { class: "p-hint", text: "Your token does not allow operator actions: use a token of the ops scope (under Token)." }) : "",
+  );
+}
+
+// operate sends an operator's verb (POST with ?op=…) and returns its JSON answer, or throws a
+// Refusal.
+async function operate(url, params) {
+  const res = await fetch(url + "?" + new URLSearchParams(params), { method: "POST", headers: authHeaders(), cache: "no-store" });
+  if (!res.ok) throw await refusal(res);
+  return res.json();
+}
+
+// readOps reads an ops route (the audit, the parked events) and returns its JSON, or throws a
+// Refusal.
+async function readOps(url, params) {
+  const res = await fetch(url + "?" + new URLSearchParams(params), { headers: authHeaders(), cache: "no-store" });
+  if (!res.ok) throw await refusal(res);
+  return res.json();
+}
+
+// confirmAction opens the confirmation: title and text, the extra fields, the reason and the
+// button okText. prepare, when given, runs first (the bulk verbs' dry run): the button waits for
+// it and its text replaces text; a refusal shows its problem and leaves nothing to confirm. On the
+// button, run(reason) sends the verb: its answer closes the dialog and done(answer) says what
+// happened; a refusal stays in the dialog with its problem. Cancel sends nothing.
+function confirmAction({ title, text, fields = [], okText, prepare, run, done }) {
   const dlg = $("confirm");
-  $("confirm-title").textContent = "Retry " + slug + " now?";
-  $("confirm-text").textContent = `The processor ${slug} on ${stream} runs its failing event again at once, instead of at its next retry time. Its effects may run again.`;
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-fields").replaceChildren(...fields);
   $("confirm-reason").value = "";
-  $("confirm-error").textContent = "";
+  $("confirm-error").replaceChildren();
   const ok = $("confirm-ok");
   const cancel = $("confirm-cancel");
-  const done = () => {
+  ok.textContent = okText;
+  ok.disabled = false;
+  let open = true;
+  const close = () => {
+    open = false;
     ok.onclick = null;
     cancel.onclick = null;
     dlg.close();
   };
-  cancel.onclick = done;
+  cancel.onclick = close;
+  dlg.onclose = () => (open = false);
   ok.onclick = async () => {
     ok.disabled = true;
+    $("confirm-error").replaceChildren();
     try {
-      const q = new URLSearchParams({ op: "retry" });
-      const reason = $("confirm-reason").value.trim();
-      if (reason) q.set("reason", reason);
-      const res = await fetch(processorURL(slug, stream) + "?" + q, { method: "POST", headers: authHeaders(), cache: "no-store" });
-      if (!res.ok) {
-        const text = (await res.text().catch(() => "")).trim();
-        const err = new HTTPError(res.status, text || `HTTP ${res.status}`, res.headers.get("Foldstream-Error-Code"));
-        $("confirm-error").textContent =
-          res.status === 401 || res.status === 403 ? "Your token does not allow operator actions: use a token of the ops scope." : "Refused: " + (err.code ? err.code + ": " : "") + errorText(text);
-        return;
-      }
-      done();
-      showNote(`Retry asked of ${slug} on ${stream}.`);
-      then().catch(noteError);
+      const answer = await run($("confirm-reason").value.trim());
+      close();
+      done(answer);
     } catch (err) {
-      $("confirm-error").textContent = String(err.message || err);
+      $("confirm-error").replaceChildren(problemNode(err));
     } finally {
       ok.disabled = false;
     }
   };
   dlg.showModal();
+  if (prepare) {
+    ok.disabled = true;
+    prepare().then(
+      (t) => {
+        if (!open) return;
+        $("confirm-text").textContent = t;
+        ok.disabled = false;
+      },
+      (err) => {
+        if (open) $("confirm-error").replaceChildren(problemNode(err));
+      },
+    );
+  }
 }
 
-// errorText is the message of an error answer: the detail of a JSON problem body, or the text.
-function errorText(text) {
-  try {
-    const p = JSON.parse(text);
-    if (p && typeof p === "object") return p.detail || p.title || text;
-  } catch {
-    // plain text
+// confirmVerb asks for a confirmation of verb on processor slug of stream, then sends it; then
+// refreshes what shows the processor.
+function confirmVerb(verb, stream, slug, then) {
+  const url = processorURL(slug, stream);
+  const finish = (msg) => {
+    showNote(msg);
+    then();
+  };
+  const send = (params) => (reason) => operate(url, reason ? { ...params, reason } : params);
+  switch (verb) {
+    case "retry":
+      confirmAction({
+        title: `Retry ${slug} now?`,
+        text: `The processor ${slug} on ${stream} runs its failing event again at once, instead of at its next retry time. Its effects may run again.`,
+        okText: "Retry now",
+        run: send({ op: "retry" }),
+        done: () => finish(`Retry asked of ${slug} on ${stream}.`),
+      });
+      return;
+    case "pause":
+      confirmAction({
+        title: `Pause ${slug}?`,
+        text: `The processor ${slug} on ${stream} stops taking work on every node until it is resumed: the event in progress finishes, appends still land. Say why for the next operator.`,
+        okText: "Pause",
+        run: send({ op: "pause" }),
+        done: () => finish(`Paused ${slug} on ${stream}.`),
+      });
+      return;
+    case "resume":
+      confirmAction({
+        title: `Resume ${slug}?`,
+        text: `The processor ${slug} on ${stream} catches up from its checkpoint with everything appended while it was paused, running each event once.`,
+        okText: "Resume",
+        run: send({ op: "resume" }),
+        done: () => finish(`Resumed ${slug} on ${stream}: it catches up from its checkpoint.`),
+      });
+      return;
+    case "skip":
+      confirmAction({
+        title: `Skip the failing event of ${slug}?`,
+        text: `The processor ${slug} on ${stream} goes on past the event it fails on, which is kept in its parked events: redrive it there once the cause is fixed, or discard it.`,
+        okText: "Skip",
+        run: send({ op: "skip" }),
+        done: (a) => {
+          const off = a?.parked?.offset;
+          finish(`Skipped ${off !== undefined ? "the event at offset " + off : "the failing event"} of ${slug} on ${stream}: it is parked.`);
+        },
+      });
+      return;
+    case "replay": {
+      const from = el("input", { id: "confirm-from", type: "number", min: "0", step: "1", value: "0", inputmode: "numeric" });
+      const effects = el("select", { id: "confirm-effects" }, el("option", { value: "none", text: "none: rebuild the state only" }), el("option", { value: "again", text: "again: run the effects of the range once more" }));
+      confirmAction({
+        title: `Replay ${slug}?`,
+        text: `The state of ${slug} on ${stream} is rebuilt from the log. With effects none nothing runs again; with effects again every event from the offset on runs its effects once more.`,
+        fields: [el("label", { for: "confirm-from", text: "From offset (0: the start of the log)" }), from, el("label", { for: "confirm-effects", text: "Effects" }), effects],
+        okText: "Replay",
+        run: (reason) => {
+          const n = from.value.trim() === "" ? 0 : Number(from.value);
+          if (!Number.isInteger(n) || n < 0) return Promise.reject(new Error("From must be a whole number, 0 or more."));
+          return send({ op: "replay", from: String(n), effects: effects.value })(reason);
+        },
+        done: (a) => finish(`Replayed ${slug} on ${stream} from ${a.from} through ${a.through} (effects ${a.effects}, ${plural(a.reduced || 0, "event")} folded).`),
+      });
+      return;
+    }
   }
-  return text;
+}
+
+// bulkForm is the processors page's bulk verbs: pause or resume processor slug on every stream a
+// path pattern matches. Its confirmation first shows the dry run's count, then runs the verb.
+function bulkForm(then) {
+  const slug = el("input", { id: "bulk-slug", type: "text", placeholder: "slug, e.g. cart", "aria-label": "processor slug", spellcheck: "false", required: true });
+  const pattern = el("input", { id: "bulk-pattern", type: "text", placeholder: "pattern, e.g. /carts/*", "aria-label": "path pattern", spellcheck: "false", required: true });
+  const open = (op) => {
+    const s = slug.value.trim();
+    const p = pattern.value.trim();
+    if (!s || !p) {
+      showNote("Give a processor slug and a path pattern.");
+      return;
+    }
+    const url = cfg.processorPrefix + encodeURIComponent(s) + "/";
+    const verb = op === "pause" ? "pause" : "resume";
+    confirmAction({
+      title: `${VERB_LABELS[op]} ${s} on ${p}?`,
+      text: `Counting the streams ${p} matches…`,
+      okText: `${VERB_LABELS[op]} them`,
+      prepare: async () => {
+        const d = await operate(url, { op, pattern: p, dryRun: "1" });
+        return `A dry run: ${s} would ${verb} on ${plural(d.changed, "stream")} of the ${plural(d.matched, "stream")} ${p} matches where it runs${op === "pause" ? " (those not paused yet)" : " (the paused ones)"}.`;
+      },
+      run: (reason) => operate(url, reason ? { op, pattern: p, reason } : { op, pattern: p }),
+      done: (a) => {
+        showNote(`${op === "pause" ? "Paused" : "Resumed"} ${s} on ${a.changed} of ${plural(a.matched, "stream")} matching ${p}` + (a.failed ? `; ${a.failed} failed: ${a.firstError || ""}` : "."));
+        then();
+      },
+    });
+  };
+  return el(
+    "section",
+    { class: "card bulk" },
+    el("h2", { text: "Bulk" }),
+    el("p", { class: "muted small", text: "Pause or resume one processor on every stream a path pattern matches. The confirmation shows how many it would change first." }),
+    el(
+      "div",
+      { class: "row" },
+      slug,
+      pattern,
+      el("button", { type: "button", class: "bulk-pause", text: "Pause…", onclick: () => open("pause") }),
+      el("button", { type: "button", class: "bulk-resume", text: "Resume…", onclick: () => open("resume") }),
+    ),
+  );
+}
+
+// processorDetails is a processor's audit (the operators' verbs on it, newest first) and its
+// parked events, each with Redrive and Discard, and Redrive all. Both need a token of the ops
+// scope; a refusal shows its problem in place.
+function processorDetails(stream, slug, then) {
+  const url = processorURL(slug, stream);
+  const audit = el("div", { class: "audit" });
+  const parked = el("div", { class: "parked-events" });
+  const node = el("div", { class: "details" }, el("div", {}, el("h3", { text: "Parked events" }), parked), el("div", {}, el("h3", { text: "Audit" }), audit));
+  const finish = (msg) => {
+    showNote(msg);
+    then();
+  };
+  const redrive = (offset) =>
+    confirmAction({
+      title: offset === undefined ? `Redrive every parked event of ${slug}?` : `Redrive the event at offset ${offset}?`,
+      text: `The processor ${slug} on ${stream} processes ${offset === undefined ? "its parked events, in offset order," : "the parked event"} again at the state it has reached, effects included; ${offset === undefined ? "each that succeeds leaves the list, and the first that fails again stays with the ones after it" : "if it succeeds it leaves the list, if it fails again it stays"}.`,
+      okText: "Redrive",
+      run: (reason) => operate(url, { op: "redrive", ...(offset === undefined ? {} : { offset: String(offset) }), ...(reason ? { reason } : {}) }),
+      done: (a) => {
+        const done = (a && a.redriven) || [];
+        finish(`Redrove ${done.length === 1 ? "the event at offset " + done[0] : plural(done.length, "parked event") + (done.length ? " (offsets " + done.join(", ") + ")" : "")} of ${slug} on ${stream}: processed, off the list.`);
+      },
+    });
+  const discard = (offset) =>
+    confirmAction({
+      title: `Discard the event at offset ${offset}?`,
+      text: `The parked event leaves ${slug}'s list on ${stream} without being processed: its effects never run. The event stays in the stream's log.`,
+      okText: "Discard",
+      run: (reason) => operate(url, { op: "discard", offset: String(offset), ...(reason ? { reason } : {}) }),
+      done: () => finish(`Discarded the event at offset ${offset} of ${slug} on ${stream}.`),
+    });
+  // Each list is redrawn only when its answer changed, so a refresh never moves a button away.
+  const seen = { parked: null, audit: null };
+  const changed = (k, v) => {
+    const j = JSON.stringify(v);
+    if (seen[k] === j) return false;
+    seen[k] = j;
+    return true;
+  };
+  const loadParked = async () => {
+    let list;
+    try {
+      const a = await readOps(url, { parked: "1" });
+      if (!changed("parked", a && a.parked)) return;
+      // A server without parked events answers the plain snapshot here: no parked member.
+      if (!a || typeof a !== "object" || !("parked" in a)) {
+        parked.replaceChildren(el("p", { class: "muted small", text: "This server keeps no parked events." }));
+        return;
+      }
+      list = a.parked || [];
+    } catch (err) {
+      if (changed("parked", { refused: err.message })) parked.replaceChildren(problemNode(err));
+      return;
+    }
+    if (list.length === 0) {
+      parked.replaceChildren(el("p", { class: "muted small", text: "No parked events." }));
+      return;
+    }
+    parked.replaceChildren(
+      el(
+        "table",
+        { class: "parked-list" },
+        el("thead", {}, el("tr", {}, ...["Offset", "Type", "Error", "Attempts", "Parked", "By", "Reason", ""].map((h) => el("th", { text: h })))),
+        el(
+          "tbody",
+          {},
+          ...list.map((p) =>
+            el(
+              "tr",
+              { "data-offset": String(p.offset) },
+              el("td", { class: "num", text: String(p.offset) }),
+              el("td", { text: p.type || "" }),
+              el("td", { class: "problem small", text: `${p.code || ""} ${p.message || ""}`.trim() }),
+              el("td", { class: "num", text: String(p.attempts ?? "") }),
+              el("td", { class: "when", title: p.at || "", text: ago(p.at) + (p.node ? " on " + p.node : "") }),
+              el("td", { text: p.by || "" }),
+              el("td", { text: p.reason || "" }),
+              el(
+                "td",
+                { class: "actions" },
+                el("button", { type: "button", class: "redrive", text: "Redrive", onclick: () => redrive(p.offset) }),
+                el("button", { type: "button", class: "discard", text: "Discard", onclick: () => discard(p.offset) }),
+              ),
+            ),
+          ),
+        ),
+      ),
+      el("button", { type: "button", class: "redrive-all", text: "Redrive all", onclick: () => redrive(undefined) }),
+    );
+  };
+  const loadAudit = async () => {
+    let recs;
+    try {
+      recs = (await readOps(url, { audit: "1", limit: "20" })).audit || [];
+    } catch (err) {
+      if (changed("audit", { refused: err.message })) audit.replaceChildren(problemNode(err));
+      return;
+    }
+    if (!changed("audit", recs)) return;
+    if (recs.length === 0) {
+      audit.replaceChildren(el("p", { class: "muted small", text: "No operator has acted on it yet." }));
+      return;
+    }
+    audit.replaceChildren(
+      el(
+        "table",
+        { class: "audit-list" },
+        el("thead", {}, el("tr", {}, ...["When", "Who", "Verb", "On", "Reason", "Outcome", "Node"].map((h) => el("th", { text: h })))),
+        el(
+          "tbody",
+          {},
+          ...recs.map((r) =>
+            el(
+              "tr",
+              { "data-op": r.op },
+              el("td", { class: "when", title: r.at || "", text: ago(r.at) }),
+              el("td", { text: r.actor || "—" }),
+              el("td", { class: "op", text: r.op }),
+              el("td", { class: "path", text: r.path }),
+              el("td", { class: "reason", text: r.reason || "" }),
+              el("td", { class: "outcome" + (String(r.outcome).startsWith("refused") ? " problem" : ""), text: r.outcome }),
+              el("td", { text: r.node || "" }),
+            ),
+          ),
+        ),
+      ),
+    );
+  };
+  const load = () => Promise.all([loadParked(), loadAudit()]);
+  load();
+  return { node, load };
 }
 
 // showNote shows a short confirmation under the bar for a few seconds.

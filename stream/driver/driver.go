@@ -186,9 +186,9 @@ type Tx interface {
 	UpdateStream(ctx context.Context, id int64, u StreamUpdate) error
 	// DeleteStream removes the stream row with its records, idempotency keys and producers.
 	DeleteStream(ctx context.Context, id int64) error
-	// DeleteProcessorState removes the checkpoints (scope path) and claims of the stream at path:
-	// they belong to the incarnation being deleted, so a stream created at the path again starts
-	// its processors afresh. The store calls it with every delete, soft or hard.
+	// DeleteProcessorState removes the checkpoints (scope path), claims, processor state rows and
+	// parked events of the stream at path: they belong to the incarnation being deleted, so a
+	// stream created at the path again starts its processors afresh. The store calls it with every delete, soft or hard.
 	DeleteProcessorState(ctx context.Context, path string) error
 	// InsertRecord stores one record (or one slice of a large record) with its idempotency keys.
 	// A key already registered on the stream is an error; the store checks keys first.

@@ -79,3 +79,49 @@ type AuditQuery struct {
 	Slug  string
 	Limit int
 }
+
+// ParkedEventsReader is optionally implemented by a [Reader]: the parked events, set aside by an
+// operator's skip (or the failure policy's) with the failure they met (docs/operations.md#skip).
+type ParkedEventsReader interface {
+	// ParkedEvents returns the parked events q selects, ordered by path, slug, then offset.
+	ParkedEvents(ctx context.Context, q ParkedEventQuery) ([]ParkedEventRow, error)
+}
+
+// ParkedEventsTx is optionally implemented by a [Tx]: the write side of ParkedEventsReader.
+type ParkedEventsTx interface {
+	// PutParkedEvent inserts or replaces the row of (r.Path, r.Slug, r.Offset). With fence set it
+	// is fenced as WriteCheckpoint is: LEASE_LOST, nothing written, when the lease moved on.
+	PutParkedEvent(ctx context.Context, r ParkedEventRow, fence *Fence) error
+	// DeleteParkedEvent removes the row of (path, slug, offset) and reports whether there was
+	// one, fenced as PutParkedEvent.
+	DeleteParkedEvent(ctx context.Context, path, slug string, offset int64, fence *Fence) (bool, error)
+}
+
+// ParkedEventRow is one event a processor was moved past without its ProcessEvent, and the
+// failure it met there.
+type ParkedEventRow struct {
+	Path, Slug string
+	// Offset and EventType name the event.
+	Offset    int64
+	EventType string
+	// Code, Message and Attempts are its last failure (a skip's, or a failed redrive's).
+	Code     string
+	Message  string
+	Attempts int
+	// Node is the node that wrote the row; AtMs when (Unix milliseconds).
+	Node string
+	AtMs int64
+	// By is who skipped it (an operator's name, or "policy") and Reason why.
+	By     string
+	Reason string
+}
+
+// ParkedEventQuery selects parked events: every row when all its fields are empty.
+type ParkedEventQuery struct {
+	// Path selects one stream's rows.
+	Path string
+	// Slug selects one processor's.
+	Slug string
+	// Offset selects one event (0: every one).
+	Offset int64
+}

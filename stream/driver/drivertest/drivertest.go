@@ -589,6 +589,98 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		})
 	})
 
+	t.Run("ParkedEvents", func(t *testing.T) {
+		h := open(t, newDriver)
+		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		fence := &driver.Fence{Key: "lease", Generation: l.Generation}
+		parkedTx := func(tx driver.Tx) driver.ParkedEventsTx {
+			pt, ok := tx.(driver.ParkedEventsTx)
+			if !ok {
+				t.Skip("the driver keeps no parked events")
+			}
+			return pt
+		}
+		list := func(q driver.ParkedEventQuery) []driver.ParkedEventRow {
+			var out []driver.ParkedEventRow
+			h.read(func(r driver.Reader) error {
+				var err error
+				out, err = r.(driver.ParkedEventsReader).ParkedEvents(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			})
+			return out
+		}
+		row := func(path string, off int64, code string) driver.ParkedEventRow {
+			return driver.ParkedEventRow{Path: path, Slug: "p", Offset: off, EventType: "order", Code: code,
+				Message: "boom", Attempts: 3, Node: "node-a", AtMs: 1000 + off, By: "ops", Reason: "poison"}
+		}
+		h.write(func(tx driver.Tx) error {
+			pt := parkedTx(tx)
+			for _, r := range []driver.ParkedEventRow{row("/s", 9, "X"), row("/s", 4, "X"), row("/t", 2, "X")} {
+				if err := pt.PutParkedEvent(ctx, r, fence); err != nil {
+					return err
+				}
+			}
+			return pt.PutParkedEvent(ctx, row("/s", 9, "Y"), fence) // replaces the row at 9
+		})
+		got := list(driver.ParkedEventQuery{Path: "/s", Slug: "p"})
+		if len(got) != 2 || got[0] != row("/s", 4, "X") || got[1] != row("/s", 9, "Y") {
+			t.Fatalf("parked of /s: got %+v, want offsets 4 then 9 (9 replaced)", got)
+		}
+		if got := list(driver.ParkedEventQuery{}); len(got) != 3 {
+			t.Fatalf("every parked event: got %d, want 3", len(got))
+		}
+		if got := list(driver.ParkedEventQuery{Path: "/s", Slug: "p", Offset: 4}); len(got) != 1 || got[0].Offset != 4 {
+			t.Fatalf("parked at 4: got %+v", got)
+		}
+
+		// A node past its lease neither parks nor removes.
+		if err := h.d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := h.d.AcquireLease(ctx, "lease", "node-b", "", time.Minute); err != nil || !ok {
+			t.Fatalf("takeover: %v %v", ok, err)
+		}
+		h.write(func(tx driver.Tx) error {
+			if err := parkedTx(tx).PutParkedEvent(ctx, row("/s", 11, "X"), fence); !errors.Is(err, foldtype.ErrLeaseLost) {
+				t.Errorf("park with a stale fence: got %v, want LEASE_LOST", err)
+			}
+			return nil
+		})
+		h.write(func(tx driver.Tx) error {
+			if _, err := parkedTx(tx).DeleteParkedEvent(ctx, "/s", "p", 4, fence); !errors.Is(err, foldtype.ErrLeaseLost) {
+				t.Errorf("remove with a stale fence: got %v, want LEASE_LOST", err)
+			}
+			return nil
+		})
+		if got := list(driver.ParkedEventQuery{Path: "/s"}); len(got) != 2 {
+			t.Fatalf("after stale writes: got %+v, want the two rows as they were", got)
+		}
+
+		// Unfenced removal reports whether there was a row.
+		h.write(func(tx driver.Tx) error {
+			pt := parkedTx(tx)
+			if removed, err := pt.DeleteParkedEvent(ctx, "/s", "p", 4, nil); err != nil || !removed {
+				t.Errorf("remove 4: got %v %v, want removed", removed, err)
+			}
+			if removed, err := pt.DeleteParkedEvent(ctx, "/s", "p", 4, nil); err != nil || removed {
+				t.Errorf("remove 4 again: got %v %v, want nothing removed", removed, err)
+			}
+			return nil
+		})
+
+		// Deleting a stream's processor state removes its parked events, not another stream's.
+		h.write(func(tx driver.Tx) error { return tx.DeleteProcessorState(ctx, "/s") })
+		if got := list(driver.ParkedEventQuery{}); len(got) != 1 || got[0].Path != "/t" {
+			t.Fatalf("after deleting /s's processor state: got %+v, want /t's row only", got)
+		}
+	})
+
 	t.Run("CheckpointFencedByLease", func(t *testing.T) {
 		h := open(t, newDriver)
 		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)

@@ -151,6 +151,8 @@ var migrations = []migration{
 	// A processor's failure and pause state and the operators' audit (docs/operations.md),
 	// readable from every node also when the one that ran the processor is dead.
 	{version: 6, name: "processor states and audit", stmts: processorOpsSchema},
+	// The events an operator's skip set aside with their failure (docs/operations.md#skip).
+	{version: 7, name: "parked events", stmts: parkedEventsSchema},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

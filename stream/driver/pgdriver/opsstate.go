@@ -139,3 +139,80 @@ func (t *writeTx) InsertAuditRecord(ctx context.Context, r driver.AuditRecord) e
 	return t.exec(ctx, "append to the audit", `INSERT INTO processor_audit(at_ms, actor, op, path, slug, reason, outcome, node)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.AtMs, r.Actor, r.Op, r.Path, r.Slug, r.Reason, r.Outcome, r.Node)
 }
+
+// Parked events (docs/operations.md#skip): migration 7.
+
+var (
+	_ driver.ParkedEventsReader = (*readTx)(nil)
+	_ driver.ParkedEventsTx     = (*writeTx)(nil)
+)
+
+// parkedEventsSchema is migration 7's statements.
+var parkedEventsSchema = []string{
+	`CREATE TABLE processor_parked (
+		path text COLLATE "C" NOT NULL,
+		slug text COLLATE "C" NOT NULL,
+		event_offset bigint NOT NULL,
+		event_type text NOT NULL DEFAULT '',
+		code text NOT NULL DEFAULT '',
+		message text NOT NULL DEFAULT '',
+		attempts integer NOT NULL DEFAULT 0,
+		node text NOT NULL DEFAULT '',
+		at_ms bigint NOT NULL,
+		by_whom text NOT NULL DEFAULT '',
+		reason text NOT NULL DEFAULT '',
+		PRIMARY KEY (path, slug, event_offset)
+	)`,
+}
+
+const parkedEventCols = `path, slug, event_offset, event_type, code, message, attempts, node, at_ms, by_whom, reason`
+
+func (t *readTx) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([]driver.ParkedEventRow, error) {
+	rows, err := t.tx.Query(ctx, `SELECT `+parkedEventCols+` FROM processor_parked
+		WHERE ($1 = '' OR path = $1) AND ($2 = '' OR slug = $2) AND ($3 = 0 OR event_offset = $3)
+		ORDER BY path, slug, event_offset`, q.Path, q.Slug, q.Offset)
+	if err != nil {
+		return nil, t.d.classify(fmt.Errorf("read parked events: %w", err))
+	}
+	defer rows.Close()
+	var out []driver.ParkedEventRow
+	for rows.Next() {
+		var r driver.ParkedEventRow
+		if err := rows.Scan(&r.Path, &r.Slug, &r.Offset, &r.EventType, &r.Code, &r.Message, &r.Attempts, &r.Node,
+			&r.AtMs, &r.By, &r.Reason); err != nil {
+			return nil, t.d.classify(fmt.Errorf("read parked events: %w", err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.d.classify(fmt.Errorf("read parked events: %w", err))
+	}
+	return out, nil
+}
+
+func (t *writeTx) PutParkedEvent(ctx context.Context, r driver.ParkedEventRow, fence *driver.Fence) error {
+	if err := t.checkFence(ctx, fence, "park an event"); err != nil {
+		return err
+	}
+	return t.exec(ctx, "park an event", `INSERT INTO processor_parked(`+parkedEventCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		ON CONFLICT (path, slug, event_offset) DO UPDATE SET event_type = excluded.event_type, code = excluded.code,
+			message = excluded.message, attempts = excluded.attempts, node = excluded.node, at_ms = excluded.at_ms,
+			by_whom = excluded.by_whom, reason = excluded.reason`,
+		r.Path, r.Slug, r.Offset, r.EventType, r.Code, r.Message, r.Attempts, r.Node, r.AtMs, r.By, r.Reason)
+}
+
+func (t *writeTx) DeleteParkedEvent(ctx context.Context, path, slug string, offset int64, fence *driver.Fence) (bool, error) {
+	if err := t.checkFence(ctx, fence, "remove a parked event"); err != nil {
+		return false, err
+	}
+	// A query, not an Exec: the pipeline answers a queued Exec before it runs, without its count.
+	t.wroteInSp = true
+	var n int64
+	err := t.tx.QueryRow(ctx, `WITH gone AS (DELETE FROM processor_parked WHERE path = $1 AND slug = $2 AND event_offset = $3 RETURNING 1)
+		SELECT count(*) FROM gone`, path, slug, offset).Scan(&n)
+	if err != nil {
+		return false, t.d.classify(fmt.Errorf("remove a parked event: %w", err))
+	}
+	return n > 0, nil
+}

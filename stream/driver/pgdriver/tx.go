@@ -881,6 +881,7 @@ func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
 		`DELETE FROM reduce_checkpoints WHERE scope = $1`,
 		`DELETE FROM claims WHERE path = $1`,
 		`DELETE FROM processor_states WHERE path = $1`,
+		`DELETE FROM processor_parked WHERE path = $1`,
 	} {
 		if err := t.exec(ctx, "delete processor state", q, path); err != nil {
 			return err

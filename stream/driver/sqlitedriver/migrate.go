@@ -25,10 +25,11 @@ import (
 //   - 5: subscriptions and signing_keys (the protocol's subscriptions, docs/server.md#subscriptions).
 //   - 6: processor_states and processor_audit (the host's failure and pause state and the
 //     operators' audit, docs/operations.md).
+//   - 7: processor_parked (the events an operator's skip set aside, docs/operations.md#skip).
 //
 // Migrate moves an older file to SchemaVersion in one transaction (all or nothing), and refuses a
 // file whose recorded version is newer than SchemaVersion.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // RecordSliceBytes is the body size at which the migration slices a long JSON record into
 // several rows (the store does the same for new appends).
@@ -208,6 +209,11 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 	for _, stmt := range processorOpsSchema {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("migrate schema 5 to 6: %w", err)
+		}
+	}
+	for _, stmt := range parkedEventsSchema {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate schema 6 to 7: %w", err)
 		}
 	}
 	now := time.Now().UnixMilli()

@@ -139,3 +139,80 @@ func (t *writeTx) InsertAuditRecord(ctx context.Context, r driver.AuditRecord) e
 	}
 	return nil
 }
+
+// Parked events (docs/operations.md#skip): schema version 7.
+
+var (
+	_ driver.ParkedEventsReader = (*readTx)(nil)
+	_ driver.ParkedEventsTx     = (*writeTx)(nil)
+)
+
+// parkedEventsSchema creates the table of schema version 7.
+var parkedEventsSchema = []string{
+	`CREATE TABLE IF NOT EXISTS processor_parked (
+		path TEXT NOT NULL,
+		slug TEXT NOT NULL,
+		event_offset INTEGER NOT NULL,
+		event_type TEXT NOT NULL DEFAULT '',
+		code TEXT NOT NULL DEFAULT '',
+		message TEXT NOT NULL DEFAULT '',
+		attempts INTEGER NOT NULL DEFAULT 0,
+		node TEXT NOT NULL DEFAULT '',
+		at_ms INTEGER NOT NULL,
+		by_whom TEXT NOT NULL DEFAULT '',
+		reason TEXT NOT NULL DEFAULT '',
+		PRIMARY KEY (path, slug, event_offset)
+	) WITHOUT ROWID`,
+}
+
+const parkedEventCols = `path, slug, event_offset, event_type, code, message, attempts, node, at_ms, by_whom, reason`
+
+func (t *readTx) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([]driver.ParkedEventRow, error) {
+	rows, err := t.q.query(ctx, `SELECT `+parkedEventCols+` FROM processor_parked
+		WHERE (?1 = '' OR path = ?1) AND (?2 = '' OR slug = ?2) AND (?3 = 0 OR event_offset = ?3)
+		ORDER BY path, slug, event_offset`, q.Path, q.Slug, q.Offset)
+	if err != nil {
+		return nil, fmt.Errorf("read parked events: %w", err)
+	}
+	defer rows.Close()
+	var out []driver.ParkedEventRow
+	for rows.Next() {
+		var r driver.ParkedEventRow
+		if err := rows.Scan(&r.Path, &r.Slug, &r.Offset, &r.EventType, &r.Code, &r.Message, &r.Attempts, &r.Node,
+			&r.AtMs, &r.By, &r.Reason); err != nil {
+			return nil, fmt.Errorf("read parked events: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *writeTx) PutParkedEvent(ctx context.Context, r driver.ParkedEventRow, fence *driver.Fence) error {
+	if err := t.checkFence(fence, "park an event"); err != nil {
+		return err
+	}
+	_, err := t.q.exec(ctx, `INSERT INTO processor_parked(`+parkedEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(path, slug, event_offset) DO UPDATE SET event_type = excluded.event_type, code = excluded.code,
+			message = excluded.message, attempts = excluded.attempts, node = excluded.node, at_ms = excluded.at_ms,
+			by_whom = excluded.by_whom, reason = excluded.reason`,
+		r.Path, r.Slug, r.Offset, r.EventType, r.Code, r.Message, r.Attempts, r.Node, r.AtMs, r.By, r.Reason)
+	if err != nil {
+		return classify(fmt.Errorf("park an event: %w", err))
+	}
+	return nil
+}
+
+func (t *writeTx) DeleteParkedEvent(ctx context.Context, path, slug string, offset int64, fence *driver.Fence) (bool, error) {
+	if err := t.checkFence(fence, "remove a parked event"); err != nil {
+		return false, err
+	}
+	res, err := t.q.exec(ctx, `DELETE FROM processor_parked WHERE path = ? AND slug = ? AND event_offset = ?`, path, slug, offset)
+	if err != nil {
+		return false, classify(fmt.Errorf("remove a parked event: %w", err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, classify(fmt.Errorf("remove a parked event: %w", err))
+	}
+	return n > 0, nil
+}

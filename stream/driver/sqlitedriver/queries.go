@@ -398,6 +398,7 @@ func (t *writeTx) DeleteProcessorState(ctx context.Context, path string) error {
 		`DELETE FROM reduce_checkpoints WHERE scope = ?`,
 		`DELETE FROM claims WHERE path = ?`,
 		`DELETE FROM processor_states WHERE path = ?`,
+		`DELETE FROM processor_parked WHERE path = ?`,
 	} {
 		if _, err := t.q.exec(ctx, q, path); err != nil {
 			return classify(fmt.Errorf("delete processor state: %w", err))
