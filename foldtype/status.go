@@ -45,6 +45,9 @@ type ProcessorStatus struct {
 	// Skipped counts the events the processor skipped, by reason (a payload that breaks its
 	// schema, a Reduce that failed or panicked); empty when none.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
+	// Rebuilding, when set, is the next version being rebuilt beside this one, with its lag
+	// (docs/operations.md#rebuild-beside-the-running-version); nil when none is.
+	Rebuilding *ProcessorRebuild `json:"rebuilding,omitempty"`
 }
 
 // Processor states in [ProcessorStatus].State.

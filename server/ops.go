@@ -190,6 +190,7 @@ const maxReasonLength = 1024
 //	POST /v1/processor/<slug>/<stream>?op=retry[&reason=…] → 200 {"op": "retry", "slug": …, "stream": …}
 //	POST …?op=replay&from=N&effects=none|again[&reason=…] (server/replay.go)
 //	POST …?op=skip|redrive|discard[&offset=N][&reason=…] (server/parked.go)
+//	POST …?op=rebuild[&reason=…] (server/rebuild.go)
 //
 // It needs OpProcessorOps (of BearerTokens, an ops-scoped token). Every verb, done or refused by
 // the processor, leaves one audit line at info in the server's log: who, what, on which processor,
@@ -250,9 +251,13 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		if run, params = parkOp(w, s.cfg.Processors, q, op, path, slug, &answer); run == nil {
 			return
 		}
+	case "rebuild":
+		if run = rebuildOp(w, s.cfg.Processors, path, slug, &answer); run == nil {
+			return
+		}
 	}
 	if run == nil {
-		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume, replay, skip, redrive or discard", 0)
+		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume, replay, skip, redrive, discard or rebuild", 0)
 		return
 	}
 	actor := ""
