@@ -91,3 +91,45 @@ func TestAnEngineThatMayNotWorkRunsNoProcessEventNoBlockerAndNoCheckpoint(t *tes
 	pr, bl, cur = state()
 	eq(t, "allowed again", []any{pr, bl, cur}, []any{[]int64{1, 2, 3, 3}, []int64{1, 2, 3}, int64(3)})
 }
+
+// TestAnEmptyPushAfterAFailedPushReducesTheFailedEventsFirst (P-63): a push refused by MayWork
+// leaves its events in the log only; a later push whose range starts at the cursor (a reader's
+// empty push for read-your-writes, over commits the processor does not consume) reads them from
+// the log before moving the cursor, so no snapshot shows an offset whose event its state lacks.
+func TestAnEmptyPushAfterAFailedPushReducesTheFailedEventsFirst(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("this node may not work")
+	var mu sync.Mutex
+	refuse := false
+	c := newCounter(t)
+	mem, cps := testsupport.NewMemoryStream(), testsupport.MemoryCheckpoints()
+	eng := newEngine[counterState](t, c, mem, cps, func(cfg *foldstream.EngineConfig) {
+		cfg.MayWork = func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if refuse {
+				return refused
+			}
+			return nil
+		}
+	})
+	ctx := ctxFor(t)
+	setRefuse := func(v bool) { mu.Lock(); refuse = v; mu.Unlock() }
+
+	first := appendT(t, mem, ev(tickType))
+	mustDo(t, eng.ProcessEventBatch(ctx, first, foldstream.ScannedRange{After: 0, Through: 1}))
+	second := appendT(t, mem, ev(tickType))
+	setRefuse(true)
+	if err := eng.ProcessEventBatch(ctx, second, foldstream.ScannedRange{After: 1, Through: 2}); !errors.Is(err, refused) {
+		t.Fatalf("push of the second tick: %v, want MayWork's error", err)
+	}
+	setRefuse(false)
+	appendT(t, mem, ev("unrelated"))
+	// The reader's push: every consumed event up to 3 was delivered (the second tick's push
+	// settled, failed), and the engine reduced through 1.
+	mustDo(t, eng.ProcessEventBatch(ctx, nil, foldstream.ScannedRange{After: eng.ReducedThroughOffset(), Through: 3}))
+	snap := must[foldstream.Snapshot[counterState]](t)(eng.Snapshot(ctx))
+	eq(t, "snapshot", snap, foldstream.Snapshot[counterState]{Offset: 3, State: counterState{Ticks: 2}})
+	cp, _ := cps.Get("counter")
+	eq(t, "checkpoint", cp.ReducedThroughOffset, int64(2))
+}

@@ -110,7 +110,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		return false, err
 	}
 	if settle {
-		seen := sl.sub.SeenThrough() // before the wait: every consumed event up to it is delivered by its end
+		// Before the wait: every consumed event up to seen.Through is delivered by its end, and
+		// none lies in (seen.After, seen.Through].
+		seen := sl.sub.SeenRange()
 		if err := sl.sub.WaitDelivered(ctx); err != nil && !errors.Is(err, stream.ErrSubscriptionClosed) {
 			if errors.Is(err, foldtype.ErrStreamDeleted) {
 				// The stream was deleted; if the path holds a new stream already, the slot is
@@ -137,9 +139,11 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		}
 		// Read-your-writes by offset: commits the processor does not consume ride inside its next
 		// push, so its cursor may lag appends that returned before the call. Everything it
-		// consumes up to seen was delivered, so an empty push moves the cursor there (no log read).
-		if cur := sl.runner.ReducedThroughOffset(); seen > cur {
-			if err := sl.runner.ProcessEventBatch(ctx, nil, foldtype.ScannedRange{After: cur, Through: seen}); err != nil {
+		// consumes up to seen.Through was delivered, so an empty push moves the cursor there (no
+		// log read) — from seen.After at the lowest: a delivery that failed or was skipped left
+		// the cursor below the last consumed commit, and the engine reads the log up to it first.
+		if cur := sl.runner.ReducedThroughOffset(); seen.Through > cur {
+			if err := sl.runner.ProcessEventBatch(ctx, nil, foldtype.ScannedRange{After: max(cur, seen.After), Through: seen.Through}); err != nil {
 				return fail(err)
 			}
 		}

@@ -18,7 +18,8 @@ type statusReporter interface {
 
 // ProcessorsOn returns the status of every processor the host runs on the stream at path, sorted
 // by slug: the exact-path registrations on it and, when the stream exists, the pattern
-// registrations covering it — open or closed, here or on another node. It neither waits nor opens
+// registrations covering it — open or closed, here or on another node (while the database does
+// not answer, those covering it that this node runs or holds the lease of). It neither waits nor opens
 // an engine. Each status has one State (docs/postgres.md#processors-and-leases): running, catching
 // up, failing or parked on the node that holds its lease (its owner, with the lease's generation),
 // as the owner reports it here or, from another node, as the owner stored it with its last lease
@@ -83,11 +84,16 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 	h.mu.Unlock()
 	if patterns {
 		if _, err := h.store.Events().HeadStream(ctx, path); err != nil {
-			// Patterns cover existing streams only: keep the exact registrations.
+			// Patterns cover existing streams only: keep the exact registrations. When the
+			// database does not answer, whether the stream exists is not known, and what this
+			// node runs or holds the lease of is reported still (its owner and generation are
+			// this node's to tell, and effects run under them meanwhile).
+			gone := errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone)
 			var kept []foldtype.ProcessorStatus
 			var keptLocal []bool
 			for i, e := range entries {
-				if e.exact {
+				_, held := h.leases.heldLease(procKey{path, e.reg.slug})
+				if e.exact || (!gone && (local[i] || held)) {
 					kept, keptLocal = append(kept, out[i]), append(keptLocal, local[i])
 				}
 			}

@@ -32,6 +32,29 @@ func TestSeenDurableThroughIgnoresEphemeralOnlyCommits(t *testing.T) {
 	}
 }
 
+// TestSeenRangeStartsAtTheLastConsumedCommit: SeenRange's After is the through of the last
+// commit holding a consumed event, so the commits in (After, Through] hold none, and a subscriber
+// whose failed delivery left its cursor below After knows it must read the log up to it.
+func TestSeenRangeStartsAtTheLastConsumedCommit(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	sub := subscribe(t, s, "/a", &recorder{}, SubscribeOptions{Consumes: []string{"x"}})
+	if got, want := sub.SeenRange(), (foldtype.ScannedRange{}); got != want {
+		t.Fatalf("SeenRange before any commit: got %+v, want %+v", got, want)
+	}
+	mustAppend(t, s, "/a", ev("y"), ev("x")) // 1, 2
+	mustAppend(t, s, "/a", ev("y"))          // 3
+	mustAppend(t, s, "/a", eph("x"))         // 4
+	mustAppend(t, s, "/a", ev("y"))          // 5
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sub.SeenRange(), (foldtype.ScannedRange{After: 4, Through: 5}); got != want {
+		t.Fatalf("SeenRange: got %+v, want %+v", got, want)
+	}
+}
+
 // TestCheckpointsOfReadsRowsTogetherAndStaysBoundToItsStream: checkpoints made from a stream's
 // info read several rows in one call and, like Checkpoints, refuse a write once that stream was
 // deleted and another created at the path.

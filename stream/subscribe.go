@@ -69,15 +69,18 @@ type Subscription struct {
 
 	mu          sync.Mutex
 	lastThrough int64 // through of the last enqueued push; -1 before the first
-	pending     *pendingPush
-	enqueued    uint64 // pushes enqueued (folded ones count once each)
-	settled     uint64 // pushes settled
-	settledCh   chan struct{}
-	dropped     int64
-	closed      bool
-	endErr      error // why the subscription ended: ErrSubscriptionClosed or a STREAM_DELETED error
-	kick        chan struct{}
-	done        chan struct{}
+	// consumedThrough is the through of the last commit offered that held an event this
+	// subscriber consumes, enqueued or not (a closed subscription drops it).
+	consumedThrough int64
+	pending         *pendingPush
+	enqueued        uint64 // pushes enqueued (folded ones count once each)
+	settled         uint64 // pushes settled
+	settledCh       chan struct{}
+	dropped         int64
+	closed          bool
+	endErr          error // why the subscription ended: ErrSubscriptionClosed or a STREAM_DELETED error
+	kick            chan struct{}
+	done            chan struct{}
 }
 
 type pendingPush struct {
@@ -172,6 +175,7 @@ func (sub *Subscription) offer(events []foldtype.Event, after, through int64) {
 	// Seen only once its push is queued: a reader that takes SeenThrough and then WaitDelivered
 	// finds every consumed event up to it delivered.
 	defer sub.see(through, durable)
+	sub.consumedThrough = max(sub.consumedThrough, through)
 	if sub.closed {
 		return
 	}
@@ -288,6 +292,19 @@ func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 // is below n may move it to n without reading the log (the default host does, for read-your-writes
 // by offset).
 func (sub *Subscription) SeenThrough() int64 { return sub.seen.Load() }
+
+// SeenRange returns SeenThrough as Through and, as After, the through of the last commit seen
+// that held an event the subscription consumes (0 before any): the commits in (After, Through]
+// hold none. A subscriber whose cursor is below After did not process a consumed event it was
+// pushed (its delivery failed, or was skipped), so it must read the log up to After before it
+// moves its cursor to Through.
+func (sub *Subscription) SeenRange() foldtype.ScannedRange {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	// A consumed commit raises both under mu, and commits are offered in order: any consumed
+	// commit up to the seen offset read here is counted in consumedThrough.
+	return foldtype.ScannedRange{After: sub.consumedThrough, Through: sub.seen.Load()}
+}
 
 // SeenDurableThrough is SeenThrough over the commits that hold a durable event: a commit of
 // ephemerals only (a live-state delta) does not raise it. A subscriber whose durable cursor
