@@ -1,0 +1,82 @@
+package host_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+// leaseFailsOnceDriver is the PostgreSQL driver whose next taking of a lease fails, as an
+// unreachable database's does, once failNext is set.
+type leaseFailsOnceDriver struct {
+	*pgdriver.Driver
+	failNext *atomic.Bool
+	failed   chan struct{}
+}
+
+func (d leaseFailsOnceDriver) AcquireLease(ctx context.Context, key, holder, addr string, ttl time.Duration) (driver.Lease, bool, error) {
+	if d.failNext.CompareAndSwap(true, false) {
+		d.failed <- struct{}{}
+		return driver.Lease{}, false, foldtype.NewError(foldtype.CodeUnavailable, nil, "stream: the database is unavailable")
+	}
+	return d.Driver.AcquireLease(ctx, key, holder, addr, ttl)
+}
+
+// A commit opens its pattern processor's engine; when that opening fails before it took the
+// lease because the database could not be reached (restarting), it is opened again on the store's
+// clock and processes the commit, with no later append to ask for it.
+func TestAPatternEngineWhoseOpeningFailedForWantOfTheDatabaseOpensAgainAndProcesses(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testsupport.NewFakeClock()
+	dd := leaseFailsOnceDriver{Driver: d, failNext: new(atomic.Bool), failed: make(chan struct{}, 1)}
+	s, err := stream.OpenDriver(ctx, dd, stream.Config{Logger: quietLog, Clock: clock})
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	h := newHost(t, s)
+	defer h.Shutdown(ctx)
+	p := newTicker(t, "ticks")
+	if err := host.RegisterPattern(ctx, h, "/t/*", p); err != nil {
+		t.Fatal(err)
+	}
+
+	dd.failNext.Store(true) // the opening's lease: no node holds it, so no lease scan takes it over
+	evs, err := s.Events().Stream("/t/a").Append(ctx, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dd.failed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the commit opened no engine")
+	}
+	// Time moves on the store's clock (each step past the longest backoff) until the effect ran,
+	// bounded by a real deadline.
+	deadline := time.After(30 * time.Second)
+	for !slices.Contains(p.gotEffects(), evs[0].Offset) {
+		clock.Advance(host.OpenRetryMax)
+		select {
+		case <-time.After(20 * time.Millisecond): // polling: the retry is armed just after the failure
+		case <-deadline:
+			t.Fatalf("effects %v, want the tick at %d (pending timers: %v)", p.gotEffects(), evs[0].Offset, clock.Pending())
+		}
+	}
+}
