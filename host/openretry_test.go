@@ -80,3 +80,49 @@ func TestAPatternEngineWhoseOpeningFailedForWantOfTheDatabaseOpensAgainAndProces
 		}
 	}
 }
+
+// catchUpFailsOnce is a runner whose first catch-up from the log fails as an unreachable
+// database's read does.
+type catchUpFailsOnce struct {
+	foldtype.Runner
+	failed *atomic.Bool
+}
+
+func (r catchUpFailsOnce) CatchUpFromLog(ctx context.Context) error {
+	if r.failed.CompareAndSwap(false, true) {
+		return foldtype.NewError(foldtype.CodeUnavailable, nil, "stream: the database is unavailable")
+	}
+	return r.Runner.CatchUpFromLog(ctx)
+}
+
+// An engine whose opening catch-up failed for want of the database catches up again on the
+// store's clock and processes the events already in the log, with no later append to push it.
+func TestAnEngineWhoseCatchUpFailedForWantOfTheDatabaseCatchesUpAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clock)
+	defer s.Close(ctx)
+	evs, err := s.Events().Stream("/c").Append(ctx,
+		foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)}, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHost(t, s)
+	defer h.Shutdown(ctx)
+	r := catchUpFailsOnce{Runner: pushedTicker(t, s, "/c", clock), failed: new(atomic.Bool)}
+	if err := h.Add(ctx, "/c", r); err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1].Offset
+	deadline := time.After(30 * time.Second)
+	for r.ReducedThroughOffset() < last {
+		clock.Advance(host.OpenRetryMax)
+		select {
+		case <-time.After(20 * time.Millisecond): // polling: the retry is armed after the failure
+		case <-deadline:
+			t.Fatalf("the engine reduced through %d, want %d (failed once: %v; pending timers: %v)",
+				r.ReducedThroughOffset(), last, r.failed.Load(), clock.Pending())
+		}
+	}
+}
