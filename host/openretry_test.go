@@ -126,3 +126,48 @@ func TestAnEngineWhoseCatchUpFailedForWantOfTheDatabaseCatchesUpAgain(t *testing
 		}
 	}
 }
+
+// pushFailsOnce is a runner whose first push fails as an unreachable database's checkpoint
+// write does.
+type pushFailsOnce struct {
+	foldtype.Runner
+	failed *atomic.Bool
+}
+
+func (r pushFailsOnce) ProcessEventBatch(ctx context.Context, events []foldtype.Event, rg foldtype.ScannedRange) error {
+	if len(events) > 0 && r.failed.CompareAndSwap(false, true) {
+		return foldtype.NewError(foldtype.CodeUnavailable, nil, "stream: the database is unavailable")
+	}
+	return r.Runner.ProcessEventBatch(ctx, events, rg)
+}
+
+// An engine whose push failed for want of the database catches up from the log on the store's
+// clock, with no later push to repair the gap.
+func TestAnEngineWhosePushFailedForWantOfTheDatabaseCatchesUpAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := testsupport.NewFakeClock()
+	s := openStore(t, ":memory:", clock)
+	defer s.Close(ctx)
+	h := newHost(t, s)
+	defer h.Shutdown(ctx)
+	r := pushFailsOnce{Runner: pushedTicker(t, s, "/p", clock), failed: new(atomic.Bool)}
+	if err := h.Add(ctx, "/p", r); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1].Offset
+	deadline := time.After(30 * time.Second)
+	for r.ReducedThroughOffset() < last {
+		clock.Advance(host.OpenRetryMax)
+		select {
+		case <-time.After(20 * time.Millisecond): // polling: the retry is armed after the failure
+		case <-deadline:
+			t.Fatalf("the engine reduced through %d, want %d (failed once: %v; pending timers: %v)",
+				r.ReducedThroughOffset(), last, r.failed.Load(), clock.Pending())
+		}
+	}
+}

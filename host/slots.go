@@ -507,6 +507,9 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 		err := r.ProcessEventBatch(ctx, events, rg)
 		if ctx.Err() == nil {
 			h.failed(sl, "push", err)
+			// The push's events stay in the log; when no later push comes to repair the gap,
+			// the retried catch-up reads them.
+			h.retryCatchUpIfOwed(sl, err, 1)
 		}
 		return nil
 	}
