@@ -10,6 +10,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
@@ -154,6 +155,13 @@ func TestAnEngineWhosePushFailedForWantOfTheDatabaseCatchesUpAgain(t *testing.T)
 	r := pushFailsOnce{Runner: pushedTicker(t, s, "/p", clock), failed: new(atomic.Bool)}
 	if err := h.Add(ctx, "/p", r); err != nil {
 		t.Fatal(err)
+	}
+	// The opening catch-up ends first, so only the push brings the event.
+	if !wait.Every(10*time.Second, time.Millisecond, func() bool {
+		st := h.ProcessorsOn(ctx, "/p")
+		return len(st) == 1 && st[0].State == foldtype.StateRunning
+	}) {
+		t.Fatalf("the engine did not catch up: %+v", h.ProcessorsOn(ctx, "/p"))
 	}
 	evs, err := s.Events().Stream("/p").Append(ctx, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)})
 	if err != nil {
