@@ -43,10 +43,11 @@ type CheckpointTableConfig struct {
 //	  reducer_version TEXT NOT NULL, reduced_through_offset INTEGER NOT NULL, state TEXT,
 //	  PRIMARY KEY (scope, slug))
 type CheckpointTable struct {
-	db    CheckpointDB
-	scope string
-	read  string
-	write string
+	db     CheckpointDB
+	scope  string
+	read   string
+	write  string
+	remove string
 }
 
 var _ foldtype.CheckpointStorage = (*CheckpointTable)(nil)
@@ -86,6 +87,7 @@ ON CONFLICT (scope, slug) DO UPDATE SET
   reducer_version = excluded.reducer_version,
   reduced_through_offset = excluded.reduced_through_offset,
   state = COALESCE(excluded.state, ` + table + `.state)`,
+		remove: `DELETE FROM ` + table + ` WHERE scope = ? AND slug = ?`,
 	}, nil
 }
 
@@ -120,6 +122,42 @@ func (t *CheckpointTable) WriteCheckpoint(ctx context.Context, slug string, cp f
 	}
 	if _, err := t.db.ExecContext(ctx, t.write, t.scope, slug, cp.ReducerVersion, cp.ReducedThroughOffset, state); err != nil {
 		return fmt.Errorf("write checkpoint %q: %w", slug, err)
+	}
+	return nil
+}
+
+var _ CheckpointSwitcher = (*CheckpointTable)(nil)
+
+// SwitchCheckpoint writes slug's row as cp and deletes row remove, in one transaction when the
+// database is a *sql.DB (a rebuild's switch, docs/operations.md#rebuild-beside-the-running-version);
+// over a *sql.Tx or *sql.Conn the two statements run in the caller's transaction, if any.
+func (t *CheckpointTable) SwitchCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, remove string) error {
+	if n := foldtype.UTF16Len(string(cp.State)); n > foldtype.MaxCheckpointChars {
+		return foldtype.CheckpointTooLargeError(slug, n)
+	}
+	db, tx := t.db, (*sql.Tx)(nil)
+	if b, ok := t.db.(*sql.DB); ok {
+		var err error
+		if tx, err = b.BeginTx(ctx, nil); err != nil {
+			return fmt.Errorf("switch checkpoint %q: %w", slug, err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		db = tx
+	}
+	var state any
+	if cp.State != nil {
+		state = string(cp.State)
+	}
+	if _, err := db.ExecContext(ctx, t.write, t.scope, slug, cp.ReducerVersion, cp.ReducedThroughOffset, state); err != nil {
+		return fmt.Errorf("switch checkpoint %q: %w", slug, err)
+	}
+	if _, err := db.ExecContext(ctx, t.remove, t.scope, remove); err != nil {
+		return fmt.Errorf("switch checkpoint %q: delete %q: %w", slug, remove, err)
+	}
+	if tx != nil {
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("switch checkpoint %q: %w", slug, err)
+		}
 	}
 	return nil
 }

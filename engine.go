@@ -741,7 +741,8 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 		began = e.clock.Now()
 	}
 	run := &eventRun{ctx: runCtx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
-		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork, metrics: e.metrics}
+		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork, metrics: e.metrics,
+		tracer: e.tracer}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
 	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {
@@ -1102,6 +1103,7 @@ type eventRun struct {
 	background func(ctx context.Context, work func(context.Context) error)
 	mayWork    func(ctx context.Context) error
 	metrics    EngineMetrics // nil: nothing counted
+	tracer     trace.Tracer  // nil: no spans, and no trace context written into emitted events
 
 	mu       sync.Mutex
 	blockers []func(context.Context) error
@@ -1119,8 +1121,28 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 	if cause != nil && cause.Depth > r.loopLimit && len(events) > 0 {
 		return nil, r.recordLoopLimit(ctx, cause)
 	}
+	var span trace.Span
+	if r.tracer != nil {
+		// The emitted batch's producer span is the child of the span the processor appends
+		// from (a blocker's, or ProcessEvent's when ctx carries none), and its trace context goes
+		// into every emitted event that names none, so whoever processes them continues the trace
+		// (docs/engine.md#tracing). A retry's emission differs from the first only there, which
+		// the store does not compare (foldtype.SameIdempotentEvent).
+		parent := ctx
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			parent = trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(r.ctx))
+		}
+		path := ""
+		if r.event != nil {
+			path = r.event.Path
+		}
+		ctx, span = startEmitSpan(parent, r.tracer, r.slug, path, len(events))
+	}
 	stamped := make([]EventInput, len(events))
 	for i, ev := range events {
+		if span != nil {
+			ev.Metadata = withSpanContext(ctx, ev.Metadata)
+		}
 		ps := &foldtype.ProcessorSource{Slug: r.slug, Version: r.version}
 		if r.event != nil {
 			ps.WhileProcessing = &foldtype.WhileProcessing{Offset: r.event.Offset, Type: r.event.Type}
@@ -1130,6 +1152,7 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 		stamped[i] = ev
 	}
 	out, err := r.stream.Append(ctx, stamped...)
+	endSpan(span, err)
 	if err == nil && r.metrics != nil && len(stamped) > 0 {
 		r.metrics.EventsEmitted(len(stamped))
 	}
@@ -1184,12 +1207,16 @@ func (r *eventRun) drain() error {
 				return err
 			}
 		}
-		if err := callGuarded(func() error { return work(r.ctx) }); err != nil && !isRecordedLoopLimit(err) {
+		ctx, span := startBlockerSpan(r.ctx, r.tracer, r.slug, i+1)
+		err := callGuarded(func() error { return work(ctx) })
+		if err != nil && !isRecordedLoopLimit(err) {
+			endSpan(span, err)
 			r.mu.Lock()
 			r.settled = true
 			r.mu.Unlock()
 			return err
 		}
+		endSpan(span, nil)
 	}
 }
 

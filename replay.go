@@ -32,6 +32,9 @@ func (e *Engine[S]) Replay(ctx context.Context, req foldtype.ReplayRequest) (fol
 	from, effects := req.From, req.Effects
 	var res foldtype.ReplayResult
 	err = await(ctx, e.enqueue(ctx, func(ctx context.Context) error {
+		if e.stopping.Load() {
+			return e.closedError() // stopped, or switched to a rebuilt version: its processor is another engine's
+		}
 		if err := e.rereduceIfStale(ctx); err != nil {
 			return err
 		}

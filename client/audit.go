@@ -59,9 +59,9 @@ type ProcessorBulkResult struct {
 	DryRun     bool   `json:"dryRun"`
 }
 
-// ProcessorBulkOp asks the server at baseURL to run op ("pause" or "resume") on processor slug of
-// every stream pattern matches ("/orders/*"); with dryRun it only counts what op would change.
-// It needs a token of the ops scope and does not retry.
+// ProcessorBulkOp asks the server at baseURL to run op ("pause", "resume", "retry", "skip" or
+// "rebuild") on processor slug of every stream pattern matches ("/orders/*"); with dryRun it only
+// counts what op would change. It needs a token of the ops scope and does not retry.
 func ProcessorBulkOp(ctx context.Context, baseURL, pattern, slug, op, reason string, dryRun bool, o ListOptions) (ProcessorBulkResult, error) {
 	const what = "processor bulk op"
 	b, err := url.Parse(baseURL)

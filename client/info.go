@@ -36,6 +36,26 @@ type ProcessorStatus struct {
 	// holds its lease; Generation is that lease's generation.
 	Owner      string `json:"owner,omitempty"`
 	Generation int64  `json:"generation,omitempty"`
+	// Rebuilding is the next version being rebuilt beside this one, with its lag; nil when none
+	// is (docs/operations.md#rebuild-beside-the-running-version).
+	Rebuilding *ProcessorRebuild `json:"rebuilding,omitempty"`
+	// NextVersion is the next version registered for the processor and not switched to yet (the
+	// rebuild verb switches to it); empty when none is.
+	NextVersion string `json:"nextVersion,omitempty"`
+}
+
+// ProcessorRebuild is a processor's next version being rebuilt beside the running one.
+type ProcessorRebuild struct {
+	// Version is the version being rebuilt.
+	Version string `json:"version"`
+	// Offset is the offset it has folded through.
+	Offset int64 `json:"offset"`
+	// Lag is how far Offset is behind the running version's offset.
+	Lag int64 `json:"lag"`
+	// Switched reports that the rebuilt version runs now.
+	Switched bool `json:"switched,omitempty"`
+	// Error is the rebuild's last failure; nil while it goes well.
+	Error *ProcessorError `json:"error,omitempty"`
 }
 
 // ProcessorFailure is a failing processor's failure.

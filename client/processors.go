@@ -17,6 +17,8 @@ type ProcessorOpResult struct {
 	Slug string `json:"slug"`
 	// Stream is the stream's name (its path without the leading slash).
 	Stream string `json:"stream"`
+	// Rebuild is where the rebuild is, in the answer to "rebuild"; nil for the other verbs.
+	Rebuild *ProcessorRebuild `json:"rebuild,omitempty"`
 }
 
 // ProcessorOp asks the foldstream server at baseURL to run an operator's verb (docs/operations.md)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
 
 	"github.com/foldstream/foldstream/server"
 )
@@ -345,4 +347,63 @@ func TestConsoleProcessorsPageShowsLagInSeconds(t *testing.T) {
 	}
 	waitFor(t, ctx, "no horizontal scrolling at 390 px", `document.documentElement.scrollWidth <= window.innerWidth`)
 	screenshot(t, ctx, "console-processors-phone.png")
+}
+
+// TestConsoleRebuildsTheNextVersionFromARowAndInBulk: a row offers Rebuild only once the program
+// registered a next version; its confirmation starts the rebuild and the row then shows the
+// processor at the next version. The bulk rebuild's confirmation first counts the streams not
+// switched yet, then rebuilds them.
+func TestConsoleRebuildsTheNextVersionFromARowAndInBulk(t *testing.T) {
+	var logs logBuffer
+	bt, err := server.ParseBearerTokens("operator ops " + opsToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carts := []string{"/carts/alice", "/carts/bob"}
+	base, h := setupHost(t, server.Config{Authorize: bt.Authorize, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, carts...)
+	ctx := browser(t, 1280, 900)
+	openWithToken(t, ctx, base+"/#/processors", opsToken)
+	for _, c := range carts {
+		waitFor(t, ctx, c+" running", stateIs(c, "running"))
+	}
+	rebuildButton := func(c string) string {
+		return fmt.Sprintf(`document.querySelector(%s)`, js(procRow(c)+` button[data-verb="rebuild"]`))
+	}
+	if offered, err := chromedp.Run(ctx, chromedp.Evaluate[bool](rebuildButton("/carts/alice")+` !== null`)); err != nil || offered {
+		t.Fatalf("a row offers Rebuild with no next version registered (%v)", err)
+	}
+	next := foldstream.MustDefineContract(foldstream.ContractConfig[cart]{
+		Slug: "cart", Version: "2", Description: "what is in a cart", Consumes: []string{"item.added"},
+		Events:  []foldstream.EventDefinition{foldstream.DefineEvent[itemAdded]("item.added", "an item was put in the cart")},
+		Initial: func() (cart, error) { return cart{Items: map[string]int{}}, nil },
+	})
+	for _, c := range carts {
+		if err := host.RegisterNextVersion(context.Background(), h, c, cartProcessor{foldstream.NewBase(next)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slugIs := func(c, want string) string {
+		return fmt.Sprintf(`document.querySelector(%s)?.textContent === %q`, js(procRow(c)+" .slug"), want)
+	}
+	waitFor(t, ctx, "alice's Rebuild button", rebuildButton("/carts/alice")+` !== null`)
+	openVerb(t, ctx, "/carts/alice", "rebuild")
+	waitFor(t, ctx, "the rebuild's confirmation names v2", `document.getElementById("confirm-title").textContent === "Rebuild cart v2?"`)
+	confirm(t, ctx, "new totals")
+	waitFor(t, ctx, "alice at v2", slugIs("/carts/alice", "cart v2"))
+	waitFor(t, ctx, "alice's Rebuild button gone", rebuildButton("/carts/alice")+` === null`)
+
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("bulk-slug"), "cart"),
+		chromedp.SendKeys(chromedp.ID("bulk-pattern"), "/carts/*"),
+	); err != nil {
+		t.Fatal(err)
+	}
+	click(t, ctx, "button.bulk-rebuild")
+	waitFor(t, ctx, "the bulk rebuild's dry run", `document.getElementById("confirm").open && document.getElementById("confirm-text").textContent.includes("would rebuild its next version on 1 stream of the 2 streams /carts/* matches") && !document.getElementById("confirm-ok").disabled`)
+	confirm(t, ctx, "")
+	noted(t, ctx, "Rebuild started of cart on 1 of 2 streams matching /carts/*.")
+	waitFor(t, ctx, "bob at v2", slugIs("/carts/bob", "cart v2"))
+	if n := logs.count(`outcome="dry run: 1 of 2 would change"`); n != 1 {
+		t.Errorf("%d dry-run audit lines, want 1:\n%s", n, logs.b.String())
+	}
 }

@@ -81,13 +81,20 @@ func setup(t *testing.T, carts ...string) (base string) {
 // setupWith is setup with cfg for the server (Processors and LongPollTimeout filled in).
 func setupWith(t *testing.T, cfg server.Config, carts ...string) (base string) {
 	t.Helper()
+	base, _ = setupHost(t, cfg, carts...)
+	return base
+}
+
+// setupHost is setupWith that also returns the host, for a test that registers more on it.
+func setupHost(t *testing.T, cfg server.Config, carts ...string) (base string, h *host.Host) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "e2e.db"), storeopen.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close(context.Background()) })
-	h, err := host.New(st, host.Config{})
+	h, err = host.New(st, host.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +126,7 @@ func setupWith(t *testing.T, cfg server.Config, carts ...string) (base string) {
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	})
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), h
 }
 
 // writeToken, when set, is sent with post and create (the tokens test sets it).

@@ -16,12 +16,15 @@ const ProcessorKeyPrefix = "processor:"
 // SameIdempotentEvent reports whether a retried input names the same event as an existing one
 // (docs/engine.md#idempotency): equal type, deep-equal payload and deep-equal metadata, key order
 // irrelevant. Metadata present on one side only is different, and so is absent versus an empty
-// object. Source, offset and the ephemeral flag are not compared; numbers compare by exact value.
+// object. The trace context in metadata ([MetadataTraceParent], [MetadataTraceState]) is not
+// compared: it names the span that wrote the event, which a retry changes (an object holding
+// nothing else then counts as absent). Source, offset and the ephemeral flag are not compared;
+// numbers compare by exact value.
 // The store and the test stand-ins use it; a custom [Stream] should too.
 func SameIdempotentEvent(existing Event, requested EventInput) bool {
 	return existing.Type == requested.Type &&
 		rawJSONEqual(existing.Payload, requested.Payload) &&
-		rawJSONEqual(existing.Metadata, requested.Metadata)
+		metadataEqual(existing.Metadata, requested.Metadata)
 }
 
 func rawJSONEqual(a, b json.RawMessage) bool {

@@ -74,7 +74,8 @@ type BulkResult struct {
 	// Matched counts the streams the pattern matched where slug is registered.
 	Matched int `json:"matched"`
 	// Changed counts those the verb changed (a dry run: would change): paused ones for resume,
-	// the others for pause.
+	// the others for pause, failing ones for retry and skip, those with a next version not
+	// switched in for rebuild.
 	Changed int `json:"changed"`
 	// Failed counts those where the verb failed; FirstError is the first failure's message.
 	Failed     int    `json:"failed"`

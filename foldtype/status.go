@@ -45,6 +45,14 @@ type ProcessorStatus struct {
 	// Skipped counts the events the processor skipped, by reason (a payload that breaks its
 	// schema, a Reduce that failed or panicked); empty when none.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
+	// Rebuilding, when set, is the next version being rebuilt beside this one, with its lag
+	// (docs/operations.md#rebuild-beside-the-running-version); nil when none is.
+	Rebuilding *ProcessorRebuild `json:"rebuilding,omitempty"`
+	// NextVersion, when set, is the next version the program registered for the processor that
+	// it has not switched to yet: the rebuild verb rebuilds it beside this one and switches
+	// (docs/operations.md#rebuild-beside-the-running-version); empty when none is registered or
+	// the switch is done.
+	NextVersion string `json:"nextVersion,omitempty"`
 }
 
 // Processor states in [ProcessorStatus].State.

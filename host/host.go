@@ -176,7 +176,8 @@ type Host struct {
 	exact    map[procKey]*registration
 	patterns []*registration
 	slots    map[procKey]*slot
-	lru      *list.List // open slots of pattern registrations, most recently used first
+	rebuilds map[procKey]*rebuildRun // the rebuilds running here (host/rebuild.go)
+	lru      *list.List              // open slots of pattern registrations, most recently used first
 	opening  map[procKey]bool
 	openQ    []procKey
 	openers  int
@@ -251,7 +252,7 @@ func New(store *stream.Store, cfg Config) (*Host, error) {
 	folder := newRepeatFolder(cfg.Logger.Handler(), clock, cfg.WarnInterval)
 	h := &Host{
 		store: store, cfg: cfg, log: slog.New(folder), fold: folder.st, clock: clock,
-		exact: map[procKey]*registration{}, slots: map[procKey]*slot{}, lru: list.New(),
+		exact: map[procKey]*registration{}, slots: map[procKey]*slot{}, rebuilds: map[procKey]*rebuildRun{}, lru: list.New(),
 		opening: map[procKey]bool{}, maxOpeners: openWorkers(store.Driver().Exclusive()),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())

@@ -644,7 +644,7 @@ func (h *Host) LastGoodState(ctx context.Context, path, slug string) (foldtype.S
 	if !ok {
 		return foldtype.Snapshot[json.RawMessage]{State: reg.initial}, nil
 	}
-	if reg.version != "" && cp.ReducerVersion != reg.version {
+	if reg.atVersion(cp.ReducerVersion) == nil {
 		return foldtype.Snapshot[json.RawMessage]{}, catchingUp(procKey{path, slug}, 0, nil)
 	}
 	if cp.State == nil {

@@ -141,6 +141,10 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 				return nil, err
 			}
 		}
+		if n := reg.nextFor(read); n != nil {
+			// Switched to the next version (host/rebuild.go): its engine runs from this row.
+			return n.reg.build(path, preread{info: pre.info, rows: read, first: pre.first}, l)
+		}
 		rows := preloaded(read, engineRows(reg.slug))
 		defer rows.forgetAll()
 		key := procKey{path, reg.slug}

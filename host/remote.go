@@ -126,7 +126,8 @@ func (h *Host) fromCheckpoint(ctx context.Context, path, slug string, through in
 		if !ok {
 			cp = foldtype.Checkpoint{ReducerVersion: reg.version, State: reg.initial}
 		}
-		if reg.version == "" || cp.ReducerVersion == reg.version {
+		if at := reg.atVersion(cp.ReducerVersion); at != nil {
+			reg = at // the next version's, once switched (host/rebuild.go)
 			var pending bool
 			if pending, err = h.consumedBetween(ctx, reg.consumes, path, cp.ReducedThroughOffset, through); err != nil {
 				break

@@ -191,7 +191,7 @@ func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail 
 		switch {
 		case !found:
 			return 0
-		case cp.ReducerVersion != reg.version:
+		case reg.atVersion(cp.ReducerVersion) == nil:
 			return -1 // the engine re-reduces first: its reads start elsewhere
 		default:
 			return cp.ReducedThroughOffset

@@ -63,7 +63,7 @@ func (h *Host) behind(ctx context.Context, reg *registration, path string) (bool
 	if err != nil {
 		return false, err
 	}
-	if ok && reg.version != "" && cp.ReducerVersion != reg.version {
+	if ok && reg.atVersion(cp.ReducerVersion) == nil {
 		return true, nil // a re-reduce is due
 	}
 	page, err := h.store.Events().Stream(path).Read(ctx, cp.ReducedThroughOffset, 1)

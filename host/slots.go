@@ -61,6 +61,8 @@ type registration struct {
 	validate func(foldtype.Event) error
 	// policy is the failure policy (WithFailurePolicy).
 	policy FailurePolicy
+	// next is the next version, once registered (RegisterNextVersion; host/rebuild.go).
+	next atomic.Pointer[nextVersion]
 }
 
 func (r *registration) pinned() bool { return r.pattern.exact }
@@ -460,6 +462,9 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		pre.first.drop() // read by now, or stale: later reads go to the store
 		h.failed(sl, "catch-up", err)
 		h.retryCatchUpIfOwed(sl, err, 1)
+		if reg.next.Load() != nil {
+			h.resumeRebuild(sl) // a rebuild an earlier owner left goes on here (host/rebuild.go)
+		}
 		if hadRow {
 			h.syncFailureRow(sl) // a failure row left by an earlier owner: kept or cleared
 		}

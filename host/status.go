@@ -166,6 +166,7 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 			st.Offset = max(st.Offset, cp.ReducedThroughOffset)
 		}
 	}
+	h.addRebuilds(ctx, path, out) // a next version rebuilt beside the running one (host/rebuild.go)
 	sort.Slice(out, func(i, j int) bool { return out[i].Slug < out[j].Slug })
 	return out
 }

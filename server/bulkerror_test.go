@@ -40,6 +40,18 @@ func (f failingBulk) ResumeMatching(ctx context.Context, pattern, slug string, d
 	return f.PauseMatching(ctx, pattern, slug, "", dryRun)
 }
 
+func (f failingBulk) RetryMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error) {
+	return f.PauseMatching(ctx, pattern, slug, "", dryRun)
+}
+
+func (f failingBulk) SkipMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (foldtype.BulkResult, error) {
+	return f.PauseMatching(ctx, pattern, slug, reason, dryRun)
+}
+
+func (f failingBulk) RebuildMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error) {
+	return f.PauseMatching(ctx, pattern, slug, "", dryRun)
+}
+
 // A bulk verb that failed on one stream tells the client that failure as every error answer does:
 // a failure of the server's own condition (a database out of reach) by its code's generic message,
 // never the driver's text with the database's address, and no Go package prefixes; the detail is

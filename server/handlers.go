@@ -230,6 +230,9 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 	}
 
 	ctx, span := s.startAppendSpan(r.Context(), name, received)
+	if span != nil {
+		req.Provenance = tracedProvenance(ctx, req.Provenance)
+	}
 	res, err := s.st.Protocol().AppendRecord(ctx, req)
 	endAppendSpan(span, res.Tail, err)
 	if err != nil {

@@ -40,12 +40,15 @@ type ProcessorAudit interface {
 	Audit(ctx context.Context, path, slug string, limit int) ([]foldtype.AuditEntry, error)
 }
 
-// ProcessorBulk is optionally implemented by a Processors: pause or resume one processor on
-// every stream a path pattern matches, or count them (docs/operations.md#bulk-verbs). *host.Host
-// implements it.
+// ProcessorBulk is optionally implemented by a Processors: one operator's verb (pause, resume,
+// retry, skip, rebuild) on one processor of every stream a path pattern matches, or a count of
+// the streams it would change (docs/operations.md#bulk-verbs). *host.Host implements it.
 type ProcessorBulk interface {
 	PauseMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (foldtype.BulkResult, error)
 	ResumeMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error)
+	RetryMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error)
+	SkipMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (foldtype.BulkResult, error)
+	RebuildMatching(ctx context.Context, pattern, slug string, dryRun bool) (foldtype.BulkResult, error)
 }
 
 // LastGoodStates is optionally implemented by a Processors: the last good state of a failing or
@@ -99,7 +102,7 @@ func (s *Server) serveProcessorAudit(w http.ResponseWriter, r *http.Request, res
 
 // serveProcessorBulk answers a bulk verb over the streams a path pattern matches:
 //
-//	POST /v1/processor/<slug>/?op=pause|resume&pattern=/carts/*[&reason=…][&dryRun=1]
+//	POST /v1/processor/<slug>/?op=pause|resume|retry|skip|rebuild&pattern=/carts/*[&reason=…][&dryRun=1]
 //	  → 200 {"op", "slug", "pattern", "matched", "changed", "failed", "firstError", "dryRun"}
 //
 // With dryRun=1 nothing changes and changed counts what would. One audit record names the pattern.
@@ -143,8 +146,14 @@ func (s *Server) serveProcessorBulk(w http.ResponseWriter, r *http.Request, rest
 		res, err = bulk.PauseMatching(ctx, pattern, slug, reason, dryRun)
 	case "resume":
 		res, err = bulk.ResumeMatching(ctx, pattern, slug, dryRun)
+	case "retry":
+		res, err = bulk.RetryMatching(ctx, pattern, slug, dryRun)
+	case "skip":
+		res, err = bulk.SkipMatching(ctx, pattern, slug, reason, dryRun)
+	case "rebuild":
+		res, err = bulk.RebuildMatching(ctx, pattern, slug, dryRun)
 	default:
-		writeCoded(w, foldtype.CodeBadRequest, "a bulk op must be pause or resume", 0)
+		writeCoded(w, foldtype.CodeBadRequest, "a bulk op must be pause, resume, retry, skip or rebuild", 0)
 		return
 	}
 	outcome := fmt.Sprintf("done: %d of %d changed, %d failed", res.Changed, res.Matched, res.Failed)
@@ -190,6 +199,7 @@ const maxReasonLength = 1024
 //	POST /v1/processor/<slug>/<stream>?op=retry[&reason=…] → 200 {"op": "retry", "slug": …, "stream": …}
 //	POST …?op=replay&from=N&effects=none|again[&reason=…] (server/replay.go)
 //	POST …?op=skip|redrive|discard[&offset=N][&reason=…] (server/parked.go)
+//	POST …?op=rebuild[&reason=…] (server/rebuild.go)
 //
 // It needs OpProcessorOps (of BearerTokens, an ops-scoped token). Every verb, done or refused by
 // the processor, leaves one audit line at info in the server's log: who, what, on which processor,
@@ -250,9 +260,13 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		if run, params = parkOp(w, s.cfg.Processors, q, op, path, slug, &answer); run == nil {
 			return
 		}
+	case "rebuild":
+		if run = rebuildOp(w, s.cfg.Processors, path, slug, &answer); run == nil {
+			return
+		}
 	}
 	if run == nil {
-		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume, replay, skip, redrive or discard", 0)
+		writeCoded(w, foldtype.CodeBadRequest, "op must be retry, pause, resume, replay, skip, redrive, discard or rebuild", 0)
 		return
 	}
 	actor := ""

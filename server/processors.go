@@ -135,6 +135,10 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 		ctx, cancel = context.WithTimeout(r.Context(), s.cfg.ProcessorWaitTimeout)
 		defer cancel()
 	}
+	if v := q.Get("version"); v != "" {
+		s.serveProcessorVersion(ctx, w, r, path, slug, v) // one version of it: server/rebuild.go
+		return
+	}
 	var body []byte
 	marked := "" // the processor's state when the answer is its last good state
 	switch q.Get("view") {

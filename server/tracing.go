@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/foldstream/foldstream/stream"
 )
 
 // tracerName is the instrumentation name of the server's spans: the module's, as the engine's
@@ -40,14 +42,31 @@ func endRequestSpan(span trace.Span, status int) {
 	span.End()
 }
 
-// startAppendSpan starts the span of one append to path: from the handler's call into the store
-// until the store answered (the group commit included). Without a tracer it returns ctx and nil.
+// startAppendSpan starts the producer span of one append to path: from the handler's call into
+// the store until the store answered (the group commit included), with the attributes of
+// OpenTelemetry's messaging conventions. Without a tracer it returns ctx and nil.
 func (s *Server) startAppendSpan(ctx context.Context, path string, bytes int) (context.Context, trace.Span) {
 	if s.tracer == nil {
 		return ctx, nil
 	}
-	return s.tracer.Start(ctx, "append", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String("foldstream.stream", path), attribute.Int("foldstream.append.bytes", bytes)))
+	return s.tracer.Start(ctx, "append", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "foldstream"), attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.operation.name", "append"), attribute.String("messaging.destination.name", path),
+			attribute.Int("messaging.message.body.size", bytes)))
+}
+
+// tracedProvenance returns prov with the trace context of the append's span in ctx, so the store
+// writes it into the appended events that name none (docs/engine.md#tracing); prov itself (shared
+// between requests) when the span is not sampled or there are no provenance rules.
+func tracedProvenance(ctx context.Context, prov *stream.Provenance) *stream.Provenance {
+	if prov == nil || !trace.SpanContextFromContext(ctx).IsSampled() {
+		return prov
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	traced := *prov
+	traced.TraceParent, traced.TraceState = carrier["traceparent"], carrier["tracestate"]
+	return &traced
 }
 
 // endAppendSpan ends an append's span with the tail the append left, or its error.

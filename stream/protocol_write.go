@@ -99,7 +99,10 @@ type AppendRequest struct {
 //     dropped, and "source": Source is appended when Source is set: only the server says where an
 //     event comes from;
 //   - an "idempotencyKey" starting with ReservedKeyPrefix (when not empty) refuses the request with
-//     RESERVED_IDEMPOTENCY_KEY, data {prefix, index} (index: the message's in an array).
+//     RESERVED_IDEMPOTENCY_KEY, data {prefix, index} (index: the message's in an array);
+//   - with TraceParent set, a "metadata" object that names no "traceparent" (or no metadata) gets
+//     TraceParent and TraceState first in it (foldtype.WithTraceContext), so the processors
+//     continue the append's trace (docs/engine.md#tracing). Metadata that is not an object is kept.
 //
 // Other messages are stored as they are. A body that is not valid UTF-8 is refused with
 // BAD_REQUEST. The rules apply wherever the stream's messages are JSON, also when the request
@@ -110,6 +113,8 @@ type Provenance struct {
 	Source []byte
 	// ReservedKeyPrefix is the idempotency-key namespace reserved for processors.
 	ReservedKeyPrefix string
+	// TraceParent and TraceState are the W3C trace context of the append's span; "" writes none.
+	TraceParent, TraceState string
 }
 
 // apply applies the provenance rules to the scanned messages of a body.
@@ -133,6 +138,14 @@ func (p *Provenance) apply(msgs []rawjson.Message, isArray bool) error {
 		}
 		if len(m.Folded()) > 0 || p.Source != nil {
 			*m = m.Edit(m.Folded(), mSource, p.Source)
+		}
+		if p.TraceParent != "" {
+			md := m.Member(mMetadata)
+			if md.Kinds == 0 || md.Kinds == rawjson.KindObject {
+				if traced := foldtype.WithTraceContext(md.Value, p.TraceParent, p.TraceState); len(traced) != len(md.Value) {
+					*m, _ = m.Replace(mMetadata, traced)
+				}
+			}
 		}
 	}
 	return nil

@@ -380,3 +380,20 @@ func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldt
 			StateChanged: stateChanged, Fence: c.fence})
 	})
 }
+
+// SwitchCheckpoint writes slug's row as cp (state included) and deletes row remove in one
+// transaction, under the same fence and incarnation check as WriteCheckpoint: a rebuild's switch
+// (docs/operations.md#rebuild-beside-the-running-version), after which either both happened or
+// neither.
+func (c *Checkpoints) SwitchCheckpoint(ctx context.Context, slug string, cp foldtype.Checkpoint, remove string) error {
+	if err := driver.CheckCheckpointSize(slug, cp, true); err != nil {
+		return err
+	}
+	return c.s.write(ctx, func(t *tx) error {
+		if err := c.checkIncarnation(t, slug); err != nil {
+			return err
+		}
+		return t.db.WriteCheckpoint(t.ctx, driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
+			StateChanged: true, Fence: c.fence, Remove: []string{remove}})
+	})
+}

@@ -11,10 +11,10 @@ import (
 
 // Wake records (docs/store.md#wake-records), for streams used through the event view only.
 //
-// The first time a stream is woken by a store incarnation it gets a wake record: a fresh stream
-// (never woken, nothing committed) gets its birth batch — itx/created {path} at offset 1 and
-// itx/woken {incarnation: 1, reason} at offset 2, in one batch — and a stream woken by an earlier
-// incarnation gets one itx/woken {incarnation, reason}. The incarnation counter is
+// The first time a stream is woken by a store incarnation it gets a wake record: a stream the wake
+// creates gets its birth batch — itx/created {path} at offset 1 and itx/woken {incarnation: 1,
+// reason} at offset 2, in one batch — and a stream that existed (woken by an earlier incarnation,
+// or created by its writer, over HTTP say) gets one itx/woken {incarnation, reason}. The incarnation counter is
 // streams.incarnation, bumped in the same transaction. Append never adds a wake record, and streams
 // that only the HTTP protocol uses are never woken, so their contents stay exactly what their
 // writers wrote.
@@ -69,6 +69,14 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	if reason == "" {
 		reason = WakeRequest
 	}
+	// The birth record says the platform created the stream: only a wake that creates it writes
+	// one. A stream that exists empty was created by its writer (a PUT over HTTP, a protocol
+	// create), and its first wake writes itx/woken alone (docs/store.md#records-nobody-appended).
+	creates := false
+	if create {
+		_, err := t.stream(path)
+		creates = errors.Is(err, errNoStream)
+	}
 	m, err := s.eventStreamFor(t, path, create)
 	if errors.Is(err, foldtype.ErrStreamClosed) {
 		return nil, nil
@@ -85,7 +93,7 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	incarnation := row.Incarnation + 1
 	platform := &foldtype.Source{Platform: true}
 	var inputs []foldtype.EventInput
-	if row.Incarnation == 0 && m.Tail == 0 {
+	if creates {
 		inputs = append(inputs, foldtype.EventInput{Type: CreatedType, Source: platform,
 			Payload: foldtype.JSON(map[string]any{"path": path})})
 	}

@@ -14,7 +14,7 @@ import (
 
 func init() {
 	commands["processors"] = command{
-		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, skip, parked, redrive, discard, audit (verbs need a token of the ops scope)",
+		summary: "see and operate the processors of a stream: ls, pause, resume, retry, replay, skip, parked, redrive, discard, rebuild, audit (verbs need a token of the ops scope)",
 		run:     runProcessors,
 	}
 }
@@ -32,10 +32,15 @@ var processorVerbs = map[string]string{
 	"parked":  "list a processor's parked events with the failure each met",
 	"redrive": "run a processor's parked events again (--offset N: that one only); one that succeeds leaves the list",
 	"discard": "drop the parked event at --offset N without running it",
+	"rebuild": "rebuild the processor's registered next version beside the running one and switch to it (or report how far it is)",
 }
 
+// bulkVerbs are the verbs that take --pattern: the verb on every stream a path pattern matches
+// (docs/operations.md#bulk-verbs).
+var bulkVerbs = map[string]bool{"pause": true, "resume": true, "retry": true, "skip": true, "rebuild": true}
+
 // processorVerbOrder is the order usage lists the verbs in.
-var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "skip", "parked", "redrive", "discard", "audit"}
+var processorVerbOrder = []string{"ls", "pause", "resume", "retry", "replay", "skip", "parked", "redrive", "discard", "rebuild", "audit"}
 
 // runProcessors runs `foldstream processors VERB [flags] STREAM [SLUG]`. ls prints one line per
 // processor of STREAM; audit one line per verb on SLUG; the others POST ?op=VERB on the
@@ -63,7 +68,7 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	reason := fs.String("reason", "", "why, for the audit")
 	limit := fs.Int("limit", 0, "audit: at most this many records (default 100)")
 	asJSON := fs.Bool("json", false, "print the server's answer as JSON")
-	pattern := fs.String("pattern", "", "pause, resume: every stream this path pattern matches (/orders/*) instead of one STREAM")
+	pattern := fs.String("pattern", "", "pause, resume, retry, skip, rebuild: every stream this path pattern matches (/orders/*) instead of one STREAM")
 	dryRun := fs.Bool("dry-run", false, "with --pattern: count what the verb would change, change nothing")
 	// Flags may come after the positional arguments: look for --pattern among them first.
 	for _, a := range args[1:] {
@@ -75,7 +80,7 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	switch {
 	case verb == "ls":
 		wantArgs = 1
-	case *pattern != "" && (verb == "pause" || verb == "resume"):
+	case *pattern != "" && bulkVerbs[verb]:
 		wantArgs = 1 // SLUG only
 	}
 	*pattern = ""
@@ -93,7 +98,7 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if wantArgs == 1 {
 			what = "STREAM"
 		}
-		if verb == "pause" || verb == "resume" {
+		if bulkVerbs[verb] {
 			what += "\n       foldstream processors " + verb + " --pattern PATTERN [--dry-run] [flags] SLUG"
 		}
 		fmt.Fprintf(stderr, "usage: foldstream processors %s [flags] %s\n\n%s.\n", verb, what, processorVerbs[verb])
@@ -149,8 +154,8 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return nil
 	}
 	if *pattern != "" {
-		if verb != "pause" && verb != "resume" {
-			return errors.New("--pattern goes with pause and resume")
+		if !bulkVerbs[verb] {
+			return errors.New("--pattern goes with pause, resume, retry, skip and rebuild")
 		}
 		res, err := client.ProcessorBulkOp(ctx, cf.server, *pattern, pos[0], verb, *reason, *dryRun, o)
 		if err != nil {
@@ -183,8 +188,24 @@ func runProcessors(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
+	if rb := res.Rebuild; rb != nil {
+		fmt.Fprintln(stdout, rebuildLine(res.Slug, res.Stream, *rb))
+		return nil
+	}
 	fmt.Fprintf(stdout, "%s done: %s on %s\n", res.Op, res.Slug, res.Stream)
 	return nil
+}
+
+// rebuildLine is the answer of `processors rebuild`: the version rebuilt and how far it is.
+func rebuildLine(slug, stream string, rb client.ProcessorRebuild) string {
+	if rb.Switched {
+		return fmt.Sprintf("rebuild done: %s on %s runs version %s from offset %d", slug, stream, rb.Version, rb.Offset)
+	}
+	line := fmt.Sprintf("rebuild running: %s on %s version %s folded through offset %d, %d behind", slug, stream, rb.Version, rb.Offset, rb.Lag)
+	if rb.Error != nil {
+		line += fmt.Sprintf("; last failure %s %s", rb.Error.Code, rb.Error.Message)
+	}
+	return line
 }
 
 // processorLine is one processor of `processors ls`: slug, state, offset, owner, and why it is
@@ -206,6 +227,9 @@ func processorLine(p client.ProcessorStatus) string {
 	}
 	if p.Parked != nil {
 		line += fmt.Sprintf("  parked: %s %s", p.Parked.Code, p.Parked.Message)
+	}
+	if rb := p.Rebuilding; rb != nil {
+		line += fmt.Sprintf("  rebuilding version %s: offset %d, %d behind", rb.Version, rb.Offset, rb.Lag)
 	}
 	return line
 }

@@ -1,6 +1,6 @@
 // The foldstream console: a view of a server's streams and processors, with the operator's verbs
-// on processors (pause, resume, retry, replay, skip, and pause or resume in bulk over a path
-// pattern; parked events redriven or discarded), each after a confirmation, and their audit. Plain
+// on processors (pause, resume, retry, replay, skip, rebuild, and all but replay in bulk over a
+// path pattern; parked events redriven or discarded), each after a confirmation, and their audit. Plain
 // ES module, no dependencies; it talks to the server only through its public HTTP routes (see
 // docs/console.md), with the token when one is set.
 import { followLiveState, readEventStream, HTTPError, errorText as answerText } from "./livestate.js";
@@ -478,7 +478,8 @@ function processorsView(main, state, signal) {
       lagSecTd.title = ps.oldestUnprocessed ? "the oldest event it has not processed was committed at " + ps.oldestUnprocessed : "nothing to process";
       ownerTd.textContent = ps.owner ? ps.owner + (ps.local ? " (this node)" : "") : "—";
       // The verbs that apply in its state, and the details (audit, parked events) of any.
-      const verbs = VERBS_BY_STATE[st] || VERBS_BY_STATE.running;
+      // Rebuild goes with a next version registered and not switched in (docs/operations.md#rebuild-beside-the-running-version).
+      const verbs = (VERBS_BY_STATE[st] || VERBS_BY_STATE.running).concat(ps.nextVersion || ps.rebuilding ? ["rebuild"] : []);
       if (row.verbs !== verbs.join()) {
         row.verbs = verbs.join();
         const reload = () => load().catch(noteError); // the row and its open details
@@ -498,7 +499,7 @@ function processorsView(main, state, signal) {
           e.target.textContent = "Hide";
         };
         actTd.replaceChildren(
-          ...verbs.map((v) => el("button", { type: "button", class: "verb " + v, "data-verb": v, text: VERB_LABELS[v], onclick: () => confirmVerb(v, ps.stream, ps.slug, reload) })),
+          ...verbs.map((v) => el("button", { type: "button", class: "verb " + v, "data-verb": v, text: VERB_LABELS[v], onclick: () => confirmVerb(v, ps.stream, ps.slug, reload, ps) })),
           el("button", { type: "button", class: "ghost details-btn", text: row.detail ? "Hide" : "Details", "aria-expanded": row.detail ? "true" : "false", onclick: toggle }),
         );
       }
@@ -556,7 +557,7 @@ const VERBS_BY_STATE = {
   parked: ["replay"],
 };
 
-const VERB_LABELS = { pause: "Pause", resume: "Resume", retry: "Retry", replay: "Replay", skip: "Skip" };
+const VERB_LABELS = { pause: "Pause", resume: "Resume", retry: "Retry", replay: "Replay", skip: "Skip", rebuild: "Rebuild" };
 
 // statusProblem is what a processor's status says is wrong, or "".
 function statusProblem(ps) {
@@ -676,7 +677,7 @@ function confirmAction({ title, text, fields = [], okText, prepare, run, done })
 
 // confirmVerb asks for a confirmation of verb on processor slug of stream, then sends it; then
 // refreshes what shows the processor.
-function confirmVerb(verb, stream, slug, then) {
+function confirmVerb(verb, stream, slug, then, ps) {
   const url = processorURL(slug, stream);
   const finish = (msg) => {
     showNote(msg);
@@ -723,6 +724,20 @@ function confirmVerb(verb, stream, slug, then) {
         },
       });
       return;
+    case "rebuild": {
+      const next = ps?.nextVersion || ps?.rebuilding?.version || "";
+      confirmAction({
+        title: `Rebuild ${slug}${next ? " v" + next : ""}?`,
+        text: `The next version${next ? " (v" + next + ")" : ""} of ${slug} on ${stream} folds the log beside the running one, which goes on answering reads and running effects; once it has caught up it is switched in and runs from there. Asked again, it reports how far the rebuild is.`,
+        okText: "Rebuild",
+        run: send({ op: "rebuild" }),
+        done: (a) => {
+          const r = a?.rebuild || {};
+          finish(r.switched ? `${slug} on ${stream} runs version ${r.version}.` : `Rebuilding ${slug} v${r.version || next} on ${stream}: at offset ${r.offset ?? 0}.`);
+        },
+      });
+      return;
+    }
     case "replay": {
       const from = el("input", { id: "confirm-from", type: "number", min: "0", step: "1", value: "0", inputmode: "numeric" });
       const effects = el("select", { id: "confirm-effects" }, el("option", { value: "none", text: "none: rebuild the state only" }), el("option", { value: "again", text: "again: run the effects of the range once more" }));
@@ -743,8 +758,19 @@ function confirmVerb(verb, stream, slug, then) {
   }
 }
 
-// bulkForm is the processors page's bulk verbs: pause or resume processor slug on every stream a
-// path pattern matches. Its confirmation first shows the dry run's count, then runs the verb.
+// BULK_VERBS say, for each bulk verb, which streams it changes (as its dry run counts them) and
+// what was done (docs/operations.md#bulk-verbs).
+const BULK_VERBS = {
+  pause: { would: "pause", which: "those not paused yet", done: "Paused" },
+  resume: { would: "resume", which: "the paused ones", done: "Resumed" },
+  retry: { would: "retry now", which: "the failing ones", done: "Retry asked of" },
+  skip: { would: "skip the failing event (parking it)", which: "the failing ones", done: "Skipped the failing event of" },
+  rebuild: { would: "rebuild its next version", which: "those not switched to the next version yet", done: "Rebuild started of" },
+};
+
+// bulkForm is the processors page's bulk verbs: pause, resume, retry, skip or rebuild processor
+// slug on every stream a path pattern matches. Its confirmation first shows the dry run's count,
+// then runs the verb.
 function bulkForm(then) {
   const slug = el("input", { id: "bulk-slug", type: "text", placeholder: "slug, e.g. cart", "aria-label": "processor slug", spellcheck: "false", required: true });
   const pattern = el("input", { id: "bulk-pattern", type: "text", placeholder: "pattern, e.g. /carts/*", "aria-label": "path pattern", spellcheck: "false", required: true });
@@ -756,18 +782,18 @@ function bulkForm(then) {
       return;
     }
     const url = cfg.processorPrefix + encodeURIComponent(s) + "/";
-    const verb = op === "pause" ? "pause" : "resume";
+    const bv = BULK_VERBS[op];
     confirmAction({
       title: `${VERB_LABELS[op]} ${s} on ${p}?`,
       text: `Counting the streams ${p} matches…`,
       okText: `${VERB_LABELS[op]} them`,
       prepare: async () => {
         const d = await operate(url, { op, pattern: p, dryRun: "1" });
-        return `A dry run: ${s} would ${verb} on ${plural(d.changed, "stream")} of the ${plural(d.matched, "stream")} ${p} matches where it runs${op === "pause" ? " (those not paused yet)" : " (the paused ones)"}.`;
+        return `A dry run: ${s} would ${bv.would} on ${plural(d.changed, "stream")} of the ${plural(d.matched, "stream")} ${p} matches where it runs (${bv.which}).`;
       },
       run: (reason) => operate(url, reason ? { op, pattern: p, reason } : { op, pattern: p }),
       done: (a) => {
-        showNote(`${op === "pause" ? "Paused" : "Resumed"} ${s} on ${a.changed} of ${plural(a.matched, "stream")} matching ${p}` + (a.failed ? `; ${a.failed} failed: ${a.firstError || ""}` : "."));
+        showNote(`${bv.done} ${s} on ${a.changed} of ${plural(a.matched, "stream")} matching ${p}` + (a.failed ? `; ${a.failed} failed: ${a.firstError || ""}` : "."));
         then();
       },
     });
@@ -776,7 +802,7 @@ function bulkForm(then) {
     "section",
     { class: "card bulk" },
     el("h2", { text: "Bulk" }),
-    el("p", { class: "muted small", text: "Pause or resume one processor on every stream a path pattern matches. The confirmation shows how many it would change first." }),
+    el("p", { class: "muted small", text: "Pause, resume, retry, skip or rebuild one processor on every stream a path pattern matches. The confirmation shows how many it would change first." }),
     el(
       "div",
       { class: "row" },
@@ -784,6 +810,9 @@ function bulkForm(then) {
       pattern,
       el("button", { type: "button", class: "bulk-pause", text: "Pause…", onclick: () => open("pause") }),
       el("button", { type: "button", class: "bulk-resume", text: "Resume…", onclick: () => open("resume") }),
+      el("button", { type: "button", class: "bulk-retry", text: "Retry…", onclick: () => open("retry") }),
+      el("button", { type: "button", class: "bulk-skip", text: "Skip…", onclick: () => open("skip") }),
+      el("button", { type: "button", class: "bulk-rebuild", text: "Rebuild…", onclick: () => open("rebuild") }),
     ),
   );
 }

@@ -203,6 +203,46 @@ func (m *Message) Edit(drop []Span, i int, value []byte) Message {
 	return out
 }
 
+// Replace returns the message object with the value of the i-th name's last occurrence replaced
+// by value, in place (the members keep their order), and ok true; it does the same as
+// [Message.Edit] with no drop when the message has no such member. It answers ok false, and m
+// unchanged, when the member occurs with a value of another kind than value's (only the last
+// occurrence would change, and its other occurrences' kinds are not kept apart). value must be one
+// compact JSON value.
+func (m *Message) Replace(i int, value []byte) (Message, bool) {
+	f := m.found[i]
+	if f.kinds == 0 {
+		return m.Edit(nil, i, value), true
+	}
+	if f.kinds != kindOf(value[0]) {
+		return *m, false
+	}
+	raw := make([]byte, 0, len(m.Raw)-int(f.end-f.start)+len(value))
+	raw = append(raw, m.Raw[:f.start]...)
+	raw = append(raw, value...)
+	raw = append(raw, m.Raw[f.end:]...)
+	shift := len(value) - int(f.end-f.start)
+	out := Message{Raw: raw, keys: m.keys, found: m.found}
+	for k := range out.found {
+		g := &out.found[k]
+		if k == i {
+			g.end = uint32(int(g.start) + len(value))
+		} else if g.kinds != 0 && g.start > f.start {
+			g.start, g.end = uint32(int(g.start)+shift), uint32(int(g.end)+shift)
+		}
+	}
+	for _, sp := range m.folded {
+		switch {
+		case sp.Start > int(f.start):
+			sp = Span{sp.Start + shift, sp.End + shift}
+		case sp.End >= int(f.end):
+			sp.End += shift // the folded member is the replaced one
+		}
+		out.folded = append(out.folded, sp)
+	}
+	return out, true
+}
+
 // ErrTooMany reports a body with more messages than [Split] was allowed to return.
 var ErrTooMany = errors.New("rawjson: too many messages")
 

@@ -242,3 +242,44 @@ func BenchmarkSplitProducerBatch(b *testing.B) {
 		}
 	}
 }
+
+// Replace swaps a member's value where it stands: the text is what a fresh scan of the edited
+// object finds, member for member, and a member of another kind is refused.
+func TestReplaceSwapsAMembersValueInPlace(t *testing.T) {
+	keys := NewKeys("source", "type", "payload", "metadata", "source")
+	for _, tc := range []struct{ in, want string }{
+		{`{"type":"a","metadata":{"x":1},"payload":{"n":2},"Source":"s"}`, `{"type":"a","metadata":{"t":"p","x":1},"payload":{"n":2},"Source":"s"}`},
+		{`{"metadata":{},"type":"a"}`, `{"metadata":{"t":"p","x":1},"type":"a"}`},
+		{`{"type":"a"}`, `{"type":"a","metadata":{"t":"p"}}`},
+	} {
+		m, err := ScanValue([]byte(tc.in), keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		value := []byte(`{"t":"p","x":1}`)
+		if !strings.Contains(tc.in, "metadata") {
+			value = []byte(`{"t":"p"}`)
+		}
+		got, ok := m.Replace(2, value) // metadata: the names after the fold name count from 0
+		if !ok || string(got.Raw) != tc.want {
+			t.Errorf("Replace in %s: %s %v, want %s", tc.in, got.Raw, ok, tc.want)
+			continue
+		}
+		fresh, err := ScanValue(got.Raw, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			if a, b := got.Member(i), fresh.Member(i); !bytes.Equal(a.Value, b.Value) || a.Kinds != b.Kinds {
+				t.Errorf("%s: member %d is %s, a fresh scan finds %s", got.Raw, i, a.Value, b.Value)
+			}
+		}
+		if !slices.Equal(got.Folded(), fresh.Folded()) {
+			t.Errorf("%s: folded %v, a fresh scan finds %v", got.Raw, got.Folded(), fresh.Folded())
+		}
+	}
+	m, _ := ScanValue([]byte(`{"metadata":"s"}`), keys)
+	if got, ok := m.Replace(2, []byte(`{}`)); ok || string(got.Raw) != `{"metadata":"s"}` {
+		t.Errorf("Replace of a string by an object: %s %v, want it refused", got.Raw, ok)
+	}
+}

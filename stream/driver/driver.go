@@ -425,6 +425,9 @@ type CheckpointWrite struct {
 	StateChanged bool
 	// Fence, when set, makes the write conditional on a lease still held.
 	Fence *Fence
+	// Remove names rows of the same scope the write deletes, in the same transaction (a
+	// rebuild's switch deletes its side row as it replaces the processor's row).
+	Remove []string
 }
 
 // Fence names a lease and the generation the writer holds; a process that lost its lease sees

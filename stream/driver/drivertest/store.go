@@ -84,6 +84,64 @@ func RunStore(t *testing.T, newDriver Factory) {
 		}
 	})
 
+	t.Run("ARetriedEmissionWithAnotherTraceContextIsTheSameEvent", func(t *testing.T) {
+		// A retried ProcessEvent emits under a new span: its trace context differs from the first
+		// emission's, and the store still takes it as that emission (docs/engine.md#tracing).
+		s := openStore(t, newDriver)
+		first := foldtype.EventInput{Type: "shipped", IdempotencyKey: "processor:ship/1", Payload: []byte(`{"n":1}`),
+			Metadata: []byte(`{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","who":"x"}`)}
+		got, err := s.Events().Stream("/t").Append(ctx, foldtype.EventInput{Type: "a"}, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry := first
+		retry.Metadata = []byte(`{"who":"x","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"k=v"}`)
+		again, err := s.Events().Stream("/t").Append(ctx, retry)
+		if err != nil || len(again) != 1 || again[0].Offset != got[1].Offset {
+			t.Fatalf("retry with another trace context: got %+v %v, want the event stored at %d", again, err, got[1].Offset)
+		}
+		if string(again[0].Metadata) != string(first.Metadata) {
+			t.Errorf("the retry answered metadata %s, want the stored %s", again[0].Metadata, first.Metadata)
+		}
+		untraced := first
+		untraced.Metadata = []byte(`{"who":"x"}`)
+		if again, err := s.Events().Stream("/t").Append(ctx, untraced); err != nil || again[0].Offset != got[1].Offset {
+			t.Fatalf("untraced retry: got %+v %v, want the event stored at %d", again, err, got[1].Offset)
+		}
+		other := first
+		other.Metadata = []byte(`{"who":"y","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)
+		if _, err := s.Events().Stream("/t").Append(ctx, other); !errors.Is(err, foldtype.ErrIdempotencyConflict) {
+			t.Fatalf("other metadata besides the trace: got %v, want IDEMPOTENCY_CONFLICT", err)
+		}
+		page, err := s.Events().Stream("/t").Read(ctx, 0, 0)
+		if err != nil || len(page.Events) != 2 {
+			t.Fatalf("read: got %+v %v, want the two events appended first", page, err)
+		}
+	})
+
+	t.Run("AStreamCreatedByItsWriterGetsNoBirthRecord", func(t *testing.T) {
+		// Only a wake that creates the stream writes itx/created (docs/store.md#records-nobody-appended):
+		// an empty stream created over the protocol (an HTTP PUT) gets itx/woken alone.
+		s := openStore(t, newDriver)
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/carts/1", ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Events().WakeExisting(ctx, "/carts/1", stream.WakeRequest)
+		if err != nil || len(got) != 1 || got[0].Type != foldtype.WokenType || got[0].Offset != 1 {
+			t.Fatalf("wake of an empty stream created over the protocol: got %+v %v, want itx/woken alone at 1", got, err)
+		}
+		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/carts/2", ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Events().Wake(ctx, "/carts/2", stream.WakeRequest); err != nil || len(got) != 1 || got[0].Type != foldtype.WokenType {
+			t.Fatalf("Wake of an existing empty stream: got %+v %v, want itx/woken alone", got, err)
+		}
+		born, err := s.Events().Wake(ctx, "/carts/3", stream.WakeRequest)
+		if err != nil || len(born) != 2 || born[0].Type != foldtype.CreatedType || born[1].Type != foldtype.WokenType {
+			t.Fatalf("Wake that creates the stream: got %+v %v, want the birth batch", born, err)
+		}
+	})
+
 	t.Run("ProtocolRecordsProducersAndClose", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		if _, err := s.Protocol().CreateStream(ctx, stream.CreateRequest{Path: "/j", ContentType: "application/json", Body: []byte(`[1,2]`)}); err != nil {
@@ -242,6 +300,42 @@ func RunStore(t *testing.T, newDriver Factory) {
 		}
 		if err := cps.Fenced("no-such-lease", 1).WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3}, false); !errors.Is(err, foldtype.ErrLeaseLost) {
 			t.Fatalf("fenced write without the lease: got %v, want LEASE_LOST", err)
+		}
+	})
+
+	t.Run("SwitchCheckpointReplacesTheRowAndDeletesTheSideRowInOneWrite", func(t *testing.T) {
+		s := openStore(t, newDriver)
+		if _, err := s.Events().Stream("/sw").Append(ctx, foldtype.EventInput{Type: "t", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		cps, err := s.Events().Checkpoints(ctx, "/sw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.WriteCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1, State: []byte(`{"v":1}`)}, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.WriteCheckpoint(ctx, "p@2", foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 1, State: []byte(`{"w":1}`)}, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.Fenced("no-such-lease", 1).SwitchCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 1, State: []byte(`{"w":1}`)}, "p@2"); !errors.Is(err, foldtype.ErrLeaseLost) {
+			t.Fatalf("fenced switch without the lease: got %v, want LEASE_LOST", err)
+		}
+		if cp, ok, _ := cps.ReadCheckpoint(ctx, "p@2"); !ok || cp.ReducerVersion != "2" {
+			t.Fatalf("side row after a refused switch: got %+v %v, want it kept", cp, ok)
+		}
+		if err := cps.SwitchCheckpoint(ctx, "p", foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 1, State: []byte(`{"w":1}`)}, "p@2"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cps.ReadCheckpoints(ctx, "p", "p@2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp := got["p"]; cp.ReducerVersion != "2" || string(cp.State) != `{"w":1}` {
+			t.Fatalf("processor row after the switch: got %+v, want version 2 with the rebuilt state", cp)
+		}
+		if cp, ok := got["p@2"]; ok {
+			t.Fatalf("side row after the switch: got %+v, want none", cp)
 		}
 	})
 }

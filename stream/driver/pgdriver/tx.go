@@ -948,13 +948,22 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 		s := string(w.Checkpoint.State)
 		state = &s
 	}
-	return t.exec(ctx, fmt.Sprintf("write checkpoint %q", w.Slug), `INSERT INTO reduce_checkpoints (scope, slug, reducer_version, reduced_through_offset, state)
+	if err := t.exec(ctx, fmt.Sprintf("write checkpoint %q", w.Slug), `INSERT INTO reduce_checkpoints (scope, slug, reducer_version, reduced_through_offset, state)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (scope, slug) DO UPDATE SET
 		  reducer_version = excluded.reducer_version,
 		  reduced_through_offset = excluded.reduced_through_offset,
 		  state = COALESCE(excluded.state, reduce_checkpoints.state)`,
-		w.Scope, w.Slug, w.Checkpoint.ReducerVersion, w.Checkpoint.ReducedThroughOffset, state)
+		w.Scope, w.Slug, w.Checkpoint.ReducerVersion, w.Checkpoint.ReducedThroughOffset, state); err != nil {
+		return err
+	}
+	for _, slug := range w.Remove {
+		if err := t.exec(ctx, fmt.Sprintf("write checkpoint %q: delete %q", w.Slug, slug),
+			`DELETE FROM reduce_checkpoints WHERE scope = $1 AND slug = $2`, w.Scope, slug); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkFence fails with LEASE_LOST when f is set and its lease is no longer held at its

@@ -522,5 +522,10 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 		w.Scope, w.Slug, w.Checkpoint.ReducerVersion, w.Checkpoint.ReducedThroughOffset, state); err != nil {
 		return classify(fmt.Errorf("write checkpoint %q: %w", w.Slug, err))
 	}
+	for _, slug := range w.Remove {
+		if _, err := t.q.exec(ctx, `DELETE FROM reduce_checkpoints WHERE scope = ? AND slug = ?`, w.Scope, slug); err != nil {
+			return classify(fmt.Errorf("write checkpoint %q: delete %q: %w", w.Slug, slug, err))
+		}
+	}
 	return nil
 }
