@@ -111,9 +111,12 @@ func (n *node) start() {
 // launch starts the process; await(ready) waits until it serves.
 func (n *node) launch() (ready chan struct{}) {
 	n.t.Helper()
+	n.mu.Lock() // incarnation reads runs from the soak's samplers while nodes restart
 	n.runs++
+	runs := n.runs
+	n.mu.Unlock()
 	args := append([]string{"--db", n.db, "--addr", n.addr, "--lease-ttl", n.ttl.String(),
-		"--name", fmt.Sprintf("%s#%d", n.name, n.runs)}, n.args...)
+		"--name", fmt.Sprintf("%s#%d", n.name, runs)}, n.args...)
 	cmd := exec.Command(n.bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
