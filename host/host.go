@@ -181,8 +181,6 @@ type Host struct {
 	opening  map[procKey]bool
 	openQ    []procKey
 	openers  int
-	// reopen holds the armed retries of queued openings that failed (host/retryopen.go).
-	reopen map[procKey]*openRetry
 	// maxOpeners is how many goroutines open queued engines at once (openWorkers).
 	maxOpeners int
 	sweeper    func() bool
@@ -324,7 +322,6 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.sweeper = nil
 	}
 	h.openQ, h.opening = nil, map[procKey]bool{}
-	h.stopReopensLocked()
 	h.mu.Unlock()
 	h.stopWatching()
 	h.stopCreated()

@@ -91,14 +91,11 @@ type slot struct {
 	isFailing atomic.Bool // failing != nil, read without h.mu on every push
 	retryStop func() bool
 	failKey   string
-	// catchUpStop cancels the armed retry of a catch-up that failed for want of the database
-	// (host/retryopen.go).
-	catchUpStop func() bool
-	streamID    int64 // the stream's identity when the engine opened (StreamInfo.ID)
-	stale       bool  // the stream was deleted and created again: the engine follows a dead stream
-	lease       driver.Lease
-	force       bool // take the lease even when another node is preferred (a read, a revive, a takeover)
-	handoff     bool // closing to hand the lease to another node
+	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
+	stale     bool  // the stream was deleted and created again: the engine follows a dead stream
+	lease     driver.Lease
+	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
+	handoff   bool // closing to hand the lease to another node
 	// head is the stream as a takeover's settle check read it, before the lease: the opening
 	// takes it instead of reading the head again (nil: the opening reads it).
 	head     *stream.StreamInfo
@@ -461,7 +458,6 @@ func (h *Host) open(sl *slot, mode openMode, waitCatchUp bool) {
 		ph.log(h, sl)
 		pre.first.drop() // read by now, or stale: later reads go to the store
 		h.failed(sl, "catch-up", err)
-		h.retryCatchUpIfOwed(sl, err, 1)
 		if reg.next.Load() != nil {
 			h.resumeRebuild(sl) // a rebuild an earlier owner left goes on here (host/rebuild.go)
 		}
@@ -512,9 +508,6 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 		err := r.ProcessEventBatch(ctx, events, rg)
 		if ctx.Err() == nil {
 			h.failed(sl, "push", err)
-			// The push's events stay in the log; when no later push comes to repair the gap,
-			// the retried catch-up reads them.
-			h.retryCatchUpIfOwed(sl, err, 1)
 		}
 		return nil
 	}
@@ -797,11 +790,9 @@ func (h *Host) runOpener() {
 		h.slots[key] = sl
 		h.mu.Unlock()
 		h.open(sl, openForWork, true)
-		err := sl.openErr
-		if err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) {
+		if err := sl.openErr; err != nil && !errors.Is(err, ErrShutdown) && !isElsewhere(err) {
 			h.log.Warn("host: opening an engine failed", "path", key.path, "slug", key.slug, "err", err)
 		}
-		h.openEnded(key, err)
 	}
 }
 
@@ -1023,11 +1014,6 @@ func (h *Host) takeOver(key procKey) {
 			!errors.Is(err, foldtype.ErrStreamNotFound) && !errors.Is(err, foldtype.ErrStreamGone) {
 			h.log.Warn("host: taking a processor over failed", "path", key.path, "slug", key.slug, "err", err)
 		}
-		if !reg.pinned() {
-			// An exact registration's is taken again by the next scan; a pattern's may have no
-			// lease left for a scan to find (it failed before taking it).
-			h.openEnded(key, sl.openErr)
-		}
 	}()
 }
 
@@ -1168,10 +1154,6 @@ func (sl *slot) stopRetryLocked() {
 	if sl.retryStop != nil {
 		sl.retryStop()
 		sl.retryStop = nil
-	}
-	if sl.catchUpStop != nil {
-		sl.catchUpStop()
-		sl.catchUpStop = nil
 	}
 }
 

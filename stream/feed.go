@@ -43,11 +43,6 @@ type feed struct {
 	kickMu  sync.Mutex
 	kicked  bool
 	running bool
-	// retryIn is the delay before the next retry of a catch-up that failed (0: none failed since
-	// the last that succeeded); retryArmed is set while a retry waits on the store's clock.
-	// Both under kickMu.
-	retryIn    time.Duration
-	retryArmed bool
 }
 
 type feedSet struct {
@@ -115,8 +110,8 @@ func (s *Store) publishShared(path string, events []foldtype.Event, after, throu
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.mark < after && !s.fill(f, after) {
-		s.retryFeed(f)
+	if f.mark < after {
+		s.fill(f, after)
 	}
 	if through > f.mark && f.mark >= after {
 		s.publishLocal(path, events, f.mark, through)
@@ -137,64 +132,26 @@ func (s *Store) publishShared(path string, events []foldtype.Event, after, throu
 }
 
 // fill publishes the durable events after f.mark from the database, until the mark reaches upTo
-// (0: the tail). Called with f.mu held. A failed read leaves the mark where it got to and reports
-// false: the caller arms a retry (retryFeed), since the commits it was catching up to may be the
-// last the stream gets — no later notification would bring them.
-func (s *Store) fill(f *feed, upTo int64) bool {
+// (0: the tail). Called with f.mu held. A failed read leaves the mark where it got to; the next
+// notification or poll catches up.
+func (s *Store) fill(f *feed, upTo int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), feedReadTimeout)
 	defer cancel()
 	for {
 		page, err := s.readEvents(ctx, f.path, f.mark, MaxReadLimit, readOptions{})
 		if err != nil {
-			if !s.closed.Load() {
-				s.log.Warn("stream: catch up a shared stream's listeners; retrying", "path", f.path, "err", err)
-			}
-			return false
+			s.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
+			return
 		}
 		if page.ScannedThroughOffset <= f.mark {
-			return true
+			return
 		}
 		s.publishLocal(f.path, page.Events, f.mark, page.ScannedThroughOffset)
 		f.mark = page.ScannedThroughOffset
 		if page.AtHead || (upTo > 0 && f.mark >= upTo) {
-			return true
+			return
 		}
 	}
-}
-
-// Retry backoff of a feed's failed catch-up on the store's clock: feedRetryBase doubling up to
-// feedRetryMax while the database stays out of reach, back to feedRetryBase once a catch-up
-// succeeds.
-const (
-	feedRetryBase = 100 * time.Millisecond
-	feedRetryMax  = 5 * time.Second
-)
-
-// retryFeed arms one retry of f's catch-up after its backoff, unless one is armed already or the
-// store is closed. It never blocks (it runs on the writer goroutine too).
-func (s *Store) retryFeed(f *feed) {
-	f.kickMu.Lock()
-	defer f.kickMu.Unlock()
-	if f.retryArmed || s.closed.Load() {
-		return
-	}
-	f.retryIn = min(max(2*f.retryIn, feedRetryBase), feedRetryMax)
-	f.retryArmed = true
-	s.clock.AfterFunc(f.retryIn, func() {
-		f.kickMu.Lock()
-		f.retryArmed = false
-		f.kickMu.Unlock()
-		if !s.closed.Load() {
-			s.kickFeed(f.path)
-		}
-	})
-}
-
-// caughtUp notes that f's catch-up succeeded: the next failure's retry starts from the base delay.
-func (f *feed) caughtUp() {
-	f.kickMu.Lock()
-	f.retryIn = 0
-	f.kickMu.Unlock()
 }
 
 // restartFeed starts the path's feed over when a notification names another stream than the one
@@ -242,13 +199,8 @@ func (s *Store) kickFeed(path string) {
 			f.kicked = false
 			f.kickMu.Unlock()
 			f.mu.Lock()
-			ok := s.fill(f, 0)
+			s.fill(f, 0)
 			f.mu.Unlock()
-			if !ok {
-				s.retryFeed(f)
-			} else {
-				f.caughtUp()
-			}
 		}
 	}()
 }
