@@ -64,16 +64,8 @@ type LastGoodStates interface {
 //
 // newest first, at most limit (default 100, at most 1000).
 func (s *Server) serveProcessorAudit(w http.ResponseWriter, r *http.Request, rest string) {
-	slug, name, ok := strings.Cut(rest, "/")
-	if !ok || slug == "" || name == "" {
-		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>?audit=1")
-		return
-	}
-	path := "/" + name
-	if !s.checkOrigin(w, r, OpProcessorOps) {
-		return
-	}
-	if _, ok := s.authorize(w, r, OpProcessorOps, path); !ok {
+	slug, path, _, ok := s.processorRoute(w, r, rest, OpProcessorOps, "?audit=1")
+	if !ok {
 		return
 	}
 	au, ok := s.cfg.Processors.(ProcessorAudit)
@@ -209,16 +201,7 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		s.serveProcessorBulk(w, r, rest)
 		return
 	}
-	slug, name, ok := strings.Cut(rest, "/")
-	if !ok || slug == "" || name == "" {
-		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>")
-		return
-	}
-	path := "/" + name
-	if !s.checkOrigin(w, r, OpProcessorOps) {
-		return
-	}
-	who, ok := s.authorize(w, r, OpProcessorOps, path)
+	slug, path, who, ok := s.processorRoute(w, r, rest, OpProcessorOps, "")
 	if !ok {
 		return
 	}
@@ -298,7 +281,7 @@ func (s *Server) serveProcessorOp(w http.ResponseWriter, r *http.Request, rest s
 		s.writeProcessorError(w, r, path, slug, err)
 		return
 	}
-	ans := map[string]any{"op": op, "slug": slug, "stream": name}
+	ans := map[string]any{"op": op, "slug": slug, "stream": path[1:]}
 	maps.Copy(ans, answer)
 	b, _ := json.Marshal(ans)
 	writeOpAnswer(w, b)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/foldstream/foldstream/foldtype"
 )
@@ -31,16 +30,8 @@ type ProcessorParker interface {
 //
 // by offset, read from the database: any node answers, also when the processor's owner is dead.
 func (s *Server) serveProcessorParked(w http.ResponseWriter, r *http.Request, rest string) {
-	slug, name, ok := strings.Cut(rest, "/")
-	if !ok || slug == "" || name == "" {
-		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>?parked=1")
-		return
-	}
-	path := "/" + name
-	if !s.checkOrigin(w, r, OpProcessorOps) {
-		return
-	}
-	if _, ok := s.authorize(w, r, OpProcessorOps, path); !ok {
+	slug, path, _, ok := s.processorRoute(w, r, rest, OpProcessorOps, "?parked=1")
+	if !ok {
 		return
 	}
 	pk, ok := s.cfg.Processors.(ProcessorParker)

@@ -74,16 +74,8 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 		writeError(w, http.StatusMethodNotAllowed, "processors are read with GET; an operator's verb is a POST with ?op=")
 		return
 	}
-	slug, name, ok := strings.Cut(rest, "/")
-	if !ok || slug == "" || name == "" {
-		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>")
-		return
-	}
-	path := "/" + name
-	if !s.checkOrigin(w, r, OpProcessorRead) {
-		return
-	}
-	if _, ok := s.authorize(w, r, OpProcessorRead, path); !ok {
+	slug, path, _, ok := s.processorRoute(w, r, rest, OpProcessorRead, "")
+	if !ok {
 		return
 	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
@@ -435,4 +427,24 @@ func (s *Server) serveLiveStateSSE(w http.ResponseWriter, r *http.Request, path,
 			held = f.to
 		}
 	}
+}
+
+// processorRoute reads the slug and stream path of a processor route's rest ("<slug>/<stream>")
+// and checks the request's origin and that its caller may do op on that stream. When ok is false
+// the answer is written: 404 naming the route's form (with query, e.g. "?audit=1") when rest
+// names no processor, or the refusal.
+func (s *Server) processorRoute(w http.ResponseWriter, r *http.Request, rest string, op Operation, query string) (slug, path string, who *foldtype.Principal, ok bool) {
+	slug, name, found := strings.Cut(rest, "/")
+	if !found || slug == "" || name == "" {
+		writeError(w, http.StatusNotFound, "use "+s.cfg.ProcessorPrefix+"<slug>/<stream>"+query)
+		return "", "", nil, false
+	}
+	path = "/" + name
+	if !s.checkOrigin(w, r, op) {
+		return "", "", nil, false
+	}
+	if who, ok = s.authorize(w, r, op, path); !ok {
+		return "", "", nil, false
+	}
+	return slug, path, who, true
 }
