@@ -162,14 +162,10 @@ type Engine[S any] struct {
 	// pubState and pubCursor are what callers see (Snapshot, ReducedThroughOffset,
 	// WaitUntilProcessed): the chain's state and cursor, copied only after the live state of that
 	// state was published, so a caller who saw offset n never reads an older live state.
-	pubState      S
-	pubCursor     int64
-	hasPushed     bool
-	pushedThrough int64
-	// owedThrough is the highest Through of a push that failed: its events are in the log but
-	// not reduced, so no later range may move the cursor past it without reading the log
-	// (docs/engine.md#pushes-and-gap-repair).
-	owedThrough      int64
+	pubState         S
+	pubCursor        int64
+	hasPushed        bool
+	pushedThrough    int64
 	hasHeadRead      bool
 	headRead         int64
 	lastBatchAtHead  bool
@@ -459,30 +455,16 @@ func (e *Engine[S]) QueueEventBatch(ctx context.Context, events []Event, r Scann
 	return func(wctx context.Context) error { return await(wctx, ch) }
 }
 
-func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange) (err error) {
-	defer func() {
-		if err != nil {
-			// The pushed events are in the log, not in the state: a later range that starts at
-			// the cursor (a reader's empty push over commits it does not consume) must not move
-			// the cursor past them unread.
-			e.mu.Lock()
-			e.owedThrough = max(e.owedThrough, r.Through)
-			e.mu.Unlock()
-		}
-	}()
+func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange) error {
 	if err := e.rereduceIfStale(ctx); err != nil {
 		return err
 	}
-	// Gap repair reads the log up to r.After, and up to what a failed push left owed within r.
-	e.mu.Lock()
-	repairTo := max(r.After, min(e.owedThrough, r.Through))
-	e.mu.Unlock()
 	for {
 		if e.stopping.Load() {
 			return nil // the rest is the next engine's
 		}
 		cursor := e.chainCursor()
-		if cursor >= repairTo {
+		if cursor >= r.After {
 			break
 		}
 		page, err := e.stream.Read(ctx, cursor, EnginePageSize)
@@ -490,15 +472,15 @@ func (e *Engine[S]) runPush(ctx context.Context, events []Event, r ScannedRange)
 			return err
 		}
 		if page.ScannedThroughOffset <= cursor {
-			break // the rest below repairTo were ephemerals: nothing durable to heal
+			break // the rest below r.After were ephemerals: nothing durable to heal
 		}
 		var evs []Event
 		for _, ev := range page.Events {
-			if ev.Offset <= repairTo {
+			if ev.Offset <= r.After {
 				evs = append(evs, ev)
 			}
 		}
-		through := min(page.ScannedThroughOffset, repairTo)
+		through := min(page.ScannedThroughOffset, r.After)
 		if err := e.commitRange(ctx, evs, ScannedRange{After: cursor, Through: through}, false, true); err != nil {
 			return err
 		}
