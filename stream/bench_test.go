@@ -554,6 +554,47 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	b.ReportMetric(float64(elapsed.Microseconds())/1000/commits, "group-ms")
 }
 
+// BenchmarkPostgresEphemeralAppends appends one ephemeral event per op (a live-state delta's
+// shape) on PostgreSQL (FOLDSTREAM_TEST_POSTGRES): from one writer, whose every op waits for its
+// commit, and from 16 writers on 16 streams, whose batches the group commit joins. Each batch takes
+// its offsets from the stream's logged sequence, so its commit waits for the WAL flush
+// (docs/postgres.md#ephemeral-events).
+func BenchmarkPostgresEphemeralAppends(b *testing.B) {
+	for _, k := range []int{1, 16} {
+		b.Run(fmt.Sprintf("writers=%d", k), func(b *testing.B) {
+			s := openPGStore(b, pgtest.URL(b))
+			ctx := context.Background()
+			for w := range k {
+				if _, err := s.Events().Stream(fmt.Sprintf("/e%d", w)).Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := range k {
+				share := b.N / k
+				if w < b.N%k {
+					share++
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st := s.Events().Stream(fmt.Sprintf("/e%d", w))
+					for range share {
+						if _, err := st.Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(map[string]int{"n": 1})}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		})
+	}
+}
+
 // producerBatchBody is a dsbench producer batch: a JSON array of n messages of about 200 bytes.
 func producerBatchBody(n int) []byte {
 	var buf bytes.Buffer

@@ -107,8 +107,8 @@ var migrations = []migration{
 			payload bytea NOT NULL
 		)`,
 		// The highest offset handed out per stream, ephemerals included: ephemerals take offsets
-		// from the same sequence as durable events on every node. Unlogged: after a database crash
-		// it restarts from the durable tail, as a restarted SQLite store does.
+		// from the same sequence as durable events on every node. Created unlogged; migration 8
+		// makes it logged.
 		`CREATE UNLOGGED TABLE stream_heads (
 			stream_id bigint PRIMARY KEY,
 			highest bigint NOT NULL
@@ -153,6 +153,13 @@ var migrations = []migration{
 	{version: 6, name: "processor states and audit", stmts: processorOpsSchema},
 	// The events an operator's skip set aside with their failure (docs/operations.md#skip).
 	{version: 7, name: "parked events", stmts: parkedEventsSchema},
+	// The highest offset handed out per stream survives a database crash and a failover to a
+	// standby (docs/postgres.md#ephemeral-events): nodes outlive the database's restart, and
+	// their subscriptions and engines hold offsets ephemerals took; handed out again to a durable
+	// event, that event would look already seen to them.
+	{version: 8, name: "stream_heads logged", stmts: []string{
+		`ALTER TABLE stream_heads SET LOGGED`,
+	}},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

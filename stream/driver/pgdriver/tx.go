@@ -848,7 +848,7 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 		sets = append(sets, `paused = `+arg(*u.Paused))
 	}
 	if u.Highest != nil {
-		// The unlogged sequence of handed-out offsets (ephemerals included).
+		// The sequence of handed-out offsets (ephemerals included), logged: see migration 8.
 		if err := t.exec(ctx, "record the highest offset", `INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
 			ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)`, id, *u.Highest); err != nil {
 			return err
