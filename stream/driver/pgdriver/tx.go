@@ -856,15 +856,14 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 	if u.Highest != nil {
 		// The unlogged sequence of handed-out offsets (ephemerals included), and its logged
 		// reserve, moved a block ahead only when the sequence reaches it (docs/postgres.md#ephemeral-events).
-		// Neither statement writes to a logged table otherwise (no row lock either: an UPDATE
+		// One statement, which writes to no logged table otherwise (nor locks a row: an UPDATE
 		// whose condition fails locks nothing, where ON CONFLICT DO UPDATE would), so an ephemeral
 		// batch waits for no WAL flush but once per block.
-		if err := t.exec(ctx, "record the highest offset", `INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
-			ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)`, id, *u.Highest); err != nil {
-			return err
-		}
-		if err := t.exec(ctx, "reserve offsets", `WITH bumped AS (
-				UPDATE stream_reserves SET reserved = $2::int8 + $3 WHERE stream_id = $1 AND reserved < $2::int8 RETURNING 1)
+		if err := t.exec(ctx, "record the highest offset", `WITH head AS (
+				INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
+				ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)),
+			bumped AS (
+				UPDATE stream_reserves SET reserved = $2::int8 + $3 WHERE stream_id = $1 AND reserved < $2::int8)
 			INSERT INTO stream_reserves(stream_id, reserved) SELECT $1, $2::int8 + $3
 			WHERE NOT EXISTS (SELECT 1 FROM stream_reserves WHERE stream_id = $1)
 			ON CONFLICT (stream_id) DO NOTHING`, id, *u.Highest, int64(ReserveBlock)); err != nil {
