@@ -9,10 +9,12 @@ import (
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // TestPostgresAnOffsetAnEphemeralTookIsNotHandedOutAgainAfterTheDatabaseCrashed: node A appends
-// an ephemeral event, which its subscriber receives; the database then crashes (pg_ctl restart -m
+// ephemeral events, past the first block of reserved offsets, which its subscriber receives; the
+// database then crashes (pg_ctl restart -m
 // immediate) while both nodes run. Node B's next durable event takes an offset after the
 // ephemeral's, and node A's subscriber receives it: handed the ephemeral's offset again, the
 // event would look already published to node A, and a processor there would never reduce it
@@ -36,6 +38,21 @@ func TestPostgresAnOffsetAnEphemeralTookIsNotHandedOutAgainAfterTheDatabaseCrash
 		t.Fatal(err)
 	}
 	col.waitFor(t, 2)
+	// Past the first block of reserved offsets (pgdriver.ReserveBlock): the reserve moved with them.
+	batch := make([]foldtype.EventInput, 100)
+	for i := range batch {
+		batch[i] = foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(i)}
+	}
+	for range (pgdriver.ReserveBlock + 99) / 100 {
+		if eph, err = a.Events().Stream("/e").Append(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eph = eph[len(eph)-1:]
+	if eph[0].Offset <= pgdriver.ReserveBlock+2 {
+		t.Fatalf("the last ephemeral took offset %d; want one past the first reserved block", eph[0].Offset)
+	}
+	col.waitFor(t, 2+len(batch)*((pgdriver.ReserveBlock+99)/100))
 
 	srv.Restart("immediate")
 
@@ -54,7 +71,7 @@ func TestPostgresAnOffsetAnEphemeralTookIsNotHandedOutAgainAfterTheDatabaseCrash
 	if durable[0].Offset <= eph[0].Offset {
 		t.Fatalf("node B's durable event after the crash got offset %d; node A's ephemeral had taken %d", durable[0].Offset, eph[0].Offset)
 	}
-	got := col.waitFor(t, 3)
+	got := col.waitFor(t, 3+len(batch)*((pgdriver.ReserveBlock+99)/100))
 	if last := got[len(got)-1]; last.Offset != durable[0].Offset || last.Type != "tick" {
 		t.Fatalf("node A's subscriber got %+v last, want the tick at %d", last, durable[0].Offset)
 	}

@@ -107,8 +107,8 @@ var migrations = []migration{
 			payload bytea NOT NULL
 		)`,
 		// The highest offset handed out per stream, ephemerals included: ephemerals take offsets
-		// from the same sequence as durable events on every node. Created unlogged; migration 8
-		// makes it logged.
+		// from the same sequence as durable events on every node. Unlogged (no WAL flush per
+		// ephemeral batch): stream_reserves (migration 8) bounds it durably.
 		`CREATE UNLOGGED TABLE stream_heads (
 			stream_id bigint PRIMARY KEY,
 			highest bigint NOT NULL
@@ -153,12 +153,15 @@ var migrations = []migration{
 	{version: 6, name: "processor states and audit", stmts: processorOpsSchema},
 	// The events an operator's skip set aside with their failure (docs/operations.md#skip).
 	{version: 7, name: "parked events", stmts: parkedEventsSchema},
-	// The highest offset handed out per stream survives a database crash and a failover to a
-	// standby (docs/postgres.md#ephemeral-events): nodes outlive the database's restart, and
-	// their subscriptions and engines hold offsets ephemerals took; handed out again to a durable
-	// event, that event would look already seen to them.
-	{version: 8, name: "stream_heads logged", stmts: []string{
-		`ALTER TABLE stream_heads SET LOGGED`,
+	// Offsets reserved per stream for ephemerals, logged (docs/postgres.md#ephemeral-events):
+	// stream_heads is unlogged, so a database crash empties it and a standby never has it, and
+	// the nodes, which outlive both, hold the offsets ephemerals took. The reserve is never below
+	// any offset handed out, so the sequence restarts after it, never below.
+	{version: 8, name: "stream_reserves", stmts: []string{
+		`CREATE TABLE stream_reserves (
+			stream_id bigint PRIMARY KEY,
+			reserved bigint NOT NULL
+		)`,
 	}},
 }
 

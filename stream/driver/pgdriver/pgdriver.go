@@ -59,6 +59,10 @@ const (
 	// before it ends the session: a node paused or cut off mid-transaction would otherwise hold
 	// its streams' locks, and every other node's writes to them, indefinitely.
 	DefaultIdleInTransactionTimeout = 5 * time.Second
+	// ReserveBlock is how far ahead of the offsets handed out a stream's logged reserve moves
+	// when they reach it (docs/postgres.md#ephemeral-events): one WAL flush per this many
+	// ephemeral offsets, and at most this many offsets skipped after a database crash.
+	ReserveBlock = 1024
 	// DefaultConnectTimeout bounds one connection attempt.
 	DefaultConnectTimeout = 5 * time.Second
 	// DefaultWriteTimeout bounds every wait of a transaction on the database: taking a

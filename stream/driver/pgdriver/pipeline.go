@@ -250,7 +250,7 @@ const expectRowsQuery = `SELECT foldstream_expect_stream(false, w.id) FROM unnes
 		AND (SELECT true FROM records r WHERE r.stream_id = s.id AND r.end_pos > ($17::int8[])[w.i] ORDER BY r.end_pos LIMIT 1) IS NULL
 		AND (s.tail = ($17::int8[])[w.i]
 			OR (SELECT r.end_pos FROM records r WHERE r.stream_id = s.id AND r.end_pos >= ($17::int8[])[w.i] ORDER BY r.end_pos LIMIT 1) = ($17::int8[])[w.i])
-		AND NOT EXISTS (SELECT 1 FROM stream_heads h WHERE h.stream_id = s.id AND h.highest > ($18::int8[])[w.i]))
+		AND ` + highestExpr + ` <= ($18::int8[])[w.i])
 	LIMIT 1`
 
 func nullInt(v sql.NullInt64) *int64 {

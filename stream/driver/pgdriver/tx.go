@@ -25,7 +25,13 @@ const streamCols = `s.id, s.path, s.content_type, s.state, s.created_ms, s.ttl_s
 	s.last_access_ms, s.closed, s.closed_by_producer, s.closed_by_epoch, s.closed_by_seq, s.forked_from,
 	s.fork_offset, s.fork_sub_offset, s.tail, s.stream_seq, s.incarnation, s.paused,
 	greatest(s.tail, coalesce((SELECT r.end_pos FROM records r WHERE r.stream_id = s.id ORDER BY r.end_pos DESC LIMIT 1), 0)),
-	coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id), 0)`
+	` + highestExpr
+
+// highestExpr is the highest offset handed out on stream s (docs/postgres.md#ephemeral-events):
+// the stream_heads row, or — when a database crash emptied that unlogged table, or on a standby
+// promoted since — the stream's logged reserve, which is never below an offset handed out.
+const highestExpr = `coalesce((SELECT h.highest FROM stream_heads h WHERE h.stream_id = s.id),
+	(SELECT v.reserved FROM stream_reserves v WHERE v.stream_id = s.id), 0)`
 
 func scanStream(row pgx.Row) (driver.Stream, error) {
 	var r driver.Stream
@@ -229,7 +235,7 @@ const expectStreamQuery = `SELECT foldstream_expect_stream(EXISTS (SELECT 1 FROM
 	AND s.stream_seq IS NOT DISTINCT FROM $14::text AND s.incarnation = $15 AND s.paused IS NOT DISTINCT FROM $16::text
 	AND s.tail <= $17 AND (SELECT true FROM records r WHERE r.stream_id = s.id AND r.end_pos > $17 ORDER BY r.end_pos LIMIT 1) IS NULL
 	AND (s.tail = $17 OR (SELECT r.end_pos FROM records r WHERE r.stream_id = s.id AND r.end_pos >= $17 ORDER BY r.end_pos LIMIT 1) = $17)
-	AND NOT EXISTS (SELECT 1 FROM stream_heads h WHERE h.stream_id = s.id AND h.highest > $18)), $1)`
+	AND ` + highestExpr + ` <= $18), $1)`
 
 // forgetRow drops the prefetched row of stream id: the transaction is writing to the stream.
 func (t *writeTx) forgetRow(id int64) {
@@ -848,9 +854,19 @@ func (t *writeTx) UpdateStream(ctx context.Context, id int64, u driver.StreamUpd
 		sets = append(sets, `paused = `+arg(*u.Paused))
 	}
 	if u.Highest != nil {
-		// The sequence of handed-out offsets (ephemerals included), logged: see migration 8.
-		if err := t.exec(ctx, "record the highest offset", `INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
-			ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)`, id, *u.Highest); err != nil {
+		// The unlogged sequence of handed-out offsets (ephemerals included), and its logged
+		// reserve, moved a block ahead only when the sequence reaches it (docs/postgres.md#ephemeral-events).
+		// One statement, which writes to no logged table otherwise (nor locks a row: an UPDATE
+		// whose condition fails locks nothing, where ON CONFLICT DO UPDATE would), so an ephemeral
+		// batch waits for no WAL flush but once per block.
+		if err := t.exec(ctx, "record the highest offset", `WITH head AS (
+				INSERT INTO stream_heads(stream_id, highest) VALUES ($1, $2)
+				ON CONFLICT (stream_id) DO UPDATE SET highest = greatest(stream_heads.highest, excluded.highest)),
+			bumped AS (
+				UPDATE stream_reserves SET reserved = $2::int8 + $3 WHERE stream_id = $1 AND reserved < $2::int8)
+			INSERT INTO stream_reserves(stream_id, reserved) SELECT $1, $2::int8 + $3
+			WHERE NOT EXISTS (SELECT 1 FROM stream_reserves WHERE stream_id = $1)
+			ON CONFLICT (stream_id) DO NOTHING`, id, *u.Highest, int64(ReserveBlock)); err != nil {
 			return err
 		}
 	}
@@ -867,6 +883,7 @@ func (t *writeTx) DeleteStream(ctx context.Context, id int64) error {
 		`DELETE FROM record_keys WHERE stream_id = $1`,
 		`DELETE FROM producers WHERE stream_id = $1`,
 		`DELETE FROM stream_heads WHERE stream_id = $1`,
+		`DELETE FROM stream_reserves WHERE stream_id = $1`,
 		`DELETE FROM streams WHERE id = $1`,
 	} {
 		if err := t.exec(ctx, "delete stream", q, id); err != nil {
