@@ -37,6 +37,7 @@ import (
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // Defaults of Config.
@@ -331,6 +332,9 @@ func (cfg Config) withDefaults() (Config, *server.BearerTokens, error) {
 	if cfg.Store.Store.Logger == nil {
 		cfg.Store.Store.Logger = cfg.Logger
 	}
+	if cfg.Store.Postgres.IdleInTransactionTimeout == 0 {
+		cfg.Store.Postgres.IdleInTransactionTimeout = idleInTransactionFor(cfg.Host.LeaseTTL)
+	}
 	s := &cfg.Server
 	if s.Logger == nil {
 		s.Logger = cfg.Logger
@@ -603,4 +607,16 @@ func LoopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// idleInTransactionFor is the PostgreSQL idle-in-transaction timeout of a node whose processor
+// leases last leaseTTL (0: host.DefaultLeaseTTL): at most the lease. A node frozen in the middle of
+// a write holds its streams' locks; the node that takes its leases over must be able to write to
+// those streams (its effects' events, its checkpoints) once the lease ran out, not only when the
+// frozen node wakes (docs/postgres.md#operations-pool-timeouts-outages).
+func idleInTransactionFor(leaseTTL time.Duration) time.Duration {
+	if leaseTTL <= 0 {
+		leaseTTL = host.DefaultLeaseTTL
+	}
+	return min(leaseTTL, pgdriver.DefaultIdleInTransactionTimeout)
 }

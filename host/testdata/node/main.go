@@ -34,6 +34,7 @@ import (
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // Ticked is the payload of a "ticked" event.
@@ -185,7 +186,13 @@ func main() {
 
 func run(ctx context.Context, db, addr, name, effects, poison string, ttl time.Duration, advertise bool, level slog.Level) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Config{Logger: logger}})
+	// As the node runtime does (package node): a transaction idle past the lease is ended by the
+	// database, so a frozen node's locks never outlast its leases.
+	pg := pgdriver.Config{}
+	if ttl > 0 {
+		pg.IdleInTransactionTimeout = min(ttl, pgdriver.DefaultIdleInTransactionTimeout)
+	}
+	st, err := storeopen.Open(ctx, db, storeopen.Config{Store: stream.Config{Logger: logger}, Postgres: pg})
 	if err != nil {
 		return err
 	}
