@@ -21,9 +21,10 @@ type BulkResult = foldtype.BulkResult
 
 // bulkVerb is one verb as a bulk walk runs it.
 type bulkVerb struct {
-	// wouldChange reports whether the verb would change processor key (registered on its stream,
-	// info) now; the others are matched, not changed.
-	wouldChange func(ctx context.Context, key procKey, info stream.StreamInfo) (bool, error)
+	// wouldChange reports, for each of paths (matched streams of one page, processor slug
+	// registered on each), whether the verb would change the processor there now. It reads what
+	// it needs of the store in one read for the whole page, not one per stream.
+	wouldChange func(ctx context.Context, slug string, paths []string) ([]bool, error)
 	// do runs the verb on one stream.
 	do func(ctx context.Context, path string) error
 }
@@ -33,9 +34,12 @@ type bulkVerb struct {
 // already are matched but not changed.
 func (h *Host) PauseMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (BulkResult, error) {
 	return h.bulk(ctx, pattern, slug, dryRun, bulkVerb{
-		wouldChange: func(ctx context.Context, key procKey, _ stream.StreamInfo) (bool, error) {
-			paused, err := h.pausedForBulk(ctx, key)
-			return !paused, err
+		wouldChange: func(ctx context.Context, slug string, paths []string) ([]bool, error) {
+			paused, err := h.pausedForBulk(ctx, slug, paths)
+			for i := range paused {
+				paused[i] = !paused[i]
+			}
+			return paused, err
 		},
 		do: func(ctx context.Context, path string) error { return h.Pause(ctx, path, slug, reason) },
 	})
@@ -45,10 +49,8 @@ func (h *Host) PauseMatching(ctx context.Context, pattern, slug, reason string, 
 // with dryRun only counts them.
 func (h *Host) ResumeMatching(ctx context.Context, pattern, slug string, dryRun bool) (BulkResult, error) {
 	return h.bulk(ctx, pattern, slug, dryRun, bulkVerb{
-		wouldChange: func(ctx context.Context, key procKey, _ stream.StreamInfo) (bool, error) {
-			return h.pausedForBulk(ctx, key)
-		},
-		do: func(ctx context.Context, path string) error { return h.Resume(ctx, path, slug) },
+		wouldChange: h.pausedForBulk,
+		do:          func(ctx context.Context, path string) error { return h.Resume(ctx, path, slug) },
 	})
 }
 
@@ -57,10 +59,8 @@ func (h *Host) ResumeMatching(ctx context.Context, pattern, slug string, dryRun 
 // failing (paused ones too) are matched but not changed.
 func (h *Host) RetryMatching(ctx context.Context, pattern, slug string, dryRun bool) (BulkResult, error) {
 	return h.bulk(ctx, pattern, slug, dryRun, bulkVerb{
-		wouldChange: func(ctx context.Context, key procKey, _ stream.StreamInfo) (bool, error) {
-			return h.failingForBulk(ctx, key)
-		},
-		do: func(ctx context.Context, path string) error { return h.RetryNow(ctx, path, slug) },
+		wouldChange: h.failingForBulk,
+		do:          func(ctx context.Context, path string) error { return h.RetryNow(ctx, path, slug) },
 	})
 }
 
@@ -69,9 +69,7 @@ func (h *Host) RetryMatching(ctx context.Context, pattern, slug string, dryRun b
 // skipped event is parked as a single Skip parks it.
 func (h *Host) SkipMatching(ctx context.Context, pattern, slug, reason string, dryRun bool) (BulkResult, error) {
 	return h.bulk(ctx, pattern, slug, dryRun, bulkVerb{
-		wouldChange: func(ctx context.Context, key procKey, _ stream.StreamInfo) (bool, error) {
-			return h.failingForBulk(ctx, key)
-		},
+		wouldChange: h.failingForBulk,
 		do: func(ctx context.Context, path string) error {
 			_, err := h.Skip(ctx, path, slug, reason)
 			return err
@@ -92,52 +90,90 @@ func (h *Host) RebuildMatching(ctx context.Context, pattern, slug string, dryRun
 	})
 }
 
-// pausedForBulk reports whether key is paused, as its stored state row says.
-func (h *Host) pausedForBulk(ctx context.Context, key procKey) (bool, error) {
-	r, ok, err := h.stateRow(ctx, key)
-	return ok && r.State == rowPaused, err
+// pausedForBulk reports, for each of paths, whether slug is paused there, as its stored state
+// row says: the rows of all of paths in one read (stateRowsOf).
+func (h *Host) pausedForBulk(ctx context.Context, slug string, paths []string) ([]bool, error) {
+	rows, err := h.stateRowsOf(ctx, slug, paths)
+	if err != nil {
+		return nil, err
+	}
+	paused := make([]bool, len(paths))
+	for i, path := range paths {
+		r, ok := rows[path]
+		paused[i] = ok && r.State == rowPaused
+	}
+	return paused, nil
 }
 
-// failingForBulk reports whether key is failing: this node's engine says so when it runs key
-// (the stored row follows it in the background), the stored state row otherwise.
-func (h *Host) failingForBulk(ctx context.Context, key procKey) (bool, error) {
+// failingForBulk reports, for each of paths, whether slug is failing there: this node's engine
+// says so where it runs the processor (the stored row follows it in the background), the stored
+// state row elsewhere — the rows of all those paths in one read (stateRowsOf).
+func (h *Host) failingForBulk(ctx context.Context, slug string, paths []string) ([]bool, error) {
+	failing := make([]bool, len(paths))
+	var stored []int // indexes of paths whose stored row decides
 	h.mu.Lock()
-	if sl := h.slots[key]; sl != nil && sl.state == slotOpen {
-		failing := sl.failing != nil && sl.paused == nil
-		h.mu.Unlock()
+	for i, path := range paths {
+		if sl := h.slots[procKey{path, slug}]; sl != nil && sl.state == slotOpen {
+			failing[i] = sl.failing != nil && sl.paused == nil
+		} else {
+			stored = append(stored, i)
+		}
+	}
+	h.mu.Unlock()
+	if len(stored) == 0 {
 		return failing, nil
 	}
-	h.mu.Unlock()
-	r, ok, err := h.stateRow(ctx, key)
-	return ok && r.State == rowFailing, err
+	read := make([]string, len(stored))
+	for j, i := range stored {
+		read[j] = paths[i]
+	}
+	rows, err := h.stateRowsOf(ctx, slug, read)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range stored {
+		r, ok := rows[paths[i]]
+		failing[i] = ok && r.State == rowFailing
+	}
+	return failing, nil
 }
 
-// unswitchedForBulk reports whether key's registration has a next version its checkpoint row
-// does not hold yet.
-func (h *Host) unswitchedForBulk(ctx context.Context, key procKey, info stream.StreamInfo) (bool, error) {
+// unswitchedForBulk reports, for each of paths, whether slug's registration there has a next
+// version its checkpoint row does not hold yet: the rows of all those paths in one read.
+func (h *Host) unswitchedForBulk(ctx context.Context, slug string, paths []string) ([]bool, error) {
+	next := make([]string, len(paths)) // the next version registered on each path ("": none)
+	var read []string
 	h.mu.Lock()
-	reg := h.registrationFor(key.path, key.slug)
+	for i, path := range paths {
+		if reg := h.registrationFor(path, slug); reg != nil {
+			if n := reg.next.Load(); n != nil {
+				next[i] = n.version
+				read = append(read, path)
+			}
+		}
+	}
 	h.mu.Unlock()
-	if reg == nil {
-		return false, nil
+	unswitched := make([]bool, len(paths))
+	if len(read) == 0 {
+		return unswitched, nil
 	}
-	n := reg.next.Load()
-	if n == nil {
-		return false, nil
-	}
-	cps, err := h.checkpointsOf(key.path, info)
+	cps, err := h.store.Events().CheckpointsOfSlug(ctx, slug, read)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	cp, ok, err := cps.ReadCheckpoint(ctx, key.slug)
-	if err != nil {
-		return false, err
+	for i, path := range paths {
+		if next[i] == "" {
+			continue
+		}
+		cp, ok := cps[path]
+		unswitched[i] = !ok || cp.ReducerVersion != next[i]
 	}
-	return !ok || cp.ReducerVersion != n.version, nil
+	return unswitched, nil
 }
 
-// bulk walks the streams pattern matches, in path order, and runs v on those where slug is
-// registered and v would change it.
+// bulk walks the streams pattern matches, a page at a time in path order, and runs v on those
+// where slug is registered and v would change it. Whether v would change a page's streams is
+// read once for the page, before v runs on any of them.
 func (h *Host) bulk(ctx context.Context, pattern, slug string, dryRun bool, v bulkVerb) (BulkResult, error) {
 	p, err := ParsePattern(pattern)
 	if err != nil {
@@ -145,36 +181,43 @@ func (h *Host) bulk(ctx context.Context, pattern, slug string, dryRun bool, v bu
 	}
 	res := BulkResult{DryRun: dryRun}
 	opts := stream.ListOptions{Prefix: p.Prefix(), Limit: stream.MaxListLimit}
+	if h.bulkPage > 0 {
+		opts.Limit = h.bulkPage
+	}
 	walked := 0
 	for {
 		page, err := h.store.Events().ListStreams(ctx, opts)
 		if err != nil {
 			return res, err
 		}
+		var matched []string
+		h.mu.Lock()
 		for _, info := range page {
 			walked++
 			if !p.Match(info.Path) {
 				continue
 			}
-			h.mu.Lock()
-			reg := h.registrationFor(info.Path, slug)
-			h.mu.Unlock()
-			if reg == nil || reg.added != nil {
-				continue
+			if reg := h.registrationFor(info.Path, slug); reg != nil && reg.added == nil {
+				matched = append(matched, info.Path)
 			}
-			res.Matched++
-			change, err := v.wouldChange(ctx, procKey{info.Path, slug}, info)
-			if err != nil {
+		}
+		h.mu.Unlock()
+		res.Matched += len(matched)
+		var change []bool
+		if len(matched) > 0 {
+			if change, err = v.wouldChange(ctx, slug, matched); err != nil {
 				return res, err
 			}
-			if !change {
+		}
+		for i, path := range matched {
+			if !change[i] {
 				continue
 			}
 			if dryRun {
 				res.Changed++
 				continue
 			}
-			if err := v.do(ctx, info.Path); err != nil {
+			if err := v.do(ctx, path); err != nil {
 				if ctx.Err() != nil || errors.Is(err, ErrShutdown) {
 					return res, err
 				}

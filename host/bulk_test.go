@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/internal/harness/wait"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -164,5 +167,74 @@ func TestBulkRebuildStartsTheNextVersionWhereItIsNotSwitchedIn(t *testing.T) {
 	}
 	if res, err := h.RebuildMatching(ctx, "/t/*", "ticks", true); err != nil || res.Changed != 0 {
 		t.Fatalf("dry run after the switch: %+v %v, want none left", res, err)
+	}
+}
+
+// A bulk verb reads what it decides on a page at a time: over n streams listed five at a time,
+// a dry run of each verb reads the store about twice per page (the page's list, then its state
+// rows or checkpoints), not once per stream. Counted on PostgreSQL, whose driver counts its read
+// transactions; with two engines open at most, most streams' failing state is the stored row's.
+func TestABulkVerbReadsItsStreamsStateOncePerPage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := openStore(t, db, nil)
+	defer s.Close(context.Background())
+	h, err := host.New(s, host.Config{Logger: quietLog, MaxOpenEngines: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	const n, page = 60, 5
+	host.SetBulkPage(h, page)
+	if err := host.RegisterPattern(ctx, h, "/b/*", newTicker(t, "ticks")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		path := fmt.Sprintf("/b/%02d", i)
+		if _, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.WaitUntilProcessed(ctx, path, "ticks", 1, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const paused = 4
+	for i := range paused {
+		if err := h.Pause(ctx, fmt.Sprintf("/b/%02d", i*13), "ticks", "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := byTen{foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[countState]{
+		Slug: "ticks", Version: "2", Consumes: []string{"tick"}}))}
+	if err := host.RegisterNextVersion(ctx, h, "/b/*", next); err != nil {
+		t.Fatal(err)
+	}
+	d := s.Driver().(*pgdriver.Driver)
+	// n/page full pages, then the list that finds the end; each full page one read more.
+	const pages = n/page + 1
+	const most = 2*pages + 10 // a few reads of the host's own may fall in; one a stream would be n and more
+	for _, c := range []struct {
+		verb    string
+		run     func() (host.BulkResult, error)
+		changed int
+	}{
+		{"pause", func() (host.BulkResult, error) { return h.PauseMatching(ctx, "/b/*", "ticks", "", true) }, n - paused},
+		{"resume", func() (host.BulkResult, error) { return h.ResumeMatching(ctx, "/b/*", "ticks", true) }, paused},
+		{"retry", func() (host.BulkResult, error) { return h.RetryMatching(ctx, "/b/*", "ticks", true) }, 0},
+		{"skip", func() (host.BulkResult, error) { return h.SkipMatching(ctx, "/b/*", "ticks", "", true) }, 0},
+		{"rebuild", func() (host.BulkResult, error) { return h.RebuildMatching(ctx, "/b/*", "ticks", true) }, n},
+	} {
+		before := d.Reads()
+		res, err := c.run()
+		reads := d.Reads() - before
+		if err != nil || res.Matched != n || res.Changed != c.changed {
+			t.Errorf("%s dry run: %+v %v, want %d of %d", c.verb, res, err, c.changed, n)
+		}
+		if reads > most {
+			t.Errorf("%s dry run over %d streams, %d a page: %d reads, want %d at most", c.verb, n, page, reads, most)
+		}
+		t.Logf("%s: %d reads", c.verb, reads)
 	}
 }

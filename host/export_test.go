@@ -7,3 +7,7 @@ func (h *Host) OpenPatternEngines() int {
 	defer h.mu.Unlock()
 	return h.lru.Len()
 }
+
+// SetBulkPage makes h's bulk verbs list n streams at a time, so a test walks many pages over
+// few streams.
+func SetBulkPage(h *Host, n int) { h.bulkPage = n }

@@ -186,6 +186,9 @@ type Host struct {
 	sweeper    func() bool
 	shutdown   bool
 	alarms     bool
+	// bulkPage is how many streams a bulk verb lists at a time: stream.MaxListLimit when 0 (tests
+	// set fewer, export_test.go).
+	bulkPage int
 }
 
 type procKey struct{ path, slug string }

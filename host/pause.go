@@ -157,6 +157,34 @@ func (h *Host) stateRow(ctx context.Context, key procKey) (driver.ProcessorState
 	return rows[0], true, nil
 }
 
+// stateRowsOf returns the stored state rows of processor slug on paths, by path: in one read of
+// the store however many paths there are (a bulk verb's page), or from the cache on an exclusive
+// database.
+func (h *Host) stateRowsOf(ctx context.Context, slug string, paths []string) (map[string]driver.ProcessorStateRow, error) {
+	out := make(map[string]driver.ProcessorStateRow)
+	if len(paths) == 0 {
+		return out, nil
+	}
+	if h.store.Driver().Exclusive() {
+		h.rows.mu.Lock()
+		defer h.rows.mu.Unlock()
+		for _, path := range paths {
+			if r, ok := h.rows.m[procKey{path, slug}]; ok {
+				out[path] = r
+			}
+		}
+		return out, nil
+	}
+	rows, err := h.store.Events().ProcessorStates(ctx, driver.ProcessorStateQuery{Paths: paths, Slug: slug})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		out[r.Path] = r
+	}
+	return out, nil
+}
+
 // stateRowsOn returns the stored state rows of the processors on path, by slug.
 func (h *Host) stateRowsOn(ctx context.Context, path string) (map[string]driver.ProcessorStateRow, error) {
 	out := map[string]driver.ProcessorStateRow{}

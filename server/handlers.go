@@ -229,12 +229,12 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 
-	ctx, span := s.startAppendSpan(r.Context(), name, received)
+	ctx, span := s.startAppendSpan(r.Context())
 	if span != nil {
 		req.Provenance = tracedProvenance(ctx, req.Provenance)
 	}
 	res, err := s.st.Protocol().AppendRecord(ctx, req)
-	endAppendSpan(span, res.Tail, err)
+	endAppendSpan(span, name, received, res.Tail, err)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return

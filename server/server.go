@@ -89,8 +89,10 @@ const (
 // and on a loopback connection only loopback host names are answered (docs/server.md#security).
 type Config struct {
 	// TracerProvider, when set, traces every request (docs/server.md#tracing): one server span per
-	// request, the child of the W3C trace context the request carries (traceparent), and a child
-	// span per append covering the store's commit. Defaults to nil: no spans and no cost.
+	// request, the child of the W3C trace context the request carries (traceparent), and, when
+	// that span records, a child span per append covering the store's commit. A request its
+	// sampler does not sample costs the sampling decision and little else. Defaults to nil: no
+	// spans and no cost.
 	TracerProvider trace.TracerProvider
 	// AccessLog logs one line per answered request at Info (method, path, query, status, bytes,
 	// duration and X-Request-Id) instead of at Debug. Defaults to false.
@@ -436,7 +438,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	var span trace.Span
 	if s.tracer != nil {
-		r, span = s.startRequestSpan(r, id)
+		r, span = s.startRequestSpan(r)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -449,7 +451,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if span != nil {
-			endRequestSpan(span, rec.status)
+			s.endRequestSpan(span, r, id, rec.status)
 		}
 		if s.metrics != nil {
 			live := r.Method == http.MethodGet && r.URL.Query().Has("live")

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 )
 
@@ -16,43 +17,121 @@ import (
 // (foldstream.TracerName; the server does not link the engine).
 const tracerName = "github.com/foldstream/foldstream"
 
+// The start options of the server's two kinds of span, made once: a variadic option list built
+// per call is an allocation per span.
+var (
+	requestSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	appendSpanOptions  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+)
+
+// requestSpanNames holds the name of every request span the server's routes make ("POST
+// stream"), so naming a span costs no concatenation; requestSpanName makes any other.
+var requestSpanNames = func() map[string]map[string]string {
+	names := map[string]map[string]string{}
+	for _, route := range []string{"health", "metrics", "processor", "stream", "list", "info", "console", "other"} {
+		names[route] = map[string]string{}
+		for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+			http.MethodDelete, http.MethodOptions} {
+			names[route][method] = method + " " + route
+		}
+	}
+	return names
+}()
+
+// requestSpanName is the name of a request's span: its method and route.
+func requestSpanName(method, route string) string {
+	if name, ok := requestSpanNames[route][method]; ok {
+		return name
+	}
+	return method + " " + route
+}
+
 // startRequestSpan starts the server span of r (docs/server.md#tracing), the child of the W3C
-// trace context r carries, and returns r with the span's context. The span carries the request's
-// X-Request-Id, which the server's log lines of the request carry too.
-func (s *Server) startRequestSpan(r *http.Request, id string) (*http.Request, trace.Span) {
+// trace context r carries; endRequestSpan ends it.
+//
+// A span that records goes into the context of the r returned. One that does not (not sampled)
+// does not, and r is returned as it is: nothing is started under a span that does not record
+// (startAppendSpan), so a request that is not sampled costs the sampler's decision and little
+// else. A sampler sees a request span's name (method and route) and kind; its attributes are set
+// when it ends, and only when it records.
+func (s *Server) startRequestSpan(r *http.Request) (*http.Request, trace.Span) {
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	route := s.routeOf(r.URL.Path)
-	ctx, span := s.tracer.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route),
-			attribute.String("url.path", r.URL.Path), attribute.String("foldstream.request_id", id)))
+	ctx, span := s.tracer.Start(ctx, requestSpanName(r.Method, s.routeOf(r.URL.Path)), requestSpanOptions...)
+	if !span.IsRecording() {
+		return r, span
+	}
 	return r.WithContext(ctx), span
 }
 
-// endRequestSpan ends a request's span with its status: an error status for a 5xx answer (the
-// server failed), none for a 4xx (the client's request was refused, as OpenTelemetry's HTTP
-// conventions have it for a server).
-func endRequestSpan(span trace.Span, status int) {
+// endRequestSpan ends the span of request r, when it records with its attributes: the request's
+// method, route and path, its X-Request-Id (which the server's log lines of the request carry
+// too) and its status; an error status for a 5xx answer (the server failed), none for a 4xx (the
+// client's request was refused, as OpenTelemetry's HTTP conventions have it for a server). The
+// attributes go in one call, which grows the span's list once.
+func (s *Server) endRequestSpan(span trace.Span, r *http.Request, id string, status int) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	if status == 0 {
 		status = http.StatusOK
 	}
-	span.SetAttributes(attribute.Int("http.response.status_code", status))
+	span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", s.routeOf(r.URL.Path)),
+		attribute.String("url.path", r.URL.Path), attribute.String("foldstream.request_id", id),
+		attribute.Int("http.response.status_code", status))
 	if status >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(status))
 	}
 	span.End()
 }
 
-// startAppendSpan starts the producer span of one append to path: from the handler's call into
-// the store until the store answered (the group commit included), with the attributes of
-// OpenTelemetry's messaging conventions. Without a tracer it returns ctx and nil.
-func (s *Server) startAppendSpan(ctx context.Context, path string, bytes int) (context.Context, trace.Span) {
-	if s.tracer == nil {
+// startAppendSpan starts the producer span of one append: from the handler's call into the store
+// until the store answered (the group commit included); endAppendSpan ends it. It returns ctx and
+// nil without a tracer, and when the span ctx carries (the request's) does not record: a child of
+// a span nobody records would be cut off from its trace, and not starting it keeps an unsampled
+// append as cheap as it can be.
+func (s *Server) startAppendSpan(ctx context.Context) (context.Context, trace.Span) {
+	if s.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, nil
 	}
-	return s.tracer.Start(ctx, "append", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.system", "foldstream"), attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.operation.name", "append"), attribute.String("messaging.destination.name", path),
-			attribute.Int("messaging.message.body.size", bytes)))
+	return s.tracer.Start(ctx, "append", appendSpanOptions...)
+}
+
+// provenanceCarrier is a copy of the server's provenance rules that the W3C propagator writes an
+// append's trace context into, so the copy and the carrier are one allocation.
+type provenanceCarrier stream.Provenance
+
+// Get returns the value of key, for propagation.TextMapCarrier.
+func (c *provenanceCarrier) Get(key string) string {
+	switch key {
+	case foldtype.MetadataTraceParent:
+		return c.TraceParent
+	case foldtype.MetadataTraceState:
+		return c.TraceState
+	}
+	return ""
+}
+
+// Set keeps the value of key, for propagation.TextMapCarrier; other keys are dropped.
+func (c *provenanceCarrier) Set(key, value string) {
+	switch key {
+	case foldtype.MetadataTraceParent:
+		c.TraceParent = value
+	case foldtype.MetadataTraceState:
+		c.TraceState = value
+	}
+}
+
+// Keys lists the keys that hold a value, for propagation.TextMapCarrier.
+func (c *provenanceCarrier) Keys() []string {
+	var keys []string
+	if c.TraceParent != "" {
+		keys = append(keys, foldtype.MetadataTraceParent)
+	}
+	if c.TraceState != "" {
+		keys = append(keys, foldtype.MetadataTraceState)
+	}
+	return keys
 }
 
 // tracedProvenance returns prov with the trace context of the append's span in ctx, so the store
@@ -62,23 +141,31 @@ func tracedProvenance(ctx context.Context, prov *stream.Provenance) *stream.Prov
 	if prov == nil || !trace.SpanContextFromContext(ctx).IsSampled() {
 		return prov
 	}
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	traced := *prov
-	traced.TraceParent, traced.TraceState = carrier["traceparent"], carrier["tracestate"]
-	return &traced
+	traced := provenanceCarrier(*prov)
+	propagation.TraceContext{}.Inject(ctx, &traced)
+	return (*stream.Provenance)(&traced)
 }
 
-// endAppendSpan ends an append's span with the tail the append left, or its error.
-func endAppendSpan(span trace.Span, tail int64, err error) {
+// endAppendSpan ends an append's span, when it records with the attributes of OpenTelemetry's
+// messaging conventions for an append to path of size bytes and the tail the append left, or its
+// error.
+func endAppendSpan(span trace.Span, path string, bytes int, tail int64, err error) {
 	if span == nil {
 		return
 	}
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	attrs := [...]attribute.KeyValue{attribute.String("messaging.system", "foldstream"), attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.operation.name", "append"), attribute.String("messaging.destination.name", path),
+		attribute.Int("messaging.message.body.size", bytes), attribute.Int64("foldstream.append.tail", tail)}
 	if err != nil {
+		span.SetAttributes(attrs[:5]...)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "append failed")
 	} else {
-		span.SetAttributes(attribute.Int64("foldstream.append.tail", tail))
+		span.SetAttributes(attrs[:]...)
 	}
 	span.End()
 }

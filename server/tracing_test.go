@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/host"
@@ -100,6 +102,113 @@ func TestAnHTTPAppendIsTracedIntoTheProcessorThatRunsIt(t *testing.T) {
 	}
 	if status != 204 {
 		t.Errorf("POST span's status code %d, want 204", status)
+	}
+}
+
+// samplesNamed is a sampler that records and samples the spans it names and drops every other.
+type samplesNamed map[string]bool
+
+func (n samplesNamed) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	d := sdktrace.Drop
+	if n[p.Name] {
+		d = sdktrace.RecordAndSample
+	}
+	return sdktrace.SamplingResult{Decision: d, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+}
+
+func (samplesNamed) Description() string { return "samplesNamed" }
+
+// tracedAppend serves one store on a real SQLite file, traced by a provider sampling with
+// sampler into an in-memory exporter, and POSTs one event to a new JSON stream. It returns the
+// spans exported and the message as stored.
+func tracedAppend(t *testing.T, sampler sdktrace.Sampler, headers ...string) ([]tracetest.SpanStub, string) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sampler))
+	defer tp.Shutdown(context.Background())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(context.Background(), t.TempDir()+"/traced.db", storeopen.Config{Store: stream.Config{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, st, server.Config{Logger: quiet, TracerProvider: tp})
+	ts := httptest.NewServer(srv)
+	defer func() {
+		srv.Shutdown(context.Background())
+		ts.Close()
+		st.Close(context.Background())
+	}()
+	if res, text := request(t, "PUT", ts.URL+"/v1/stream/notes", "", "Content-Type", "application/json"); res.StatusCode != 201 {
+		t.Fatalf("create: %d %s", res.StatusCode, text)
+	}
+	exp.Reset()
+	res, text := request(t, "POST", ts.URL+"/v1/stream/notes", `{"type":"note.added","payload":{}}`,
+		append([]string{"Content-Type", "application/json", "X-Request-Id", "req-1"}, headers...)...)
+	if res.StatusCode != 204 {
+		t.Fatalf("append: %d %s", res.StatusCode, text)
+	}
+	spans := exp.GetSpans()
+	res, stored := request(t, "GET", ts.URL+"/v1/stream/notes?offset=-1", "")
+	if res.StatusCode != 200 {
+		t.Fatalf("read: %d %s", res.StatusCode, stored)
+	}
+	return spans, stored
+}
+
+// A recorded POST's spans carry their attributes (set once a span is known to record, not
+// given to the sampler), and the event gets the traceparent of its append span.
+func TestARecordedAppendsSpansCarryTheirAttributesAndItsTraceparent(t *testing.T) {
+	spans, stored := tracedAppend(t, sdktrace.AlwaysSample())
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range spans {
+		byName[s.Name] = s
+	}
+	post, app := byName["POST stream"], byName["append"]
+	for _, want := range []struct {
+		span       tracetest.SpanStub
+		key, value string
+	}{
+		{post, "http.request.method", "POST"}, {post, "http.route", "stream"}, {post, "url.path", "/v1/stream/notes"},
+		{post, "foldstream.request_id", "req-1"}, {app, "messaging.system", "foldstream"},
+		{app, "messaging.operation.type", "send"}, {app, "messaging.destination.name", "/notes"},
+	} {
+		if !hasAttr(want.span, want.key, want.value) {
+			t.Errorf("span %q: no %s=%q among %v", want.span.Name, want.key, want.value, want.span.Attributes)
+		}
+	}
+	if app.Parent.SpanID() != post.SpanContext.SpanID() {
+		t.Errorf("append span under %s, want the POST span %s", app.Parent.SpanID(), post.SpanContext.SpanID())
+	}
+	want := `"traceparent":"00-` + app.SpanContext.TraceID().String() + "-" + app.SpanContext.SpanID().String() + `-01"`
+	if !strings.Contains(stored, want) {
+		t.Errorf("stored %s, want the append span's %s in its metadata", stored, want)
+	}
+}
+
+// An append under a request span that is not sampled makes no span of its own, even where the
+// sampler would take one named "append" (it would be cut off from its trace), and writes no trace
+// context into the event.
+func TestAnAppendUnderAnUnsampledRequestMakesNoSpanAndNoTraceContext(t *testing.T) {
+	for _, bc := range []struct {
+		name    string
+		headers []string
+	}{
+		{"new trace", nil},
+		{"caller's unsampled trace", []string{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			spans, stored := tracedAppend(t, samplesNamed{"append": true}, bc.headers...)
+			if len(spans) != 0 {
+				var got []string
+				for _, s := range spans {
+					got = append(got, s.Name)
+				}
+				t.Errorf("spans %v, want none", got)
+			}
+			if strings.Contains(stored, "traceparent") {
+				t.Errorf("stored %s, want no trace context", stored)
+			}
+		})
 	}
 }
 

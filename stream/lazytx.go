@@ -136,6 +136,14 @@ func (l lazyTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.Ch
 	return d.Checkpoint(ctx, scope, slug)
 }
 
+func (l lazyTx) CheckpointsOfSlug(ctx context.Context, slug string, scopes []string, fn func(scope string, cp foldtype.Checkpoint)) error {
+	d, ctx, err := l.begin(ctx)
+	if err != nil {
+		return err
+	}
+	return d.CheckpointsOfSlug(ctx, slug, scopes, fn)
+}
+
 // CheckpointRows is driver.ReadCheckpointRows on the group's transaction.
 func (l lazyTx) CheckpointRows(ctx context.Context, scope string, slugs []string, fn func(slug string, cp foldtype.Checkpoint)) error {
 	d, ctx, err := l.begin(ctx)

@@ -146,6 +146,24 @@ func (e *Events) CheckpointsOf(info StreamInfo) (*Checkpoints, error) {
 	return c, nil
 }
 
+// CheckpointsOfSlug reads processor slug's checkpoint row on each stream of paths (each as
+// [Checkpoints.ReadCheckpoint] reads it) in one read transaction and one query, however many
+// paths there are: the map holds the rows found, by path. A bulk verb checks a page of streams
+// this way (docs/operations.md#bulk-verbs).
+func (e *Events) CheckpointsOfSlug(ctx context.Context, slug string, paths []string) (map[string]foldtype.Checkpoint, error) {
+	out := make(map[string]foldtype.Checkpoint, len(paths))
+	if len(paths) == 0 {
+		return out, nil
+	}
+	err := e.s.readTx(ctx, func(q driver.Reader) error {
+		return q.CheckpointsOfSlug(ctx, slug, paths, func(scope string, cp foldtype.Checkpoint) { out[scope] = cp })
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HeadStreamWithCheckpoints is HeadStream and, in the same read transaction, the checkpoint rows
 // of slugs on the stream (the map holds the rows found), for a host reopening an engine where no
 // other process writes checkpoints: the stream and the engine's checkpoint in one read.

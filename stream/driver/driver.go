@@ -167,6 +167,11 @@ type Reader interface {
 	NextClaimAt(ctx context.Context) (atMs int64, ok bool, err error)
 	// Checkpoint returns a processor's checkpoint row; a NULL or empty state reads as nil.
 	Checkpoint(ctx context.Context, scope, slug string) (foldtype.Checkpoint, bool, error)
+	// CheckpointsOfSlug calls fn with processor slug's checkpoint row in each of scopes that has
+	// one (a NULL or empty state reads as nil, as Checkpoint reads it), in no particular order,
+	// reading them in one query however many scopes there are: a bulk verb reads the rows of a
+	// page of streams at once (docs/operations.md#bulk-verbs).
+	CheckpointsOfSlug(ctx context.Context, slug string, scopes []string, fn func(scope string, cp foldtype.Checkpoint)) error
 }
 
 // Tx is the write side of a transaction. Every method runs inside the writer's current

@@ -54,6 +54,9 @@ type ProcessorStateQuery struct {
 	// Path selects one stream's rows; Prefix the rows of streams whose path starts with it.
 	Path   string
 	Prefix string
+	// Paths, when not nil, selects the rows of these streams (none when it is empty), read in one
+	// query however many there are: a bulk verb reads the rows of a page of streams at once.
+	Paths []string
 	// Slug selects one processor.
 	Slug string
 	// State selects one state ("paused", "failing").

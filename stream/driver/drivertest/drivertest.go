@@ -14,6 +14,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -586,6 +587,102 @@ func RunDriver(t *testing.T, newDriver Factory) {
 				t.Errorf("rows: got %+v %v, want the fenced write only", rows, err)
 			}
 			return nil
+		})
+	})
+
+	t.Run("ProcessorStatesOfAListOfPaths", func(t *testing.T) {
+		h := open(t, newDriver)
+		rows := []driver.ProcessorStateRow{
+			{Path: "/a", Slug: "p", State: "failing", SinceMs: 1}, {Path: "/b", Slug: "p", State: "paused", SinceMs: 2},
+			{Path: "/b", Slug: "q", State: "paused", SinceMs: 3}, {Path: "/c", Slug: "p", State: "failing", SinceMs: 4},
+			{Path: "/é<&>", Slug: "p", State: "paused", SinceMs: 5},
+		}
+		h.write(func(tx driver.Tx) error {
+			ot, ok := tx.(driver.ProcessorOpsTx)
+			if !ok {
+				t.Skip("the driver keeps no processor state")
+			}
+			for _, r := range rows {
+				if err := ot.PutProcessorState(ctx, r, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		// Many paths, most of them without a row, in one query.
+		many := []string{"/a", "/b", "/é<&>", "/d"}
+		for i := range 1500 {
+			many = append(many, fmt.Sprintf("/none/%d", i))
+		}
+		for _, c := range []struct {
+			name string
+			q    driver.ProcessorStateQuery
+			want []string // path/slug
+		}{
+			{"paths and slug", driver.ProcessorStateQuery{Paths: many, Slug: "p"}, []string{"/a/p", "/b/p", "/é<&>/p"}},
+			{"paths", driver.ProcessorStateQuery{Paths: []string{"/b", "/c"}}, []string{"/b/p", "/b/q", "/c/p"}},
+			{"paths and state", driver.ProcessorStateQuery{Paths: []string{"/a", "/b", "/c"}, State: "failing"}, []string{"/a/p", "/c/p"}},
+			{"no paths", driver.ProcessorStateQuery{Paths: []string{}}, nil},
+		} {
+			h.read(func(q driver.Reader) error {
+				got, err := q.(driver.ProcessorOpsReader).ProcessorStates(ctx, c.q)
+				var keys []string
+				for _, r := range got {
+					keys = append(keys, r.Path+"/"+r.Slug)
+				}
+				if err != nil || !slices.Equal(keys, c.want) {
+					t.Errorf("%s: got %v %v, want %v", c.name, keys, err, c.want)
+				}
+				return nil
+			})
+		}
+	})
+
+	t.Run("CheckpointsOfSlugInAListOfScopes", func(t *testing.T) {
+		h := open(t, newDriver)
+		h.write(func(tx driver.Tx) error {
+			for _, w := range []driver.CheckpointWrite{
+				{Scope: "/a", Slug: "p", StateChanged: true, Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 3, State: []byte(`{"n":3}`)}},
+				{Scope: "/b", Slug: "p", Checkpoint: foldtype.Checkpoint{ReducerVersion: "2", ReducedThroughOffset: 5}},
+				{Scope: "/b", Slug: "q", StateChanged: true, Checkpoint: foldtype.Checkpoint{ReducerVersion: "7", ReducedThroughOffset: 1, State: []byte(`{}`)}},
+				{Scope: "/c", Slug: "p", Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 9}},
+				{Scope: "/é<&>", Slug: "p", Checkpoint: foldtype.Checkpoint{ReducerVersion: "3", ReducedThroughOffset: 2}},
+			} {
+				if err := tx.WriteCheckpoint(ctx, w); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		scopes := []string{"/a", "/b", "/é<&>", "/d"}
+		for i := range 1500 {
+			scopes = append(scopes, fmt.Sprintf("/none/%d", i))
+		}
+		got := map[string]foldtype.Checkpoint{}
+		h.read(func(q driver.Reader) error {
+			return q.CheckpointsOfSlug(ctx, "p", scopes, func(scope string, cp foldtype.Checkpoint) {
+				cp.State = slices.Clone(cp.State)
+				got[scope] = cp
+			})
+		})
+		want := map[string]foldtype.Checkpoint{
+			"/a":    {ReducerVersion: "1", ReducedThroughOffset: 3, State: []byte(`{"n":3}`)},
+			"/b":    {ReducerVersion: "2", ReducedThroughOffset: 5},
+			"/é<&>": {ReducerVersion: "3", ReducedThroughOffset: 2},
+		}
+		if len(got) != len(want) {
+			t.Errorf("rows of p: got %v, want %v", got, want)
+		}
+		for scope, w := range want {
+			g, ok := got[scope]
+			if !ok || g.ReducerVersion != w.ReducerVersion || g.ReducedThroughOffset != w.ReducedThroughOffset || string(g.State) != string(w.State) {
+				t.Errorf("%s: got %+v (found %v), want %+v", scope, g, ok, w)
+			}
+		}
+		h.read(func(q driver.Reader) error {
+			return q.CheckpointsOfSlug(ctx, "p", nil, func(scope string, _ foldtype.Checkpoint) {
+				t.Errorf("no scopes: got a row of %s", scope)
+			})
 		})
 	})
 

@@ -58,6 +58,12 @@ func (t *readTx) ProcessorStates(ctx context.Context, q driver.ProcessorStateQue
 	if q.Path != "" {
 		add("path = $%d", q.Path)
 	}
+	if q.Paths != nil {
+		if len(q.Paths) == 0 {
+			return nil, nil
+		}
+		add("path = ANY($%d::text[])", q.Paths)
+	}
 	if q.Prefix != "" {
 		add("starts_with(path, $%d)", q.Prefix)
 	}

@@ -578,6 +578,35 @@ func (t *readTx) Checkpoint(ctx context.Context, scope, slug string) (foldtype.C
 	return cp, true, nil
 }
 
+// CheckpointsOfSlug reads slug's rows in scopes in one statement (driver.Reader).
+func (t *readTx) CheckpointsOfSlug(ctx context.Context, slug string, scopes []string, fn func(scope string, cp foldtype.Checkpoint)) error {
+	if len(scopes) == 0 {
+		return nil
+	}
+	rows, err := t.tx.Query(ctx, `SELECT scope, reducer_version, reduced_through_offset, state FROM reduce_checkpoints
+		WHERE slug = $1 AND scope = ANY($2::text[])`, slug, scopes)
+	if err != nil {
+		return t.d.classify(fmt.Errorf("read checkpoints of %q: %w", slug, err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var scope string
+		var cp foldtype.Checkpoint
+		var state *string
+		if err := rows.Scan(&scope, &cp.ReducerVersion, &cp.ReducedThroughOffset, &state); err != nil {
+			return t.d.classify(fmt.Errorf("read checkpoints of %q: %w", slug, err))
+		}
+		if state != nil && *state != "" {
+			cp.State = json.RawMessage(*state)
+		}
+		fn(scope, cp)
+	}
+	if err := rows.Err(); err != nil {
+		return t.d.classify(fmt.Errorf("read checkpoints of %q: %w", slug, err))
+	}
+	return nil
+}
+
 // The write side.
 
 type writer struct{ d *Driver }

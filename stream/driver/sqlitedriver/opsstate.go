@@ -54,6 +54,16 @@ func (t *readTx) ProcessorStates(ctx context.Context, q driver.ProcessorStateQue
 	if q.Path != "" {
 		where, args = append(where, "path = ?"), append(args, q.Path)
 	}
+	if q.Paths != nil {
+		if len(q.Paths) == 0 {
+			return nil, nil
+		}
+		list, err := jsonList(q.Paths)
+		if err != nil {
+			return nil, fmt.Errorf("read processor states: %w", err)
+		}
+		where, args = append(where, "path IN (SELECT value FROM json_each(?))"), append(args, list)
+	}
 	if q.Prefix != "" {
 		where, args = append(where, "substr(path, 1, ?) = ?"), append(args, len(q.Prefix), q.Prefix)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -258,6 +259,57 @@ func (t *readTx) CheckpointRows(ctx context.Context, scope string, slugs []strin
 }
 
 var _ driver.CheckpointRowsReader = (*readTx)(nil)
+
+// checkpointsOfSlugQuery reads one slug's rows in the scopes of a JSON array: one statement
+// text, prepared once, for any number of scopes (a list of placeholders would be a statement
+// per length, each taking a place in the prepared-statement cache).
+const checkpointsOfSlugQuery = `SELECT scope, reducer_version, reduced_through_offset, state FROM reduce_checkpoints
+	WHERE slug = ? AND scope IN (SELECT value FROM json_each(?))`
+
+// CheckpointsOfSlug reads slug's rows in scopes in one query (driver.Reader).
+func (t *readTx) CheckpointsOfSlug(ctx context.Context, slug string, scopes []string, fn func(scope string, cp foldtype.Checkpoint)) error {
+	if len(scopes) == 0 {
+		return nil
+	}
+	list, err := jsonList(scopes)
+	if err != nil {
+		return fmt.Errorf("read checkpoints of %q: %w", slug, err)
+	}
+	rows, err := t.q.query(ctx, checkpointsOfSlugQuery, slug, list)
+	if err != nil {
+		return fmt.Errorf("read checkpoints of %q: %w", slug, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var scope string
+		var cp foldtype.Checkpoint
+		var state sql.NullString
+		if err := rows.Scan(&scope, &cp.ReducerVersion, &cp.ReducedThroughOffset, &state); err != nil {
+			return fmt.Errorf("read checkpoints of %q: %w", slug, err)
+		}
+		if state.Valid && state.String != "" {
+			cp.State = json.RawMessage(state.String)
+		}
+		fn(scope, cp)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read checkpoints of %q: %w", slug, err)
+	}
+	return nil
+}
+
+// jsonList is the JSON array of ss, the one argument of a query that selects by a list of
+// values (json_each). Every string must be valid UTF-8, as every path and slug is: JSON would
+// carry another string in its place, and the query would find nothing for it.
+func jsonList(ss []string) (string, error) {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return "", fmt.Errorf("%q is not valid UTF-8", s)
+		}
+	}
+	b, err := json.Marshal(ss)
+	return string(b), err
+}
 
 // HasStreamlessCheckpoints reports whether a checkpoint row's scope is a path no stream row holds
 // (driver.StreamlessCheckpointFinder): one probe of the streams' path index per distinct scope.
