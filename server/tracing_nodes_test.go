@@ -83,7 +83,7 @@ func (notifier) Reduce(a foldstream.ReduceArgs[struct{}]) (struct{}, bool, error
 	return a.State, false, nil
 }
 
-// Issue #34 item 6: one event's spans across two nodes share a trace. The HTTP append is made on
+// One event's spans across two nodes share a trace. The HTTP append is made on
 // node A; the processor that consumes the event runs on node B only (B alone registered it) and
 // emits from a blocker; the processor that consumes the emitted event runs on A only. Each node
 // exports to its own exporter, as two processes do: the spans on both, from the POST on A through
