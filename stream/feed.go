@@ -184,9 +184,19 @@ func (s *Store) kickFeed(path string) {
 		f.kickMu.Unlock()
 		return
 	}
+	// Counted under subsMu before closing is set, as a subscription's goroutine is, so Close's
+	// wait for the background goroutines never races an Add (the listener that kicks feeds stops
+	// only after that wait); a store that is closing starts none.
+	s.ev.subsMu.RLock()
+	if s.ev.closing {
+		s.ev.subsMu.RUnlock()
+		f.kickMu.Unlock()
+		return
+	}
+	s.bgWG.Add(1)
+	s.ev.subsMu.RUnlock()
 	f.running = true
 	f.kickMu.Unlock()
-	s.bgWG.Add(1)
 	go func() {
 		defer s.bgWG.Done()
 		for {
