@@ -13,8 +13,8 @@ import (
 // Reopening an engine (docs/store.md#engines-of-a-pattern) reads what it needs in as few reads of
 // the database as it can: on an exclusive database one read, after subscribing, of the stream's
 // row, the engine's checkpoint and work-started marker and the events after the checkpoint (for
-// an engine opened to work run in the store's writer, on its warm connection:
-// Events.HeadStreamForWork); on a shared one the stream's row before the lease, the two checkpoint rows together under it, and the
+// an engine opened to work run in the store's writer, on its warm connection: Events.ReadOpening
+// with ForWork); on a shared one the stream's row before the lease, the two checkpoint rows together under it, and the
 // events after the checkpoint in its catch-up.
 
 // preloadedRows are checkpoint rows read together for one engine being built: each is answered
@@ -176,27 +176,24 @@ func (h *Host) openExclusive(ctx context.Context, sl *slot, mode openMode, fail 
 		sub.Close()
 		fail(err)
 	}
-	head := h.store.Events().HeadStreamForEngine // a read commits nothing
-	switch {
-	case woke:
-		// In the writer, on its warm connection, appending the wake record first (one write).
-		head = func(ctx context.Context, path string, slugs []string, after func(map[string]foldtype.Checkpoint) int64, limit int) (stream.EngineOpening, error) {
-			return h.store.Events().WakeAndHeadStreamForWork(ctx, path, stream.WakeRequest, slugs, after, limit)
-		}
-	case mode == openForWork:
-		head = h.store.Events().HeadStreamForWork // in the writer, on its warm connection
+	// An opening for work reads in the writer, on its warm connection, appending the wake record
+	// first when this host has not woken the stream (one write); one for a read commits nothing.
+	req := stream.OpeningRequest{Path: sl.key.path, Slugs: engineRows(reg.slug), Limit: foldstream.EnginePageSize,
+		ForWork: mode == openForWork, After: func(rows map[string]foldtype.Checkpoint) int64 {
+			cp, found := rows[reg.slug]
+			switch {
+			case !found:
+				return 0
+			case reg.atVersion(cp.ReducerVersion) == nil:
+				return -1 // the engine re-reduces first: its reads start elsewhere
+			default:
+				return cp.ReducedThroughOffset
+			}
+		}}
+	if woke {
+		req.Wake = stream.WakeRequest
 	}
-	o, err := head(ctx, sl.key.path, engineRows(reg.slug), func(rows map[string]foldtype.Checkpoint) int64 {
-		cp, found := rows[reg.slug]
-		switch {
-		case !found:
-			return 0
-		case reg.atVersion(cp.ReducerVersion) == nil:
-			return -1 // the engine re-reduces first: its reads start elsewhere
-		default:
-			return cp.ReducedThroughOffset
-		}
-	}, foldstream.EnginePageSize)
+	o, err := h.store.Events().ReadOpening(ctx, req)
 	if err != nil {
 		failSub(err)
 		return

@@ -67,11 +67,12 @@ func (h *Host) settleCaughtUp(sl *slot) bool {
 // read of the events after the checkpoint finds one, as the tail is the offset of the stream's last
 // record. It returns the stream as read.
 func (h *Host) behindHead(ctx context.Context, reg *registration, path string) (stream.StreamInfo, bool, error) {
-	info, rows, err := h.store.Events().HeadStreamWithCheckpoints(ctx, path, reg.slug)
+	o, err := h.store.Events().ReadOpening(ctx, stream.OpeningRequest{Path: path, Slugs: []string{reg.slug}})
 	if err != nil {
 		return stream.StreamInfo{}, false, err
 	}
-	cp, ok := rows[reg.slug]
+	info := o.Info
+	cp, ok := o.Checkpoints[reg.slug]
 	if ok && reg.version != "" && cp.ReducerVersion != reg.version {
 		return info, true, nil // a re-reduce is due
 	}

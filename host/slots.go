@@ -737,7 +737,7 @@ func (h *Host) committed(path string) {
 // (SQLite) or a shared one.
 //
 // On SQLite an engine opened to work makes one write through the store's writer (the stream's
-// wake record and the opening read, Events.WakeAndHeadStreamForWork) and waits for its group's
+// wake record and the opening read, Events.ReadOpening with Wake) and waits for its group's
 // commit: an opening's time is mostly that wait, and any number of openings share one commit and
 // its fsync. With 8 workers, 8 openings shared each commit round: folding over 100,000 streams,
 // where every batch opens an engine, the openings bounded the rate (the process used about two

@@ -8,7 +8,7 @@ import (
 
 // Streams known to have no checkpoint rows (docs/store.md#engines-of-a-pattern).
 //
-// An engine opening in the writer (Events.HeadStreamForWork) reads the stream's checkpoint rows —
+// An engine opening in the writer (Events.ReadOpening for work) reads the stream's checkpoint rows —
 // over many fresh streams a query that finds none, once per stream. On an exclusive database every
 // checkpoint write goes through this writer, and deleting a stream deletes the rows of its path in
 // the same transaction; the only rows a stream the writer creates can find are those written while

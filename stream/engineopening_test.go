@@ -19,19 +19,14 @@ import (
 func TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name string
-		head func(*Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error)
-	}{
-		{"read", func(e *Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error) {
-			return e.HeadStreamForEngine
-		}},
-		{"work", func(e *Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error) {
-			return e.HeadStreamForWork
-		}},
-	} {
+		name    string
+		forWork bool
+	}{{"read", false}, {"work", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			testEngineOpening(t, c.head)
+			testEngineOpening(t, func(e *Events) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error) {
+				return openingOf(e, c.forWork)
+			})
 		})
 	}
 }
@@ -112,7 +107,7 @@ func TestEngineOpeningInTheWriterFindsEveryCheckpointOfAStreamItCreated(t *testi
 	}
 	expect := func(s *Store, path string, through int64, found bool) {
 		t.Helper()
-		o, err := s.Events().HeadStreamForWork(ctx, path, slugs, atCheckpoint, 10)
+		o, err := openingOf(s.Events(), true)(ctx, path, slugs, atCheckpoint, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,4 +243,11 @@ func knowsNoCheckpoints(s *Store, path string) bool {
 		return nil
 	})
 	return known
+}
+
+// openingOf is ReadOpening (for work or for a read) with the request's fields as arguments.
+func openingOf(e *Events, forWork bool) func(context.Context, string, []string, func(map[string]foldtype.Checkpoint) int64, int) (EngineOpening, error) {
+	return func(ctx context.Context, path string, slugs []string, after func(map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
+		return e.ReadOpening(ctx, OpeningRequest{Path: path, Slugs: slugs, After: after, Limit: limit, ForWork: forWork})
+	}
 }

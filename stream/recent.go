@@ -13,7 +13,7 @@ import (
 // usually that batch and the stream's wake record, which the writer had in hand, decoded, a moment
 // before. So on an exclusive database, while a commit watcher is registered (a host runs
 // patterns), the writer keeps beside its state of a stream the durable events last appended to
-// it through the event view, and Events.HeadStreamForWork answers the opening's page from them
+// it through the event view, and Events.ReadOpening answers an opening for work's page from them
 // when they hold every event after the checkpoint: no read of the records, no decoding.
 //
 // The events live in the stream's streamMem, so they are staged with it and take effect only if
@@ -79,7 +79,7 @@ func (r *recentEvents) markedRead() *recentEvents {
 func recentMem(ev *foldtype.Event) int { return eventBytes(*ev) + 8 }
 
 // keepsRecent reports whether the writer keeps recent events: only an opening in the writer
-// (HeadStreamForWork, exclusive databases) reads them, and only a host watching commits opens
+// (ReadOpening for work, exclusive databases) reads them, and only a host watching commits opens
 // engines that way.
 func (s *Store) keepsRecent() bool { return s.exclusive && s.ev.watchers.registered() }
 

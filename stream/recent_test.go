@@ -10,7 +10,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// openingPage is the page HeadStreamForWork answers for an engine whose checkpoint is at after,
+// openingPage is the page ReadOpening for work answers for an engine whose checkpoint is at after,
 // and whether the writer's recent events (recent.go) held it.
 func openingPage(t *testing.T, s *Store, path string, after int64, limit int) (foldtype.ReadPage, bool) {
 	t.Helper()
@@ -28,7 +28,8 @@ func openingPage(t *testing.T, s *Store, path string, after int64, limit int) (f
 	}); err != nil {
 		t.Fatal(err)
 	}
-	o, err := s.Events().HeadStreamForWork(ctx, path, []string{"p"}, func(map[string]foldtype.Checkpoint) int64 { return after }, limit)
+	o, err := s.Events().ReadOpening(ctx, OpeningRequest{Path: path, Slugs: []string{"p"}, ForWork: true,
+		After: func(map[string]foldtype.Checkpoint) int64 { return after }, Limit: limit})
 	if err != nil {
 		t.Fatal(err)
 	}

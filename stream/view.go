@@ -164,15 +164,44 @@ func (e *Events) CheckpointsOfSlug(ctx context.Context, slug string, paths []str
 	return out, nil
 }
 
-// HeadStreamWithCheckpoints is HeadStream and, in the same read transaction, the checkpoint rows
-// of slugs on the stream (the map holds the rows found), for a host reopening an engine where no
-// other process writes checkpoints: the stream and the engine's checkpoint in one read.
-func (e *Events) HeadStreamWithCheckpoints(ctx context.Context, path string, slugs ...string) (StreamInfo, map[string]foldtype.Checkpoint, error) {
-	o, err := e.HeadStreamForEngine(ctx, path, slugs, nil, 0)
-	return o.Info, o.Checkpoints, err
+// OpeningRequest says what [Events.ReadOpening] reads for an engine being opened on a stream.
+type OpeningRequest struct {
+	// Path is the stream's path.
+	Path string
+	// Slugs names the checkpoint rows read with the stream (the engine's checkpoint and its
+	// work-started marker; none for a head alone).
+	Slugs []string
+	// After, when set, asks for the first page of the engine's catch-up: the durable events
+	// after the offset it returns for the rows found (negative: no page), at most Limit of them
+	// (as EventStream.Read with Limit).
+	After func(rows map[string]foldtype.Checkpoint) int64
+	// Limit bounds the page (as EventStream.Read's limit).
+	Limit int
+	// ForWork opens an engine to work (for a commit, a due claim): it writes its checkpoint
+	// next, so the read is as of the latest commit. On an exclusive database (SQLite) the read
+	// then runs in the writer, as a function that writes nothing: the stream's row comes from the
+	// writer's state and the checkpoint rows and the page from the writer's connection, whose page
+	// cache holds what the writer just committed. A read transaction on its own connection would
+	// start on an empty page cache (SQLite drops a connection's cache whenever the WAL changed,
+	// and the writer commits all the time) and read the stream's path index, its row, its
+	// checkpoints and its records again: folding over 100,000 streams, where each batch opens an
+	// engine, that read was ~24 % of the CPU. The answer comes after the writer's group
+	// committed, so it never holds what a failed group wrote. A function in the writer may make a
+	// commit of its own (of nothing) when no other write shares its group, so an engine opened
+	// for a read leaves ForWork unset: reads commit nothing
+	// (docs/store.md#records-nobody-appended). On a shared database it changes nothing.
+	ForWork bool
+	// Wake, when not empty, wakes the stream first with this reason (WakeExisting), for an engine
+	// that starts work on a stream its host has not woken yet (docs/store.md#wake-records); it
+	// implies ForWork. On an exclusive database both run in one write of the writer: the wake
+	// record (when the stream takes one) is appended and the opening read, in the same
+	// transaction, includes it — one write instead of two. An engine subscribed before the call
+	// is pushed the record as well, once the write commits; the page already holds it. On a
+	// shared database it is the two calls.
+	Wake string
 }
 
-// EngineOpening is what HeadStreamForEngine read, all in one read transaction.
+// EngineOpening is what ReadOpening read, all in one read transaction.
 type EngineOpening struct {
 	// Info is the stream, as HeadStream returns it.
 	Info StreamInfo
@@ -185,12 +214,20 @@ type EngineOpening struct {
 	HasPage bool
 }
 
-// HeadStreamForEngine is HeadStreamWithCheckpoints and, in the same read transaction, the page an
-// engine's catch-up reads first: after the offset after returns for the rows found (negative, or
-// after nil: no page), at most limit events (as EventStream.Read with limit). A host that
-// subscribed the engine first opens it with this one read: the stream, its checkpoint, and the
-// events after it.
-func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
+// ReadOpening reads what opening an engine on a stream needs, in one read of the database: the
+// stream (as HeadStream), the checkpoint rows of req.Slugs and, when req.After asks for it, the
+// first page of the engine's catch-up. A host that subscribed the engine first opens it with this
+// one read: the stream, its checkpoint, and the events after it. A takeover's settle check reads
+// the stream and the checkpoint alone (no After).
+func (e *Events) ReadOpening(ctx context.Context, req OpeningRequest) (EngineOpening, error) {
+	if req.ForWork || req.Wake != "" {
+		return e.headForWork(ctx, req.Path, req.Wake, req.Slugs, req.After, req.Limit)
+	}
+	return e.readOpeningTx(ctx, req.Path, req.Slugs, req.After, req.Limit)
+}
+
+// readOpeningTx is ReadOpening in a read transaction of its own.
+func (e *Events) readOpeningTx(ctx context.Context, path string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
 	s := e.s
 	o := EngineOpening{Checkpoints: make(map[string]foldtype.Checkpoint, len(slugs))}
 	err := s.readTx(ctx, func(q driver.Reader) error {
@@ -207,38 +244,7 @@ func (e *Events) HeadStreamForEngine(ctx context.Context, path string, slugs []s
 	return o, nil
 }
 
-// HeadStreamForWork is HeadStreamForEngine for an engine opened to work (for a commit, a due
-// claim: it writes its checkpoint next), read as of the latest commit.
-//
-// On an exclusive database (SQLite) the read runs in the writer, as a function that writes
-// nothing: the stream's row comes from the writer's state and the checkpoint rows and the page
-// from the writer's connection, whose page cache holds what the writer just committed. A read
-// transaction on its own connection would start on an empty page cache (SQLite drops a
-// connection's cache whenever the WAL changed, and the writer commits all the time) and read the
-// stream's path index, its row, its checkpoints and its records again: folding over 100,000
-// streams, where each batch opens an engine, that read was ~24 % of the CPU. The answer comes
-// after the writer's group committed, so it never holds what a failed group wrote. A function in
-// the writer may make a commit of its own (of nothing) when no other write shares its group, so
-// an engine opened for a read uses HeadStreamForEngine: reads commit nothing
-// (docs/store.md#records-nobody-appended). On a shared database it is HeadStreamForEngine.
-func (e *Events) HeadStreamForWork(ctx context.Context, path string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
-	return e.headForWork(ctx, path, "", slugs, after, limit)
-}
-
-// WakeAndHeadStreamForWork is WakeExisting(ctx, path, reason) and then HeadStreamForWork, for an
-// engine that starts work on a stream its host has not woken yet (docs/store.md#wake-records).
-// On an exclusive database both run in one write of the writer: the wake record (when the stream
-// takes one) is appended and the opening read, in the same transaction, includes it — one write
-// instead of two. An engine subscribed before the call is pushed the record as well, once the
-// write commits; the page already holds it. On a shared database it is the two calls.
-func (e *Events) WakeAndHeadStreamForWork(ctx context.Context, path, reason string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
-	if reason == "" {
-		reason = WakeRequest
-	}
-	return e.headForWork(ctx, path, reason, slugs, after, limit)
-}
-
-// headForWork is HeadStreamForWork, waking the stream first when wake (a reason) is not empty.
+// headForWork is ReadOpening for work, waking the stream first when wake (a reason) is not empty.
 func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
 	s := e.s
 	if !s.exclusive {
@@ -247,7 +253,7 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 				return EngineOpening{}, err
 			}
 		}
-		return e.HeadStreamForEngine(ctx, path, slugs, after, limit)
+		return e.readOpeningTx(ctx, path, slugs, after, limit)
 	}
 	o := EngineOpening{Checkpoints: make(map[string]foldtype.Checkpoint, len(slugs))}
 	err := s.writeTo(ctx, path, func(t *tx) error {
