@@ -522,25 +522,15 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	mu.Unlock()
 	b.ResetTimer()
 	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range k {
-		share := b.N / k
-		if w < b.N%k {
-			share++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req := AppendRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json", Body: []byte(`{"n":1}`)}
-			for range share {
-				if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
-					b.Error(err)
-					return
-				}
+	inShares(b.N, k, func(w, share int) {
+		req := AppendRequest{Path: fmt.Sprintf("/s%d", w), ContentType: "application/json", Body: []byte(`{"n":1}`)}
+		for range share {
+			if _, err := s.Protocol().AppendRecord(ctx, req); err != nil {
+				b.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	elapsed := time.Since(start)
 	b.StopTimer()
 	commits := float64(s.commits.Load() - c0)
@@ -571,28 +561,36 @@ func BenchmarkPostgresEphemeralAppends(b *testing.B) {
 			}
 			b.ResetTimer()
 			start := time.Now()
-			var wg sync.WaitGroup
-			for w := range k {
-				share := b.N / k
-				if w < b.N%k {
-					share++
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					st := s.Events().Stream(fmt.Sprintf("/e%d", w))
-					for range share {
-						if _, err := st.Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(map[string]int{"n": 1})}); err != nil {
-							b.Error(err)
-							return
-						}
+			inShares(b.N, k, func(w, share int) {
+				st := s.Events().Stream(fmt.Sprintf("/e%d", w))
+				for range share {
+					if _, err := st.Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true, Payload: foldtype.JSON(map[string]int{"n": 1})}); err != nil {
+						b.Error(err)
+						return
 					}
-				}()
-			}
-			wg.Wait()
+				}
+			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 		})
 	}
+}
+
+// inShares runs fn on k goroutines at once, worker w with its share of n ops (the first n%k get
+// one more), and waits for them all.
+func inShares(n, k int, fn func(w, share int)) {
+	var wg sync.WaitGroup
+	for w := range k {
+		share := n / k
+		if w < n%k {
+			share++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(w, share)
+		}()
+	}
+	wg.Wait()
 }
 
 // producerBatchBody is a dsbench producer batch: a JSON array of n messages of about 200 bytes.
