@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,9 +11,6 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -29,40 +21,15 @@ import (
 func TestProcessorsSkipParkedRedriveAndDiscardFromTheCLI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := testsupport.NewFakeClock()
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "park.db"), storeopen.Config{Store: stream.Config{Logger: quiet, Clock: clk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(context.Background())
-	h, err := host.New(st, host.Config{Logger: quiet, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Shutdown(context.Background())
+	st, h, ts, processors := opsServer(t, ctx, clk, host.Config{ManualAlarms: true})
 	p := &opsPoisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job", "poison"}}))}
 	p.broken.Store(true)
 	if _, err := host.Register(ctx, h, "/q/work", p); err != nil {
 		t.Fatal(err)
 	}
-	const writer, ops = "writer-token-0123456789abcdef", "opsman-token-0123456789abcdef"
-	bt, err := server.ParseBearerTokens("app read-write " + writer + "\ndave ops " + ops + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := run(ctx, append([]string{"processors"}, append(args, "--server", ts.URL)...), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := func(args ...string) (int, string, string) { return processors(append(args, "--server", ts.URL)...) }
 
 	start := clk.Now()
 	got, err := st.Events().Stream("/q/work").Append(ctx, foldtype.EventInput{Type: "job"}, foldtype.EventInput{Type: "poison"},

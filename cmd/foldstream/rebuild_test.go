@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +11,6 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/wait"
-	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // tenfold counts "job" events by ten: the next version of replayJobs' "jobs".
@@ -35,38 +27,12 @@ func (tenfold) Reduce(a foldstream.ReduceArgs[lsCount]) (lsCount, bool, error) {
 func TestProcessorsRebuildFromTheCLISwitchesToTheNextVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "rebuild.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(context.Background())
-	h, err := host.New(st, host.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Shutdown(context.Background())
+	st, h, ts, cli := opsServer(t, ctx, nil, host.Config{})
 	contract := func(version string) *foldstream.Contract[lsCount] {
 		return foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{Slug: "jobs", Version: version, Consumes: []string{"job"}})
 	}
 	if _, err := host.Register(ctx, h, "/q/work", &replayJobs{Base: foldstream.NewBase(contract("1")), runs: map[int64]int{}}); err != nil {
 		t.Fatal(err)
-	}
-	const ops = "opsman-token-0123456789abcdef"
-	bt, err := server.ParseBearerTokens("dave ops " + ops + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := run(ctx, append([]string{"processors"}, args...), &out, &errb)
-		return code, out.String(), errb.String()
 	}
 	got, err := st.Events().Stream("/q/work").Append(ctx, foldtype.EventInput{Type: "job"}, foldtype.EventInput{Type: "job"})
 	if err != nil {
@@ -119,38 +85,12 @@ func stdoutOf(_ int, stdout, _ string) string { return stdout }
 func TestProcessorsRebuildOverAPatternFromTheCLICountsThenSwitchesEachStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "bulkrebuild.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(context.Background())
-	h, err := host.New(st, host.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Shutdown(context.Background())
+	st, h, ts, cli := opsServer(t, ctx, nil, host.Config{})
 	contract := func(version string) *foldstream.Contract[lsCount] {
 		return foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{Slug: "jobs", Version: version, Consumes: []string{"job"}})
 	}
 	if err := host.RegisterPattern(ctx, h, "/q/*", &replayJobs{Base: foldstream.NewBase(contract("1")), runs: map[int64]int{}}); err != nil {
 		t.Fatal(err)
-	}
-	const ops = "opsman-token-0123456789abcdef"
-	bt, err := server.ParseBearerTokens("dave ops " + ops + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := run(ctx, append([]string{"processors"}, args...), &out, &errb)
-		return code, out.String(), errb.String()
 	}
 	for _, path := range []string{"/q/a", "/q/b"} {
 		if _, err := st.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "job"}); err != nil {

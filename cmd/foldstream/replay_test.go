@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,9 +12,6 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // replayJobs counts "job" events and its ProcessEvent runs per offset.
@@ -56,37 +48,11 @@ func (p *replayJobs) runsOf(off int64) int {
 func TestProcessorsReplayFromTheCLIRunsEffectsAgainOnlyWhenAsked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "replay.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(context.Background())
-	h, err := host.New(st, host.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Shutdown(context.Background())
+	st, h, ts, cli := opsServer(t, ctx, nil, host.Config{})
 	p := &replayJobs{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[lsCount]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job"}})), runs: map[int64]int{}}
 	if _, err := host.Register(ctx, h, "/q/work", p); err != nil {
 		t.Fatal(err)
-	}
-	const writer, ops = "writer-token-0123456789abcdef", "opsman-token-0123456789abcdef"
-	bt, err := server.ParseBearerTokens("app read-write " + writer + "\ndave ops " + ops + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(st, server.Config{Processors: h, Logger: quiet, Authorize: bt.Authorize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := run(ctx, append([]string{"processors"}, args...), &out, &errb)
-		return code, out.String(), errb.String()
 	}
 	ins := make([]foldtype.EventInput, 5)
 	for i := range ins {
