@@ -3,11 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -17,8 +13,6 @@ import (
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // A bulk pause over a path pattern: the dry run counts the streams it would touch and changes
@@ -27,15 +21,7 @@ import (
 // every one catch up with what was appended meanwhile.
 func TestABulkPauseOverAPatternCountsFirstThenPausesOnlyTheMatchingStreams(t *testing.T) {
 	ctx := context.Background()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "bulk.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := host.New(st, host.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, h, ts := opsServer(t, nil, host.Config{}, "carol", server.Config{})
 	p := &poisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[poisonTally]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job"},
 	}))}
@@ -45,18 +31,6 @@ func TestABulkPauseOverAPatternCountsFirstThenPausesOnlyTheMatchingStreams(t *te
 	if err := host.RegisterPattern(ctx, h, "/other/*", p); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := server.ParseBearerTokens(testTokens + "carol ops " + opsToken + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize, Logger: quiet})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
 	paths := []string{"/carts/a", "/carts/b", "/carts/c", "/other/x"}
 	for _, path := range paths {
 		if _, err := st.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "job"}); err != nil {
@@ -164,15 +138,7 @@ func (talliedByTen) Reduce(a foldstream.ReduceArgs[poisonTally]) (poisonTally, b
 func TestBulkRetrySkipAndRebuildOverHTTPTouchWhatEachVerbChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "bulkverbs.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := host.New(st, host.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, h, ts := opsServer(t, nil, host.Config{}, "carol", server.Config{})
 	p := &poisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[poisonTally]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job", "poison"},
 	}))}
@@ -180,18 +146,6 @@ func TestBulkRetrySkipAndRebuildOverHTTPTouchWhatEachVerbChanges(t *testing.T) {
 	if err := host.RegisterPattern(ctx, h, "/carts/*", p); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := server.ParseBearerTokens(testTokens + "carol ops " + opsToken + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize, Logger: quiet})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
 	failing := []string{"/carts/a", "/carts/b"}
 	for _, path := range failing {
 		if _, err := st.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "job"}, foldtype.EventInput{Type: "poison"}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +146,41 @@ func newServer(t testing.TB, st *stream.Store, cfg server.Config) *server.Server
 		t.Fatalf("server.New: %v", err)
 	}
 	return srv
+}
+
+// opsServer starts what the processor verbs' HTTP tests drive: a store in a file of the test's own
+// (clk its clock; nil: the real one), a host with hcfg (its Logger quiet), and an HTTP server of
+// the store with the host's processor routes, the test tokens and operator's ops token (opsToken).
+// scfg's Processors and Authorize are set here; its Logger defaults to a quiet one. Everything
+// closes when the test ends: the server, then the host, then the store.
+func opsServer(t *testing.T, clk foldtype.Clock, hcfg host.Config, operator string, scfg server.Config) (*stream.Store, *host.Host, *httptest.Server) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := storeopen.Open(context.Background(), filepath.Join(t.TempDir(), "ops.db"), storeopen.Config{Store: stream.Config{Logger: quiet, Clock: clk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcfg.Logger = quiet
+	h, err := host.New(st, hcfg)
+	if err != nil {
+		st.Close(context.Background())
+		t.Fatal(err)
+	}
+	bt, err := server.ParseBearerTokens(testTokens + operator + " ops " + opsToken + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg.Processors, scfg.Authorize = h, bt.Authorize
+	if scfg.Logger == nil {
+		scfg.Logger = quiet
+	}
+	srv := newServer(t, st, scfg)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		ts.Close()
+		_ = h.Shutdown(context.Background())
+		st.Close(context.Background())
+	})
+	return st, h, ts
 }

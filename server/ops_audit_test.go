@@ -2,19 +2,13 @@ package server_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 )
 
 // An operator who sends a verb with the mark nodes put on a verb they pass on
@@ -23,33 +17,13 @@ import (
 // stored the record (Foldstream-Op-Recorded), as it does to a node that passed the verb on.
 func TestAVerbSentWithTheForwardedMarkIsStillAudited(t *testing.T) {
 	ctx := context.Background()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "audit.db"), storeopen.Config{Store: stream.Config{Logger: quiet}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := host.New(st, host.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, h, ts := opsServer(t, nil, host.Config{}, "mallory", server.Config{})
 	p := &poisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[poisonTally]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job"},
 	}))}
 	if _, err := host.Register(ctx, h, "/work", p); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := server.ParseBearerTokens(testTokens + "mallory ops " + opsToken + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize, Logger: quiet})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
 	res, body := request(t, "POST", ts.URL+"/v1/processor/jobs/work?op=pause&reason=quietly", "",
 		"Authorization", bearer(opsToken), foldtype.HeaderForwardedOp, "some-node")
 	if res.StatusCode != http.StatusOK {

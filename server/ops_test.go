@@ -2,11 +2,8 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,8 +13,6 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -52,15 +47,8 @@ func (p *poisoned) ProcessEvent(a *foldstream.ProcessEventArgs[poisonTally]) err
 func TestOpsTokenRetriesAFailingProcessorOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "ops.db"), storeopen.Config{Store: stream.Config{Logger: quiet, Clock: clk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := host.New(st, host.Config{Logger: quiet, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var logs syncBuffer
+	_, h, ts := opsServer(t, clk, host.Config{ManualAlarms: true}, "carol", server.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	p := &poisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[poisonTally]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job", "poison"},
 	}))}
@@ -68,20 +56,6 @@ func TestOpsTokenRetriesAFailingProcessorOverHTTP(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/work", p); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := server.ParseBearerTokens(testTokens + "carol ops " + opsToken + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
 	retry := ts.URL + "/v1/processor/jobs/work?op=retry&reason=downstream+fixed"
 
 	res, body := request(t, "POST", retry, "")

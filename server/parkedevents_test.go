@@ -3,11 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,8 +13,6 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/storeopen"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -30,15 +24,7 @@ import (
 func TestSkipParkedRedriveAndDiscardOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := storeopen.Open(ctx, filepath.Join(t.TempDir(), "park.db"), storeopen.Config{Store: stream.Config{Logger: quiet, Clock: clk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := host.New(st, host.Config{Logger: quiet, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, h, ts := opsServer(t, clk, host.Config{ManualAlarms: true}, "carol", server.Config{Metrics: server.NewMetrics()})
 	p := &poisoned{Base: foldstream.NewBase(foldstream.MustDefineContract(foldstream.ContractConfig[poisonTally]{
 		Slug: "jobs", Version: "1", Consumes: []string{"job", "poison"},
 	}))}
@@ -46,18 +32,6 @@ func TestSkipParkedRedriveAndDiscardOverHTTP(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/work", p); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := server.ParseBearerTokens(testTokens + "carol ops " + opsToken + "\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newServer(t, st, server.Config{Processors: h, Authorize: bt.Authorize, Logger: quiet, Metrics: server.NewMetrics()})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
 	base := ts.URL + "/v1/processor/jobs/work"
 	ops := func(method, url string) (*http.Response, string) {
 		return request(t, method, url, "", "Authorization", bearer(opsToken))
