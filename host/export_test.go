@@ -11,3 +11,10 @@ func (h *Host) OpenPatternEngines() int {
 // SetBulkPage makes h's bulk verbs list n streams at a time, so a test walks many pages over
 // few streams.
 func SetBulkPage(h *Host, n int) { h.bulkPage = n }
+
+// PreferredNode returns which of the member node ids the lease of processor slug on path goes
+// to when every member is live (the rendezvous rule nodes follow), so a test can wait until a
+// cluster settled.
+func PreferredNode(members []string, path, slug string) string {
+	return preferredOf(members, procKey{path, slug})
+}

@@ -175,8 +175,17 @@ func (h *Host) startLeases(ctx context.Context) error {
 
 // preferredLocked returns the member preferred for key. ls.mu held.
 func (ls *leaseSet) preferredLocked(key procKey) string {
-	best, bestScore := ls.node, uint64(0)
-	for i, n := range ls.nodes {
+	if p := preferredOf(ls.nodes, key); p != "" {
+		return p
+	}
+	return ls.node
+}
+
+// preferredOf returns the member of nodes preferred for key's lease (rendezvous hashing: the
+// highest hash of node id and lease key), or "" when nodes is empty.
+func preferredOf(nodes []string, key procKey) string {
+	best, bestScore := "", uint64(0)
+	for i, n := range nodes {
 		f := fnv.New64a()
 		f.Write([]byte(n))
 		f.Write([]byte{0})

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestLiveStateSSEFollowsTheProcessorFromEveryNode: two node processes on one database; an SSE
@@ -46,6 +49,10 @@ func TestLiveStateSSEFollowsTheProcessorFromEveryNode(t *testing.T) {
 		resp.Body.Close()
 	}
 	post(nodes[0].url(), 0) // the processor opens on one of the nodes
+	// The readers seed once the processor runs where it stays: on the node both members prefer.
+	// Before that a hand-over can still move it (the first node up may take it before it sees
+	// the second), and the new owner's deltas start a chain the readers re-seed from.
+	awaitPreferredOwner(ctx, t, db, path, "counter", nodes)
 
 	type follower struct {
 		ticks, deltas int
@@ -141,10 +148,51 @@ func TestLiveStateSSEFollowsTheProcessorFromEveryNode(t *testing.T) {
 		select {
 		case f := <-results[i]:
 			if f.err != nil || f.ticks != ticks || f.deltas == 0 {
-				t.Errorf("reader on node %d: %d ticks after %d deltas (%v), want %d ticks by deltas", i, f.ticks, f.deltas, f.err, ticks)
+				t.Errorf("reader on node %d: %d ticks after %d deltas (%v), want %d ticks by deltas\n%s", i, f.ticks, f.deltas, f.err, ticks, allLogs(nodes))
 			}
 		case <-ctx.Done():
 			t.Fatalf("reader on node %d did not reach %d ticks", i, ticks)
 		}
 	}
+}
+
+// awaitPreferredOwner waits until every node's node lease is live and the lease of processor
+// slug on path is live and held by the node the members prefer for it (host.PreferredNode), so
+// no hand-over follows while the cluster stays as it is.
+func awaitPreferredOwner(ctx context.Context, t *testing.T, db, path, slug string, nodes []*node) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var members []string
+	var holder string
+	// Polling other processes' leases in the database.
+	if wait.Every(30*time.Second, 50*time.Millisecond, func() bool {
+		members, holder = members[:0], ""
+		rows, err := conn.Query(ctx, `SELECT key, holder FROM leases WHERE expires_at > clock_timestamp()
+			AND (key LIKE 'node%' OR key = $1)`, "processor\x1f"+path+"\x1f"+slug)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var key, h string
+			if err := rows.Scan(&key, &h); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(key, "node") {
+				members = append(members, h)
+			} else {
+				holder = h
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return len(members) == len(nodes) && holder != "" && holder == host.PreferredNode(members, path, slug)
+	}) {
+		return
+	}
+	t.Fatalf("the processor did not settle on its preferred node: holder %q, members %q\n%s", holder, members, allLogs(nodes))
 }
