@@ -66,14 +66,21 @@ type EngineConfig struct {
 	// Defaults to nil: no spans and no cost.
 	TracerProvider trace.TracerProvider
 	// MayWork, when set, is asked before every unit of work that can start an effect: each
-	// ProcessEvent (the eventless pass too), each blocker, each background attempt and each
-	// checkpoint write (docs/reliability.md#a-node-that-freezes). A non-nil answer stops that
+	// ProcessEvent (the eventless pass too), each blocker, each background attempt and, unless
+	// CheckpointsFenced, each checkpoint write (docs/reliability.md#a-node-that-freezes). A non-nil answer stops that
 	// work before it starts: the range in progress ends with that error and nothing of it is
 	// checkpointed. A host sets it to its lease's check, so an engine whose node froze past its
 	// lease runs nothing once it wakes until the lease is confirmed still its own. It may block
 	// (a host confirms a lease whose local deadline passed with the database) and must honour
 	// ctx. Nil (the default) lets every unit run.
 	MayWork func(ctx context.Context) error
+	// CheckpointsFenced is the word of whoever set MayWork that Checkpoints itself refuses the
+	// writes of an engine whose lease moved on (a host's checkpoints carry the lease's
+	// generation, checked inside the write's transaction). MayWork is then not asked before a
+	// checkpoint write: the range that ran is recorded whenever nobody took the lease over,
+	// even when its holder cannot confirm the lease in time, rather than run again, effects and
+	// all, by the next owner (docs/reliability.md#a-node-that-freezes).
+	CheckpointsFenced bool
 	// Metrics, when set, receives the counts of the engine's work: events processed (with the
 	// duration of each ProcessEvent), skipped and emitted, and ProcessEvent failures by code. A
 	// host keeps them per processor, beyond this engine's life. Defaults to nil: nothing counted.
@@ -128,13 +135,15 @@ type waiter struct {
 // commits once, after all its blocking work settled (a page the engine read itself that runs
 // longer than RangeCommitAfter in parts, each after the blocking work of its events settled).
 type Engine[S any] struct {
-	p        Processor[S]
-	c        *Contract[S]
-	stream   Stream
-	cps      CheckpointStorage
-	fed      bool
-	clock    Clock
-	mayWork  func(ctx context.Context) error
+	p       Processor[S]
+	c       *Contract[S]
+	stream  Stream
+	cps     CheckpointStorage
+	fed     bool
+	clock   Clock
+	mayWork func(ctx context.Context) error
+	// cpFenced: EngineConfig.CheckpointsFenced.
+	cpFenced bool
 	rep      Reporter
 	consumes []string
 	emits    []string
@@ -208,7 +217,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 	c := p.Contract()
 	e := &Engine[S]{
 		p: p, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, fed: cfg.FedByPushes,
-		clock: cfg.Clock, mayWork: cfg.MayWork, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
+		clock: cfg.Clock, mayWork: cfg.MayWork, cpFenced: cfg.CheckpointsFenced, rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), kv: cfg.KeyValue, codeID: cfg.CodeID, loopLimit: cfg.LoopLimit,
 		waiters: map[*waiter]struct{}{}, claimTail: closedChan(), changed: make(chan struct{}),
 	}
 	if cfg.TracerProvider != nil {
@@ -594,8 +603,10 @@ func (e *Engine[S]) commitRange(ctx context.Context, events []Event, r ScannedRa
 func (e *Engine[S]) persist(ctx context.Context, events []Event, before, newCursor int64, state S, changed, atHead bool) error {
 	hasDurable := slices.ContainsFunc(events, func(ev Event) bool { return !ev.Ephemeral })
 	if hasDurable && newCursor > before {
-		if err := e.checkMayWork(ctx); err != nil {
-			return err
+		if !e.cpFenced {
+			if err := e.checkMayWork(ctx); err != nil {
+				return err
+			}
 		}
 		cp := Checkpoint{ReducerVersion: e.c.Version(), ReducedThroughOffset: newCursor}
 		if changed {

@@ -68,7 +68,7 @@ func NewRebuild[S any](next Processor[S], cfg EngineConfig) (*Rebuild[S], error)
 	}
 	cfg = cfg.withDefaults()
 	c := next.Contract()
-	e := &Engine[S]{p: next, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, clock: cfg.Clock, mayWork: cfg.MayWork,
+	e := &Engine[S]{p: next, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, clock: cfg.Clock, mayWork: cfg.MayWork, cpFenced: cfg.CheckpointsFenced,
 		rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), waiters: map[*waiter]struct{}{},
 		claimTail: closedChan(), changed: make(chan struct{})}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())

@@ -928,8 +928,10 @@ func leaseLostError(key procKey, generation int64) error {
 	return e
 }
 
-// fencedStream is an engine's stream under a lease: appends and claims are refused once the
-// lease ran out by this node's clock or changed hands.
+// fencedStream is an engine's stream under a lease: work is refused once the lease ran out by
+// this node's clock or changed hands. Its inner stream is fenced in the database
+// (stream.EventStream.Fenced): an append of durable events commits only while the lease is still
+// held at generation.
 type fencedStream struct {
 	inner      foldtype.Stream
 	ls         *leaseSet
@@ -943,8 +945,19 @@ func (f *fencedStream) check(ctx context.Context) error {
 	return f.ls.mayWork(ctx, f.key, f.generation)
 }
 
+// Append appends events under the lease. A batch with a durable event (an event ProcessEvent or
+// a blocker emits, once their effects ran) needs only that this node has not learnt the lease
+// lost: the database refuses it if another node took the lease over, so it does not wait for a
+// renewal to confirm a lease whose local deadline passed, and the work that ran is recorded
+// rather than run again by the next owner (docs/reliability.md#a-node-that-freezes). Ephemerals
+// alone (live-state deltas), which nothing fences in the database, need the lease confirmed.
 func (f *fencedStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
-	if err := f.check(ctx); err != nil {
+	durable := slices.ContainsFunc(events, func(in foldtype.EventInput) bool { return !in.Ephemeral })
+	if durable {
+		if held, _, _ := f.ls.workable(f.key, f.generation); !held {
+			return nil, leaseLostError(f.key, f.generation)
+		}
+	} else if err := f.check(ctx); err != nil {
 		return nil, err
 	}
 	return f.inner.Append(ctx, events...)

@@ -79,12 +79,14 @@ func RegisterNextVersion[S any](ctx context.Context, h *Host, pathOrPattern stri
 		}
 		key := procKey{path, c.Slug()}
 		return foldstream.NewRebuild(next, foldstream.EngineConfig{
-			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(c.Slug()), ls: h.leases, key: key, generation: l.Generation},
+			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(c.Slug()).Fenced(leaseKey(key), l.Generation), ls: h.leases, key: key, generation: l.Generation},
 			Checkpoints: cps.Fenced(leaseKey(key), l.Generation),
 			Clock:       h.clock,
 			Reporter:    h.cfg.Reporter,
 			Logger:      h.log,
 			MayWork:     func(ctx context.Context) error { return h.leases.mayWork(ctx, key, l.Generation) },
+			// The checkpoints are fenced by the lease's generation in the database.
+			CheckpointsFenced: true,
 		})
 	}
 	h.mu.Lock()

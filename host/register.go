@@ -149,7 +149,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		defer rows.forgetAll()
 		key := procKey{path, reg.slug}
 		return foldstream.NewEngine(p, foldstream.EngineConfig{
-			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug), ls: h.leases, key: key, generation: l.Generation, first: pre.first},
+			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug).Fenced(leaseKey(key), l.Generation), ls: h.leases, key: key, generation: l.Generation, first: pre.first},
 			Checkpoints: preloadedCheckpoints{cps.Fenced(leaseKey(key), l.Generation), rows},
 			FedByPushes: true,
 			Clock:       h.clock,
@@ -163,6 +163,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			// Nothing that can start an effect runs once the lease's local deadline passed, until
 			// a renewal confirmed the lease (docs/reliability.md#a-node-that-freezes).
 			MayWork: func(ctx context.Context) error { return h.leases.mayWork(ctx, key, l.Generation) },
+			// The checkpoints (above) and the emitted events (fencedStream) are fenced by the
+			// lease's generation in the database: what ran is recorded unless the lease moved on.
+			CheckpointsFenced: true,
 			// Counted per slug in the host, beyond this engine's life (metrics.go).
 			Metrics: h.countersFor(reg.slug),
 		})

@@ -56,8 +56,9 @@ func newEventView(maxEphemeralBytes int) *eventView {
 
 // appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch
 // that carries a durable event (create); an ephemeral-only batch never creates one: to a missing
-// stream it is dropped, and with dropAll to a deleted or closed one too.
-func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldtype.EventInput, prepared []preparedInput, create, dropAll bool) ([]foldtype.Event, error) {
+// stream it is dropped, and with dropAll to a deleted or closed one too. With fence set, a batch
+// that carries a durable event checks the fence in its transaction first ([EventStream.Fenced]).
+func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldtype.EventInput, prepared []preparedInput, create, dropAll bool, fence *driver.Fence) ([]foldtype.Event, error) {
 	ephemeralOnly := true
 	for _, in := range inputs {
 		if !in.Ephemeral {
@@ -80,6 +81,11 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldty
 				return nil
 			}
 			return err
+		}
+		if fence != nil && !ephemeralOnly {
+			if err := t.db.CheckFence(t.ctx, fence, "append to "+quotePath(path)); err != nil {
+				return err
+			}
 		}
 		out, err = s.appendEvents(t, m, prepared, false)
 		return err

@@ -268,6 +268,17 @@ func (l lazyTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) e
 	return d.WriteCheckpoint(ctx, w)
 }
 
+func (l lazyTx) CheckFence(ctx context.Context, f *driver.Fence, what string) error {
+	if f == nil {
+		return nil
+	}
+	d, ctx, err := l.begin(ctx)
+	if err != nil {
+		return err
+	}
+	return d.CheckFence(ctx, f, what)
+}
+
 func (l lazyTx) Notify(ctx context.Context, n driver.Notification) error {
 	d, ctx, err := l.begin(ctx)
 	if err != nil {

@@ -13,9 +13,10 @@ import (
 // EventStream is the event view of one stream path: the [foldtype.Stream] an engine runs
 // against. Bind it to a processor with ForProcessor so Claim knows whose claim it is.
 type EventStream struct {
-	s    *Store
-	path string
-	slug string
+	s     *Store
+	path  string
+	slug  string
+	fence *driver.Fence
 }
 
 // Stream returns the event view of the stream at path. The stream is created by its first append.
@@ -25,6 +26,16 @@ func (e *Events) Stream(path string) *EventStream { return &EventStream{s: e.s, 
 func (e *EventStream) ForProcessor(slug string) *EventStream {
 	c := *e
 	c.slug = slug
+	return &c
+}
+
+// Fenced returns a copy whose appends of durable events succeed only while the lease key is
+// still held at generation, checked inside the append's transaction as a fenced checkpoint write
+// is ([Checkpoints.Fenced]): once the lease moved on, such an append fails with LEASE_LOST and
+// writes nothing. A batch of ephemerals alone is not checked (it writes nothing durable).
+func (e *EventStream) Fenced(key string, generation int64) *EventStream {
+	c := *e
+	c.fence = &driver.Fence{Key: key, Generation: generation}
 	return &c
 }
 
@@ -66,7 +77,7 @@ func (e *EventStream) Append(ctx context.Context, events ...foldtype.EventInput)
 		return nil, err
 	}
 	bound := e.slug != ""
-	return e.s.appendEventsAt(ctx, e.path, events, prepared, !bound, bound)
+	return e.s.appendEventsAt(ctx, e.path, events, prepared, !bound, bound, e.fence)
 }
 
 // Read returns durable events of the stream with offset > after, in offset order

@@ -209,6 +209,12 @@ type Tx interface {
 	// checks the fence inside this transaction and fails with a foldtype.Error of code
 	// LEASE_LOST, writing nothing, when the lease's generation is no longer w.Fence.Generation.
 	WriteCheckpoint(ctx context.Context, w CheckpointWrite) error
+	// CheckFence fails with a foldtype.Error of code LEASE_LOST (what names the write) when f's
+	// lease is no longer held at f.Generation; a nil f passes. On a shared database it holds the
+	// lease row against a takeover until the transaction ends, so a write made after it in the
+	// same transaction commits only while the lease is still f's: a processor's emitted events
+	// are fenced as its checkpoints are.
+	CheckFence(ctx context.Context, f *Fence, what string) error
 	// Notify queues a notification that other processes receive through Listen once this
 	// transaction commits (and never if it rolls back). Exclusive drivers may drop it.
 	Notify(ctx context.Context, n Notification) error

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
@@ -81,6 +82,41 @@ func RunStore(t *testing.T, newDriver Factory) {
 		page, err := s.Events().Stream("/e").Read(ctx, 0, 0)
 		if err != nil || len(page.Events) != 2 || !page.AtHead || page.ScannedThroughOffset != 3 {
 			t.Fatalf("read: got %+v %v, want 2 durable events, proven through 3", page, err)
+		}
+	})
+
+	t.Run("AFencedAppendCommitsOnlyWhileItsLeaseIsHeld", func(t *testing.T) {
+		// A processor's emitted events are fenced as its checkpoints are: after another holder
+		// took the lease, an append under the old generation is refused and writes nothing; a
+		// batch of ephemerals alone is not checked.
+		s := openStore(t, newDriver)
+		d := s.Driver()
+		l, ok, err := d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		old := s.Events().Stream("/f").Fenced("lease", l.Generation)
+		if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "made"}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := old.ForProcessor("p").Append(ctx, foldtype.EventInput{Type: "done", IdempotencyKey: "k1"}); err != nil || got[0].Offset != 2 {
+			t.Fatalf("append under the held lease: %+v %v, want offset 2", got, err)
+		}
+		if err := d.ReleaseLease(ctx, l, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := d.AcquireLease(ctx, "lease", "node-b", "", time.Minute); err != nil || !ok {
+			t.Fatalf("takeover: %v %v", ok, err)
+		}
+		if _, err := old.ForProcessor("p").Append(ctx, foldtype.EventInput{Type: "done", IdempotencyKey: "k2"}); !errors.Is(err, foldtype.ErrLeaseLost) {
+			t.Fatalf("append under a lease taken over: %v, want LEASE_LOST", err)
+		}
+		if _, err := old.ForProcessor("p").Append(ctx, foldtype.EventInput{Type: "delta", Ephemeral: true}); err != nil {
+			t.Fatalf("ephemerals under a lease taken over: %v, want them taken", err)
+		}
+		page, err := s.Events().Stream("/f").Read(ctx, 0, 0)
+		if err != nil || len(page.Events) != 2 {
+			t.Fatalf("read: %+v %v, want the two events before the takeover", page.Events, err)
 		}
 	})
 

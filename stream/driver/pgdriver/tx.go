@@ -1012,6 +1012,11 @@ func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite)
 	return nil
 }
 
+// CheckFence is checkFence, for the store's fenced appends.
+func (t *writeTx) CheckFence(ctx context.Context, f *driver.Fence, what string) error {
+	return t.checkFence(ctx, f, what)
+}
+
 // checkFence fails with LEASE_LOST when f is set and its lease is no longer held at its
 // generation. It reads the lease row FOR SHARE: a node taking the lease over must update that row,
 // so it waits for this transaction, and this transaction sees a generation that moved on.

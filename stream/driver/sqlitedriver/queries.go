@@ -557,6 +557,11 @@ func (t *writeTx) checkFence(f *driver.Fence, what string) error {
 	return e
 }
 
+// CheckFence is checkFence, for the store's fenced appends.
+func (t *writeTx) CheckFence(ctx context.Context, f *driver.Fence, what string) error {
+	return t.checkFence(f, what)
+}
+
 func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
 	if err := t.checkFence(w.Fence, fmt.Sprintf("write checkpoint %q", w.Slug)); err != nil {
 		return err
