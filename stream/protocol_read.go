@@ -65,7 +65,17 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 	if req.Watch && !req.Fresh {
 		// A live read: from the tail cache when it holds the position (tailcache.go).
 		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
-			return res, err
+			if err != nil || !s.needsBarrier(req, res) {
+				return res, err
+			}
+			// Data that claims the tail: on a shared database, first make sure every commit
+			// before this read reached the cache (driver.ListenBarrier), then answer from it;
+			// when that cannot be known, read the database.
+			if s.listenBarrier(ctx) == nil {
+				if res, ok, err := s.cachedRead(req, now); ok || err != nil {
+					return res, err
+				}
+			}
 		}
 	}
 	// With Watch, the change channel must be taken before the read, or a commit landing between

@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -208,6 +209,30 @@ func (s *Store) dropAllTails() {
 // cachedRead answers a live read from the tail cache: ok is false when the cache cannot (no
 // entry, a position before the entry's records, a stream not live by its cached row). The
 // change channel is taken under the same lock as the entry is read, so no commit is missed.
+// needsBarrier reports whether res, a live read's answer from the tail cache, must wait for the
+// listen barrier before it goes out: on a shared database, an answer with data that claims to
+// reach the tail (UpToDate). The cache hears other nodes' commits by notification, which may
+// still be on its way, so without the barrier a client could stop at "up to date" short of an
+// append another node acknowledged before the read began (docs/postgres.md#live-reads). An
+// answer without data waits for a change first (and a long-poll that runs out confirms its tail
+// with the database); a read from the tail starts wherever the tail is.
+func (s *Store) needsBarrier(req ReadRequest, res ReadResult) bool {
+	return !s.exclusive && res.UpToDate && !req.AtTail && (res.Count > 0 || res.Next > req.After)
+}
+
+// listenBarrier waits until every commit of another node before the call reached this node's
+// listener (driver.ListenBarrier); it fails when the driver cannot tell.
+func (s *Store) listenBarrier(ctx context.Context) error {
+	lb, ok := s.drv.(driver.ListenBarrier)
+	if !ok {
+		return errNoBarrier
+	}
+	return lb.ListenBarrier(ctx)
+}
+
+// errNoBarrier: the driver has no listen barrier.
+var errNoBarrier = errors.New("stream store: the driver has no listen barrier")
+
 func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
 	if !s.tails.inUse() {
 		return res, false, nil

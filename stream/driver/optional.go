@@ -132,3 +132,16 @@ type PoolStats struct {
 type PoolStatser interface {
 	PoolStats() PoolStats
 }
+
+// ListenBarrier is implemented by a driver whose Listen hears other processes' commits by
+// notification (PostgreSQL): a live read answered from what those notifications brought is only
+// as fresh as the last one heard, and a notification may still be on its way — or lost with a
+// connection the listener does not yet know is dead.
+type ListenBarrier interface {
+	// ListenBarrier returns nil once every notification of a transaction that committed before
+	// the call has been handed to Listen's fn (and fn returned). It fails when that cannot be
+	// known soon — the listener is not connected, or its own marker did not come back within a
+	// short bound — and the caller then reads the database itself. Concurrent callers share one
+	// round trip.
+	ListenBarrier(ctx context.Context) error
+}

@@ -24,79 +24,128 @@ import (
 // or 503 when its database does not answer, never a stale tail.
 func TestALongPollOnANodeWhoseDatabaseAnswersAreLostClaimsNoStaleTail(t *testing.T) {
 	t.Parallel()
+	r := newStaleLiveRig(t)
+	o1 := r.appendVia(r.a, 0, "m1")
+	r.readVia(r.b, 1, o1, "long-poll") // B caches the stream's tail and watches it
+	r.p.DropReplies()
+	r.appendVia(r.a, 0, "m2")
+	r.readVia(r.b, 1, o1, "long-poll")
+	r.p.Restore()
+	r.readVia(r.a, 2, "-1", "")
+	r.check()
+}
+
+// TestALongPollAnsweredFromTheTailCacheOnANodeWhoseDatabaseAnswersAreLostClaimsNoStaleTail: the
+// same fault, for a long-poll that B answers at once from its tail cache (its position lies
+// inside the cached records) rather than after a wait. B heard m2 and cached it; then its
+// database answers are lost and A acknowledges m3. A long-poll on B from before m2 must not
+// answer m2 with Stream-Up-To-Date at m2's offset: the cache does not know whether a
+// notification is still on its way. B first waits for its listener to hear a marker of its own
+// sent after the read began (a listen barrier); the marker cannot come back, so B reads the
+// database, which does not answer either: 503, never a stale tail.
+func TestALongPollAnsweredFromTheTailCacheOnANodeWhoseDatabaseAnswersAreLostClaimsNoStaleTail(t *testing.T) {
+	t.Parallel()
+	r := newStaleLiveRig(t)
+	o1 := r.appendVia(r.a, 0, "m1")
+	r.readVia(r.b, 1, o1, "long-poll") // B caches the stream's tail and watches it
+	r.appendVia(r.a, 0, "m2")
+	r.readVia(r.b, 1, o1, "long-poll") // from the cache, which heard m2
+	r.p.DropReplies()
+	r.appendVia(r.a, 0, "m3")
+	r.readVia(r.b, 1, o1, "long-poll")
+	r.p.Restore()
+	r.readVia(r.a, 2, "-1", "")
+	r.check()
+}
+
+// staleLiveRig is two nodes on one database, B through a proxy the test controls, with a history
+// recorder and a client for stream "s" (created through A).
+type staleLiveRig struct {
+	t    *testing.T
+	a, b *history.Node
+	p    *history.Proxy
+	rec  *history.Recorder
+	ctx  context.Context
+	hc   *http.Client
+}
+
+func newStaleLiveRig(t *testing.T) *staleLiveRig {
 	db := pgtest.URL(t)
 	p := newProxy(t, pgURL(t, db).Host)
 	via := *pgURL(t, db)
 	via.Host = p.Addr()
-	a, b := startNode(t, db), startNode(t, via.String())
-	rec := history.NewRecorder()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	hc := &http.Client{Timeout: 10 * time.Second}
-	do := func(method, url, body string) (*http.Response, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" || method == http.MethodPut {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		res, err := hc.Do(req)
-		if err != nil {
-			return nil, ""
-		}
-		defer res.Body.Close()
-		bs, _ := io.ReadAll(res.Body)
-		return res, string(bs)
-	}
-	if res, _ := do(http.MethodPut, a.URL()+"/s", ""); res == nil || res.StatusCode != http.StatusCreated {
+	t.Cleanup(cancel)
+	r := &staleLiveRig{t: t, a: startNode(t, db), b: startNode(t, via.String()), p: p, rec: history.NewRecorder(),
+		ctx: ctx, hc: &http.Client{Timeout: 10 * time.Second}}
+	if res, _ := r.do(http.MethodPut, r.a.URL()+"/s", ""); res == nil || res.StatusCode != http.StatusCreated {
 		t.Fatalf("create: %v", res)
 	}
-	appendVia := func(n *history.Node, client int, msg string) string {
-		t.Helper()
-		call := rec.Begin(client, history.Input{Stream: "s", Kind: history.Append, Msg: msg})
-		b, _ := json.Marshal(msg)
-		res, _ := do(http.MethodPost, n.URL()+"/s", string(b))
-		if res == nil || res.StatusCode != http.StatusNoContent {
-			t.Fatalf("append %s: %v", msg, res)
-		}
-		next := res.Header.Get("Stream-Next-Offset")
-		call.End(history.Output{Outcome: history.OK, Offset: next})
-		return next
+	return r
+}
+
+func (r *staleLiveRig) do(method, url, body string) (*http.Response, string) {
+	r.t.Helper()
+	req, err := http.NewRequestWithContext(r.ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
 	}
-	readVia := func(n *history.Node, client int, from, live string) {
-		t.Helper()
-		call := rec.Begin(client, history.Input{Stream: "s", Kind: history.Read, From: from})
-		url := n.URL() + "/s?offset=" + from
-		if live != "" {
-			url += "&live=" + live
-		}
-		res, body := do(http.MethodGet, url, "")
-		out := history.Output{Outcome: history.Unknown}
-		switch {
-		case res == nil:
-		case res.StatusCode == http.StatusOK:
-			out = history.Output{Outcome: history.OK, Offset: res.Header.Get("Stream-Next-Offset"),
-				UpToDate: res.Header.Get("Stream-Up-To-Date") == "true", Msgs: []string{}}
-			if err := json.Unmarshal([]byte(body), &out.Msgs); err != nil {
-				t.Fatalf("read body %q: %v", body, err)
-			}
-		case res.StatusCode == http.StatusNoContent:
-			out = history.Output{Outcome: history.OK, Offset: res.Header.Get("Stream-Next-Offset"), UpToDate: true, Msgs: []string{}}
-		}
-		t.Logf("%s", history.Describe(history.Input{Stream: "s", Kind: history.Read, From: from}, out))
-		call.End(out)
+	if body != "" || method == http.MethodPut {
+		req.Header.Set("Content-Type", "application/json")
 	}
-	o1 := appendVia(a, 0, "m1")
-	readVia(b, 1, o1, "long-poll") // B caches the stream's tail and watches it
-	p.DropReplies()
-	appendVia(a, 0, "m2")
-	readVia(b, 1, o1, "long-poll")
-	p.Restore()
-	readVia(a, 2, "-1", "")
-	r := history.Check(rec.Operations(), 10*time.Second, "")
-	if r.Verdict != porcupine.Ok {
-		t.Errorf("the history is not linearizable:\n%s", r.Explanation)
+	res, err := r.hc.Do(req)
+	if err != nil {
+		return nil, ""
+	}
+	defer res.Body.Close()
+	bs, _ := io.ReadAll(res.Body)
+	return res, string(bs)
+}
+
+// appendVia appends msg through node n and returns the acknowledged next offset.
+func (r *staleLiveRig) appendVia(n *history.Node, client int, msg string) string {
+	r.t.Helper()
+	call := r.rec.Begin(client, history.Input{Stream: "s", Kind: history.Append, Msg: msg})
+	b, _ := json.Marshal(msg)
+	res, _ := r.do(http.MethodPost, n.URL()+"/s", string(b))
+	if res == nil || res.StatusCode != http.StatusNoContent {
+		r.t.Fatalf("append %s: %v", msg, res)
+	}
+	next := res.Header.Get("Stream-Next-Offset")
+	call.End(history.Output{Outcome: history.OK, Offset: next})
+	return next
+}
+
+// readVia reads from offset from through node n (live "" for a catch-up read) and records it.
+func (r *staleLiveRig) readVia(n *history.Node, client int, from, live string) {
+	r.t.Helper()
+	call := r.rec.Begin(client, history.Input{Stream: "s", Kind: history.Read, From: from})
+	url := n.URL() + "/s?offset=" + from
+	if live != "" {
+		url += "&live=" + live
+	}
+	res, body := r.do(http.MethodGet, url, "")
+	out := history.Output{Outcome: history.Unknown}
+	switch {
+	case res == nil:
+	case res.StatusCode == http.StatusOK:
+		out = history.Output{Outcome: history.OK, Offset: res.Header.Get("Stream-Next-Offset"),
+			UpToDate: res.Header.Get("Stream-Up-To-Date") == "true", Msgs: []string{}}
+		if err := json.Unmarshal([]byte(body), &out.Msgs); err != nil {
+			r.t.Fatalf("read body %q: %v", body, err)
+		}
+	case res.StatusCode == http.StatusNoContent:
+		out = history.Output{Outcome: history.OK, Offset: res.Header.Get("Stream-Next-Offset"), UpToDate: true, Msgs: []string{}}
+	}
+	r.t.Logf("%s", history.Describe(history.Input{Stream: "s", Kind: history.Read, From: from}, out))
+	call.End(out)
+}
+
+// check hands the recorded history to the checker.
+func (r *staleLiveRig) check() {
+	r.t.Helper()
+	res := history.Check(r.rec.Operations(), 10*time.Second, "")
+	if res.Verdict != porcupine.Ok {
+		r.t.Errorf("the history is not linearizable:\n%s", res.Explanation)
 	}
 }

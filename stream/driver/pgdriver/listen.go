@@ -295,30 +295,40 @@ func (d *Driver) Listen(ctx context.Context, fn func(driver.Notification)) (func
 }
 
 // listenConn opens a dedicated connection (not from the pool: it is held for as long as the
-// listener runs) and LISTENs on the channel.
+// listener runs), named "foldstream listener <node>" in pg_stat_activity, and LISTENs on the
+// schema's channel and on this process's barrier channel (barrier.go).
 func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	cfg := d.pool.Config().ConnConfig.Copy()
 	delete(cfg.RuntimeParams, "statement_timeout")
 	delete(cfg.RuntimeParams, "idle_in_transaction_session_timeout")
+	cfg.RuntimeParams["application_name"] = ListenerName(d.node)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, d.classify(fmt.Errorf("listen: connect: %w", err))
 	}
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{d.channel}.Sanitize()); err != nil {
-		conn.Close(context.Background())
-		return nil, d.classify(fmt.Errorf("listen: %w", err))
+	for _, ch := range []string{d.channel, d.barrierChannel()} {
+		if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{ch}.Sanitize()); err != nil {
+			conn.Close(context.Background())
+			return nil, d.classify(fmt.Errorf("listen: %w", err))
+		}
 	}
 	return conn, nil
 }
+
+// ListenerName is the application_name of the listener connection of the driver whose Node is
+// node, as pg_stat_activity shows it.
+func ListenerName(node string) string { return "foldstream listener " + node }
 
 // listenLoop delivers notifications until ctx ends, reconnecting with backoff (100 ms doubling
 // to 5 s) whenever the connection fails, and polling meanwhile.
 func (d *Driver) listenLoop(ctx context.Context, conn *pgx.Conn, fn func(driver.Notification)) {
 	defer func() {
+		d.setListening(false)
 		if conn != nil {
 			conn.Close(context.Background())
 		}
 	}()
+	d.setListening(true)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		if conn == nil {
@@ -340,6 +350,7 @@ func (d *Driver) listenLoop(ctx context.Context, conn *pgx.Conn, fn func(driver.
 			backoff = 100 * time.Millisecond
 			d.log.Info("postgres: listener reconnected")
 			fn(driver.Notification{}) // whatever committed while we were away
+			d.setListening(true)
 		}
 		n, err := waitNotification(ctx, conn, d.cfg.PollInterval)
 		if err != nil {
@@ -347,11 +358,16 @@ func (d *Driver) listenLoop(ctx context.Context, conn *pgx.Conn, fn func(driver.
 				return
 			}
 			d.log.Warn("postgres: listener connection lost; polling until it is back", "err", err)
+			d.setListening(false)
 			conn.Close(context.Background())
 			conn = nil
 			continue
 		}
 		if n == nil {
+			continue
+		}
+		if n.Channel != d.channel {
+			d.heardMarker(n.Payload)
 			continue
 		}
 		d.deliver(ctx, n.Payload, fn)
@@ -376,10 +392,10 @@ func waitNotification(ctx context.Context, conn *pgx.Conn, idle time.Duration) (
 		}
 		return nil, err
 	}
-	return &pgconnNotification{Payload: n.Payload}, nil
+	return &pgconnNotification{Channel: n.Channel, Payload: n.Payload}, nil
 }
 
-type pgconnNotification struct{ Payload string }
+type pgconnNotification struct{ Channel, Payload string }
 
 // deliver decodes one payload and calls fn for each stream it names (once with a zero
 // Notification for "anything"). Payloads of this node are skipped; a large payload is read from

@@ -123,6 +123,9 @@ type Driver struct {
 	// leaseWatchers hear of released leases (WatchLeases).
 	leaseWatchers driver.LeaseWatchers
 
+	// barrier is the state of the listen barrier (barrier.go).
+	barrier barriers
+
 	// writeRoundTrips counts the round trips of the store's write transactions.
 	writeRoundTrips atomic.Int64
 
