@@ -36,6 +36,17 @@ const (
 // Glob is a parsed pattern. Its zero value matches nothing but the empty path.
 type Glob struct {
 	segs []string
+	anys int // how many segments are Any
+}
+
+func newGlob(segs []string) Glob {
+	g := Glob{segs: segs}
+	for _, s := range segs {
+		if s == Any {
+			g.anys++
+		}
+	}
+	return g
 }
 
 // Parse parses a pattern of "/"-separated segments without a leading "/". It refuses an empty
@@ -50,21 +61,54 @@ func Parse(pattern string) (Glob, error) {
 			return Glob{}, errors.New("empty segments are not allowed")
 		}
 	}
-	return Glob{segs: segs}, nil
+	return newGlob(segs), nil
 }
 
 // FromSegments returns the pattern of segs as they are (a processor pattern's trailing "**"
 // passed as "*", "**").
-func FromSegments(segs ...string) Glob { return Glob{segs: segs} }
+func FromSegments(segs ...string) Glob { return newGlob(segs) }
 
 // Match reports whether path (split at "/") matches pattern. It does not check the pattern:
 // an empty segment in it matches nothing.
-func Match(pattern, path string) bool {
-	return matchSegs(strings.Split(pattern, "/"), strings.Split(path, "/"))
+func Match(pattern, path string) bool { return newGlob(strings.Split(pattern, "/")).Match(path) }
+
+// Match reports whether path, split at "/", matches the pattern. The common forms — no "**",
+// or one as the last segment — match without allocating.
+func (g Glob) Match(path string) bool {
+	switch {
+	case g.anys == 0:
+		rest, more, ok := matchFixed(g.segs, path)
+		return ok && rest == "" && !more
+	case g.anys == 1 && g.segs[len(g.segs)-1] == Any:
+		rest, more, ok := matchFixed(g.segs[:len(g.segs)-1], path)
+		if !ok {
+			return false
+		}
+		if !more {
+			return rest == "" // zero segments left
+		}
+		return rest != "" && !strings.Contains("/"+rest+"/", "//") // one or more non-empty ones
+	}
+	return matchSegs(g.segs, strings.Split(path, "/"))
 }
 
-// Match reports whether path, split at "/", matches the pattern.
-func (g Glob) Match(path string) bool { return matchSegs(g.segs, strings.Split(path, "/")) }
+// matchFixed matches the segments of pat, none of them Any, against the first segments of
+// path. It returns what follows them: rest, after the "/" that ends them when more is true;
+// rest is "" and more false when they took the whole path. A path of fewer segments fails.
+func matchFixed(pat []string, path string) (rest string, more, ok bool) {
+	rest, more = path, true
+	for _, p := range pat {
+		if !more {
+			return "", false, false // the path ended first
+		}
+		var seg string
+		seg, rest, more = strings.Cut(rest, "/")
+		if seg == "" || (p != One && p != seg) {
+			return "", false, false
+		}
+	}
+	return rest, more, true
+}
 
 // IsLiteral reports whether the pattern has no wildcard segment.
 func (g Glob) IsLiteral() bool {
