@@ -13,8 +13,9 @@ import (
 )
 
 // SubscriptionStore is the store's subscription face: the transactional primitives package
-// subscriptions builds the protocol's reserved subscription APIs on (docs/subscriptions.md). Take
-// it with [Store.Subscriptions]; it is safe for concurrent use and valid until the store closes.
+// subscriptions builds the protocol's reserved subscription APIs on
+// (docs/server.md#the-subscriptions-package). Take it with [Store.Subscriptions]; it is safe for
+// concurrent use and valid until the store closes.
 //
 // It knows rows, not rules: a subscription is an opaque row (driver.SubscriptionRow) whose
 // configuration and state package subscriptions encodes, decides and writes back. What it
@@ -74,10 +75,14 @@ func (x *SubscriptionTx) DeleteSubscription(id string) error {
 }
 
 // SigningKeys returns every webhook signing key, oldest first.
-func (x *SubscriptionTx) SigningKeys() ([]driver.SigningKey, error) { return x.t.db.SigningKeys(x.t.ctx) }
+func (x *SubscriptionTx) SigningKeys() ([]driver.SigningKey, error) {
+	return x.t.db.SigningKeys(x.t.ctx)
+}
 
 // PutSigningKey inserts or replaces the signing key k.KID.
-func (x *SubscriptionTx) PutSigningKey(k driver.SigningKey) error { return x.t.db.PutSigningKey(x.t.ctx, k) }
+func (x *SubscriptionTx) PutSigningKey(k driver.SigningKey) error {
+	return x.t.db.PutSigningKey(x.t.ctx, k)
+}
 
 // StreamRef is what a subscription knows of a stream it links: its store path, its identity (a
 // stream created again at a path gets a new one) and its tail.

@@ -80,4 +80,3 @@ func (c *callbacks[T]) notify(v T) {
 // ID returns the stream's identity in the store: a path deleted and created again gets a new one,
 // so a host can tell the stream its engine follows from a later stream at the same path.
 func (in StreamInfo) ID() int64 { return in.id }
-
