@@ -1,9 +1,11 @@
 // Package node is the runtime a program embeds to run what `foldstream serve` runs: it opens the
 // stream store from a path or URL (waiting for a database that is not up yet, answering 503 with
 // Retry-After meanwhile), builds the host and lets the program register its processors, serves the
-// Durable Streams protocol, the processor routes, the console, health and metrics over HTTP, and on
-// the end of its context shuts down in the one correct order within a grace: stop taking requests,
-// hand the processors over (checkpoints written, leases released), close the store.
+// Durable Streams protocol, the processor routes, the console, health and metrics over HTTP, runs
+// the subscription delivery loop beside the host (package subscriptions), and on the end of its
+// context shuts down in the one correct order within a grace: stop taking requests, stop the
+// background work (the delivery loop among it), hand the processors over (checkpoints written,
+// leases released), close the store.
 //
 //	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 //	defer stop()
@@ -450,7 +452,9 @@ func (n *Node) Wait(ctx context.Context) error {
 // one order that loses nothing and hands over at once: it stops taking requests (waiting reads
 // end at once, requests in progress finish or are cut at their share of the grace), then the host
 // hands its processors over (the event in progress checkpointed, leases released, so another node
-// resumes them at once instead of after their expiry), then the store drains and closes. A phase
+// resumes them at once instead of after their expiry), then the store drains and closes. Between
+// the first two steps the background work stops: the collection of expired streams, and the
+// subscription delivery loop, which gives its lease up. A phase
 // the database does not let finish in time is left, not failed: nothing acknowledged is lost, and
 // a lease not released expires. Calling it again waits for the first call's result.
 func (n *Node) Shutdown(ctx context.Context) error {

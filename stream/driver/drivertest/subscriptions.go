@@ -84,7 +84,8 @@ func RunSubscriptionDriver(t *testing.T, newDriver Factory) {
 	})
 }
 
-// RunSubscriptionStore runs the store's subscription rules over the driver.
+// RunSubscriptionStore runs package subscriptions' rules over the driver, through the store's
+// subscription face.
 func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	ctx := context.Background()
 	create := func(t *testing.T, s *stream.Store, path string) {
