@@ -1,28 +1,33 @@
 package host
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/pathglob"
 )
 
 // Pattern is a stream path pattern that [RegisterPattern] runs a processor on (see
-// docs/store.md#path-patterns). A pattern is a path made of "/"-separated segments:
+// docs/store.md#path-patterns). It is written in foldstream's one path-glob grammar (the one
+// subscription patterns use too), in the processor form: an absolute store path of "/"-separated
+// segments,
 //
 //   - a literal segment matches itself: "/carts" matches only "/carts";
 //   - "*" as a whole segment matches exactly one segment: "/carts/*" matches "/carts/42" but not
 //     "/carts" or "/carts/42/items";
-//   - "**" as the last segment matches one or more segments below the prefix before it:
-//     "/tenants/acme/**" matches "/tenants/acme/orders" and "/tenants/acme/orders/7", not
-//     "/tenants/acme" itself.
+//   - "**" as the last segment matches one or more segments below the prefix before it (it stands
+//     for "*/**" in the grammar): "/tenants/acme/**" matches "/tenants/acme/orders" and
+//     "/tenants/acme/orders/7", not "/tenants/acme" itself.
 //
 // "*" and "**" are wildcards only as whole segments ("/a*b" is a literal segment); "**" is allowed
 // only last; empty segments ("//", a trailing "/") are refused.
 type Pattern struct {
 	text  string
-	segs  []string // the segments before a trailing "**"
-	deep  bool     // ends with "**"
-	exact bool     // no wildcard at all
+	segs  []string      // the segments before a trailing "**"
+	deep  bool          // ends with "**"
+	exact bool          // no wildcard at all
+	glob  pathglob.Glob // the pattern in the grammar, for Match
 }
 
 // ParsePattern parses a path pattern. It fails with code BAD_REQUEST on a malformed pattern.
@@ -34,20 +39,21 @@ func ParsePattern(s string) (Pattern, error) {
 	if !strings.HasPrefix(s, "/") {
 		return bad("it must start with /")
 	}
+	g, err := pathglob.Parse(s[1:])
+	if err != nil {
+		return bad(err.Error())
+	}
 	segs := strings.Split(s[1:], "/")
-	p := Pattern{text: s, exact: true}
+	p := Pattern{text: s, exact: g.IsLiteral(), glob: g}
 	for i, seg := range segs {
-		switch seg {
-		case "":
-			return bad("empty segments are not allowed")
-		case "**":
+		if seg == pathglob.Any {
 			if i != len(segs)-1 {
 				return bad("** is allowed only as the last segment")
 			}
-			p.deep, p.exact = true, false
+			p.deep = true
 			segs = segs[:i]
-		case "*":
-			p.exact = false
+			// One or more segments: "*" then the grammar's "**" (zero or more).
+			p.glob = pathglob.FromSegments(append(slices.Clone(segs), pathglob.One, pathglob.Any)...)
 		}
 	}
 	p.segs = segs
@@ -65,34 +71,8 @@ func (p Pattern) Match(path string) bool {
 	if p.exact {
 		return path == p.text
 	}
-	if !strings.HasPrefix(path, "/") {
-		return false
-	}
-	rest := path[1:]
-	for _, seg := range p.segs {
-		if rest == "" {
-			return false
-		}
-		got, tail, more := strings.Cut(rest, "/")
-		if got == "" || (seg != "*" && seg != got) {
-			return false
-		}
-		if !more {
-			rest = ""
-			if p.deep {
-				return false // "**" needs one more segment
-			}
-			continue
-		}
-		rest = tail
-		if rest == "" {
-			return false // a trailing "/" is an empty segment
-		}
-	}
-	if p.deep {
-		return rest != "" && !strings.Contains("/"+rest+"/", "//")
-	}
-	return rest == ""
+	rest, ok := strings.CutPrefix(path, "/")
+	return ok && p.glob.Match(rest)
 }
 
 // Prefix returns the literal path prefix every matching path starts with (up to the first

@@ -1,9 +1,11 @@
 // Package node is the runtime a program embeds to run what `foldstream serve` runs: it opens the
 // stream store from a path or URL (waiting for a database that is not up yet, answering 503 with
 // Retry-After meanwhile), builds the host and lets the program register its processors, serves the
-// Durable Streams protocol, the processor routes, the console, health and metrics over HTTP, and on
-// the end of its context shuts down in the one correct order within a grace: stop taking requests,
-// hand the processors over (checkpoints written, leases released), close the store.
+// Durable Streams protocol, the processor routes, the console, health and metrics over HTTP, runs
+// the subscription delivery loop beside the host (package subscriptions), and on the end of its
+// context shuts down in the one correct order within a grace: stop taking requests, stop the
+// background work (the delivery loop among it), hand the processors over (checkpoints written,
+// leases released), close the store.
 //
 //	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 //	defer stop()
@@ -38,6 +40,7 @@ import (
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // Defaults of Config.
@@ -106,9 +109,14 @@ type Config struct {
 	// Server configures the HTTP server: authorization, origins, host names, limits, access log
 	// (server.Config; its zero value is valid). Its Logger defaults to Logger, Metrics to
 	// server.NewMetrics() (unless DisableMetrics), Processors to the host, TracerProvider to
-	// TracerProvider, NodeID to NodeID, and Authorize to the tokens when there are any
-	// (setting both is refused).
+	// TracerProvider, and Authorize to the tokens when there are any (setting both is refused).
 	Server server.Config
+	// Subscriptions configures the subscription delivery loop the node runs beside the host
+	// (subscriptions.DeliveryConfig; its zero value is valid): the webhooks of the protocol's
+	// subscriptions, their retries and the delivery lease. Its NodeID defaults to NodeID, Logger
+	// to Logger, Prefix to Server.Prefix, and Server.AllowLoopbackWebhooks turns its
+	// AllowLoopbackWebhooks on too.
+	Subscriptions subscriptions.DeliveryConfig
 
 	// TracerProvider, when set, traces every request and every ProcessEvent
 	// (docs/server.md#tracing). Defaults to nil: no spans and no cost — unless the node is told
@@ -157,6 +165,7 @@ type Node struct {
 	st   *stream.Store
 	host *host.Host
 	srv  *server.Server
+	subs *subscriptions.Delivery // the subscription delivery loop
 	http *http.Server
 	ln   net.Listener
 	mln  net.Listener
@@ -280,6 +289,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if n.srv, err = server.New(n.st, cfg.Server); err != nil {
 		return fail(err)
 	}
+	n.subs = subscriptions.StartDelivery(n.st, cfg.Subscriptions)
 	n.http = n.srv.HTTPServer() // header and idle timeouts; Shutdown ends long-polls and SSE promptly
 	auth := "none"
 	if tokens != nil {
@@ -352,9 +362,17 @@ func (cfg Config) withDefaults() (Config, *server.BearerTokens, error) {
 	if s.TracerProvider == nil {
 		s.TracerProvider = cfg.TracerProvider
 	}
-	if s.NodeID == "" {
-		s.NodeID = cfg.NodeID
+	d := &cfg.Subscriptions
+	if d.NodeID == "" {
+		d.NodeID = cfg.NodeID
 	}
+	if d.Logger == nil {
+		d.Logger = cfg.Logger
+	}
+	if d.Prefix == "" {
+		d.Prefix = s.Prefix
+	}
+	d.AllowLoopbackWebhooks = d.AllowLoopbackWebhooks || s.AllowLoopbackWebhooks
 	h := &cfg.Host
 	if h.Logger == nil {
 		h.Logger = cfg.Logger
@@ -434,18 +452,27 @@ func (n *Node) Wait(ctx context.Context) error {
 // one order that loses nothing and hands over at once: it stops taking requests (waiting reads
 // end at once, requests in progress finish or are cut at their share of the grace), then the host
 // hands its processors over (the event in progress checkpointed, leases released, so another node
-// resumes them at once instead of after their expiry), then the store drains and closes. A phase
+// resumes them at once instead of after their expiry), then the store drains and closes. Between
+// the first two steps the background work stops: the collection of expired streams, and the
+// subscription delivery loop, which gives its lease up. A phase
 // the database does not let finish in time is left, not failed: nothing acknowledged is lost, and
 // a lease not released expires. Calling it again waits for the first call's result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutOnce.Do(func() {
 		defer close(n.shutDone)
+		// The delivery loop gives its lease up by the hand-over's deadline at the latest.
+		background := time.Now().Add(n.cfg.ShutdownGrace * 3 / 4)
 		steps := shutdownSteps{
 			stopHTTP:  n.stopHTTP,
 			stopStore: n.st.Close,
 			stopBackground: func() {
 				n.stopCollect()
 				<-n.collectDone
+				dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), background)
+				defer cancel()
+				if err := n.subs.Shutdown(dctx); err != nil {
+					n.log.Warn("shutting down: the subscription delivery loop did not stop in time; leaving it (its lease expires)", "err", err)
+				}
 			},
 		}
 		if n.host != nil {

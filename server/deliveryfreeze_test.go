@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
-	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/subscriptions"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -22,7 +22,7 @@ func TestANodeWokenPastItsDeliveryLeaseSendsNoWebhookUntilItRenewedIt(t *testing
 	dsn := pgtest.URL(t)
 	clock := testsupport.NewFakeClock()
 	const ttl = 10 * time.Minute
-	a := startNode(t, dsn, clock, server.Config{NodeID: "node-a", SubscriptionLeaseTTL: ttl})
+	a := startNode(t, dsn, clock, subscriptions.DeliveryConfig{NodeID: "node-a", LeaseTTL: ttl})
 	rc := newReceiver(t, answerDone)
 	putSub(t, a.url, "frozen", `{"type":"webhook","pattern":"events/*","webhook":{"url":"`+rc.url+`"}}`)
 	waitFor(t, "node-a to take the delivery lease", func() bool {
@@ -37,7 +37,7 @@ func TestANodeWokenPastItsDeliveryLeaseSendsNoWebhookUntilItRenewedIt(t *testing
 	}
 
 	// The node wakes from a freeze longer than its lease: nothing is sent for a new stream.
-	a.srv.ShiftDeliveryClock(2 * ttl)
+	a.shiftDeliveryClock(2 * ttl)
 	putStream(t, a.url, "events/during", `{"n":1}`)
 	quiet := time.NewTimer(time.Second) // long enough for a pass and an attempt on this machine
 	select {

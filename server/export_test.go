@@ -1,7 +1,5 @@
 package server
 
-import "time"
-
 // LiveReaders returns how many live reads (long-poll, SSE) the server is serving now (tests only).
 func (s *Server) LiveReaders() int64 { return s.liveReaders.Load() }
 
@@ -36,12 +34,4 @@ func AnsweredCodes() map[string]int {
 		out[string(c)] = s
 	}
 	return out
-}
-
-// ShiftDeliveryClock moves the monotonic clock the subscription deliverer checks its lease's
-// local deadline against by d, as a freeze of the process for d would (tests only).
-func (s *Server) ShiftDeliveryClock(d time.Duration) {
-	s.subs.mu.Lock()
-	defer s.subs.mu.Unlock()
-	s.subs.monoNow = func() time.Time { return time.Now().Add(d) }
 }

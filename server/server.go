@@ -34,6 +34,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // Defaults of Config.
@@ -185,20 +186,10 @@ type Config struct {
 	// AllowLoopbackWebhooks lets webhook subscriptions target loopback addresses (localhost,
 	// 127.0.0.0/8, ::1), over http too: for development and tests, where receivers run on the same
 	// machine. Private, link-local and other local network targets are refused regardless
-	// (docs/server.md#webhook-url-validation).
+	// (docs/server.md#webhook-url-validation). The server only admits the URLs; the delivery
+	// loop that sends the webhooks (subscriptions.StartDelivery, started by package node) needs
+	// the same setting to connect to them.
 	AllowLoopbackWebhooks bool
-	// WebhookTimeout bounds one webhook delivery attempt. Defaults to DefaultWebhookTimeout (10 s).
-	WebhookTimeout time.Duration
-	// MaxWebhookConcurrency caps the webhook attempts in flight at once. Defaults to
-	// DefaultMaxWebhookConcurrency (16).
-	MaxWebhookConcurrency int
-	// NodeID names this server as the holder of the subscription-delivery lease when several
-	// servers share a database. Defaults to a random name per server.
-	NodeID string
-	// SubscriptionLeaseTTL is how long the subscription-delivery lease lasts unless renewed (on
-	// the database's clock): another node takes delivery over this long after the holder died.
-	// Defaults to DefaultSubscriptionLeaseTTL (10 s).
-	SubscriptionLeaseTTL time.Duration
 
 	// DisableConsole turns off the read-only web console served at "/" and under "/console/"
 	// (docs/console.md). The stream listing routes stay.
@@ -278,12 +269,12 @@ type Server struct {
 
 	console *console.Handler // nil with Config.DisableConsole
 
-	metrics        *Metrics     // Config.Metrics, or nil
-	metricsHandler http.Handler // serves MetricsPath, or nil
-	stopObserving  func()       // ends the store's commit observation of the metrics, or nil
-	subs           *deliverer   // subscription delivery (webhooks.go)
-	live           liveHubs     // live-state delta fan-out to SSE readers (livehub.go)
-	stamps         stamps       // each principal's provenance, marshalled once (provenance.go)
+	metrics        *Metrics             // Config.Metrics, or nil
+	metricsHandler http.Handler         // serves MetricsPath, or nil
+	stopObserving  func()               // ends the store's commit observation of the metrics, or nil
+	subs           *subscriptions.Store // the subscription APIs' state (subscriptions.go)
+	live           liveHubs             // live-state delta fan-out to SSE readers (livehub.go)
+	stamps         stamps               // each principal's provenance, marshalled once (provenance.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -357,15 +348,6 @@ func New(st *stream.Store, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.WebhookTimeout <= 0 {
-		cfg.WebhookTimeout = DefaultWebhookTimeout
-	}
-	if cfg.SubscriptionLeaseTTL <= 0 {
-		cfg.SubscriptionLeaseTTL = DefaultSubscriptionLeaseTTL
-	}
-	if cfg.MaxWebhookConcurrency <= 0 {
-		cfg.MaxWebhookConcurrency = DefaultMaxWebhookConcurrency
-	}
 	srv := &Server{st: st, cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
 	if cfg.TracerProvider != nil {
 		srv.tracer = cfg.TracerProvider.Tracer(tracerName)
@@ -374,8 +356,7 @@ func New(st *stream.Store, cfg Config) (*Server, error) {
 	if cfg.AccessLog {
 		srv.accessLevel = slog.LevelInfo
 	}
-	srv.subs = newDeliverer(srv)
-	srv.subs.start()
+	srv.subs = subscriptions.New(st)
 	if !cfg.DisableConsole {
 		cc := console.Config{StreamPrefix: cfg.Prefix, ListPath: ListPath, InfoPath: InfoPath}
 		if cfg.Processors != nil {

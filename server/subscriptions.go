@@ -8,12 +8,13 @@ import (
 	"strings"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // The protocol's reserved subscription APIs under {prefix}__ds/ (docs/server.md#subscriptions).
-// The durable state and its rules live in the store (stream/subscriptions.go); this file parses
-// requests, answers in the protocol's shapes, and validates webhook URLs.
+// Their state, rules, signing keys and delivery are package subscriptions; this file only maps
+// them to HTTP: it parses requests, answers in the protocol's shapes and status codes, and
+// refuses webhook URLs by Config.AllowLoopbackWebhooks.
 
 // maxSubscriptionBody caps a subscription API request body.
 const maxSubscriptionBody = 1 << 20
@@ -125,18 +126,17 @@ var subscriptionRoutes = []subscriptionRoute{
 		s.handlePutSubscription(w, r, id)
 	}},
 	{sub: "", method: http.MethodDelete, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
-		if err := s.st.Protocol().DeleteSubscription(r.Context(), id); err != nil {
+		if err := s.subs.Delete(r.Context(), id); err != nil {
 			s.writeSubError(w, r, err)
 			return
 		}
-		s.subs.forget(id)
 		w.WriteHeader(http.StatusNoContent)
 	}},
 	{sub: "streams", method: http.MethodPost, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, _ string) {
 		s.handleAddStreams(w, r, id)
 	}},
 	{sub: "streams/", method: http.MethodDelete, op: OpSubscribe, serve: func(s *Server, w http.ResponseWriter, r *http.Request, id, stream string) {
-		if err := s.st.Protocol().RemoveSubscriptionStream(r.Context(), id, stream); err != nil {
+		if err := s.subs.RemoveStream(r.Context(), id, stream); err != nil {
 			s.writeSubError(w, r, err)
 			return
 		}
@@ -260,13 +260,13 @@ func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, i
 	if !s.readSubBody(w, r, &b) {
 		return
 	}
-	cfg := stream.SubscriptionConfig{Type: b.Type, Pattern: b.Pattern, Streams: b.Streams, WakeStream: b.WakeStream,
+	cfg := subscriptions.Config{Type: b.Type, Pattern: b.Pattern, Streams: b.Streams, WakeStream: b.WakeStream,
 		LeaseTTLms: b.LeaseTTLms, Description: b.Description, CallbackBase: s.baseURL(r)}
 	if b.Webhook != nil {
 		cfg.WebhookURL = b.Webhook.URL
 	}
-	if cfg.Type == stream.SubscriptionWebhook && cfg.WebhookURL != "" {
-		if err := s.checkWebhookURL(cfg.WebhookURL); err != nil {
+	if cfg.Type == subscriptions.Webhook && cfg.WebhookURL != "" {
+		if err := subscriptions.CheckWebhookURL(cfg.WebhookURL, s.cfg.AllowLoopbackWebhooks); err != nil {
 			s.writeSubError(w, r, err)
 			return
 		}
@@ -275,12 +275,11 @@ func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, i
 		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "lease_ttl_ms must be from 1000 to 600000"))
 		return
 	}
-	info, created, err := s.st.Protocol().PutSubscription(r.Context(), id, cfg)
+	info, created, err := s.subs.Put(r.Context(), id, cfg)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
 	}
-	s.subs.learn(id, info.Config)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -289,7 +288,7 @@ func (s *Server) handlePutSubscription(w http.ResponseWriter, r *http.Request, i
 }
 
 func (s *Server) handleGetSubscription(w http.ResponseWriter, r *http.Request, id string) {
-	info, err := s.st.Protocol().Subscription(r.Context(), id)
+	info, err := s.subs.Get(r.Context(), id)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -305,7 +304,7 @@ func orNull(v string) any {
 }
 
 // subscriptionJSON is the protocol's subscription object. It never carries a secret.
-func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) map[string]any {
+func (s *Server) subscriptionJSON(r *http.Request, in subscriptions.Info) map[string]any {
 	links := make([]map[string]any, 0, len(in.Links))
 	for _, l := range in.Links {
 		links = append(links, map[string]any{"path": l.Path, "link_type": l.LinkType, "acked_offset": FormatOffset(l.Acked)})
@@ -321,9 +320,9 @@ func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) m
 	if !in.NextAttempt.IsZero() {
 		out["next_attempt_at"] = in.NextAttempt.Format("2006-01-02T15:04:05.000Z")
 	}
-	if in.Config.Type == stream.SubscriptionWebhook {
+	if in.Config.Type == subscriptions.Webhook {
 		hook := map[string]any{"url": in.Config.WebhookURL}
-		if keys, err := s.st.Protocol().WebhookKeys(r.Context()); err == nil && len(keys) > 0 {
+		if keys, err := s.subs.WebhookKeys(r.Context()); err == nil && len(keys) > 0 {
 			hook["signing"] = map[string]any{"alg": "ed25519", "kid": keys[len(keys)-1].KID,
 				"jwks_url": s.baseURL(r) + s.cfg.Prefix + "__ds/jwks.json"}
 		} else if err != nil {
@@ -335,14 +334,14 @@ func (s *Server) subscriptionJSON(r *http.Request, in stream.SubscriptionInfo) m
 }
 
 func (s *Server) handleJWKS(w http.ResponseWriter, r *http.Request) {
-	keys, err := s.st.Protocol().WebhookKeys(r.Context())
+	keys, err := s.subs.WebhookKeys(r.Context())
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
 	}
 	set := make([]map[string]any, 0, len(keys))
 	for _, k := range keys {
-		set = append(set, publicJWK(k))
+		set = append(set, subscriptions.PublicJWK(k))
 	}
 	b, _ := json.Marshal(map[string]any{"keys": set})
 	h := w.Header()
@@ -365,22 +364,11 @@ func (s *Server) handleAddStreams(w http.ResponseWriter, r *http.Request, id str
 		s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "give the streams to link in streams"))
 		return
 	}
-	if err := s.st.Protocol().AddSubscriptionStreams(r.Context(), id, b.Streams); err != nil {
+	if err := s.subs.AddStreams(r.Context(), id, b.Streams); err != nil {
 		s.writeSubError(w, r, err)
 		return
 	}
-	s.subs.reloadSoon()
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// wakeStreamsJSON is the streams array of a wake notification or claim.
-func wakeStreamsJSON(ws []stream.WakeStream) []map[string]any {
-	out := make([]map[string]any, 0, len(ws))
-	for _, x := range ws {
-		out = append(out, map[string]any{"path": x.Path, "link_type": x.LinkType, "acked_offset": FormatOffset(x.Acked),
-			"tail_offset": FormatOffset(x.Tail), "has_pending": x.HasPending})
-	}
-	return out
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, id string) {
@@ -390,7 +378,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, id string) 
 	if !s.readSubBody(w, r, &b) {
 		return
 	}
-	wake, ok, err := s.st.Protocol().ClaimSubscription(r.Context(), id, b.Worker)
+	wake, ok, err := s.subs.Claim(r.Context(), id, b.Worker)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -400,7 +388,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, id string) 
 		return
 	}
 	writeSubJSON(w, http.StatusOK, map[string]any{"wake_id": wake.WakeID, "generation": wake.Generation, "token": wake.Token,
-		"streams": wakeStreamsJSON(wake.Streams), "lease_ttl_ms": wake.LeaseTTL.Milliseconds()})
+		"streams": subscriptions.WakeStreamsJSON(wake.Streams), "lease_ttl_ms": wake.LeaseTTL.Milliseconds()})
 }
 
 // wakeToken is the bearer token of a callback, ack or release; a missing one is answered 401.
@@ -433,16 +421,16 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, id string, ca
 	if !s.readSubBody(w, r, &b) {
 		return
 	}
-	req := stream.AckRequest{WakeID: b.WakeID, Generation: b.Generation, Done: b.Done}
+	req := subscriptions.AckRequest{WakeID: b.WakeID, Generation: b.Generation, Done: b.Done}
 	for _, a := range b.Acks {
 		pos, now, err := ParseOffset(a.Offset)
 		if err != nil || now || pos < 0 {
 			s.writeSubError(w, r, foldtype.NewError(foldtype.CodeBadRequest, nil, "ack offset %q of %q: give an offset the wake reported", a.Offset, a.Stream))
 			return
 		}
-		req.Acks = append(req.Acks, stream.StreamAck{Stream: a.Stream, Offset: pos})
+		req.Acks = append(req.Acks, subscriptions.StreamAck{Stream: a.Stream, Offset: pos})
 	}
-	next, err := s.st.Protocol().AckSubscription(r.Context(), id, tok, callback, req)
+	next, err := s.subs.Ack(r.Context(), id, tok, callback, req)
 	if err != nil {
 		s.writeSubError(w, r, err)
 		return
@@ -462,7 +450,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, id string
 	if !s.readSubBody(w, r, &b) {
 		return
 	}
-	if err := s.st.Protocol().ReleaseSubscription(r.Context(), id, tok, b.WakeID, b.Generation); err != nil {
+	if err := s.subs.Release(r.Context(), id, tok, b.WakeID, b.Generation); err != nil {
 		s.writeSubError(w, r, err)
 		return
 	}

@@ -4,14 +4,14 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/foldstream/foldstream/server"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // BenchmarkWebhookWakeRoundTrip measures one wake end to end on loopback: an append to a
 // subscribed stream, the signed webhook it causes, and the synchronous done that acks it (the
 // next append waits for the ack, so each iteration is one whole wake).
 func BenchmarkWebhookWakeRoundTrip(b *testing.B) {
-	n := startNode(b, b.TempDir()+"/bench.db", nil, server.Config{})
+	n := startNode(b, b.TempDir()+"/bench.db", nil, subscriptions.DeliveryConfig{})
 	rc := newReceiver(b, answerDone)
 	putSub(b, n.url, "bench", `{"type":"webhook","streams":["events/a"],"webhook":{"url":"`+rc.url+`"}}`)
 	putStream(b, n.url, "events/a", `[]`)

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/subscriptions"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -93,12 +95,17 @@ func (rc *receiver) next(t testing.TB) hookRequest {
 
 func answerDone(_ int, w http.ResponseWriter) { _, _ = io.WriteString(w, `{"done":true}`) }
 
-// subNode is one server over its own store.
+// subNode is one server over its own store, with the subscription delivery loop a node runs
+// beside it.
 type subNode struct {
-	url string
-	st  *stream.Store
-	srv *server.Server
-	ts  *httptest.Server
+	url      string
+	st       *stream.Store
+	srv      *server.Server
+	delivery *subscriptions.Delivery
+	ts       *httptest.Server
+	// shift moves the monotonic clock the delivery checks its lease's local deadline against
+	// (shiftDeliveryClock).
+	shift atomic.Int64
 }
 
 // close stops the node as a crash would for the delivery lease: the store goes first, so the
@@ -107,9 +114,14 @@ func (n *subNode) close() {
 	n.ts.Close()
 	n.st.Close(context.Background())
 	n.srv.Shutdown(context.Background())
+	n.delivery.Shutdown(context.Background())
 }
 
-func startNode(t testing.TB, dsn string, clock foldtype.Clock, cfg server.Config) *subNode {
+// shiftDeliveryClock moves the monotonic clock the node's delivery loop checks its lease's local
+// deadline against by d, as a freeze of the process for d would.
+func (n *subNode) shiftDeliveryClock(d time.Duration) { n.shift.Store(int64(d)) }
+
+func startNode(t testing.TB, dsn string, clock foldtype.Clock, dcfg subscriptions.DeliveryConfig) *subNode {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts := stream.Config{Logger: quiet, Clock: clock}
@@ -117,11 +129,13 @@ func startNode(t testing.TB, dsn string, clock foldtype.Clock, cfg server.Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = quiet
-	cfg.AllowLoopbackWebhooks = true
-	srv := newServer(t, st, cfg)
+	srv := newServer(t, st, server.Config{Logger: quiet, AllowLoopbackWebhooks: true})
 	ts := httptest.NewServer(srv)
 	n := &subNode{url: ts.URL, st: st, srv: srv, ts: ts}
+	dcfg.Logger = quiet
+	dcfg.AllowLoopbackWebhooks = true
+	dcfg.MonotonicNow = func() time.Time { return time.Now().Add(time.Duration(n.shift.Load())) }
+	n.delivery = subscriptions.StartDelivery(st, dcfg)
 	t.Cleanup(n.close)
 	return n
 }
@@ -213,7 +227,7 @@ func verify(t *testing.T, h hookRequest, keys map[string]ed25519.PublicKey) {
 // after the server and its store restart.
 func TestWebhookSignatureVerifiesAgainstServedJWKS(t *testing.T) {
 	dsn := t.TempDir() + "/subs.db"
-	n := startNode(t, dsn, nil, server.Config{})
+	n := startNode(t, dsn, nil, subscriptions.DeliveryConfig{})
 	rc := newReceiver(t, answerDone)
 	created := putSub(t, n.url, "sig", `{"type":"webhook","pattern":"events/*","webhook":{"url":"`+rc.url+`"}}`)
 	signing := created["webhook"].(map[string]any)["signing"].(map[string]any)
@@ -230,7 +244,7 @@ func TestWebhookSignatureVerifiesAgainstServedJWKS(t *testing.T) {
 		t.Fatalf("payload: %+v", p)
 	}
 	n.close()
-	n2 := startNode(t, dsn, nil, server.Config{})
+	n2 := startNode(t, dsn, nil, subscriptions.DeliveryConfig{})
 	again := jwks(t, n2.url+"/v1/stream/__ds/jwks.json")
 	if len(again) != 1 || !again[signing["kid"].(string)].Equal(keys[signing["kid"].(string)]) {
 		t.Fatalf("after a restart the key set is %v, want the same key %s", again, signing["kid"])
@@ -279,30 +293,12 @@ func TestWebhookURLsAreRefusedUnlessSafe(t *testing.T) {
 	}
 }
 
-// TestWebhookRetryDelayDoublesToSixtySecondsWithTwentyPercentJitter checks the backoff table.
-func TestWebhookRetryDelayDoublesToSixtySecondsWithTwentyPercentJitter(t *testing.T) {
-	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
-	for i, w := range want {
-		w *= time.Second
-		for _, c := range []struct {
-			u      float64
-			factor float64
-		}{{0, 0.8}, {0.5, 1}, {0.999999, 1.2}} {
-			got := stream.WebhookRetryDelay(i+1, c.u)
-			exp := time.Duration(float64(w) * c.factor)
-			if d := got - exp; d < -time.Millisecond || d > time.Millisecond {
-				t.Errorf("attempt %d, u=%v: got %v, want %v", i+1, c.u, got, exp)
-			}
-		}
-	}
-}
-
 // TestFailedWebhookIsRetriedWithBackoffOnTheClock: a receiver answering 500 twice gets the same
 // wake again only when the server's clock reaches the persisted next attempt, 1 s then 2 s later
 // (±20%); the subscription reads "failed" meanwhile; the third attempt's done acks the wake.
 func TestFailedWebhookIsRetriedWithBackoffOnTheClock(t *testing.T) {
 	clock := testsupport.NewFakeClock()
-	n := startNode(t, t.TempDir()+"/retry.db", clock, server.Config{})
+	n := startNode(t, t.TempDir()+"/retry.db", clock, subscriptions.DeliveryConfig{})
 	rc := newReceiver(t, func(k int, w http.ResponseWriter) {
 		if k <= 2 {
 			w.WriteHeader(http.StatusInternalServerError)
@@ -359,7 +355,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // webhook timeout) and one whose port is closed both leave their subscriptions failed with a
 // retry scheduled, while a healthy receiver of another subscription is delivered to at once.
 func TestSlowOrDeadWebhookReceiverCostsOnlyItsOwnRetries(t *testing.T) {
-	n := startNode(t, t.TempDir()+"/slow.db", nil, server.Config{WebhookTimeout: 300 * time.Millisecond})
+	n := startNode(t, t.TempDir()+"/slow.db", nil, subscriptions.DeliveryConfig{WebhookTimeout: 300 * time.Millisecond})
 	release := make(chan struct{})
 	defer close(release)
 	slow := newReceiver(t, func(_ int, w http.ResponseWriter) { <-release })
@@ -428,7 +424,7 @@ func ackWake(t *testing.T, base, id string, c claimed, done bool) (*http.Respons
 // generation, and the dead worker's late ack is FENCED.
 func TestPullWakeWorkerKilledMidClaimLosesItsLease(t *testing.T) {
 	clock := testsupport.NewFakeClock()
-	n := startNode(t, t.TempDir()+"/pull.db", clock, server.Config{})
+	n := startNode(t, t.TempDir()+"/pull.db", clock, subscriptions.DeliveryConfig{})
 	putStream(t, n.url, "wake", `[]`)
 	putSub(t, n.url, "pool", `{"type":"pull-wake","pattern":"events/*","wake_stream":"wake","lease_ttl_ms":1000}`)
 	putStream(t, n.url, "events/a", `{"n":1}`)
@@ -467,7 +463,7 @@ func TestPullWakeWorkerKilledMidClaimLosesItsLease(t *testing.T) {
 func TestUndeliveredWakeIsDeliveredAfterRestart(t *testing.T) {
 	clock := testsupport.NewFakeClock()
 	dsn := t.TempDir() + "/restart.db"
-	n := startNode(t, dsn, clock, server.Config{SubscriptionLeaseTTL: testLeaseTTL})
+	n := startNode(t, dsn, clock, subscriptions.DeliveryConfig{LeaseTTL: testLeaseTTL})
 	var mu sync.Mutex
 	up := false
 	rc := newReceiver(t, func(k int, w http.ResponseWriter) {
@@ -489,7 +485,7 @@ func TestUndeliveredWakeIsDeliveredAfterRestart(t *testing.T) {
 	mu.Lock()
 	up = true
 	mu.Unlock()
-	n2 := startNode(t, dsn, clock, server.Config{SubscriptionLeaseTTL: testLeaseTTL})
+	n2 := startNode(t, dsn, clock, subscriptions.DeliveryConfig{LeaseTTL: testLeaseTTL})
 	s := getSub(t, n2.url, "owed")
 	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(s["next_attempt_at"]))
 	if s["status"] != "failed" || err != nil {
@@ -534,7 +530,7 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 	dsn := pgtest.URL(t)
 	clock := testsupport.NewFakeClock()
 	const ttl = 10 * time.Minute
-	a := startNode(t, dsn, clock, server.Config{NodeID: "node-a", SubscriptionLeaseTTL: ttl})
+	a := startNode(t, dsn, clock, subscriptions.DeliveryConfig{NodeID: "node-a", LeaseTTL: ttl})
 	rc := newReceiver(t, answerDone)
 	putSub(t, a.url, "shared", `{"type":"webhook","pattern":"events/*","webhook":{"url":"`+rc.url+`"}}`)
 	waitFor(t, "node-a to take the delivery lease", func() bool {
@@ -543,7 +539,7 @@ func TestTwoNodesRunOneDeliveryLoopAndADeadNodesMoves(t *testing.T) {
 			`SELECT count(*) FROM leases WHERE key = '__ds/subscriptions' AND holder = 'node-a'`).Scan(&n)
 		return n == 1
 	})
-	b := startNode(t, dsn, clock, server.Config{NodeID: "node-b", SubscriptionLeaseTTL: ttl})
+	b := startNode(t, dsn, clock, subscriptions.DeliveryConfig{NodeID: "node-b", LeaseTTL: ttl})
 	seen := map[string]bool{}
 	for i := range 3 {
 		putStream(t, b.url, fmt.Sprintf("events/%d", i), `{"n":1}`) // appended on node-b

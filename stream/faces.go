@@ -35,10 +35,10 @@ type Events struct{ s *Store }
 //     [Protocol.ListStreams], [Protocol.DeleteStream] and [Protocol.CollectExpired];
 //   - records: [Protocol.AppendRecord] (idempotent producers, Stream-Seq, closure, pausing by
 //     control events) and [Protocol.ReadRecords], with [Protocol.ProducerArriving] to order
-//     pipelined producer requests;
-//   - subscriptions and webhooks: [Protocol.PutSubscription] and the calls around it, the delivery
-//     lease and the webhook signing keys, watched with [Protocol.WatchSubscriptions] and
-//     [Protocol.WatchChanges].
+//     pipelined producer requests.
+//
+// The protocol's reserved subscription APIs are package subscriptions, over the store's
+// subscription face ([Store.Subscriptions]).
 //
 // A JSON stream's messages are the event face's events: a message the protocol appends is read by
 // engines as an event, and an event appended by an engine is a message to a protocol reader.

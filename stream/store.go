@@ -81,14 +81,17 @@ type Config struct {
 // Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
 // of your choosing; close it with [Store.Close] after the host and the server on it have shut
 // down. A Store is the core — the writer and its group commit, the per-stream push feeds, the
-// ephemeral ring — and offers it through two faces (docs/store.md#the-two-faces):
+// ephemeral ring — and offers it through two faces (docs/store.md#the-two-faces), and the small
+// transactional face package subscriptions builds on:
 //
 //   - [Store.Events], the event face that processor engines and the host run against: a path's
 //     [EventStream] (Append, Read, a processor's Claim), subscriptions, checkpoints, claims and
 //     alarms, wake records;
 //   - [Store.Protocol], the Durable Streams protocol face that package server serves over HTTP:
 //     create, append and read records, metadata, listing, deletion, TTL expiry, idempotent
-//     producers, subscriptions and webhooks.
+//     producers;
+//   - [Store.Subscriptions], the rows, locks, wake-event appends, signing keys and lease that
+//     package subscriptions needs for the protocol's reserved subscription APIs.
 //
 // The Store itself only closes and says what it runs on ([Store.Clock], [Store.Driver],
 // [Store.Path], [Store.ObserveCommits]).
@@ -168,9 +171,8 @@ type Store struct {
 
 	created createdListeners // OnStreamCreated's listeners (list.go)
 
-	changes  commitWatchers               // WatchChanges' functions (subscriptions.go)
-	subKick  atomic.Pointer[func(string)] // WatchSubscriptions' function (subscriptions.go)
-	subLease atomic.Pointer[driver.Lease] // the subscription delivery lease this node took last
+	changes commitWatchers     // SubscriptionStore.WatchChanges' functions (subscriptionstore.go)
+	subs    *SubscriptionStore // the subscription face (subscriptionstore.go)
 }
 
 // OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
@@ -253,6 +255,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 	}
 	s.readsDone = sync.NewCond(&s.readsMu)
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
+	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
 	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)

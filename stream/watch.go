@@ -80,10 +80,3 @@ func (c *callbacks[T]) notify(v T) {
 // ID returns the stream's identity in the store: a path deleted and created again gets a new one,
 // so a host can tell the stream its engine follows from a later stream at the same path.
 func (in StreamInfo) ID() int64 { return in.id }
-
-// WatchChanges calls fn with the path of every stream a later commit changed — any write, by
-// this process or (on a shared database) another one; "" means any stream may have changed (a
-// notification channel that recovered). fn runs on the writer goroutine or the notification
-// listener: it must return at once, never block and never call the store. The returned function
-// stops the watch.
-func (p *Protocol) WatchChanges(fn func(path string)) (stop func()) { return p.s.changes.add(fn) }

@@ -14,6 +14,7 @@ import (
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 func init() {
@@ -51,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "open connections (503 beyond)")
 	metricsAddr := fs.String("metrics-addr", "", "serve the Prometheus metrics on this address of their own (no token asked there; keep it private), instead of at /metrics (a read like any route)")
 	loopHooks := fs.Bool("allow-loopback-webhooks", false, "let webhook subscriptions target loopback addresses (localhost, 127.0.0.0/8, ::1), over http too: development and tests only")
-	webhookTimeout := fs.Duration("webhook-timeout", server.DefaultWebhookTimeout, "one webhook delivery attempt must finish within this")
+	webhookTimeout := fs.Duration("webhook-timeout", subscriptions.DefaultWebhookTimeout, "one webhook delivery attempt must finish within this")
 	nodeID := fs.String("node-id", "", "this node's name as holder of the subscription-delivery lease (default: random)")
 	heapFloor := fs.Int("gc-heap-floor-mib", heapfloor.DefaultFloor>>20, "the garbage collector lets the heap grow to this many MiB before a cycle while the live heap is smaller (GOGC applies above it; 0: GOGC alone, as Go does)")
 	grace := fs.Duration("shutdown-grace", DefaultShutdownGrace, "SIGINT or SIGTERM end the process within this, whatever the database does: requests in progress get most of it, the store's drain the rest (nothing acknowledged is lost; leases not released in time expire)")
@@ -123,8 +124,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			MaxBodyBytesInFlight:  *maxInFlight,
 			MaxConnections:        *maxConns,
 			AllowLoopbackWebhooks: *loopHooks,
-			WebhookTimeout:        *webhookTimeout,
 		},
+		Subscriptions: subscriptions.DeliveryConfig{WebhookTimeout: *webhookTimeout},
 	}
 	n, err := node.Start(ctx, cfg)
 	switch {

@@ -32,6 +32,7 @@ import (
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 func main() {
@@ -111,6 +112,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The subscription delivery loop `foldstream serve` runs beside the server.
+	delivery := subscriptions.StartDelivery(st, subscriptions.DeliveryConfig{Logger: log})
+	defer delivery.Shutdown(context.Background())
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

@@ -35,6 +35,7 @@ import (
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // Ticked is the payload of a "ticked" event.
@@ -216,11 +217,12 @@ func run(ctx context.Context, db, addr, name, effects, poison string, ttl time.D
 	}
 	// Subscriptions: the node names itself as holder of the delivery lease, whose TTL is the
 	// processors' lease TTL, and may deliver to the test's loopback receivers.
-	scfg := server.Config{Processors: h, Logger: logger, NodeID: name, SubscriptionLeaseTTL: ttl, AllowLoopbackWebhooks: true}
+	scfg := server.Config{Processors: h, Logger: logger, AllowLoopbackWebhooks: true}
 	handler, err := server.New(st, scfg)
 	if err != nil {
 		return err
 	}
+	delivery := subscriptions.StartDelivery(st, subscriptions.DeliveryConfig{NodeID: name, LeaseTTL: ttl, AllowLoopbackWebhooks: true, Logger: logger})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Printf("serving http://%s\n", ln.Addr())
 	go func() {
@@ -234,6 +236,7 @@ func run(ctx context.Context, db, addr, name, effects, poison string, ttl time.D
 			logger.Info("host shut down", "after", time.Since(start))
 		}
 		_ = srv.Shutdown(sctx)
+		_ = delivery.Shutdown(sctx)
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // Start serves an in-memory store for the test's lifetime and returns the base URL
@@ -40,10 +41,14 @@ func Serve(dbPath string) (baseURL string, stop func(), err error) {
 		st.Close(context.Background())
 		return "", nil, err
 	}
+	// The subscription delivery loop a node runs beside the server: pull-wake subscriptions get
+	// their wake events from its passes.
+	d := subscriptions.StartDelivery(st, subscriptions.DeliveryConfig{Logger: log})
 	ts := httptest.NewServer(h)
 	return ts.URL, func() {
 		ts.CloseClientConnections()
 		ts.Close()
+		_ = d.Shutdown(context.Background())
 		st.Close(context.Background())
 	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/subscriptions"
 )
 
 // RunSubscriptionDriver checks the driver's subscription rows and signing keys.
@@ -83,7 +84,8 @@ func RunSubscriptionDriver(t *testing.T, newDriver Factory) {
 	})
 }
 
-// RunSubscriptionStore runs the store's subscription rules over the driver.
+// RunSubscriptionStore runs package subscriptions' rules over the driver, through the store's
+// subscription face.
 func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	ctx := context.Background()
 	create := func(t *testing.T, s *stream.Store, path string) {
@@ -105,20 +107,20 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 		s := openStore(t, newDriver)
 		create(t, s, "/events/old")
 		appendTo(t, s, "/events/old", `[{"n":1},{"n":2}]`)
-		cfg := stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Pattern: "events/*", Streams: []string{"manual/x", "manual/x"}, WakeStream: "wake"}
-		info, created, err := s.Protocol().PutSubscription(ctx, "s1", cfg)
+		cfg := subscriptions.Config{Type: subscriptions.PullWake, Pattern: "events/*", Streams: []string{"manual/x", "manual/x"}, WakeStream: "wake"}
+		info, created, err := subscriptions.New(s).Put(ctx, "s1", cfg)
 		if err != nil || !created {
 			t.Fatalf("create: got %v %v", created, err)
 		}
-		want := []stream.SubscriptionLink{{Path: "events/old", LinkType: "glob", Acked: 2}, {Path: "manual/x", LinkType: "explicit", Acked: 0}}
+		want := []subscriptions.Link{{Path: "events/old", LinkType: "glob", Acked: 2}, {Path: "manual/x", LinkType: "explicit", Acked: 0}}
 		if len(info.Links) != 2 || info.Links[0] != want[0] || info.Links[1] != want[1] {
 			t.Errorf("links: got %+v, want %+v", info.Links, want)
 		}
-		if _, created, err := s.Protocol().PutSubscription(ctx, "s1", cfg); err != nil || created {
+		if _, created, err := subscriptions.New(s).Put(ctx, "s1", cfg); err != nil || created {
 			t.Errorf("re-confirm: got created=%v %v, want an idempotent 200", created, err)
 		}
 		cfg.LeaseTTLms = 5000
-		if _, _, err := s.Protocol().PutSubscription(ctx, "s1", cfg); !errors.Is(err, foldtype.ErrConflict) {
+		if _, _, err := subscriptions.New(s).Put(ctx, "s1", cfg); !errors.Is(err, foldtype.ErrConflict) {
 			t.Errorf("different configuration: got %v, want CONFLICT", err)
 		}
 	})
@@ -126,12 +128,12 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	t.Run("PullWakeClaimAckFencesAndWritesWakeEvents", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		create(t, s, "/wake")
-		if _, _, err := s.Protocol().PutSubscription(ctx, "p", stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Pattern: "events/*", WakeStream: "wake", LeaseTTLms: 1000}); err != nil {
+		if _, _, err := subscriptions.New(s).Put(ctx, "p", subscriptions.Config{Type: subscriptions.PullWake, Pattern: "events/*", WakeStream: "wake", LeaseTTLms: 1000}); err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, "/events/a")
 		tail := appendTo(t, s, "/events/a", `{"n":1}`)
-		step, err := s.Protocol().StepSubscription(ctx, "p", []string{"events/a"})
+		step, err := subscriptions.New(s).Step(ctx, "p", []string{"events/a"})
 		if err != nil || step.Attempt != nil {
 			t.Fatalf("step: got %+v %v, want a pull-wake wake issued (no webhook attempt)", step, err)
 		}
@@ -145,31 +147,31 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 			evs[0]["subscription_id"] != "p" || evs[0]["stream"] != "events/a" || evs[0]["generation"] != float64(1) {
 			t.Fatalf("wake events: got %s %v", r.Body, err)
 		}
-		w, ok, err := s.Protocol().ClaimSubscription(ctx, "p", "worker-1")
+		w, ok, err := subscriptions.New(s).Claim(ctx, "p", "worker-1")
 		if err != nil || !ok || w.Generation != 1 || len(w.Streams) != 1 || w.Streams[0].Tail != tail || !w.Streams[0].HasPending {
 			t.Fatalf("claim: got %+v %v %v", w, ok, err)
 		}
-		_, _, err = s.Protocol().ClaimSubscription(ctx, "p", "worker-2")
+		_, _, err = subscriptions.New(s).Claim(ctx, "p", "worker-2")
 		var fe *foldtype.Error
 		if !errors.As(err, &fe) || fe.Code != foldtype.CodeAlreadyClaimed || fe.Data["current_holder"] != "worker-1" {
 			t.Fatalf("second claim: got %v, want ALREADY_CLAIMED naming worker-1", err)
 		}
-		ack := stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Acks: []stream.StreamAck{{Stream: "events/a", Offset: tail}}, Done: true}
-		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token+"x", false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeUnauthorized}) {
+		ack := subscriptions.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Acks: []subscriptions.StreamAck{{Stream: "events/a", Offset: tail}}, Done: true}
+		if _, err := subscriptions.New(s).Ack(ctx, "p", w.Token+"x", false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeUnauthorized}) {
 			t.Errorf("forged token: got %v, want UNAUTHORIZED", err)
 		}
-		next, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack)
+		next, err := subscriptions.New(s).Ack(ctx, "p", w.Token, false, ack)
 		if err != nil || next {
 			t.Fatalf("ack: got next=%v %v, want done with no next wake", next, err)
 		}
-		if _, err := s.Protocol().AckSubscription(ctx, "p", w.Token, false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeFenced}) {
+		if _, err := subscriptions.New(s).Ack(ctx, "p", w.Token, false, ack); !errors.Is(err, &foldtype.Error{Code: foldtype.CodeFenced}) {
 			t.Errorf("stale ack: got %v, want FENCED", err)
 		}
-		info, err := s.Protocol().Subscription(ctx, "p")
+		info, err := subscriptions.New(s).Get(ctx, "p")
 		if err != nil || len(info.Links) != 1 || info.Links[0].Acked != tail {
 			t.Errorf("after ack: got %+v %v, want events/a acked at %d", info.Links, err, tail)
 		}
-		if _, ok, err := s.Protocol().ClaimSubscription(ctx, "p", "worker-1"); ok || err != nil {
+		if _, ok, err := subscriptions.New(s).Claim(ctx, "p", "worker-1"); ok || err != nil {
 			t.Errorf("claim with nothing pending: got %v %v, want nothing to claim", ok, err)
 		}
 	})
@@ -177,19 +179,19 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 	t.Run("DeletedSubscriptionRefusesItsWakes", func(t *testing.T) {
 		s := openStore(t, newDriver)
 		create(t, s, "/wake")
-		if _, _, err := s.Protocol().PutSubscription(ctx, "d", stream.SubscriptionConfig{Type: stream.SubscriptionPullWake, Streams: []string{"x"}, WakeStream: "wake"}); err != nil {
+		if _, _, err := subscriptions.New(s).Put(ctx, "d", subscriptions.Config{Type: subscriptions.PullWake, Streams: []string{"x"}, WakeStream: "wake"}); err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, "/x")
 		appendTo(t, s, "/x", `{"n":1}`)
-		w, ok, err := s.Protocol().ClaimSubscription(ctx, "d", "w")
+		w, ok, err := subscriptions.New(s).Claim(ctx, "d", "w")
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
 		}
-		if err := s.Protocol().DeleteSubscription(ctx, "d"); err != nil {
+		if err := subscriptions.New(s).Delete(ctx, "d"); err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.Protocol().AckSubscription(ctx, "d", w.Token, false, stream.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Done: true})
+		_, err = subscriptions.New(s).Ack(ctx, "d", w.Token, false, subscriptions.AckRequest{WakeID: w.WakeID, Generation: w.Generation, Done: true})
 		if !errors.Is(err, &foldtype.Error{Code: foldtype.CodeSubscriptionNotFound}) {
 			t.Errorf("ack after delete: got %v, want SUBSCRIPTION_NOT_FOUND", err)
 		}
@@ -202,19 +204,19 @@ func RunSubscriptionStore(t *testing.T, newDriver Factory) {
 			t.Fatal(err)
 		}
 		defer s.Close(context.Background())
-		k1, err := s.Protocol().WebhookKeys(ctx)
+		k1, err := subscriptions.New(s).WebhookKeys(ctx)
 		if err != nil || len(k1) != 1 {
 			t.Fatalf("first keys: %+v %v", k1, err)
 		}
-		again, err := s.Protocol().WebhookKeys(ctx)
+		again, err := subscriptions.New(s).WebhookKeys(ctx)
 		if err != nil || len(again) != 1 || again[0].KID != k1[0].KID || !again[0].Private.Equal(k1[0].Private) {
 			t.Fatalf("keys read again: got %+v %v, want the same key", again, err)
 		}
-		rot, err := s.Protocol().RotateWebhookKey(ctx)
+		rot, err := subscriptions.New(s).RotateWebhookKey(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, err := s.Protocol().WebhookKeys(ctx)
+		keys, err := subscriptions.New(s).WebhookKeys(ctx)
 		if err != nil || len(keys) != 2 || keys[0].KID != k1[0].KID || keys[0].Retired.IsZero() || keys[1].KID != rot.KID || !keys[1].Retired.IsZero() {
 			t.Fatalf("after rotation: got %+v %v, want the old key retired first, the new one active last", keys, err)
 		}

@@ -1,15 +1,13 @@
-package server
+package subscriptions
 
 import (
 	"testing"
-
-	"github.com/foldstream/foldstream/stream"
 )
 
 // A commit pokes the delivery loop only when a subscription may need a pass: with none, the
 // loop's pending "pass over all" waits for a subscription, and a commit must not wake it.
 func TestCommitsWakeTheDeliveryLoopOnlyWithSubscriptions(t *testing.T) {
-	d := newDeliverer(&Server{cfg: Config{MaxWebhookConcurrency: 1}})
+	d := newDelivery(DeliveryConfig{MaxWebhookConcurrency: 1})
 	d.allDue = true // as start and every reload leave it
 	pokes := func() int {
 		n := len(d.signal)
@@ -23,7 +21,7 @@ func TestCommitsWakeTheDeliveryLoopOnlyWithSubscriptions(t *testing.T) {
 	if n := pokes(); n != 0 {
 		t.Fatalf("commits without any subscription poked the delivery loop (%d pending)", n)
 	}
-	d.configs["s"] = stream.SubscriptionConfig{Type: stream.SubscriptionWebhook, Pattern: "b/*"}
+	d.configs["s"] = Config{Type: Webhook, Pattern: "b/*"}
 	d.changed("/a") // not matched, but the pass over all is still owed
 	if n := pokes(); n != 1 {
 		t.Fatalf("a commit with a subscription owed a pass: %d pokes, want 1", n)

@@ -1,4 +1,4 @@
-package stream
+package subscriptions
 
 import (
 	"strings"
@@ -54,13 +54,13 @@ func FuzzSubscriptionConfig(f *testing.F) {
 	f.Add("pull-wake", "a/**/b", "", "", "w", int64(600000), "a/b")
 	f.Add("webhook", "", "", "", "", int64(-1), "")
 	f.Fuzz(func(t *testing.T, typ, pattern, stream, hook, wake string, ttl int64, path string) {
-		c := SubscriptionConfig{Type: typ, Pattern: pattern, WebhookURL: hook, WakeStream: wake, LeaseTTLms: ttl}
+		c := Config{Type: typ, Pattern: pattern, WebhookURL: hook, WakeStream: wake, LeaseTTLms: ttl}
 		if stream != "" {
 			c.Streams = []string{stream, stream}
 		}
-		n, err := NormalizeSubscriptionConfig(c)
+		n, err := Normalize(c)
 		if err == nil {
-			again, err := NormalizeSubscriptionConfig(n)
+			again, err := Normalize(n)
 			if err != nil || configHash(again) != configHash(n) {
 				t.Fatalf("normalized %+v does not normalize to itself: %+v %v", n, again, err)
 			}
