@@ -70,7 +70,7 @@ func mustDo(t *testing.T, method, u string, headers map[string]string, body []by
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestCatchUpReadStreamsAByteStreamPastOnePage(t *testing.T) {
 	// The same range again is a 304 with its ETag.
 	req, _ := http.NewRequest(http.MethodGet, u+"?offset=-1", nil)
 	req.Header.Set("If-None-Match", res.Header.Get("ETag"))
-	again, err := http.DefaultClient.Do(req)
+	again, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

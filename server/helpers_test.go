@@ -117,7 +117,7 @@ func request(t testing.TB, method, url, body string, headers ...string) (*http.R
 		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,3 +184,8 @@ func opsServer(t *testing.T, clk foldtype.Clock, hcfg host.Config, operator stri
 	})
 	return st, h, ts
 }
+
+// testClient is the tests' HTTP client, with a transport of its own: closing an
+// httptest.Server closes the idle connections of http.DefaultTransport, which fails a request
+// another parallel test is just sending on one of them ("CloseIdleConnections called").
+var testClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

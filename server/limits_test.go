@@ -43,7 +43,7 @@ func waitAdmitted(t *testing.T, url string) {
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		res, err := http.DefaultClient.Do(req)
+		res, err := testClient.Do(req)
 		if err == nil {
 			res.Body.Close()
 		}
@@ -124,7 +124,7 @@ func TestLiveReaderLimit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/v1/stream/l?offset=-1&live=sse", nil)
-	held, err := http.DefaultClient.Do(req)
+	held, err := testClient.Do(req)
 	if err != nil || held.StatusCode != http.StatusOK {
 		t.Fatalf("first live reader: %v", err)
 	}

@@ -32,7 +32,7 @@ type liveFollower struct {
 func followLive(ctx context.Context, t *testing.T, url string) *liveFollower {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	res, err := http.DefaultClient.Do(req)
+	res, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func benchLiveFanout(b *testing.B, readers int) {
 	seeded := make(chan struct{}, readers)
 	for range readers {
 		req, _ := http.NewRequestWithContext(rctx, "GET", ts.URL+"/v1/processor/totals/orders?live=sse", nil)
-		res, err := http.DefaultClient.Do(req)
+		res, err := testClient.Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}

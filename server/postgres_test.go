@@ -35,7 +35,7 @@ func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(method, ts.URL+"/v1/stream/gone", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestDatabaseGoneAnswers503AndRecovers(t *testing.T) {
 	}
 	// Only the acknowledged message is in the stream: the refused one was never committed.
 	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/stream/gone?offset=-1", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -328,7 +328,7 @@ func TestA413StatesTheLimit(t *testing.T) {
 		if chunked {
 			req.ContentLength = -1 // no length: the server finds out while it reads
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
