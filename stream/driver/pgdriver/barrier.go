@@ -49,6 +49,14 @@ type barriers struct {
 	seq       uint64        // the last marker's number
 }
 
+// ListenMarkers returns how many markers the listen barrier has sent: one per round its callers
+// shared.
+func (d *Driver) ListenMarkers() uint64 {
+	d.barrier.mu.Lock()
+	defer d.barrier.mu.Unlock()
+	return d.barrier.seq
+}
+
 // barrierChannel is the channel of this process's markers: its listener alone LISTENs on it.
 func (d *Driver) barrierChannel() string {
 	return fmt.Sprintf("foldstream_b_%08x", uint32(lockKey(d.schema+"\x00"+d.node, "barrier")))
