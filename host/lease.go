@@ -929,11 +929,12 @@ func leaseLostError(key procKey, generation int64) error {
 }
 
 // fencedStream is an engine's stream under a lease: work is refused once the lease ran out by
-// this node's clock or changed hands. Its inner stream is fenced in the database
-// (stream.EventStream.Fenced): an append of durable events commits only while the lease is still
-// held at generation.
+// this node's clock or changed hands.
 type fencedStream struct {
-	inner      foldtype.Stream
+	inner foldtype.Stream
+	// fenced is inner fenced in the database (stream.EventStream.Fenced): its appends of durable
+	// events commit only while the lease is still held at generation.
+	fenced     foldtype.Stream
 	ls         *leaseSet
 	key        procKey
 	generation int64
@@ -945,19 +946,24 @@ func (f *fencedStream) check(ctx context.Context) error {
 	return f.ls.mayWork(ctx, f.key, f.generation)
 }
 
-// Append appends events under the lease. A batch with a durable event (an event ProcessEvent or
-// a blocker emits, once their effects ran) needs only that this node has not learnt the lease
-// lost: the database refuses it if another node took the lease over, so it does not wait for a
-// renewal to confirm a lease whose local deadline passed, and the work that ran is recorded
+// Append appends events under the lease. Within the lease's local deadline it appends as it is:
+// no other node can hold the lease. Past it, a batch with a durable event (an event ProcessEvent
+// or a blocker emits, once their effects ran) needs only that this node has not learnt the lease
+// lost, and goes through the database's fence, which refuses it if another node took the lease
+// over: it does not wait for a renewal to confirm the lease, so the work that ran is recorded
 // rather than run again by the next owner (docs/reliability.md#a-node-that-freezes). Ephemerals
-// alone (live-state deltas), which nothing fences in the database, need the lease confirmed.
+// alone (live-state deltas), which nothing fences in the database, wait for the confirmation.
 func (f *fencedStream) Append(ctx context.Context, events ...foldtype.EventInput) ([]foldtype.Event, error) {
-	durable := slices.ContainsFunc(events, func(in foldtype.EventInput) bool { return !in.Ephemeral })
-	if durable {
-		if held, _, _ := f.ls.workable(f.key, f.generation); !held {
-			return nil, leaseLostError(f.key, f.generation)
-		}
-	} else if err := f.check(ctx); err != nil {
+	held, ok, _ := f.ls.workable(f.key, f.generation)
+	switch {
+	case ok:
+		return f.inner.Append(ctx, events...)
+	case !held:
+		return nil, leaseLostError(f.key, f.generation)
+	case f.fenced != nil && slices.ContainsFunc(events, func(in foldtype.EventInput) bool { return !in.Ephemeral }):
+		return f.fenced.Append(ctx, events...)
+	}
+	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
 	return f.inner.Append(ctx, events...)

@@ -78,8 +78,9 @@ func RegisterNextVersion[S any](ctx context.Context, h *Host, pathOrPattern stri
 			return nil, err
 		}
 		key := procKey{path, c.Slug()}
+		es := h.store.Events().Stream(path).ForProcessor(c.Slug())
 		return foldstream.NewRebuild(next, foldstream.EngineConfig{
-			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(c.Slug()).Fenced(leaseKey(key), l.Generation), ls: h.leases, key: key, generation: l.Generation},
+			Stream:      &fencedStream{inner: es, fenced: es.Fenced(leaseKey(key), l.Generation), ls: h.leases, key: key, generation: l.Generation},
 			Checkpoints: cps.Fenced(leaseKey(key), l.Generation),
 			Clock:       h.clock,
 			Reporter:    h.cfg.Reporter,

@@ -148,8 +148,9 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 		rows := preloaded(read, engineRows(reg.slug))
 		defer rows.forgetAll()
 		key := procKey{path, reg.slug}
+		es := h.store.Events().Stream(path).ForProcessor(reg.slug)
 		return foldstream.NewEngine(p, foldstream.EngineConfig{
-			Stream:      &fencedStream{inner: h.store.Events().Stream(path).ForProcessor(reg.slug).Fenced(leaseKey(key), l.Generation), ls: h.leases, key: key, generation: l.Generation, first: pre.first},
+			Stream:      &fencedStream{inner: es, fenced: es.Fenced(leaseKey(key), l.Generation), ls: h.leases, key: key, generation: l.Generation, first: pre.first},
 			Checkpoints: preloadedCheckpoints{cps.Fenced(leaseKey(key), l.Generation), rows},
 			FedByPushes: true,
 			Clock:       h.clock,
