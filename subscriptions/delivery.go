@@ -94,6 +94,12 @@ type Delivery struct {
 	mu      sync.Mutex
 	configs map[string]Config
 	due     map[string][]string // subscriptions needing a pass, with the changed paths to link
+	// linked is, per stream path, the subscriptions that link it explicitly (POST …/streams),
+	// as their last pass found them: a commit on such a stream makes them due even when their
+	// pattern does not match it.
+	linked map[string]map[string]bool
+	// linksOf is linked by subscription: the paths its last pass found linked explicitly.
+	linksOf map[string][]string
 	allDue  bool
 	timers  map[string]timerAt // a pass scheduled per subscription
 	sending map[string]bool    // a webhook attempt in flight per subscription
@@ -152,7 +158,7 @@ func (cfg DeliveryConfig) withDefaults() DeliveryConfig {
 func newDelivery(cfg DeliveryConfig) *Delivery {
 	cfg = cfg.withDefaults()
 	return &Delivery{cfg: cfg, log: cfg.Logger, holder: cfg.NodeID, configs: map[string]Config{},
-		due: map[string][]string{}, timers: map[string]timerAt{}, sending: map[string]bool{}, signal: make(chan struct{}, 1),
+		due: map[string][]string{}, linked: map[string]map[string]bool{}, linksOf: map[string][]string{}, timers: map[string]timerAt{}, sending: map[string]bool{}, signal: make(chan struct{}, 1),
 		monoNow: cfg.MonotonicNow, sem: make(chan struct{}, cfg.MaxWebhookConcurrency),
 		client: webhookClient(cfg.WebhookTimeout, cfg.AllowLoopbackWebhooks), stopping: make(chan struct{}), done: make(chan struct{})}
 }
@@ -219,7 +225,33 @@ func (d *Delivery) kicked(id string) {
 func (d *Delivery) forget(id string) {
 	d.mu.Lock()
 	delete(d.configs, id)
+	d.setLinksLocked(id, nil)
 	d.mu.Unlock()
+}
+
+// setLinksLocked records that subscription id links paths explicitly (d.mu held).
+func (d *Delivery) setLinksLocked(id string, paths []string) {
+	for _, p := range d.linksOf[id] {
+		if ids := d.linked[p]; ids != nil {
+			delete(ids, id)
+			if len(ids) == 0 {
+				delete(d.linked, p)
+			}
+		}
+	}
+	if len(paths) == 0 {
+		delete(d.linksOf, id)
+		return
+	}
+	d.linksOf[id] = paths
+	for _, p := range paths {
+		ids := d.linked[p]
+		if ids == nil {
+			ids = map[string]bool{}
+			d.linked[p] = ids
+		}
+		ids[id] = true
+	}
 }
 
 func (d *Delivery) markDue(id string, hints []string) {
@@ -239,6 +271,11 @@ func (d *Delivery) changed(path string) {
 		for id, c := range d.configs {
 			if c.Matches(rel) {
 				d.due[id] = append(d.due[id], rel)
+			}
+		}
+		for id := range d.linked[rel] {
+			if _, ok := d.due[id]; !ok {
+				d.due[id] = nil // its pass reads every stream it links
 			}
 		}
 	}
@@ -426,6 +463,9 @@ func (d *Delivery) pass(ctx context.Context, id string, hints []string) {
 		d.forget(id) // deleted
 		return
 	}
+	d.mu.Lock()
+	d.setLinksLocked(id, step.Explicit)
+	d.mu.Unlock()
 	if !step.Next.IsZero() {
 		d.schedule(id, step.Next)
 	}

@@ -423,6 +423,9 @@ type StepResult struct {
 	Next time.Time
 	// Gone reports that there is no such subscription (deleted).
 	Gone bool
+	// Explicit is the stream paths the subscription links explicitly (POST …/streams), which its
+	// pattern need not match: a commit on one of them makes it due.
+	Explicit []string
 }
 
 // Step is one pass of the delivery loop: it ends a wake whose lease ran out, links the hint
@@ -447,6 +450,11 @@ func (s *Store) Step(ctx context.Context, id string, hints []string) (StepResult
 		tails, err := refresh(x, sub, hints)
 		if err != nil {
 			return err
+		}
+		for _, l := range sub.St.Links {
+			if l.Explicit {
+				step.Explicit = append(step.Explicit, l.Path)
+			}
 		}
 		if _, err := s.issueWake(x, sub, tails); err != nil {
 			return err
