@@ -136,10 +136,15 @@ func (x *SubscriptionTx) StreamsUnder(prefix, after string, limit int) ([]Stream
 // JSON (or could not be read), and the function may go on without appending to it.
 func (x *SubscriptionTx) LockJSONStream(path string) error {
 	m, err := x.t.s.liveStream(x.t, path)
-	if err == nil && (m.Row.Closed || !IsJSONContentType(m.Row.ContentType)) {
-		err = errors.New("the stream is closed or not a JSON stream")
+	switch {
+	case err != nil:
+		return err
+	case m.Row.Closed:
+		return foldtype.NewError(foldtype.CodeStreamClosed, nil, "the stream %s is closed", quotePath(path))
+	case !IsJSONContentType(m.Row.ContentType):
+		return foldtype.NewError(foldtype.CodeConflict, nil, "the stream %s is not a JSON stream", quotePath(path))
 	}
-	return err
+	return nil
 }
 
 // AppendJSON appends body, a JSON array of messages, to the JSON stream at the store path as one

@@ -269,6 +269,11 @@ func (s *Store) issueWake(x *stream.SubscriptionTx, sub *subscription, tails map
 	body := append(append([]byte("["), joinJSON(msgs)...), ']')
 	// Locks the wake stream (shared databases) before anything of this function is written.
 	if err := x.LockJSONStream("/" + sub.Cfg.WakeStream); err != nil {
+		if !wakeStreamUnusable(err) {
+			// The database did not answer (or failed otherwise): the pass fails and is retried,
+			// rather than issue a wake nobody is told of.
+			return false, fmt.Errorf("subscription %q: take the wake stream %q: %w", sub.ID, sub.Cfg.WakeStream, err)
+		}
 		// No wake stream to write to (missing, closed, not JSON): the wake is still issued, and
 		// a worker can claim it; the application has to create the wake stream to be told.
 		s.log.Warn("subscription: cannot write a wake event to the wake stream", "subscription", sub.ID,
@@ -287,6 +292,21 @@ func (s *Store) issueWake(x *stream.SubscriptionTx, sub *subscription, tails map
 		return false, fmt.Errorf("subscription %q: write a wake event to %q: %w", sub.ID, sub.Cfg.WakeStream, err)
 	}
 	return true, nil
+}
+
+// wakeStreamUnusable reports whether err, from taking a pull-wake subscription's wake stream,
+// says the stream cannot take wake events (missing, deleted, closed, not JSON) rather than that
+// the database failed.
+func wakeStreamUnusable(err error) bool {
+	var fe *foldtype.Error
+	if !errors.As(err, &fe) {
+		return false
+	}
+	switch fe.Code {
+	case foldtype.CodeStreamNotFound, foldtype.CodeStreamGone, foldtype.CodeStreamDeleted, foldtype.CodeStreamClosed, foldtype.CodeConflict:
+		return true
+	}
+	return false
 }
 
 func joinJSON(msgs [][]byte) []byte {

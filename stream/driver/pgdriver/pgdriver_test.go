@@ -264,8 +264,8 @@ func TestListenDeliversOtherNodesCommitsAndRecoversFromAKilledConnection(t *test
 
 	// Kill the listening connection: the listener polls (zero notifications) and reconnects.
 	if _, err := a.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()
-		AND application_name = 'foldstream' AND backend_type = 'client backend'`); err != nil {
+		WHERE datname = current_database() AND application_name = $1 AND backend_type = 'client backend'`,
+		pgdriver.ListenerName(b.Node())); err != nil {
 		t.Fatal(err)
 	}
 	want(0)
