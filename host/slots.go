@@ -705,6 +705,7 @@ func (h *Host) sweep() {
 func (h *Host) committed(path string) {
 	if path == "" {
 		h.leases.rescan() // notifications may have been missed
+		h.retryStoreFailures()
 		return
 	}
 	if !h.hasPatterns.Load() {
