@@ -176,7 +176,7 @@ func (m *Metrics) bind(s *Server) {
 			Name: "foldstream_store_writer_queue",
 			Help: "Writes queued for the store's writer now, not yet taken into a group commit.",
 		}, func() float64 { return float64(s.st.WriterQueue()) }))
-		if ps, ok := s.st.Driver().(driver.PoolStatser); ok {
+		if ps := driver.CapabilitiesOf(s.st.Driver()).PoolStats; ps != nil {
 			m.reg.MustRegister(poolCollector{ps})
 		}
 		pl, okL := s.cfg.Processors.(ProcessorLister)

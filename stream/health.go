@@ -77,7 +77,7 @@ func (s *Store) commitsStall(cause string) {
 	was := h.stalled
 	h.stalled, h.cause = true, cause
 	probe := !h.probing
-	if _, ok := s.drv.(driver.CommitProber); !ok || s.closed.Load() {
+	if s.caps.CommitProber == nil || s.closed.Load() {
 		probe = false
 	}
 	h.probing = h.probing || probe
@@ -140,7 +140,7 @@ func (s *Store) probeCommits() {
 		s.health.probing = false
 		s.health.mu.Unlock()
 	}()
-	p := s.drv.(driver.CommitProber)
+	p := s.caps.CommitProber
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {

@@ -24,7 +24,7 @@ func (s *Store) classifyStorageErr(err error) error {
 	if errors.As(err, &fe) && (fe.Code == foldtype.CodeInsufficientStorage || fe.Code == foldtype.CodeStoreReadOnly) {
 		return err
 	}
-	if c, ok := s.drv.(driver.ErrorClassifier); ok {
+	if c := s.caps.ErrorClassifier; c != nil {
 		if got := c.ClassifyError(err); got != err {
 			return got
 		}

@@ -116,6 +116,7 @@ type Store struct {
 	clock     foldtype.Clock
 	log       *slog.Logger
 	drv       driver.Driver
+	caps      driver.Capabilities // driver.CapabilitiesOf(drv)
 	health    commitHealth
 	exclusive bool // drv.Exclusive(): the writer's stream cache is authoritative
 	// remote collects the streams other processes committed to, for the writer (remotewrites.go).
@@ -227,8 +228,9 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 	if opts.ProducerReorderWait == 0 {
 		opts.ProducerReorderWait = DefaultProducerReorderWait
 	}
+	caps := driver.CapabilitiesOf(d)
 	if err := d.Migrate(ctx); err != nil {
-		if c, ok := d.(driver.ErrorClassifier); ok {
+		if c := caps.ErrorClassifier; c != nil {
 			err = c.ClassifyError(err)
 		}
 		return nil, err
@@ -238,11 +240,12 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		return nil, err
 	}
 	s := &Store{
-		path:      location(d),
+		path:      location(caps),
 		opts:      opts,
 		clock:     opts.Clock,
 		log:       opts.Logger,
 		drv:       d,
+		caps:      caps,
 		exclusive: d.Exclusive(),
 		writes:    make(chan *writeReq, 1024),
 		stop:      make(chan struct{}),
@@ -303,12 +306,12 @@ func (s *Store) remoteChange(n driver.Notification) {
 // Closed reports whether Close was called.
 func (s *Store) Closed() bool { return s.closed.Load() }
 
-// Driver returns the store's driver.
+// Driver returns the store's driver; driver.CapabilitiesOf tells what more it offers.
 func (s *Store) Driver() driver.Driver { return s.drv }
 
-// location names d's database for logs (see [driver.Locator]), or "" when d cannot say.
-func location(d driver.Driver) string {
-	if l, ok := d.(driver.Locator); ok {
+// location names the database for logs (see [driver.Locator]), or "" when its driver cannot say.
+func location(caps driver.Capabilities) string {
+	if l := caps.Locator; l != nil {
 		return l.Location()
 	}
 	return ""

@@ -223,11 +223,10 @@ func (s *Store) needsBarrier(req ReadRequest, res ReadResult) bool {
 // listenBarrier waits until every commit of another node before the call reached this node's
 // listener (driver.ListenBarrier); it fails when the driver cannot tell.
 func (s *Store) listenBarrier(ctx context.Context) error {
-	lb, ok := s.drv.(driver.ListenBarrier)
-	if !ok {
-		return errNoBarrier
+	if lb := s.caps.ListenBarrier; lb != nil {
+		return lb.ListenBarrier(ctx)
 	}
-	return lb.ListenBarrier(ctx)
+	return errNoBarrier
 }
 
 // errNoBarrier: the driver has no listen barrier.

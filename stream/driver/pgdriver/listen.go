@@ -306,7 +306,8 @@ func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, d.classify(fmt.Errorf("listen: connect: %w", err))
 	}
-	for _, ch := range []string{d.channel, d.barrierChannel()} {
+	// The schema's channel last: pg_stat_activity then shows the listener's query as its LISTEN.
+	for _, ch := range []string{d.barrierChannel(), d.channel} {
 		if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{ch}.Sanitize()); err != nil {
 			conn.Close(context.Background())
 			return nil, d.classify(fmt.Errorf("listen: %w", err))
