@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/url"
 	"strings"
+
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
 // ProcessorPrefix is where a foldstream server serves its processors (server.DefaultProcessorPrefix).
-const ProcessorPrefix = "/v1/processor/"
+const ProcessorPrefix = wire.ProcessorPrefix
 
 // ProcessorOpResult is a server's answer to an operator's verb on a processor.
 type ProcessorOpResult struct {

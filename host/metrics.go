@@ -17,11 +17,10 @@ import (
 // exact one rebuilt after its stream was deleted, adds to the same totals, so a counter never goes
 // back and a processor's series stay while it is registered.
 
-// hostMetrics are the host-wide totals: per-slug counters and the lease events.
+// hostMetrics are the host-wide totals: per-slug counters (the lease events are counted by the
+// membership service: LeaseTotals).
 type hostMetrics struct {
-	slugs     sync.Map // slug → *slugCounters
-	takeovers atomic.Uint64
-	handovers atomic.Uint64
+	slugs sync.Map // slug → *slugCounters
 }
 
 // slugCounters implement foldstream.EngineMetrics for every engine of one slug. The hot path
@@ -124,25 +123,13 @@ func (h *Host) ProcessorTotals() []foldtype.ProcessorTotals {
 // LeaseTotals returns how many processor leases the host holds now and how many it took over
 // from and handed over to other nodes so far.
 func (h *Host) LeaseTotals() foldtype.LeaseTotals {
-	t := foldtype.LeaseTotals{Takeovers: h.metrics.takeovers.Load(), Handovers: h.metrics.handovers.Load()}
+	var t foldtype.LeaseTotals
 	if ls := h.leases; ls != nil {
-		ls.mu.Lock()
-		t.Held = len(ls.held)
-		ls.mu.Unlock()
+		held, takeovers, handovers := ls.svc.Totals()
+		t.Held, t.Takeovers, t.Handovers = held, takeovers, handovers
 	}
 	return t
 }
-
-// noteTakeover counts an acquired lease that another node held last (prev, as this node last saw
-// the lease).
-func (h *Host) noteTakeover(prev string, seen bool, node string) {
-	if seen && prev != "" && prev != node {
-		h.metrics.takeovers.Add(1)
-	}
-}
-
-// noteHandover counts a lease given up for another node to take.
-func (h *Host) noteHandover() { h.metrics.handovers.Add(1) }
 
 // ProcessorLag returns what processor slug on the stream at path has yet to process after offset
 // after: the durable events it consumes and the commit time of the first ([stream.Events.Lag]).

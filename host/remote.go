@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
@@ -64,7 +65,7 @@ func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Value
 	if resp.StatusCode == http.StatusOK {
 		// The owner answered a paused or failing processor's last good state (marked): this node
 		// answers the same, from the same checkpoint.
-		switch resp.Header.Get("Foldstream-Processor-State") {
+		switch resp.Header.Get(wire.HeaderProcessorState) {
 		case foldtype.StatePaused:
 			return foldtype.NewError(foldtype.CodeProcessorPaused, map[string]any{"path": path, "slug": slug},
 				"host: processor %q on %q is paused", slug, path)
@@ -77,7 +78,7 @@ func (h *Host) forward(ctx context.Context, addr, path, slug string, q url.Value
 		}
 		return nil
 	}
-	code := foldtype.Code(resp.Header.Get("Foldstream-Error-Code"))
+	code := foldtype.Code(resp.Header.Get(wire.HeaderErrorCode))
 	msg := strings.TrimSpace(string(body))
 	switch {
 	case code != "":

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/wire"
 )
 
 // Processors is what the server needs from a processor host to serve processors over HTTP.
@@ -179,7 +180,7 @@ func (s *Server) serveProcessor(w http.ResponseWriter, r *http.Request, rest str
 
 // HeaderProcessorState marks a processor snapshot that is the processor's last good state: its
 // value is the processor's state, failing or paused (docs/operations.md#last-good-state).
-const HeaderProcessorState = "Foldstream-Processor-State"
+const HeaderProcessorState = wire.HeaderProcessorState
 
 // lastGoodFor returns the state a snapshot read's error says the processor is in when its last
 // good state answers instead (failing or paused), or "".

@@ -42,7 +42,7 @@ const (
 	// DefaultPrefix is where streams are served.
 	DefaultPrefix = "/v1/stream/"
 	// DefaultProcessorPrefix is where processors are served (when Config.Processors is set).
-	DefaultProcessorPrefix = "/v1/processor/"
+	DefaultProcessorPrefix = wire.ProcessorPrefix
 	// DefaultLongPollTimeout is how long a long-poll waits for data, and the SSE keep-alive
 	// interval. 20 s stays below common proxy idle timeouts (30–60 s); the conformance suite
 	// runs with 500 ms.

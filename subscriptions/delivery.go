@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/membership"
 	"github.com/foldstream/foldstream/internal/wire"
 	"github.com/foldstream/foldstream/stream"
 )
@@ -105,18 +106,14 @@ type Delivery struct {
 	sending map[string]bool    // a webhook attempt in flight per subscription
 	reload  bool
 	signal  chan struct{}
-	// deadline is when the delivery lease this node holds runs out by its own monotonic clock,
-	// counted from the moment the take or renewal was sent (zero: not held). Passes and webhook
-	// attempts run only before it: a node woken from a freeze (a GC pause, a stopped VM) past it
-	// sends nothing more until it renewed the lease, although another node may have taken
-	// delivery over meanwhile. monoNow reads that clock (DeliveryConfig.MonotonicNow).
-	deadline time.Time
-	monoNow  func() time.Time
-	// lapsed: the deadline passed and was logged (once per lapse).
-	lapsed bool
-	// exclusive: the store is a file only this process opens, so no other node can take the
-	// lease over and the deadline is not checked.
-	exclusive bool
+	// lease is the delivery lease (membership.Leader: one node delivers). It keeps the lease's
+	// local deadline on the monotonic clock (DeliveryConfig.MonotonicNow), counted from the moment
+	// the take or renewal was sent; passes and webhook attempts run only before it: a node woken
+	// from a freeze (a GC pause, a stopped VM) past it sends nothing more until it renewed the
+	// lease, although another node may have taken delivery over meanwhile. On an exclusive store
+	// (a file only this process opens) no other node can take the lease over and the deadline is
+	// not checked.
+	lease *membership.Leader
 }
 
 type timerAt struct {
@@ -159,7 +156,7 @@ func newDelivery(cfg DeliveryConfig) *Delivery {
 	cfg = cfg.withDefaults()
 	return &Delivery{cfg: cfg, log: cfg.Logger, holder: cfg.NodeID, configs: map[string]Config{},
 		due: map[string][]string{}, linked: map[string]map[string]bool{}, linksOf: map[string][]string{}, timers: map[string]timerAt{}, sending: map[string]bool{}, signal: make(chan struct{}, 1),
-		monoNow: cfg.MonotonicNow, sem: make(chan struct{}, cfg.MaxWebhookConcurrency),
+		sem:    make(chan struct{}, cfg.MaxWebhookConcurrency),
 		client: webhookClient(cfg.WebhookTimeout, cfg.AllowLoopbackWebhooks), stopping: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -177,7 +174,8 @@ func StartDelivery(st *stream.Store, cfg DeliveryConfig) *Delivery {
 	}
 	d := newDelivery(cfg)
 	d.subs, d.ss = New(st), ss
-	d.exclusive = ss.Exclusive()
+	d.lease = membership.NewLeader(membership.LeaderConfig{Taker: ss, Key: DeliveryLeaseKey, Holder: d.holder,
+		TTL: d.cfg.LeaseTTL, Now: d.cfg.MonotonicNow, Exclusive: ss.Exclusive()})
 	d.reload, d.allDue = true, true
 	stopKicks := ss.Watch(d.kicked)
 	stopChanges := ss.WatchChanges(d.changed)
@@ -304,7 +302,6 @@ func (d *Delivery) run() {
 	log := d.log
 	ctx := context.Background()
 	leader := false
-	var leaseAt time.Time
 	var pollAt time.Time
 	tick := make(chan struct{}, 1)
 	var stopTick func() bool
@@ -332,16 +329,8 @@ func (d *Delivery) run() {
 		d.mu.Lock()
 		any := len(d.configs) > 0
 		d.mu.Unlock()
-		if any && !now.Before(leaseAt) {
-			sent := d.monoNow()
-			ok, err := d.ss.TakeLease(ctx, DeliveryLeaseKey, d.holder, d.cfg.LeaseTTL)
-			d.mu.Lock()
-			if ok && err == nil {
-				d.deadline, d.lapsed = sent.Add(d.cfg.LeaseTTL), false
-			} else {
-				d.deadline = time.Time{}
-			}
-			d.mu.Unlock()
+		if any && !now.Before(d.lease.Next()) {
+			ok, err := d.lease.Take(ctx, now)
 			if err != nil {
 				if d.stopped() {
 					return
@@ -354,13 +343,9 @@ func (d *Delivery) run() {
 				d.allDue = true
 				d.mu.Unlock()
 			}
-			leader = ok && err == nil
-			leaseAt = now.Add(d.cfg.LeaseTTL / 3)
+			leader = ok
 		} else if !any && leader {
-			d.mu.Lock()
-			d.deadline = time.Time{}
-			d.mu.Unlock()
-			if err := d.ss.ReleaseLease(ctx, DeliveryLeaseKey, d.holder); err != nil && !d.stopped() {
+			if err := d.lease.Release(ctx); err != nil && !d.stopped() {
 				log.Warn("subscriptions: release the delivery lease", "err", err)
 			}
 			leader = false
@@ -370,7 +355,7 @@ func (d *Delivery) run() {
 		}
 		// Sleep until the next poll, lease renewal, or a signal.
 		next := pollAt
-		if any && leaseAt.Before(next) {
+		if leaseAt := d.lease.Next(); any && leaseAt.Before(next) {
 			next = leaseAt
 		}
 		if stopTick != nil {
@@ -392,24 +377,19 @@ func (d *Delivery) run() {
 		stopTick()
 	}
 	if leader {
-		_ = d.ss.ReleaseLease(ctx, DeliveryLeaseKey, d.holder)
+		_ = d.lease.Release(ctx)
 	}
 }
 
 // holdsLease reports whether the delivery lease is still this node's by its local deadline, and
-// logs the first time it is not (see Delivery.deadline).
+// logs the first time it is not (see Delivery.lease).
 func (d *Delivery) holdsLease() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.exclusive || d.monoNow().Before(d.deadline) {
-		return true
-	}
-	if !d.lapsed && !d.deadline.IsZero() {
-		d.lapsed = true
+	ok, lapsed := d.lease.Holds()
+	if lapsed {
 		d.log.Warn("subscriptions: the delivery lease is past its local deadline; no pass or webhook attempt until it is renewed",
 			"node", d.holder)
 	}
-	return false
+	return ok
 }
 
 // passes runs one pass for each subscription that needs one.

@@ -46,7 +46,15 @@ const (
 	// HeaderPauseReason carries a paused stream's reason, percent-encoded (as by JavaScript's
 	// encodeURIComponent; decode with decodeURIComponent or url.PathUnescape).
 	HeaderPauseReason = "Foldstream-Pause-Reason"
+	// HeaderProcessorState marks a processor snapshot that is the processor's last good state
+	// (paused or failing; docs/operations.md#last-good-state).
+	HeaderProcessorState = "Foldstream-Processor-State"
 )
+
+// ProcessorPrefix is where a foldstream server serves its processor routes by default
+// (server.DefaultProcessorPrefix): ProcessorPrefix + slug + stream path. A node forwards a
+// processor read to its owner on this route.
+const ProcessorPrefix = "/v1/processor/"
 
 // ProblemContentType is the Content-Type of every error answer's body: an RFC 9457 problem
 // details object (docs/server.md#errors).

@@ -51,6 +51,7 @@ var floors = map[string]int{
 	"stream":                     3,
 	"stream/driver/sqlitedriver": 3,
 	"stream/driver/pgdriver":     3,
+	"internal/membership":        3,
 	"storeopen":                  4,
 	"subscriptions":              4,
 	"stream/driver/drivertest":   5,
