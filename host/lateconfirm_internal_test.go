@@ -117,138 +117,126 @@ func (p *effectful) emitErrors() []error {
 // effect a second time. When another holder did take the lease over meanwhile, the emit is
 // refused with LEASE_LOST and writes nothing.
 func TestAnEffectThatRanIsRecordedWhenItsLeaseCannotBeConfirmedInTime(t *testing.T) {
-	{
-		const ttl = time.Second
-		ctx := context.Background()
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "late.db")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		drv := &stalledRenewals{Driver: sd}
-		s, err := stream.OpenDriver(ctx, drv, stream.Config{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close(context.Background())
-		h, err := New(s, Config{LeaseTTL: ttl, NodeID: "me", Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Shutdown(ctx)
-		c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "fx", Version: "1",
-			Consumes: []string{"tick"}, Emits: []string{"done"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := &effectful{Base: foldstream.NewBase(c), runs: map[int64]int{}, started: make(chan int64, 8), proceed: make(chan struct{})}
-		var release sync.Once
-		letGo := func() { release.Do(func() { close(p.proceed) }) }
-		defer letGo() // before the host's shutdown, which waits for a ProcessEvent in progress
-		defer drv.resume()
-		for _, path := range []string{"/s/kept", "/s/taken"} {
-			if _, err := Register(ctx, h, path, foldstream.Processor[fxState](p)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		tick := func(path string) int64 {
-			t.Helper()
-			evs, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return evs[0].Offset
-		}
-		checkpointAt := func(path string) int64 {
-			t.Helper()
-			cps, err := s.Events().Checkpoints(ctx, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cp, _, err := cps.ReadCheckpoint(ctx, "fx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return cp.ReducedThroughOffset
-		}
-
-		// The lease stays this node's: the effect's emit and checkpoint commit unconfirmed.
-		off := tick("/s/kept")
-		if got := <-p.started; got != off {
-			t.Fatalf("effect started for offset %d, want %d", got, off)
-		}
-		kept := procKey{"/s/kept", "fx"}
-		l, ok := h.leases.heldLease(kept)
-		if !ok {
-			t.Fatal("the engine runs without its lease")
-		}
-		drv.stall()
-		pastDeadline(t, h.leases, kept, l.Generation) // nobody takes the lease
-		p.proceed <- struct{}{}
-		emitted(t, p, 1)
-		if errs := p.emitErrors(); errs[0] != nil {
-			t.Fatalf("the emit under an unconfirmed lease nobody took answered %v, want it committed", errs)
-		}
-		if !wait.For(5*ttl, func() bool { return checkpointAt("/s/kept") >= off }) {
-			t.Fatalf("checkpoint at %d after the effect of %d ran, want it recorded without a renewal", checkpointAt("/s/kept"), off)
-		}
-		drv.resume()
-		// Renewals answer again: the engine goes on under the same lease (had it been given up, a
-		// new engine under a new generation would run the effect again).
-		if !wait.For(10*ttl, func() bool { _, ok, _ := h.leases.workable(kept, l.Generation); return ok }) {
-			t.Fatal("the lease was not confirmed once renewals answered again")
-		}
-		if now, ok := h.leases.heldLease(kept); !ok || now.Generation != l.Generation {
-			t.Fatalf("lease %+v after the stall, want generation %d still held", now, l.Generation)
-		}
-		if n := p.runsOf(off); n != 1 {
-			t.Fatalf("the effect of offset %d ran %d times, want once", off, n)
-		}
-
-		// Another holder takes the lease over while this node cannot renew: the emit is refused.
-		off = tick("/s/taken")
-		if got := <-p.started; got != off {
-			t.Fatalf("effect started for offset %d, want %d", got, off)
-		}
-		taken := procKey{"/s/taken", "fx"}
-		l, ok = h.leases.heldLease(taken)
-		if !ok {
-			t.Fatal("the engine runs without its lease")
-		}
-		drv.stall()
-		pastDeadline(t, h.leases, taken, l.Generation)
-		key := leaseKey(taken)
-		// The other holder takes it once it ran out in the database too.
-		if !wait.For(10*ttl, func() bool {
-			_, ok, err := sd.AcquireLease(ctx, key, "other", "", time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ok
-		}) {
-			t.Fatal("the other holder could not take the lease over")
-		}
-		p.proceed <- struct{}{}
-		emitted(t, p, 2)
-		errs := p.emitErrors()
-		if !errors.Is(errs[1], foldtype.ErrLeaseLost) {
-			t.Fatalf("the emit after a takeover answered %v, want LEASE_LOST", errs)
-		}
-		page, err := s.Events().Stream("/s/taken").Read(ctx, 0, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range page.Events {
-			if ev.Type == "done" {
-				t.Fatalf("the refused emit was written: %+v", ev)
-			}
-		}
-		if at := checkpointAt("/s/taken"); at >= off {
-			t.Fatalf("checkpoint at %d after the lease was taken over, want it short of %d", at, off)
-		}
-		drv.resume()
-		letGo() // the ticks' effects may run again now, for nothing waits
+	const ttl = time.Second
+	ctx := context.Background()
+	var drv *stalledRenewals
+	s, h := sqliteHost(t, nil, Config{LeaseTTL: ttl, NodeID: "me"}, func(d *sqlitedriver.Driver) driver.Driver {
+		drv = &stalledRenewals{Driver: d}
+		return drv
+	})
+	sd := drv.Driver
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "fx", Version: "1",
+		Consumes: []string{"tick"}, Emits: []string{"done"}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	p := &effectful{Base: foldstream.NewBase(c), runs: map[int64]int{}, started: make(chan int64, 8), proceed: make(chan struct{})}
+	var release sync.Once
+	letGo := func() { release.Do(func() { close(p.proceed) }) }
+	defer letGo() // before the host's shutdown, which waits for a ProcessEvent in progress
+	defer drv.resume()
+	for _, path := range []string{"/s/kept", "/s/taken"} {
+		if _, err := Register(ctx, h, path, foldstream.Processor[fxState](p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick := func(path string) int64 {
+		t.Helper()
+		evs, err := s.Events().Stream(path).Append(ctx, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0].Offset
+	}
+	checkpointAt := func(path string) int64 {
+		t.Helper()
+		cps, err := s.Events().Checkpoints(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, _, err := cps.ReadCheckpoint(ctx, "fx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp.ReducedThroughOffset
+	}
+
+	// The lease stays this node's: the effect's emit and checkpoint commit unconfirmed.
+	off := tick("/s/kept")
+	if got := <-p.started; got != off {
+		t.Fatalf("effect started for offset %d, want %d", got, off)
+	}
+	kept := procKey{"/s/kept", "fx"}
+	l, ok := h.leases.heldLease(kept)
+	if !ok {
+		t.Fatal("the engine runs without its lease")
+	}
+	drv.stall()
+	pastDeadline(t, h.leases, kept, l.Generation) // nobody takes the lease
+	p.proceed <- struct{}{}
+	emitted(t, p, 1)
+	if errs := p.emitErrors(); errs[0] != nil {
+		t.Fatalf("the emit under an unconfirmed lease nobody took answered %v, want it committed", errs)
+	}
+	if !wait.For(5*ttl, func() bool { return checkpointAt("/s/kept") >= off }) {
+		t.Fatalf("checkpoint at %d after the effect of %d ran, want it recorded without a renewal", checkpointAt("/s/kept"), off)
+	}
+	drv.resume()
+	// Renewals answer again: the engine goes on under the same lease (had it been given up, a
+	// new engine under a new generation would run the effect again).
+	if !wait.For(10*ttl, func() bool { _, ok, _ := h.leases.workable(kept, l.Generation); return ok }) {
+		t.Fatal("the lease was not confirmed once renewals answered again")
+	}
+	if now, ok := h.leases.heldLease(kept); !ok || now.Generation != l.Generation {
+		t.Fatalf("lease %+v after the stall, want generation %d still held", now, l.Generation)
+	}
+	if n := p.runsOf(off); n != 1 {
+		t.Fatalf("the effect of offset %d ran %d times, want once", off, n)
+	}
+
+	// Another holder takes the lease over while this node cannot renew: the emit is refused.
+	off = tick("/s/taken")
+	if got := <-p.started; got != off {
+		t.Fatalf("effect started for offset %d, want %d", got, off)
+	}
+	taken := procKey{"/s/taken", "fx"}
+	l, ok = h.leases.heldLease(taken)
+	if !ok {
+		t.Fatal("the engine runs without its lease")
+	}
+	drv.stall()
+	pastDeadline(t, h.leases, taken, l.Generation)
+	key := leaseKey(taken)
+	// The other holder takes it once it ran out in the database too.
+	if !wait.For(10*ttl, func() bool {
+		_, ok, err := sd.AcquireLease(ctx, key, "other", "", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}) {
+		t.Fatal("the other holder could not take the lease over")
+	}
+	p.proceed <- struct{}{}
+	emitted(t, p, 2)
+	errs := p.emitErrors()
+	if !errors.Is(errs[1], foldtype.ErrLeaseLost) {
+		t.Fatalf("the emit after a takeover answered %v, want LEASE_LOST", errs)
+	}
+	page, err := s.Events().Stream("/s/taken").Read(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range page.Events {
+		if ev.Type == "done" {
+			t.Fatalf("the refused emit was written: %+v", ev)
+		}
+	}
+	if at := checkpointAt("/s/taken"); at >= off {
+		t.Fatalf("checkpoint at %d after the lease was taken over, want it short of %d", at, off)
+	}
+	drv.resume()
+	letGo() // the ticks' effects may run again now, for nothing waits
 }
 
 // pastDeadline waits until this node's lease of key at generation is past its local deadline
@@ -266,4 +254,32 @@ func emitted(t *testing.T, p *effectful, n int) {
 	if !wait.For(time.Minute, func() bool { return len(p.emitErrors()) >= n }) {
 		t.Fatalf("the emit did not answer (%d answers, want %d)", len(p.emitErrors()), n)
 	}
+}
+
+// sqliteHost opens a host on a store in a fresh SQLite file (the store's clock, when set), its
+// driver wrapped by wrap when set, both closed at the test's end, with logs discarded.
+func sqliteHost(t *testing.T, clock foldtype.Clock, cfg Config, wrap func(*sqlitedriver.Driver) driver.Driver) (*stream.Store, *Host) {
+	t.Helper()
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "host.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d driver.Driver = sd
+	if wrap != nil {
+		d = wrap(sd)
+	}
+	s, err := stream.OpenDriver(ctx, d, stream.Config{Logger: quiet, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	cfg.Logger = quiet
+	h, err := New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Shutdown(context.Background()) })
+	return s, h
 }

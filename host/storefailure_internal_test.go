@@ -3,9 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,8 +10,6 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/wait"
-	"github.com/foldstream/foldstream/stream"
-	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -53,22 +48,7 @@ func (p *flaky) set(err error) {
 // failing for a reason of its own keeps its backoff.
 func TestAProcessorFailingBecauseTheStoreWasOutOfReachRetriesWhenTheStoreSaysItMayBeBack(t *testing.T) {
 	ctx := context.Background()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	clock := testsupport.NewFakeClock()
-	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "back.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stream.OpenDriver(ctx, sd, stream.Config{Logger: quiet, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	h, err := New(s, Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Shutdown(ctx)
+	s, h := sqliteHost(t, testsupport.NewFakeClock(), Config{}, nil)
 	procs := map[string]*flaky{}
 	for _, slug := range []string{"store", "own"} {
 		c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: slug, Version: "1", Consumes: []string{"tick"}})
