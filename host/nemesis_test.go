@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,13 +37,16 @@ import (
 // drawn at random from all five; FOLDSTREAM_NEMESIS_MAX (a Go duration) bounds its time and
 // FOLDSTREAM_NEMESIS_REPORT names a file its figures are written to. FOLDSTREAM_NEMESIS_KINDS
 // (fault names, comma-separated: kill,freeze,term,db cut,db restart) draws the faults from those
-// only, to reproduce one. Without them the short form runs one round of each fault but the
-// database cut.
+// only, to reproduce one; FOLDSTREAM_NEMESIS_LOGS keeps the nodes' logs of a failed run. Without
+// them the short form runs one round of each fault but the database cut.
 const (
 	nemesisKindsEnv  = "FOLDSTREAM_NEMESIS_KINDS"
 	nemesisRoundsEnv = "FOLDSTREAM_NEMESIS_ROUNDS"
 	nemesisMaxEnv    = "FOLDSTREAM_NEMESIS_MAX"
 	nemesisReportEnv = "FOLDSTREAM_NEMESIS_REPORT"
+	// nemesisLogsEnv names a directory the nodes' logs (every incarnation's) are written to
+	// when the soak fails, for the violation's diagnosis.
+	nemesisLogsEnv = "FOLDSTREAM_NEMESIS_LOGS"
 )
 
 // The faults of the soak beyond the cluster tests' kill, freeze and graceful stop: a node's
@@ -134,6 +138,19 @@ func soakUnderNemeses(t *testing.T, kinds []faultKind, rounds int, long bool, ma
 	t.Cleanup(func() {
 		for _, nd := range nodes {
 			nd.kill()
+		}
+		if dir := os.Getenv(nemesisLogsEnv); dir != "" && t.Failed() {
+			// Every incarnation's log is complete once its process ended.
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Log(err)
+				return
+			}
+			for _, nd := range nodes {
+				if err := os.WriteFile(filepath.Join(dir, nd.name+".log"), []byte(nd.logText()), 0o644); err != nil {
+					t.Log(err)
+				}
+			}
+			t.Logf("the nodes' logs are in %s", dir)
 		}
 	})
 	lb := lbClient(nodes)
