@@ -47,25 +47,15 @@ func benchStore(b *testing.B) (*Store, string) {
 func appendConcurrently(b *testing.B, s *Store, n, k int) time.Duration {
 	b.Helper()
 	ctx := context.Background()
-	var wg sync.WaitGroup
 	start := time.Now()
-	for w := range k {
-		share := n / k
-		if w < n%k {
-			share++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range share {
-				if _, err := s.Events().Stream("/bench").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
-					b.Error(err)
-					return
-				}
+	inShares(n, k, func(_, share int) {
+		for range share {
+			if _, err := s.Events().Stream("/bench").Append(ctx, foldtype.EventInput{Type: "bench/event", Payload: benchPayload}); err != nil {
+				b.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	return time.Since(start)
 }
 
