@@ -34,7 +34,7 @@ func ReleaseLeases(ctx context.Context, d Driver, ls []Lease, idle bool) error {
 	if len(ls) == 0 {
 		return nil
 	}
-	if b := CapabilitiesOf(d).LeaseBatchReleaser; b != nil {
+	if b, ok := d.(LeaseBatchReleaser); ok {
 		return b.ReleaseLeases(ctx, ls, idle)
 	}
 	var first error
