@@ -86,6 +86,14 @@ func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 		}
 		cfg.Authorize = bt.Authorize
 	}
+	srv, ts := serveHosted(t, st, h, cfg)
+	return &secured{url: ts.URL, st: st, h: h, srv: srv}
+}
+
+// serveHosted serves st and its host h on 127.0.0.1 with cfg; at the test's end it shuts the
+// server down, then the host, then closes the store.
+func serveHosted(t testing.TB, st *stream.Store, h *host.Host, cfg server.Config) (*server.Server, *httptest.Server) {
+	t.Helper()
 	srv := newServer(t, st, cfg)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
@@ -94,7 +102,7 @@ func setupSecured(t *testing.T, cfg server.Config, tokens bool) *secured {
 		_ = h.Shutdown(context.Background())
 		st.Close(context.Background())
 	})
-	return &secured{url: ts.URL, st: st, h: h, srv: srv}
+	return srv, ts
 }
 
 // request sends one request; headers are name, value pairs. The body is read in full.
@@ -174,14 +182,7 @@ func opsServer(t *testing.T, clk foldtype.Clock, hcfg host.Config, operator stri
 	if scfg.Logger == nil {
 		scfg.Logger = quiet
 	}
-	srv := newServer(t, st, scfg)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
+	_, ts := serveHosted(t, st, h, scfg)
 	return st, h, ts
 }
 

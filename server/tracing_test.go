@@ -43,14 +43,7 @@ func TestAnHTTPAppendIsTracedIntoTheProcessorThatRunsIt(t *testing.T) {
 	if _, err := host.Register(ctx, h, "/events", sourceRecorder{foldstream.NewBase(c)}); err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(t, st, server.Config{Processors: h, Logger: quiet, TracerProvider: tp, LongPollTimeout: 100 * time.Millisecond})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		st.Close(context.Background())
-	})
+	_, ts := serveHosted(t, st, h, server.Config{Processors: h, Logger: quiet, TracerProvider: tp, LongPollTimeout: 100 * time.Millisecond})
 
 	const callerTrace, callerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	const eventTrace, eventSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
