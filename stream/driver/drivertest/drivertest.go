@@ -544,6 +544,85 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		}
 	})
 
+	t.Run("RenewExtendsALeaseWhileAFencedWriteHoldsIt", func(t *testing.T) {
+		// A busy processor's groups hold its lease row for their fence one after another; a
+		// renewal that only skipped such a row would leave the lease unextended until it ran out
+		// under a node still running it (docs/postgres.md#processors-and-leases).
+		h := open(t, newDriver)
+		a, _, err := h.d.AcquireLease(ctx, "a", "node", "", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := h.w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := tx.CheckFence(ctx, a.Fence(), "emit"); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		sent := time.Now()
+		renewed, err := h.d.RenewLeases(rctx, "node", []driver.Lease{a}, time.Hour)
+		if err != nil || len(renewed) != 1 {
+			t.Fatalf("renew while a fenced write is open: got %+v %v, want the lease held", renewed, err)
+		}
+		if left := renewed[0].Expires.Sub(sent); left < 30*time.Minute {
+			t.Fatalf("renewed for an hour while a fenced write held the lease: %v left, want it extended", left)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("ATakeoverWaitsForAFencedWriteInFlight", func(t *testing.T) {
+		// The fence holds: a write that found its lease held commits before another holder's
+		// takeover does, so the new holder reads what the old one wrote and nothing after. On an
+		// exclusive database one process holds every lease, and its host takes one again only
+		// after the engine under the old generation closed.
+		h := open(t, newDriver)
+		if h.d.Exclusive() {
+			t.Skip("an exclusive database's leases are held by one process")
+		}
+		a, _, err := h.d.AcquireLease(ctx, "a", "node-a", "", time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // past its expiry: free for anyone to take
+		tx, err := h.w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
+			Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 7}, Fence: a.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+		type took struct {
+			l   driver.Lease
+			ok  bool
+			err error
+		}
+		done := make(chan took, 1)
+		go func() {
+			l, ok, err := h.d.AcquireLease(ctx, "a", "node-b", "", time.Minute)
+			done <- took{l, ok, err}
+		}()
+		select {
+		case got := <-done:
+			t.Fatalf("a takeover committed while a fenced write was in flight: %+v", got)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("the fenced write, committed before the takeover: %v", err)
+		}
+		got := <-done
+		if got.err != nil || !got.ok || got.l.Generation != a.Generation+1 {
+			t.Fatalf("takeover after the write: %+v, want generation %d", got, a.Generation+1)
+		}
+	})
+
 	t.Run("ProcessorStateFencedByLease", func(t *testing.T) {
 		h := open(t, newDriver)
 		l, ok, err := h.d.AcquireLease(ctx, "lease", "node-a", "", time.Minute)

@@ -46,11 +46,13 @@ func (d *Driver) AcquireLease(ctx context.Context, key, holder, addr string, ttl
 }
 
 // RenewLeases extends, in one statement, every lease of held that holder still holds at its
-// generation and did not release. Rows another transaction has locked right now — a checkpoint
-// write checking its fence holds its lease row FOR SHARE until its group commits — are skipped
-// (SKIP LOCKED) rather than waited for: waiting on one while holding the others would deadlock
-// with a group that fences two checkpoints. A skipped lease is read back and returned as still
-// held, at its current expiry, when it did not change hands; the next renewal extends it.
+// generation and did not release. A fenced write's lock on a lease row (FOR KEY SHARE, held until
+// its group commits) does not conflict with the renewal's (FOR NO KEY UPDATE), so a busy
+// processor's lease is extended like any other. Rows another statement has locked for an update
+// right now (a takeover's attempt, a release) are skipped (SKIP LOCKED) rather than waited for, so
+// one slow statement never holds up the renewal of the others; a skipped lease is read back and
+// returned as still held, at its current expiry, when it did not change hands, and the next
+// renewal extends it.
 func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.Lease, ttl time.Duration) ([]driver.Lease, error) {
 	if len(held) == 0 {
 		return nil, nil
@@ -85,7 +87,7 @@ func (d *Driver) RenewLeases(ctx context.Context, holder string, held []driver.L
 		  SELECT l.key, h.status FROM leases AS l JOIN unnest($2::text[], $3::bigint[], $5::text[]) AS h(key, generation, status)
 		    ON l.key = h.key AND l.generation = h.generation
 		  WHERE l.holder = $1 AND l.expires_at >= '1970-01-02'::timestamptz
-		  FOR UPDATE OF l SKIP LOCKED)
+		  FOR NO KEY UPDATE OF l SKIP LOCKED)
 		UPDATE leases AS l SET expires_at = clock_timestamp() + $4 * interval '1 millisecond',
 		  status = CASE WHEN mine.status = '' THEN l.status ELSE mine.status END
 		FROM mine WHERE l.key = mine.key

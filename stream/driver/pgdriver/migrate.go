@@ -163,6 +163,13 @@ var migrations = []migration{
 			reserved bigint NOT NULL
 		)`,
 	}},
+	// A fenced write reads its lease row FOR KEY SHARE (docs/postgres.md#processors-and-leases): a renewal,
+	// which changes only the expiry and status, then takes the row at once, while a takeover,
+	// which changes the generation, waits for the write. PostgreSQL counts a column as part of a
+	// key, and an update of it as conflicting with KEY SHARE, when a unique index holds it.
+	{version: 9, name: "leases_key_generation", stmts: []string{
+		`CREATE UNIQUE INDEX leases_key_generation ON leases (key, generation)`,
+	}},
 }
 
 // lockKey derives a 32-bit advisory-lock class from the schema and a purpose, so stores in

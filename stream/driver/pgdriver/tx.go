@@ -712,9 +712,9 @@ func (t *writeTx) DeleteClaim(ctx context.Context, c driver.Claim, exact bool) e
 	return t.exec(ctx, "delete claim", `DELETE FROM claims WHERE path = $1 AND slug = $2`, c.Path, c.Slug)
 }
 
-// WriteCheckpoint upserts the checkpoint. With a fence it first reads the lease row FOR SHARE:
-// a node taking the lease over must update that row, so it waits for this transaction, and this
-// transaction sees a generation that moved on and writes nothing (LEASE_LOST).
+// WriteCheckpoint upserts the checkpoint. With a fence it first checks the lease (checkFence): a
+// node taking the lease over waits for this transaction, or this transaction sees a generation
+// that moved on and writes nothing (LEASE_LOST).
 func (t *writeTx) WriteCheckpoint(ctx context.Context, w driver.CheckpointWrite) error {
 	if err := t.checkFence(ctx, w.Fence, fmt.Sprintf("write checkpoint %q", w.Slug)); err != nil {
 		return err
@@ -748,14 +748,17 @@ func (t *writeTx) CheckFence(ctx context.Context, f *driver.Fence, what string) 
 }
 
 // checkFence fails with LEASE_LOST when f is set and its lease is no longer held at its
-// generation. It reads the lease row FOR SHARE: a node taking the lease over must update that row,
-// so it waits for this transaction, and this transaction sees a generation that moved on.
+// generation. It reads the lease row FOR KEY SHARE until the transaction ends: a node taking the
+// lease over changes the row's generation, a key column (the unique index leases_key_generation),
+// so it waits for this transaction, and this transaction sees a generation that moved on; the
+// holder's renewals change only the expiry and status and are not held up, however long the
+// write's group takes to commit (docs/postgres.md#processors-and-leases).
 func (t *writeTx) checkFence(ctx context.Context, f *driver.Fence, what string) error {
 	if f == nil {
 		return nil
 	}
 	var gen int64
-	err := t.tx.QueryRow(ctx, `SELECT generation FROM leases WHERE key = $1 FOR SHARE`, f.Key).Scan(&gen)
+	err := t.tx.QueryRow(ctx, `SELECT generation FROM leases WHERE key = $1 FOR KEY SHARE`, f.Key).Scan(&gen)
 	if err != nil && !isNoRows(err) {
 		return t.d.classify(fmt.Errorf("%s: check lease: %w", what, err))
 	}
