@@ -283,3 +283,80 @@ func sqliteHost(t *testing.T, clock foldtype.Clock, cfg Config, wrap func(*sqlit
 	t.Cleanup(func() { h.Shutdown(context.Background()) })
 	return s, h
 }
+
+// TestAUnitInFlightWhenItsLeaseCannotBeConfirmedFinishesAndIsRecorded: the node's renewals stall
+// past the lease (a loaded machine) while a tick's effect is in flight, and the renewal that
+// fails gives the lease up as unconfirmed. Nobody took it over, so the unit finishes: its emit
+// and checkpoint commit through the database's fence, the engine closes and releases the lease,
+// and the next engine, once renewals answer again, starts after the tick — its effect ran once.
+// Before, the failed renewal stopped the engine at once, the emit was refused, the checkpoint
+// never written, and the next engine ran the tick's effect again.
+func TestAUnitInFlightWhenItsLeaseCannotBeConfirmedFinishesAndIsRecorded(t *testing.T) {
+	const ttl = time.Second
+	ctx := context.Background()
+	var drv *stalledRenewals
+	s, h := sqliteHost(t, nil, Config{LeaseTTL: ttl, NodeID: "me"}, func(d *sqlitedriver.Driver) driver.Driver {
+		drv = &stalledRenewals{Driver: d}
+		return drv
+	})
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "fx", Version: "1",
+		Consumes: []string{"tick"}, Emits: []string{"done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &effectful{Base: foldstream.NewBase(c), runs: map[int64]int{}, started: make(chan int64, 8), proceed: make(chan struct{})}
+	var release sync.Once
+	letGo := func() { release.Do(func() { close(p.proceed) }) }
+	defer letGo()
+	defer drv.resume()
+	if _, err := Register(ctx, h, "/s/slow", foldstream.Processor[fxState](p)); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() int64 {
+		t.Helper()
+		evs, err := s.Events().Stream("/s/slow").Append(ctx, foldtype.EventInput{Type: "tick", Payload: foldtype.JSON(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0].Offset
+	}
+	off := tick()
+	if got := <-p.started; got != off {
+		t.Fatalf("effect started for offset %d, want %d", got, off)
+	}
+	key := procKey{"/s/slow", "fx"}
+	drv.stall()
+	// A renewal fails past the lease's local deadline: the node gives the engine up.
+	if !wait.For(20*ttl, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		sl := h.slots[key]
+		return sl == nil || sl.state != slotOpen
+	}) {
+		t.Fatal("the engine stayed open under a lease renewals could not confirm")
+	}
+	p.proceed <- struct{}{}
+	emitted(t, p, 1)
+	if errs := p.emitErrors(); errs[0] != nil {
+		t.Fatalf("the emit of the unit in flight answered %v, want it committed under the fence", errs)
+	}
+	cps, err := s.Events().Checkpoints(ctx, "/s/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !wait.For(10*ttl, func() bool {
+		cp, _, err := cps.ReadCheckpoint(ctx, "fx")
+		return err == nil && cp.ReducedThroughOffset >= off
+	}) {
+		t.Fatalf("no checkpoint through %d after its effect ran", off)
+	}
+	drv.resume()
+	next := tick()
+	if got := <-p.started; got != next {
+		t.Fatalf("the next engine ran the effect of offset %d, want %d (the tick whose effect ran is %d)", got, next, off)
+	}
+	letGo()
+	if n := p.runsOf(off); n != 1 {
+		t.Fatalf("the effect of offset %d ran %d times, want once", off, n)
+	}
+}

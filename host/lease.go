@@ -209,6 +209,13 @@ func (ls *leaseSet) Lost(key string) {
 	}
 }
 
+// Unconfirmed winds down the engine whose lease renewals could not confirm in time
+// (membership.Work): false when none is open under it.
+func (ls *leaseSet) Unconfirmed(key string) bool {
+	k, ok := parseLeaseKey(key)
+	return ok && ls.h.leaseUnconfirmed(k)
+}
+
 // Wanted returns the lease keys of the exact registrations, which each scan looks up
 // (membership.Work).
 func (ls *leaseSet) Wanted(limit int) []string {

@@ -647,6 +647,12 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	stopped := h.shutdown
 	h.mu.Unlock()
 	h.releaseAfterClose(sl, settled, !sl.handoff && !stopped && err == nil)
+	h.forgetClosed(sl)
+}
+
+// forgetClosed forgets a slot whose engine closed and whose lease was settled; a commit that
+// arrived meanwhile queues it to open again.
+func (h *Host) forgetClosed(sl *slot) {
 	h.mu.Lock()
 	if h.slots[sl.key] == sl {
 		delete(h.slots, sl.key)

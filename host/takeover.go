@@ -186,11 +186,69 @@ func (h *Host) handOff(key procKey) {
 	}()
 }
 
+// leaseUnconfirmed winds down the engine of key, whose lease renewals could not confirm before
+// its local deadline (a loaded machine, a slow or unreachable database): it takes no new work,
+// the unit in progress finishes — what it emits and its checkpoint commit through the database's
+// fence unless another node took the lease over (docs/reliability.md#a-node-that-freezes) —
+// and the engine closes; the lease is then released for a takeover, or left to run out when the
+// work did not settle in a lease time. Cancelling that unit instead could cut it after its
+// effects ran and before its checkpoint, and the next holder would run them again. false: no
+// engine is open under the lease (a closing one's close settles the lease itself: true).
+func (h *Host) leaseUnconfirmed(key procKey) bool {
+	h.mu.Lock()
+	sl := h.slots[key]
+	if sl == nil || (sl.state != slotOpen && sl.state != slotClosing) {
+		h.mu.Unlock()
+		return false
+	}
+	if sl.state == slotClosing {
+		h.mu.Unlock()
+		return true
+	}
+	sl.stopRetryLocked()
+	sl.state = slotClosing
+	sl.handoff = true
+	if sl.elem != nil {
+		h.lru.Remove(sl.elem)
+		sl.elem = nil
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	if st, ok := sl.runner.(workStopper); ok {
+		st.StopTakingWork()
+	}
+	go func() {
+		defer h.wg.Done()
+		ctx := context.WithoutCancel(h.ctx)
+		sl.sub.Close()
+		// Two lease times: a unit slowed as much as the renewals were still settles; past that
+		// the database is likely out of reach, and nothing the unit writes could commit.
+		settled, err := settleAndClose(ctx, sl.runner, 2*h.cfg.LeaseTTL, false)
+		if err != nil && !errors.Is(err, foldtype.ErrClosed) {
+			h.log.Warn("host: closing an engine whose lease was not confirmed failed", "path", key.path, "slug", key.slug, "err", err)
+		}
+		h.releaseAfterClose(sl, settled, false)
+		h.forgetClosed(sl)
+	}()
+	return true
+}
+
 // leaseLost stops the engine of key at once: its lease changed hands or ran out. Nothing is
 // settled (its writes are fenced anyway); the node that holds the lease now runs the processor.
+// An engine already closing (winding down under a lease renewals could not confirm) has its
+// unit in progress cancelled: another node runs the processor now.
 func (h *Host) leaseLost(key procKey) {
 	h.mu.Lock()
 	sl := h.slots[key]
+	if sl != nil && sl.state == slotClosing && sl.handoff {
+		h.wg.Add(1)
+		h.mu.Unlock()
+		go func() {
+			defer h.wg.Done()
+			_ = closeRunner(context.WithoutCancel(h.ctx), sl.runner)
+		}()
+		return
+	}
 	if sl == nil || (sl.state != slotOpen && sl.state != slotParked) {
 		h.mu.Unlock()
 		return

@@ -155,12 +155,29 @@ func (s *Service) MayWork(ctx context.Context, key string, generation int64) err
 		seq = next
 	}
 	if held, _, _ := s.Workable(key, generation); held {
-		s.log.Warn("membership: "+s.cfg.Noun+" lease not confirmed; stopping its work until the lease is taken again",
-			append(s.label(key), "generation", generation)...)
-		s.Drop(key, generation)
-		s.work.Lost(key)
+		s.unconfirmed(key, generation)
 	}
 	return ErrLost
+}
+
+// unconfirmed gives up key's lease at generation, which renewals could not confirm before its
+// local deadline: the owner winds its work down under the database's fence (Work.Unconfirmed),
+// or, with nothing running, the service drops the lease and the owner stops what remains.
+func (s *Service) unconfirmed(key string, generation int64) {
+	s.mu.Lock()
+	told := s.windingDown[key] == generation
+	s.windingDown[key] = generation
+	s.mu.Unlock()
+	if told {
+		return
+	}
+	s.log.Warn("membership: "+s.cfg.Noun+" lease not confirmed; no new work under it, the work in progress finishes under the database's fence",
+		append(s.label(key), "generation", generation)...)
+	if s.work.Unconfirmed(key) {
+		return
+	}
+	s.Drop(key, generation)
+	s.work.Lost(key)
 }
 
 // Workable reports whether this node holds key's lease at generation (held), whether work may
@@ -201,6 +218,7 @@ func (s *Service) Drop(key string, generation int64) {
 	defer s.mu.Unlock()
 	if l, ok := s.held[key]; ok && l.Generation == generation {
 		delete(s.held, key)
+		delete(s.windingDown, key)
 	}
 }
 
@@ -228,6 +246,7 @@ func (s *Service) forget(key string, generation int64, idle bool) (driver.Lease,
 		return driver.Lease{}, false
 	}
 	delete(s.held, key)
+	delete(s.windingDown, key)
 	if !idle && !s.drv.Exclusive() {
 		s.handovers.Add(1)
 	}
@@ -279,13 +298,13 @@ func (s *Service) renewLocked(ctx context.Context) {
 	start := time.Now()
 	renewed, err := s.drv.RenewLeases(ctx, s.node, held, s.ttl)
 	var lost []string
+	var unconfirmed []driver.Lease
 	s.mu.Lock()
 	if err != nil {
 		s.log.Warn("membership: renew leases", "err", err)
-		for k, l := range s.held {
+		for _, l := range s.held {
 			if start.After(l.Expires) {
-				lost = append(lost, k)
-				delete(s.held, k)
+				unconfirmed = append(unconfirmed, l)
 			}
 		}
 	} else {
@@ -313,6 +332,7 @@ func (s *Service) renewLocked(ctx context.Context) {
 			} else {
 				lost = append(lost, h.Key)
 				delete(s.held, h.Key)
+				delete(s.windingDown, h.Key)
 			}
 		}
 	}
@@ -320,6 +340,11 @@ func (s *Service) renewLocked(ctx context.Context) {
 	for _, k := range lost {
 		s.log.Warn("membership: "+s.cfg.Noun+" lease lost; stopping its work", s.label(k)...)
 		s.work.Lost(k)
+	}
+	for _, l := range unconfirmed {
+		if held, _, _ := s.Workable(l.Key, l.Generation); held {
+			s.unconfirmed(l.Key, l.Generation)
+		}
 	}
 }
 

@@ -132,6 +132,9 @@ type lostWork struct {
 }
 
 func (w *lostWork) Statuses() map[string]string { return nil }
+
+// Unconfirmed declines: nothing of this work runs on, so the service gives the lease up.
+func (w *lostWork) Unconfirmed(string) bool { return false }
 func (w *lostWork) Lost(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
