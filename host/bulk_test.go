@@ -14,6 +14,7 @@ import (
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/internal/harness/wait"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
@@ -226,9 +227,9 @@ func TestABulkVerbReadsItsStreamsStateOncePerPage(t *testing.T) {
 		{"skip", func() (host.BulkResult, error) { return h.SkipMatching(ctx, "/b/*", "ticks", "", true) }, 0},
 		{"rebuild", func() (host.BulkResult, error) { return h.RebuildMatching(ctx, "/b/*", "ticks", true) }, n},
 	} {
-		before := d.Reads()
+		before := testhooks.PGReads(d)
 		res, err := c.run()
-		reads := d.Reads() - before
+		reads := testhooks.PGReads(d) - before
 		if err != nil || res.Matched != n || res.Changed != c.changed {
 			t.Errorf("%s dry run: %+v %v, want %d of %d", c.verb, res, err, c.changed, n)
 		}

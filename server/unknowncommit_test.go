@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -69,7 +70,7 @@ func TestALiveReadAfterAnUnconfirmedCommitIsNotServedAStaleTail(t *testing.T) {
 	if got := <-woke; got != `[{"n":2}]` {
 		t.Fatalf("the long-poll at the tail got %q, want the second message", got)
 	}
-	cachedBefore := st.CachedReads()
+	cachedBefore := testhooks.StoreCachedReads(st)
 
 	// The third append's COMMIT lands; its answer is lost (see
 	// TestAReaderAtTheTailSeesAWriteWhoseCommitLandedUnconfirmed for the retry when a statement
@@ -93,5 +94,5 @@ func TestALiveReadAfterAnUnconfirmedCommitIsNotServedAStaleTail(t *testing.T) {
 		t.Errorf("long-poll from %s after the unconfirmed commit: %q (up to date %q), want both later messages",
 			t1, got, r.Header.Get("Stream-Up-To-Date"))
 	}
-	t.Logf("cached reads: %d before the unconfirmed commit, %d after", cachedBefore, st.CachedReads())
+	t.Logf("cached reads: %d before the unconfirmed commit, %d after", cachedBefore, testhooks.StoreCachedReads(st))
 }

@@ -18,7 +18,9 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
 
@@ -487,7 +489,7 @@ func residentBytes() int64 {
 // (its round trip and WAL flush) and the whole group's time (elapsed over commits).
 func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	s := openPGStore(b, pgtest.URL(b))
-	d, ok := s.drv.(interface{ WriteRoundTrips() int64 })
+	d, ok := s.drv.(*pgdriver.Driver)
 	if !ok {
 		b.Fatal("not a PostgreSQL store")
 	}
@@ -506,7 +508,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 		mu.Unlock()
 	})
 	defer stop()
-	c0, t0 := s.commits.Load(), d.WriteRoundTrips()
+	c0, t0 := s.commits.Load(), testhooks.PGWriteRoundTrips(d)
 	mu.Lock()
 	commitTime = 0
 	mu.Unlock()
@@ -529,7 +531,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	mu.Unlock()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msg/s")
 	b.ReportMetric(float64(b.N)/commits, "appends/commit")
-	b.ReportMetric(float64(d.WriteRoundTrips()-t0)/commits, "trips/commit")
+	b.ReportMetric(float64(testhooks.PGWriteRoundTrips(d)-t0)/commits, "trips/commit")
 	b.ReportMetric(float64(ct.Microseconds())/1000/commits, "commit-ms")
 	b.ReportMetric(float64(elapsed.Microseconds())/1000/commits, "group-ms")
 }

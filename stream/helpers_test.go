@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
@@ -114,7 +115,7 @@ func (s *Store) sqlite() *sqlitedriver.Driver { return s.drv.(*sqlitedriver.Driv
 
 // rawQueryRow runs a one-row SQL query on a read connection of the store's SQLite file.
 func (s *Store) rawQueryRow(query string, args ...any) *sql.Row {
-	return s.sqlite().QueryRaw(context.Background(), query, args...)
+	return testhooks.SQLiteQueryRow(context.Background(), s.sqlite(), query, args...)
 }
 
 // rawQuery runs a SQL query on a read connection of the store's SQLite file.
@@ -123,7 +124,7 @@ func (s *Store) rawQuery(query string, args ...any) (*sql.Rows, error) {
 }
 
 // savepoints counts the savepoints the writer opened: a write that ran no SQL opened none.
-func (s *Store) savepoints() int64 { return s.sqlite().Savepoints() }
+func (s *Store) savepoints() int64 { return testhooks.SQLiteSavepoints(s.sqlite()) }
 
 // Exec runs a raw SQL statement inside the write function's savepoint (tests only).
 func (t *tx) Exec(query string, args ...any) (sql.Result, error) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
-	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/internal/testhooks"
 )
 
 // TestPostgresLiveReadsFromTheTailCacheShareOneListenBarrier: node B's live readers of a stream
@@ -21,7 +21,7 @@ func TestPostgresLiveReadsFromTheTailCacheShareOneListenBarrier(t *testing.T) {
 	a, b := openPGStore(t, url), openPGStore(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	markers := func() uint64 { return b.Driver().(*pgdriver.Driver).ListenMarkers() }
+	markers := func() uint64 { return testhooks.PGListenMarkers(b.Driver()) }
 	if _, err := a.Events().Stream("/bar").Append(ctx, foldtype.EventInput{Type: "m"}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
@@ -115,13 +116,13 @@ func TestPostgresGroupOfAppendsToStreamsThisNodeWroteTakesOneRoundTrip(t *testin
 				return err
 			})
 		}
-		before := d.WriteRoundTrips()
+		before := testhooks.PGWriteRoundTrips(d)
 		for i, err := range inOneGroup(t, s, fns...) {
 			if err != nil {
 				t.Fatalf("round %d: append to %s: %v", round, paths[i], err)
 			}
 		}
-		if got := d.WriteRoundTrips() - before; got != 1 {
+		if got := testhooks.PGWriteRoundTrips(d) - before; got != 1 {
 			t.Errorf("round %d: a group of %d appends to streams this node wrote took %d round trips, want 1", round, len(paths), got)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
@@ -35,13 +36,13 @@ func TestPostgresGroupOfOneProducersBatchesReadsItsStateOnce(t *testing.T) {
 		for i, seq := range seqs {
 			fns = append(fns, batch(seq, &res[i]))
 		}
-		before := d.WriteRoundTrips()
+		before := testhooks.PGWriteRoundTrips(d)
 		for i, err := range inOneGroup(t, s, fns...) {
 			if err != nil {
 				t.Fatalf("round %d: batch seq %d: %v", round, seqs[i], err)
 			}
 		}
-		if got := d.WriteRoundTrips() - before; got > 3 {
+		if got := testhooks.PGWriteRoundTrips(d) - before; got > 3 {
 			t.Errorf("round %d: a group of %d batches of one producer took %d round trips, want 3", round, len(seqs), got)
 		}
 		for i, seq := range seqs {

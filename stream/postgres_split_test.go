@@ -11,6 +11,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/internal/harness/wait"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 	"github.com/jackc/pgx/v5"
 )
@@ -244,13 +245,13 @@ func TestPostgresGroupOfAppendsToSeparateStreamsTakesTwoRoundTrips(t *testing.T)
 				})
 			}
 		}
-		before := d.WriteRoundTrips()
+		before := testhooks.PGWriteRoundTrips(d)
 		for i, err := range inOneGroup(t, s, fns...) {
 			if err != nil {
 				t.Fatalf("round %d: append to %s: %v", round, paths[i], err)
 			}
 		}
-		if got := d.WriteRoundTrips() - before; round > 0 && got > 2 {
+		if got := testhooks.PGWriteRoundTrips(d) - before; round > 0 && got > 2 {
 			t.Errorf("round %d: a group of %d appends to separate streams took %d round trips, want 2", round, len(paths), got)
 		}
 		for _, p := range paths {

@@ -294,10 +294,6 @@ func (m memRecords) Records(_ context.Context, _ int64, after int64, fn func(dri
 	return nil
 }
 
-// CachedReads returns the number of live reads answered from the tail cache without reading the
-// database (docs/store.md#live-reads).
-func (s *Store) CachedReads() int64 { return s.cachedReads.Load() }
-
 // remoteTail returns what another node's commit n did to a stream, for its tail cache entry: the
 // notification's row and records when they extend the entry (or are older than it); otherwise —
 // the records did not travel, a gap, a change without records — the row and the records after the

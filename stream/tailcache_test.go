@@ -55,7 +55,7 @@ func TestLiveReadsOnSQLiteComeFromTheCommittedBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := s.CachedReads()
+	before := s.cachedReads.Load()
 	const n = 20
 	for i := range n {
 		msg := fmt.Sprintf(`{"i":%d}`, i)
@@ -76,7 +76,7 @@ func TestLiveReadsOnSQLiteComeFromTheCommittedBytes(t *testing.T) {
 		}
 		tailBytesConsistent(t, s)
 	}
-	if got := s.CachedReads() - before; got != 2*n {
+	if got := s.cachedReads.Load() - before; got != 2*n {
 		t.Fatalf("%d of %d live reads answered from the tail cache, want all", got, 2*n)
 	}
 
@@ -120,7 +120,7 @@ func TestLiveReaderFromTheTailCacheNeverSeesHalfAHugeRecord(t *testing.T) {
 	if string(res.Body) != `[{"second":1}]` {
 		t.Fatalf("second read: %s", res.Body)
 	}
-	cachedBefore := s.CachedReads()
+	cachedBefore := s.cachedReads.Load()
 
 	body, joined := hugeJSON(10_000)
 	reached, proceed, done := pausedHugeAppend(t, s, ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: body})
@@ -134,7 +134,7 @@ func TestLiveReaderFromTheTailCacheNeverSeesHalfAHugeRecord(t *testing.T) {
 	if err != nil || mid.Count != 0 || mid.Next != 2 || mid.Info.Tail != 2 {
 		t.Fatalf("live read mid-append: %d messages, next %d, tail %d, %v; want none at 2", mid.Count, mid.Next, mid.Info.Tail, err)
 	}
-	if s.CachedReads() == cachedBefore {
+	if s.cachedReads.Load() == cachedBefore {
 		t.Fatal("the live read mid-append did not come from the tail cache")
 	}
 	proceed()
@@ -179,7 +179,7 @@ func TestCallerReadsItsOwnWriteFromTheTailCache(t *testing.T) {
 	}
 	for i := range 50 {
 		msg := fmt.Sprintf(`{"i":%d}`, i)
-		before := s.CachedReads()
+		before := s.cachedReads.Load()
 		mustAppendRecord(t, s, AppendRequest{Path: "/own", ContentType: "application/json", Body: []byte(msg)})
 		got, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/own", After: res.Next, Watch: true})
 		if err != nil {
@@ -188,7 +188,7 @@ func TestCallerReadsItsOwnWriteFromTheTailCache(t *testing.T) {
 		if string(got.Body) != "["+msg+"]" || got.Next != int64(i+1) {
 			t.Fatalf("read right after append %d: %s at %d, want [%s] at %d", i, got.Body, got.Next, msg, i+1)
 		}
-		if s.CachedReads() != before+1 {
+		if s.cachedReads.Load() != before+1 {
 			t.Fatalf("read right after append %d did not come from the tail cache", i)
 		}
 		res = got

@@ -49,9 +49,9 @@ type barriers struct {
 	seq       uint64        // the last marker's number
 }
 
-// ListenMarkers returns how many markers the listen barrier has sent: one per round its callers
+// listenMarkers returns how many markers the listen barrier has sent: one per round its callers
 // shared.
-func (d *Driver) ListenMarkers() uint64 {
+func (d *Driver) listenMarkers() uint64 {
 	d.barrier.mu.Lock()
 	defer d.barrier.mu.Unlock()
 	return d.barrier.seq

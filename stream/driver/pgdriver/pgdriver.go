@@ -115,7 +115,7 @@ type Driver struct {
 	schema     string       // current_schema() of the pool's connections
 	channel    string       // NOTIFY channel of this schema
 	node       string       // this process's id; its own notifications are ignored
-	reads      atomic.Int64 // Read calls (Reads)
+	reads      atomic.Int64 // Read calls (testhooks.PGReads)
 	lockCls    int32        // advisory-lock class of per-stream locks
 	subLockCls int32        // advisory-lock class of per-subscription locks
 	pathCls    int32        // advisory-lock class of per-path locks (stream creation)
@@ -313,11 +313,6 @@ func (d *Driver) Schema() string { return d.schema }
 // Pool returns the driver's connection pool (tests and tools).
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
-// WriteRoundTrips returns how many round trips the store's write transactions have taken to the
-// database so far: a statement whose result a write needs costs one, together with every
-// statement queued before it (docs/postgres.md#writes-round-trips).
-func (d *Driver) WriteRoundTrips() int64 { return d.writeRoundTrips.Load() }
-
 // Exclusive reports false: other processes write the same database, so the store locks and
 // re-reads each stream inside every write.
 func (d *Driver) Exclusive() bool { return false }
@@ -344,9 +339,6 @@ func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 	defer p.rollback(context.Background()) //nolint:errcheck // read-only; nothing to keep
 	return fn(&readTx{d: d, tx: p})
 }
-
-// Reads returns the number of read transactions (Read calls) the driver has begun.
-func (d *Driver) Reads() int64 { return d.reads.Load() }
 
 // Writer returns the store writer's handle. Each write transaction takes a pooled connection, so
 // a connection the database dropped is replaced by the next Begin.

@@ -224,10 +224,6 @@ func (d *Driver) Location() string { return d.cfg.Path }
 // Exclusive reports true: one process writes a SQLite file.
 func (d *Driver) Exclusive() bool { return true }
 
-// Savepoints returns how many savepoints the writer opened (a test hook: a write that ran no SQL
-// opened none).
-func (d *Driver) Savepoints() int64 { return d.savepoints.Load() }
-
 // Close closes the writers' connections and the database handles, then releases the file's lock.
 // A connection taken out of database/sql (the writer's) is not closed by sql.DB.Close, and an open
 // one keeps the database files open after the store is closed.
@@ -263,11 +259,6 @@ func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
 	return fn(&readTx{q: readQuerier{tx: tx, stmts: &d.reads, db: d.rdb}})
-}
-
-// QueryRaw runs a one-row query on a read connection (tests and tools).
-func (d *Driver) QueryRaw(ctx context.Context, query string, args ...any) *sql.Row {
-	return d.rdb.QueryRowContext(ctx, query, args...)
 }
 
 // QueryRows runs a query on a read connection (tests and tools).
