@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"net"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,12 +14,11 @@ import (
 
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // TestServeStartedWhileTheDatabaseIsDownWaitsAnswering503 starts `foldstream serve` on a

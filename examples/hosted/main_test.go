@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -146,12 +146,11 @@ func (p *hostedProc) stop(t *testing.T) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // offsetOf reads a protocol offset ("<read seq>_<offset>") as the stream position it names.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"net"
 	"net/http"
 	"os"
@@ -233,15 +234,8 @@ func (t *Target) Stop() error {
 // Pid is the server's process id.
 func (t *Target) Pid() int { return t.cmd.Process.Pid }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort picks a free loopback port outside the ephemeral range (freeport).
+func freePort() (int, error) { return freeport.Port() }
 
 // logTail returns the last lines of a server's log, for error messages.
 func logTail(path string) string {

@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,15 +24,8 @@ func BuildServer(dir string) (string, error) {
 	return bin, nil
 }
 
-// FreeAddr returns a free 127.0.0.1 address.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// FreeAddr returns a free 127.0.0.1 address, outside the ephemeral range (freeport).
+func FreeAddr() (string, error) { return freeport.Addr() }
 
 // Node is one `foldstream serve` process on a fixed address, which may be killed and started
 // again.

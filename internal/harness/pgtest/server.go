@@ -3,7 +3,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"net"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"os"
 	"os/exec"
 	"os/user"
@@ -211,12 +211,11 @@ func MultiHostURL(servers ...*Server) string {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func (s *Server) data() string { return filepath.Join(s.dir, "data") }
