@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
@@ -49,8 +50,10 @@ func TestALiveReadAfterAnUnconfirmedCommitIsNotServedAStaleTail(t *testing.T) {
 		resp.Header.Set("X-Test-Body", string(b))
 		return resp
 	}
-	if r := do(http.MethodPut, "/v1/stream/stale", ""); r.StatusCode != http.StatusCreated {
-		t.Fatal("create failed")
+	for _, path := range []string{"/v1/stream/stale", "/v1/stream/warm"} {
+		if r := do(http.MethodPut, path, ""); r.StatusCode != http.StatusCreated {
+			t.Fatalf("create %s failed", path)
+		}
 	}
 	if r := do(http.MethodPost, "/v1/stream/stale", `{"n":1}`); r.StatusCode/100 != 2 {
 		t.Fatal("first append failed")
@@ -75,6 +78,10 @@ func TestALiveReadAfterAnUnconfirmedCommitIsNotServedAStaleTail(t *testing.T) {
 	// The third append's COMMIT lands; its answer is lost (see
 	// TestAReaderAtTheTailSeesAWriteWhoseCommitLandedUnconfirmed for the retry when a statement
 	// before the COMMIT was the one held).
+	// An attempt held before its COMMIT fails UNAVAILABLE and writes nothing. Its connection is
+	// closed, and a connection opened while replies are held cannot finish its handshake, so
+	// before the next attempt the pool must hold a working connection again: an append to
+	// another stream proves it (on a loaded machine the pool may have none for a while).
 	for attempt := 1; ; attempt++ {
 		px.StallReplies()
 		r := do(http.MethodPost, "/v1/stream/stale", `{"n":3}`)
@@ -84,7 +91,11 @@ func TestALiveReadAfterAnUnconfirmedCommitIsNotServedAStaleTail(t *testing.T) {
 			break
 		}
 		if code != "UNAVAILABLE" || attempt == 5 {
-			t.Fatalf("append whose answer is held (attempt %d): %d %s, want 503 COMMIT_OUTCOME_UNKNOWN", attempt, r.StatusCode, code)
+			t.Fatalf("append whose answer is held (attempt %d): %d %s %s, want 503 COMMIT_OUTCOME_UNKNOWN",
+				attempt, r.StatusCode, code, r.Header.Get("X-Test-Body"))
+		}
+		if !wait.For(10*time.Second, func() bool { return do(http.MethodPost, "/v1/stream/warm", `{"w":1}`).StatusCode/100 == 2 }) {
+			t.Fatal("no append went through within 10 s of the replies flowing again")
 		}
 	}
 
