@@ -120,7 +120,7 @@ func (s *Store) rawQueryRow(query string, args ...any) *sql.Row {
 
 // rawQuery runs a SQL query on a read connection of the store's SQLite file.
 func (s *Store) rawQuery(query string, args ...any) (*sql.Rows, error) {
-	return s.sqlite().QueryRows(context.Background(), query, args...)
+	return testhooks.SQLiteQuery(context.Background(), s.sqlite(), query, args...)
 }
 
 // savepoints counts the savepoints the writer opened: a write that ran no SQL opened none.

@@ -31,6 +31,10 @@ var SQLiteSavepoints func(driver any) int64
 // package sqlitedriver.
 var SQLiteQueryRow func(ctx context.Context, driver any, query string, args ...any) *sql.Row
 
+// SQLiteQuery runs a query on a read connection of a *sqlitedriver.Driver. Set by package
+// sqlitedriver.
+var SQLiteQuery func(ctx context.Context, driver any, query string, args ...any) (*sql.Rows, error)
+
 // PGWriteRoundTrips returns how many round trips a *pgdriver.Driver's write transactions have
 // taken to the database so far: a statement whose result a write needs costs one, together with
 // every statement queued before it (docs/postgres.md#writes-round-trips). Set by package pgdriver.

@@ -261,11 +261,6 @@ func (d *Driver) Read(ctx context.Context, fn func(driver.Reader) error) error {
 	return fn(&readTx{q: readQuerier{tx: tx, stmts: &d.reads, db: d.rdb}})
 }
 
-// QueryRows runs a query on a read connection (tests and tools).
-func (d *Driver) QueryRows(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return d.rdb.QueryContext(ctx, query, args...)
-}
-
 // Writer returns the write connection.
 func (d *Driver) Writer(ctx context.Context) (driver.Writer, error) {
 	conn, err := d.wdb.Conn(ctx)
