@@ -33,6 +33,7 @@ import (
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/subscriptions"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
@@ -57,6 +58,7 @@ func run(args []string) error {
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile to this file")
 	memProfile := fs.String("memprofile", "", "write the heap's allocation profile at the end of the run to this file (go tool pprof -sample_index alloc_objects)")
 	heapFloor := fs.Int("gc-heap-floor-mib", heapfloor.DefaultFloor>>20, "as foldstream serve's --gc-heap-floor-mib")
+	traceDiscard := fs.Bool("trace-discard", false, "record every span (server.Config.TracerProvider, always sampled, batched as serve's exporter is) into an exporter that discards them: what tracing costs the server without a collector")
 	traceFile := fs.String("trace", "", "write an execution trace to this file (go tool trace -pprof=syscall shows time in fsync)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -108,7 +110,14 @@ func run(args []string) error {
 		return err
 	}
 	defer st.Close(context.Background())
-	h, err := server.New(st, server.Config{LongPollTimeout: *longPoll, Logger: log})
+	cfg := server.Config{LongPollTimeout: *longPoll, Logger: log}
+	if *traceDiscard {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+			sdktrace.WithBatcher(discardSpans{}, sdktrace.WithBatchTimeout(time.Second)))
+		defer tp.Shutdown(context.Background())
+		cfg.TracerProvider = tp
+	}
+	h, err := server.New(st, cfg)
 	if err != nil {
 		return err
 	}
@@ -134,6 +143,12 @@ func run(args []string) error {
 	_ = srv.Shutdown(sctx)
 	return nil
 }
+
+// discardSpans is a span exporter that keeps nothing.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 func writeProfile(name, path string) {
 	f, err := os.Create(path)

@@ -56,6 +56,8 @@ func run() error {
 		manyStreams = flag.String("many-streams", "", "comma-separated stream counts (e.g. 100,100000) for the many-streams scenarios: creation rate, and plain and producer appends spread over that many streams")
 		noSQLite    = flag.Bool("no-sqlite", false, "with -postgres: measure foldstream on PostgreSQL only, without foldstream on SQLite (e.g. to profile the PostgreSQL node alone)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process) to this file, and its heap allocations to FILE.allocs")
+		traced      = flag.Bool("traced", false, "also measure foldstream on SQLite with every span recorded and exported over OTLP/HTTP to a sink in this process that discards it, as target foldstream-traced (what tracing costs)")
+		tracedArgs  = flag.String("traced-args", "", "with -traced: start foldstream-traced with these arguments instead of exporting to the sink, e.g. \"--trace-discard\" with -foldstream dsbench-profserve")
 		pgURL       = flag.String("postgres", "", "also measure foldstream on this PostgreSQL URL (a fresh schema is advised: add search_path=NAME), as target foldstream-pg")
 	)
 	flag.Parse()
@@ -121,6 +123,15 @@ func run() error {
 		dir = d
 	}
 
+	// The sink closes after the targets stopped, so the traced server's last export lands.
+	var sink *bench.OTLPSink
+	defer func() {
+		if sink != nil {
+			n, b := sink.Received()
+			fmt.Fprintf(os.Stderr, "otlp sink: %d exports, %d bytes\n", n, b)
+			sink.Close()
+		}
+	}()
 	var targets []*bench.Target
 	defer func() {
 		for _, t := range targets {
@@ -158,6 +169,31 @@ func run() error {
 		t.Counters = bench.PostgresCounters(*pgURL)
 		targets = append(targets, t)
 		fmt.Fprintf(os.Stderr, "foldstream-pg  pid %d at %s\n", t.Pid(), t.Base)
+	}
+	if *foldBin != "" && *traced {
+		args := strings.Fields(*tracedArgs)
+		if len(args) == 0 {
+			s, err := bench.StartOTLPSink()
+			if err != nil {
+				return err
+			}
+			sink = s
+			args = []string{"--otlp-endpoint", sink.URL, "--trace-sample-ratio", "1"}
+		}
+		fdir := filepath.Join(dir, "foldstream-traced")
+		if err := os.MkdirAll(fdir, 0o755); err != nil {
+			return err
+		}
+		t, err := bench.StartFoldstream(ctx, bench.FoldstreamConfig{
+			Bin: *foldBin, ExtraArgs: append(strings.Fields(*foldArgs), args...),
+			Dir: fdir, LongPollTimeout: *lpTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		t.Name = bench.TargetFoldstream + "-traced"
+		targets = append(targets, t)
+		fmt.Fprintf(os.Stderr, "foldstream-traced  pid %d at %s\n", t.Pid(), t.Base)
 	}
 	refVersion := "not run"
 	if *refDir != "" {

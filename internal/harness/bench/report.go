@@ -137,6 +137,9 @@ func RatioPairs(targets []string) [][2]string {
 	if pg := TargetFoldstream + "-pg"; has[pg] && has[TargetFoldstream] {
 		out = append(out, [2]string{pg, TargetFoldstream})
 	}
+	if tr := TargetFoldstream + "-traced"; has[tr] && has[TargetFoldstream] {
+		out = append(out, [2]string{tr, TargetFoldstream})
+	}
 	return out
 }
 
