@@ -119,20 +119,8 @@ func (p *effectful) emitErrors() []error {
 func TestAnEffectThatRanIsRecordedWhenItsLeaseCannotBeConfirmedInTime(t *testing.T) {
 	const ttl = time.Second
 	ctx := context.Background()
-	var drv *stalledRenewals
-	s, h := sqliteHost(t, nil, Config{LeaseTTL: ttl, NodeID: "me"}, func(d *sqlitedriver.Driver) driver.Driver {
-		drv = &stalledRenewals{Driver: d}
-		return drv
-	})
+	s, h, drv, p, letGo := effectfulHost(t, ttl)
 	sd := drv.Driver
-	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "fx", Version: "1",
-		Consumes: []string{"tick"}, Emits: []string{"done"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &effectful{Base: foldstream.NewBase(c), runs: map[int64]int{}, started: make(chan int64, 8), proceed: make(chan struct{})}
-	var release sync.Once
-	letGo := func() { release.Do(func() { close(p.proceed) }) }
 	defer letGo() // before the host's shutdown, which waits for a ProcessEvent in progress
 	defer drv.resume()
 	for _, path := range []string{"/s/kept", "/s/taken"} {
@@ -239,6 +227,26 @@ func TestAnEffectThatRanIsRecordedWhenItsLeaseCannotBeConfirmedInTime(t *testing
 	letGo() // the ticks' effects may run again now, for nothing waits
 }
 
+// effectfulHost opens a host with lease ttl on a SQLite store whose renewals the test can stall,
+// and an effectful processor (not registered) whose ProcessEvents wait for the test; letGo lets
+// every one of them go on from then on.
+func effectfulHost(t *testing.T, ttl time.Duration) (*stream.Store, *Host, *stalledRenewals, *effectful, func()) {
+	t.Helper()
+	var drv *stalledRenewals
+	s, h := sqliteHost(t, nil, Config{LeaseTTL: ttl, NodeID: "me"}, func(d *sqlitedriver.Driver) driver.Driver {
+		drv = &stalledRenewals{Driver: d}
+		return drv
+	})
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "fx", Version: "1",
+		Consumes: []string{"tick"}, Emits: []string{"done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &effectful{Base: foldstream.NewBase(c), runs: map[int64]int{}, started: make(chan int64, 8), proceed: make(chan struct{})}
+	var release sync.Once
+	return s, h, drv, p, func() { release.Do(func() { close(p.proceed) }) }
+}
+
 // pastDeadline waits until this node's lease of key at generation is past its local deadline
 // (less the margin): no work may start under it unconfirmed.
 func pastDeadline(t *testing.T, ls *leaseSet, key procKey, generation int64) {
@@ -294,19 +302,7 @@ func sqliteHost(t *testing.T, clock foldtype.Clock, cfg Config, wrap func(*sqlit
 func TestAUnitInFlightWhenItsLeaseCannotBeConfirmedFinishesAndIsRecorded(t *testing.T) {
 	const ttl = time.Second
 	ctx := context.Background()
-	var drv *stalledRenewals
-	s, h := sqliteHost(t, nil, Config{LeaseTTL: ttl, NodeID: "me"}, func(d *sqlitedriver.Driver) driver.Driver {
-		drv = &stalledRenewals{Driver: d}
-		return drv
-	})
-	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "fx", Version: "1",
-		Consumes: []string{"tick"}, Emits: []string{"done"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &effectful{Base: foldstream.NewBase(c), runs: map[int64]int{}, started: make(chan int64, 8), proceed: make(chan struct{})}
-	var release sync.Once
-	letGo := func() { release.Do(func() { close(p.proceed) }) }
+	s, h, drv, p, letGo := effectfulHost(t, ttl)
 	defer letGo()
 	defer drv.resume()
 	if _, err := Register(ctx, h, "/s/slow", foldstream.Processor[fxState](p)); err != nil {

@@ -172,6 +172,18 @@ func (h *Host) handOff(key procKey) {
 		h.mu.Unlock()
 		return
 	}
+	h.beginHandOffLocked(sl)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		h.finishClose(h.ctx, sl)
+	}()
+}
+
+// beginHandOffLocked takes an open slot out of service to close it and hand its lease on, in a
+// goroutine the caller starts (counted in h.wg). h.mu held.
+func (h *Host) beginHandOffLocked(sl *slot) {
+	sl.stopRetryLocked()
 	sl.handoff = true
 	sl.state = slotClosing
 	if sl.elem != nil {
@@ -179,11 +191,6 @@ func (h *Host) handOff(key procKey) {
 		sl.elem = nil
 	}
 	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
-		h.finishClose(h.ctx, sl)
-	}()
 }
 
 // leaseUnconfirmed winds down the engine of key, whose lease renewals could not confirm before
@@ -205,14 +212,7 @@ func (h *Host) leaseUnconfirmed(key procKey) bool {
 		h.mu.Unlock()
 		return true
 	}
-	sl.stopRetryLocked()
-	sl.state = slotClosing
-	sl.handoff = true
-	if sl.elem != nil {
-		h.lru.Remove(sl.elem)
-		sl.elem = nil
-	}
-	h.wg.Add(1)
+	h.beginHandOffLocked(sl)
 	h.mu.Unlock()
 	if st, ok := sl.runner.(workStopper); ok {
 		st.StopTakingWork()
