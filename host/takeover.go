@@ -213,7 +213,10 @@ func (h *Host) leaseUnconfirmed(key procKey) bool {
 		return true
 	}
 	h.beginHandOffLocked(sl)
+	generation := sl.lease.Generation
 	h.mu.Unlock()
+	h.log.Warn("host: processor lease not confirmed; its engine winds down: no new work, the work in progress finishes under the database's fence",
+		"path", key.path, "slug", key.slug, "generation", generation)
 	if st, ok := sl.runner.(workStopper); ok {
 		st.StopTakingWork()
 	}

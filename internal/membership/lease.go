@@ -161,21 +161,15 @@ func (s *Service) MayWork(ctx context.Context, key string, generation int64) err
 }
 
 // unconfirmed gives up key's lease at generation, which renewals could not confirm before its
-// local deadline: the owner winds its work down under the database's fence (Work.Unconfirmed),
-// or, with nothing running, the service drops the lease and the owner stops what remains.
+// local deadline: the owner winds its work down under the database's fence (Work.Unconfirmed,
+// which logs it), or, with nothing running, the service drops the lease and the owner stops what
+// remains.
 func (s *Service) unconfirmed(key string, generation int64) {
-	s.mu.Lock()
-	told := s.windingDown[key] == generation
-	s.windingDown[key] = generation
-	s.mu.Unlock()
-	if told {
-		return
-	}
-	s.log.Warn("membership: "+s.cfg.Noun+" lease not confirmed; no new work under it, the work in progress finishes under the database's fence",
-		append(s.label(key), "generation", generation)...)
 	if s.work.Unconfirmed(key) {
 		return
 	}
+	s.log.Warn("membership: "+s.cfg.Noun+" lease not confirmed; stopping its work until the lease is taken again",
+		append(s.label(key), "generation", generation)...)
 	s.Drop(key, generation)
 	s.work.Lost(key)
 }
@@ -218,7 +212,6 @@ func (s *Service) Drop(key string, generation int64) {
 	defer s.mu.Unlock()
 	if l, ok := s.held[key]; ok && l.Generation == generation {
 		delete(s.held, key)
-		delete(s.windingDown, key)
 	}
 }
 
@@ -246,7 +239,6 @@ func (s *Service) forget(key string, generation int64, idle bool) (driver.Lease,
 		return driver.Lease{}, false
 	}
 	delete(s.held, key)
-	delete(s.windingDown, key)
 	if !idle && !s.drv.Exclusive() {
 		s.handovers.Add(1)
 	}
@@ -332,7 +324,6 @@ func (s *Service) renewLocked(ctx context.Context) {
 			} else {
 				lost = append(lost, h.Key)
 				delete(s.held, h.Key)
-				delete(s.windingDown, h.Key)
 			}
 		}
 	}

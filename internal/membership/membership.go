@@ -98,8 +98,9 @@ type Work interface {
 	// it, lets the unit in progress finish — its writes are fenced in the database, so they
 	// commit only if nobody took the lease over — and then releases the lease or leaves it to
 	// run out itself, and answers true. A unit cut short after its effects ran would have them
-	// run again by the next holder. False (no work is running under it): the service drops the
-	// lease and calls Lost.
+	// run again by the next holder. It may be called again while that work winds down (each
+	// renewal that fails reports the lease again), and answers true then too. False (no work is
+	// running under it): the service drops the lease and calls Lost.
 	Unconfirmed(key string) bool
 	// Wanted returns at most limit keys of work this node has (whatever it must run) whose
 	// leases each scan looks up.
@@ -170,19 +171,16 @@ type Service struct {
 	nodes     []string             // live members, sorted, this node included
 	firstSeen map[string]time.Time // when each member was first seen live
 	me        driver.Lease
-	pending   map[string]bool // work was seen while another node held the lease
-	// windingDown holds the generation of each held lease whose owner was told it could not be
-	// confirmed (Work.Unconfirmed) and is winding its work down: it is told once.
-	windingDown map[string]int64
-	candSince   map[string]time.Time // free leases this node is not preferred for, since when
-	lastRenew   time.Time
-	left        bool      // the node lease was given up (shutting down)
-	joinUntil   time.Time // until then this node takes no lease by preference: it learns the members first
-	freeAfter   string    // where the next scan's page of free leases starts
-	freed       []string  // leases other holders released for a takeover, not yet looked at
-	scanNow     bool      // a full scan is asked for (members changed, notifications missed)
-	joinScan    sync.Once // the scan at joinUntil is asked for
-	stopWatch   func()
+	pending   map[string]bool      // work was seen while another node held the lease
+	candSince map[string]time.Time // free leases this node is not preferred for, since when
+	lastRenew time.Time
+	left      bool      // the node lease was given up (shutting down)
+	joinUntil time.Time // until then this node takes no lease by preference: it learns the members first
+	freeAfter string    // where the next scan's page of free leases starts
+	freed     []string  // leases other holders released for a takeover, not yet looked at
+	scanNow   bool      // a full scan is asked for (members changed, notifications missed)
+	joinScan  sync.Once // the scan at joinUntil is asked for
+	stopWatch func()
 	// renewing admits one renewal at a time (the loop's, or one an engine asked for when its
 	// lease's local deadline passed); renewals counts those begun, under mu.
 	renewing chan struct{}
@@ -207,7 +205,7 @@ func newService(cfg Config) *Service {
 	s := &Service{
 		cfg: cfg, drv: cfg.Driver, work: cfg.Work, log: cfg.Logger, node: cfg.Node, addr: cfg.Addr, ttl: cfg.TTL,
 		held: map[string]driver.Lease{}, view: map[string]driver.Lease{}, firstSeen: map[string]time.Time{},
-		pending: map[string]bool{}, candSince: map[string]time.Time{}, windingDown: map[string]int64{},
+		pending: map[string]bool{}, candSince: map[string]time.Time{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), renewed: make(chan struct{}),
 		renewing: make(chan struct{}, 1),
 	}
