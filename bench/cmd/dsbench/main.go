@@ -140,35 +140,35 @@ func run() error {
 			}
 		}
 	}()
-	if *foldBin != "" && !(*noSQLite && *pgURL != "") {
-		fdir := filepath.Join(dir, "foldstream")
+	// startFold starts foldstream as target name, in a work directory of that name, with args
+	// after the shared -foldstream-args.
+	startFold := func(name string, args ...string) (*bench.Target, error) {
+		fdir := filepath.Join(dir, name)
 		if err := os.MkdirAll(fdir, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 		t, err := bench.StartFoldstream(ctx, bench.FoldstreamConfig{
-			Bin: *foldBin, ExtraArgs: strings.Fields(*foldArgs), Dir: fdir, LongPollTimeout: *lpTimeout,
+			Bin: *foldBin, ExtraArgs: append(strings.Fields(*foldArgs), args...), Dir: fdir, LongPollTimeout: *lpTimeout,
 		})
 		if err != nil {
+			return nil, err
+		}
+		t.Name = name
+		targets = append(targets, t)
+		fmt.Fprintf(os.Stderr, "%s  pid %d at %s\n", name, t.Pid(), t.Base)
+		return t, nil
+	}
+	if *foldBin != "" && !(*noSQLite && *pgURL != "") {
+		if _, err := startFold(bench.TargetFoldstream); err != nil {
 			return err
 		}
-		targets = append(targets, t)
-		fmt.Fprintf(os.Stderr, "foldstream  pid %d at %s\n", t.Pid(), t.Base)
 	}
 	if *foldBin != "" && *pgURL != "" {
-		fdir := filepath.Join(dir, "foldstream-pg")
-		if err := os.MkdirAll(fdir, 0o755); err != nil {
-			return err
-		}
-		t, err := bench.StartFoldstream(ctx, bench.FoldstreamConfig{
-			Bin: *foldBin, ExtraArgs: append(strings.Fields(*foldArgs), "--db", *pgURL), Dir: fdir, LongPollTimeout: *lpTimeout,
-		})
+		t, err := startFold(bench.TargetFoldstream+"-pg", "--db", *pgURL)
 		if err != nil {
 			return err
 		}
-		t.Name = bench.TargetFoldstream + "-pg"
 		t.Counters = bench.PostgresCounters(*pgURL)
-		targets = append(targets, t)
-		fmt.Fprintf(os.Stderr, "foldstream-pg  pid %d at %s\n", t.Pid(), t.Base)
 	}
 	if *foldBin != "" && *traced {
 		args := strings.Fields(*tracedArgs)
@@ -180,20 +180,9 @@ func run() error {
 			sink = s
 			args = []string{"--otlp-endpoint", sink.URL, "--trace-sample-ratio", "1"}
 		}
-		fdir := filepath.Join(dir, "foldstream-traced")
-		if err := os.MkdirAll(fdir, 0o755); err != nil {
+		if _, err := startFold(bench.TargetFoldstream+"-traced", args...); err != nil {
 			return err
 		}
-		t, err := bench.StartFoldstream(ctx, bench.FoldstreamConfig{
-			Bin: *foldBin, ExtraArgs: append(strings.Fields(*foldArgs), args...),
-			Dir: fdir, LongPollTimeout: *lpTimeout,
-		})
-		if err != nil {
-			return err
-		}
-		t.Name = bench.TargetFoldstream + "-traced"
-		targets = append(targets, t)
-		fmt.Fprintf(os.Stderr, "foldstream-traced  pid %d at %s\n", t.Pid(), t.Base)
 	}
 	refVersion := "not run"
 	if *refDir != "" {
