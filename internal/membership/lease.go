@@ -294,6 +294,7 @@ func (s *Service) renewLocked(ctx context.Context) {
 	s.mu.Lock()
 	if err != nil {
 		s.log.Warn("membership: renew leases", "err", err)
+		s.cutOff = true
 		for _, l := range s.held {
 			if start.After(l.Expires) {
 				unconfirmed = append(unconfirmed, l)

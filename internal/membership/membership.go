@@ -176,10 +176,14 @@ type Service struct {
 	lastRenew time.Time
 	left      bool      // the node lease was given up (shutting down)
 	joinUntil time.Time // until then this node takes no lease by preference: it learns the members first
+	// cutOff is set when a listing or a renewal failed: the database did not answer this node,
+	// and maybe not the others either. The next listing that succeeds starts a join period again
+	// (rejoin).
+	cutOff    bool
 	freeAfter string    // where the next scan's page of free leases starts
 	freed     []string  // leases other holders released for a takeover, not yet looked at
 	scanNow   bool      // a full scan is asked for (members changed, notifications missed)
-	joinScan  sync.Once // the scan at joinUntil is asked for
+	joinScan  time.Time // the join period's end a scan is asked for (wakeAt)
 	stopWatch func()
 	// renewing admits one renewal at a time (the loop's, or one an engine asked for when its
 	// lease's local deadline passed); renewals counts those begun, under mu.

@@ -18,9 +18,17 @@ func (s *Service) Rescan() {
 	s.wake()
 }
 
-// wakeAt asks for a full scan at t (the end of the join period), once.
+// wakeAt asks for a full scan at t (the end of a join period), once per period.
 func (s *Service) wakeAt(t time.Time) {
-	s.joinScan.Do(func() { time.AfterFunc(time.Until(t), s.Rescan) })
+	s.mu.Lock()
+	asked := !s.joinScan.Before(t)
+	if !asked {
+		s.joinScan = t
+	}
+	s.mu.Unlock()
+	if !asked {
+		time.AfterFunc(time.Until(t), s.Rescan)
+	}
 }
 
 func (s *Service) wake() {
@@ -156,6 +164,9 @@ func (s *Service) list(ctx context.Context) error {
 	}
 	all, err := s.drv.Leases(ctx, qs...)
 	if err != nil {
+		s.mu.Lock()
+		s.cutOff = true
+		s.mu.Unlock()
 		return err
 	}
 	now := time.Now()
@@ -209,7 +220,33 @@ func (s *Service) list(ctx context.Context) error {
 		}
 	}
 	s.nodes, s.firstSeen = nodes, seen
+	if s.cutOff {
+		s.rejoinLocked(now)
+	}
 	return nil
+}
+
+// rejoinLocked starts a join period of one lease time at now, after the database did not answer
+// this node for a while (s.cutOff). When it did not answer the others either — it restarted, or
+// failed over — every node's leases lapsed meanwhile, the node leases included, and the first node
+// to list the table again would find itself the only member and take every lapsed lease, which
+// their holders would have renewed a moment later; the leases would then move back by hand-overs.
+// Each move runs the work in flight at it again. So a node cut off takes no lease by preference for
+// one lease time, in which every live node renews (four times a lease time), and takes over only
+// what is still lapsed after it. A node alone cut off finds the others' leases live and loses
+// nothing by waiting. s.mu held.
+func (s *Service) rejoinLocked(now time.Time) {
+	s.cutOff = false
+	if s.drv.Exclusive() {
+		return
+	}
+	until := now.Add(s.ttl)
+	if until.After(s.joinUntil) {
+		s.joinUntil = until
+		s.log.Info("membership: the database answers again; taking no lease over for a lease time while the members renew theirs",
+			"for", s.ttl)
+		go s.wakeAt(until)
+	}
 }
 
 // Plan decides which free leases this node takes over and which held ones it hands to the
