@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/foldstream/foldstream/internal/spanbatch"
 )
 
 // The OpenTelemetry environment variables a node honours when Config.OTLPEndpoint is empty: with
@@ -50,7 +52,7 @@ func otlpTracing(ctx context.Context, endpoint string, ratio float64, nodeID str
 		return nil, nil, fmt.Errorf("OTLP trace resource: %w", err)
 	}
 	p := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)),
+		sdktrace.WithSpanProcessor(spanbatch.New(exp, spanbatch.Options{BatchTimeout: time.Second})),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
 	)

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"net/http"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -46,6 +48,29 @@ func requestSpanName(method, route string) string {
 	return method + " " + route
 }
 
+// spanAttrs is the array a span's attributes are built in before they are set: the most a span of
+// the server's has (an append's six).
+type spanAttrs [6]attribute.KeyValue
+
+// spanAttrsPool holds the arrays of setSpanAttributes. The attributes passed to a span's
+// SetAttributes escape (the span is an interface), so a list built per span would be an
+// allocation per span.
+var spanAttrsPool = sync.Pool{New: func() any { return new(spanAttrs) }}
+
+// setSpanAttributes sets attrs[:n] on span, then returns attrs to the pool when the span is the
+// OpenTelemetry SDK's: its SetAttributes copies the list into the span's own, so the array can be
+// used again. Another implementation might keep the list it is given, so its spans keep theirs.
+func setSpanAttributes(span trace.Span, attrs *spanAttrs, n int) {
+	span.SetAttributes(attrs[:n]...)
+	if _, sdk := span.(sdktrace.ReadOnlySpan); sdk {
+		*attrs = spanAttrs{}
+		spanAttrsPool.Put(attrs)
+	}
+}
+
+// traceParentKey is the key net/http files a request's traceparent header under (canonical).
+const traceParentKey = "Traceparent"
+
 // startRequestSpan starts the server span of r (docs/server.md#tracing), the child of the W3C
 // trace context r carries; endRequestSpan ends it.
 //
@@ -55,7 +80,12 @@ func requestSpanName(method, route string) string {
 // else. A sampler sees a request span's name (method and route) and kind; its attributes are set
 // when it ends, and only when it records.
 func (s *Server) startRequestSpan(r *http.Request) (*http.Request, trace.Span) {
-	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := r.Context()
+	// A request without a traceparent has no trace context to extract: looking it up with the
+	// canonical key spares the propagator's lookup, which canonicalizes its key (a string) per call.
+	if _, ok := r.Header[traceParentKey]; ok {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
 	ctx, span := s.tracer.Start(ctx, requestSpanName(r.Method, s.routeOf(r.URL.Path)), requestSpanOptions...)
 	if !span.IsRecording() {
 		return r, span
@@ -67,7 +97,7 @@ func (s *Server) startRequestSpan(r *http.Request) (*http.Request, trace.Span) {
 // method, route and path, its X-Request-Id (which the server's log lines of the request carry
 // too) and its status; an error status for a 5xx answer (the server failed), none for a 4xx (the
 // client's request was refused, as OpenTelemetry's HTTP conventions have it for a server). The
-// attributes go in one call, which grows the span's list once.
+// attributes go in one call, which grows the span's list once, from an array of the pool.
 func (s *Server) endRequestSpan(span trace.Span, r *http.Request, id string, status int) {
 	if !span.IsRecording() {
 		span.End()
@@ -76,9 +106,13 @@ func (s *Server) endRequestSpan(span trace.Span, r *http.Request, id string, sta
 	if status == 0 {
 		status = http.StatusOK
 	}
-	span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", s.routeOf(r.URL.Path)),
-		attribute.String("url.path", r.URL.Path), attribute.String("foldstream.request_id", id),
-		attribute.Int("http.response.status_code", status))
+	attrs := spanAttrsPool.Get().(*spanAttrs)
+	attrs[0] = attribute.String("http.request.method", r.Method)
+	attrs[1] = attribute.String("http.route", s.routeOf(r.URL.Path))
+	attrs[2] = attribute.String("url.path", r.URL.Path)
+	attrs[3] = attribute.String("foldstream.request_id", id)
+	attrs[4] = attribute.Int("http.response.status_code", status)
+	setSpanAttributes(span, attrs, 5)
 	if status >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(status))
 	}
@@ -148,7 +182,7 @@ func tracedProvenance(ctx context.Context, prov *stream.Provenance) *stream.Prov
 
 // endAppendSpan ends an append's span, when it records with the attributes of OpenTelemetry's
 // messaging conventions for an append to path of size bytes and the tail the append left, or its
-// error.
+// error; the attributes are built in an array of the pool, as a request span's are.
 func endAppendSpan(span trace.Span, path string, bytes int, tail int64, err error) {
 	if span == nil {
 		return
@@ -157,15 +191,19 @@ func endAppendSpan(span trace.Span, path string, bytes int, tail int64, err erro
 		span.End()
 		return
 	}
-	attrs := [...]attribute.KeyValue{attribute.String("messaging.system", "foldstream"), attribute.String("messaging.operation.type", "send"),
-		attribute.String("messaging.operation.name", "append"), attribute.String("messaging.destination.name", path),
-		attribute.Int("messaging.message.body.size", bytes), attribute.Int64("foldstream.append.tail", tail)}
+	attrs := spanAttrsPool.Get().(*spanAttrs)
+	attrs[0] = attribute.String("messaging.system", "foldstream")
+	attrs[1] = attribute.String("messaging.operation.type", "send")
+	attrs[2] = attribute.String("messaging.operation.name", "append")
+	attrs[3] = attribute.String("messaging.destination.name", path)
+	attrs[4] = attribute.Int("messaging.message.body.size", bytes)
 	if err != nil {
-		span.SetAttributes(attrs[:5]...)
+		setSpanAttributes(span, attrs, 5)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "append failed")
 	} else {
-		span.SetAttributes(attrs[:]...)
+		attrs[5] = attribute.Int64("foldstream.append.tail", tail)
+		setSpanAttributes(span, attrs, 6)
 	}
 	span.End()
 }

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream/internal/heapfloor"
+	"github.com/foldstream/foldstream/internal/spanbatch"
 	"github.com/foldstream/foldstream/server"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
@@ -113,7 +114,7 @@ func run(args []string) error {
 	cfg := server.Config{LongPollTimeout: *longPoll, Logger: log}
 	if *traceDiscard {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
-			sdktrace.WithBatcher(discardSpans{}, sdktrace.WithBatchTimeout(time.Second)))
+			sdktrace.WithSpanProcessor(spanbatch.New(discardSpans{}, spanbatch.Options{BatchTimeout: time.Second})))
 		defer tp.Shutdown(context.Background())
 		cfg.TracerProvider = tp
 	}

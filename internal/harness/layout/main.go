@@ -43,6 +43,7 @@ var floors = map[string]int{
 	"internal/heapfloor":         0,
 	"internal/pathglob":          0,
 	"internal/testhooks":         0,
+	"internal/spanbatch":         0,
 	"foldtype":                   1,
 	"internal/problem":           1,
 	"console":                    2,
