@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -65,32 +66,32 @@ func endSpans(tp *sdktrace.TracerProvider, from, n int) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// A full batch is exported without waiting for the batch timeout; fewer spans wait for it, and
+// go once it passes. The clock is synctest's: the export goroutine runs until it waits, and an
+// hour passes at once.
+func TestAFullBatchIsExportedAtOnceAndAPartialOneOnceTheTimeoutPasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := &exporter{}
+		p := spanbatch.New(exp, spanbatch.Options{MaxExportBatchSize: 4, BatchTimeout: time.Hour})
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))
+		defer tp.Shutdown(context.Background())
+		endSpans(tp, 0, 4)
+		synctest.Wait()
+		if sizes, names := exp.sizes(); len(sizes) != 1 || sizes[0] != 4 || fmt.Sprint(names) != "[0 1 2 3]" {
+			t.Fatalf("exported %v in batches of %v, want spans 0 to 3 in one batch at once", names, sizes)
 		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// A full batch is exported without waiting for the batch timeout; fewer spans wait for it.
-func TestAFullBatchIsExportedWithoutWaitingForTheTimeout(t *testing.T) {
-	exp := &exporter{}
-	p := spanbatch.New(exp, spanbatch.Options{MaxExportBatchSize: 4, BatchTimeout: time.Hour})
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))
-	defer tp.Shutdown(context.Background())
-	endSpans(tp, 0, 4)
-	waitFor(t, "the batch", func() bool { s, _ := exp.sizes(); return len(s) == 1 })
-	if sizes, names := exp.sizes(); sizes[0] != 4 || fmt.Sprint(names) != "[0 1 2 3]" {
-		t.Errorf("exported %v, want spans 0 to 3 in one batch", names)
-	}
-	endSpans(tp, 4, 3) // less than a batch: waits for the hour
-	time.Sleep(50 * time.Millisecond)
-	if s, _ := exp.sizes(); len(s) != 1 {
-		t.Errorf("a partial batch was exported before the timeout: %v", s)
-	}
+		endSpans(tp, 4, 3) // less than a batch: waits for the hour
+		time.Sleep(time.Hour - time.Nanosecond)
+		synctest.Wait()
+		if s, _ := exp.sizes(); len(s) != 1 {
+			t.Fatalf("a partial batch was exported before the timeout: %v", s)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if sizes, names := exp.sizes(); len(sizes) != 2 || sizes[1] != 3 {
+			t.Fatalf("after the timeout exported %v in batches of %v, want the 3 spans left in a second batch", names, sizes)
+		}
+	})
 }
 
 // No export is given more than MaxExportBatchSize spans, and they arrive in the order they ended.
@@ -118,17 +119,6 @@ func TestAnExportHoldsAtMostMaxExportBatchSizeSpansInOrder(t *testing.T) {
 	}
 }
 
-// Fewer spans than a batch are exported once BatchTimeout passes.
-func TestAPartialBatchIsExportedOnceTheTimeoutPasses(t *testing.T) {
-	exp := &exporter{}
-	p := spanbatch.New(exp, spanbatch.Options{BatchTimeout: 20 * time.Millisecond})
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))
-	defer tp.Shutdown(context.Background())
-	endSpans(tp, 0, 3)
-	waitFor(t, "the batch", func() bool { _, n := exp.sizes(); return len(n) == 3 })
-}
-
-// While MaxQueueSize spans wait (the exporter is busy), a span that ends is dropped and counted,
 // as the SDK's batch processor drops it; those that waited are exported once the exporter is free.
 func TestSpansPastMaxQueueSizeAreDroppedAndCounted(t *testing.T) {
 	exp := &exporter{gate: make(chan struct{}), entered: make(chan struct{}, 10)}

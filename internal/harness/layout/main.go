@@ -115,7 +115,7 @@ func main() {
 	var floorsTable bytes.Buffer
 	fmt.Fprintln(&floorsTable, "| package | floor | imports (module packages) |")
 	fmt.Fprintln(&floorsTable, "|---|---:|---|")
-	sleeps, totalLines, totalNames := 0, 0, 0
+	sleeps, simulated, totalLines, totalNames := 0, 0, 0, 0
 	var storeMethods []string
 	fmt.Println("| package | floor | non-test lines | exported names | imports (module packages) |")
 	fmt.Println("|---|---:|---:|---:|---|")
@@ -147,7 +147,9 @@ func main() {
 			if err != nil {
 				fail("%v", err)
 			}
-			sleeps += sleepCalls(file)
+			wall, sim := sleepCalls(file)
+			sleeps += wall
+			simulated += sim
 		}
 		if rel == "stream" {
 			storeMethods = methods["Store"]
@@ -172,7 +174,7 @@ func main() {
 	fmt.Printf("| all | | %d | %d | |\n\n", totalLines, totalNames)
 	sort.Strings(storeMethods)
 	fmt.Printf("stream.Store methods: %d (%s)\n", len(storeMethods), strings.Join(storeMethods, ", "))
-	fmt.Printf("time.Sleep calls in tests: %d\n", sleeps)
+	fmt.Printf("time.Sleep calls in tests: %d on the wall clock (and %d in synctest bubbles, where time is simulated)\n", sleeps, simulated)
 	if *write != "" {
 		if err := rewrite(*write, floorsTable.String()); err != nil {
 			fail("%v", err)
@@ -303,20 +305,45 @@ func recvName(t ast.Expr) string {
 	}
 }
 
-// sleepCalls counts the calls of time.Sleep in file.
-func sleepCalls(file *ast.File) int {
-	n := 0
-	ast.Inspect(file, func(node ast.Node) bool {
-		if c, ok := node.(*ast.CallExpr); ok {
-			if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Sleep" {
-				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "time" {
-					n++
+// sleepCalls counts the calls of time.Sleep in file: wall those that wait on the wall clock, sim
+// those inside the function given to synctest.Test, where time is simulated (a sleep there passes
+// at once, when every goroutine of the bubble waits: docs/reliability.md#time-in-tests).
+func sleepCalls(file *ast.File) (wall, sim int) {
+	var walk func(node ast.Node, inBubble bool)
+	walk = func(root ast.Node, inBubble bool) {
+		ast.Inspect(root, func(node ast.Node) bool {
+			c, ok := node.(*ast.CallExpr)
+			if !ok || node == root {
+				return true
+			}
+			switch {
+			case isCall(c, "synctest", "Test") && !inBubble:
+				for _, a := range c.Args {
+					walk(a, true)
+				}
+				return false
+			case isCall(c, "time", "Sleep"):
+				if inBubble {
+					sim++
+				} else {
+					wall++
 				}
 			}
-		}
-		return true
-	})
-	return n
+			return true
+		})
+	}
+	walk(file, false)
+	return wall, sim
+}
+
+// isCall reports whether c calls pkg.name.
+func isCall(c *ast.CallExpr, pkg, name string) bool {
+	sel, ok := c.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != name {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == pkg
 }
 
 func fail(format string, args ...any) {
