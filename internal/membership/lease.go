@@ -40,10 +40,10 @@ func (s *Service) Acquire(ctx context.Context, key string, force bool) (driver.L
 	}
 	if !force && (s.preferredLocked(key) != s.node || time.Now().Before(s.joinUntil)) {
 		s.pending[key] = true
-		s.mu.Unlock()
 		if s.joinUntil.After(time.Now()) {
-			s.wakeAt(s.joinUntil)
+			s.wakeAtLocked(s.joinUntil)
 		}
+		s.mu.Unlock()
 		return driver.Lease{}, ErrNotPreferred
 	}
 	s.mu.Unlock()

@@ -183,7 +183,7 @@ type Service struct {
 	freeAfter string    // where the next scan's page of free leases starts
 	freed     []string  // leases other holders released for a takeover, not yet looked at
 	scanNow   bool      // a full scan is asked for (members changed, notifications missed)
-	joinScan  time.Time // the join period's end a scan is asked for (wakeAt)
+	joinScan  time.Time // the join period's end a scan is asked for (wakeAtLocked)
 	stopWatch func()
 	// renewing admits one renewal at a time (the loop's, or one an engine asked for when its
 	// lease's local deadline passed); renewals counts those begun, under mu.

@@ -18,15 +18,10 @@ func (s *Service) Rescan() {
 	s.wake()
 }
 
-// wakeAt asks for a full scan at t (the end of a join period), once per period.
-func (s *Service) wakeAt(t time.Time) {
-	s.mu.Lock()
-	asked := !s.joinScan.Before(t)
-	if !asked {
+// wakeAtLocked asks for a full scan at t (the end of a join period), once per period. s.mu held.
+func (s *Service) wakeAtLocked(t time.Time) {
+	if s.joinScan.Before(t) {
 		s.joinScan = t
-	}
-	s.mu.Unlock()
-	if !asked {
 		time.AfterFunc(time.Until(t), s.Rescan)
 	}
 }
@@ -245,7 +240,7 @@ func (s *Service) rejoinLocked(now time.Time) {
 		s.joinUntil = until
 		s.log.Info("membership: the database answers again; taking no lease over for a lease time while the members renew theirs",
 			"for", s.ttl)
-		go s.wakeAt(until)
+		s.wakeAtLocked(until)
 	}
 }
 
