@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
-	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // TestAppendsTakeFewRoundTrips pins the write path's round trips
@@ -29,11 +29,11 @@ func TestAppendsTakeFewRoundTrips(t *testing.T) {
 	}
 	measure := func(name string, req stream.AppendRequest, want int64) {
 		t.Helper()
-		before := pgdriver.WriteRoundTrips(d)
+		before := testhooks.PGWriteRoundTrips(d)
 		if _, err := st.Protocol().AppendRecord(ctx, req); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if got := pgdriver.WriteRoundTrips(d) - before; got > want {
+		if got := testhooks.PGWriteRoundTrips(d) - before; got > want {
 			t.Errorf("%s took %d round trips to the database, want at most %d", name, got, want)
 		}
 	}
