@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 )
 
 // Target names, as printed in the report.
@@ -56,7 +57,7 @@ type FoldstreamConfig struct {
 // StartFoldstream starts `foldstream serve` on a free loopback port with a fresh db file and the
 // default durable settings (synchronous=FULL).
 func StartFoldstream(ctx context.Context, c FoldstreamConfig) (*Target, error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ type ReferenceConfig struct {
 // StartReference starts the reference Node server with its file-backed store on a free loopback
 // port.
 func StartReference(ctx context.Context, c ReferenceConfig) (*Target, error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ http://127.0.0.1:%d {
 
 // StartCaddy starts the official Go server on a free loopback port with a fresh file store.
 func StartCaddy(ctx context.Context, c CaddyConfig) (*Target, error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -233,9 +234,6 @@ func (t *Target) Stop() error {
 
 // Pid is the server's process id.
 func (t *Target) Pid() int { return t.cmd.Process.Pid }
-
-// freePort picks a free loopback port outside the ephemeral range (freeport).
-func freePort() (int, error) { return freeport.Port() }
 
 // logTail returns the last lines of a server's log, for error messages.
 func logTail(path string) string {

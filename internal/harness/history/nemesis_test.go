@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"github.com/foldstream/foldstream/internal/harness/history"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/jackc/pgx/v5"
@@ -44,7 +45,7 @@ func foldstreamBin(t *testing.T) string {
 // startNode starts a `foldstream serve` on db; it is killed when the test ends.
 func startNode(t *testing.T, db string, args ...string) *history.Node {
 	t.Helper()
-	addr, err := history.FreeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +22,6 @@ func BuildServer(dir string) (string, error) {
 	}
 	return bin, nil
 }
-
-// FreeAddr returns a free 127.0.0.1 address, outside the ephemeral range (freeport).
-func FreeAddr() (string, error) { return freeport.Addr() }
 
 // Node is one `foldstream serve` process on a fixed address, which may be killed and started
 // again.

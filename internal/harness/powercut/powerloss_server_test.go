@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"github.com/foldstream/foldstream/internal/harness/history"
 	"github.com/foldstream/foldstream/internal/harness/powercut"
 )
@@ -48,7 +49,7 @@ func serverCuts(t *testing.T, cuts int, lie func(i int) bool) history.Result {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	addr, err := history.FreeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
