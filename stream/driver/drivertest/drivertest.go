@@ -56,6 +56,24 @@ func open(t *testing.T, newDriver Factory) *harness {
 	return &harness{t: t, d: d, w: w}
 }
 
+// fencedWrite begins a write transaction that writes a checkpoint fenced by lease l and leaves it
+// open, holding what the fence holds until the caller commits it (rolled back at the test's end
+// otherwise).
+func (h *harness) fencedWrite(l driver.Lease, offset int64) driver.WriteTx {
+	h.t.Helper()
+	ctx := context.Background()
+	tx, err := h.w.Begin(ctx)
+	if err != nil {
+		h.t.Fatalf("begin: %v", err)
+	}
+	h.t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
+		Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: offset}, Fence: l.Fence()}); err != nil {
+		h.t.Fatalf("fenced checkpoint write: %v", err)
+	}
+	return tx
+}
+
 // write runs fn in one write transaction with one savepoint and commits.
 func (h *harness) write(fn func(tx driver.Tx) error) {
 	h.t.Helper()
@@ -526,15 +544,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := h.w.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
-			Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 1}, Fence: a.Fence()}); err != nil {
-			t.Fatal(err)
-		}
+		tx := h.fencedWrite(a, 1)
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		sent := time.Now()
@@ -566,15 +576,7 @@ func RunDriver(t *testing.T, newDriver Factory) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond) // past its expiry: free for anyone to take
-		tx, err := h.w.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if err := tx.WriteCheckpoint(ctx, driver.CheckpointWrite{Scope: "/s", Slug: "p",
-			Checkpoint: foldtype.Checkpoint{ReducerVersion: "1", ReducedThroughOffset: 7}, Fence: a.Fence()}); err != nil {
-			t.Fatal(err)
-		}
+		tx := h.fencedWrite(a, 7)
 		type took struct {
 			l   driver.Lease
 			ok  bool
