@@ -118,6 +118,12 @@ func TestANodeTheDatabaseDidNotAnswerTakesNoLapsedLeaseUntilItsHoldersHadALeaseT
 		if err := s.list(ctx); err != nil {
 			t.Fatal(err)
 		}
+		s.mu.Lock()
+		scan, until := s.joinScan, s.joinUntil
+		s.mu.Unlock()
+		if want := time.Now().Add(ttl); !until.Equal(want) || !scan.Equal(until) {
+			t.Fatalf("the period runs until %v with a scan asked for at %v, want both at %v", until, scan, want)
+		}
 		time.Sleep(ttl - time.Millisecond)
 		if got := plan(); len(got) != 0 {
 			t.Fatalf("before the period ended the node took %q over", got)
@@ -128,12 +134,6 @@ func TestANodeTheDatabaseDidNotAnswerTakesNoLapsedLeaseUntilItsHoldersHadALeaseT
 		}
 		if got := plan(); len(got) != 1 || got[0] != key {
 			t.Fatalf("after the period the node took %q, want the lapsed lease", got)
-		}
-		s.mu.Lock()
-		scan := s.joinScan
-		s.mu.Unlock()
-		if scan.IsZero() {
-			t.Fatal("no scan was asked for at the period's end")
 		}
 	})
 }
