@@ -18,6 +18,7 @@ package spanbatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"sync"
@@ -52,6 +53,10 @@ type Options struct {
 	// is exported without waiting for BatchTimeout. Default sdktrace.DefaultMaxExportBatchSize
 	// (512), and never more than MaxQueueSize.
 	MaxExportBatchSize int
+	// OnError receives what goes wrong in the background: an export that failed (a collector out
+	// of reach), and, after an export, how many spans were dropped since the last report because
+	// MaxQueueSize spans waited. Default otel.Handle (OpenTelemetry's global error handler).
+	OnError func(error)
 }
 
 // withDefaults fills o's zero fields from the environment or the SDK's defaults.
@@ -69,6 +74,9 @@ func (o Options) withDefaults() Options {
 		o.MaxExportBatchSize = envInt(EnvMaxExportBatchSize, sdktrace.DefaultMaxExportBatchSize)
 	}
 	o.MaxExportBatchSize = min(o.MaxExportBatchSize, o.MaxQueueSize)
+	if o.OnError == nil {
+		o.OnError = otel.Handle
+	}
 	return o
 }
 
@@ -91,7 +99,8 @@ type Processor struct {
 	queue   []sdktrace.ReadOnlySpan // ended spans waiting for export, oldest first
 	stopped bool                    // Shutdown began: spans that end are not kept
 
-	dropped atomic.Uint64
+	dropped  atomic.Uint64
+	reported uint64 // dropped as of the last report (the export goroutine's)
 
 	full     chan struct{} // a batch waits (capacity 1: one wake-up per batch)
 	stop     chan struct{} // closed by Shutdown
@@ -165,9 +174,19 @@ func (p *Processor) run() {
 		case <-p.full:
 		}
 		if err := p.export(context.Background(), false); err != nil {
-			otel.Handle(err)
+			p.o.OnError(err)
 		}
+		p.reportDropped()
 		t.Reset(p.o.BatchTimeout)
+	}
+}
+
+// reportDropped reports to OnError the spans dropped since its last report, if any. Export
+// goroutine only.
+func (p *Processor) reportDropped() {
+	if n := p.dropped.Load(); n > p.reported {
+		p.o.OnError(fmt.Errorf("%d spans dropped: %d spans waited for export (the most that may)", n-p.reported, p.o.MaxQueueSize))
+		p.reported = n
 	}
 }
 

@@ -3,6 +3,7 @@ package spanbatch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -122,7 +123,9 @@ func TestAnExportHoldsAtMostMaxExportBatchSizeSpansInOrder(t *testing.T) {
 // as the SDK's batch processor drops it; those that waited are exported once the exporter is free.
 func TestSpansPastMaxQueueSizeAreDroppedAndCounted(t *testing.T) {
 	exp := &exporter{gate: make(chan struct{}), entered: make(chan struct{}, 10)}
-	p := spanbatch.New(exp, spanbatch.Options{MaxQueueSize: 4, MaxExportBatchSize: 2, BatchTimeout: time.Hour})
+	reports := make(chan error, 10)
+	p := spanbatch.New(exp, spanbatch.Options{MaxQueueSize: 4, MaxExportBatchSize: 2, BatchTimeout: time.Hour,
+		OnError: func(err error) { reports <- err }})
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))
 	endSpans(tp, 0, 2) // a batch: its export begins and waits at the gate
 	<-exp.entered
@@ -131,8 +134,17 @@ func TestSpansPastMaxQueueSizeAreDroppedAndCounted(t *testing.T) {
 		t.Errorf("dropped %d, want 2", got)
 	}
 	close(exp.gate)
+	// The export that held the gate returns, and the drops are reported once.
+	if err := <-reports; !strings.Contains(err.Error(), "2 spans dropped") {
+		t.Errorf("reported %q, want the 2 spans dropped", err)
+	}
 	if err := tp.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-reports:
+		t.Errorf("reported again: %v", err)
+	default:
 	}
 	if _, names := exp.sizes(); fmt.Sprint(names) != "[0 1 2 3 4 5]" {
 		t.Errorf("exported %v, want spans 0 to 5", names)
