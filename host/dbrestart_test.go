@@ -247,15 +247,7 @@ func TestADatabaseRestartUnderOneNodeRunsNoEffectTwice(t *testing.T) {
 	defer cancel()
 
 	path := func(i int) string { return fmt.Sprintf("/counters/r%02d", i) }
-	for i := range streams {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://lb/v1/stream"+path(i), nil)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := lb.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
+	createStreams(ctx, t, lb, path, streams)
 	tp := &tickProducers{hc: lb, path: path, acked: make([][]time.Time, streams)}
 	pctx, stopProducing := context.WithCancel(ctx)
 	pdone := tp.run(pctx, 10)

@@ -158,15 +158,7 @@ func soakUnderNemeses(t *testing.T, kinds []faultKind, rounds int, long bool, ma
 	defer cancel()
 
 	path := func(i int) string { return fmt.Sprintf("/counters/s%03d", i) }
-	for i := range streams {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://lb/v1/stream"+path(i), nil)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := lb.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
+	createStreams(ctx, t, lb, path, streams)
 	tp := &tickProducers{hc: lb, path: path, acked: make([][]time.Time, streams)}
 	pctx, stopProducing := context.WithCancel(ctx)
 	pdone := tp.run(pctx, 20)
@@ -344,6 +336,20 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // ---- the ticks ------------------------------------------------------------------------------
+
+// createStreams creates the JSON streams path(0) … path(n-1) through hc.
+func createStreams(ctx context.Context, t *testing.T, hc *http.Client, path func(int) string, n int) {
+	t.Helper()
+	for i := range n {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://lb/v1/stream"+path(i), nil)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
 
 // tickProducers write "ticked" events, each stream through its own idempotent producer (one
 // request per tick, the same seq retried until the server answers), and note when each tick was
