@@ -1,5 +1,7 @@
 package foldstream
 
+import "context"
+
 // WaiterCount returns how many WaitUntilProcessed waiters are registered (tests only).
 func (e *Engine[S]) WaiterCount() int {
 	e.mu.Lock()
@@ -27,3 +29,10 @@ const WorkStartedKey = workStartedKey
 
 // StopLivePublishing is what Engine.StopTakingWork does to the engine's live state.
 func StopLivePublishing(l *LiveState) { l.stopPublishing() }
+
+// WriteRetryForTest is an engine's write retry on clock at the default limit, for a write that
+// cannot be stored twice.
+func WriteRetryForTest(clock Clock) func(ctx context.Context, write func() error) error {
+	w := writeRetry{clock: clock, limit: DefaultWriteRetry, slug: "test"}
+	return func(ctx context.Context, write func() error) error { return w.do(ctx, "test", true, nil, write) }
+}

@@ -2,6 +2,7 @@ package foldstream
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -51,8 +52,9 @@ func (w writeRetry) again(err error, idempotent bool) bool {
 // do runs write and, while it fails with an error again accepts, runs it again after a pause on
 // the engine's clock, for up to the limit since the first failure. Before each new attempt guard
 // (nil: none) must let the work go on: its error ends the retries and is returned. The answer is
-// the last attempt's error, or nil; when ctx ends meanwhile, the last attempt's error (the store's
-// reason, not the engine's closing).
+// the last attempt's error, or nil; when ctx ends meanwhile, the last attempt's error wrapped with
+// ctx's (the store's reason for a caller that reads it, and a cancellation for one that stops on
+// it: an engine closing records no failure for the unit it cut short).
 func (w writeRetry) do(ctx context.Context, what string, idempotent bool, guard func(context.Context) error, write func() error) error {
 	err := write()
 	if err == nil || w.limit <= 0 || !w.again(err, idempotent) {
@@ -64,8 +66,8 @@ func (w writeRetry) do(ctx context.Context, what string, idempotent bool, guard 
 		if !w.clock.Now().Add(pause).Before(deadline) {
 			return err
 		}
-		if sleepOn(ctx, w.clock, pause) != nil {
-			return err
+		if cerr := sleepOn(ctx, w.clock, pause); cerr != nil {
+			return fmt.Errorf("%w (not sent again: %w)", err, cerr)
 		}
 		if guard != nil {
 			if gerr := guard(ctx); gerr != nil {

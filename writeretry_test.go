@@ -170,8 +170,13 @@ func newRetryStand(t *testing.T, emits, cps *refusals, unkeyed bool, mod ...func
 // it, in order, then returns the catch-up's answer. before runs before the pause of its index.
 func (st *retryStand) catchUp(t *testing.T, pauses []time.Duration, before map[int]func()) error {
 	t.Helper()
+	return st.catchUpIn(ctxFor(t), t, pauses, before)
+}
+
+func (st *retryStand) catchUpIn(ctx context.Context, t *testing.T, pauses []time.Duration, before map[int]func()) error {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- st.eng.CatchUpFromLog(ctxFor(t)) }()
+	go func() { done <- st.eng.CatchUpFromLog(ctx) }()
 	for i, p := range pauses {
 		st.clock.WaitArmed(t, st.clock.Now().Add(p))
 		if f := before[i]; f != nil {
@@ -328,5 +333,41 @@ func TestAnUnfencedCheckpointIsSentAgainOnlyWhileMayWorkAllows(t *testing.T) {
 	}
 	if cps.count() != 3 {
 		t.Fatalf("%d attempts; want 3 (none once MayWork refused)", cps.count())
+	}
+}
+
+// An engine that closes while one of its writes waits to be sent again stops waiting at once, and
+// records no failure for the unit it cut short: the write's error is both the store's refusal
+// and the cancellation.
+func TestAWriteBeingSentAgainStopsWhenItsEngineCloses(t *testing.T) {
+	t.Parallel()
+	emits := &refusals{always: errUnavailable}
+	st := newRetryStand(t, emits, &refusals{}, false)
+	clock := st.clock
+	done := make(chan error, 1)
+	go func() { done <- st.eng.CatchUpFromLog(ctxFor(t)) }()
+	clock.WaitArmed(t, clock.Now().Add(50*time.Millisecond))
+	mustDo(t, st.eng.Close(ctxFor(t))) // returns once the unit settled
+	<-done
+	if emits.count() != 1 {
+		t.Fatalf("%d attempts; want 1", emits.count())
+	}
+	if f := st.eng.ProcessFailure(); f != nil {
+		t.Fatalf("a failure was recorded for a unit its engine's closing cut short: %v", f)
+	}
+}
+
+func TestAWriteNotSentAgainForItsCallerNamesTheStoresReasonAndTheCancellation(t *testing.T) {
+	t.Parallel()
+	clock := testsupport.NewFakeClock()
+	w := foldstream.WriteRetryForTest(clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w(ctx, func() error { return errUnavailable }) }()
+	clock.WaitArmed(t, clock.Now().Add(50*time.Millisecond))
+	cancel()
+	err := <-done
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, errUnavailable) {
+		t.Fatalf("got %v; want the store's UNAVAILABLE and the cancellation", err)
 	}
 }
