@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -145,7 +146,9 @@ func (s *Store) fill(f *feed, upTo int64) {
 		page, err := s.readEvents(ctx, f.path, f.mark, MaxReadLimit, readOptions{})
 		if err != nil {
 			s.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
-			s.retryFeedLater(f)
+			if foldtype.CodeOf(err) == foldtype.CodeUnavailable || errors.Is(err, context.DeadlineExceeded) {
+				s.retryFeedLater(f) // the database out of reach: it will answer again
+			}
 			return
 		}
 		f.kickMu.Lock()
@@ -231,9 +234,10 @@ const (
 )
 
 // retryFeedLater kicks f's catch-up again after a pause, once per failure: a catch-up read that
-// failed (the database restarting, a pooled connection it had dropped) leaves the feed's
-// listeners behind their stream, and when nobody commits to it again and no notification comes
-// — a node nobody else writes to, the last appends before a quiet spell — nothing else would.
+// failed because the database was out of reach (restarting, a pooled connection it had dropped)
+// leaves the feed's listeners behind their stream, and when nobody commits to it again and no
+// notification comes — a node nobody else writes to, the last appends before a quiet spell —
+// nothing else would.
 func (s *Store) retryFeedLater(f *feed) {
 	f.kickMu.Lock()
 	defer f.kickMu.Unlock()
