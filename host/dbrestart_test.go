@@ -233,15 +233,17 @@ func TestDatabaseRestartedAndKilledUnderLoadLosesNothing(t *testing.T) {
 // processor runs an external effect for every tick on 20 streams and emits its record. The work in
 // flight at each restart ran its effect while the database went away; its record and its
 // checkpoint are sent again until the database is back (docs/engine.md#writes-through-a-database-blip),
-// so no effect runs twice — nobody else could have taken the lease, and nothing the node did was
-// lost — and every acknowledged tick has its effect.
+// so no effect runs twice — nobody else could have taken the lease, which outlasts the restarts,
+// and nothing the node did was lost — and every acknowledged tick has its effect.
 func TestADatabaseRestartUnderOneNodeRunsNoEffectTwice(t *testing.T) {
 	const streams = 20
 	pg := pgtest.StartServer(t)
 	sink := newEffectSink()
 	es := httptest.NewServer(sink)
 	defer es.Close()
-	nodes := startNodes(t, pg.URL(), 1, 2*time.Second, "--effects", es.URL)
+	// A lease of 10 s outlasts each restart even on a loaded machine: the node never had to give a
+	// lease up, so a run again could only be a write's failure run again, which is what is judged.
+	nodes := startNodes(t, pg.URL(), 1, 10*time.Second, "--effects", es.URL)
 	lb := lbClient(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
