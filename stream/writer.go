@@ -498,7 +498,6 @@ func allHinted(reqs []*writeReq) bool {
 type building struct {
 	s       *Store
 	g       *group
-	now     time.Time
 	reqs    []*writeReq
 	results []error
 	// done holds each successful function's tx (its staged changes and hooks), epochs the group
@@ -534,7 +533,7 @@ type building struct {
 // whose commits are on their way (errInflight).
 func (s *Store) newBuilding(w driver.Writer, inflight []*building) *building {
 	b := &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem), busy: busyOf(inflight)},
-		now: s.clock.Now(), hinted: true, committed: make(chan struct{})}
+		hinted: true, committed: make(chan struct{})}
 	if !s.exclusive {
 		b.g.early = b.earlyCommitted // only a shared database's transaction commits early
 	}
@@ -619,7 +618,9 @@ func (b *building) add(reqs []*writeReq) {
 			b.results[i] = err // the caller went away before its turn: do no work for it
 			continue
 		}
-		t := &tx{s: s, g: g, ctx: r.ctx, now: b.now, res: r.res,
+		// Each write's own time: one that joins the group later (gather, extend) judges expiry
+		// and stamps records by the clock when it runs, not when the group began.
+		t := &tx{s: s, g: g, ctx: r.ctx, now: s.clock.Now(), res: r.res,
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
 		err := t.run(r.fn)

@@ -100,7 +100,7 @@ type tx struct {
 	s       *Store
 	g       *group
 	ctx     context.Context
-	now     time.Time
+	now     time.Time // the clock when the write began running (not when its group began)
 	spSet   bool
 	staged  map[string]*streamMem // nil value: the stream was deleted by this function
 	touched map[int64]string
