@@ -161,6 +161,12 @@ func TestAnEventPushedWhileTheRetryOfAFailingProcessorRanIsProcessedWithoutAnoth
 		defer h.mu.Unlock()
 		return h.slots[procKey{"/held", "gated"}]
 	}
+	// Caught up before the first tick, so only its push runs it: the push records the failure
+	// before it returns, and nothing runs the tick again but the retry below.
+	if !wait.For(10*time.Second, func() bool { sl := slot(); return sl != nil && sl.caughtUp != nil }) {
+		t.Fatal("the processor did not open")
+	}
+	<-slot().caughtUp
 	first := tick()
 	if !wait.For(10*time.Second, func() bool { sl := slot(); return sl != nil && sl.isFailing.Load() }) {
 		t.Fatal("the processor did not fail")
@@ -169,6 +175,9 @@ func TestAnEventPushedWhileTheRetryOfAFailingProcessorRanIsProcessedWithoutAnoth
 	p.fail, p.holdAt, p.hold, p.entered = nil, first, make(chan struct{}), make(chan struct{})
 	hold, entered := p.hold, p.entered
 	p.mu.Unlock()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	t.Cleanup(release) // a failed check below must not leave the engine held for the host's close
 	h.committed("") // the store may be back: the retry runs now
 	<-entered       // the retry's catch-up read the log and runs the failing event
 	held := slot().heldPushes.Load()
@@ -176,7 +185,7 @@ func TestAnEventPushedWhileTheRetryOfAFailingProcessorRanIsProcessedWithoutAnoth
 	if !wait.For(10*time.Second, func() bool { return slot().heldPushes.Load() > held }) {
 		t.Fatal("the push of the second tick was not held while the processor was failing")
 	}
-	close(hold)
+	release()
 	if !wait.For(10*time.Second, func() bool { return slices.Contains(p.processed(), second) }) {
 		t.Fatalf("processed %v; the tick at %d, pushed while the retry ran, never ran", p.processed(), second)
 	}
