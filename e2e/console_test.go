@@ -268,7 +268,9 @@ func waitFor(t *testing.T, ctx context.Context, what, cond string) {
 	defer cancel()
 	if _, err := chromedp.Run(wctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(0))); err != nil {
 		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("main").outerHTML`))
-		t.Fatalf("waiting for %s (%s): %v\npage main:\n%s", what, cond, err, html)
+		// The dialog and the note live outside main: what a confirmation said, or why none opened.
+		outside, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`["confirm", "note"].map((id) => { const e = document.getElementById(id); return id + ": " + (e ? (e.open === false ? "(closed) " : "") + (e.hidden ? "(hidden) " : "") + e.textContent : "(none)") }).join("\n")`))
+		t.Fatalf("waiting for %s (%s): %v\npage main:\n%s\n%s", what, cond, err, html, outside)
 	}
 }
 
