@@ -754,7 +754,8 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) erro
 func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, body []byte) error {
 	batch := make([]pending, len(msgs))
 	// A huge record written in slices was checked for keys before its first slice (sliced.go).
-	sliced := t.res != nil && !t.res.used && t.res.id == m.Row.ID
+	r := reservationOf(t)
+	sliced := r != nil && !r.used && r.id == m.Row.ID
 	for i := range msgs {
 		msg := &msgs[i]
 		if sliced {
@@ -783,7 +784,7 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 	// The commit watchers hear of every such commit either way (docs/store.md#commit-watchers).
 	path := m.Row.Path
 	createdMs := t.now.UnixMilli()
-	if r := t.res; r != nil && r.used && r.id == m.Row.ID {
+	if r != nil && r.used && r.id == m.Row.ID {
 		createdMs = r.createdMs // stored as the time its first slice was written
 	}
 	t.afterCommit(func() {

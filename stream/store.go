@@ -109,6 +109,8 @@ type Config struct {
 type Store struct {
 	events   *Events   // the event face (faces.go)
 	protocol *Protocol // the protocol face (faces.go)
+	// hooks are what the features layered on the kernel registered at open (hooks.go).
+	hooks kernelHooks
 
 	check     appendChecks // SetAppendCheck
 	path      string
@@ -257,9 +259,10 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		closeDone:     make(chan struct{}),
 	}
 	s.readsDone = sync.NewCond(&s.readsMu)
+	s.usePause()
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
 	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
-	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
+	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.held[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
 	if err != nil {

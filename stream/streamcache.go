@@ -99,8 +99,8 @@ func (c *streamCache) victim() (int, bool) {
 	return 0, false
 }
 
-// evictable reports whether the entry may leave the cache: not while the stream takes a record in
-// slices (sliced.go checks the cached entry), nor while ephemeral events hold offsets past the
+// evictable reports whether the entry may leave the cache: not while a write in several steps
+// holds the stream (hold.go; its owner checks the cached entry), nor while ephemeral events hold offsets past the
 // durable tail — those offsets are in memory only, and a stream read again from its row would
 // hand them out a second time.
 func (c *streamCache) evictable(s *cacheSlot) bool {

@@ -113,11 +113,11 @@ type tx struct {
 	// recs holds, on a shared database, the durable records this function appended per stream:
 	// they travel with the commit's notification and feed the tail cache (tailcache.go).
 	recs map[int64][]driver.Record
-	// res is the reservation this function may write into; reserve and unreserve are the
-	// reservations it starts and ends (sliced.go), applied once the group commits.
-	res       *reservation
-	reserve   *reservation
-	unreserve []*reservation
+	// holding is the hold whose stream this function may write; holdStart and holdEnds are the
+	// holds it starts and ends (hold.go), applied once the group commits.
+	holding   *hold
+	holdStart *hold
+	holdEnds  []*hold
 	// aloneErr is the error of a statement run without a savepoint (tx.beginAlone): the group's
 	// transaction may be partly written or rolled back by the database, so the group fails.
 	aloneErr error
@@ -239,7 +239,7 @@ func (t *tx) touch(id int64, path string) { t.touched[id] = path }
 // lock, so the tail is current). Changes to the copy take effect only if this function and the
 // group commit. It returns errNoStream when there is no row.
 func (t *tx) stream(path string) (*streamMem, error) {
-	if err := t.checkReserved(path); err != nil {
+	if err := t.checkHeld(path); err != nil {
 		return nil, err
 	}
 	if t.g.busy[path] || t.g.deferred[path] {
@@ -347,9 +347,9 @@ func (t *tx) expected(path string) (*streamMem, bool) {
 
 // unheld reports whether the writer holds nothing of the stream at path in memory — no staged
 // change of this function or its group, no cached row (exclusive drivers only) and no
-// reservation: whether it exists is then for the database to say.
+// hold: whether it exists is then for the database to say.
 func (t *tx) unheld(path string) bool {
-	if !t.s.exclusive || t.reservedBy(path) != nil {
+	if !t.s.exclusive || t.heldBy(path) != nil {
 		return false
 	}
 	if _, ok := t.staged[path]; ok {
