@@ -113,7 +113,9 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 				continue
 			}
 			ws.streams.put(p, m)
-			ws.keptRecent(p, m)
+			for _, applied := range s.hooks.applied {
+				applied(p, m)
+			}
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
 		for id := range t.woken {

@@ -54,6 +54,20 @@ func newEventView(maxEphemeralBytes int) *eventView {
 	}
 }
 
+// useEventFace registers the event face's part in Close: at once no subscription starts and the
+// alarm loop stops taking alarms (the running handlers get their context cancelled); the drain
+// waits for those handlers.
+func (s *Store) useEventFace() {
+	s.onClose(func() {
+		s.ev.subsMu.Lock()
+		s.ev.closing = true // no subscription starts after this
+		s.ev.subsMu.Unlock()
+		s.haltAlarms()
+	}, func() {
+		s.ev.alarms.wg.Wait() // the running alarm handlers
+	})
+}
+
 // appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch
 // that carries a durable event (create); an ephemeral-only batch never creates one: to a missing
 // stream it is dropped, and with dropAll to a deleted or closed one too. With fence set, a batch

@@ -176,6 +176,10 @@ type recentAt struct {
 	seq  uint64
 }
 
+// useRecent registers the recent events' bookkeeping with the kernel: every committed state of a
+// stream passes through keptRecent.
+func (s *Store) useRecent() { s.onApplied(s.ws.keptRecent) }
+
 // keptRecent notes the recent events (nil: none) of the committed state m of the stream at path,
 // and drops those of the streams that started keeping them longest ago while the unread ones
 // hold more than recentTotalBytes, and those read longest ago while the read ones hold more than

@@ -259,7 +259,7 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		closeDone:     make(chan struct{}),
 	}
 	s.readsDone = sync.NewCond(&s.readsMu)
-	s.usePause()
+	s.useLayers()
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
 	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
 	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.held[path] != nil })
@@ -278,10 +278,8 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
 		s.remote.note(n.StreamID, n.Path)
-		s.remoteEphemerals(n)
-		s.restartFeed(n.Path, n.StreamID)
-		if !s.publishRemoteRecords(n) {
-			s.kickFeed(n.Path)
+		for _, remote := range s.hooks.remote {
+			remote(n)
 		}
 		row, recs := s.remoteTail(n)
 		s.wakeWith(n.StreamID, row, recs)
@@ -293,7 +291,9 @@ func (s *Store) remoteChange(n driver.Notification) {
 	}
 	s.ev.watchers.notify("")
 	s.changes.notify("")
-	s.kickAllFeeds()
+	for _, remote := range s.hooks.remote {
+		remote(n)
+	}
 	s.notifyMu.Lock()
 	s.dropAllTails()
 	ids := make([]int64, 0, len(s.notify))
@@ -348,12 +348,17 @@ func (s *Store) Close(ctx context.Context) error {
 		s.closed.Store(true)
 		s.intakeMu.Unlock()
 		close(s.stop)
-		s.ev.subsMu.Lock()
-		s.ev.closing = true // no subscription starts after this
-		s.ev.subsMu.Unlock()
-		s.haltAlarms()
+		for _, c := range s.hooks.closing {
+			if c.stop != nil {
+				c.stop()
+			}
+		}
 		go func() {
-			s.ev.alarms.wg.Wait() // the running alarm handlers
+			for _, c := range s.hooks.closing {
+				if c.drain != nil {
+					c.drain()
+				}
+			}
 			s.bgWG.Wait()
 			close(s.intakeStopped) // the writer runs what is queued, then returns
 			s.writerWG.Wait()
