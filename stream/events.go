@@ -54,10 +54,11 @@ func newEventView(maxEphemeralBytes int) *eventView {
 	}
 }
 
-// useEventFace registers the event face's part in Close: at once no subscription starts and the
+// useEventFace sets up the event face's in-memory state and registers its part in Close: at once no subscription starts and the
 // alarm loop stops taking alarms (the running handlers get their context cancelled); the drain
 // waits for those handlers.
 func (s *Store) useEventFace() {
+	s.ev = newEventView(s.opts.MaxEphemeralBytes)
 	s.onClose(func() {
 		s.ev.subsMu.Lock()
 		s.ev.closing = true // no subscription starts after this

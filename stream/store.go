@@ -253,15 +253,12 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		stop:      make(chan struct{}),
 		ws:        writerState{},
 		notify:    make(map[int64]chan struct{}),
-		ev:        newEventView(opts.MaxEphemeralBytes),
 
 		intakeStopped: make(chan struct{}),
 		closeDone:     make(chan struct{}),
 	}
 	s.readsDone = sync.NewCond(&s.readsMu)
 	s.useLayers()
-	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
-	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
 	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.held[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
