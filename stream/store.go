@@ -2,8 +2,10 @@
 // reached through a driver (package driver): an embedded SQLite file written by one process
 // (package sqlitedriver), or a PostgreSQL database shared by any number of processes (package
 // pgdriver). The store never imports a concrete driver: [OpenDriver] takes one, and package
-// storeopen picks one from a file path or a postgres:// URL. One core ([Store]: the writer, group
-// commit, push feeds) serves the same data through two faces, each a type of its own:
+// storeopen picks one from a file path or a postgres:// URL. One kernel ([Store]: the writer,
+// group commit, the insert path, the caches and the per-stream wakes, with the hooks its layers
+// register; docs/store.md#the-kernel-and-its-layers) serves the same data through two faces, each
+// a type of its own:
 //
 //   - [Events], the event view (EventStream's Append and Read, subscriptions, checkpoints, claims,
 //     wake records) that processor engines and package host run against, and
@@ -80,9 +82,9 @@ type Config struct {
 //
 // Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
 // of your choosing; close it with [Store.Close] after the host and the server on it have shut
-// down. A Store is the core — the writer and its group commit, the per-stream push feeds, the
-// ephemeral ring — and offers it through two faces (docs/store.md#the-two-faces), and the small
-// transactional face package subscriptions builds on:
+// down. A Store is the kernel — the writer and its group commit, the insert path, the caches, the
+// per-stream wakes (docs/store.md#the-kernel-and-its-layers) — and offers it through two faces
+// (docs/store.md#the-two-faces), and the small transactional face package subscriptions builds on:
 //
 //   - [Store.Events], the event face that processor engines and the host run against: a path's
 //     [EventStream] (Append, Read, a processor's Claim), subscriptions, checkpoints, claims and

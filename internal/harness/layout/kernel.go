@@ -18,7 +18,7 @@ import (
 var kernelFiles = map[string]bool{
 	"store.go": true, "writer.go": true, "writetx.go": true, "commitapply.go": true,
 	"lazytx.go": true, "hooks.go": true, "hold.go": true, "record.go": true,
-	"streamcache.go": true, "tailcache.go": true, "remotewrites.go": true, "ring.go": true,
+	"streamcache.go": true, "tailcache.go": true, "remotewrites.go": true,
 	"read.go": true, "watch.go": true, "errors.go": true, "names.go": true,
 	"eventcodec.go": true, "storage.go": true, "health.go": true, "stats.go": true,
 	"testhooks.go": true,
