@@ -89,15 +89,3 @@ func quoteForMessage(s string) string {
 	}
 	return strconv.Quote(s)
 }
-
-// A stream's content type decides how its records are framed: JSON streams store messages,
-// any other stores bytes.
-
-// MediaType returns the lower-cased media type of a content type, parameters stripped.
-func MediaType(contentType string) string {
-	mt, _, _ := strings.Cut(contentType, ";")
-	return strings.ToLower(strings.TrimSpace(mt))
-}
-
-// IsJSONContentType reports whether a content type selects JSON mode.
-func IsJSONContentType(contentType string) bool { return MediaType(contentType) == "application/json" }

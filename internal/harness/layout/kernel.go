@@ -19,7 +19,7 @@ var kernelFiles = map[string]bool{
 	"store.go": true, "writer.go": true, "writetx.go": true, "commitapply.go": true,
 	"lazytx.go": true, "hooks.go": true, "hold.go": true, "record.go": true,
 	"streamcache.go": true, "tailcache.go": true, "remotewrites.go": true,
-	"read.go": true, "watch.go": true, "errors.go": true, "names.go": true,
+	"read.go": true, "watch.go": true, "errors.go": true,
 	"eventcodec.go": true, "storage.go": true, "health.go": true, "stats.go": true,
 	"testhooks.go": true,
 }
