@@ -209,7 +209,7 @@ func (s *Store) newEventStreamRow(t *tx, path string) driver.Stream {
 // checkpoint row has its path as scope (Store.createsWithoutCheckpoints).
 func (s *Store) createdEventStream(t *tx, row driver.Stream, id int64, noCheckpoints bool) *streamMem {
 	row.ID = id
-	m := &streamMem{Row: row, noCheckpoints: noCheckpoints}
+	m := &streamMem{Row: row, streamExt: streamExt{noCheckpoints: noCheckpoints}}
 	t.stage(m)
 	s.streamCreated(t, row.Path)
 	return m

@@ -51,8 +51,6 @@ type writerState struct {
 	streams *streamCache
 	// woken holds the streams that got their wake record in this incarnation.
 	woken wokenSet
-	// collectAfter is where CollectExpired resumes.
-	collectAfter int64
 	// held are the streams held by a write in several steps (hold.go); parked are the writes
 	// that reached one and wait for it, requeue the writes released to run next.
 	held    map[string]*hold
@@ -71,11 +69,8 @@ type writerState struct {
 	answeredAt time.Time
 	// gatherWait, when set, replaces both of gather's bounds (tests).
 	gatherWait time.Duration
-	// recent is what the cached states of the streams keep of recent events (recent.go).
-	recent recentKept
-	// checkpoints is what the writer knows of checkpoint rows whose scope no stream holds
-	// (checkpointsknown.go).
-	checkpoints streamlessCheckpoints
+	// layerState is what the layers keep on the writer goroutine (layers.go).
+	layerState
 }
 
 // contendedFor is how long a stream whose check failed is read under its lock in every write,

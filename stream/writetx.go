@@ -39,13 +39,9 @@ type streamMem struct {
 	// of its producers goes through this entry, which loses the mark when the cap leaves one out.
 	// An entry read from its row (after a restart or an eviction) does not have it.
 	producersAll bool
-	// recent holds the durable events last appended through the event view, for an engine
-	// opening next (recent.go); nil when none are kept.
-	recent *recentEvents
-	// noCheckpoints reports that no checkpoint row has the stream's path as its scope, so an
-	// engine opening in the writer reads none (checkpointsknown.go). Only on an exclusive
-	// driver, for a stream this writer created; a checkpoint write to the path clears it.
-	noCheckpoints bool
+	// streamExt is what the layers keep beside the entry (layers.go): staged, copied and
+	// committed with it.
+	streamExt
 }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.
