@@ -118,8 +118,8 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 			}
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
-		for id := range t.woken {
-			ws.woken.add(id)
+		for id := range t.marks {
+			ws.marks.add(id)
 		}
 		if h := t.holdStart; h != nil {
 			if ws.held == nil {

@@ -37,8 +37,7 @@ type eventView struct {
 	subs    map[string][]*Subscription
 	closing bool // set under subsMu by Close; no subscription starts after it
 
-	alarms   alarmState
-	watchers commitWatchers
+	alarms alarmState
 
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int

@@ -340,7 +340,7 @@ func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
 	// Every in-memory state keyed by the id goes with the stream: its incarnation wake mark and
 	// the protocol view's access times.
 	t.afterCommit(func() {
-		s.ws.woken.remove(id) // after-commit hooks run on the writer goroutine, which owns ws
+		s.ws.marks.remove(id) // after-commit hooks run on the writer goroutine, which owns ws
 		s.forgetAccess(id)
 	})
 	return nil

@@ -404,7 +404,7 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		// tells them itself). Other nodes hear of it through the notification of the staged
 		// stream.
 		path := req.Path
-		t.afterCommit(func() { s.ev.watchers.notify(path) })
+		t.afterCommit(func() { s.landed.notify(path) })
 	}
 	if isJSON {
 		if len(msgs) > 0 {
@@ -794,7 +794,7 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 		if !listening {
 			// Nobody here takes the events: they are not decoded, but the commit watchers (a
 			// host opening pattern processors' engines) need only the path.
-			s.ev.watchers.notify(path)
+			s.landed.notify(path)
 			return
 		}
 		events := make([]foldtype.Event, 0, len(batch))

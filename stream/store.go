@@ -177,6 +177,7 @@ type Store struct {
 	created createdListeners // OnStreamCreated's listeners (list.go)
 
 	changes commitWatchers     // SubscriptionStore.WatchChanges' functions (subscriptionstore.go)
+	landed  commitWatchers     // Events.WatchCommits' functions: commits that land events (watch.go)
 	subs    *SubscriptionStore // the subscription face (subscriptionstore.go)
 }
 
@@ -283,12 +284,12 @@ func (s *Store) remoteChange(n driver.Notification) {
 		row, recs := s.remoteTail(n)
 		s.wakeWith(n.StreamID, row, recs)
 		if n.Path != "" {
-			s.ev.watchers.notify(n.Path)
+			s.landed.notify(n.Path)
 		}
 		s.changes.notify(n.Path)
 		return
 	}
-	s.ev.watchers.notify("")
+	s.landed.notify("")
 	s.changes.notify("")
 	for _, remote := range s.hooks.remote {
 		remote(n)

@@ -49,8 +49,9 @@ type writerState struct {
 	// checks rows without a round trip, trusted and checked under the lock in the transaction
 	// (see tx.stream and Store.expected).
 	streams *streamCache
-	// woken holds the streams that got their wake record in this incarnation.
-	woken wokenSet
+	// marks are the streams marked in this incarnation (tx.mark; wake.go marks the streams that
+	// got their wake record).
+	marks markSet
 	// held are the streams held by a write in several steps (hold.go); parked are the writes
 	// that reached one and wait for it, requeue the writes released to run next.
 	held    map[string]*hold
@@ -164,7 +165,7 @@ type group struct {
 	w      driver.Writer
 	dtx    driver.WriteTx
 	staged map[string]*streamMem
-	woken  map[int64]bool
+	marks  map[int64]bool
 	held   map[string]*hold
 	// busy are the streams of the group committing while this one is built (shared databases):
 	// a function reaching one of them is refused with errInflight and runs again later.
@@ -649,11 +650,11 @@ func (b *building) add(reqs []*writeReq) {
 		for p, m := range t.staged {
 			g.staged[p] = m
 		}
-		for id := range t.woken {
-			if g.woken == nil {
-				g.woken = make(map[int64]bool)
+		for id := range t.marks {
+			if g.marks == nil {
+				g.marks = make(map[int64]bool)
 			}
-			g.woken[id] = true
+			g.marks[id] = true
 		}
 	}
 }

@@ -100,7 +100,7 @@ type tx struct {
 	spSet   bool
 	staged  map[string]*streamMem // nil value: the stream was deleted by this function
 	touched map[int64]string
-	woken   map[int64]bool
+	marks   map[int64]bool
 	hooks   []func()
 	db      lazyTx
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
@@ -384,18 +384,20 @@ func (t *tx) forget(path string, id int64) {
 	t.touch(id, path)
 }
 
-// isWoken reports whether the stream got its wake record in this incarnation: committed, or
-// staged earlier in this function or by a successful function earlier in the group.
-func (t *tx) isWoken(id int64) bool {
-	return t.woken[id] || t.g.woken[id] || t.s.ws.woken.has(id)
+// marked reports whether the stream is marked in this incarnation: committed, or staged earlier in
+// this function or by a successful function earlier in the group. A mark is one bit per stream for
+// the life of the store's incarnation (markSet), for a layer's "at most once per incarnation"
+// (wake.go: a stream gets at most one wake record).
+func (t *tx) marked(id int64) bool {
+	return t.marks[id] || t.g.marks[id] || t.s.ws.marks.has(id)
 }
 
-// markWoken stages the stream's wake mark. It takes effect only if this function and the group
-// commit: a mark that outlived a rolled-back wake record would suppress the record for the rest
-// of the incarnation.
-func (t *tx) markWoken(id int64) {
-	if t.woken == nil {
-		t.woken = make(map[int64]bool)
+// mark stages the stream's mark. It takes effect only if this function and the group commit: a
+// mark that outlived a rolled-back write would suppress what it stands for (a wake record) for the
+// rest of the incarnation.
+func (t *tx) mark(id int64) {
+	if t.marks == nil {
+		t.marks = make(map[int64]bool)
 	}
-	t.woken[id] = true
+	t.marks[id] = true
 }
