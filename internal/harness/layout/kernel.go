@@ -24,12 +24,16 @@ var kernelFiles = map[string]bool{
 	"testhooks.go": true,
 }
 
+// kernelUp is the one call the kernel makes up to a layer: opening a store sets its layers up.
+const kernelUp = "store.go → layers.go"
+
 // kernelFigures prints the stream kernel's figures: its lines and the layers', the largest file,
 // and the file-to-file calls inside the package — distinct (caller file, callee file) pairs where
 // a function or method declared in the package is called from another file — with those that go
 // from a kernel file up to a layer file listed. Calls are resolved by type-checking the package's
-// non-test files.
-func kernelFigures(dir string, goFiles []string) {
+// non-test files. It returns how many calls go up other than kernelUp: a layer reaches the kernel
+// through its hooks, never the other way round.
+func kernelFigures(dir string, goFiles []string) (bad int) {
 	fset := token.NewFileSet()
 	var files []*ast.File
 	kernelLines, layerLines, largest, largestName := 0, 0, 0, ""
@@ -103,4 +107,11 @@ func kernelFigures(dir string, goFiles []string) {
 		kernelLines, layerLines, largestName, largest)
 	fmt.Printf("stream file-to-file calls: %d file pairs, %d from the kernel up to a layer (%s)\n",
 		len(pairs), len(up), strings.Join(up, ", "))
+	for _, u := range up {
+		if u != kernelUp {
+			fmt.Fprintf(os.Stderr, "layout: the stream kernel calls up to a layer (%s): register a hook instead (docs/store.md#the-kernel-and-its-layers)\n", u)
+			bad++
+		}
+	}
+	return bad
 }
