@@ -80,6 +80,14 @@ type EngineConfig struct {
 	// even when its holder cannot confirm the lease in time, rather than run again, effects and
 	// all, by the next owner (docs/reliability.md#a-node-that-freezes).
 	CheckpointsFenced bool
+	// WriteRetry is how long the engine keeps sending again a write of its own — a checkpoint, a
+	// batch ProcessEvent or a blocker emits — that the store refused because its database could
+	// not be reached (code UNAVAILABLE), or whose commit it could not confirm
+	// (COMMIT_OUTCOME_UNKNOWN) when sending it again cannot store it twice, before the range
+	// fails with that error (docs/engine.md#writes-through-a-database-blip). The range's
+	// effects then do not run again because of a blip. Defaults to DefaultWriteRetry (30 s);
+	// negative: no write is sent again.
+	WriteRetry time.Duration
 	// Metrics, when set, receives the counts of the engine's work: events processed (with the
 	// duration of each ProcessEvent), skipped and emitted, and ProcessEvent failures by code. A
 	// host keeps them per processor, beyond this engine's life. Defaults to nil: nothing counted.
@@ -96,6 +104,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	}
 	if c.LoopLimit <= 0 {
 		c.LoopLimit = DefaultLoopLimit
+	}
+	if c.WriteRetry == 0 {
+		c.WriteRetry = DefaultWriteRetry
 	}
 	return c
 }
@@ -192,6 +203,7 @@ type Engine[S any] struct {
 	skips            skipState
 	failure          *ProcessEventError // the last ProcessEvent failure since a range committed
 	log              *slog.Logger
+	retry            writeRetry // EngineConfig.WriteRetry
 	claimTail        chan struct{}
 	changed          chan struct{}
 
@@ -223,6 +235,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		e.tracer = cfg.TracerProvider.Tracer(TracerName)
 	}
 	e.metrics = cfg.Metrics
+	e.retry = writeRetry{clock: cfg.Clock, limit: cfg.WriteRetry, log: cfg.Logger, slug: c.Slug()}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
 	if err != nil {
@@ -656,9 +669,18 @@ func processedThrough(events, done []Event, before int64) []Event {
 	return out
 }
 
-// writeCheckpoint writes and latches a refusal that retrying cannot fix (docs/engine.md#the-latch).
+// writeCheckpoint writes cp, sending it again through a database blip (a checkpoint written twice
+// is as written once; docs/engine.md#writes-through-a-database-blip), and latches a refusal that
+// retrying cannot fix (docs/engine.md#the-latch). Unless checkpoints are fenced, MayWork is asked
+// again before every new attempt, as before the first.
 func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed bool) error {
-	err := e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
+	var guard func(context.Context) error
+	if !e.cpFenced {
+		guard = e.checkMayWork
+	}
+	err := e.retry.do(ctx, "checkpoint", true, guard, func() error {
+		return e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
+	})
 	if err != nil && !foldtype.IsRetryable(err) {
 		e.mu.Lock()
 		e.latch = err
@@ -752,7 +774,7 @@ func (e *Engine[S]) step(ctx context.Context, ev *Event, state S, caughtUp bool)
 	}
 	run := &eventRun{ctx: runCtx, stream: e.stream, slug: e.c.Slug(), version: e.c.Version(),
 		emits: e.emits, event: ev, loopLimit: e.loopLimit, background: e.runInBackground, mayWork: e.checkMayWork, metrics: e.metrics,
-		tracer: e.tracer}
+		tracer: e.tracer, retry: e.retry}
 	args := &ProcessEventArgs[S]{Event: ev, Payload: payload, State: state, PreviousState: prev,
 		Delivery: Delivery{CaughtUp: caughtUp}, run: run}
 	if err, panicked, stack := guardedStack(func() error { return e.p.ProcessEvent(args) }); err != nil && !isRecordedLoopLimit(err) {

@@ -26,6 +26,7 @@ type eventRun struct {
 	mayWork    func(ctx context.Context) error
 	metrics    EngineMetrics // nil: nothing counted
 	tracer     trace.Tracer  // nil: no spans, and no trace context written into emitted events
+	retry      writeRetry    // an emitted batch through a database blip
 
 	mu       sync.Mutex
 	blockers []func(context.Context) error
@@ -73,7 +74,15 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 		ev.IdempotencyKey = processorKey(ev.IdempotencyKey)
 		stamped[i] = ev
 	}
-	out, err := r.stream.Append(ctx, stamped...)
+	// Sent again through a database blip, as it was (docs/engine.md#writes-through-a-database-blip);
+	// the stream guards every attempt as it guards the first (a host's refuses a lease lost).
+	idempotent := !slices.ContainsFunc(stamped, func(in EventInput) bool { return !in.Ephemeral && in.IdempotencyKey == "" })
+	var out []Event
+	err := r.retry.do(ctx, "emit", idempotent, nil, func() error {
+		var aerr error
+		out, aerr = r.stream.Append(ctx, stamped...)
+		return aerr
+	})
 	endSpan(span, err)
 	if err == nil && r.metrics != nil && len(stamped) > 0 {
 		r.metrics.EventsEmitted(len(stamped))

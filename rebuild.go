@@ -70,7 +70,8 @@ func NewRebuild[S any](next Processor[S], cfg EngineConfig) (*Rebuild[S], error)
 	c := next.Contract()
 	e := &Engine[S]{p: next, c: c, stream: cfg.Stream, cps: cfg.Checkpoints, clock: cfg.Clock, mayWork: cfg.MayWork, cpFenced: cfg.CheckpointsFenced,
 		rep: cfg.Reporter, log: cfg.Logger, consumes: c.Consumes(), emits: c.Emits(), waiters: map[*waiter]struct{}{},
-		claimTail: closedChan(), changed: make(chan struct{})}
+		claimTail: closedChan(), changed: make(chan struct{}),
+		retry: writeRetry{clock: cfg.Clock, limit: cfg.WriteRetry, log: cfg.Logger, slug: c.Slug()}}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	r := &Rebuild[S]{fold: e, side: RebuildRow(c.Slug(), c.Version()), cps: cfg.Checkpoints, state: c.InitialState()}
 	main, ok, err := r.cps.ReadCheckpoint(context.Background(), c.Slug())

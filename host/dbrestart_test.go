@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -225,4 +226,87 @@ func TestDatabaseRestartedAndKilledUnderLoadLosesNothing(t *testing.T) {
 	stopReaders()
 	rwg.Wait()
 	t.Logf("%d ticks through two restarts, a SIGKILL and an immediate stop of the database; log of %d messages", total, len(final))
+}
+
+// TestADatabaseRestartUnderOneNodeRunsNoEffectTwice restarts the database three times (pg_ctl
+// restart -m immediate: no shutdown checkpoint, crash recovery) under one node whose counter
+// processor runs an external effect for every tick on 20 streams and emits its record. The work in
+// flight at each restart ran its effect while the database went away; its record and its
+// checkpoint are sent again until the database is back (docs/engine.md#writes-through-a-database-blip),
+// so no effect runs twice — nobody else could have taken the lease, and nothing the node did was
+// lost — and every acknowledged tick has its effect.
+func TestADatabaseRestartUnderOneNodeRunsNoEffectTwice(t *testing.T) {
+	const streams = 20
+	pg := pgtest.StartServer(t)
+	sink := newEffectSink()
+	es := httptest.NewServer(sink)
+	defer es.Close()
+	nodes := startNodes(t, pg.URL(), 1, 2*time.Second, "--effects", es.URL)
+	lb := lbClient(nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	path := func(i int) string { return fmt.Sprintf("/counters/r%02d", i) }
+	for i := range streams {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://lb/v1/stream"+path(i), nil)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := lb.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	tp := &tickProducers{hc: lb, path: path, acked: make([][]time.Time, streams)}
+	pctx, stopProducing := context.WithCancel(ctx)
+	pdone := tp.run(pctx, 10)
+	defer func() { stopProducing(); <-pdone }()
+
+	for r := range 3 {
+		from := sink.count()
+		waitUntil(t, 60*time.Second, "effects before the restart", func() bool {
+			if err := tp.error(); err != nil {
+				t.Fatal(err)
+			}
+			return sink.count() >= from+40
+		})
+		pg.Restart("immediate")
+		t.Logf("restart %d: %d effects before it", r+1, sink.count())
+	}
+	atEnd := tp.ackedCounts()
+	waitUntil(t, 60*time.Second, "a tick on every stream after the last restart", func() bool {
+		for i, n := range tp.ackedCounts() {
+			if n <= atEnd[i] {
+				return false
+			}
+		}
+		return true
+	})
+	stopProducing()
+	<-pdone
+	if err := tp.error(); err != nil {
+		t.Fatal(err)
+	}
+	owed := tp.ackedCounts()
+	if !wait.Every(60*time.Second, 50*time.Millisecond, func() bool { return sink.coveredAll(path, owed) }) {
+		missing := sink.missing(path, owed, 10)
+		status := processorStatus(lb, missing)
+		nodes[0].kill() // a node's log is read once it exited
+		t.Fatalf("acknowledged ticks without their effect: %v\nprocessors:\n%s\nlogs:\n%s", missing, status, allLogs(nodes))
+	}
+	ran := map[string][]effectRun{}
+	total := 0
+	for _, r := range sink.runs() {
+		ran[r.Key] = append(ran[r.Key], r)
+		total++
+	}
+	for k, rs := range ran {
+		if len(rs) > 1 {
+			t.Errorf("%s ran %d times: %s", k, len(rs), describeRuns(rs))
+		}
+	}
+	if t.Failed() {
+		nodes[0].kill()
+		t.Logf("logs:\n%s", allLogs(nodes))
+	}
+	t.Logf("%d effects of %d ticks through three database restarts", total, len(ran))
 }

@@ -67,9 +67,19 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	attempts := 1
 	if sl.failing != nil {
 		attempts = sl.failing.Attempts + 1
+	} else {
+		sl.policyFails = 0
 	}
 	delay := failRetryDelay(attempts)
 	code := f.Code()
+	// A failure because the store could not be reached (a database restart, say) is the store's,
+	// not the processor's: it does not bring the failure policy closer, which would otherwise
+	// pause the processor, or skip its event, for a database blip.
+	counted := !storeFailure(code)
+	if counted {
+		sl.policyFails++
+	}
+	policyFails := sl.policyFails
 	sl.failing = &foldtype.ProcessorFailure{Code: code, Message: f.Error(), Offset: f.Offset,
 		Attempts: attempts, NextRetry: h.clock.Now().Add(delay)}
 	sl.isFailing.Store(true)
@@ -84,7 +94,9 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 	h.mu.Unlock()
 	// Stored where every node reads it (host/pause.go), and paused when the policy says so.
 	h.syncFailureRow(sl)
-	h.applyPolicy(sl, rec)
+	if counted {
+		h.applyPolicy(sl, rec, policyFails)
+	}
 	if first {
 		args := []any{"path", sl.key.path, "slug", sl.key.slug, "code", code, "offset", f.Offset,
 			"attempts", attempts, "next_retry_in", delay, "err", f.Err}
@@ -97,7 +109,10 @@ func (h *Host) failing(sl *slot, f *foldstream.ProcessEventError) {
 }
 
 // retryFailing is a failing slot's retry: a catch-up from the log, which runs the failing event
-// again. Success clears the failure; another failure arms the next retry.
+// again. Success clears the failure; another failure arms the next retry. After a success the
+// engine catches up once more: the pushes that came while the first catch-up ran were held
+// (followEngine) and their events lie past what it read; with no later append or read on the
+// stream nothing else would run them (a no-op read when there were none).
 func (h *Host) retryFailing(sl *slot) {
 	h.mu.Lock()
 	if sl.state != slotOpen || h.slots[sl.key] != sl || h.shutdown || sl.failing == nil {
@@ -122,9 +137,9 @@ func (h *Host) retryFailing(sl *slot) {
 		err := sl.runner.CatchUpFromLog(h.ctx)
 		if err == nil {
 			h.recovered(sl)
-		} else {
-			h.failed(sl, "retry", err)
+			err = sl.runner.CatchUpFromLog(h.ctx)
 		}
+		h.failed(sl, "retry", err)
 		h.release(sl)
 	}()
 }

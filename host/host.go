@@ -95,6 +95,11 @@ type Config struct {
 	// LoopLimit is the deepest cause chain a processor's emit may extend
 	// (docs/engine.md#cause-chains). Defaults to foldstream.DefaultLoopLimit (32).
 	LoopLimit int
+	// WriteRetry is how long a processor's engine sends again an emit or a checkpoint the store
+	// refused because its database could not be reached, before the unit fails and the processor
+	// is failing (docs/engine.md#writes-through-a-database-blip). Defaults to
+	// foldstream.DefaultWriteRetry (30 s); negative: never sent again.
+	WriteRetry time.Duration
 
 	// Addr is this node's base URL as other nodes of a cluster reach it (http://10.0.0.5:4437),
 	// stored with its leases. A node that gets a processor read for a stream another node runs

@@ -569,11 +569,11 @@ func (h *Host) Resume(ctx context.Context, path, slug string) error {
 }
 
 // applyPolicy pauses sl on its failure f, or skips the event it fails on, when its
-// registration's failure policy says so after f.Attempts attempts (in the background: failing
-// runs inside a push).
-func (h *Host) applyPolicy(sl *slot, f foldtype.ProcessorFailure) {
+// registration's failure policy says so after counted attempts in a row that failed for the
+// processor's own reasons (in the background: failing runs inside a push).
+func (h *Host) applyPolicy(sl *slot, f foldtype.ProcessorFailure, counted int) {
 	at := sl.reg.policy.actsAt()
-	if at == 0 || f.Attempts < at {
+	if at == 0 || counted < at {
 		return
 	}
 	if sl.reg.policy.Then == SkipEvent {

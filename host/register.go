@@ -160,6 +160,7 @@ func newRegistration[S any](h *Host, pat Pattern, p foldstream.Processor[S], opt
 			KeyValue:       foldstream.CheckpointKeyValue(preloadedCheckpoints{cps, rows}, reg.slug),
 			CodeID:         h.cfg.CodeID,
 			LoopLimit:      h.cfg.LoopLimit,
+			WriteRetry:     h.cfg.WriteRetry,
 			TracerProvider: h.cfg.TracerProvider,
 			// Nothing that can start an effect runs once the lease's local deadline passed, until
 			// a renewal confirmed the lease (docs/reliability.md#a-node-that-freezes).

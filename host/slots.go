@@ -88,13 +88,19 @@ type slot struct {
 	// cancels its armed retry, failKey names the failure last logged in full.
 	failing   *foldtype.ProcessorFailure
 	isFailing atomic.Bool // failing != nil, read without h.mu on every push
-	retryStop func() bool
-	failKey   string
-	streamID  int64 // the stream's identity when the engine opened (StreamInfo.ID)
-	stale     bool  // the stream was deleted and created again: the engine follows a dead stream
-	lease     driver.Lease
-	force     bool // take the lease even when another node is preferred (a read, a revive, a takeover)
-	handoff   bool // closing to hand the lease to another node
+	// heldPushes counts the pushes not handed to the engine while it was failing (its retry
+	// reads their events from the log).
+	heldPushes atomic.Int64
+	retryStop  func() bool
+	failKey    string
+	// policyFails counts the failed attempts in a row the failure policy counts: those that were
+	// not the store out of reach (storeFailure), which say nothing of the processor (h.mu).
+	policyFails int
+	streamID    int64 // the stream's identity when the engine opened (StreamInfo.ID)
+	stale       bool  // the stream was deleted and created again: the engine follows a dead stream
+	lease       driver.Lease
+	force       bool // take the lease even when another node is preferred (a read, a revive, a takeover)
+	handoff     bool // closing to hand the lease to another node
 	// head is the stream as a takeover's settle check read it, before the lease: the opening
 	// takes it instead of reading the head again (nil: the opening reads it).
 	head     *stream.StreamInfo
@@ -502,6 +508,7 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 		if h.followEngine(sl) {
 			// Its retry reads these events from the log; pushing them now would only run the
 			// failing event again, outside the backoff.
+			sl.heldPushes.Add(1)
 			return nil
 		}
 		err := r.ProcessEventBatch(ctx, events, rg)

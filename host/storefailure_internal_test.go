@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -85,5 +86,154 @@ func TestAProcessorFailingBecauseTheStoreWasOutOfReachRetriesWhenTheStoreSaysItM
 	}
 	if f := failing("own"); f == nil || f.Attempts != 1 {
 		t.Fatalf("the processor failing for its own reason: %+v, want it still failing, waiting for its backoff", f)
+	}
+}
+
+// heldRetry fails ProcessEvent with fail while it is set; while hold is set, the event at holdAt waits
+// for hold to close (entered is closed when it does), and every event it processes is recorded.
+type heldRetry struct {
+	foldstream.Base[fxState]
+	mu      sync.Mutex
+	fail    error
+	holdAt  int64
+	hold    chan struct{}
+	entered chan struct{}
+	seen    []int64
+}
+
+func (p *heldRetry) Reduce(a foldstream.ReduceArgs[fxState]) (fxState, bool, error) {
+	return fxState{Ticks: a.State.Ticks + 1}, true, nil
+}
+
+func (p *heldRetry) ProcessEvent(a *foldstream.ProcessEventArgs[fxState]) error {
+	if a.Event == nil {
+		return nil
+	}
+	p.mu.Lock()
+	if p.fail != nil {
+		defer p.mu.Unlock()
+		return p.fail
+	}
+	hold, entered := p.hold, p.entered
+	if a.Event.Offset != p.holdAt {
+		hold = nil
+	}
+	p.seen = append(p.seen, a.Event.Offset)
+	p.mu.Unlock()
+	if hold != nil {
+		close(entered)
+		<-hold
+	}
+	return nil
+}
+
+func (p *heldRetry) processed() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int64(nil), p.seen...)
+}
+
+// TestAnEventPushedWhileTheRetryOfAFailingProcessorRanIsProcessedWithoutAnotherAppend: a push that
+// comes while a failing processor's retry is catching up is held (the retry reads the log), and its
+// event lies past what that catch-up read. Once the retry succeeded, that event still runs, with
+// no later append or read on the stream to push it again.
+func TestAnEventPushedWhileTheRetryOfAFailingProcessorRanIsProcessedWithoutAnotherAppend(t *testing.T) {
+	ctx := context.Background()
+	s, h := sqliteHost(t, testsupport.NewFakeClock(), Config{}, nil)
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "gated", Version: "1", Consumes: []string{"tick"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldRetry{Base: foldstream.NewBase(c), fail: foldtype.NewError(foldtype.CodeUnavailable, nil, "append: the database does not answer")}
+	if _, err := Register(ctx, h, "/held", foldstream.Processor[fxState](p)); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() int64 {
+		t.Helper()
+		evs, err := s.Events().Stream("/held").Append(ctx, foldtype.EventInput{Type: "tick"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0].Offset
+	}
+	slot := func() *slot {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.slots[procKey{"/held", "gated"}]
+	}
+	first := tick()
+	if !wait.For(10*time.Second, func() bool { sl := slot(); return sl != nil && sl.isFailing.Load() }) {
+		t.Fatal("the processor did not fail")
+	}
+	p.mu.Lock()
+	p.fail, p.holdAt, p.hold, p.entered = nil, first, make(chan struct{}), make(chan struct{})
+	hold, entered := p.hold, p.entered
+	p.mu.Unlock()
+	h.committed("") // the store may be back: the retry runs now
+	<-entered       // the retry's catch-up read the log and runs the failing event
+	held := slot().heldPushes.Load()
+	second := tick()
+	if !wait.For(10*time.Second, func() bool { return slot().heldPushes.Load() > held }) {
+		t.Fatal("the push of the second tick was not held while the processor was failing")
+	}
+	close(hold)
+	if !wait.For(10*time.Second, func() bool { return slices.Contains(p.processed(), second) }) {
+		t.Fatalf("processed %v; the tick at %d, pushed while the retry ran, never ran", p.processed(), second)
+	}
+}
+
+// TestFailuresBecauseTheStoreWasOutOfReachDoNotBringTheFailurePolicyCloser: a database that
+// flaps makes a processor fail with UNAVAILABLE at every retry the store's recoveries bring
+// forward; those attempts are the store's, so a failure policy of two attempts neither pauses the
+// processor nor skips its event. Two failures of its own in a row then do.
+func TestFailuresBecauseTheStoreWasOutOfReachDoNotBringTheFailurePolicyCloser(t *testing.T) {
+	ctx := context.Background()
+	clock := testsupport.NewFakeClock()
+	s, h := sqliteHost(t, clock, Config{}, nil)
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[fxState]{Slug: "flaps", Version: "1", Consumes: []string{"tick"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &flaky{Base: foldstream.NewBase(c)}
+	p.set(foldtype.NewError(foldtype.CodeUnavailable, nil, "append: the database does not answer"))
+	if _, err := Register(ctx, h, "/flaps", foldstream.Processor[fxState](p), WithFailurePolicy(FailurePolicy{MaxAttempts: 2})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Events().Stream("/flaps").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() (attempts int, paused bool) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		sl := h.slots[procKey{"/flaps", "flaps"}]
+		if sl == nil {
+			return 0, false
+		}
+		if sl.failing != nil {
+			attempts = sl.failing.Attempts
+		}
+		return attempts, sl.paused != nil
+	}
+	for want := 1; want <= 5; want++ {
+		if !wait.For(10*time.Second, func() bool { n, _ := state(); return n == want }) {
+			n, _ := state()
+			t.Fatalf("%d failed attempts, want %d", n, want)
+		}
+		if _, paused := state(); paused {
+			t.Fatalf("paused after %d attempts that failed because the store was out of reach", want)
+		}
+		h.committed("") // the store may be back: the retry runs now, and fails again
+	}
+	p.set(errors.New("the processor's own failure"))
+	if !wait.For(10*time.Second, func() bool { n, _ := state(); return n == 6 }) {
+		t.Fatal("the processor's own failure was not recorded")
+	}
+	if _, paused := state(); paused {
+		t.Fatal("paused after one failure of the processor's own; the policy allows two")
+	}
+	clock.Advance(FailRetryMax) // the armed retry
+	if !wait.For(10*time.Second, func() bool { _, paused := state(); return paused }) {
+		n, _ := state()
+		t.Fatalf("not paused after two failures of its own in a row (%d attempts in all)", n)
 	}
 }

@@ -61,6 +61,10 @@ type feed struct {
 	kickMu  sync.Mutex
 	kicked  bool
 	running bool
+	// retryArmed: a catch-up read failed and another is due (retryFeedLater); retryFails counts
+	// the failures in a row, which lengthen the pause. Guarded by kickMu.
+	retryArmed bool
+	retryFails int
 }
 
 type feedSet struct {
@@ -150,8 +154,8 @@ func (s *Store) publishShared(path string, events []foldtype.Event, after, throu
 }
 
 // fill publishes the durable events after f.mark from the database, until the mark reaches upTo
-// (0: the tail). Called with f.mu held. A failed read leaves the mark where it got to; the next
-// notification or poll catches up.
+// (0: the tail). Called with f.mu held. A failed read leaves the mark where it got to and tries
+// again after a pause (retryFeedLater), unless a notification or a commit catches up first.
 func (s *Store) fill(f *feed, upTo int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), feedReadTimeout)
 	defer cancel()
@@ -159,8 +163,12 @@ func (s *Store) fill(f *feed, upTo int64) {
 		page, err := s.readEvents(ctx, f.path, f.mark, MaxReadLimit, readOptions{})
 		if err != nil {
 			s.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
+			s.retryFeedLater(f)
 			return
 		}
+		f.kickMu.Lock()
+		f.retryFails = 0
+		f.kickMu.Unlock()
 		if page.ScannedThroughOffset <= f.mark {
 			return
 		}
@@ -231,6 +239,34 @@ func (s *Store) kickFeed(path string) {
 			f.mu.Unlock()
 		}
 	}()
+}
+
+// The pause before a failed catch-up read is tried again: it starts at feedRetryFirst and doubles
+// with each failure in a row up to feedRetryMax.
+const (
+	feedRetryFirst = 50 * time.Millisecond
+	feedRetryMax   = 2 * time.Second
+)
+
+// retryFeedLater kicks f's catch-up again after a pause, once per failure: a catch-up read that
+// failed (the database restarting, a pooled connection it had dropped) leaves the feed's
+// listeners behind their stream, and when nobody commits to it again and no notification comes
+// — a node nobody else writes to, the last appends before a quiet spell — nothing else would.
+func (s *Store) retryFeedLater(f *feed) {
+	f.kickMu.Lock()
+	defer f.kickMu.Unlock()
+	if f.retryArmed {
+		return
+	}
+	f.retryArmed = true
+	pause := min(feedRetryFirst<<min(f.retryFails, 8), feedRetryMax)
+	f.retryFails++
+	s.clock.AfterFunc(pause, func() {
+		f.kickMu.Lock()
+		f.retryArmed = false
+		f.kickMu.Unlock()
+		s.kickFeed(f.path)
+	})
 }
 
 // kickAllFeeds catches every feed up (the listener may have missed notifications).

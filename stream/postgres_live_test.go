@@ -415,3 +415,76 @@ func TestPostgresSubscriberGetsAnotherNodesEventsWithoutReadingTheDatabase(t *te
 		t.Errorf("node B read the database %d times to publish %d events of node A, want 0", used, n)
 	}
 }
+
+// blindDriver is the PostgreSQL driver with two faults a test switches on: deaf drops the
+// listener's notifications (another node's commits go unheard), blind fails every read
+// transaction as a database out of reach does.
+type blindDriver struct {
+	*pgdriver.Driver
+	deaf, blind atomic.Bool
+}
+
+func (d *blindDriver) Listen(ctx context.Context, fn func(driver.Notification)) (func(), error) {
+	return d.Driver.Listen(ctx, func(n driver.Notification) {
+		if !d.deaf.Load() {
+			fn(n)
+		}
+	})
+}
+
+func (d *blindDriver) Read(ctx context.Context, fn func(driver.Reader) error) error {
+	if d.blind.Load() {
+		return foldtype.NewError(foldtype.CodeUnavailable, nil, "the database is unavailable; retry later: read refused by the test")
+	}
+	return d.Driver.Read(ctx, fn)
+}
+
+// TestPostgresSubscriberBehindAFailedCatchUpGetsItsEventsWithoutAnotherCommit: node B commits
+// over another node's event it never heard of, and the read that would fill that gap for its
+// subscriber fails (the database restarting, a stale connection). Nothing else will happen on
+// the stream — no other commit, no notification — yet the subscriber gets both events once the
+// database answers again: a failed catch-up is tried again by itself (docs/postgres.md#live-reads).
+func TestPostgresSubscriberBehindAFailedCatchUpGetsItsEventsWithoutAnotherCommit(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	a := openPG(t, url)
+	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd := &blindDriver{Driver: d}
+	b, err := stream.OpenDriver(ctx, bd, stream.Config{Logger: quiet})
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	appendOn := func(s *stream.Store, n int) {
+		t.Helper()
+		if _, err := s.Events().Stream("/gap").Append(ctx, foldtype.EventInput{Type: "t", Payload: foldtype.JSON(n)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOn(b, 0)
+	col := newCollector()
+	sub, err := b.Events().Subscribe("/gap", col.deliver, stream.SubscribeOptions{Consumes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	bd.deaf.Store(true)
+	bd.blind.Store(true)
+	appendOn(a, 1) // unheard by B
+	appendOn(b, 2) // commits; publishing it needs event 1, whose read fails
+	bd.deaf.Store(false)
+	bd.blind.Store(false)
+
+	got := col.waitFor(t, 2)
+	for i, ev := range got {
+		if ev.Offset != int64(i+2) {
+			t.Fatalf("pushed event %d has offset %d, want %d", i, ev.Offset, i+2)
+		}
+	}
+}
