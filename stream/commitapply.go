@@ -97,7 +97,7 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 }
 
 // applyCommitted applies the committed functions' staged changes to the writer's state in queue
-// order, runs their after-commit hooks, parks the writes that met a reserved stream, answers the
+// order, runs their after-commit hooks, parks the writes that met a held stream, answers the
 // rest and wakes readers. done[i] is nil for every function that is not committed. rows and recs
 // (nil: not known) bring the tail cache up to the commit before the callers are answered.
 func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
@@ -113,30 +113,32 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 				continue
 			}
 			ws.streams.put(p, m)
-			ws.keptRecent(p, m)
+			for _, applied := range s.hooks.applied {
+				applied(p, m)
+			}
 		}
 		// Before the hooks: a delete later in the group forgets the mark in its own hook.
-		for id := range t.woken {
-			ws.woken.add(id)
+		for id := range t.marks {
+			ws.marks.add(id)
 		}
-		if r := t.reserve; r != nil {
-			if ws.reserved == nil {
-				ws.reserved = make(map[string]*reservation)
+		if h := t.holdStart; h != nil {
+			if ws.held == nil {
+				ws.held = make(map[string]*hold)
 			}
-			ws.reserved[r.path] = r
+			ws.held[h.path] = h
 		}
-		for _, r := range t.unreserve {
-			if ws.reserved[r.path] == r {
-				delete(ws.reserved, r.path)
+		for _, h := range t.holdEnds {
+			if ws.held[h.path] == h {
+				delete(ws.held, h.path)
 			}
 		}
 	}
-	// A write that found its stream reserved is not answered: it waits, and runs again once the
-	// reservation ended (or did not start after all: its group failed).
+	// A write that found its stream held is not answered: it waits, and runs again once the hold
+	// ended (or did not start after all: its group failed).
 	for i, r := range reqs {
-		var be *busyError
-		if errors.As(results[i], &be) {
-			ws.parked = append(ws.parked, parkedWrite{path: be.path, req: r})
+		var he *heldError
+		if errors.As(results[i], &he) {
+			ws.parked = append(ws.parked, parkedWrite{path: he.path, req: r})
 			results[i] = errParked
 		} else if errors.Is(results[i], errInflight) {
 			// The group it met has finished by now (it finishes before this one).

@@ -37,8 +37,7 @@ type eventView struct {
 	subs    map[string][]*Subscription
 	closing bool // set under subsMu by Close; no subscription starts after it
 
-	alarms   alarmState
-	watchers commitWatchers
+	alarms alarmState
 
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int
@@ -52,6 +51,21 @@ func newEventView(maxEphemeralBytes int) *eventView {
 		ringMax:    maxEphemeralBytes,
 		subs:       make(map[string][]*Subscription),
 	}
+}
+
+// useEventFace sets up the event face's in-memory state and registers its part in Close: at once no subscription starts and the
+// alarm loop stops taking alarms (the running handlers get their context cancelled); the drain
+// waits for those handlers.
+func (s *Store) useEventFace() {
+	s.ev = newEventView(s.opts.MaxEphemeralBytes)
+	s.onClose(func() {
+		s.ev.subsMu.Lock()
+		s.ev.closing = true // no subscription starts after this
+		s.ev.subsMu.Unlock()
+		s.haltAlarms()
+	}, func() {
+		s.ev.alarms.wg.Wait() // the running alarm handlers
+	})
 }
 
 // appendEventsAt is [EventStream.Append] with the choice to create a missing stream for a batch
@@ -194,7 +208,7 @@ func (s *Store) newEventStreamRow(t *tx, path string) driver.Stream {
 // checkpoint row has its path as scope (Store.createsWithoutCheckpoints).
 func (s *Store) createdEventStream(t *tx, row driver.Stream, id int64, noCheckpoints bool) *streamMem {
 	row.ID = id
-	m := &streamMem{Row: row, noCheckpoints: noCheckpoints}
+	m := &streamMem{Row: row, streamExt: streamExt{noCheckpoints: noCheckpoints}}
 	t.stage(m)
 	s.streamCreated(t, row.Path)
 	return m

@@ -31,6 +31,24 @@ import (
 // Ephemeral events are never in the database: a local commit's ephemerals are published with it,
 // and other nodes' ephemerals arrive with their notifications and are published at once.
 
+// useFeeds registers the feeds with the kernel: every notification of another process's commit
+// reaches them (feedRemote).
+func (s *Store) useFeeds() { s.onRemoteCommit(s.feedRemote) }
+
+// feedRemote publishes what another process's commit n brought to the feed of its stream, or,
+// when any stream may have changed (n.StreamID 0), has every feed catch up from the database.
+func (s *Store) feedRemote(n driver.Notification) {
+	if n.StreamID == 0 {
+		s.kickAllFeeds()
+		return
+	}
+	s.remoteEphemerals(n)
+	s.restartFeed(n.Path, n.StreamID)
+	if !s.publishRemoteRecords(n) {
+		s.kickFeed(n.Path)
+	}
+}
+
 // feed is one path's publishing state on a shared database.
 type feed struct {
 	mu   sync.Mutex // held while publishing, so the feed's pushes are ordered

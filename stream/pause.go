@@ -15,12 +15,37 @@ import (
 // exactly as durable as the log that says it. The writer's cached row carries it: judging a batch
 // costs no query, paused or not.
 //
-// admit (record.go) refuses a batch that holds one fresh event other than a control event while
-// the stream is paused, before any offset is taken; duplicates (idempotent replays) are echoed as
-// usual, ephemerals flow, and so do the store's own wake records (the host must wake a paused
-// stream to run its processors on what landed before the pause). A batch is judged by the state before it: a pause and a plain event in
-// one batch on a running stream both land, a resume and a plain event on a paused one are refused
-// together.
+// Pausing is a layer on the kernel: it registers an admission check and a record effect
+// (hooks.go, usePause) and the kernel's insert path never names it. The admission check refuses a
+// batch that holds one fresh event other than a control event while the stream is paused, before
+// any offset is taken; duplicates (idempotent replays) are echoed as usual, ephemerals flow, and so
+// do the store's own wake records (the host must wake a paused stream to run its processors on
+// what landed before the pause). A batch is judged by the state before it: a pause and a plain
+// event in one batch on a running stream both land, a resume and a plain event on a paused one are
+// refused together.
+
+// usePause registers pausing with the kernel: the paused stream's admission check and the fold of
+// landed control events into the stream row.
+func (s *Store) usePause() {
+	s.checkAdmission(admitWhilePaused)
+	s.onRecorded(s.foldControl)
+}
+
+// admitWhilePaused judges a batch of a paused stream: only control events, ephemerals and the
+// store's own wake records are admitted; one other fresh event refuses the whole batch. A running
+// stream's batch is not judged.
+func admitWhilePaused(row *driver.Stream) func(p *pending) error {
+	if !row.Paused.Valid {
+		return nil
+	}
+	reason := row.Paused.String
+	return func(p *pending) error {
+		if p.ctl == foldtype.ControlNone && !p.ephemeral && !p.exempt {
+			return foldtype.StreamPausedError(reason)
+		}
+		return nil
+	}
+}
 
 // controlMarker is in every message that names a control type without JSON escapes.
 var controlMarker = []byte("events.iterate.com/stream/")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -59,15 +58,6 @@ type StreamInfo struct {
 
 	id int64
 }
-
-// MediaType returns the lower-cased media type of a content type, parameters stripped.
-func MediaType(contentType string) string {
-	mt, _, _ := strings.Cut(contentType, ";")
-	return strings.ToLower(strings.TrimSpace(mt))
-}
-
-// IsJSONContentType reports whether a content type selects JSON mode.
-func IsJSONContentType(contentType string) bool { return MediaType(contentType) == "application/json" }
 
 func infoOf(r *streamRow) StreamInfo {
 	in := StreamInfo{
@@ -350,7 +340,7 @@ func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
 	// Every in-memory state keyed by the id goes with the stream: its incarnation wake mark and
 	// the protocol view's access times.
 	t.afterCommit(func() {
-		s.ws.woken.remove(id) // after-commit hooks run on the writer goroutine, which owns ws
+		s.ws.marks.remove(id) // after-commit hooks run on the writer goroutine, which owns ws
 		s.forgetAccess(id)
 	})
 	return nil

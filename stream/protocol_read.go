@@ -275,3 +275,55 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 	res.UpToDate = next >= r.Tail
 	return nil
 }
+
+// cachedRead answers a live read from the tail cache (tailcache.go): ok is false when the cache
+// cannot (no entry, a position before the entry's records, a stream not live by its cached row).
+func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
+	row, recs, ch, ok := s.cachedTail(req.Path, req.After, req.AtTail, func(row *driver.Stream) bool { return !s.expired(row, now) })
+	if !ok {
+		return res, false, nil
+	}
+	res.Info = infoOf(&row)
+	after := req.After
+	switch {
+	case req.AtTail || after >= row.Tail:
+		res.Next, res.UpToDate = row.Tail, true
+		if res.Info.JSON {
+			res.Body = []byte("[]")
+		}
+	case res.Info.JSON:
+		err = readJSON(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
+	default:
+		err = readBytes(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
+	}
+	if err != nil {
+		return ReadResult{}, false, err
+	}
+	res.Changed = ch
+	s.cachedReads.Add(1)
+	s.noteAccess(&row, now)
+	return res, true, nil
+}
+
+// needsBarrier reports whether res, a live read's answer from the tail cache, must wait for the
+// listen barrier before it goes out: on a shared database, an answer with data that claims to
+// reach the tail (UpToDate). The cache hears other nodes' commits by notification, which may
+// still be on its way, so without the barrier a client could stop at "up to date" short of an
+// append another node acknowledged before the read began (docs/postgres.md#live-reads). An
+// answer without data waits for a change first (and a long-poll that runs out confirms its tail
+// with the database); a read from the tail starts wherever the tail is.
+func (s *Store) needsBarrier(req ReadRequest, res ReadResult) bool {
+	return !s.exclusive && res.UpToDate && !req.AtTail && (res.Count > 0 || res.Next > req.After)
+}
+
+// listenBarrier waits until every commit of another node before the call reached this node's
+// listener (driver.ListenBarrier); it fails when the driver cannot tell.
+func (s *Store) listenBarrier(ctx context.Context) error {
+	if lb := s.caps.ListenBarrier; lb != nil {
+		return lb.ListenBarrier(ctx)
+	}
+	return errNoBarrier
+}
+
+// errNoBarrier: the driver has no listen barrier.
+var errNoBarrier = errors.New("stream store: the driver has no listen barrier")

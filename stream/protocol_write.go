@@ -404,7 +404,7 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		// tells them itself). Other nodes hear of it through the notification of the staged
 		// stream.
 		path := req.Path
-		t.afterCommit(func() { s.ev.watchers.notify(path) })
+		t.afterCommit(func() { s.landed.notify(path) })
 	}
 	if isJSON {
 		if len(msgs) > 0 {
@@ -754,7 +754,8 @@ func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) erro
 func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, body []byte) error {
 	batch := make([]pending, len(msgs))
 	// A huge record written in slices was checked for keys before its first slice (sliced.go).
-	sliced := t.res != nil && !t.res.used && t.res.id == m.Row.ID
+	r := reservationOf(t)
+	sliced := r != nil && !r.used && r.id == m.Row.ID
 	for i := range msgs {
 		msg := &msgs[i]
 		if sliced {
@@ -783,7 +784,7 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 	// The commit watchers hear of every such commit either way (docs/store.md#commit-watchers).
 	path := m.Row.Path
 	createdMs := t.now.UnixMilli()
-	if r := t.res; r != nil && r.used && r.id == m.Row.ID {
+	if r != nil && r.used && r.id == m.Row.ID {
 		createdMs = r.createdMs // stored as the time its first slice was written
 	}
 	t.afterCommit(func() {
@@ -793,7 +794,7 @@ func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, bo
 		if !listening {
 			// Nobody here takes the events: they are not decoded, but the commit watchers (a
 			// host opening pattern processors' engines) need only the path.
-			s.ev.watchers.notify(path)
+			s.landed.notify(path)
 			return
 		}
 		events := make([]foldtype.Event, 0, len(batch))

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -173,3 +174,15 @@ func scanMessagesWithin(ctx context.Context, q driver.Reader, r *streamRow, afte
 		return more, nil
 	})
 }
+
+// A stream's content type decides how its records are framed: JSON streams store messages,
+// any other stores bytes.
+
+// MediaType returns the lower-cased media type of a content type, parameters stripped.
+func MediaType(contentType string) string {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+// IsJSONContentType reports whether a content type selects JSON mode.
+func IsJSONContentType(contentType string) bool { return MediaType(contentType) == "application/json" }

@@ -81,7 +81,7 @@ func recentMem(ev *foldtype.Event) int { return eventBytes(*ev) + 8 }
 // keepsRecent reports whether the writer keeps recent events: only an opening in the writer
 // (ReadOpening for work, exclusive databases) reads them, and only a host watching commits opens
 // engines that way.
-func (s *Store) keepsRecent() bool { return s.exclusive && s.ev.watchers.registered() }
+func (s *Store) keepsRecent() bool { return s.exclusive && s.landed.registered() }
 
 // keepRecent sets m's recent events after an event append that moved its tail from prevTail to
 // m.Tail, writing durable (the batch's new durable events, sizes their stored body lengths).
@@ -175,6 +175,10 @@ type recentAt struct {
 	path string
 	seq  uint64
 }
+
+// useRecent registers the recent events' bookkeeping with the kernel: every committed state of a
+// stream passes through keptRecent.
+func (s *Store) useRecent() { s.onApplied(s.ws.keptRecent) }
 
 // keptRecent notes the recent events (nil: none) of the committed state m of the stream at path,
 // and drops those of the streams that started keeping them longest ago while the unread ones

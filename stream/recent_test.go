@@ -196,7 +196,7 @@ func TestRecentEventsStayWithinTheirBudget(t *testing.T) {
 // budget; the live entry is still the one dropped first when the budget is passed.
 func TestRecentEventsOrderStaysBoundedWhenStreamsStopAndStartKeeping(t *testing.T) {
 	var ws writerState
-	kept := &streamMem{recent: &recentEvents{mem: 100}}
+	kept := &streamMem{streamExt: streamExt{recent: &recentEvents{mem: 100}}}
 	for range 10_000 {
 		ws.keptRecent("/toggling", kept)
 		ws.keptRecent("/toggling", &streamMem{})

@@ -34,10 +34,13 @@ type pending struct {
 	probe     *foldtype.EventInput // type, payload and metadata, compared when key names a stored event (set with key)
 	ephemeral bool
 	expect    int64 // offset precondition, 0 for none
-	// ctl says whether the message is a control event (pause.go); reason is a pause's reason.
+	// ctl is the message's control kind (foldtype.ControlKind), as the face that built the batch
+	// classified it, and reason a pause's reason: what they mean is for the features that judge
+	// them (pause.go).
 	ctl    foldtype.ControlKind
 	reason string
-	// exempt messages pass a paused stream: the store's own wake records.
+	// exempt marks the store's own wake records, which a feature's admission check lets pass
+	// (a paused stream must still be woken).
 	exempt bool
 	// scanned is a protocol message as the body's one scan found it (nil for event inputs).
 	scanned *rawjson.Message
@@ -53,13 +56,13 @@ type admitted struct {
 	existing *foldtype.Event
 }
 
-// admit runs the idempotency check and assigns offsets. It changes nothing: the caller writes the
-// fresh messages with writeRecord.
+// admit runs the idempotency check and the features' admission checks (hooks.go) and assigns
+// offsets. It changes nothing: the caller writes the fresh messages with writeRecord.
 func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, after, through int64, err error) {
 	after = m.HighestAssigned
 	through = after
 	out = make([]admitted, len(batch))
-	paused := m.Row.Paused.Valid
+	judges := s.judgesOf(&m.Row)
 	var byKey map[string]int
 	for i, p := range batch {
 		out[i].dupOf = -1
@@ -94,10 +97,12 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 				continue
 			}
 		}
-		if paused && p.ctl == foldtype.ControlNone && !p.ephemeral && !p.exempt {
-			// A paused stream admits only control events (and the duplicates above): one other
-			// fresh event refuses the whole batch, before any offset is taken.
-			return nil, 0, 0, foldtype.StreamPausedError(m.Row.Paused.String)
+		for _, judge := range judges {
+			// A feature's admission check (hooks.go): one refused message refuses the whole
+			// batch, before any offset is taken.
+			if err := judge(&batch[i]); err != nil {
+				return nil, 0, 0, err
+			}
 		}
 		off := through + 1
 		if p.expect != 0 && p.expect != off {
@@ -110,7 +115,8 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 }
 
 // writeRecord stores the fresh durable messages of an admitted batch as one record (sliced when
-// long), moves the writer's marks, and registers the keys. through is the batch's last offset:
+// long), moves the writer's marks, registers the keys and runs the features' record effects
+// (hooks.go). through is the batch's last offset:
 // when the batch carried a durable message, the durable mark moves to it.
 //
 // joined, when not nil, is text the batch's bodies may be cut from (a request's top-level array
@@ -118,8 +124,8 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 // exactly joined's elements in order, the record's body is joined itself, not a copy. The record
 // kept for the tail cache is then a copy, as the caller's memory is not the store's to keep.
 func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted, after, through int64, joined []byte) error {
-	if done, err := s.finishSliced(t, m, after, through); done {
-		return err // a huge record written in slices (sliced.go): only its last slices are left
+	if done, err := t.finishHeld(m, after, through); done {
+		return err // the record of the write holding the stream, written by its owner (hold.go)
 	}
 	shared := joined != nil && len(joined) <= recordSliceBytes && joinsBatch(joined, batch, adm)
 	recordStart := m.Tail
@@ -185,8 +191,10 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		}
 		m.Tail = through
 		s.persistAccess(t, m)
-		if err := s.foldControl(t, m, batch, adm); err != nil {
-			return err
+		for _, effect := range s.hooks.recorded {
+			if err := effect(t, m, batch, adm); err != nil {
+				return err
+			}
 		}
 	}
 	if !s.exclusive && through > m.Tail {
@@ -228,7 +236,7 @@ func arrayText(body []byte) []byte {
 
 // writeBytes stores a byte record at the stream's tail (sliced when long).
 func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
-	if done, err := s.finishSliced(t, m, m.Tail, m.Tail+int64(len(body))); done {
+	if done, err := t.finishHeld(m, m.Tail, m.Tail+int64(len(body))); done {
 		return err
 	}
 	start := m.Tail

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -21,15 +20,17 @@ import (
 // mark (driver.HidingTx) until that last transaction clears it, so nobody ever sees half a record;
 // a crash in between leaves hidden slices that the driver drops when the store opens again.
 //
-// While a stream is reserved, every other write that touches it waits (parked in the writer, not
-// refused) and runs once the reservation ends; writes to other streams are not affected.
+// The reservation is a hold of the kernel (hold.go): while a stream is reserved, every other write
+// that touches it waits (parked in the writer, not refused) and runs once the reservation ends;
+// writes to other streams are not affected. The reservation writes its append's record itself
+// (hold.finish) and drops the hidden slices of an abandoned one (hold.release).
 
 // slicedRecordBytes is the body size above which a protocol append is written in slices.
 const slicedRecordBytes = 1 << 20
 
 // reservation is a huge record being written into one stream.
 type reservation struct {
-	path      string
+	hold      // the hold on the stream; its path is the reserved stream
 	json      bool
 	msgs      []rawjson.Message // JSON messages (json), all without idempotency keys
 	body      []byte            // the bytes (byte streams)
@@ -48,23 +49,11 @@ type reservation struct {
 	// afterSlice, when set (tests), runs on the appending goroutine after each hidden slice
 	// committed, with the number written so far.
 	afterSlice func(written int)
-
-	// abandoned is set by the appending goroutine when it could not end the reservation (its
-	// cleanup write failed): the next write to the stream drops the hidden slices itself.
-	abandoned atomic.Bool
 }
 
 // errNotSliced makes AppendRecord write the record the usual way (in one transaction): the stream
 // or the request is not one the sliced path handles, and the usual path gives the right answer.
 var errNotSliced = errors.New("stream store: not a sliced append")
-
-// busyError is a write that touched a reserved stream: the writer parks it until the
-// reservation ends.
-type busyError struct{ path string }
-
-func (e *busyError) Error() string {
-	return "stream store: stream " + e.path + " is taking a huge record"
-}
 
 // planSliced returns the reservation for a huge append, or nil when the append is written in one
 // transaction: small, on a driver without a visibility mark, a close, or JSON messages that need
@@ -73,7 +62,13 @@ func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr err
 	if !s.exclusive || len(req.Body) <= slicedRecordBytes || req.Close || req.HasExpectedTail || req.StreamSeq != "" {
 		return nil
 	}
-	r := &reservation{path: req.Path, producer: req.Producer}
+	r := &reservation{producer: req.Producer}
+	r.path, r.owner = req.Path, r
+	r.finish = func(t *tx, m *streamMem, after, through int64) (bool, error) {
+		return s.finishSliced(t, r, m, after, through)
+	}
+	// The next write to a stream whose reservation was abandoned drops the hidden slices itself.
+	r.release = func(t *tx) error { return dropHiddenSlices(t, r.id) }
 	if IsJSONContentType(req.ContentType) {
 		if msgErr != nil || len(msgs) == 0 {
 			return nil
@@ -93,7 +88,7 @@ func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr err
 // appendSliced writes a huge append in slices. ok is false when the append must take the usual
 // path (nothing was written).
 func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawjson.Message, msgErr error, r *reservation) (res AppendResult, ok bool, err error) {
-	if err := s.writeOwned(ctx, r, func(t *tx) error { return s.reserve(t, r) }); err != nil {
+	if err := s.writeHolding(ctx, &r.hold, func(t *tx) error { return s.reserve(t, r) }); err != nil {
 		return AppendResult{}, false, nil
 	}
 	// From here on the stream is reserved: whatever happens, end the reservation.
@@ -104,12 +99,12 @@ func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawj
 		if r.written >= len(r.slices)-1 {
 			break
 		}
-		if err = s.writeOwned(ctx, r, func(t *tx) error { return s.writeSlice(t, r) }); err != nil {
+		if err = s.writeHolding(ctx, &r.hold, func(t *tx) error { return s.writeSlice(t, r) }); err != nil {
 			break
 		}
 	}
 	if err == nil {
-		err = s.writeOwned(ctx, r, func(t *tx) error {
+		err = s.writeHolding(ctx, &r.hold, func(t *tx) error {
 			var gap int64
 			var e error
 			res, e = s.appendTx(t, req, msgs, msgErr, &gap)
@@ -117,7 +112,7 @@ func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawj
 				e = fmt.Errorf("stream store: a sliced append of %s was not written", r.path) // cannot happen
 			}
 			if e == nil {
-				t.endReservation(r)
+				t.endHold(&r.hold)
 			}
 			return e
 		})
@@ -170,7 +165,7 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 	if err := s.writeSlice(t, r); err != nil {
 		return err
 	}
-	t.startReservation(r)
+	t.startHold(&r.hold)
 	return nil
 }
 
@@ -190,13 +185,12 @@ func (s *Store) writeSlice(t *tx, r *reservation) error {
 	return nil
 }
 
-// finishSliced is writeRecord and writeBytes for the stream the write function reserved: it
-// inserts the slices not yet written, clears the visibility mark and moves the marks. It reports
-// false when m is not the reserved stream at the reserved position (the caller then writes as
-// usual).
-func (s *Store) finishSliced(t *tx, m *streamMem, after, through int64) (bool, error) {
-	r := t.res
-	if r == nil || r.used || r.path != m.Row.Path || r.id != m.Row.ID {
+// finishSliced is writeRecord and writeBytes for the stream reservation r holds (its hold.finish):
+// it inserts the slices not yet written, clears the visibility mark and moves the marks. It
+// reports false when m is not the reserved stream at the reserved position (the caller then
+// writes as usual).
+func (s *Store) finishSliced(t *tx, r *reservation, m *streamMem, after, through int64) (bool, error) {
+	if r.used || r.path != m.Row.Path || r.id != m.Row.ID {
 		return false, nil
 	}
 	if r.recordStart != m.Tail || r.after != after || r.through != through {
@@ -233,11 +227,11 @@ func (s *Store) finishSliced(t *tx, m *streamMem, after, through int64) (bool, e
 // cleared, and the parked writes run. When even that fails, the reservation is abandoned and the
 // next write to the stream drops the slices itself.
 func (s *Store) dropReservation(ctx context.Context, r *reservation) {
-	err := s.writeOwned(context.WithoutCancel(ctx), r, func(t *tx) error {
+	err := s.writeHolding(context.WithoutCancel(ctx), &r.hold, func(t *tx) error {
 		if err := dropHiddenSlices(t, r.id); err != nil {
 			return err
 		}
-		t.endReservation(r)
+		t.endHold(&r.hold)
 		return nil
 	})
 	if err != nil {
@@ -302,72 +296,11 @@ func byteSlices(id, start, createdMs int64, body []byte) ([]driver.Record, int64
 	return out, pos
 }
 
-// reservedBy returns the reservation holding path (committed or staged in this group), or nil.
-func (t *tx) reservedBy(path string) *reservation {
-	if r := t.g.reserved[path]; r != nil {
+// reservationOf returns the reservation the write function holds, or nil.
+func reservationOf(t *tx) *reservation {
+	if h := t.holding; h != nil {
+		r, _ := h.owner.(*reservation)
 		return r
 	}
-	return t.s.ws.reserved[path]
-}
-
-// checkReserved refuses (parks) a write to a stream another write reserved. A stream whose
-// reservation was abandoned gets its hidden slices dropped in this write, which then proceeds.
-func (t *tx) checkReserved(path string) error {
-	r := t.reservedBy(path)
-	if r == nil || r == t.res {
-		return nil
-	}
-	if !r.abandoned.Load() {
-		return &busyError{path: path}
-	}
-	if err := dropHiddenSlices(t, r.id); err != nil {
-		return err
-	}
-	t.endReservation(r)
 	return nil
-}
-
-func (t *tx) startReservation(r *reservation) { t.reserve = r }
-
-func (t *tx) endReservation(r *reservation) { t.unreserve = append(t.unreserve, r) }
-
-// writeOwned is write for the appending goroutine of reservation r: its functions may touch the
-// reserved stream.
-func (s *Store) writeOwned(ctx context.Context, r *reservation, fn func(t *tx) error) error {
-	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), res: r}
-	if err := s.enqueue(ctx, req); err != nil {
-		return err
-	}
-	return s.classifyStorageErr(<-req.done)
-}
-
-// parkedWrite is a write waiting for a reservation of path to end.
-type parkedWrite struct {
-	path string
-	req  *writeReq
-}
-
-// releaseParked moves the parked writes whose stream is no longer reserved to the front of the
-// writer's queue.
-func (s *Store) releaseParked() {
-	ws := &s.ws
-	kept := ws.parked[:0]
-	for _, p := range ws.parked {
-		if ws.reserved[p.path] != nil {
-			kept = append(kept, p)
-			continue
-		}
-		ws.requeue = append(ws.requeue, p.req)
-	}
-	clear(ws.parked[len(kept):])
-	ws.parked = kept
-}
-
-// refuseParked answers every parked write with ErrStoreClosed: the writer is stopping and the
-// reservations they wait for will not end in this process.
-func (s *Store) refuseParked() {
-	for _, p := range s.ws.parked {
-		p.req.done <- ErrStoreClosed
-	}
-	s.ws.parked = nil
 }

@@ -2,8 +2,10 @@
 // reached through a driver (package driver): an embedded SQLite file written by one process
 // (package sqlitedriver), or a PostgreSQL database shared by any number of processes (package
 // pgdriver). The store never imports a concrete driver: [OpenDriver] takes one, and package
-// storeopen picks one from a file path or a postgres:// URL. One core ([Store]: the writer, group
-// commit, push feeds) serves the same data through two faces, each a type of its own:
+// storeopen picks one from a file path or a postgres:// URL. One kernel ([Store]: the writer,
+// group commit, the insert path, the caches and the per-stream wakes, with the hooks its layers
+// register; docs/store.md#the-kernel-and-its-layers) serves the same data through two faces, each
+// a type of its own:
 //
 //   - [Events], the event view (EventStream's Append and Read, subscriptions, checkpoints, claims,
 //     wake records) that processor engines and package host run against, and
@@ -80,9 +82,9 @@ type Config struct {
 //
 // Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
 // of your choosing; close it with [Store.Close] after the host and the server on it have shut
-// down. A Store is the core — the writer and its group commit, the per-stream push feeds, the
-// ephemeral ring — and offers it through two faces (docs/store.md#the-two-faces), and the small
-// transactional face package subscriptions builds on:
+// down. A Store is the kernel — the writer and its group commit, the insert path, the caches, the
+// per-stream wakes (docs/store.md#the-kernel-and-its-layers) — and offers it through two faces
+// (docs/store.md#the-two-faces), and the small transactional face package subscriptions builds on:
 //
 //   - [Store.Events], the event face that processor engines and the host run against: a path's
 //     [EventStream] (Append, Read, a processor's Claim), subscriptions, checkpoints, claims and
@@ -109,6 +111,8 @@ type Config struct {
 type Store struct {
 	events   *Events   // the event face (faces.go)
 	protocol *Protocol // the protocol face (faces.go)
+	// hooks are what the features layered on the kernel registered at open (hooks.go).
+	hooks kernelHooks
 
 	check     appendChecks // SetAppendCheck
 	path      string
@@ -173,6 +177,7 @@ type Store struct {
 	created createdListeners // OnStreamCreated's listeners (list.go)
 
 	changes commitWatchers     // SubscriptionStore.WatchChanges' functions (subscriptionstore.go)
+	landed  commitWatchers     // Events.WatchCommits' functions: commits that land events (watch.go)
 	subs    *SubscriptionStore // the subscription face (subscriptionstore.go)
 }
 
@@ -251,15 +256,13 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		stop:      make(chan struct{}),
 		ws:        writerState{},
 		notify:    make(map[int64]chan struct{}),
-		ev:        newEventView(opts.MaxEphemeralBytes),
 
 		intakeStopped: make(chan struct{}),
 		closeDone:     make(chan struct{}),
 	}
 	s.readsDone = sync.NewCond(&s.readsMu)
-	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
-	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
-	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.reserved[path] != nil })
+	s.useLayers()
+	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.held[path] != nil })
 	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
 	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
 	if err != nil {
@@ -275,22 +278,22 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 func (s *Store) remoteChange(n driver.Notification) {
 	if n.StreamID != 0 {
 		s.remote.note(n.StreamID, n.Path)
-		s.remoteEphemerals(n)
-		s.restartFeed(n.Path, n.StreamID)
-		if !s.publishRemoteRecords(n) {
-			s.kickFeed(n.Path)
+		for _, remote := range s.hooks.remote {
+			remote(n)
 		}
 		row, recs := s.remoteTail(n)
 		s.wakeWith(n.StreamID, row, recs)
 		if n.Path != "" {
-			s.ev.watchers.notify(n.Path)
+			s.landed.notify(n.Path)
 		}
 		s.changes.notify(n.Path)
 		return
 	}
-	s.ev.watchers.notify("")
+	s.landed.notify("")
 	s.changes.notify("")
-	s.kickAllFeeds()
+	for _, remote := range s.hooks.remote {
+		remote(n)
+	}
 	s.notifyMu.Lock()
 	s.dropAllTails()
 	ids := make([]int64, 0, len(s.notify))
@@ -345,12 +348,17 @@ func (s *Store) Close(ctx context.Context) error {
 		s.closed.Store(true)
 		s.intakeMu.Unlock()
 		close(s.stop)
-		s.ev.subsMu.Lock()
-		s.ev.closing = true // no subscription starts after this
-		s.ev.subsMu.Unlock()
-		s.haltAlarms()
+		for _, c := range s.hooks.closing {
+			if c.stop != nil {
+				c.stop()
+			}
+		}
 		go func() {
-			s.ev.alarms.wg.Wait() // the running alarm handlers
+			for _, c := range s.hooks.closing {
+				if c.drain != nil {
+					c.drain()
+				}
+			}
 			s.bgWG.Wait()
 			close(s.intakeStopped) // the writer runs what is queued, then returns
 			s.writerWG.Wait()

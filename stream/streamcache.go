@@ -1,6 +1,6 @@
 package stream
 
-// The writer's stream cache and wake marks (writer.go), bounded so a store with millions of
+// The writer's stream cache and the incarnation's marks (writer.go), bounded so a store with millions of
 // streams keeps only the recently written ones in memory (docs/store.md#one-writer).
 
 // DefaultMaxCachedStreams is the default of Config.MaxCachedStreams.
@@ -99,8 +99,8 @@ func (c *streamCache) victim() (int, bool) {
 	return 0, false
 }
 
-// evictable reports whether the entry may leave the cache: not while the stream takes a record in
-// slices (sliced.go checks the cached entry), nor while ephemeral events hold offsets past the
+// evictable reports whether the entry may leave the cache: not while a write in several steps
+// holds the stream (hold.go; its owner checks the cached entry), nor while ephemeral events hold offsets past the
 // durable tail — those offsets are in memory only, and a stream read again from its row would
 // hand them out a second time.
 func (c *streamCache) evictable(s *cacheSlot) bool {
@@ -129,21 +129,21 @@ func (c *streamCache) removeAt(i int) {
 	c.ring = c.ring[:last]
 }
 
-// wokenSet holds the ids of the streams woken by this store incarnation, one bit per id in pages
-// of 512 ids: stream ids are handed out in order and never reused, so a million woken streams
-// take about 130 kB, against tens of megabytes as a map of ids. It is never trimmed: a stream
-// gets at most one wake record per incarnation (docs/store.md#records-nobody-appended), and
-// forgetting a mark would let it get a second.
-type wokenSet struct {
+// markSet holds the ids of the streams marked by this store incarnation (tx.mark), one bit per id
+// in pages of 512 ids: stream ids are handed out in order and never reused, so a million marked
+// streams take about 130 kB, against tens of megabytes as a map of ids. It is never trimmed but
+// for a deleted stream: the wake marks say a stream got its one wake record of the incarnation
+// (docs/store.md#records-nobody-appended), and forgetting a mark would let it get a second.
+type markSet struct {
 	pages map[int64]*[8]uint64
 }
 
-func (w *wokenSet) has(id int64) bool {
+func (w *markSet) has(id int64) bool {
 	p := w.pages[id>>9]
 	return p != nil && p[(id>>6)&7]&(1<<(uint64(id)&63)) != 0
 }
 
-func (w *wokenSet) add(id int64) {
+func (w *markSet) add(id int64) {
 	if w.pages == nil {
 		w.pages = make(map[int64]*[8]uint64)
 	}
@@ -156,7 +156,7 @@ func (w *wokenSet) add(id int64) {
 }
 
 // remove forgets id (its stream was deleted; ids are never reused).
-func (w *wokenSet) remove(id int64) {
+func (w *markSet) remove(id int64) {
 	p := w.pages[id>>9]
 	if p == nil {
 		return

@@ -7,7 +7,7 @@ import (
 )
 
 func TestWokenSetHoldsIdsAcrossPagesAndForgetsDeletedOnes(t *testing.T) {
-	var w wokenSet
+	var w markSet
 	ids := []int64{1, 63, 64, 511, 512, 513, 4097, 1 << 40}
 	for _, id := range ids {
 		if w.has(id) {

@@ -143,7 +143,7 @@ func (s *Store) publish(path string, events []foldtype.Event, after, through int
 	}
 	// Watchers hear of every local commit, whether or not this node has a listener on the path.
 	if slices.ContainsFunc(events, func(ev foldtype.Event) bool { return !ev.Ephemeral }) {
-		s.ev.watchers.notify(path)
+		s.landed.notify(path)
 	}
 }
 

@@ -3,7 +3,6 @@ package stream
 import (
 	"bytes"
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -206,72 +205,32 @@ func (s *Store) dropAllTails() {
 	s.tails.entries.Store(0)
 }
 
-// cachedRead answers a live read from the tail cache: ok is false when the cache cannot (no
-// entry, a position before the entry's records, a stream not live by its cached row). The
-// change channel is taken under the same lock as the entry is read, so no commit is missed.
-// needsBarrier reports whether res, a live read's answer from the tail cache, must wait for the
-// listen barrier before it goes out: on a shared database, an answer with data that claims to
-// reach the tail (UpToDate). The cache hears other nodes' commits by notification, which may
-// still be on its way, so without the barrier a client could stop at "up to date" short of an
-// append another node acknowledged before the read began (docs/postgres.md#live-reads). An
-// answer without data waits for a change first (and a long-poll that runs out confirms its tail
-// with the database); a read from the tail starts wherever the tail is.
-func (s *Store) needsBarrier(req ReadRequest, res ReadResult) bool {
-	return !s.exclusive && res.UpToDate && !req.AtTail && (res.Count > 0 || res.Next > req.After)
-}
-
-// listenBarrier waits until every commit of another node before the call reached this node's
-// listener (driver.ListenBarrier); it fails when the driver cannot tell.
-func (s *Store) listenBarrier(ctx context.Context) error {
-	if lb := s.caps.ListenBarrier; lb != nil {
-		return lb.ListenBarrier(ctx)
-	}
-	return errNoBarrier
-}
-
-// errNoBarrier: the driver has no listen barrier.
-var errNoBarrier = errors.New("stream store: the driver has no listen barrier")
-
-func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
+// cachedTail returns the tail cache entry of the stream at path when it covers a read after
+// position after (any position with atTail) and usable accepts its row: the row, the entry's
+// records and the stream's change channel. The channel is taken under the same lock as the entry
+// is read, so no commit is missed. ok is false when the cache cannot answer (no entry, a position
+// before the entry's records, a row usable refuses); usable runs under the lock and must not
+// block. The records are never changed in place: applyCommit appends or copies.
+func (s *Store) cachedTail(path string, after int64, atTail bool, usable func(row *driver.Stream) bool) (row driver.Stream, recs []driver.Record, changed chan struct{}, ok bool) {
 	if !s.tails.inUse() {
-		return res, false, nil
+		return row, nil, nil, false
 	}
 	s.notifyMu.Lock()
-	id, found := s.tails.byPath[req.Path]
+	id, found := s.tails.byPath[path]
 	e := s.tails.byID[id]
-	if !found || e == nil || (!req.AtTail && (req.After < e.lo || req.After > e.row.Tail)) || s.expired(&e.row, now) {
+	if !found || e == nil || (!atTail && (after < e.lo || after > e.row.Tail)) || !usable(&e.row) {
 		s.notifyMu.Unlock()
-		return res, false, nil
+		return row, nil, nil, false
 	}
-	row := e.row
-	recs := e.recs // never changed in place: applyCommit appends or copies
+	row = e.row
+	recs = e.recs
 	ch, has := s.notify[id]
 	if !has {
 		ch = make(chan struct{})
 		s.notify[id] = ch
 	}
 	s.notifyMu.Unlock()
-
-	res.Info = infoOf(&row)
-	after := req.After
-	switch {
-	case req.AtTail || after >= row.Tail:
-		res.Next, res.UpToDate = row.Tail, true
-		if res.Info.JSON {
-			res.Body = []byte("[]")
-		}
-	case res.Info.JSON:
-		err = readJSON(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
-	default:
-		err = readBytes(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
-	}
-	if err != nil {
-		return ReadResult{}, false, err
-	}
-	res.Changed = ch
-	s.cachedReads.Add(1)
-	s.noteAccess(&row, now)
-	return res, true, nil
+	return row, recs, ch, true
 }
 
 // memRecords is a driver.Reader over a cached entry's records, for readJSON and readBytes on a

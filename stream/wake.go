@@ -85,11 +85,11 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 		return nil, err
 	}
 	row := &m.Row
-	if t.isWoken(row.ID) {
+	if t.marked(row.ID) {
 		return nil, nil
 	}
 	// Staged: a second wake later in the group sees it, and it holds only once committed.
-	t.markWoken(row.ID)
+	t.mark(row.ID)
 	incarnation := row.Incarnation + 1
 	platform := &foldtype.Source{Platform: true}
 	var inputs []foldtype.EventInput

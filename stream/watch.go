@@ -35,7 +35,7 @@ type commitWatchers = callbacks[string]
 // missed (the listener reconnected): anything may have changed. fn runs on the writer or the
 // listener goroutine: it must return at once, never block and never call the store. The returned
 // function stops the watch (a commit already landing may still call fn once).
-func (e *Events) WatchCommits(fn func(path string)) (stop func()) { return e.s.ev.watchers.add(fn) }
+func (e *Events) WatchCommits(fn func(path string)) (stop func()) { return e.s.landed.add(fn) }
 
 // add registers fn and returns the function that removes it.
 func (c *callbacks[T]) add(fn func(T)) (stop func()) {

@@ -27,10 +27,10 @@ import (
 // assigned without a per-stream lock and two appends to the same stream can share one commit.
 
 type writeReq struct {
-	ctx  context.Context
-	fn   func(t *tx) error
-	done chan error
-	res  *reservation // the reservation whose stream fn may touch (sliced.go), or nil
+	ctx     context.Context
+	fn      func(t *tx) error
+	done    chan error
+	holding *hold // the hold whose stream fn may touch (hold.go), or nil
 	// path, when set, is the stream fn is about to write: on a shared database the group reads
 	// the rows of its writes' streams together (driver.StreamPrefetcher).
 	path string
@@ -49,15 +49,14 @@ type writerState struct {
 	// checks rows without a round trip, trusted and checked under the lock in the transaction
 	// (see tx.stream and Store.expected).
 	streams *streamCache
-	// woken holds the streams that got their wake record in this incarnation.
-	woken wokenSet
-	// collectAfter is where CollectExpired resumes.
-	collectAfter int64
-	// reserved holds the streams taking a huge record in slices (sliced.go); parked holds the
-	// writes that touched one and wait for it, requeue the writes released to run next.
-	reserved map[string]*reservation
-	parked   []parkedWrite
-	requeue  []*writeReq
+	// marks are the streams marked in this incarnation (tx.mark; wake.go marks the streams that
+	// got their wake record).
+	marks markSet
+	// held are the streams held by a write in several steps (hold.go); parked are the writes
+	// that reached one and wait for it, requeue the writes released to run next.
+	held    map[string]*hold
+	parked  []parkedWrite
+	requeue []*writeReq
 	// commitEst is a running average of how long a group's COMMIT takes.
 	commitEst time.Duration
 	// expects: the driver's write transactions check a stream's row without a round trip
@@ -71,11 +70,8 @@ type writerState struct {
 	answeredAt time.Time
 	// gatherWait, when set, replaces both of gather's bounds (tests).
 	gatherWait time.Duration
-	// recent is what the cached states of the streams keep of recent events (recent.go).
-	recent recentKept
-	// checkpoints is what the writer knows of checkpoint rows whose scope no stream holds
-	// (checkpointsknown.go).
-	checkpoints streamlessCheckpoints
+	// layerState is what the layers keep on the writer goroutine (layers.go).
+	layerState
 }
 
 // contendedFor is how long a stream whose check failed is read under its lock in every write,
@@ -166,11 +162,11 @@ func (s *Store) staleGroup(reqs []*writeReq, done []*tx, epochs []int, final int
 }
 
 type group struct {
-	w        driver.Writer
-	dtx      driver.WriteTx
-	staged   map[string]*streamMem
-	woken    map[int64]bool
-	reserved map[string]*reservation
+	w      driver.Writer
+	dtx    driver.WriteTx
+	staged map[string]*streamMem
+	marks  map[int64]bool
+	held   map[string]*hold
 	// busy are the streams of the group committing while this one is built (shared databases):
 	// a function reaching one of them is refused with errInflight and runs again later.
 	busy map[string]bool
@@ -261,7 +257,7 @@ func (s *Store) runWriter(w driver.Writer) {
 			case first = <-s.writes:
 			case <-s.intakeStopped:
 				// Close stopped intake: whatever is still queued was accepted before, so it runs;
-				// then the writer is done. Parked writes wait for reservations that cannot end
+				// then the writer is done. Parked writes wait for holds that cannot end
 				// now (their appends can queue nothing more): they are refused.
 				select {
 				case first = <-s.writes:
@@ -620,7 +616,7 @@ func (b *building) add(reqs []*writeReq) {
 		}
 		// Each write's own time: one that joins the group later (gather, extend) judges expiry
 		// and stamps records by the clock when it runs, not when the group began.
-		t := &tx{s: s, g: g, ctx: r.ctx, now: s.clock.Now(), res: r.res,
+		t := &tx{s: s, g: g, ctx: r.ctx, now: s.clock.Now(), holding: r.holding,
 			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
 		t.db.t = t
 		err := t.run(r.fn)
@@ -646,20 +642,20 @@ func (b *building) add(reqs []*writeReq) {
 		}
 		b.done[i] = t
 		// Later functions of the group see this one's staged changes.
-		if t.reserve != nil {
-			if g.reserved == nil {
-				g.reserved = make(map[string]*reservation)
+		if t.holdStart != nil {
+			if g.held == nil {
+				g.held = make(map[string]*hold)
 			}
-			g.reserved[t.reserve.path] = t.reserve
+			g.held[t.holdStart.path] = t.holdStart
 		}
 		for p, m := range t.staged {
 			g.staged[p] = m
 		}
-		for id := range t.woken {
-			if g.woken == nil {
-				g.woken = make(map[int64]bool)
+		for id := range t.marks {
+			if g.marks == nil {
+				g.marks = make(map[int64]bool)
 			}
-			g.woken[id] = true
+			g.marks[id] = true
 		}
 	}
 }
@@ -858,5 +854,5 @@ func (s *Store) prefetch(g *group, reqs []*writeReq) error {
 	return nil
 }
 
-// errParked marks a write parked behind a reservation (not answered yet).
+// errParked marks a write parked behind a hold (not answered yet).
 var errParked = errors.New("stream store: write parked")

@@ -39,13 +39,9 @@ type streamMem struct {
 	// of its producers goes through this entry, which loses the mark when the cap leaves one out.
 	// An entry read from its row (after a restart or an eviction) does not have it.
 	producersAll bool
-	// recent holds the durable events last appended through the event view, for an engine
-	// opening next (recent.go); nil when none are kept.
-	recent *recentEvents
-	// noCheckpoints reports that no checkpoint row has the stream's path as its scope, so an
-	// engine opening in the writer reads none (checkpointsknown.go). Only on an exclusive
-	// driver, for a stream this writer created; a checkpoint write to the path clears it.
-	noCheckpoints bool
+	// streamExt is what the layers keep beside the entry (layers.go): staged, copied and
+	// committed with it.
+	streamExt
 }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.
@@ -104,7 +100,7 @@ type tx struct {
 	spSet   bool
 	staged  map[string]*streamMem // nil value: the stream was deleted by this function
 	touched map[int64]string
-	woken   map[int64]bool
+	marks   map[int64]bool
 	hooks   []func()
 	db      lazyTx
 	// eph holds, on a shared database, the ephemeral events this function appended per stream:
@@ -113,11 +109,11 @@ type tx struct {
 	// recs holds, on a shared database, the durable records this function appended per stream:
 	// they travel with the commit's notification and feed the tail cache (tailcache.go).
 	recs map[int64][]driver.Record
-	// res is the reservation this function may write into; reserve and unreserve are the
-	// reservations it starts and ends (sliced.go), applied once the group commits.
-	res       *reservation
-	reserve   *reservation
-	unreserve []*reservation
+	// holding is the hold whose stream this function may write; holdStart and holdEnds are the
+	// holds it starts and ends (hold.go), applied once the group commits.
+	holding   *hold
+	holdStart *hold
+	holdEnds  []*hold
 	// aloneErr is the error of a statement run without a savepoint (tx.beginAlone): the group's
 	// transaction may be partly written or rolled back by the database, so the group fails.
 	aloneErr error
@@ -239,7 +235,7 @@ func (t *tx) touch(id int64, path string) { t.touched[id] = path }
 // lock, so the tail is current). Changes to the copy take effect only if this function and the
 // group commit. It returns errNoStream when there is no row.
 func (t *tx) stream(path string) (*streamMem, error) {
-	if err := t.checkReserved(path); err != nil {
+	if err := t.checkHeld(path); err != nil {
 		return nil, err
 	}
 	if t.g.busy[path] || t.g.deferred[path] {
@@ -347,9 +343,9 @@ func (t *tx) expected(path string) (*streamMem, bool) {
 
 // unheld reports whether the writer holds nothing of the stream at path in memory — no staged
 // change of this function or its group, no cached row (exclusive drivers only) and no
-// reservation: whether it exists is then for the database to say.
+// hold: whether it exists is then for the database to say.
 func (t *tx) unheld(path string) bool {
-	if !t.s.exclusive || t.reservedBy(path) != nil {
+	if !t.s.exclusive || t.heldBy(path) != nil {
 		return false
 	}
 	if _, ok := t.staged[path]; ok {
@@ -388,18 +384,20 @@ func (t *tx) forget(path string, id int64) {
 	t.touch(id, path)
 }
 
-// isWoken reports whether the stream got its wake record in this incarnation: committed, or
-// staged earlier in this function or by a successful function earlier in the group.
-func (t *tx) isWoken(id int64) bool {
-	return t.woken[id] || t.g.woken[id] || t.s.ws.woken.has(id)
+// marked reports whether the stream is marked in this incarnation: committed, or staged earlier in
+// this function or by a successful function earlier in the group. A mark is one bit per stream for
+// the life of the store's incarnation (markSet), for a layer's "at most once per incarnation"
+// (wake.go: a stream gets at most one wake record).
+func (t *tx) marked(id int64) bool {
+	return t.marks[id] || t.g.marks[id] || t.s.ws.marks.has(id)
 }
 
-// markWoken stages the stream's wake mark. It takes effect only if this function and the group
-// commit: a mark that outlived a rolled-back wake record would suppress the record for the rest
-// of the incarnation.
-func (t *tx) markWoken(id int64) {
-	if t.woken == nil {
-		t.woken = make(map[int64]bool)
+// mark stages the stream's mark. It takes effect only if this function and the group commit: a
+// mark that outlived a rolled-back write would suppress what it stands for (a wake record) for the
+// rest of the incarnation.
+func (t *tx) mark(id int64) {
+	if t.marks == nil {
+		t.marks = make(map[int64]bool)
 	}
-	t.woken[id] = true
+	t.marks[id] = true
 }

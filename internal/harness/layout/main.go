@@ -1,8 +1,10 @@
 // Command layout prints the module's shape, the figures README.md#layout states: per package its
 // non-test lines, its exported names and the module packages it imports, with the floor each
-// package stands on; then the exported methods of stream.Store and the time.Sleep calls in tests.
+// package stands on; then the exported methods of stream.Store, the figures of the stream kernel
+// (kernel.go) and the time.Sleep calls in tests.
 // It exits non-zero when an import goes from a lower floor to a higher one (or to a package with
-// no floor), so a new arrow the wrong way round is caught where the floors are written down.
+// no floor), so a new arrow the wrong way round is caught where the floors are written down, and
+// when a file of the stream kernel calls a function of one of its layers (kernel.go).
 //
 //	go run ./internal/harness/layout                    # from the module root
 //	go run ./internal/harness/layout -write README.md   # rewrite README.md's generated table
@@ -117,6 +119,8 @@ func main() {
 	fmt.Fprintln(&floorsTable, "|---|---:|---|")
 	sleeps, simulated, totalLines, totalNames := 0, 0, 0, 0
 	var storeMethods []string
+	var streamDir string
+	var streamFiles []string
 	fmt.Println("| package | floor | non-test lines | exported names | imports (module packages) |")
 	fmt.Println("|---|---:|---:|---:|---|")
 	for _, p := range pkgs {
@@ -153,6 +157,7 @@ func main() {
 		}
 		if rel == "stream" {
 			storeMethods = methods["Store"]
+			streamDir, streamFiles = p.Dir, p.GoFiles
 		}
 		var imps []string
 		for _, imp := range p.Imports {
@@ -174,6 +179,9 @@ func main() {
 	fmt.Printf("| all | | %d | %d | |\n\n", totalLines, totalNames)
 	sort.Strings(storeMethods)
 	fmt.Printf("stream.Store methods: %d (%s)\n", len(storeMethods), strings.Join(storeMethods, ", "))
+	if streamDir != "" {
+		bad += kernelFigures(streamDir, streamFiles)
+	}
 	fmt.Printf("time.Sleep calls in tests: %d on the wall clock (and %d in synctest bubbles, where time is simulated)\n", sleeps, simulated)
 	if *write != "" {
 		if err := rewrite(*write, floorsTable.String()); err != nil {

@@ -1,0 +1,121 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
+)
+
+// The kernel's hooks as a layer meets them (hooks.go, hold.go). The layers register at open
+// (layers.go); these tests register one more before the store's first write, which the write's
+// queueing orders after the registration.
+
+// An admission check's refusal refuses the whole batch before any message takes an offset; a
+// duplicate is never judged.
+func TestAdmissionCheckRefusesTheWholeBatch(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	refused := errors.New("refused by the layer")
+	s.checkAdmission(func(row *driver.Stream) func(p *pending) error {
+		return func(p *pending) error {
+			if row.Path == "/judged" && bytes.Contains(p.body, []byte(`"type":"forbidden"`)) {
+				return refused
+			}
+			return nil
+		}
+	})
+	st := s.Events().Stream("/judged")
+	if _, err := st.Append(ctx, ev("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append(ctx, ev("b"), ev("forbidden")); !errors.Is(err, refused) {
+		t.Fatalf("a batch with a refused message: got %v, want the check's error", err)
+	}
+	got, err := st.Append(ctx, ev("c"))
+	if err != nil || got[0].Offset != 2 {
+		t.Fatalf("the next append: got %+v %v, want offset 2 (the refused batch took none)", got, err)
+	}
+}
+
+// A record effect runs in the write's transaction: its error refuses the write, and nothing of
+// it is stored.
+func TestRecordEffectErrorRefusesTheWrite(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	refused := errors.New("refused by the effect")
+	var seen []int64
+	s.onRecorded(func(t *tx, m *streamMem, batch []pending, adm []admitted) error {
+		if m.Row.Path == "/refused" {
+			return refused
+		}
+		seen = append(seen, m.Tail)
+		return nil
+	})
+	if _, err := s.Events().Stream("/refused").Append(ctx, ev("a")); !errors.Is(err, refused) {
+		t.Fatalf("append: got %v, want the effect's error", err)
+	}
+	if _, err := s.Events().Stream("/kept").Append(ctx, ev("a"), ev("b")); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != 2 {
+		t.Fatalf("the effect saw tails %v, want [2] (it runs with the tail past the record)", seen)
+	}
+	page, err := s.Events().Stream("/refused").Read(ctx, 0, 10)
+	if err != nil && !errors.Is(err, foldtype.ErrStreamNotFound) {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 0 {
+		t.Fatalf("the refused write stored %d events", len(page.Events))
+	}
+}
+
+// A hold parks every other write to its stream until it ends; writes to other streams go on.
+func TestHoldParksOtherWritesToItsStreamUntilItEnds(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	h := &hold{path: "/held"}
+	if err := s.writeHolding(ctx, h, func(t *tx) error { t.startHold(h); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Events().Stream("/held").Append(ctx, ev("waits"))
+		done <- err
+	}()
+	waitFor(t, func() bool { return parkedWrites(s) == 1 })
+	if _, err := s.Events().Stream("/free").Append(ctx, ev("goes")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the write to the held stream was answered (%v) before the hold ended", err)
+	default:
+	}
+	if err := s.writeHolding(ctx, h, func(t *tx) error { t.endHold(h); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the parked write, once the hold ended: %v", err)
+	}
+}
+
+// A close effect's stop runs when Close stops intake and its drain before Close returns.
+func TestCloseEffectStopsAndDrains(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	var order []string
+	s.onClose(func() { order = append(order, "stop") }, func() { order = append(order, "drain") })
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 2 || order[0] != "stop" || order[1] != "drain" {
+		t.Fatalf("close effects ran %v, want [stop drain]", order)
+	}
+}

@@ -1,0 +1,46 @@
+package stream
+
+import "github.com/foldstream/foldstream/stream/driver"
+
+// useLayers sets up the layers built on the kernel (docs/store.md#the-kernel-and-its-layers)
+// while the store opens, before its writer and its listener start: what each layer needs the
+// kernel to run for it goes through the kernel's hooks (hooks.go), so the kernel names none of
+// them.
+func (s *Store) useLayers() {
+	// The two faces (faces.go) and the subscription store (subscriptionstore.go).
+	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
+	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
+	// events.go: the event face's state; Close stops its subscriptions and alarms.
+	s.useEventFace()
+	// pause.go: the paused stream's admission check and the fold of control events.
+	s.usePause()
+	// recent.go: the recent events an engine opening next reads from memory.
+	s.useRecent()
+	// feed.go: the event face's feeds hear other processes' commits.
+	s.useFeeds()
+}
+
+// streamExt is what the layers keep beside a stream's entry in the writer's cache (streamMem): a
+// write's staged copy of the entry carries it, and it takes effect when the write and its group
+// commit, as the entry's own fields do. The kernel copies it and never reads it.
+type streamExt struct {
+	// recent holds the durable events last appended through the event view, for an engine
+	// opening next (recent.go); nil when none are kept.
+	recent *recentEvents
+	// noCheckpoints reports that no checkpoint row has the stream's path as its scope, so an
+	// engine opening in the writer reads none (checkpointsknown.go). Only on an exclusive
+	// driver, for a stream this writer created; a checkpoint write to the path clears it.
+	noCheckpoints bool
+}
+
+// layerState is what the layers keep on the writer goroutine, beside the writer's own state
+// (writerState): only write functions and the hooks the writer runs touch it.
+type layerState struct {
+	// collectAfter is where CollectExpired resumes (protocol.go).
+	collectAfter int64
+	// recent is what the cached states of the streams keep of recent events (recent.go).
+	recent recentKept
+	// checkpoints is what the writer knows of checkpoint rows whose scope no stream holds
+	// (checkpointsknown.go).
+	checkpoints streamlessCheckpoints
+}
