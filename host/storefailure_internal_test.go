@@ -178,8 +178,8 @@ func TestAnEventPushedWhileTheRetryOfAFailingProcessorRanIsProcessedWithoutAnoth
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(hold) }) }
 	t.Cleanup(release) // a failed check below must not leave the engine held for the host's close
-	h.committed("") // the store may be back: the retry runs now
-	<-entered       // the retry's catch-up read the log and runs the failing event
+	h.committed("")    // the store may be back: the retry runs now
+	<-entered          // the retry's catch-up read the log and runs the failing event
 	held := slot().heldPushes.Load()
 	second := tick()
 	if !wait.For(10*time.Second, func() bool { return slot().heldPushes.Load() > held }) {
