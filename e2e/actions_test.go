@@ -216,7 +216,8 @@ func TestConsolePausesResumesAndReplaysAfterConfirmation(t *testing.T) {
 
 // TestConsoleBulkPauseShowsTheDryRunCountFirst: the bulk form's confirmation first shows how many
 // streams the verb would change (the dry run), and only its button runs it: Cancel after the count
-// changes nothing; Pause them pauses the rest; a bulk resume counts and resumes them all.
+// changes nothing; a confirmation cancelled and opened again at once still shows its count; Pause
+// them pauses the rest; a bulk resume counts and resumes them all.
 func TestConsoleBulkPauseShowsTheDryRunCountFirst(t *testing.T) {
 	var logs logBuffer
 	base, ctx := opsSetup(t, &logs, opsToken, "/carts/alice", "/carts/bob", "/carts/eve", "/shops/one")
@@ -253,6 +254,11 @@ func TestConsoleBulkPauseShowsTheDryRunCountFirst(t *testing.T) {
 
 	click(t, ctx, "button.bulk-pause")
 	waitFor(t, ctx, "the dry run's count again", `document.getElementById("confirm-text").textContent.includes("would pause on 2 streams")`)
+	// Cancelled and opened again at once, as a quick hand does: the closed dialog's close event,
+	// which comes after the new one opened, must not stop the new one's count from showing.
+	waitFor(t, ctx, "Cancel and Pause… in one go", `(() => { document.getElementById("confirm-cancel").click();
+		document.querySelector("button.bulk-pause").click(); return true })()`)
+	waitFor(t, ctx, "the count of the dry run opened at once", `document.getElementById("confirm").open && document.getElementById("confirm-text").textContent.includes("would pause on 2 streams") && !document.getElementById("confirm-ok").disabled`)
 	confirm(t, ctx, "bad deploy")
 	noted(t, ctx, "Paused cart on 2 of 3 streams matching /carts/*.")
 	for _, c := range []string{"/carts/alice", "/carts/bob", "/carts/eve"} {

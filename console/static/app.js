@@ -645,7 +645,12 @@ function confirmAction({ title, text, fields = [], okText, prepare, run, done })
     dlg.close();
   };
   cancel.onclick = close;
-  dlg.onclose = () => (open = false);
+  // The close event comes after close() returned, as a task of its own: a confirmation closed and
+  // opened again at once gets the old one's close while the dialog is open again, which must not
+  // end the new one (its count would never show). Only a close that left the dialog closed does.
+  dlg.onclose = () => {
+    if (!dlg.open) open = false;
+  };
   ok.onclick = async () => {
     ok.disabled = true;
     $("confirm-error").replaceChildren();
