@@ -674,13 +674,16 @@ func processedThrough(events, done []Event, before int64) []Event {
 // retrying cannot fix (docs/engine.md#the-latch). Unless checkpoints are fenced, MayWork is asked
 // again before every new attempt, as before the first.
 func (e *Engine[S]) writeCheckpoint(ctx context.Context, cp Checkpoint, changed bool) error {
-	var guard func(context.Context) error
-	if !e.cpFenced {
-		guard = e.checkMayWork
+	err := e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
+	if err != nil {
+		var guard func(context.Context) error
+		if !e.cpFenced {
+			guard = e.checkMayWork
+		}
+		err = e.retry.after(ctx, err, "checkpoint", always, guard, func() error {
+			return e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
+		})
 	}
-	err := e.retry.do(ctx, "checkpoint", true, guard, func() error {
-		return e.cps.WriteCheckpoint(ctx, e.c.Slug(), cp, changed)
-	})
 	if err != nil && !foldtype.IsRetryable(err) {
 		e.mu.Lock()
 		e.latch = err

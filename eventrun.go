@@ -76,13 +76,18 @@ func (r *eventRun) append(ctx context.Context, events []EventInput) ([]Event, er
 	}
 	// Sent again through a database blip, as it was (docs/engine.md#writes-through-a-database-blip);
 	// the stream guards every attempt as it guards the first (a host's refuses a lease lost).
-	idempotent := !slices.ContainsFunc(stamped, func(in EventInput) bool { return !in.Ephemeral && in.IdempotencyKey == "" })
-	var out []Event
-	err := r.retry.do(ctx, "emit", idempotent, nil, func() error {
-		var aerr error
-		out, aerr = r.stream.Append(ctx, stamped...)
-		return aerr
-	})
+	out, err := r.stream.Append(ctx, stamped...)
+	if err != nil {
+		err = r.retry.after(ctx, err, "emit",
+			func() bool {
+				return !slices.ContainsFunc(stamped, func(in EventInput) bool { return !in.Ephemeral && in.IdempotencyKey == "" })
+			},
+			nil, func() error {
+				var aerr error
+				out, aerr = r.stream.Append(ctx, stamped...)
+				return aerr
+			})
+	}
 	endSpan(span, err)
 	if err == nil && r.metrics != nil && len(stamped) > 0 {
 		r.metrics.EventsEmitted(len(stamped))

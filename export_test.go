@@ -34,5 +34,7 @@ func StopLivePublishing(l *LiveState) { l.stopPublishing() }
 // cannot be stored twice.
 func WriteRetryForTest(clock Clock) func(ctx context.Context, write func() error) error {
 	w := writeRetry{clock: clock, limit: DefaultWriteRetry, slug: "test"}
-	return func(ctx context.Context, write func() error) error { return w.do(ctx, "test", true, nil, write) }
+	return func(ctx context.Context, write func() error) error {
+		return w.after(ctx, write(), "test", always, nil, write)
+	}
 }

@@ -33,31 +33,31 @@ type writeRetry struct {
 	slug  string
 }
 
-// again reports whether a write that failed with err may be sent again unchanged: the store
+// resendable reports whether a write that failed with err may be sent again unchanged: the store
 // refused it without writing it (UNAVAILABLE: the database could not be reached, or the write
 // collided with another node's and was rolled back), or it may have been written
-// (COMMIT_OUTCOME_UNKNOWN) and writing it once more cannot store it twice (idempotent: a
-// checkpoint, which a second write leaves as the first did, or a batch every durable event of
-// which has an idempotency key).
-func (w writeRetry) again(err error, idempotent bool) bool {
+// (COMMIT_OUTCOME_UNKNOWN) and writing it once more cannot store it twice (idempotent, asked only
+// then: a checkpoint, which a second write leaves as the first did, or a batch every durable event
+// of which has an idempotency key).
+func resendable(err error, idempotent func() bool) bool {
 	switch foldtype.CodeOf(err) {
 	case foldtype.CodeUnavailable:
 		return true
 	case foldtype.CodeCommitOutcomeUnknown:
-		return idempotent
+		return idempotent()
 	}
 	return false
 }
 
-// do runs write and, while it fails with an error again accepts, runs it again after a pause on
-// the engine's clock, for up to the limit since the first failure. Before each new attempt guard
-// (nil: none) must let the work go on: its error ends the retries and is returned. The answer is
-// the last attempt's error, or nil; when ctx ends meanwhile, the last attempt's error wrapped with
-// ctx's (the store's reason for a caller that reads it, and a cancellation for one that stops on
-// it: an engine closing records no failure for the unit it cut short).
-func (w writeRetry) do(ctx context.Context, what string, idempotent bool, guard func(context.Context) error, write func() error) error {
-	err := write()
-	if err == nil || w.limit <= 0 || !w.again(err, idempotent) {
+// after is called with the error of a write's first attempt (the write itself is the caller's, so
+// a write that goes through costs nothing here). While the error is resendable it runs write again
+// after a pause on the engine's clock, for up to the limit since that failure. Before each new
+// attempt guard (nil: none) must let the work go on: its error ends the retries and is returned.
+// The answer is the last attempt's error, or nil; when ctx ends meanwhile, the last attempt's
+// error wrapped with ctx's (the store's reason for a caller that reads it, and a cancellation for
+// one that stops on it: an engine closing records no failure for the unit it cut short).
+func (w writeRetry) after(ctx context.Context, err error, what string, idempotent func() bool, guard func(context.Context) error, write func() error) error {
+	if err == nil || w.limit <= 0 || !resendable(err, idempotent) {
 		return err
 	}
 	deadline := w.clock.Now().Add(w.limit)
@@ -80,12 +80,15 @@ func (w writeRetry) do(ctx context.Context, what string, idempotent bool, guard 
 				"slug", w.slug, "write", what, "attempts", attempt)
 			return nil
 		}
-		if !w.again(err, idempotent) {
+		if !resendable(err, idempotent) {
 			return err
 		}
 		pause = min(2*pause, writeRetryMax)
 	}
 }
+
+// always is the idempotence of a write that a second copy leaves as the first did.
+func always() bool { return true }
 
 func (w writeRetry) logger() *slog.Logger {
 	if w.log != nil {
