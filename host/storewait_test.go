@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -108,19 +107,9 @@ func TestAProcessorWhoseCheckpointWaitsForTheDatabaseSaysSoOverHTTP(t *testing.T
 	if _, err := host.Register(ctx, h, "/w", foldstream.Processor[countState](p)); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(s, server.Config{Processors: h, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		ts.Close()
-		_ = h.Shutdown(context.Background())
-		_ = s.Close(context.Background())
-	})
+	base := serveHost(t, s, h)
 
-	res, err := http.Post(ts.URL+"/v1/stream/w", "application/json", strings.NewReader(`{"type":"tick"}`))
+	res, err := http.Post(base+"/v1/stream/w", "application/json", strings.NewReader(`{"type":"tick"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +127,7 @@ func TestAProcessorWhoseCheckpointWaitsForTheDatabaseSaysSoOverHTTP(t *testing.T
 	var last status
 	var lastBody string
 	look := func() bool {
-		res, err := http.Get(ts.URL + "/v1/streams/info?path=/w")
+		res, err := http.Get(base + "/v1/streams/info?path=/w")
 		if err != nil {
 			return false
 		}
