@@ -141,7 +141,9 @@ func (h *Host) readOn(ctx context.Context, sl *slot, settle bool, atBound func()
 		// push, so its cursor may lag appends that returned before the call. Everything it
 		// consumes up to seen.Through was delivered, so an empty push moves the cursor there (no
 		// log read) — from seen.After at the lowest: a delivery that failed or was skipped left
-		// the cursor below the last consumed commit, and the engine reads the log up to it first.
+		// the cursor below the last consumed commit, or an opening catch-up that failed left it
+		// below the commits made before the subscription began, and the engine reads the log up
+		// to it first.
 		if cur := sl.runner.ReducedThroughOffset(); seen.Through > cur {
 			if err := sl.runner.ProcessEventBatch(ctx, nil, foldtype.ScannedRange{After: max(cur, seen.After), Through: seen.Through}); err != nil {
 				return fail(err)

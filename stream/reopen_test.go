@@ -55,6 +55,34 @@ func TestSeenRangeStartsAtTheLastConsumedCommit(t *testing.T) {
 	}
 }
 
+// A subscription made on a stream that already holds consumed events was never offered them: its
+// SeenRange never claims that offsets before its first commit hold no consumed event. A host reads
+// with an empty push over (max(cursor, After), Through]; an engine whose opening catch-up failed
+// (its cursor at an old checkpoint) would otherwise move its cursor over events it never reduced,
+// and answer a state that lacks them under an offset past them.
+func TestSeenRangeNeverVouchesForCommitsBeforeTheSubscription(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	mustAppend(t, s, "/a", ev("x"), ev("x")) // 1, 2: before the subscription
+	sub := subscribe(t, s, "/a", &recorder{}, SubscribeOptions{Consumes: []string{"x"}})
+	mustAppend(t, s, "/a", ev("y")) // 3: not consumed
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sub.SeenRange(), (foldtype.ScannedRange{After: 2, Through: 3}); got != want {
+		t.Fatalf("SeenRange: got %+v, want %+v: the commits before the subscription were never offered to it", got, want)
+	}
+	mustAppend(t, s, "/a", eph("x")) // 4: consumed, ephemeral
+	mustAppend(t, s, "/a", ev("y"))  // 5
+	if err := sub.WaitDelivered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sub.SeenRange(), (foldtype.ScannedRange{After: 4, Through: 5}); got != want {
+		t.Fatalf("SeenRange after a consumed commit: got %+v, want %+v", got, want)
+	}
+}
+
 // TestCheckpointsOfReadsRowsTogetherAndStaysBoundToItsStream: checkpoints made from a stream's
 // info read several rows in one call and, like Checkpoints, refuse a write once that stream was
 // deleted and another created at the path.

@@ -64,6 +64,9 @@ type Subscription struct {
 	cancel   context.CancelFunc
 
 	seen atomic.Int64 // through of the last commit offered, consumed or not
+	// base is the after of the first commit offered (-1 before any): the subscription knows
+	// nothing of the offsets up to it, which were committed before it began.
+	base atomic.Int64
 	// seenDurable is seen over the commits holding a durable event only.
 	seenDurable atomic.Int64
 
@@ -115,6 +118,7 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 		s: s, path: path, opts: opts, deliver: deliver, ctx: ctx, cancel: cancel,
 		lastThrough: -1, settledCh: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
+	sub.base.Store(-1)
 	if opts.Consumes != nil {
 		sub.consumes = slices.Clone(opts.Consumes)
 	}
@@ -158,6 +162,10 @@ func (s *Store) publishLocal(path string, events []foldtype.Event, after, throug
 }
 
 func (sub *Subscription) offer(events []foldtype.Event, after, through int64) {
+	// Before the commit is seen: a SeenRange that finds it seen finds the base set too.
+	if sub.base.Load() < 0 {
+		sub.base.CompareAndSwap(-1, after)
+	}
 	var consumed []foldtype.Event
 	durable := false
 	for _, ev := range events {
@@ -294,16 +302,23 @@ func (sub *Subscription) WaitDelivered(ctx context.Context) error {
 func (sub *Subscription) SeenThrough() int64 { return sub.seen.Load() }
 
 // SeenRange returns SeenThrough as Through and, as After, the through of the last commit seen
-// that held an event the subscription consumes (0 before any): the commits in (After, Through]
-// hold none. A subscriber whose cursor is below After did not process a consumed event it was
-// pushed (its delivery failed, or was skipped), so it must read the log up to After before it
-// moves its cursor to Through.
+// that held an event the subscription consumes, or the offset the subscription began at when that
+// is higher (0 before any commit): the commits in (After, Through] hold none. A subscriber whose
+// cursor is below After did not process a consumed event it was pushed (its delivery failed, or
+// was skipped), or has not read the events committed before the subscription began (its opening
+// catch-up failed), so it must read the log up to After before it moves its cursor to Through.
 func (sub *Subscription) SeenRange() foldtype.ScannedRange {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	// A consumed commit raises both under mu, and commits are offered in order: any consumed
-	// commit up to the seen offset read here is counted in consumedThrough.
-	return foldtype.ScannedRange{After: sub.consumedThrough, Through: sub.seen.Load()}
+	// commit up to the seen offset read here is counted in consumedThrough. The base is set
+	// before the first commit is seen, so it is read after the seen offset.
+	through := sub.seen.Load()
+	after := sub.consumedThrough
+	if through > 0 {
+		after = max(after, sub.base.Load())
+	}
+	return foldtype.ScannedRange{After: after, Through: through}
 }
 
 // SeenDurableThrough is SeenThrough over the commits that hold a durable event: a commit of
