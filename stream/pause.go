@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"database/sql"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
@@ -27,20 +28,20 @@ import (
 // usePause registers pausing with the kernel: the paused stream's admission check and the fold of
 // landed control events into the stream row.
 func (s *Store) usePause() {
-	s.checkAdmission(admitWhilePaused)
-	s.onRecorded(s.foldControl)
+	s.k.CheckAdmission(admitWhilePaused)
+	s.k.OnRecorded(s.foldControl)
 }
 
 // admitWhilePaused judges a batch of a paused stream: only control events, ephemerals and the
 // store's own wake records are admitted; one other fresh event refuses the whole batch. A running
 // stream's batch is not judged.
-func admitWhilePaused(row *driver.Stream) func(p *pending) error {
+func admitWhilePaused(row *driver.Stream) func(p *kernel.Pending) error {
 	if !row.Paused.Valid {
 		return nil
 	}
 	reason := row.Paused.String
-	return func(p *pending) error {
-		if p.ctl == foldtype.ControlNone && !p.ephemeral && !p.exempt {
+	return func(p *kernel.Pending) error {
+		if p.Ctl == foldtype.ControlNone && !p.Ephemeral && !p.Exempt {
 			return foldtype.StreamPausedError(reason)
 		}
 		return nil
@@ -75,15 +76,15 @@ func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
 
 // foldControl folds the batch's fresh durable control events into the stream's pause state and
 // writes the stream row when the state changed.
-func (s *Store) foldControl(t *tx, m *streamMem, batch []pending, adm []admitted) error {
+func (s *Store) foldControl(t *kernel.Tx, m *kernel.StreamState, batch []kernel.Pending, adm []kernel.Admitted) error {
 	paused, reason := m.Row.Paused.Valid, m.Row.Paused.String
 	for i, p := range batch {
-		if adm[i].dup || p.ephemeral {
+		if adm[i].Dup || p.Ephemeral {
 			continue
 		}
-		switch p.ctl {
+		switch p.Ctl {
 		case foldtype.ControlPause:
-			paused, reason = true, p.reason
+			paused, reason = true, p.Reason
 		case foldtype.ControlResume:
 			paused, reason = false, ""
 		}
@@ -92,7 +93,7 @@ func (s *Store) foldControl(t *tx, m *streamMem, batch []pending, adm []admitted
 	if next == m.Row.Paused {
 		return nil
 	}
-	if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{Paused: &next}); err != nil {
+	if err := t.Driver().UpdateStream(t.Context(), m.Row.ID, driver.StreamUpdate{Paused: &next}); err != nil {
 		return err
 	}
 	m.Row.Paused = next

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -30,12 +31,12 @@ const slicedRecordBytes = 1 << 20
 
 // reservation is a huge record being written into one stream.
 type reservation struct {
-	hold      // the hold on the stream; its path is the reserved stream
-	json      bool
-	msgs      []rawjson.Message // JSON messages (json), all without idempotency keys
-	body      []byte            // the bytes (byte streams)
-	producer  *ProducerHeaders
-	createdMs int64
+	kernel.Hold // the hold on the stream; its path is the reserved stream
+	json        bool
+	msgs        []rawjson.Message // JSON messages (json), all without idempotency keys
+	body        []byte            // the bytes (byte streams)
+	producer    *ProducerHeaders
+	createdMs   int64
 
 	// Set by the reserving write, on the writer goroutine.
 	id          int64
@@ -63,12 +64,12 @@ func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr err
 		return nil
 	}
 	r := &reservation{producer: req.Producer}
-	r.path, r.owner = req.Path, r
-	r.finish = func(t *tx, m *streamMem, after, through int64) (bool, error) {
+	r.Path, r.Owner = req.Path, r
+	r.Finish = func(t *kernel.Tx, m *kernel.StreamState, after, through int64) (bool, error) {
 		return s.finishSliced(t, r, m, after, through)
 	}
 	// The next write to a stream whose reservation was abandoned drops the hidden slices itself.
-	r.release = func(t *tx) error { return dropHiddenSlices(t, r.id) }
+	r.Release = func(t *kernel.Tx) error { return dropHiddenSlices(t, r.id) }
 	if IsJSONContentType(req.ContentType) {
 		if msgErr != nil || len(msgs) == 0 {
 			return nil
@@ -88,7 +89,7 @@ func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr err
 // appendSliced writes a huge append in slices. ok is false when the append must take the usual
 // path (nothing was written).
 func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawjson.Message, msgErr error, r *reservation) (res AppendResult, ok bool, err error) {
-	if err := s.writeHolding(ctx, &r.hold, func(t *tx) error { return s.reserve(t, r) }); err != nil {
+	if err := s.k.WriteHolding(ctx, &r.Hold, func(t *kernel.Tx) error { return s.reserve(t, r) }); err != nil {
 		return AppendResult{}, false, nil
 	}
 	// From here on the stream is reserved: whatever happens, end the reservation.
@@ -99,20 +100,20 @@ func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawj
 		if r.written >= len(r.slices)-1 {
 			break
 		}
-		if err = s.writeHolding(ctx, &r.hold, func(t *tx) error { return s.writeSlice(t, r) }); err != nil {
+		if err = s.k.WriteHolding(ctx, &r.Hold, func(t *kernel.Tx) error { return s.writeSlice(t, r) }); err != nil {
 			break
 		}
 	}
 	if err == nil {
-		err = s.writeHolding(ctx, &r.hold, func(t *tx) error {
+		err = s.k.WriteHolding(ctx, &r.Hold, func(t *kernel.Tx) error {
 			var gap int64
 			var e error
 			res, e = s.appendTx(t, req, msgs, msgErr, &gap)
 			if e == nil && !r.used {
-				e = fmt.Errorf("stream store: a sliced append of %s was not written", r.path) // cannot happen
+				e = fmt.Errorf("stream store: a sliced append of %s was not written", r.Path) // cannot happen
 			}
 			if e == nil {
-				t.endHold(&r.hold)
+				t.EndHold(&r.Hold)
 			}
 			return e
 		})
@@ -126,8 +127,8 @@ func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawj
 
 // reserve checks the stream, fixes the record's positions, sets the visibility mark and writes the
 // first slice.
-func (s *Store) reserve(t *tx, r *reservation) error {
-	m, err := s.liveStream(t, r.path)
+func (s *Store) reserve(t *kernel.Tx, r *reservation) error {
+	m, err := s.liveStream(t, r.Path)
 	if err != nil {
 		return errNotSliced
 	}
@@ -137,12 +138,12 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 	if p := r.producer; p != nil {
 		// Only the plain next seq takes the sliced path: a duplicate, a gap or a new epoch are
 		// answered by the usual path without writing the record.
-		st, known, err := t.producer(m, p.ID)
+		st, known, err := t.Producer(m, p.ID)
 		if err != nil || !known || p.Epoch != st.Epoch || p.Seq != st.LastSeq+1 {
 			return errNotSliced
 		}
 	}
-	dtx, err := t.begin()
+	dtx, err := t.Begin()
 	if err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 	if !ok {
 		return errNotSliced
 	}
-	r.id, r.recordStart, r.createdMs = m.Row.ID, m.Tail, t.now.UnixMilli()
+	r.id, r.recordStart, r.createdMs = m.Row.ID, m.Tail, t.Now().UnixMilli()
 	if r.json {
 		r.after = m.HighestAssigned
 		r.slices, r.through = jsonSlices(r.id, r.recordStart, r.after, r.createdMs, r.msgs)
@@ -159,29 +160,29 @@ func (s *Store) reserve(t *tx, r *reservation) error {
 		r.slices, r.through = byteSlices(r.id, r.recordStart, r.createdMs, r.body)
 	}
 	r.written = 0
-	if err := h.HideFrom(t.ctx, r.id, m.Tail); err != nil {
+	if err := h.HideFrom(t.Context(), r.id, m.Tail); err != nil {
 		return err
 	}
 	if err := s.writeSlice(t, r); err != nil {
 		return err
 	}
-	t.startHold(&r.hold)
+	t.StartHold(&r.Hold)
 	return nil
 }
 
 // writeSlice inserts the reservation's next slice (hidden).
-func (s *Store) writeSlice(t *tx, r *reservation) error {
-	if m, ok := t.s.ws.streams.get(r.path); !ok || m.Row.ID != r.id {
-		return notLive(streamMissing, r.path) // deleted meanwhile (expiry collection)
+func (s *Store) writeSlice(t *kernel.Tx, r *reservation) error {
+	if m, ok := t.CachedStream(r.Path); !ok || m.Row.ID != r.id {
+		return notLive(streamMissing, r.Path) // deleted meanwhile (expiry collection)
 	}
-	if err := t.ctx.Err(); err != nil {
+	if err := t.Context().Err(); err != nil {
 		return err
 	}
-	if err := t.db.InsertRecord(t.ctx, r.slices[r.written]); err != nil {
+	if err := t.Driver().InsertRecord(t.Context(), r.slices[r.written]); err != nil {
 		return err
 	}
 	n := r.written + 1
-	t.afterCommit(func() { r.written = max(r.written, n) })
+	t.AfterCommit(func() { r.written = max(r.written, n) })
 	return nil
 }
 
@@ -189,14 +190,14 @@ func (s *Store) writeSlice(t *tx, r *reservation) error {
 // it inserts the slices not yet written, clears the visibility mark and moves the marks. It
 // reports false when m is not the reserved stream at the reserved position (the caller then
 // writes as usual).
-func (s *Store) finishSliced(t *tx, r *reservation, m *streamMem, after, through int64) (bool, error) {
-	if r.used || r.path != m.Row.Path || r.id != m.Row.ID {
+func (s *Store) finishSliced(t *kernel.Tx, r *reservation, m *kernel.StreamState, after, through int64) (bool, error) {
+	if r.used || r.Path != m.Row.Path || r.id != m.Row.ID {
 		return false, nil
 	}
 	if r.recordStart != m.Tail || r.after != after || r.through != through {
-		return true, fmt.Errorf("stream store: the reserved record of %s moved (%d, %d] → (%d, %d]", r.path, r.after, r.through, after, through)
+		return true, fmt.Errorf("stream store: the reserved record of %s moved (%d, %d] → (%d, %d]", r.Path, r.after, r.through, after, through)
 	}
-	dtx, err := t.begin()
+	dtx, err := t.Begin()
 	if err != nil {
 		return true, err
 	}
@@ -205,21 +206,21 @@ func (s *Store) finishSliced(t *tx, r *reservation, m *streamMem, after, through
 		return true, fmt.Errorf("stream store: the driver lost its visibility mark")
 	}
 	for _, rec := range r.slices[r.written:] {
-		if err := t.ctx.Err(); err != nil {
+		if err := t.Context().Err(); err != nil {
 			return true, err
 		}
-		if err := t.db.InsertRecord(t.ctx, rec); err != nil {
+		if err := t.Driver().InsertRecord(t.Context(), rec); err != nil {
 			return true, err
 		}
 	}
-	if err := h.ShowAll(t.ctx, r.id); err != nil {
+	if err := h.ShowAll(t.Context(), r.id); err != nil {
 		return true, err
 	}
 	r.used = true
 	m.Tail = through
 	m.HighestAssigned = max(m.HighestAssigned, through)
-	s.persistAccess(t, m)
-	t.touch(m.Row.ID, m.Row.Path)
+	t.PersistAccess(m)
+	t.Changed(m.Row.ID, m.Row.Path)
 	return true, nil
 }
 
@@ -227,22 +228,22 @@ func (s *Store) finishSliced(t *tx, r *reservation, m *streamMem, after, through
 // cleared, and the parked writes run. When even that fails, the reservation is abandoned and the
 // next write to the stream drops the slices itself.
 func (s *Store) dropReservation(ctx context.Context, r *reservation) {
-	err := s.writeHolding(context.WithoutCancel(ctx), &r.hold, func(t *tx) error {
+	err := s.k.WriteHolding(context.WithoutCancel(ctx), &r.Hold, func(t *kernel.Tx) error {
 		if err := dropHiddenSlices(t, r.id); err != nil {
 			return err
 		}
-		t.endHold(&r.hold)
+		t.EndHold(&r.Hold)
 		return nil
 	})
 	if err != nil {
-		r.abandoned.Store(true)
+		r.Abandoned.Store(true)
 		s.log.Warn("stream store: a failed huge append left hidden slices; the next write to the stream drops them",
-			"path", r.path, "err", err)
+			"path", r.Path, "err", err)
 	}
 }
 
-func dropHiddenSlices(t *tx, id int64) error {
-	dtx, err := t.begin()
+func dropHiddenSlices(t *kernel.Tx, id int64) error {
+	dtx, err := t.Begin()
 	if err != nil {
 		return err
 	}
@@ -250,7 +251,7 @@ func dropHiddenSlices(t *tx, id int64) error {
 	if !ok {
 		return fmt.Errorf("stream store: the driver lost its visibility mark")
 	}
-	return h.DropHidden(t.ctx, id)
+	return h.DropHidden(t.Context(), id)
 }
 
 // jsonSlices cuts keyless JSON messages taking the offsets after+1, after+2, ... into record
@@ -261,14 +262,14 @@ func jsonSlices(id, recordStart, after, createdMs int64, msgs []rawjson.Message)
 	prev := after
 	for i := range msgs {
 		msg := msgs[i].Raw
-		if rec != nil && len(rec.Body)+1+len(msg) > recordSliceBytes {
+		if rec != nil && len(rec.Body)+1+len(msg) > kernel.RecordSliceBytes {
 			rec.End = prev
 			out = append(out, *rec)
 			rec = nil
 		}
 		if rec == nil {
 			rec = &driver.Record{StreamID: id, RecordStart: recordStart, Start: prev, CreatedMs: createdMs,
-				Body: make([]byte, 0, min(recordSliceBytes, max(len(msg), recordSliceBytes/4)))}
+				Body: make([]byte, 0, min(kernel.RecordSliceBytes, max(len(msg), kernel.RecordSliceBytes/4)))}
 		} else {
 			rec.Body = append(rec.Body, ',')
 		}
@@ -288,7 +289,7 @@ func byteSlices(id, start, createdMs int64, body []byte) ([]driver.Record, int64
 	var out []driver.Record
 	pos := start
 	for len(body) > 0 {
-		n := min(len(body), recordSliceBytes)
+		n := min(len(body), kernel.RecordSliceBytes)
 		out = append(out, driver.Record{StreamID: id, RecordStart: start, Start: pos, End: pos + int64(n), CreatedMs: createdMs, Body: body[:n]})
 		pos += int64(n)
 		body = body[n:]
@@ -297,9 +298,9 @@ func byteSlices(id, start, createdMs int64, body []byte) ([]driver.Record, int64
 }
 
 // reservationOf returns the reservation the write function holds, or nil.
-func reservationOf(t *tx) *reservation {
-	if h := t.holding; h != nil {
-		r, _ := h.owner.(*reservation)
+func reservationOf(t *kernel.Tx) *reservation {
+	if h := t.Holding(); h != nil {
+		r, _ := h.Owner.(*reservation)
 		return r
 	}
 	return nil
