@@ -2,10 +2,11 @@
 // reached through a driver (package driver): an embedded SQLite file written by one process
 // (package sqlitedriver), or a PostgreSQL database shared by any number of processes (package
 // pgdriver). The store never imports a concrete driver: [OpenDriver] takes one, and package
-// storeopen picks one from a file path or a postgres:// URL. One kernel ([Store]: the writer,
-// group commit, the insert path, the caches and the per-stream wakes, with the hooks its layers
-// register; docs/store.md#the-kernel-and-its-layers) serves the same data through two faces, each
-// a type of its own:
+// storeopen picks one from a file path or a postgres:// URL. One kernel (the writer, group
+// commit, the insert path, the caches and the per-stream wakes, with the hooks its layers
+// register: package stream/internal/kernel, docs/store.md#the-kernel-and-its-layers), which a
+// [Store] opens and composes its layers on, serves the same data through two faces, each a type
+// of its own:
 //
 //   - [Events], the event view (EventStream's Append and Read, subscriptions, checkpoints, claims,
 //     wake records) that processor engines and package host run against, and
@@ -81,8 +82,8 @@ type Config struct {
 //
 // Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
 // of your choosing; close it with [Store.Close] after the host and the server on it have shut
-// down. A Store is the kernel — the writer and its group commit, the insert path, the caches, the
-// per-stream wakes (docs/store.md#the-kernel-and-its-layers) — and offers it through two faces
+// down. A Store holds the kernel — the writer and its group commit, the insert path, the caches,
+// the per-stream wakes (docs/store.md#the-kernel-and-its-layers) — and offers it through two faces
 // (docs/store.md#the-two-faces), and the small transactional face package subscriptions builds on:
 //
 //   - [Store.Events], the event face that processor engines and the host run against: a path's
