@@ -3,6 +3,7 @@ package stream
 import (
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/pause"
 )
 
 // useLayers sets up the layers built on the kernel (docs/store.md#the-kernel-and-its-layers)
@@ -17,8 +18,8 @@ func (s *Store) useLayers() {
 	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
 	// events.go: the event face's state; Close stops its subscriptions and alarms.
 	s.useEventFace()
-	// pause.go: the paused stream's admission check and the fold of control events.
-	s.usePause()
+	// Package pause: the paused stream's admission check and the fold of control events.
+	pause.Use(s.k)
 	// recent.go: the recent events an engine opening next reads from memory.
 	s.useRecent()
 	// feed.go: the event face's feeds hear other processes' commits.

@@ -849,3 +849,29 @@ func arrayText(body []byte) []byte {
 	}
 	return body[1 : len(body)-1]
 }
+
+// controlMarker is in every message that names a control type without JSON escapes.
+var controlMarker = []byte("events.iterate.com/stream/")
+
+// controlOfMessage classifies a protocol message as a control event, from its members as the
+// body's one scan found them. A type without escapes that does not start with the control prefix
+// cannot name a control type, so most messages cost a prefix comparison.
+func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
+	if msg.Raw[0] != '{' {
+		return foldtype.ControlNone, ""
+	}
+	t := msg.Member(mType)
+	if t.Kinds == 0 || (bytes.IndexByte(t.Value, '\\') < 0 && !bytes.HasPrefix(t.Value[1:], controlMarker)) {
+		return foldtype.ControlNone, ""
+	}
+	// As a decoding into typed fields would, a wrong kind of "type" or "ephemeral" anywhere in the
+	// message makes it no control event.
+	if !stringOrNull(t.Kinds) || msg.Member(mEphemeral).Kinds&^(rawjson.KindBool|rawjson.KindNull) != 0 {
+		return foldtype.ControlNone, ""
+	}
+	typ, ok := t.String()
+	if !ok {
+		return foldtype.ControlNone, ""
+	}
+	return foldtype.ParseControl(typ, msg.Member(mPayload).Value, false)
+}

@@ -53,20 +53,21 @@ var floors = map[string]int{
 	"stream/driver":              2,
 	".":                          3,
 	"stream/internal/kernel":     3,
-	"stream":                     4,
+	"stream/internal/pause":      4,
+	"stream":                     5,
 	"stream/driver/sqlitedriver": 3,
 	"stream/driver/pgdriver":     3,
 	"internal/membership":        3,
-	"storeopen":                  5,
-	"subscriptions":              5,
-	"stream/driver/drivertest":   6,
+	"storeopen":                  6,
+	"subscriptions":              6,
+	"stream/driver/drivertest":   7,
 	"testsupport":                4,
-	"host":                       6,
-	"server":                     7,
-	"node":                       8,
+	"host":                       7,
+	"server":                     8,
+	"node":                       9,
 }
 
-const top = 9
+const top = 10
 
 func floorOf(rel string) (int, bool) {
 	if f, ok := floors[rel]; ok {
