@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/sliced"
 	"strconv"
 	"strings"
 	"time"
@@ -754,12 +755,11 @@ func (s *Store) appendMessages(t *kernel.Tx, m *kernel.StreamState, msgs []rawjs
 // text without joining the messages again.
 func (s *Store) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message, body []byte) error {
 	batch := make([]kernel.Pending, len(msgs))
-	// A huge record written in slices was checked for keys before its first slice (sliced.go).
-	r := reservationOf(t)
-	sliced := r != nil && !r.used && r.id == m.Row.ID
+	// A huge record written in slices was checked for keys before its first slice (package sliced).
+	inSlices := sliced.Writing(t, m.Row.ID)
 	for i := range msgs {
 		msg := &msgs[i]
-		if sliced {
+		if inSlices {
 			batch[i] = kernel.Pending{Body: msg.Raw, Scanned: msg}
 			continue
 		}
@@ -785,8 +785,8 @@ func (s *Store) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []raw
 	// The commit watchers hear of every such commit either way (docs/store.md#commit-watchers).
 	path := m.Row.Path
 	createdMs := t.Now().UnixMilli()
-	if r != nil && r.used && r.id == m.Row.ID {
-		createdMs = r.createdMs // stored as the time its first slice was written
+	if ms, ok := sliced.CreatedMs(t, m.Row.ID); ok {
+		createdMs = ms // stored as the time its first slice was written
 	}
 	t.AfterCommit(func() {
 		s.ev.subsMu.RLock()

@@ -130,7 +130,7 @@ func pausedHugeAppend(t *testing.T, s *Store, ctx context.Context, req AppendReq
 		t.Fatal("the append does not take the sliced path")
 	}
 	at, goOn, out := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	r.afterSlice = func(written int) {
+	r.AfterSlice = func(written int) {
 		if written == 3 {
 			close(at)
 			<-goOn

@@ -54,6 +54,7 @@ var floors = map[string]int{
 	".":                          3,
 	"stream/internal/kernel":     3,
 	"stream/internal/pause":      4,
+	"stream/internal/sliced":     4,
 	"stream":                     5,
 	"stream/driver/sqlitedriver": 3,
 	"stream/driver/pgdriver":     3,

@@ -15,7 +15,7 @@ import (
 // Hold keeps one stream for one owner across several writes.
 type Hold struct {
 	Path string // the held stream
-	// Owner is the layer's value behind the hold (huge records: their reservation).
+	// Owner is the layer's value behind the hold (huge records: their *sliced.Record).
 	Owner any
 	// Finish, when set, writes the record of the owner's own append to the held stream in place of
 	// the kernel's insert (WriteRecord, WriteBytes) and reports true, or reports false to leave the
@@ -77,7 +77,7 @@ func (s *Store) WriteHolding(ctx context.Context, h *Hold, fn func(t *Tx) error)
 }
 
 // finishHeld lets the owner of the hold this write function holds write the record (after,
-// through] of m itself (hold.finish); it reports false when the kernel writes it.
+// through] of m itself (Hold.Finish); it reports false when the kernel writes it.
 func (t *Tx) finishHeld(m *StreamState, after, through int64) (bool, error) {
 	if h := t.holding; h != nil && h.Finish != nil {
 		return h.Finish(t, m, after, through)
