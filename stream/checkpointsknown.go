@@ -73,7 +73,7 @@ func (s *Store) createsWithoutCheckpoints(t *kernel.Tx, path string) bool {
 
 // askStreamlessCheckpoints asks the database whether any checkpoint row's scope is a path no
 // stream row holds, and stores the answer. Close interrupts it; a store already closed answers
-// nothing (readTx fails), which leaves the question unanswered.
+// nothing (Read fails), which leaves the question unanswered.
 func (s *Store) askStreamlessCheckpoints(answer *atomic.Int32) {
 	ctx, cancel := s.k.UntilClose()
 	defer cancel()

@@ -17,7 +17,7 @@ import (
 // (docs/store.md#the-store).
 //
 // Offsets of one stream come from one sequence shared by durable and ephemeral events. The writer
-// owns it (streamMem.HighestAssigned, streamMem.Tail); the durable mark — the end of the last
+// owns it (kernel.StreamState.HighestAssigned, .Tail); the durable mark — the end of the last
 // committed batch that carried a durable event — is the End of the stream's last record, written
 // in the same transaction as the batch, so it is exactly as durable as the batch. Ephemeral
 // offsets above the mark live only in memory: a new incarnation of the store hands the same
@@ -237,8 +237,8 @@ func isJSONContentType(ct string) bool {
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
-// appendEvents runs an event batch through the one insert path (record.go) and returns the
-// receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
+// appendEvents runs an event batch through the one insert path (the kernel's Tx.Admit and
+// Tx.WriteRecord) and returns the receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
 func (s *Store) appendEvents(t *kernel.Tx, m *kernel.StreamState, prepared []preparedInput, exempt bool) ([]foldtype.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
 	batch := make([]kernel.Pending, len(prepared))

@@ -11,7 +11,7 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The kernel's hooks as a layer meets them (hooks.go, hold.go). The layers register at open
+// The kernel's hooks as a layer meets them (package kernel: hooks.go, hold.go). The layers register at open
 // (layers.go); these tests register one more before the store's first write, which the write's
 // queueing orders after the registration.
 

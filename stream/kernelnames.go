@@ -13,8 +13,8 @@ type streamRow = driver.Stream
 // errNoStream reports a stream that does not exist.
 var errNoStream = driver.ErrNoStream
 
-// MediaType returns a content type's media type, lowercased, without its parameters.
+// MediaType returns the lower-cased media type of a content type, parameters stripped.
 func MediaType(contentType string) string { return kernel.MediaType(contentType) }
 
-// IsJSONContentType reports whether contentType's media type is application/json.
+// IsJSONContentType reports whether a content type selects JSON mode.
 func IsJSONContentType(contentType string) bool { return kernel.IsJSONContentType(contentType) }

@@ -8,7 +8,7 @@ import (
 
 // useLayers sets up the layers built on the kernel (docs/store.md#the-kernel-and-its-layers)
 // while the store opens, before its writer and its listener start: what each layer needs the
-// kernel to run for it goes through the kernel's hooks (hooks.go), so the kernel names none of
+// kernel to run for it goes through the kernel's hooks (package kernel), so the kernel names none of
 // them.
 func (s *Store) useLayers() {
 	s.recentExt = kernel.NewRowExt[*recentEvents](s.k)

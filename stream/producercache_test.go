@@ -12,8 +12,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The writer knows every producer of a stream it created in this incarnation (streamMem.
-// producersAll), so a producer's first batch there needs no lookup. These check that the decision
+// The writer knows every producer of a stream it created in this incarnation
+// (kernel.StreamState.ProducersAll), so a producer's first batch there needs no lookup. These check that the decision
 // table answers exactly as with a lookup, and that the knowledge ends wherever it could be wrong.
 
 // producerAppend sends one producer batch of a single message to path.

@@ -15,7 +15,7 @@ import (
 // The protocol view: the Durable Streams operations (create, append, close, delete, metadata,
 // reads) over the same tables the event view uses. Package server maps these to HTTP.
 //
-// Representation (shared with the event view; storage in record.go and docs/store.md#storage-one-row-per-record):
+// Representation (shared with the event view; storage in the kernel's record.go and docs/store.md#storage-one-row-per-record):
 //   - A protocol position is an integer; the wire offset is fmt.Sprintf("%016d_%016d", 0, pos).
 //   - JSON streams (media type application/json): a POST is one record of flattened messages,
 //     each at its offset in the stream's offset sequence, assigned from HighestAssigned+1 because

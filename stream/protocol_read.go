@@ -64,7 +64,7 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 	}
 	now := s.clock.Now()
 	if req.Watch && !req.Fresh {
-		// A live read: from the tail cache when it holds the position (tailcache.go).
+		// A live read: from the tail cache when it holds the position (the kernel's tailcache.go).
 		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
 			if err != nil || !s.needsBarrier(req, res) {
 				return res, err
@@ -277,7 +277,7 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 	return nil
 }
 
-// cachedRead answers a live read from the tail cache (tailcache.go): ok is false when the cache
+// cachedRead answers a live read from the tail cache (the kernel's tailcache.go): ok is false when the cache
 // cannot (no entry, a position before the entry's records, a stream not live by its cached row).
 func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
 	row, recs, ch, ok := s.k.CachedTail(req.Path, req.After, req.AtTail, func(row *driver.Stream) bool { return !s.expired(row, now) })

@@ -558,7 +558,7 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 		var res AppendResult
 		var gapWake <-chan struct{}
 		err := s.k.WriteTo(ctx, req.Path, func(t *kernel.Tx) error {
-			gapWake = nil // a discarded earlier run may have set it (see Store.write)
+			gapWake = nil // a discarded earlier run may have set it (see kernel.Store.Write)
 			var err error
 			var gapStream int64
 			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)

@@ -17,8 +17,8 @@ import (
 // it through the event view, and Events.ReadOpening answers an opening for work's page from them
 // when they hold every event after the checkpoint: no read of the records, no decoding.
 //
-// The events live in the stream's streamMem, so they are staged with it and take effect only if
-// the write and its group commit. They cover (after, through], where through was the stream's
+// The events live in a row extension of the stream's entry in the writer's cache (kernel.RowExt),
+// so they are staged with it and take effect only if the write and its group commit. They cover (after, through], where through was the stream's
 // tail when they were kept: any other change of the tail (a protocol append, a huge record in
 // slices) leaves them behind it, and they are not used until an event append starts them again.
 // Each stream keeps at most recentMaxEvents events and recentMaxBytes of stored bodies, and all

@@ -15,7 +15,7 @@
 //
 // # Concurrency
 //
-// Every write goes through one writer goroutine (see writer.go). Callers hand it a function; the
+// Every write goes through one writer goroutine (package stream/internal/kernel, writer.go). Callers hand it a function; the
 // writer collects whatever functions are queued, runs each inside its own savepoint of one
 // transaction, and commits once (group commit): one fsync covers every caller in the group, and a
 // function that fails rolls back to its savepoint without failing its neighbours. On a database
