@@ -16,7 +16,7 @@ var errNoStream = driver.ErrNoStream
 
 // LoadStreamByPath returns the stream row at path, or errNoStream. It does not judge expiry or
 // soft deletion; callers do.
-func LoadStreamByPath(ctx context.Context, q driver.Reader, path string) (*streamRow, error) {
+func LoadStreamByPath(ctx context.Context, q driver.Reader, path string) (*driver.Stream, error) {
 	r, err := q.StreamByPath(ctx, path)
 	if err != nil {
 		return nil, err
@@ -25,7 +25,7 @@ func LoadStreamByPath(ctx context.Context, q driver.Reader, path string) (*strea
 }
 
 // LoadStreamByID returns the stream row with id, or errNoStream.
-func LoadStreamByID(ctx context.Context, q driver.Reader, id int64) (*streamRow, error) {
+func LoadStreamByID(ctx context.Context, q driver.Reader, id int64) (*driver.Stream, error) {
 	r, err := q.StreamByID(ctx, id)
 	if err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func recordsWithin(ctx context.Context, q driver.Reader, streamID, after int64, 
 // ScanRecordsWithin is scanRecords for a page of budget bytes (0: no page): the driver may stop
 // before fn does, at a record the page does not take (driver.SizedRecordsReader), which it
 // reports as stopped; the records after it are then left for the next page.
-func ScanRecordsWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(rec driver.Record, upper int64) (bool, error)) (stopped bool, err error) {
+func ScanRecordsWithin(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, budget int, fn func(rec driver.Record, upper int64) (bool, error)) (stopped bool, err error) {
 	segs, err := segmentsOf(ctx, q, r)
 	if err != nil {
 		return false, err
@@ -139,13 +139,13 @@ func ScanRecordsWithin(ctx context.Context, q driver.Reader, r *streamRow, after
 
 // ScanMessages calls fn for each message (JSON) or record slice (bytes) visible through stream r
 // after position after, in order. fn returns false to stop.
-func ScanMessages(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(m Message) bool) error {
+func ScanMessages(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, fn func(m Message) bool) error {
 	_, err := ScanMessagesWithin(ctx, q, r, after, 0, fn)
 	return err
 }
 
 // ScanMessagesWithin is ScanMessages for a page of budget bytes (see ScanRecordsWithin).
-func ScanMessagesWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(m Message) bool) (stopped bool, err error) {
+func ScanMessagesWithin(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, budget int, fn func(m Message) bool) (stopped bool, err error) {
 	isJSON := IsJSONContentType(r.ContentType)
 	return ScanRecordsWithin(ctx, q, r, after, budget, func(rec driver.Record, upper int64) (bool, error) {
 		if !isJSON {
