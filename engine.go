@@ -235,7 +235,7 @@ func NewEngine[S any](p Processor[S], cfg EngineConfig) (*Engine[S], error) {
 		e.tracer = cfg.TracerProvider.Tracer(TracerName)
 	}
 	e.metrics = cfg.Metrics
-	e.retry = writeRetry{clock: cfg.Clock, limit: cfg.WriteRetry, log: cfg.Logger, slug: c.Slug()}
+	e.retry = writeRetry{clock: cfg.Clock, limit: cfg.WriteRetry, log: cfg.Logger, slug: c.Slug(), waits: &storeWaits{}}
 	e.closing, e.stopClosing = context.WithCancel(context.Background())
 	cp, ok, err := e.cps.ReadCheckpoint(context.Background(), c.Slug())
 	if err != nil {

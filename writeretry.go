@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -31,6 +32,65 @@ type writeRetry struct {
 	limit time.Duration // <= 0: no write is sent again
 	log   *slog.Logger
 	slug  string
+	waits *storeWaits // the writes being sent again now, for the engine's status (nil: not kept)
+}
+
+// storeWaits are the writes of one engine being sent again now. Its status shows the oldest
+// (foldtype.ProcessorStatus.WaitingForStore): an emit of a blocker running in the background may
+// wait beside the unit's checkpoint.
+type storeWaits struct {
+	mu  sync.Mutex
+	now []*foldtype.ProcessorStoreWait
+}
+
+// begin notes w as waiting and returns it, to give to update and end.
+func (s *storeWaits) begin(w foldtype.ProcessorStoreWait) *foldtype.ProcessorStoreWait {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = append(s.now, &w)
+	return &w
+}
+
+// update notes another failed attempt of w, with its error.
+func (s *storeWaits) update(w *foldtype.ProcessorStoreWait, attempts int, err error) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Attempts, w.Code, w.Message = attempts, foldtype.CodeOf(err), err.Error()
+}
+
+// end forgets w: it went through, or the engine stopped sending it.
+func (s *storeWaits) end(w *foldtype.ProcessorStoreWait) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.now {
+		if x == w {
+			s.now = append(s.now[:i], s.now[i+1:]...)
+			return
+		}
+	}
+}
+
+// oldest returns a copy of the write waiting longest, or nil when none waits.
+func (s *storeWaits) oldest() *foldtype.ProcessorStoreWait {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.now) == 0 {
+		return nil
+	}
+	w := *s.now[0]
+	return &w
 }
 
 // resendable reports whether a write that failed with err may be sent again unchanged: the store
@@ -60,10 +120,18 @@ func (w writeRetry) after(ctx context.Context, err error, what string, idempoten
 	if err == nil || w.limit <= 0 || !resendable(err, idempotent) {
 		return err
 	}
-	deadline := w.clock.Now().Add(w.limit)
+	since := w.clock.Now()
+	deadline := since.Add(w.limit)
+	wait := w.waits.begin(foldtype.ProcessorStoreWait{Write: what, Code: foldtype.CodeOf(err), Message: err.Error(),
+		Attempts: 1, Since: since, GivesUpAt: deadline})
+	defer w.waits.end(wait)
+	w.logger().Warn("engine: the store could not take a write; sending it again until it does",
+		"slug", w.slug, "write", what, "code", foldtype.CodeOf(err), "error", err, "givesUpAfter", w.limit)
 	pause := writeRetryFirst
 	for attempt := 2; ; attempt++ {
 		if !w.clock.Now().Add(pause).Before(deadline) {
+			w.logger().Warn("engine: a write the store could not take is not sent again; its unit of work fails",
+				"slug", w.slug, "write", what, "attempts", attempt-1, "waited", w.clock.Now().Sub(since), "error", err)
 			return err
 		}
 		if cerr := sleepOn(ctx, w.clock, pause); cerr != nil {
@@ -76,13 +144,14 @@ func (w writeRetry) after(ctx context.Context, err error, what string, idempoten
 		}
 		err = write()
 		if err == nil {
-			w.logger().Debug("engine: a write the store could not make went through when sent again",
-				"slug", w.slug, "write", what, "attempts", attempt)
+			w.logger().Info("engine: a write the store could not take went through when sent again",
+				"slug", w.slug, "write", what, "attempts", attempt, "waited", w.clock.Now().Sub(since))
 			return nil
 		}
 		if !resendable(err, idempotent) {
 			return err
 		}
+		w.waits.update(wait, attempt, err)
 		pause = min(2*pause, writeRetryMax)
 	}
 }

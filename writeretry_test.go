@@ -248,6 +248,35 @@ func TestACheckpointTheDatabaseRefusedIsSentAgainAndTheRangeDoesNotRunAgain(t *t
 	}
 }
 
+// While an engine sends a write again its status says which, since when, how many attempts, the
+// last refusal and when it gives up; once the write went through it says nothing.
+func TestAnEngineSendingAWriteAgainSaysSoInItsStatusUntilItGoesThrough(t *testing.T) {
+	t.Parallel()
+	cps := &refusals{next: []error{errUnavailable, errUnknown, errUnavailable}}
+	st := newRetryStand(t, &refusals{}, cps, false)
+	began := st.clock.Now()
+	codes := []foldtype.Code{foldtype.CodeUnavailable, foldtype.CodeCommitOutcomeUnknown, foldtype.CodeUnavailable}
+	before := map[int]func(){}
+	for i := range 3 {
+		before[i] = func() {
+			w := st.eng.Status().WaitingForStore
+			if w == nil {
+				t.Errorf("before pause %d: no write waiting in the status", i)
+				return
+			}
+			if w.Write != "checkpoint" || w.Attempts != i+1 || w.Code != codes[i] || !w.Since.Equal(began) ||
+				!w.GivesUpAt.Equal(began.Add(foldstream.DefaultWriteRetry)) {
+				t.Errorf("before pause %d: %+v; want the checkpoint after %d attempts, last refused with %s, since %v",
+					i, w, i+1, codes[i], began)
+			}
+		}
+	}
+	mustDo(t, st.catchUp(t, pausesOf(3), before))
+	if w := st.eng.Status().WaitingForStore; w != nil {
+		t.Fatalf("the write went through, and the status still says %+v", w)
+	}
+}
+
 // Sending an emit whose commit is unknown again could store it twice unless every event of it is
 // keyed: an unkeyed batch fails the range at once, as a refusal no retry fixes does.
 func TestAWriteThatASecondAttemptCouldStoreTwiceOrThatNoRetryFixesIsNotSentAgain(t *testing.T) {

@@ -32,6 +32,10 @@ type ProcessorStatus struct {
 	Paused *ProcessorPause `json:"paused,omitempty"`
 	// Skipped counts the events it skipped, by reason.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
+	// WaitingForStore is a write of the processor's engine (an emit or a checkpoint) that the
+	// store could not take because its database was out of reach, being sent again; nil when
+	// none waits. The processor is not failing meanwhile.
+	WaitingForStore *ProcessorStoreWait `json:"waitingForStore,omitempty"`
 	// Owner is the node that runs the processor now (its lease holder), empty when no node
 	// holds its lease; Generation is that lease's generation.
 	Owner      string `json:"owner,omitempty"`
@@ -74,6 +78,17 @@ type ProcessorPause struct {
 	By     string    `json:"by,omitempty"`
 	Node   string    `json:"node,omitempty"`
 	Since  time.Time `json:"since"`
+}
+
+// ProcessorStoreWait is a processor's write being sent again while the store's database is out of
+// reach: what, the last refusal, how many attempts, since when and when the engine gives up.
+type ProcessorStoreWait struct {
+	Write     string    `json:"write"`
+	Code      string    `json:"code"`
+	Message   string    `json:"message"`
+	Attempts  int       `json:"attempts"`
+	Since     time.Time `json:"since"`
+	GivesUpAt time.Time `json:"givesUpAt"`
 }
 
 // ProcessorError is a coded reason in a ProcessorStatus.

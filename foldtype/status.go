@@ -1,5 +1,7 @@
 package foldtype
 
+import "time"
+
 // ProcessorStatus is what a host reports about one processor running on one stream: enough for a
 // console or an operator to see where it is, without reading its state. The JSON form is the one
 // the server's stream information route answers (docs/server.md#stream-listing).
@@ -42,6 +44,12 @@ type ProcessorStatus struct {
 	// Paused, when set, says who paused the processor, when and why (State is then paused; code
 	// PROCESSOR_PAUSED on its waits). A pause by the failure policy keeps the failure in Failing.
 	Paused *ProcessorPause `json:"paused,omitempty"`
+	// WaitingForStore, when set, is a write of the engine's own (an emit or a checkpoint) that the
+	// store refused because its database could not be reached and that the engine is sending
+	// again (docs/engine.md#writes-through-a-database-blip). The processor is not failing: its
+	// State stays what it was, its lag grows meanwhile. Nil when no write waits, and on a node
+	// that does not run the processor.
+	WaitingForStore *ProcessorStoreWait `json:"waitingForStore,omitempty"`
 	// Skipped counts the events the processor skipped, by reason (a payload that breaks its
 	// schema, a Reduce that failed or panicked); empty when none.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
@@ -81,4 +89,21 @@ type ProcessorError struct {
 	Code Code `json:"code"`
 	// Message is the human-readable text.
 	Message string `json:"message"`
+}
+
+// ProcessorStoreWait is a write of a processor's engine that the store could not take because
+// its database was out of reach, being sent again (docs/engine.md#writes-through-a-database-blip).
+type ProcessorStoreWait struct {
+	// Write is what is being sent again: "emit" or "checkpoint".
+	Write string `json:"write"`
+	// Code and Message are the last attempt's error (UNAVAILABLE or COMMIT_OUTCOME_UNKNOWN).
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Attempts counts the attempts so far, the first included.
+	Attempts int `json:"attempts"`
+	// Since is when the first attempt failed.
+	Since time.Time `json:"since"`
+	// GivesUpAt is when the engine stops sending it again (EngineConfig.WriteRetry after Since)
+	// and fails the unit of work, whose effects then run again once the store answers.
+	GivesUpAt time.Time `json:"givesUpAt"`
 }

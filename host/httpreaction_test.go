@@ -40,6 +40,14 @@ func startHTTPNode(t testing.TB, s *stream.Store) *httpNode {
 	if err := host.RegisterPattern[cart](ctx, h, "/r/*", &reactor{Base: foldstream.NewBase(contract), log: n.log}); err != nil {
 		t.Fatal(err)
 	}
+	n.url = serveHost(t, s, h)
+	return n
+}
+
+// serveHost serves store s with host h's processors over a real HTTP server and returns its URL;
+// the test's cleanup shuts the server, the host and the store down, in that order.
+func serveHost(t testing.TB, s *stream.Store, h *host.Host) string {
+	t.Helper()
 	srv, err := server.New(s, server.Config{Processors: h, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +59,7 @@ func startHTTPNode(t testing.TB, s *stream.Store) *httpNode {
 		_ = h.Shutdown(context.Background())
 		_ = s.Close(context.Background())
 	})
-	n.url = ts.URL
-	return n
+	return ts.URL
 }
 
 // do sends one request (headers: name, value pairs) and returns the stream position its

@@ -104,7 +104,8 @@ func clientStatuses(in []foldtype.ProcessorStatus) []foldtype.ProcessorStatus {
 		fail := st.Failing != nil && withheld(st.Failing.Code)
 		parked := st.Parked != nil && withheld(st.Parked.Code)
 		work := st.WorkFailed != nil && withheld(st.WorkFailed.Code)
-		if !fail && !parked && !work {
+		wait := st.WaitingForStore != nil && withheld(st.WaitingForStore.Code)
+		if !fail && !parked && !work && !wait {
 			continue
 		}
 		if &out[0] == &in[0] {
@@ -120,6 +121,11 @@ func clientStatuses(in []foldtype.ProcessorStatus) []foldtype.ProcessorStatus {
 		}
 		if work {
 			out[i].WorkFailed = &foldtype.ProcessorError{Code: st.WorkFailed.Code, Message: withheldMessages[st.WorkFailed.Code]}
+		}
+		if wait {
+			w := *st.WaitingForStore
+			w.Message = withheldMessages[w.Code]
+			out[i].WaitingForStore = &w
 		}
 	}
 	return out

@@ -59,6 +59,7 @@ func TestProcessorStatusesWithholdTheServersOwnConditions(t *testing.T) {
 		{Slug: "a", Failing: &foldtype.ProcessorFailure{Code: foldtype.CodeProcessEventFailed, Message: "boom"}},
 		{Slug: "b", Failing: &foldtype.ProcessorFailure{Code: foldtype.CodeUnavailable, Message: driverWords, Offset: 7},
 			Parked: &foldtype.ProcessorError{Code: foldtype.CodeInternal, Message: driverWords}},
+		{Slug: "c", WaitingForStore: &foldtype.ProcessorStoreWait{Write: "emit", Code: foldtype.CodeUnavailable, Message: driverWords, Attempts: 3}},
 	}
 	out := clientStatuses(in)
 	if out[0].Failing.Message != "boom" {
@@ -68,7 +69,10 @@ func TestProcessorStatusesWithholdTheServersOwnConditions(t *testing.T) {
 		out[1].Parked.Message != withheldMessages[foldtype.CodeInternal] {
 		t.Errorf("a failure on the database: %+v %+v, want the generic messages", out[1].Failing, out[1].Parked)
 	}
-	if in[1].Failing.Message != driverWords {
+	if w := out[2].WaitingForStore; w.Message != withheldMessages[foldtype.CodeUnavailable] || w.Attempts != 3 || w.Write != "emit" {
+		t.Errorf("a write waiting for the database: %+v, want the generic message and the rest as reported", w)
+	}
+	if in[1].Failing.Message != driverWords || in[2].WaitingForStore.Message != driverWords {
 		t.Error("clientStatuses changed the reporter's statuses")
 	}
 }

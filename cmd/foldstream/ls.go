@@ -188,6 +188,8 @@ func processorsColumn(ctx context.Context, server, path string, h http.Header) (
 				f.Attempts, f.NextRetry.UTC().Format("15:04:05Z"))
 		case p.Parked != nil:
 			cell += fmt.Sprintf(" (%s %s)", p.Parked.Code, p.Parked.Message)
+		case p.WaitingForStore != nil:
+			cell += " (" + storeWaitText(p.WaitingForStore) + ")"
 		}
 		for _, sk := range p.Skipped {
 			cell += fmt.Sprintf(" [skipped %d %s, last at %d: %s]", sk.Count, sk.Reason, sk.LastOffset, sk.LastError)

@@ -208,6 +208,13 @@ func rebuildLine(slug, stream string, rb client.ProcessorRebuild) string {
 	return line
 }
 
+// storeWaitText says which write of a processor waits for the store's database, since when and
+// until when the engine sends it again.
+func storeWaitText(w *client.ProcessorStoreWait) string {
+	return fmt.Sprintf("waiting for the database since %s: its %s was refused (%s), %d attempts; sent again until %s",
+		w.Since.UTC().Format("15:04:05Z"), w.Write, w.Code, w.Attempts, w.GivesUpAt.UTC().Format("15:04:05Z"))
+}
+
 // processorLine is one processor of `processors ls`: slug, state, offset, owner, and why it is
 // not running.
 func processorLine(p client.ProcessorStatus) string {
@@ -227,6 +234,9 @@ func processorLine(p client.ProcessorStatus) string {
 	}
 	if p.Parked != nil {
 		line += fmt.Sprintf("  parked: %s %s", p.Parked.Code, p.Parked.Message)
+	}
+	if w := p.WaitingForStore; w != nil {
+		line += "  " + storeWaitText(w)
 	}
 	if rb := p.Rebuilding; rb != nil {
 		line += fmt.Sprintf("  rebuilding version %s: offset %d, %d behind", rb.Version, rb.Offset, rb.Lag)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/client"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/testsupport"
@@ -147,5 +148,19 @@ func TestProcessorsPauseLsResumeAndAuditFromTheCLI(t *testing.T) {
 	}
 	if sts := h.ProcessorsOn(ctx, "/q/work"); len(sts) != 1 || sts[0].State != foldtype.StatePaused {
 		t.Fatalf("after the bulk pause: %+v", sts)
+	}
+}
+
+// A processor whose engine sends a write again through a database blip says which, since when
+// and until when, on its line of `processors ls`.
+func TestAProcessorsLineSaysWhichWriteWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	line := processorLine(client.ProcessorStatus{Slug: "carts", State: "running", Offset: 7,
+		WaitingForStore: &client.ProcessorStoreWait{Write: "checkpoint", Code: "UNAVAILABLE", Attempts: 4,
+			Since: since, GivesUpAt: since.Add(30 * time.Second)}})
+	want := "waiting for the database since 03:04:05Z: its checkpoint was refused (UNAVAILABLE), 4 attempts; sent again until 03:04:35Z"
+	if !strings.Contains(line, want) || !strings.HasPrefix(line, "carts") {
+		t.Fatalf("line %q; want it to hold %q", line, want)
 	}
 }

@@ -564,6 +564,7 @@ function statusProblem(ps) {
   if (ps.failing) return failingText(ps.failing);
   if (ps.parked) return `parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim();
   if (ps.paused) return `paused${ps.paused.by ? " by " + ps.paused.by : ""}${ps.paused.reason ? ": " + ps.paused.reason : ""}`;
+  if (ps.waitingForStore) return storeWaitText(ps.waitingForStore);
   return "";
 }
 
@@ -1128,6 +1129,7 @@ function processorCard(p, ps, signal) {
       if (ps.parked) lines.push(`parked: ${ps.parked.code || ""} ${ps.parked.message || ""}`.trim());
       else if (ps.failing) lines.push(failingText(ps.failing));
       else if (ps.workFailed) lines.push(`work failed: ${ps.workFailed.code || ""} ${ps.workFailed.message || ""}`.trim());
+      if (ps.waitingForStore) lines.push(storeWaitText(ps.waitingForStore));
       for (const sk of ps.skipped || []) {
         lines.push(`skipped ${plural(sk.count, "event")} (${sk.reason}), last at offset ${sk.lastOffset}: ${sk.lastError}`);
       }
@@ -1153,6 +1155,14 @@ const STATE_TITLES = {
 function failingText(f) {
   const next = f.nextRetry ? new Date(f.nextRetry).toLocaleTimeString() : "?";
   return `failing at offset ${f.offset}: ${f.code || ""} ${f.message || ""} (attempt ${f.attempts}, next retry ${next})`;
+}
+
+// storeWaitText says which write of a processor waits for the store's database (its engine sends
+// it again, the processor is not failing), since when and until when.
+function storeWaitText(w) {
+  const since = new Date(w.since).toLocaleTimeString();
+  const until = new Date(w.givesUpAt).toLocaleTimeString();
+  return `waiting for the database since ${since}: its ${w.write} was refused (${w.code}), ${w.attempts} attempts; sent again until ${until}`;
 }
 
 // followMessages shows the last messages of the stream and follows it over SSE, resuming from the
