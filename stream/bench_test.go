@@ -66,11 +66,11 @@ func BenchmarkAppend(b *testing.B) {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
 			s, _ := benchStore(b)
 			mustAppend(b, s, "/bench", ev("warm"))
-			c0 := s.commits.Load()
+			c0 := s.k.Commits()
 			b.ResetTimer()
 			d := appendConcurrently(b, s, b.N, k)
 			b.ReportMetric(float64(b.N)/d.Seconds(), "events/s")
-			b.ReportMetric(float64(b.N)/float64(s.commits.Load()-c0), "events/commit")
+			b.ReportMetric(float64(b.N)/float64(s.k.Commits()-c0), "events/commit")
 		})
 	}
 }
@@ -161,7 +161,7 @@ func BenchmarkAppendVsRaw(b *testing.B) {
 	s, _ := benchStore(b)
 	mustAppend(b, s, "/bench", ev("warm"))
 	raw := newRawInserter(b)
-	c0 := s.commits.Load()
+	c0 := s.k.Commits()
 	var storeTime, rawTime time.Duration
 	b.ResetTimer()
 	for done := 0; done < b.N; {
@@ -173,7 +173,7 @@ func BenchmarkAppendVsRaw(b *testing.B) {
 	b.StopTimer()
 	storeRate := float64(b.N) / storeTime.Seconds()
 	rawRate := float64(b.N) / rawTime.Seconds()
-	b.ReportMetric(float64(b.N)/float64(s.commits.Load()-c0), "events/commit")
+	b.ReportMetric(float64(b.N)/float64(s.k.Commits()-c0), "events/commit")
 	b.ReportMetric(storeRate, "events/s")
 	b.ReportMetric(rawRate, "raw-events/s")
 	b.ReportMetric(storeRate/rawRate, "store/raw")
@@ -508,7 +508,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 		mu.Unlock()
 	})
 	defer stop()
-	c0, t0 := s.commits.Load(), testhooks.PGWriteRoundTrips(d)
+	c0, t0 := s.k.Commits(), testhooks.PGWriteRoundTrips(d)
 	mu.Lock()
 	commitTime = 0
 	mu.Unlock()
@@ -525,7 +525,7 @@ func BenchmarkPostgresAppendsToSeparateStreams(b *testing.B) {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	commits := float64(s.commits.Load() - c0)
+	commits := float64(s.k.Commits() - c0)
 	mu.Lock()
 	ct := commitTime
 	mu.Unlock()

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream/stream/driver"
@@ -45,8 +46,8 @@ const (
 )
 
 // wroteStreamless notes a checkpoint write to path while no stream row held it.
-func (ws *writerState) wroteStreamless(path string) {
-	k := &ws.checkpoints
+func (ls *layerState) wroteStreamless(path string) {
+	k := &ls.checkpoints
 	if k.written == nil {
 		k.written = make(map[string]bool)
 	}
@@ -57,11 +58,11 @@ func (ws *writerState) wroteStreamless(path string) {
 // checkpoint rows. It says false while no host watches commits (no engine opens in the writer),
 // until the database's answer arrived (the first call starts the question), and when the
 // database cannot tell. Writer only.
-func (s *Store) createsWithoutCheckpoints(t *tx, path string) bool {
+func (s *Store) createsWithoutCheckpoints(t *kernel.Tx, path string) bool {
 	if !s.keepsRecent() {
 		return false
 	}
-	k := &s.ws.checkpoints
+	k := &s.ls.checkpoints
 	if !k.asked {
 		k.asked = true
 		go s.askStreamlessCheckpoints(&k.answer)
@@ -72,12 +73,12 @@ func (s *Store) createsWithoutCheckpoints(t *tx, path string) bool {
 
 // askStreamlessCheckpoints asks the database whether any checkpoint row's scope is a path no
 // stream row holds, and stores the answer. Close interrupts it; a store already closed answers
-// nothing (readTx fails), which leaves the question unanswered.
+// nothing (Read fails), which leaves the question unanswered.
 func (s *Store) askStreamlessCheckpoints(answer *atomic.Int32) {
-	ctx, cancel := s.untilClose()
+	ctx, cancel := s.k.UntilClose()
 	defer cancel()
 	known, has := false, false
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		f, ok := q.(driver.StreamlessCheckpointFinder)
 		if !ok {
 			return nil
@@ -91,7 +92,7 @@ func (s *Store) askStreamlessCheckpoints(answer *atomic.Int32) {
 		answer.Store(streamlessNone)
 		return
 	}
-	if err != nil && !s.closed.Load() {
+	if err != nil && !s.k.Closed() {
 		s.log.Warn("stream store: could not tell whether checkpoint rows without a stream exist; engine openings read their checkpoints", "err", err)
 	}
 	answer.Store(streamlessUnknown)

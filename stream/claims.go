@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync"
 	"time"
 
@@ -65,11 +66,11 @@ type alarmState struct {
 // releases the claim. A new claim replaces the previous one of the same processor.
 func (e *Events) Claim(ctx context.Context, path, slug string, at time.Time) error {
 	s := e.s
-	err := s.write(ctx, func(t *tx) error {
+	err := s.k.Write(ctx, func(t *kernel.Tx) error {
 		if at.IsZero() {
-			return t.db.DeleteClaim(t.ctx, driver.Claim{Path: path, Slug: slug}, false)
+			return t.Driver().DeleteClaim(t.Context(), driver.Claim{Path: path, Slug: slug}, false)
 		}
-		return t.db.PutClaim(t.ctx, driver.Claim{Path: path, Slug: slug, AtMs: at.UnixMilli()})
+		return t.Driver().PutClaim(t.Context(), driver.Claim{Path: path, Slug: slug, AtMs: at.UnixMilli()})
 	})
 	if err != nil {
 		return fmt.Errorf("claim %s for %q: %w", quotePath(path), slug, err)
@@ -82,7 +83,7 @@ func (e *Events) Claim(ctx context.Context, path, slug string, at time.Time) err
 func (e *Events) Claims(ctx context.Context) ([]ClaimRow, error) {
 	s := e.s
 	var out []ClaimRow
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		claims, err := q.Claims(ctx)
 		for _, c := range claims {
 			out = append(out, ClaimRow{Path: c.Path, Slug: c.Slug, At: time.UnixMilli(c.AtMs), Failures: c.Failures})
@@ -103,7 +104,7 @@ func (e *Events) StartAlarms(handler AlarmHandler) error {
 	if handler == nil {
 		return errors.New("start alarms: handler is nil")
 	}
-	if s.closed.Load() {
+	if s.k.Closed() {
 		return ErrStoreClosed
 	}
 	a := &s.ev.alarms
@@ -148,14 +149,14 @@ func (s *Store) rearmAlarms() {
 	a := &s.ev.alarms
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.handler == nil || s.closed.Load() {
+	if a.handler == nil || s.k.Closed() {
 		return
 	}
 	var next struct {
 		Int64 int64
 		Valid bool
 	}
-	err := s.readTx(context.Background(), func(q driver.Reader) error {
+	err := s.k.Read(context.Background(), func(q driver.Reader) error {
 		var err error
 		next.Int64, next.Valid, err = q.NextClaimAt(context.Background())
 		return err
@@ -194,7 +195,7 @@ func (s *Store) fireAlarms(ctx context.Context) {
 	a := &s.ev.alarms
 	a.mu.Lock()
 	handler := a.handler
-	if handler == nil || ctx.Err() != nil || s.closed.Load() {
+	if handler == nil || ctx.Err() != nil || s.k.Closed() {
 		a.mu.Unlock()
 		return
 	}
@@ -206,16 +207,16 @@ func (s *Store) fireAlarms(ctx context.Context) {
 
 	nowMs := s.clock.Now().UnixMilli()
 	var due []DueClaim
-	err := s.write(ctx, func(t *tx) error {
+	err := s.k.Write(ctx, func(t *kernel.Tx) error {
 		due = due[:0]
-		claims, err := t.db.DueClaims(t.ctx, nowMs)
+		claims, err := t.Driver().DueClaims(t.Context(), nowMs)
 		if err != nil {
 			return err
 		}
 		for _, dc := range claims {
 			c := DueClaim{Path: dc.Path, Slug: dc.Slug, At: time.UnixMilli(dc.AtMs), Failures: dc.Failures}
 			c.retryAt = nowMs + retryDelay(c.Failures).Milliseconds()
-			if err := t.db.PutClaim(t.ctx, driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}); err != nil {
+			if err := t.Driver().PutClaim(t.Context(), driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}); err != nil {
 				return err
 			}
 			due = append(due, c)
@@ -254,9 +255,9 @@ func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) 
 		}
 		return // the retry row written when the claim was spent stands
 	}
-	werr := s.write(context.WithoutCancel(ctx), func(t *tx) error {
+	werr := s.k.Write(context.WithoutCancel(ctx), func(t *kernel.Tx) error {
 		// Only the retry row this pass wrote; a claim the processor made meanwhile stands.
-		return t.db.DeleteClaim(t.ctx, driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}, true)
+		return t.Driver().DeleteClaim(t.Context(), driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}, true)
 	})
 	if werr != nil {
 		if !errors.Is(werr, ErrStoreClosed) {

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,8 +108,8 @@ func TestAlarmBackoffIsCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim already failed 10 times: the next delay is capped at 30 min.
-	if err := s.write(ctx, func(tx *tx) error {
-		_, err := tx.Exec(`INSERT INTO claims(path, slug, at_ms, failures) VALUES ('/a', 'p', ?, 10)`, testT.UnixMilli())
+	if err := s.k.Write(ctx, func(tx *kernel.Tx) error {
+		_, err := txExec(tx, `INSERT INTO claims(path, slug, at_ms, failures) VALUES ('/a', 'p', ?, 10)`, testT.UnixMilli())
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -168,7 +168,7 @@ func TestCloseWaitsForReadsInFlight(t *testing.T) {
 	s, dir := openStoreWithOneEvent(t)
 	entered, release, readDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		readDone <- s.readTx(context.Background(), func(q driver.Reader) error {
+		readDone <- s.k.Read(context.Background(), func(q driver.Reader) error {
 			close(entered)
 			<-release
 			_, err := q.StreamByPath(context.Background(), "/f")

@@ -217,7 +217,7 @@ func TestCommitWatchersHearEveryProtocolWriteWithNobodySubscribed(t *testing.T) 
 					}
 					local.reset()
 					before, _ := s.Protocol().HeadStream(ctx, path)
-					commits := s.commits.Load()
+					commits := s.k.Commits()
 					if err := c.write(ctx, s, path); err != nil {
 						t.Fatalf("write: %v", err)
 					}
@@ -226,7 +226,7 @@ func TestCommitWatchersHearEveryProtocolWriteWithNobodySubscribed(t *testing.T) 
 						t.Fatalf("the write landed nothing: tail %d → %d, %v", before.Tail, after.Tail, err)
 					}
 					if c.sliced && s.exclusive {
-						if n := s.commits.Load() - commits; n < 3 {
+						if n := s.k.Commits() - commits; n < 3 {
 							t.Fatalf("the huge record took %d commits; want it written in slices", n)
 						}
 					}

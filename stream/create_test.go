@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"testing"
 	"time"
 
@@ -202,7 +203,7 @@ func evictor(t *testing.T, s *Store) func(paths ...string) {
 		}
 		for _, p := range paths {
 			var held bool
-			if err := s.write(context.Background(), func(t *tx) error { held = !t.unheld(p); return nil }); err != nil {
+			if err := s.k.Write(context.Background(), func(t *kernel.Tx) error { held = !t.Unheld(p); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if held {

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"path/filepath"
 	"testing"
 	"time"
@@ -225,7 +226,7 @@ func TestTheQuestionAboutCheckpointsWithoutAStreamNeverHoldsUpTheWriter(t *testi
 		}
 	}
 	close(d.release)
-	if !wait.Every(10*time.Second, time.Millisecond, func() bool { return s.ws.checkpoints.answer.Load() != 0 }) {
+	if !wait.Every(10*time.Second, time.Millisecond, func() bool { return s.ls.checkpoints.answer.Load() != 0 }) {
 		t.Fatal("no answer after the question was released")
 	}
 	mustAppend(t, s, "/third", ev("x"))
@@ -237,9 +238,9 @@ func TestTheQuestionAboutCheckpointsWithoutAStreamNeverHoldsUpTheWriter(t *testi
 // knowsNoCheckpoints reports the writer's mark that the stream at path has no checkpoint rows.
 func knowsNoCheckpoints(s *Store, path string) bool {
 	known := false
-	_ = s.write(context.Background(), func(t *tx) error {
-		m, err := t.stream(path)
-		known = err == nil && m.noCheckpoints
+	_ = s.k.Write(context.Background(), func(t *kernel.Tx) error {
+		m, err := t.Stream(path)
+		known = err == nil && s.noCheckpointsExt.Get(m)
 		return nil
 	})
 	return known

@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strconv"
 	"time"
 
@@ -95,7 +96,7 @@ const (
 //   - Any other JSON value is a message: an event of type [MessageType] with payload
 //     {"value": <the message>}.
 //   - A body that is not JSON fails with EVENT_UNREADABLE and data {offset} (docs/store.md#reading).
-func decodeEvent(path string, e message) (foldtype.Event, error) {
+func decodeEvent(path string, e kernel.Message) (foldtype.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	m, err := rawjson.ScanValue(body, msgKeys)
 	if err != nil {

@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"reflect"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 
 // decodeEventReference is decodeEvent as it was before the one scan: encoding/json's Valid, then
 // an exact-key decoding into raw fields.
-func decodeEventReference(path string, e message) (foldtype.Event, error) {
+func decodeEventReference(path string, e kernel.Message) (foldtype.Event, error) {
 	body := bytes.TrimSpace(e.Body)
 	if !json.Valid(body) {
 		return foldtype.Event{}, unreadable(e.Offset)
@@ -74,8 +75,8 @@ func FuzzDecodeEvent(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		want, wantErr := decodeEventReference("/p", message{Offset: 3, CreatedMs: 1000, Body: body})
-		got, err := decodeEvent("/p", message{Offset: 3, CreatedMs: 1000, Body: body})
+		want, wantErr := decodeEventReference("/p", kernel.Message{Offset: 3, CreatedMs: 1000, Body: body})
+		got, err := decodeEvent("/p", kernel.Message{Offset: 3, CreatedMs: 1000, Body: body})
 		if (err == nil) != (wantErr == nil) {
 			t.Fatalf("%q: error %v, reference %v", body, err, wantErr)
 		}

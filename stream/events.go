@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strings"
 	"sync"
 
@@ -16,7 +17,7 @@ import (
 // (docs/store.md#the-store).
 //
 // Offsets of one stream come from one sequence shared by durable and ephemeral events. The writer
-// owns it (streamMem.HighestAssigned, streamMem.Tail); the durable mark — the end of the last
+// owns it (kernel.StreamState.HighestAssigned, .Tail); the durable mark — the end of the last
 // committed batch that carried a durable event — is the End of the stream's last record, written
 // in the same transaction as the batch, so it is exactly as durable as the batch. Ephemeral
 // offsets above the mark live only in memory: a new incarnation of the store hands the same
@@ -58,7 +59,7 @@ func newEventView(maxEphemeralBytes int) *eventView {
 // waits for those handlers.
 func (s *Store) useEventFace() {
 	s.ev = newEventView(s.opts.MaxEphemeralBytes)
-	s.onClose(func() {
+	s.k.OnClose(func() {
 		s.ev.subsMu.Lock()
 		s.ev.closing = true // no subscription starts after this
 		s.ev.subsMu.Unlock()
@@ -86,7 +87,7 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldty
 	}
 	var out []foldtype.Event
 	dropped := false
-	err := s.writeTo(ctx, path, func(t *tx) error {
+	err := s.k.WriteTo(ctx, path, func(t *kernel.Tx) error {
 		out, dropped = nil, false
 		m, err := s.eventStreamFor(t, path, create)
 		if err != nil {
@@ -97,7 +98,7 @@ func (s *Store) appendEventsAt(ctx context.Context, path string, inputs []foldty
 			return err
 		}
 		if fence != nil && !ephemeralOnly {
-			if err := t.db.CheckFence(t.ctx, fence, "append to "+quotePath(path)); err != nil {
+			if err := t.Driver().CheckFence(t.Context(), fence, "append to "+quotePath(path)); err != nil {
 				return err
 			}
 		}
@@ -133,7 +134,7 @@ func droppable(err error, all bool) bool {
 }
 
 // eventStreamFor is eventStream when create is set, and existingEventStream otherwise.
-func (s *Store) eventStreamFor(t *tx, path string, create bool) (*streamMem, error) {
+func (s *Store) eventStreamFor(t *kernel.Tx, path string, create bool) (*kernel.StreamState, error) {
 	if create {
 		return s.eventStream(t, path)
 	}
@@ -142,8 +143,8 @@ func (s *Store) eventStreamFor(t *tx, path string, create bool) (*streamMem, err
 
 // existingEventStream is eventStream for a stream that must exist already: a missing path fails
 // with STREAM_NOT_FOUND, a deleted one with STREAM_GONE.
-func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
-	m, err := t.stream(path)
+func (s *Store) existingEventStream(t *kernel.Tx, path string) (*kernel.StreamState, error) {
+	m, err := t.Stream(path)
 	if errors.Is(err, errNoStream) {
 		return nil, foldtype.NewError(foldtype.CodeStreamNotFound, map[string]any{"path": path},
 			"stream %s not found", quotePath(path))
@@ -165,11 +166,11 @@ func (s *Store) existingEventStream(t *tx, path string) (*streamMem, error) {
 // on a fresh path costs one statement instead of a read and an insert. When the path is taken
 // after all (an evicted stream, a deleted or expired one), nothing was written and the row is
 // read and judged as before.
-func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
-	if t.unheld(path) && ValidateStreamName(path) == nil {
+func (s *Store) eventStream(t *kernel.Tx, path string) (*kernel.StreamState, error) {
+	if t.Unheld(path) && ValidateStreamName(path) == nil {
 		row := s.newEventStreamRow(t, path)
 		none := s.createsWithoutCheckpoints(t, path)
-		id, inserted, err := t.db.insertStreamIfAbsent(t.ctx, row)
+		id, inserted, err := t.InsertStreamIfAbsent(row)
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", quotePath(path), err)
 		}
@@ -177,14 +178,14 @@ func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 			return s.createdEventStream(t, row, id, none), nil
 		}
 	}
-	m, err := t.stream(path)
+	m, err := t.Stream(path)
 	if errors.Is(err, errNoStream) {
 		if err := ValidateStreamName(path); err != nil {
 			return nil, err
 		}
 		row := s.newEventStreamRow(t, path)
 		none := s.createsWithoutCheckpoints(t, path)
-		id, err := t.db.InsertStream(t.ctx, row)
+		id, err := t.Driver().InsertStream(t.Context(), row)
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", quotePath(path), err)
 		}
@@ -199,17 +200,18 @@ func (s *Store) eventStream(t *tx, path string) (*streamMem, error) {
 }
 
 // newEventStreamRow is the row of an event stream created at path by t.
-func (s *Store) newEventStreamRow(t *tx, path string) driver.Stream {
+func (s *Store) newEventStreamRow(t *kernel.Tx, path string) driver.Stream {
 	ms := t.Now().UnixMilli()
 	return driver.Stream{Path: path, ContentType: EventContentType, CreatedMs: ms, LastAccessMs: ms}
 }
 
 // createdEventStream stages the event stream t just inserted as row, with id; noCheckpoints: no
 // checkpoint row has its path as scope (Store.createsWithoutCheckpoints).
-func (s *Store) createdEventStream(t *tx, row driver.Stream, id int64, noCheckpoints bool) *streamMem {
+func (s *Store) createdEventStream(t *kernel.Tx, row driver.Stream, id int64, noCheckpoints bool) *kernel.StreamState {
 	row.ID = id
-	m := &streamMem{Row: row, streamExt: streamExt{noCheckpoints: noCheckpoints}}
-	t.stage(m)
+	m := &kernel.StreamState{Row: row}
+	s.noCheckpointsExt.Set(m, noCheckpoints)
+	t.Create(m)
 	s.streamCreated(t, row.Path)
 	return m
 }
@@ -235,19 +237,19 @@ func isJSONContentType(ct string) bool {
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
-// appendEvents runs an event batch through the one insert path (record.go) and returns the
-// receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
-func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exempt bool) ([]foldtype.Event, error) {
+// appendEvents runs an event batch through the one insert path (the kernel's Tx.Admit and
+// Tx.WriteRecord) and returns the receipts in input order. An exempt batch (the store's wake records) passes a paused stream.
+func (s *Store) appendEvents(t *kernel.Tx, m *kernel.StreamState, prepared []preparedInput, exempt bool) ([]foldtype.Event, error) {
 	createdAt := formatCreatedAt(t.Now())
-	batch := make([]pending, len(prepared))
+	batch := make([]kernel.Pending, len(prepared))
 	for i := range prepared {
 		p := &prepared[i]
-		batch[i] = pending{body: finishBody(p.prefix, createdAt), key: p.in.IdempotencyKey, probe: &p.in,
-			ephemeral: p.in.Ephemeral, expect: p.in.Offset}
-		batch[i].ctl, batch[i].reason = foldtype.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
-		batch[i].exempt = exempt
+		batch[i] = kernel.Pending{Body: finishBody(p.prefix, createdAt), Key: p.in.IdempotencyKey, Probe: &p.in,
+			Ephemeral: p.in.Ephemeral, Expect: p.in.Offset}
+		batch[i].Ctl, batch[i].Reason = foldtype.ParseControl(p.in.Type, p.in.Payload, p.in.Ephemeral)
+		batch[i].Exempt = exempt
 	}
-	adm, after, through, err := s.admit(t, m, batch)
+	adm, after, through, err := t.Admit(m, batch)
 	if err != nil {
 		return nil, err
 	}
@@ -257,14 +259,14 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 	var ephemerals []foldtype.Event
 	for i, p := range prepared {
 		switch {
-		case adm[i].dupOf >= 0:
-			results[i] = results[adm[i].dupOf]
-		case adm[i].dup:
-			results[i] = *adm[i].existing
+		case adm[i].DupOf >= 0:
+			results[i] = results[adm[i].DupOf]
+		case adm[i].Dup:
+			results[i] = *adm[i].Existing
 		default:
 			in := p.in
 			results[i] = foldtype.Event{Type: in.Type, Payload: in.Payload, Metadata: in.Metadata, Source: in.Source,
-				IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral, Offset: adm[i].offset, CreatedAt: createdAt, Path: path}
+				IdempotencyKey: in.IdempotencyKey, Ephemeral: in.Ephemeral, Offset: adm[i].Offset, CreatedAt: createdAt, Path: path}
 			committed = append(committed, results[i])
 			if in.Ephemeral {
 				ephemerals = append(ephemerals, results[i])
@@ -275,7 +277,7 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		return results, nil // every event deduped: no commit, no fan-out
 	}
 	prevTail := m.Tail
-	if err := s.writeRecord(t, m, batch, adm, after, through, nil); err != nil {
+	if err := t.WriteRecord(m, batch, adm, after, through, nil); err != nil {
 		return nil, err
 	}
 	if s.keepsRecent() {
@@ -285,25 +287,22 @@ func (s *Store) appendEvents(t *tx, m *streamMem, prepared []preparedInput, exem
 		}
 		sizes := make([]int, 0, len(committed))
 		for i := range prepared {
-			if adm[i].dupOf < 0 && !adm[i].dup && !prepared[i].in.Ephemeral {
+			if adm[i].DupOf < 0 && !adm[i].Dup && !prepared[i].in.Ephemeral {
 				if len(ephemerals) > 0 {
 					durable = append(durable, results[i])
 				}
-				sizes = append(sizes, len(batch[i].body))
+				sizes = append(sizes, len(batch[i].Body))
 			}
 		}
 		if len(durable) > 0 {
-			keepRecent(m, prevTail, durable, sizes)
+			s.keepRecent(m, prevTail, durable, sizes)
 		}
 	}
 	id := m.Row.ID
 	if !s.exclusive && len(ephemerals) > 0 {
-		if t.eph == nil {
-			t.eph = make(map[int64][]foldtype.Event)
-		}
-		t.eph[id] = append(t.eph[id], ephemerals...)
+		t.AddEphemerals(id, ephemerals)
 	}
-	t.afterCommit(func() {
+	t.AfterCommit(func() {
 		// Only once the batch landed: a refused batch leaves no phantom in the ring.
 		if len(ephemerals) > 0 {
 			s.rememberEphemerals(id, ephemerals)
@@ -337,7 +336,7 @@ type readOptions struct {
 func (s *Store) readEvents(ctx context.Context, path string, after int64, limit int, opts readOptions) (foldtype.ReadPage, error) {
 	var page foldtype.ReadPage
 	var streamID int64
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		var err error
 		page, streamID, err = s.readEventsIn(ctx, q, path, nil, after, limit)
 		return err
@@ -366,7 +365,7 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 	budget := s.ev.readBudget
 	if row == nil {
 		var err error
-		row, err = loadStreamByPath(ctx, q, path)
+		row, err = kernel.LoadStreamByPath(ctx, q, path)
 		if errors.Is(err, errNoStream) {
 			return page, -1, nil
 		}
@@ -380,7 +379,7 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 	var last int64
 	total, cut, n := 0, false, 0
 	var decErr error
-	err := scanMessages(ctx, q, row, after, func(msg message) bool {
+	err := kernel.ScanMessages(ctx, q, row, after, func(msg kernel.Message) bool {
 		if n > 0 && total+len(msg.Body) > budget {
 			cut = true
 			return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"slices"
 	"strings"
 	"sync"
@@ -431,13 +432,13 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	// A stream written by the protocol side: raw JSON messages, one not JSON at all.
-	err := s.write(ctx, func(tx *tx) error {
-		res, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES ('/m', 'application/json', 0, 0)`)
+	err := s.k.Write(ctx, func(tx *kernel.Tx) error {
+		res, err := txExec(tx, `INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES ('/m', 'application/json', 0, 0)`)
 		if err != nil {
 			return err
 		}
 		id, _ := res.LastInsertId()
-		return tx.insertRawRecord(id, 0, 1000, `{"type":"t","payload":{"n":1}}`, `[1,2]`, `{"type":5}`, `not json`)
+		return insertRawRecord(tx, id, 0, 1000, `{"type":"t","payload":{"n":1}}`, `[1,2]`, `{"type":5}`, `not json`)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -465,8 +466,8 @@ func TestMessagesDecodeAsEvents(t *testing.T) {
 func TestAppendRefusesNonJSONAndClosedStreams(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	err := s.write(context.Background(), func(tx *tx) error {
-		_, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms, closed) VALUES ('/bytes', 'text/plain', 0, 0, 0), ('/closed', 'application/json', 0, 0, 1)`)
+	err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
+		_, err := txExec(tx, `INSERT INTO streams(path, content_type, created_ms, last_access_ms, closed) VALUES ('/bytes', 'text/plain', 0, 0, 0), ('/closed', 'application/json', 0, 0, 1)`)
 		return err
 	})
 	if err != nil {
@@ -619,7 +620,7 @@ func TestAppendEventsInsideAWrite(t *testing.T) {
 	var rec recorder
 	sub := subscribe(t, s, "/p", &rec, SubscribeOptions{})
 	var got []foldtype.Event
-	err := s.write(ctx, func(tx *tx) error {
+	err := s.k.Write(ctx, func(tx *kernel.Tx) error {
 		m, err := s.eventStream(tx, "/p")
 		if err != nil {
 			return err

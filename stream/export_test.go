@@ -2,14 +2,15 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"time"
 )
 
 // CachedStreams returns how many streams the writer keeps in memory (read on the writer).
 func CachedStreams(s *Store) int {
 	n := 0
-	_ = s.write(context.Background(), func(t *tx) error {
-		n = t.s.ws.streams.len()
+	_ = s.k.Write(context.Background(), func(t *kernel.Tx) error {
+		n = s.k.CachedStreams()
 		return nil
 	})
 	return n
@@ -17,8 +18,8 @@ func CachedStreams(s *Store) int {
 
 // SetGatherWait replaces the writer's bounds on waiting for the callers it answered (gather).
 func SetGatherWait(s *Store, d time.Duration) {
-	_ = s.write(context.Background(), func(t *tx) error {
-		t.s.ws.gatherWait = d
+	_ = s.k.Write(context.Background(), func(t *kernel.Tx) error {
+		s.k.SetGatherWait(d)
 		return nil
 	})
 }

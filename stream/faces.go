@@ -74,3 +74,14 @@ func (p *Protocol) HeadStream(ctx context.Context, path string) (StreamInfo, err
 func (p *Protocol) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
 	return p.s.listStreams(ctx, opts)
 }
+
+// WatchCommits calls fn with the path of every later commit that lands durable events (or
+// event-shaped messages) on any stream, after the commit's subscribers were offered it; commits of
+// ephemeral events only (live-state deltas among them) are not reported. On a shared database fn
+// also hears of every commit another node announced (docs/postgres.md#live-reads), whether or not
+// this node reads the stream — possibly of an ephemeral-only one, and before this node's
+// subscribers got its events — and is called with the empty path when notifications may have been
+// missed (the listener reconnected): anything may have changed. fn runs on the writer or the
+// listener goroutine: it must return at once, never block and never call the store. The returned
+// function stops the watch (a commit already landing may still call fn once).
+func (e *Events) WatchCommits(fn func(path string)) (stop func()) { return e.s.k.Landed().Add(fn) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ import (
 
 // useFeeds registers the feeds with the kernel: every notification of another process's commit
 // reaches them (feedRemote).
-func (s *Store) useFeeds() { s.onRemoteCommit(s.feedRemote) }
+func (s *Store) useFeeds() { s.k.OnRemoteCommit(s.feedRemote) }
 
 // feedRemote publishes what another process's commit n brought to the feed of its stream, or,
 // when any stream may have changed (n.StreamID 0), has every feed catch up from the database.
@@ -103,7 +104,7 @@ func (s *Store) ensureFeed(ctx context.Context, path string) (*feed, error) {
 
 // durableTail reads the stream's durable tail and id (0, 0 for a missing stream).
 func (s *Store) durableTail(ctx context.Context, path string) (tail, id int64, err error) {
-	err = s.readTx(ctx, func(q driver.Reader) error {
+	err = s.k.Read(ctx, func(q driver.Reader) error {
 		row, err := q.StreamByPath(ctx, path)
 		if err == driver.ErrNoStream {
 			return nil
@@ -222,15 +223,15 @@ func (s *Store) kickFeed(path string) {
 		f.kickMu.Unlock()
 		return
 	}
-	s.bgWG.Add(1)
+	s.k.Background().Add(1)
 	s.ev.subsMu.RUnlock()
 	f.running = true
 	f.kickMu.Unlock()
 	go func() {
-		defer s.bgWG.Done()
+		defer s.k.Background().Done()
 		for {
 			f.kickMu.Lock()
-			if !f.kicked || s.closed.Load() {
+			if !f.kicked || s.k.Closed() {
 				f.running = false
 				f.kickMu.Unlock()
 				return
@@ -323,7 +324,7 @@ func (s *Store) publishRemoteRecords(n driver.Notification) bool {
 		return true // nobody listens on this node
 	}
 	row := n.Stream
-	if row == nil || row.ID != n.StreamID || !IsJSONContentType(row.ContentType) || len(n.Records) == 0 || !chains(n.Records[0].Start, n.Records, row.Tail) {
+	if row == nil || row.ID != n.StreamID || !IsJSONContentType(row.ContentType) || len(n.Records) == 0 || !kernel.Chains(n.Records[0].Start, n.Records, row.Tail) {
 		return false
 	}
 	f.mu.Lock()
@@ -341,7 +342,7 @@ func (s *Store) publishRemoteRecords(n driver.Notification) bool {
 	for _, rec := range n.Records {
 		var decErr error
 		err := driver.EachFrame(rec, func(off int64, body []byte) bool {
-			ev, err := decodeEvent(n.Path, message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
+			ev, err := decodeEvent(n.Path, kernel.Message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
 			if err != nil {
 				decErr = err
 				return false

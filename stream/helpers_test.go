@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"io"
 	"log/slog"
 	"os"
@@ -127,8 +128,8 @@ func (s *Store) rawQuery(query string, args ...any) (*sql.Rows, error) {
 func (s *Store) savepoints() int64 { return testhooks.SQLiteSavepoints(s.sqlite()) }
 
 // Exec runs a raw SQL statement inside the write function's savepoint (tests only).
-func (t *tx) Exec(query string, args ...any) (sql.Result, error) {
-	d, err := t.begin()
+func txExec(t *kernel.Tx, query string, args ...any) (sql.Result, error) {
+	d, err := t.Begin()
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +179,7 @@ func storedMessages(t testing.TB, s *Store) []storedMessage {
 
 // insertRawRecord stores JSON messages (any bytes) as one record at offsets after+1... of stream
 // id, bypassing the store's checks: how a test plants data another writer could have left.
-func (t *tx) insertRawRecord(id, after, createdMs int64, msgs ...string) error {
+func insertRawRecord(t *kernel.Tx, id, after, createdMs int64, msgs ...string) error {
 	rec := driver.Record{StreamID: id, RecordStart: after, Start: after, End: after + int64(len(msgs)), CreatedMs: createdMs}
 	for i, m := range msgs {
 		if i > 0 {
@@ -187,12 +188,12 @@ func (t *tx) insertRawRecord(id, after, createdMs int64, msgs ...string) error {
 		rec.Frames = driver.AppendFrame(rec.Frames, 1, len(m))
 		rec.Body = append(rec.Body, m...)
 	}
-	return t.db.InsertRecord(t.ctx, rec)
+	return t.Driver().InsertRecord(t.Context(), rec)
 }
 
 // QueryRow runs a raw one-row SQL query inside the write function's savepoint (tests only).
-func (t *tx) QueryRow(query string, args ...any) *sql.Row {
-	d, err := t.begin()
+func txQueryRow(t *kernel.Tx, query string, args ...any) *sql.Row {
+	d, err := t.Begin()
 	if err != nil {
 		panic(err)
 	}
@@ -226,11 +227,11 @@ func waitFor(t testing.TB, cond func() bool) {
 
 // failingCommitWrite is a write function that succeeds itself but makes its whole group's COMMIT
 // fail: it leaves a deferred foreign-key violation behind, which SQLite reports only at COMMIT.
-func failingCommitWrite(tx *tx) error {
-	if _, err := tx.Exec(`PRAGMA defer_foreign_keys = ON`); err != nil {
+func failingCommitWrite(tx *kernel.Tx) error {
+	if _, err := txExec(tx, `PRAGMA defer_foreign_keys = ON`); err != nil {
 		return err
 	}
-	_, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms, forked_from)
+	_, err := txExec(tx, `INSERT INTO streams(path, content_type, created_ms, last_access_ms, forked_from)
 		VALUES ('/fk-violation', 'x', 0, 0, 987654321)`)
 	return err
 }
@@ -239,7 +240,7 @@ func failingCommitWrite(tx *tx) error {
 // group's COMMIT fails; it returns the writes' errors.
 func groupWithFailingCommit(t *testing.T, s *Store, fns ...func() error) []error {
 	t.Helper()
-	failing := func() error { return s.write(context.Background(), failingCommitWrite) }
+	failing := func() error { return s.k.Write(context.Background(), failingCommitWrite) }
 	errs := inOneGroup(t, s, append(fns, failing)...)
 	if errs[len(fns)] == nil {
 		t.Fatal("the group's commit did not fail")
@@ -254,13 +255,13 @@ func inOneGroup(t *testing.T, s *Store, fns ...func() error) []error {
 	t.Helper()
 	release := make(chan struct{})
 	held := make(chan struct{})
-	go s.write(context.Background(), func(tx *tx) error { close(held); <-release; return nil }) //nolint:errcheck
+	go s.k.Write(context.Background(), func(tx *kernel.Tx) error { close(held); <-release; return nil }) //nolint:errcheck
 	<-held
 	errs := make([]chan error, len(fns))
 	for i, fn := range fns {
 		errs[i] = make(chan error, 1)
 		go func() { errs[i] <- fn() }()
-		waitFor(t, func() bool { return len(s.writes) >= i+1 })
+		waitFor(t, func() bool { return s.k.WriterQueue() >= i+1 })
 	}
 	close(release)
 	out := make([]error, len(fns))

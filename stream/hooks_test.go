@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The kernel's hooks as a layer meets them (hooks.go, hold.go). The layers register at open
+// The kernel's hooks as a layer meets them (package kernel: hooks.go, hold.go). The layers register at open
 // (layers.go); these tests register one more before the store's first write, which the write's
 // queueing orders after the registration.
 
@@ -21,9 +22,9 @@ func TestAdmissionCheckRefusesTheWholeBatch(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
 	refused := errors.New("refused by the layer")
-	s.checkAdmission(func(row *driver.Stream) func(p *pending) error {
-		return func(p *pending) error {
-			if row.Path == "/judged" && bytes.Contains(p.body, []byte(`"type":"forbidden"`)) {
+	s.k.CheckAdmission(func(row *driver.Stream) func(p *kernel.Pending) error {
+		return func(p *kernel.Pending) error {
+			if row.Path == "/judged" && bytes.Contains(p.Body, []byte(`"type":"forbidden"`)) {
 				return refused
 			}
 			return nil
@@ -50,7 +51,7 @@ func TestRecordEffectErrorRefusesTheWrite(t *testing.T) {
 	ctx := context.Background()
 	refused := errors.New("refused by the effect")
 	var seen []int64
-	s.onRecorded(func(t *tx, m *streamMem, batch []pending, adm []admitted) error {
+	s.k.OnRecorded(func(t *kernel.Tx, m *kernel.StreamState, batch []kernel.Pending, adm []kernel.Admitted) error {
 		if m.Row.Path == "/refused" {
 			return refused
 		}
@@ -80,8 +81,8 @@ func TestHoldParksOtherWritesToItsStreamUntilItEnds(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	ctx := context.Background()
-	h := &hold{path: "/held"}
-	if err := s.writeHolding(ctx, h, func(t *tx) error { t.startHold(h); return nil }); err != nil {
+	h := &kernel.Hold{Path: "/held"}
+	if err := s.k.WriteHolding(ctx, h, func(t *kernel.Tx) error { t.StartHold(h); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -98,7 +99,7 @@ func TestHoldParksOtherWritesToItsStreamUntilItEnds(t *testing.T) {
 		t.Fatalf("the write to the held stream was answered (%v) before the hold ended", err)
 	default:
 	}
-	if err := s.writeHolding(ctx, h, func(t *tx) error { t.endHold(h); return nil }); err != nil {
+	if err := s.k.WriteHolding(ctx, h, func(t *kernel.Tx) error { t.EndHold(h); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -111,7 +112,7 @@ func TestCloseEffectStopsAndDrains(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	var order []string
-	s.onClose(func() { order = append(order, "stop") }, func() { order = append(order, "drain") })
+	s.k.OnClose(func() { order = append(order, "stop") }, func() { order = append(order, "drain") })
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -36,7 +37,7 @@ type Lag struct {
 func (e *Events) Lag(ctx context.Context, path string, after int64, consumes []string) (Lag, error) {
 	s := e.s
 	var lag Lag
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		lag = Lag{}
 		r, err := s.loadLive(ctx, q, path, s.clock.Now())
 		if err != nil {
@@ -46,7 +47,7 @@ func (e *Events) Lag(ctx context.Context, path string, after int64, consumes []s
 			return nil
 		}
 		last, read := after, 0
-		err = scanMessages(ctx, q, r, after, func(m message) bool {
+		err = kernel.ScanMessages(ctx, q, r, after, func(m kernel.Message) bool {
 			read++
 			last = m.Offset
 			if consumes != nil {

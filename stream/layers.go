@@ -1,40 +1,43 @@
 package stream
 
-import "github.com/foldstream/foldstream/stream/driver"
+import (
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/pause"
+)
 
 // useLayers sets up the layers built on the kernel (docs/store.md#the-kernel-and-its-layers)
 // while the store opens, before its writer and its listener start: what each layer needs the
-// kernel to run for it goes through the kernel's hooks (hooks.go), so the kernel names none of
+// kernel to run for it goes through the kernel's hooks (package kernel), so the kernel names none of
 // them.
 func (s *Store) useLayers() {
+	s.recentExt = kernel.NewRowExt[*recentEvents](s.k)
+	s.noCheckpointsExt = kernel.NewRowExt[bool](s.k)
 	// The two faces (faces.go) and the subscription store (subscriptionstore.go).
 	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
 	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
 	// events.go: the event face's state; Close stops its subscriptions and alarms.
 	s.useEventFace()
-	// pause.go: the paused stream's admission check and the fold of control events.
-	s.usePause()
+	// Package pause: the paused stream's admission check and the fold of control events.
+	pause.Use(s.k)
 	// recent.go: the recent events an engine opening next reads from memory.
 	s.useRecent()
 	// feed.go: the event face's feeds hear other processes' commits.
 	s.useFeeds()
 }
 
-// streamExt is what the layers keep beside a stream's entry in the writer's cache (streamMem): a
-// write's staged copy of the entry carries it, and it takes effect when the write and its group
-// commit, as the entry's own fields do. The kernel copies it and never reads it.
-type streamExt struct {
-	// recent holds the durable events last appended through the event view, for an engine
-	// opening next (recent.go); nil when none are kept.
-	recent *recentEvents
-	// noCheckpoints reports that no checkpoint row has the stream's path as its scope, so an
-	// engine opening in the writer reads none (checkpointsknown.go). Only on an exclusive
-	// driver, for a stream this writer created; a checkpoint write to the path clears it.
-	noCheckpoints bool
-}
+// The layers' row extensions (kernel.RowExt): what they keep beside a stream's entry in the
+// writer's cache, staged, copied and committed with the entry; the kernel carries them and never
+// reads them.
+//
+//   - recentExt holds the durable events last appended through the event view, for an engine
+//     opening next (recent.go); nil when none are kept.
+//   - noCheckpointsExt reports that no checkpoint row has the stream's path as its scope, so an
+//     engine opening in the writer reads none (checkpointsknown.go). Only on an exclusive
+//     driver, for a stream this writer created; a checkpoint write to the path clears it.
 
-// layerState is what the layers keep on the writer goroutine, beside the writer's own state
-// (writerState): only write functions and the hooks the writer runs touch it.
+// layerState is what the layers keep on the writer goroutine (Store.ls): only write functions and
+// the hooks the writer runs touch it.
 type layerState struct {
 	// collectAfter is where CollectExpired resumes (protocol.go).
 	collectAfter int64

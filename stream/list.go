@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"sync"
 
@@ -42,7 +43,7 @@ func (s *Store) listStreams(ctx context.Context, opts ListOptions) ([]StreamInfo
 	upper, bounded := prefixUpperBound(opts.Prefix)
 	now := s.clock.Now()
 	var out []StreamInfo
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		// After is exclusive (the last path already seen); the prefix itself is a possible path.
 		lq := driver.ListQuery{From: lower, Inclusive: opts.After == "" || opts.Prefix > opts.After}
 		if bounded {
@@ -131,10 +132,10 @@ func (e *Events) OnStreamCreated(fn func(path string)) (stop func()) {
 		s.dropCreatedListener(l)
 		return func() {}
 	}
-	s.bgWG.Add(1) // under subsMu before closing is set, so Close waits for this goroutine
+	s.k.Background().Add(1) // under subsMu before closing is set, so Close waits for this goroutine
 	s.ev.subsMu.Unlock()
 	go func() {
-		defer s.bgWG.Done()
+		defer s.k.Background().Done()
 		s.runCreatedListener(l)
 	}()
 	var once sync.Once
@@ -159,7 +160,7 @@ func (s *Store) runCreatedListener(l *createdListener) {
 		case <-l.wake:
 		case <-l.stop:
 			return
-		case <-s.stop:
+		case <-s.k.Stopping():
 			return
 		}
 		for {
@@ -188,8 +189,8 @@ func (s *Store) callCreated(fn func(string), path string) {
 }
 
 // streamCreated queues a creation notice for every listener once tx commits.
-func (s *Store) streamCreated(t *tx, path string) {
-	t.afterCommit(func() {
+func (s *Store) streamCreated(t *kernel.Tx, path string) {
+	t.AfterCommit(func() {
 		s.created.mu.Lock()
 		defer s.created.mu.Unlock()
 		for l := range s.created.ls {

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -82,8 +83,9 @@ func (e *Events) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.Audit
 // opsWrite runs fn in a write transaction on the driver's processor state tables; a driver
 // without them fails with errNoProcessorOps.
 func (e *Events) opsWrite(ctx context.Context, fn func(context.Context, driver.ProcessorOpsTx) error) error {
-	return e.s.write(ctx, func(t *tx) error {
-		d, dctx, err := t.db.begin(t.ctx)
+	return e.s.k.Write(ctx, func(t *kernel.Tx) error {
+		d, err := t.Begin()
+		dctx := t.StatementContext(t.Context())
 		if err != nil {
 			return err
 		}
@@ -98,7 +100,7 @@ func (e *Events) opsWrite(ctx context.Context, fn func(context.Context, driver.P
 // opsRead runs fn in a read transaction on the driver's processor state tables; with a driver
 // without them nothing is stored, and fn does not run.
 func (e *Events) opsRead(ctx context.Context, fn func(driver.ProcessorOpsReader) error) error {
-	return e.s.readTx(ctx, func(r driver.Reader) error {
+	return e.s.k.Read(ctx, func(r driver.Reader) error {
 		or, ok := r.(driver.ProcessorOpsReader)
 		if !ok {
 			return nil

@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"context"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"strings"
 	"sync"
@@ -86,8 +87,8 @@ func TestPanickingAfterCommitHookIsRecovered(t *testing.T) {
 	s, logs := setupLogged(t)
 	ctx := context.Background()
 	mustAppend(t, s, "/h", ev("a"))
-	err := s.write(ctx, func(t *tx) error {
-		t.afterCommit(func() { panic("hook fault") })
+	err := s.k.Write(ctx, func(t *kernel.Tx) error {
+		t.AfterCommit(func() { panic("hook fault") })
 		return nil
 	})
 	if err != nil {

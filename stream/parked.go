@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/stream/driver"
 )
@@ -42,7 +43,7 @@ func (e *Events) RemoveParkedEvent(ctx context.Context, path, slug string, offse
 // ParkedEvents returns the parked events q selects, by path, slug, then offset.
 func (e *Events) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([]driver.ParkedEventRow, error) {
 	var out []driver.ParkedEventRow
-	err := e.s.readTx(ctx, func(r driver.Reader) error {
+	err := e.s.k.Read(ctx, func(r driver.Reader) error {
 		pr, ok := r.(driver.ParkedEventsReader)
 		if !ok {
 			return nil // nothing is stored
@@ -60,7 +61,7 @@ func (e *Events) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([
 // ParkedEventCounts returns how many events are parked, by processor slug, over every stream.
 func (e *Events) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
-	err := e.s.readTx(ctx, func(r driver.Reader) error {
+	err := e.s.k.Read(ctx, func(r driver.Reader) error {
 		pr, ok := r.(driver.ParkedEventsReader)
 		if !ok {
 			return nil // nothing is stored
@@ -78,8 +79,9 @@ func (e *Events) ParkedEventCounts(ctx context.Context) (map[string]int, error) 
 // parkedWrite runs fn in a write transaction on the driver's parked events table; a driver
 // without it fails with errNoProcessorOps.
 func (e *Events) parkedWrite(ctx context.Context, fn func(context.Context, driver.ParkedEventsTx) error) error {
-	return e.s.write(ctx, func(t *tx) error {
-		d, dctx, err := t.db.begin(t.ctx)
+	return e.s.k.Write(ctx, func(t *kernel.Tx) error {
+		d, err := t.Begin()
+		dctx := t.StatementContext(t.Context())
 		if err != nil {
 			return err
 		}

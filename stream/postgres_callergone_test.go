@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync"
 	"testing"
 
@@ -22,9 +23,9 @@ func TestOnPostgresAWriteWhoseCallerGoesAwayFailsNoWriteOfItsGroup(t *testing.T)
 	// One function: its caller goes away before its statement; the statement runs and commits.
 	ctx, cancel := context.WithCancel(context.Background())
 	var stmtErr error
-	err := s.write(ctx, func(tx *tx) error {
+	err := s.k.Write(ctx, func(tx *kernel.Tx) error {
 		cancel()
-		_, stmtErr = tx.db.InsertStream(tx.ctx, driver.Stream{Path: "/after-cancel", ContentType: EventContentType})
+		_, stmtErr = tx.Driver().InsertStream(tx.Context(), driver.Stream{Path: "/after-cancel", ContentType: EventContentType})
 		return stmtErr
 	})
 	if stmtErr != nil || err != nil {
@@ -40,11 +41,11 @@ func TestOnPostgresAWriteWhoseCallerGoesAwayFailsNoWriteOfItsGroup(t *testing.T)
 		wg.Go(func() {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			errs[i] = s.write(ctx, func(tx *tx) error {
+			errs[i] = s.k.Write(ctx, func(tx *kernel.Tx) error {
 				if i%2 == 0 {
 					cancel()
 				}
-				_, err := tx.db.InsertStream(tx.ctx, driver.Stream{Path: fmt.Sprintf("/many/%02d", i), ContentType: EventContentType})
+				_, err := tx.Driver().InsertStream(tx.Context(), driver.Stream{Path: fmt.Sprintf("/many/%02d", i), ContentType: EventContentType})
 				return err
 			})
 		})

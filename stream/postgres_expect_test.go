@@ -167,8 +167,8 @@ func TestPostgresGroupOverManyStreamsAnotherNodeWroteRunsAgainOnce(t *testing.T)
 	// (TestPostgresWriteToAStreamAnotherNodeWroteReadsItsRowWhenThisNodeHeardOfIt); drop those
 	// hints, so the group relies on its stale entries — a notification that never came — and the
 	// failed check is what leads it to the rows.
-	waitFor(t, func() bool { return a.remote.heard() >= streams })
-	a.remote.take()
+	waitFor(t, func() bool { return a.k.RemoteHeard() >= streams })
+	a.k.ForgetRemote()
 	failed, stop := countFailedCommits(a)
 	defer stop()
 	offsets := make([]int64, streams)
@@ -210,7 +210,7 @@ func TestPostgresWriteToAStreamAnotherNodeWroteReadsItsRowWhenThisNodeHeardOfIt(
 	if _, err := b.Events().Stream("/heard").Append(ctx, foldtype.EventInput{Type: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return a.remote.any.Load() }) // a heard b's commit
+	waitFor(t, func() bool { return a.k.HeardRemote() }) // a heard b's commit
 	failed, stop := countFailedCommits(a)
 	defer stop()
 	evs, err := a.Events().Stream("/heard").Append(ctx, foldtype.EventInput{Type: "a"})
@@ -234,11 +234,4 @@ func countFailedCommits(s *Store) (failed func() int, stop func()) {
 		}
 	})
 	return func() int { return int(n.Load()) }, stop
-}
-
-// heard is how many streams r noted since its last take.
-func (r *remoteWrites) heard() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.pending)
 }

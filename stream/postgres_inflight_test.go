@@ -189,14 +189,14 @@ func holdCommitsMarked(t *testing.T, admin *pgx.Conn, url, schema string) (relea
 // commit is on its way (Store.heldBack).
 func heldBackOn(s *Store, path string) chan struct{} {
 	ch := make(chan struct{}, 64)
-	s.heldBack = func(p string) {
+	s.k.SetHeldBack(func(p string) {
 		if p == path {
 			select {
 			case ch <- struct{}{}:
 			default:
 			}
 		}
-	}
+	})
 	return ch
 }
 

@@ -47,7 +47,7 @@ func TestPostgresALiveReadDuringASplitGroupSeesItsEarlyCommit(t *testing.T) {
 	if r, err := p.ReadRecords(ctx, ReadRequest{Path: "/x", After: t1, Watch: true}); err != nil || string(r.Body) != `[{"n":2}]` {
 		t.Fatalf("live read from %d: %q, %v", t1, r.Body, err)
 	}
-	cached := s.cachedReads.Load()
+	cached := s.k.CachedReads()
 	if cached == 0 {
 		t.Fatal("positive control: the live read was not answered from the tail cache")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"path/filepath"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The writer knows every producer of a stream it created in this incarnation (streamMem.
-// producersAll), so a producer's first batch there needs no lookup. These check that the decision
+// The writer knows every producer of a stream it created in this incarnation
+// (kernel.StreamState.ProducersAll), so a producer's first batch there needs no lookup. These check that the decision
 // table answers exactly as with a lookup, and that the knowledge ends wherever it could be wrong.
 
 // producerAppend sends one producer batch of a single message to path.
@@ -53,12 +54,12 @@ func wantRefused(t *testing.T, s *Store, path, id string, epoch, seq int64, code
 func knowsAllProducers(t *testing.T, s *Store, path string) bool {
 	t.Helper()
 	var all bool
-	if err := s.write(context.Background(), func(tx *tx) error {
-		m, err := tx.stream(path)
+	if err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
+		m, err := tx.Stream(path)
 		if err != nil {
 			return err
 		}
-		all = m.producersAll
+		all = m.ProducersAll()
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -106,34 +107,18 @@ func TestProducersOfAStreamTheWriterCreatedFollowTheDecisionTableWithoutLookups(
 func TestProducerSetKnownAtCreationEndsAtTheCachedProducersCap(t *testing.T) {
 	s, _ := setup(t)
 	mustCreateJSON(t, s, "/p")
-	for i := range maxCachedProducers + 2 {
+	for i := range kernel.MaxCachedProducers + 2 {
 		wantAccepted(t, s, "/p", fmt.Sprintf("p%d", i), 0, 0)
 	}
 	if knowsAllProducers(t, s, "/p") {
 		t.Fatal("the entry claims to know every producer with more than it caches")
 	}
 	// The producers past the cap are looked up: each is known, with its seq.
-	for i := range maxCachedProducers + 2 {
+	for i := range kernel.MaxCachedProducers + 2 {
 		wantDuplicate(t, s, "/p", fmt.Sprintf("p%d", i), 0, 0)
 		wantAccepted(t, s, "/p", fmt.Sprintf("p%d", i), 0, 1)
 	}
 	wantRefused(t, s, "/p", "new", 0, 1, foldtype.CodeSequenceGap)
-
-	m := &streamMem{producersAll: true}
-	for i := range maxCachedProducers {
-		m.setProducer(fmt.Sprintf("p%d", i), driver.Producer{ID: fmt.Sprintf("p%d", i)})
-	}
-	if !m.producersAll {
-		t.Fatal("the set ended within the cap")
-	}
-	m.setProducer("p0", driver.Producer{ID: "p0", LastSeq: 1})
-	if !m.producersAll {
-		t.Fatal("the set ended on an update of a cached producer")
-	}
-	m.setProducer("over", driver.Producer{ID: "over"})
-	if m.producersAll {
-		t.Fatal("a producer left out by the cap kept the set marked complete")
-	}
 }
 
 // A write that stored a producer's state and then failed rolls back alone: neither the database
@@ -142,12 +127,12 @@ func TestRolledBackProducerWriteLeavesNoProducerInTheKnownSet(t *testing.T) {
 	s, _ := setup(t)
 	mustCreateJSON(t, s, "/p")
 	refused := errors.New("refused after the producer's state was stored")
-	err := s.write(context.Background(), func(tx *tx) error {
-		m, err := tx.stream("/p")
+	err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
+		m, err := tx.Stream("/p")
 		if err != nil {
 			return err
 		}
-		if err := tx.putProducer(m, driver.Producer{ID: "a", LastSeq: 5}); err != nil {
+		if err := tx.PutProducer(m, driver.Producer{ID: "a", LastSeq: 5}); err != nil {
 			return err
 		}
 		return refused
@@ -203,8 +188,8 @@ func TestProducersOfAStreamReadAgainAreLookedUp(t *testing.T) {
 	wantAccepted(t, s, "/q", "a", 0, 0)
 	wantAccepted(t, s, "/r", "a", 0, 0)
 	var cached bool
-	if err := s.write(context.Background(), func(tx *tx) error {
-		_, cached = tx.s.ws.streams.peek("/p")
+	if err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
+		cached = s.k.Cached("/p")
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // The protocol view: the Durable Streams operations (create, append, close, delete, metadata,
 // reads) over the same tables the event view uses. Package server maps these to HTTP.
 //
-// Representation (shared with the event view; storage in record.go and docs/store.md#storage-one-row-per-record):
+// Representation (shared with the event view; storage in the kernel's record.go and docs/store.md#storage-one-row-per-record):
 //   - A protocol position is an integer; the wire offset is fmt.Sprintf("%016d_%016d", 0, pos).
 //   - JSON streams (media type application/json): a POST is one record of flattened messages,
 //     each at its offset in the stream's offset sequence, assigned from HighestAssigned+1 because
@@ -148,15 +149,15 @@ func (s *Store) noteAccess(r *streamRow, now time.Time) {
 	}
 	p.access[r.ID] = e
 	p.mu.Unlock()
-	if !due || s.closed.Load() {
+	if !due || s.k.Closed() {
 		return
 	}
 	id := r.ID
 	go func() {
 		// Fire and forget: losing it only makes the stream look read a little earlier.
-		_ = s.write(context.Background(), func(t *tx) error {
+		_ = s.k.Write(context.Background(), func(t *kernel.Tx) error {
 			// Ids are never reused, so the id names this stream or none.
-			return t.db.UpdateStream(t.ctx, id, driver.StreamUpdate{LastAccessMs: &ms})
+			return t.Driver().UpdateStream(t.Context(), id, driver.StreamUpdate{LastAccessMs: &ms})
 		})
 	}()
 }
@@ -254,7 +255,7 @@ func notLive(lv liveness, path string) error {
 // loadLive loads the stream at path in a read transaction and returns it if live, else the
 // matching protocol error.
 func (s *Store) loadLive(ctx context.Context, q driver.Reader, path string, now time.Time) (*streamRow, error) {
-	r, err := loadStreamByPath(ctx, q, path)
+	r, err := kernel.LoadStreamByPath(ctx, q, path)
 	if errors.Is(err, errNoStream) {
 		return nil, notLive(streamMissing, path)
 	}
@@ -272,15 +273,15 @@ func (s *Store) loadLive(ctx context.Context, q driver.Reader, path string, now 
 }
 
 // liveStream is loadLive inside the writer: the writer's state of the stream at path if live.
-func (s *Store) liveStream(t *tx, path string) (*streamMem, error) {
-	m, err := t.stream(path)
+func (s *Store) liveStream(t *kernel.Tx, path string) (*kernel.StreamState, error) {
+	m, err := t.Stream(path)
 	if errors.Is(err, errNoStream) {
 		return nil, notLive(streamMissing, path)
 	}
 	if err != nil {
 		return nil, err
 	}
-	lv, err := s.judge(t.ctx, t.db, &m.Row, t.now)
+	lv, err := s.judge(t.Context(), t.Driver(), &m.Row, t.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -292,23 +293,23 @@ func (s *Store) liveStream(t *tx, path string) (*streamMem, error) {
 
 // hardDelete removes a stream, all its (dead) descendants, and then every soft-deleted or expired
 // ancestor that no longer has references (docs/store.md#forks).
-func (s *Store) hardDelete(t *tx, r *streamRow) error {
+func (s *Store) hardDelete(t *kernel.Tx, r *streamRow) error {
 	if err := s.deleteSubtree(t, r.ID, r.Path); err != nil {
 		return err
 	}
 	parent := r.ForkedFrom
 	for parent.Valid {
-		p, err := loadStreamByID(t.ctx, t.db, parent.Int64)
+		p, err := kernel.LoadStreamByID(t.Context(), t.Driver(), parent.Int64)
 		if errors.Is(err, errNoStream) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if p.State == 0 && !s.expired(p, t.now) {
+		if p.State == 0 && !s.expired(p, t.Now()) {
 			return nil
 		}
-		ref, err := s.hasReferences(t.ctx, t.db, p.ID, t.now)
+		ref, err := s.hasReferences(t.Context(), t.Driver(), p.ID, t.Now())
 		if err != nil || ref {
 			return err
 		}
@@ -320,8 +321,8 @@ func (s *Store) hardDelete(t *tx, r *streamRow) error {
 	return nil
 }
 
-func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
-	kids, err := t.db.ChildStreams(t.ctx, id)
+func (s *Store) deleteSubtree(t *kernel.Tx, id int64, path string) error {
+	kids, err := t.Driver().ChildStreams(t.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -330,17 +331,17 @@ func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
 			return err
 		}
 	}
-	if err := t.db.DeleteStream(t.ctx, id); err != nil {
+	if err := t.Driver().DeleteStream(t.Context(), id); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
 	if err := s.endIncarnation(t, id, path); err != nil {
 		return err
 	}
-	t.forget(path, id)
+	t.Forget(path, id)
 	// Every in-memory state keyed by the id goes with the stream: its incarnation wake mark and
 	// the protocol view's access times.
-	t.afterCommit(func() {
-		s.ws.marks.remove(id) // after-commit hooks run on the writer goroutine, which owns ws
+	t.AfterCommit(func() {
+		s.k.Unmark(id) // after-commit hooks run on the writer goroutine, which owns ws
 		s.forgetAccess(id)
 	})
 	return nil
@@ -352,11 +353,11 @@ func (s *Store) deleteSubtree(t *tx, id int64, path string) error {
 // ephemeral ring is cleared and its subscriptions end with STREAM_DELETED. Every delete path —
 // soft or hard, by DeleteStream, expiry collection or a create replacing an expired stream —
 // calls it (docs/store.md#deleting-a-stream).
-func (s *Store) endIncarnation(t *tx, id int64, path string) error {
-	if err := t.db.DeleteProcessorState(t.ctx, path); err != nil {
+func (s *Store) endIncarnation(t *kernel.Tx, id int64, path string) error {
+	if err := t.Driver().DeleteProcessorState(t.Context(), path); err != nil {
 		return err
 	}
-	t.afterCommit(func() {
+	t.AfterCommit(func() {
 		s.forgetRing(id)
 		s.endSubscriptions(path, foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": path},
 			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
@@ -367,7 +368,7 @@ func (s *Store) endIncarnation(t *tx, id int64, path string) error {
 // headStream is [Protocol.HeadStream] and [Events.HeadStream].
 func (s *Store) headStream(ctx context.Context, path string) (StreamInfo, error) {
 	var info StreamInfo
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		r, err := s.loadLive(ctx, q, path, s.clock.Now())
 		if err != nil {
 			return err
@@ -382,19 +383,19 @@ func (s *Store) headStream(ctx context.Context, path string) (StreamInfo, error)
 // answers "gone"), hard otherwise, collecting soft-deleted ancestors left without forks.
 func (p *Protocol) DeleteStream(ctx context.Context, path string) error {
 	s := p.s
-	return s.write(ctx, func(t *tx) error {
+	return s.k.Write(ctx, func(t *kernel.Tx) error {
 		m, err := s.liveStream(t, path)
 		if err != nil {
 			return err
 		}
-		t.touch(m.Row.ID, m.Row.Path)
-		ref, err := s.hasReferences(t.ctx, t.db, m.Row.ID, t.now)
+		t.Changed(m.Row.ID, m.Row.Path)
+		ref, err := s.hasReferences(t.Context(), t.Driver(), m.Row.ID, t.Now())
 		if err != nil {
 			return err
 		}
 		if ref {
 			state := 1
-			if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{State: &state}); err != nil {
+			if err := t.Driver().UpdateStream(t.Context(), m.Row.ID, driver.StreamUpdate{State: &state}); err != nil {
 				return err
 			}
 			m.Row.State = state
@@ -419,12 +420,12 @@ const collectBatch = 500
 func (p *Protocol) CollectExpired(ctx context.Context) (int, error) {
 	s := p.s
 	deleted := 0
-	err := s.write(ctx, func(t *tx) error {
+	err := s.k.Write(ctx, func(t *kernel.Tx) error {
 		deleted = 0
-		now := t.now
+		now := t.Now()
 		// Resume after the last id examined, so candidates that must stay (sources with live forks)
 		// never hide the ones behind them.
-		cands, err := t.db.CollectCandidates(t.ctx, s.ws.collectAfter, now.UnixMilli(), collectBatch)
+		cands, err := t.Driver().CollectCandidates(t.Context(), s.ls.collectAfter, now.UnixMilli(), collectBatch)
 		if err != nil {
 			return fmt.Errorf("collect expired streams: %w", err)
 		}
@@ -432,30 +433,30 @@ func (p *Protocol) CollectExpired(ctx context.Context) (int, error) {
 		if len(cands) >= collectBatch {
 			next = cands[len(cands)-1].ID
 		}
-		t.afterCommit(func() { s.ws.collectAfter = next })
+		t.AfterCommit(func() { s.ls.collectAfter = next })
 		for _, c := range cands {
-			r, err := loadStreamByID(t.ctx, t.db, c.ID) // an earlier cascade may have taken it
+			r, err := kernel.LoadStreamByID(t.Context(), t.Driver(), c.ID) // an earlier cascade may have taken it
 			if errors.Is(err, errNoStream) {
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			lv, err := s.judge(t.ctx, t.db, r, now)
+			lv, err := s.judge(t.Context(), t.Driver(), r, now)
 			if err != nil {
 				return err
 			}
 			if lv != streamMissing {
 				continue
 			}
-			before, err := t.db.CountStreams(t.ctx)
+			before, err := t.Driver().CountStreams(t.Context())
 			if err != nil {
 				return err
 			}
 			if err := s.hardDelete(t, r); err != nil {
 				return err
 			}
-			after, err := t.db.CountStreams(t.ctx)
+			after, err := t.Driver().CountStreams(t.Context())
 			if err != nil {
 				return err
 			}
@@ -465,3 +466,7 @@ func (p *Protocol) CollectExpired(ctx context.Context) (int, error) {
 	})
 	return deleted, err
 }
+
+// ID returns the stream's identity in the store: a path deleted and created again gets a new one,
+// so a host can tell the stream its engine follows from a later stream at the same path.
+func (in StreamInfo) ID() int64 { return in.id }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"time"
 
 	"github.com/foldstream/foldstream/stream/driver"
@@ -63,7 +64,7 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 	}
 	now := s.clock.Now()
 	if req.Watch && !req.Fresh {
-		// A live read: from the tail cache when it holds the position (tailcache.go).
+		// A live read: from the tail cache when it holds the position (the kernel's tailcache.go).
 		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
 			if err != nil || !s.needsBarrier(req, res) {
 				return res, err
@@ -87,13 +88,13 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 	for attempt := 0; ; attempt++ {
 		if req.Watch {
 			var id int64
-			err := s.readTx(ctx, func(q driver.Reader) error {
+			err := s.k.Read(ctx, func(q driver.Reader) error {
 				r, err := q.StreamByPath(ctx, req.Path)
 				id = r.ID
 				return err
 			})
 			if err == nil {
-				watchID, changed = id, s.changed(id)
+				watchID, changed = id, s.k.Changed(id)
 			} else if !errors.Is(err, errNoStream) {
 				return ReadResult{}, err
 			}
@@ -109,9 +110,9 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 				}
 				// Replaced twice in a row: hand out the current stream's channel; at worst the
 				// reader waits for its next commit or the poll timeout.
-				changed = s.changed(row.ID)
+				changed = s.k.Changed(row.ID)
 			} else {
-				s.seedTail(row, changed)
+				s.k.SeedTail(row, changed)
 			}
 			res.Changed = changed
 		}
@@ -123,7 +124,7 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *streamRow, error) {
 	var res ReadResult
 	var row *streamRow
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		r, err := s.loadLive(ctx, q, req.Path, now)
 		if err != nil {
 			return err
@@ -177,7 +178,7 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 		total += len(body)
 	}
 	// The page takes at most maxBytes past its first record, which may be read from inside.
-	stopped, err := scanRecordsWithin(ctx, q, r, after, maxBytes, func(rec driver.Record, upper int64) (bool, error) {
+	stopped, err := kernel.ScanRecordsWithin(ctx, q, r, after, maxBytes, func(rec driver.Record, upper int64) (bool, error) {
 		if rec.Start >= after && (upper < 0 || rec.End <= upper) && (count == 0 || total+len(rec.Body) <= maxBytes) {
 			n, last, err := frameSummary(rec)
 			if err != nil {
@@ -243,7 +244,7 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 	b := bytes.NewBuffer(buf[:0])
 	next := after
 	total := 0
-	_, err := scanMessagesWithin(ctx, q, r, after, maxBytes, func(m message) bool {
+	_, err := kernel.ScanMessagesWithin(ctx, q, r, after, maxBytes, func(m kernel.Message) bool {
 		// A slice that does not fit whole is left for the next read, unless it is the first.
 		if res.Count > 0 && total+len(m.Body) > maxBytes {
 			return false
@@ -276,10 +277,10 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 	return nil
 }
 
-// cachedRead answers a live read from the tail cache (tailcache.go): ok is false when the cache
+// cachedRead answers a live read from the tail cache (the kernel's tailcache.go): ok is false when the cache
 // cannot (no entry, a position before the entry's records, a stream not live by its cached row).
 func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
-	row, recs, ch, ok := s.cachedTail(req.Path, req.After, req.AtTail, func(row *driver.Stream) bool { return !s.expired(row, now) })
+	row, recs, ch, ok := s.k.CachedTail(req.Path, req.After, req.AtTail, func(row *driver.Stream) bool { return !s.expired(row, now) })
 	if !ok {
 		return res, false, nil
 	}
@@ -292,15 +293,15 @@ func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok b
 			res.Body = []byte("[]")
 		}
 	case res.Info.JSON:
-		err = readJSON(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
+		err = readJSON(context.Background(), kernel.MemRecords{Recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
 	default:
-		err = readBytes(context.Background(), memRecords{recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
+		err = readBytes(context.Background(), kernel.MemRecords{Recs: recs}, &row, after, req.MaxBytes, req.Buf, &res)
 	}
 	if err != nil {
 		return ReadResult{}, false, err
 	}
 	res.Changed = ch
-	s.cachedReads.Add(1)
+	s.k.NoteCachedRead()
 	s.noteAccess(&row, now)
 	return res, true, nil
 }

@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/sliced"
 	"strconv"
 	"strings"
 	"time"
@@ -211,7 +213,7 @@ func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateR
 		return CreateResult{}, perr(foldtype.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
 	}
 	var res CreateResult
-	err := s.write(ctx, func(t *tx) error {
+	err := s.k.Write(ctx, func(t *kernel.Tx) error {
 		var err error
 		res, err = s.create(t, req)
 		return err
@@ -219,8 +221,8 @@ func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateR
 	return res, err
 }
 
-func (s *Store) create(t *tx, req CreateRequest) (CreateResult, error) {
-	if req.ForkedFrom == "" && t.unheld(req.Path) {
+func (s *Store) create(t *kernel.Tx, req CreateRequest) (CreateResult, error) {
+	if req.ForkedFrom == "" && t.Unheld(req.Path) {
 		// Most creates name a fresh path: insert without reading the path first. Whatever
 		// stops that (a refused request, a taken path) is decided by the reading way below,
 		// which answers exactly as it always did; nothing was written.
@@ -240,13 +242,13 @@ var errPathHeld = errors.New("stream store: create: path to be read")
 // createAt creates the stream (or finds the existing one). fresh skips reading the path: any
 // refusal before the insert, and a path the insert finds taken, return errPathHeld with nothing
 // written.
-func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, error) {
-	now := t.now
+func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateResult, error) {
+	now := t.Now()
 	var existing *streamRow
-	var em *streamMem
+	var em *kernel.StreamState
 	var err error
 	if !fresh {
-		em, err = t.stream(req.Path)
+		em, err = t.Stream(req.Path)
 		if err != nil && !errors.Is(err, errNoStream) {
 			return CreateResult{}, err
 		}
@@ -255,7 +257,7 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		row := em.Row
 		row.Tail = em.Tail
 		existing = &row
-		lv, err := s.judge(t.ctx, t.db, existing, now)
+		lv, err := s.judge(t.Context(), t.Driver(), existing, now)
 		if err != nil {
 			return CreateResult{}, err
 		}
@@ -338,7 +340,7 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		// The tail is always a boundary, even with no message ending there: an event batch ending
 		// with an ephemeral moves the durable mark to the ephemeral's offset.
 		if forkOffset > 0 && forkOffset < src.Tail {
-			ok, err := isBoundary(t.ctx, t.db, src, forkOffset)
+			ok, err := isBoundary(t.Context(), t.Driver(), src, forkOffset)
 			if err != nil {
 				return CreateResult{}, err
 			}
@@ -347,7 +349,7 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 			}
 		}
 		if req.ForkSubOffset > 0 {
-			prefix, err = splitRecord(t.ctx, t.db, src, forkOffset, req.ForkSubOffset)
+			prefix, err = splitRecord(t.Context(), t.Driver(), src, forkOffset, req.ForkSubOffset)
 			if err != nil {
 				return CreateResult{}, err
 			}
@@ -373,27 +375,27 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		var inserted bool
 		if len(req.Body) == 0 && !req.Closed && prefix == nil {
 			// The insert is all this create writes: one statement needs no savepoint.
-			id, inserted, err = t.db.insertStreamAlone(row)
+			id, inserted, err = t.InsertStreamAlone(row)
 		} else {
-			id, inserted, err = t.db.insertStreamIfAbsent(t.ctx, row)
+			id, inserted, err = t.InsertStreamIfAbsent(row)
 		}
 		if err == nil && !inserted {
 			return CreateResult{}, errPathHeld // taken, or the driver cannot tell: nothing written
 		}
 	} else {
-		id, err = t.db.InsertStream(t.ctx, row)
+		id, err = t.Driver().InsertStream(t.Context(), row)
 	}
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create stream: %w", err)
 	}
 	row.ID = id
-	m := &streamMem{Row: row, HighestAssigned: forkOffset, Tail: forkOffset}
-	t.stage(m)
-	t.afterCommit(func() { s.forgetAccess(id) })
+	m := &kernel.StreamState{Row: row, HighestAssigned: forkOffset, Tail: forkOffset}
+	t.Create(m)
+	t.AfterCommit(func() { s.forgetAccess(id) })
 	s.streamCreated(t, req.Path)
 	if prefix != nil {
 		prefix.StreamID = id
-		if err := t.db.InsertRecord(t.ctx, *prefix); err != nil {
+		if err := t.Driver().InsertRecord(t.Context(), *prefix); err != nil {
 			return CreateResult{}, fmt.Errorf("create fork: %w", err)
 		}
 		m.Tail, m.HighestAssigned = prefix.End, prefix.End
@@ -404,7 +406,7 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 		// tells them itself). Other nodes hear of it through the notification of the staged
 		// stream.
 		path := req.Path
-		t.afterCommit(func() { s.landed.notify(path) })
+		t.AfterCommit(func() { s.k.Landed().Notify(path) })
 	}
 	if isJSON {
 		if len(msgs) > 0 {
@@ -413,12 +415,12 @@ func (s *Store) createAt(t *tx, req CreateRequest, fresh bool) (CreateResult, er
 			}
 		}
 	} else if len(req.Body) > 0 {
-		if err := s.writeBytes(t, m, req.Body); err != nil {
+		if err := t.WriteBytes(m, req.Body); err != nil {
 			return CreateResult{}, err
 		}
 	}
 	if req.Closed {
-		if err := t.db.UpdateStream(t.ctx, id, driver.StreamUpdate{Close: &driver.ClosedBy{}}); err != nil {
+		if err := t.Driver().UpdateStream(t.Context(), id, driver.StreamUpdate{Close: &driver.ClosedBy{}}); err != nil {
 			return CreateResult{}, fmt.Errorf("create stream: %w", err)
 		}
 		m.Row.Closed = true
@@ -443,9 +445,9 @@ func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64)
 	ok := false
 	var err error
 	if IsJSONContentType(src.ContentType) {
-		err = scanMessages(ctx, q, src, off-1, func(m message) bool { ok = m.Offset == off; return false })
+		err = kernel.ScanMessages(ctx, q, src, off-1, func(m kernel.Message) bool { ok = m.Offset == off; return false })
 	} else {
-		err = scanMessages(ctx, q, src, off, func(m message) bool { ok = m.RecordStart == off && m.Start == off; return false })
+		err = kernel.ScanMessages(ctx, q, src, off, func(m kernel.Message) bool { ok = m.RecordStart == off && m.Start == off; return false })
 	}
 	return ok, err
 }
@@ -489,7 +491,7 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 	isJSON := IsJSONContentType(src.ContentType)
 	var n int64
 	prev := at
-	err := scanMessages(ctx, q, src, at, func(m message) bool {
+	err := kernel.ScanMessages(ctx, q, src, at, func(m kernel.Message) bool {
 		if m.RecordStart != at || n >= sub {
 			return false
 		}
@@ -555,15 +557,15 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
-		err := s.writeTo(ctx, req.Path, func(t *tx) error {
-			gapWake = nil // a discarded earlier run may have set it (see Store.write)
+		err := s.k.WriteTo(ctx, req.Path, func(t *kernel.Tx) error {
+			gapWake = nil // a discarded earlier run may have set it (see kernel.Store.Write)
 			var err error
 			var gapStream int64
 			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
 			if gapStream != 0 && errors.Is(err, foldtype.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
-				gapWake = s.changed(gapStream)
+				gapWake = s.k.Changed(gapStream)
 			}
 			return err
 		})
@@ -608,8 +610,8 @@ const DefaultProducerReorderWait = 200 * time.Millisecond
 
 // appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
 // stream's id, so AppendRecord can wait for the missing seqs.
-func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgErr error, gapStream *int64) (AppendResult, error) {
-	now := t.now
+func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message, msgErr error, gapStream *int64) (AppendResult, error) {
+	now := t.Now()
 	m, err := s.liveStream(t, req.Path)
 	if err != nil {
 		return AppendResult{}, err
@@ -626,7 +628,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 	var st driver.Producer
 	known := false
 	if p != nil {
-		st, known, err = t.producer(m, p.ID)
+		st, known, err = t.Producer(m, p.ID)
 		if err != nil {
 			return AppendResult{}, err
 		}
@@ -695,14 +697,14 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 			if err := s.appendMessagesOf(t, m, msgs, req.Body); err != nil {
 				return AppendResult{}, err
 			}
-		} else if err := s.writeBytes(t, m, req.Body); err != nil {
+		} else if err := t.WriteBytes(m, req.Body); err != nil {
 			return AppendResult{}, err
 		}
 	}
 
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
 	if p != nil {
-		if err := t.putProducer(m, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
+		if err := t.PutProducer(m, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
 			return AppendResult{}, err
 		}
 		res.Epoch, res.Seq = p.Epoch, p.Seq
@@ -721,7 +723,7 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 		u.Close = by
 	}
 	if u.StreamSeq != nil || u.Close != nil {
-		if err := t.db.UpdateStream(t.ctx, r.ID, u); err != nil {
+		if err := t.Driver().UpdateStream(t.Context(), r.ID, u); err != nil {
 			return AppendResult{}, fmt.Errorf("append: %w", err)
 		}
 		if u.StreamSeq != nil {
@@ -736,75 +738,74 @@ func (s *Store) appendTx(t *tx, req AppendRequest, msgs []rawjson.Message, msgEr
 			}
 		}
 	}
-	s.persistAccess(t, m)
-	t.touch(r.ID, r.Path)
+	t.PersistAccess(m)
+	t.Changed(r.ID, r.Path)
 	return res, nil
 }
 
 // appendMessages appends a protocol record of JSON messages through the one insert path:
 // event-shaped messages with an idempotency key are checked like event-view appends (a duplicate
 // is dropped, a different body refuses the record), the rest are stored as they are.
-func (s *Store) appendMessages(t *tx, m *streamMem, msgs []rawjson.Message) error {
+func (s *Store) appendMessages(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message) error {
 	return s.appendMessagesOf(t, m, msgs, nil)
 }
 
 // appendMessagesOf is appendMessages for messages split from body (nil: unknown): when msgs are
 // the elements of body's top-level array as they stand, the record is stored from the body's
 // text without joining the messages again.
-func (s *Store) appendMessagesOf(t *tx, m *streamMem, msgs []rawjson.Message, body []byte) error {
-	batch := make([]pending, len(msgs))
-	// A huge record written in slices was checked for keys before its first slice (sliced.go).
-	r := reservationOf(t)
-	sliced := r != nil && !r.used && r.id == m.Row.ID
+func (s *Store) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message, body []byte) error {
+	batch := make([]kernel.Pending, len(msgs))
+	// A huge record written in slices was checked for keys before its first slice (package sliced).
+	inSlices := sliced.Writing(t, m.Row.ID)
 	for i := range msgs {
 		msg := &msgs[i]
-		if sliced {
-			batch[i] = pending{body: msg.Raw, scanned: msg}
+		if inSlices {
+			batch[i] = kernel.Pending{Body: msg.Raw, Scanned: msg}
 			continue
 		}
-		batch[i] = pending{body: msg.Raw, scanned: msg}
+		batch[i] = kernel.Pending{Body: msg.Raw, Scanned: msg}
 		if in, key := eventKeyOf(msg); key != "" {
 			probe := in // on the heap only for a message with a key
-			batch[i].key, batch[i].probe = key, &probe
+			batch[i].Key, batch[i].Probe = key, &probe
 		}
-		batch[i].ctl, batch[i].reason = controlOfMessage(msg)
+		batch[i].Ctl, batch[i].Reason = controlOfMessage(msg)
 	}
-	adm, after, through, err := s.admit(t, m, batch)
+	adm, after, through, err := t.Admit(m, batch)
 	if err != nil {
 		return err
 	}
 	if through == after {
 		return nil // every message was a duplicate
 	}
-	if err := s.writeRecord(t, m, batch, adm, after, through, arrayText(body)); err != nil {
+	if err := t.WriteRecord(m, batch, adm, after, through, arrayText(body)); err != nil {
 		return err
 	}
 	// Hand the messages to the event view's subscribers (processors) once committed, decoded
 	// exactly as the event view reads them — decoded only when someone on this node subscribes.
 	// The commit watchers hear of every such commit either way (docs/store.md#commit-watchers).
 	path := m.Row.Path
-	createdMs := t.now.UnixMilli()
-	if r != nil && r.used && r.id == m.Row.ID {
-		createdMs = r.createdMs // stored as the time its first slice was written
+	createdMs := t.Now().UnixMilli()
+	if ms, ok := sliced.CreatedMs(t, m.Row.ID); ok {
+		createdMs = ms // stored as the time its first slice was written
 	}
-	t.afterCommit(func() {
+	t.AfterCommit(func() {
 		s.ev.subsMu.RLock()
 		listening := len(s.ev.subs[path]) > 0
 		s.ev.subsMu.RUnlock()
 		if !listening {
 			// Nobody here takes the events: they are not decoded, but the commit watchers (a
 			// host opening pattern processors' engines) need only the path.
-			s.landed.notify(path)
+			s.k.Landed().Notify(path)
 			return
 		}
 		events := make([]foldtype.Event, 0, len(batch))
 		for i, p := range batch {
-			if adm[i].dup {
+			if adm[i].Dup {
 				continue
 			}
-			if p.scanned != nil {
-				events = append(events, eventOf(path, adm[i].offset, createdMs, p.scanned, p.body))
-			} else if ev, err := decodeEvent(path, message{Offset: adm[i].offset, CreatedMs: createdMs, Body: p.body}); err == nil {
+			if p.Scanned != nil {
+				events = append(events, eventOf(path, adm[i].Offset, createdMs, p.Scanned, p.Body))
+			} else if ev, err := decodeEvent(path, kernel.Message{Offset: adm[i].Offset, CreatedMs: createdMs, Body: p.Body}); err == nil {
 				events = append(events, ev)
 			}
 		}
@@ -838,3 +839,39 @@ func eventKeyOf(msg *rawjson.Message) (foldtype.EventInput, string) {
 
 // stringOrNull reports whether every occurrence of a member is a string or null.
 func stringOrNull(k rawjson.Kind) bool { return k&^(rawjson.KindString|rawjson.KindNull) == 0 }
+
+// arrayText returns a JSON array body's text inside its brackets (nil for any other body). The
+// body must be well-formed JSON.
+func arrayText(body []byte) []byte {
+	body = bytes.TrimSpace(body)
+	if len(body) < 2 || body[0] != '[' {
+		return nil
+	}
+	return body[1 : len(body)-1]
+}
+
+// controlMarker is in every message that names a control type without JSON escapes.
+var controlMarker = []byte("events.iterate.com/stream/")
+
+// controlOfMessage classifies a protocol message as a control event, from its members as the
+// body's one scan found them. A type without escapes that does not start with the control prefix
+// cannot name a control type, so most messages cost a prefix comparison.
+func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
+	if msg.Raw[0] != '{' {
+		return foldtype.ControlNone, ""
+	}
+	t := msg.Member(mType)
+	if t.Kinds == 0 || (bytes.IndexByte(t.Value, '\\') < 0 && !bytes.HasPrefix(t.Value[1:], controlMarker)) {
+		return foldtype.ControlNone, ""
+	}
+	// As a decoding into typed fields would, a wrong kind of "type" or "ephemeral" anywhere in the
+	// message makes it no control event.
+	if !stringOrNull(t.Kinds) || msg.Member(mEphemeral).Kinds&^(rawjson.KindBool|rawjson.KindNull) != 0 {
+		return foldtype.ControlNone, ""
+	}
+	typ, ok := t.String()
+	if !ok {
+		return foldtype.ControlNone, ""
+	}
+	return foldtype.ParseControl(typ, msg.Member(mPayload).Value, false)
+}

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"slices"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -16,8 +17,8 @@ import (
 // it through the event view, and Events.ReadOpening answers an opening for work's page from them
 // when they hold every event after the checkpoint: no read of the records, no decoding.
 //
-// The events live in the stream's streamMem, so they are staged with it and take effect only if
-// the write and its group commit. They cover (after, through], where through was the stream's
+// The events live in a row extension of the stream's entry in the writer's cache (kernel.RowExt),
+// so they are staged with it and take effect only if the write and its group commit. They cover (after, through], where through was the stream's
 // tail when they were kept: any other change of the tail (a protocol append, a huge record in
 // slices) leaves them behind it, and they are not used until an event append starts them again.
 // Each stream keeps at most recentMaxEvents events and recentMaxBytes of stored bodies, and all
@@ -81,17 +82,17 @@ func recentMem(ev *foldtype.Event) int { return eventBytes(*ev) + 8 }
 // keepsRecent reports whether the writer keeps recent events: only an opening in the writer
 // (ReadOpening for work, exclusive databases) reads them, and only a host watching commits opens
 // engines that way.
-func (s *Store) keepsRecent() bool { return s.exclusive && s.landed.registered() }
+func (s *Store) keepsRecent() bool { return s.exclusive && s.k.Landed().Registered() }
 
 // keepRecent sets m's recent events after an event append that moved its tail from prevTail to
 // m.Tail, writing durable (the batch's new durable events, sizes their stored body lengths).
-func keepRecent(m *streamMem, prevTail int64, durable []foldtype.Event, sizes []int) {
+func (s *Store) keepRecent(m *kernel.StreamState, prevTail int64, durable []foldtype.Event, sizes []int) {
 	if m.Row.ForkedFrom.Valid || m.Tail <= prevTail || len(durable) == 0 {
-		m.recent = nil
+		s.recentExt.Set(m, nil)
 		return
 	}
 	r := &recentEvents{after: prevTail, through: m.Tail}
-	if old := m.recent; old != nil && old.through == prevTail {
+	if old := s.recentExt.Get(m); old != nil && old.through == prevTail {
 		r.after, r.events, r.sizes, r.bytes, r.mem = old.after, old.events, old.sizes, old.bytes, old.mem
 	}
 	if r.events == nil {
@@ -114,11 +115,11 @@ func keepRecent(m *streamMem, prevTail int64, durable []foldtype.Event, sizes []
 		drop++
 	}
 	if drop == len(r.events) {
-		m.recent = nil
+		s.recentExt.Set(m, nil)
 		return
 	}
 	r.events, r.sizes = r.events[drop:], r.sizes[drop:]
-	m.recent = r
+	s.recentExt.Set(m, r)
 }
 
 // page returns the page a read of the durable events after after (at most limit of them, within
@@ -178,15 +179,16 @@ type recentAt struct {
 
 // useRecent registers the recent events' bookkeeping with the kernel: every committed state of a
 // stream passes through keptRecent.
-func (s *Store) useRecent() { s.onApplied(s.ws.keptRecent) }
+func (s *Store) useRecent() { s.k.OnApplied(s.keptRecent) }
 
 // keptRecent notes the recent events (nil: none) of the committed state m of the stream at path,
 // and drops those of the streams that started keeping them longest ago while the unread ones
 // hold more than recentTotalBytes, and those read longest ago while the read ones hold more than
 // recentReadBytes. Writer only, after a commit.
-func (ws *writerState) keptRecent(path string, m *streamMem) {
-	k := &ws.recent
-	if m.recent == nil && len(k.by) == 0 {
+func (s *Store) keptRecent(path string, m *kernel.StreamState) {
+	k := &s.ls.recent
+	recent := s.recentExt.Get(m)
+	if recent == nil && len(k.by) == 0 {
 		return
 	}
 	if k.by == nil {
@@ -200,23 +202,23 @@ func (ws *writerState) keptRecent(path string, m *streamMem) {
 	}
 	old, had := k.by[path]
 	switch {
-	case m.recent == nil && !had:
+	case recent == nil && !had:
 		return
-	case m.recent == nil:
+	case recent == nil:
 		*pool(old.read) -= old.bytes
 		delete(k.by, path)
 		return
-	case had && old.read == m.recent.read:
-		*pool(old.read) += m.recent.mem - old.bytes
-		k.by[path] = recentEntry{bytes: m.recent.mem, seq: old.seq, read: old.read}
+	case had && old.read == recent.read:
+		*pool(old.read) += recent.mem - old.bytes
+		k.by[path] = recentEntry{bytes: recent.mem, seq: old.seq, read: old.read}
 	default:
 		if had {
 			*pool(old.read) -= old.bytes
 		}
 		k.seq++
-		read := m.recent.read
-		*pool(read) += m.recent.mem
-		k.by[path] = recentEntry{bytes: m.recent.mem, seq: k.seq, read: read}
+		read := recent.read
+		*pool(read) += recent.mem
+		k.by[path] = recentEntry{bytes: recent.mem, seq: k.seq, read: read}
 		if read {
 			k.readOrder = append(k.readOrder, recentAt{path: path, seq: k.seq})
 		} else {
@@ -229,8 +231,8 @@ func (ws *writerState) keptRecent(path string, m *streamMem) {
 		k.order = k.liveIn(k.order)
 		k.readOrder = k.liveIn(k.readOrder)
 	}
-	k.order = k.drop(ws, k.order, &k.bytes, recentTotalBytes)
-	k.readOrder = k.drop(ws, k.readOrder, &k.readBytes, recentReadBytes)
+	k.order = k.drop(s, k.order, &k.bytes, recentTotalBytes)
+	k.readOrder = k.drop(s, k.readOrder, &k.readBytes, recentReadBytes)
 }
 
 // liveIn returns the places of order that are their stream's current entry.
@@ -247,7 +249,7 @@ func (k *recentKept) liveIn(order []recentAt) []recentAt {
 
 // drop drops the entries first in order while bytes, their pool's total, is over budget, and
 // returns what is left of order.
-func (k *recentKept) drop(ws *writerState, order []recentAt, bytes *int, budget int) []recentAt {
+func (k *recentKept) drop(s *Store, order []recentAt, bytes *int, budget int) []recentAt {
 	for *bytes > budget && len(order) > 0 {
 		at := order[0]
 		order = order[1:]
@@ -257,8 +259,8 @@ func (k *recentKept) drop(ws *writerState, order []recentAt, bytes *int, budget 
 		}
 		*bytes -= e.bytes
 		delete(k.by, at.path)
-		if c, ok := ws.streams.peek(at.path); ok {
-			c.recent = nil // no write holds the committed entry now: it is changed in place
+		if c, ok := s.k.CachedStream(at.path); ok {
+			s.recentExt.Set(c, nil) // no write holds the committed entry now: it is changed in place
 		}
 	}
 	return order

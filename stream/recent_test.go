@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,14 +17,14 @@ func openingPage(t *testing.T, s *Store, path string, after int64, limit int) (f
 	t.Helper()
 	ctx := context.Background()
 	var served bool
-	if err := s.write(ctx, func(tx *tx) error {
-		m, err := tx.stream(path)
+	if err := s.k.Write(ctx, func(tx *kernel.Tx) error {
+		m, err := tx.Stream(path)
 		if err != nil {
 			return err
 		}
 		row := m.Row
 		row.Tail = m.Tail
-		_, served = m.recent.page(&row, after, limit, s.ev.readBudget)
+		_, served = s.recentExt.Get(m).page(&row, after, limit, s.ev.readBudget)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -174,8 +175,8 @@ func TestRecentEventsStayWithinTheirBudget(t *testing.T) {
 			foldtype.EventInput{Type: "big", Payload: body})
 	}
 	var kept, bytes int
-	if err := s.write(context.Background(), func(tx *tx) error {
-		kept, bytes = len(s.ws.recent.by), s.ws.recent.bytes
+	if err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
+		kept, bytes = len(s.ls.recent.by), s.ls.recent.bytes
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -195,13 +196,21 @@ func TestRecentEventsStayWithinTheirBudget(t *testing.T) {
 // no trail in the order of streams that started keeping them, while the total stays far under its
 // budget; the live entry is still the one dropped first when the budget is passed.
 func TestRecentEventsOrderStaysBoundedWhenStreamsStopAndStartKeeping(t *testing.T) {
-	var ws writerState
-	kept := &streamMem{streamExt: streamExt{recent: &recentEvents{mem: 100}}}
-	for range 10_000 {
-		ws.keptRecent("/toggling", kept)
-		ws.keptRecent("/toggling", &streamMem{})
+	s, _ := setup(t)
+	kept := &kernel.StreamState{}
+	s.recentExt.Set(kept, &recentEvents{mem: 100})
+	ws := &s.ls
+	// keptRecent runs on the writer: in a write function.
+	if err := s.k.Write(context.Background(), func(*kernel.Tx) error {
+		for range 10_000 {
+			s.keptRecent("/toggling", kept)
+			s.keptRecent("/toggling", &kernel.StreamState{})
+		}
+		s.keptRecent("/toggling", kept)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
-	ws.keptRecent("/toggling", kept)
 	if n := len(ws.recent.order); n > 2*len(ws.recent.by)+recentOrderSlack {
 		t.Fatalf("%d entries in the order for %d streams keeping recent events", n, len(ws.recent.by))
 	}
@@ -235,8 +244,8 @@ func TestRecentEventsAnOpeningReadAreDroppedFirst(t *testing.T) {
 	}
 	recent := func() recentKept {
 		var k recentKept
-		if err := s.write(context.Background(), func(tx *tx) error {
-			k = s.ws.recent
+		if err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
+			k = s.ls.recent
 			return nil
 		}); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"io"
 	"os"
 	"path/filepath"
@@ -68,12 +69,12 @@ func TestHugeAppendCommitsInSlicesAndReadsBackWhole(t *testing.T) {
 	createStream(t, s, "/json", "application/json")
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16) // 3 MiB: 12 slices
-	before := s.commits.Load()
+	before := s.k.Commits()
 	res, err := s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/bytes", ContentType: "application/octet-stream", Body: big})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := s.commits.Load() - before; n < 12 {
+	if n := s.k.Commits() - before; n < 12 {
 		t.Fatalf("a 3 MiB byte append took %d commits, want one per 256 KiB slice (12)", n)
 	}
 	if res.Tail != int64(len(big)) {
@@ -84,12 +85,12 @@ func TestHugeAppendCommitsInSlicesAndReadsBackWhole(t *testing.T) {
 	}
 
 	body, joined := hugeJSON(12_000) // ~2.4 MB
-	before = s.commits.Load()
+	before = s.k.Commits()
 	res, err = s.Protocol().AppendRecord(ctx, AppendRequest{Path: "/json", ContentType: "application/json", Body: body})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := s.commits.Load() - before; n < 8 {
+	if n := s.k.Commits() - before; n < 8 {
 		t.Fatalf("a 2.4 MB JSON append took %d commits, want one per slice", n)
 	}
 	if res.Tail != 12_000 {
@@ -129,7 +130,7 @@ func pausedHugeAppend(t *testing.T, s *Store, ctx context.Context, req AppendReq
 		t.Fatal("the append does not take the sliced path")
 	}
 	at, goOn, out := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	r.afterSlice = func(written int) {
+	r.AfterSlice = func(written int) {
 		if written == 3 {
 			close(at)
 			<-goOn
@@ -148,7 +149,7 @@ func pausedHugeAppend(t *testing.T, s *Store, ctx context.Context, req AppendReq
 // parkedWrites counts the writes waiting for a reservation, read on the writer goroutine.
 func parkedWrites(s *Store) int {
 	n := 0
-	_ = s.write(context.Background(), func(*tx) error { n = len(s.ws.parked); return nil })
+	_ = s.k.Write(context.Background(), func(*kernel.Tx) error { n = s.k.ParkedWrites(); return nil })
 	return n
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,12 +86,12 @@ func TestOpenRefusesReadOnlyDatabase(t *testing.T) {
 // plus extra pages.
 func setMaxPages(t *testing.T, s *Store, extra int) {
 	t.Helper()
-	err := s.write(context.Background(), func(tx *tx) error {
+	err := s.k.Write(context.Background(), func(tx *kernel.Tx) error {
 		var n int
-		if err := tx.QueryRow(`PRAGMA page_count`).Scan(&n); err != nil {
+		if err := txQueryRow(tx, `PRAGMA page_count`).Scan(&n); err != nil {
 			return err
 		}
-		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, n+extra))
+		_, err := txExec(tx, fmt.Sprintf(`PRAGMA max_page_count = %d`, n+extra))
 		return err
 	})
 	if err != nil {

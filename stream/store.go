@@ -2,10 +2,11 @@
 // reached through a driver (package driver): an embedded SQLite file written by one process
 // (package sqlitedriver), or a PostgreSQL database shared by any number of processes (package
 // pgdriver). The store never imports a concrete driver: [OpenDriver] takes one, and package
-// storeopen picks one from a file path or a postgres:// URL. One kernel ([Store]: the writer,
-// group commit, the insert path, the caches and the per-stream wakes, with the hooks its layers
-// register; docs/store.md#the-kernel-and-its-layers) serves the same data through two faces, each
-// a type of its own:
+// storeopen picks one from a file path or a postgres:// URL. One kernel (the writer, group
+// commit, the insert path, the caches and the per-stream wakes, with the hooks its layers
+// register: package stream/internal/kernel, docs/store.md#the-kernel-and-its-layers), which a
+// [Store] opens and composes its layers on, serves the same data through two faces, each a type
+// of its own:
 //
 //   - [Events], the event view (EventStream's Append and Read, subscriptions, checkpoints, claims,
 //     wake records) that processor engines and package host run against, and
@@ -14,7 +15,7 @@
 //
 // # Concurrency
 //
-// Every write goes through one writer goroutine (see writer.go). Callers hand it a function; the
+// Every write goes through one writer goroutine (package stream/internal/kernel, writer.go). Callers hand it a function; the
 // writer collects whatever functions are queued, runs each inside its own savepoint of one
 // transaction, and commits once (group commit): one fsync covers every caller in the group, and a
 // function that fails rolls back to its savepoint without failing its neighbours. On a database
@@ -32,15 +33,14 @@ package stream
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Config configures a Store. The zero value is valid.
@@ -82,8 +82,8 @@ type Config struct {
 //
 // Open it with storeopen.Open (a file path or a postgres:// URL) or with [OpenDriver] over a driver
 // of your choosing; close it with [Store.Close] after the host and the server on it have shut
-// down. A Store is the kernel — the writer and its group commit, the insert path, the caches, the
-// per-stream wakes (docs/store.md#the-kernel-and-its-layers) — and offers it through two faces
+// down. A Store holds the kernel — the writer and its group commit, the insert path, the caches,
+// the per-stream wakes (docs/store.md#the-kernel-and-its-layers) — and offers it through two faces
 // (docs/store.md#the-two-faces), and the small transactional face package subscriptions builds on:
 //
 //   - [Store.Events], the event face that processor engines and the host run against: a path's
@@ -109,76 +109,37 @@ type Config struct {
 // only; a deleted stream's incarnation never passes its events, claims or checkpoints to a stream
 // created again at its path.
 type Store struct {
-	events   *Events   // the event face (faces.go)
-	protocol *Protocol // the protocol face (faces.go)
-	// hooks are what the features layered on the kernel registered at open (hooks.go).
-	hooks kernelHooks
+	// k is the kernel (package kernel): the writer, the write transaction, the caches, the insert
+	// path and the per-stream wakes. Every layer below reaches it through its exported API.
+	k *kernel.Store
 
-	check     appendChecks // SetAppendCheck
-	path      string
-	opts      Config
+	events   *Events            // the event face (faces.go)
+	protocol *Protocol          // the protocol face (faces.go)
+	subs     *SubscriptionStore // the subscription face (subscriptionstore.go)
+
+	opts Config
+	// What the kernel was opened over, set once: the layers read them without asking the kernel.
 	clock     foldtype.Clock
 	log       *slog.Logger
 	drv       driver.Driver
-	caps      driver.Capabilities // driver.CapabilitiesOf(drv)
-	health    commitHealth
-	exclusive bool // drv.Exclusive(): the writer's stream cache is authoritative
-	// remote collects the streams other processes committed to, for the writer (remotewrites.go).
-	remote remoteWrites
-	// heldBack, when set (by this package's tests only), is told the path of every write held
-	// back because its stream is in a group whose commit is on its way (errInflight).
-	heldBack   func(path string)
-	writes     chan *writeReq
-	stopListen func()
-	// answers counts the writer's rounds of answers (writer.go): a write notes the count when it
-	// is queued, so the writer can tell the callers it answered last that have queued again.
-	answers atomic.Uint64
+	caps      driver.Capabilities
+	exclusive bool
 
-	// intakeMu orders enqueue (read lock) against Close stopping intake (write lock); see
-	// writer.go. intakeStopped is closed once intake has stopped.
-	intakeMu      sync.RWMutex
-	intakeStopped chan struct{}
-
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeDone chan struct{} // closed once Close has closed the database; closeErr is set then
-	closeErr  error
-	writerWG  sync.WaitGroup
-	bgWG      sync.WaitGroup // background goroutines other than the writer
-	// reads counts the read transactions in flight (readTx); Close waits for them before it
-	// closes the database, since database/sql's Close does not wait for a connection being
-	// opened or used, and such a connection keeps (or creates) the database's files after Close.
-	reads     atomic.Int64
-	readsMu   sync.Mutex
-	readsDone *sync.Cond    // signalled, under readsMu, when the last read after close ends
-	stop      chan struct{} // closed by Close to stop background loops
-
-	// ws is the writer-owned state (writer.go); only the writer goroutine touches it.
-	ws writerState
-
-	arriving arrivals // producer requests in flight (inflight.go)
-
-	notifyMu sync.Mutex
-	notify   map[int64]chan struct{} // closed and replaced on every commit touching the stream
-	tails    tailCache               // live reads' cached tails (tailcache.go)
-	// cachedReads counts live reads answered from the tail cache.
-	cachedReads atomic.Int64
-
-	ev        *eventView   // the event view's in-memory state (events.go)
-	commits   atomic.Int64 // group commits; benchmarks report events per commit
-	observers commitObservers
-
-	// feeds order publishing on a shared database (feed.go).
-	feeds feedSet
+	check    appendChecks     // SetAppendCheck
+	arriving arrivals         // producer requests in flight (inflight.go)
+	ev       *eventView       // the event view's in-memory state (events.go)
+	feeds    feedSet          // order publishing on a shared database (feed.go)
+	created  createdListeners // OnStreamCreated's listeners (list.go)
 
 	protoOnce sync.Once
 	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
 
-	created createdListeners // OnStreamCreated's listeners (list.go)
-
-	changes commitWatchers     // SubscriptionStore.WatchChanges' functions (subscriptionstore.go)
-	landed  commitWatchers     // Events.WatchCommits' functions: commits that land events (watch.go)
-	subs    *SubscriptionStore // the subscription face (subscriptionstore.go)
+	// ls is what the layers keep on the writer goroutine (layers.go): only write functions and
+	// the hooks the writer runs touch it.
+	ls layerState
+	// recentExt and noCheckpointsExt are the layers' row extensions (layers.go).
+	recentExt        kernel.RowExt[*recentEvents]
+	noCheckpointsExt kernel.RowExt[bool]
 }
 
 // OpenDriver opens a store over a driver: it migrates the driver's schema, starts the writer and
@@ -234,95 +195,35 @@ func OpenDriver(ctx context.Context, d driver.Driver, opts Config) (*Store, erro
 		opts.ProducerReorderWait = DefaultProducerReorderWait
 	}
 	caps := driver.CapabilitiesOf(d)
-	if err := d.Migrate(ctx); err != nil {
-		if c := caps.ErrorClassifier; c != nil {
-			err = c.ClassifyError(err)
-		}
-		return nil, err
-	}
-	w, err := d.Writer(ctx)
+	s := &Store{opts: opts, clock: opts.Clock, log: opts.Logger, drv: d, caps: caps, exclusive: d.Exclusive()}
+	k, err := kernel.Open(ctx, d, kernel.Config{
+		Clock:              opts.Clock,
+		Logger:             opts.Logger,
+		MaxGroup:           opts.MaxGroup,
+		MaxCommitsInFlight: opts.MaxCommitsInFlight,
+		CommitStallAfter:   opts.CommitStallAfter,
+		MaxCachedStreams:   opts.MaxCachedStreams,
+		DecodeEvent:        decodeEvent,
+	}, func(k *kernel.Store) {
+		s.k = k
+		s.useLayers()
+	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{
-		path:      location(caps),
-		opts:      opts,
-		clock:     opts.Clock,
-		log:       opts.Logger,
-		drv:       d,
-		caps:      caps,
-		exclusive: d.Exclusive(),
-		writes:    make(chan *writeReq, 1024),
-		stop:      make(chan struct{}),
-		ws:        writerState{},
-		notify:    make(map[int64]chan struct{}),
-
-		intakeStopped: make(chan struct{}),
-		closeDone:     make(chan struct{}),
-	}
-	s.readsDone = sync.NewCond(&s.readsMu)
-	s.useLayers()
-	s.ws.streams = newStreamCache(opts.MaxCachedStreams, func(path string) bool { return s.ws.held[path] != nil })
-	// The listener lives until Close, not until ctx ends: ctx bounds the opening only.
-	stop, err := d.Listen(context.WithoutCancel(ctx), s.remoteChange)
-	if err != nil {
-		return nil, err
-	}
-	s.stopListen = stop
-	s.writerWG.Add(1)
-	go s.runWriter(w)
+	s.k = k
 	return s, nil
 }
 
-// remoteChange wakes the readers of a stream another process changed (StreamID 0: every stream).
-func (s *Store) remoteChange(n driver.Notification) {
-	if n.StreamID != 0 {
-		s.remote.note(n.StreamID, n.Path)
-		for _, remote := range s.hooks.remote {
-			remote(n)
-		}
-		row, recs := s.remoteTail(n)
-		s.wakeWith(n.StreamID, row, recs)
-		if n.Path != "" {
-			s.landed.notify(n.Path)
-		}
-		s.changes.notify(n.Path)
-		return
-	}
-	s.landed.notify("")
-	s.changes.notify("")
-	for _, remote := range s.hooks.remote {
-		remote(n)
-	}
-	s.notifyMu.Lock()
-	s.dropAllTails()
-	ids := make([]int64, 0, len(s.notify))
-	for id := range s.notify {
-		ids = append(ids, id)
-	}
-	s.notifyMu.Unlock()
-	for _, id := range ids {
-		s.wake(id)
-	}
-}
-
 // Closed reports whether Close was called.
-func (s *Store) Closed() bool { return s.closed.Load() }
+func (s *Store) Closed() bool { return s.k.Closed() }
 
 // Driver returns the store's driver; driver.CapabilitiesOf tells what more it offers.
 func (s *Store) Driver() driver.Driver { return s.drv }
 
-// location names the database for logs (see [driver.Locator]), or "" when its driver cannot say.
-func location(caps driver.Capabilities) string {
-	if l := caps.Locator; l != nil {
-		return l.Location()
-	}
-	return ""
-}
-
 // Path names the store's database for logs and messages: the file path of a SQLite store, the
 // URL (password removed) of a PostgreSQL one; "" when its driver does not say.
-func (s *Store) Path() string { return s.path }
+func (s *Store) Path() string { return s.k.Path() }
 
 // Clock returns the store's clock.
 func (s *Store) Clock() foldtype.Clock { return s.clock }
@@ -341,136 +242,43 @@ func (s *Store) Clock() foldtype.Clock { return s.clock }
 // background and the database closes when it is done; nothing acknowledged is lost and nothing
 // new is accepted. A program that exits at that point loses no acknowledged write either: every
 // acknowledged write was committed (durable by the driver's setting) before it was acknowledged.
-func (s *Store) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() {
-		// Stop intake: once the write lock is held, no enqueue is between its check and its send.
-		s.intakeMu.Lock()
-		s.closed.Store(true)
-		s.intakeMu.Unlock()
-		close(s.stop)
-		for _, c := range s.hooks.closing {
-			if c.stop != nil {
-				c.stop()
-			}
-		}
-		go func() {
-			for _, c := range s.hooks.closing {
-				if c.drain != nil {
-					c.drain()
-				}
-			}
-			s.bgWG.Wait()
-			close(s.intakeStopped) // the writer runs what is queued, then returns
-			s.writerWG.Wait()
-			s.stopListen()
-			s.waitReads()
-			s.closeErr = s.drv.Close()
-			close(s.closeDone)
-		}()
-	})
-	select {
-	case <-s.closeDone:
-		return s.closeErr
-	default:
-	}
-	select {
-	case <-s.closeDone:
-		return s.closeErr
-	case <-ctx.Done():
-		return fmt.Errorf("stream: close: still draining: %w", ctx.Err())
-	}
-}
-
-// untilClose returns a context that Close cancels when it stops intake, and its cancel, which the
-// caller calls once done with it.
-func (s *Store) untilClose() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
-}
+func (s *Store) Close(ctx context.Context) error { return s.k.Close(ctx) }
 
 // ErrStoreClosed is returned by every operation on a closed store.
-var ErrStoreClosed = &foldtype.Error{Code: foldtype.CodeClosed, Message: "stream store is closed"}
+var ErrStoreClosed = kernel.ErrStoreClosed
 
-// readTx runs fn in a read-only transaction: a consistent snapshot of committed data.
-func (s *Store) readTx(ctx context.Context, fn func(q driver.Reader) error) error {
-	s.reads.Add(1)
-	defer s.endRead()
-	if s.closed.Load() {
-		return ErrStoreClosed
-	}
-	return s.drv.Read(ctx, fn)
-}
+// CommitStats describes one group commit of the store's writer (Store.ObserveCommits): Writes is
+// the number of writes it made durable together, Duration how long the commit itself took on the
+// store's clock, Failed that it failed (none of its writes was acknowledged).
+type CommitStats = kernel.CommitStats
 
-// endRead ends a read counted by readTx, waking Close when it was the last one after close.
-// A read counts itself before it checks closed and Close sets closed before it counts, so a
-// read either sees closed or is waited for.
-func (s *Store) endRead() {
-	if s.reads.Add(-1) == 0 && s.closed.Load() {
-		s.readsMu.Lock()
-		s.readsDone.Broadcast()
-		s.readsMu.Unlock()
-	}
-}
+// ObserveCommits calls fn after every later group commit with its size and duration, for metrics.
+// fn runs on the writer goroutine: it must return at once, never block and never call the store.
+// The returned function stops the observation (a commit already landing may still call fn once).
+func (s *Store) ObserveCommits(fn func(CommitStats)) (stop func()) { return s.k.ObserveCommits(fn) }
 
-// waitReads waits (in Close, after closed is set) until no read transaction is in flight.
-func (s *Store) waitReads() {
-	s.readsMu.Lock()
-	for s.reads.Load() > 0 {
-		s.readsDone.Wait()
-	}
-	s.readsMu.Unlock()
-}
+// WriterQueue returns how many writes wait for the store's writer now, queued and not yet taken
+// into a group commit: a backlog that grows says the database commits slower than writes arrive.
+// It reads a channel's length: no lock, for metrics at scrape time.
+func (s *Store) WriterQueue() int { return s.k.WriterQueue() }
 
-// changed returns a channel that is closed at the next commit touching the stream with this id.
-// Take the channel before checking the condition you wait for, then wait on it, to never miss a
-// commit.
-func (s *Store) changed(streamID int64) <-chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	ch, ok := s.notify[streamID]
-	if !ok {
-		ch = make(chan struct{})
-		s.notify[streamID] = ch
-	}
-	return ch
-}
+// CommitsStalled reports whether the store's commits stall, and why: the last commit failed
+// because the database cannot be reached or did not confirm it, or a commit has been on its way
+// longer than Config.CommitStallAfter. It reports false again once a commit succeeds; while
+// stalled, a probe commits nothing every second on drivers that can (driver.CommitProber), so the
+// store finds out by itself when it may write again. /readyz answers 503 while this is true.
+func (s *Store) CommitsStalled() (bool, string) { return s.k.CommitsStalled() }
 
-// wake closes the stream's change channel after a commit whose outcome is not known, dropping
-// the stream's tail cache entry.
-func (s *Store) wake(streamID int64) { s.wakeWith(streamID, nil, nil) }
-
-// wakeWith is wake after a commit whose outcome is known: row is the stream's row after it and
-// recs the durable records it appended (nil row: unknown). The stream's tail cache entry is
-// brought up to the commit (or dropped) before the waiters are woken.
-func (s *Store) wakeWith(streamID int64, row *driver.Stream, recs []driver.Record) {
-	if ch := s.takeWaiters(streamID, row, recs); ch != nil {
-		close(ch)
-	}
-}
-
-// takeWaiters is wakeWith without the wake: it brings the stream's tail cache entry up to the
-// commit and unregisters the stream's change channel, in one step under notifyMu, and returns the
-// channel (nil: nobody waits) for the caller to close. Between the two, a read sees the commit
-// (it is in the database and the cache) and takes a fresh channel; a reader holding the returned
-// one wakes when it is closed.
-func (s *Store) takeWaiters(streamID int64, row *driver.Stream, recs []driver.Record) chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	s.applyCommit(streamID, row, recs)
-	ch, ok := s.notify[streamID]
-	if !ok {
-		return nil
-	}
-	delete(s.notify, streamID)
-	return ch
-}
-
-// normalizePathForErrors trims a path for messages.
+// quotePath quotes a path for messages.
 func quotePath(p string) string { return `"` + strings.ReplaceAll(p, `"`, `\"`) + `"` }
+
+// DefaultMaxCachedStreams is the default of Config.MaxCachedStreams.
+const DefaultMaxCachedStreams = kernel.DefaultMaxCachedStreams
+
+// DefaultMaxCommitsInFlight is the default of Config.MaxCommitsInFlight: one commit on its way
+// at a time.
+const DefaultMaxCommitsInFlight = kernel.DefaultMaxCommitsInFlight
+
+// DefaultCommitStallAfter is how long a COMMIT may be on its way before the store reports its
+// commits stalled (Config.CommitStallAfter).
+const DefaultCommitStallAfter = kernel.DefaultCommitStallAfter

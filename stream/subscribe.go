@@ -96,7 +96,7 @@ type pendingPush struct {
 // stops every subscription.
 func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptions) (*Subscription, error) {
 	s := e.s
-	if s.closed.Load() {
+	if s.k.Closed() {
 		return nil, ErrStoreClosed
 	}
 	if deliver == nil {
@@ -113,7 +113,7 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 			return nil, err
 		}
 	}
-	ctx, cancel := s.untilClose() // a closing store cancels in-flight deliveries
+	ctx, cancel := s.k.UntilClose() // a closing store cancels in-flight deliveries
 	sub := &Subscription{
 		s: s, path: path, opts: opts, deliver: deliver, ctx: ctx, cancel: cancel,
 		lastThrough: -1, settledCh: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
@@ -129,7 +129,7 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 		return nil, ErrStoreClosed
 	}
 	s.ev.subs[path] = append(s.ev.subs[path], sub)
-	s.bgWG.Add(1) // under subsMu before closing is set, so Close waits for this goroutine
+	s.k.Background().Add(1) // under subsMu before closing is set, so Close waits for this goroutine
 	s.ev.subsMu.Unlock()
 	go sub.run()
 	return sub, nil
@@ -147,7 +147,7 @@ func (s *Store) publish(path string, events []foldtype.Event, after, through int
 	}
 	// Watchers hear of every local commit, whether or not this node has a listener on the path.
 	if slices.ContainsFunc(events, func(ev foldtype.Event) bool { return !ev.Ephemeral }) {
-		s.landed.notify(path)
+		s.k.Landed().Notify(path)
 	}
 }
 
@@ -213,14 +213,14 @@ func (sub *Subscription) offer(events []foldtype.Event, after, through int64) {
 }
 
 func (sub *Subscription) run() {
-	defer sub.s.bgWG.Done()
+	defer sub.s.k.Background().Done()
 	defer close(sub.done)
 	for {
 		select {
 		case <-sub.kick:
 		case <-sub.ctx.Done():
 			return
-		case <-sub.s.stop:
+		case <-sub.s.k.Stopping():
 			sub.close()
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,7 +35,7 @@ import (
 type SubscriptionStore struct {
 	s *Store
 
-	kicks callbacks[string] // Watch's functions
+	kicks kernel.Callbacks[string] // Watch's functions
 
 	leaseMu sync.Mutex
 	leases  map[string]driver.Lease // the leases taken last, by key
@@ -46,42 +47,45 @@ func (s *Store) Subscriptions() *SubscriptionStore { return s.subs }
 // SubscriptionTx is one write function's access to subscriptions (see [SubscriptionStore.Update]).
 // It is valid only inside that function.
 type SubscriptionTx struct {
-	t *tx
+	s *Store
+	t *kernel.Tx
 }
 
 // Context is the write function's context.
-func (x *SubscriptionTx) Context() context.Context { return x.t.ctx }
+func (x *SubscriptionTx) Context() context.Context { return x.t.Context() }
 
 // Now is the write function's time on the store's clock (the same for every call inside it).
-func (x *SubscriptionTx) Now() time.Time { return x.t.now }
+func (x *SubscriptionTx) Now() time.Time { return x.t.Now() }
 
 // Lock serialises the writers of subscription id until the transaction ends (across processes on
 // a shared database). Take it before reading a row the function is going to change.
-func (x *SubscriptionTx) Lock(id string) error { return x.t.db.LockSubscription(x.t.ctx, id) }
+func (x *SubscriptionTx) Lock(id string) error {
+	return x.t.Driver().LockSubscription(x.t.Context(), id)
+}
 
 // Subscription returns the row of subscription id, and false when there is none.
 func (x *SubscriptionTx) Subscription(id string) (driver.SubscriptionRow, bool, error) {
-	return x.t.db.Subscription(x.t.ctx, id)
+	return x.t.Driver().Subscription(x.t.Context(), id)
 }
 
 // PutSubscription inserts or replaces the row r.ID.
 func (x *SubscriptionTx) PutSubscription(r driver.SubscriptionRow) error {
-	return x.t.db.PutSubscription(x.t.ctx, r)
+	return x.t.Driver().PutSubscription(x.t.Context(), r)
 }
 
 // DeleteSubscription removes the row of subscription id (no error when there is none).
 func (x *SubscriptionTx) DeleteSubscription(id string) error {
-	return x.t.db.DeleteSubscription(x.t.ctx, id)
+	return x.t.Driver().DeleteSubscription(x.t.Context(), id)
 }
 
 // SigningKeys returns every webhook signing key, oldest first.
 func (x *SubscriptionTx) SigningKeys() ([]driver.SigningKey, error) {
-	return x.t.db.SigningKeys(x.t.ctx)
+	return x.t.Driver().SigningKeys(x.t.Context())
 }
 
 // PutSigningKey inserts or replaces the signing key k.KID.
 func (x *SubscriptionTx) PutSigningKey(k driver.SigningKey) error {
-	return x.t.db.PutSigningKey(x.t.ctx, k)
+	return x.t.Driver().PutSigningKey(x.t.Context(), k)
 }
 
 // StreamRef is what a subscription knows of a stream it links: its store path, its identity (a
@@ -95,7 +99,7 @@ type StreamRef struct {
 // LiveStream returns the stream at the store path if it is live (not deleted), and false when it
 // is missing or deleted.
 func (x *SubscriptionTx) LiveStream(path string) (StreamRef, bool, error) {
-	row, err := x.t.db.StreamByPath(x.t.ctx, path)
+	row, err := x.t.Driver().StreamByPath(x.t.Context(), path)
 	if errors.Is(err, driver.ErrNoStream) {
 		return StreamRef{}, false, nil
 	}
@@ -119,7 +123,7 @@ func (x *SubscriptionTx) StreamsUnder(prefix, after string, limit int) ([]Stream
 	if below, bounded := prefixUpperBound(prefix); bounded {
 		q.Below = below
 	}
-	rows, err := x.t.db.ListStreams(x.t.ctx, q)
+	rows, err := x.t.Driver().ListStreams(x.t.Context(), q)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +139,7 @@ func (x *SubscriptionTx) StreamsUnder(prefix, after string, limit int) ([]Stream
 // JSON stream. An error means nothing was written: the stream is missing, not live, closed or not
 // JSON (or could not be read), and the function may go on without appending to it.
 func (x *SubscriptionTx) LockJSONStream(path string) error {
-	m, err := x.t.s.liveStream(x.t, path)
+	m, err := x.s.liveStream(x.t, path)
 	switch {
 	case err != nil:
 		return err
@@ -157,7 +161,7 @@ func (x *SubscriptionTx) AppendJSON(path string, body []byte) error {
 		return fmt.Errorf("not a JSON array of messages: %v", err) // not a refusal: no code
 	}
 	var gap int64
-	_, err = x.t.s.appendTx(x.t, AppendRequest{Path: path, ContentType: "application/json", Body: body}, msgs, nil, &gap)
+	_, err = x.s.appendTx(x.t, AppendRequest{Path: path, ContentType: "application/json", Body: body}, msgs, nil, &gap)
 	return err
 }
 
@@ -165,22 +169,22 @@ func (x *SubscriptionTx) AppendJSON(path string, body []byte) error {
 // together, or nothing does. fn may run more than once (a retried commit), so it must start from
 // what it reads.
 func (ss *SubscriptionStore) Update(ctx context.Context, fn func(x *SubscriptionTx) error) error {
-	return ss.s.write(ctx, func(t *tx) error { return fn(&SubscriptionTx{t: t}) })
+	return ss.s.k.Write(ctx, func(t *kernel.Tx) error { return fn(&SubscriptionTx{s: ss.s, t: t}) })
 }
 
 // View runs fn in a read-only transaction: a consistent snapshot of the subscription rows and the
 // signing keys.
 func (ss *SubscriptionStore) View(ctx context.Context, fn func(q driver.SubscriptionReader) error) error {
-	return ss.s.readTx(ctx, func(q driver.Reader) error { return fn(q) })
+	return ss.s.k.Read(ctx, func(q driver.Reader) error { return fn(q) })
 }
 
 // Notify tells the functions registered with Watch that subscription id changed in a way its
 // delivery must act on. Call it after the change committed. It never blocks.
-func (ss *SubscriptionStore) Notify(id string) { ss.kicks.notify(id) }
+func (ss *SubscriptionStore) Notify(id string) { ss.kicks.Notify(id) }
 
 // Watch calls fn with the id given to every later Notify on this store. fn must return at once
 // and never block. The returned function stops the watch.
-func (ss *SubscriptionStore) Watch(fn func(id string)) (stop func()) { return ss.kicks.add(fn) }
+func (ss *SubscriptionStore) Watch(fn func(id string)) (stop func()) { return ss.kicks.Add(fn) }
 
 // WatchChanges calls fn with the path of every stream a later commit changed — any write, by
 // this process or (on a shared database) another one; "" means any stream may have changed (a
@@ -188,13 +192,13 @@ func (ss *SubscriptionStore) Watch(fn func(id string)) (stop func()) { return ss
 // listener: it must return at once, never block and never call the store. The returned function
 // stops the watch.
 func (ss *SubscriptionStore) WatchChanges(fn func(path string)) (stop func()) {
-	return ss.s.changes.add(fn)
+	return ss.s.k.Changes().Add(fn)
 }
 
 // TakeLease takes or renews the driver's lease key for holder, for ttl on the database's clock
 // (docs/postgres.md#processors-and-leases); ok reports whether holder has it.
 func (ss *SubscriptionStore) TakeLease(ctx context.Context, key, holder string, ttl time.Duration) (ok bool, err error) {
-	if ss.s.closed.Load() {
+	if ss.s.k.Closed() {
 		return false, ErrStoreClosed
 	}
 	l, ok, err := ss.s.drv.AcquireLease(ctx, key, holder, "", ttl)
@@ -216,7 +220,7 @@ func (ss *SubscriptionStore) ReleaseLease(ctx context.Context, key, holder strin
 	if !ok || l.Holder != holder {
 		return nil
 	}
-	if ss.s.closed.Load() {
+	if ss.s.k.Closed() {
 		return ErrStoreClosed
 	}
 	return ss.s.drv.ReleaseLease(ctx, l, false)
@@ -227,7 +231,7 @@ func (ss *SubscriptionStore) ReleaseLease(ctx context.Context, key, holder strin
 func (ss *SubscriptionStore) Exclusive() bool { return ss.s.drv.Exclusive() }
 
 // Closed reports whether the store is closed.
-func (ss *SubscriptionStore) Closed() bool { return ss.s.closed.Load() }
+func (ss *SubscriptionStore) Closed() bool { return ss.s.k.Closed() }
 
 // Clock is the store's clock.
 func (ss *SubscriptionStore) Clock() foldtype.Clock { return ss.s.clock }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strings"
 	"testing"
 	"time"
@@ -27,15 +28,8 @@ func liveStep(t *testing.T, s *Store, path string, res ReadResult) ReadResult {
 // tailBytesConsistent checks the cache's byte count against its entries.
 func tailBytesConsistent(t *testing.T, s *Store) {
 	t.Helper()
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	sum := 0
-	for _, e := range s.tails.byID {
-		sum += e.bytes
-	}
-	if sum != s.tails.bytes || int64(len(s.tails.byID)) != s.tails.entries.Load() {
-		t.Fatalf("tail cache counts %d bytes in %d entries, its entries hold %d bytes in %d",
-			s.tails.bytes, s.tails.entries.Load(), sum, len(s.tails.byID))
+	if err := s.k.TailCacheConsistent(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -55,7 +49,7 @@ func TestLiveReadsOnSQLiteComeFromTheCommittedBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := s.cachedReads.Load()
+	before := s.k.CachedReads()
 	const n = 20
 	for i := range n {
 		msg := fmt.Sprintf(`{"i":%d}`, i)
@@ -76,7 +70,7 @@ func TestLiveReadsOnSQLiteComeFromTheCommittedBytes(t *testing.T) {
 		}
 		tailBytesConsistent(t, s)
 	}
-	if got := s.cachedReads.Load() - before; got != 2*n {
+	if got := s.k.CachedReads() - before; got != 2*n {
 		t.Fatalf("%d of %d live reads answered from the tail cache, want all", got, 2*n)
 	}
 
@@ -120,7 +114,7 @@ func TestLiveReaderFromTheTailCacheNeverSeesHalfAHugeRecord(t *testing.T) {
 	if string(res.Body) != `[{"second":1}]` {
 		t.Fatalf("second read: %s", res.Body)
 	}
-	cachedBefore := s.cachedReads.Load()
+	cachedBefore := s.k.CachedReads()
 
 	body, joined := hugeJSON(10_000)
 	reached, proceed, done := pausedHugeAppend(t, s, ctx, AppendRequest{Path: "/huge", ContentType: "application/json", Body: body})
@@ -134,7 +128,7 @@ func TestLiveReaderFromTheTailCacheNeverSeesHalfAHugeRecord(t *testing.T) {
 	if err != nil || mid.Count != 0 || mid.Next != 2 || mid.Info.Tail != 2 {
 		t.Fatalf("live read mid-append: %d messages, next %d, tail %d, %v; want none at 2", mid.Count, mid.Next, mid.Info.Tail, err)
 	}
-	if s.cachedReads.Load() == cachedBefore {
+	if s.k.CachedReads() == cachedBefore {
 		t.Fatal("the live read mid-append did not come from the tail cache")
 	}
 	proceed()
@@ -179,7 +173,7 @@ func TestCallerReadsItsOwnWriteFromTheTailCache(t *testing.T) {
 	}
 	for i := range 50 {
 		msg := fmt.Sprintf(`{"i":%d}`, i)
-		before := s.cachedReads.Load()
+		before := s.k.CachedReads()
 		mustAppendRecord(t, s, AppendRequest{Path: "/own", ContentType: "application/json", Body: []byte(msg)})
 		got, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/own", After: res.Next, Watch: true})
 		if err != nil {
@@ -188,7 +182,7 @@ func TestCallerReadsItsOwnWriteFromTheTailCache(t *testing.T) {
 		if string(got.Body) != "["+msg+"]" || got.Next != int64(i+1) {
 			t.Fatalf("read right after append %d: %s at %d, want [%s] at %d", i, got.Body, got.Next, msg, i+1)
 		}
-		if s.cachedReads.Load() != before+1 {
+		if s.k.CachedReads() != before+1 {
 			t.Fatalf("read right after append %d did not come from the tail cache", i)
 		}
 		res = got
@@ -215,22 +209,14 @@ func TestTailCacheEntryStaysBoundedWhileFollowed(t *testing.T) {
 		if string(res.Body) != "["+msg+"]" {
 			t.Fatalf("live read %d: %.40s, want message %d", i, res.Body, i)
 		}
-		s.notifyMu.Lock()
-		e := s.tails.byID[s.tails.byPath["/long"]]
-		size, recs := 0, 0
-		if e != nil {
-			size, recs = e.bytes, len(e.recs)
-		}
-		s.notifyMu.Unlock()
-		if e == nil || size > tailCacheBytes || recs == 0 {
-			t.Fatalf("after append %d: entry %v holds %d bytes in %d records, want at most %d", i, e != nil, size, recs, tailCacheBytes)
+		size, recs, _, ok := s.k.TailEntry("/long")
+		if !ok || size > kernel.TailEntryBytes || recs == 0 {
+			t.Fatalf("after append %d: entry %v holds %d bytes in %d records, want at most %d", i, ok, size, recs, kernel.TailEntryBytes)
 		}
 	}
 	tailBytesConsistent(t, s)
 	// A reader at the oldest cached position is answered from the entry, in order.
-	s.notifyMu.Lock()
-	lo := s.tails.byID[s.tails.byPath["/long"]].lo
-	s.notifyMu.Unlock()
+	_, _, lo, _ := s.k.TailEntry("/long")
 	page, err := s.Protocol().ReadRecords(ctx, ReadRequest{Path: "/long", After: lo, Watch: true})
 	if err != nil || page.Count != int(n-lo) {
 		t.Fatalf("read from the entry's start %d: %d messages, %v; want %d", lo, page.Count, err, n-lo)

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync/atomic"
 	"time"
 
@@ -124,11 +125,11 @@ var _ foldtype.CheckpointStorage = (*Checkpoints)(nil)
 // a stream created at the path again (docs/store.md#deleting-a-stream).
 func (e *Events) Checkpoints(ctx context.Context, path string) (*Checkpoints, error) {
 	s := e.s
-	if s.closed.Load() {
+	if s.k.Closed() {
 		return nil, ErrStoreClosed
 	}
 	c := &Checkpoints{s: s, scope: path, incarnation: new(atomic.Int64)}
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		row, err := q.StreamByPath(ctx, path)
 		if err == nil && row.State == 0 {
 			c.incarnation.Store(row.ID)
@@ -149,7 +150,7 @@ func (e *Events) Checkpoints(ctx context.Context, path string) (*Checkpoints, er
 // as Checkpoints does for a missing stream.
 func (e *Events) CheckpointsOf(info StreamInfo) (*Checkpoints, error) {
 	s := e.s
-	if s.closed.Load() {
+	if s.k.Closed() {
 		return nil, ErrStoreClosed
 	}
 	c := &Checkpoints{s: s, scope: info.Path, incarnation: new(atomic.Int64)}
@@ -166,7 +167,7 @@ func (e *Events) CheckpointsOfSlug(ctx context.Context, slug string, paths []str
 	if len(paths) == 0 {
 		return out, nil
 	}
-	err := e.s.readTx(ctx, func(q driver.Reader) error {
+	err := e.s.k.Read(ctx, func(q driver.Reader) error {
 		return q.CheckpointsOfSlug(ctx, slug, paths, func(scope string, cp foldtype.Checkpoint) { out[scope] = cp })
 	})
 	if err != nil {
@@ -241,7 +242,7 @@ func (e *Events) ReadOpening(ctx context.Context, req OpeningRequest) (EngineOpe
 func (e *Events) readOpeningTx(ctx context.Context, path string, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int) (EngineOpening, error) {
 	s := e.s
 	o := EngineOpening{Checkpoints: make(map[string]foldtype.Checkpoint, len(slugs))}
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.k.Read(ctx, func(q driver.Reader) error {
 		r, err := s.loadLive(ctx, q, path, s.clock.Now())
 		if err != nil {
 			return err
@@ -267,7 +268,7 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 		return e.readOpeningTx(ctx, path, slugs, after, limit)
 	}
 	o := EngineOpening{Checkpoints: make(map[string]foldtype.Checkpoint, len(slugs))}
-	err := s.writeTo(ctx, path, func(t *tx) error {
+	err := s.k.WriteTo(ctx, path, func(t *kernel.Tx) error {
 		clear(o.Checkpoints) // a function may run again (a write that met a busy stream)
 		o.After, o.Page, o.HasPage = 0, foldtype.ReadPage{}, false
 		if wake != "" {
@@ -282,12 +283,12 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 		row := m.Row
 		row.Tail = m.Tail
 		read := slugs
-		if m.noCheckpoints {
+		if s.noCheckpointsExt.Get(m) {
 			read = nil // the stream has no checkpoint rows (checkpointsknown.go)
 		}
-		fromRecent, err := s.readOpening(t.ctx, t.db, path, &row, m.recent, read, after, limit, &o)
+		fromRecent, err := s.readOpening(t.Context(), t.Driver(), path, &row, s.recentExt.Get(m), read, after, limit, &o)
 		if fromRecent {
-			m.recent = m.recent.markedRead() // staged, as m is: dropped sooner (recent.go)
+			s.recentExt.Set(m, s.recentExt.Get(m).markedRead()) // staged, as m is: dropped sooner (recent.go)
 		}
 		return err
 	})
@@ -326,22 +327,22 @@ func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r
 // checkIncarnation refuses a checkpoint write once the stream the checkpoints belong to is gone
 // (deleted, or replaced by a stream created at the path again), and binds still-unbound
 // checkpoints to the stream the write finds.
-func (c *Checkpoints) checkIncarnation(t *tx, slug string) error {
+func (c *Checkpoints) checkIncarnation(t *kernel.Tx, slug string) error {
 	var row driver.Stream
 	var found bool
-	if t.s.exclusive {
-		m, err := t.stream(c.scope)
+	if c.s.exclusive {
+		m, err := t.Stream(c.scope)
 		if err != nil && !errors.Is(err, errNoStream) {
 			return err
 		}
 		if m != nil {
 			row, found = m.Row, true
-			m.noCheckpoints = false // staged: lost with the write if it fails
+			c.s.noCheckpointsExt.Set(m, false) // staged: lost with the write if it fails
 		} else {
-			t.s.ws.wroteStreamless(c.scope)
+			c.s.ls.wroteStreamless(c.scope)
 		}
 	} else {
-		r, err := t.db.StreamByPath(t.ctx, c.scope)
+		r, err := t.Driver().StreamByPath(t.Context(), c.scope)
 		if err != nil && !errors.Is(err, driver.ErrNoStream) {
 			return err
 		}
@@ -374,7 +375,7 @@ func (c *Checkpoints) Fenced(key string, generation int64) *Checkpoints {
 
 // ReadCheckpoint reads slug's row; an empty or NULL state reads as nil.
 func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldtype.Checkpoint, bool, error) {
-	return driver.ReadCheckpoint(ctx, c.s.readTx, c.scope, slug)
+	return driver.ReadCheckpoint(ctx, c.s.k.Read, c.scope, slug)
 }
 
 // ReadCheckpoints reads the rows of several slugs in one read transaction (each as ReadCheckpoint
@@ -382,7 +383,7 @@ func (c *Checkpoints) ReadCheckpoint(ctx context.Context, slug string) (foldtype
 // work-started marker this way, in one read of the database.
 func (c *Checkpoints) ReadCheckpoints(ctx context.Context, slugs ...string) (map[string]foldtype.Checkpoint, error) {
 	out := make(map[string]foldtype.Checkpoint, len(slugs))
-	err := c.s.readTx(ctx, func(q driver.Reader) error {
+	err := c.s.k.Read(ctx, func(q driver.Reader) error {
 		for _, slug := range slugs {
 			cp, ok, err := q.Checkpoint(ctx, c.scope, slug)
 			if err != nil {
@@ -407,11 +408,11 @@ func (c *Checkpoints) WriteCheckpoint(ctx context.Context, slug string, cp foldt
 	if err := driver.CheckCheckpointSize(slug, cp, stateChanged); err != nil {
 		return err
 	}
-	return c.s.write(ctx, func(t *tx) error {
+	return c.s.k.Write(ctx, func(t *kernel.Tx) error {
 		if err := c.checkIncarnation(t, slug); err != nil {
 			return err
 		}
-		return t.db.WriteCheckpoint(t.ctx, driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
+		return t.Driver().WriteCheckpoint(t.Context(), driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
 			StateChanged: stateChanged, Fence: c.fence})
 	})
 }
@@ -424,11 +425,11 @@ func (c *Checkpoints) SwitchCheckpoint(ctx context.Context, slug string, cp fold
 	if err := driver.CheckCheckpointSize(slug, cp, true); err != nil {
 		return err
 	}
-	return c.s.write(ctx, func(t *tx) error {
+	return c.s.k.Write(ctx, func(t *kernel.Tx) error {
 		if err := c.checkIncarnation(t, slug); err != nil {
 			return err
 		}
-		return t.db.WriteCheckpoint(t.ctx, driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
+		return t.Driver().WriteCheckpoint(t.Context(), driver.CheckpointWrite{Scope: c.scope, Slug: slug, Checkpoint: cp,
 			StateChanged: true, Fence: c.fence, Remove: []string{remove}})
 	})
 }

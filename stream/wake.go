@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -53,7 +54,7 @@ func (e *Events) WakeExisting(ctx context.Context, path, reason string) ([]foldt
 
 func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]foldtype.Event, error) {
 	var out []foldtype.Event
-	err := s.write(ctx, func(t *tx) (err error) {
+	err := s.k.Write(ctx, func(t *kernel.Tx) (err error) {
 		out, err = s.wakeIn(t, path, reason, create)
 		return err
 	})
@@ -65,7 +66,7 @@ func (s *Store) wake1(ctx context.Context, path, reason string, create bool) ([]
 
 // wakeIn appends the stream's wake record inside the write t (see Wake; create as in wake1) and
 // returns the records appended.
-func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Event, error) {
+func (s *Store) wakeIn(t *kernel.Tx, path, reason string, create bool) ([]foldtype.Event, error) {
 	if reason == "" {
 		reason = WakeRequest
 	}
@@ -74,7 +75,7 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	// create), and its first wake writes itx/woken alone (docs/store.md#records-nobody-appended).
 	creates := false
 	if create {
-		_, err := t.stream(path)
+		_, err := t.Stream(path)
 		creates = errors.Is(err, errNoStream)
 	}
 	m, err := s.eventStreamFor(t, path, create)
@@ -85,11 +86,11 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 		return nil, err
 	}
 	row := &m.Row
-	if t.marked(row.ID) {
+	if t.Marked(row.ID) {
 		return nil, nil
 	}
 	// Staged: a second wake later in the group sees it, and it holds only once committed.
-	t.mark(row.ID)
+	t.Mark(row.ID)
 	incarnation := row.Incarnation + 1
 	platform := &foldtype.Source{Platform: true}
 	var inputs []foldtype.EventInput
@@ -107,7 +108,7 @@ func (s *Store) wakeIn(t *tx, path, reason string, create bool) ([]foldtype.Even
 	if err != nil {
 		return nil, err
 	}
-	if err := t.db.UpdateStream(t.ctx, row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {
+	if err := t.Driver().UpdateStream(t.Context(), row.ID, driver.StreamUpdate{Incarnation: &incarnation}); err != nil {
 		return nil, fmt.Errorf("wake %s: %w", quotePath(path), err)
 	}
 	row.Incarnation = incarnation

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -30,8 +31,8 @@ func TestWriterGroupIsolatesRefusedWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.write(ctx, func(tx *tx) error {
-				if _, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, 'x', 0, 0)`,
+			errs[i] = s.k.Write(ctx, func(tx *kernel.Tx) error {
+				if _, err := txExec(tx, `INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, 'x', 0, 0)`,
 					fmt.Sprintf("/p%d", i)); err != nil {
 					return err
 				}
@@ -73,11 +74,11 @@ func TestWriterPanicIsContained(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	err = s.write(context.Background(), func(tx *tx) error { panic("boom") })
+	err = s.k.Write(context.Background(), func(tx *kernel.Tx) error { panic("boom") })
 	if err == nil {
 		t.Fatal("got nil error from a panicking write")
 	}
-	if err := s.write(context.Background(), func(tx *tx) error { _, err := tx.Exec(`SELECT 1`); return err }); err != nil {
+	if err := s.k.Write(context.Background(), func(tx *kernel.Tx) error { _, err := txExec(tx, `SELECT 1`); return err }); err != nil {
 		t.Fatalf("write after panic: %v", err)
 	}
 }
@@ -91,7 +92,7 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.write(context.Background(), func(tx *tx) error { return nil }); !errors.Is(err, ErrStoreClosed) {
+	if err := s.k.Write(context.Background(), func(tx *kernel.Tx) error { return nil }); !errors.Is(err, ErrStoreClosed) {
 		t.Fatalf("got %v, want ErrStoreClosed", err)
 	}
 }
@@ -313,11 +314,11 @@ func TestWriterGroupWaitsForTheCallersItAnswered(t *testing.T) {
 	defer stop()
 	insert := func(path string, ran chan struct{}) func() error {
 		return func() error {
-			return s.write(ctx, func(tx *tx) error {
+			return s.k.Write(ctx, func(tx *kernel.Tx) error {
 				if ran != nil {
 					close(ran)
 				}
-				_, err := tx.Exec(`INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, 'x', 0, 0)`, path)
+				_, err := txExec(tx, `INSERT INTO streams(path, content_type, created_ms, last_access_ms) VALUES (?, 'x', 0, 0)`, path)
 				return err
 			})
 		}
@@ -375,9 +376,9 @@ func TestAWriteWhoseCallerGoesAwayMidFunctionKeepsItsStatements(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stmtErr error
-	err := s.write(ctx, func(tx *tx) error {
+	err := s.k.Write(ctx, func(tx *kernel.Tx) error {
 		cancel()
-		_, stmtErr = tx.db.InsertStream(tx.ctx, driver.Stream{Path: "/after-cancel", ContentType: EventContentType})
+		_, stmtErr = tx.Driver().InsertStream(tx.Context(), driver.Stream{Path: "/after-cancel", ContentType: EventContentType})
 		return stmtErr
 	})
 	if stmtErr != nil {

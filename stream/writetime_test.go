@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ func TestAWriteSeesTheTimeItRunsAtNotWhenItsGroupBegan(t *testing.T) {
 	ctx := context.Background()
 	// Bounds no scheduling delay reaches: B joins A's group however slowly it comes.
 	SetGatherWait(s, time.Hour)
-	noop := func() error { return s.write(ctx, func(*tx) error { return nil }) }
+	noop := func() error { return s.k.Write(ctx, func(*kernel.Tx) error { return nil }) }
 	for i, err := range inOneGroup(t, s, noop, noop) { // the writer answers two callers at once
 		if err != nil {
 			t.Fatalf("write %d: %v", i, err)
@@ -29,9 +30,9 @@ func TestAWriteSeesTheTimeItRunsAtNotWhenItsGroupBegan(t *testing.T) {
 	go func() {
 		<-aRan
 		clk.Advance(time.Minute) // B comes a minute later, into A's group
-		errB <- s.write(ctx, func(t *tx) error { bNow = t.now; return nil })
+		errB <- s.k.Write(ctx, func(t *kernel.Tx) error { bNow = t.Now(); return nil })
 	}()
-	if err := s.write(ctx, func(t *tx) error { aNow = t.now; close(aRan); return nil }); err != nil {
+	if err := s.k.Write(ctx, func(t *kernel.Tx) error { aNow = t.Now(); close(aRan); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errB; err != nil {

@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import "time"
 
@@ -15,12 +15,12 @@ type CommitStats struct {
 }
 
 // commitObservers are called with the figures of each group commit.
-type commitObservers = callbacks[CommitStats]
+type commitObservers = Callbacks[CommitStats]
 
 // ObserveCommits calls fn after every later group commit with its size and duration, for metrics.
 // fn runs on the writer goroutine: it must return at once, never block and never call the store.
 // The returned function stops the observation (a commit already landing may still call fn once).
-func (s *Store) ObserveCommits(fn func(CommitStats)) (stop func()) { return s.observers.add(fn) }
+func (s *Store) ObserveCommits(fn func(CommitStats)) (stop func()) { return s.observers.Add(fn) }
 
 // WriterQueue returns how many writes wait for the store's writer now, queued and not yet taken
 // into a group commit: a backlog that grows says the database commits slower than writes arrive.

@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 // The writer's stream cache and the incarnation's marks (writer.go), bounded so a store with millions of
 // streams keeps only the recently written ones in memory (docs/store.md#one-writer).
@@ -6,7 +6,7 @@ package stream
 // DefaultMaxCachedStreams is the default of Config.MaxCachedStreams.
 const DefaultMaxCachedStreams = 200_000
 
-// streamCache holds the writer's streamMem by path, at most max of them (see evictable for the
+// streamCache holds the writer's StreamState by path, at most max of them (see evictable for the
 // entries that may stay beyond it). Eviction is a clock (second chance): every lookup and update
 // marks its entry used, and the hand passes over used entries once, clearing the mark, before it
 // evicts one.
@@ -24,7 +24,7 @@ type streamCache struct {
 
 type cacheSlot struct {
 	path string
-	m    *streamMem
+	m    *StreamState
 	used bool
 }
 
@@ -33,7 +33,7 @@ func newStreamCache(max int, pinned func(string) bool) *streamCache {
 }
 
 // get returns the cached state of path, marking it used.
-func (c *streamCache) get(path string) (*streamMem, bool) {
+func (c *streamCache) get(path string) (*StreamState, bool) {
 	i, ok := c.index[path]
 	if !ok {
 		return nil, false
@@ -43,7 +43,7 @@ func (c *streamCache) get(path string) (*streamMem, bool) {
 }
 
 // peek returns the cached state of path without marking it used.
-func (c *streamCache) peek(path string) (*streamMem, bool) {
+func (c *streamCache) peek(path string) (*StreamState, bool) {
 	i, ok := c.index[path]
 	if !ok {
 		return nil, false
@@ -56,7 +56,7 @@ func (c *streamCache) len() int { return len(c.ring) }
 
 // put caches m as the state of path. Beyond max it evicts: up to two entries per put, so a cache
 // that grew while its entries had to stay shrinks back once they may go.
-func (c *streamCache) put(path string, m *streamMem) {
+func (c *streamCache) put(path string, m *StreamState) {
 	if i, ok := c.index[path]; ok {
 		c.ring[i].m, c.ring[i].used = m, true
 	} else {

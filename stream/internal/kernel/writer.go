@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -28,9 +28,9 @@ import (
 
 type writeReq struct {
 	ctx     context.Context
-	fn      func(t *tx) error
+	fn      func(t *Tx) error
 	done    chan error
-	holding *hold // the hold whose stream fn may touch (hold.go), or nil
+	holding *Hold // the hold whose stream fn may touch (hold.go), or nil
 	// path, when set, is the stream fn is about to write: on a shared database the group reads
 	// the rows of its writes' streams together (driver.StreamPrefetcher).
 	path string
@@ -47,14 +47,14 @@ type writerState struct {
 	// stream goes through this writer) and an evicted one is read again from its row; on a shared
 	// database it is re-read under the stream's lock in every transaction, or, when the driver
 	// checks rows without a round trip, trusted and checked under the lock in the transaction
-	// (see tx.stream and Store.expected).
+	// (see Tx.Stream and Store.expected).
 	streams *streamCache
 	// marks are the streams marked in this incarnation (tx.mark; wake.go marks the streams that
 	// got their wake record).
 	marks markSet
 	// held are the streams held by a write in several steps (hold.go); parked are the writes
 	// that reached one and wait for it, requeue the writes released to run next.
-	held    map[string]*hold
+	held    map[string]*Hold
 	parked  []parkedWrite
 	requeue []*writeReq
 	// commitEst is a running average of how long a group's COMMIT takes.
@@ -70,8 +70,6 @@ type writerState struct {
 	answeredAt time.Time
 	// gatherWait, when set, replaces both of gather's bounds (tests).
 	gatherWait time.Duration
-	// layerState is what the layers keep on the writer goroutine (layers.go).
-	layerState
 }
 
 // contendedFor is how long a stream whose check failed is read under its lock in every write,
@@ -94,7 +92,7 @@ func (s *Store) began(g *group, dtx driver.WriteTx) {
 // can, for an entry from this node's own last commit of the stream, which is live, keeps no sliding
 // TTL (its last access is persisted by writes the entry does not follow) and met no other process's
 // write lately (contended).
-func (s *Store) expected(path string) (*streamMem, bool) {
+func (s *Store) expected(path string) (*StreamState, bool) {
 	if s.exclusive || !s.ws.expects {
 		return nil, false
 	}
@@ -136,7 +134,7 @@ func (s *Store) staleRetry(err error) bool {
 // whole group another run: a group of a hundred writes over two dozen such streams ran two dozen
 // times, holding every write of the node back for seconds on a busy machine
 // (docs/postgres.md#graceful-hand-over).
-func (s *Store) staleGroup(reqs []*writeReq, done []*tx, epochs []int, final int) {
+func (s *Store) staleGroup(reqs []*writeReq, done []*Tx, epochs []int, final int) {
 	if s.ws.contended == nil {
 		s.ws.contended = make(map[int64]time.Time)
 	}
@@ -164,9 +162,9 @@ func (s *Store) staleGroup(reqs []*writeReq, done []*tx, epochs []int, final int
 type group struct {
 	w      driver.Writer
 	dtx    driver.WriteTx
-	staged map[string]*streamMem
+	staged map[string]*StreamState
 	marks  map[int64]bool
-	held   map[string]*hold
+	held   map[string]*Hold
 	// busy are the streams of the group committing while this one is built (shared databases):
 	// a function reaching one of them is refused with errInflight and runs again later.
 	busy map[string]bool
@@ -179,20 +177,20 @@ type group struct {
 	early func()
 }
 
-// write queues fn on the writer and waits for its outcome. fn may run more than once, but only
+// Write queues fn on the writer and waits for its outcome. fn may run more than once, but only
 // its last run counts: a run is discarded whole (its staged changes, hooks and answer) and fn runs
 // again when it met a stream of the group still committing (errInflight) or when its group's
 // transaction was lost to a failed check of a row it relied on (staleRetry, shared databases), so
 // fn must reset whatever it sets outside tx at its start. If ctx ends before the writer reaches it,
 // it does not run and ctx's error is returned. Once fn has run, write waits for the commit even if
 // ctx ends meanwhile, so the caller never mistakes a committed write for a failed one.
-func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
-	return s.writeTo(ctx, "", fn)
+func (s *Store) Write(ctx context.Context, fn func(t *Tx) error) error {
+	return s.WriteTo(ctx, "", fn)
 }
 
-// writeTo is write for a function that writes to the stream at path (a hint: it may touch others
+// WriteTo is Write for a function that writes to the stream at path (a hint: it may touch others
 // or none).
-func (s *Store) writeTo(ctx context.Context, path string, fn func(t *tx) error) error {
+func (s *Store) WriteTo(ctx context.Context, path string, fn func(t *Tx) error) error {
 	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), path: path, answers: s.answers.Load()}
 	if err := s.enqueue(ctx, r); err != nil {
 		return err
@@ -479,7 +477,7 @@ func (s *Store) drain(batch []*writeReq, max int, yield bool) []*writeReq {
 	return batch
 }
 
-// allHinted reports whether every write of reqs names the stream it writes (writeTo).
+// allHinted reports whether every write of reqs names the stream it writes (WriteTo).
 func allHinted(reqs []*writeReq) bool {
 	for _, r := range reqs {
 		if r.path == "" {
@@ -499,7 +497,7 @@ type building struct {
 	// done holds each successful function's tx (its staged changes and hooks), epochs the group
 	// transaction's lock epoch right after the function ran: a function that ran before an early
 	// commit (driver.LockKeeper) is committed whatever becomes of the rest of the group.
-	done   []*tx
+	done   []*Tx
 	epochs []int
 	// earlyWoken: the functions before it had their streams' readers woken after an early
 	// commit (earlyCommitted).
@@ -528,7 +526,7 @@ type building struct {
 // newBuilding starts a group. Its functions leave alone the streams of the groups of inflight,
 // whose commits are on their way (errInflight).
 func (s *Store) newBuilding(w driver.Writer, inflight []*building) *building {
-	b := &building{s: s, g: &group{w: w, staged: make(map[string]*streamMem), busy: busyOf(inflight)},
+	b := &building{s: s, g: &group{w: w, staged: make(map[string]*StreamState), busy: busyOf(inflight)},
 		hinted: true, committed: make(chan struct{})}
 	if !s.exclusive {
 		b.g.early = b.earlyCommitted // only a shared database's transaction commits early
@@ -583,7 +581,7 @@ func (b *building) earlyCommitted() {
 		if t := b.done[j]; t != nil {
 			for id, p := range t.touched {
 				b.s.wake(id)
-				b.s.changes.notify(p)
+				b.s.changes.Notify(p)
 			}
 		}
 	}
@@ -616,8 +614,8 @@ func (b *building) add(reqs []*writeReq) {
 		}
 		// Each write's own time: one that joins the group later (gather, extend) judges expiry
 		// and stamps records by the clock when it runs, not when the group began.
-		t := &tx{s: s, g: g, ctx: r.ctx, now: s.clock.Now(), holding: r.holding,
-			staged: make(map[string]*streamMem), touched: make(map[int64]string)}
+		t := &Tx{s: s, g: g, ctx: r.ctx, now: s.clock.Now(), holding: r.holding,
+			staged: make(map[string]*StreamState), touched: make(map[int64]string)}
 		t.db.t = t
 		err := t.run(r.fn)
 		if t.aloneErr != nil && b.broken == nil {
@@ -644,9 +642,9 @@ func (b *building) add(reqs []*writeReq) {
 		// Later functions of the group see this one's staged changes.
 		if t.holdStart != nil {
 			if g.held == nil {
-				g.held = make(map[string]*hold)
+				g.held = make(map[string]*Hold)
 			}
-			g.held[t.holdStart.path] = t.holdStart
+			g.held[t.holdStart.Path] = t.holdStart
 		}
 		for p, m := range t.staged {
 			g.staged[p] = m
@@ -697,7 +695,7 @@ func (b *building) commit() {
 	if b.g.dtx == nil || b.broken != nil {
 		return
 	}
-	b.observed = b.s.observers.registered()
+	b.observed = b.s.observers.Registered()
 	var start time.Time
 	if b.observed {
 		start = b.s.clock.Now()
@@ -734,7 +732,7 @@ func (s *Store) finish(w driver.Writer, b *building) {
 						writes++
 					}
 				}
-				s.observers.notify(CommitStats{Writes: writes, Duration: b.commitTime, Failed: b.commitErr != nil})
+				s.observers.Notify(CommitStats{Writes: writes, Duration: b.commitTime, Failed: b.commitErr != nil})
 			}
 		}
 		if commitErr != nil {
@@ -787,7 +785,7 @@ func (s *Store) finish(w driver.Writer, b *building) {
 // known (COMMIT_OUTCOME_UNKNOWN: it may be written or not): their cached rows, tails and producer
 // states may be behind the database, so the next write of each reads its row (and producers)
 // again, and their readers are woken to read what the database has. The writer then goes on.
-func (s *Store) forgetUnknown(reqs []*writeReq, done []*tx) {
+func (s *Store) forgetUnknown(reqs []*writeReq, done []*Tx) {
 	for _, r := range reqs {
 		if r.path != "" {
 			s.ws.streams.remove(r.path)
@@ -802,7 +800,7 @@ func (s *Store) forgetUnknown(reqs []*writeReq, done []*tx) {
 		}
 		for id, p := range t.touched {
 			s.wake(id)
-			s.changes.notify(p)
+			s.changes.Notify(p)
 		}
 	}
 }

@@ -1,6 +1,7 @@
-package stream
+package kernel
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/foldstream/foldstream/stream/driver"
@@ -40,7 +41,9 @@ func TestWokenSetHoldsIdsAcrossPagesAndForgetsDeletedOnes(t *testing.T) {
 func TestStreamCacheEvictsUnusedFirstAndKeepsPinnedAndEphemeralTails(t *testing.T) {
 	pinned := map[string]bool{}
 	c := newStreamCache(2, func(p string) bool { return pinned[p] })
-	put := func(p string, highest, tail int64) { c.put(p, &streamMem{HighestAssigned: highest, Tail: tail}) }
+	put := func(p string, highest, tail int64) {
+		c.put(p, &StreamState{HighestAssigned: highest, Tail: tail})
+	}
 	put("/a", 1, 1)
 	put("/b", 1, 1)
 	c.get("/a") // used again: the clock passes it once
@@ -76,7 +79,7 @@ func TestStreamCacheEvictsUnusedFirstAndKeepsPinnedAndEphemeralTails(t *testing.
 // A write works on a copy of the cached entry; a producer state it caches must not reach the
 // entry unless the write commits (the copy replaces the entry then).
 func TestProducerStateCachedByAWriteStaysOnItsCopy(t *testing.T) {
-	committed := &streamMem{}
+	committed := &StreamState{}
 	committed.setProducer("p", driver.Producer{ID: "p", LastSeq: 1})
 	staged := *committed
 	staged.setProducer("p", driver.Producer{ID: "p", LastSeq: 2})
@@ -87,11 +90,31 @@ func TestProducerStateCachedByAWriteStaysOnItsCopy(t *testing.T) {
 	if got := staged.producers["p"].LastSeq; got != 2 {
 		t.Fatalf("the copy holds seq %d, want 2", got)
 	}
-	full := &streamMem{}
+	full := &StreamState{}
 	for i := range maxCachedProducers + 3 {
 		full.setProducer(string(rune('a'+i)), driver.Producer{})
 	}
 	if len(full.producers) != maxCachedProducers {
 		t.Fatalf("%d producers cached, want the cap %d", len(full.producers), maxCachedProducers)
+	}
+}
+
+// A stream's set of producers known at its creation ends when the cap leaves a producer out, and
+// not before.
+func TestProducerSetKnownAtCreationEndsAtTheCap(t *testing.T) {
+	m := &StreamState{producersAll: true}
+	for i := range maxCachedProducers {
+		m.setProducer(fmt.Sprintf("p%d", i), driver.Producer{ID: fmt.Sprintf("p%d", i)})
+	}
+	if !m.producersAll {
+		t.Fatal("the set ended within the cap")
+	}
+	m.setProducer("p0", driver.Producer{ID: "p0", LastSeq: 1})
+	if !m.producersAll {
+		t.Fatal("the set ended on an update of a cached producer")
+	}
+	m.setProducer("over", driver.Producer{ID: "over"})
+	if m.producersAll {
+		t.Fatal("a producer left out by the cap kept the set marked complete")
 	}
 }

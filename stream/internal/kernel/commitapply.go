@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // changesOf collects the streams the committed functions touched and the ephemeral events they
 // appended per stream.
-func changesOf(done []*tx) (map[int64]string, map[int64][]foldtype.Event) {
+func changesOf(done []*Tx) (map[int64]string, map[int64][]foldtype.Event) {
 	touched := make(map[int64]string)
 	var ephs map[int64][]foldtype.Event
 	for _, t := range done {
@@ -39,7 +39,7 @@ func changesOf(done []*tx) (map[int64]string, map[int64][]foldtype.Event) {
 
 // recordsOf collects the durable records the committed functions appended per stream (shared
 // databases), in the order they ran.
-func recordsOf(done []*tx) map[int64][]driver.Record {
+func recordsOf(done []*Tx) map[int64][]driver.Record {
 	var recs map[int64][]driver.Record
 	for _, t := range done {
 		if t == nil {
@@ -100,7 +100,7 @@ func (s *Store) notifyCommitted(ctx context.Context, w driver.Writer, touched ma
 // order, runs their after-commit hooks, parks the writes that met a held stream, answers the
 // rest and wakes readers. done[i] is nil for every function that is not committed. rows and recs
 // (nil: not known) bring the tail cache up to the commit before the callers are answered.
-func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
+func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*Tx, rows map[int64]*driver.Stream, recs map[int64][]driver.Record) {
 	ws := &s.ws
 	touched, _ := changesOf(done)
 	for _, t := range done {
@@ -123,13 +123,13 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		}
 		if h := t.holdStart; h != nil {
 			if ws.held == nil {
-				ws.held = make(map[string]*hold)
+				ws.held = make(map[string]*Hold)
 			}
-			ws.held[h.path] = h
+			ws.held[h.Path] = h
 		}
 		for _, h := range t.holdEnds {
-			if ws.held[h.path] == h {
-				delete(ws.held, h.path)
+			if ws.held[h.Path] == h {
+				delete(ws.held, h.Path)
 			}
 		}
 	}
@@ -171,7 +171,7 @@ func (s *Store) applyCommitted(reqs []*writeReq, results []error, done []*tx, ro
 		if ch := s.takeWaiters(id, rows[id], recs[id]); ch != nil {
 			wakes = append(wakes, ch)
 		}
-		s.changes.notify(p)
+		s.changes.Notify(p)
 	}
 	// A caller answered now queues its next write, if any, after this count moved on (gather).
 	answered := 0

@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"bytes"
@@ -79,8 +79,8 @@ func (c *tailCache) drop(id int64) {
 // inUse reports whether the cache may have entries (read without notifyMu).
 func (c *tailCache) inUse() bool { return c.entries.Load() > 0 }
 
-// chains reports whether recs cover (from, tail] contiguously.
-func chains(from int64, recs []driver.Record, tail int64) bool {
+// Chains reports whether recs cover (from, tail] contiguously.
+func Chains(from int64, recs []driver.Record, tail int64) bool {
 	at := from
 	for _, r := range recs {
 		if r.Start != at || r.End <= r.Start {
@@ -117,7 +117,7 @@ func (s *Store) applyCommit(id int64, row *driver.Stream, recs []driver.Record) 
 	switch {
 	case row.Tail < hi || (len(recs) > 0 && row.Tail == hi):
 		return // a commit the entry already holds (it started from a later read)
-	case len(recs) == 0 || !cacheable(row) || !chains(hi, recs, row.Tail):
+	case len(recs) == 0 || !cacheable(row) || !Chains(hi, recs, row.Tail):
 		// A gap, records that did not travel, or a change without records (closing): read.
 		c.drop(id)
 		return
@@ -166,9 +166,9 @@ func sameForReads(a, b *driver.Stream) bool {
 		a.ForkedFrom == b.ForkedFrom && a.Paused == b.Paused && a.Tail == b.Tail
 }
 
-// seedTail starts the stream's entry from a live read's row, when no wake came since the reader
+// SeedTail starts the stream's entry from a live read's row, when no wake came since the reader
 // took ch (taken before the read).
-func (s *Store) seedTail(row *driver.Stream, ch <-chan struct{}) {
+func (s *Store) SeedTail(row *driver.Stream, ch <-chan struct{}) {
 	if !cacheable(row) {
 		return
 	}
@@ -205,13 +205,13 @@ func (s *Store) dropAllTails() {
 	s.tails.entries.Store(0)
 }
 
-// cachedTail returns the tail cache entry of the stream at path when it covers a read after
+// CachedTail returns the tail cache entry of the stream at path when it covers a read after
 // position after (any position with atTail) and usable accepts its row: the row, the entry's
 // records and the stream's change channel. The channel is taken under the same lock as the entry
 // is read, so no commit is missed. ok is false when the cache cannot answer (no entry, a position
 // before the entry's records, a row usable refuses); usable runs under the lock and must not
 // block. The records are never changed in place: applyCommit appends or copies.
-func (s *Store) cachedTail(path string, after int64, atTail bool, usable func(row *driver.Stream) bool) (row driver.Stream, recs []driver.Record, changed chan struct{}, ok bool) {
+func (s *Store) CachedTail(path string, after int64, atTail bool, usable func(row *driver.Stream) bool) (row driver.Stream, recs []driver.Record, changed chan struct{}, ok bool) {
 	if !s.tails.inUse() {
 		return row, nil, nil, false
 	}
@@ -233,15 +233,16 @@ func (s *Store) cachedTail(path string, after int64, atTail bool, usable func(ro
 	return row, recs, ch, true
 }
 
-// memRecords is a driver.Reader over a cached entry's records, for readJSON and readBytes on a
+// MemRecords is a driver.Reader over a cached entry's records, for readJSON and readBytes on a
 // stream that is not a fork (they call Records only).
-type memRecords struct {
+type MemRecords struct {
 	driver.Reader
-	recs []driver.Record
+	Recs []driver.Record // the entry's records, in order
 }
 
-func (m memRecords) Records(_ context.Context, _ int64, after int64, fn func(driver.Record) (bool, error)) error {
-	for _, r := range m.recs {
+// Records calls fn with each record of m that ends after after, in order.
+func (m MemRecords) Records(_ context.Context, _ int64, after int64, fn func(driver.Record) (bool, error)) error {
+	for _, r := range m.Recs {
 		if r.End <= after {
 			continue
 		}
@@ -273,7 +274,7 @@ func (s *Store) remoteTail(n driver.Notification) (*driver.Stream, []driver.Reco
 	if e == nil {
 		return n.Stream, n.Records
 	}
-	if r := n.Stream; r != nil && r.ID == n.StreamID && (r.Tail < hi || (len(n.Records) > 0 && (r.Tail == hi || chains(hi, n.Records, r.Tail))) ||
+	if r := n.Stream; r != nil && r.ID == n.StreamID && (r.Tail < hi || (len(n.Records) > 0 && (r.Tail == hi || Chains(hi, n.Records, r.Tail))) ||
 		(len(n.Records) == 0 && r.Tail == hi && sameForReads(r, &e.row))) {
 		return n.Stream, n.Records
 	}
@@ -281,7 +282,7 @@ func (s *Store) remoteTail(n driver.Notification) (*driver.Stream, []driver.Reco
 	defer cancel()
 	var row *driver.Stream
 	var recs []driver.Record
-	err := s.readTx(ctx, func(q driver.Reader) error {
+	err := s.Read(ctx, func(q driver.Reader) error {
 		r, err := q.StreamByID(ctx, n.StreamID)
 		if err != nil {
 			return err

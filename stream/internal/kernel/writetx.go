@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// A write function's transaction (tx): the group's driver transaction seen by one write, with
-// the writer's view of each stream it touches (streamMem: rows, producers, staged changes) and
+// A write function's transaction (Tx): the group's driver transaction seen by one write, with
+// the writer's view of each stream it touches (StreamState: rows, producers, staged changes) and
 // the hooks that run after the group commits.
 
-// streamMem is the writer's view of one stream.
-type streamMem struct {
+// StreamState is the writer's view of one stream.
+type StreamState struct {
 	// Row is the stream row as of the last write (its Tail field is not maintained; use Tail).
 	Row driver.Stream
 	// HighestAssigned is the highest offset handed out in this incarnation, ephemerals included.
@@ -28,8 +28,8 @@ type streamMem struct {
 	// the entry was loaded (a zero Producer: none stored). On an exclusive driver every write of a
 	// producer's state goes through this writer; on a shared database the entry lives only while
 	// its group holds the stream's lock (it is read again under the lock in every group and after
-	// an early commit, see tx.stream), and every write of a stream's producers takes that lock.
-	// The map is never changed in place: copies of the entry share it (see tx.stream), so
+	// an early commit, see Tx.Stream), and every write of a stream's producers takes that lock.
+	// The map is never changed in place: copies of the entry share it (see Tx.Stream), so
 	// setProducer replaces it.
 	producers map[string]driver.Producer
 	// producersAll reports that producers holds every producer stored for the stream, so a
@@ -39,19 +39,46 @@ type streamMem struct {
 	// of its producers goes through this entry, which loses the mark when the cap leaves one out.
 	// An entry read from its row (after a restart or an eviction) does not have it.
 	producersAll bool
-	// streamExt is what the layers keep beside the entry (layers.go): staged, copied and
-	// committed with it.
-	streamExt
+	// ext is what the layers keep beside the entry (RowExt): staged, copied and committed with it.
+	ext [maxRowExts]any
 }
+
+// maxRowExts caps the row extensions the layers may register.
+const maxRowExts = 2
+
+// RowExt is a row extension: a field of type T that a layer keeps beside each stream's entry in
+// the writer's cache, staged, copied and committed with the entry as the entry's own fields are;
+// the kernel carries it and never reads it. Its zero value is T's zero value. Register one with
+// NewRowExt when the store opens; read and set it on a StreamState a write function holds (or,
+// in a hook the writer runs, on the committed entry).
+type RowExt[T any] struct{ slot int }
+
+// NewRowExt registers a row extension of type T (while the store opens: see Open's use).
+func NewRowExt[T any](s *Store) RowExt[T] {
+	if s.rowExts == maxRowExts {
+		panic("kernel: more row extensions than maxRowExts")
+	}
+	s.rowExts++
+	return RowExt[T]{slot: s.rowExts - 1}
+}
+
+// Get returns the extension's value on m.
+func (e RowExt[T]) Get(m *StreamState) T {
+	v, _ := m.ext[e.slot].(T)
+	return v
+}
+
+// Set sets the extension's value on m.
+func (e RowExt[T]) Set(m *StreamState, v T) { m.ext[e.slot] = v }
 
 // maxCachedProducers caps the producers cached per stream; the others are looked up each time.
 const maxCachedProducers = 8
 
-// producer returns the state of producer id on the stream: from the entry's cache when it has
+// Producer returns the state of producer id on the stream: from the entry's cache when it has
 // it (on a shared database: looked up or written earlier in the group, under the stream's lock the
 // group still holds), else from the database. A group of several batches of one producer reads
 // its row once.
-func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
+func (t *Tx) Producer(m *StreamState, id string) (driver.Producer, bool, error) {
 	if p, ok := m.producers[id]; ok {
 		return p, p.ID != "", nil
 	}
@@ -66,8 +93,8 @@ func (t *tx) producer(m *streamMem, id string) (driver.Producer, bool, error) {
 	return p, known, nil
 }
 
-// putProducer stores the producer's state on the stream and caches it.
-func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
+// PutProducer stores the producer's state on the stream and caches it.
+func (t *Tx) PutProducer(m *StreamState, p driver.Producer) error {
 	if err := t.db.PutProducer(t.ctx, m.Row.ID, p); err != nil {
 		return err
 	}
@@ -78,7 +105,7 @@ func (t *tx) putProducer(m *streamMem, p driver.Producer) error {
 // setProducer caches p as the state of producer id (zero: none stored) when the cap allows, in a
 // fresh map: the old one may be shared with the committed entry, which a rolled-back write must
 // leave as it was. A stored producer the cap leaves out ends producersAll.
-func (m *streamMem) setProducer(id string, p driver.Producer) {
+func (m *StreamState) setProducer(id string, p driver.Producer) {
 	if _, ok := m.producers[id]; !ok && len(m.producers) >= maxCachedProducers {
 		m.producersAll = false
 		return
@@ -91,14 +118,14 @@ func (m *streamMem) setProducer(id string, p driver.Producer) {
 	m.producers = next
 }
 
-// tx is the handle a write function gets. It is valid only during the function's call.
-type tx struct {
+// Tx is the handle a write function gets. It is valid only during the function's call.
+type Tx struct {
 	s       *Store
 	g       *group
 	ctx     context.Context
 	now     time.Time // the clock when the write began running (not when its group began)
 	spSet   bool
-	staged  map[string]*streamMem // nil value: the stream was deleted by this function
+	staged  map[string]*StreamState // nil value: the stream was deleted by this function
 	touched map[int64]string
 	marks   map[int64]bool
 	hooks   []func()
@@ -111,9 +138,9 @@ type tx struct {
 	recs map[int64][]driver.Record
 	// holding is the hold whose stream this function may write; holdStart and holdEnds are the
 	// holds it starts and ends (hold.go), applied once the group commits.
-	holding   *hold
-	holdStart *hold
-	holdEnds  []*hold
+	holding   *Hold
+	holdStart *Hold
+	holdEnds  []*Hold
 	// aloneErr is the error of a statement run without a savepoint (tx.beginAlone): the group's
 	// transaction may be partly written or rolled back by the database, so the group fails.
 	aloneErr error
@@ -121,7 +148,7 @@ type tx struct {
 	quiet context.Context
 }
 
-// stmtCtx is the context a statement of the function runs with, given the one its caller passed:
+// StatementContext is the context a statement of the function runs with, given the one its caller passed:
 // the function's context without its cancellation. A caller that goes away is noticed before its
 // function starts (building.add) and between the statements of a long one (the record loops check
 // t.ctx), but never interrupts a statement, because a statement belongs to its whole group: SQLite
@@ -130,7 +157,7 @@ type tx struct {
 // either way the group's other writes would fail with it. (The driver also watches a cancellable
 // context with a goroutine per statement.) How long a statement may take is the driver's write
 // deadline (docs/postgres.md#bounded-waits), never the caller's.
-func (t *tx) stmtCtx(ctx context.Context) context.Context {
+func (t *Tx) StatementContext(ctx context.Context) context.Context {
 	if ctx.Done() == nil {
 		return ctx
 	}
@@ -151,7 +178,7 @@ func lockEpochOf(dtx driver.WriteTx) int {
 	return 0
 }
 
-func (t *tx) run(fn func(t *tx) error) (err error) {
+func (t *Tx) run(fn func(t *Tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("stream store: write panicked: %v", p)
@@ -160,10 +187,10 @@ func (t *tx) run(fn func(t *tx) error) (err error) {
 	return fn(t)
 }
 
-// begin makes sure the group's transaction and this function's savepoint exist. Nothing runs in
+// Begin makes sure the group's transaction and this function's savepoint exist. Nothing runs in
 // the database until a write function first needs it, so a write that needs no SQL (an
 // ephemeral-only batch) costs no transaction.
-func (t *tx) begin() (driver.WriteTx, error) {
+func (t *Tx) Begin() (driver.WriteTx, error) {
 	ctx := context.Background()
 	if t.g.dtx == nil {
 		dtx, err := t.g.w.Begin(ctx)
@@ -187,7 +214,7 @@ func (t *tx) begin() (driver.WriteTx, error) {
 // itself), saving the savepoint and its release. If it fails the function reports it through
 // aloneErr and the whole group fails (the database may have rolled the transaction back). It
 // returns false when the function already has a savepoint: the statement then runs inside it.
-func (t *tx) beginAlone() (driver.WriteTx, bool, error) {
+func (t *Tx) beginAlone() (driver.WriteTx, bool, error) {
 	if t.spSet {
 		return t.g.dtx, false, nil
 	}
@@ -203,16 +230,38 @@ func (t *tx) beginAlone() (driver.WriteTx, bool, error) {
 }
 
 // Now is the group's commit time.
-func (t *tx) Now() time.Time { return t.now }
+func (t *Tx) Now() time.Time { return t.now }
 
-// afterCommit registers f to run on the writer goroutine after the group commits, before the
+// Context is the context of the write's caller: a write function checks it between the
+// statements of a long write (a caller that went away stops it), and passes it to the driver's
+// calls, which run without its cancellation (StatementContext).
+func (t *Tx) Context() context.Context { return t.ctx }
+
+// Driver is the driver's write transaction as the write function sees it: each call begins the
+// group's transaction and the function's savepoint when no statement did yet (lazytx.go).
+func (t *Tx) Driver() driver.Tx { return t.db }
+
+// AddEphemerals notes, on a shared database, ephemeral events this function appended to the
+// stream with id: they travel with the commit's notification to the other nodes, which hand them
+// to their subscribers (the events are never stored).
+func (t *Tx) AddEphemerals(id int64, evs []foldtype.Event) {
+	if t.eph == nil {
+		t.eph = make(map[int64][]foldtype.Event)
+	}
+	t.eph[id] = append(t.eph[id], evs...)
+}
+
+// Holding returns the hold whose stream this write function may write (hold.go), or nil.
+func (t *Tx) Holding() *Hold { return t.holding }
+
+// AfterCommit registers f to run on the writer goroutine after the group commits, before the
 // caller is answered. Hooks must not block and must not call write.
-func (t *tx) afterCommit(f func()) { t.hooks = append(t.hooks, f) }
+func (t *Tx) AfterCommit(f func()) { t.hooks = append(t.hooks, f) }
 
 // addRecord notes a durable record this function appended: on a shared database it travels with
 // the commit's notification, and it feeds the tail cache (on an exclusive driver only while the
 // cache has entries). rec's memory must not change afterwards.
-func (t *tx) addRecord(rec driver.Record) {
+func (t *Tx) addRecord(rec driver.Record) {
 	if !t.wantRecords() {
 		return
 	}
@@ -224,17 +273,17 @@ func (t *tx) addRecord(rec driver.Record) {
 }
 
 // wantRecords reports whether addRecord keeps what it is given.
-func (t *tx) wantRecords() bool { return !t.s.exclusive || t.s.tails.inUse() }
+func (t *Tx) wantRecords() bool { return !t.s.exclusive || t.s.tails.inUse() }
 
-// touch marks the stream as changed, so readers waiting on it wake after the commit (and other
+// Changed marks the stream as changed, so readers waiting on it wake after the commit (and other
 // processes sharing the database are notified).
-func (t *tx) touch(id int64, path string) { t.touched[id] = path }
+func (t *Tx) Changed(id int64, path string) { t.touched[id] = path }
 
-// stream returns a staged copy of the writer's state of the stream at path, loading it from the
+// Stream returns a staged copy of the writer's state of the stream at path, loading it from the
 // database when the writer has none (or when the database is shared: then under the stream's
 // lock, so the tail is current). Changes to the copy take effect only if this function and the
 // group commit. It returns errNoStream when there is no row.
-func (t *tx) stream(path string) (*streamMem, error) {
+func (t *Tx) Stream(path string) (*StreamState, error) {
 	if err := t.checkHeld(path); err != nil {
 		return nil, err
 	}
@@ -281,7 +330,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 		}
 		return nil, err
 	}
-	m := &streamMem{Row: row, HighestAssigned: row.Tail, Tail: row.Tail}
+	m := &StreamState{Row: row, HighestAssigned: row.Tail, Tail: row.Tail}
 	if !t.s.exclusive {
 		if err := t.db.LockStream(t.ctx, row.ID); err != nil {
 			return nil, err
@@ -292,7 +341,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 			}
 			return nil, err
 		}
-		m = &streamMem{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
+		m = &StreamState{Row: row, HighestAssigned: max(row.Tail, row.Highest), Tail: row.Tail}
 		if old, ok := t.s.ws.streams.get(path); ok && old.Row.ID == row.ID {
 			m.HighestAssigned = max(m.HighestAssigned, old.HighestAssigned)
 		}
@@ -310,7 +359,7 @@ func (t *tx) stream(path string) (*streamMem, error) {
 // group's transaction instead of a round trip to read the row
 // (docs/postgres.md#writes-round-trips). The copy caches no producer: their rows are read in the
 // transaction, after the check took the stream's lock.
-func (t *tx) expected(path string) (*streamMem, bool) {
+func (t *Tx) expected(path string) (*StreamState, bool) {
 	if _, ok := t.staged[path]; ok {
 		return nil, false
 	}
@@ -321,7 +370,7 @@ func (t *tx) expected(path string) (*streamMem, bool) {
 	if !ok {
 		return nil, false
 	}
-	d, err := t.begin()
+	d, err := t.Begin()
 	if err != nil {
 		return nil, false // the usual read meets the same failure
 	}
@@ -341,10 +390,10 @@ func (t *tx) expected(path string) (*streamMem, bool) {
 	return &c, true
 }
 
-// unheld reports whether the writer holds nothing of the stream at path in memory — no staged
+// Unheld reports whether the writer holds nothing of the stream at path in memory — no staged
 // change of this function or its group, no cached row (exclusive drivers only) and no
 // hold: whether it exists is then for the database to say.
-func (t *tx) unheld(path string) bool {
+func (t *Tx) Unheld(path string) bool {
 	if !t.s.exclusive || t.heldBy(path) != nil {
 		return false
 	}
@@ -362,42 +411,46 @@ func (t *tx) unheld(path string) bool {
 // lock, lost that lock since (a shared driver committed the earlier functions early, see
 // driver.LockKeeper): then it must be read again under the lock, even if the group took the lock
 // again meanwhile.
-func (t *tx) lockReleased(m *streamMem) bool {
+func (t *Tx) lockReleased(m *StreamState) bool {
 	return m != nil && !t.s.exclusive && m.epoch != t.lockEpoch()
 }
 
 // lockEpoch is the group transaction's driver.LockKeeper epoch (0 when it has none).
-func (t *tx) lockEpoch() int { return lockEpochOf(t.g.dtx) }
+func (t *Tx) lockEpoch() int { return lockEpochOf(t.g.dtx) }
 
-// stage records a stream created by this function. On an exclusive driver its entry knows every
-// producer of the stream from the start: none (see streamMem.producersAll).
-func (t *tx) stage(m *streamMem) {
+// Create records a stream created by this function. On an exclusive driver its entry knows every
+// producer of the stream from the start: none (see StreamState.producersAll).
+func (t *Tx) Create(m *StreamState) {
 	m.producersAll = t.s.exclusive
 	m.epoch = t.lockEpoch()
 	t.staged[m.Row.Path] = m
-	t.touch(m.Row.ID, m.Row.Path)
+	t.Changed(m.Row.ID, m.Row.Path)
 }
 
-// forget drops the stream at path from the writer's state after the commit (it was deleted).
-func (t *tx) forget(path string, id int64) {
+// Forget drops the stream at path from the writer's state after the commit (it was deleted).
+func (t *Tx) Forget(path string, id int64) {
 	t.staged[path] = nil
-	t.touch(id, path)
+	t.Changed(id, path)
 }
 
-// marked reports whether the stream is marked in this incarnation: committed, or staged earlier in
+// Marked reports whether the stream is marked in this incarnation: committed, or staged earlier in
 // this function or by a successful function earlier in the group. A mark is one bit per stream for
 // the life of the store's incarnation (markSet), for a layer's "at most once per incarnation"
 // (wake.go: a stream gets at most one wake record).
-func (t *tx) marked(id int64) bool {
+func (t *Tx) Marked(id int64) bool {
 	return t.marks[id] || t.g.marks[id] || t.s.ws.marks.has(id)
 }
 
-// mark stages the stream's mark. It takes effect only if this function and the group commit: a
+// Mark stages the stream's mark. It takes effect only if this function and the group commit: a
 // mark that outlived a rolled-back write would suppress what it stands for (a wake record) for the
 // rest of the incarnation.
-func (t *tx) mark(id int64) {
+func (t *Tx) Mark(id int64) {
 	if t.marks == nil {
 		t.marks = make(map[int64]bool)
 	}
 	t.marks[id] = true
 }
+
+// CachedStream returns the writer's committed entry of the stream at path, if it is cached: a
+// hold's owner checks with it that its stream is still there.
+func (t *Tx) CachedStream(path string) (*StreamState, bool) { return t.s.ws.streams.get(path) }

@@ -1,10 +1,13 @@
-package stream
+package kernel
 
 import (
 	"context"
 
 	"github.com/foldstream/foldstream/stream/driver"
 )
+
+// The statements of driver.Tx the subscription store writes with, on a write function's lazy
+// transaction (lazytx.go), forwarded like every statement.
 
 func (l lazyTx) Subscription(ctx context.Context, id string) (driver.SubscriptionRow, bool, error) {
 	d, ctx, err := l.begin(ctx)

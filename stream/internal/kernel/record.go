@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"bytes"
@@ -10,9 +10,9 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The one insert path. Both views append through admit and writeRecord: the event view's batches
-// (Append, Wake, event-shaped protocol messages) and the protocol view's records (POSTs, producer
-// batches, a create's initial body). The rules are in docs/store.md#appending:
+// The one insert path. Both views append through Tx.Admit and Tx.WriteRecord: the event view's
+// batches (Append, Wake, event-shaped protocol messages) and the protocol view's records (POSTs,
+// producer batches, a create's initial body). The rules are in docs/store.md#appending:
 //
 //   - an idempotency key (event-shaped messages only, never on ephemerals) that names a stored
 //     event with the same type, payload and metadata is a duplicate: it takes no offset; with a
@@ -25,75 +25,75 @@ import (
 //     read whole.
 
 // recordSliceBytes is the body size at which a record is cut into another row.
-const recordSliceBytes = 256 << 10
+const RecordSliceBytes = 256 << 10
 
-// pending is one message of a batch on its way in.
-type pending struct {
-	body      []byte               // the stored JSON (an ephemeral's is never stored)
-	key       string               // idempotency key, "" for none
-	probe     *foldtype.EventInput // type, payload and metadata, compared when key names a stored event (set with key)
-	ephemeral bool
-	expect    int64 // offset precondition, 0 for none
-	// ctl is the message's control kind (foldtype.ControlKind), as the face that built the batch
-	// classified it, and reason a pause's reason: what they mean is for the features that judge
-	// them (pause.go).
-	ctl    foldtype.ControlKind
-	reason string
-	// exempt marks the store's own wake records, which a feature's admission check lets pass
+// Pending is one message of a batch on its way in.
+type Pending struct {
+	Body      []byte               // the stored JSON (an ephemeral's is never stored)
+	Key       string               // idempotency key, "" for none
+	Probe     *foldtype.EventInput // type, payload and metadata, compared when key names a stored event (set with key)
+	Ephemeral bool                 // takes an offset, never stored: for live subscribers only
+	Expect    int64                // offset precondition, 0 for none
+	// Ctl is the message's control kind (foldtype.ControlKind), as the face that built the batch
+	// classified it, and Reason a pause's reason: what they mean is for the layers that judge
+	// them (pausing).
+	Ctl    foldtype.ControlKind
+	Reason string // a pause's reason (see Ctl)
+	// Exempt marks the store's own wake records, which a feature's admission check lets pass
 	// (a paused stream must still be woken).
-	exempt bool
-	// scanned is a protocol message as the body's one scan found it (nil for event inputs).
-	scanned *rawjson.Message
+	Exempt bool
+	// Scanned is a protocol message as the body's one scan found it (nil for event inputs).
+	Scanned *rawjson.Message
 }
 
-// admitted is the outcome of admit for one message.
-type admitted struct {
-	offset int64 // the message's offset (fresh or, for a duplicate, the stored one)
-	dup    bool  // a duplicate of a stored event (or of an earlier message of the batch)
-	dupOf  int   // for an in-batch duplicate: the index of the first message, else -1
+// Admitted is the outcome of Tx.Admit for one message.
+type Admitted struct {
+	Offset int64 // the message's offset (fresh or, for a duplicate, the stored one)
+	Dup    bool  // a duplicate of a stored event (or of an earlier message of the batch)
+	DupOf  int   // for an in-batch duplicate: the index of the first message, else -1
 	// existing is the stored event a duplicate repeats (nil for a fresh message, and for an
 	// in-batch duplicate of a fresh one): a pointer keeps a batch's outcomes small.
-	existing *foldtype.Event
+	Existing *foldtype.Event
 }
 
-// admit runs the idempotency check and the features' admission checks (hooks.go) and assigns
-// offsets. It changes nothing: the caller writes the fresh messages with writeRecord.
-func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, after, through int64, err error) {
+// Admit runs the idempotency check and the features' admission checks (hooks.go) and assigns
+// offsets. It changes nothing: the caller writes the fresh messages with WriteRecord.
+func (t *Tx) Admit(m *StreamState, batch []Pending) (out []Admitted, after, through int64, err error) {
 	after = m.HighestAssigned
 	through = after
-	out = make([]admitted, len(batch))
-	judges := s.judgesOf(&m.Row)
+	out = make([]Admitted, len(batch))
+	judges := t.s.judgesOf(&m.Row)
 	var byKey map[string]int
 	for i, p := range batch {
-		out[i].dupOf = -1
-		if p.key != "" && !p.ephemeral {
-			if j, ok := byKey[p.key]; ok {
+		out[i].DupOf = -1
+		if p.Key != "" && !p.Ephemeral {
+			if j, ok := byKey[p.Key]; ok {
 				var prev foldtype.Event
-				if out[j].existing != nil {
-					prev = *out[j].existing
+				if out[j].Existing != nil {
+					prev = *out[j].Existing
 				}
-				if !out[j].dup {
-					prev = foldtype.Event{Type: batch[j].probe.Type, Payload: batch[j].probe.Payload, Metadata: batch[j].probe.Metadata}
+				if !out[j].Dup {
+					prev = foldtype.Event{Type: batch[j].Probe.Type, Payload: batch[j].Probe.Payload, Metadata: batch[j].Probe.Metadata}
 				}
-				if !foldtype.SameIdempotentEvent(prev, *p.probe) {
-					return nil, 0, 0, foldtype.IdempotencyConflictError(p.key, out[j].offset)
+				if !foldtype.SameIdempotentEvent(prev, *p.Probe) {
+					return nil, 0, 0, foldtype.IdempotencyConflictError(p.Key, out[j].Offset)
 				}
-				out[i] = admitted{offset: out[j].offset, dup: true, dupOf: j, existing: out[j].existing}
+				out[i] = Admitted{Offset: out[j].Offset, Dup: true, DupOf: j, Existing: out[j].Existing}
 				continue
 			}
-			existing, found, err := lookupIdempotencyKey(t.ctx, t.db, &m.Row, p.key)
+			existing, found, err := lookupIdempotencyKey(t.ctx, t.db, &m.Row, p.Key, t.s.opts.DecodeEvent)
 			if err != nil {
 				return nil, 0, 0, err
 			}
 			if byKey == nil {
 				byKey = make(map[string]int)
 			}
-			byKey[p.key] = i
+			byKey[p.Key] = i
 			if found {
-				if !foldtype.SameIdempotentEvent(existing, *p.probe) {
-					return nil, 0, 0, foldtype.IdempotencyConflictError(p.key, existing.Offset)
+				if !foldtype.SameIdempotentEvent(existing, *p.Probe) {
+					return nil, 0, 0, foldtype.IdempotencyConflictError(p.Key, existing.Offset)
 				}
-				out[i] = admitted{offset: existing.Offset, dup: true, dupOf: -1, existing: &existing}
+				out[i] = Admitted{Offset: existing.Offset, Dup: true, DupOf: -1, Existing: &existing}
 				continue
 			}
 		}
@@ -105,16 +105,16 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 			}
 		}
 		off := through + 1
-		if p.expect != 0 && p.expect != off {
-			return nil, 0, 0, foldtype.OffsetConflictError(p.expect, off)
+		if p.Expect != 0 && p.Expect != off {
+			return nil, 0, 0, foldtype.OffsetConflictError(p.Expect, off)
 		}
 		through = off
-		out[i].offset = off
+		out[i].Offset = off
 	}
 	return out, after, through, nil
 }
 
-// writeRecord stores the fresh durable messages of an admitted batch as one record (sliced when
+// WriteRecord stores the fresh durable messages of an admitted batch as one record (sliced when
 // long), moves the writer's marks, registers the keys and runs the features' record effects
 // (hooks.go). through is the batch's last offset:
 // when the batch carried a durable message, the durable mark moves to it.
@@ -123,11 +123,11 @@ func (s *Store) admit(t *tx, m *streamMem, batch []pending) (out []admitted, aft
 // without its brackets): when every message of the batch is fresh and durable and their bodies are
 // exactly joined's elements in order, the record's body is joined itself, not a copy. The record
 // kept for the tail cache is then a copy, as the caller's memory is not the store's to keep.
-func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted, after, through int64, joined []byte) error {
+func (t *Tx) WriteRecord(m *StreamState, batch []Pending, adm []Admitted, after, through int64, joined []byte) error {
 	if done, err := t.finishHeld(m, after, through); done {
 		return err // the record of the write holding the stream, written by its owner (hold.go)
 	}
-	shared := joined != nil && len(joined) <= recordSliceBytes && joinsBatch(joined, batch, adm)
+	shared := joined != nil && len(joined) <= RecordSliceBytes && joinsBatch(joined, batch, adm)
 	recordStart := m.Tail
 	var rec *driver.Record
 	prev := after
@@ -153,11 +153,11 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		return err
 	}
 	for i, p := range batch {
-		if adm[i].dup || p.ephemeral {
+		if adm[i].Dup || p.Ephemeral {
 			continue
 		}
-		off := adm[i].offset
-		if !shared && rec != nil && len(rec.Body)+1+len(p.body) > recordSliceBytes {
+		off := adm[i].Offset
+		if !shared && rec != nil && len(rec.Body)+1+len(p.Body) > RecordSliceBytes {
 			if err := flush(prev); err != nil {
 				return err
 			}
@@ -170,17 +170,17 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 			if shared {
 				rec.Body = joined
 			} else {
-				rec.Body = make([]byte, 0, min(len(p.body)*len(batch), recordSliceBytes))
+				rec.Body = make([]byte, 0, min(len(p.Body)*len(batch), RecordSliceBytes))
 			}
 		} else if !shared {
 			rec.Body = append(rec.Body, ',')
 		}
-		rec.Frames = driver.AppendFrame(rec.Frames, off-prev, len(p.body))
+		rec.Frames = driver.AppendFrame(rec.Frames, off-prev, len(p.Body))
 		if !shared {
-			rec.Body = append(rec.Body, p.body...)
+			rec.Body = append(rec.Body, p.Body...)
 		}
-		if p.key != "" {
-			rec.Keys = append(rec.Keys, driver.Key{Key: p.key, Offset: off})
+		if p.Key != "" {
+			rec.Keys = append(rec.Keys, driver.Key{Key: p.Key, Offset: off})
 		}
 		prev = off
 		durable = true
@@ -190,14 +190,14 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 			return err
 		}
 		m.Tail = through
-		s.persistAccess(t, m)
-		for _, effect := range s.hooks.recorded {
+		t.PersistAccess(m)
+		for _, effect := range t.s.hooks.recorded {
 			if err := effect(t, m, batch, adm); err != nil {
 				return err
 			}
 		}
 	}
-	if !s.exclusive && through > m.Tail {
+	if !t.s.exclusive && through > m.Tail {
 		// Ephemerals past the durable tail: record the offsets handed out, so no node hands
 		// them out again (docs/postgres.md#ephemeral-events).
 		if err := t.db.UpdateStream(t.ctx, m.Row.ID, driver.StreamUpdate{Highest: &through}); err != nil {
@@ -205,37 +205,27 @@ func (s *Store) writeRecord(t *tx, m *streamMem, batch []pending, adm []admitted
 		}
 	}
 	m.HighestAssigned = through
-	t.touch(m.Row.ID, m.Row.Path)
+	t.Changed(m.Row.ID, m.Row.Path)
 	return nil
 }
 
 // joinsBatch reports whether the batch's messages are all fresh and durable and their bodies are
 // the elements of joined, in order, each a slice of joined itself with one separator between them:
-// then joined is byte for byte the record writeRecord would build.
-func joinsBatch(joined []byte, batch []pending, adm []admitted) bool {
+// then joined is byte for byte the record WriteRecord would build.
+func joinsBatch(joined []byte, batch []Pending, adm []Admitted) bool {
 	pos := 0
 	for i, p := range batch {
-		if adm[i].dup || p.ephemeral || len(p.body) == 0 || pos+len(p.body) > len(joined) ||
-			&p.body[0] != &joined[pos] {
+		if adm[i].Dup || p.Ephemeral || len(p.Body) == 0 || pos+len(p.Body) > len(joined) ||
+			&p.Body[0] != &joined[pos] {
 			return false
 		}
-		pos += len(p.body) + 1 // the separator: the next element starts one byte on, after a comma
+		pos += len(p.Body) + 1 // the separator: the next element starts one byte on, after a comma
 	}
 	return pos == len(joined)+1
 }
 
-// arrayText returns a JSON array body's text inside its brackets (nil for any other body). The
-// body must be well-formed JSON.
-func arrayText(body []byte) []byte {
-	body = bytes.TrimSpace(body)
-	if len(body) < 2 || body[0] != '[' {
-		return nil
-	}
-	return body[1 : len(body)-1]
-}
-
-// writeBytes stores a byte record at the stream's tail (sliced when long).
-func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
+// WriteBytes stores a byte record at the stream's tail (sliced when long).
+func (t *Tx) WriteBytes(m *StreamState, body []byte) error {
 	if done, err := t.finishHeld(m, m.Tail, m.Tail+int64(len(body))); done {
 		return err
 	}
@@ -245,7 +235,7 @@ func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
 		if err := t.ctx.Err(); err != nil {
 			return err // the client went away: stop, and let the savepoint take the slices back
 		}
-		n := min(len(body), recordSliceBytes)
+		n := min(len(body), RecordSliceBytes)
 		rec := driver.Record{StreamID: m.Row.ID, RecordStart: start, Start: pos,
 			End: pos + int64(n), CreatedMs: t.now.UnixMilli(), Body: body[:n]}
 		if err := t.db.InsertRecord(t.ctx, rec); err != nil {
@@ -260,14 +250,14 @@ func (s *Store) writeBytes(t *tx, m *streamMem, body []byte) error {
 	}
 	m.Tail = pos
 	m.HighestAssigned = max(m.HighestAssigned, pos)
-	s.persistAccess(t, m)
-	t.touch(m.Row.ID, m.Row.Path)
+	t.PersistAccess(m)
+	t.Changed(m.Row.ID, m.Row.Path)
 	return nil
 }
 
-// persistAccess writes the last access of a stream with a sliding TTL in the append's own
+// PersistAccess writes the last access of a stream with a sliding TTL in the append's own
 // transaction (a stream without one needs no stream-row write per append).
-func (s *Store) persistAccess(t *tx, m *streamMem) {
+func (t *Tx) PersistAccess(m *StreamState) {
 	if !m.Row.TTLSeconds.Valid {
 		return
 	}
@@ -282,7 +272,7 @@ func (s *Store) persistAccess(t *tx, m *streamMem) {
 
 // lookupIdempotencyKey finds the durable event registered under key in the stream (fork
 // ancestors included, up to the fork offsets).
-func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, key string) (foldtype.Event, bool, error) {
+func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, key string, decode func(string, Message) (foldtype.Event, error)) (foldtype.Event, bool, error) {
 	segs, err := segmentsOf(ctx, q, row)
 	if err != nil {
 		return foldtype.Event{}, false, err
@@ -296,7 +286,7 @@ func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, 
 		if !found || (seg.Through >= 0 && off > seg.Through) {
 			continue
 		}
-		ev, ok, err := messageAt(ctx, q, seg.ID, row.Path, off)
+		ev, ok, err := messageAt(ctx, q, seg.ID, row.Path, off, decode)
 		if err != nil {
 			return foldtype.Event{}, false, err
 		}
@@ -308,14 +298,14 @@ func lookupIdempotencyKey(ctx context.Context, q driver.Reader, row *streamRow, 
 }
 
 // messageAt decodes the stored JSON message at offset off of stream id.
-func messageAt(ctx context.Context, q driver.Reader, id int64, path string, off int64) (foldtype.Event, bool, error) {
+func messageAt(ctx context.Context, q driver.Reader, id int64, path string, off int64, decode func(string, Message) (foldtype.Event, error)) (foldtype.Event, bool, error) {
 	var ev foldtype.Event
 	found := false
 	var decErr error
 	err := q.Records(ctx, id, off-1, func(rec driver.Record) (bool, error) {
 		err := driver.EachFrame(rec, func(o int64, body []byte) bool {
 			if o == off {
-				ev, decErr = decodeEvent(path, message{Offset: o, CreatedMs: rec.CreatedMs, Body: body})
+				ev, decErr = decode(path, Message{Offset: o, CreatedMs: rec.CreatedMs, Body: body})
 				found = true
 				return false
 			}

@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -14,9 +14,9 @@ type streamRow = driver.Stream
 // errNoStream is returned by stream lookups when no row matches.
 var errNoStream = driver.ErrNoStream
 
-// loadStreamByPath returns the stream row at path, or errNoStream. It does not judge expiry or
+// LoadStreamByPath returns the stream row at path, or errNoStream. It does not judge expiry or
 // soft deletion; callers do.
-func loadStreamByPath(ctx context.Context, q driver.Reader, path string) (*streamRow, error) {
+func LoadStreamByPath(ctx context.Context, q driver.Reader, path string) (*driver.Stream, error) {
 	r, err := q.StreamByPath(ctx, path)
 	if err != nil {
 		return nil, err
@@ -24,8 +24,8 @@ func loadStreamByPath(ctx context.Context, q driver.Reader, path string) (*strea
 	return &r, nil
 }
 
-// loadStreamByID returns the stream row with id, or errNoStream.
-func loadStreamByID(ctx context.Context, q driver.Reader, id int64) (*streamRow, error) {
+// LoadStreamByID returns the stream row with id, or errNoStream.
+func LoadStreamByID(ctx context.Context, q driver.Reader, id int64) (*driver.Stream, error) {
 	r, err := q.StreamByID(ctx, id)
 	if err != nil {
 		return nil, err
@@ -33,14 +33,14 @@ func loadStreamByID(ctx context.Context, q driver.Reader, id int64) (*streamRow,
 	return &r, nil
 }
 
-// message is one stored message (JSON streams) or one record slice (byte streams) as a read
+// Message is one stored message (JSON streams) or one record slice (byte streams) as a read
 // sees it. Body is valid only during the callback that receives it.
-type message struct {
-	Offset      int64 // the message's offset (JSON), or the slice's end position (bytes)
-	Start       int64 // bytes: the slice's start position
-	RecordStart int64
-	CreatedMs   int64
-	Body        []byte
+type Message struct {
+	Offset      int64  // the message's offset (JSON), or the slice's end position (bytes)
+	Start       int64  // bytes: the slice's start position
+	RecordStart int64  // where the message's record starts
+	CreatedMs   int64  // when the message's record was written
+	Body        []byte // the message's stored JSON, or the slice's bytes
 }
 
 // segment is a run of one stream's positions visible through a (possibly forked) stream:
@@ -65,7 +65,7 @@ func segmentsOf(ctx context.Context, q driver.Reader, r *streamRow) ([]segment, 
 		if limit >= 0 && limit < through {
 			through = limit
 		}
-		parent, err := loadStreamByID(ctx, q, cur.ForkedFrom.Int64)
+		parent, err := LoadStreamByID(ctx, q, cur.ForkedFrom.Int64)
 		if err != nil {
 			return nil, fmt.Errorf("load fork source of %s: %w", quotePath(cur.Path), err)
 		}
@@ -82,7 +82,7 @@ func segmentsOf(ctx context.Context, q driver.Reader, r *streamRow) ([]segment, 
 // scanRecords calls fn for each stored record (or slice) visible through stream r with End >
 // after, in position order, with the segment's upper bound (-1: none). fn returns false to stop.
 func scanRecords(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(rec driver.Record, upper int64) (bool, error)) error {
-	_, err := scanRecordsWithin(ctx, q, r, after, 0, fn)
+	_, err := ScanRecordsWithin(ctx, q, r, after, 0, fn)
 	return err
 }
 
@@ -96,10 +96,10 @@ func recordsWithin(ctx context.Context, q driver.Reader, streamID, after int64, 
 	return false, q.Records(ctx, streamID, after, fn)
 }
 
-// scanRecordsWithin is scanRecords for a page of budget bytes (0: no page): the driver may stop
+// ScanRecordsWithin is scanRecords for a page of budget bytes (0: no page): the driver may stop
 // before fn does, at a record the page does not take (driver.SizedRecordsReader), which it
 // reports as stopped; the records after it are then left for the next page.
-func scanRecordsWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(rec driver.Record, upper int64) (bool, error)) (stopped bool, err error) {
+func ScanRecordsWithin(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, budget int, fn func(rec driver.Record, upper int64) (bool, error)) (stopped bool, err error) {
 	segs, err := segmentsOf(ctx, q, r)
 	if err != nil {
 		return false, err
@@ -137,19 +137,19 @@ func scanRecordsWithin(ctx context.Context, q driver.Reader, r *streamRow, after
 	return false, nil
 }
 
-// scanMessages calls fn for each message (JSON) or record slice (bytes) visible through stream r
+// ScanMessages calls fn for each message (JSON) or record slice (bytes) visible through stream r
 // after position after, in order. fn returns false to stop.
-func scanMessages(ctx context.Context, q driver.Reader, r *streamRow, after int64, fn func(m message) bool) error {
-	_, err := scanMessagesWithin(ctx, q, r, after, 0, fn)
+func ScanMessages(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, fn func(m Message) bool) error {
+	_, err := ScanMessagesWithin(ctx, q, r, after, 0, fn)
 	return err
 }
 
-// scanMessagesWithin is scanMessages for a page of budget bytes (see scanRecordsWithin).
-func scanMessagesWithin(ctx context.Context, q driver.Reader, r *streamRow, after int64, budget int, fn func(m message) bool) (stopped bool, err error) {
+// ScanMessagesWithin is ScanMessages for a page of budget bytes (see ScanRecordsWithin).
+func ScanMessagesWithin(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, budget int, fn func(m Message) bool) (stopped bool, err error) {
 	isJSON := IsJSONContentType(r.ContentType)
-	return scanRecordsWithin(ctx, q, r, after, budget, func(rec driver.Record, upper int64) (bool, error) {
+	return ScanRecordsWithin(ctx, q, r, after, budget, func(rec driver.Record, upper int64) (bool, error) {
 		if !isJSON {
-			m := message{Offset: rec.End, Start: rec.Start, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: rec.Body}
+			m := Message{Offset: rec.End, Start: rec.Start, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: rec.Body}
 			if upper >= 0 && m.Offset > upper {
 				// Only a fork's split-record prefix ends inside a record, and it is its own record.
 				m.Body = m.Body[:max(0, len(m.Body)-int(m.Offset-upper))]
@@ -165,7 +165,7 @@ func scanMessagesWithin(ctx context.Context, q driver.Reader, r *streamRow, afte
 			if upper >= 0 && off > upper {
 				return false // past the fork point; the record after it ends the segment
 			}
-			more = fn(message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
+			more = fn(Message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
 			return more
 		})
 		if err != nil {

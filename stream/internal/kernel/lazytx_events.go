@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 	"github.com/foldstream/foldstream/stream/driver"
 )
 
-// The event face's statements on a write function's lazy transaction (lazytx.go): claims,
-// checkpoints, fences and the processor state a deleted stream takes with it.
+// The statements of driver.Tx the event face writes with, on a write function's lazy transaction
+// (lazytx.go): claims, checkpoints, fences and the processor state a deleted stream takes with
+// it. The kernel forwards them as it forwards every statement, and runs none of them itself.
 
 func (l lazyTx) Claims(ctx context.Context) ([]driver.Claim, error) {
 	d, ctx, err := l.begin(ctx)

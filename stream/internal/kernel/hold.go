@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -7,25 +7,25 @@ import (
 
 // Holds (docs/store.md#the-kernel-and-its-layers): a feature whose one operation on a stream takes
 // several writes — each committed in whatever group the writer runs, so other streams' writes
-// commit between them — holds the stream for their length (sliced.go holds a stream while a huge
+// commit between them — holds the stream for their length (huge records hold a stream while one
 // record is written in slices). While a stream is held, every other write that reaches it is
 // parked in the writer, not refused, and runs once the hold ends; writes to other streams are not
 // affected, and the writer keeps the held stream's entry in memory.
 
-// hold keeps one stream for one owner across several writes.
-type hold struct {
-	path string
-	// owner is the feature's value behind the hold (a *reservation for sliced.go).
-	owner any
-	// finish, when set, writes the record of the owner's own append to the held stream in place of
-	// the kernel's insert (writeRecord, writeBytes) and reports true, or reports false to leave the
+// Hold keeps one stream for one owner across several writes.
+type Hold struct {
+	Path string // the held stream
+	// Owner is the layer's value behind the hold (huge records: their *sliced.Record).
+	Owner any
+	// Finish, when set, writes the record of the owner's own append to the held stream in place of
+	// the kernel's insert (WriteRecord, WriteBytes) and reports true, or reports false to leave the
 	// record to the kernel.
-	finish func(t *tx, m *streamMem, after, through int64) (bool, error)
-	// release undoes, in the write of whoever finds the hold abandoned, what its owner left in
+	Finish func(t *Tx, m *StreamState, after, through int64) (bool, error)
+	// Release undoes, in the write of whoever finds the hold abandoned, what its owner left in
 	// the database; that write then ends the hold and proceeds.
-	release func(t *tx) error
-	// abandoned is set by the owner when it could not end the hold (its last write failed).
-	abandoned atomic.Bool
+	Release func(t *Tx) error
+	// Abandoned is set by the owner when it could not end the hold (its last write failed).
+	Abandoned atomic.Bool
 }
 
 // heldError is a write that reached a stream another write holds: the writer parks it until the
@@ -37,7 +37,7 @@ func (e *heldError) Error() string {
 }
 
 // heldBy returns the hold on path (committed or staged in this group), or nil.
-func (t *tx) heldBy(path string) *hold {
+func (t *Tx) heldBy(path string) *Hold {
 	if h := t.g.held[path]; h != nil {
 		return h
 	}
@@ -46,29 +46,29 @@ func (t *tx) heldBy(path string) *hold {
 
 // checkHeld refuses (parks) a write to a stream another write holds. A stream whose hold was
 // abandoned is released in this write, which then proceeds.
-func (t *tx) checkHeld(path string) error {
+func (t *Tx) checkHeld(path string) error {
 	h := t.heldBy(path)
 	if h == nil || h == t.holding {
 		return nil
 	}
-	if !h.abandoned.Load() {
+	if !h.Abandoned.Load() {
 		return &heldError{path: path}
 	}
-	if err := h.release(t); err != nil {
+	if err := h.Release(t); err != nil {
 		return err
 	}
-	t.endHold(h)
+	t.EndHold(h)
 	return nil
 }
 
-// startHold holds h's stream once this write and its group commit.
-func (t *tx) startHold(h *hold) { t.holdStart = h }
+// StartHold holds h's stream once this write and its group commit.
+func (t *Tx) StartHold(h *Hold) { t.holdStart = h }
 
-// endHold ends the hold h once this write and its group commit.
-func (t *tx) endHold(h *hold) { t.holdEnds = append(t.holdEnds, h) }
+// EndHold ends the hold h once this write and its group commit.
+func (t *Tx) EndHold(h *Hold) { t.holdEnds = append(t.holdEnds, h) }
 
-// writeHolding is write for the owner of hold h: its functions may touch the held stream.
-func (s *Store) writeHolding(ctx context.Context, h *hold, fn func(t *tx) error) error {
+// WriteHolding is Write for the owner of hold h: its functions may touch the held stream.
+func (s *Store) WriteHolding(ctx context.Context, h *Hold, fn func(t *Tx) error) error {
 	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), holding: h}
 	if err := s.enqueue(ctx, req); err != nil {
 		return err
@@ -77,10 +77,10 @@ func (s *Store) writeHolding(ctx context.Context, h *hold, fn func(t *tx) error)
 }
 
 // finishHeld lets the owner of the hold this write function holds write the record (after,
-// through] of m itself (hold.finish); it reports false when the kernel writes it.
-func (t *tx) finishHeld(m *streamMem, after, through int64) (bool, error) {
-	if h := t.holding; h != nil && h.finish != nil {
-		return h.finish(t, m, after, through)
+// through] of m itself (Hold.Finish); it reports false when the kernel writes it.
+func (t *Tx) finishHeld(m *StreamState, after, through int64) (bool, error) {
+	if h := t.holding; h != nil && h.Finish != nil {
+		return h.Finish(t, m, after, through)
 	}
 	return false, nil
 }

@@ -1,4 +1,4 @@
-package stream
+package kernel
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // lazyTx is the driver.Tx a write function uses: each call first makes sure the group's
 // transaction and the function's savepoint exist (tx.begin), so a function that never touches the
 // database runs no SQL.
-type lazyTx struct{ t *tx }
+type lazyTx struct{ t *Tx }
 
 var _ driver.Tx = lazyTx{}
 
@@ -17,8 +17,8 @@ var _ driver.Tx = lazyTx{}
 // returns the context the call's statement runs with (tx.stmtCtx): every call of a write function
 // into the database passes here.
 func (l lazyTx) begin(ctx context.Context) (driver.WriteTx, context.Context, error) {
-	d, err := l.t.begin()
-	return d, l.t.stmtCtx(ctx), err
+	d, err := l.t.Begin()
+	return d, l.t.StatementContext(ctx), err
 }
 
 func (l lazyTx) StreamByPath(ctx context.Context, path string) (driver.Stream, error) {
@@ -119,11 +119,11 @@ func (l lazyTx) InsertStream(ctx context.Context, s driver.Stream) (int64, error
 	return d.InsertStream(ctx, s)
 }
 
-// insertStreamIfAbsent is InsertStream for a path the writer holds no row of: with a driver that
+// InsertStreamIfAbsent is InsertStream for a path the writer holds no row of: with a driver that
 // can (driver.FreshStreamInserter) one statement that leaves a taken path alone. It reports false,
 // having written nothing, when the path is taken or the driver cannot insert only if absent.
-func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int64, bool, error) {
-	d, ctx, err := l.begin(ctx)
+func (t *Tx) InsertStreamIfAbsent(s driver.Stream) (int64, bool, error) {
+	d, ctx, err := t.db.begin(t.ctx)
 	if err != nil {
 		return 0, false, err
 	}
@@ -134,12 +134,12 @@ func (l lazyTx) insertStreamIfAbsent(ctx context.Context, s driver.Stream) (int6
 	return f.InsertStreamIfAbsent(ctx, s)
 }
 
-// insertStreamAlone is insertStreamIfAbsent for a create whose insert is the function's only
+// InsertStreamAlone is InsertStreamIfAbsent for a create whose insert is the function's only
 // statement (no body, no close, no fork): it runs without a savepoint when the function has
 // none yet (tx.beginAlone), and without the caller's context, so that a caller going away cannot
 // interrupt a statement that has no savepoint to roll back to.
-func (l lazyTx) insertStreamAlone(s driver.Stream) (int64, bool, error) {
-	d, alone, err := l.t.beginAlone()
+func (t *Tx) InsertStreamAlone(s driver.Stream) (int64, bool, error) {
+	d, alone, err := t.beginAlone()
 	if err != nil {
 		return 0, false, err
 	}
@@ -149,7 +149,7 @@ func (l lazyTx) insertStreamAlone(s driver.Stream) (int64, bool, error) {
 	}
 	id, inserted, err := f.InsertStreamIfAbsent(context.Background(), s)
 	if err != nil && alone {
-		l.t.aloneErr = err
+		t.aloneErr = err
 	}
 	return id, inserted, err
 }
