@@ -4,19 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"sync/atomic"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // The kernel's hooks as a layer meets them (package kernel: hooks.go, hold.go). The layers register at open
 // (layers.go); these tests register one more before the store's first write, which the write's
 // queueing orders after the registration.
 
-// An admission check's refusal refuses the whole batch before any message takes an offset; a
-// duplicate is never judged.
+// An admission check's refusal refuses the whole batch before any message takes an offset.
 func TestAdmissionCheckRefusesTheWholeBatch(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -40,6 +40,39 @@ func TestAdmissionCheckRefusesTheWholeBatch(t *testing.T) {
 	got, err := st.Append(ctx, ev("c"))
 	if err != nil || got[0].Offset != 2 {
 		t.Fatalf("the next append: got %+v %v, want offset 2 (the refused batch took none)", got, err)
+	}
+}
+
+// An admission check judges a batch's fresh messages only: a message whose idempotency key names
+// an event already stored is echoed as that event, even when the check would refuse it now.
+func TestAdmissionCheckNeverJudgesADuplicate(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	refused := errors.New("refused by the layer")
+	var strict atomic.Bool
+	s.k.CheckAdmission(func(row *driver.Stream) func(p *kernel.Pending) error {
+		return func(p *kernel.Pending) error {
+			if strict.Load() && bytes.Contains(p.Body, []byte(`"type":"x"`)) {
+				return refused
+			}
+			return nil
+		}
+	})
+	st := s.Events().Stream("/dup")
+	keyed := foldtype.EventInput{Type: "x", IdempotencyKey: "k1"}
+	first, err := st.Append(ctx, keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict.Store(true)
+	again, err := st.Append(ctx, keyed)
+	if err != nil || len(again) != 1 || again[0].Offset != first[0].Offset {
+		t.Fatalf("the duplicate under a check that refuses its type: got %+v %v, want the stored event at offset %d",
+			again, err, first[0].Offset)
+	}
+	if _, err := st.Append(ctx, foldtype.EventInput{Type: "x", IdempotencyKey: "k2"}); !errors.Is(err, refused) {
+		t.Fatalf("a fresh message of that type: got %v, want the check's error", err)
 	}
 }
 
