@@ -10,7 +10,7 @@ import (
 // The stream kernel (docs/store.md#the-kernel-and-its-layers) is the package kernelPkg; its
 // layers are package stream, which opens a store and composes them, and every other package
 // below stream/ but the drivers (a layer moved into a package of its own, such as
-// stream/internal/pause).
+// stream/internal/pause, or a face such as stream/internal/protocol).
 const kernelPkg = "stream/internal/kernel"
 
 // The kernel's bounds: its non-test lines, and the lines of any one non-test file of the kernel
