@@ -155,14 +155,7 @@ func (s *Store) probeCommits() {
 		if !stalled {
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-s.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := s.UntilClose()
 		err := p.ProbeCommit(ctx)
 		cancel()
 		if err == nil {
