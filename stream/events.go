@@ -419,3 +419,21 @@ func pageCap(row *streamRow, after int64, limit int) int {
 	}
 	return int(min(row.Tail-after, int64(limit), 64))
 }
+
+// endIncarnation ends what the event face keeps of one incarnation of the stream at path, in the
+// write that deletes it (catalog.Hooks.Ended, run by every delete path of the protocol face): its
+// processors' checkpoints and claims go (a stream created at the path again starts its
+// processors from their initial state at offset 0), and once the delete commits its ephemeral
+// ring is cleared and its subscriptions end with STREAM_DELETED
+// (docs/store.md#deleting-a-stream).
+func (s *Store) endIncarnation(t *kernel.Tx, id int64, path string) error {
+	if err := t.Driver().DeleteProcessorState(t.Context(), path); err != nil {
+		return err
+	}
+	t.AfterCommit(func() {
+		s.forgetRing(id)
+		s.endSubscriptions(path, foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": path},
+			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
+	})
+	return nil
+}

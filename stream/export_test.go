@@ -2,7 +2,10 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/protocol"
+	"github.com/foldstream/foldstream/stream/internal/sliced"
 	"time"
 )
 
@@ -24,14 +27,37 @@ func SetGatherWait(s *Store, d time.Duration) {
 	})
 }
 
-// AccessEntries returns how many streams the protocol view holds an in-memory access time for,
-// and, when sweepAt > 0, sets the size at which noteAccess sweeps (and its floor) to sweepAt.
-func AccessEntries(s *Store, sweepAt int) int {
-	p := s.proto()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if sweepAt > 0 {
-		p.sweepAt, p.sweepMin = sweepAt, sweepAt
+// AccessEntries returns how many streams the catalogue holds an in-memory access time for,
+// and, when sweepAt > 0, sets the size at which NoteAccess sweeps (and its floor) to sweepAt.
+func AccessEntries(s *Store, sweepAt int) int { return s.cat.AccessEntries(sweepAt) }
+
+// splitJSON is the protocol face's split of a JSON body (package protocol).
+var splitJSON = protocol.SplitJSON
+
+// planSliced, appendSliced and listenBarrier are the protocol face's steps of an append in
+// slices and of a live read on a shared database (package protocol).
+func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr error) *sliced.Record {
+	return protocol.PlanSliced(s.protocol, req, msgs, msgErr)
+}
+
+func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawjson.Message, msgErr error, r *sliced.Record) (AppendResult, bool, error) {
+	return protocol.AppendSliced(ctx, s.protocol, req, msgs, msgErr, r)
+}
+
+func (s *Store) listenBarrier(ctx context.Context) error {
+	return protocol.ListenBarrier(ctx, s.protocol)
+}
+
+// flattenJSON is the store's split of a JSON body (splitJSON, no provenance rules) as the compact
+// text of each message.
+func flattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
+	msgs, err := splitJSON(body, allowEmpty, nil)
+	if err != nil {
+		return nil, err
 	}
-	return len(p.access)
+	out := make([][]byte, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i].Raw
+	}
+	return out, nil
 }

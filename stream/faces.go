@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+
+	"github.com/foldstream/foldstream/stream/internal/protocol"
 )
 
 // Events is the store's event face: what a processor engine and the host that runs engines need
@@ -26,23 +28,9 @@ import (
 type Events struct{ s *Store }
 
 // Protocol is the store's protocol face: the Durable Streams operations that package server maps
-// to HTTP (docs/store.md#the-two-faces). Take it with [Store.Protocol]; it is safe for
-// concurrent use and valid until the store closes.
-//
-// It offers, over the same streams the event face serves:
-//
-//   - streams: [Protocol.CreateStream] (content type, TTL, forks), [Protocol.HeadStream],
-//     [Protocol.ListStreams], [Protocol.DeleteStream] and [Protocol.CollectExpired];
-//   - records: [Protocol.AppendRecord] (idempotent producers, Stream-Seq, closure, pausing by
-//     control events) and [Protocol.ReadRecords], with [Protocol.ProducerArriving] to order
-//     pipelined producer requests.
-//
-// The protocol's reserved subscription APIs are package subscriptions, over the store's
-// subscription face ([Store.Subscriptions]).
-//
-// A JSON stream's messages are the event face's events: a message the protocol appends is read by
-// engines as an event, and an event appended by an engine is a message to a protocol reader.
-type Protocol struct{ s *Store }
+// to HTTP (docs/store.md#the-two-faces), package stream/internal/protocol. Take it with
+// [Store.Protocol]; it is safe for concurrent use and valid until the store closes.
+type Protocol = protocol.Protocol
 
 // Events returns the store's event face.
 func (s *Store) Events() *Events { return s.events }
@@ -53,26 +41,12 @@ func (s *Store) Protocol() *Protocol { return s.protocol }
 // HeadStream returns a stream's metadata, as [Protocol.HeadStream] does: whether it is live, its
 // tail, its incarnation (CreatedMs) and its pause state. It never renews a TTL.
 func (e *Events) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
-	return e.s.headStream(ctx, path)
+	return e.s.cat.HeadStream(ctx, path)
 }
 
 // ListStreams lists live streams by path (the same as [Protocol.ListStreams]).
 func (e *Events) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
-	return e.s.listStreams(ctx, opts)
-}
-
-// HeadStream returns a live stream's metadata; a stream that is missing, expired or deleted is
-// refused with its code (STREAM_NOT_FOUND or STREAM_GONE). It never renews a TTL.
-func (p *Protocol) HeadStream(ctx context.Context, path string) (StreamInfo, error) {
-	return p.s.headStream(ctx, path)
-}
-
-// ListStreams returns the live streams whose path starts with opts.Prefix and sorts after
-// opts.After, in path order (byte-wise), at most opts.Limit of them. Deleted and expired streams are
-// left out. A page shorter than the limit is the last one; otherwise ask again with After set to
-// the last path returned. Listing never renews a TTL.
-func (p *Protocol) ListStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
-	return p.s.listStreams(ctx, opts)
+	return e.s.cat.ListStreams(ctx, opts)
 }
 
 // WatchCommits calls fn with the path of every later commit that lands durable events (or

@@ -2,8 +2,10 @@ package stream
 
 import (
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/stream/internal/pause"
+	"github.com/foldstream/foldstream/stream/internal/protocol"
 )
 
 // useLayers sets up the layers built on the kernel (docs/store.md#the-kernel-and-its-layers)
@@ -13,8 +15,20 @@ import (
 func (s *Store) useLayers() {
 	s.recentExt = kernel.NewRowExt[*recentEvents](s.k)
 	s.noCheckpointsExt = kernel.NewRowExt[bool](s.k)
-	// The two faces (faces.go) and the subscription store (subscriptionstore.go).
-	s.events, s.protocol = &Events{s: s}, &Protocol{s: s}
+	// Package catalog: what both faces mean by a stream; the event face registers there what
+	// it does when the protocol face writes (hooks), so neither face names the other.
+	s.cat = catalog.New(s.k, s.clock)
+	s.cat.Use(catalog.Hooks{
+		CheckMessages: s.checkMessages,  // appendcheck.go
+		Created:       s.streamCreated,  // list.go
+		Ended:         s.endIncarnation, // events.go
+		Listening:     s.listening,      // subscribe.go
+		Publish:       s.publish,        // subscribe.go
+	})
+	// The event face (faces.go), the protocol face (package protocol) and the subscription
+	// store (subscriptionstore.go).
+	s.events = &Events{s: s}
+	s.protocol = protocol.New(s.k, s.cat, protocol.Config{Clock: s.clock, ProducerReorderWait: s.opts.ProducerReorderWait})
 	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
 	// events.go: the event face's state; Close stops its subscriptions and alarms.
 	s.useEventFace()
@@ -39,8 +53,6 @@ func (s *Store) useLayers() {
 // layerState is what the layers keep on the writer goroutine (Store.ls): only write functions and
 // the hooks the writer runs touch it.
 type layerState struct {
-	// collectAfter is where CollectExpired resumes (protocol.go).
-	collectAfter int64
 	// recent is what the cached states of the streams keep of recent events (recent.go).
 	recent recentKept
 	// checkpoints is what the writer knows of checkpoint rows whose scope no stream holds

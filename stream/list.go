@@ -1,93 +1,13 @@
 package stream
 
 import (
-	"context"
-	"fmt"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"sync"
-
-	"github.com/foldstream/foldstream/stream/driver"
 )
 
 // Listing streams and learning of new ones: what a host needs to run a processor on every stream
 // matching a pattern, and what a console needs to show the streams.
-
-// ListOptions selects one page of [Protocol.ListStreams].
-type ListOptions struct {
-	// Prefix keeps only paths that start with it (byte-wise). Empty lists every stream.
-	Prefix string
-	// After keeps only paths byte-wise greater than it: pass the last path of the previous page.
-	After string
-	// Limit caps the page. Defaults to DefaultListLimit; at most MaxListLimit.
-	Limit int
-}
-
-// Page sizes of ListStreams.
-const (
-	// DefaultListLimit is the page size when ListOptions.Limit is zero or negative.
-	DefaultListLimit = 100
-	// MaxListLimit is the largest page ListStreams returns.
-	MaxListLimit = 1000
-)
-
-// listStreams is [Protocol.ListStreams] and [Events.ListStreams].
-func (s *Store) listStreams(ctx context.Context, opts ListOptions) ([]StreamInfo, error) {
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
-	// The prefix becomes a range on the path index: prefix <= path < upper.
-	lower := max(opts.Prefix, opts.After)
-	upper, bounded := prefixUpperBound(opts.Prefix)
-	now := s.clock.Now()
-	var out []StreamInfo
-	err := s.k.Read(ctx, func(q driver.Reader) error {
-		// After is exclusive (the last path already seen); the prefix itself is a possible path.
-		lq := driver.ListQuery{From: lower, Inclusive: opts.After == "" || opts.Prefix > opts.After}
-		if bounded {
-			lq.Below = upper
-		}
-		for len(out) < limit {
-			want := limit - len(out)
-			lq.Limit = want
-			rows, err := q.ListStreams(ctx, lq)
-			if err != nil {
-				return fmt.Errorf("list streams: %w", err)
-			}
-			for i := range rows {
-				r := &rows[i]
-				lq.From, lq.Inclusive = r.Path, false
-				if !s.expired(r, now) {
-					out = append(out, infoOf(r))
-				}
-			}
-			if len(rows) < want {
-				break // the range is exhausted
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// prefixUpperBound returns the smallest string greater than every string starting with prefix, and
-// false when there is none (the prefix is empty or all 0xff bytes).
-func prefixUpperBound(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for len(b) > 0 && b[len(b)-1] == 0xff {
-		b = b[:len(b)-1]
-	}
-	if len(b) == 0 {
-		return "", false
-	}
-	b[len(b)-1]++
-	return string(b), true
-}
 
 // createdListeners are the functions registered with OnStreamCreated.
 type createdListeners struct {

@@ -34,12 +34,11 @@ package stream
 import (
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
@@ -113,8 +112,9 @@ type Store struct {
 	// path and the per-stream wakes. Every layer below reaches it through its exported API.
 	k *kernel.Store
 
+	cat      *catalog.Catalog   // what both faces mean by a stream (package catalog)
 	events   *Events            // the event face (faces.go)
-	protocol *Protocol          // the protocol face (faces.go)
+	protocol *Protocol          // the protocol face (package protocol)
 	subs     *SubscriptionStore // the subscription face (subscriptionstore.go)
 
 	opts Config
@@ -125,14 +125,10 @@ type Store struct {
 	caps      driver.Capabilities
 	exclusive bool
 
-	check    appendChecks     // SetAppendCheck
-	arriving arrivals         // producer requests in flight (inflight.go)
-	ev       *eventView       // the event view's in-memory state (events.go)
-	feeds    feedSet          // order publishing on a shared database (feed.go)
-	created  createdListeners // OnStreamCreated's listeners (list.go)
-
-	protoOnce sync.Once
-	protoSt   *protoState // the protocol view's in-memory state (protocol.go)
+	check   appendChecks     // SetAppendCheck
+	ev      *eventView       // the event view's in-memory state (events.go)
+	feeds   feedSet          // order publishing on a shared database (feed.go)
+	created createdListeners // OnStreamCreated's listeners (list.go)
 
 	// ls is what the layers keep on the writer goroutine (layers.go): only write functions and
 	// the hooks the writer runs touch it.
@@ -268,9 +264,6 @@ func (s *Store) WriterQueue() int { return s.k.WriterQueue() }
 // stalled, a probe commits nothing every second on drivers that can (driver.CommitProber), so the
 // store finds out by itself when it may write again. /readyz answers 503 while this is true.
 func (s *Store) CommitsStalled() (bool, string) { return s.k.CommitsStalled() }
-
-// quotePath quotes a path for messages.
-func quotePath(p string) string { return `"` + strings.ReplaceAll(p, `"`, `\"`) + `"` }
 
 // DefaultMaxCachedStreams is the default of Config.MaxCachedStreams.
 const DefaultMaxCachedStreams = kernel.DefaultMaxCachedStreams

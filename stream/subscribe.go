@@ -135,6 +135,14 @@ func (e *Events) Subscribe(path string, deliver DeliverFunc, opts SubscribeOptio
 	return sub, nil
 }
 
+// listening reports whether anyone in this process subscribes to the stream at path, so a
+// protocol append decodes its messages into events only then (catalog.Hooks.Listening).
+func (s *Store) listening(path string) bool {
+	s.ev.subsMu.RLock()
+	defer s.ev.subsMu.RUnlock()
+	return len(s.ev.subs[path]) > 0
+}
+
 // publish hands a landed commit's events over (after, through] to every subscriber of path
 // (docs/store.md#subscriptions). Every write path
 // that commits events or event-shaped messages calls it from an AfterCommit hook. It runs on the

@@ -3,8 +3,9 @@ package stream
 import (
 	"context"
 	"errors"
-	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/protocol"
 	"log/slog"
 	"sync"
 	"time"
@@ -120,7 +121,7 @@ func (x *SubscriptionTx) StreamsUnder(prefix, after string, limit int) ([]Stream
 	if after != "" {
 		q.From, q.Inclusive = after, false
 	}
-	if below, bounded := prefixUpperBound(prefix); bounded {
+	if below, bounded := catalog.PrefixUpperBound(prefix); bounded {
 		q.Below = below
 	}
 	rows, err := x.t.Driver().ListStreams(x.t.Context(), q)
@@ -156,13 +157,7 @@ func (x *SubscriptionTx) LockJSONStream(path string) error {
 // *foldtype.Error is a refusal of the append decided before it wrote anything (a paused stream,
 // say): the function may go on. Any other error fails the function.
 func (x *SubscriptionTx) AppendJSON(path string, body []byte) error {
-	msgs, err := splitJSON(body, false, nil)
-	if err != nil {
-		return fmt.Errorf("not a JSON array of messages: %v", err) // not a refusal: no code
-	}
-	var gap int64
-	_, err = x.s.appendTx(x.t, AppendRequest{Path: path, ContentType: "application/json", Body: body}, msgs, nil, &gap)
-	return err
+	return protocol.AppendJSON(x.s.protocol, x.t, path, body)
 }
 
 // Update runs fn as one write function on the store's writer: everything it writes commits

@@ -1,4 +1,4 @@
-package stream
+package protocol
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 )
 
 // DefaultContentType is the content type of a stream created without one.
@@ -205,7 +206,6 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 
 // CreateStream creates a stream, or confirms an identical existing one.
 func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
-	s := p.s
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
 		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
@@ -213,25 +213,25 @@ func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateR
 		return CreateResult{}, perr(foldtype.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
 	}
 	var res CreateResult
-	err := s.k.Write(ctx, func(t *kernel.Tx) error {
+	err := p.k.Write(ctx, func(t *kernel.Tx) error {
 		var err error
-		res, err = s.create(t, req)
+		res, err = p.create(t, req)
 		return err
 	})
 	return res, err
 }
 
-func (s *Store) create(t *kernel.Tx, req CreateRequest) (CreateResult, error) {
+func (p *Protocol) create(t *kernel.Tx, req CreateRequest) (CreateResult, error) {
 	if req.ForkedFrom == "" && t.Unheld(req.Path) {
 		// Most creates name a fresh path: insert without reading the path first. Whatever
 		// stops that (a refused request, a taken path) is decided by the reading way below,
 		// which answers exactly as it always did; nothing was written.
-		res, err := s.createAt(t, req, true)
+		res, err := p.createAt(t, req, true)
 		if !errors.Is(err, errPathHeld) {
 			return res, err
 		}
 	}
-	return s.createAt(t, req, false)
+	return p.createAt(t, req, false)
 }
 
 // errPathHeld stops an unread create (createAt's fresh) before it wrote anything: the path is
@@ -242,7 +242,7 @@ var errPathHeld = errors.New("stream store: create: path to be read")
 // createAt creates the stream (or finds the existing one). fresh skips reading the path: any
 // refusal before the insert, and a path the insert finds taken, return errPathHeld with nothing
 // written.
-func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateResult, error) {
+func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateResult, error) {
 	now := t.Now()
 	var existing *streamRow
 	var em *kernel.StreamState
@@ -257,7 +257,7 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 		row := em.Row
 		row.Tail = em.Tail
 		existing = &row
-		lv, err := s.judge(t.Context(), t.Driver(), existing, now)
+		lv, err := p.c.Judge(t.Context(), t.Driver(), existing, now)
 		if err != nil {
 			return CreateResult{}, err
 		}
@@ -265,7 +265,7 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 		case streamGone:
 			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
 		case streamMissing:
-			if err := s.hardDelete(t, existing); err != nil {
+			if err := p.hardDelete(t, existing); err != nil {
 				return CreateResult{}, err
 			}
 			existing = nil
@@ -280,7 +280,7 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 	// Resolve the fork source and inherited settings.
 	var src *streamRow
 	if req.ForkedFrom != "" {
-		sm, err := s.liveStream(t, req.ForkedFrom)
+		sm, err := p.c.LiveStream(t, req.ForkedFrom)
 		if err != nil {
 			if errors.Is(err, foldtype.ErrStreamGone) {
 				return CreateResult{}, perr(foldtype.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
@@ -292,7 +292,7 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 		src = &row
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
-		} else if MediaType(req.ContentType) != MediaType(src.ContentType) {
+		} else if kernel.MediaType(req.ContentType) != kernel.MediaType(src.ContentType) {
 			return CreateResult{}, perr(foldtype.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
@@ -306,7 +306,7 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 		req.ContentType = DefaultContentType
 	}
 	if existing == nil {
-		if err := ValidateStreamName(req.Path); err != nil {
+		if err := catalog.ValidateStreamName(req.Path); err != nil {
 			return CreateResult{}, heldOr(fresh, err)
 		}
 	}
@@ -318,7 +318,7 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 		return CreateResult{Created: false, Info: infoOf(existing)}, nil
 	}
 
-	isJSON := IsJSONContentType(req.ContentType)
+	isJSON := kernel.IsJSONContentType(req.ContentType)
 	var msgs []rawjson.Message
 	if isJSON && len(bytes.TrimSpace(req.Body)) > 0 {
 		if msgs, err = splitJSON(req.Body, true, req.Provenance); err != nil {
@@ -391,8 +391,8 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 	row.ID = id
 	m := &kernel.StreamState{Row: row, HighestAssigned: forkOffset, Tail: forkOffset}
 	t.Create(m)
-	t.AfterCommit(func() { s.forgetAccess(id) })
-	s.streamCreated(t, req.Path)
+	t.AfterCommit(func() { p.c.ForgetAccess(id) })
+	p.c.Created(t, req.Path)
 	if prefix != nil {
 		prefix.StreamID = id
 		if err := t.Driver().InsertRecord(t.Context(), *prefix); err != nil {
@@ -406,11 +406,11 @@ func (s *Store) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateRes
 		// tells them itself). Other nodes hear of it through the notification of the staged
 		// stream.
 		path := req.Path
-		t.AfterCommit(func() { s.k.Landed().Notify(path) })
+		t.AfterCommit(func() { p.k.Landed().Notify(path) })
 	}
 	if isJSON {
 		if len(msgs) > 0 {
-			if err := s.appendMessages(t, m, msgs); err != nil {
+			if err := p.appendMessages(t, m, msgs); err != nil {
 				return CreateResult{}, err
 			}
 		}
@@ -444,7 +444,7 @@ func heldOr(fresh bool, err error) error {
 func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64) (bool, error) {
 	ok := false
 	var err error
-	if IsJSONContentType(src.ContentType) {
+	if kernel.IsJSONContentType(src.ContentType) {
 		err = kernel.ScanMessages(ctx, q, src, off-1, func(m kernel.Message) bool { ok = m.Offset == off; return false })
 	} else {
 		err = kernel.ScanMessages(ctx, q, src, off, func(m kernel.Message) bool { ok = m.RecordStart == off && m.Start == off; return false })
@@ -455,7 +455,7 @@ func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64)
 // sameConfig compares an existing stream with a create request (docs/store.md#forks): media type,
 // TTL, expiry, closure and, for forks, source and fork point.
 func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
-	if MediaType(r.ContentType) != MediaType(req.ContentType) {
+	if kernel.MediaType(r.ContentType) != kernel.MediaType(req.ContentType) {
 		return false
 	}
 	if r.TTLSeconds.Valid != req.HasTTL || (req.HasTTL && r.TTLSeconds.Int64 != req.TTLSeconds) {
@@ -488,7 +488,7 @@ func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
 // (JSON streams) of the record that starts at position at in stream src (docs/store.md#forks).
 func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub int64) (*driver.Record, error) {
 	rec := &driver.Record{RecordStart: at, Start: at}
-	isJSON := IsJSONContentType(src.ContentType)
+	isJSON := kernel.IsJSONContentType(src.ContentType)
 	var n int64
 	prev := at
 	err := kernel.ScanMessages(ctx, q, src, at, func(m kernel.Message) bool {
@@ -524,7 +524,6 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 // AppendRecord appends a record and/or closes the stream, running the checks and the producer
 // decision table (docs/store.md#idempotent-producers) in one transaction with the data.
 func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
-	s := p.s
 	if req.Producer != nil {
 		if err := validateProducerID(req.Producer.ID); err != nil {
 			return AppendResult{}, err
@@ -534,10 +533,10 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 	// stream is JSON too (the content types must match).
 	var msgs []rawjson.Message
 	var msgErr error
-	if len(req.Body) > 0 && IsJSONContentType(req.ContentType) {
+	if len(req.Body) > 0 && kernel.IsJSONContentType(req.ContentType) {
 		msgs, msgErr = splitJSON(req.Body, false, req.Provenance)
 		if msgErr == nil {
-			if err := s.checkMessages(req.Path, msgs); err != nil {
+			if err := p.c.CheckMessages(req.Path, msgs); err != nil {
 				return AppendResult{}, err
 			}
 		}
@@ -547,8 +546,8 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 	// resend), the later request waits for commits to the stream and tries again: as long as a
 	// missing seq is arriving (inflight.go), else up to Config.ProducerReorderWait; a gap that is
 	// still there after the wait is answered as usual (docs/store.md#idempotent-producers).
-	if r := s.planSliced(req, msgs, msgErr); r != nil {
-		if res, ok, err := s.appendSliced(ctx, req, msgs, msgErr, r); ok {
+	if r := p.planSliced(req, msgs, msgErr); r != nil {
+		if res, ok, err := p.appendSliced(ctx, req, msgs, msgErr, r); ok {
 			return res, err
 		}
 	}
@@ -557,15 +556,15 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 	for {
 		var res AppendResult
 		var gapWake <-chan struct{}
-		err := s.k.WriteTo(ctx, req.Path, func(t *kernel.Tx) error {
+		err := p.k.WriteTo(ctx, req.Path, func(t *kernel.Tx) error {
 			gapWake = nil // a discarded earlier run may have set it (see kernel.Store.Write)
 			var err error
 			var gapStream int64
-			res, err = s.appendTx(t, req, msgs, msgErr, &gapStream)
+			res, err = p.appendTx(t, req, msgs, msgErr, &gapStream)
 			if gapStream != 0 && errors.Is(err, foldtype.ErrSequenceGap) {
 				// Taken on the writer goroutine, after this write's reads: every later commit
 				// touching the stream closes it, so the retry cannot miss the missing seq.
-				gapWake = s.k.Changed(gapStream)
+				gapWake = p.k.Changed(gapStream)
 			}
 			return err
 		})
@@ -574,14 +573,14 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 		}
 		// The wait runs on the store's clock, so tests drive it with a fake one.
 		if deadline.IsZero() {
-			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
+			deadline = p.clock.Now().Add(p.reorderWait)
 		}
-		wait := deadline.Sub(s.clock.Now())
+		wait := deadline.Sub(p.clock.Now())
 		if wait <= 0 {
 			return res, err
 		}
 		expired := make(chan struct{})
-		stop := s.clock.AfterFunc(wait, func() { close(expired) })
+		stop := p.clock.AfterFunc(wait, func() { close(expired) })
 		select {
 		case <-gapWake:
 			stop()
@@ -589,12 +588,12 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 			// The wait ran out: the gap is answered, unless a missing seq is still arriving
 			// (inflight.go); then the wait is renewed, up to maxArrivingWait in all.
 			expected, ok := dataInt64(err, DataExpectedSeq)
-			if !ok || renewals >= int(maxArrivingWait/s.opts.ProducerReorderWait) ||
-				!s.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
+			if !ok || renewals >= int(maxArrivingWait/p.reorderWait) ||
+				!p.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
 				return res, err
 			}
 			renewals++
-			deadline = s.clock.Now().Add(s.opts.ProducerReorderWait)
+			deadline = p.clock.Now().Add(p.reorderWait)
 		case <-ctx.Done():
 			stop()
 			return res, err
@@ -610,68 +609,68 @@ const DefaultProducerReorderWait = 200 * time.Millisecond
 
 // appendTx runs one protocol append inside the writer. On a sequence gap it sets *gapStream to the
 // stream's id, so AppendRecord can wait for the missing seqs.
-func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message, msgErr error, gapStream *int64) (AppendResult, error) {
+func (p *Protocol) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message, msgErr error, gapStream *int64) (AppendResult, error) {
 	now := t.Now()
-	m, err := s.liveStream(t, req.Path)
+	m, err := p.c.LiveStream(t, req.Path)
 	if err != nil {
 		return AppendResult{}, err
 	}
 	r := &m.Row
 	closeOnly := req.Close && len(req.Body) == 0
-	p := req.Producer
+	pr := req.Producer
 
 	// Every POST renews a sliding TTL, even one refused below (docs/store.md#ttl-and-expiry): the
 	// access is noted in memory, which no rollback undoes; an accepted POST also persists it with
 	// its data.
-	s.noteAccess(r, now)
+	p.c.NoteAccess(r, now)
 
 	var st driver.Producer
 	known := false
-	if p != nil {
-		st, known, err = t.Producer(m, p.ID)
+	if pr != nil {
+		st, known, err = t.Producer(m, pr.ID)
 		if err != nil {
 			return AppendResult{}, err
 		}
 	}
 
 	if r.Closed {
-		if p != nil && r.ClosedByProducer.Valid && r.ClosedByProducer.String == p.ID &&
-			r.ClosedByEpoch.Int64 == p.Epoch && r.ClosedBySeq.Int64 == p.Seq {
-			return AppendResult{Tail: m.Tail, Closed: true, Duplicate: true, Epoch: p.Epoch, Seq: p.Seq}, nil
+		if pr != nil && r.ClosedByProducer.Valid && r.ClosedByProducer.String == pr.ID &&
+			r.ClosedByEpoch.Int64 == pr.Epoch && r.ClosedBySeq.Int64 == pr.Seq {
+			return AppendResult{Tail: m.Tail, Closed: true, Duplicate: true, Epoch: pr.Epoch, Seq: pr.Seq}, nil
 		}
-		if p != nil && known && p.Epoch < st.Epoch {
+		if pr != nil && known && pr.Epoch < st.Epoch {
 			return AppendResult{}, staleEpochError(st.Epoch)
 		}
-		if closeOnly && p == nil {
+		if closeOnly && pr == nil {
 			return AppendResult{Tail: m.Tail, Closed: true}, nil
 		}
 		return AppendResult{}, streamClosedError(r.Path, m.Tail)
 	}
 
-	if !closeOnly && MediaType(req.ContentType) != MediaType(r.ContentType) {
+	if !closeOnly && kernel.MediaType(req.ContentType) != kernel.MediaType(r.ContentType) {
 		return AppendResult{}, perr(foldtype.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
 	// The producer decision table (docs/store.md#idempotent-producers). Validation proposes;
 	// nothing changes until the data is in.
-	if p != nil {
+	if pr != nil {
 		switch {
 		case !known:
-			if p.Seq != 0 {
+			if pr.Seq != 0 {
 				*gapStream = r.ID
-				return AppendResult{}, sequenceGapError(0, p.Seq)
+				return AppendResult{}, sequenceGapError(0, pr.Seq)
 			}
-		case p.Epoch < st.Epoch:
+		case pr.Epoch < st.Epoch:
 			return AppendResult{}, staleEpochError(st.Epoch)
-		case p.Epoch > st.Epoch:
-			if p.Seq != 0 {
+		case pr.Epoch > st.Epoch:
+			if pr.Seq != 0 {
 				return AppendResult{}, perr(foldtype.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
-		case p.Seq <= st.LastSeq:
+		case pr.Seq <= st.LastSeq:
 			return AppendResult{Tail: m.Tail, Duplicate: true, Epoch: st.Epoch, Seq: st.LastSeq}, nil
-		case p.Seq > st.LastSeq+1:
+		case pr.Seq > st.LastSeq+1:
 			*gapStream = r.ID
-			return AppendResult{}, sequenceGapError(st.LastSeq+1, p.Seq)
+			return AppendResult{}, sequenceGapError(st.LastSeq+1, pr.Seq)
 		}
 	}
 
@@ -685,7 +684,7 @@ func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message
 	}
 
 	if !closeOnly {
-		if IsJSONContentType(r.ContentType) {
+		if kernel.IsJSONContentType(r.ContentType) {
 			if msgErr != nil {
 				return AppendResult{}, msgErr
 			}
@@ -694,7 +693,7 @@ func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message
 					return AppendResult{}, err
 				}
 			}
-			if err := s.appendMessagesOf(t, m, msgs, req.Body); err != nil {
+			if err := p.appendMessagesOf(t, m, msgs, req.Body); err != nil {
 				return AppendResult{}, err
 			}
 		} else if err := t.WriteBytes(m, req.Body); err != nil {
@@ -703,11 +702,11 @@ func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message
 	}
 
 	res := AppendResult{Tail: m.Tail, Closed: req.Close}
-	if p != nil {
-		if err := t.PutProducer(m, driver.Producer{ID: p.ID, Epoch: p.Epoch, LastSeq: p.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
+	if pr != nil {
+		if err := t.PutProducer(m, driver.Producer{ID: pr.ID, Epoch: pr.Epoch, LastSeq: pr.Seq, UpdatedMs: now.UnixMilli()}); err != nil {
 			return AppendResult{}, err
 		}
-		res.Epoch, res.Seq = p.Epoch, p.Seq
+		res.Epoch, res.Seq = pr.Epoch, pr.Seq
 	}
 	// The stream row changes only for what the request sets: Stream-Seq, closure, and the last
 	// access of a stream with a sliding TTL. A plain append writes only its record.
@@ -717,8 +716,8 @@ func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message
 	}
 	if req.Close {
 		by := &driver.ClosedBy{}
-		if p != nil {
-			by = &driver.ClosedBy{Producer: p.ID, Epoch: p.Epoch, Seq: p.Seq}
+		if pr != nil {
+			by = &driver.ClosedBy{Producer: pr.ID, Epoch: pr.Epoch, Seq: pr.Seq}
 		}
 		u.Close = by
 	}
@@ -746,14 +745,14 @@ func (s *Store) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Message
 // appendMessages appends a protocol record of JSON messages through the one insert path:
 // event-shaped messages with an idempotency key are checked like event-view appends (a duplicate
 // is dropped, a different body refuses the record), the rest are stored as they are.
-func (s *Store) appendMessages(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message) error {
-	return s.appendMessagesOf(t, m, msgs, nil)
+func (p *Protocol) appendMessages(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message) error {
+	return p.appendMessagesOf(t, m, msgs, nil)
 }
 
 // appendMessagesOf is appendMessages for messages split from body (nil: unknown): when msgs are
 // the elements of body's top-level array as they stand, the record is stored from the body's
 // text without joining the messages again.
-func (s *Store) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message, body []byte) error {
+func (p *Protocol) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []rawjson.Message, body []byte) error {
 	batch := make([]kernel.Pending, len(msgs))
 	// A huge record written in slices was checked for keys before its first slice (package sliced).
 	inSlices := sliced.Writing(t, m.Row.ID)
@@ -780,8 +779,10 @@ func (s *Store) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []raw
 	if err := t.WriteRecord(m, batch, adm, after, through, arrayText(body)); err != nil {
 		return err
 	}
-	// Hand the messages to the event view's subscribers (processors) once committed, decoded
-	// exactly as the event view reads them — decoded only when someone on this node subscribes.
+	// Hand the messages to the event face's subscribers (processors) once committed, through the
+	// hooks it registered with the catalogue (catalog.Hooks.Listening, catalog.Hooks.Publish),
+	// decoded exactly as the event face reads them — decoded only when someone on this node
+	// subscribes.
 	// The commit watchers hear of every such commit either way (docs/store.md#commit-watchers).
 	path := m.Row.Path
 	createdMs := t.Now().UnixMilli()
@@ -789,27 +790,24 @@ func (s *Store) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []raw
 		createdMs = ms // stored as the time its first slice was written
 	}
 	t.AfterCommit(func() {
-		s.ev.subsMu.RLock()
-		listening := len(s.ev.subs[path]) > 0
-		s.ev.subsMu.RUnlock()
-		if !listening {
+		if !p.c.Listening(path) {
 			// Nobody here takes the events: they are not decoded, but the commit watchers (a
 			// host opening pattern processors' engines) need only the path.
-			s.k.Landed().Notify(path)
+			p.k.Landed().Notify(path)
 			return
 		}
 		events := make([]foldtype.Event, 0, len(batch))
-		for i, p := range batch {
+		for i, b := range batch {
 			if adm[i].Dup {
 				continue
 			}
-			if p.Scanned != nil {
-				events = append(events, eventOf(path, adm[i].Offset, createdMs, p.Scanned, p.Body))
-			} else if ev, err := decodeEvent(path, kernel.Message{Offset: adm[i].Offset, CreatedMs: createdMs, Body: p.Body}); err == nil {
+			if b.Scanned != nil {
+				events = append(events, eventOf(path, adm[i].Offset, createdMs, b.Scanned, b.Body))
+			} else if ev, err := decodeEvent(path, kernel.Message{Offset: adm[i].Offset, CreatedMs: createdMs, Body: b.Body}); err == nil {
 				events = append(events, ev)
 			}
 		}
-		s.publish(path, events, after, through)
+		p.c.Publish(path, events, after, through)
 	})
 	return nil
 }
@@ -874,4 +872,19 @@ func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
 		return foldtype.ControlNone, ""
 	}
 	return foldtype.ParseControl(typ, msg.Member(mPayload).Value, false)
+}
+
+// AppendJSON appends body, a JSON array of messages, to the live JSON stream at path as one record
+// in the write t, as a protocol append of p with no producer and no precondition would: the
+// store's subscription face appends its wake events this way (stream.SubscriptionTx.AppendJSON).
+// An error splitting the body is not a refusal and has no code. A function, not a method, so that
+// stream.Protocol offers the store's callers only the protocol's operations.
+func AppendJSON(p *Protocol, t *kernel.Tx, path string, body []byte) error {
+	msgs, err := splitJSON(body, false, nil)
+	if err != nil {
+		return fmt.Errorf("not a JSON array of messages: %v", err) // not a refusal: no code
+	}
+	var gap int64
+	_, err = p.appendTx(t, AppendRequest{Path: path, ContentType: "application/json", Body: body}, msgs, nil, &gap)
+	return err
 }

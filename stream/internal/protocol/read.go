@@ -1,4 +1,4 @@
-package stream
+package protocol
 
 import (
 	"bytes"
@@ -58,22 +58,21 @@ const maxReadMessages = 10000
 
 // ReadRecords returns the data after req.After, renewing a sliding TTL (every GET does, docs/store.md#ttl-and-expiry).
 func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult, error) {
-	s := p.s
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = DefaultReadMaxBytes
 	}
-	now := s.clock.Now()
+	now := p.clock.Now()
 	if req.Watch && !req.Fresh {
 		// A live read: from the tail cache when it holds the position (the kernel's tailcache.go).
-		if res, ok, err := s.cachedRead(req, now); ok || err != nil {
-			if err != nil || !s.needsBarrier(req, res) {
+		if res, ok, err := p.cachedRead(req, now); ok || err != nil {
+			if err != nil || !p.needsBarrier(req, res) {
 				return res, err
 			}
 			// Data that claims the tail: on a shared database, first make sure every commit
 			// before this read reached the cache (driver.ListenBarrier), then answer from it;
 			// when that cannot be known, read the database.
-			if s.listenBarrier(ctx) == nil {
-				if res, ok, err := s.cachedRead(req, now); ok || err != nil {
+			if p.listenBarrier(ctx) == nil {
+				if res, ok, err := p.cachedRead(req, now); ok || err != nil {
 					return res, err
 				}
 			}
@@ -88,18 +87,18 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 	for attempt := 0; ; attempt++ {
 		if req.Watch {
 			var id int64
-			err := s.k.Read(ctx, func(q driver.Reader) error {
+			err := p.k.Read(ctx, func(q driver.Reader) error {
 				r, err := q.StreamByPath(ctx, req.Path)
 				id = r.ID
 				return err
 			})
 			if err == nil {
-				watchID, changed = id, s.k.Changed(id)
+				watchID, changed = id, p.k.Changed(id)
 			} else if !errors.Is(err, errNoStream) {
 				return ReadResult{}, err
 			}
 		}
-		res, row, err := s.readRecordsOnce(ctx, req, now)
+		res, row, err := p.readRecordsOnce(ctx, req, now)
 		if err != nil {
 			return ReadResult{}, err
 		}
@@ -110,22 +109,22 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 				}
 				// Replaced twice in a row: hand out the current stream's channel; at worst the
 				// reader waits for its next commit or the poll timeout.
-				changed = s.k.Changed(row.ID)
+				changed = p.k.Changed(row.ID)
 			} else {
-				s.k.SeedTail(row, changed)
+				p.k.SeedTail(row, changed)
 			}
 			res.Changed = changed
 		}
-		s.noteAccess(row, now)
+		p.c.NoteAccess(row, now)
 		return res, nil
 	}
 }
 
-func (s *Store) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *streamRow, error) {
+func (p *Protocol) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *streamRow, error) {
 	var res ReadResult
 	var row *streamRow
-	err := s.k.Read(ctx, func(q driver.Reader) error {
-		r, err := s.loadLive(ctx, q, req.Path, now)
+	err := p.k.Read(ctx, func(q driver.Reader) error {
+		r, err := p.c.LoadLive(ctx, q, req.Path, now)
 		if err != nil {
 			return err
 		}
@@ -279,8 +278,8 @@ func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, 
 
 // cachedRead answers a live read from the tail cache (the kernel's tailcache.go): ok is false when the cache
 // cannot (no entry, a position before the entry's records, a stream not live by its cached row).
-func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
-	row, recs, ch, ok := s.k.CachedTail(req.Path, req.After, req.AtTail, func(row *driver.Stream) bool { return !s.expired(row, now) })
+func (p *Protocol) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok bool, err error) {
+	row, recs, ch, ok := p.k.CachedTail(req.Path, req.After, req.AtTail, func(row *driver.Stream) bool { return !p.c.Expired(row, now) })
 	if !ok {
 		return res, false, nil
 	}
@@ -301,8 +300,8 @@ func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok b
 		return ReadResult{}, false, err
 	}
 	res.Changed = ch
-	s.k.NoteCachedRead()
-	s.noteAccess(&row, now)
+	p.k.NoteCachedRead()
+	p.c.NoteAccess(&row, now)
 	return res, true, nil
 }
 
@@ -313,14 +312,14 @@ func (s *Store) cachedRead(req ReadRequest, now time.Time) (res ReadResult, ok b
 // append another node acknowledged before the read began (docs/postgres.md#live-reads). An
 // answer without data waits for a change first (and a long-poll that runs out confirms its tail
 // with the database); a read from the tail starts wherever the tail is.
-func (s *Store) needsBarrier(req ReadRequest, res ReadResult) bool {
-	return !s.exclusive && res.UpToDate && !req.AtTail && (res.Count > 0 || res.Next > req.After)
+func (p *Protocol) needsBarrier(req ReadRequest, res ReadResult) bool {
+	return !p.exclusive && res.UpToDate && !req.AtTail && (res.Count > 0 || res.Next > req.After)
 }
 
 // listenBarrier waits until every commit of another node before the call reached this node's
 // listener (driver.ListenBarrier); it fails when the driver cannot tell.
-func (s *Store) listenBarrier(ctx context.Context) error {
-	if lb := s.caps.ListenBarrier; lb != nil {
+func (p *Protocol) listenBarrier(ctx context.Context) error {
+	if lb := p.caps.ListenBarrier; lb != nil {
 		return lb.ListenBarrier(ctx)
 	}
 	return errNoBarrier

@@ -1,4 +1,4 @@
-package stream
+package protocol
 
 import (
 	"sync"
@@ -36,9 +36,8 @@ type arrivals struct {
 // path is arriving: its headers were read, its body and its append are to come. Call the returned
 // function once it was answered. The HTTP server calls it before reading a producer POST's body.
 func (p *Protocol) ProducerArriving(path, id string, epoch, seq int64) (done func()) {
-	s := p.s
 	k := arrivingKey{path, id, epoch, seq}
-	a := &s.arriving
+	a := &p.arriving
 	a.mu.Lock()
 	if a.n == nil {
 		a.n = make(map[arrivingKey]int)
@@ -58,8 +57,8 @@ func (p *Protocol) ProducerArriving(path, id string, epoch, seq int64) (done fun
 }
 
 // anyArriving reports whether one of the seqs [from, to) of the producer is arriving.
-func (s *Store) anyArriving(path, id string, epoch, from, to int64) bool {
-	a := &s.arriving
+func (p *Protocol) anyArriving(path, id string, epoch, from, to int64) bool {
+	a := &p.arriving
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for seq := from; seq < to && seq < from+maxArrivingScan; seq++ {

@@ -1,7 +1,8 @@
-package stream
+package catalog
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/foldstream/foldstream/foldtype"
 )
@@ -22,32 +23,32 @@ const (
 	DataReceivedSeq = "receivedSeq"
 )
 
-// perr builds a coded refusal with a formatted message.
-func perr(code foldtype.Code, format string, args ...any) *foldtype.Error {
+// Perr builds a coded refusal with a formatted message.
+func Perr(code foldtype.Code, format string, args ...any) *foldtype.Error {
 	return foldtype.NewError(code, nil, format, args...)
 }
 
-// streamClosedError is the refusal of an append to a stream its writer closed.
-func streamClosedError(path string, tail int64) *foldtype.Error {
+// StreamClosedError is the refusal of an append to a stream its writer closed.
+func StreamClosedError(path string, tail int64) *foldtype.Error {
 	return foldtype.NewError(foldtype.CodeStreamClosed, map[string]any{"path": path, DataTail: tail},
-		"stream %s is closed", quotePath(path))
+		"stream %s is closed", QuotePath(path))
 }
 
-// staleEpochError refuses a producer whose epoch is older than the stream's.
-func staleEpochError(current int64) *foldtype.Error {
+// StaleEpochError refuses a producer whose epoch is older than the stream's.
+func StaleEpochError(current int64) *foldtype.Error {
 	return foldtype.NewError(foldtype.CodeStaleEpoch, map[string]any{DataEpoch: current},
 		"producer epoch is stale (the current epoch is %d)", current)
 }
 
-// sequenceGapError refuses a producer that skipped sequence numbers.
-func sequenceGapError(expected, received int64) *foldtype.Error {
+// SequenceGapError refuses a producer that skipped sequence numbers.
+func SequenceGapError(expected, received int64) *foldtype.Error {
 	return foldtype.NewError(foldtype.CodeSequenceGap, map[string]any{DataExpectedSeq: expected, DataReceivedSeq: received},
 		"producer sequence gap: expected seq %d, got %d", expected, received)
 }
 
-// dataInt64 returns the int64 stored under key in the Data of the first *foldtype.Error in err's
+// DataInt64 returns the int64 stored under key in the Data of the first *foldtype.Error in err's
 // chain.
-func dataInt64(err error, key string) (int64, bool) {
+func DataInt64(err error, key string) (int64, bool) {
 	var e *foldtype.Error
 	if !errors.As(err, &e) {
 		return 0, false
@@ -57,14 +58,17 @@ func dataInt64(err error, key string) (int64, bool) {
 }
 
 // TailOf returns the stream's tail carried by a STREAM_CLOSED or OFFSET_CONFLICT refusal.
-func TailOf(err error) (int64, bool) { return dataInt64(err, DataTail) }
+func TailOf(err error) (int64, bool) { return DataInt64(err, DataTail) }
 
 // EpochOf returns the producer's current epoch carried by a STALE_EPOCH refusal.
-func EpochOf(err error) (int64, bool) { return dataInt64(err, DataEpoch) }
+func EpochOf(err error) (int64, bool) { return DataInt64(err, DataEpoch) }
 
 // SequenceGapOf returns the expected and received producer seqs carried by a SEQUENCE_GAP refusal.
 func SequenceGapOf(err error) (expected, received int64, ok bool) {
-	expected, ok1 := dataInt64(err, DataExpectedSeq)
-	received, ok2 := dataInt64(err, DataReceivedSeq)
+	expected, ok1 := DataInt64(err, DataExpectedSeq)
+	received, ok2 := DataInt64(err, DataReceivedSeq)
 	return expected, received, ok1 && ok2
 }
+
+// QuotePath quotes a stream path for messages.
+func QuotePath(p string) string { return `"` + strings.ReplaceAll(p, `"`, `\"`) + `"` }

@@ -1,4 +1,4 @@
-package stream
+package protocol
 
 import (
 	"context"
@@ -18,11 +18,11 @@ const slicedRecordBytes = sliced.Bytes
 // planSliced returns the record of a huge append, or nil when the append is written in one
 // transaction: small, on a driver without a visibility mark, a close, or JSON messages that need
 // the idempotency check.
-func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr error) *sliced.Record {
-	if !s.exclusive || len(req.Body) <= slicedRecordBytes || req.Close || req.HasExpectedTail || req.StreamSeq != "" {
+func (p *Protocol) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr error) *sliced.Record {
+	if !p.exclusive || len(req.Body) <= slicedRecordBytes || req.Close || req.HasExpectedTail || req.StreamSeq != "" {
 		return nil
 	}
-	if !IsJSONContentType(req.ContentType) {
+	if !kernel.IsJSONContentType(req.ContentType) {
 		return sliced.BytesRecord(req.Path, req.Body)
 	}
 	if msgErr != nil || len(msgs) == 0 {
@@ -38,31 +38,31 @@ func (s *Store) planSliced(req AppendRequest, msgs []rawjson.Message, msgErr err
 
 // appendSliced writes a huge append in slices. ok is false when the append must take the usual
 // path (nothing was written).
-func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawjson.Message, msgErr error, r *sliced.Record) (res AppendResult, ok bool, err error) {
-	json := IsJSONContentType(req.ContentType)
+func (p *Protocol) appendSliced(ctx context.Context, req AppendRequest, msgs []rawjson.Message, msgErr error, r *sliced.Record) (res AppendResult, ok bool, err error) {
+	json := kernel.IsJSONContentType(req.ContentType)
 	reserve := func(t *kernel.Tx) (*kernel.StreamState, error) {
-		m, err := s.liveStream(t, req.Path)
+		m, err := p.c.LiveStream(t, req.Path)
 		if err != nil {
 			return nil, err
 		}
-		if m.Row.Closed || IsJSONContentType(m.Row.ContentType) != json {
+		if m.Row.Closed || kernel.IsJSONContentType(m.Row.ContentType) != json {
 			return nil, sliced.ErrNotSliced
 		}
-		if p := req.Producer; p != nil {
+		if pr := req.Producer; pr != nil {
 			// Only the plain next seq takes the sliced path: a duplicate, a gap or a new epoch are
 			// answered by the usual path without writing the record.
-			st, known, err := t.Producer(m, p.ID)
-			if err != nil || !known || p.Epoch != st.Epoch || p.Seq != st.LastSeq+1 {
+			st, known, err := t.Producer(m, pr.ID)
+			if err != nil || !known || pr.Epoch != st.Epoch || pr.Seq != st.LastSeq+1 {
 				return nil, sliced.ErrNotSliced
 			}
 		}
 		return m, nil
 	}
 	gone := func() error { return notLive(streamMissing, req.Path) }
-	ok, err = r.Write(ctx, s.k, reserve, gone, func(t *kernel.Tx) error {
+	ok, err = r.Write(ctx, p.k, reserve, gone, func(t *kernel.Tx) error {
 		var gap int64
 		var e error
-		res, e = s.appendTx(t, req, msgs, msgErr, &gap)
+		res, e = p.appendTx(t, req, msgs, msgErr, &gap)
 		return e
 	})
 	if !ok || err != nil {

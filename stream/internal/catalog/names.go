@@ -1,4 +1,4 @@
-package stream
+package catalog
 
 import (
 	"strconv"
@@ -27,7 +27,7 @@ const (
 func ValidateStreamName(name string) error {
 	if reason := streamNameProblem(name); reason != "" {
 		return foldtype.NewError(foldtype.CodeInvalidStreamName, map[string]any{"path": name},
-			"invalid stream name %s: %s", quoteForMessage(name), reason)
+			"invalid stream name %s: %s", QuoteForMessage(name), reason)
 	}
 	return nil
 }
@@ -62,9 +62,9 @@ func streamNameProblem(name string) string {
 	}
 }
 
-// validateProducerID refuses producer ids the store does not keep: empty, longer than
+// ValidateProducerID refuses producer ids the store does not keep: empty, longer than
 // MaxProducerIDBytes, not valid UTF-8, or holding control characters.
-func validateProducerID(id string) error {
+func ValidateProducerID(id string) error {
 	reason := ""
 	switch {
 	case id == "":
@@ -78,11 +78,11 @@ func validateProducerID(id string) error {
 	default:
 		return nil
 	}
-	return foldtype.NewError(foldtype.CodeBadRequest, nil, "invalid producer id %s: %s", quoteForMessage(id), reason)
+	return foldtype.NewError(foldtype.CodeBadRequest, nil, "invalid producer id %s: %s", QuoteForMessage(id), reason)
 }
 
-// quoteForMessage quotes s for an error message, cut to a readable length.
-func quoteForMessage(s string) string {
+// QuoteForMessage quotes s for an error message, cut to a readable length.
+func QuoteForMessage(s string) string {
 	const max = 80
 	if len(s) > max {
 		return strconv.Quote(s[:max]) + "…"
