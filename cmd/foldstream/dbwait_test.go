@@ -74,7 +74,7 @@ func TestServeStartedWhileTheDatabaseIsDownWaitsAnswering503(t *testing.T) {
 		t.Fatalf("while the database is down: %d, Retry-After %q, code %q, id %q; want 503 UNAVAILABLE with Retry-After and an X-Request-Id",
 			res.StatusCode, res.Header.Get("Retry-After"), res.Header.Get("Foldstream-Error-Code"), res.Header.Get("X-Request-Id"))
 	}
-	if !strings.Contains(stderr.String(), "waiting for") {
+	if !stderr.holds("waiting for") {
 		t.Fatalf("the node does not log that it waits for the database:\n%s", stderr.String())
 	}
 
@@ -99,7 +99,7 @@ func TestServeStartedWhileTheDatabaseIsDownWaitsAnswering503(t *testing.T) {
 	if wrong != nil {
 		t.Fatalf("while the database starts: %d, want 201 or 503 with Retry-After", wrong.StatusCode)
 	}
-	if !strings.Contains(stderr.String(), "the database is back") {
+	if !stderr.holds("the database is back") {
 		t.Fatalf("the node does not log that the database came back:\n%s", stderr.String())
 	}
 	cancel()

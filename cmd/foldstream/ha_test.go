@@ -251,7 +251,7 @@ func TestWhenCommitsStallAppendsAnswer503InTimeAndSIGTERMEndsWithinTheGrace(t *t
 	if res, _ := haDo(t, http.MethodGet, base+"/readyz", ""); res.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz while commits stall: %d, want 503", res.StatusCode)
 	}
-	if !strings.Contains(stderr.String(), "commits stall") {
+	if !stderr.holds("commits stall") {
 		t.Fatalf("the node does not log that its commits stall:\n%s", stderr.String())
 	}
 

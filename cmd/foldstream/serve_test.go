@@ -35,6 +35,14 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// holds waits up to 10 s for the buffer to hold text, and reports whether it does. A process's
+// log reaches the buffer through the pipe exec copies from on a goroutine of the test's own, so a
+// line the process wrote before it answered a request may land just after the answer was read;
+// on a loaded machine that goroutine runs late.
+func (l *lockedBuffer) holds(text string) bool {
+	return wait.For(10*time.Second, func() bool { return strings.Contains(l.String(), text) })
+}
+
 // servingCmd is a "foldstream serve" running in the test's process.
 type servingCmd struct {
 	base           string // http://127.0.0.1:PORT
