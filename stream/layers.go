@@ -1,8 +1,12 @@
 package stream
 
 import (
+	"context"
+
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/stream/internal/pause"
 	"github.com/foldstream/foldstream/stream/internal/protocol"
@@ -18,12 +22,21 @@ func (s *Store) useLayers() {
 	// Package catalog: what both faces mean by a stream; the event face registers there what
 	// it does when the protocol face writes (hooks), so neither face names the other.
 	s.cat = catalog.New(s.k, s.clock)
+	// Package feeds: the event face's subscriptions, the feeds that keep their pushes gapless on
+	// a shared database (it registers with the kernel to hear other processes' commits) and the
+	// rings of recent ephemerals.
+	s.pushes = feeds.New(s.k, feeds.Config{
+		Clock: s.clock, Logger: s.log, MaxEphemeralBytes: s.opts.MaxEphemeralBytes, Exclusive: s.exclusive,
+		ReadDurable: func(ctx context.Context, path string, after int64) (foldtype.ReadPage, error) {
+			return s.readEvents(ctx, path, after, MaxReadLimit, readOptions{})
+		},
+	})
 	s.cat.Use(catalog.Hooks{
 		CheckMessages: s.checkMessages,  // appendcheck.go
 		Created:       s.streamCreated,  // list.go
 		Ended:         s.endIncarnation, // events.go
-		Listening:     s.listening,      // subscribe.go
-		Publish:       s.publish,        // subscribe.go
+		Listening:     s.pushes.Listening,
+		Publish:       s.pushes.Publish,
 	})
 	// The event face (faces.go), the protocol face (package protocol) and the subscription
 	// store (subscriptionstore.go).
@@ -36,8 +49,6 @@ func (s *Store) useLayers() {
 	pause.Use(s.k)
 	// recent.go: the recent events an engine opening next reads from memory.
 	s.useRecent()
-	// feed.go: the event face's feeds hear other processes' commits.
-	s.useFeeds()
 }
 
 // The layers' row extensions (kernel.RowExt): what they keep beside a stream's entry in the

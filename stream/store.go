@@ -39,6 +39,7 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
@@ -127,7 +128,7 @@ type Store struct {
 
 	check   appendChecks     // SetAppendCheck
 	ev      *eventView       // the event view's in-memory state (events.go)
-	feeds   feedSet          // order publishing on a shared database (feed.go)
+	pushes  *feeds.Hub       // subscriptions, feeds and ephemeral rings (package feeds)
 	created createdListeners // OnStreamCreated's listeners (list.go)
 
 	// ls is what the layers keep on the writer goroutine (layers.go): only write functions and

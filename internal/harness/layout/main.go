@@ -56,6 +56,7 @@ var floors = map[string]int{
 	"stream/internal/pause":      4,
 	"stream/internal/sliced":     4,
 	"stream/internal/catalog":    4,
+	"stream/internal/feeds":      5,
 	"stream/internal/protocol":   5,
 	"stream":                     6,
 	"stream/driver/sqlitedriver": 3,
