@@ -26,8 +26,6 @@ const EventContentType = "application/json"
 
 // eventView is the store's in-memory state for the event view (outside the writer).
 type eventView struct {
-	alarms alarmState
-
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int
 }
@@ -41,9 +39,9 @@ func (s *Store) useEventFace() {
 	s.ev = newEventView()
 	s.k.OnClose(func() {
 		s.pushes.Halt() // no subscription starts after this
-		s.haltAlarms()
+		s.procs.Halt()
 	}, func() {
-		s.ev.alarms.wg.Wait() // the running alarm handlers
+		s.procs.Drain() // the running alarm handlers
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/stream/internal/pause"
+	"github.com/foldstream/foldstream/stream/internal/processors"
 	"github.com/foldstream/foldstream/stream/internal/protocol"
 )
 
@@ -43,6 +44,9 @@ func (s *Store) useLayers() {
 	s.events = &Events{s: s}
 	s.protocol = protocol.New(s.k, s.cat, protocol.Config{Clock: s.clock, ProducerReorderWait: s.opts.ProducerReorderWait})
 	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
+	// Package processors: claims and alarms, parked events, processor states and the audit,
+	// which the event face offers (processors.go).
+	s.procs = processors.New(s.k, s.clock, s.log)
 	// events.go: the event face's state; Close stops its subscriptions and alarms.
 	s.useEventFace()
 	// Package pause: the paused stream's admission check and the fold of control events.

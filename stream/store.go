@@ -41,6 +41,7 @@ import (
 	"github.com/foldstream/foldstream/stream/internal/catalog"
 	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/processors"
 )
 
 // Config configures a Store. The zero value is valid.
@@ -126,10 +127,11 @@ type Store struct {
 	caps      driver.Capabilities
 	exclusive bool
 
-	check   appendChecks     // SetAppendCheck
-	ev      *eventView       // the event view's in-memory state (events.go)
-	pushes  *feeds.Hub       // subscriptions, feeds and ephemeral rings (package feeds)
-	created createdListeners // OnStreamCreated's listeners (list.go)
+	check   appendChecks        // SetAppendCheck
+	ev      *eventView          // the event view's in-memory state (events.go)
+	pushes  *feeds.Hub          // subscriptions, feeds and ephemeral rings (package feeds)
+	procs   *processors.Records // claims and alarms, parked events, processor states (package processors)
+	created createdListeners    // OnStreamCreated's listeners (list.go)
 
 	// ls is what the layers keep on the writer goroutine (layers.go): only write functions and
 	// the hooks the writer runs touch it.
