@@ -4,13 +4,13 @@ import (
 	"context"
 
 	"github.com/foldstream/foldstream/foldtype"
-	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
 	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/stream/internal/pause"
 	"github.com/foldstream/foldstream/stream/internal/processors"
 	"github.com/foldstream/foldstream/stream/internal/protocol"
+	"github.com/foldstream/foldstream/stream/internal/substore"
 )
 
 // useLayers sets up the layers built on the kernel (docs/store.md#the-kernel-and-its-layers)
@@ -40,10 +40,12 @@ func (s *Store) useLayers() {
 		Publish:       s.pushes.Publish,
 	})
 	// The event face (faces.go), the protocol face (package protocol) and the subscription
-	// store (subscriptionstore.go).
+	// store (package substore).
 	s.events = &Events{s: s}
 	s.protocol = protocol.New(s.k, s.cat, protocol.Config{Clock: s.clock, ProducerReorderWait: s.opts.ProducerReorderWait})
-	s.subs = &SubscriptionStore{s: s, leases: map[string]driver.Lease{}}
+	s.subs = substore.New(s.k, s.cat, substore.Config{Clock: s.clock, Logger: s.log, AppendJSON: func(t *kernel.Tx, path string, body []byte) error {
+		return protocol.AppendJSON(s.protocol, t, path, body)
+	}})
 	// Package processors: claims and alarms, parked events, processor states and the audit,
 	// which the event face offers (processors.go).
 	s.procs = processors.New(s.k, s.clock, s.log)

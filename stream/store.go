@@ -117,7 +117,7 @@ type Store struct {
 	cat      *catalog.Catalog   // what both faces mean by a stream (package catalog)
 	events   *Events            // the event face (faces.go)
 	protocol *Protocol          // the protocol face (package protocol)
-	subs     *SubscriptionStore // the subscription face (subscriptionstore.go)
+	subs     *SubscriptionStore // the subscription face (package substore)
 
 	opts Config
 	// What the kernel was opened over, set once: the layers read them without asking the kernel.

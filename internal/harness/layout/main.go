@@ -58,6 +58,7 @@ var floors = map[string]int{
 	"stream/internal/catalog":    4,
 	"stream/internal/feeds":      5,
 	"stream/internal/processors": 5,
+	"stream/internal/substore":   5,
 	"stream/internal/protocol":   5,
 	"stream":                     6,
 	"stream/driver/sqlitedriver": 3,
