@@ -7,9 +7,9 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// EphemeralRingBytes bounds the per-stream ring of recent ephemeral events that reads with
-// readOptions.IncludeEphemeral merge in (docs/store.md#appending: 1 MiB, oldest dropped first; an
-// ephemeral larger than the bound is kept alone).
+// EphemeralRingBytes bounds the per-stream ring of recent ephemeral events that reads including
+// ephemerals merge in (docs/store.md#appending: 1 MiB, oldest dropped first; an ephemeral larger
+// than the bound is kept alone).
 const EphemeralRingBytes = 1 << 20
 
 // DefaultMaxEphemeralBytes is the default of Config.MaxEphemeralBytes: what all streams' rings
