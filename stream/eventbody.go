@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 )
 
 // The event face's encoding of the events it appends; the decoding both faces read stored
@@ -56,6 +57,4 @@ func finishBody(prefix []byte, createdAt string) []byte {
 }
 
 // eventBytes estimates an event's size for the ephemeral ring and pending budgets.
-func eventBytes(ev foldtype.Event) int {
-	return len(ev.Type) + len(ev.Payload) + len(ev.Metadata) + len(ev.IdempotencyKey) + len(ev.Path) + 64
-}
+var eventBytes = feeds.EventBytes

@@ -1,13 +1,11 @@
 package stream
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strings"
-	"sync"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
@@ -28,44 +26,22 @@ const EventContentType = "application/json"
 
 // eventView is the store's in-memory state for the event view (outside the writer).
 type eventView struct {
-	ringMu    sync.Mutex
-	rings     map[int64]*ephemeralRing
-	ringLRU   *list.List // *ephemeralRing, most recently appended first
-	ringTotal int        // bytes all rings hold
-	ringMax   int        // Config.MaxEphemeralBytes
-
-	subsMu  sync.RWMutex
-	subs    map[string][]*Subscription
-	closing bool // set under subsMu by Close; no subscription starts after it
-
-	alarms alarmState
-
 	// readBudget is a read page's byte budget: ReadBudgetBytes (tests lower it).
 	readBudget int
 }
 
-func newEventView(maxEphemeralBytes int) *eventView {
-	return &eventView{
-		readBudget: ReadBudgetBytes,
-		rings:      make(map[int64]*ephemeralRing),
-		ringLRU:    list.New(),
-		ringMax:    maxEphemeralBytes,
-		subs:       make(map[string][]*Subscription),
-	}
-}
+func newEventView() *eventView { return &eventView{readBudget: ReadBudgetBytes} }
 
 // useEventFace sets up the event face's in-memory state and registers its part in Close: at once no subscription starts and the
 // alarm loop stops taking alarms (the running handlers get their context cancelled); the drain
 // waits for those handlers.
 func (s *Store) useEventFace() {
-	s.ev = newEventView(s.opts.MaxEphemeralBytes)
+	s.ev = newEventView()
 	s.k.OnClose(func() {
-		s.ev.subsMu.Lock()
-		s.ev.closing = true // no subscription starts after this
-		s.ev.subsMu.Unlock()
-		s.haltAlarms()
+		s.pushes.Halt() // no subscription starts after this
+		s.procs.Halt()
 	}, func() {
-		s.ev.alarms.wg.Wait() // the running alarm handlers
+		s.procs.Drain() // the running alarm handlers
 	})
 }
 
@@ -305,9 +281,9 @@ func (s *Store) appendEvents(t *kernel.Tx, m *kernel.StreamState, prepared []pre
 	t.AfterCommit(func() {
 		// Only once the batch landed: a refused batch leaves no phantom in the ring.
 		if len(ephemerals) > 0 {
-			s.rememberEphemerals(id, ephemerals)
+			s.pushes.RememberEphemerals(id, ephemerals)
 		}
-		s.publish(path, committed, after, through) // to subscribers
+		s.pushes.Publish(path, committed, after, through) // to subscribers
 	})
 	return results, nil
 }
@@ -345,7 +321,7 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 		return foldtype.ReadPage{}, err
 	}
 	if opts.IncludeEphemeral && streamID >= 0 {
-		page.Events = s.mergeEphemerals(streamID, page.Events, after, page.ScannedThroughOffset, page.AtHead)
+		page.Events = s.pushes.MergeEphemerals(streamID, page.Events, after, page.ScannedThroughOffset, page.AtHead)
 	}
 	return page, nil
 }
@@ -431,8 +407,8 @@ func (s *Store) endIncarnation(t *kernel.Tx, id int64, path string) error {
 		return err
 	}
 	t.AfterCommit(func() {
-		s.forgetRing(id)
-		s.endSubscriptions(path, foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": path},
+		s.pushes.ForgetRing(id)
+		s.pushes.EndSubscriptions(path, foldtype.NewError(foldtype.CodeStreamDeleted, map[string]any{"path": path},
 			"stream %s was deleted; its subscriptions, checkpoints and claims ended with it", quotePath(path)))
 	})
 	return nil

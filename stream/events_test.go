@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"slices"
 	"strings"
@@ -697,13 +698,8 @@ func TestEphemeralRingsOfAllStreamsStayUnderTheStoresCap(t *testing.T) {
 			mustAppend(t, s, path, foldtype.EventInput{Type: "chunk", Payload: chunk, Ephemeral: true})
 		}
 	}
-	s.ev.ringMu.Lock()
-	total, held, listed := 0, len(s.ev.rings), s.ev.ringLRU.Len()
-	for _, r := range s.ev.rings {
-		total += r.bytes
-	}
-	accounted := s.ev.ringTotal
-	s.ev.ringMu.Unlock()
+	rings := feeds.Rings(s.pushes)
+	total, held, listed, accounted := rings.Bytes, rings.Held, rings.Listed, rings.Accounted
 	if total > max || total != accounted {
 		t.Fatalf("rings hold %d bytes (accounted %d), want at most %d and the two equal", total, accounted, max)
 	}
@@ -732,9 +728,8 @@ func TestEphemeralRingsOfAllStreamsStayUnderTheStoresCap(t *testing.T) {
 		}
 	}
 	bigID := streamIDOf(t, s, "/r/big")
-	s.ev.ringMu.Lock()
-	defer s.ev.ringMu.Unlock()
-	if r := s.ev.rings[bigID]; r == nil || s.ev.ringTotal != r.bytes || s.ev.ringLRU.Len() != 1 {
-		t.Fatalf("after deleting: %d bytes in %d rings, want only /r/big's", s.ev.ringTotal, s.ev.ringLRU.Len())
+	rings = feeds.Rings(s.pushes)
+	if b, ok := rings.Rings[bigID]; !ok || rings.Accounted != b || rings.Listed != 1 {
+		t.Fatalf("after deleting: %d bytes in %d rings, want only /r/big's", rings.Accounted, rings.Listed)
 	}
 }

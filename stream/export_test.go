@@ -2,8 +2,11 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/processors"
 	"github.com/foldstream/foldstream/stream/internal/protocol"
 	"github.com/foldstream/foldstream/stream/internal/sliced"
 	"time"
@@ -30,6 +33,17 @@ func SetGatherWait(s *Store, d time.Duration) {
 // AccessEntries returns how many streams the catalogue holds an in-memory access time for,
 // and, when sweepAt > 0, sets the size at which NoteAccess sweeps (and its floor) to sweepAt.
 func AccessEntries(s *Store, sweepAt int) int { return s.cat.AccessEntries(sweepAt) }
+
+// rearmAlarms sets the alarm loop's timer for the earliest claim again (package processors).
+func (s *Store) rearmAlarms() { processors.Rearm(s.procs) }
+
+// retryDelay is the backoff after failures failed revives (package processors).
+var retryDelay = processors.RetryDelay
+
+// ringSnapshot is a copy of the ephemeral ring of the stream with id streamID (package feeds).
+func (s *Store) ringSnapshot(streamID int64) []foldtype.Event {
+	return feeds.RingSnapshot(s.pushes, streamID)
+}
 
 // splitJSON is the protocol face's split of a JSON body (package protocol).
 var splitJSON = protocol.SplitJSON

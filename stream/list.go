@@ -46,18 +46,10 @@ func (e *Events) OnStreamCreated(fn func(path string)) (stop func()) {
 	}
 	s.created.ls[l] = struct{}{}
 	s.created.mu.Unlock()
-	s.ev.subsMu.Lock()
-	if s.ev.closing {
-		s.ev.subsMu.Unlock()
+	if !s.pushes.Go(func() { s.runCreatedListener(l) }) { // none starts once Close began
 		s.dropCreatedListener(l)
 		return func() {}
 	}
-	s.k.Background().Add(1) // under subsMu before closing is set, so Close waits for this goroutine
-	s.ev.subsMu.Unlock()
-	go func() {
-		defer s.k.Background().Done()
-		s.runCreatedListener(l)
-	}()
 	var once sync.Once
 	return func() { once.Do(func() { s.dropCreatedListener(l) }) }
 }

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -24,18 +25,14 @@ func TestAFeedKickedWhileTheStoreClosesStartsNoCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	f := s.feedOf("/k")
-	if f == nil {
+	if !feeds.HasFeed(s.pushes, "/k") {
 		t.Fatal("no feed for a subscribed path on a shared database")
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.kickFeed("/k")
-	f.kickMu.Lock()
-	running := f.running
-	f.kickMu.Unlock()
-	if running {
+	feeds.KickFeed(s.pushes, "/k")
+	if feeds.FeedRunning(s.pushes, "/k") {
 		t.Fatal("a kick after Close started the feed's catch-up goroutine")
 	}
 }

@@ -39,7 +39,9 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/processors"
 )
 
 // Config configures a Store. The zero value is valid.
@@ -115,7 +117,7 @@ type Store struct {
 	cat      *catalog.Catalog   // what both faces mean by a stream (package catalog)
 	events   *Events            // the event face (faces.go)
 	protocol *Protocol          // the protocol face (package protocol)
-	subs     *SubscriptionStore // the subscription face (subscriptionstore.go)
+	subs     *SubscriptionStore // the subscription face (package substore)
 
 	opts Config
 	// What the kernel was opened over, set once: the layers read them without asking the kernel.
@@ -125,10 +127,11 @@ type Store struct {
 	caps      driver.Capabilities
 	exclusive bool
 
-	check   appendChecks     // SetAppendCheck
-	ev      *eventView       // the event view's in-memory state (events.go)
-	feeds   feedSet          // order publishing on a shared database (feed.go)
-	created createdListeners // OnStreamCreated's listeners (list.go)
+	check   appendChecks        // SetAppendCheck
+	ev      *eventView          // the event view's in-memory state (events.go)
+	pushes  *feeds.Hub          // subscriptions, feeds and ephemeral rings (package feeds)
+	procs   *processors.Records // claims and alarms, parked events, processor states (package processors)
+	created createdListeners    // OnStreamCreated's listeners (list.go)
 
 	// ls is what the layers keep on the writer goroutine (layers.go): only write functions and
 	// the hooks the writer runs touch it.

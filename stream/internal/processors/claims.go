@@ -1,4 +1,4 @@
-package stream
+package processors
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 )
 
 // Claims and alarms (docs/store.md#claims-and-alarms).
@@ -64,26 +65,24 @@ type alarmState struct {
 
 // Claim records that processor slug on the stream at path must be revived by at; the zero time
 // releases the claim. A new claim replaces the previous one of the same processor.
-func (e *Events) Claim(ctx context.Context, path, slug string, at time.Time) error {
-	s := e.s
-	err := s.k.Write(ctx, func(t *kernel.Tx) error {
+func (p *Records) Claim(ctx context.Context, path, slug string, at time.Time) error {
+	err := p.k.Write(ctx, func(t *kernel.Tx) error {
 		if at.IsZero() {
 			return t.Driver().DeleteClaim(t.Context(), driver.Claim{Path: path, Slug: slug}, false)
 		}
 		return t.Driver().PutClaim(t.Context(), driver.Claim{Path: path, Slug: slug, AtMs: at.UnixMilli()})
 	})
 	if err != nil {
-		return fmt.Errorf("claim %s for %q: %w", quotePath(path), slug, err)
+		return fmt.Errorf("claim %s for %q: %w", catalog.QuotePath(path), slug, err)
 	}
-	s.rearmAlarms()
+	p.rearmAlarms()
 	return nil
 }
 
 // Claims lists the stored claims, earliest first.
-func (e *Events) Claims(ctx context.Context) ([]ClaimRow, error) {
-	s := e.s
+func (p *Records) Claims(ctx context.Context) ([]ClaimRow, error) {
 	var out []ClaimRow
-	err := s.k.Read(ctx, func(q driver.Reader) error {
+	err := p.k.Read(ctx, func(q driver.Reader) error {
 		claims, err := q.Claims(ctx)
 		for _, c := range claims {
 			out = append(out, ClaimRow{Path: c.Path, Slug: c.Slug, At: time.UnixMilli(c.AtMs), Failures: c.Failures})
@@ -97,17 +96,16 @@ func (e *Events) Claims(ctx context.Context) ([]ClaimRow, error) {
 }
 
 // StartAlarms starts the alarm loop with handler; claims already due fire at once. Only one loop
-// runs per store; [Store.Close] or StopAlarms stops it. Handlers get a context that ends when the
+// runs per store; the store's Close or StopAlarms stops it. Handlers get a context that ends when the
 // loop stops.
-func (e *Events) StartAlarms(handler AlarmHandler) error {
-	s := e.s
+func (p *Records) StartAlarms(handler AlarmHandler) error {
 	if handler == nil {
 		return errors.New("start alarms: handler is nil")
 	}
-	if s.k.Closed() {
-		return ErrStoreClosed
+	if p.k.Closed() {
+		return kernel.ErrStoreClosed
 	}
-	a := &s.ev.alarms
+	a := &p.alarms
 	a.mu.Lock()
 	if a.handler != nil {
 		a.mu.Unlock()
@@ -116,21 +114,21 @@ func (e *Events) StartAlarms(handler AlarmHandler) error {
 	a.handler = handler
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.mu.Unlock()
-	s.rearmAlarms()
+	p.rearmAlarms()
 	return nil
 }
 
 // StopAlarms stops the alarm loop: no new handler starts, handlers already running get their
 // context cancelled, and StopAlarms waits for them to return.
-func (e *Events) StopAlarms() {
-	e.s.haltAlarms()
-	e.s.ev.alarms.wg.Wait()
+func (p *Records) StopAlarms() {
+	p.haltAlarms()
+	p.alarms.wg.Wait()
 }
 
 // haltAlarms is StopAlarms without the wait: no handler starts after it, and the running ones have
 // their context cancelled.
-func (s *Store) haltAlarms() {
-	a := &s.ev.alarms
+func (p *Records) haltAlarms() {
+	a := &p.alarms
 	a.mu.Lock()
 	if a.stop != nil {
 		a.stop()
@@ -145,25 +143,25 @@ func (s *Store) haltAlarms() {
 }
 
 // rearmAlarms sets the timer for the earliest claim.
-func (s *Store) rearmAlarms() {
-	a := &s.ev.alarms
+func (p *Records) rearmAlarms() {
+	a := &p.alarms
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.handler == nil || s.k.Closed() {
+	if a.handler == nil || p.k.Closed() {
 		return
 	}
 	var next struct {
 		Int64 int64
 		Valid bool
 	}
-	err := s.k.Read(context.Background(), func(q driver.Reader) error {
+	err := p.k.Read(context.Background(), func(q driver.Reader) error {
 		var err error
 		next.Int64, next.Valid, err = q.NextClaimAt(context.Background())
 		return err
 	})
 	if err != nil {
-		if !errors.Is(err, ErrStoreClosed) {
-			s.log.Error("stream store: arm alarm", "err", err)
+		if !errors.Is(err, kernel.ErrStoreClosed) {
+			p.log.Error("stream store: arm alarm", "err", err)
 		}
 		return
 	}
@@ -182,20 +180,20 @@ func (s *Store) rearmAlarms() {
 		a.stop()
 	}
 	a.armedAt = next.Int64
-	d := time.UnixMilli(next.Int64).Sub(s.clock.Now())
+	d := time.UnixMilli(next.Int64).Sub(p.clock.Now())
 	if d < 0 {
 		d = 0
 	}
 	ctx := a.ctx
-	a.stop = s.clock.AfterFunc(d, func() { s.fireAlarms(ctx) })
+	a.stop = p.clock.AfterFunc(d, func() { p.fireAlarms(ctx) })
 }
 
 // fireAlarms spends every due claim (moving it to its retry time) and runs the handler for each.
-func (s *Store) fireAlarms(ctx context.Context) {
-	a := &s.ev.alarms
+func (p *Records) fireAlarms(ctx context.Context) {
+	a := &p.alarms
 	a.mu.Lock()
 	handler := a.handler
-	if handler == nil || ctx.Err() != nil || s.k.Closed() {
+	if handler == nil || ctx.Err() != nil || p.k.Closed() {
 		a.mu.Unlock()
 		return
 	}
@@ -205,9 +203,9 @@ func (s *Store) fireAlarms(ctx context.Context) {
 	a.mu.Unlock()
 	defer a.wg.Done()
 
-	nowMs := s.clock.Now().UnixMilli()
+	nowMs := p.clock.Now().UnixMilli()
 	var due []DueClaim
-	err := s.k.Write(ctx, func(t *kernel.Tx) error {
+	err := p.k.Write(ctx, func(t *kernel.Tx) error {
 		due = due[:0]
 		claims, err := t.Driver().DueClaims(t.Context(), nowMs)
 		if err != nil {
@@ -224,8 +222,8 @@ func (s *Store) fireAlarms(ctx context.Context) {
 		return nil
 	})
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, ErrStoreClosed) {
-			s.log.Error("stream store: spend due claims", "err", err)
+		if ctx.Err() == nil && !errors.Is(err, kernel.ErrStoreClosed) {
+			p.log.Error("stream store: spend due claims", "err", err)
 		}
 		return
 	}
@@ -233,39 +231,39 @@ func (s *Store) fireAlarms(ctx context.Context) {
 		a.wg.Add(1) // the pass itself is still counted, so the counter is positive here
 		go func() {
 			defer a.wg.Done()
-			s.runAlarm(ctx, handler, c)
+			p.runAlarm(ctx, handler, c)
 		}()
 	}
-	s.rearmAlarms()
+	p.rearmAlarms()
 }
 
-func (s *Store) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) {
+func (p *Records) runAlarm(ctx context.Context, handler AlarmHandler, c DueClaim) {
 	err := func() (err error) {
 		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("alarm handler panicked: %v", p)
+			if v := recover(); v != nil {
+				err = fmt.Errorf("alarm handler panicked: %v", v)
 			}
 		}()
 		return handler(ctx, c)
 	}()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("stream store: revive failed; retrying with backoff", "path", c.Path, "slug", c.Slug,
+			p.log.Warn("stream store: revive failed; retrying with backoff", "path", c.Path, "slug", c.Slug,
 				"failures", c.Failures+1, "retryAt", time.UnixMilli(c.retryAt), "err", err)
 		}
 		return // the retry row written when the claim was spent stands
 	}
-	werr := s.k.Write(context.WithoutCancel(ctx), func(t *kernel.Tx) error {
+	werr := p.k.Write(context.WithoutCancel(ctx), func(t *kernel.Tx) error {
 		// Only the retry row this pass wrote; a claim the processor made meanwhile stands.
 		return t.Driver().DeleteClaim(t.Context(), driver.Claim{Path: c.Path, Slug: c.Slug, AtMs: c.retryAt, Failures: c.Failures + 1}, true)
 	})
 	if werr != nil {
-		if !errors.Is(werr, ErrStoreClosed) {
-			s.log.Error("stream store: settle a revived claim", "path", c.Path, "slug", c.Slug, "err", werr)
+		if !errors.Is(werr, kernel.ErrStoreClosed) {
+			p.log.Error("stream store: settle a revived claim", "path", c.Path, "slug", c.Slug, "err", werr)
 		}
 		return
 	}
-	s.rearmAlarms()
+	p.rearmAlarms()
 }
 
 // retryDelay is the backoff after failures failed revives: foldtype.ReviveAfter · 2^failures, capped.

@@ -1,4 +1,4 @@
-package stream
+package feeds
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 )
 
 // Publishing on a shared database (a driver that is not Exclusive; docs/postgres.md#live-reads).
@@ -34,19 +35,19 @@ import (
 
 // useFeeds registers the feeds with the kernel: every notification of another process's commit
 // reaches them (feedRemote).
-func (s *Store) useFeeds() { s.k.OnRemoteCommit(s.feedRemote) }
+func (h *Hub) useFeeds() { h.k.OnRemoteCommit(h.feedRemote) }
 
 // feedRemote publishes what another process's commit n brought to the feed of its stream, or,
 // when any stream may have changed (n.StreamID 0), has every feed catch up from the database.
-func (s *Store) feedRemote(n driver.Notification) {
+func (h *Hub) feedRemote(n driver.Notification) {
 	if n.StreamID == 0 {
-		s.kickAllFeeds()
+		h.kickAllFeeds()
 		return
 	}
-	s.remoteEphemerals(n)
-	s.restartFeed(n.Path, n.StreamID)
-	if !s.publishRemoteRecords(n) {
-		s.kickFeed(n.Path)
+	h.remoteEphemerals(n)
+	h.restartFeed(n.Path, n.StreamID)
+	if !h.publishRemoteRecords(n) {
+		h.kickFeed(n.Path)
 	}
 }
 
@@ -77,15 +78,15 @@ type feedSet struct {
 // ensureFeed returns the path's feed, creating it with its mark at the stream's current durable
 // tail (nothing older is owed to a listener that registers now). Called when a subscriber or a
 // waiter registers on a shared database.
-func (s *Store) ensureFeed(ctx context.Context, path string) (*feed, error) {
-	fs := &s.feeds
+func (h *Hub) ensureFeed(ctx context.Context, path string) (*feed, error) {
+	fs := &h.feeds
 	fs.mu.Lock()
 	if f, ok := fs.byPath[path]; ok {
 		fs.mu.Unlock()
 		return f, nil
 	}
 	fs.mu.Unlock()
-	tail, id, err := s.durableTail(ctx, path)
+	tail, id, err := h.durableTail(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +104,8 @@ func (s *Store) ensureFeed(ctx context.Context, path string) (*feed, error) {
 }
 
 // durableTail reads the stream's durable tail and id (0, 0 for a missing stream).
-func (s *Store) durableTail(ctx context.Context, path string) (tail, id int64, err error) {
-	err = s.k.Read(ctx, func(q driver.Reader) error {
+func (h *Hub) durableTail(ctx context.Context, path string) (tail, id int64, err error) {
+	err = h.k.Read(ctx, func(q driver.Reader) error {
 		row, err := q.StreamByPath(ctx, path)
 		if err == driver.ErrNoStream {
 			return nil
@@ -118,8 +119,8 @@ func (s *Store) durableTail(ctx context.Context, path string) (tail, id int64, e
 	return tail, id, err
 }
 
-func (s *Store) feedOf(path string) *feed {
-	fs := &s.feeds
+func (h *Hub) feedOf(path string) *feed {
+	fs := &h.feeds
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.byPath[path]
@@ -127,18 +128,18 @@ func (s *Store) feedOf(path string) *feed {
 
 // publishShared is publish on a shared database: called on the writer goroutine after a local
 // commit of events over (after, through].
-func (s *Store) publishShared(path string, events []foldtype.Event, after, through int64) {
-	f := s.feedOf(path)
+func (h *Hub) publishShared(path string, events []foldtype.Event, after, through int64) {
+	f := h.feedOf(path)
 	if f == nil {
 		return // nobody listens on this node
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mark < after {
-		s.fill(f, after)
+		h.fill(f, after)
 	}
 	if through > f.mark && f.mark >= after {
-		s.publishLocal(path, events, f.mark, through)
+		h.publishLocal(path, events, f.mark, through)
 		f.mark = through
 		return
 	}
@@ -151,22 +152,22 @@ func (s *Store) publishShared(path string, events []foldtype.Event, after, throu
 		}
 	}
 	if len(eph) > 0 {
-		s.publishLocal(path, eph, f.mark, f.mark)
+		h.publishLocal(path, eph, f.mark, f.mark)
 	}
 }
 
 // fill publishes the durable events after f.mark from the database, until the mark reaches upTo
 // (0: the tail). Called with f.mu held. A failed read leaves the mark where it got to and tries
 // again after a pause (retryFeedLater), unless a notification or a commit catches up first.
-func (s *Store) fill(f *feed, upTo int64) {
+func (h *Hub) fill(f *feed, upTo int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), feedReadTimeout)
 	defer cancel()
 	for {
-		page, err := s.readEvents(ctx, f.path, f.mark, MaxReadLimit, readOptions{})
+		page, err := h.readDurable(ctx, f.path, f.mark)
 		if err != nil {
-			s.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
+			h.log.Warn("stream: catch up a shared stream's listeners", "path", f.path, "err", err)
 			if foldtype.CodeOf(err) == foldtype.CodeUnavailable || errors.Is(err, context.DeadlineExceeded) {
-				s.retryFeedLater(f) // the database out of reach: it will answer again
+				h.retryFeedLater(f) // the database out of reach: it will answer again
 			}
 			return
 		}
@@ -176,7 +177,7 @@ func (s *Store) fill(f *feed, upTo int64) {
 		if page.ScannedThroughOffset <= f.mark {
 			return
 		}
-		s.publishLocal(f.path, page.Events, f.mark, page.ScannedThroughOffset)
+		h.publishLocal(f.path, page.Events, f.mark, page.ScannedThroughOffset)
 		f.mark = page.ScannedThroughOffset
 		if page.AtHead || (upTo > 0 && f.mark >= upTo) {
 			return
@@ -186,8 +187,8 @@ func (s *Store) fill(f *feed, upTo int64) {
 
 // restartFeed starts the path's feed over when a notification names another stream than the one
 // it publishes: the stream was deleted and created again through another node.
-func (s *Store) restartFeed(path string, id int64) {
-	f := s.feedOf(path)
+func (h *Hub) restartFeed(path string, id int64) {
+	f := h.feedOf(path)
 	if f == nil || id == 0 {
 		return
 	}
@@ -203,8 +204,8 @@ func (s *Store) restartFeed(path string, id int64) {
 
 // kickFeed makes the path's feed catch up from the database in the background (another node
 // committed). Kicks that arrive while it runs fold into one more pass.
-func (s *Store) kickFeed(path string) {
-	f := s.feedOf(path)
+func (h *Hub) kickFeed(path string) {
+	f := h.feedOf(path)
 	if f == nil {
 		return
 	}
@@ -217,21 +218,21 @@ func (s *Store) kickFeed(path string) {
 	// Counted under subsMu before closing is set, as a subscription's goroutine is, so Close's
 	// wait for the background goroutines never races an Add (the listener that kicks feeds stops
 	// only after that wait); a store that is closing starts none.
-	s.ev.subsMu.RLock()
-	if s.ev.closing {
-		s.ev.subsMu.RUnlock()
+	h.subsMu.RLock()
+	if h.closing {
+		h.subsMu.RUnlock()
 		f.kickMu.Unlock()
 		return
 	}
-	s.k.Background().Add(1)
-	s.ev.subsMu.RUnlock()
+	h.k.Background().Add(1)
+	h.subsMu.RUnlock()
 	f.running = true
 	f.kickMu.Unlock()
 	go func() {
-		defer s.k.Background().Done()
+		defer h.k.Background().Done()
 		for {
 			f.kickMu.Lock()
-			if !f.kicked || s.k.Closed() {
+			if !f.kicked || h.k.Closed() {
 				f.running = false
 				f.kickMu.Unlock()
 				return
@@ -239,7 +240,7 @@ func (s *Store) kickFeed(path string) {
 			f.kicked = false
 			f.kickMu.Unlock()
 			f.mu.Lock()
-			s.fill(f, 0)
+			h.fill(f, 0)
 			f.mu.Unlock()
 		}
 	}()
@@ -257,7 +258,7 @@ const (
 // leaves the feed's listeners behind their stream, and when nobody commits to it again and no
 // notification comes — a node nobody else writes to, the last appends before a quiet spell —
 // nothing else would.
-func (s *Store) retryFeedLater(f *feed) {
+func (h *Hub) retryFeedLater(f *feed) {
 	f.kickMu.Lock()
 	defer f.kickMu.Unlock()
 	if f.retryArmed {
@@ -266,17 +267,17 @@ func (s *Store) retryFeedLater(f *feed) {
 	f.retryArmed = true
 	pause := min(feedRetryFirst<<min(f.retryFails, 8), feedRetryMax)
 	f.retryFails++
-	s.clock.AfterFunc(pause, func() {
+	h.clock.AfterFunc(pause, func() {
 		f.kickMu.Lock()
 		f.retryArmed = false
 		f.kickMu.Unlock()
-		s.kickFeed(f.path)
+		h.kickFeed(f.path)
 	})
 }
 
 // kickAllFeeds catches every feed up (the listener may have missed notifications).
-func (s *Store) kickAllFeeds() {
-	fs := &s.feeds
+func (h *Hub) kickAllFeeds() {
+	fs := &h.feeds
 	fs.mu.Lock()
 	paths := make([]string, 0, len(fs.byPath))
 	for p := range fs.byPath {
@@ -284,32 +285,32 @@ func (s *Store) kickAllFeeds() {
 	}
 	fs.mu.Unlock()
 	for _, p := range paths {
-		s.kickFeed(p)
+		h.kickFeed(p)
 	}
 }
 
 // remoteEphemerals hands another node's ephemeral events to this node's ring and subscribers (they are never in the database).
-func (s *Store) remoteEphemerals(n driver.Notification) {
+func (h *Hub) remoteEphemerals(n driver.Notification) {
 	if len(n.Ephemeral) == 0 {
 		return
 	}
 	var evs []foldtype.Event
 	if err := json.Unmarshal(n.Ephemeral, &evs); err != nil || len(evs) == 0 {
-		s.log.Warn("stream: unreadable ephemeral events from another node", "path", n.Path, "err", err)
+		h.log.Warn("stream: unreadable ephemeral events from another node", "path", n.Path, "err", err)
 		return
 	}
 	for i := range evs {
 		evs[i].Ephemeral = true
 		evs[i].Path = n.Path
 	}
-	s.rememberEphemerals(n.StreamID, evs)
-	f := s.feedOf(n.Path)
+	h.RememberEphemerals(n.StreamID, evs)
+	f := h.feedOf(n.Path)
 	if f == nil {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s.publishLocal(n.Path, evs, f.mark, f.mark)
+	h.publishLocal(n.Path, evs, f.mark, f.mark)
 }
 
 // feedReadTimeout bounds one catch-up read of a feed.
@@ -318,13 +319,13 @@ const feedReadTimeout = 30 * time.Second
 // publishRemoteRecords publishes another node's commit from the records its notification carried
 // (docs/postgres.md#live-reads), with no read of the database. It reports false when the feed must
 // read instead: the records did not travel, or they do not start at the feed's mark (a gap).
-func (s *Store) publishRemoteRecords(n driver.Notification) bool {
-	f := s.feedOf(n.Path)
+func (h *Hub) publishRemoteRecords(n driver.Notification) bool {
+	f := h.feedOf(n.Path)
 	if f == nil {
 		return true // nobody listens on this node
 	}
 	row := n.Stream
-	if row == nil || row.ID != n.StreamID || !IsJSONContentType(row.ContentType) || len(n.Records) == 0 || !kernel.Chains(n.Records[0].Start, n.Records, row.Tail) {
+	if row == nil || row.ID != n.StreamID || !kernel.IsJSONContentType(row.ContentType) || len(n.Records) == 0 || !kernel.Chains(n.Records[0].Start, n.Records, row.Tail) {
 		return false
 	}
 	f.mu.Lock()
@@ -342,7 +343,7 @@ func (s *Store) publishRemoteRecords(n driver.Notification) bool {
 	for _, rec := range n.Records {
 		var decErr error
 		err := driver.EachFrame(rec, func(off int64, body []byte) bool {
-			ev, err := decodeEvent(n.Path, kernel.Message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
+			ev, err := catalog.DecodeEvent(n.Path, kernel.Message{Offset: off, RecordStart: rec.RecordStart, CreatedMs: rec.CreatedMs, Body: body})
 			if err != nil {
 				decErr = err
 				return false
@@ -354,7 +355,7 @@ func (s *Store) publishRemoteRecords(n driver.Notification) bool {
 			return false // the catch-up read reports it
 		}
 	}
-	s.publishLocal(n.Path, evs, f.mark, row.Tail)
+	h.publishLocal(n.Path, evs, f.mark, row.Tail)
 	f.mark = row.Tail
 	return true
 }

@@ -1,4 +1,4 @@
-package stream
+package processors
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 )
 
 // Parked events (docs/operations.md#skip): the events a processor was moved past without its
@@ -15,35 +16,35 @@ import (
 // PutParkedEvent stores the parked event r, replacing the row of the same processor and offset.
 // With fence set, only while that lease is held at its generation: else LEASE_LOST, nothing
 // written.
-func (e *Events) PutParkedEvent(ctx context.Context, r driver.ParkedEventRow, fence *driver.Fence) error {
-	err := e.parkedWrite(ctx, func(ctx context.Context, pt driver.ParkedEventsTx) error {
+func (p *Records) PutParkedEvent(ctx context.Context, r driver.ParkedEventRow, fence *driver.Fence) error {
+	err := p.parkedWrite(ctx, func(ctx context.Context, pt driver.ParkedEventsTx) error {
 		return pt.PutParkedEvent(ctx, r, fence)
 	})
 	if err != nil {
-		return fmt.Errorf("park event %d of %q on %s: %w", r.Offset, r.Slug, quotePath(r.Path), err)
+		return fmt.Errorf("park event %d of %q on %s: %w", r.Offset, r.Slug, catalog.QuotePath(r.Path), err)
 	}
 	return nil
 }
 
 // RemoveParkedEvent removes the parked event at offset of processor slug on path and reports
 // whether there was one. fence as PutParkedEvent.
-func (e *Events) RemoveParkedEvent(ctx context.Context, path, slug string, offset int64, fence *driver.Fence) (bool, error) {
+func (p *Records) RemoveParkedEvent(ctx context.Context, path, slug string, offset int64, fence *driver.Fence) (bool, error) {
 	var removed bool
-	err := e.parkedWrite(ctx, func(ctx context.Context, pt driver.ParkedEventsTx) error {
+	err := p.parkedWrite(ctx, func(ctx context.Context, pt driver.ParkedEventsTx) error {
 		var err error
 		removed, err = pt.DeleteParkedEvent(ctx, path, slug, offset, fence)
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("remove parked event %d of %q on %s: %w", offset, slug, quotePath(path), err)
+		return false, fmt.Errorf("remove parked event %d of %q on %s: %w", offset, slug, catalog.QuotePath(path), err)
 	}
 	return removed, nil
 }
 
 // ParkedEvents returns the parked events q selects, by path, slug, then offset.
-func (e *Events) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([]driver.ParkedEventRow, error) {
+func (p *Records) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([]driver.ParkedEventRow, error) {
 	var out []driver.ParkedEventRow
-	err := e.s.k.Read(ctx, func(r driver.Reader) error {
+	err := p.k.Read(ctx, func(r driver.Reader) error {
 		pr, ok := r.(driver.ParkedEventsReader)
 		if !ok {
 			return nil // nothing is stored
@@ -59,9 +60,9 @@ func (e *Events) ParkedEvents(ctx context.Context, q driver.ParkedEventQuery) ([
 }
 
 // ParkedEventCounts returns how many events are parked, by processor slug, over every stream.
-func (e *Events) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
+func (p *Records) ParkedEventCounts(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
-	err := e.s.k.Read(ctx, func(r driver.Reader) error {
+	err := p.k.Read(ctx, func(r driver.Reader) error {
 		pr, ok := r.(driver.ParkedEventsReader)
 		if !ok {
 			return nil // nothing is stored
@@ -78,8 +79,8 @@ func (e *Events) ParkedEventCounts(ctx context.Context) (map[string]int, error) 
 
 // parkedWrite runs fn in a write transaction on the driver's parked events table; a driver
 // without it fails with errNoProcessorOps.
-func (e *Events) parkedWrite(ctx context.Context, fn func(context.Context, driver.ParkedEventsTx) error) error {
-	return e.s.k.Write(ctx, func(t *kernel.Tx) error {
+func (p *Records) parkedWrite(ctx context.Context, fn func(context.Context, driver.ParkedEventsTx) error) error {
+	return p.k.Write(ctx, func(t *kernel.Tx) error {
 		d, err := t.Begin()
 		dctx := t.StatementContext(t.Context())
 		if err != nil {

@@ -1,4 +1,4 @@
-package stream
+package processors
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 )
 
 // Processor state rows and the operators' audit (docs/operations.md): the host's failure and
@@ -19,32 +20,32 @@ var errNoProcessorOps = foldtype.NewError(foldtype.CodeNoRoute, nil, "stream sto
 
 // PutProcessorState stores the state row of (r.Path, r.Slug), replacing the one there. With fence
 // set, only while that lease is held at its generation: else LEASE_LOST, nothing written.
-func (e *Events) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
-	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
+func (p *Records) PutProcessorState(ctx context.Context, r driver.ProcessorStateRow, fence *driver.Fence) error {
+	err := p.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
 		return ot.PutProcessorState(ctx, r, fence)
 	})
 	if err != nil {
-		return fmt.Errorf("store the state of %q on %s: %w", r.Slug, quotePath(r.Path), err)
+		return fmt.Errorf("store the state of %q on %s: %w", r.Slug, catalog.QuotePath(r.Path), err)
 	}
 	return nil
 }
 
 // ClearProcessorState removes the state row of processor slug on path: it runs. fence as
 // PutProcessorState.
-func (e *Events) ClearProcessorState(ctx context.Context, path, slug string, fence *driver.Fence) error {
-	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
+func (p *Records) ClearProcessorState(ctx context.Context, path, slug string, fence *driver.Fence) error {
+	err := p.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
 		return ot.DeleteProcessorStateRow(ctx, path, slug, fence)
 	})
 	if err != nil {
-		return fmt.Errorf("clear the state of %q on %s: %w", slug, quotePath(path), err)
+		return fmt.Errorf("clear the state of %q on %s: %w", slug, catalog.QuotePath(path), err)
 	}
 	return nil
 }
 
 // ProcessorStates returns the state rows q selects, by path then slug.
-func (e *Events) ProcessorStates(ctx context.Context, q driver.ProcessorStateQuery) ([]driver.ProcessorStateRow, error) {
+func (p *Records) ProcessorStates(ctx context.Context, q driver.ProcessorStateQuery) ([]driver.ProcessorStateRow, error) {
 	var out []driver.ProcessorStateRow
-	err := e.opsRead(ctx, func(or driver.ProcessorOpsReader) error {
+	err := p.opsRead(ctx, func(or driver.ProcessorOpsReader) error {
 		var err error
 		out, err = or.ProcessorStates(ctx, q)
 		return err
@@ -56,8 +57,8 @@ func (e *Events) ProcessorStates(ctx context.Context, q driver.ProcessorStateQue
 }
 
 // AppendAudit appends an operator's verb to the audit.
-func (e *Events) AppendAudit(ctx context.Context, r driver.AuditRecord) error {
-	err := e.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
+func (p *Records) AppendAudit(ctx context.Context, r driver.AuditRecord) error {
+	err := p.opsWrite(ctx, func(ctx context.Context, ot driver.ProcessorOpsTx) error {
 		return ot.InsertAuditRecord(ctx, r)
 	})
 	if err != nil {
@@ -67,9 +68,9 @@ func (e *Events) AppendAudit(ctx context.Context, r driver.AuditRecord) error {
 }
 
 // Audit returns the audit records q selects, newest first.
-func (e *Events) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.AuditRecord, error) {
+func (p *Records) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.AuditRecord, error) {
 	var out []driver.AuditRecord
-	err := e.opsRead(ctx, func(or driver.ProcessorOpsReader) error {
+	err := p.opsRead(ctx, func(or driver.ProcessorOpsReader) error {
 		var err error
 		out, err = or.AuditRecords(ctx, q)
 		return err
@@ -82,8 +83,8 @@ func (e *Events) Audit(ctx context.Context, q driver.AuditQuery) ([]driver.Audit
 
 // opsWrite runs fn in a write transaction on the driver's processor state tables; a driver
 // without them fails with errNoProcessorOps.
-func (e *Events) opsWrite(ctx context.Context, fn func(context.Context, driver.ProcessorOpsTx) error) error {
-	return e.s.k.Write(ctx, func(t *kernel.Tx) error {
+func (p *Records) opsWrite(ctx context.Context, fn func(context.Context, driver.ProcessorOpsTx) error) error {
+	return p.k.Write(ctx, func(t *kernel.Tx) error {
 		d, err := t.Begin()
 		dctx := t.StatementContext(t.Context())
 		if err != nil {
@@ -99,8 +100,8 @@ func (e *Events) opsWrite(ctx context.Context, fn func(context.Context, driver.P
 
 // opsRead runs fn in a read transaction on the driver's processor state tables; with a driver
 // without them nothing is stored, and fn does not run.
-func (e *Events) opsRead(ctx context.Context, fn func(driver.ProcessorOpsReader) error) error {
-	return e.s.k.Read(ctx, func(r driver.Reader) error {
+func (p *Records) opsRead(ctx context.Context, fn func(driver.ProcessorOpsReader) error) error {
+	return p.k.Read(ctx, func(r driver.Reader) error {
 		or, ok := r.(driver.ProcessorOpsReader)
 		if !ok {
 			return nil

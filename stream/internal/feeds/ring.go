@@ -1,4 +1,4 @@
-package stream
+package feeds
 
 import (
 	"container/list"
@@ -7,9 +7,9 @@ import (
 	"github.com/foldstream/foldstream/foldtype"
 )
 
-// EphemeralRingBytes bounds the per-stream ring of recent ephemeral events that reads with
-// readOptions.IncludeEphemeral merge in (docs/store.md#appending: 1 MiB, oldest dropped first; an
-// ephemeral larger than the bound is kept alone).
+// EphemeralRingBytes bounds the per-stream ring of recent ephemeral events that reads including
+// ephemerals merge in (docs/store.md#appending: 1 MiB, oldest dropped first; an ephemeral larger
+// than the bound is kept alone).
 const EphemeralRingBytes = 1 << 20
 
 // DefaultMaxEphemeralBytes is the default of Config.MaxEphemeralBytes: what all streams' rings
@@ -22,7 +22,7 @@ type ephemeralRing struct {
 	id     int64
 	events []foldtype.Event
 	bytes  int
-	elem   *list.Element // in eventView.ringLRU, most recently appended first
+	elem   *list.Element // in Hub.ringLRU, most recently appended first
 }
 
 // ringTotal bounds what the rings of all streams hold together (Config.MaxEphemeralBytes): once
@@ -30,9 +30,9 @@ type ephemeralRing struct {
 // a store with many streams keeps the rings of the recently active ones. A dropped ring is the
 // state a new incarnation starts in: reads merge no ephemerals for that stream until it gets new
 // ones (docs/store.md#appending). ringMu held.
-func (v *eventView) trimRingsLocked(keep *ephemeralRing) {
-	for v.ringTotal > v.ringMax {
-		e := v.ringLRU.Back()
+func (h *Hub) trimRingsLocked(keep *ephemeralRing) {
+	for h.ringTotal > h.ringMax {
+		e := h.ringLRU.Back()
 		if e == nil {
 			return
 		}
@@ -40,45 +40,44 @@ func (v *eventView) trimRingsLocked(keep *ephemeralRing) {
 		if r == keep {
 			return // the ring just appended to stays, bounded by EphemeralRingBytes itself
 		}
-		v.dropRingLocked(r)
+		h.dropRingLocked(r)
 	}
 }
 
 // dropRingLocked forgets a stream's ring. ringMu held.
-func (v *eventView) dropRingLocked(r *ephemeralRing) {
-	v.ringLRU.Remove(r.elem)
-	v.ringTotal -= r.bytes
-	delete(v.rings, r.id)
+func (h *Hub) dropRingLocked(r *ephemeralRing) {
+	h.ringLRU.Remove(r.elem)
+	h.ringTotal -= r.bytes
+	delete(h.rings, r.id)
 }
 
-// forgetRing drops a stream's ring (its incarnation ended).
-func (s *Store) forgetRing(streamID int64) {
-	s.ev.ringMu.Lock()
-	defer s.ev.ringMu.Unlock()
-	if r := s.ev.rings[streamID]; r != nil {
-		s.ev.dropRingLocked(r)
+// ForgetRing drops a stream's ring (its incarnation ended).
+func (h *Hub) ForgetRing(streamID int64) {
+	h.ringMu.Lock()
+	defer h.ringMu.Unlock()
+	if r := h.rings[streamID]; r != nil {
+		h.dropRingLocked(r)
 	}
 }
 
-// rememberEphemerals adds a landed batch's ephemerals to the stream's ring. Called after commit.
-func (s *Store) rememberEphemerals(streamID int64, evs []foldtype.Event) {
-	s.ev.ringMu.Lock()
-	defer s.ev.ringMu.Unlock()
-	v := s.ev
-	r := v.rings[streamID]
+// RememberEphemerals adds a landed batch's ephemerals to the stream's ring. Called after commit.
+func (h *Hub) RememberEphemerals(streamID int64, evs []foldtype.Event) {
+	h.ringMu.Lock()
+	defer h.ringMu.Unlock()
+	r := h.rings[streamID]
 	if r == nil {
 		r = &ephemeralRing{id: streamID}
-		r.elem = v.ringLRU.PushFront(r)
-		v.rings[streamID] = r
+		r.elem = h.ringLRU.PushFront(r)
+		h.rings[streamID] = r
 	} else {
-		v.ringLRU.MoveToFront(r.elem)
+		h.ringLRU.MoveToFront(r.elem)
 	}
 	before := r.bytes
 	for _, ev := range evs {
 		r.events = append(r.events, ev)
-		r.bytes += eventBytes(ev)
+		r.bytes += EventBytes(ev)
 		for len(r.events) > 1 && r.bytes > EphemeralRingBytes {
-			r.bytes -= eventBytes(r.events[0])
+			r.bytes -= EventBytes(r.events[0])
 			r.events[0] = foldtype.Event{}
 			r.events = r.events[1:]
 		}
@@ -87,25 +86,25 @@ func (s *Store) rememberEphemerals(streamID int64, evs []foldtype.Event) {
 	if cap(r.events) > 64 && len(r.events) < cap(r.events)/4 {
 		r.events = append([]foldtype.Event(nil), r.events...)
 	}
-	v.ringTotal += r.bytes - before
-	v.trimRingsLocked(r)
+	h.ringTotal += r.bytes - before
+	h.trimRingsLocked(r)
 }
 
 // ringSnapshot returns a copy of the stream's ring.
-func (s *Store) ringSnapshot(streamID int64) []foldtype.Event {
-	s.ev.ringMu.Lock()
-	defer s.ev.ringMu.Unlock()
-	r := s.ev.rings[streamID]
+func (h *Hub) ringSnapshot(streamID int64) []foldtype.Event {
+	h.ringMu.Lock()
+	defer h.ringMu.Unlock()
+	r := h.rings[streamID]
 	if r == nil {
 		return nil
 	}
 	return append([]foldtype.Event(nil), r.events...)
 }
 
-// mergeEphemerals merges ring ephemerals into a read page: those in (after, scanned], and on an
+// MergeEphemerals merges ring ephemerals into a read page: those in (after, scanned], and on an
 // at-head page also those beyond scanned.
-func (s *Store) mergeEphemerals(streamID int64, page []foldtype.Event, after, scanned int64, atHead bool) []foldtype.Event {
-	ring := s.ringSnapshot(streamID)
+func (h *Hub) MergeEphemerals(streamID int64, page []foldtype.Event, after, scanned int64, atHead bool) []foldtype.Event {
+	ring := h.ringSnapshot(streamID)
 	added := false
 	for _, ev := range ring {
 		if ev.Offset <= after || (!atHead && ev.Offset > scanned) {
