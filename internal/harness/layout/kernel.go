@@ -45,6 +45,7 @@ func kernelFigures(pkgs []pkg) (bad int) {
 		}
 		if inKernel {
 			found = true
+			bad += kernelBackCalls(p)
 			for _, imp := range p.Imports {
 				if irel := relOf(imp); strings.HasPrefix(imp, module+"/") && isLayer(irel) {
 					fmt.Fprintf(os.Stderr, "layout: the stream kernel imports the layer %s: register a hook instead (docs/store.md#the-kernel-and-its-layers)\n", irel)
