@@ -109,16 +109,6 @@ func TestAProcessorWhoseCheckpointWaitsForTheDatabaseSaysSoOverHTTP(t *testing.T
 	}
 	base := serveHost(t, s, h)
 
-	res, err := http.Post(base+"/v1/stream/w", "application/json", strings.NewReader(`{"type":"tick"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	tail, _, err := server.ParseOffset(res.Header.Get("Stream-Next-Offset"))
-	if res.StatusCode != http.StatusNoContent || err != nil {
-		t.Fatalf("POST tick: %d, next offset %q", res.StatusCode, res.Header.Get("Stream-Next-Offset"))
-	}
-
 	type status struct {
 		Offset          int64                        `json:"offset"`
 		State           string                       `json:"state"`
@@ -142,6 +132,21 @@ func TestAProcessorWhoseCheckpointWaitsForTheDatabaseSaysSoOverHTTP(t *testing.T
 		}
 		last = info.Processors[0]
 		return true
+	}
+
+	// The processor's engine has caught up (its opening catch-up over), so the tick reaches it by
+	// a push and its checkpoint is the one refused below.
+	if !wait.For(30*time.Second, func() bool { return look() && last.State == foldtype.StateRunning }) {
+		t.Fatalf("the processor never ran; last answer: %s", lastBody)
+	}
+	res, err := http.Post(base+"/v1/stream/w", "application/json", strings.NewReader(`{"type":"tick"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	tail, _, err := server.ParseOffset(res.Header.Get("Stream-Next-Offset"))
+	if res.StatusCode != http.StatusNoContent || err != nil {
+		t.Fatalf("POST tick: %d, next offset %q", res.StatusCode, res.Header.Get("Stream-Next-Offset"))
 	}
 
 	// The tick's ProcessEvent waits in its blocker; the database stops taking writes; the blocker
