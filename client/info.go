@@ -33,8 +33,9 @@ type ProcessorStatus struct {
 	// Skipped counts the events it skipped, by reason.
 	Skipped []SkippedEvents `json:"skipped,omitempty"`
 	// WaitingForStore is a write of the processor's engine (an emit or a checkpoint) that the
-	// store could not take because its database was out of reach, being sent again; nil when
-	// none waits. The processor is not failing meanwhile.
+	// store could not take because its database was out of reach, being sent again, or its read
+	// of the log ("log read") that the host tries again; nil when none waits. The processor is
+	// not failing meanwhile.
 	WaitingForStore *ProcessorStoreWait `json:"waitingForStore,omitempty"`
 	// Owner is the node that runs the processor now (its lease holder), empty when no node
 	// holds its lease; Generation is that lease's generation.
@@ -81,14 +82,16 @@ type ProcessorPause struct {
 }
 
 // ProcessorStoreWait is a processor's write being sent again while the store's database is out of
-// reach: what, the last refusal, how many attempts, since when and when the engine gives up.
+// reach: what, the last refusal, how many attempts, since when and when the engine gives up; or,
+// for a "log read" of a catch-up its host tries again, when the host reads next.
 type ProcessorStoreWait struct {
 	Write     string    `json:"write"`
 	Code      string    `json:"code"`
 	Message   string    `json:"message"`
 	Attempts  int       `json:"attempts"`
 	Since     time.Time `json:"since"`
-	GivesUpAt time.Time `json:"givesUpAt"`
+	GivesUpAt time.Time `json:"givesUpAt,omitzero"` // zero for a "log read"
+	NextRetry time.Time `json:"nextRetry,omitzero"` // zero for a write
 }
 
 // ProcessorError is a coded reason in a ProcessorStatus.

@@ -92,9 +92,11 @@ type ProcessorError struct {
 }
 
 // ProcessorStoreWait is a write of a processor's engine that the store could not take because
-// its database was out of reach, being sent again (docs/engine.md#writes-through-a-database-blip).
+// its database was out of reach, being sent again (docs/engine.md#writes-through-a-database-blip),
+// or the engine's read of the log that its host tries again (docs/store.md#an-engine-behind-the-log).
 type ProcessorStoreWait struct {
-	// Write is what is being sent again: "emit" or "checkpoint".
+	// Write is what is being sent again: "emit" or "checkpoint", or "log read" for a catch-up
+	// the host tries again.
 	Write string `json:"write"`
 	// Code and Message are the last attempt's error (UNAVAILABLE or COMMIT_OUTCOME_UNKNOWN).
 	Code    Code   `json:"code"`
@@ -103,7 +105,11 @@ type ProcessorStoreWait struct {
 	Attempts int `json:"attempts"`
 	// Since is when the first attempt failed.
 	Since time.Time `json:"since"`
-	// GivesUpAt is when the engine stops sending it again (EngineConfig.WriteRetry after Since)
-	// and fails the unit of work, whose effects then run again once the store answers.
-	GivesUpAt time.Time `json:"givesUpAt"`
+	// GivesUpAt is when the engine stops sending a write again (EngineConfig.WriteRetry after
+	// Since) and fails the unit of work, whose effects then run again once the store answers.
+	// Zero for a log read, which the host tries again until it goes through.
+	GivesUpAt time.Time `json:"givesUpAt,omitzero"`
+	// NextRetry is when the host reads the log again; zero for a write (sent again at once, with
+	// the engine's backoff).
+	NextRetry time.Time `json:"nextRetry,omitzero"`
 }

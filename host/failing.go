@@ -149,7 +149,8 @@ func (h *Host) retryFailing(sl *slot) {
 // its listener lost or regained its connection — so the database may be back, and such a
 // processor retries now rather than at its backoff, which the outage's failed attempts doubled
 // (a processor whose retries during a database restart had reached 16 s resumed that late).
-// A retry that fails again arms its backoff as any failure does.
+// A retry that fails again arms its backoff as any failure does. The armed catch-up retries of
+// engines behind the log (host/catchupretry.go) run now too.
 func (h *Host) retryStoreFailures() {
 	var due []*slot
 	h.mu.Lock()
@@ -166,9 +167,13 @@ func (h *Host) retryStoreFailures() {
 			}
 		}
 	}
+	behind := h.catchUpsDueLocked()
 	h.mu.Unlock()
 	for _, sl := range due {
 		h.retryFailing(sl)
+	}
+	for _, sl := range behind {
+		h.retryCatchUp(sl)
 	}
 }
 
@@ -185,6 +190,7 @@ func (h *Host) recovered(sl *slot) {
 	h.mu.Unlock()
 	h.logRecovered(sl, f)
 	h.syncFailureRow(sl)
+	h.caughtUpAgain(sl) // the attempt read the log
 }
 
 // clearFailingLocked drops sl's failing record and its armed retry, returning the record. h.mu held.

@@ -17,7 +17,9 @@ import (
 // next retry with the backoff that attempt count gives. RetryNow returns once the attempt is
 // started, not when it ends; the processor's status tells how it went.
 //
-// A processor that is not failing fails with CONFLICT. A processor another node runs — also one
+// A processor that is not failing but whose catch-up from the log waits for its retry
+// (docs/store.md#an-engine-behind-the-log) has that catch-up run now. Any other processor that is
+// not failing fails with CONFLICT. A processor another node runs — also one
 // this node has no registration for — is asked of that node when its lease names an address, with
 // the caller's Authorization header and reason (which the server puts in ctx with
 // foldtype.WithOperatorRequest); when it names none, RetryNow fails with CONFLICT naming
@@ -32,6 +34,19 @@ func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 	reg := h.registrationFor(path, slug)
 	sl := h.slots[key]
 	if sl != nil && sl.state == slotOpen && h.slots[key] == sl {
+		if sl.failing == nil && sl.catchUp != nil && sl.catchUp.stop != nil {
+			// Not failing, but behind the log, its catch-up waiting for its retry
+			// (host/catchupretry.go): that retry runs now.
+			if sl.catchUp.stop() {
+				sl.catchUp.stop = nil
+				sl.catchUp.nextRetry = h.clock.Now()
+				h.mu.Unlock()
+				h.retryCatchUp(sl)
+				return nil
+			}
+			h.mu.Unlock()
+			return nil // it fired already: its attempt is about to run
+		}
 		if sl.failing == nil {
 			h.mu.Unlock()
 			return notFailing(path, slug)

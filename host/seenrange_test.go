@@ -22,7 +22,9 @@ import (
 // database that answers the small reads (a stream's row, a checkpoint) and times out on the log.
 type recordsDown struct {
 	*sqlitedriver.Driver
-	down atomic.Bool
+	down    atomic.Bool
+	refused atomic.Int64 // log reads refused
+	msg     string       // the refusal's message; a generic one when empty
 }
 
 func (d *recordsDown) Read(ctx context.Context, fn func(driver.Reader) error) error {
@@ -36,7 +38,12 @@ type recordsDownReader struct {
 
 func (r *recordsDownReader) Records(ctx context.Context, streamID, after int64, fn func(driver.Record) (bool, error)) error {
 	if r.d.down.Load() {
-		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true, Message: "the database is unavailable; retry later"}
+		r.d.refused.Add(1)
+		msg := r.d.msg
+		if msg == "" {
+			msg = "the database is unavailable; retry later"
+		}
+		return &foldtype.Error{Code: foldtype.CodeUnavailable, Retryable: true, Message: msg}
 	}
 	return r.Reader.Records(ctx, streamID, after, fn)
 }

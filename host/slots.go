@@ -96,11 +96,16 @@ type slot struct {
 	// policyFails counts the failed attempts in a row the failure policy counts: those that were
 	// not the store out of reach (storeFailure), which say nothing of the processor (h.mu).
 	policyFails int
-	streamID    int64 // the stream's identity when the engine opened (StreamInfo.ID)
-	stale       bool  // the stream was deleted and created again: the engine follows a dead stream
-	lease       driver.Lease
-	force       bool // take the lease even when another node is preferred (a read, a revive, a takeover)
-	handoff     bool // closing to hand the lease to another node
+	// behind is set when an engine verb failed for a reason other than a ProcessEvent: the engine
+	// may be below the log, and catchUp retries its catch-up (host/catchupretry.go). Cleared
+	// when a retry succeeds.
+	behind   atomic.Bool
+	catchUp  *catchUpRetry // h.mu
+	streamID int64         // the stream's identity when the engine opened (StreamInfo.ID)
+	stale    bool          // the stream was deleted and created again: the engine follows a dead stream
+	lease    driver.Lease
+	force    bool // take the lease even when another node is preferred (a read, a revive, a takeover)
+	handoff  bool // closing to hand the lease to another node
 	// head is the stream as a takeover's settle check read it, before the lease: the opening
 	// takes it instead of reading the head again (nil: the opening reads it).
 	head     *stream.StreamInfo
@@ -520,8 +525,9 @@ func (h *Host) deliverTo(sl *slot, r foldtype.Runner) stream.DeliverFunc {
 }
 
 // failed looks at an error one of sl's engine verbs returned: a failure no retry gets past parks
-// the slot (see parks); anything else is logged (folded) and healed by the next push, read or
-// revive.
+// the slot (see parks); a ProcessEvent failure marks it failing (host/failing.go); anything else
+// is logged (folded), marks the engine behind and arms a retry of its catch-up
+// (host/catchupretry.go), so it heals without waiting for a push, read or revive.
 func (h *Host) failed(sl *slot, what string, err error) {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, foldtype.ErrClosed) {
 		return
@@ -536,7 +542,9 @@ func (h *Host) failed(sl *slot, what string, err error) {
 			return
 		}
 	}
-	h.log.Warn("host: processor "+what+" failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+	if !h.catchUpLater(sl, what, err) {
+		h.log.Warn("host: processor "+what+" failed", "path", sl.key.path, "slug", sl.key.slug, "err", err)
+	}
 }
 
 // parks reports whether err is a failure no retry of this engine gets past, which parks the
@@ -639,7 +647,10 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	// subscription had not seen when the slot began closing marks it dirty (it opens again);
 	// an engine whose cursor reached what the subscription saw, with every push delivered and none
 	// failing, is at the head and would read nothing.
-	atHead := err == nil && h.store.Driver().Exclusive() && !h.isFailing(sl) && sl.runner.ReducedThroughOffset() >= seen
+	// An engine marked behind (its catch-up failed) may be below events committed before its
+	// subscription began, which the subscription never saw.
+	atHead := err == nil && h.store.Driver().Exclusive() && !h.isFailing(sl) && !sl.behind.Load() &&
+		sl.runner.ReducedThroughOffset() >= seen
 	settled, cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, !atHead)
 	if err == nil {
 		err = cerr
@@ -711,12 +722,13 @@ func (h *Host) sweep() {
 	h.mu.Unlock()
 }
 
-// stopRetryLocked cancels sl's armed retry, if any. h.mu held.
+// stopRetryLocked cancels sl's armed retries (of a failing event, of a catch-up), if any. h.mu held.
 func (sl *slot) stopRetryLocked() {
 	if sl.retryStop != nil {
 		sl.retryStop()
 		sl.retryStop = nil
 	}
+	sl.stopCatchUpLocked()
 }
 
 // openPhases times the steps of an engine's opening on a shared database, logged at debug level

@@ -71,6 +71,9 @@ func (h *Host) ProcessorsOn(ctx context.Context, path string) []foldtype.Process
 					st = sr.Status()
 					st.Pattern = e.reg.pattern.String()
 				}
+				if st.WaitingForStore == nil {
+					st.WaitingForStore = catchUpWaitLocked(e.sl) // host/catchupretry.go
+				}
 				st.Open = true
 			}
 			st.State, st.Offset, st.Failing, st.Parked, st.Paused = ls.State, max(st.Offset, ls.Offset), ls.Failing, ls.Parked, ls.Paused

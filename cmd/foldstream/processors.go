@@ -208,11 +208,15 @@ func rebuildLine(slug, stream string, rb client.ProcessorRebuild) string {
 	return line
 }
 
-// storeWaitText says which write of a processor waits for the store's database, since when and
-// until when the engine sends it again.
+// storeWaitText says which write (or log read) of a processor waits for the store's database,
+// since when, and until when the engine sends it again or when the host reads again.
 func storeWaitText(w *client.ProcessorStoreWait) string {
-	return fmt.Sprintf("waiting for the database since %s: its %s was refused (%s), %d attempts; sent again until %s",
-		w.Since.UTC().Format("15:04:05Z"), w.Write, w.Code, w.Attempts, w.GivesUpAt.UTC().Format("15:04:05Z"))
+	line := fmt.Sprintf("waiting for the database since %s: its %s was refused (%s), %d attempts; ",
+		w.Since.UTC().Format("15:04:05Z"), w.Write, w.Code, w.Attempts)
+	if w.GivesUpAt.IsZero() {
+		return line + "tried again at " + w.NextRetry.UTC().Format("15:04:05Z")
+	}
+	return line + "sent again until " + w.GivesUpAt.UTC().Format("15:04:05Z")
 }
 
 // processorLine is one processor of `processors ls`: slug, state, offset, owner, and why it is

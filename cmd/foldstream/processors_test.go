@@ -164,3 +164,17 @@ func TestAProcessorsLineSaysWhichWriteWaitsForTheDatabase(t *testing.T) {
 		t.Fatalf("line %q; want it to hold %q", line, want)
 	}
 }
+
+// A processor whose catch-up waits for the database to read the log says when the host reads
+// again, not when it gives up: it does not.
+func TestAProcessorsLineSaysWhenALogReadIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	line := processorLine(client.ProcessorStatus{Slug: "carts", State: "running", Offset: 7,
+		WaitingForStore: &client.ProcessorStoreWait{Write: "log read", Code: "UNAVAILABLE", Attempts: 3,
+			Since: since, NextRetry: since.Add(7 * time.Second)}})
+	want := "waiting for the database since 03:04:05Z: its log read was refused (UNAVAILABLE), 3 attempts; tried again at 03:04:12Z"
+	if !strings.Contains(line, want) {
+		t.Fatalf("line %q; want it to hold %q", line, want)
+	}
+}

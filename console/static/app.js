@@ -1157,12 +1157,14 @@ function failingText(f) {
   return `failing at offset ${f.offset}: ${f.code || ""} ${f.message || ""} (attempt ${f.attempts}, next retry ${next})`;
 }
 
-// storeWaitText says which write of a processor waits for the store's database (its engine sends
-// it again, the processor is not failing), since when and until when.
+// storeWaitText says which write (or log read) of a processor waits for the store's database (its
+// engine sends it again, or its host reads again; the processor is not failing), since when and
+// until when, or when next.
 function storeWaitText(w) {
   const since = new Date(w.since).toLocaleTimeString();
-  const until = new Date(w.givesUpAt).toLocaleTimeString();
-  return `waiting for the database since ${since}: its ${w.write} was refused (${w.code}), ${w.attempts} attempts; sent again until ${until}`;
+  const line = `waiting for the database since ${since}: its ${w.write} was refused (${w.code}), ${w.attempts} attempts; `;
+  if (!w.givesUpAt) return line + `tried again at ${new Date(w.nextRetry).toLocaleTimeString()}`;
+  return line + `sent again until ${new Date(w.givesUpAt).toLocaleTimeString()}`;
 }
 
 // followMessages shows the last messages of the stream and follows it over SSE, resuming from the

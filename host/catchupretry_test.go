@@ -1,0 +1,296 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldstream/foldstream"
+	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/internal/harness/wait"
+	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
+	"github.com/foldstream/foldstream/testsupport"
+)
+
+// effects records the offsets whose ProcessEvent ran: the effects a processor had.
+type effects struct {
+	mu      sync.Mutex
+	offsets []int64
+}
+
+func (e *effects) ran() []int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.offsets)
+}
+
+// effector folds "tick" events and records each one's ProcessEvent.
+type effector struct {
+	foldstream.Base[countState]
+	fx *effects
+}
+
+func (p *effector) Reduce(a foldstream.ReduceArgs[countState]) (countState, bool, error) {
+	return countState{Ticks: a.State.Ticks + 1, Offsets: append(slices.Clone(a.State.Offsets), a.Event.Offset)}, true, nil
+}
+
+func (p *effector) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error {
+	p.fx.mu.Lock()
+	p.fx.offsets = append(p.fx.offsets, a.Event.Offset)
+	p.fx.mu.Unlock()
+	return nil
+}
+
+// catchUpDown opens a SQLite store on the fake clock over a driver whose log reads can be cut,
+// with three ticks on /f.
+func catchUpDown(t *testing.T, clk *testsupport.FakeClock) (*stream.Store, *recordsDown) {
+	t.Helper()
+	ctx := context.Background()
+	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &recordsDown{Driver: sd}
+	s, err := stream.OpenDriver(ctx, d, stream.Config{Logger: quietLog, Clock: clk})
+	if err != nil {
+		sd.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	for range 3 {
+		if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, d
+}
+
+func newEffector(t *testing.T) (*effector, *effects) {
+	t.Helper()
+	c, err := foldstream.DefineContract(foldstream.ContractConfig[countState]{Slug: "effector", Version: "1", Consumes: []string{"tick"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &effects{}
+	return &effector{Base: foldstream.NewBase(c), fx: fx}, fx
+}
+
+// waitEffects waits (in real time, the fake clock standing still) until the processor ran the
+// events at want, and fails if it ran others or ran one twice.
+func waitEffects(t *testing.T, fx *effects, want []int64) {
+	t.Helper()
+	wait.For(10*time.Second, func() bool { return len(fx.ran()) >= len(want) })
+	if got := fx.ran(); !slices.Equal(got, want) {
+		t.Fatalf("ProcessEvent ran at offsets %v, want %v", got, want)
+	}
+}
+
+// TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers: a processor registered
+// while the database would not read the log is below the events committed before it. Nobody
+// appends to the stream or reads the processor afterwards; it still processes them, on its
+// catch-up's retry, once the database answers — and only once.
+func TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s, d := catchUpDown(t, clk)
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p, fx := newEffector(t)
+	d.down.Store(true)
+	start := clk.Now()
+	eng, err := host.Register(ctx, h, "/f", foldstream.Processor[countState](p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return d.refused.Load() > 0 })
+	if got := eng.ReducedThroughOffset(); got != 0 {
+		t.Fatalf("the engine reduced through %d with the log unreadable; the test wants its catch-up to fail", got)
+	}
+	d.down.Store(false)
+	// Before the fix nothing was armed: the engine stayed at 0 until the stream's next append.
+	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	clk.Advance(host.FailRetryBase)
+	waitEffects(t, fx, []int64{1, 2, 3})
+	waitFor(t, func() bool { return eng.ReducedThroughOffset() >= 3 })
+}
+
+// TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown: while the log stays unreadable the retry
+// doubles its delay, and the first one after the database answers processes the events.
+func TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s, d := catchUpDown(t, clk)
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p, fx := newEffector(t)
+	d.down.Store(true)
+	start := clk.Now()
+	if _, err := host.Register(ctx, h, "/f", foldstream.Processor[countState](p)); err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	st := statusOf(t, h, "/f", "effector")
+	if w := st.WaitingForStore; w == nil || w.Write != "log read" || w.Code != foldtype.CodeUnavailable || w.Attempts != 1 ||
+		!w.Since.Equal(start) || !w.NextRetry.Equal(start.Add(host.FailRetryBase)) || !w.GivesUpAt.IsZero() {
+		t.Fatalf("status while the log cannot be read: %+v, want a log read waiting for the database, 1 attempt, next at %v", w, start.Add(host.FailRetryBase))
+	}
+	clk.Advance(host.FailRetryBase)
+	clk.WaitArmed(t, clk.Now().Add(2*host.FailRetryBase))
+	if got := fx.ran(); len(got) != 0 {
+		t.Fatalf("ProcessEvent ran at %v with the log unreadable", got)
+	}
+	if w := statusOf(t, h, "/f", "effector").WaitingForStore; w == nil || w.Attempts != 2 {
+		t.Fatalf("status after the first retry: %+v, want 2 attempts", w)
+	}
+	d.down.Store(false)
+	clk.Advance(2 * host.FailRetryBase)
+	waitEffects(t, fx, []int64{1, 2, 3})
+	waitFor(t, func() bool { return statusOf(t, h, "/f", "effector").WaitingForStore == nil })
+}
+
+// idleClose moves the fake clock on, an idle sweep at a time, until closed says the engine closed;
+// never past the first retry of a failed catch-up (FailRetryBase).
+func idleClose(t *testing.T, clk *testsupport.FakeClock, idle time.Duration, closed func() bool) {
+	t.Helper()
+	for moved := time.Duration(0); !closed(); moved += idle / 2 {
+		if moved+idle/2 >= host.FailRetryBase {
+			t.Fatalf("the engine did not close idle within %v", moved)
+		}
+		clk.WaitArmed(t, clk.Now().Add(idle/2))
+		clk.Advance(idle / 2)
+		wait.For(time.Second, func() bool { return closed() || len(clk.Pending()) > 0 })
+	}
+}
+
+// TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses: on SQLite an idle engine closes
+// without reading the log when its cursor reached what its subscription saw. An engine whose
+// opening catch-up failed after its first page, with a subscription that saw nothing (the batch
+// that opened it was committed before it subscribed, and the stream was woken already), is not at
+// the head: it reads the log before it closes, so the rest of the batch is processed without an
+// append to wake it.
+func TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s, d := catchUpDown(t, clk)
+	// Idle after 100 ms: the sweep closes the engine long before its catch-up's retry is due.
+	const idle = 100 * time.Millisecond
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p, fx := newEffector(t)
+	if err := host.RegisterPattern(ctx, h, "/*", foldstream.Processor[countState](p)); err != nil {
+		t.Fatal(err)
+	}
+	closed := func() bool { return h.OpenPatternEngines() == 0 }
+	// A tick opens the engine for work: it wakes the stream and processes the ticks; idle, it closes.
+	tick, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{1, 2, 3, tick[0].Offset}
+	waitEffects(t, fx, want)
+	idleClose(t, clk, idle, closed)
+	// More than a page in one batch, while the log cannot be read: the opening reads the first page
+	// in the writer, and the catch-up's next page fails.
+	batch := make([]foldtype.EventInput, foldstream.EnginePageSize+100)
+	for i := range batch {
+		batch[i] = foldtype.EventInput{Type: "tick"}
+	}
+	d.down.Store(true)
+	evs, err := s.Events().Stream("/f").Append(ctx, batch...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		want = append(want, ev.Offset)
+	}
+	waitFor(t, func() bool { return d.refused.Load() > 0 })
+	d.down.Store(false)
+	idleClose(t, clk, idle, closed)
+	if got := fx.ran(); !slices.Equal(got, want) {
+		t.Fatalf("closed idle having run %d events, the last at %d; want all %d, through %d", len(got), got[len(got)-1], len(want), want[len(want)-1])
+	}
+}
+
+// TestAnEngineBehindTheLogSaysSoOverHTTPAndCatchesUpOnAnOperatorsRetry: over HTTP, a processor
+// whose catch-up could not read the log shows a log read waiting for the database on the stream
+// information route (the driver's words withheld), and POST ?op=retry runs its catch-up at once,
+// without waiting for its backoff.
+func TestAnEngineBehindTheLogSaysSoOverHTTPAndCatchesUpOnAnOperatorsRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s, d := catchUpDown(t, clk)
+	d.msg = "read records: dial tcp 10.0.0.7:5432: connect: connection refused"
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, fx := newEffector(t)
+	d.down.Store(true)
+	if _, err := host.Register(ctx, h, "/f", foldstream.Processor[countState](p)); err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, clk.Now().Add(host.FailRetryBase))
+	base := serveHost(t, s, h)
+
+	info := func() (string, *foldtype.ProcessorStoreWait) {
+		t.Helper()
+		res, err := http.Get(base + "/v1/streams/info?path=/f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var body struct {
+			Processors []struct {
+				WaitingForStore *foldtype.ProcessorStoreWait `json:"waitingForStore"`
+			} `json:"processors"`
+		}
+		if res.StatusCode != http.StatusOK || json.Unmarshal(b, &body) != nil || len(body.Processors) != 1 {
+			t.Fatalf("GET the stream's information: %d %s", res.StatusCode, b)
+		}
+		return string(b), body.Processors[0].WaitingForStore
+	}
+	raw, w := info()
+	if w == nil || w.Write != "log read" || w.Code != foldtype.CodeUnavailable || w.Attempts != 1 || w.NextRetry.IsZero() ||
+		strings.Contains(raw, "givesUpAt") {
+		t.Fatalf("the information route: %s; want a log read waiting for the database, with its next retry and no give-up time", raw)
+	}
+	if strings.Contains(raw, "10.0.0.7") || w.Message == "" {
+		t.Fatalf("the information route told the driver's words or nothing: %s", raw)
+	}
+
+	d.down.Store(false)
+	res, err := http.Post(base+"/v1/processor/effector/f?op=retry&reason=database+back", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("POST ?op=retry: %d %s", res.StatusCode, b)
+	}
+	waitEffects(t, fx, []int64{1, 2, 3}) // the fake clock never moved
+	waitFor(t, func() bool { _, w := info(); return w == nil })
+}
