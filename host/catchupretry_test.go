@@ -44,6 +44,9 @@ func (p *effector) Reduce(a foldstream.ReduceArgs[countState]) (countState, bool
 }
 
 func (p *effector) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error {
+	if a.Event == nil {
+		return nil // an eventless pass at the head
+	}
 	p.fx.mu.Lock()
 	p.fx.offsets = append(p.fx.offsets, a.Event.Offset)
 	p.fx.mu.Unlock()

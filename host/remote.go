@@ -163,14 +163,19 @@ var errRecreated = errors.New("host: the stream was deleted and created again")
 // catchUpShared gives a local read on a shared database read-your-writes across nodes: an append
 // another node acknowledged reaches this node's engine by notification, possibly after the read
 // began, so when the stream's head as of now holds an event the engine consumes and has not
-// reduced, the engine catches up from the log first.
+// reduced, the engine catches up from the log first. A head it cannot read fails the read.
 func (h *Host) catchUpShared(ctx context.Context, sl *slot) error {
 	if h.store.Driver().Exclusive() {
 		return nil
 	}
 	info, err := h.store.Events().HeadStream(ctx, sl.key.path)
-	if err != nil {
+	if errors.Is(err, foldtype.ErrStreamNotFound) || errors.Is(err, foldtype.ErrStreamGone) {
 		return nil // the read itself reports a missing stream
+	}
+	if err != nil {
+		// Without the head the read cannot tell whether another node acknowledged an append this
+		// engine has not seen: it answers the failure rather than a state that may lack it.
+		return err
 	}
 	if sl.streamID != 0 && info.ID() != sl.streamID {
 		// Deleted and created again (through another node): the engine follows a dead stream.
