@@ -94,27 +94,13 @@ func (h *Host) retryCatchUp(sl *slot) {
 		h.mu.Unlock()
 		return
 	}
-	gen := sl.lease.Generation
-	if !h.leases.valid(sl.key, gen) {
-		// The node that holds the lease now runs the processor; catching up here could repeat
-		// effects it runs.
-		h.mu.Unlock()
-		h.leases.drop(sl.key, gen)
-		h.leaseLost(sl.key)
-		return
-	}
-	sl.refs++
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
-		defer h.release(sl)
+	h.startRetryLocked(sl, func() {
 		if err := sl.runner.CatchUpFromLog(h.ctx); err != nil {
 			h.failed(sl, "catch-up retry", err)
 			return
 		}
 		h.caughtUpAgain(sl)
-	}()
+	})
 }
 
 // caughtUpAgain clears sl's behind mark after a catch-up from the log succeeded, unless another

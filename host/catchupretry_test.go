@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream"
-	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -58,17 +56,9 @@ func (p *effector) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) erro
 func catchUpDown(t *testing.T, clk *testsupport.FakeClock) (*stream.Store, *recordsDown) {
 	t.Helper()
 	ctx := context.Background()
-	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := sqliteDriver(t)
 	d := &recordsDown{Driver: sd}
-	s, err := stream.OpenDriver(ctx, d, stream.Config{Logger: quietLog, Clock: clk})
-	if err != nil {
-		sd.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := storeOver(t, sd, d, clk)
 	for range 3 {
 		if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)
@@ -97,24 +87,21 @@ func waitEffects(t *testing.T, fx *effects, want []int64) {
 	}
 }
 
-// TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers: a processor registered
-// while the database would not read the log is below the events committed before it. Nobody
-// appends to the stream or reads the processor afterwards; it still processes them, on its
-// catch-up's retry, once the database answers — and only once.
-func TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clk := testsupport.NewFakeClock()
+// registeredWhileDown registers an effector on /f of a store whose log reads are refused (with
+// msg, when set), and returns once its opening catch-up was refused: the engine is at 0, below
+// the three ticks.
+func registeredWhileDown(t *testing.T, clk *testsupport.FakeClock, msg string) (*stream.Store, *recordsDown, *host.Host, *effects, *foldstream.Engine[countState]) {
+	t.Helper()
 	s, d := catchUpDown(t, clk)
+	d.msg = msg
 	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Shutdown(context.Background())
+	t.Cleanup(func() { h.Shutdown(context.Background()) })
 	p, fx := newEffector(t)
 	d.down.Store(true)
-	start := clk.Now()
-	eng, err := host.Register(ctx, h, "/f", foldstream.Processor[countState](p))
+	eng, err := host.Register(context.Background(), h, "/f", foldstream.Processor[countState](p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +109,18 @@ func TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers(t *tes
 	if got := eng.ReducedThroughOffset(); got != 0 {
 		t.Fatalf("the engine reduced through %d with the log unreadable; the test wants its catch-up to fail", got)
 	}
+	return s, d, h, fx, eng
+}
+
+// TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers: a processor registered
+// while the database would not read the log is below the events committed before it. Nobody
+// appends to the stream or reads the processor afterwards; it still processes them, on its
+// catch-up's retry, once the database answers — and only once.
+func TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers(t *testing.T) {
+	t.Parallel()
+	clk := testsupport.NewFakeClock()
+	start := clk.Now()
+	_, d, _, fx, eng := registeredWhileDown(t, clk, "")
 	d.down.Store(false)
 	// Before the fix nothing was armed: the engine stayed at 0 until the stream's next append.
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
@@ -134,20 +133,9 @@ func TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers(t *tes
 // doubles its delay, and the first one after the database answers processes the events.
 func TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
-	s, d := catchUpDown(t, clk)
-	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Shutdown(context.Background())
-	p, fx := newEffector(t)
-	d.down.Store(true)
 	start := clk.Now()
-	if _, err := host.Register(ctx, h, "/f", foldstream.Processor[countState](p)); err != nil {
-		t.Fatal(err)
-	}
+	_, d, h, fx, _ := registeredWhileDown(t, clk, "")
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
 	st := statusOf(t, h, "/f", "effector")
 	if w := st.WaitingForStore; w == nil || w.Write != "log read" || w.Code != foldtype.CodeUnavailable || w.Attempts != 1 ||
@@ -241,19 +229,8 @@ func TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses(t *testing.T) {
 // without waiting for its backoff.
 func TestAnEngineBehindTheLogSaysSoOverHTTPAndCatchesUpOnAnOperatorsRetry(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
-	s, d := catchUpDown(t, clk)
-	d.msg = "read records: dial tcp 10.0.0.7:5432: connect: connection refused"
-	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, fx := newEffector(t)
-	d.down.Store(true)
-	if _, err := host.Register(ctx, h, "/f", foldstream.Processor[countState](p)); err != nil {
-		t.Fatal(err)
-	}
+	s, d, h, fx, _ := registeredWhileDown(t, clk, "read records: dial tcp 10.0.0.7:5432: connect: connection refused")
 	clk.WaitArmed(t, clk.Now().Add(host.FailRetryBase))
 	base := serveHost(t, s, h)
 

@@ -120,10 +120,23 @@ func (h *Host) retryFailing(sl *slot) {
 		return
 	}
 	sl.retryStop = nil
+	h.startRetryLocked(sl, func() {
+		err := sl.runner.CatchUpFromLog(h.ctx)
+		if err == nil {
+			h.recovered(sl)
+			err = sl.runner.CatchUpFromLog(h.ctx)
+		}
+		h.failed(sl, "retry", err)
+	})
+}
+
+// startRetryLocked runs attempt, a retry of sl's engine, in the background with a reference to sl,
+// when this node still holds sl's lease. When the lease ran out or changed hands, the node that
+// holds it now runs the processor (and its retries), and running its events here could repeat
+// their effects: the lease is dropped instead. Called with h.mu held; returns with it released.
+func (h *Host) startRetryLocked(sl *slot, attempt func()) {
 	gen := sl.lease.Generation
 	if !h.leases.valid(sl.key, gen) {
-		// The lease ran out or changed hands: the node that holds it now runs the processor
-		// (and its retries); running the failing event here could repeat its effects.
 		h.mu.Unlock()
 		h.leases.drop(sl.key, gen)
 		h.leaseLost(sl.key)
@@ -134,13 +147,8 @@ func (h *Host) retryFailing(sl *slot) {
 	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
-		err := sl.runner.CatchUpFromLog(h.ctx)
-		if err == nil {
-			h.recovered(sl)
-			err = sl.runner.CatchUpFromLog(h.ctx)
-		}
-		h.failed(sl, "retry", err)
-		h.release(sl)
+		defer h.release(sl)
+		attempt()
 	}()
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -13,8 +14,12 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
+	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/storeopen"
 	"github.com/foldstream/foldstream/stream"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/driver/pgdriver"
+	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 	"github.com/foldstream/foldstream/testsupport"
 )
 
@@ -81,6 +86,39 @@ func openStore(t testing.TB, path string, clk foldtype.Clock) *stream.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// sqliteDriver opens the SQLite driver of a new file, for a test that wraps it.
+func sqliteDriver(t testing.TB) *sqlitedriver.Driver {
+	t.Helper()
+	d, err := sqlitedriver.Open(context.Background(), sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// pgDriver opens the PostgreSQL driver on a private schema, for a test that wraps it.
+func pgDriver(t testing.TB) *pgdriver.Driver {
+	t.Helper()
+	d, err := pgdriver.Open(context.Background(), pgdriver.Config{URL: pgtest.URL(t), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// storeOver opens a store over d, a test's wrapper of the driver under (closed when the store
+// cannot open; the store closes it otherwise), and closes the store when the test ends.
+func storeOver(t testing.TB, under interface{ Close() error }, d driver.Driver, clk foldtype.Clock) *stream.Store {
+	t.Helper()
+	s, err := stream.OpenDriver(context.Background(), d, stream.Config{Logger: quietLog, Clock: clk})
+	if err != nil {
+		under.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 

@@ -9,8 +9,6 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/internal/harness/pgtest"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
@@ -38,18 +36,9 @@ func (c *releaseCounter) ReleaseLeases(ctx context.Context, ls []driver.Lease, i
 // for a takeover.
 func TestAShuttingDownNodeReleasesItsLeasesInGroups(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := pgDriver(t)
 	c := &releaseCounter{Driver: d}
-	s, err := stream.OpenDriver(ctx, c, stream.Config{Logger: quietLog})
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
+	s := storeOver(t, d, c, nil)
 	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
@@ -70,16 +68,9 @@ func (p *folder) ProcessEvent(*foldstream.ProcessEventArgs[countState]) error { 
 func TestAReadAfterAFailedOpeningCatchUpFoldsTheEventsBeforeTheSubscription(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := sqliteDriver(t)
 	d := &recordsDown{Driver: sd}
-	s, err := stream.OpenDriver(ctx, d, stream.Config{Logger: quietLog})
-	if err != nil {
-		sd.Close()
-		t.Fatal(err)
-	}
+	s := storeOver(t, sd, d, nil)
 	for range 3 {
 		if _, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
 			t.Fatal(err)

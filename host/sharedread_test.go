@@ -9,8 +9,6 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/internal/harness/pgtest"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
@@ -36,18 +34,9 @@ func (d *readsDown) Read(ctx context.Context, fn func(driver.Reader) error) erro
 // UNAVAILABLE (503 with Retry-After over HTTP), not a state that may lack such an append.
 func TestAReadOnASharedDatabaseThatCannotLearnTheHeadAnswersUnavailable(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	pd, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd := pgDriver(t)
 	d := &readsDown{Driver: pd}
-	s, err := stream.OpenDriver(ctx, d, stream.Config{Logger: quietLog})
-	if err != nil {
-		pd.Close()
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := storeOver(t, pd, d, nil)
 	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
 	if err != nil {
 		t.Fatal(err)

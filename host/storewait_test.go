@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/foldstream/foldstream/host"
 	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/server"
-	"github.com/foldstream/foldstream/stream"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
 )
@@ -85,16 +83,9 @@ func (p *held) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) error {
 func TestAProcessorWhoseCheckpointWaitsForTheDatabaseSaysSoOverHTTP(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	sd, err := sqlitedriver.Open(ctx, sqlitedriver.Config{Path: filepath.Join(t.TempDir(), "s.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := sqliteDriver(t)
 	d := &unwritable{Driver: sd}
-	s, err := stream.OpenDriver(ctx, d, stream.Config{Logger: quietLog})
-	if err != nil {
-		sd.Close()
-		t.Fatal(err)
-	}
+	s := storeOver(t, sd, d, nil)
 	h, err := host.New(s, host.Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)

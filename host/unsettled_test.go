@@ -8,9 +8,6 @@ import (
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/host"
-	"github.com/foldstream/foldstream/internal/harness/pgtest"
-	"github.com/foldstream/foldstream/stream"
-	"github.com/foldstream/foldstream/stream/driver/pgdriver"
 )
 
 // stuckTicker's ProcessEvent blocks its stream on its first event until its context ends: work
@@ -41,18 +38,9 @@ func (p *stuckTicker) ProcessEvent(a *foldstream.ProcessEventArgs[countState]) e
 // run out. A hand-over of settled work still releases it at once.
 func TestAnEngineClosedBeforeItsWorkSettledLeavesItsLeaseToRunOut(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	d, err := pgdriver.Open(ctx, pgdriver.Config{URL: url, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := pgDriver(t)
 	c := &releaseCounter{Driver: d}
-	s, err := stream.OpenDriver(ctx, c, stream.Config{Logger: quietLog})
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
+	s := storeOver(t, d, c, nil)
 	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true, LeaseTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
