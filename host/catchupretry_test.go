@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -88,13 +89,16 @@ func waitEffects(t *testing.T, fx *effects, want []int64) {
 }
 
 // registeredWhileDown registers an effector on /f of a store whose log reads are refused (with
-// msg, when set), and returns once its opening catch-up was refused: the engine is at 0, below
-// the three ticks.
-func registeredWhileDown(t *testing.T, clk *testsupport.FakeClock, msg string) (*stream.Store, *recordsDown, *host.Host, *effects, *foldstream.Engine[countState]) {
+// msg, when set), on a host logging to log (nil: nowhere), and returns once its opening catch-up
+// was refused: the engine is at 0, below the three ticks.
+func registeredWhileDown(t *testing.T, clk *testsupport.FakeClock, msg string, log *slog.Logger) (*stream.Store, *recordsDown, *host.Host, *effects, *foldstream.Engine[countState]) {
 	t.Helper()
 	s, d := catchUpDown(t, clk)
 	d.msg = msg
-	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true})
+	if log == nil {
+		log = quietLog
+	}
+	h, err := host.New(s, host.Config{Logger: log, ManualAlarms: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +124,7 @@ func TestAnEngineWhoseOpeningCatchUpFailedCatchesUpOnceTheDatabaseAnswers(t *tes
 	t.Parallel()
 	clk := testsupport.NewFakeClock()
 	start := clk.Now()
-	_, d, _, fx, eng := registeredWhileDown(t, clk, "")
+	_, d, _, fx, eng := registeredWhileDown(t, clk, "", nil)
 	d.down.Store(false)
 	// Before the fix nothing was armed: the engine stayed at 0 until the stream's next append.
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
@@ -135,7 +139,8 @@ func TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown(t *testing.T) {
 	t.Parallel()
 	clk := testsupport.NewFakeClock()
 	start := clk.Now()
-	_, d, h, fx, _ := registeredWhileDown(t, clk, "")
+	var logs syncBuffer
+	_, d, h, fx, _ := registeredWhileDown(t, clk, "", slog.New(slog.NewTextHandler(&logs, nil)))
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
 	st := statusOf(t, h, "/f", "effector")
 	if w := st.WaitingForStore; w == nil || w.Write != "log read" || w.Code != foldtype.CodeUnavailable || w.Attempts != 1 ||
@@ -154,6 +159,15 @@ func TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown(t *testing.T) {
 	clk.Advance(2 * host.FailRetryBase)
 	waitEffects(t, fx, []int64{1, 2, 3})
 	waitFor(t, func() bool { return statusOf(t, h, "/f", "effector").WaitingForStore == nil })
+	// One warning per refused attempt, with its count and delay, and one line once caught up.
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN msg=\"host: processor"); n != 2 ||
+		!strings.Contains(out, "attempts=1 next_retry_in=1s") || !strings.Contains(out, "attempts=2 next_retry_in=2s") {
+		t.Fatalf("%d warnings; want one per refused attempt (2) with its count and delay:\n%s", n, out)
+	}
+	if !strings.Contains(out, "level=INFO msg=\"host: processor caught up with the log again\"") || !strings.Contains(out, "attempts=2 waited=3s") {
+		t.Fatalf("no line saying the processor caught up after 2 attempts and 3 s:\n%s", out)
+	}
 }
 
 // idleClose moves the fake clock on, an idle sweep at a time, until closed says the engine closed;
@@ -230,7 +244,7 @@ func TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses(t *testing.T) {
 func TestAnEngineBehindTheLogSaysSoOverHTTPAndCatchesUpOnAnOperatorsRetry(t *testing.T) {
 	t.Parallel()
 	clk := testsupport.NewFakeClock()
-	s, d, h, fx, _ := registeredWhileDown(t, clk, "read records: dial tcp 10.0.0.7:5432: connect: connection refused")
+	s, d, h, fx, _ := registeredWhileDown(t, clk, "read records: dial tcp 10.0.0.7:5432: connect: connection refused", nil)
 	clk.WaitArmed(t, clk.Now().Add(host.FailRetryBase))
 	base := serveHost(t, s, h)
 
