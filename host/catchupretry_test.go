@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -159,7 +160,9 @@ func TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown(t *testing.T) {
 	clk.Advance(2 * host.FailRetryBase)
 	waitEffects(t, fx, []int64{1, 2, 3})
 	waitFor(t, func() bool { return statusOf(t, h, "/f", "effector").WaitingForStore == nil })
-	// One warning per refused attempt, with its count and delay, and one line once caught up.
+	// One warning per refused attempt, with its count and delay, and one line once caught up (written
+	// just after the status cleared).
+	wait.For(10*time.Second, func() bool { return strings.Contains(logs.String(), "caught up with the log again") })
 	out := logs.String()
 	if n := strings.Count(out, "level=WARN msg=\"host: processor"); n != 2 ||
 		!strings.Contains(out, "attempts=1 next_retry_in=1s") || !strings.Contains(out, "attempts=2 next_retry_in=2s") {
@@ -170,34 +173,36 @@ func TestACatchUpRetryBacksOffWhileTheDatabaseStaysDown(t *testing.T) {
 	}
 }
 
-// idleClose moves the fake clock on, an idle sweep at a time, until closed says the engine closed;
-// never past the first retry of a failed catch-up (FailRetryBase).
-func idleClose(t *testing.T, clk *testsupport.FakeClock, idle time.Duration, closed func() bool) {
+// sweepUntil moves the fake clock on an idle sweep at a time (idle/2), up to just before until,
+// and fails if a sweep closed the one open pattern engine.
+func sweepUntil(t *testing.T, h *host.Host, clk *testsupport.FakeClock, idle time.Duration, until time.Time) {
 	t.Helper()
-	for moved := time.Duration(0); !closed(); moved += idle / 2 {
-		if moved+idle/2 >= host.FailRetryBase {
-			t.Fatalf("the engine did not close idle within %v", moved)
-		}
-		clk.WaitArmed(t, clk.Now().Add(idle/2))
+	start := clk.Now()
+	for clk.Now().Add(idle / 2).Before(until) {
+		next := clk.Now().Add(idle)
 		clk.Advance(idle / 2)
-		wait.For(time.Second, func() bool { return closed() || len(clk.Pending()) > 0 })
+		wait.For(10*time.Second, func() bool {
+			return h.OpenPatternEngines() == 0 || slices.ContainsFunc(clk.Pending(), next.Equal)
+		})
+		if h.OpenPatternEngines() == 0 {
+			t.Fatalf("the idle sweep closed the engine %v after it began; its retry was due at %v", clk.Now().Sub(start), until.Sub(start))
+		}
 	}
 }
 
-// TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses: on SQLite an idle engine closes
-// without reading the log when its cursor reached what its subscription saw. An engine whose
-// opening catch-up failed after its first page, with a subscription that saw nothing (the batch
-// that opened it was committed before it subscribed, and the stream was woken already), is not at
-// the head: it reads the log before it closes, so the rest of the batch is processed without an
-// append to wake it.
-func TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses(t *testing.T) {
+// TestAnEngineClosedToMakeRoomWhileBehindTheLogReadsItBeforeItCloses: on SQLite a closing engine
+// skips its closing read of the log when its cursor reached what its subscription saw. An engine
+// whose opening catch-up failed after its first page, with a subscription that saw nothing (the
+// batch that opened it was committed before it subscribed, and the stream was woken already), is
+// behind the log all the same: closed to make room under MaxOpenEngines before its retry, it reads
+// the log first, so the rest of the batch is processed without an append to wake it. (The idle
+// sweep does not close such an engine: TestAnEngineBehindTheLogIsNotClosedAsIdle.)
+func TestAnEngineClosedToMakeRoomWhileBehindTheLogReadsItBeforeItCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clk := testsupport.NewFakeClock()
 	s, d := catchUpDown(t, clk)
-	// Idle after 100 ms: the sweep closes the engine long before its catch-up's retry is due.
-	const idle = 100 * time.Millisecond
-	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true, IdleTimeout: idle})
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true, MaxOpenEngines: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,15 +211,25 @@ func TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses(t *testing.T) {
 	if err := host.RegisterPattern(ctx, h, "/*", foldstream.Processor[countState](p)); err != nil {
 		t.Fatal(err)
 	}
-	closed := func() bool { return h.OpenPatternEngines() == 0 }
-	// A tick opens the engine for work: it wakes the stream and processes the ticks; idle, it closes.
+	if err := host.RegisterPattern(ctx, h, "/g/*", foldstream.Processor[countState](newTicker(t, "other"))); err != nil {
+		t.Fatal(err)
+	}
+	// A tick on another stream of the cap opens its engine, which closes /f's (the one open).
+	makeRoom := func(g string) {
+		t.Helper()
+		if _, err := s.Events().Stream(g).Append(ctx, foldtype.EventInput{Type: "tick"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { st := h.ProcessorsOn(ctx, "/f"); return len(st) == 1 && !st[0].Open })
+	}
+	// A tick opens /f's engine for work: it wakes the stream and processes the ticks.
 	tick, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []int64{1, 2, 3, tick[0].Offset}
 	waitEffects(t, fx, want)
-	idleClose(t, clk, idle, closed)
+	makeRoom("/g/1")
 	// More than a page in one batch, while the log cannot be read: the opening reads the first page
 	// in the writer, and the catch-up's next page fails.
 	batch := make([]foldtype.EventInput, foldstream.EnginePageSize+100)
@@ -231,10 +246,71 @@ func TestAnIdleEngineWhoseCatchUpFailedReadsTheLogBeforeItCloses(t *testing.T) {
 	}
 	waitFor(t, func() bool { return d.refused.Load() > 0 })
 	d.down.Store(false)
-	idleClose(t, clk, idle, closed)
-	if got := fx.ran(); !slices.Equal(got, want) {
-		t.Fatalf("closed idle having run %d events, the last at %d; want all %d, through %d", len(got), got[len(got)-1], len(want), want[len(want)-1])
+	if got := fx.ran(); len(got) != 4+foldstream.EnginePageSize {
+		t.Fatalf("ProcessEvent ran %d times before the engine closed; want the opening's first page, %d", len(got), 4+foldstream.EnginePageSize)
 	}
+	makeRoom("/g/2") // before the catch-up's retry: the fake clock stands still
+	wait.For(10*time.Second, func() bool { return len(fx.ran()) >= len(want) })
+	if got := fx.ran(); !slices.Equal(got, want) {
+		t.Fatalf("closed having run %d events, the last at %d; want all %d, through %d", len(got), got[len(got)-1], len(want), want[len(want)-1])
+	}
+}
+
+// TestAnEngineBehindTheLogIsNotClosedAsIdle: an engine of a pattern whose catch-up could not read
+// the log is behind it with its retry armed. The idle sweep does not close it; its retry catches
+// it up once the database answers, and then it closes as idle.
+func TestAnEngineBehindTheLogIsNotClosedAsIdle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s, d := catchUpDown(t, clk)
+	const idle = 100 * time.Millisecond
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p, fx := newEffector(t)
+	if err := host.RegisterPattern(ctx, h, "/*", foldstream.Processor[countState](p)); err != nil {
+		t.Fatal(err)
+	}
+	closed := func() bool { return h.OpenPatternEngines() == 0 }
+	idleOut := func() {
+		for !closed() {
+			clk.Advance(idle / 2)
+			wait.For(time.Second, func() bool { return closed() || len(clk.Pending()) > 0 })
+		}
+	}
+	// A tick opens the engine for work: it wakes the stream, processes the ticks, and closes idle.
+	tick, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{1, 2, 3, tick[0].Offset}
+	waitEffects(t, fx, want)
+	idleOut()
+	// More than a page in one batch while the log cannot be read: the engine reopens, reads the
+	// first page in the writer, and its catch-up's next page fails.
+	batch := make([]foldtype.EventInput, foldstream.EnginePageSize+100)
+	for i := range batch {
+		batch[i] = foldtype.EventInput{Type: "tick"}
+	}
+	d.down.Store(true)
+	start := clk.Now()
+	evs, err := s.Events().Stream("/f").Append(ctx, batch...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		want = append(want, ev.Offset)
+	}
+	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	waitFor(t, func() bool { return h.SlotRefs("/f", "effector") == 0 })
+	sweepUntil(t, h, clk, idle, start.Add(host.FailRetryBase))
+	d.down.Store(false)
+	clk.Advance(start.Add(host.FailRetryBase).Sub(clk.Now()))
+	waitEffects(t, fx, want)
+	idleOut()
 }
 
 // TestAnEngineBehindTheLogSaysSoOverHTTPAndCatchesUpOnAnOperatorsRetry: over HTTP, a processor
@@ -287,4 +363,45 @@ func TestAnEngineBehindTheLogSaysSoOverHTTPAndCatchesUpOnAnOperatorsRetry(t *tes
 	}
 	waitEffects(t, fx, []int64{1, 2, 3}) // the fake clock never moved
 	waitFor(t, func() bool { _, w := info(); return w == nil })
+}
+
+// TestAFailingPatternEngineIsNotClosedAsIdle: an engine of a pattern whose ProcessEvent keeps
+// failing has work — the failing event and what waits behind it — and its retry armed. The idle
+// sweep does not close it (closed, nothing would retry it until the stream's next event): once
+// the cause is fixed, its retry processes the event with no append to wake it.
+func TestAFailingPatternEngineIsNotClosedAsIdle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewFakeClock()
+	s := openStore(t, filepath.Join(t.TempDir(), "s.db"), clk)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	const idle = 100 * time.Millisecond
+	h, err := host.New(s, host.Config{Logger: quietLog, ManualAlarms: true, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown(context.Background())
+	p := newFlaky(t)
+	if err := host.RegisterPattern(ctx, h, "/*", foldstream.Processor[countState](p)); err != nil {
+		t.Fatal(err)
+	}
+	start := clk.Now()
+	bad, err := s.Events().Stream("/f").Append(ctx, foldtype.EventInput{Type: "bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitArmed(t, start.Add(host.FailRetryBase))
+	// The opening catch-up that failed let the engine go: nothing uses it now.
+	waitFor(t, func() bool { return h.SlotRefs("/f", "flaky") == 0 })
+	// Idle sweeps, up to just before the retry: the engine stays open.
+	sweepUntil(t, h, clk, idle, start.Add(host.FailRetryBase))
+	if n := h.OpenPatternEngines(); n != 1 {
+		t.Fatalf("%d pattern engines open after the idle sweeps; want the failing one", n)
+	}
+	p.broken.Store(false)
+	clk.Advance(host.FailRetryBase)
+	waitFor(t, func() bool { return statusOf(t, h, "/f", "flaky").Offset >= bad[0].Offset })
+	if st := statusOf(t, h, "/f", "flaky"); st.Failing != nil {
+		t.Fatalf("status after the fixed retry: %+v, want running", st)
+	}
 }

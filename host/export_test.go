@@ -18,3 +18,14 @@ func SetBulkPage(h *Host, n int) { h.bulkPage = n }
 func PreferredNode(members []string, path, slug string) string {
 	return preferredOf(members, procKey{path, slug})
 }
+
+// SlotRefs returns how many uses hold the slot of processor slug on path now (-1: no slot), so a
+// test can wait until an opening catch-up let its engine go.
+func (h *Host) SlotRefs(path, slug string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sl := h.slots[procKey{path, slug}]; sl != nil {
+		return sl.refs
+	}
+	return -1
+}

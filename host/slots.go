@@ -651,7 +651,15 @@ func (h *Host) finishClose(ctx context.Context, sl *slot) {
 	// subscription began, which the subscription never saw.
 	atHead := err == nil && h.store.Driver().Exclusive() && !h.isFailing(sl) && !sl.behind.Load() &&
 		sl.runner.ReducedThroughOffset() >= seen
-	settled, cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, !atHead)
+	if !atHead {
+		// The closing catch-up (settleAndClose's, run here to see its error): it queues behind
+		// the units on the engine's chain.
+		if cuerr := sl.runner.CatchUpFromLog(ctx); cuerr != nil && !errors.Is(cuerr, foldtype.ErrClosed) {
+			h.log.Warn("host: a closing engine could not read the log; events behind its checkpoint wait for the stream's next event",
+				"path", sl.key.path, "slug", sl.key.slug, "code", foldtype.CodeOf(cuerr), "err", cuerr)
+		}
+	}
+	settled, cerr := settleAndClose(ctx, sl.runner, h.cfg.LeaseTTL, false)
 	if err == nil {
 		err = cerr
 	}
@@ -690,8 +698,9 @@ func (h *Host) armSweeperLocked() {
 	h.sweeper = h.clock.AfterFunc(h.cfg.IdleTimeout/2, h.sweep)
 }
 
-// sweep closes the slots idle for IdleTimeout and, once they are closed, arms the next sweep while
-// pattern engines are open (or it closed some).
+// sweep closes the slots idle for IdleTimeout — not failing, nor behind the log with a catch-up
+// to retry — and, once they are closed, arms the next sweep while pattern engines are open (or it
+// closed some).
 func (h *Host) sweep() {
 	h.mu.Lock()
 	h.sweeper = nil
@@ -704,7 +713,9 @@ func (h *Host) sweep() {
 	for e := h.lru.Back(); e != nil; {
 		sl := e.Value.(*slot)
 		e = e.Prev()
-		if sl.refs == 0 && now.Sub(sl.lastUsed) >= h.cfg.IdleTimeout {
+		// A failing engine, or one behind the log, is not idle: it has work, and closing it
+		// would cancel the retry that does it, leaving the work until the stream's next event.
+		if sl.refs == 0 && now.Sub(sl.lastUsed) >= h.cfg.IdleTimeout && sl.failing == nil && sl.catchUp == nil {
 			h.beginCloseLocked(sl)
 			idle = append(idle, sl)
 		}
