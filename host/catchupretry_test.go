@@ -190,6 +190,26 @@ func sweepUntil(t *testing.T, h *host.Host, clk *testsupport.FakeClock, idle tim
 	}
 }
 
+// ticksWhileDown appends more than a page of ticks to /f in one batch, with the log's reads refused
+// from then on, and returns their offsets.
+func ticksWhileDown(t *testing.T, s *stream.Store, d *recordsDown) []int64 {
+	t.Helper()
+	batch := make([]foldtype.EventInput, foldstream.EnginePageSize+100)
+	for i := range batch {
+		batch[i] = foldtype.EventInput{Type: "tick"}
+	}
+	d.down.Store(true)
+	evs, err := s.Events().Stream("/f").Append(context.Background(), batch...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets := make([]int64, len(evs))
+	for i, ev := range evs {
+		offsets[i] = ev.Offset
+	}
+	return offsets
+}
+
 // TestAnEngineClosedToMakeRoomWhileBehindTheLogReadsItBeforeItCloses: on SQLite a closing engine
 // skips its closing read of the log when its cursor reached what its subscription saw. An engine
 // whose opening catch-up failed after its first page, with a subscription that saw nothing (the
@@ -232,18 +252,7 @@ func TestAnEngineClosedToMakeRoomWhileBehindTheLogReadsItBeforeItCloses(t *testi
 	makeRoom("/g/1")
 	// More than a page in one batch, while the log cannot be read: the opening reads the first page
 	// in the writer, and the catch-up's next page fails.
-	batch := make([]foldtype.EventInput, foldstream.EnginePageSize+100)
-	for i := range batch {
-		batch[i] = foldtype.EventInput{Type: "tick"}
-	}
-	d.down.Store(true)
-	evs, err := s.Events().Stream("/f").Append(ctx, batch...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs {
-		want = append(want, ev.Offset)
-	}
+	want = append(want, ticksWhileDown(t, s, d)...)
 	waitFor(t, func() bool { return d.refused.Load() > 0 })
 	d.down.Store(false)
 	if got := fx.ran(); len(got) != 4+foldstream.EnginePageSize {
@@ -291,19 +300,8 @@ func TestAnEngineBehindTheLogIsNotClosedAsIdle(t *testing.T) {
 	idleOut()
 	// More than a page in one batch while the log cannot be read: the engine reopens, reads the
 	// first page in the writer, and its catch-up's next page fails.
-	batch := make([]foldtype.EventInput, foldstream.EnginePageSize+100)
-	for i := range batch {
-		batch[i] = foldtype.EventInput{Type: "tick"}
-	}
-	d.down.Store(true)
 	start := clk.Now()
-	evs, err := s.Events().Stream("/f").Append(ctx, batch...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs {
-		want = append(want, ev.Offset)
-	}
+	want = append(want, ticksWhileDown(t, s, d)...)
 	clk.WaitArmed(t, start.Add(host.FailRetryBase))
 	waitFor(t, func() bool { return h.SlotRefs("/f", "effector") == 0 })
 	sweepUntil(t, h, clk, idle, start.Add(host.FailRetryBase))
