@@ -129,19 +129,28 @@ func (sl *slot) stopCatchUpLocked() {
 	}
 }
 
-// catchUpsDueLocked takes the armed catch-up retries out of their timers so the caller runs them
-// now. h.mu held.
+// catchUpDueLocked takes sl's armed catch-up retry out of its timer, so the caller runs it now
+// (retryCatchUp), and reports whether it did: false when none is armed, or when it fired already
+// and its attempt is about to run. h.mu held.
+func (h *Host) catchUpDueLocked(sl *slot) bool {
+	r := sl.catchUp
+	if sl.state != slotOpen || r == nil || r.stop == nil {
+		return false
+	}
+	if !r.stop() {
+		return false // retryCatchUp clears stop when it runs
+	}
+	r.stop = nil
+	r.nextRetry = h.clock.Now()
+	return true
+}
+
+// catchUpsDueLocked is catchUpDueLocked over every slot, returning the slots whose retry the
+// caller runs now. h.mu held.
 func (h *Host) catchUpsDueLocked() []*slot {
 	var due []*slot
-	now := h.clock.Now()
 	for _, sl := range h.slots {
-		r := sl.catchUp
-		if sl.state != slotOpen || r == nil || r.stop == nil {
-			continue
-		}
-		if r.stop() { // else it fired already: its attempt is about to run
-			r.stop = nil
-			r.nextRetry = now
+		if h.catchUpDueLocked(sl) {
 			due = append(due, sl)
 		}
 	}

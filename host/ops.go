@@ -36,16 +36,14 @@ func (h *Host) RetryNow(ctx context.Context, path, slug string) error {
 	if sl != nil && sl.state == slotOpen && h.slots[key] == sl {
 		if sl.failing == nil && sl.catchUp != nil && sl.catchUp.stop != nil {
 			// Not failing, but behind the log, its catch-up waiting for its retry
-			// (host/catchupretry.go): that retry runs now.
-			if sl.catchUp.stop() {
-				sl.catchUp.stop = nil
-				sl.catchUp.nextRetry = h.clock.Now()
-				h.mu.Unlock()
-				h.retryCatchUp(sl)
-				return nil
-			}
+			// (host/catchupretry.go): that retry runs now, unless it fired already and its
+			// attempt is about to run.
+			due := h.catchUpDueLocked(sl)
 			h.mu.Unlock()
-			return nil // it fired already: its attempt is about to run
+			if due {
+				h.retryCatchUp(sl)
+			}
+			return nil
 		}
 		if sl.failing == nil {
 			h.mu.Unlock()
