@@ -3,9 +3,10 @@ package foldstream
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"slices"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foldstream/foldstream/foldtype"
 )

@@ -29,13 +29,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foldstream/foldstream"
 	"github.com/foldstream/foldstream/foldtype"

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"github.com/foldstream/foldstream/internal/harness/wait"
 )
 

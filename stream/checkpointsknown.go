@@ -1,10 +1,10 @@
 package stream
 
 import (
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync/atomic"
 
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Streams known to have no checkpoint rows (docs/store.md#engines-of-a-pattern).

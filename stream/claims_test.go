@@ -3,12 +3,12 @@ package stream
 import (
 	"context"
 	"errors"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 func TestClaimsStoredAndReleased(t *testing.T) {

@@ -3,11 +3,11 @@ package stream
 import (
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/testsupport"
 )
 

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/foldstream/foldstream/internal/harness/wait"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // TestEngineOpeningReadsTheStreamItsCheckpointsAndTheEventsAfterTheCheckpoint: the opening read,

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strings"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // The event view: appends and reads of events over the store's records
@@ -121,7 +121,7 @@ func (s *Store) eventStreamFor(t *kernel.Tx, path string, create bool) (*kernel.
 // with STREAM_NOT_FOUND, a deleted one with STREAM_GONE.
 func (s *Store) existingEventStream(t *kernel.Tx, path string) (*kernel.StreamState, error) {
 	m, err := t.Stream(path)
-	if errors.Is(err, errNoStream) {
+	if errors.Is(err, driver.ErrNoStream) {
 		return nil, foldtype.NewError(foldtype.CodeStreamNotFound, map[string]any{"path": path},
 			"stream %s not found", quotePath(path))
 	}
@@ -155,7 +155,7 @@ func (s *Store) eventStream(t *kernel.Tx, path string) (*kernel.StreamState, err
 		}
 	}
 	m, err := t.Stream(path)
-	if errors.Is(err, errNoStream) {
+	if errors.Is(err, driver.ErrNoStream) {
 		if err := ValidateStreamName(path); err != nil {
 			return nil, err
 		}
@@ -193,7 +193,7 @@ func (s *Store) createdEventStream(t *kernel.Tx, row driver.Stream, id int64, no
 }
 
 // checkEventStream refuses event appends to streams that cannot hold them.
-func checkEventStream(row *streamRow, tail int64) error {
+func checkEventStream(row *driver.Stream, tail int64) error {
 	if row.State != 0 {
 		return foldtype.NewError(foldtype.CodeStreamGone, map[string]any{"path": row.Path},
 			"stream %s was deleted", quotePath(row.Path))
@@ -329,7 +329,7 @@ func (s *Store) readEvents(ctx context.Context, path string, after int64, limit 
 // readEventsIn is readEvents's page of durable events inside the read transaction q; streamID is
 // -1 for a missing stream (an empty page at head). row is the stream's row when the caller read it
 // in q already (nil: read here).
-func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, row *streamRow, after int64, limit int) (foldtype.ReadPage, int64, error) {
+func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, row *driver.Stream, after int64, limit int) (foldtype.ReadPage, int64, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
@@ -342,7 +342,7 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 	if row == nil {
 		var err error
 		row, err = kernel.LoadStreamByPath(ctx, q, path)
-		if errors.Is(err, errNoStream) {
+		if errors.Is(err, driver.ErrNoStream) {
 			return page, -1, nil
 		}
 		if err != nil {
@@ -389,7 +389,7 @@ func (s *Store) readEventsIn(ctx context.Context, q driver.Reader, path string, 
 
 // pageCap is the capacity to give a page of at most limit events after after on row: the events
 // there when that is known from the row (a JSON stream that is not a fork), at most 64.
-func pageCap(row *streamRow, after int64, limit int) int {
+func pageCap(row *driver.Stream, after int64, limit int) int {
 	if !IsJSONContentType(row.ContentType) || row.ForkedFrom.Valid || row.Tail <= after {
 		return 0
 	}

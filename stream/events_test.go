@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/feeds"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 func TestAppendAssignsOffsetsAndCreatesStream(t *testing.T) {

@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"time"
+
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/internal/feeds"
@@ -9,7 +11,6 @@ import (
 	"github.com/foldstream/foldstream/stream/internal/processors"
 	"github.com/foldstream/foldstream/stream/internal/protocol"
 	"github.com/foldstream/foldstream/stream/internal/sliced"
-	"time"
 )
 
 // CachedStreams returns how many streams the writer keeps in memory (read on the writer).

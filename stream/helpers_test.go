@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"io"
 	"log/slog"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/foldstream/foldstream/internal/testhooks"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/driver/sqlitedriver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/testsupport"
 )
 

@@ -2,11 +2,11 @@ package stream
 
 import (
 	"context"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // LagCountLimit bounds the durable messages [Events.Lag] reads: past it the rest of the stream's

@@ -1,9 +1,10 @@
 package stream
 
 import (
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"sync"
+
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Listing streams and learning of new ones: what a host needs to run a processor on every stream

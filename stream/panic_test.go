@@ -3,13 +3,13 @@ package stream
 import (
 	"bytes"
 	"context"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.

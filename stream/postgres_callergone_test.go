@@ -3,12 +3,12 @@ package stream
 import (
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync"
 	"testing"
 
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // TestOnPostgresAWriteWhoseCallerGoesAwayFailsNoWriteOfItsGroup: on a shared database too, a

@@ -2,11 +2,11 @@ package stream
 
 import (
 	"context"
-	"github.com/foldstream/foldstream/stream/internal/feeds"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
+	"github.com/foldstream/foldstream/stream/internal/feeds"
 )
 
 // TestAFeedKickedWhileTheStoreClosesStartsNoCatchUp: the listener that kicks a path's feed when

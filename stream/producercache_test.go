@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"path/filepath"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // The writer knows every producer of a stream it created in this incarnation

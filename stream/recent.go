@@ -1,10 +1,11 @@
 package stream
 
 import (
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"slices"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Recent events (docs/store.md#engines-of-a-pattern).
@@ -124,7 +125,7 @@ func (s *Store) keepRecent(m *kernel.StreamState, prevTail int64, durable []fold
 
 // page returns the page a read of the durable events after after (at most limit of them, within
 // budget bytes) would return on row, when r holds all of them: at head, as readEventsIn reads it.
-func (r *recentEvents) page(row *streamRow, after int64, limit, budget int) (foldtype.ReadPage, bool) {
+func (r *recentEvents) page(row *driver.Stream, after int64, limit, budget int) (foldtype.ReadPage, bool) {
 	if r == nil || r.through != row.Tail || row.ForkedFrom.Valid {
 		return foldtype.ReadPage{}, false
 	}

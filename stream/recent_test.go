@@ -3,12 +3,12 @@ package stream
 import (
 	"context"
 	"encoding/json"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // openingPage is the page ReadOpening for work answers for an engine whose checkpoint is at after,

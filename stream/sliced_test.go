@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/internal/rawjson"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // hugeJSON returns a JSON array of n messages of about 200 bytes, and the messages joined as a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // makeReadOnly makes path (a file or a directory) unwritable for this process until the test

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // liveStep waits for the watch of res to close and reads on from res.Next with Watch, as SSE does.

@@ -3,12 +3,12 @@ package stream
 import (
 	"context"
 	"errors"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync/atomic"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // EventStream is the event view of one stream path: the [foldtype.Stream] an engine runs
@@ -302,7 +302,7 @@ func (e *Events) headForWork(ctx context.Context, path, wake string, slugs []str
 // and, when after asks for one, the page after the offset it returns — from recent, the writer's
 // recent events of the stream (nil: none), when they hold the whole page (recent.go); fromRecent
 // reports whether they did.
-func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *streamRow, recent *recentEvents, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) (fromRecent bool, err error) {
+func (s *Store) readOpening(ctx context.Context, q driver.Reader, path string, r *driver.Stream, recent *recentEvents, slugs []string, after func(rows map[string]foldtype.Checkpoint) int64, limit int, o *EngineOpening) (fromRecent bool, err error) {
 	o.Info = infoOf(r)
 	if err := driver.ReadCheckpointRows(ctx, q, path, slugs, func(slug string, cp foldtype.Checkpoint) {
 		o.Checkpoints[slug] = cp
@@ -332,7 +332,7 @@ func (c *Checkpoints) checkIncarnation(t *kernel.Tx, slug string) error {
 	var found bool
 	if c.s.exclusive {
 		m, err := t.Stream(c.scope)
-		if err != nil && !errors.Is(err, errNoStream) {
+		if err != nil && !errors.Is(err, driver.ErrNoStream) {
 			return err
 		}
 		if m != nil {

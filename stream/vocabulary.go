@@ -130,7 +130,7 @@ const createdAtLayout = catalog.CreatedAtLayout
 
 // The catalogue's reads of a stream's liveness (package catalog), as the event face calls them.
 
-func (s *Store) loadLive(ctx context.Context, q driver.Reader, path string, now time.Time) (*streamRow, error) {
+func (s *Store) loadLive(ctx context.Context, q driver.Reader, path string, now time.Time) (*driver.Stream, error) {
 	return s.cat.LoadLive(ctx, q, path, now)
 }
 
@@ -138,4 +138,4 @@ func (s *Store) liveStream(t *kernel.Tx, path string) (*kernel.StreamState, erro
 	return s.cat.LiveStream(t, path)
 }
 
-func (s *Store) expired(r *streamRow, now time.Time) bool { return s.cat.Expired(r, now) }
+func (s *Store) expired(r *driver.Stream, now time.Time) bool { return s.cat.Expired(r, now) }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Wake records (docs/store.md#wake-records), for streams used through the event view only.
@@ -76,7 +76,7 @@ func (s *Store) wakeIn(t *kernel.Tx, path, reason string, create bool) ([]foldty
 	creates := false
 	if create {
 		_, err := t.Stream(path)
-		creates = errors.Is(err, errNoStream)
+		creates = errors.Is(err, driver.ErrNoStream)
 	}
 	m, err := s.eventStreamFor(t, path, create)
 	if errors.Is(err, foldtype.ErrStreamClosed) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // TestWriterGroupIsolatesRefusedWrites: a write that fails inside a group rolls back alone; its

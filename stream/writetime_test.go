@@ -2,9 +2,10 @@ package stream
 
 import (
 	"context"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"testing"
 	"time"
+
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // TestAWriteSeesTheTimeItRunsAtNotWhenItsGroupBegan: a write that joins a group begun earlier

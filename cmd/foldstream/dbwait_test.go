@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/internal/harness/wait"
 )

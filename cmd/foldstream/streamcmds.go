@@ -6,13 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/foldstream/foldstream/node"
 	"io"
 	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/foldstream/foldstream/client"
+	"github.com/foldstream/foldstream/node"
 )
 
 func init() {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"github.com/foldstream/foldstream/internal/harness/pgtest"
 	"github.com/foldstream/foldstream/node"
 )

@@ -3,7 +3,6 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/internal/harness/freeport"
 	"os"
 	"os/exec"
 	"os/user"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/foldstream/foldstream/internal/harness/freeport"
 )
 
 // Server is a PostgreSQL server of the test's own: a fresh cluster made with initdb in a temporary

@@ -3,12 +3,12 @@ package catalog
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"strconv"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // MessageType is the event type the event view gives a stored JSON message that is not

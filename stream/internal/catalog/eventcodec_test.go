@@ -3,13 +3,13 @@ package catalog
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/internal/rawjson"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // decodeEventReference is decodeEvent as it was before the one scan: encoding/json's Valid, then

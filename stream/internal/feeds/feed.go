@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"sync"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Publishing on a shared database (a driver that is not Exclusive; docs/postgres.md#live-reads).

@@ -3,11 +3,11 @@ package processors
 import (
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Processor state rows and the operators' audit (docs/operations.md): the host's failure and

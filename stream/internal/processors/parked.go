@@ -3,10 +3,10 @@ package processors
 import (
 	"context"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // Parked events (docs/operations.md#skip): the events a processor was moved past without its

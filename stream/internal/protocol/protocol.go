@@ -10,12 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // The protocol view: the Durable Streams operations (create, append, close, delete, metadata,
@@ -100,14 +100,14 @@ func (p *Protocol) ListStreams(ctx context.Context, opts ListOptions) ([]StreamI
 
 // hardDelete removes a stream, all its (dead) descendants, and then every soft-deleted or expired
 // ancestor that no longer has references (docs/store.md#forks).
-func (p *Protocol) hardDelete(t *kernel.Tx, r *streamRow) error {
+func (p *Protocol) hardDelete(t *kernel.Tx, r *driver.Stream) error {
 	if err := p.deleteSubtree(t, r.ID, r.Path); err != nil {
 		return err
 	}
 	parent := r.ForkedFrom
 	for parent.Valid {
 		pr, err := kernel.LoadStreamByID(t.Context(), t.Driver(), parent.Int64)
-		if errors.Is(err, errNoStream) {
+		if errors.Is(err, driver.ErrNoStream) {
 			return nil
 		}
 		if err != nil {
@@ -219,7 +219,7 @@ func (p *Protocol) CollectExpired(ctx context.Context) (int, error) {
 		t.AfterCommit(func() { p.collectAfter = next })
 		for _, c := range cands {
 			r, err := kernel.LoadStreamByID(t.Context(), t.Driver(), c.ID) // an earlier cascade may have taken it
-			if errors.Is(err, errNoStream) {
+			if errors.Is(err, driver.ErrNoStream) {
 				continue
 			}
 			if err != nil {
@@ -229,7 +229,7 @@ func (p *Protocol) CollectExpired(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			if lv != streamMissing {
+			if lv != catalog.Missing {
 				continue
 			}
 			before, err := t.Driver().CountStreams(t.Context())

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"time"
 
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // ReadRequest asks for the records of a stream after a position (docs/store.md#reading).
@@ -94,7 +95,7 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 			})
 			if err == nil {
 				watchID, changed = id, p.k.Changed(id)
-			} else if !errors.Is(err, errNoStream) {
+			} else if !errors.Is(err, driver.ErrNoStream) {
 				return ReadResult{}, err
 			}
 		}
@@ -120,16 +121,16 @@ func (p *Protocol) ReadRecords(ctx context.Context, req ReadRequest) (ReadResult
 	}
 }
 
-func (p *Protocol) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *streamRow, error) {
+func (p *Protocol) readRecordsOnce(ctx context.Context, req ReadRequest, now time.Time) (ReadResult, *driver.Stream, error) {
 	var res ReadResult
-	var row *streamRow
+	var row *driver.Stream
 	err := p.k.Read(ctx, func(q driver.Reader) error {
 		r, err := p.c.LoadLive(ctx, q, req.Path, now)
 		if err != nil {
 			return err
 		}
 		row = r
-		res.Info = infoOf(r)
+		res.Info = catalog.InfoOf(r)
 		after := req.After
 		if req.AtTail || after >= r.Tail {
 			res.Next, res.UpToDate = r.Tail, true
@@ -160,7 +161,7 @@ func frameSummary(rec driver.Record) (n int, last int64, err error) {
 // maxBytes of message bytes (at least one message) and maxReadMessages messages. A stored record
 // that fits whole is copied as it is stored (its messages already joined by commas); one that
 // does not fit ends a page that is at least half full, and fills one that is not.
-func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, buf []byte, res *ReadResult) error {
+func readJSON(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, maxBytes int, buf []byte, res *ReadResult) error {
 	b := bytes.NewBuffer(buf[:0])
 	if buf == nil {
 		b.Grow(min(maxBytes, 64<<10) + 2)
@@ -239,7 +240,7 @@ func readJSON(ctx context.Context, q driver.Reader, r *streamRow, after int64, m
 }
 
 // readBytes answers a byte-stream read: the bytes after position after, up to maxBytes.
-func readBytes(ctx context.Context, q driver.Reader, r *streamRow, after int64, maxBytes int, buf []byte, res *ReadResult) error {
+func readBytes(ctx context.Context, q driver.Reader, r *driver.Stream, after int64, maxBytes int, buf []byte, res *ReadResult) error {
 	b := bytes.NewBuffer(buf[:0])
 	next := after
 	total := 0
@@ -283,7 +284,7 @@ func (p *Protocol) cachedRead(req ReadRequest, now time.Time) (res ReadResult, o
 	if !ok {
 		return res, false, nil
 	}
-	res.Info = infoOf(&row)
+	res.Info = catalog.InfoOf(&row)
 	after := req.After
 	switch {
 	case req.AtTail || after >= row.Tail:

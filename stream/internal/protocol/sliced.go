@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/foldstream/foldstream/internal/rawjson"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
 	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"github.com/foldstream/foldstream/stream/internal/sliced"
 )
@@ -58,7 +59,7 @@ func (p *Protocol) appendSliced(ctx context.Context, req AppendRequest, msgs []r
 		}
 		return m, nil
 	}
-	gone := func() error { return notLive(streamMissing, req.Path) }
+	gone := func() error { return catalog.NotLive(catalog.Missing, req.Path) }
 	ok, err = r.Write(ctx, p.k, reserve, gone, func(t *kernel.Tx) error {
 		var gap int64
 		var e error

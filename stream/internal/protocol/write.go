@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
-	"github.com/foldstream/foldstream/stream/internal/sliced"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +15,8 @@ import (
 	"github.com/foldstream/foldstream/internal/rawjson"
 	"github.com/foldstream/foldstream/stream/driver"
 	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
+	"github.com/foldstream/foldstream/stream/internal/sliced"
 )
 
 // DefaultContentType is the content type of a stream created without one.
@@ -124,11 +124,11 @@ type Provenance struct {
 func (p *Provenance) apply(msgs []rawjson.Message, isArray bool) error {
 	for i := range msgs {
 		m := &msgs[i]
-		if t := m.Member(mType); m.Raw[0] != '{' || t.Kinds == 0 || t.Value[0] != '"' || len(t.Value) == 2 {
+		if t := m.Member(catalog.MType); m.Raw[0] != '{' || t.Kinds == 0 || t.Value[0] != '"' || len(t.Value) == 2 {
 			continue // not event-shaped: a plain message, which never carries a source
 		}
 		if p.ReservedKeyPrefix != "" {
-			if key, _ := m.Member(mKey).String(); strings.HasPrefix(key, p.ReservedKeyPrefix) {
+			if key, _ := m.Member(catalog.MKey).String(); strings.HasPrefix(key, p.ReservedKeyPrefix) {
 				data := map[string]any{"prefix": p.ReservedKeyPrefix}
 				where := ""
 				if isArray {
@@ -140,13 +140,13 @@ func (p *Provenance) apply(msgs []rawjson.Message, isArray bool) error {
 			}
 		}
 		if len(m.Folded()) > 0 || p.Source != nil {
-			*m = m.Edit(m.Folded(), mSource, p.Source)
+			*m = m.Edit(m.Folded(), catalog.MSource, p.Source)
 		}
 		if p.TraceParent != "" {
-			md := m.Member(mMetadata)
+			md := m.Member(catalog.MMetadata)
 			if md.Kinds == 0 || md.Kinds == rawjson.KindObject {
 				if traced := foldtype.WithTraceContext(md.Value, p.TraceParent, p.TraceState); len(traced) != len(md.Value) {
-					*m, _ = m.Replace(mMetadata, traced)
+					*m, _ = m.Replace(catalog.MMetadata, traced)
 				}
 			}
 		}
@@ -179,9 +179,9 @@ const MaxMessagesPerRecord = 100000
 func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Message, error) {
 	body = bytes.TrimSpace(body) // Unicode space around the body, as encoding/json allows only ASCII
 	if prov != nil && !utf8.Valid(body) {
-		return nil, perr(foldtype.CodeBadRequest, "the body is not valid UTF-8 (JSON text must be)")
+		return nil, catalog.Perr(foldtype.CodeBadRequest, "the body is not valid UTF-8 (JSON text must be)")
 	}
-	msgs, isArray, n, err := rawjson.Split(body, msgKeys, MaxMessagesPerRecord)
+	msgs, isArray, n, err := rawjson.Split(body, catalog.MsgKeys, MaxMessagesPerRecord)
 	switch {
 	case errors.Is(err, rawjson.ErrTooMany):
 		return nil, foldtype.NewError(foldtype.CodeTooLarge,
@@ -192,9 +192,9 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 			map[string]any{foldtype.DataLimit: int64(4 << 30), foldtype.DataLimitUnit: "bytes"},
 			"a JSON body of %d bytes is over the limit of %d bytes (4 GiB)", len(body), int64(4<<30))
 	case err != nil:
-		return nil, perr(foldtype.CodeBadRequest, "body is not valid JSON")
+		return nil, catalog.Perr(foldtype.CodeBadRequest, "body is not valid JSON")
 	case isArray && n == 0 && !allowEmpty:
-		return nil, perr(foldtype.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
+		return nil, catalog.Perr(foldtype.CodeBadRequest, "an empty JSON array appends nothing; send at least one message")
 	}
 	if prov != nil {
 		if err := prov.apply(msgs, isArray); err != nil {
@@ -207,10 +207,10 @@ func splitJSON(body []byte, allowEmpty bool, prov *Provenance) ([]rawjson.Messag
 // CreateStream creates a stream, or confirms an identical existing one.
 func (p *Protocol) CreateStream(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	if req.HasTTL && !req.ExpiresAt.IsZero() {
-		return CreateResult{}, perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
+		return CreateResult{}, catalog.Perr(foldtype.CodeBadRequest, "give a TTL or an expiry time, not both")
 	}
 	if req.HasTTL && req.TTLSeconds <= 0 {
-		return CreateResult{}, perr(foldtype.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
+		return CreateResult{}, catalog.Perr(foldtype.CodeBadRequest, "a TTL must be at least one second, not %d", req.TTLSeconds)
 	}
 	var res CreateResult
 	err := p.k.Write(ctx, func(t *kernel.Tx) error {
@@ -244,12 +244,12 @@ var errPathHeld = errors.New("stream store: create: path to be read")
 // written.
 func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (CreateResult, error) {
 	now := t.Now()
-	var existing *streamRow
+	var existing *driver.Stream
 	var em *kernel.StreamState
 	var err error
 	if !fresh {
 		em, err = t.Stream(req.Path)
-		if err != nil && !errors.Is(err, errNoStream) {
+		if err != nil && !errors.Is(err, driver.ErrNoStream) {
 			return CreateResult{}, err
 		}
 	}
@@ -262,9 +262,9 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 			return CreateResult{}, err
 		}
 		switch lv {
-		case streamGone:
-			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s is deleted but its forks still use the path", quotePath(req.Path))
-		case streamMissing:
+		case catalog.Gone:
+			return CreateResult{}, catalog.Perr(foldtype.CodeConflict, "stream %s is deleted but its forks still use the path", catalog.QuotePath(req.Path))
+		case catalog.Missing:
 			if err := p.hardDelete(t, existing); err != nil {
 				return CreateResult{}, err
 			}
@@ -273,17 +273,17 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 	}
 
 	if !req.ExpiresAt.IsZero() && !req.ExpiresAt.After(now) {
-		return CreateResult{}, heldOr(fresh, perr(foldtype.CodeBadRequest, "the expiry time %s has already passed",
+		return CreateResult{}, heldOr(fresh, catalog.Perr(foldtype.CodeBadRequest, "the expiry time %s has already passed",
 			req.ExpiresAt.UTC().Format(time.RFC3339Nano)))
 	}
 
 	// Resolve the fork source and inherited settings.
-	var src *streamRow
+	var src *driver.Stream
 	if req.ForkedFrom != "" {
 		sm, err := p.c.LiveStream(t, req.ForkedFrom)
 		if err != nil {
 			if errors.Is(err, foldtype.ErrStreamGone) {
-				return CreateResult{}, perr(foldtype.CodeConflict, "fork source %s is deleted", quotePath(req.ForkedFrom))
+				return CreateResult{}, catalog.Perr(foldtype.CodeConflict, "fork source %s is deleted", catalog.QuotePath(req.ForkedFrom))
 			}
 			return CreateResult{}, err
 		}
@@ -293,7 +293,7 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 		if req.ContentType == "" {
 			req.ContentType = src.ContentType
 		} else if kernel.MediaType(req.ContentType) != kernel.MediaType(src.ContentType) {
-			return CreateResult{}, perr(foldtype.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
+			return CreateResult{}, catalog.Perr(foldtype.CodeConflict, "fork content type %q differs from the source's %q", req.ContentType, src.ContentType)
 		}
 		if !req.HasTTL && req.ExpiresAt.IsZero() {
 			req.HasTTL, req.TTLSeconds = src.TTLSeconds.Valid, src.TTLSeconds.Int64
@@ -313,9 +313,9 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 
 	if existing != nil {
 		if !sameConfig(existing, src, req) {
-			return CreateResult{}, perr(foldtype.CodeConflict, "stream %s already exists with a different configuration", quotePath(req.Path))
+			return CreateResult{}, catalog.Perr(foldtype.CodeConflict, "stream %s already exists with a different configuration", catalog.QuotePath(req.Path))
 		}
-		return CreateResult{Created: false, Info: infoOf(existing)}, nil
+		return CreateResult{Created: false, Info: catalog.InfoOf(existing)}, nil
 	}
 
 	isJSON := kernel.IsJSONContentType(req.ContentType)
@@ -335,7 +335,7 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 			forkOffset = req.ForkOffset
 		}
 		if forkOffset < 0 || forkOffset > src.Tail {
-			return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offset is past the source's tail")
+			return CreateResult{}, catalog.Perr(foldtype.CodeBadRequest, "fork offset is past the source's tail")
 		}
 		// The tail is always a boundary, even with no message ending there: an event batch ending
 		// with an ephemeral moves the durable mark to the ephemeral's offset.
@@ -345,7 +345,7 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 				return CreateResult{}, err
 			}
 			if !ok {
-				return CreateResult{}, perr(foldtype.CodeBadRequest, "fork offset is not a record boundary of the source")
+				return CreateResult{}, catalog.Perr(foldtype.CodeBadRequest, "fork offset is not a record boundary of the source")
 			}
 		}
 		if req.ForkSubOffset > 0 {
@@ -355,7 +355,7 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 			}
 		}
 	} else if req.HasForkOffset || req.ForkSubOffset > 0 {
-		return CreateResult{}, heldOr(fresh, perr(foldtype.CodeBadRequest, "fork offsets need a fork source"))
+		return CreateResult{}, heldOr(fresh, catalog.Perr(foldtype.CodeBadRequest, "fork offsets need a fork source"))
 	}
 
 	nowMs := now.UnixMilli()
@@ -427,7 +427,7 @@ func (p *Protocol) createAt(t *kernel.Tx, req CreateRequest, fresh bool) (Create
 	}
 	info := m.Row
 	info.Tail = m.Tail
-	return CreateResult{Created: true, Info: infoOf(&info)}, nil
+	return CreateResult{Created: true, Info: catalog.InfoOf(&info)}, nil
 }
 
 // heldOr is err, or errPathHeld for an unread create (a stream at the path could answer
@@ -441,7 +441,7 @@ func heldOr(fresh bool, err error) error {
 
 // isBoundary reports whether position off of stream src ends a message (JSON streams) or a record
 // (byte streams), so a fork may start there.
-func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64) (bool, error) {
+func isBoundary(ctx context.Context, q driver.Reader, src *driver.Stream, off int64) (bool, error) {
 	ok := false
 	var err error
 	if kernel.IsJSONContentType(src.ContentType) {
@@ -454,7 +454,7 @@ func isBoundary(ctx context.Context, q driver.Reader, src *streamRow, off int64)
 
 // sameConfig compares an existing stream with a create request (docs/store.md#forks): media type,
 // TTL, expiry, closure and, for forks, source and fork point.
-func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
+func sameConfig(r *driver.Stream, src *driver.Stream, req CreateRequest) bool {
 	if kernel.MediaType(r.ContentType) != kernel.MediaType(req.ContentType) {
 		return false
 	}
@@ -486,7 +486,7 @@ func sameConfig(r *streamRow, src *streamRow, req CreateRequest) bool {
 
 // splitRecord returns, as the record a fork owns, the first sub bytes (byte streams) or messages
 // (JSON streams) of the record that starts at position at in stream src (docs/store.md#forks).
-func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub int64) (*driver.Record, error) {
+func splitRecord(ctx context.Context, q driver.Reader, src *driver.Stream, at, sub int64) (*driver.Record, error) {
 	rec := &driver.Record{RecordStart: at, Start: at}
 	isJSON := kernel.IsJSONContentType(src.ContentType)
 	var n int64
@@ -516,7 +516,7 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 		return nil, err
 	}
 	if n != sub {
-		return nil, perr(foldtype.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
+		return nil, catalog.Perr(foldtype.CodeBadRequest, "fork sub-offset %d is past the end of the record at that offset", sub)
 	}
 	return rec, nil
 }
@@ -525,7 +525,7 @@ func splitRecord(ctx context.Context, q driver.Reader, src *streamRow, at, sub i
 // decision table (docs/store.md#idempotent-producers) in one transaction with the data.
 func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendResult, error) {
 	if req.Producer != nil {
-		if err := validateProducerID(req.Producer.ID); err != nil {
+		if err := catalog.ValidateProducerID(req.Producer.ID); err != nil {
 			return AppendResult{}, err
 		}
 	}
@@ -587,7 +587,7 @@ func (p *Protocol) AppendRecord(ctx context.Context, req AppendRequest) (AppendR
 		case <-expired:
 			// The wait ran out: the gap is answered, unless a missing seq is still arriving
 			// (inflight.go); then the wait is renewed, up to maxArrivingWait in all.
-			expected, ok := dataInt64(err, DataExpectedSeq)
+			expected, ok := catalog.DataInt64(err, DataExpectedSeq)
 			if !ok || renewals >= int(maxArrivingWait/p.reorderWait) ||
 				!p.anyArriving(req.Path, req.Producer.ID, req.Producer.Epoch, expected, req.Producer.Seq) {
 				return res, err
@@ -639,16 +639,16 @@ func (p *Protocol) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Mess
 			return AppendResult{Tail: m.Tail, Closed: true, Duplicate: true, Epoch: pr.Epoch, Seq: pr.Seq}, nil
 		}
 		if pr != nil && known && pr.Epoch < st.Epoch {
-			return AppendResult{}, staleEpochError(st.Epoch)
+			return AppendResult{}, catalog.StaleEpochError(st.Epoch)
 		}
 		if closeOnly && pr == nil {
 			return AppendResult{Tail: m.Tail, Closed: true}, nil
 		}
-		return AppendResult{}, streamClosedError(r.Path, m.Tail)
+		return AppendResult{}, catalog.StreamClosedError(r.Path, m.Tail)
 	}
 
 	if !closeOnly && kernel.MediaType(req.ContentType) != kernel.MediaType(r.ContentType) {
-		return AppendResult{}, perr(foldtype.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
+		return AppendResult{}, catalog.Perr(foldtype.CodeConflict, "content type %q does not match the stream's %q", req.ContentType, r.ContentType)
 	}
 
 	// The producer decision table (docs/store.md#idempotent-producers). Validation proposes;
@@ -658,24 +658,24 @@ func (p *Protocol) appendTx(t *kernel.Tx, req AppendRequest, msgs []rawjson.Mess
 		case !known:
 			if pr.Seq != 0 {
 				*gapStream = r.ID
-				return AppendResult{}, sequenceGapError(0, pr.Seq)
+				return AppendResult{}, catalog.SequenceGapError(0, pr.Seq)
 			}
 		case pr.Epoch < st.Epoch:
-			return AppendResult{}, staleEpochError(st.Epoch)
+			return AppendResult{}, catalog.StaleEpochError(st.Epoch)
 		case pr.Epoch > st.Epoch:
 			if pr.Seq != 0 {
-				return AppendResult{}, perr(foldtype.CodeBadRequest, "a new producer epoch must start at seq 0")
+				return AppendResult{}, catalog.Perr(foldtype.CodeBadRequest, "a new producer epoch must start at seq 0")
 			}
 		case pr.Seq <= st.LastSeq:
 			return AppendResult{Tail: m.Tail, Duplicate: true, Epoch: st.Epoch, Seq: st.LastSeq}, nil
 		case pr.Seq > st.LastSeq+1:
 			*gapStream = r.ID
-			return AppendResult{}, sequenceGapError(st.LastSeq+1, pr.Seq)
+			return AppendResult{}, catalog.SequenceGapError(st.LastSeq+1, pr.Seq)
 		}
 	}
 
 	if req.StreamSeq != "" && r.StreamSeq.Valid && req.StreamSeq <= r.StreamSeq.String {
-		return AppendResult{}, perr(foldtype.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
+		return AppendResult{}, catalog.Perr(foldtype.CodeConflict, "Stream-Seq %q is not greater than the last one %q", req.StreamSeq, r.StreamSeq.String)
 	}
 	if req.HasExpectedTail && req.ExpectedTail != m.Tail {
 		e := foldtype.OffsetConflictError(req.ExpectedTail, m.Tail)
@@ -802,8 +802,8 @@ func (p *Protocol) appendMessagesOf(t *kernel.Tx, m *kernel.StreamState, msgs []
 				continue
 			}
 			if b.Scanned != nil {
-				events = append(events, eventOf(path, adm[i].Offset, createdMs, b.Scanned, b.Body))
-			} else if ev, err := decodeEvent(path, kernel.Message{Offset: adm[i].Offset, CreatedMs: createdMs, Body: b.Body}); err == nil {
+				events = append(events, catalog.EventOf(path, adm[i].Offset, createdMs, b.Scanned, b.Body))
+			} else if ev, err := catalog.DecodeEvent(path, kernel.Message{Offset: adm[i].Offset, CreatedMs: createdMs, Body: b.Body}); err == nil {
 				events = append(events, ev)
 			}
 		}
@@ -820,7 +820,7 @@ func eventKeyOf(msg *rawjson.Message) (foldtype.EventInput, string) {
 	if msg.Raw[0] != '{' {
 		return foldtype.EventInput{}, ""
 	}
-	t, k := msg.Member(mType), msg.Member(mKey)
+	t, k := msg.Member(catalog.MType), msg.Member(catalog.MKey)
 	if k.Kinds == 0 || !stringOrNull(t.Kinds) || !stringOrNull(k.Kinds) {
 		return foldtype.EventInput{}, ""
 	}
@@ -832,7 +832,7 @@ func eventKeyOf(msg *rawjson.Message) (foldtype.EventInput, string) {
 	if key == "" {
 		return foldtype.EventInput{}, ""
 	}
-	return foldtype.EventInput{Type: typ, Payload: msg.Member(mPayload).Value, Metadata: msg.Member(mMetadata).Value}, key
+	return foldtype.EventInput{Type: typ, Payload: msg.Member(catalog.MPayload).Value, Metadata: msg.Member(catalog.MMetadata).Value}, key
 }
 
 // stringOrNull reports whether every occurrence of a member is a string or null.
@@ -858,20 +858,20 @@ func controlOfMessage(msg *rawjson.Message) (foldtype.ControlKind, string) {
 	if msg.Raw[0] != '{' {
 		return foldtype.ControlNone, ""
 	}
-	t := msg.Member(mType)
+	t := msg.Member(catalog.MType)
 	if t.Kinds == 0 || (bytes.IndexByte(t.Value, '\\') < 0 && !bytes.HasPrefix(t.Value[1:], controlMarker)) {
 		return foldtype.ControlNone, ""
 	}
 	// As a decoding into typed fields would, a wrong kind of "type" or "ephemeral" anywhere in the
 	// message makes it no control event.
-	if !stringOrNull(t.Kinds) || msg.Member(mEphemeral).Kinds&^(rawjson.KindBool|rawjson.KindNull) != 0 {
+	if !stringOrNull(t.Kinds) || msg.Member(catalog.MEphemeral).Kinds&^(rawjson.KindBool|rawjson.KindNull) != 0 {
 		return foldtype.ControlNone, ""
 	}
 	typ, ok := t.String()
 	if !ok {
 		return foldtype.ControlNone, ""
 	}
-	return foldtype.ParseControl(typ, msg.Member(mPayload).Value, false)
+	return foldtype.ParseControl(typ, msg.Member(catalog.MPayload).Value, false)
 }
 
 // AppendJSON appends body, a JSON array of messages, to the live JSON stream at path as one record

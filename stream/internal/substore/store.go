@@ -8,14 +8,14 @@ package substore
 import (
 	"context"
 	"errors"
-	"github.com/foldstream/foldstream/stream/internal/catalog"
-	"github.com/foldstream/foldstream/stream/internal/kernel"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/foldstream/foldstream/foldtype"
 	"github.com/foldstream/foldstream/stream/driver"
+	"github.com/foldstream/foldstream/stream/internal/catalog"
+	"github.com/foldstream/foldstream/stream/internal/kernel"
 )
 
 // SubscriptionStore is the store's subscription face: the transactional primitives package
