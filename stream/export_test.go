@@ -62,17 +62,3 @@ func (s *Store) appendSliced(ctx context.Context, req AppendRequest, msgs []rawj
 func (s *Store) listenBarrier(ctx context.Context) error {
 	return protocol.ListenBarrier(ctx, s.protocol)
 }
-
-// flattenJSON is the store's split of a JSON body (splitJSON, no provenance rules) as the compact
-// text of each message.
-func flattenJSON(body []byte, allowEmpty bool) ([][]byte, error) {
-	msgs, err := splitJSON(body, allowEmpty, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(msgs))
-	for i := range msgs {
-		out[i] = msgs[i].Raw
-	}
-	return out, nil
-}

@@ -48,48 +48,6 @@ func readAll(t *testing.T, s *Store, path string) string {
 
 func kindOf(err error) foldtype.Code { return foldtype.CodeOf(err) }
 
-func TestFlattenJSON(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		in    string
-		want  []string
-		empty bool
-		bad   bool
-	}{
-		{in: `{"a" :  1}`, want: []string{`{"a":1}`}},
-		{in: `[1, 2]`, want: []string{`1`, `2`}},
-		{in: `[[1,2],[3,4]]`, want: []string{`[1,2]`, `[3,4]`}},
-		{in: `[[[1,2,3]]]`, want: []string{`[[1,2,3]]`}},
-		{in: `"s"`, want: []string{`"s"`}},
-		{in: `null`, want: []string{`null`}},
-		{in: `[]`, bad: true},
-		{in: `[]`, empty: true, want: []string{}},
-		{in: `{`, bad: true},
-		{in: ``, bad: true},
-		{in: `[1,]`, bad: true},
-	}
-	for _, c := range cases {
-		got, err := flattenJSON([]byte(c.in), c.empty)
-		if c.bad {
-			if kindOf(err) != foldtype.CodeBadRequest {
-				t.Errorf("flattenJSON(%q): got err %v, want bad request", c.in, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("flattenJSON(%q): %v", c.in, err)
-			continue
-		}
-		var gs []string
-		for _, g := range got {
-			gs = append(gs, string(g))
-		}
-		if strings.Join(gs, "|") != strings.Join(c.want, "|") {
-			t.Errorf("flattenJSON(%q): got %q, want %q", c.in, gs, c.want)
-		}
-	}
-}
-
 func TestJSONOffsetsAndRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := setupProto(t)
@@ -468,7 +426,7 @@ func TestJSONBatchLimits(t *testing.T) {
 		t.Fatalf("read the batch's end: got %s, %v", r.Body, err)
 	}
 	over := "[" + strings.Repeat("1,", MaxMessagesPerRecord) + "1]"
-	if _, err := flattenJSON([]byte(over), false); kindOf(err) != foldtype.CodeTooLarge {
+	if _, err := splitJSON([]byte(over), false, nil); kindOf(err) != foldtype.CodeTooLarge {
 		t.Fatalf("over the cap: got %v, want too large", err)
 	}
 }

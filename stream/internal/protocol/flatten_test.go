@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/foldstream/foldstream/foldtype"
@@ -83,6 +84,50 @@ func splitArray(arr []byte) [][]byte {
 		}
 	}
 	return out
+}
+
+// TestFlattenJSON: the store's split of a JSON body, case by case: whitespace dropped, one level of
+// array flattened, an empty array refused unless allowed, malformed bodies refused as bad requests.
+func TestFlattenJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in    string
+		want  []string
+		empty bool
+		bad   bool
+	}{
+		{in: `{"a" :  1}`, want: []string{`{"a":1}`}},
+		{in: `[1, 2]`, want: []string{`1`, `2`}},
+		{in: `[[1,2],[3,4]]`, want: []string{`[1,2]`, `[3,4]`}},
+		{in: `[[[1,2,3]]]`, want: []string{`[[1,2,3]]`}},
+		{in: `"s"`, want: []string{`"s"`}},
+		{in: `null`, want: []string{`null`}},
+		{in: `[]`, bad: true},
+		{in: `[]`, empty: true, want: []string{}},
+		{in: `{`, bad: true},
+		{in: ``, bad: true},
+		{in: `[1,]`, bad: true},
+	}
+	for _, c := range cases {
+		got, err := flattenJSON([]byte(c.in), c.empty)
+		if c.bad {
+			if foldtype.CodeOf(err) != foldtype.CodeBadRequest {
+				t.Errorf("flattenJSON(%q): got err %v, want bad request", c.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("flattenJSON(%q): %v", c.in, err)
+			continue
+		}
+		var gs []string
+		for _, g := range got {
+			gs = append(gs, string(g))
+		}
+		if strings.Join(gs, "|") != strings.Join(c.want, "|") {
+			t.Errorf("flattenJSON(%q): got %q, want %q", c.in, gs, c.want)
+		}
+	}
 }
 
 // FuzzFlattenJSON checks the one-pass validator and splitter against encoding/json: the same
