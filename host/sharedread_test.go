@@ -2,6 +2,9 @@ package host_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,9 +57,22 @@ func TestAReadOnASharedDatabaseThatCannotLearnTheHeadAnswersUnavailable(t *testi
 		t.Fatal(err)
 	}
 
+	base := serveHost(t, s, h)
 	d.down.Store(true)
 	if snap, err := h.Snapshot(ctx, "/r", "effector"); foldtype.CodeOf(err) != foldtype.CodeUnavailable {
 		t.Fatalf("a read that cannot learn the stream's head: %+v, %v; want UNAVAILABLE", snap, err)
+	}
+	// Over HTTP, as a client reads it: 503 with its code and when to come back, and no state.
+	res, err := http.Get(base + "/v1/processor/effector/r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Foldstream-Error-Code") != string(foldtype.CodeUnavailable) ||
+		res.Header.Get("Retry-After") == "" || strings.Contains(string(b), `"ticks"`) {
+		t.Fatalf("GET the processor's state while the head cannot be read: %d %v %s; want 503 UNAVAILABLE with Retry-After and no state",
+			res.StatusCode, res.Header, b)
 	}
 	d.down.Store(false)
 	snap, err := h.Snapshot(ctx, "/r", "effector")
